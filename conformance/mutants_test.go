@@ -1,0 +1,658 @@
+package conformance_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/conformance"
+	"github.com/spate-go/spate/stores/mem"
+)
+
+// The suite must catch a driver that breaks any rule. Each mutant below is
+// the in-memory store with exactly one rule broken; TestSuiteCatchesMutants
+// runs the whole store suite against each (in a subprocess, so that failures
+// are real testing.T failures) and requires the rules it names to fail.
+
+const ttl = 1500 * time.Millisecond
+
+type mutant struct {
+	name   string
+	breaks []string // rules the suite must report broken
+	// harness builds the mutant's harness (nil: the default, whose stores
+	// are wrap(root.Connect())).
+	harness func() conformance.Harness
+	wrap    func(sh *shared, s *mem.Store) spate.Store
+}
+
+// shared is state a mutant keeps across the stores of one harness.
+type shared struct {
+	mu      sync.Mutex
+	base    map[string]uint64 // per-key-version: inner revision before create
+	created map[string]time.Time
+	deleted map[string]bool
+	cache   map[string]spate.Entry
+}
+
+func newShared() *shared {
+	return &shared{base: map[string]uint64{}, created: map[string]time.Time{}, deleted: map[string]bool{}, cache: map[string]spate.Entry{}}
+}
+
+var mutants = []mutant{
+	{name: "create-overwrites", breaks: []string{"CreateIsCreateIfAbsent"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, create: func(ctx context.Context, ks spate.Keyspace, key string, v []byte) (spate.Outcome, error) {
+				o, err := s.Create(ctx, ks, key, v)
+				if err != nil || o.Won {
+					return o, err
+				}
+				cur, _, _ := s.Get(ctx, ks, key)
+				return s.Update(ctx, ks, key, v, cur.Revision)
+			}}
+		}},
+	{name: "update-ignores-revision", breaks: []string{"UpdateIsCompareAndSwap", "ConcurrentCASLosesNoUpdate"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, update: func(ctx context.Context, ks spate.Keyspace, key string, v []byte, _ uint64) (spate.Outcome, error) {
+				cur, ok, err := s.Get(ctx, ks, key)
+				if err != nil || !ok {
+					return spate.Outcome{}, err
+				}
+				return s.Update(ctx, ks, key, v, cur.Revision)
+			}}
+		}},
+	{name: "update-reuses-revision", breaks: []string{"UpdateIsCompareAndSwap"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, update: func(ctx context.Context, ks spate.Keyspace, key string, v []byte, exp uint64) (spate.Outcome, error) {
+				o, err := s.Update(ctx, ks, key, v, exp)
+				if o.Won {
+					o.Revision = exp
+				}
+				return o, err
+			}}
+		}},
+	{name: "lost-update-writes", breaks: []string{"UpdateIsCompareAndSwap"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, update: func(ctx context.Context, ks spate.Keyspace, key string, v []byte, exp uint64) (spate.Outcome, error) {
+				o, err := s.Update(ctx, ks, key, v, exp)
+				if err == nil && !o.Won {
+					if cur, ok, _ := s.Get(ctx, ks, key); ok {
+						_, _ = s.Update(ctx, ks, key, v, cur.Revision)
+					}
+				}
+				return o, err
+			}}
+		}},
+	{name: "per-key-version", breaks: []string{"RevisionsIncreaseAcrossDeleteAndRecreate"}, wrap: perKeyVersion},
+	{name: "guarded-delete-ignores-revision", breaks: []string{"GuardedDelete"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, del: func(ctx context.Context, ks spate.Keyspace, key string, _ uint64) (spate.Outcome, error) {
+				if _, ok, _ := s.Get(ctx, ks, key); !ok {
+					return spate.Outcome{}, nil
+				}
+				return s.Delete(ctx, ks, key, spate.AnyRevision)
+			}}
+		}},
+	{name: "delete-leaves-tombstone", breaks: []string{"DeletedKeysReadAbsentAndAreRecreatable"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, del: func(ctx context.Context, ks spate.Keyspace, key string, exp uint64) (spate.Outcome, error) {
+				cur, ok, err := s.Get(ctx, ks, key)
+				if err != nil || !ok {
+					return spate.Outcome{}, err
+				}
+				if exp != spate.AnyRevision && exp != cur.Revision {
+					return spate.Outcome{}, nil
+				}
+				return s.Update(ctx, ks, key, nil, cur.Revision)
+			}}
+		}},
+	{name: "no-recreate-after-delete", breaks: []string{"DeletedKeysReadAbsentAndAreRecreatable"},
+		wrap: func(sh *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s,
+				create: func(ctx context.Context, ks spate.Keyspace, key string, v []byte) (spate.Outcome, error) {
+					sh.mu.Lock()
+					gone := sh.deleted[ks.String()+key]
+					sh.mu.Unlock()
+					if gone {
+						return spate.Outcome{}, nil
+					}
+					return s.Create(ctx, ks, key, v)
+				},
+				del: func(ctx context.Context, ks spate.Keyspace, key string, exp uint64) (spate.Outcome, error) {
+					o, err := s.Delete(ctx, ks, key, exp)
+					if o.Won {
+						sh.mu.Lock()
+						sh.deleted[ks.String()+key] = true
+						sh.mu.Unlock()
+					}
+					return o, err
+				}}
+		}},
+	{name: "ttl-runs-from-create", breaks: []string{"HeartbeatedEphemeralKeySurvives"},
+		wrap: func(sh *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s,
+				create: func(ctx context.Context, ks spate.Keyspace, key string, v []byte) (spate.Outcome, error) {
+					o, err := s.Create(ctx, ks, key, v)
+					if o.Won && ks == spate.Ephemeral {
+						sh.mu.Lock()
+						sh.created[key] = time.Now()
+						sh.mu.Unlock()
+					}
+					return o, err
+				},
+				update: func(ctx context.Context, ks spate.Keyspace, key string, v []byte, exp uint64) (spate.Outcome, error) {
+					sh.mu.Lock()
+					born, ok := sh.created[key]
+					sh.mu.Unlock()
+					if ks == spate.Ephemeral && ok && time.Since(born) >= ttl {
+						_, _ = s.Delete(ctx, ks, key, spate.AnyRevision)
+						return spate.Outcome{}, nil
+					}
+					return s.Update(ctx, ks, key, v, exp)
+				}}
+		}},
+	{name: "never-expires", breaks: []string{"ExpiredKeysReadAbsentAndAreRecreatable", "ExpiryReachesWatchersAsDelete"},
+		harness: func() conformance.Harness {
+			root := mem.MustNew(mem.Options{TTL: 1000 * ttl})
+			return &harness{root: root, wrap: func(s *mem.Store) spate.Store {
+				return &hooked{Store: s, caps: func(c spate.Capabilities) spate.Capabilities { c.TTL = ttl; return c }}
+			}}
+		}},
+	{name: "expiry-silent", breaks: []string{"ExpiryReachesWatchersAsDelete"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, filter: func(ks spate.Keyspace, ev spate.WatchEvent, _ int) []spate.WatchEvent {
+				if ks == spate.Ephemeral && ev.Kind == spate.WatchDelete {
+					return nil
+				}
+				return []spate.WatchEvent{ev}
+			}}
+		}},
+	{name: "no-snapshot-done", breaks: []string{"WatchSnapshotThenOneSnapshotDone"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, filter: func(_ spate.Keyspace, ev spate.WatchEvent, _ int) []spate.WatchEvent {
+				if ev.Kind == spate.WatchSnapshotDone {
+					return nil
+				}
+				return []spate.WatchEvent{ev}
+			}}
+		}},
+	{name: "double-snapshot-done", breaks: []string{"WatchSnapshotThenOneSnapshotDone"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, filter: func(_ spate.Keyspace, ev spate.WatchEvent, _ int) []spate.WatchEvent {
+				if ev.Kind == spate.WatchSnapshotDone {
+					return []spate.WatchEvent{ev, ev}
+				}
+				return []spate.WatchEvent{ev}
+			}}
+		}},
+	{name: "snapshot-misses-key", breaks: []string{"WatchSnapshotThenOneSnapshotDone"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, filter: func(_ spate.Keyspace, ev spate.WatchEvent, seq int) []spate.WatchEvent {
+				if seq == 0 && ev.Kind == spate.WatchPut {
+					return nil // the first snapshot put vanishes
+				}
+				return []spate.WatchEvent{ev}
+			}}
+		}},
+	{name: "watch-ignores-prefix", breaks: []string{"WatchFiltersByPrefix"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, watch: func(ctx context.Context, ks spate.Keyspace, _ string) (<-chan spate.WatchEvent, error) {
+				return s.Watch(ctx, ks, "")
+			}}
+		}},
+	{name: "watch-gap", breaks: []string{"WatchHasNoGaps"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			live := 0
+			var mu sync.Mutex
+			return &hooked{Store: s, filter: func(_ spate.Keyspace, ev spate.WatchEvent, _ int) []spate.WatchEvent {
+				mu.Lock()
+				defer mu.Unlock()
+				if ev.Kind == spate.WatchPut {
+					live++
+					if live%25 == 0 {
+						return nil
+					}
+				}
+				return []spate.WatchEvent{ev}
+			}}
+		}},
+	{name: "list-under-reports", breaks: []string{"ListNeverUnderReports", "ListReturnsLiveKeys"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, list: func(ctx context.Context, ks spate.Keyspace, p string) ([]spate.Entry, error) {
+				es, err := s.List(ctx, ks, p)
+				if len(es) > 1 {
+					es = es[:len(es)-1]
+				}
+				return es, err
+			}}
+		}},
+	{name: "list-unsorted", breaks: []string{"ListReturnsLiveKeys"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, list: func(ctx context.Context, ks spate.Keyspace, p string) ([]spate.Entry, error) {
+				es, err := s.List(ctx, ks, p)
+				slices.Reverse(es)
+				return es, err
+			}}
+		}},
+	{name: "non-atomic-cas", breaks: []string{"ConcurrentCASLosesNoUpdate"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, update: func(ctx context.Context, ks spate.Keyspace, key string, v []byte, exp uint64) (spate.Outcome, error) {
+				cur, ok, err := s.Get(ctx, ks, key)
+				if err != nil || !ok || cur.Revision != exp {
+					return spate.Outcome{}, err
+				}
+				time.Sleep(time.Millisecond) // check, then act: others interleave
+				cur, ok, err = s.Get(ctx, ks, key)
+				if err != nil || !ok {
+					return spate.Outcome{}, err
+				}
+				return s.Update(ctx, ks, key, v, cur.Revision)
+			}}
+		}},
+	{name: "stale-get", breaks: []string{"UpdateIsCompareAndSwap"},
+		wrap: func(sh *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, get: func(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
+				sh.mu.Lock()
+				defer sh.mu.Unlock()
+				if en, ok := sh.cache[ks.String()+key]; ok {
+					return en, true, nil
+				}
+				en, ok, err := s.Get(ctx, ks, key)
+				if ok {
+					sh.cache[ks.String()+key] = en
+				}
+				return en, ok, err
+			}}
+		}},
+	{name: "ignores-cancellation", breaks: []string{"CancelledContextIsRetryable"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, ctx: func(context.Context) context.Context { return context.Background() }}
+		}},
+	{name: "cancellation-unclassified", breaks: []string{"CancelledContextIsRetryable"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, pre: func(ctx context.Context) error { return ctx.Err() }}
+		}},
+	{name: "cap-not-enforced", breaks: []string{"ValueSizeCap"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, caps: func(c spate.Capabilities) spate.Capabilities { c.MaxValueSize = 1024; return c }}
+		}},
+	{name: "cap-unreported", breaks: []string{"ValueSizeCap"},
+		harness: func() conformance.Harness {
+			root := mem.MustNew(mem.Options{TTL: ttl, MaxValueSize: 64 << 10})
+			return &harness{root: root, wrap: func(s *mem.Store) spate.Store {
+				return &hooked{Store: s, caps: func(c spate.Capabilities) spate.Capabilities { c.MaxValueSize = 0; return c }}
+			}}
+		}},
+	{name: "invalid-keys-accepted", breaks: []string{"InvalidKeysRejected"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, create: func(ctx context.Context, ks spate.Keyspace, key string, v []byte) (spate.Outcome, error) {
+				if spate.ValidateKey(key) != nil {
+					key = "inv-" + hex.EncodeToString([]byte(key))
+					key = key[:min(len(key), spate.KeyMaxLen)]
+				}
+				return s.Create(ctx, ks, key, v)
+			}}
+		}},
+	{name: "keyspaces-shared", breaks: []string{"KeyspacesAreIndependent"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, ks: func(spate.Keyspace) spate.Keyspace { return spate.Durable }}
+		}},
+	{name: "durable-expires", breaks: []string{"DurableKeysNeverExpire"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, ks: func(spate.Keyspace) spate.Keyspace { return spate.Ephemeral }}
+		}},
+	{name: "durable-delete-silent", breaks: []string{"WatchDeliversDeletes"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, filter: func(ks spate.Keyspace, ev spate.WatchEvent, _ int) []spate.WatchEvent {
+				if ks == spate.Durable && ev.Kind == spate.WatchDelete {
+					return nil
+				}
+				return []spate.WatchEvent{ev}
+			}}
+		}},
+	{name: "values-cut-at-nul", breaks: []string{"ValuesRoundTrip"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, create: func(ctx context.Context, ks spate.Keyspace, key string, v []byte) (spate.Outcome, error) {
+				if i := bytes.IndexByte(v, 0); i >= 0 {
+					v = v[:i] // stored like a C string
+				}
+				return s.Create(ctx, ks, key, v)
+			}}
+		}},
+	{name: "clients-not-shared", breaks: []string{"ClientsShareOneNamespace"},
+		harness: func() conformance.Harness { return &isolated{} }},
+	{name: "usable-after-close", breaks: []string{"UseAfterClose"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, close: func() error { return nil }}
+		}},
+	{name: "driver-unnamed", breaks: []string{"CapabilitiesReported"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, caps: func(c spate.Capabilities) spate.Capabilities { c.Driver = ""; return c }}
+		}},
+}
+
+// TestSuiteCatchesMutants is the proof that the store suite can fail.
+func TestSuiteCatchesMutants(t *testing.T) {
+	if os.Getenv("SPATE_MUTANT") != "" {
+		t.Skip("inside a mutant run")
+	}
+	covered := map[string]bool{}
+	for _, m := range mutants {
+		for _, r := range m.breaks {
+			covered[r] = true
+		}
+	}
+	for _, r := range conformance.StoreRules {
+		if !covered[r] {
+			t.Errorf("rule %s has no mutant proving the suite can catch its violation", r)
+		}
+	}
+	for _, m := range append([]mutant{{name: "none"}}, mutants...) {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			failed, out := runMutant(t, m.name, m.breaks)
+			if m.name == "none" {
+				if len(failed) > 0 {
+					t.Fatalf("the unbroken store fails rules %v:\n%s", failed, out)
+				}
+				return
+			}
+			for _, r := range m.breaks {
+				if !slices.Contains(failed, r) {
+					t.Errorf("mutant %q breaks %s, but the suite did not catch it (failed: %v)\n%s", m.name, r, failed, out)
+				}
+			}
+			t.Logf("mutant %q caught by %v", m.name, failed)
+		})
+	}
+}
+
+var failLine = regexp.MustCompile(`--- FAIL: TestMutantTarget/(\w+)`)
+
+// runMutant runs the rules the mutant should break (all rules for the
+// control), each in isolation from the others' side effects.
+func runMutant(t *testing.T, name string, rules []string) ([]string, string) {
+	t.Helper()
+	pattern := "^TestMutantTarget$"
+	if len(rules) > 0 {
+		pattern += "/^(" + strings.Join(rules, "|") + ")$"
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run="+pattern, "-test.v", "-test.count=1", "-test.timeout=5m")
+	cmd.Env = append(os.Environ(), "SPATE_MUTANT="+name)
+	out, err := cmd.CombinedOutput()
+	var failed []string
+	for _, m := range failLine.FindAllStringSubmatch(string(out), -1) {
+		if !slices.Contains(failed, m[1]) {
+			failed = append(failed, m[1])
+		}
+	}
+	if err != nil && len(failed) == 0 {
+		t.Fatalf("mutant run %q failed without a rule failing: %v\n%s", name, err, out)
+	}
+	if strings.Contains(string(out), "panic:") {
+		t.Logf("mutant run %q panicked:\n%s", name, out)
+	}
+	return failed, string(out)
+}
+
+// TestMutantTarget runs the store suite against the mutant named by
+// SPATE_MUTANT. It only runs as TestSuiteCatchesMutants's subprocess.
+func TestMutantTarget(t *testing.T) {
+	name := os.Getenv("SPATE_MUTANT")
+	if name == "" {
+		t.Skip("runs only as a subprocess of TestSuiteCatchesMutants")
+	}
+	var m mutant
+	for _, x := range mutants {
+		if x.name == name {
+			m = x
+		}
+	}
+	mk := func(t *testing.T) conformance.Harness {
+		if m.harness != nil {
+			return m.harness()
+		}
+		sh := newShared()
+		h := &harness{root: mem.MustNew(mem.Options{TTL: ttl})}
+		if m.wrap != nil {
+			h.wrap = func(s *mem.Store) spate.Store { return m.wrap(sh, s) }
+		}
+		return h
+	}
+	conformance.RunStore(t, mk, conformance.VirtualTime())
+}
+
+// harness hands out wrapped clients of one in-memory store.
+type harness struct {
+	root *mem.Store
+	wrap func(*mem.Store) spate.Store
+}
+
+func (h *harness) NewStore(context.Context) (spate.Store, error) {
+	s, err := h.root.Connect()
+	if err != nil || h.wrap == nil {
+		return s, err
+	}
+	return h.wrap(s), nil
+}
+
+func (h *harness) Close() error { return h.root.Close() }
+
+// isolated gives every client its own store: clients share nothing.
+type isolated struct{ stores []*mem.Store }
+
+func (h *isolated) NewStore(context.Context) (spate.Store, error) {
+	s := mem.MustNew(mem.Options{TTL: ttl})
+	h.stores = append(h.stores, s)
+	return s, nil
+}
+
+func (h *isolated) Close() error {
+	for _, s := range h.stores {
+		_ = s.Close()
+	}
+	return nil
+}
+
+// hooked is a store whose primitives can be replaced one by one.
+type hooked struct {
+	*mem.Store
+	create func(context.Context, spate.Keyspace, string, []byte) (spate.Outcome, error)
+	update func(context.Context, spate.Keyspace, string, []byte, uint64) (spate.Outcome, error)
+	get    func(context.Context, spate.Keyspace, string) (spate.Entry, bool, error)
+	del    func(context.Context, spate.Keyspace, string, uint64) (spate.Outcome, error)
+	list   func(context.Context, spate.Keyspace, string) ([]spate.Entry, error)
+	watch  func(context.Context, spate.Keyspace, string) (<-chan spate.WatchEvent, error)
+	filter func(ks spate.Keyspace, ev spate.WatchEvent, seq int) []spate.WatchEvent
+	caps   func(spate.Capabilities) spate.Capabilities
+	close  func() error
+	ctx    func(context.Context) context.Context
+	ks     func(spate.Keyspace) spate.Keyspace
+	pre    func(context.Context) error
+}
+
+func (h *hooked) prep(ctx context.Context, ks spate.Keyspace) (context.Context, spate.Keyspace, error) {
+	if h.pre != nil {
+		if err := h.pre(ctx); err != nil {
+			return ctx, ks, err
+		}
+	}
+	if h.ctx != nil {
+		ctx = h.ctx(ctx)
+	}
+	if h.ks != nil {
+		ks = h.ks(ks)
+	}
+	return ctx, ks, nil
+}
+
+func (h *hooked) Capabilities() spate.Capabilities {
+	c := h.Store.Capabilities()
+	if h.caps != nil {
+		c = h.caps(c)
+	}
+	return c
+}
+
+func (h *hooked) Close() error {
+	if h.close != nil {
+		return h.close()
+	}
+	return h.Store.Close()
+}
+
+func (h *hooked) Create(ctx context.Context, ks spate.Keyspace, key string, v []byte) (spate.Outcome, error) {
+	ctx, ks, err := h.prep(ctx, ks)
+	if err != nil {
+		return spate.Outcome{}, err
+	}
+	if h.create != nil {
+		return h.create(ctx, ks, key, v)
+	}
+	return h.Store.Create(ctx, ks, key, v)
+}
+
+func (h *hooked) Update(ctx context.Context, ks spate.Keyspace, key string, v []byte, exp uint64) (spate.Outcome, error) {
+	ctx, ks, err := h.prep(ctx, ks)
+	if err != nil {
+		return spate.Outcome{}, err
+	}
+	if h.update != nil {
+		return h.update(ctx, ks, key, v, exp)
+	}
+	return h.Store.Update(ctx, ks, key, v, exp)
+}
+
+func (h *hooked) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
+	ctx, ks, err := h.prep(ctx, ks)
+	if err != nil {
+		return spate.Entry{}, false, err
+	}
+	if h.get != nil {
+		return h.get(ctx, ks, key)
+	}
+	return h.Store.Get(ctx, ks, key)
+}
+
+func (h *hooked) Delete(ctx context.Context, ks spate.Keyspace, key string, exp uint64) (spate.Outcome, error) {
+	ctx, ks, err := h.prep(ctx, ks)
+	if err != nil {
+		return spate.Outcome{}, err
+	}
+	if h.del != nil {
+		return h.del(ctx, ks, key, exp)
+	}
+	return h.Store.Delete(ctx, ks, key, exp)
+}
+
+func (h *hooked) List(ctx context.Context, ks spate.Keyspace, p string) ([]spate.Entry, error) {
+	ctx, ks, err := h.prep(ctx, ks)
+	if err != nil {
+		return nil, err
+	}
+	if h.list != nil {
+		return h.list(ctx, ks, p)
+	}
+	return h.Store.List(ctx, ks, p)
+}
+
+func (h *hooked) Watch(ctx context.Context, ks spate.Keyspace, p string) (<-chan spate.WatchEvent, error) {
+	ctx, ks, err := h.prep(ctx, ks)
+	if err != nil {
+		return nil, err
+	}
+	var ch <-chan spate.WatchEvent
+	if h.watch != nil {
+		ch, err = h.watch(ctx, ks, p)
+	} else {
+		ch, err = h.Store.Watch(ctx, ks, p)
+	}
+	if err != nil || h.filter == nil {
+		return ch, err
+	}
+	out := make(chan spate.WatchEvent)
+	go func() {
+		defer close(out)
+		seq := 0
+		for ev := range ch {
+			for _, x := range h.filter(ks, ev, seq) {
+				select {
+				case out <- x:
+				case <-ctx.Done():
+					for range ch {
+					}
+					return
+				}
+			}
+			seq++
+		}
+	}()
+	return out, nil
+}
+
+// perKeyVersion reports revisions as a per-key version that restarts at 1
+// when a key is re-created, like etcd's Version field.
+func perKeyVersion(sh *shared, s *mem.Store) spate.Store {
+	k := func(ks spate.Keyspace, key string) string { return ks.String() + "/" + key }
+	base := func(ks spate.Keyspace, key string) uint64 {
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		return sh.base[k(ks, key)]
+	}
+	return &hooked{Store: s,
+		create: func(ctx context.Context, ks spate.Keyspace, key string, v []byte) (spate.Outcome, error) {
+			o, err := s.Create(ctx, ks, key, v)
+			if o.Won {
+				sh.mu.Lock()
+				sh.base[k(ks, key)] = o.Revision - 1
+				sh.mu.Unlock()
+				o.Revision = 1
+			}
+			return o, err
+		},
+		update: func(ctx context.Context, ks spate.Keyspace, key string, v []byte, exp uint64) (spate.Outcome, error) {
+			b := base(ks, key)
+			o, err := s.Update(ctx, ks, key, v, exp+b)
+			if o.Won {
+				o.Revision -= b
+			}
+			return o, err
+		},
+		get: func(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
+			en, ok, err := s.Get(ctx, ks, key)
+			if ok {
+				en.Revision -= base(ks, key)
+			}
+			return en, ok, err
+		},
+		del: func(ctx context.Context, ks spate.Keyspace, key string, exp uint64) (spate.Outcome, error) {
+			if exp != spate.AnyRevision {
+				exp += base(ks, key)
+			}
+			o, err := s.Delete(ctx, ks, key, exp)
+			o.Revision = 0
+			return o, err
+		},
+		list: func(ctx context.Context, ks spate.Keyspace, p string) ([]spate.Entry, error) {
+			es, err := s.List(ctx, ks, p)
+			for i := range es {
+				es[i].Revision -= base(ks, es[i].Key)
+			}
+			return es, err
+		},
+		filter: func(ks spate.Keyspace, ev spate.WatchEvent, _ int) []spate.WatchEvent {
+			if ev.Kind == spate.WatchPut || ev.Kind == spate.WatchDelete {
+				ev.Revision -= base(ks, ev.Key)
+			}
+			return []spate.WatchEvent{ev}
+		},
+	}
+}

@@ -1,0 +1,23 @@
+package spate_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// The root package is the seam: it must never depend on a driver or on a
+// backend client, or every user would link every backend.
+func TestRootImportsNoDriverOrBackend(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, banned := range []string{"/stores/", "go.etcd.io/", "github.com/nats-io/", "github.com/redis/", "/pipeline", "/conformance"} {
+			if strings.Contains(dep, banned) {
+				t.Errorf("the root package depends on %s", dep)
+			}
+		}
+	}
+}

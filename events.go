@@ -1,0 +1,99 @@
+package spate
+
+import "fmt"
+
+// Event is an ownership or job-state change returned by
+// [SplitCoordinator.Poll]. The concrete types are [Gained], [Lost],
+// [RevokeRequested], [Quarantined], [AllComplete] and [Stalled]; use a type
+// switch.
+//
+// Events for one split are ordered: a split is Gained before it can be Lost,
+// and a re-Gained split always carries a higher [LeaseEpoch] than the
+// tenancy it replaces.
+type Event interface {
+	fmt.Stringer
+	isEvent()
+}
+
+// Gained means this instance now holds the lease for the split and must
+// start (or resume) processing it.
+type Gained struct {
+	// Split is the split now owned, descriptor included: the gaining worker
+	// never saw the planner run.
+	Split SplitSpec
+	// Epoch is the fencing token of this tenancy.
+	Epoch LeaseEpoch
+	// Progress is the last committed progress to resume from, nil for a
+	// split that never committed.
+	Progress *SplitProgress
+}
+
+// Lost means the lease ended involuntarily: seized by a peer after expiry,
+// stolen for balance, forced out by a revocation deadline, or self-fenced
+// after renewals could not reach the store. The source must stop the split
+// promptly and must not commit it again (a late commit is fenced anyway;
+// this event is the cooperative fast path).
+type Lost struct {
+	Split SplitID
+}
+
+// RevokeRequested means the leader stopped assigning the split to this
+// instance and wants it back. The owner should stop intake at a safe
+// boundary, make a final fenced commit covering everything it emitted and
+// hand the split back with a drained release, so the next owner replays
+// nothing.
+//
+// The split is leaving either way: a revocation is a decision, not a
+// proposal. A source that declines, or does not finish within the drain
+// deadline, has the release forced and its uncommitted tail replays under
+// the next owner. The one exception is not the source's to take: the
+// coordinator cancels a revocation its leader took back, and then nothing is
+// forced. The event is idempotent; for a split this instance does not hold
+// it is a no-op.
+type RevokeRequested struct {
+	Split SplitID
+}
+
+// Quarantined means the split exhausted its delivery attempts and was
+// parked. It is never offered again, stays visible, and blocks [AllComplete].
+type Quarantined struct {
+	Split    SplitID
+	Attempts uint32
+}
+
+// AllComplete means the plan is final and every split committed completed.
+// An instance that owns nothing must keep polling until a terminal event
+// arrives: it stands by to cover an owner that dies at the finish line.
+type AllComplete struct{}
+
+// Stalled means the plan is final and nothing is runnable or running, but
+// some splits are quarantined, so the job cannot finish cleanly. It is
+// delivered exactly where AllComplete would have been.
+type Stalled struct {
+	Completed   uint64
+	Quarantined uint64
+}
+
+func (Gained) isEvent()          {}
+func (Lost) isEvent()            {}
+func (RevokeRequested) isEvent() {}
+func (Quarantined) isEvent()     {}
+func (AllComplete) isEvent()     {}
+func (Stalled) isEvent()         {}
+
+func (e Gained) String() string {
+	if e.Progress == nil {
+		return fmt.Sprintf("Gained(%s epoch=%d)", e.Split.ID, e.Epoch)
+	}
+	return fmt.Sprintf("Gained(%s epoch=%d watermark=%d completed=%t)",
+		e.Split.ID, e.Epoch, e.Progress.Watermark, e.Progress.Completed)
+}
+func (e Lost) String() string            { return fmt.Sprintf("Lost(%s)", e.Split) }
+func (e RevokeRequested) String() string { return fmt.Sprintf("RevokeRequested(%s)", e.Split) }
+func (e Quarantined) String() string {
+	return fmt.Sprintf("Quarantined(%s attempts=%d)", e.Split, e.Attempts)
+}
+func (AllComplete) String() string { return "AllComplete" }
+func (e Stalled) String() string {
+	return fmt.Sprintf("Stalled(completed=%d quarantined=%d)", e.Completed, e.Quarantined)
+}

@@ -1,0 +1,286 @@
+package spate
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Store is the contract every coordination store driver implements: six
+// primitives over two keyspaces. The coordinator needs nothing else, and it
+// trusts nothing else: fencing rests on Create and Update being linearizable
+// compare-and-set operations.
+//
+// # Keyspaces
+//
+// [Durable] keys never expire. [Ephemeral] keys expire one fixed TTL after
+// their last write (create or update), measured on the store's clock; the TTL
+// is fixed when the store is opened and reported by [Capabilities.TTL]. An
+// expired key is absent for every primitive and its expiry reaches watchers
+// as a [WatchDelete] within [Capabilities.ExpiryLatency] of the deadline.
+//
+// # Revisions
+//
+// A revision is a store-assigned uint64, never 0 for a live key. It strictly
+// increases per key across the key's whole history, including delete and
+// re-create (a keyspace- or store-wide counter does this; a per-key version
+// that restarts on re-create does not). Revisions are content-independent, so
+// a compare-and-swap has no ABA problem. A delete has a revision too, greater
+// than every revision the key held before, and watchers receive it.
+//
+// # Outcomes and errors
+//
+// Losing a condition is an outcome ([Outcome.Won] false), not an error.
+// Every error satisfies errors.Is with [ErrRetryable] or [ErrFatal]:
+//
+//   - Retryable: timeouts, transport failures, a cancelled or expired
+//     context, a broken or lagged watch. A write that fails Retryable may
+//     have landed; the caller re-reads to find out.
+//   - Fatal: misconfiguration, unsupported server, authentication failure,
+//     a value over the size cap ([ErrValueTooLarge]), an invalid key
+//     ([ErrInvalidKey]), use after Close ([ErrClosed]). Nothing was written.
+//
+// Drivers make one attempt per call; retries live in the coordinator.
+//
+// # Keys
+//
+// Keys are 1–256 bytes of [A-Za-z0-9_.-] that neither start nor end with
+// '.' and hold no "..". A prefix is empty or a key prefix that may end with
+// '.'. See [ValidateKey].
+//
+// # Concurrency and Close
+//
+// Every method is safe for concurrent use. Close releases what the driver
+// started (never a client the caller passed in), ends every open watch (its
+// channel closes) and is idempotent. After Close every method returns an
+// error matching both [ErrClosed] and [ErrFatal].
+type Store interface {
+	// Capabilities reports what the driver promises. It never blocks.
+	Capabilities() Capabilities
+
+	// Create writes key if it is absent (deleted and expired keys are
+	// absent) and returns Won with the new revision; if the key exists it
+	// returns Lost and writes nothing.
+	Create(ctx context.Context, ks Keyspace, key string, value []byte) (Outcome, error)
+
+	// Update writes key only if it currently exists at exactly revision
+	// expected, returning Won with a strictly larger revision; otherwise Lost.
+	// On the ephemeral keyspace a won Update re-arms the key's TTL: it is
+	// the heartbeat.
+	Update(ctx context.Context, ks Keyspace, key string, value []byte, expected uint64) (Outcome, error)
+
+	// Get reads key. ok is false for an absent key; a deleted or expired key
+	// is absent, never a tombstone.
+	Get(ctx context.Context, ks Keyspace, key string) (e Entry, ok bool, err error)
+
+	// Delete removes key. With expected == [AnyRevision] it is unconditional
+	// and wins even when the key is absent. Otherwise it is guarded: it wins
+	// only if the key exists at exactly expected, and a guarded delete of an
+	// absent key loses. Outcome.Revision is the delete's revision when the
+	// backend reports one, else 0.
+	Delete(ctx context.Context, ks Keyspace, key string, expected uint64) (Outcome, error)
+
+	// Watch streams changes under prefix: first a [WatchPut] for every live
+	// key (the snapshot), then exactly one [WatchSnapshotDone], then live
+	// puts and deletes, expiry included. There are no gaps between the
+	// snapshot and the live stream; duplicates across that boundary are
+	// allowed (consumers de-duplicate by revision). Events of one key arrive
+	// in revision order.
+	//
+	// The stream ends, and the channel closes, when ctx is cancelled, the
+	// store is closed, or the stream breaks; a broken stream (including a
+	// watcher too slow to keep up) delivers a [WatchError] carrying a
+	// Retryable error as its last event. The consumer then re-watches.
+	// An error establishing the watch is returned directly.
+	Watch(ctx context.Context, ks Keyspace, prefix string) (<-chan WatchEvent, error)
+
+	// List returns every live key under prefix with value and revision,
+	// sorted by key. It never under-reports a key that was live for the
+	// whole call: the coordinator treats absence from a listing as a delete.
+	List(ctx context.Context, ks Keyspace, prefix string) ([]Entry, error)
+
+	// Close releases the driver's resources; see the type documentation.
+	Close() error
+}
+
+// Keyspace selects one of the store's two keyspaces.
+type Keyspace uint8
+
+const (
+	// Durable keys never expire.
+	Durable Keyspace = iota + 1
+	// Ephemeral keys expire one TTL after their last write.
+	Ephemeral
+)
+
+func (k Keyspace) String() string {
+	switch k {
+	case Durable:
+		return "durable"
+	case Ephemeral:
+		return "ephemeral"
+	}
+	return fmt.Sprintf("Keyspace(%d)", uint8(k))
+}
+
+// Valid reports whether k is Durable or Ephemeral.
+func (k Keyspace) Valid() bool { return k == Durable || k == Ephemeral }
+
+// AnyRevision as the expected revision of [Store.Delete] makes the delete
+// unconditional.
+const AnyRevision uint64 = 0
+
+// Outcome is the result of a conditional write. The zero Outcome is Lost.
+type Outcome struct {
+	// Won reports whether the write applied.
+	Won bool
+	// Revision is the revision the write minted (0 when lost, and for a
+	// delete whose backend does not report one).
+	Revision uint64
+}
+
+// Won returns a winning outcome at rev.
+func Won(rev uint64) Outcome { return Outcome{Won: true, Revision: rev} }
+
+// Entry is one live key.
+type Entry struct {
+	Key      string
+	Value    []byte
+	Revision uint64
+}
+
+// WatchEventKind tells the watch events apart.
+type WatchEventKind uint8
+
+const (
+	// WatchPut: Key was written at Revision with Value.
+	WatchPut WatchEventKind = iota + 1
+	// WatchDelete: Key was deleted or expired at Revision.
+	WatchDelete
+	// WatchSnapshotDone: every key live when the watch began has been
+	// delivered.
+	WatchSnapshotDone
+	// WatchError: the stream broke; Err says why. It is the last event.
+	WatchError
+)
+
+func (k WatchEventKind) String() string {
+	switch k {
+	case WatchPut:
+		return "put"
+	case WatchDelete:
+		return "delete"
+	case WatchSnapshotDone:
+		return "snapshot-done"
+	case WatchError:
+		return "error"
+	}
+	return fmt.Sprintf("WatchEventKind(%d)", uint8(k))
+}
+
+// WatchEvent is one item of a watch stream.
+type WatchEvent struct {
+	Kind     WatchEventKind
+	Key      string
+	Value    []byte
+	Revision uint64
+	Err      error
+}
+
+// Capabilities is what a driver reports about itself.
+type Capabilities struct {
+	// Driver names the backend ("mem", "etcd", "redis", "nats").
+	Driver string
+	// TTL is the ephemeral keyspace's TTL, fixed when the store was opened.
+	TTL time.Duration
+	// TTLFloor is the smallest TTL the backend supports.
+	TTLFloor time.Duration
+	// ExpiryLatency bounds how late after its deadline an expired key's
+	// delete reaches watchers (reads never return an expired key).
+	ExpiryLatency time.Duration
+	// MaxValueSize is the largest value in bytes the store accepts; 0 means
+	// no cap.
+	MaxValueSize int
+	// LinearizableFailover reports whether compare-and-swap stays
+	// linearizable when a server fails over. When false, fencing holds on a
+	// single server only and is best effort across failovers.
+	LinearizableFailover bool
+	// Durability says, in words, what survives a server crash.
+	Durability string
+	// RequiredSettings lists server settings the guarantees depend on.
+	RequiredSettings []string
+}
+
+// KeyMaxLen is the maximum store key length in bytes.
+const KeyMaxLen = 256
+
+// ValidateKey reports whether key is a valid store key; the error matches
+// [ErrInvalidKey] and [ErrFatal].
+func ValidateKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("key is empty: %w: %w", ErrInvalidKey, ErrFatal)
+	}
+	return validateKeyish("key", key, false)
+}
+
+// ValidatePrefix reports whether prefix is a valid watch or list prefix: empty,
+// or a key that may end with '.'.
+func ValidatePrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	return validateKeyish("prefix", prefix, true)
+}
+
+func validateKeyish(what, s string, trailingDot bool) error {
+	bad := func(why string) error {
+		return fmt.Errorf("%s %q %s: %w: %w", what, s, why, ErrInvalidKey, ErrFatal)
+	}
+	if len(s) > KeyMaxLen {
+		return bad(fmt.Sprintf("is longer than %d bytes", KeyMaxLen))
+	}
+	if s[0] == '.' {
+		return bad("starts with '.'")
+	}
+	if !trailingDot && s[len(s)-1] == '.' {
+		return bad("ends with '.'")
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '.' {
+			if i > 0 && s[i-1] == '.' {
+				return bad(`holds ".."`)
+			}
+			continue
+		}
+		if !identByte(c) {
+			return bad(fmt.Sprintf("holds %q outside [A-Za-z0-9_.-]", c))
+		}
+	}
+	return nil
+}
+
+// ValidateValue checks a value against a store's cap (0 means none); the
+// error matches [ErrValueTooLarge] and [ErrFatal].
+func ValidateValue(value []byte, maxSize int) error {
+	if maxSize > 0 && len(value) > maxSize {
+		return fmt.Errorf("value of %d bytes exceeds the store's cap of %d: %w: %w",
+			len(value), maxSize, ErrValueTooLarge, ErrFatal)
+	}
+	return nil
+}
+
+// ClosedError is the error a closed store returns, naming the driver.
+func ClosedError(driver string) error {
+	return fmt.Errorf("%s: store is closed: %w: %w", driver, ErrClosed, ErrFatal)
+}
+
+// ContextError classifies a context failure as Retryable, keeping the
+// context's own error for errors.Is(err, context.Canceled). It returns nil
+// when ctx is live.
+func ContextError(ctx context.Context, driver, op string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %s: %w: %w", driver, op, err, ErrRetryable)
+	}
+	return nil
+}

@@ -1,0 +1,634 @@
+// Package mem is the in-process coordination store: the reference driver of
+// the [spate.Store] contract, for tests and for single-machine embedding
+// (several coordinators in one process sharing one store).
+//
+// It keeps both keyspaces in memory behind one mutex. Each keyspace mints
+// revisions from its own counter, so revisions strictly increase per key
+// across delete and re-create. Ephemeral keys expire one TTL after their last
+// write on the store's clock; expiry is applied lazily by every operation and
+// eagerly by a timer set for the next deadline, so it is exact in real time
+// and deterministic inside a testing/synctest bubble, where time is virtual.
+// With an injected clock ([Options.Now]) the timer polls every
+// [Options.SweepInterval] instead.
+//
+// Watches register under the same lock that mints revisions, so a watcher
+// never sees a gap or an out-of-order pair. A watcher that falls more than
+// [Options.WatchBuffer] events behind is cut off with a Retryable error and
+// must re-watch, exactly as a real server drops a slow consumer.
+//
+// Several handles can share one store's data, like clients of one server:
+// [Store.Connect] returns another handle whose Close ends only its own
+// watches. Nothing is persisted: the data lives as long as the process.
+//
+// For tests, [Options.Faults] takes a [fault.Injector] that fails operations,
+// lands writes but reports errors, adds latency and breaks watches.
+package mem
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/stores/fault"
+)
+
+// Defaults of [Options].
+const (
+	DefaultWatchBuffer   = 4096
+	DefaultSweepInterval = 20 * time.Millisecond
+)
+
+// Options configure a store.
+type Options struct {
+	// TTL of the ephemeral keyspace. Required.
+	TTL time.Duration
+	// Now is the store's clock. nil means time.Now, which a testing/synctest
+	// bubble virtualises. Inject a clock to control expiry by hand outside
+	// a bubble; expiry then runs on every operation and every SweepInterval.
+	Now func() time.Time
+	// SweepInterval is the expiry polling period with an injected clock.
+	// Default 20ms.
+	SweepInterval time.Duration
+	// WatchBuffer is how many live events a watcher may fall behind before
+	// it is cut off with a Retryable error. Default 4096.
+	WatchBuffer int
+	// MaxValueSize caps values in bytes; 0 means no cap.
+	MaxValueSize int
+	// Faults, when set, injects faults into every operation.
+	Faults *fault.Injector
+}
+
+// Store is a handle on an in-memory store. It is safe for concurrent use.
+type Store struct {
+	b *backend
+
+	mu       sync.Mutex
+	closed   bool
+	watchers map[*watcher]struct{}
+}
+
+var _ spate.Store = (*Store)(nil)
+
+// New creates a store and returns its first handle.
+func New(opts Options) (*Store, error) {
+	if opts.TTL <= 0 {
+		return nil, spate.Fatalf("mem: TTL must be positive, got %v", opts.TTL)
+	}
+	if opts.WatchBuffer <= 0 {
+		opts.WatchBuffer = DefaultWatchBuffer
+	}
+	if opts.SweepInterval <= 0 {
+		opts.SweepInterval = DefaultSweepInterval
+	}
+	b := &backend{opts: opts, now: opts.Now}
+	if b.now == nil {
+		b.now = time.Now
+	}
+	for i := range b.ks {
+		b.ks[i] = &keyspace{items: map[string]*item{}}
+	}
+	return b.connect(), nil
+}
+
+// MustNew is New that panics on a bad TTL; for examples and tests.
+func MustNew(opts Options) *Store {
+	s, err := New(opts)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// Connect returns a new handle on the same data, like a second client of
+// one server. It fails with ErrClosed if this handle is closed.
+func (s *Store) Connect() (*Store, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return s.b.connect(), nil
+}
+
+// Capabilities implements [spate.Store].
+func (s *Store) Capabilities() spate.Capabilities {
+	lat := time.Duration(0)
+	if s.b.opts.Now != nil {
+		lat = s.b.opts.SweepInterval
+	}
+	return spate.Capabilities{
+		Driver:               "mem",
+		TTL:                  s.b.opts.TTL,
+		TTLFloor:             time.Nanosecond,
+		ExpiryLatency:        lat,
+		MaxValueSize:         s.b.opts.MaxValueSize,
+		LinearizableFailover: true,
+		Durability:           "none: data lives in this process's memory and is lost when it exits",
+	}
+}
+
+// Close ends this handle's watches; later calls fail with ErrClosed. The data
+// stays available to other handles. Idempotent.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	ws := s.watchers
+	s.watchers = nil
+	s.mu.Unlock()
+	for w := range ws {
+		w.stop()
+	}
+	s.b.release()
+	return nil
+}
+
+func (s *Store) check() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return spate.ClosedError("mem")
+	}
+	return nil
+}
+
+func (s *Store) pre(ctx context.Context, op string, ks spate.Keyspace, key string, isPrefix bool) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if !ks.Valid() {
+		return spate.Fatalf("mem: %s: invalid keyspace %v", op, ks)
+	}
+	var err error
+	if isPrefix {
+		err = spate.ValidatePrefix(key)
+	} else {
+		err = spate.ValidateKey(key)
+	}
+	if err != nil {
+		return fmt.Errorf("mem: %s: %w", op, err)
+	}
+	return spate.ContextError(ctx, "mem", op)
+}
+
+// Create implements [spate.Store].
+func (s *Store) Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (spate.Outcome, error) {
+	if err := s.pre(ctx, "create", ks, key, false); err != nil {
+		return spate.Outcome{}, err
+	}
+	if err := spate.ValidateValue(value, s.b.opts.MaxValueSize); err != nil {
+		return spate.Outcome{}, fmt.Errorf("mem: create %q: %w", key, err)
+	}
+	var o spate.Outcome
+	err := s.b.opts.Faults.Apply(ctx, fault.Create, ks, key, func() error {
+		if err := s.check(); err != nil {
+			return err
+		}
+		o = s.b.put(ks, key, value, 0, true)
+		return nil
+	})
+	if err != nil {
+		return spate.Outcome{}, err
+	}
+	return o, nil
+}
+
+// Update implements [spate.Store].
+func (s *Store) Update(ctx context.Context, ks spate.Keyspace, key string, value []byte, expected uint64) (spate.Outcome, error) {
+	if err := s.pre(ctx, "update", ks, key, false); err != nil {
+		return spate.Outcome{}, err
+	}
+	if err := spate.ValidateValue(value, s.b.opts.MaxValueSize); err != nil {
+		return spate.Outcome{}, fmt.Errorf("mem: update %q: %w", key, err)
+	}
+	var o spate.Outcome
+	err := s.b.opts.Faults.Apply(ctx, fault.Update, ks, key, func() error {
+		if err := s.check(); err != nil {
+			return err
+		}
+		o = s.b.put(ks, key, value, expected, false)
+		return nil
+	})
+	if err != nil {
+		return spate.Outcome{}, err
+	}
+	return o, nil
+}
+
+// Get implements [spate.Store].
+func (s *Store) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
+	if err := s.pre(ctx, "get", ks, key, false); err != nil {
+		return spate.Entry{}, false, err
+	}
+	var (
+		e  spate.Entry
+		ok bool
+	)
+	err := s.b.opts.Faults.Apply(ctx, fault.Get, ks, key, func() error {
+		e, ok = s.b.get(ks, key)
+		return nil
+	})
+	if err != nil {
+		return spate.Entry{}, false, err
+	}
+	return e, ok, nil
+}
+
+// Delete implements [spate.Store].
+func (s *Store) Delete(ctx context.Context, ks spate.Keyspace, key string, expected uint64) (spate.Outcome, error) {
+	if err := s.pre(ctx, "delete", ks, key, false); err != nil {
+		return spate.Outcome{}, err
+	}
+	var o spate.Outcome
+	err := s.b.opts.Faults.Apply(ctx, fault.Delete, ks, key, func() error {
+		if err := s.check(); err != nil {
+			return err
+		}
+		o = s.b.del(ks, key, expected)
+		return nil
+	})
+	if err != nil {
+		return spate.Outcome{}, err
+	}
+	return o, nil
+}
+
+// List implements [spate.Store].
+func (s *Store) List(ctx context.Context, ks spate.Keyspace, prefix string) ([]spate.Entry, error) {
+	if err := s.pre(ctx, "list", ks, prefix, true); err != nil {
+		return nil, err
+	}
+	var es []spate.Entry
+	err := s.b.opts.Faults.Apply(ctx, fault.List, ks, prefix, func() error {
+		es = s.b.list(ks, prefix)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return es, nil
+}
+
+// Watch implements [spate.Store].
+func (s *Store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
+	if err := s.pre(ctx, "watch", ks, prefix, true); err != nil {
+		return nil, err
+	}
+	return s.b.opts.Faults.ApplyWatch(ctx, ks, prefix, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
+		return s.watch(ctx, ks, prefix)
+	})
+}
+
+func (s *Store) watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
+	w := &watcher{
+		ks:     ks,
+		prefix: prefix,
+		limit:  s.b.opts.WatchBuffer,
+		signal: make(chan struct{}, 1),
+		done:   make(chan struct{}),
+		out:    make(chan spate.WatchEvent),
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, spate.ClosedError("mem")
+	}
+	if s.watchers == nil {
+		s.watchers = map[*watcher]struct{}{}
+	}
+	s.watchers[w] = struct{}{}
+	s.mu.Unlock()
+
+	snapshot := s.b.subscribe(w)
+	go func() {
+		defer func() {
+			s.b.unsubscribe(w)
+			s.mu.Lock()
+			delete(s.watchers, w)
+			s.mu.Unlock()
+			close(w.out)
+		}()
+		w.run(ctx, snapshot)
+	}()
+	return w.out, nil
+}
+
+// backend is the data shared by every handle of one store.
+type backend struct {
+	opts Options
+	now  func() time.Time
+
+	mu       sync.Mutex
+	ks       [2]*keyspace
+	watchers map[*watcher]struct{}
+	handles  int
+	timer    *time.Timer // expires the earliest deadline
+	armed    bool
+}
+
+type keyspace struct {
+	rev       uint64
+	items     map[string]*item
+	deadlines deadlineHeap
+}
+
+type item struct {
+	value    []byte
+	rev      uint64
+	deadline time.Time // ephemeral only
+}
+
+func (b *backend) connect() *Store {
+	b.mu.Lock()
+	b.handles++
+	b.mu.Unlock()
+	return &Store{b: b}
+}
+
+// release drops one handle; the last one stops the expiry timer.
+func (b *backend) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.handles--
+	if b.handles == 0 && b.timer != nil {
+		b.timer.Stop()
+		b.armed = false
+	}
+}
+
+func (b *backend) space(ks spate.Keyspace) *keyspace { return b.ks[ks-1] }
+
+// put creates (create=true) or compare-and-swaps a key. Caller validated.
+func (b *backend) put(ks spate.Keyspace, key string, value []byte, expected uint64, create bool) spate.Outcome {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	sp := b.space(ks)
+	now := b.now()
+	b.expireLocked(ks, now)
+	cur, exists := sp.items[key]
+	if create && exists || !create && (!exists || cur.rev != expected) {
+		return spate.Outcome{}
+	}
+	sp.rev++
+	it := &item{value: slices.Clone(value), rev: sp.rev}
+	sp.items[key] = it
+	if ks == spate.Ephemeral {
+		it.deadline = now.Add(b.opts.TTL)
+		heap.Push(&sp.deadlines, deadline{at: it.deadline, key: key, rev: it.rev})
+		b.armLocked()
+	}
+	b.broadcastLocked(ks, spate.WatchEvent{Kind: spate.WatchPut, Key: key, Value: it.value, Revision: it.rev})
+	return spate.Won(it.rev)
+}
+
+func (b *backend) get(ks spate.Keyspace, key string) (spate.Entry, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expireLocked(ks, b.now())
+	it, ok := b.space(ks).items[key]
+	if !ok {
+		return spate.Entry{}, false
+	}
+	return spate.Entry{Key: key, Value: slices.Clone(it.value), Revision: it.rev}, true
+}
+
+func (b *backend) del(ks spate.Keyspace, key string, expected uint64) spate.Outcome {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expireLocked(ks, b.now())
+	sp := b.space(ks)
+	cur, ok := sp.items[key]
+	if !ok {
+		if expected == spate.AnyRevision {
+			return spate.Won(0) // vacuous
+		}
+		return spate.Outcome{}
+	}
+	if expected != spate.AnyRevision && cur.rev != expected {
+		return spate.Outcome{}
+	}
+	return spate.Won(b.removeLocked(ks, key))
+}
+
+// removeLocked deletes a live key at a fresh revision and tells watchers.
+func (b *backend) removeLocked(ks spate.Keyspace, key string) uint64 {
+	sp := b.space(ks)
+	delete(sp.items, key)
+	sp.rev++
+	b.broadcastLocked(ks, spate.WatchEvent{Kind: spate.WatchDelete, Key: key, Revision: sp.rev})
+	return sp.rev
+}
+
+func (b *backend) list(ks spate.Keyspace, prefix string) []spate.Entry {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expireLocked(ks, b.now())
+	return b.snapshotLocked(ks, prefix)
+}
+
+func (b *backend) snapshotLocked(ks spate.Keyspace, prefix string) []spate.Entry {
+	var es []spate.Entry
+	for k, it := range b.space(ks).items {
+		if strings.HasPrefix(k, prefix) {
+			es = append(es, spate.Entry{Key: k, Value: slices.Clone(it.value), Revision: it.rev})
+		}
+	}
+	slices.SortFunc(es, func(a, b spate.Entry) int { return strings.Compare(a.Key, b.Key) })
+	return es
+}
+
+// expireLocked removes every ephemeral key whose deadline has passed.
+func (b *backend) expireLocked(ks spate.Keyspace, now time.Time) {
+	if ks != spate.Ephemeral {
+		return
+	}
+	sp := b.space(ks)
+	for sp.deadlines.Len() > 0 {
+		d := sp.deadlines[0]
+		if d.at.After(now) {
+			return
+		}
+		heap.Pop(&sp.deadlines)
+		if it, ok := sp.items[d.key]; ok && it.rev == d.rev {
+			b.removeLocked(ks, d.key)
+		}
+	}
+}
+
+// nextDeadlineLocked returns the earliest pending deadline, dropping
+// entries of keys rewritten or deleted since.
+func (b *backend) nextDeadlineLocked() (time.Time, bool) {
+	sp := b.space(spate.Ephemeral)
+	for sp.deadlines.Len() > 0 {
+		d := sp.deadlines[0]
+		if it, ok := sp.items[d.key]; ok && it.rev == d.rev {
+			return d.at, true
+		}
+		heap.Pop(&sp.deadlines)
+	}
+	return time.Time{}, false
+}
+
+// armLocked makes sure a timer will expire the earliest pending deadline,
+// so watchers see expiry without any other operation touching the store.
+// It uses a timer rather than a standing goroutine, so a store left open
+// holds no goroutine (which also keeps testing/synctest bubbles clean).
+func (b *backend) armLocked() {
+	if b.armed || b.handles == 0 {
+		return
+	}
+	at, ok := b.nextDeadlineLocked()
+	if !ok {
+		return
+	}
+	wait := max(at.Sub(b.now()), 0)
+	if b.opts.Now != nil && wait > b.opts.SweepInterval {
+		wait = b.opts.SweepInterval
+	}
+	b.armed = true
+	if b.timer == nil {
+		b.timer = time.AfterFunc(wait, b.sweep)
+		return
+	}
+	b.timer.Reset(wait)
+}
+
+func (b *backend) sweep() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.armed = false
+	b.expireLocked(spate.Ephemeral, b.now())
+	b.armLocked()
+}
+
+func (b *backend) subscribe(w *watcher) []spate.Entry {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expireLocked(w.ks, b.now())
+	if b.watchers == nil {
+		b.watchers = map[*watcher]struct{}{}
+	}
+	b.watchers[w] = struct{}{}
+	return b.snapshotLocked(w.ks, w.prefix)
+}
+
+func (b *backend) unsubscribe(w *watcher) {
+	b.mu.Lock()
+	delete(b.watchers, w)
+	b.mu.Unlock()
+}
+
+func (b *backend) broadcastLocked(ks spate.Keyspace, ev spate.WatchEvent) {
+	for w := range b.watchers {
+		if w.ks == ks && strings.HasPrefix(ev.Key, w.prefix) {
+			w.push(ev)
+		}
+	}
+}
+
+// watcher forwards a snapshot and then its queue of live events.
+type watcher struct {
+	ks     spate.Keyspace
+	prefix string
+	limit  int
+
+	mu     sync.Mutex
+	queue  []spate.WatchEvent
+	lagged bool
+	signal chan struct{}
+
+	stopOnce sync.Once
+	done     chan struct{}
+	out      chan spate.WatchEvent
+}
+
+// push queues a live event; called under the backend lock, never blocks.
+func (w *watcher) push(ev spate.WatchEvent) {
+	w.mu.Lock()
+	if !w.lagged {
+		if len(w.queue) >= w.limit {
+			w.lagged = true
+			w.queue = nil
+		} else {
+			w.queue = append(w.queue, ev)
+		}
+	}
+	w.mu.Unlock()
+	select {
+	case w.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (w *watcher) stop() { w.stopOnce.Do(func() { close(w.done) }) }
+
+func (w *watcher) run(ctx context.Context, snapshot []spate.Entry) {
+	send := func(ev spate.WatchEvent) bool {
+		select {
+		case w.out <- ev:
+			return true
+		case <-ctx.Done():
+		case <-w.done:
+		}
+		return false
+	}
+	for _, e := range snapshot {
+		if !send(spate.WatchEvent{Kind: spate.WatchPut, Key: e.Key, Value: e.Value, Revision: e.Revision}) {
+			return
+		}
+	}
+	if !send(spate.WatchEvent{Kind: spate.WatchSnapshotDone}) {
+		return
+	}
+	for {
+		w.mu.Lock()
+		batch, lagged := w.queue, w.lagged
+		w.queue = nil
+		w.mu.Unlock()
+		if lagged {
+			send(spate.WatchEvent{Kind: spate.WatchError, Err: fmt.Errorf(
+				"mem: watcher fell more than %d events behind: %w", w.limit, spate.ErrRetryable)})
+			return
+		}
+		for _, ev := range batch {
+			if !send(ev) {
+				return
+			}
+		}
+		if len(batch) > 0 {
+			continue
+		}
+		select {
+		case <-w.signal:
+		case <-ctx.Done():
+			return
+		case <-w.done:
+			return
+		}
+	}
+}
+
+type deadline struct {
+	at  time.Time
+	key string
+	rev uint64
+}
+
+type deadlineHeap []deadline
+
+func (h deadlineHeap) Len() int           { return len(h) }
+func (h deadlineHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h deadlineHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *deadlineHeap) Push(x any)        { *h = append(*h, x.(deadline)) }
+func (h *deadlineHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
