@@ -203,7 +203,7 @@ func (a *actor) run(ctx context.Context) {
 		case ev, ok := <-a.watches[1].ch:
 			err = a.onWatch(a.watches[1], ev, ok)
 		case <-a.rewatch.C:
-			a.reestablish(ctx)
+			err = a.reestablish(ctx)
 		case <-heartbeat.C:
 			err = a.heartbeat()
 			heartbeat.Reset(a.beatInterval())
@@ -472,18 +472,23 @@ func (a *actor) closeWatch(w *watchState) {
 	w.ch, w.cancel, w.collecting, w.snapshot = nil, nil, false, nil
 }
 
-// reestablish retries every watch that is down.
-func (a *actor) reestablish(ctx context.Context) {
+// reestablish retries every watch that is down, every rewatchDelay for as
+// long as the failures are Retryable.
+func (a *actor) reestablish(ctx context.Context) error {
 	for _, w := range a.watches {
 		if w.ch != nil {
 			continue
 		}
 		if err := a.openWatch(ctx, w); err != nil {
+			if KindOf(err) == KindFatal {
+				return err
+			}
 			a.log.Warn("re-watch failed; retrying", "keyspace", w.ks, "err", err)
 			a.rewatch.Reset(rewatchDelay)
-			return
+			return nil
 		}
 	}
+	return nil
 }
 
 // onWatch handles one watch item.
