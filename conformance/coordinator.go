@@ -349,6 +349,10 @@ func scenZombieCommit(e *env) {
 	f.until(10*leases(f), "a holding the split", func() bool { return len(a.held) == 1 })
 	id := a.heldIDs()[0]
 	key := "split." + id
+	// Blind the victim (no watch, no listing), so that it learns of the
+	// theft only through its commit's compare-and-swap: the fence itself.
+	a.inj.Add(fault.Rule{Ops: []fault.Op{fault.Watch, fault.List}})
+	a.inj.BreakWatches()
 	raw := e.open()
 	editRecord(e, raw, spate.Ephemeral, key, func(m map[string]any) {
 		m["owner"], m["nonce"], m["epoch"] = "thief", "thief-nonce", json.Number(fmt.Sprint(num(m, "epoch")+1))

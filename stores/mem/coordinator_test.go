@@ -9,3 +9,5 @@ import (
 func TestCoordinatorConformance(t *testing.T) {
 	conformance.RunCoordinator(t, newHarness, conformance.VirtualTime())
 }
+
+func BenchmarkConformance(b *testing.B) { conformance.RunBenchmarks(b, newHarness) }
