@@ -41,8 +41,9 @@ type revocation struct {
 }
 
 type leadership struct {
-	rev        uint64 // the leader key's revision we hold
-	generation uint64 // the plan generation we lead under
+	rev         uint64    // the leader key's revision we hold
+	generation  uint64    // the plan generation we lead under
+	settleUntil time.Time // no assignment before this (a new job's start)
 }
 
 type assignEntry struct {
@@ -423,33 +424,42 @@ func (a *actor) announce(ctx context.Context) error {
 // watchAll establishes both watches and applies their snapshots.
 func (a *actor) watchAll(ctx context.Context) error {
 	for _, w := range a.watches {
-		if w.ch != nil && !w.collecting {
+		if w.ch != nil {
 			continue
 		}
-		if err := a.openWatch(ctx, w); err != nil {
+		if err := a.syncWatch(ctx, w); err != nil {
 			return err
 		}
-		deadline := time.NewTimer(3 * a.cfg.OpTimeout)
-		for w.collecting {
-			select {
-			case ev, ok := <-w.ch:
-				if err := a.onWatch(w, ev, ok); err != nil {
-					deadline.Stop()
-					return err
-				}
-				if w.ch == nil {
-					deadline.Stop()
-					return Retryablef("watch %s: the stream broke during its snapshot", w.ks)
-				}
-			case <-deadline.C:
-				a.closeWatch(w)
-				return Retryablef("watch %s: snapshot not complete within %v", w.ks, 3*a.cfg.OpTimeout)
-			case <-ctx.Done():
-				deadline.Stop()
-				return ctx.Err()
+	}
+	return nil
+}
+
+// syncWatch opens a watch and applies its snapshot before returning. The
+// actor does nothing else meanwhile: the ephemeral snapshot is
+// authoritative, so none of this worker's own writes may fall between the
+// store taking the snapshot and the actor applying it (such a write would
+// be missing from the snapshot and read as a delete).
+func (a *actor) syncWatch(ctx context.Context, w *watchState) error {
+	if err := a.openWatch(ctx, w); err != nil {
+		return err
+	}
+	deadline := time.NewTimer(3 * a.cfg.OpTimeout)
+	defer deadline.Stop()
+	for w.collecting {
+		select {
+		case ev, ok := <-w.ch:
+			if err := a.onWatch(w, ev, ok); err != nil {
+				return err
 			}
+			if w.ch == nil {
+				return Retryablef("watch %s: the stream broke during its snapshot", w.ks)
+			}
+		case <-deadline.C:
+			a.closeWatch(w)
+			return Retryablef("watch %s: snapshot not complete within %v", w.ks, 3*a.cfg.OpTimeout)
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		deadline.Stop()
 	}
 	return nil
 }
@@ -479,7 +489,7 @@ func (a *actor) reestablish(ctx context.Context) error {
 		if w.ch != nil {
 			continue
 		}
-		if err := a.openWatch(ctx, w); err != nil {
+		if err := a.syncWatch(ctx, w); err != nil {
 			if KindOf(err) == KindFatal {
 				return err
 			}
@@ -500,6 +510,9 @@ func (a *actor) onWatch(w *watchState, ev WatchEvent, ok bool) error {
 			a.log.Warn("watch ended; re-watching", "keyspace", w.ks)
 		}
 		a.closeWatch(w)
+		if ok && KindOf(ev.Err) == KindFatal {
+			return fmt.Errorf("watch %s: %w", w.ks, ev.Err)
+		}
 		a.rewatch.Reset(rewatchDelay)
 		return nil
 	}

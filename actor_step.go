@@ -31,7 +31,7 @@ func (a *actor) step() error {
 	}
 	if a.leading != nil {
 		a.startPlan()
-		if a.dirty {
+		if a.dirty && !now.Before(a.leading.settleUntil) {
 			a.publish()
 		}
 	}
@@ -115,6 +115,13 @@ func (a *actor) elect() error {
 		return nil // the watch will show the winner
 	}
 	a.leading = &leadership{rev: o.Revision}
+	if len(a.assigns) == 0 && a.plan.Generation == 0 {
+		// A brand-new job: workers usually start together. Let them
+		// announce themselves before the first assignment, instead of
+		// handing everything to the first and rebalancing it as each of
+		// the others arrives (each move a drain).
+		a.leading.settleUntil = time.Now().Add(a.cfg.LeaseDuration / 3)
+	}
 	a.leaderObs, a.leaderRev = &val, max(a.leaderRev, o.Revision)
 	a.dirty = true
 	a.m.leader.Set(1)
