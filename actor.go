@@ -141,9 +141,6 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 	}
 }
 
-// fatal is an error that stops the actor.
-type fatal struct{ err error }
-
 func (a *actor) run(ctx context.Context) {
 	a.ctx = ctx
 	a.rewatch = time.NewTimer(time.Hour)

@@ -2,7 +2,6 @@ package spate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -62,6 +61,8 @@ type StoreCoordinator struct {
 	done chan struct{} // closed when the actor exits
 	stop context.CancelFunc
 	act  *actor
+
+	relMu sync.Mutex // serialises direct releases after the actor exited
 
 	mu      sync.Mutex
 	waker   Waker
@@ -355,6 +356,8 @@ func (c *StoreCoordinator) Close() error {
 // deletes this process's presence and leader keys, so peers take over at
 // once instead of waiting out the TTL.
 func (c *StoreCoordinator) directRelease(splits []SplitID) {
+	c.relMu.Lock()
+	defer c.relMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*c.cfg.OpTimeout)
 	defer cancel()
 	a := c.act
@@ -404,6 +407,3 @@ func ours(key string, v []byte, self, nonce string) bool {
 	w, err := decodeWorker(key, v)
 	return err == nil && w.Nonce == nonce
 }
-
-// errStopped marks the actor's orderly exit.
-var errStopped = errors.New("spate: coordinator stopped")
