@@ -1,0 +1,2 @@
+// Package etcd is the etcd v3 coordination store.
+package etcd

@@ -1,0 +1,7 @@
+package etcd
+
+import clientv3 "go.etcd.io/etcd/client/v3"
+
+// SetReapHook runs f after each background lease revocation. Call it right
+// after New, before the store is used.
+func SetReapHook(s *Store, f func(clientv3.LeaseID)) { s.reapHook = f }
