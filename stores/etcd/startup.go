@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-		"strings"
+	"strings"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"

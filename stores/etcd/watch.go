@@ -65,8 +65,8 @@ func (s *Store) runWatch(ctx context.Context, ks spate.Keyspace, prefix string, 
 		}
 	}
 	queue = append(queue, spate.WatchEvent{Kind: spate.WatchSnapshotDone})
-	fromSnapshot := len(queue) // queued events that belong to the snapshot
-	var final *spate.WatchEvent    // the error that ends the stream, sent after the queue
+	fromSnapshot := len(queue)  // queued events that belong to the snapshot
+	var final *spate.WatchEvent // the error that ends the stream, sent after the queue
 	fail := func(err error) {
 		final = &spate.WatchEvent{Kind: spate.WatchError, Err: err}
 	}
