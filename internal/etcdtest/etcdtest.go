@@ -458,6 +458,7 @@ func serverLogger() *zap.Logger {
 	cfg := zap.NewDevelopmentConfig()
 	cfg.Level = zap.NewAtomicLevelAt(lvl)
 	cfg.OutputPaths = []string{"stderr"}
+	cfg.DisableStacktrace = true
 	lg, err := cfg.Build()
 	if err != nil {
 		return zap.NewNop()

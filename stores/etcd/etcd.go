@@ -267,6 +267,9 @@ func (s *Store) pre(ctx context.Context, op string, ks spate.Keyspace, key strin
 	if !ks.Valid() {
 		return fmt.Errorf("etcd: %s: invalid keyspace %v: %w", op, ks, spate.ErrFatal)
 	}
+	if err := s.cli.Ctx().Err(); err != nil {
+		return fmt.Errorf("etcd: %s: the etcd client was closed by its owner while the store is open: %w: %w", op, err, spate.ErrFatal)
+	}
 	var err error
 	if isPrefix {
 		err = spate.ValidatePrefix(key)

@@ -82,48 +82,77 @@ func (s *Store) startupError(parent, ctx context.Context, step string, err error
 
 func isUnavailable(err error) bool { return errCode(err) == codes.Unavailable }
 
+// diagnoseTimeout bounds the diagnosis of a failed startup check.
+const diagnoseTimeout = 3 * time.Second
+
 // diagnose tells an unreachable cluster from one the client cannot talk to.
-// It uses only structured signals: the gRPC connection's state and whether
-// a plain TCP connection to each endpoint succeeds. gRPC's last connection
-// error is quoted in the message for the operator, never matched.
+// It uses only structured signals: whether a plain TCP connection to each
+// endpoint succeeds and, where it does, whether a fresh gRPC connection made
+// with the client's own credentials becomes ready or fails its first
+// attempt. gRPC's connection error is quoted for the operator, never matched.
 func (s *Store) diagnose(parent context.Context, op string, cause error) error {
-	conn := s.cli.ActiveConnection()
-	if conn == nil {
-		return fmt.Errorf("etcd: %s: %w: %w", op, cause, spate.ErrRetryable)
-	}
-	if conn.GetState() == connectivity.Ready {
+	if conn := s.cli.ActiveConnection(); conn != nil && conn.GetState() == connectivity.Ready {
 		return fmt.Errorf("etcd: %s: connected, but the cluster did not answer within %v (no leader or no quorum?): %w: %w",
 			op, s.opts.StartupTimeout, cause, spate.ErrRetryable)
 	}
-	ctx, cancel := context.WithTimeout(parent, 3*time.Second)
+	ctx, cancel := context.WithTimeout(parent, diagnoseTimeout)
 	defer cancel()
 	eps := s.cli.Endpoints()
-	if reachable, dialErr := tcpReachable(ctx, eps); !reachable {
-		return fmt.Errorf("etcd: %s: no endpoint of %v accepts connections (%v); is etcd running there?: %w: %w",
-			op, eps, dialErr, cause, spate.ErrRetryable)
+	var dialErrs []error
+	for _, ep := range eps {
+		network, addr := dialTarget(ep)
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			dialErrs = append(dialErrs, err)
+			continue
+		}
+		_ = c.Close()
+		switch ok, detail := s.tryConnect(ctx, ep); {
+		case ok:
+			return fmt.Errorf("etcd: %s: endpoint %s is reachable now but the check did not complete in time; retry: %w: %w",
+				op, ep, cause, spate.ErrRetryable)
+		case detail != "":
+			return fmt.Errorf("etcd: %s: endpoint %s accepts TCP connections but no gRPC session can be established with the client's "+
+				"credentials, so the TLS handshake or the protocol does not match: check the etcd client's TLS config (the CA that signed "+
+				"the server's certificate, a client certificate and key the server trusts, the server name) and the endpoint scheme "+
+				"(https:// for a TLS listener); gRPC reports: %s: %w: %w",
+				op, ep, detail, cause, spate.ErrFatal)
+		}
 	}
-	// TCP works. Give gRPC one fresh attempt and see whether it fails again.
-	conn.ResetConnectBackoff()
+	if len(dialErrs) == len(eps) {
+		return fmt.Errorf("etcd: %s: no endpoint of %v accepts connections (%w); is etcd running there? (%w): %w",
+			op, eps, errors.Join(dialErrs...), cause, spate.ErrRetryable)
+	}
+	return fmt.Errorf("etcd: %s: endpoints %v accept TCP connections but the gRPC session is still being established: %w: %w",
+		op, eps, cause, spate.ErrRetryable)
+}
+
+// tryConnect makes one fresh gRPC connection to ep with the client's
+// credentials and follows its first attempt: ok if it becomes ready; a
+// non-empty detail (gRPC's reason) if the attempt fails; neither if it is
+// still undecided when ctx ends.
+func (s *Store) tryConnect(ctx context.Context, ep string) (ok bool, detail string) {
+	conn, err := s.cli.Dial(ep)
+	if err != nil {
+		return false, ""
+	}
+	defer conn.Close()
 	conn.Connect()
-	state, seenAttempt := conn.GetState(), false
 	for {
-		if state == connectivity.Ready {
-			return fmt.Errorf("etcd: %s: the connection only now became ready; retry: %w: %w", op, cause, spate.ErrRetryable)
+		switch st := conn.GetState(); st {
+		case connectivity.Ready:
+			return true, ""
+		case connectivity.TransientFailure:
+			return false, lastConnError(ctx, conn)
+		case connectivity.Shutdown:
+			return false, ""
+		default:
+			if !conn.WaitForStateChange(ctx, st) {
+				return false, ""
+			}
 		}
-		if state == connectivity.TransientFailure && seenAttempt {
-			break
-		}
-		seenAttempt = seenAttempt || state == connectivity.Connecting || state == connectivity.Idle
-		if !conn.WaitForStateChange(ctx, state) {
-			return fmt.Errorf("etcd: %s: endpoints %v accept TCP connections but the gRPC session is still being established: %w: %w",
-				op, eps, cause, spate.ErrRetryable)
-		}
-		state = conn.GetState()
 	}
-	return fmt.Errorf("etcd: %s: endpoints %v accept TCP connections but no gRPC session can be established, so the TLS handshake "+
-		"or the protocol does not match: check the etcd client's TLS config (the CA that signed the server's certificate, a client "+
-		"certificate and key the server trusts, the server name) and the endpoint scheme (https:// for a TLS listener); gRPC reports: %s: %w: %w",
-		op, eps, lastConnError(ctx, conn), cause, spate.ErrFatal)
 }
 
 // lastConnError asks gRPC, without waiting for a connection, why it has none.
@@ -136,23 +165,6 @@ func lastConnError(ctx context.Context, conn *grpc.ClientConn) string {
 		return st.Message()
 	}
 	return err.Error()
-}
-
-// tcpReachable reports whether any endpoint accepts a TCP (or unix socket)
-// connection, with the dial errors otherwise.
-func tcpReachable(ctx context.Context, endpoints []string) (bool, error) {
-	var errs []error
-	for _, ep := range endpoints {
-		network, addr := dialTarget(ep)
-		var d net.Dialer
-		c, err := d.DialContext(ctx, network, addr)
-		if err == nil {
-			_ = c.Close()
-			return true, nil
-		}
-		errs = append(errs, err)
-	}
-	return false, errors.Join(errs...)
 }
 
 // dialTarget parses a clientv3 endpoint: "host:port", "http(s)://host:port",
