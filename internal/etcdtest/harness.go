@@ -141,6 +141,15 @@ var shared struct {
 // use. It lives until [StopShared]; call [Main] from TestMain.
 func Shared(t testing.TB) *Cluster {
 	t.Helper()
+	c, err := SharedCluster()
+	if err != nil {
+		t.Fatalf("etcdtest: shared cluster: %v", err)
+	}
+	return c
+}
+
+// SharedCluster is [Shared] for code without a testing.TB (examples).
+func SharedCluster() (*Cluster, error) {
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	if shared.c == nil && shared.err == nil {
@@ -149,10 +158,7 @@ func Shared(t testing.TB) *Cluster {
 			shared.c, shared.err = start(Options{Dir: shared.dir})
 		}
 	}
-	if shared.err != nil {
-		t.Fatalf("etcdtest: shared cluster: %v", shared.err)
-	}
-	return shared.c
+	return shared.c, shared.err
 }
 
 // StopShared stops the shared cluster, if it started, and removes its data.

@@ -13,6 +13,7 @@ import (
 const testTTL = 2 * time.Second
 
 func TestStoreConformance(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	conformance.RunStore(t, etcdtest.Maker(testTTL))
 	t.Cleanup(func() { t.Logf("RunStore wall time: %v", time.Since(start).Round(time.Millisecond)) })
