@@ -46,8 +46,11 @@
 // write and, while the leader is stable, no later than [ExpiryLatency]
 // after its deadline (the leader scans for
 // expired leases every 500 ms and commits each revocation through raft;
-// measured on the embedded test server: 70–460 ms). Expiry reaches watchers
-// as a delete at the revocation's revision.
+// measured on the embedded test server: 20–460 ms). Expiry takes effect at
+// that revocation, at once for every primitive: until then the key is live
+// (reads return it, and a late heartbeat still wins); from then on it is
+// absent, re-creatable, and watchers receive a delete at the revocation's
+// revision.
 //
 // A lease carries exactly one key. A write that loses its condition revokes
 // its lease before returning; the lease of a key that is rewritten or

@@ -153,6 +153,8 @@ type Store struct {
 	reap   chan clientv3.LeaseID
 	// reapHook, set only by tests, runs after each background revocation.
 	reapHook func(clientv3.LeaseID)
+	// lagHook, set only by tests, runs when a watcher is cut for lagging.
+	lagHook func()
 
 	mu     sync.Mutex
 	closed bool

@@ -354,3 +354,34 @@ func TestClientClosedByOwnerIsFatal(t *testing.T) {
 	_, err = s.Create(context.Background(), spate.Durable, "k", nil)
 	requireFatal(t, err, "closed by its owner")
 }
+
+// TestSlowWatcherIsCutRetryable: a consumer that falls more than
+// WatchBuffer events behind loses its stream with a Retryable error instead
+// of making the driver (or etcd's client) buffer without bound.
+func TestSlowWatcherIsCutRetryable(t *testing.T) {
+	t.Parallel()
+	o := opts(etcdtest.FreshPrefix())
+	o.WatchBuffer = 3
+	s, err := etcd.New(t.Context(), etcdtest.Shared(t).Client(t, nil), o)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	lagged := make(chan struct{}, 1)
+	etcd.SetLagHook(s, func() { lagged <- struct{}{} })
+	ctx := t.Context()
+	ch, err := s.Watch(ctx, spate.Durable, "")
+	require.NoError(t, err)
+	for i := range 10 { // never read meanwhile
+		_, err := s.Create(ctx, spate.Durable, fmt.Sprintf("k%d", i), []byte("v"))
+		require.NoError(t, err)
+	}
+	select {
+	case <-lagged:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a watcher 10 events behind with a buffer of 3 was not cut")
+	}
+	ev := recv(t, ch, 10*time.Second, "the lag error")
+	require.Equal(t, spate.WatchError, ev.Kind, "what was queued is dropped; the error comes first")
+	requireRetryable(t, ev.Err, "behind")
+	_, ok := <-ch
+	require.False(t, ok, "the error is the last event")
+}

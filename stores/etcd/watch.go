@@ -124,6 +124,9 @@ func (s *Store) runWatch(ctx context.Context, ks spate.Keyspace, prefix string, 
 					queue = nil
 					fail(fmt.Errorf("etcd: watch %q: the consumer fell more than %d events behind: %w",
 						prefix, s.opts.WatchBuffer, spate.ErrRetryable))
+					if s.lagHook != nil {
+						s.lagHook()
+					}
 				}
 			}
 		}
