@@ -46,7 +46,7 @@
 // write and, while the leader is stable, no later than [ExpiryLatency]
 // after its deadline (the leader scans for
 // expired leases every 500 ms and commits each revocation through raft;
-// measured on the embedded test server: 20–460 ms). Expiry takes effect at
+// measured on the embedded test server: 20–480 ms). Expiry takes effect at
 // that revocation, at once for every primitive: until then the key is live
 // (reads return it, and a late heartbeat still wins); from then on it is
 // absent, re-creatable, and watchers receive a delete at the revocation's
