@@ -311,7 +311,9 @@ func (a *actor) budgeted(ctx context.Context, name string, f func(context.Contex
 // probe checks, before fencing is trusted to the store, that it enforces
 // create-if-absent and compare-and-swap in ks.
 func (a *actor) probe(ctx context.Context, ks Keyspace) error {
-	key := prefixProbe + a.self
+	// The nonce keeps two processes that share an instance id (twins, found
+	// later and named as such) from tripping over each other's probe.
+	key := prefixProbe + a.self + "." + a.nonce
 	v := []byte(a.nonce)
 	o, err := a.st.Create(ctx, ks, key, v)
 	if err != nil {
