@@ -1,0 +1,21 @@
+package redis_test
+
+import (
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/spate-go/spate/conformance"
+	"github.com/spate-go/spate/internal/redistest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testTTL keeps the suite's expiry waits short.
+const testTTL = 1500 * time.Millisecond
+
+func TestStoreConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	conformance.RunStore(t, srv.HarnessMaker(testTTL))
+}
