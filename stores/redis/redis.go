@@ -73,6 +73,19 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// RequiredCommands are the commands the connection's ACL user must be
+// allowed, on the keys "spate:{Job}:*": EVAL and EVALSHA run the scripts,
+// XREAD reads the change log, and the scripts call the rest. For example:
+//
+//	ACL SETUSER spate on >secret ~spate:* +eval +evalsha +xread +time +incr +get +xadd +zadd +zrem +zrangebylex +zrangebyscore +zscore +hget +hset +hdel
+//
+// New checks every one of them and fails with a Fatal error naming those
+// that are denied.
+var RequiredCommands = []string{
+	"eval", "evalsha", "xread",
+	"time", "incr", "get", "xadd", "zadd", "zrem", "zrangebylex", "zrangebyscore", "zscore", "hget", "hset", "hdel",
+}
+
 var jobSyntax = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // Validate reports every violation in o, joined; zero values that have a
@@ -247,8 +260,16 @@ func (s *Store) startupCheck(ctx context.Context) error {
 // is missing.
 func (s *Store) startupError(ctx context.Context, cmd string, err error) error {
 	msg := err.Error()
+	if short, _, ok := strings.Cut(msg, ", with args beginning with"); ok {
+		// The server echoes the script's source; keep the message short.
+		err = &trimmedError{msg: short, err: err}
+	}
 	switch errorCode(msg) {
 	case "NOPERM":
+		if strings.Contains(msg, "access one of the keys") {
+			return fmt.Errorf("redis: job %q: ACL user %s lacks access to the job's keys (spate:{%s}:*; grant ~spate:* or narrower): %w: %w",
+				s.opts.Job, s.whoami(ctx), s.opts.Job, err, spate.ErrFatal)
+		}
 		name := cmd
 		if _, rest, ok := strings.Cut(msg, "'"); ok {
 			if n, _, ok := strings.Cut(rest, "'"); ok {
@@ -268,12 +289,34 @@ func (s *Store) startupError(ctx context.Context, cmd string, err error) error {
 	return fmt.Errorf("redis: job %q: startup check (%s): %w: %w", s.opts.Job, cmd, err, classOf(err))
 }
 
+// trimmedError shortens a server error's message and keeps the error.
+type trimmedError struct {
+	msg string
+	err error
+}
+
+func (e *trimmedError) Error() string { return e.msg }
+func (e *trimmedError) Unwrap() error { return e.err }
+
 // whoami names the connection's ACL user for error messages.
 func (s *Store) whoami(ctx context.Context) string {
 	if name, err := s.c.Do(ctx, "ACL", "WHOAMI").Text(); err == nil {
 		return strconv.Quote(name)
 	}
-	return "(the connection's user)"
+	// ACL WHOAMI may be denied too; fall back to the configured name.
+	name := ""
+	switch c := s.c.(type) {
+	case *goredis.Client:
+		name = c.Options().Username
+	case *goredis.ClusterClient:
+		name = c.Options().Username
+	default:
+		return "(the connection's user)"
+	}
+	if name == "" {
+		name = "default"
+	}
+	return strconv.Quote(name)
 }
 
 // warnIfContextIgnored logs when the client ignores context deadlines, which

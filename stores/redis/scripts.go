@@ -157,15 +157,21 @@ return #due
 // first write. Returns {"ok", layout, ttl} or {"denied", what...}.
 const initScript = `
 local META = KEYS[1]
-local denied = {}
+local denied, seen = {}, {}
+local function deny(what)
+  if not seen[what] then
+    seen[what] = true
+    denied[#denied + 1] = what
+  end
+end
 local function try(...)
   local args = {...}
   local r = redis.pcall(...)
   if type(r) == 'table' and r.err then
     if string.find(r.err, "can't run this command", 1, true) then
-      denied[#denied + 1] = '+' .. string.lower(args[1])
+      deny('+' .. string.lower(args[1]))
     elseif string.find(r.err, "can't access", 1, true) then
-      denied[#denied + 1] = 'key ' .. args[2]
+      deny('access to key ' .. args[2])
     end
   end
   return r
