@@ -469,7 +469,9 @@ func TestLostReplyIsRetryableNeverLost(t *testing.T) {
 	if err != nil || !ok || string(en.Value) != "v1" {
 		t.Fatalf("the create landed: get %q ok=%t err=%v", en.Value, ok, err)
 	}
-	lose("update", func() (spate.Outcome, error) { return st.Update(ctx, spate.Durable, "lost.k", []byte("v2"), en.Revision) })
+	lose("update", func() (spate.Outcome, error) {
+		return st.Update(ctx, spate.Durable, "lost.k", []byte("v2"), en.Revision)
+	})
 	en2, ok, err := st.Get(ctx, spate.Durable, "lost.k")
 	if err != nil || !ok || string(en2.Value) != "v2" || en2.Revision <= en.Revision {
 		t.Fatalf("the update landed: get %q@%d ok=%t err=%v", en2.Value, en2.Revision, ok, err)
