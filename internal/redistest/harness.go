@@ -49,7 +49,7 @@ type Harness struct {
 
 	mu      sync.Mutex
 	stores  []*redis.Store
-	clients []*goredis.Client
+	clients []goredis.UniversalClient
 }
 
 var _ conformance.Harness = (*Harness)(nil)
@@ -106,14 +106,10 @@ func (h *Harness) Options() redis.Options {
 	return o
 }
 
-// NewClient returns a new client with the harness's client options; the
-// harness closes it.
-func (h *Harness) NewClient() *goredis.Client {
-	o := h.srv.ClientOptions()
-	for _, e := range h.cfg.client {
-		e(o)
-	}
-	c := goredis.NewClient(o)
+// NewClient returns a new client with the harness's client options (a
+// ClusterClient on a cluster server); the harness closes it.
+func (h *Harness) NewClient() goredis.UniversalClient {
+	c := h.srv.NewUniversalClient(h.cfg.client...)
 	h.mu.Lock()
 	h.clients = append(h.clients, c)
 	h.mu.Unlock()

@@ -20,6 +20,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,10 +38,11 @@ const readyWait = 20 * time.Second
 type Option func(*config)
 
 type config struct {
-	args  []string
-	users []user
-	tls   bool
-	aof   bool
+	args    []string
+	users   []user
+	tls     bool
+	aof     bool
+	cluster bool
 }
 
 type user struct {
@@ -69,6 +71,12 @@ func WithTLS() Option { return func(c *config) { c.tls = true } }
 // acknowledged write survives a crash of the server process.
 func WithAOF() Option { return func(c *config) { c.aof = true } }
 
+// WithCluster runs the server as a one-node Redis Cluster owning every slot.
+// Cluster mode refuses a script whose keys hash to different slots
+// (CROSSSLOT) even on one node, so this proves a driver's hash tags; use
+// [Server.NewUniversalClient] or a harness to get a ClusterClient.
+func WithCluster() Option { return func(c *config) { c.cluster = true } }
+
 // Server is a spawned redis-server.
 type Server struct {
 	t    testing.TB
@@ -77,6 +85,8 @@ type Server struct {
 	port int
 	args []string
 	tls  *tlsFiles
+	// cluster: the server is a one-node cluster.
+	cluster bool
 
 	mu   sync.Mutex
 	proc *process
@@ -116,7 +126,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 	for _, o := range opts {
 		o(&c)
 	}
-	s := &Server{t: t, bin: Binary(t), dir: t.TempDir()}
+	s := &Server{t: t, bin: Binary(t), dir: t.TempDir(), cluster: c.cluster}
 	if c.tls {
 		files, err := writeTLSFiles(s.dir)
 		if err != nil {
@@ -173,6 +183,10 @@ func (s *Server) buildArgs(c config) []string {
 	} else {
 		args = append(args, "--appendonly", "no")
 	}
+	if c.cluster {
+		args = append(args, "--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(s.dir, "nodes.conf"))
+	}
 	for _, u := range c.users {
 		args = append(args, "--user", u.name, "on", ">"+u.password)
 		args = append(args, u.rules...)
@@ -216,6 +230,35 @@ func (s *Server) spawn() error {
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis-server does not answer PING: %w\n%s", err, out.String())
+	}
+	if s.cluster {
+		return clusterReady(ctx, c)
+	}
+	return nil
+}
+
+// clusterReady gives a fresh one-node cluster every slot and waits until it
+// reports cluster_state:ok. The server raises no event for that, so this
+// polls CLUSTER INFO.
+func clusterReady(ctx context.Context, c *goredis.Client) error {
+	info, err := c.ClusterInfo(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("CLUSTER INFO: %w", err)
+	}
+	if strings.Contains(info, "cluster_slots_assigned:0\r") {
+		if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+			return fmt.Errorf("CLUSTER ADDSLOTSRANGE: %w", err)
+		}
+	}
+	for !strings.Contains(info, "cluster_state:ok") {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster not ok within %v:\n%s", readyWait, info)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if info, err = c.ClusterInfo(ctx).Result(); err != nil {
+			return fmt.Errorf("CLUSTER INFO: %w", err)
+		}
 	}
 	return nil
 }
@@ -269,6 +312,27 @@ func (s *Server) Client(t testing.TB, edits ...func(*goredis.Options)) *goredis.
 	c := goredis.NewClient(o)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// NewUniversalClient returns a client built from [Server.ClientOptions]
+// changed by edits: a ClusterClient when the server is a cluster, else a
+// Client. The caller closes it.
+func (s *Server) NewUniversalClient(edits ...func(*goredis.Options)) goredis.UniversalClient {
+	o := s.ClientOptions()
+	for _, e := range edits {
+		e(o)
+	}
+	if !s.cluster {
+		return goredis.NewClient(o)
+	}
+	return goredis.NewClusterClient(&goredis.ClusterOptions{
+		Addrs:                 []string{o.Addr},
+		Username:              o.Username,
+		Password:              o.Password,
+		TLSConfig:             o.TLSConfig,
+		MaxRetries:            o.MaxRetries,
+		ContextTimeoutEnabled: o.ContextTimeoutEnabled,
+	})
 }
 
 // Kill sends SIGKILL to the server's process group and waits for it to

@@ -19,3 +19,11 @@ func TestStoreConformance(t *testing.T) {
 	srv := redistest.Start(t)
 	conformance.RunStore(t, srv.HarnessMaker(testTTL))
 }
+
+// TestStoreConformanceOnCluster runs the contract through a ClusterClient on
+// a one-node Redis Cluster, which refuses any script whose keys span hash
+// slots: the job's hash tag keeps them in one.
+func TestStoreConformanceOnCluster(t *testing.T) {
+	srv := redistest.Start(t, redistest.WithCluster())
+	conformance.RunStore(t, srv.HarnessMaker(testTTL))
+}
