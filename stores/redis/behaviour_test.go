@@ -108,6 +108,7 @@ func retrying(t *testing.T, op func() error) {
 // that every committed value is there at its revision, and that revisions
 // keep increasing.
 func TestCommittedWritesSurviveACrashWithAOF(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t, redistest.WithAOF())
 	h := srv.NewHarness(t, testTTL)
 	st := open(t, h)
@@ -173,6 +174,7 @@ func TestCommittedWritesSurviveACrashWithAOF(t *testing.T) {
 
 // TestJobsAreIsolated: two jobs on one server share nothing.
 func TestJobsAreIsolated(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	a := open(t, srv.NewHarness(t, testTTL))
 	b := open(t, srv.NewHarness(t, testTTL))
@@ -210,6 +212,7 @@ func TestJobsAreIsolated(t *testing.T) {
 // TestWatchLagIsRetryable: a watcher that falls further behind than the
 // change log keeps gets a Retryable error, after an unbroken run of events.
 func TestWatchLagIsRetryable(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	h := srv.NewHarness(t, testTTL, redistest.WithStoreOptions(func(o *redis.Options) {
 		o.ChangeLogLength = redis.MinChangeLogLength
@@ -247,6 +250,8 @@ func TestWatchLagIsRetryable(t *testing.T) {
 // server's clock) an expired key's delete reaches a watcher, for the default
 // sweep interval and a fast one. It fails if any expiry arrives before its
 // deadline or never; the numbers are logged.
+//
+// It runs before the parallel tests, so the numbers are not skewed by them.
 func TestExpiryToWatchLatency(t *testing.T) {
 	for _, sweep := range []time.Duration{redis.DefaultSweepInterval, 50 * time.Millisecond} {
 		t.Run("sweep="+sweep.String(), func(t *testing.T) {
@@ -304,11 +309,12 @@ func TestExpiryToWatchLatency(t *testing.T) {
 // keyspaces, while every client's expiry sweep runs every 10ms and other
 // ephemeral keys keep expiring.
 func TestLinearizableAcrossClientsWithSweep(t *testing.T) {
+	t.Parallel()
 	const (
 		clients   = 8
 		rounds    = 120
 		maxRounds = 20_000
-		ttl       = time.Second
+		ttl       = 2 * time.Second
 	)
 	srv := redistest.Start(t)
 	h := srv.NewHarness(t, ttl, redistest.WithStoreOptions(func(o *redis.Options) { o.SweepInterval = 10 * time.Millisecond }))
@@ -437,6 +443,7 @@ func closed(ch <-chan struct{}) bool {
 // the first run's write and report Lost for a write that won. The control
 // at the end shows that hazard with a plain go-redis Script.Run.
 func TestLostReplyIsRetryableNeverLost(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	proxy := redistest.NewProxy(t, srv.Addr())
 	h := srv.NewHarness(t, testTTL,

@@ -16,14 +16,19 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const testTTL = 1500 * time.Millisecond
 
 func TestStoreConformance(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	conformance.RunStore(t, srv.HarnessMaker(testTTL))
 }
 
-// TestStoreConformanceOnCluster runs the contract through a ClusterClient on
-// a one-node Redis Cluster, which refuses any script whose keys span hash
-// slots: the job's hash tag keeps them in one.
-func TestStoreConformanceOnCluster(t *testing.T) {
-	srv := redistest.Start(t, redistest.WithCluster())
-	conformance.RunStore(t, srv.HarnessMaker(testTTL))
+// TestStoreConformanceOnClusterWithACLAndTLS runs the contract through a
+// ClusterClient on a one-node Redis Cluster that speaks only TLS (with
+// client certificates), logged in as an ACL user granted only what the
+// package doc lists. Cluster mode refuses any script whose keys span hash
+// slots, so this also proves the job's hash tag.
+func TestStoreConformanceOnClusterWithACLAndTLS(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.WithCluster(), redistest.WithTLS(),
+		redistest.WithUser("spate", password, append(aclRules("~spate:*"), "+cluster|slots")...))
+	conformance.RunStore(t, srv.HarnessMaker(testTTL, login("spate", password)))
 }

@@ -112,7 +112,8 @@
 // # Cluster and Sentinel
 //
 // On Cluster, pass a ClusterClient; a job's scripts all go to the shard
-// owning its slot, and its watches block on that shard. On Sentinel, pass a
+// owning its slot, and its watches block on that shard. The ACL user also
+// needs +cluster|slots, which go-redis uses to read the slot map. On Sentinel, pass a
 // failover client. In both cases a failover is survived operationally
 // (errors are Retryable until the client finds the new primary) but not for
 // fencing, as said above. Scripts must reach the primary: do not route

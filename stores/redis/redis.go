@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,7 +81,8 @@ type Options struct {
 //	ACL SETUSER spate on >secret ~spate:* +eval +evalsha +xread +time +incr +get +xadd +zadd +zrem +zrangebylex +zrangebyscore +zscore +hget +hset +hdel
 //
 // New checks every one of them and fails with a Fatal error naming those
-// that are denied.
+// that are denied. A ClusterClient also needs +cluster|slots to read the
+// slot map.
 var RequiredCommands = []string{
 	"eval", "evalsha", "xread",
 	"time", "incr", "get", "xadd", "zadd", "zrem", "zrangebylex", "zrangebyscore", "zscore", "hget", "hset", "hdel",
@@ -276,8 +278,15 @@ func (s *Store) startupError(ctx context.Context, cmd string, err error) error {
 				name = n
 			}
 		}
-		return fmt.Errorf("redis: job %q: the server refuses the driver: ACL user %s lacks +%s (the driver runs every operation as a Lua script and needs +eval, +evalsha and +xread): %w: %w",
-			s.opts.Job, s.whoami(ctx), strings.ToLower(name), err, spate.ErrFatal)
+		name = strings.ToLower(name)
+		why := "the driver runs every operation as a Lua script and needs +eval, +evalsha and +xread"
+		if strings.HasPrefix(name, "cluster") {
+			why = "a ClusterClient reads the slot map with it"
+		} else if !slices.Contains(RequiredCommands, name) {
+			why = "the client sent it while connecting or routing"
+		}
+		return fmt.Errorf("redis: job %q: the server refuses the driver: ACL user %s lacks +%s (%s): %w: %w",
+			s.opts.Job, s.whoami(ctx), name, why, err, spate.ErrFatal)
 	case "NOAUTH", "WRONGPASS":
 		return fmt.Errorf("redis: job %q: authentication failed; check the client's Username and Password: %w: %w",
 			s.opts.Job, err, spate.ErrFatal)

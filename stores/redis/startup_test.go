@@ -10,7 +10,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/conformance"
 	"github.com/spate-go/spate/internal/redistest"
 	"github.com/spate-go/spate/stores/redis"
 )
@@ -35,10 +34,12 @@ func login(user, pw string) redistest.HarnessOption {
 	})
 }
 
-// TestACLAndTLSEndToEnd runs the whole store contract over TLS (with client
-// certificates) as an ACL user granted only redis.RequiredCommands on the
-// driver's keys: the documented ACL is enough.
+// TestACLAndTLSEndToEnd drives a store through a plain go-redis Client over
+// TLS (with client certificates), logged in as an ACL user granted only
+// redis.RequiredCommands on the driver's keys. (The full contract runs over
+// TLS and ACL through a ClusterClient in TestStoreConformanceOnClusterWithACLAndTLS.)
 func TestACLAndTLSEndToEnd(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t, redistest.WithTLS(),
 		redistest.WithUser("spate", password, aclRules("~spate:*")...))
 	// The server speaks only TLS, and the user is confined to the driver.
@@ -51,12 +52,35 @@ func TestACLAndTLSEndToEnd(t *testing.T) {
 	if err := user.Ping(t.Context()).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
 		t.Fatalf("the ACL user may run PING (want NOPERM): %v", err)
 	}
-	conformance.RunStore(t, srv.HarnessMaker(testTTL, login("spate", password)))
+
+	h := srv.NewHarness(t, testTTL, login("spate", password))
+	a, b := open(t, h), open(t, h)
+	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
+		ch, _ := watch(t, b, ks, "tls.")
+		rev := create(t, a, ks, "tls.k", "v1")
+		rev = update(t, a, ks, "tls.k", "v2", rev)
+		for _, want := range []string{"v1", "v2"} {
+			if ev := recv(t, ch, "a put"); ev.Kind != spate.WatchPut || string(ev.Value) != want {
+				t.Fatalf("%v: watch over TLS saw %v %q, want put %q", ks, ev.Kind, ev.Value, want)
+			}
+		}
+		list, err := b.List(t.Context(), ks, "tls.")
+		if err != nil || len(list) != 1 || list[0].Revision != rev {
+			t.Fatalf("%v: list over TLS: %v %v", ks, list, err)
+		}
+		if o, err := b.Delete(t.Context(), ks, "tls.k", rev); err != nil || !o.Won {
+			t.Fatalf("%v: delete over TLS: %v", ks, err)
+		}
+		if ev := recv(t, ch, "the delete"); ev.Kind != spate.WatchDelete {
+			t.Fatalf("%v: watch over TLS saw %v, want the delete", ks, ev.Kind)
+		}
+	}
 }
 
 // TestStartupRejectsWhatTheDriverCannotUse: a server or ACL user the driver
 // cannot work with is a Fatal error at New that names what is missing.
 func TestStartupRejectsWhatTheDriverCannotUse(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t,
 		redistest.WithUser("noevalsha", password, aclRules("~spate:*", "evalsha")...),
 		redistest.WithUser("noeval", password, aclRules("~spate:*", "eval")...),
@@ -105,6 +129,7 @@ func TestStartupRejectsWhatTheDriverCannotUse(t *testing.T) {
 
 // TestUnreachableServerIsRetryable: nothing listens on the port.
 func TestUnreachableServerIsRetryable(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -126,6 +151,7 @@ func TestUnreachableServerIsRetryable(t *testing.T) {
 
 // TestTTLCannotChangeMidJob: the job records its TTL; another TTL is Fatal.
 func TestTTLCannotChangeMidJob(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	h := srv.NewHarness(t, testTTL)
 	if _, err := h.Open(t.Context()); err != nil {
@@ -144,6 +170,7 @@ func TestTTLCannotChangeMidJob(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
+	t.Parallel()
 	err := redis.Options{Job: "a b", TTL: redis.TTLFloor / 2, MaxValueSize: -1, ChangeLogLength: 5, SweepInterval: -1}.Validate()
 	for _, w := range []string{"Job", "TTL", "MaxValueSize", "ChangeLogLength", "SweepInterval"} {
 		if err == nil || !strings.Contains(err.Error(), w) {
