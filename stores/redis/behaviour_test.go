@@ -503,3 +503,47 @@ func TestLostReplyIsRetryableNeverLost(t *testing.T) {
 	}
 	t.Log("control: a retried create-if-absent script reported lost for its own write; the driver runs scripts once")
 }
+
+// TestMassExpiryReachesWatchers: more keys expire at once than one sweep
+// script handles, and nobody reads them; the sweeps still turn every one
+// into exactly one delete for watchers, and the keyspace ends empty.
+func TestMassExpiryReachesWatchers(t *testing.T) {
+	t.Parallel()
+	const n = 1300 // over two sweep batches
+	srv := redistest.Start(t)
+	// The first sweep comes after every key is due, so it must loop over
+	// several batches.
+	h := srv.NewHarness(t, testTTL, redistest.WithStoreOptions(func(o *redis.Options) { o.SweepInterval = 2 * testTTL }))
+	st := open(t, h)
+	ch, _ := watch(t, st, spate.Ephemeral, "mass.")
+	put := map[string]uint64{}
+	start := time.Now()
+	for i := range n {
+		key := fmt.Sprintf("mass.%04d", i)
+		put[key] = create(t, st, spate.Ephemeral, key, "v")
+	}
+	if took := time.Since(start); took > testTTL {
+		t.Logf("creating %d keys took %v, longer than the TTL: the first sweep sees fewer than all of them due", n, took)
+	}
+	deleted := map[string]bool{}
+	for len(deleted) < n {
+		ev := recv(t, ch, fmt.Sprintf("expiry %d of %d", len(deleted)+1, n))
+		switch ev.Kind {
+		case spate.WatchPut:
+		case spate.WatchDelete:
+			if deleted[ev.Key] {
+				t.Fatalf("%q expired twice", ev.Key)
+			}
+			if ev.Revision <= put[ev.Key] {
+				t.Errorf("%q expired at revision %d, not above its put at %d", ev.Key, ev.Revision, put[ev.Key])
+			}
+			deleted[ev.Key] = true
+		default:
+			t.Fatalf("unexpected %v: %v", ev.Kind, ev.Err)
+		}
+	}
+	list, err := st.List(t.Context(), spate.Ephemeral, "")
+	if err != nil || len(list) != 0 {
+		t.Errorf("after every key expired the keyspace lists %d keys (err %v)", len(list), err)
+	}
+}
