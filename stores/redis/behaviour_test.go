@@ -547,3 +547,38 @@ func TestMassExpiryReachesWatchers(t *testing.T) {
 		t.Errorf("after every key expired the keyspace lists %d keys (err %v)", len(list), err)
 	}
 }
+
+// TestCancelledWatchEnds: cancelling a watch's context closes its channel
+// without an error event, while other watches of the store go on.
+func TestCancelledWatchEnds(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	st := open(t, srv.NewHarness(t, testTTL))
+	ctx, cancel := context.WithCancel(t.Context())
+	ch, err := st.Watch(ctx, spate.Durable, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := recv(t, ch, "SnapshotDone"); ev.Kind != spate.WatchSnapshotDone {
+		t.Fatalf("got %v", ev.Kind)
+	}
+	other, _ := watch(t, st, spate.Durable, "")
+	cancel()
+	timer := time.NewTimer(eventWait)
+	defer timer.Stop()
+	for open := true; open; {
+		select {
+		case ev, ok := <-ch:
+			if ok && ev.Kind == spate.WatchError {
+				t.Errorf("a cancelled watch ends without an error event; got %v", ev.Err)
+			}
+			open = ok
+		case <-timer.C:
+			t.Fatalf("a cancelled watch's channel is still open after %v", eventWait)
+		}
+	}
+	create(t, st, spate.Durable, "after", "v")
+	if ev := recv(t, other, "the put"); ev.Kind != spate.WatchPut || ev.Key != "after" {
+		t.Errorf("the other watch saw %v %q", ev.Kind, ev.Key)
+	}
+}

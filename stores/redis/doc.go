@@ -74,8 +74,10 @@
 // narrow prefix still reads the keyspace's whole log. A watcher that falls
 // more than ChangeLogLength changes behind, or whose connection breaks, gets
 // a Retryable [spate.WatchError] and re-watches. Each watch holds one pooled
-// connection while it blocks (up to one second at a time), which is also
-// how long Close or a cancelled context may take to end it.
+// connection while it blocks (up to one second at a time, which is also how
+// long Close may take to return); a cancelled watch's channel closes at
+// once. Size the client's pool for the open watches plus the concurrent
+// operations.
 //
 // # Errors
 //
@@ -122,7 +124,7 @@
 // # Cost
 //
 // A compare-and-swap is one round trip. On loopback it costs about 1.1 to
-// 1.2 times a bare compare-and-swap script (see BenchmarkRawScriptCAS and
+// 1.3 times a bare compare-and-swap script (see BenchmarkRawScriptCAS and
 // BenchmarkStoreUpdate). Every client sweeps every SweepInterval, one tiny
 // script each time. The change logs hold up to ChangeLogLength changes,
 // values included, per keyspace.

@@ -365,9 +365,10 @@ func (s *Store) Capabilities() spate.Capabilities {
 	}
 }
 
-// Close stops this client's sweep and ends its watches (their channels
-// close within about a second, the longest a watch blocks on the server);
-// it does not close the client. Idempotent.
+// Close stops this client's sweep and ends its watches: their channels
+// close at once, and Close returns when their reads of the change log have
+// ended, within about a second (the longest a read blocks on the server).
+// It does not close the client. Idempotent.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {

@@ -35,21 +35,36 @@ func (s *Store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-
 		s.mu.Unlock()
 		return nil, spate.ClosedError(driver)
 	}
-	s.wg.Add(1)
+	s.wg.Add(2)
 	s.mu.Unlock()
 
+	// Two goroutines: the reader blocks in XREAD, which go-redis cannot
+	// interrupt, for up to watchBlock; the forwarder owns the channel and
+	// closes it as soon as the watch is cancelled or the store closed. The
+	// reader then exits at the end of its current XREAD; Close waits for it.
 	out := make(chan spate.WatchEvent)
+	batches := make(chan xbatch)
 	wctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.ctx, cancel)
+	w := &watcher{s: s, ctx: wctx, out: out, log: s.space(ks).log, prefix: prefix, last: last}
+	go func() {
+		defer s.wg.Done()
+		w.read(last, batches)
+	}()
 	go func() {
 		defer s.wg.Done()
 		defer close(out)
 		defer stop()
 		defer cancel()
-		w := watcher{s: s, ctx: wctx, out: out, log: s.space(ks).log, prefix: prefix, last: last}
-		w.run(snap)
+		w.forward(snap, batches)
 	}()
 	return out, nil
+}
+
+// xbatch is one XREAD's result, or the error that ended the reading.
+type xbatch struct {
+	msgs []goredis.XMessage
+	err  error
 }
 
 type watcher struct {
@@ -58,7 +73,53 @@ type watcher struct {
 	out    chan<- spate.WatchEvent
 	log    string
 	prefix string
-	last   uint64 // revision of the last log entry read
+	last   uint64 // revision of the last log entry delivered (forwarder)
+}
+
+// read reads the change log after revision from, passing batches on until
+// the watch ends or a read fails (which it passes on last).
+func (w *watcher) read(from uint64, batches chan<- xbatch) {
+	pass := func(b xbatch) bool {
+		select {
+		case batches <- b:
+			return true
+		case <-w.ctx.Done():
+			return false
+		}
+	}
+	for {
+		streams, err := w.s.c.XRead(w.ctx, &goredis.XReadArgs{
+			Streams: []string{w.log, strconv.FormatUint(from, 10) + "-0"},
+			Count:   watchBatch,
+			Block:   watchBlock,
+		}).Result()
+		if w.ctx.Err() != nil {
+			return // cancelled or closed: the stream just ends
+		}
+		if errors.Is(err, goredis.Nil) {
+			continue // blocked for watchBlock with nothing new
+		}
+		if err != nil {
+			pass(xbatch{err: fmt.Errorf("redis: watch %q: reading the change log: %w: %w", w.prefix, err, classOf(err))})
+			return
+		}
+		var msgs []goredis.XMessage
+		for _, st := range streams {
+			msgs = append(msgs, st.Messages...)
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		id, _, _ := strings.Cut(msgs[len(msgs)-1].ID, "-")
+		next, perr := strconv.ParseUint(id, 10, 64)
+		if perr != nil {
+			next = from // deliver reports the foreign ID
+		}
+		if !pass(xbatch{msgs: msgs}) || perr != nil {
+			return
+		}
+		from = next
+	}
 }
 
 func (w *watcher) send(ev spate.WatchEvent) bool {
@@ -74,7 +135,8 @@ func (w *watcher) fail(err error) {
 	w.send(spate.WatchEvent{Kind: spate.WatchError, Err: err})
 }
 
-func (w *watcher) run(snap []spate.Entry) {
+// forward sends the snapshot, SnapshotDone, then the reader's batches.
+func (w *watcher) forward(snap []spate.Entry, batches <-chan xbatch) {
 	for _, e := range snap {
 		if !w.send(spate.WatchEvent{Kind: spate.WatchPut, Key: e.Key, Value: e.Value, Revision: e.Revision}) {
 			return
@@ -84,26 +146,19 @@ func (w *watcher) run(snap []spate.Entry) {
 		return
 	}
 	for {
-		streams, err := w.s.c.XRead(w.ctx, &goredis.XReadArgs{
-			Streams: []string{w.log, strconv.FormatUint(w.last, 10) + "-0"},
-			Count:   watchBatch,
-			Block:   watchBlock,
-		}).Result()
-		if w.ctx.Err() != nil {
-			return // cancelled or closed: the stream just ends
-		}
-		if errors.Is(err, goredis.Nil) {
-			continue // blocked for watchBlock with nothing new
-		}
-		if err != nil {
-			w.fail(fmt.Errorf("redis: watch %q: reading the change log: %w: %w", w.prefix, err, classOf(err)))
+		var b xbatch
+		select {
+		case b = <-batches:
+		case <-w.ctx.Done():
 			return
 		}
-		for _, st := range streams {
-			for _, m := range st.Messages {
-				if !w.deliver(m) {
-					return
-				}
+		if b.err != nil {
+			w.fail(b.err)
+			return
+		}
+		for _, m := range b.msgs {
+			if !w.deliver(m) {
+				return
 			}
 		}
 	}
