@@ -566,13 +566,13 @@ func TestCancelledWatchEnds(t *testing.T) {
 	cancel()
 	timer := time.NewTimer(eventWait)
 	defer timer.Stop()
-	for open := true; open; {
+	for alive := true; alive; {
 		select {
 		case ev, ok := <-ch:
 			if ok && ev.Kind == spate.WatchError {
 				t.Errorf("a cancelled watch ends without an error event; got %v", ev.Err)
 			}
-			open = ok
+			alive = ok
 		case <-timer.C:
 			t.Fatalf("a cancelled watch's channel is still open after %v", eventWait)
 		}
