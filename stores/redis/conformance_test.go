@@ -1,0 +1,59 @@
+package redis_test
+
+import (
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/spate-go/spate/conformance"
+	"github.com/spate-go/spate/internal/redistest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testTTL keeps the suite's expiry waits short.
+const testTTL = 1500 * time.Millisecond
+
+func TestStoreConformance(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	conformance.RunStore(t, srv.HarnessMaker(testTTL))
+}
+
+// TestStoreConformanceOnClusterWithACLAndTLS runs the contract through a
+// ClusterClient on a one-node Redis Cluster that speaks only TLS (with
+// client certificates), logged in as an ACL user granted only what the
+// package doc lists. Cluster mode refuses any script whose keys span hash
+// slots, so this also proves the job's hash tag.
+func TestStoreConformanceOnClusterWithACLAndTLS(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.WithCluster(), redistest.WithTLS(),
+		redistest.WithUser("spate", password, append(aclRules("~spate:*"), "+cluster|slots")...))
+	conformance.RunStore(t, srv.HarnessMaker(testTTL, login("spate", password)))
+}
+
+func TestCoordinatorConformance(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	start := time.Now()
+	conformance.RunCoordinator(t, srv.HarnessMaker(testTTL))
+	t.Cleanup(func() { t.Logf("RunCoordinator wall time: %v", time.Since(start).Round(time.Millisecond)) })
+}
+
+// TestCoordinatorSurvivesServerRestart runs a three-worker job on a server
+// with AOF (appendfsync always) and kills and restarts the server mid-job:
+// committed progress survives and the job completes.
+func TestCoordinatorSurvivesServerRestart(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.WithAOF())
+	conformance.RunFailover(t, srv.HarnessMaker(testTTL), conformance.FailoverHooks{
+		Fail: func(testing.TB) { srv.Kill() },
+		Heal: func(testing.TB) { srv.StartAgain() },
+	})
+}
+
+func BenchmarkConformance(b *testing.B) {
+	srv := redistest.Start(b)
+	conformance.RunBenchmarks(b, srv.HarnessMaker(testTTL))
+}
