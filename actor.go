@@ -531,7 +531,7 @@ func (a *actor) onWatch(w *watchState, ev WatchEvent, ok bool) error {
 		if w.ks == Ephemeral {
 			return a.ephemeralPut(ev.Key, ev.Value, ev.Revision)
 		}
-		return a.durablePut(ev.Key, ev.Value, ev.Revision)
+		return a.durablePut(ev.Key, ev.Value, ev.Revision, false)
 	case WatchDelete:
 		if w.ks == Ephemeral {
 			return a.ephemeralDelete(ev.Key, ev.Revision, false)
@@ -561,7 +561,7 @@ func (a *actor) applySnapshot(ks Keyspace, puts []WatchEvent) error {
 		return nil
 	}
 	for _, p := range puts {
-		if err := a.durablePut(p.Key, p.Value, p.Revision); err != nil {
+		if err := a.durablePut(p.Key, p.Value, p.Revision, true); err != nil {
 			return err
 		}
 	}
@@ -725,7 +725,9 @@ func (a *actor) ephemeralDelete(key string, rev uint64, force bool) error {
 
 // ----- applying durable events ------------------------------------------
 
-func (a *actor) durablePut(key string, value []byte, rev uint64) error {
+// durablePut applies a durable key. auth marks a value read from the store
+// (a snapshot, a listing, a get) rather than a live watch event: see upsert.
+func (a *actor) durablePut(key string, value []byte, rev uint64, auth bool) error {
 	switch {
 	case key == keyPlan:
 		if rev <= a.planRev {
@@ -760,7 +762,7 @@ func (a *actor) durablePut(key string, value []byte, rev uint64) error {
 		if err != nil {
 			return err
 		}
-		a.upsert(id, r, rev)
+		a.upsert(id, r, rev, auth)
 	case strings.HasPrefix(key, prefixAssign):
 		inst := key[len(prefixAssign):]
 		if e, ok := a.assigns[inst]; ok && rev <= e.rev {
@@ -797,10 +799,21 @@ func (a *actor) durableDelete(key string) {
 
 // upsert folds a progress record into the view: the only place progress
 // state changes.
-func (a *actor) upsert(id string, r *progressRecord, rev uint64) {
+//
+// A live watch event at or below the held revision is a stale echo. A record
+// this worker read from the store, or wrote itself, is authoritative: if its
+// revision is below the one held, the store went back in time — a crashed
+// server that lost writes readers had already seen (Redis reads see a write
+// before its AOF fsync) — and the view adopts what the store now says rather
+// than filter every later write as stale.
+func (a *actor) upsert(id string, r *progressRecord, rev uint64, auth bool) {
 	v := a.view(id)
 	if rev <= v.progRev {
-		return // a stale echo, or our own write already folded
+		if !auth || rev == v.progRev {
+			return // a stale echo, or our own write already folded
+		}
+		a.log.Warn("the store went back in time: a split record's revision is below one seen before; adopting the store's state",
+			"split", id, "seen", v.progRev, "now", rev)
 	}
 	prev := v.prog
 	a.durableSeq++

@@ -175,7 +175,7 @@ func (a *actor) reconcile() error {
 			}
 		}
 		for _, e := range dur {
-			if err := a.durablePut(e.Key, e.Value, e.Revision); err != nil {
+			if err := a.durablePut(e.Key, e.Value, e.Revision, true); err != nil {
 				return err
 			}
 		}
@@ -228,8 +228,26 @@ func (a *actor) commit(id string, p SplitProgress) error {
 	v := a.splits[id]
 	key := prefixSplit + id
 	if w := v.prog.Watermark; w != nil && p.Watermark < *w {
-		return &fatalCommand{Fatalf("commit of split %s would move its watermark back from %d to %d: a source bug; stopping",
-			id, *w, p.Watermark)}
+		// Confirm against the store before stopping: a store that went
+		// back in time may have shown a watermark that never became durable.
+		e, ok, err := a.st.Get(a.ctx, Durable, key)
+		if err != nil {
+			return fmt.Errorf("commit %s: checking a watermark regression: %w", id, err)
+		}
+		if ok {
+			cur, err := decodeProgress(key, id, e.Value, a.fpHash)
+			if err != nil {
+				return &fatalCommand{err}
+			}
+			a.upsert(id, cur, e.Revision, true)
+			if _, still := a.owned[id]; !still {
+				return notHeld(id)
+			}
+		}
+		if w := v.prog.Watermark; w != nil && p.Watermark < *w {
+			return &fatalCommand{Fatalf("commit of split %s would move its committed watermark back from %d to %d: a source bug; stopping",
+				id, *w, p.Watermark)}
+		}
 	}
 	rec := v.prog.clone()
 	wm := p.Watermark
@@ -262,7 +280,7 @@ func (a *actor) commit(id string, p SplitProgress) error {
 				a.committed(id, t, cur, e.Revision)
 				return nil
 			}
-			a.upsert(id, cur, e.Revision)
+			a.upsert(id, cur, e.Revision, true)
 		}
 		a.dropLost(id, "fenced", "a commit lost its compare-and-swap")
 		return Fencedf("split %s: the commit lost its compare-and-swap (another owner took it); nothing was written", id)
@@ -276,7 +294,7 @@ func (a *actor) committed(id string, t *tenancy, rec *progressRecord, rev uint64
 	if r, ok := a.revocations[id]; ok {
 		r.lastProgress = time.Now()
 	}
-	a.upsert(id, rec, rev)
+	a.upsert(id, rec, rev, true)
 	if rec.Completed {
 		delete(a.owned, id)
 		a.settle(id, "drained")
@@ -320,7 +338,7 @@ func (a *actor) failSplit(id, reason string) error {
 	if quarantined {
 		a.m.quarantines.Inc()
 	}
-	a.upsert(id, rec, o.Revision)
+	a.upsert(id, rec, o.Revision, true)
 	a.deleteLease(id, t.leaseRev)
 	a.log.Warn("split failed by the source", "split", id, "reason", reason, "attempts", rec.Attempts, "quarantined", quarantined)
 	return nil

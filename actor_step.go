@@ -375,7 +375,7 @@ func (a *actor) claim(c claimCandidate, now time.Time) error {
 			if err != nil {
 				return err
 			}
-			a.upsert(id, r, e.Revision)
+			a.upsert(id, r, e.Revision, true)
 			if r.owner() == "" && e.Revision >= held {
 				kind = claimReleased
 			}
@@ -430,7 +430,7 @@ func (a *actor) claim(c claimCandidate, now time.Time) error {
 			a.m.writes.WithLabelValues("ok").Inc()
 			a.m.acquisitions.WithLabelValues(kind.acquisitionReason()).Inc()
 			a.owned[id] = &tenancy{epoch: next, leaseRev: leaseRev, lastOK: now}
-			a.upsert(id, rec, o.Revision)
+			a.upsert(id, rec, o.Revision, true)
 			if leaseRev > v.leaseRev {
 				v.lease, v.leaseRev = &lv, leaseRev
 			}
@@ -452,7 +452,7 @@ func (a *actor) claim(c claimCandidate, now time.Time) error {
 		if err != nil {
 			return err
 		}
-		a.upsert(id, r, e.Revision)
+		a.upsert(id, r, e.Revision, true)
 		if r.Status != statusRunnable || r.Epoch >= next {
 			break // another claimant won between our lease write and the CAS
 		}
@@ -486,7 +486,7 @@ func (a *actor) quarantine(c claimCandidate) error {
 	}
 	a.m.writes.WithLabelValues("ok").Inc()
 	a.m.quarantines.Inc()
-	a.upsert(c.id, rec, o.Revision)
+	a.upsert(c.id, rec, o.Revision, true)
 	if c.kind == claimReclaim && v.lease != nil {
 		a.deleteLease(c.id, v.leaseRev)
 	}
@@ -573,7 +573,7 @@ func (a *actor) releaseOne(id string) releaseResult {
 	}
 	a.m.writes.WithLabelValues("ok").Inc()
 	delete(a.owned, id)
-	a.upsert(id, rec, o.Revision)
+	a.upsert(id, rec, o.Revision, true)
 	a.deleteLease(id, t.leaseRev)
 	a.settle(id, "drained")
 	return releaseWon
@@ -622,7 +622,7 @@ func (a *actor) detectTerminal() error {
 		if err != nil {
 			return err
 		}
-		a.upsert(id, r, e.Revision)
+		a.upsert(id, r, e.Revision, true)
 	}
 	a.terminalAt = a.durableSeq
 	if a.nSplits != len(entries) || uint64(a.nSplits) < a.plan.Planned {

@@ -14,10 +14,12 @@ import (
 // # Keyspaces
 //
 // [Durable] keys never expire. [Ephemeral] keys expire one fixed TTL after
-// their last write (create or update), measured on the store's clock; the TTL
-// is fixed when the store is opened and reported by [Capabilities.TTL]. An
-// expired key is absent for every primitive and its expiry reaches watchers
-// as a [WatchDelete] within [Capabilities.ExpiryLatency] of the deadline.
+// their last write (create or update), measured on the store's clock from no
+// earlier than the start of the write call; the TTL is fixed when the store
+// is opened and reported by [Capabilities.TTL]. A key expires at one instant
+// between its deadline and [Capabilities.ExpiryLatency] after it, for every
+// primitive alike: from then on it is absent to all of them, and watchers
+// receive a [WatchDelete].
 //
 // # Revisions
 //
@@ -88,10 +90,13 @@ type Store interface {
 	// in revision order.
 	//
 	// The stream ends, and the channel closes, when ctx is cancelled, the
-	// store is closed, or the stream breaks; a broken stream (including a
-	// watcher too slow to keep up) delivers a [WatchError] carrying a
-	// Retryable error as its last event. The consumer then re-watches.
-	// An error establishing the watch is returned directly.
+	// store is closed, or the stream breaks. A broken stream delivers a
+	// [WatchError] as its last event: Retryable for a transient break (a
+	// dropped connection, a compacted history, a watcher too slow to keep
+	// up), after which the consumer re-watches; Fatal when the stream can
+	// never resume (permission revoked, corrupt data). An error
+	// establishing the watch, including a cancelled ctx, is returned
+	// directly.
 	Watch(ctx context.Context, ks Keyspace, prefix string) (<-chan WatchEvent, error)
 
 	// List returns every live key under prefix with value and revision,
