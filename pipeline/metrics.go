@@ -48,11 +48,11 @@ type metrics struct {
 	bpPaused, inflight        *prometheus.GaugeVec
 	bpPausedSeconds, bpEvents *prometheus.CounterVec
 
-	queueDepth                                             *prometheus.GaugeVec
+	queueDepth                                              *prometheus.GaugeVec
 	queueFull, sinkBatches, sinkAbandoned, sinkDrainOverrun *prometheus.CounterVec
-	sinkRetries, sinkRecords                               *prometheus.CounterVec
-	sinkWriteDuration                                      *prometheus.HistogramVec
-	recordErrors                                           *prometheus.CounterVec
+	sinkRetries, sinkRecords                                *prometheus.CounterVec
+	sinkWriteDuration                                       *prometheus.HistogramVec
+	recordErrors                                            *prometheus.CounterVec
 }
 
 func newMetrics(pipeline string, reg prometheus.Registerer) (*metrics, error) {
@@ -68,33 +68,33 @@ func newMetrics(pipeline string, reg prometheus.Registerer) (*metrics, error) {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, ConstLabels: cl, Buckets: durationBuckets}, append(std[:2:2], extra...))
 	}
 	m := &metrics{
-		info:             g("spate_pipeline_info", "Pipeline build information; always 1.", "version"),
-		state:            g("spate_pipeline_state", "Pipeline state, one-hot.", "state"),
-		threads:          g("spate_pipeline_threads", "Driver goroutines."),
-		pendingBatches:   g("spate_checkpoint_pending_batches", "Largest count of registered, not yet committed-past batches over partitions."),
-		partitionPending: g("spate_checkpoint_partition_pending_batches", "Pending batches per partition (per-partition detail only).", "partition"),
-		watermarkAge:     g("spate_checkpoint_watermark_age_seconds", "Longest time a partition watermark has been stalled behind a failed batch."),
-		commits:          c("spate_checkpoint_commits_total", "Source commit calls by outcome.", "outcome"),
-		commitDuration:   h("spate_checkpoint_commit_duration_seconds", "Source commit call duration."),
-		rebalances:       c("spate_source_rebalances_total", "Assignments and revocations.", "event"),
-		lanesActive:      g("spate_source_lanes_active", "Lanes assigned to the pipeline."),
-		lag:              g("spate_source_lag_records", "Source-reported lag per partition.", "partition"),
-		records:          c("spate_source_records_total", "Records polled."),
-		bytes:            c("spate_source_bytes_total", "Payload bytes polled (value plus key)."),
-		pollDuration:     h("spate_source_poll_duration_seconds", "Lane poll duration."),
-		bpPaused:         g("spate_backpressure_paused", "1 while the driver is paused by backpressure."),
-		bpPausedSeconds:  c("spate_backpressure_paused_seconds_total", "Time spent paused by backpressure."),
-		bpEvents:         c("spate_backpressure_pause_events_total", "Backpressure pauses."),
-		inflight:         g("spate_backpressure_inflight_bytes", "Bytes sealed into chunks and not yet settled by a sink."),
-		queueDepth:       g("spate_queue_depth", "Chunks queued per sink shard.", "shard"),
-		queueFull:        c("spate_queue_full_events_total", "Chunk sends refused by a full shard queue."),
-		sinkBatches:      c("spate_sink_batches_total", "Sink batches by outcome.", "outcome"),
-		sinkRecords:      c("spate_sink_records_total", "Records written durably."),
-		sinkAbandoned:    c("spate_sink_abandoned_batches_total", "Sink batches abandoned (their acknowledgments failed)."),
-		sinkDrainOverrun: c("spate_sink_drain_overrun_total", "Sink drains that hit their deadline."),
-		sinkRetries:      c("spate_sink_retries_total", "Sink write retries."),
+		info:              g("spate_pipeline_info", "Pipeline build information; always 1.", "version"),
+		state:             g("spate_pipeline_state", "Pipeline state, one-hot.", "state"),
+		threads:           g("spate_pipeline_threads", "Driver goroutines."),
+		pendingBatches:    g("spate_checkpoint_pending_batches", "Largest count of registered, not yet committed-past batches over partitions."),
+		partitionPending:  g("spate_checkpoint_partition_pending_batches", "Pending batches per partition (per-partition detail only).", "partition"),
+		watermarkAge:      g("spate_checkpoint_watermark_age_seconds", "Longest time a partition watermark has been stalled behind a failed batch."),
+		commits:           c("spate_checkpoint_commits_total", "Source commit calls by outcome.", "outcome"),
+		commitDuration:    h("spate_checkpoint_commit_duration_seconds", "Source commit call duration."),
+		rebalances:        c("spate_source_rebalances_total", "Assignments and revocations.", "event"),
+		lanesActive:       g("spate_source_lanes_active", "Lanes assigned to the pipeline."),
+		lag:               g("spate_source_lag_records", "Source-reported lag per partition.", "partition"),
+		records:           c("spate_source_records_total", "Records polled."),
+		bytes:             c("spate_source_bytes_total", "Payload bytes polled (value plus key)."),
+		pollDuration:      h("spate_source_poll_duration_seconds", "Lane poll duration."),
+		bpPaused:          g("spate_backpressure_paused", "1 while the driver is paused by backpressure."),
+		bpPausedSeconds:   c("spate_backpressure_paused_seconds_total", "Time spent paused by backpressure."),
+		bpEvents:          c("spate_backpressure_pause_events_total", "Backpressure pauses."),
+		inflight:          g("spate_backpressure_inflight_bytes", "Bytes sealed into chunks and not yet settled by a sink."),
+		queueDepth:        g("spate_queue_depth", "Chunks queued per sink shard.", "shard"),
+		queueFull:         c("spate_queue_full_events_total", "Chunk sends refused by a full shard queue."),
+		sinkBatches:       c("spate_sink_batches_total", "Sink batches by outcome.", "outcome"),
+		sinkRecords:       c("spate_sink_records_total", "Records written durably."),
+		sinkAbandoned:     c("spate_sink_abandoned_batches_total", "Sink batches abandoned (their acknowledgments failed)."),
+		sinkDrainOverrun:  c("spate_sink_drain_overrun_total", "Sink drains that hit their deadline."),
+		sinkRetries:       c("spate_sink_retries_total", "Sink write retries."),
 		sinkWriteDuration: h("spate_sink_write_duration_seconds", "Sink write duration, retries excluded."),
-		recordErrors:     c("spate_transform_record_errors_total", "Records a stage failed on, by policy (skip drops the record, fail stops the pipeline).", "stage", "policy"),
+		recordErrors:      c("spate_transform_record_errors_total", "Records a stage failed on, by policy (skip drops the record, fail stops the pipeline).", "stage", "policy"),
 	}
 	if reg == nil {
 		return m, nil

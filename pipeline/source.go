@@ -112,12 +112,12 @@ type SourceCloser interface {
 // on a stop.
 type BaseSource struct{}
 
-func (BaseSource) FlushCommits() error    { return nil }
-func (BaseSource) Pause([]LaneID) error   { return nil }
-func (BaseSource) Resume([]LaneID) error  { return nil }
-func (BaseSource) ReadingOnStop() bool    { return false }
-func (BaseSource) StopReading() error     { return nil }
-func (BaseSource) RenewHeld()             {}
+func (BaseSource) FlushCommits() error   { return nil }
+func (BaseSource) Pause([]LaneID) error  { return nil }
+func (BaseSource) Resume([]LaneID) error { return nil }
+func (BaseSource) ReadingOnStop() bool   { return false }
+func (BaseSource) StopReading() error    { return nil }
+func (BaseSource) RenewHeld()            {}
 
 // EventKind says what a [SourceEvent] is.
 type EventKind uint8
@@ -198,7 +198,9 @@ func RevokedEvent(lanes ...LaneID) (SourceEvent, *DrainBarrier) {
 }
 
 // RetiredEvent removes finished, committed lanes.
-func RetiredEvent(lanes ...LaneID) SourceEvent { return SourceEvent{Kind: LanesRetired, LaneIDs: lanes} }
+func RetiredEvent(lanes ...LaneID) SourceEvent {
+	return SourceEvent{Kind: LanesRetired, LaneIDs: lanes}
+}
 
 // CommitReadyEvent hints that partitions reached end of input.
 func CommitReadyEvent(partitions ...PartitionID) SourceEvent {
