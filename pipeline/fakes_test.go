@@ -71,7 +71,7 @@ type fakeLane struct {
 	forever bool // produce batches of 10 without end
 }
 
-func (l *fakeLane) ID() pipeline.LaneID               { return l.id }
+func (l *fakeLane) ID() pipeline.LaneID             { return l.id }
 func (l *fakeLane) Partition() pipeline.PartitionID { return l.part }
 
 func (l *fakeLane) Poll(max int, timeout time.Duration) (*pipeline.Batch, error) {
@@ -452,8 +452,8 @@ func lane(id, part, batches int) laneSpec {
 	return laneSpec{id: pipeline.LaneID(id), part: pipeline.PartitionID(part), batches: batches}
 }
 
-func assign(l ...laneSpec) step   { return step{kind: stepAssign, lanes: l} }
-func add(l ...laneSpec) step      { return step{kind: stepAdd, lanes: l} }
+func assign(l ...laneSpec) step { return step{kind: stepAssign, lanes: l} }
+func add(l ...laneSpec) step    { return step{kind: stepAdd, lanes: l} }
 func revoke(ids ...int) step {
 	var out []pipeline.LaneID
 	for _, i := range ids {
@@ -462,7 +462,7 @@ func revoke(ids ...int) step {
 	return step{kind: stepRevoke, ids: out}
 }
 func waitUntil(f func() bool) step { return step{kind: stepWait, until: f} }
-func drained() step                 { return step{kind: stepDrained} }
+func drained() step                { return step{kind: stepDrained} }
 
 func wm(p, o int) pipeline.Watermark {
 	return pipeline.Watermark{Partition: pipeline.PartitionID(p), Offset: int64(o)}
