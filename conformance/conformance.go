@@ -5,7 +5,7 @@
 // A driver opts in with a few lines of test:
 //
 //	func TestConformance(t *testing.T) {
-//		conformance.RunStore(t, func(t *testing.T) conformance.Harness {
+//		conformance.RunStore(t, func(t testing.TB) conformance.Harness {
 //			return newHarness(t) // a fresh namespace on a real server
 //		})
 //	}
@@ -38,7 +38,7 @@ type Harness interface {
 
 // HarnessMaker makes a harness with a fresh namespace, so that subtests never
 // see each other's keys. It fails t when it cannot.
-type HarnessMaker func(t *testing.T) Harness
+type HarnessMaker func(t testing.TB) Harness
 
 // Option tunes how the suite runs.
 type Option func(*options)

@@ -358,7 +358,7 @@ func TestSuiteCatchesMutants(t *testing.T) {
 	for _, m := range append([]mutant{{name: "none"}}, mutants...) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			failed, out := runMutant(t, m.name, m.breaks)
+			failed, out := runTarget(t, "TestMutantTarget", m.name, m.breaks)
 			if m.name == "none" {
 				if len(failed) > 0 {
 					t.Fatalf("the unbroken store fails rules %v:\n%s", failed, out)
@@ -375,13 +375,13 @@ func TestSuiteCatchesMutants(t *testing.T) {
 	}
 }
 
-var failLine = regexp.MustCompile(`--- FAIL: TestMutantTarget/(\w+)`)
+var failLine = regexp.MustCompile(`--- FAIL: Test\w*MutantTarget/(\w+)`)
 
-// runMutant runs the rules the mutant should break (all rules for the
-// control), each in isolation from the others' side effects.
-func runMutant(t *testing.T, name string, rules []string) ([]string, string) {
+// runTarget runs, in a subprocess, the rules the mutant should break (all
+// rules for the control), in isolation from the others' side effects.
+func runTarget(t *testing.T, target, name string, rules []string) ([]string, string) {
 	t.Helper()
-	pattern := "^TestMutantTarget$"
+	pattern := "^" + target + "$"
 	if len(rules) > 0 {
 		pattern += "/^(" + strings.Join(rules, "|") + ")$"
 	}
@@ -410,13 +410,18 @@ func TestMutantTarget(t *testing.T) {
 	if name == "" {
 		t.Skip("runs only as a subprocess of TestSuiteCatchesMutants")
 	}
+	conformance.RunStore(t, mutantHarness(mutants, name), conformance.VirtualTime())
+}
+
+// mutantHarness makes harnesses for the named mutant ("none": unbroken).
+func mutantHarness(list []mutant, name string) conformance.HarnessMaker {
 	var m mutant
-	for _, x := range mutants {
+	for _, x := range list {
 		if x.name == name {
 			m = x
 		}
 	}
-	mk := func(t *testing.T) conformance.Harness {
+	return func(t testing.TB) conformance.Harness {
 		if m.harness != nil {
 			return m.harness()
 		}
@@ -427,7 +432,6 @@ func TestMutantTarget(t *testing.T) {
 		}
 		return h
 	}
-	conformance.RunStore(t, mk, conformance.VirtualTime())
 }
 
 // harness hands out wrapped clients of one in-memory store.

@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -70,12 +71,27 @@ type Rule struct {
 	Delay time.Duration
 	// Times limits how many operations the rule hits; 0 means unlimited.
 	Times int
+	// Skip lets this many matching operations through before the rule
+	// starts to hit.
+	Skip int
+	// Match, when set, must also accept the call (it sees the value of a
+	// write), e.g. to fail only writes that clear an owner.
+	Match func(Call) bool
+}
+
+// Call describes one store operation as the rules see it.
+type Call struct {
+	Op       Op
+	Keyspace spate.Keyspace
+	Key      string // the key, or the prefix of a watch or list
+	Value    []byte // the value of a create or update
 }
 
 type rule struct {
 	Rule
-	left int // remaining hits; -1 for unlimited
-	hits int
+	left    int // remaining hits; -1 for unlimited
+	skipped int
+	hits    int
 }
 
 // Injector holds fault rules and the partition switch. Its methods are safe
@@ -157,30 +173,32 @@ func (i *Injector) Injected() int {
 	return i.injected
 }
 
-func (r *rule) matches(op Op, ks spate.Keyspace, key string) bool {
+func (r *rule) matches(c Call) bool {
 	if r.left == 0 {
 		return false
 	}
-	if r.Keyspace != 0 && r.Keyspace != ks {
+	if r.Keyspace != 0 && r.Keyspace != c.Keyspace {
 		return false
 	}
-	if r.KeyPrefix != "" && !strings.HasPrefix(key, r.KeyPrefix) {
+	if r.KeyPrefix != "" && !strings.HasPrefix(c.Key, r.KeyPrefix) {
 		return false
 	}
-	if len(r.Ops) == 0 {
-		return true
+	if len(r.Ops) > 0 && !slices.Contains(r.Ops, c.Op) {
+		return false
 	}
-	for _, o := range r.Ops {
-		if o == op {
-			return true
-		}
+	if r.Match != nil && !r.Match(c) {
+		return false
 	}
-	return false
+	if r.skipped < r.Skip {
+		r.skipped++
+		return false
+	}
+	return true
 }
 
 // pick returns the fault for one operation: the first matching rule (its hit
 // consumed), whether the store is partitioned.
-func (i *Injector) pick(op Op, ks spate.Keyspace, key string) (Rule, bool, bool) {
+func (i *Injector) pick(c Call) (Rule, bool, bool) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if i.partitioned {
@@ -188,7 +206,7 @@ func (i *Injector) pick(op Op, ks spate.Keyspace, key string) (Rule, bool, bool)
 		return Rule{}, false, true
 	}
 	for _, r := range i.rules {
-		if r.matches(op, ks, key) {
+		if r.matches(c) {
 			if r.left > 0 {
 				r.left--
 			}
@@ -203,11 +221,12 @@ func (i *Injector) pick(op Op, ks spate.Keyspace, key string) (Rule, bool, bool)
 // Apply runs do, one store operation, under the injector's rules: it may
 // delay it, skip it and fail, or run it and fail anyway. Drivers that
 // support injection natively call it around each primitive.
-func (i *Injector) Apply(ctx context.Context, op Op, ks spate.Keyspace, key string, do func() error) error {
+func (i *Injector) Apply(ctx context.Context, c Call, do func() error) error {
 	if i == nil {
 		return do()
 	}
-	r, hit, partitioned := i.pick(op, ks, key)
+	op, ks, key := c.Op, c.Keyspace, c.Key
+	r, hit, partitioned := i.pick(c)
 	if partitioned {
 		return fmt.Errorf("fault: %s %s %q: store partitioned: %w: %w", op, ks, key, ErrInjected, spate.ErrRetryable)
 	}
@@ -262,7 +281,7 @@ func (i *Injector) ApplyWatch(ctx context.Context, ks spate.Keyspace, prefix str
 	}
 	var inner <-chan spate.WatchEvent
 	wctx, cancel := context.WithCancel(ctx)
-	err := i.Apply(ctx, Watch, ks, prefix, func() error {
+	err := i.Apply(ctx, Call{Op: Watch, Keyspace: ks, Key: prefix}, func() error {
 		var err error
 		inner, err = open(wctx)
 		return err
@@ -335,17 +354,17 @@ func (w *store) Capabilities() spate.Capabilities { return w.s.Capabilities() }
 func (w *store) Close() error                     { return w.s.Close() }
 
 func (w *store) Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (o spate.Outcome, err error) {
-	err = w.inj.Apply(ctx, Create, ks, key, func() (e error) { o, e = w.s.Create(ctx, ks, key, value); return })
+	err = w.inj.Apply(ctx, Call{Create, ks, key, value}, func() (e error) { o, e = w.s.Create(ctx, ks, key, value); return })
 	return outcome(o, err)
 }
 
 func (w *store) Update(ctx context.Context, ks spate.Keyspace, key string, value []byte, expected uint64) (o spate.Outcome, err error) {
-	err = w.inj.Apply(ctx, Update, ks, key, func() (e error) { o, e = w.s.Update(ctx, ks, key, value, expected); return })
+	err = w.inj.Apply(ctx, Call{Update, ks, key, value}, func() (e error) { o, e = w.s.Update(ctx, ks, key, value, expected); return })
 	return outcome(o, err)
 }
 
 func (w *store) Get(ctx context.Context, ks spate.Keyspace, key string) (en spate.Entry, ok bool, err error) {
-	err = w.inj.Apply(ctx, Get, ks, key, func() (e error) { en, ok, e = w.s.Get(ctx, ks, key); return })
+	err = w.inj.Apply(ctx, Call{Op: Get, Keyspace: ks, Key: key}, func() (e error) { en, ok, e = w.s.Get(ctx, ks, key); return })
 	if err != nil {
 		return spate.Entry{}, false, err
 	}
@@ -353,12 +372,12 @@ func (w *store) Get(ctx context.Context, ks spate.Keyspace, key string) (en spat
 }
 
 func (w *store) Delete(ctx context.Context, ks spate.Keyspace, key string, expected uint64) (o spate.Outcome, err error) {
-	err = w.inj.Apply(ctx, Delete, ks, key, func() (e error) { o, e = w.s.Delete(ctx, ks, key, expected); return })
+	err = w.inj.Apply(ctx, Call{Op: Delete, Keyspace: ks, Key: key}, func() (e error) { o, e = w.s.Delete(ctx, ks, key, expected); return })
 	return outcome(o, err)
 }
 
 func (w *store) List(ctx context.Context, ks spate.Keyspace, prefix string) (es []spate.Entry, err error) {
-	err = w.inj.Apply(ctx, List, ks, prefix, func() (e error) { es, e = w.s.List(ctx, ks, prefix); return })
+	err = w.inj.Apply(ctx, Call{Op: List, Keyspace: ks, Key: prefix}, func() (e error) { es, e = w.s.List(ctx, ks, prefix); return })
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,7 @@ type harness struct{ root *mem.Store }
 func (h harness) NewStore(context.Context) (spate.Store, error) { return h.root.Connect() }
 func (h harness) Close() error                                  { return h.root.Close() }
 
-func newHarness(t *testing.T) conformance.Harness {
+func newHarness(t testing.TB) conformance.Harness {
 	return harness{root: mem.MustNew(mem.Options{TTL: 1500 * time.Millisecond})}
 }
 

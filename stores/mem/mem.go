@@ -186,7 +186,7 @@ func (s *Store) Create(ctx context.Context, ks spate.Keyspace, key string, value
 		return spate.Outcome{}, fmt.Errorf("mem: create %q: %w", key, err)
 	}
 	var o spate.Outcome
-	err := s.b.opts.Faults.Apply(ctx, fault.Create, ks, key, func() error {
+	err := s.b.opts.Faults.Apply(ctx, fault.Call{Op: fault.Create, Keyspace: ks, Key: key, Value: value}, func() error {
 		if err := s.check(); err != nil {
 			return err
 		}
@@ -208,7 +208,7 @@ func (s *Store) Update(ctx context.Context, ks spate.Keyspace, key string, value
 		return spate.Outcome{}, fmt.Errorf("mem: update %q: %w", key, err)
 	}
 	var o spate.Outcome
-	err := s.b.opts.Faults.Apply(ctx, fault.Update, ks, key, func() error {
+	err := s.b.opts.Faults.Apply(ctx, fault.Call{Op: fault.Update, Keyspace: ks, Key: key, Value: value}, func() error {
 		if err := s.check(); err != nil {
 			return err
 		}
@@ -230,7 +230,7 @@ func (s *Store) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.E
 		e  spate.Entry
 		ok bool
 	)
-	err := s.b.opts.Faults.Apply(ctx, fault.Get, ks, key, func() error {
+	err := s.b.opts.Faults.Apply(ctx, fault.Call{Op: fault.Get, Keyspace: ks, Key: key}, func() error {
 		e, ok = s.b.get(ks, key)
 		return nil
 	})
@@ -246,7 +246,7 @@ func (s *Store) Delete(ctx context.Context, ks spate.Keyspace, key string, expec
 		return spate.Outcome{}, err
 	}
 	var o spate.Outcome
-	err := s.b.opts.Faults.Apply(ctx, fault.Delete, ks, key, func() error {
+	err := s.b.opts.Faults.Apply(ctx, fault.Call{Op: fault.Delete, Keyspace: ks, Key: key}, func() error {
 		if err := s.check(); err != nil {
 			return err
 		}
@@ -265,7 +265,7 @@ func (s *Store) List(ctx context.Context, ks spate.Keyspace, prefix string) ([]s
 		return nil, err
 	}
 	var es []spate.Entry
-	err := s.b.opts.Faults.Apply(ctx, fault.List, ks, prefix, func() error {
+	err := s.b.opts.Faults.Apply(ctx, fault.Call{Op: fault.List, Keyspace: ks, Key: prefix}, func() error {
 		es = s.b.list(ks, prefix)
 		return nil
 	})

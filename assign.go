@@ -1,0 +1,344 @@
+package spate
+
+import (
+	"cmp"
+	"encoding/binary"
+	"hash/fnv"
+	"math"
+	"math/bits"
+	"slices"
+	"sort"
+)
+
+// AssignMember is one live member as the assignment sees it.
+type AssignMember struct {
+	ID string
+	// Budget is the member's lane budget: the most splits it may be given.
+	// Values below 1 count as 1.
+	Budget int
+}
+
+// AssignSplit is one claimable split as the assignment sees it.
+type AssignSplit struct {
+	ID     string
+	Weight uint64 // 0 counts as 1
+	// Owner is the split's current owner (the live lease's owner, else the
+	// durable record's), "" if none. An owner that is not a member is dead.
+	Owner string
+}
+
+// AssignInput is everything the desired assignment depends on.
+type AssignInput struct {
+	Members []AssignMember
+	// Splits is the claimable pool: runnable, not completed, spec known, not
+	// withheld by a rebalance delay.
+	Splits []AssignSplit
+	// Seed keys the tie-break hashes. It must be the job's (the fingerprint
+	// hash), never the leader's, so that a failover does not re-break ties
+	// and churn the fleet.
+	Seed uint64
+}
+
+// maxImprovingMoves bounds the improve pass as a termination backstop.
+const maxImprovingMoves = 4096
+
+// Assign computes the desired assignment: a weight-balanced, sticky map
+// from member id to its sorted split ids. It is a pure function and
+// guarantees:
+//
+//  1. determinism in its input;
+//  2. no split is assigned to two members;
+//  3. fixpoint: feeding the output back as ownership reproduces it, so a
+//     settled fleet publishes and drains nothing;
+//  4. local optimality: no single split can move to a member with spare
+//     budget and lower the sum of squared loads (unless the move cap binds);
+//  5. totality: a split is left out only when every lane is full.
+//
+// It runs three passes: sticky (a live owner with budget keeps its split,
+// heaviest first), fill (longest-processing-time greedy onto the least
+// loaded member with budget) and improve (repeatedly the single best move,
+// largest reduction of the sum of squared loads first). Unlike a scan of
+// every member pair per move, the improve pass finds each move in
+// O(members × log splits): for a source member the best target is always
+// the least-loaded member with budget, and the best split is the one whose
+// weight is closest to half the load gap.
+//
+// Members with an empty list are present in the result.
+func Assign(in AssignInput) map[string][]string {
+	out := make(map[string][]string, len(in.Members))
+	if len(in.Members) == 0 {
+		return out
+	}
+	members := slices.Clone(in.Members)
+	slices.SortFunc(members, func(a, b AssignMember) int { return cmp.Compare(a.ID, b.ID) })
+	members = slices.CompactFunc(members, func(a, b AssignMember) bool { return a.ID == b.ID })
+	m := len(members)
+	idx := make(map[string]int, m)
+	st := &assignState{
+		load:     make([]uint64, m),
+		count:    make([]int, m),
+		budget:   make([]int, m),
+		nameHash: make([]uint64, m),
+		held:     make([][]heldSplit, m),
+	}
+	for i, mb := range members {
+		idx[mb.ID] = i
+		st.budget[i] = max(mb.Budget, 1)
+		st.nameHash[i] = keyedHash(in.Seed, mb.ID)
+	}
+
+	// Pool order: heaviest first, then id.
+	pool := make([]poolSplit, 0, len(in.Splits))
+	for _, s := range in.Splits {
+		pool = append(pool, poolSplit{AssignSplit: s, w: max(s.Weight, 1), hash: keyedHash(in.Seed, s.ID)})
+	}
+	slices.SortFunc(pool, func(a, b poolSplit) int {
+		if c := cmp.Compare(b.w, a.w); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	pool = slices.CompactFunc(pool, func(a, b poolSplit) bool { return a.ID == b.ID })
+
+	// 1. Sticky.
+	unplaced := make([]int, 0, len(pool))
+	for i := range pool {
+		if o, ok := idx[pool[i].Owner]; ok && st.count[o] < st.budget[o] {
+			st.place(o, i, &pool[i])
+			continue
+		}
+		unplaced = append(unplaced, i)
+	}
+
+	// 2. Fill: least loaded member with budget; ties to the smallest keyed
+	// name hash, so a fleet of empty members does not pile onto whichever
+	// name sorts first.
+	fh := &fillHeap{st: st}
+	for i := range m {
+		if st.count[i] < st.budget[i] {
+			fh.items = append(fh.items, i)
+		}
+	}
+	sort.Sort(fh)
+	for _, i := range unplaced {
+		if len(fh.items) == 0 {
+			break // every lane is full: the rest queue
+		}
+		o := fh.items[0]
+		st.place(o, i, &pool[i])
+		if st.count[o] >= st.budget[o] {
+			fh.popFront()
+		} else {
+			fh.fixFront()
+		}
+	}
+
+	// 3. Improve.
+	for range maxImprovingMoves {
+		if !st.improve(pool) {
+			break
+		}
+	}
+
+	for i, mb := range members {
+		ids := make([]string, len(st.held[i]))
+		for k, h := range st.held[i] {
+			ids[k] = pool[h.pool].ID
+		}
+		slices.Sort(ids)
+		out[mb.ID] = ids
+	}
+	return out
+}
+
+type poolSplit struct {
+	AssignSplit
+	w    uint64
+	hash uint64
+}
+
+// heldSplit is one split on a member, kept sorted by (weight, hash).
+type heldSplit struct {
+	w, hash uint64
+	pool    int
+}
+
+func heldLess(a, b heldSplit) int {
+	if c := cmp.Compare(a.w, b.w); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.hash, b.hash)
+}
+
+type assignState struct {
+	load     []uint64
+	count    []int
+	budget   []int
+	nameHash []uint64
+	held     [][]heldSplit
+}
+
+func satAdd(a, b uint64) uint64 {
+	s, c := bits.Add64(a, b, 0)
+	if c != 0 {
+		return math.MaxUint64
+	}
+	return s
+}
+
+func (st *assignState) place(o, i int, p *poolSplit) {
+	h := heldSplit{w: p.w, hash: p.hash, pool: i}
+	at, _ := slices.BinarySearchFunc(st.held[o], h, heldLess)
+	st.held[o] = slices.Insert(st.held[o], at, h)
+	st.load[o] = satAdd(st.load[o], p.w)
+	st.count[o]++
+}
+
+func (st *assignState) remove(o int, h heldSplit) {
+	at, found := slices.BinarySearchFunc(st.held[o], h, heldLess)
+	if !found {
+		panic("spate: assignment bookkeeping lost a split")
+	}
+	st.held[o] = slices.Delete(st.held[o], at, at+1)
+	st.load[o] -= min(h.w, st.load[o]) // saturated loads stay non-negative
+	st.count[o]--
+}
+
+// gain is w × (gap − w) as a 128-bit value (hi, lo): the reduction of the
+// sum of squared loads, halved. It is only meaningful when gap > w.
+func gain(w, gap uint64) (uint64, uint64) { return bits.Mul64(w, gap-w) }
+
+func gainLess(ah, al, bh, bl uint64) bool { return ah < bh || ah == bh && al < bl }
+
+// improve applies the single best improving move, if any.
+func (st *assignState) improve(pool []poolSplit) bool {
+	// The two least-loaded members with budget, (load, name hash) order.
+	t1, t2 := -1, -1
+	better := func(a, b int) bool {
+		return st.load[a] < st.load[b] || st.load[a] == st.load[b] && st.nameHash[a] < st.nameHash[b]
+	}
+	for i := range st.load {
+		if st.count[i] >= st.budget[i] {
+			continue
+		}
+		switch {
+		case t1 < 0 || better(i, t1):
+			t1, t2 = i, t1
+		case t2 < 0 || better(i, t2):
+			t2 = i
+		}
+	}
+	if t1 < 0 {
+		return false
+	}
+	bestFrom, bestTo := -1, -1
+	var best heldSplit
+	var bh, bl uint64
+	for f := range st.load {
+		t := t1
+		if f == t1 {
+			t = t2
+		}
+		if t < 0 || st.load[f] <= st.load[t] {
+			continue
+		}
+		gap := st.load[f] - st.load[t]
+		cand, ok := bestSplitFor(st.held[f], gap)
+		if !ok {
+			continue
+		}
+		h, l := gain(cand.w, gap)
+		if bestFrom < 0 || gainLess(bh, bl, h, l) || h == bh && l == bl && cand.hash > best.hash {
+			bestFrom, bestTo, best, bh, bl = f, t, cand, h, l
+		}
+	}
+	if bestFrom < 0 {
+		return false
+	}
+	st.remove(bestFrom, best)
+	st.place(bestTo, best.pool, &pool[best.pool])
+	return true
+}
+
+// bestSplitFor picks, among splits with weight < gap, the one maximising
+// w × (gap − w) — the weight closest to gap/2 — breaking equal gains by the
+// larger keyed id hash. held is sorted by (weight, hash).
+func bestSplitFor(held []heldSplit, gap uint64) (heldSplit, bool) {
+	if len(held) == 0 || held[0].w >= gap {
+		return heldSplit{}, false
+	}
+	half := gap / 2
+	// Candidates: the heaviest weight <= half and the lightest weight > half
+	// (both below gap); within one weight the largest hash wins, which is
+	// the last of its group.
+	var cands []heldSplit
+	lo := sort.Search(len(held), func(i int) bool { return held[i].w > half })
+	if lo > 0 {
+		cands = append(cands, held[lo-1])
+	}
+	if lo < len(held) && held[lo].w < gap {
+		w := held[lo].w
+		end := sort.Search(len(held), func(i int) bool { return held[i].w > w })
+		cands = append(cands, held[end-1])
+	}
+	var best heldSplit
+	var bh, bl uint64
+	for k, c := range cands {
+		h, l := gain(c.w, gap)
+		if k == 0 || gainLess(bh, bl, h, l) || h == bh && l == bl && c.hash > best.hash {
+			best, bh, bl = c, h, l
+		}
+	}
+	return best, len(cands) > 0
+}
+
+// fillHeap orders members with budget by (load, name hash); the fill pass
+// only ever raises the front's load, so a sift-down keeps it ordered.
+type fillHeap struct {
+	st    *assignState
+	items []int
+}
+
+func (f *fillHeap) Len() int { return len(f.items) }
+func (f *fillHeap) Less(i, j int) bool {
+	a, b := f.items[i], f.items[j]
+	la, lb := f.st.load[a], f.st.load[b]
+	return la < lb || la == lb && f.st.nameHash[a] < f.st.nameHash[b]
+}
+func (f *fillHeap) Swap(i, j int) { f.items[i], f.items[j] = f.items[j], f.items[i] }
+
+// fixFront restores order after the front's load grew: it is a sorted
+// slice, so move the front right until it is in place (binary search).
+func (f *fillHeap) fixFront() {
+	x := f.items[0]
+	rest := f.items[1:]
+	at := sort.Search(len(rest), func(i int) bool {
+		y := rest[i]
+		lx, ly := f.st.load[x], f.st.load[y]
+		return lx < ly || lx == ly && f.st.nameHash[x] < f.st.nameHash[y]
+	})
+	copy(f.items[0:at], rest[:at])
+	f.items[at] = x
+}
+
+func (f *fillHeap) popFront() { f.items = f.items[1:] }
+
+// keyedHash is a stable 64-bit hash of s keyed by seed (FNV-1a over the
+// seed and the string, then a splitmix64 finaliser).
+func keyedHash(seed uint64, s string) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], seed)
+	h.Write(b[:])
+	h.Write([]byte(s))
+	return mix64(h.Sum64())
+}
+
+func mix64(z uint64) uint64 {
+	z ^= z >> 30
+	z *= 0xbf58476d1ce4e5b9
+	z ^= z >> 27
+	z *= 0x94d049bb133111eb
+	z ^= z >> 31
+	return z
+}

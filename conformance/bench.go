@@ -1,0 +1,143 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/spate-go/spate"
+)
+
+// RunBenchmarks measures, on the driver behind newHarness and in one run,
+// what coordination costs against the store's own compare-and-swap:
+//
+//   - StoreUpdate: a raw compare-and-swap through the spate.Store
+//     interface (the floor);
+//   - FencedCommit: a fenced commit through the coordinator (handle, actor,
+//     one compare-and-swap, reply);
+//   - ReleaseReclaim: one split handed back and claimed again (lease delete,
+//     owner clear, lease create, epoch-bumping compare-and-swap, and the
+//     watch round trip that triggers the claim).
+//
+// Compare FencedCommit with StoreUpdate for the overhead spate adds, and
+// with the driver's own raw-client benchmark for the driver's.
+func RunBenchmarks(b *testing.B, newHarness HarnessMaker) {
+	b.Run("StoreUpdate", func(b *testing.B) { benchStoreUpdate(b, newHarness) })
+	b.Run("FencedCommit", func(b *testing.B) { benchFencedCommit(b, newHarness) })
+	b.Run("ReleaseReclaim", func(b *testing.B) { benchReleaseReclaim(b, newHarness) })
+}
+
+func benchStoreUpdate(b *testing.B, mk HarnessMaker) {
+	h := mk(b)
+	defer h.Close()
+	ctx := context.Background()
+	s, err := h.NewStore(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	o, err := s.Create(ctx, spate.Durable, "bench.cas", []byte("0"))
+	if err != nil || !o.Won {
+		b.Fatalf("create: %v", err)
+	}
+	rev := o.Revision
+	i := 0
+	for b.Loop() {
+		i++
+		o, err := s.Update(ctx, spate.Durable, "bench.cas", fmt.Appendf(nil, `{"watermark":%d}`, i), rev)
+		if err != nil || !o.Won {
+			b.Fatalf("update: won=%t err=%v", o.Won, err)
+		}
+		rev = o.Revision
+	}
+}
+
+// benchWorker starts one coordinator over a fresh harness store and waits
+// until it holds n splits.
+func benchWorker(b *testing.B, h Harness, n int) (*spate.StoreCoordinator, spate.Waker, []spate.SplitID) {
+	ctx := context.Background()
+	s, err := h.NewStore(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	cfg := testConfig(s.Capabilities().TTL)
+	cfg.InstanceID = "bench"
+	cfg.OpTimeout = min(cfg.LeaseDuration/2, 5*time.Second)
+	cfg.DrainDeadline = max(cfg.DrainDeadline, cfg.OpTimeout)
+	c, err := spate.NewStoreCoordinator(s, cfg, spate.WithLogger(testLogger("bench")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := spate.NewWaker()
+	c.SetWaker(w)
+	if err := c.Start(planOf("bench", n)); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	var held []spate.SplitID
+	deadline := time.Now().Add(30 * cfg.LeaseDuration)
+	for len(held) < n {
+		if time.Now().After(deadline) {
+			b.Fatalf("the worker never held its %d splits", n)
+		}
+		select {
+		case <-w.C():
+		case <-time.After(50 * time.Millisecond):
+		}
+		evs, err := c.Poll()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, ev := range evs {
+			if g, ok := ev.(spate.Gained); ok {
+				held = append(held, g.Split.ID)
+			}
+		}
+	}
+	return c, w, held
+}
+
+func benchFencedCommit(b *testing.B, mk HarnessMaker) {
+	h := mk(b)
+	defer h.Close()
+	c, _, held := benchWorker(b, h, 1)
+	ctx := context.Background()
+	var wm int64
+	for b.Loop() {
+		wm++
+		if err := c.Commit(ctx, held[0], spate.NewSplitProgress(wm, nil)); err != nil {
+			b.Fatalf("commit: %v", err)
+		}
+	}
+}
+
+func benchReleaseReclaim(b *testing.B, mk HarnessMaker) {
+	h := mk(b)
+	defer h.Close()
+	// Two splits, so handing one back is never the worker's departure.
+	c, w, held := benchWorker(b, h, 2)
+	ctx := context.Background()
+	id := held[0]
+	for b.Loop() {
+		if err := spate.ReleaseDrained(ctx, c, id); err != nil {
+			b.Fatalf("release: %v", err)
+		}
+		for gained := false; !gained; {
+			select {
+			case <-w.C():
+			case <-time.After(time.Second):
+			}
+			evs, err := c.Poll()
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, ev := range evs {
+				if g, ok := ev.(spate.Gained); ok && g.Split.ID == id {
+					gained = true
+				}
+			}
+		}
+	}
+}

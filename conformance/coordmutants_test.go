@@ -1,0 +1,101 @@
+package conformance_test
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/conformance"
+	"github.com/spate-go/spate/stores/mem"
+)
+
+// Stores that pass the coordinator's startup probe (which only exercises
+// its own _probe keys) but break a rule the protocol depends on. The
+// coordinator suite must catch each.
+var coordMutants = []mutant{
+	{name: "cas-ignores-revision-on-split-records", breaks: []string{"FencedZombieCommitWritesNothing"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, update: func(ctx context.Context, ks spate.Keyspace, key string, v []byte, exp uint64) (spate.Outcome, error) {
+				if ks == spate.Durable && strings.HasPrefix(key, "split.") {
+					if cur, ok, err := s.Get(ctx, ks, key); err == nil && ok {
+						exp = cur.Revision
+					}
+				}
+				return s.Update(ctx, ks, key, v, exp)
+			}}
+		}},
+	{name: "leases-never-expire", breaks: []string{"DeathTakeoverWaitsOutTheLease"},
+		harness: func() conformance.Harness {
+			root := mem.MustNew(mem.Options{TTL: 1000 * ttl})
+			return &harness{root: root, wrap: func(s *mem.Store) spate.Store {
+				return &hooked{Store: s, caps: func(c spate.Capabilities) spate.Capabilities { c.TTL = ttl; return c }}
+			}}
+		}},
+	{name: "renewal-does-not-rearm", breaks: []string{"TwoWorkersPartitionDisjointly"},
+		wrap: func(sh *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s,
+				create: func(ctx context.Context, ks spate.Keyspace, key string, v []byte) (spate.Outcome, error) {
+					o, err := s.Create(ctx, ks, key, v)
+					if o.Won && ks == spate.Ephemeral {
+						sh.mu.Lock()
+						sh.created[key] = time.Now()
+						sh.mu.Unlock()
+					}
+					return o, err
+				},
+				update: func(ctx context.Context, ks spate.Keyspace, key string, v []byte, exp uint64) (spate.Outcome, error) {
+					sh.mu.Lock()
+					born, ok := sh.created[key]
+					sh.mu.Unlock()
+					if ks == spate.Ephemeral && ok && time.Since(born) >= ttl {
+						_, _ = s.Delete(ctx, ks, key, spate.AnyRevision)
+						return spate.Outcome{}, nil
+					}
+					return s.Update(ctx, ks, key, v, exp)
+				}}
+		}},
+	{name: "split-listing-under-reports", breaks: []string{"TwoWorkersPartitionDisjointly"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, list: func(ctx context.Context, ks spate.Keyspace, p string) ([]spate.Entry, error) {
+				es, err := s.List(ctx, ks, p)
+				if ks == spate.Durable && p == "split." && len(es) > 1 {
+					es = es[1:]
+				}
+				return es, err
+			}}
+		}},
+}
+
+// TestCoordinatorSuiteCatchesMutants proves the coordinator suite fails a
+// store that breaks what fencing and completion rest on.
+func TestCoordinatorSuiteCatchesMutants(t *testing.T) {
+	if os.Getenv("SPATE_MUTANT") != "" {
+		t.Skip("inside a mutant run")
+	}
+	for _, m := range coordMutants {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			failed, out := runTarget(t, "TestCoordMutantTarget", m.name, m.breaks)
+			for _, r := range m.breaks {
+				if !slices.Contains(failed, r) {
+					t.Errorf("mutant %q breaks %s, but the suite did not catch it (failed: %v)\n%s", m.name, r, failed, out)
+				}
+			}
+			t.Logf("mutant %q caught by %v", m.name, failed)
+		})
+	}
+}
+
+// TestCoordMutantTarget runs the coordinator suite against the mutant named
+// by SPATE_MUTANT; it only runs as a subprocess.
+func TestCoordMutantTarget(t *testing.T) {
+	name := os.Getenv("SPATE_MUTANT")
+	if name == "" {
+		t.Skip("runs only as a subprocess of TestCoordinatorSuiteCatchesMutants")
+	}
+	conformance.RunCoordinator(t, mutantHarness(coordMutants, name), conformance.VirtualTime())
+}

@@ -1,0 +1,409 @@
+package spate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// CoordinatorOption tunes a [StoreCoordinator].
+type CoordinatorOption func(*coordOptions)
+
+type coordOptions struct {
+	logger *slog.Logger
+	reg    prometheus.Registerer
+	labels prometheus.Labels
+}
+
+// WithLogger sets the logger (default: slog.Default()).
+func WithLogger(l *slog.Logger) CoordinatorOption { return func(o *coordOptions) { o.logger = l } }
+
+// WithRegisterer registers the spate_coordination_* metrics with reg. Without
+// it the metrics are kept but not exported.
+func WithRegisterer(reg prometheus.Registerer) CoordinatorOption {
+	return func(o *coordOptions) { o.reg = reg }
+}
+
+// WithMetricLabels adds constant labels to every metric (pipeline,
+// component, ...), so several coordinators can share one registry.
+func WithMetricLabels(l prometheus.Labels) CoordinatorOption {
+	return func(o *coordOptions) { o.labels = l }
+}
+
+// commandQueueDepth bounds the commands waiting for the actor.
+const commandQueueDepth = 64
+
+// StoreCoordinator is a [SplitCoordinator] over any [Store] that keeps the
+// store contract. It implements [DrainReleaser] and [RevokeDecliner] too.
+//
+// One goroutine per coordinator (the actor) owns every store operation and
+// the local view of the job; the planner runs off it. The methods are a
+// synchronous handle: commands wait for the actor at most 3×OpTimeout (and
+// their context), Poll never blocks. A failure of the actor is sticky: once
+// the events queued before it are delivered, every call returns it.
+//
+// All methods are safe for concurrent use, but the seam expects one
+// controller goroutine to drive it.
+type StoreCoordinator struct {
+	cfg   Config
+	store Store // the metered store
+	log   *slog.Logger
+	m     *coordMetrics
+	nonce string
+
+	cmds chan *command
+	done chan struct{} // closed when the actor exits
+	stop context.CancelFunc
+	act  *actor
+
+	mu      sync.Mutex
+	waker   Waker
+	started bool
+	closed  bool
+	events  []Event
+	failure error
+}
+
+var (
+	_ SplitCoordinator = (*StoreCoordinator)(nil)
+	_ DrainReleaser    = (*StoreCoordinator)(nil)
+	_ RevokeDecliner   = (*StoreCoordinator)(nil)
+)
+
+// NewStoreCoordinator validates cfg against store and returns a coordinator
+// ready for SetWaker and Start. The store's TTL must equal
+// cfg.LeaseDuration: renewal cadence comes from the config, expiry from the
+// store, and mismatched values silently churn leases. The coordinator does
+// not close the store.
+func NewStoreCoordinator(store Store, cfg Config, opts ...CoordinatorOption) (*StoreCoordinator, error) {
+	if store == nil {
+		return nil, Fatalf("coordinator: store is nil")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	caps := store.Capabilities()
+	if caps.TTL != cfg.LeaseDuration {
+		return nil, Fatalf("coordinator: the %s store's TTL is %v but lease_duration is %v; they must be equal (open the store with the lease duration as its TTL)",
+			caps.Driver, caps.TTL, cfg.LeaseDuration)
+	}
+	if caps.TTLFloor > cfg.LeaseDuration {
+		return nil, Fatalf("coordinator: lease_duration %v is below the %s store's TTL floor of %v", cfg.LeaseDuration, caps.Driver, caps.TTLFloor)
+	}
+	var o coordOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.logger == nil {
+		o.logger = slog.Default()
+	}
+	m, err := newCoordMetrics(o.reg, o.labels)
+	if err != nil {
+		return nil, err
+	}
+	c := &StoreCoordinator{
+		cfg:   cfg,
+		store: &meteredStore{Store: store, timeout: cfg.OpTimeout, m: m},
+		log:   o.logger.With("instance", cfg.InstanceID),
+		m:     m,
+		nonce: RandomHex(),
+		cmds:  make(chan *command, commandQueueDepth),
+		done:  make(chan struct{}),
+	}
+	return c, nil
+}
+
+// InstanceID is this worker's instance id.
+func (c *StoreCoordinator) InstanceID() string { return c.cfg.InstanceID }
+
+// Config is the effective configuration, defaults applied.
+func (c *StoreCoordinator) Config() Config { return c.cfg }
+
+// SetWaker implements [SplitCoordinator].
+func (c *StoreCoordinator) SetWaker(w Waker) {
+	c.mu.Lock()
+	c.waker = w
+	c.mu.Unlock()
+}
+
+// Start implements [SplitCoordinator]: it spawns the actor, which probes the
+// store, joins the job and starts claiming. It returns at once; startup
+// failures surface from Poll.
+func (c *StoreCoordinator) Start(planner SplitPlanner) error {
+	if planner == nil {
+		return Fatalf("coordinator: planner is nil")
+	}
+	fp := planner.Fingerprint()
+	if fp == "" {
+		return Fatalf("coordinator: the planner's fingerprint is empty; derive it from the job's configuration")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("coordinator: start after close: %w: %w", ErrClosed, ErrFatal)
+	}
+	if c.started {
+		return Fatalf("coordinator: Start called twice")
+	}
+	c.started = true
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stop = cancel
+	c.act = newActor(c, planner, fp)
+	go func() {
+		defer close(c.done)
+		c.act.run(ctx)
+	}()
+	return nil
+}
+
+// Poll implements [SplitCoordinator]. It never blocks.
+func (c *StoreCoordinator) Poll() ([]Event, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.events) > 0 {
+		ev := c.events
+		c.events = nil
+		return ev, nil
+	}
+	return nil, c.failure
+}
+
+// emit queues events for Poll and wakes the waiter. Called by the actor.
+func (c *StoreCoordinator) emit(ev ...Event) {
+	c.mu.Lock()
+	c.events = append(c.events, ev...)
+	w := c.waker
+	c.mu.Unlock()
+	w.Wake()
+}
+
+// fail records the actor's terminal failure (the first one sticks).
+func (c *StoreCoordinator) fail(err error) {
+	c.mu.Lock()
+	if c.failure == nil {
+		c.failure = err
+	}
+	w := c.waker
+	c.mu.Unlock()
+	w.Wake()
+}
+
+func (c *StoreCoordinator) sticky() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("coordinator: %w: %w", ErrClosed, ErrFatal)
+	}
+	if !c.started {
+		return Fatalf("coordinator: not started")
+	}
+	return c.failure
+}
+
+type cmdKind uint8
+
+const (
+	cmdCommit cmdKind = iota + 1
+	cmdFail
+	cmdRelease
+	cmdReleaseDrained
+	cmdDecline
+)
+
+type command struct {
+	kind     cmdKind
+	split    SplitID
+	splits   []SplitID
+	progress SplitProgress
+	reason   string
+	reply    chan error
+}
+
+// do hands a command to the actor and waits for its answer, at most
+// 3×OpTimeout and as long as ctx allows.
+func (c *StoreCoordinator) do(ctx context.Context, cmd *command) error {
+	if err := c.sticky(); err != nil {
+		return err
+	}
+	cmd.reply = make(chan error, 1)
+	timer := time.NewTimer(3 * c.cfg.OpTimeout)
+	defer timer.Stop()
+	slow := func() error {
+		return Retryablef("coordinator: no answer within %v: the store may be slow or unreachable", 3*c.cfg.OpTimeout)
+	}
+	select {
+	case c.cmds <- cmd:
+	case <-timer.C:
+		return slow()
+	case <-ctx.Done():
+		return Retryablef("coordinator: %w", ctx.Err())
+	case <-c.done:
+		return c.deadErr()
+	}
+	select {
+	case err := <-cmd.reply:
+		return err
+	case <-timer.C:
+		return slow()
+	case <-ctx.Done():
+		return Retryablef("coordinator: %w (the command may still complete)", ctx.Err())
+	case <-c.done:
+		select {
+		case err := <-cmd.reply:
+			return err
+		default:
+			return c.deadErr()
+		}
+	}
+}
+
+func (c *StoreCoordinator) deadErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failure != nil {
+		return c.failure
+	}
+	if c.closed {
+		return fmt.Errorf("coordinator: %w: %w", ErrClosed, ErrFatal)
+	}
+	return Fatalf("coordinator: stopped unexpectedly")
+}
+
+// Commit implements [SplitCoordinator].
+func (c *StoreCoordinator) Commit(ctx context.Context, split SplitID, p SplitProgress) error {
+	return c.do(ctx, &command{kind: cmdCommit, split: split, progress: p})
+}
+
+// Fail implements [SplitCoordinator].
+func (c *StoreCoordinator) Fail(ctx context.Context, split SplitID, reason string) error {
+	return c.do(ctx, &command{kind: cmdFail, split: split, reason: reason})
+}
+
+// Release implements [SplitCoordinator]. It is best effort: when the actor
+// is alive but slow it returns nil (the queued release may still run; the
+// leases expire otherwise); when the actor is gone it releases directly.
+func (c *StoreCoordinator) Release(ctx context.Context, splits ...SplitID) error {
+	err := c.do(ctx, &command{kind: cmdRelease, splits: splits})
+	if err == nil {
+		return nil
+	}
+	select {
+	case <-c.done:
+		if c.act != nil {
+			c.directRelease(splits)
+		}
+	default:
+		c.log.Warn("release did not complete; the leases will expire instead", "splits", len(splits), "err", err)
+	}
+	return nil
+}
+
+// ReleaseDrained implements [DrainReleaser]. Errors are logged, not
+// returned: the leader forces the release at the drain deadline anyway.
+func (c *StoreCoordinator) ReleaseDrained(ctx context.Context, splits ...SplitID) error {
+	if err := c.do(ctx, &command{kind: cmdReleaseDrained, splits: splits}); err != nil {
+		c.log.Warn("drained release did not complete; the revocation deadline will force it", "splits", len(splits), "err", err)
+	}
+	return nil
+}
+
+// DeclineRevoke implements [RevokeDecliner]. Errors are logged, not
+// returned: the drain deadline forces the release anyway.
+func (c *StoreCoordinator) DeclineRevoke(ctx context.Context, split SplitID) error {
+	if err := c.do(ctx, &command{kind: cmdDecline, split: split}); err != nil {
+		c.log.Warn("revocation decline did not reach the actor; the drain deadline will force it", "split", split, "err", err)
+	}
+	return nil
+}
+
+// Close stops the actor and hands back, directly, every split it still held
+// (bounded by 2×OpTimeout): a lease is deleted only if it still carries this
+// process's owner and nonce, an owner is cleared only at this tenancy's
+// epoch. The first Close returns nil, later ones ErrClosed.
+func (c *StoreCoordinator) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return fmt.Errorf("coordinator: %w: %w", ErrClosed, ErrFatal)
+	}
+	c.closed = true
+	started := c.started
+	c.mu.Unlock()
+	if !started {
+		return nil
+	}
+	c.stop()
+	<-c.done
+	held := slices.Sorted(maps.Keys(c.act.owned))
+	ids := make([]SplitID, 0, len(held))
+	for _, id := range held {
+		ids = append(ids, SplitID{id: id})
+	}
+	c.directRelease(ids)
+	return nil
+}
+
+// directRelease hands splits back without the actor (it has exited), and
+// deletes this process's presence and leader keys, so peers take over at
+// once instead of waiting out the TTL.
+func (c *StoreCoordinator) directRelease(splits []SplitID) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*c.cfg.OpTimeout)
+	defer cancel()
+	a := c.act
+	for _, s := range splits {
+		t, ok := a.owned[s.id]
+		if !ok {
+			continue
+		}
+		key := prefixSplit + s.id
+		if e, ok, err := c.store.Get(ctx, Ephemeral, key); err == nil && ok {
+			if l, err := decodeLease(key, e.Value); err == nil && l.Owner == a.self && l.Nonce == c.nonce {
+				_, _ = c.store.Delete(ctx, Ephemeral, key, e.Revision)
+			}
+		}
+		if e, ok, err := c.store.Get(ctx, Durable, key); err == nil && ok {
+			if r, err := decodeProgress(key, s.id, e.Value, a.fpHash); err == nil && r.owner() == a.self && r.Epoch == t.epoch {
+				r.Owner = nil
+				r.WrittenAtMs = nowMs()
+				if o, err := c.store.Update(ctx, Durable, key, encode(r), e.Revision); err == nil && o.Won {
+					c.m.releases.Inc()
+				}
+			}
+		}
+		delete(a.owned, s.id)
+	}
+	for _, key := range []string{prefixWorker + a.self, keyLeader} {
+		e, ok, err := c.store.Get(ctx, Ephemeral, key)
+		if err != nil || !ok {
+			continue
+		}
+		if ours(key, e.Value, a.self, c.nonce) {
+			_, _ = c.store.Delete(ctx, Ephemeral, key, e.Revision)
+		}
+	}
+	if ctx.Err() != nil {
+		c.log.Warn("direct release ran out of time; unreleased leases will expire", "budget", 2*c.cfg.OpTimeout)
+	}
+}
+
+// ours reports whether an ephemeral presence or leader value was written
+// by this process.
+func ours(key string, v []byte, self, nonce string) bool {
+	if key == keyLeader {
+		l, err := decodeLeader(v)
+		return err == nil && l.Owner == self && l.Nonce == nonce
+	}
+	w, err := decodeWorker(key, v)
+	return err == nil && w.Nonce == nonce
+}
+
+// errStopped marks the actor's orderly exit.
+var errStopped = errors.New("spate: coordinator stopped")

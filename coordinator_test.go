@@ -1,0 +1,299 @@
+package spate_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/stores/mem"
+)
+
+const testLease = 1500 * time.Millisecond
+
+func testCfg(id string) spate.Config {
+	return spate.Config{InstanceID: id, LeaseDuration: testLease, OpTimeout: 300 * time.Millisecond,
+		ReplanInterval: testLease, ReconcileInterval: 300 * time.Millisecond, DrainDeadline: 5 * testLease,
+		RebalanceDelay: spate.NoRebalanceDelay}
+}
+
+// tw is a minimal source driving one coordinator in tests.
+type tw struct {
+	t      *testing.T
+	c      *spate.StoreCoordinator
+	reg    *prometheus.Registry
+	held   map[spate.SplitID]bool
+	drains map[spate.SplitID]time.Time // revoked splits and when to finish
+	drain  time.Duration               // how long a drain takes
+	events []spate.Event
+}
+
+func startTW(t *testing.T, s spate.Store, id string, p spate.SplitPlanner, log *slog.Logger) *tw {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	opts := []spate.CoordinatorOption{spate.WithRegisterer(reg)}
+	if log != nil {
+		opts = append(opts, spate.WithLogger(log))
+	}
+	c, err := spate.NewStoreCoordinator(s, testCfg(id), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(p); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &tw{t: t, c: c, reg: reg, held: map[spate.SplitID]bool{}, drains: map[spate.SplitID]time.Time{}}
+}
+
+func (w *tw) pump() {
+	evs, err := w.c.Poll()
+	if err != nil {
+		w.t.Fatalf("poll: %v", err)
+	}
+	for _, ev := range evs {
+		w.events = append(w.events, ev)
+		switch e := ev.(type) {
+		case spate.Gained:
+			w.held[e.Split.ID] = true
+		case spate.Lost:
+			delete(w.held, e.Split)
+		case spate.RevokeRequested:
+			if w.held[e.Split] {
+				w.drains[e.Split] = time.Now().Add(w.drain)
+			}
+		}
+	}
+	for id, at := range w.drains {
+		if time.Now().After(at) {
+			if err := w.c.Commit(context.Background(), id, spate.NewSplitProgress(1, nil)); err == nil {
+				_ = w.c.ReleaseDrained(context.Background(), id)
+			}
+			delete(w.held, id)
+			delete(w.drains, id)
+		}
+	}
+}
+
+func pumpUntil(t *testing.T, d time.Duration, what string, cond func() bool, ws ...*tw) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		for _, w := range ws {
+			w.pump()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func metric(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue next
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return -1
+}
+
+func histSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			return mf.GetMetric()[0].GetHistogram().GetSampleSum()
+		}
+	}
+	return -1
+}
+
+// A real cooperative revocation moves the revocation counters, the draining
+// gauge and drain duration on the releasing side, and an assignment latency
+// covering the drain on the gaining side.
+func TestRevocationMetrics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := mem.MustNew(mem.Options{TTL: testLease})
+		defer s.Close()
+		p := plan("metric", 4)
+		a := startTW(t, s, "a", p, nil)
+		pumpUntil(t, 20*testLease, "a holding everything", func() bool { return len(a.held) == 4 }, a)
+		const floor = 2 * time.Second
+		a.drain = floor
+		b := startTW(t, s, "b", p, nil)
+		pumpUntil(t, 5*testLease, "a draining", func() bool {
+			return metric(t, a.reg, "spate_coordination_splits_draining") > 0
+		}, a, b)
+		pumpUntil(t, 10*testLease, "b holding half", func() bool { return len(b.held) == 2 }, a, b)
+		if got := metric(t, a.reg, "spate_coordination_revocations_total", "outcome", "requested"); got != 2 {
+			t.Errorf("requested = %v, want 2", got)
+		}
+		if got := metric(t, a.reg, "spate_coordination_revocations_total", "outcome", "drained"); got != 2 {
+			t.Errorf("drained = %v, want 2", got)
+		}
+		if got := metric(t, a.reg, "spate_coordination_drain_duration_seconds"); got != 2 {
+			t.Errorf("drain durations observed = %v, want 2", got)
+		}
+		if got := metric(t, a.reg, "spate_coordination_splits_draining"); got != 0 {
+			t.Errorf("draining gauge = %v after the drains, want 0", got)
+		}
+		n := metric(t, b.reg, "spate_coordination_assignment_latency_seconds")
+		if n < 2 || histSum(t, b.reg, "spate_coordination_assignment_latency_seconds")/n < floor.Seconds()/2 {
+			t.Errorf("assignment latency must cover the drain (>= %v): %v samples, sum %v", floor/2, n,
+				histSum(t, b.reg, "spate_coordination_assignment_latency_seconds"))
+		}
+		if got := metric(t, b.reg, "spate_coordination_acquisitions_total", "reason", "reassigned"); got != 2 {
+			t.Errorf("b's reassigned acquisitions = %v, want 2", got)
+		}
+		if got := metric(t, a.reg, "spate_coordination_splits_owned"); got != 2 {
+			t.Errorf("a's owned gauge = %v", got)
+		}
+		for _, name := range []string{"spate_coordination_revocations_total", "spate_coordination_drain_duration_seconds"} {
+			problems, err := testutil.GatherAndLint(a.reg, name)
+			if err != nil || len(problems) > 0 {
+				t.Errorf("metric lint %s: %v %v", name, problems, err)
+			}
+		}
+	})
+}
+
+// A cancelled revocation counts "cancelled" and keeps the draining gauge up
+// until its drain lands.
+func TestCancelledRevocationMetrics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := mem.MustNew(mem.Options{TTL: testLease})
+		defer s.Close()
+		p := plan("cancel", 4)
+		a := startTW(t, s, "a", p, nil)
+		pumpUntil(t, 20*testLease, "a holding everything", func() bool { return len(a.held) == 4 }, a)
+		a.drain = time.Hour // the drain does not finish
+		b := startTW(t, s, "b", p, nil)
+		pumpUntil(t, 5*testLease, "a revocation", func() bool { return len(a.drains) > 0 }, a, b)
+		b.c.Close() // the joiner leaves: the leader names everything for a again
+		pumpUntil(t, 5*testLease, "the cancellation", func() bool {
+			return metric(t, a.reg, "spate_coordination_revocations_total", "outcome", "cancelled") > 0
+		}, a)
+		if got := metric(t, a.reg, "spate_coordination_splits_draining"); got == 0 {
+			t.Errorf("the draining gauge must count a cancelled drain still in progress")
+		}
+		if got := metric(t, a.reg, "spate_coordination_revocations_total", "outcome", "forced"); got != 0 {
+			t.Errorf("a cancelled revocation must not be forced: forced = %v", got)
+		}
+	})
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// Operators read the logs: a peer join is announced, the rebalance line says
+// what moved, completions alone publish nothing at INFO, and the joiner's
+// probe delete is not reported as an external deletion.
+func TestOperatorLogs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := mem.MustNew(mem.Options{TTL: testLease})
+		defer s.Close()
+		var logA syncBuf
+		p := plan("logs", 4)
+		a := startTW(t, s, "a", p, slog.New(slog.NewTextHandler(&logA, &slog.HandlerOptions{Level: slog.LevelInfo})))
+		pumpUntil(t, 20*testLease, "a holding everything", func() bool { return len(a.held) == 4 }, a)
+		b := startTW(t, s, "b", p, nil)
+		pumpUntil(t, 10*testLease, "b holding half", func() bool { return len(b.held) == 2 }, a, b)
+		out := logA.String()
+		if !strings.Contains(out, `msg="peer joined" instance=a peer=b live=2`) {
+			t.Errorf("no peer-joined line:\n%s", out)
+		}
+		if !strings.Contains(out, `msg="assignment published"`) || !strings.Contains(out, "moved=2") {
+			t.Errorf("no rebalance line with moved=2:\n%s", out)
+		}
+		if strings.Contains(out, "deleted externally") {
+			t.Errorf("the joiner's probe delete was reported as an external deletion:\n%s", out)
+		}
+		before := strings.Count(logA.String(), "assignment published")
+		// Complete alternately, so the loads never differ by a whole split
+		// and no completion makes a move worth a rebalance.
+		for len(a.held)+len(b.held) > 0 {
+			for _, w := range []*tw{a, b} {
+				for id := range w.held {
+					if err := w.c.Commit(context.Background(), id, spate.CompletedProgress(1, nil)); err != nil {
+						t.Fatal(err)
+					}
+					delete(w.held, id)
+					break
+				}
+				time.Sleep(testLease)
+				a.pump()
+				b.pump()
+			}
+		}
+		pumpUntil(t, 10*testLease, "AllComplete", func() bool {
+			for _, ev := range a.events {
+				if _, ok := ev.(spate.AllComplete); ok {
+					return true
+				}
+			}
+			return false
+		}, a, b)
+		if after := strings.Count(logA.String(), "assignment published"); after != before {
+			t.Errorf("completions alone must not log a rebalance at INFO (%d -> %d lines)", before, after)
+		}
+	})
+}
+
+func plan(prefix string, n int) spate.SplitPlanner {
+	var s []spate.PlannedSplit
+	for i := range n {
+		s = append(s, spate.NewPlannedSplit(spate.NewSplitSpec(spate.MustSplitID(fmt.Sprintf("%s-%d", prefix, i)), nil)))
+	}
+	return fixedPlanner{fp: "test:" + prefix, plan: spate.NewSplitPlan(s, spate.PlanFinal)}
+}
+
+type fixedPlanner struct {
+	fp   string
+	plan spate.SplitPlan
+}
+
+func (p fixedPlanner) Fingerprint() string { return p.fp }
+func (p fixedPlanner) Plan(context.Context, spate.PlanContext) (spate.SplitPlan, error) {
+	return p.plan, nil
+}

@@ -1,0 +1,224 @@
+package spate
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// JobState is a point-in-time picture of a job, read from its store without
+// joining it: for operators (spate inspect), tests and tooling.
+type JobState struct {
+	Plan        PlanState
+	Leader      *LeaderState
+	Members     []MemberState
+	Assignments map[string][]string // instance -> split ids
+	Splits      []SplitState        // sorted by id
+}
+
+// PlanState is the plan record.
+type PlanState struct {
+	Fingerprint  string
+	Generation   uint64
+	Finality     PlanFinality
+	Planned      uint64
+	PlannerState []byte
+}
+
+// LeaderState is the current planner leader.
+type LeaderState struct {
+	Instance   string
+	Generation uint64
+}
+
+// MemberState is one live worker.
+type MemberState struct {
+	Instance    string
+	MaxInFlight int
+}
+
+// SplitStatus is a split's lifecycle state.
+type SplitStatus string
+
+// The split statuses; completed and quarantined are terminal.
+const (
+	StatusRunnable    SplitStatus = statusRunnable
+	StatusCompleted   SplitStatus = statusCompleted
+	StatusQuarantined SplitStatus = statusQuarant
+)
+
+// SplitState is one split's durable record, spec and live lease.
+type SplitState struct {
+	ID       SplitID
+	Status   SplitStatus
+	Owner    string // durable owner; "" after a graceful end or before the first claim
+	Epoch    LeaseEpoch
+	Attempts uint32
+	// Progress is the committed progress, nil before the first commit.
+	Progress *SplitProgress
+	Weight   uint64 // 0 when the spec is missing
+	HasSpec  bool
+	// LeaseOwner is the live lease's owner, "" when no lease is live.
+	LeaseOwner string
+	// Revision is the progress record's store revision.
+	Revision uint64
+}
+
+// InspectJob reads a job's state from store. fingerprint, when non-empty,
+// must match the job's; records are parsed as strictly as the coordinator
+// parses them, so an alien record is a Fatal error naming its key.
+func InspectJob(ctx context.Context, store Store, fingerprint string) (*JobState, error) {
+	pe, ok, err := store.Get(ctx, Durable, keyPlan)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, Fatalf("no job here: the store has no plan record")
+	}
+	var plan planRecord
+	if err := decodeStrict(pe.Value, &plan, &plan.Schema); err != nil {
+		return nil, recordError(Durable, keyPlan, err)
+	}
+	if fingerprint == "" {
+		fingerprint = plan.Fingerprint
+	}
+	p, err := decodePlan(keyPlan, pe.Value, fingerprint)
+	if err != nil {
+		return nil, err
+	}
+	fp := FingerprintHash(fingerprint)
+	js := &JobState{
+		Plan:        PlanState{Fingerprint: p.Fingerprint, Generation: p.Generation, Planned: p.Planned},
+		Assignments: map[string][]string{},
+	}
+	if p.Finality == finalityFinal {
+		js.Plan.Finality = PlanFinal
+	}
+	if p.PlannerState != nil {
+		js.Plan.PlannerState = *p.PlannerState
+	}
+	dur, err := store.List(ctx, Durable, "")
+	if err != nil {
+		return nil, err
+	}
+	eph, err := store.List(ctx, Ephemeral, "")
+	if err != nil {
+		return nil, err
+	}
+	splits := map[string]*SplitState{}
+	get := func(id string) *SplitState {
+		s := splits[id]
+		if s == nil {
+			s = &SplitState{ID: SplitID{id: id}}
+			splits[id] = s
+		}
+		return s
+	}
+	for _, e := range dur {
+		switch {
+		case strings.HasPrefix(e.Key, prefixSplit):
+			id := e.Key[len(prefixSplit):]
+			r, err := decodeProgress(e.Key, id, e.Value, fp)
+			if err != nil {
+				return nil, err
+			}
+			s := get(id)
+			s.Status, s.Owner, s.Epoch, s.Attempts, s.Progress, s.Revision =
+				SplitStatus(r.Status), r.owner(), LeaseEpoch(r.Epoch), r.Attempts, r.progress(), e.Revision
+		case strings.HasPrefix(e.Key, prefixSpec):
+			id := e.Key[len(prefixSpec):]
+			r, err := decodeSpec(e.Key, id, e.Value, fp)
+			if err != nil {
+				return nil, err
+			}
+			s := get(id)
+			s.Weight, s.HasSpec = r.Weight, true
+		case strings.HasPrefix(e.Key, prefixAssign):
+			if a, err := decodeAssignment(e.Key, e.Value); err == nil {
+				js.Assignments[e.Key[len(prefixAssign):]] = a.Splits
+			}
+		}
+	}
+	for _, e := range eph {
+		switch {
+		case e.Key == keyLeader:
+			if l, err := decodeLeader(e.Value); err == nil {
+				js.Leader = &LeaderState{Instance: l.Owner, Generation: l.Generation}
+			}
+		case strings.HasPrefix(e.Key, prefixWorker):
+			m := MemberState{Instance: e.Key[len(prefixWorker):]}
+			if w, err := decodeWorker(e.Key, e.Value); err == nil {
+				m.MaxInFlight = w.MaxInFlight
+			}
+			js.Members = append(js.Members, m)
+		case strings.HasPrefix(e.Key, prefixSplit):
+			if l, err := decodeLease(e.Key, e.Value); err == nil {
+				if s, ok := splits[e.Key[len(prefixSplit):]]; ok {
+					s.LeaseOwner = l.Owner
+				}
+			}
+		}
+	}
+	for _, s := range splits {
+		if s.Status == "" {
+			continue // a spec without its progress record: seeding in flight
+		}
+		js.Splits = append(js.Splits, *s)
+	}
+	slices.SortFunc(js.Splits, func(a, b SplitState) int { return a.ID.Compare(b.ID) })
+	return js, nil
+}
+
+// Split returns one split of the state.
+func (js *JobState) Split(id string) (SplitState, bool) {
+	i, ok := slices.BinarySearchFunc(js.Splits, id, func(s SplitState, id string) int { return strings.Compare(s.ID.id, id) })
+	if !ok {
+		return SplitState{}, false
+	}
+	return js.Splits[i], true
+}
+
+// RequeueSplit puts a quarantined split back into play: status runnable,
+// attempts reset, owner cleared and the epoch bumped, in one
+// compare-and-swap on its progress record, so that any zombie of an earlier
+// tenancy stays fenced. It fails if the split is not quarantined.
+func RequeueSplit(ctx context.Context, store Store, fingerprint string, id SplitID) error {
+	key := prefixSplit + id.id
+	e, ok, err := store.Get(ctx, Durable, key)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return Fatalf("requeue: split %s does not exist", id)
+	}
+	r, err := decodeProgress(key, id.id, e.Value, FingerprintHash(fingerprint))
+	if err != nil {
+		return err
+	}
+	if r.Status != statusQuarant {
+		return Fatalf("requeue: split %s is %s, not quarantined", id, r.Status)
+	}
+	r.Status = statusRunnable
+	r.Attempts = 0
+	r.Owner = nil
+	r.Epoch++
+	r.WrittenAtMs = nowMs()
+	o, err := store.Update(ctx, Durable, key, encode(r), e.Revision)
+	if err != nil {
+		return err
+	}
+	if !o.Won {
+		return Retryablef("requeue: split %s changed while requeueing; try again", id)
+	}
+	return nil
+}
+
+// String renders a split state for logs.
+func (s SplitState) String() string {
+	wm := "-"
+	if s.Progress != nil {
+		wm = fmt.Sprint(s.Progress.Watermark)
+	}
+	return fmt.Sprintf("%s %s owner=%q epoch=%d attempts=%d watermark=%s lease=%q", s.ID, s.Status, s.Owner, s.Epoch, s.Attempts, wm, s.LeaseOwner)
+}

@@ -1,0 +1,115 @@
+package spate
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// meteredStore bounds every store operation except List by opTimeout and
+// times them all. List is timed but not bounded: its duration grows with the
+// number of keys (on some backends it is N+1 round trips). A deadline that
+// expires surfaces as Retryable; a write that timed out may have landed.
+type meteredStore struct {
+	Store
+	timeout time.Duration
+	m       *coordMetrics
+}
+
+func (s *meteredStore) observe(op string, start time.Time) {
+	s.m.storeOpDur.WithLabelValues(op).Observe(time.Since(start).Seconds())
+}
+
+func (s *meteredStore) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.timeout)
+}
+
+// timedOut classifies an expired per-operation deadline as Retryable.
+func timedOut(ctx context.Context, op string, err error) error {
+	if err != nil && ctx.Err() == context.DeadlineExceeded && KindOf(err) != KindRetryable {
+		return fmt.Errorf("store %s: no answer within the op timeout: %w: %w", op, err, ErrRetryable)
+	}
+	return err
+}
+
+func (s *meteredStore) Create(ctx context.Context, ks Keyspace, key string, v []byte) (Outcome, error) {
+	defer s.observe("put", time.Now())
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	o, err := s.Store.Create(ctx, ks, key, v)
+	return o, timedOut(ctx, "create", err)
+}
+
+func (s *meteredStore) Update(ctx context.Context, ks Keyspace, key string, v []byte, exp uint64) (Outcome, error) {
+	defer s.observe("put", time.Now())
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	o, err := s.Store.Update(ctx, ks, key, v, exp)
+	return o, timedOut(ctx, "update", err)
+}
+
+func (s *meteredStore) Get(ctx context.Context, ks Keyspace, key string) (Entry, bool, error) {
+	defer s.observe("get", time.Now())
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	e, ok, err := s.Store.Get(ctx, ks, key)
+	return e, ok, timedOut(ctx, "get", err)
+}
+
+func (s *meteredStore) Delete(ctx context.Context, ks Keyspace, key string, exp uint64) (Outcome, error) {
+	defer s.observe("delete", time.Now())
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	o, err := s.Store.Delete(ctx, ks, key, exp)
+	return o, timedOut(ctx, "delete", err)
+}
+
+func (s *meteredStore) List(ctx context.Context, ks Keyspace, prefix string) ([]Entry, error) {
+	defer s.observe("list", time.Now())
+	return s.Store.List(ctx, ks, prefix)
+}
+
+// Watch bounds only the establishment: the stream itself lives as long as
+// ctx.
+func (s *meteredStore) Watch(ctx context.Context, ks Keyspace, prefix string) (<-chan WatchEvent, error) {
+	defer s.observe("watch", time.Now())
+	type result struct {
+		ch  <-chan WatchEvent
+		err error
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan result, 1)
+	go func() {
+		ch, err := s.Store.Watch(wctx, ks, prefix)
+		done <- result{ch, err}
+	}()
+	timer := time.NewTimer(s.timeout)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			cancel()
+			return nil, r.err
+		}
+		context.AfterFunc(ctx, cancel) // the stream lives exactly as long as ctx
+		return r.ch, nil
+	case <-timer.C:
+		cancel()
+		go func() { // reap a late-established stream
+			if r := <-done; r.err == nil {
+				for range r.ch {
+				}
+			}
+		}()
+		return nil, fmt.Errorf("store watch %s %q: not established within the op timeout (%v): %w", ks, prefix, s.timeout, ErrRetryable)
+	case <-ctx.Done():
+		cancel()
+		go func() {
+			if r := <-done; r.err == nil {
+				for range r.ch {
+				}
+			}
+		}()
+		return nil, ContextError(ctx, "store", "watch")
+	}
+}
