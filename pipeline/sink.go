@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/spate-go/spate"
 )
 
@@ -116,6 +118,7 @@ type SinkRuntime struct {
 	budget *InflightBudget
 	log    *slog.Logger
 	met    atomic.Pointer[metrics]
+	h      sinkHandles
 
 	queues []chan *chunk
 	depth  []atomic.Int64
@@ -151,15 +154,36 @@ func (s *SinkRuntime) newTerminal() *terminal {
 	return &terminal{s: s, current: make([]*chunk, len(s.queues)), shardOf: map[*chunk]int{}}
 }
 
+// sinkHandles are the sink's metric handles, resolved once at start.
+type sinkHandles struct {
+	depth                                                 []prometheus.Gauge
+	full, abandoned, batchesOK, batchesAbandoned, records prometheus.Counter
+	retries, overrun                                      prometheus.Counter
+	writeDuration                                         prometheus.Observer
+}
+
 // start launches the writers. Idempotent.
 func (s *SinkRuntime) start(m *metrics, log *slog.Logger) {
 	s.startOnce.Do(func() {
 		if log != nil {
 			s.log = log.With("sink", s.name)
 		}
-		if m != nil {
-			s.met.Store(m)
+		if m == nil {
+			m, _ = newMetrics(s.name, nil) // unexported collectors
 		}
+		s.met.Store(m)
+		comp := "sink:" + s.name
+		for i := range s.queues {
+			s.h.depth = append(s.h.depth, m.queueDepth.WithLabelValues(comp, "sink", strconv.Itoa(i)))
+		}
+		s.h.full = m.queueFull.WithLabelValues(comp, "sink")
+		s.h.abandoned = m.sinkAbandoned.WithLabelValues(comp, "sink")
+		s.h.batchesOK = m.sinkBatches.WithLabelValues(comp, "sink", "ok")
+		s.h.batchesAbandoned = m.sinkBatches.WithLabelValues(comp, "sink", "abandoned")
+		s.h.records = m.sinkRecords.WithLabelValues(comp, "sink")
+		s.h.retries = m.sinkRetries.WithLabelValues(comp, "sink")
+		s.h.overrun = m.sinkDrainOverrun.WithLabelValues(comp, "sink")
+		s.h.writeDuration = m.sinkWriteDuration.WithLabelValues(comp, "sink")
 		for i := range s.queues {
 			s.wg.Add(1)
 			go s.worker(i)
@@ -174,8 +198,8 @@ func (s *SinkRuntime) trySend(shard int, ch *chunk) bool {
 		s.depth[shard].Add(1)
 		return true
 	default:
-		if m := s.m(); m != nil {
-			m.queueFull.WithLabelValues("sink:"+s.name, "sink").Inc()
+		if s.h.full != nil {
+			s.h.full.Inc()
 		}
 		return false
 	}
@@ -229,9 +253,7 @@ func (s *SinkRuntime) drain(ctx context.Context) DrainReport {
 	}
 	s.abort()
 	if overran {
-		if m := s.m(); m != nil {
-			m.sinkDrainOverrun.WithLabelValues("sink:"+s.name, "sink").Inc()
-		}
+		s.h.overrun.Inc()
 	}
 	return DrainReport{Flushed: s.flushed.Load() - before, Abandoned: s.abandoned.Load() - beforeAb, Overran: overran}
 }
@@ -264,10 +286,7 @@ func (s *SinkRuntime) worker(shard int) {
 	var linger *time.Timer
 	var lingerC <-chan time.Time
 	take := func(ch *chunk) {
-		s.depth[shard].Add(-1)
-		if s.m() != nil {
-			s.m().queueDepth.WithLabelValues("sink:"+s.name, "sink", strconv.Itoa(shard)).Set(float64(s.depth[shard].Load()))
-		}
+		s.h.depth[shard].Set(float64(s.depth[shard].Add(-1)))
 		b.records = append(b.records, ch.records...)
 		b.bytes += ch.bytes
 		b.acks.Absorb(&ch.acks)
@@ -322,9 +341,7 @@ func (s *SinkRuntime) abandonChunk(ch *chunk) {
 	s.budget.Sub(ch.bytes)
 	ch.acks.Abandon()
 	s.abandoned.Add(1)
-	if m := s.m(); m != nil {
-		m.sinkAbandoned.WithLabelValues("sink:"+s.name, "sink").Inc()
-	}
+	s.h.abandoned.Inc()
 }
 
 func (s *SinkRuntime) abandon(b *sinkBatch, why string) {
@@ -336,10 +353,8 @@ func (s *SinkRuntime) abandon(b *sinkBatch, why string) {
 	s.abandoned.Add(1)
 	reason := fmt.Sprintf("sink %s abandoned a batch of %d records: %s", s.name, len(b.records), why)
 	s.lastFailure.Store(&reason)
-	if m := s.m(); m != nil {
-		m.sinkAbandoned.WithLabelValues("sink:"+s.name, "sink").Inc()
-		m.sinkBatches.WithLabelValues("sink:"+s.name, "sink", "abandoned").Inc()
-	}
+	s.h.abandoned.Inc()
+	s.h.batchesAbandoned.Inc()
 	*b = sinkBatch{}
 }
 
@@ -353,17 +368,13 @@ func (s *SinkRuntime) write(shard int, b *sinkBatch) {
 		}
 		start := time.Now()
 		err := s.sink.Write(s.workCtx, shard, b.records)
-		if m := s.m(); m != nil {
-			m.sinkWriteDuration.WithLabelValues("sink:"+s.name, "sink").Observe(time.Since(start).Seconds())
-		}
+		s.h.writeDuration.Observe(time.Since(start).Seconds())
 		if err == nil {
 			s.budget.Sub(b.bytes)
 			b.acks.Deliver()
 			s.flushed.Add(1)
-			if m := s.m(); m != nil {
-				m.sinkBatches.WithLabelValues("sink:"+s.name, "sink", "ok").Inc()
-				m.sinkRecords.WithLabelValues("sink:"+s.name, "sink").Add(float64(len(b.records)))
-			}
+			s.h.batchesOK.Inc()
+			s.h.records.Add(float64(len(b.records)))
 			*b = sinkBatch{}
 			return
 		}
@@ -377,9 +388,7 @@ func (s *SinkRuntime) write(shard int, b *sinkBatch) {
 			s.abandon(b, fmt.Sprintf("%d attempts failed, last: %v", attempt, err))
 			return
 		}
-		if m := s.m(); m != nil {
-			m.sinkRetries.WithLabelValues("sink:"+s.name, "sink").Inc()
-		}
+		s.h.retries.Inc()
 		s.log.Warn("sink write failed; retrying", "shard", shard, "attempt", attempt, "error", err)
 		wait := time.Duration(float64(backoff) * (1 + s.opts.RetryJitter*(2*rand.Float64()-1)))
 		t := time.NewTimer(wait)
