@@ -124,6 +124,8 @@ const (
 	stepDrained
 	stepPanic
 	stepWait
+	stepRetire
+	stepCommitReady
 )
 
 type step struct {
@@ -211,6 +213,16 @@ func (s *fakeSource) PollEvents(timeout time.Duration) (pipeline.SourceEvent, er
 		return ev, nil
 	case stepPanic:
 		panic("scripted source panic")
+	case stepRetire:
+		s.log.add("retire-delivered")
+		return pipeline.RetiredEvent(st.ids...), nil
+	case stepCommitReady:
+		s.log.add("commit-ready-delivered")
+		var parts []pipeline.PartitionID
+		for _, id := range st.ids {
+			parts = append(parts, pipeline.PartitionID(id))
+		}
+		return pipeline.CommitReadyEvent(parts...), nil
 	}
 	return pipeline.IdleEvent(), nil
 }
@@ -460,6 +472,16 @@ func revoke(ids ...int) step {
 		out = append(out, pipeline.LaneID(i))
 	}
 	return step{kind: stepRevoke, ids: out}
+}
+func retire(ids ...int) step {
+	st := revoke(ids...)
+	st.kind = stepRetire
+	return st
+}
+func commitReady(parts ...int) step {
+	st := revoke(parts...)
+	st.kind = stepCommitReady
+	return st
 }
 func waitUntil(f func() bool) step { return step{kind: stepWait, until: f} }
 func drained() step                { return step{kind: stepDrained} }
