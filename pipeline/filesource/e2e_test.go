@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline"
 	"github.com/spate-go/spate/pipeline/filesource"
@@ -29,6 +31,11 @@ type worker struct {
 
 func startWorker(t *testing.T, name string, store spate.Store, in string, popts filesource.PlannerOptions) *worker {
 	t.Helper()
+	return startWorkerWith(t, name, store, in, popts, 4, nil)
+}
+
+func startWorkerWith(t *testing.T, name string, store spate.Store, in string, popts filesource.PlannerOptions, maxInFlight int, reg prometheus.Registerer) *worker {
+	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := spate.Config{
 		InstanceID:        name,
@@ -38,9 +45,13 @@ func startWorker(t *testing.T, name string, store spate.Store, in string, popts 
 		ReconcileInterval: 100 * time.Millisecond,
 		DrainDeadline:     2 * time.Second,
 		RebalanceDelay:    spate.NoRebalanceDelay,
-		MaxInFlight:       4,
+		MaxInFlight:       maxInFlight,
 	}
-	coord, err := spate.NewStoreCoordinator(store, cfg, spate.WithLogger(quiet))
+	copts := []spate.CoordinatorOption{spate.WithLogger(quiet)}
+	if reg != nil {
+		copts = append(copts, spate.WithRegisterer(reg))
+	}
+	coord, err := spate.NewStoreCoordinator(store, cfg, copts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,4 +262,69 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// A second pipeline joining mid-run takes splits over through cooperative
+// revocations (drain, final commit, drained hand-back): the job completes
+// with every line written exactly once.
+func TestJoiningPipelineTakesSplitsWithoutDuplicates(t *testing.T) {
+	in := t.TempDir()
+	lines := corpus(t, in, genCorpus(t, in, 48, 400, 4))
+	popts := filesource.PlannerOptions{TargetBytes: 16 << 10, MaxFiles: 4}
+	store := mem.MustNew(mem.Options{TTL: 500 * time.Millisecond})
+	defer store.Close()
+	// The first worker may hold every split, so the second one gets work
+	// only through revocations.
+	reg := prometheus.NewRegistry()
+	first := startWorkerWith(t, "first", store, in, popts, 64, reg)
+	waitFor(t, "first output", func() bool { return len(outputLines(t, first.out, 2)) > len(lines)/10 })
+	second := startWorkerWith(t, "second", store, in, popts, 64, nil)
+	var moved bool
+	waitFor(t, "the second worker's output", func() bool {
+		moved = len(outputLines(t, second.out, 2)) > 0
+		return moved
+	})
+	seen := map[string]int{}
+	for _, w := range []*worker{first, second} {
+		r := w.wait(t)
+		if r.State != pipeline.Completed || r.UnresolvedAcks != 0 {
+			t.Fatalf("%s: %+v", w.name, r)
+		}
+		for key, n := range outputLines(t, w.out, 2) {
+			seen[key] += n
+		}
+	}
+	for key := range lines {
+		if seen[key] != 1 {
+			t.Fatalf("line %s written %d times; a cooperative rebalance must neither lose nor repeat lines", key, seen[key])
+		}
+	}
+	drained := counter(t, reg, "spate_coordination_revocations_total", "outcome", "drained")
+	forced := counter(t, reg, "spate_coordination_revocations_total", "outcome", "forced")
+	t.Logf("revocations of the first worker: %v drained, %v forced", drained, forced)
+	if drained == 0 || forced != 0 {
+		t.Fatalf("want cooperative revocations only: %v drained, %v forced", drained, forced)
+	}
+}
+
+func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no series %s{%s=%q}", name, label, value)
+	return 0
 }
