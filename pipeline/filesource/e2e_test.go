@@ -328,3 +328,43 @@ func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) 
 	t.Fatalf("no series %s{%s=%q}", name, label, value)
 	return 0
 }
+
+// A pipeline stopped gracefully mid-run reads on until its reserve, hands
+// back what it did not finish, and exits Completed; its peer finishes the
+// job and every line is delivered. (Repeats are the handed-back splits'
+// uncommitted tails: the hand-back precedes the drain, as in seed 003. They
+// are counted here, not bounded.)
+func TestGracefulStopHandsBackUnfinishedSplits(t *testing.T) {
+	in := t.TempDir()
+	lines := corpus(t, in, genCorpus(t, in, 48, 400, 5))
+	popts := filesource.PlannerOptions{TargetBytes: 16 << 10, MaxFiles: 4}
+	store := mem.MustNew(mem.Options{TTL: 500 * time.Millisecond})
+	defer store.Close()
+	leaving := startWorker(t, "leaving", store, in, popts)
+	staying := startWorker(t, "staying", store, in, popts)
+	waitFor(t, "both working", func() bool {
+		return len(outputLines(t, leaving.out, 2)) > len(lines)/10 && len(outputLines(t, staying.out, 2)) > 0
+	})
+	leaving.rt.Stop()
+	r := leaving.wait(t)
+	if r.State != pipeline.Completed || r.UnresolvedAcks != 0 {
+		t.Fatalf("the stopped pipeline: %+v", r)
+	}
+	if r2 := staying.wait(t); r2.State != pipeline.Completed || r2.UnresolvedAcks != 0 {
+		t.Fatalf("the staying pipeline: %+v", r2)
+	}
+	seen := map[string]int{}
+	for _, w := range []*worker{leaving, staying} {
+		for key, n := range outputLines(t, w.out, 2) {
+			seen[key] += n
+		}
+	}
+	dups := 0
+	for key := range lines {
+		if seen[key] == 0 {
+			t.Fatalf("line %s never reached the output", key)
+		}
+		dups += seen[key] - 1
+	}
+	t.Logf("%d lines, %d repeated writes after the hand-back", len(lines), dups)
+}
