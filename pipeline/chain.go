@@ -287,7 +287,8 @@ func (t *terminal) add(r Record, ack *AckRef) {
 	shard := int(uint32(r.Partition) % uint32(len(t.current)))
 	ch := t.current[shard]
 	if ch == nil {
-		ch = &chunk{}
+		target := t.s.opts.ChunkTargetBytes
+		ch = &chunk{arena: make([]byte, 0, target+target/4), records: make([]Record, 0, 128)}
 		t.current[shard] = ch
 	}
 	start := len(ch.arena)

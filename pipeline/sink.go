@@ -274,20 +274,55 @@ func (s *SinkRuntime) Failure() string {
 }
 
 type sinkBatch struct {
-	records []Record
+	chunks  [][]Record
+	records int
 	bytes   int64
 	acks    AckSet
 }
 
+// flat returns the batch's records as one slice, copying only when the
+// batch holds more than one chunk.
+func (b *sinkBatch) flat() []Record {
+	switch len(b.chunks) {
+	case 0:
+		return nil
+	case 1:
+		return b.chunks[0]
+	}
+	out := make([]Record, 0, b.records)
+	for _, c := range b.chunks {
+		out = append(out, c...)
+	}
+	b.chunks = [][]Record{out}
+	return out
+}
+
+// worker is a shard's intake: it takes chunks off the queue into a batch
+// and hands full (or lingered) batches to the shard's writer, so the queue
+// keeps draining while a write is under way. One batch is written while
+// the next one is handed over; a third blocks the intake (backpressure).
 func (s *SinkRuntime) worker(shard int) {
-	defer s.wg.Done()
+	writes := make(chan *sinkBatch, 1)
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		for b := range writes {
+			s.write(shard, b)
+		}
+	}()
+	defer func() {
+		close(writes)
+		<-writerDone
+		s.wg.Done()
+	}()
 	q := s.queues[shard]
-	var b sinkBatch
+	b := &sinkBatch{}
 	var linger *time.Timer
 	var lingerC <-chan time.Time
 	take := func(ch *chunk) {
 		s.h.depth[shard].Set(float64(s.depth[shard].Add(-1)))
-		b.records = append(b.records, ch.records...)
+		b.chunks = append(b.chunks, ch.records)
+		b.records += len(ch.records)
 		b.bytes += ch.bytes
 		b.acks.Absorb(&ch.acks)
 	}
@@ -296,15 +331,20 @@ func (s *SinkRuntime) worker(shard int) {
 			linger.Stop()
 			linger, lingerC = nil, nil
 		}
-		if len(b.records) > 0 || b.acks.Len() > 0 {
-			s.write(shard, &b)
+		if b.records == 0 && b.acks.Len() == 0 {
+			return
 		}
-		b = sinkBatch{}
+		select {
+		case writes <- b:
+		case <-s.workCtx.Done():
+			s.abandon(b, "drain deadline reached")
+		}
+		b = &sinkBatch{}
 	}
 	for {
 		if s.workCtx.Err() != nil {
 			// Aborted: abandon the batch and everything still queued.
-			s.abandon(&b, "drain deadline reached")
+			s.abandon(b, "drain deadline reached")
 			for ch := range q {
 				s.depth[shard].Add(-1)
 				s.abandonChunk(ch)
@@ -318,14 +358,17 @@ func (s *SinkRuntime) worker(shard int) {
 				return
 			}
 			take(ch)
-			if len(b.records) >= s.opts.BatchMaxRecords || b.bytes >= s.opts.BatchMaxBytes || s.draining.Load() {
-				// While draining there is nothing to linger for unless more
-				// is queued right behind.
-				if s.draining.Load() && len(q) > 0 && len(b.records) < s.opts.BatchMaxRecords && b.bytes < s.opts.BatchMaxBytes {
-					continue
-				}
+			full := b.records >= s.opts.BatchMaxRecords || b.bytes >= s.opts.BatchMaxBytes
+			switch {
+			case full:
 				flush()
-			} else if linger == nil {
+			case s.draining.Load():
+				// Nothing to linger for while draining, unless more is
+				// queued right behind.
+				if len(q) == 0 {
+					flush()
+				}
+			case linger == nil:
 				linger = time.NewTimer(s.opts.Linger)
 				lingerC = linger.C
 			}
@@ -345,13 +388,13 @@ func (s *SinkRuntime) abandonChunk(ch *chunk) {
 }
 
 func (s *SinkRuntime) abandon(b *sinkBatch, why string) {
-	if len(b.records) == 0 && b.acks.Len() == 0 {
+	if b.records == 0 && b.acks.Len() == 0 {
 		return
 	}
 	s.budget.Sub(b.bytes)
 	b.acks.Abandon()
 	s.abandoned.Add(1)
-	reason := fmt.Sprintf("sink %s abandoned a batch of %d records: %s", s.name, len(b.records), why)
+	reason := fmt.Sprintf("sink %s abandoned a batch of %d records: %s", s.name, b.records, why)
 	s.lastFailure.Store(&reason)
 	s.h.abandoned.Inc()
 	s.h.batchesAbandoned.Inc()
@@ -367,14 +410,14 @@ func (s *SinkRuntime) write(shard int, b *sinkBatch) {
 			return
 		}
 		start := time.Now()
-		err := s.sink.Write(s.workCtx, shard, b.records)
+		err := s.sink.Write(s.workCtx, shard, b.flat())
 		s.h.writeDuration.Observe(time.Since(start).Seconds())
 		if err == nil {
 			s.budget.Sub(b.bytes)
 			b.acks.Deliver()
 			s.flushed.Add(1)
 			s.h.batchesOK.Inc()
-			s.h.records.Add(float64(len(b.records)))
+			s.h.records.Add(float64(b.records))
 			*b = sinkBatch{}
 			return
 		}
