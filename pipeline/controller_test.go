@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline"
 )
 
@@ -130,3 +131,41 @@ func TestMetricsAreOwnedAndRegisteredOnce(t *testing.T) {
 }
 
 var _ = context.Background
+
+func TestSourceErrorsFailTheRun(t *testing.T) {
+	for _, tc := range []struct {
+		name, want string
+		set        func(*fakeSource)
+	}{
+		{"open", "source open failed", func(s *fakeSource) { s.openErr = spate.Fatalf("no credentials") }},
+		{"poll", "poll_events failed", func(s *fakeSource) { s.pollErr = spate.Fatalf("client closed") }},
+		{"commit", "commit failed fatally", func(s *fakeSource) { s.commitErr = spate.Fatalf("watermark regressed") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, testConfig(), modeOK, 0, assign(lane(0, 0, 1)))
+			tc.set(h.src)
+			r := h.run()()
+			if r.State != pipeline.Failed || r.Failure.Component != "source" || !strings.Contains(r.Failure.Reason, tc.want) {
+				t.Fatalf("report %+v", r.Failure)
+			}
+			if !h.drained.Load() {
+				t.Fatal("a failed run still drains the sink")
+			}
+			if tc.name == "open" && h.src.stopReading.Load() != 0 {
+				t.Fatal("a source that never opened has nothing to hand back")
+			}
+		})
+	}
+}
+
+// A retryable source error is logged and tolerated.
+func TestRetryableSourceErrorsAreTolerated(t *testing.T) {
+	h := newHarness(t, testConfig(), modeOK, 0)
+	h.src.pollErr = spate.Retryablef("broker hiccup")
+	wait := h.run()
+	waitFor(t, "passes that fail retryably", func() bool { return h.src.polls.Load() >= 10 })
+	h.rt.Stop()
+	if r := wait(); r.State != pipeline.Completed {
+		t.Fatalf("state %v: %v", r.State, r.Failure)
+	}
+}

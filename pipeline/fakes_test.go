@@ -153,6 +153,10 @@ type fakeSource struct {
 	stopReading    atomic.Int32
 	renewHeld      atomic.Int32
 	commitsByStage []string
+	openErr        error
+	polls          atomic.Int32
+	pollErr        error
+	commitErr      error
 }
 
 func newFakeSource(log *eventLog, script ...step) *fakeSource {
@@ -162,7 +166,7 @@ func newFakeSource(log *eventLog, script ...step) *fakeSource {
 func (s *fakeSource) Open(ctx pipeline.SourceCtx) error {
 	s.issuer = ctx.Issuer
 	s.opened.Store(true)
-	return nil
+	return s.openErr
 }
 
 func (s *fakeSource) build(specs []laneSpec) []pipeline.Lane {
@@ -183,6 +187,11 @@ func (s *fakeSource) build(specs []laneSpec) []pipeline.Lane {
 }
 
 func (s *fakeSource) PollEvents(timeout time.Duration) (pipeline.SourceEvent, error) {
+	s.polls.Add(1)
+	if s.pollErr != nil {
+		time.Sleep(timeout)
+		return pipeline.SourceEvent{}, s.pollErr
+	}
 	if len(s.script) == 0 {
 		time.Sleep(timeout)
 		return pipeline.IdleEvent(), nil
@@ -228,6 +237,9 @@ func (s *fakeSource) PollEvents(timeout time.Duration) (pipeline.SourceEvent, er
 }
 
 func (s *fakeSource) Commit(ws []pipeline.Watermark) error {
+	if s.commitErr != nil {
+		return s.commitErr
+	}
 	if s.failCommits.Load() {
 		s.log.add("commit-failed")
 		return spate.Retryablef("scripted commit failure")
