@@ -169,3 +169,26 @@ func TestRetryableSourceErrorsAreTolerated(t *testing.T) {
 		t.Fatalf("state %v: %v", r.State, r.Failure)
 	}
 }
+
+// A reference that is never released is detectable: the exit report
+// counts it, and the watermark stalls in front of the leaked batch (the
+// safe direction), so a Drained exit fails instead of claiming completion.
+func TestLeakedAckIsDetected(t *testing.T) {
+	h := &harness{}
+	h = newHarness(t, testConfig(), modeLeakAt, 2,
+		assign(lane(0, 0, 3)),
+		waitUntil(func() bool { return h.consumed.Load() == 30 }),
+		drained())
+	done := make(chan pipeline.ExitReport, 1)
+	go func() { r, _ := h.rt.Run(context.Background()); done <- r }()
+	r := <-done
+	if r.UnresolvedAcks != 1 {
+		t.Fatalf("unresolved = %d, want the one leaked reference", r.UnresolvedAcks)
+	}
+	if r.State != pipeline.Failed || !strings.Contains(r.Failure.Reason, "unacknowledged") {
+		t.Fatalf("report %+v", r.Failure)
+	}
+	if o, _ := h.src.committed(0); o != 10 {
+		t.Fatalf("committed %d: the watermark must stop in front of the leaked batch (10)", o)
+	}
+}

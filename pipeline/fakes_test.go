@@ -315,6 +315,7 @@ const (
 	modeFailAckAt
 	modeHoldAcks
 	modeHoldUntilFlush
+	modeLeakAt // takes a reference of batch `at` and never gives it back
 )
 
 // fakeChain imitates an operator chain in one of several failure modes.
@@ -385,6 +386,8 @@ func (c *fakeChain) PushBatch(b *pipeline.Batch, from int) pipeline.PushOutcome 
 		panic("scripted chain panic")
 	case c.mode == modeFailAckAt && c.batches == c.at:
 		b.Ack.Fail()
+	case c.mode == modeLeakAt && c.batches == c.at:
+		b.Ack.Clone() // a bug: this reference is never released
 	case c.mode == modeHoldAcks || c.mode == modeHoldUntilFlush:
 		c.held.add(b.Ack)
 	}
