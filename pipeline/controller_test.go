@@ -192,3 +192,44 @@ func TestLeakedAckIsDetected(t *testing.T) {
 		t.Fatalf("committed %d: the watermark must stop in front of the leaked batch (10)", o)
 	}
 }
+
+// Cancelling Run's context is a graceful drain.
+func TestContextCancellationDrains(t *testing.T) {
+	h := newHarness(t, testConfig(), modeOK, 0, assign(lane(0, 0, 2)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan pipeline.ExitReport, 1)
+	go func() { r, _ := h.rt.Run(ctx); done <- r }()
+	waitFor(t, "consumption", func() bool { return h.consumed.Load() == 20 })
+	cancel()
+	r := <-done
+	if r.State != pipeline.Completed || len(r.FinalWatermarks) != 1 || r.FinalWatermarks[0] != wm(0, 20) || !h.drained.Load() {
+		t.Fatalf("report %+v", r)
+	}
+}
+
+// The lag a source publishes through its context appears in the
+// exposition under the controller's series.
+type lagSource struct{ *fakeSource }
+
+func (s lagSource) Open(ctx pipeline.SourceCtx) error {
+	ctx.Metrics.SetLag(3, 42)
+	return s.fakeSource.Open(ctx)
+}
+
+func TestSourcePublishesLag(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := &harness{t: t, log: &eventLog{}}
+	h.src = newFakeSource(h.log, drained())
+	rt, err := pipeline.New(testConfig(), lagSource{h.src}, func(int) pipeline.Chain {
+		return &fakeChain{log: h.log, consumed: &h.consumed, flushes: &h.flushes, held: &h.held}
+	}, pipeline.SinkHooks{}, nil, pipeline.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if v := gathered(t, reg, "spate_source_lag_records", "partition", "3"); v != 42 {
+		t.Fatalf("lag %v", v)
+	}
+}

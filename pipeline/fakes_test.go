@@ -180,7 +180,9 @@ func (s *fakeSource) build(specs []laneSpec) []pipeline.Lane {
 		for i := range sp.batches {
 			l.batches = append(l.batches, [2]int64{sp.first + int64(i)*size, size})
 		}
+		s.mu.Lock()
 		s.lanes[sp.id] = l
+		s.mu.Unlock()
 		out = append(out, l)
 	}
 	return out
@@ -296,6 +298,16 @@ func (s *fakeSource) committed(p pipeline.PartitionID) (int64, bool) {
 	defer s.mu.Unlock()
 	o, ok := s.commits[p]
 	return o, ok
+}
+
+func (s *fakeSource) laneList() []*fakeLane {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*fakeLane
+	for _, l := range s.lanes {
+		out = append(out, l)
+	}
+	return out
 }
 
 func (s *fakeSource) pauseCount() int {
