@@ -1,0 +1,376 @@
+package pipeline
+
+import (
+	"fmt"
+)
+
+// PushKind says how a push or flush ended.
+type PushKind uint8
+
+const (
+	// PushDone: everything was accepted.
+	PushDone PushKind = iota
+	// PushBlocked: the chain cannot take more now; push again from
+	// ResumeAt after a short wait. Payloads before ResumeAt were processed
+	// and never run again.
+	PushBlocked
+	// PushFatal: the chain failed for good; Err says why.
+	PushFatal
+)
+
+// BlockReason says why a chain is blocked.
+type BlockReason uint8
+
+const (
+	// BlockCapacity: a sink queue is full (counts as backpressure).
+	BlockCapacity BlockReason = iota
+	// BlockNotReady: a stage is not ready (does not count as backpressure).
+	BlockNotReady
+)
+
+// PushOutcome is the result of [Chain.PushBatch] and [Chain.Flush].
+type PushOutcome struct {
+	Kind     PushKind
+	ResumeAt int
+	Reason   BlockReason
+	Err      *FatalError
+}
+
+// Chain is one driver's operator chain: it takes polled batches through
+// the transform stages into the sink queues. A chain is owned by one driver
+// goroutine and never shared.
+//
+// Acknowledgments: the runtime keeps the batch's own reference and
+// releases it after the push; a chain that keeps any of the batch's data
+// beyond the call (a partial chunk, a queued chunk) must hold a reference of
+// its own for it ([AckRef.Clone], [AckSet]) and must fail it if that data
+// is dropped.
+type Chain interface {
+	// PushBatch pushes b's payloads from index from on. It must not block
+	// on a full queue: it parks the data and reports Blocked.
+	PushBatch(b *Batch, from int) PushOutcome
+	// Flush seals and sends partial output. Blocked means some of it is
+	// still parked.
+	Flush() PushOutcome
+	// AbandonBatch forgets the current batch's resume state: its ack was
+	// failed and its data replays.
+	AbandonBatch()
+	// Close tears the chain down; every acknowledgment it still holds
+	// fails. Called once, by the driver that owns the chain.
+	Close()
+}
+
+// ChainFactory builds the chain of driver thread i.
+type ChainFactory func(thread int) Chain
+
+// Record is a record inside a chain: the payload as the stages see and
+// rewrite it.
+type Record struct {
+	Key         []byte
+	Value       []byte
+	Partition   PartitionID
+	Offset      int64
+	TimestampMs int64
+}
+
+// ErrorPolicy decides what a stage error does to its record.
+type ErrorPolicy uint8
+
+const (
+	// Fail stops the pipeline: the batch's acknowledgment fails, so its
+	// data replays after the restart. Counted in
+	// spate_transform_record_errors_total{policy="fail"}.
+	Fail ErrorPolicy = iota
+	// Skip drops the record and carries on; a dropped record counts as
+	// delivered. Counted in spate_transform_record_errors_total{policy="skip"}.
+	Skip
+)
+
+func (p ErrorPolicy) String() string {
+	if p == Skip {
+		return "skip"
+	}
+	return "fail"
+}
+
+// Stage is one transform step of a chain.
+type Stage struct {
+	name   string
+	policy ErrorPolicy
+	apply  func(r Record, emit func(Record)) error
+}
+
+// Name is the stage's name (its metric label).
+func (s Stage) Name() string { return s.name }
+
+// Map rewrites every record.
+func Map(name string, policy ErrorPolicy, fn func(Record) (Record, error)) Stage {
+	return Stage{name: name, policy: policy, apply: func(r Record, emit func(Record)) error {
+		out, err := fn(r)
+		if err != nil {
+			return err
+		}
+		emit(out)
+		return nil
+	}}
+}
+
+// Filter keeps the records fn accepts; a dropped record counts as
+// delivered.
+func Filter(name string, policy ErrorPolicy, fn func(Record) (bool, error)) Stage {
+	return Stage{name: name, policy: policy, apply: func(r Record, emit func(Record)) error {
+		keep, err := fn(r)
+		if err != nil {
+			return err
+		}
+		if keep {
+			emit(r)
+		}
+		return nil
+	}}
+}
+
+// FlatMap emits zero or more records per record.
+func FlatMap(name string, policy ErrorPolicy, fn func(r Record, emit func(Record)) error) Stage {
+	return Stage{name: name, policy: policy, apply: fn}
+}
+
+// standardChain runs the stages and fans every surviving record out to
+// one terminal per sink.
+type standardChain struct {
+	stages    []Stage
+	terminals []*terminal
+	errs      []stageErrCounters
+	ack       *AckRef
+	fatal     *FatalError
+	emitAt    []func(Record) // emitAt[i] feeds stage i; emitAt[len] feeds the terminals
+}
+
+type stageErrCounters struct{ skip, fail interface{ Inc() } }
+
+// NewChainFactory returns a factory of chains that run stages and write to
+// every sink runtime (fan-out: each sink gets every record).
+func NewChainFactory(stages []Stage, sinks ...*SinkRuntime) ChainFactory {
+	return func(int) Chain { return newStandardChain(stages, sinks) }
+}
+
+func newStandardChain(stages []Stage, sinks []*SinkRuntime) *standardChain {
+	c := &standardChain{stages: stages}
+	for _, s := range sinks {
+		c.terminals = append(c.terminals, s.newTerminal())
+	}
+	for _, st := range stages {
+		var m *metrics
+		if len(sinks) > 0 {
+			m = sinks[0].m()
+		}
+		var ctr stageErrCounters
+		if m != nil {
+			ctr.skip = m.recordErrors.WithLabelValues("transform", "transform", st.name, "skip")
+			ctr.fail = m.recordErrors.WithLabelValues("transform", "transform", st.name, "fail")
+		}
+		c.errs = append(c.errs, ctr)
+	}
+	c.emitAt = make([]func(Record), len(stages)+1)
+	c.emitAt[len(stages)] = func(r Record) {
+		for _, t := range c.terminals {
+			t.add(r, c.ack)
+		}
+	}
+	for i := len(stages) - 1; i >= 0; i-- {
+		next := c.emitAt[i+1]
+		st := stages[i]
+		ctr := c.errs[i]
+		c.emitAt[i] = func(r Record) {
+			if c.fatal != nil {
+				return
+			}
+			if err := st.apply(r, next); err != nil {
+				if st.policy == Skip {
+					if ctr.skip != nil {
+						ctr.skip.Inc()
+					}
+					return
+				}
+				if ctr.fail != nil {
+					ctr.fail.Inc()
+				}
+				c.fatal = fatalf("transform:"+st.name, "record at partition %d offset %d: %v", r.Partition, r.Offset, err)
+			}
+		}
+	}
+	return c
+}
+
+func (c *standardChain) blocked() bool {
+	for _, t := range c.terminals {
+		if t.blocked() {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *standardChain) unpark() bool {
+	ok := true
+	for _, t := range c.terminals {
+		if !t.unpark() {
+			ok = false
+		}
+	}
+	return ok
+}
+
+func (c *standardChain) PushBatch(b *Batch, from int) PushOutcome {
+	if c.fatal != nil {
+		return PushOutcome{Kind: PushFatal, Err: c.fatal}
+	}
+	if !c.unpark() {
+		return PushOutcome{Kind: PushBlocked, ResumeAt: from, Reason: BlockCapacity}
+	}
+	c.ack = b.Ack
+	defer func() { c.ack = nil }()
+	emit := c.emitAt[0]
+	for i := from; i < len(b.Payloads); i++ {
+		p := &b.Payloads[i]
+		emit(Record{Key: p.Key, Value: p.Value, Partition: p.Partition, Offset: p.Offset, TimestampMs: p.TimestampMs})
+		if c.fatal != nil {
+			return PushOutcome{Kind: PushFatal, Err: c.fatal}
+		}
+		if c.blocked() {
+			return PushOutcome{Kind: PushBlocked, ResumeAt: i + 1, Reason: BlockCapacity}
+		}
+	}
+	return PushOutcome{Kind: PushDone}
+}
+
+func (c *standardChain) Flush() PushOutcome {
+	if c.fatal != nil {
+		return PushOutcome{Kind: PushFatal, Err: c.fatal}
+	}
+	for _, t := range c.terminals {
+		t.sealAll()
+	}
+	if !c.unpark() {
+		return PushOutcome{Kind: PushBlocked, Reason: BlockCapacity}
+	}
+	return PushOutcome{Kind: PushDone}
+}
+
+func (c *standardChain) AbandonBatch() { c.ack = nil }
+
+func (c *standardChain) Close() {
+	for _, t := range c.terminals {
+		t.close()
+	}
+}
+
+// chunk is a run of records bound for one sink shard, with a reference to
+// every batch it holds data of.
+type chunk struct {
+	records []Record
+	arena   []byte
+	bytes   int64
+	acks    AckSet
+}
+
+// terminal is one chain's end toward one sink: per-shard chunks being
+// filled, and the sealed chunks a full queue refused (parked, in order).
+type terminal struct {
+	s       *SinkRuntime
+	current []*chunk
+	parked  []*chunk // FIFO across shards; each chunk knows its shard
+	shardOf map[*chunk]int
+}
+
+func (t *terminal) add(r Record, ack *AckRef) {
+	shard := int(uint32(r.Partition) % uint32(len(t.current)))
+	ch := t.current[shard]
+	if ch == nil {
+		target := t.s.opts.ChunkTargetBytes
+		ch = &chunk{arena: make([]byte, 0, target+target/4), records: make([]Record, 0, 128)}
+		t.current[shard] = ch
+	}
+	start := len(ch.arena)
+	ch.arena = append(ch.arena, r.Key...)
+	ch.arena = append(ch.arena, r.Value...)
+	// Re-slice into the arena: the lane may reuse the payload's memory.
+	if r.Key != nil {
+		r.Key = ch.arena[start : start+len(r.Key) : start+len(r.Key)]
+	}
+	vs := start + len(r.Key)
+	r.Value = ch.arena[vs : vs+len(r.Value) : vs+len(r.Value)]
+	ch.records = append(ch.records, r)
+	ch.bytes += int64(len(r.Key) + len(r.Value) + recordOverhead)
+	if ack != nil {
+		ch.acks.AddOnce(ack)
+	}
+	if ch.bytes >= t.s.opts.ChunkTargetBytes {
+		t.seal(shard)
+	}
+}
+
+// recordOverhead is the per-record framing counted against the budget.
+const recordOverhead = 16
+
+func (t *terminal) seal(shard int) {
+	ch := t.current[shard]
+	if ch == nil || len(ch.records) == 0 {
+		return
+	}
+	t.current[shard] = nil
+	t.s.budget.Add(ch.bytes)
+	t.shardOf[ch] = shard
+	t.parked = append(t.parked, ch)
+	t.unpark()
+}
+
+func (t *terminal) sealAll() {
+	for i := range t.current {
+		t.seal(i)
+	}
+}
+
+// unpark sends parked chunks in order until a queue refuses one. It reports
+// whether nothing is left parked.
+func (t *terminal) unpark() bool {
+	for len(t.parked) > 0 {
+		ch := t.parked[0]
+		shard := t.shardOf[ch]
+		if !t.s.trySend(shard, ch) {
+			return false
+		}
+		delete(t.shardOf, ch)
+		t.parked[0] = nil
+		t.parked = t.parked[1:]
+	}
+	t.parked = nil
+	return true
+}
+
+func (t *terminal) blocked() bool { return len(t.parked) > 0 }
+
+func (t *terminal) close() {
+	for i, ch := range t.current {
+		if ch != nil {
+			ch.acks.Abandon()
+			t.current[i] = nil
+		}
+	}
+	for _, ch := range t.parked {
+		ch.acks.Abandon()
+		t.s.budget.Sub(ch.bytes)
+	}
+	t.parked = nil
+	clear(t.shardOf)
+}
+
+func (o PushOutcome) String() string {
+	switch o.Kind {
+	case PushDone:
+		return "done"
+	case PushBlocked:
+		return fmt.Sprintf("blocked(at %d)", o.ResumeAt)
+	}
+	return fmt.Sprintf("fatal(%v)", o.Err)
+}

@@ -1,0 +1,144 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Defaults of [Config].
+const (
+	DefaultCommitInterval    = 5 * time.Second
+	DefaultMaxPendingBatches = 1024
+	DefaultDrainTimeout      = 25 * time.Second
+	DefaultStalledFailAfter  = 120 * time.Second
+	DefaultMaxInflightBytes  = 256 << 20
+	DefaultHighRatio         = 0.8
+	DefaultLowRatio          = 0.5
+	DefaultMinPause          = 500 * time.Millisecond
+	DefaultMaxRecords        = 512
+	DefaultPollTimeout       = 10 * time.Millisecond
+	DefaultIdleFlush         = 100 * time.Millisecond
+	DefaultBlockedRetry      = 2 * time.Millisecond
+	DefaultEventPollTimeout  = 50 * time.Millisecond
+	// DefaultStopReserve is how long before the drain deadline a graceful
+	// stop's reading ends.
+	DefaultStopReserve = 5 * time.Second
+	// DefaultCloseShare is the part of the drain deadline kept for the
+	// source's close when it has one ([SourceCloser]).
+	DefaultCloseShare = time.Second
+	// FastCommitPoll is the controller's cadence while a CommitReady
+	// partition is chased.
+	FastCommitPoll = time.Millisecond
+)
+
+// Config holds a pipeline's knobs. A zero field takes its default.
+type Config struct {
+	// Name labels the pipeline's metrics. Required.
+	Name string
+	// Threads is the number of driver goroutines. Default 1.
+	Threads int
+	// CommitInterval is the commit tick. Default 5s.
+	CommitInterval time.Duration
+	// ChaseWindow bounds each CommitReady partition's fast-commit chase.
+	// Default CommitInterval.
+	ChaseWindow time.Duration
+	// MaxPendingBatches is the hard per-partition ceiling of batches polled
+	// and not yet committed past. Default 1024.
+	MaxPendingBatches int
+	// DrainTimeout bounds a revocation drain and the whole shutdown drain
+	// (counted from the stop's trigger). Default 25s; keep it below the
+	// orchestrator's grace period.
+	DrainTimeout time.Duration
+	// StalledFailAfter fails the pipeline once a partition's watermark has
+	// been stuck behind a failed batch this long. Default 120s.
+	StalledFailAfter time.Duration
+	// MaxInflightBytes is the in-flight byte budget. Default 256 MiB.
+	MaxInflightBytes int64
+	// HighRatio and LowRatio are the pause and resume marks as fractions of
+	// the budget (and LowRatio of queue capacity). Defaults 0.8 and 0.5.
+	HighRatio, LowRatio float64
+	// MinPause is the shortest backpressure pause. Default 500ms.
+	MinPause time.Duration
+	// MaxRecords is the most records one lane poll returns. Default 512.
+	MaxRecords int
+	// PollTimeout is a lane poll's wait when every lane was idle, and the
+	// drivers' park and pause step. Default 10ms.
+	PollTimeout time.Duration
+	// IdleFlush flushes a chain this long after its last data. Default 100ms.
+	IdleFlush time.Duration
+	// BlockedRetry is the wait between pushes of a blocked batch. Default 2ms.
+	BlockedRetry time.Duration
+	// EventPollTimeout bounds the controller's PollEvents wait. Default 50ms.
+	EventPollTimeout time.Duration
+	// StopReserve: a graceful stop reads on until this long before its
+	// drain deadline. Default 5s.
+	StopReserve time.Duration
+	// CloseShare is kept from the drain deadline for a [SourceCloser]'s
+	// Close. Default 1s (zero for sources without Close).
+	CloseShare time.Duration
+	// PerPartitionDetail publishes per-partition pending gauges.
+	PerPartitionDetail bool
+}
+
+// WithDefaults returns c with every zero field defaulted.
+func (c Config) WithDefaults() Config {
+	d := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	if c.Threads == 0 {
+		c.Threads = 1
+	}
+	d(&c.CommitInterval, DefaultCommitInterval)
+	d(&c.ChaseWindow, c.CommitInterval)
+	if c.MaxPendingBatches == 0 {
+		c.MaxPendingBatches = DefaultMaxPendingBatches
+	}
+	d(&c.DrainTimeout, DefaultDrainTimeout)
+	d(&c.StalledFailAfter, DefaultStalledFailAfter)
+	if c.MaxInflightBytes == 0 {
+		c.MaxInflightBytes = DefaultMaxInflightBytes
+	}
+	if c.HighRatio == 0 {
+		c.HighRatio = DefaultHighRatio
+	}
+	if c.LowRatio == 0 {
+		c.LowRatio = DefaultLowRatio
+	}
+	d(&c.MinPause, DefaultMinPause)
+	if c.MaxRecords == 0 {
+		c.MaxRecords = DefaultMaxRecords
+	}
+	d(&c.PollTimeout, DefaultPollTimeout)
+	d(&c.IdleFlush, DefaultIdleFlush)
+	d(&c.BlockedRetry, DefaultBlockedRetry)
+	d(&c.EventPollTimeout, DefaultEventPollTimeout)
+	d(&c.StopReserve, DefaultStopReserve)
+	d(&c.CloseShare, DefaultCloseShare)
+	return c
+}
+
+// Validate checks c with defaults applied and returns every violation.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	var errs []error
+	rule := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("pipeline config: "+format, args...))
+		}
+	}
+	rule(c.Name != "", "name is required")
+	rule(c.Threads >= 1, "threads must be >= 1, got %d", c.Threads)
+	rule(c.CommitInterval > 0, "commit interval must be positive, got %v", c.CommitInterval)
+	rule(c.MaxPendingBatches >= 1, "max pending batches must be >= 1, got %d", c.MaxPendingBatches)
+	rule(c.DrainTimeout > 0, "drain timeout must be positive, got %v", c.DrainTimeout)
+	rule(c.StalledFailAfter > 0, "stalled-fail-after must be positive, got %v", c.StalledFailAfter)
+	rule(c.MaxInflightBytes > 0, "max in-flight bytes must be positive, got %d", c.MaxInflightBytes)
+	rule(0 < c.LowRatio && c.LowRatio < c.HighRatio && c.HighRatio <= 1,
+		"backpressure ratios need 0 < low < high <= 1, got low %v high %v", c.LowRatio, c.HighRatio)
+	rule(c.MaxRecords >= 1, "max records must be >= 1, got %d", c.MaxRecords)
+	rule(c.StopReserve >= 0 && c.CloseShare >= 0, "stop reserve and close share must not be negative")
+	return errors.Join(errs...)
+}

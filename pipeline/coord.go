@@ -1,0 +1,683 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/spate-go/spate"
+)
+
+// SplitOpening is what a [SplitSource] gets to build the lane of one split
+// tenancy.
+type SplitOpening struct {
+	// Spec is the split, descriptor included.
+	Spec spate.SplitSpec
+	// Progress is the validated progress to resume from (nil: from the
+	// start).
+	Progress *spate.SplitProgress
+	// Lane and Partition are fresh ids, never reused.
+	Lane      LaneID
+	Partition PartitionID
+	// Epoch is the tenancy's fencing token.
+	Epoch spate.LeaseEpoch
+	// Issuer is this tenancy's own acknowledgment issuer.
+	Issuer *AckIssuer
+	// Waker wakes the driver's control wait: signal it when the lane
+	// decides end of input (after making that visible to TakeFinishing).
+	Waker spate.Waker
+	// Poison reports the split unprocessable (it wakes the driver, which
+	// fails the split through the coordinator and revokes the lane).
+	Poison func(reason string)
+}
+
+// SplitSource is what a coordinated source implements for the
+// [CoordinationDriver]. All methods are called from the controller
+// goroutine; lanes run on driver goroutines, so state shared with them
+// needs locking. Embed [BaseSplitSource] for the optional methods.
+type SplitSource interface {
+	// OpenSplit builds the lane of a tenancy. It must not block.
+	OpenSplit(o SplitOpening) (Lane, error)
+	// ValidateResume checks carried progress for drift. A rejection means
+	// the split is never opened: the driver reports it as poison. A Fatal
+	// rejection stops the pipeline; any other class does not.
+	ValidateResume(spec spate.SplitSpec, p spate.SplitProgress) error
+	// EncodeCommit snapshots the split's progress at an acknowledged,
+	// split-relative watermark, and says whether that completes the split
+	// (everything read, delivered and acknowledged).
+	EncodeCommit(split spate.SplitID, watermark int64) (spate.SplitProgress, error)
+	// Sweep is asked about live splits that got no new watermark: it
+	// returns terminal progress once the split is complete (an empty split,
+	// a tail acknowledged at the last commit), else nil.
+	Sweep(split spate.SplitID) (*spate.SplitProgress, error)
+	// CloseSplit ends a tenancy: detach, never block. No EncodeCommit or
+	// Sweep follows for that tenancy.
+	CloseSplit(split spate.SplitID)
+	// TakeFinishing returns the splits whose lanes decided end of input
+	// since the last call (a latency hint).
+	TakeFinishing() []spate.SplitID
+	// BeginRevoke stops the split's intake at a safe boundary, keeping its
+	// commit state, and returns true; false declines (the coordinator then
+	// forces the hand-back and the uncommitted tail replays). While
+	// draining, EncodeCommit must not report completion.
+	BeginRevoke(split spate.SplitID) bool
+	// DrainReady returns the final, non-terminal progress of a draining
+	// split once everything it emitted is acknowledged, else nil. It is
+	// asked on every poll until it answers.
+	DrainReady(split spate.SplitID) (*spate.SplitProgress, error)
+}
+
+// BaseSplitSource supplies neutral optional methods: accept every resume,
+// no finishing hints, decline revocations.
+type BaseSplitSource struct{}
+
+func (BaseSplitSource) ValidateResume(spate.SplitSpec, spate.SplitProgress) error { return nil }
+func (BaseSplitSource) TakeFinishing() []spate.SplitID                            { return nil }
+func (BaseSplitSource) BeginRevoke(spate.SplitID) bool                            { return false }
+func (BaseSplitSource) DrainReady(spate.SplitID) (*spate.SplitProgress, error)    { return nil, nil }
+
+type tenancyState uint8
+
+const (
+	tenancyLive tenancyState = iota
+	tenancyDraining
+	tenancyRetired
+)
+
+// tenancy is one unbroken ownership span of one split.
+type tenancy struct {
+	spec      spate.SplitSpec
+	epoch     spate.LeaseEpoch
+	partition PartitionID
+	lane      LaneID
+	opened    bool
+	state     tenancyState
+	fenced    bool
+	completed bool
+	handedOff bool
+	// progress is the resume cache: the Gained carry, then every
+	// acknowledged commit (even a deferred one: acknowledged data is
+	// durable in the sink, so resuming past it loses nothing).
+	progress *spate.SplitProgress
+}
+
+type poisonReport struct {
+	split  spate.SplitID
+	reason string
+}
+
+// DriverOption configures a [CoordinationDriver].
+type DriverOption func(*driverOptions)
+
+type driverOptions struct {
+	stallDrains bool
+	opTimeout   time.Duration
+	log         *slog.Logger
+}
+
+// StallDrains makes a Stalled job drain the pipeline (with a warning)
+// instead of failing it. Default false: Stalled is fatal.
+func StallDrains(v bool) DriverOption { return func(o *driverOptions) { o.stallDrains = v } }
+
+// DriverOpTimeout bounds each coordinator call the driver makes. Default 30s.
+func DriverOpTimeout(d time.Duration) DriverOption {
+	return func(o *driverOptions) { o.opTimeout = d }
+}
+
+// DriverLogger sets the driver's logger.
+func DriverLogger(l *slog.Logger) DriverOption { return func(o *driverOptions) { o.log = l } }
+
+// CoordinationDriver turns a [spate.SplitCoordinator]'s ownership events
+// into the runtime's lane events for a [SplitSource]. It is synchronous
+// and used from the controller goroutine only (except [ReportPoison]).
+//
+// Every tenancy gets a fresh partition id and lane id. Gains become
+// LanesAdded, involuntary losses and fences become LanesRevoked (with a
+// drain barrier), completed or drained hand-backs become LanesRetired,
+// end-of-input hints become CommitReady, AllComplete becomes Drained, and
+// Stalled is a fatal error (or Drained, see [StallDrains]).
+type CoordinationDriver[C spate.SplitCoordinator] struct {
+	coord  C
+	waker  spate.Waker
+	opts   driverOptions
+	issuer *AckIssuer
+	stop   *StopSignal
+
+	nextPartition uint32
+	nextLane      uint32
+	held          map[spate.SplitID]*tenancy
+	byPartition   map[PartitionID]*tenancy
+	staged        []*tenancy
+	lost          []LaneID
+	retired       []LaneID
+	retiredSet    []*tenancy // retired tenancies kept until their lane event is delivered
+	allComplete   bool
+	stalled       *spate.Stalled
+	everHeld      bool
+	refused       []poisonReport
+
+	poisonMu sync.Mutex
+	poison   []poisonReport
+}
+
+// NewCoordinationDriver wraps coord and hands it the driver's waker.
+func NewCoordinationDriver[C spate.SplitCoordinator](coord C, opts ...DriverOption) *CoordinationDriver[C] {
+	o := driverOptions{opTimeout: 30 * time.Second, log: slog.Default()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	d := &CoordinationDriver[C]{
+		coord:       coord,
+		waker:       spate.NewWaker(),
+		opts:        o,
+		held:        map[spate.SplitID]*tenancy{},
+		byPartition: map[PartitionID]*tenancy{},
+	}
+	coord.SetWaker(d.waker)
+	return d
+}
+
+// Coordinator returns the wrapped coordinator.
+func (d *CoordinationDriver[C]) Coordinator() C { return d.coord }
+
+// Waker is the driver's control-plane waker.
+func (d *CoordinationDriver[C]) Waker() spate.Waker { return d.waker }
+
+// Open takes the runtime's issuer and stop signal (call from Source.Open).
+func (d *CoordinationDriver[C]) Open(ctx SourceCtx) {
+	d.issuer = ctx.Issuer
+	d.stop = ctx.Stop
+}
+
+// Start starts the coordinator with planner and returns the empty
+// LanesAssigned ready signal, which the source must return from the same
+// PollEvents call.
+func (d *CoordinationDriver[C]) Start(planner spate.SplitPlanner) (SourceEvent, error) {
+	if err := d.coord.Start(planner); err != nil {
+		return SourceEvent{}, err
+	}
+	return AssignedEvent(), nil
+}
+
+func (d *CoordinationDriver[C]) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d.opts.opTimeout)
+}
+
+// ReportPoison queues a poison report for split from any goroutine and
+// wakes the driver, which fails the split on its next poll.
+func (d *CoordinationDriver[C]) ReportPoison(split spate.SplitID, reason string) {
+	d.poisonMu.Lock()
+	d.poison = append(d.poison, poisonReport{split: split, reason: reason})
+	d.poisonMu.Unlock()
+	d.waker.Wake()
+}
+
+// Assignment is one held split and its lane.
+type Assignment struct {
+	Split     spate.SplitID
+	Partition PartitionID
+	Lane      LaneID
+	Draining  bool
+}
+
+// Assignments lists the held splits, sorted by id.
+func (d *CoordinationDriver[C]) Assignments() []Assignment {
+	out := make([]Assignment, 0, len(d.held))
+	for id, t := range d.held {
+		out = append(out, Assignment{Split: id, Partition: t.partition, Lane: t.lane, Draining: t.state == tenancyDraining})
+	}
+	slices.SortFunc(out, func(a, b Assignment) int { return a.Split.Compare(b.Split) })
+	return out
+}
+
+// PollEvents returns at most one runtime event, in priority order: losses
+// (LanesRevoked), retirements (LanesRetired), gains (LanesAdded), a
+// terminal job state (Drained, or the Stalled error), then CommitReady;
+// otherwise it parks on the waker for up to timeout and returns Idle.
+func (d *CoordinationDriver[C]) PollEvents(src SplitSource, timeout time.Duration) (SourceEvent, error) {
+	d.takePoison(src)
+	for {
+		if len(d.lost) > 0 {
+			lanes := d.lost
+			d.lost = nil
+			ev, _ := RevokedEvent(lanes...)
+			return ev, nil
+		}
+		if len(d.retired) > 0 {
+			lanes := d.retired
+			d.retired = nil
+			return RetiredEvent(lanes...), nil
+		}
+		// Retired tenancies' lane events were delivered: stop absorbing
+		// their late watermarks.
+		for _, t := range d.retiredSet {
+			delete(d.byPartition, t.partition)
+		}
+		d.retiredSet = nil
+		if len(d.staged) > 0 {
+			if d.stop.Stopping() {
+				d.handBackStaged()
+			} else {
+				lanes, err := d.openStaged(src)
+				if err != nil {
+					return SourceEvent{}, err
+				}
+				return AddedEvent(lanes...), nil
+			}
+		}
+		if d.stalled != nil {
+			if d.opts.stallDrains {
+				d.opts.log.Warn("the job stalled: some splits are quarantined; draining as configured",
+					"completed", d.stalled.Completed, "quarantined", d.stalled.Quarantined)
+				return DrainedEvent(), nil
+			}
+			return SourceEvent{}, spate.Fatalf("coordinated job stalled: %d splits completed, %d quarantined (see spate_coordination_splits_quarantined); requeue or fix the quarantined splits",
+				d.stalled.Completed, d.stalled.Quarantined)
+		}
+		if d.allComplete {
+			return DrainedEvent(), nil
+		}
+		d.reofferPoison()
+
+		events, pollErr := d.coord.Poll()
+		var applyErr error
+		for _, ev := range events {
+			if err := d.apply(src, ev); err != nil {
+				applyErr = pickError(applyErr, err)
+			}
+		}
+		if pollErr != nil {
+			applyErr = pickError(applyErr, pollErr)
+		}
+		if err := d.sweep(src); err != nil {
+			applyErr = pickError(applyErr, err)
+		}
+		if err := d.advanceDrains(src); err != nil {
+			applyErr = pickError(applyErr, err)
+		}
+		if applyErr != nil {
+			return SourceEvent{}, applyErr
+		}
+		if len(d.lost) > 0 || len(d.retired) > 0 || len(d.staged) > 0 || d.stalled != nil || d.allComplete {
+			continue
+		}
+		break
+	}
+	if finishing := src.TakeFinishing(); len(finishing) > 0 {
+		var parts []PartitionID
+		for _, s := range finishing {
+			if t := d.held[s]; t != nil && t.state == tenancyLive {
+				parts = append(parts, t.partition)
+			}
+		}
+		if len(parts) > 0 {
+			return CommitReadyEvent(parts...), nil
+		}
+	}
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		select {
+		case <-d.waker.C():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	return IdleEvent(), nil
+}
+
+// pickError keeps the first error unless a later one is Fatal: a Fatal
+// must not hide behind a Retryable.
+func pickError(cur, next error) error {
+	if cur == nil {
+		return next
+	}
+	if !isFatal(cur) && isFatal(next) {
+		return next
+	}
+	return cur
+}
+
+func (d *CoordinationDriver[C]) takePoison(src SplitSource) {
+	d.poisonMu.Lock()
+	reports := d.poison
+	d.poison = nil
+	d.poisonMu.Unlock()
+	for _, r := range reports {
+		if err := d.Fail(src, r.split, r.reason); err != nil {
+			d.opts.log.Warn("poison report failed; it is retried", "split", r.split, "error", err)
+			d.refused = append(d.refused, r)
+		}
+	}
+}
+
+// reofferPoison retries poison reports the coordinator refused earlier.
+func (d *CoordinationDriver[C]) reofferPoison() {
+	var still []poisonReport
+	for _, r := range d.refused {
+		ctx, cancel := d.ctx()
+		err := d.coord.Fail(ctx, r.split, r.reason)
+		cancel()
+		if err != nil && !errors.Is(err, spate.ErrFenced) {
+			still = append(still, r)
+		}
+	}
+	d.refused = still
+}
+
+// openStaged opens every staged tenancy or none: a failure closes the
+// lanes built so far, burns their ids and keeps the batch staged.
+func (d *CoordinationDriver[C]) openStaged(src SplitSource) ([]Lane, error) {
+	var lanes []Lane
+	var opened []*tenancy
+	for _, t := range d.staged {
+		t.lane = LaneID(d.nextLane)
+		d.nextLane++
+		var issuer *AckIssuer
+		if d.issuer != nil {
+			issuer = d.issuer.Clone()
+		}
+		split := t.spec.ID
+		lane, err := src.OpenSplit(SplitOpening{
+			Spec: t.spec, Progress: t.progress, Lane: t.lane, Partition: t.partition, Epoch: t.epoch,
+			Issuer: issuer, Waker: d.waker,
+			Poison: func(reason string) { d.ReportPoison(split, reason) },
+		})
+		if err != nil {
+			for _, o := range opened {
+				src.CloseSplit(o.spec.ID)
+				o.opened = false
+			}
+			return nil, fmt.Errorf("open split %s: %w", t.spec.ID, err)
+		}
+		t.opened = true
+		opened = append(opened, t)
+		lanes = append(lanes, lane)
+	}
+	d.staged = nil
+	return lanes, nil
+}
+
+// handBackStaged releases staged gains during a graceful stop instead of
+// opening lanes that would only read briefly.
+func (d *CoordinationDriver[C]) handBackStaged() {
+	ids := make([]spate.SplitID, 0, len(d.staged))
+	for _, t := range d.staged {
+		ids = append(ids, t.spec.ID)
+		delete(d.held, t.spec.ID)
+		delete(d.byPartition, t.partition)
+	}
+	d.staged = nil
+	ctx, cancel := d.ctx()
+	defer cancel()
+	if err := d.coord.Release(ctx, ids...); err != nil {
+		d.opts.log.Warn("could not hand back splits gained during the stop; their leases expire", "error", err)
+	}
+}
+
+func (d *CoordinationDriver[C]) apply(src SplitSource, ev spate.Event) error {
+	switch e := ev.(type) {
+	case spate.Gained:
+		if old := d.held[e.Split.ID]; old != nil {
+			d.opts.log.Warn("gained a split already held; retiring the stale tenancy", "split", e.Split.ID)
+			d.retire(src, old, false)
+		}
+		if e.Progress != nil {
+			if err := src.ValidateResume(e.Split, *e.Progress); err != nil {
+				reason := fmt.Sprintf("resume progress rejected: %v", err)
+				ctx, cancel := d.ctx()
+				ferr := d.coord.Fail(ctx, e.Split.ID, reason)
+				cancel()
+				if ferr != nil && !errors.Is(ferr, spate.ErrFenced) {
+					d.refused = append(d.refused, poisonReport{split: e.Split.ID, reason: reason})
+				}
+				return fmt.Errorf("split %s: %w", e.Split.ID, err)
+			}
+		}
+		d.everHeld = true
+		t := &tenancy{spec: e.Split, epoch: e.Epoch, partition: PartitionID(d.nextPartition), progress: e.Progress}
+		d.nextPartition++
+		d.held[e.Split.ID] = t
+		d.byPartition[t.partition] = t
+		d.staged = append(d.staged, t)
+	case spate.RevokeRequested:
+		t := d.held[e.Split]
+		if t == nil {
+			return nil // not held: a no-op
+		}
+		if t.state == tenancyDraining && !t.fenced {
+			return nil // already draining
+		}
+		if t.state == tenancyLive && t.opened && !t.fenced && !t.completed && src.BeginRevoke(e.Split) {
+			t.state = tenancyDraining
+			return nil
+		}
+		ctx, cancel := d.ctx()
+		defer cancel()
+		if err := spate.DeclineRevoke(ctx, d.coord, e.Split); err != nil {
+			d.opts.log.Warn("decline of a revocation failed; the coordinator forces it at its deadline", "split", e.Split, "error", err)
+		}
+	case spate.Lost:
+		if t := d.held[e.Split]; t != nil {
+			d.retire(src, t, false)
+		}
+	case spate.Quarantined:
+		d.opts.log.Warn("split quarantined", "split", e.Split, "attempts", e.Attempts)
+		if t := d.held[e.Split]; t != nil {
+			d.retire(src, t, false)
+		}
+	case spate.AllComplete:
+		if !d.allComplete && !d.everHeld {
+			d.opts.log.Info("the job finished before this instance held any split (it finished before this instance's first rebalance, or there are more replicas than splits)")
+		}
+		d.allComplete = true
+	case spate.Stalled:
+		d.stalled = &e
+	}
+	return nil
+}
+
+// retire ends a tenancy: its lane leaves barrier-less when the tenancy
+// completed or was handed off, through a revocation otherwise.
+func (d *CoordinationDriver[C]) retire(src SplitSource, t *tenancy, fenced bool) {
+	t.state = tenancyRetired
+	t.fenced = t.fenced || fenced
+	delete(d.held, t.spec.ID)
+	if i := slices.Index(d.staged, t); i >= 0 {
+		d.staged = slices.Delete(d.staged, i, i+1)
+	}
+	if !t.opened {
+		delete(d.byPartition, t.partition)
+		return
+	}
+	if t.completed || t.handedOff {
+		d.retired = append(d.retired, t.lane)
+	} else {
+		d.lost = append(d.lost, t.lane)
+	}
+	d.retiredSet = append(d.retiredSet, t)
+	src.CloseSplit(t.spec.ID)
+}
+
+// Commit commits acknowledged watermarks (split-relative offsets) through
+// the coordinator. Unknown, retired, fenced and completed tenancies are
+// skipped: their data replays under the next owner or is already done. A
+// retryable failure is deferred (the progress rides the split's next
+// commit); only a Fatal error is returned.
+func (d *CoordinationDriver[C]) Commit(src SplitSource, positions []Watermark) error {
+	var firstErr error
+	for _, w := range positions {
+		t := d.byPartition[w.Partition]
+		if t == nil || t.state == tenancyRetired || t.fenced || t.completed {
+			continue
+		}
+		p, err := src.EncodeCommit(t.spec.ID, w.Offset)
+		if err != nil {
+			firstErr = pickError(firstErr, fmt.Errorf("encode commit of split %s: %w", t.spec.ID, err))
+			continue
+		}
+		if err := d.commitTenancy(src, t, p); err != nil {
+			firstErr = pickError(firstErr, err)
+		}
+	}
+	return firstErr
+}
+
+func (d *CoordinationDriver[C]) commitTenancy(src SplitSource, t *tenancy, p spate.SplitProgress) error {
+	if t.state == tenancyDraining && p.Completed {
+		d.opts.log.Error("a draining split's progress claimed completion; committing it as in progress", "split", t.spec.ID)
+		p.Completed = false
+	}
+	ctx, cancel := d.ctx()
+	err := d.coord.Commit(ctx, t.spec.ID, p)
+	cancel()
+	switch {
+	case err == nil:
+		t.progress = &p
+		if p.Completed {
+			t.completed = true
+			d.retire(src, t, false)
+		}
+		return nil
+	case errors.Is(err, spate.ErrFenced):
+		d.opts.log.Warn("commit fenced: the split is no longer ours; its uncommitted tail replays under the new owner", "split", t.spec.ID)
+		d.retire(src, t, true)
+		return nil
+	case spate.IsRetryable(err):
+		d.opts.log.Warn("commit deferred; it rides the split's next commit", "split", t.spec.ID, "error", err)
+		t.progress = &p
+		return nil
+	default:
+		return fmt.Errorf("commit split %s: %w", t.spec.ID, err)
+	}
+}
+
+// sweep commits terminal progress of live splits that completed without a
+// new watermark (empty splits, tails acknowledged at the last commit).
+func (d *CoordinationDriver[C]) sweep(src SplitSource) error {
+	var firstErr error
+	for _, t := range d.sortedHeld() {
+		if t.state != tenancyLive || !t.opened || t.fenced || t.completed {
+			continue
+		}
+		p, err := src.Sweep(t.spec.ID)
+		if err != nil {
+			firstErr = pickError(firstErr, err)
+			continue
+		}
+		if p != nil && p.Completed {
+			if err := d.commitTenancy(src, t, *p); err != nil {
+				firstErr = pickError(firstErr, err)
+			}
+		}
+	}
+	return firstErr
+}
+
+// advanceDrains finishes draining revocations whose final progress is
+// ready: a final commit, then a drained hand-back.
+func (d *CoordinationDriver[C]) advanceDrains(src SplitSource) error {
+	var firstErr error
+	for _, t := range d.sortedHeld() {
+		if t.state != tenancyDraining || t.fenced {
+			continue
+		}
+		p, err := src.DrainReady(t.spec.ID)
+		if err != nil {
+			firstErr = pickError(firstErr, err)
+			continue
+		}
+		if p == nil {
+			continue
+		}
+		final := *p
+		if final.Completed {
+			d.opts.log.Error("a drain's final progress claimed completion; committing it as in progress", "split", t.spec.ID)
+			final.Completed = false
+		}
+		ctx, cancel := d.ctx()
+		err = d.coord.Commit(ctx, t.spec.ID, final)
+		cancel()
+		switch {
+		case err == nil:
+			t.progress = &final
+			t.handedOff = true
+			ctx, cancel := d.ctx()
+			if err := spate.ReleaseDrained(ctx, d.coord, t.spec.ID); err != nil {
+				d.opts.log.Warn("drained hand-back failed; the lease expires and a peer takes over", "split", t.spec.ID, "error", err)
+			}
+			cancel()
+			d.retire(src, t, false)
+		case errors.Is(err, spate.ErrFenced):
+			d.retire(src, t, true)
+		case spate.IsRetryable(err):
+			// Stay draining; DrainReady is asked again on the next poll.
+		default:
+			firstErr = pickError(firstErr, fmt.Errorf("final drain commit of split %s: %w", t.spec.ID, err))
+		}
+	}
+	return firstErr
+}
+
+func (d *CoordinationDriver[C]) sortedHeld() []*tenancy {
+	out := make([]*tenancy, 0, len(d.held))
+	for _, t := range d.held {
+		out = append(out, t)
+	}
+	slices.SortFunc(out, func(a, b *tenancy) int { return a.spec.ID.Compare(b.spec.ID) })
+	return out
+}
+
+// Fail reports split as poison for this tenancy (an attempt is consumed)
+// and revokes its lane. Failing a split not held is a no-op.
+func (d *CoordinationDriver[C]) Fail(src SplitSource, split spate.SplitID, reason string) error {
+	t := d.held[split]
+	if t == nil {
+		return nil
+	}
+	ctx, cancel := d.ctx()
+	err := d.coord.Fail(ctx, split, reason)
+	cancel()
+	if err != nil && !errors.Is(err, spate.ErrFenced) {
+		return err
+	}
+	d.retire(src, t, false)
+	return nil
+}
+
+// Release hands back every held split (shutdown). Best effort.
+func (d *CoordinationDriver[C]) Release(ctx context.Context) error {
+	ids := make([]spate.SplitID, 0, len(d.held))
+	for id := range d.held {
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	slices.SortFunc(ids, spate.SplitID.Compare)
+	return d.coord.Release(ctx, ids...)
+}
+
+// ReleaseWhere hands back the held splits for which keep returns false,
+// ending their tenancies here: their later watermarks are skipped and
+// their lanes are closed through [SplitSource.CloseSplit]. It is the
+// graceful stop's hand-back; a peer resumes them from their last commit.
+func (d *CoordinationDriver[C]) ReleaseWhere(ctx context.Context, src SplitSource, keep func(spate.SplitID) bool) error {
+	var ids []spate.SplitID
+	for _, t := range d.sortedHeld() {
+		if keep(t.spec.ID) {
+			continue
+		}
+		ids = append(ids, t.spec.ID)
+		t.fenced = true
+		d.retire(src, t, true)
+	}
+	d.lost, d.retired = nil, nil // the runtime is draining: no lane events follow
+	if len(ids) == 0 {
+		return nil
+	}
+	return d.coord.Release(ctx, ids...)
+}

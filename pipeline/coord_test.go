@@ -1,0 +1,612 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/pipeline"
+)
+
+// fakeCoord is a hand-written SplitCoordinator: Poll hands out queued
+// events, and every call is recorded. commitErr decides commit outcomes.
+type fakeCoord struct {
+	mu             sync.Mutex
+	waker          spate.Waker
+	started        bool
+	queue          []spate.Event
+	pollErr        error
+	commits        map[string][]spate.SplitProgress
+	commitErr      func(split spate.SplitID, p spate.SplitProgress) error
+	failErr        func(split spate.SplitID) error
+	fails          []string
+	releases       [][]spate.SplitID
+	releaseDrained []spate.SplitID
+	declines       []spate.SplitID
+}
+
+func newFakeCoord() *fakeCoord { return &fakeCoord{commits: map[string][]spate.SplitProgress{}} }
+
+func (c *fakeCoord) SetWaker(w spate.Waker)         { c.waker = w }
+func (c *fakeCoord) Start(spate.SplitPlanner) error { c.started = true; return nil }
+func (c *fakeCoord) Close() error                   { return nil }
+
+func (c *fakeCoord) push(evs ...spate.Event) {
+	c.mu.Lock()
+	c.queue = append(c.queue, evs...)
+	c.mu.Unlock()
+	c.waker.Wake()
+}
+
+func (c *fakeCoord) Poll() ([]spate.Event, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	evs := c.queue
+	c.queue = nil
+	return evs, c.pollErr
+}
+
+func (c *fakeCoord) Commit(_ context.Context, s spate.SplitID, p spate.SplitProgress) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.commitErr != nil {
+		if err := c.commitErr(s, p); err != nil {
+			return err
+		}
+	}
+	c.commits[s.String()] = append(c.commits[s.String()], p)
+	return nil
+}
+
+func (c *fakeCoord) Fail(_ context.Context, s spate.SplitID, reason string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fails = append(c.fails, s.String())
+	if c.failErr != nil {
+		return c.failErr(s)
+	}
+	return nil
+}
+
+func (c *fakeCoord) Release(_ context.Context, s ...spate.SplitID) error {
+	c.releases = append(c.releases, s)
+	return nil
+}
+
+func (c *fakeCoord) ReleaseDrained(_ context.Context, s ...spate.SplitID) error {
+	c.releaseDrained = append(c.releaseDrained, s...)
+	return nil
+}
+
+func (c *fakeCoord) DeclineRevoke(_ context.Context, s spate.SplitID) error {
+	c.declines = append(c.declines, s)
+	return nil
+}
+
+type nopLane struct {
+	id   pipeline.LaneID
+	part pipeline.PartitionID
+}
+
+func (l nopLane) ID() pipeline.LaneID             { return l.id }
+func (l nopLane) Partition() pipeline.PartitionID { return l.part }
+func (l nopLane) Poll(int, time.Duration) (*pipeline.Batch, error) {
+	return nil, nil
+}
+
+// fakeSplits is a SplitSource that records its calls.
+type fakeSplits struct {
+	opens       []pipeline.SplitOpening
+	failOpen    func(spate.SplitID) error
+	closed      []string
+	completeAt  map[string]int64
+	sweep       map[string]*spate.SplitProgress
+	finishing   []spate.SplitID
+	acceptDrain bool
+	begun       []string
+	drainReady  map[string]*spate.SplitProgress
+	validate    func(spate.SplitSpec, spate.SplitProgress) error
+	encoded     []int64
+}
+
+func newFakeSplits() *fakeSplits {
+	return &fakeSplits{completeAt: map[string]int64{}, sweep: map[string]*spate.SplitProgress{}, drainReady: map[string]*spate.SplitProgress{}}
+}
+
+func (f *fakeSplits) OpenSplit(o pipeline.SplitOpening) (pipeline.Lane, error) {
+	if f.failOpen != nil {
+		if err := f.failOpen(o.Spec.ID); err != nil {
+			return nil, err
+		}
+	}
+	f.opens = append(f.opens, o)
+	return nopLane{id: o.Lane, part: o.Partition}, nil
+}
+
+func (f *fakeSplits) ValidateResume(s spate.SplitSpec, p spate.SplitProgress) error {
+	if f.validate != nil {
+		return f.validate(s, p)
+	}
+	return nil
+}
+
+func (f *fakeSplits) EncodeCommit(s spate.SplitID, w int64) (spate.SplitProgress, error) {
+	f.encoded = append(f.encoded, w)
+	if at, ok := f.completeAt[s.String()]; ok && w >= at {
+		return spate.CompletedProgress(w, nil), nil
+	}
+	return spate.NewSplitProgress(w, nil), nil
+}
+
+func (f *fakeSplits) Sweep(s spate.SplitID) (*spate.SplitProgress, error) {
+	return f.sweep[s.String()], nil
+}
+func (f *fakeSplits) CloseSplit(s spate.SplitID) { f.closed = append(f.closed, s.String()) }
+func (f *fakeSplits) TakeFinishing() []spate.SplitID {
+	out := f.finishing
+	f.finishing = nil
+	return out
+}
+func (f *fakeSplits) BeginRevoke(s spate.SplitID) bool {
+	f.begun = append(f.begun, s.String())
+	return f.acceptDrain
+}
+func (f *fakeSplits) DrainReady(s spate.SplitID) (*spate.SplitProgress, error) {
+	return f.drainReady[s.String()], nil
+}
+
+func sid(s string) spate.SplitID { return spate.MustSplitID(s) }
+
+func gained(s string, epoch uint64) spate.Gained {
+	return spate.Gained{Split: spate.NewSplitSpec(sid(s), []byte(s)), Epoch: spate.LeaseEpoch(epoch)}
+}
+
+type driverFixture struct {
+	t     *testing.T
+	coord *fakeCoord
+	src   *fakeSplits
+	d     *pipeline.CoordinationDriver[*fakeCoord]
+}
+
+func newDriverFixture(t *testing.T, opts ...pipeline.DriverOption) *driverFixture {
+	f := &driverFixture{t: t, coord: newFakeCoord(), src: newFakeSplits()}
+	f.d = pipeline.NewCoordinationDriver(f.coord, opts...)
+	cp := pipeline.NewCheckpointer(nil)
+	f.d.Open(pipeline.SourceCtx{Issuer: cp.Issuer()})
+	ev, err := f.d.Start(nil)
+	if err != nil || ev.Kind != pipeline.LanesAssigned || len(ev.Lanes) != 0 {
+		t.Fatalf("start: %v %v, want the empty ready assignment", ev, err)
+	}
+	return f
+}
+
+func (f *driverFixture) poll() pipeline.SourceEvent {
+	f.t.Helper()
+	ev, err := f.d.PollEvents(f.src, 0)
+	if err != nil {
+		f.t.Fatalf("poll: %v", err)
+	}
+	return ev
+}
+
+func (f *driverFixture) expect(kind pipeline.EventKind) pipeline.SourceEvent {
+	f.t.Helper()
+	ev := f.poll()
+	if ev.Kind != kind {
+		f.t.Fatalf("event %v, want %v", ev.Kind, kind)
+	}
+	return ev
+}
+
+func (f *driverFixture) partitionOf(split string) pipeline.PartitionID {
+	for _, a := range f.d.Assignments() {
+		if a.Split.String() == split {
+			return a.Partition
+		}
+	}
+	f.t.Fatalf("split %s not held", split)
+	return 0
+}
+
+// 53
+func TestDriverWakerCutsTheParkShort(t *testing.T) {
+	f := newDriverFixture(t)
+	start := time.Now()
+	if ev, _ := f.d.PollEvents(f.src, 50*time.Millisecond); ev.Kind != pipeline.Idle || time.Since(start) < 50*time.Millisecond {
+		t.Fatal("with nothing signalled the park must last its timeout")
+	}
+	go func() { f.coord.push(gained("a", 1)) }()
+	ev, err := f.d.PollEvents(f.src, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The wake ended the park (Idle); the gain is picked up next.
+	if ev.Kind != pipeline.Idle && ev.Kind != pipeline.LanesAdded {
+		t.Fatalf("event %v", ev.Kind)
+	}
+	if ev.Kind == pipeline.Idle {
+		f.expect(pipeline.LanesAdded)
+	}
+}
+
+// 54
+func TestDriverFailedOpenUndoesTheWholeBatch(t *testing.T) {
+	f := newDriverFixture(t)
+	f.coord.push(gained("a", 1), gained("b", 1))
+	failed := false
+	f.src.failOpen = func(s spate.SplitID) error {
+		if s.String() == "b" && !failed {
+			failed = true
+			return errors.New("cannot open")
+		}
+		return nil
+	}
+	if _, err := f.d.PollEvents(f.src, 0); err == nil {
+		t.Fatal("a failed open must surface")
+	}
+	if !slices.Equal(f.src.closed, []string{"a"}) {
+		t.Fatalf("closed %v: the lanes built so far must be dropped", f.src.closed)
+	}
+	ev := f.expect(pipeline.LanesAdded)
+	if len(ev.Lanes) != 2 {
+		t.Fatalf("retry opened %d lanes, want both", len(ev.Lanes))
+	}
+	for _, l := range ev.Lanes {
+		if l.ID() < 2 {
+			t.Fatalf("lane id %d reused: ids of a failed batch are burned", l.ID())
+		}
+	}
+}
+
+// 55
+func TestDriverGainsCoalesceAndLeaveLiveLanesAlone(t *testing.T) {
+	f := newDriverFixture(t)
+	f.coord.push(gained("a", 1), gained("b", 1))
+	if ev := f.expect(pipeline.LanesAdded); len(ev.Lanes) != 2 {
+		t.Fatalf("gains must coalesce into one LanesAdded, got %d lanes", len(ev.Lanes))
+	}
+	pa := f.partitionOf("a")
+	f.coord.push(gained("c", 1))
+	if ev := f.expect(pipeline.LanesAdded); len(ev.Lanes) != 1 {
+		t.Fatal("a mid-flow gain adds only its own lane")
+	}
+	if err := f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 7}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.coord.commits["a"]; len(got) != 1 || got[0].Watermark != 7 {
+		t.Fatalf("commits of a: %v", got)
+	}
+}
+
+// 56
+func TestDriverFinishingSurfacesAsCommitReadyOnce(t *testing.T) {
+	f := newDriverFixture(t)
+	f.coord.push(gained("a", 1))
+	f.expect(pipeline.LanesAdded)
+	f.src.finishing = []spate.SplitID{sid("a"), sid("zz")}
+	ev := f.expect(pipeline.CommitReady)
+	if !slices.Equal(ev.Partitions, []pipeline.PartitionID{f.partitionOf("a")}) {
+		t.Fatalf("partitions %v", ev.Partitions)
+	}
+	f.expect(pipeline.Idle)
+}
+
+// 57
+func TestDriverLossRevokesOnlyTheLostLane(t *testing.T) {
+	f := newDriverFixture(t)
+	f.coord.push(gained("a", 1), gained("b", 1))
+	added := f.expect(pipeline.LanesAdded)
+	pa := f.partitionOf("a")
+	f.coord.push(spate.Lost{Split: sid("a")})
+	ev := f.expect(pipeline.LanesRevoked)
+	if len(ev.LaneIDs) != 1 || ev.LaneIDs[0] != added.Lanes[0].ID() || ev.Barrier.Remaining() != 1 {
+		t.Fatalf("revoked %v", ev.LaneIDs)
+	}
+	if !slices.Equal(f.src.closed, []string{"a"}) {
+		t.Fatalf("closed %v", f.src.closed)
+	}
+	if err := f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 9}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.coord.commits["a"]) != 0 {
+		t.Fatal("a late drain commit after the loss must be skipped")
+	}
+}
+
+// ★58
+func TestDriverFencedCommitRetiresTheTenancy(t *testing.T) {
+	f := newDriverFixture(t)
+	f.coord.push(gained("a", 1))
+	first := f.expect(pipeline.LanesAdded)
+	pa := f.partitionOf("a")
+	f.coord.commitErr = func(spate.SplitID, spate.SplitProgress) error { return spate.Fencedf("lost the CAS") }
+	if err := f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 5}}); err != nil {
+		t.Fatalf("a fenced commit is handled, not returned: %v", err)
+	}
+	ev := f.expect(pipeline.LanesRevoked)
+	if ev.LaneIDs[0] != first.Lanes[0].ID() {
+		t.Fatal("the fenced tenancy's lane must be revoked")
+	}
+	f.coord.commitErr = nil
+	if err := f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 6}}); err != nil || len(f.coord.commits["a"]) != 0 {
+		t.Fatal("late watermarks of a fenced tenancy must be skipped")
+	}
+	f.coord.push(spate.Lost{Split: sid("a")})
+	f.expect(pipeline.Idle) // the following Lost is a no-op
+	f.coord.push(gained("a", 2))
+	again := f.expect(pipeline.LanesAdded)
+	if again.Lanes[0].ID() == first.Lanes[0].ID() || again.Lanes[0].Partition() == pa {
+		t.Fatal("a re-gain must be a fresh tenancy (new lane and partition)")
+	}
+}
+
+// 59
+func TestDriverLostAndRegainedInOneBatchSwapsCleanly(t *testing.T) {
+	f := newDriverFixture(t)
+	f.coord.push(gained("a", 1))
+	first := f.expect(pipeline.LanesAdded)
+	f.coord.push(spate.Lost{Split: sid("a")}, gained("a", 2))
+	rev := f.expect(pipeline.LanesRevoked)
+	add := f.expect(pipeline.LanesAdded)
+	if rev.LaneIDs[0] != first.Lanes[0].ID() || add.Lanes[0].Partition() == first.Lanes[0].Partition() {
+		t.Fatalf("swap: revoked %v added %v", rev.LaneIDs, add.Lanes[0].ID())
+	}
+	if f.src.opens[1].Epoch != 2 {
+		t.Fatal("the new tenancy carries the new epoch")
+	}
+}
+
+// 60
+func TestDriverRetryableCommitDefers(t *testing.T) {
+	f := newDriverFixture(t)
+	f.coord.push(gained("a", 1))
+	f.expect(pipeline.LanesAdded)
+	pa := f.partitionOf("a")
+	f.coord.commitErr = func(spate.SplitID, spate.SplitProgress) error { return spate.Retryablef("store slow") }
+	if err := f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 5}}); err != nil {
+		t.Fatalf("a retryable commit is deferred, not returned: %v", err)
+	}
+	f.coord.commitErr = nil
+	f.expect(pipeline.Idle)
+	if len(f.coord.commits["a"]) != 0 {
+		t.Fatal("nothing is re-sent on a bare poll")
+	}
+	if err := f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 9}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.coord.commits["a"]; len(got) != 1 || got[0].Watermark != 9 {
+		t.Fatalf("the next commit carries merged progress: %v", got)
+	}
+}
+
+// 61
+func TestDriverSweepCompletesAndRetiresBarrierless(t *testing.T) {
+	f := newDriverFixture(t)
+	f.coord.push(gained("a", 1))
+	add := f.expect(pipeline.LanesAdded)
+	done := spate.CompletedProgress(0, nil)
+	f.src.sweep["a"] = &done
+	ev := f.expect(pipeline.LanesRetired)
+	if ev.LaneIDs[0] != add.Lanes[0].ID() {
+		t.Fatal("the completed lane must retire")
+	}
+	if got := f.coord.commits["a"]; len(got) != 1 || !got[0].Completed {
+		t.Fatalf("terminal progress not committed: %v", got)
+	}
+}
+
+// 62
+func TestDriverTerminalStates(t *testing.T) {
+	t.Run("a zero-split standby drains on AllComplete", func(t *testing.T) {
+		f := newDriverFixture(t)
+		f.coord.push(spate.AllComplete{})
+		f.expect(pipeline.Drained)
+		f.expect(pipeline.Drained) // idempotent
+	})
+	t.Run("Stalled is fatal by default", func(t *testing.T) {
+		f := newDriverFixture(t)
+		f.coord.push(spate.Stalled{Completed: 3, Quarantined: 1})
+		_, err := f.d.PollEvents(f.src, 0)
+		if !spate.IsFatal(err) {
+			t.Fatalf("err %v, want Fatal", err)
+		}
+	})
+	t.Run("Stalled drains when configured", func(t *testing.T) {
+		f := newDriverFixture(t, pipeline.StallDrains(true))
+		f.coord.push(spate.Stalled{Completed: 3, Quarantined: 1})
+		f.expect(pipeline.Drained)
+	})
+}
+
+// 63
+func TestDriverFailReportsPoisonAndRetires(t *testing.T) {
+	f := newDriverFixture(t)
+	f.coord.push(gained("a", 1))
+	f.expect(pipeline.LanesAdded)
+	if err := f.d.Fail(f.src, sid("a"), "bad input"); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(f.coord.fails, []string{"a"}) {
+		t.Fatalf("fails %v", f.coord.fails)
+	}
+	f.expect(pipeline.LanesRevoked)
+	if err := f.d.Fail(f.src, sid("zz"), "x"); err != nil || len(f.coord.fails) != 1 {
+		t.Fatal("failing an unheld split is a no-op")
+	}
+}
+
+// 63b: poison reported by a lane through its opening.
+func TestDriverLanePoisonReport(t *testing.T) {
+	f := newDriverFixture(t)
+	f.coord.push(gained("a", 1))
+	f.expect(pipeline.LanesAdded)
+	f.src.opens[0].Poison("corrupt line")
+	f.expect(pipeline.LanesRevoked)
+	if !slices.Equal(f.coord.fails, []string{"a"}) {
+		t.Fatalf("fails %v", f.coord.fails)
+	}
+}
+
+// 64
+func TestDriverReleaseHandsBackEverything(t *testing.T) {
+	f := newDriverFixture(t)
+	f.coord.push(gained("a", 1), gained("b", 1))
+	f.expect(pipeline.LanesAdded)
+	if err := f.d.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.coord.releases) != 1 || len(f.coord.releases[0]) != 2 {
+		t.Fatalf("releases %v", f.coord.releases)
+	}
+}
+
+// 65
+func TestDriverResumeValidation(t *testing.T) {
+	f := newDriverFixture(t)
+	drift := errors.New("drifted")
+	f.src.validate = func(s spate.SplitSpec, p spate.SplitProgress) error {
+		if s.ID.String() == "a" {
+			return spate.Retryablef("a: %w", drift)
+		}
+		if s.ID.String() == "c" {
+			return spate.Fatalf("c is corrupt")
+		}
+		return nil
+	}
+	refusals := 2
+	f.coord.failErr = func(spate.SplitID) error {
+		if refusals > 0 {
+			refusals--
+			return spate.Retryablef("store down")
+		}
+		return nil
+	}
+	p := spate.NewSplitProgress(5, nil)
+	ga, gb, gc := gained("a", 1), gained("b", 1), gained("c", 1)
+	ga.Progress, gb.Progress, gc.Progress = &p, &p, &p
+	f.coord.push(ga, gb, gc)
+	_, err := f.d.PollEvents(f.src, 0)
+	if !spate.IsFatal(err) {
+		t.Fatalf("err %v: a Fatal rejection must not hide behind a retryable one", err)
+	}
+	ev := f.expect(pipeline.LanesAdded)
+	if len(ev.Lanes) != 1 || f.src.opens[0].Spec.ID.String() != "b" || f.src.opens[0].Progress.Watermark != 5 {
+		t.Fatal("the rest of the batch must still apply")
+	}
+	for range 3 {
+		f.poll()
+	}
+	landed := 0
+	for _, s := range f.coord.fails {
+		if s == "a" || s == "c" {
+			landed++
+		}
+	}
+	if landed < 3 || refusals != 0 {
+		t.Fatalf("fails %v: a refused poison report is retried until it lands", f.coord.fails)
+	}
+	n := len(f.coord.fails)
+	f.poll()
+	if len(f.coord.fails) != n {
+		t.Fatal("a landed poison report must not be re-sent")
+	}
+}
+
+// 66
+func TestDriverDrainingTenancies(t *testing.T) {
+	setup := func(t *testing.T) (*driverFixture, pipeline.PartitionID, pipeline.LaneID) {
+		f := newDriverFixture(t)
+		f.src.acceptDrain = true
+		f.coord.push(gained("a", 1), gained("b", 1))
+		add := f.expect(pipeline.LanesAdded)
+		f.coord.push(spate.RevokeRequested{Split: sid("a")})
+		f.expect(pipeline.Idle)
+		return f, f.partitionOf("a"), add.Lanes[0].ID()
+	}
+	t.Run("stays commit-eligible; completion stripped", func(t *testing.T) {
+		f, pa, _ := setup(t)
+		f.src.completeAt["a"] = 5
+		if err := f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 5}}); err != nil {
+			t.Fatal(err)
+		}
+		got := f.coord.commits["a"]
+		if len(got) != 1 || got[0].Completed {
+			t.Fatalf("commits %v: draining commits must land without completion", got)
+		}
+	})
+	t.Run("a completed drain releases exactly one split barrier-less", func(t *testing.T) {
+		f, _, lane := setup(t)
+		p := spate.NewSplitProgress(7, nil)
+		f.src.drainReady["a"] = &p
+		ev := f.expect(pipeline.LanesRetired)
+		if ev.LaneIDs[0] != lane || !slices.Equal(f.coord.releaseDrained, []spate.SplitID{sid("a")}) {
+			t.Fatalf("retired %v released %v", ev.LaneIDs, f.coord.releaseDrained)
+		}
+		f.expect(pipeline.Idle)
+		if len(f.coord.releaseDrained) != 1 {
+			t.Fatal("released more than once")
+		}
+	})
+	t.Run("a fenced final commit turns the drain into a revoke", func(t *testing.T) {
+		f, _, lane := setup(t)
+		p := spate.NewSplitProgress(7, nil)
+		f.src.drainReady["a"] = &p
+		f.coord.commitErr = func(spate.SplitID, spate.SplitProgress) error { return spate.Fencedf("gone") }
+		ev := f.expect(pipeline.LanesRevoked)
+		if ev.LaneIDs[0] != lane || len(f.coord.releaseDrained) != 0 {
+			t.Fatal("a fenced drain must revoke, not hand back")
+		}
+	})
+	t.Run("a retryable final commit keeps the drain pending", func(t *testing.T) {
+		f, _, _ := setup(t)
+		p := spate.NewSplitProgress(7, nil)
+		f.src.drainReady["a"] = &p
+		fail := true
+		f.coord.commitErr = func(spate.SplitID, spate.SplitProgress) error {
+			if fail {
+				return spate.Retryablef("slow")
+			}
+			return nil
+		}
+		f.expect(pipeline.Idle)
+		fail = false
+		f.expect(pipeline.LanesRetired)
+	})
+}
+
+// 67
+func TestDriverRevocationDeclines(t *testing.T) {
+	f := newDriverFixture(t) // declines by default
+	f.coord.push(gained("a", 1))
+	f.expect(pipeline.LanesAdded)
+	f.coord.push(spate.RevokeRequested{Split: sid("a")}, spate.RevokeRequested{Split: sid("zz")})
+	f.expect(pipeline.Idle)
+	if !slices.Equal(f.coord.declines, []spate.SplitID{sid("a")}) {
+		t.Fatalf("declines %v: once for a, none for an unheld split", f.coord.declines)
+	}
+
+	g := newDriverFixture(t)
+	g.src.acceptDrain = true
+	g.coord.push(gained("a", 1))
+	g.expect(pipeline.LanesAdded)
+	g.coord.push(spate.RevokeRequested{Split: sid("a")})
+	g.expect(pipeline.Idle)
+	g.coord.push(spate.RevokeRequested{Split: sid("a")})
+	g.expect(pipeline.Idle)
+	if len(g.coord.declines) != 0 || len(g.src.begun) != 1 {
+		t.Fatalf("a repeated revoke mid-drain must be a no-op (declines %v begun %v)", g.coord.declines, g.src.begun)
+	}
+
+	// An unopened tenancy declines without consulting the source.
+	h := newDriverFixture(t)
+	h.src.acceptDrain = true
+	h.coord.push(gained("a", 1), spate.RevokeRequested{Split: sid("a")})
+	h.expect(pipeline.LanesAdded)
+	if len(h.src.begun) != 0 || !slices.Equal(h.coord.declines, []spate.SplitID{sid("a")}) {
+		t.Fatalf("begun %v declines %v", h.src.begun, h.coord.declines)
+	}
+}

@@ -1,0 +1,84 @@
+// Package pipeline is the runtime that runs a data pipeline on top of
+// spate's coordination: it polls a source's lanes, pushes the records
+// through a transform chain into sinks, and commits a source watermark only
+// behind what the sinks made durable.
+//
+// # Goroutines
+//
+// [Runtime.Run] starts one controller goroutine, Config.Threads driver
+// goroutines and one writer goroutine per sink shard. The controller is the
+// only caller of [Source] methods: it applies assignment changes, harvests
+// acknowledgments on every pass, commits on the commit tick (and faster for
+// partitions a source hints with CommitReady), applies the drivers'
+// pause and resume requests, and runs the drain. Each driver owns its lanes
+// and its [Chain]; it serves control messages before every lane poll, so a
+// stopped lane is never polled again. Control, event and acknowledgment
+// queues are unbounded and never block their sender: a poll loop never
+// waits on a channel send.
+//
+// # Acknowledgments
+//
+// Every polled batch carries one [AckRef]. Go has no destructors, so
+// references are counted explicitly: whoever keeps a batch's data past the
+// push holds a reference ([AckRef.Clone], [AckSet]) and gives it back exactly
+// once. Dropping a record on purpose (a filter, a Skip policy) is delivery;
+// every path that loses data (a failed chain, an abandoned blocked batch, a
+// torn-down queue, a sink that gave up) fails the reference before it
+// releases it. When the last reference goes, one resolution reaches the
+// [Checkpointer]. A reference that is never released stalls its partition
+// (never a loss) and is counted in [ExitReport.UnresolvedAcks].
+//
+// # Checkpointing
+//
+// The checkpointer tracks each partition's batches in the current
+// assignment epoch and advances its watermark only over a gap-free prefix
+// of delivered batches. A failed batch stalls its partition for good:
+// nothing behind it commits, and past Config.StalledFailAfter the pipeline
+// fails (a restart replays it). Acknowledgments from an earlier epoch or a
+// revoked partition are discarded. A partition's pending batches are capped
+// by Config.MaxPendingBatches: a lane at its ceiling is not polled until the
+// watermark advances.
+//
+// # Backpressure
+//
+// Chain terminals offer sealed chunks to bounded per-shard sink queues
+// without blocking; a full queue parks the chunk and blocks the chain, and
+// the driver asks the source to pause its lanes. It resumes once the
+// in-flight byte budget is below its low mark, every queue is below its low
+// fill, and the pause lasted Config.MinPause.
+//
+// # Stopping
+//
+// Cancelling Run's context, or [Runtime.Stop], is a graceful stop. While
+// the source says it is still reading ([Source.ReadingOnStop]) the
+// controller runs on, committing, until Config.StopReserve before the drain
+// deadline (Config.DrainTimeout after the trigger). Then the source hands
+// back what it did not finish ([Source.StopReading]), the drivers flush and
+// drop their lanes, the sink queues close and drain until the deadline
+// (what is not written by then is abandoned and replays), the final commit
+// runs, and a [SourceCloser] gets Config.CloseShare to close. A source that
+// reports Drained ends the run the same way; its Completed exit then means
+// every record was acknowledged and committed, else the run fails.
+//
+// # Delivery
+//
+// At least once. A watermark never passes data that is unacknowledged or
+// failed, across revocations, failures and shutdown; anything written but
+// not committed replays after a restart or under a new owner.
+//
+// # Coordinated sources
+//
+// [CoordinationDriver] adapts a [spate.SplitCoordinator] to the source
+// contract for a [SplitSource]: each split tenancy is one lane on a fresh
+// partition, commits go through the coordinator's fenced commit, and
+// revocations drain cooperatively. [CoordinatedSource] packages the whole
+// source; the filesource subpackage is a complete example over a directory
+// of files.
+//
+// # Observability
+//
+// [WithRegisterer] registers the Prometheus series (spate_pipeline_*,
+// spate_checkpoint_*, spate_source_*, spate_backpressure_*, spate_queue_*,
+// spate_sink_*, spate_transform_*); [Runtime.Handler] serves /healthz and
+// /readyz. Logs go to a [log/slog] logger ([WithLogger]).
+package pipeline

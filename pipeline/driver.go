@@ -1,0 +1,481 @@
+package pipeline
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+type controlKind uint8
+
+const (
+	ctlAddLane controlKind = iota
+	ctlStopLanes
+	ctlFlushNow
+	ctlDropLanes
+	ctlShutdown
+)
+
+// controlMsg is a controller → driver message.
+type controlMsg struct {
+	kind     controlKind
+	lane     Lane
+	gate     *PendingGate
+	lanes    []LaneID
+	barrier  *DrainBarrier
+	deadline time.Time
+}
+
+type driverEventKind uint8
+
+const (
+	evPause driverEventKind = iota
+	evResume
+	evFatal
+)
+
+// driverEvent is a driver → controller message.
+type driverEvent struct {
+	kind   driverEventKind
+	lanes  []LaneID
+	thread int
+	err    *FatalError
+}
+
+type gateState struct {
+	epoch    uint32
+	advanced *atomic.Uint64
+	issued   uint64
+	gated    bool
+	lastWarn time.Time
+}
+
+// driver is one pipeline goroutine: it polls its lanes round-robin, pushes
+// batches through its chain, applies backpressure and serves control
+// messages before every lane poll.
+type driver struct {
+	i           int
+	cfg         *Config
+	ctl         *mpsc[controlMsg]
+	events      *mpsc[driverEvent]
+	chain       Chain
+	bp          *watermarkController
+	budget      *InflightBudget
+	queuesBelow func(float64) bool
+	health      *HealthState
+	shutdown    *atomic.Bool
+	m           driverMetrics
+	log         *slog.Logger
+	component   string
+
+	lanes            []Lane
+	gates            map[PartitionID]*gateState
+	nextLane         int
+	lastData         time.Time
+	flushedSinceData bool
+	pauseStarted     time.Time
+	emptyPolls       int
+	gatedStreak      int
+	parked           *controlMsg
+	fatal            bool
+	lastPollWarn     time.Time
+}
+
+// driverExit is how a driver goroutine ended.
+type driverExit struct {
+	failed bool
+	panic  *FatalError // a panic outside the batch guard
+}
+
+func (d *driver) run() (exit driverExit) {
+	defer func() {
+		if r := recover(); r != nil {
+			// The shutdown barrier counts this driver: report, then keep
+			// answering control messages until Shutdown like any failed one.
+			fe := fatalf(d.component, "pipeline thread panicked outside the batch guard: %v", r)
+			exit = driverExit{failed: true, panic: fe}
+			d.events.Push(driverEvent{kind: evFatal, thread: d.i, err: fe})
+			func() {
+				defer func() { _ = recover() }()
+				if d.chain != nil {
+					d.chain.Close()
+				}
+			}()
+			d.chain = nil
+			d.parkUntilShutdown()
+		}
+	}()
+	d.lastData = time.Now()
+	d.flushedSinceData = true
+	for {
+		d.health.beat(d.i)
+		if d.serveControl() {
+			return driverExit{}
+		}
+		if d.fatal {
+			if d.chain != nil {
+				d.chain.Close()
+				d.chain = nil
+			}
+			d.parkUntilShutdown()
+			return driverExit{failed: true}
+		}
+		if d.backpressureTick() {
+			time.Sleep(d.cfg.PollTimeout)
+			continue
+		}
+		if len(d.lanes) == 0 {
+			d.parkControl()
+			d.idleFlush()
+			continue
+		}
+		idx := d.nextLane % len(d.lanes)
+		d.nextLane++
+		lane := d.lanes[idx]
+		timeout := time.Duration(0)
+		if d.emptyPolls >= len(d.lanes) {
+			timeout = d.cfg.PollTimeout
+		}
+		if d.isGated(lane) {
+			d.gatedStreak++
+			if d.gatedStreak >= len(d.lanes) {
+				d.gatedStreak = 0
+				d.parkControl()
+				d.idleFlush()
+			}
+			continue
+		}
+		d.gatedStreak = 0
+		start := time.Now()
+		batch, err := lane.Poll(d.cfg.MaxRecords, timeout)
+		d.m.poll.Observe(time.Since(start).Seconds())
+		switch {
+		case err != nil && isFatal(err):
+			if batch != nil && batch.Ack != nil {
+				batch.Ack.Abandon()
+			}
+			d.reportFatal(fatalf(d.component, "source poll failed: %v", err))
+		case err != nil:
+			if batch != nil && batch.Ack != nil {
+				batch.Ack.Abandon()
+			}
+			d.emptyPolls++
+			if time.Since(d.lastPollWarn) > 10*time.Second {
+				d.lastPollWarn = time.Now()
+				d.log.Warn("lane poll failed; polling it again later", "lane", lane.ID(), "error", err)
+			}
+		case batch == nil:
+			d.emptyPolls++
+			d.idleFlush()
+		default:
+			d.emptyPolls = 0
+			d.lastData = time.Now()
+			d.flushedSinceData = false
+			d.onBatch(batch)
+		}
+	}
+}
+
+// onBatch counts, gates and drives one polled batch, then releases the
+// runtime's reference to its acknowledgment.
+func (d *driver) onBatch(b *Batch) {
+	if b.Ack == nil {
+		d.reportFatal(fatalf(d.component, "lane returned a batch without an acknowledgment handle"))
+		return
+	}
+	if g := d.gates[b.Ack.ID().Partition]; g != nil && g.epoch == b.Ack.ID().Epoch {
+		g.issued = max(g.issued, b.Ack.ID().Seq+1)
+	}
+	var bytes int
+	for i := range b.Payloads {
+		bytes += len(b.Payloads[i].Value) + len(b.Payloads[i].Key)
+	}
+	d.m.records.Add(float64(len(b.Payloads)))
+	d.m.bytes.Add(float64(bytes))
+	if err := d.driveBatch(b); err != nil {
+		d.reportFatal(err)
+	}
+	b.Ack.Release()
+}
+
+// driveBatch pushes b until the chain takes all of it. Every way out but
+// success fails the batch's acknowledgment.
+func (d *driver) driveBatch(b *Batch) (fe *FatalError) {
+	defer func() {
+		if r := recover(); r != nil {
+			b.Ack.Fail()
+			fe = fatalf(d.component, "operator chain panicked: %v", r)
+		}
+	}()
+	from := 0
+	for {
+		d.health.beat(d.i)
+		out := d.chain.PushBatch(b, from)
+		switch out.Kind {
+		case PushDone:
+			return nil
+		case PushFatal:
+			b.Ack.Fail()
+			if out.Err == nil {
+				return fatalf(d.component, "operator chain failed")
+			}
+			return out.Err
+		}
+		from = max(from, out.ResumeAt)
+		if d.shutdown.Load() {
+			d.log.Warn("abandoning a blocked batch for the shutdown; it replays", "batch", b.Ack.ID())
+			b.Ack.Fail()
+			d.chain.AbandonBatch()
+			return nil
+		}
+		if out.Reason == BlockCapacity {
+			d.bp.onSendRejected()
+			d.applyTransition(d.bp.tick(d.budget.Usage(), d.queuesBelow(d.cfg.LowRatio)))
+		}
+		time.Sleep(d.cfg.BlockedRetry)
+	}
+}
+
+func (d *driver) reportFatal(err *FatalError) {
+	d.fatal = true
+	d.events.Push(driverEvent{kind: evFatal, thread: d.i, err: err})
+}
+
+// serveControl handles the parked message and every queued one. It
+// reports whether the driver must exit (Shutdown).
+func (d *driver) serveControl() bool {
+	if d.parked != nil {
+		msg := *d.parked
+		d.parked = nil
+		if d.handle(msg) {
+			return true
+		}
+	}
+	for {
+		msg, ok := d.ctl.TryPop()
+		if !ok {
+			return false
+		}
+		if d.handle(msg) {
+			return true
+		}
+	}
+}
+
+func (d *driver) handle(msg controlMsg) bool {
+	switch msg.kind {
+	case ctlAddLane:
+		d.lanes = append(d.lanes, msg.lane)
+		p := msg.lane.Partition()
+		if msg.gate != nil {
+			if g := d.gates[p]; g == nil || g.epoch < msg.gate.Epoch {
+				d.gates[p] = &gateState{epoch: msg.gate.Epoch, advanced: msg.gate.Advanced}
+			}
+		}
+	case ctlStopLanes:
+		n := d.removeLanes(msg.lanes)
+		if n > 0 {
+			d.flushUntil(msg.deadline)
+		}
+		for range n {
+			msg.barrier.Arrive()
+		}
+	case ctlFlushNow:
+		d.flushOnce()
+	case ctlDropLanes:
+		d.removeLanes(msg.lanes)
+	case ctlShutdown:
+		d.flushUntil(msg.deadline)
+		d.lanes = nil
+		clear(d.gates)
+		if d.chain != nil {
+			d.chain.Close()
+			d.chain = nil
+		}
+		msg.barrier.Arrive()
+		return true
+	}
+	return false
+}
+
+// removeLanes drops the listed lanes it holds and the gates of partitions
+// it no longer has lanes for; it returns how many it removed.
+func (d *driver) removeLanes(ids []LaneID) int {
+	n := 0
+	d.lanes = slices.DeleteFunc(d.lanes, func(l Lane) bool {
+		if slices.Contains(ids, l.ID()) {
+			n++
+			return true
+		}
+		return false
+	})
+	for p := range d.gates {
+		if !slices.ContainsFunc(d.lanes, func(l Lane) bool { return l.Partition() == p }) {
+			delete(d.gates, p)
+		}
+	}
+	return n
+}
+
+func (d *driver) isGated(l Lane) bool {
+	g := d.gates[l.Partition()]
+	if g == nil {
+		return false
+	}
+	adv := g.advanced.Load()
+	pending := uint64(0)
+	if g.issued > adv {
+		pending = g.issued - adv
+	}
+	gated := pending >= uint64(d.cfg.MaxPendingBatches)
+	if gated && !g.gated {
+		if time.Since(g.lastWarn) > 10*time.Second {
+			g.lastWarn = time.Now()
+			d.log.Warn("partition at its pending-batch ceiling; not polling it until its watermark advances",
+				"partition", l.Partition(), "pending", pending, "ceiling", d.cfg.MaxPendingBatches)
+		}
+	} else if !gated && g.gated {
+		d.log.Debug("partition below its pending-batch ceiling again", "partition", l.Partition())
+	}
+	g.gated = gated
+	return gated
+}
+
+// parkControl waits on the control queue for up to the poll timeout,
+// keeping any message for the next serveControl.
+func (d *driver) parkControl() {
+	if msg, ok := d.ctl.PopWait(d.cfg.PollTimeout); ok {
+		d.parked = &msg
+	}
+}
+
+// backpressureTick applies a transition and reports whether the driver is
+// paused.
+func (d *driver) backpressureTick() bool {
+	d.applyTransition(d.bp.tick(d.budget.Usage(), d.queuesBelow(d.cfg.LowRatio)))
+	return d.bp.paused
+}
+
+func (d *driver) applyTransition(t bpTransition) {
+	switch t {
+	case bpPause:
+		d.pauseStarted = time.Now()
+		d.m.paused.Set(1)
+		d.m.pauseEvents.Inc()
+		d.events.Push(driverEvent{kind: evPause, thread: d.i, lanes: d.laneIDs()})
+	case bpResume:
+		d.m.paused.Set(0)
+		d.m.pausedSeconds.Add(time.Since(d.pauseStarted).Seconds())
+		d.events.Push(driverEvent{kind: evResume, thread: d.i, lanes: d.laneIDs()})
+	}
+}
+
+func (d *driver) laneIDs() []LaneID {
+	ids := make([]LaneID, len(d.lanes))
+	for i, l := range d.lanes {
+		ids[i] = l.ID()
+	}
+	return ids
+}
+
+func (d *driver) flushOnce() {
+	if d.chain == nil {
+		return
+	}
+	out := d.safeFlush()
+	switch out.Kind {
+	case PushDone:
+		d.flushedSinceData = true
+	case PushBlocked:
+		if out.Reason == BlockCapacity {
+			d.bp.onSendRejected()
+		}
+	case PushFatal:
+		d.reportFatal(out.Err)
+	}
+}
+
+func (d *driver) safeFlush() (out PushOutcome) {
+	defer func() {
+		if r := recover(); r != nil {
+			out = PushOutcome{Kind: PushFatal, Err: fatalf(d.component, "operator chain panicked: %v", r)}
+		}
+	}()
+	out = d.chain.Flush()
+	if out.Kind == PushFatal && out.Err == nil {
+		out.Err = fatalf(d.component, "operator chain flush failed")
+	}
+	return out
+}
+
+func (d *driver) idleFlush() {
+	if d.flushedSinceData || time.Since(d.lastData) < d.cfg.IdleFlush {
+		return
+	}
+	d.flushOnce()
+}
+
+// flushUntil flushes the chain until it is done or the deadline passes
+// (what stays parked is abandoned by the chain's teardown and replays).
+func (d *driver) flushUntil(deadline time.Time) {
+	if d.chain == nil {
+		return
+	}
+	for {
+		d.health.beat(d.i)
+		out := d.safeFlush()
+		switch out.Kind {
+		case PushDone:
+			d.flushedSinceData = true
+			return
+		case PushFatal:
+			d.reportFatal(out.Err)
+			return
+		}
+		if out.Reason == BlockCapacity {
+			d.bp.onSendRejected()
+		}
+		if !time.Now().Before(deadline) {
+			d.log.Error("flush did not finish before the drain deadline; parked records are abandoned and replay")
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// parkUntilShutdown keeps a failed driver answering control messages until
+// Shutdown, because the shutdown barrier counts every driver.
+func (d *driver) parkUntilShutdown() {
+	for {
+		d.health.beat(d.i)
+		msg, ok := d.parked, d.parked != nil
+		d.parked = nil
+		if !ok {
+			var m controlMsg
+			m, ok = d.ctl.PopWait(50 * time.Millisecond)
+			msg = &m
+		}
+		if !ok {
+			continue
+		}
+		switch msg.kind {
+		case ctlAddLane:
+			// dropped: nothing polls on a failed thread
+		case ctlStopLanes:
+			n := d.removeLanes(msg.lanes)
+			for range n {
+				msg.barrier.Arrive()
+			}
+		case ctlDropLanes:
+			d.removeLanes(msg.lanes)
+		case ctlShutdown:
+			d.lanes = nil
+			msg.barrier.Arrive()
+			return
+		}
+	}
+}
+
+func (d *driver) String() string { return fmt.Sprintf("driver-%d", d.i) }

@@ -1,0 +1,37 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spate-go/spate"
+)
+
+// FatalError stops a pipeline: the component that failed and why.
+type FatalError struct {
+	Component string
+	Reason    string
+}
+
+func (e *FatalError) Error() string { return e.Component + ": " + e.Reason }
+
+// Is makes errors.Is(err, spate.ErrFatal) hold for a FatalError.
+func (e *FatalError) Is(target error) bool { return target == spate.ErrFatal }
+
+func fatalf(component, format string, args ...any) *FatalError {
+	return &FatalError{Component: component, Reason: fmt.Sprintf(format, args...)}
+}
+
+// isFatal reports whether a source error stops the pipeline. Only the
+// Fatal class does; everything else is logged and tolerated. An error
+// that nobody classified is fatal (spate.KindOf).
+func isFatal(err error) bool {
+	if err == nil {
+		return false
+	}
+	var fe *FatalError
+	if errors.As(err, &fe) {
+		return true
+	}
+	return spate.KindOf(err) == spate.KindFatal
+}

@@ -1,0 +1,249 @@
+// Package filesource is a coordinated, line-oriented backfill of a directory
+// of files: the planner packs the files into weighted splits, every split
+// is leased by one pipeline instance at a time, and a split's lane reads its
+// files' lines in order.
+//
+// # Splits
+//
+// The planner walks the directory (recursively, regular files only, in
+// byte order of their slash-separated relative paths) and packs
+// consecutive files into splits of at most TargetBytes (a larger file gets
+// a split of its own) and MaxFiles members. A split's weight is its byte
+// count. Its id is "f1" followed by the base64url encoding of the first 16
+// bytes of a SHA-256 over the packing version and every member's name,
+// size and modification time: the same files always make the same splits,
+// an overwritten file becomes new work, and a packing change orphans old
+// progress on purpose. The plan is final: files added later are not seen.
+//
+// # Offsets and watermarks
+//
+// A split's bytes are its members' bytes concatenated in descriptor order;
+// offsets are split-relative. Every record is one line; its offset is the
+// split-relative offset of the line's last byte (its newline, or the file's
+// last byte when the file does not end in one), so the committed watermark
+// (last acknowledged offset plus one) is exactly where the next line
+// starts. A resumed split seeks there: it never re-emits a committed line
+// and never skips an uncommitted one. Each line is read up to the size the
+// planner saw; bytes appended later are not part of the split.
+//
+// # Records
+//
+// A record's value is the line without its newline; its key is
+// "<relative path>:<byte offset of the line's first byte in its file>",
+// which identifies every input line for a verifier.
+//
+// # Drift
+//
+// A member that is missing, or smaller than planned, makes the split
+// poison: it is failed through the coordinator (an attempt is consumed)
+// and quarantined after the attempt cap. Resume progress whose watermark is
+// not on a line boundary of the split is rejected the same way.
+package filesource
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"github.com/spate-go/spate"
+)
+
+// PackingVersion is folded into every split id; changing how files are
+// packed must change it.
+const PackingVersion = 1
+
+// Member is one file of a split, as the planner saw it.
+type Member struct {
+	Name  string `json:"name"`  // slash-separated path relative to the root
+	Size  int64  `json:"size"`  // bytes the split covers
+	MTime int64  `json:"mtime"` // modification time, Unix nanoseconds
+}
+
+// Descriptor is a split's payload: its members in read order.
+type Descriptor struct {
+	Version int      `json:"v"`
+	Files   []Member `json:"files"`
+}
+
+// Total is the split's size in bytes.
+func (d Descriptor) Total() int64 {
+	var n int64
+	for _, f := range d.Files {
+		n += f.Size
+	}
+	return n
+}
+
+// DecodeDescriptor parses a split descriptor strictly.
+func DecodeDescriptor(b []byte) (Descriptor, error) {
+	var d Descriptor
+	if err := json.Unmarshal(b, &d); err != nil {
+		return d, spate.Fatalf("filesource: bad descriptor: %v", err)
+	}
+	if d.Version != PackingVersion {
+		return d, spate.Fatalf("filesource: descriptor version %d, want %d", d.Version, PackingVersion)
+	}
+	return d, nil
+}
+
+// PlannerOptions tune the packing. A zero field takes its default.
+type PlannerOptions struct {
+	// TargetBytes is a split's byte budget. Default 64 MiB.
+	TargetBytes int64
+	// MaxFiles caps a split's members (it keeps descriptors small).
+	// Default 16.
+	MaxFiles int
+}
+
+// Planner enumerates a directory into splits. It implements
+// [spate.SplitPlanner].
+type Planner struct {
+	root string
+	opts PlannerOptions
+}
+
+// NewPlanner plans the files under root.
+func NewPlanner(root string, opts PlannerOptions) *Planner {
+	if opts.TargetBytes <= 0 {
+		opts.TargetBytes = 64 << 20
+	}
+	if opts.MaxFiles <= 0 {
+		opts.MaxFiles = 16
+	}
+	return &Planner{root: root, opts: opts}
+}
+
+// Fingerprint derives the job identity from the configuration only.
+func (p *Planner) Fingerprint() string {
+	abs, err := filepath.Abs(p.root)
+	if err != nil {
+		abs = p.root
+	}
+	return "filesource:v" + strconv.Itoa(PackingVersion) + ":" + filepath.ToSlash(abs) +
+		":target=" + strconv.FormatInt(p.opts.TargetBytes, 10) + ":files=" + strconv.Itoa(p.opts.MaxFiles)
+}
+
+// Plan lists the directory and packs it. The plan is final.
+func (p *Planner) Plan(ctx context.Context, _ spate.PlanContext) (spate.SplitPlan, error) {
+	members, err := ListFiles(ctx, p.root)
+	if err != nil {
+		return spate.SplitPlan{}, err
+	}
+	var splits []spate.PlannedSplit
+	for _, group := range Pack(members, p.opts.TargetBytes, p.opts.MaxFiles) {
+		spec, err := SplitFor(group)
+		if err != nil {
+			return spate.SplitPlan{}, err
+		}
+		splits = append(splits, spate.NewPlannedSplit(spec))
+	}
+	return spate.NewSplitPlan(splits, spate.PlanFinal), nil
+}
+
+// ListFiles lists the regular files under root, sorted by relative path.
+func ListFiles(ctx context.Context, root string) ([]Member, error) {
+	var out []Member
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		out = append(out, Member{Name: filepath.ToSlash(rel), Size: info.Size(), MTime: info.ModTime().UnixNano()})
+		return nil
+	})
+	if err != nil {
+		return nil, spate.Retryablef("filesource: list %s: %w", root, err)
+	}
+	slices.SortFunc(out, func(a, b Member) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// Pack groups consecutive members into splits of at most target bytes
+// (a bigger file alone) and maxFiles members.
+func Pack(members []Member, target int64, maxFiles int) [][]Member {
+	var out [][]Member
+	var cur []Member
+	var bytes int64
+	for _, m := range members {
+		if len(cur) > 0 && (bytes+m.Size > target || len(cur) >= maxFiles) {
+			out = append(out, cur)
+			cur, bytes = nil, 0
+		}
+		cur = append(cur, m)
+		bytes += m.Size
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// SplitID derives a split's deterministic id from its members.
+func SplitID(members []Member) spate.SplitID {
+	h := sha256.New()
+	var buf [8]byte
+	binary.BigEndian.PutUint64(buf[:], PackingVersion)
+	h.Write(buf[:])
+	sorted := slices.Clone(members)
+	slices.SortFunc(sorted, func(a, b Member) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+	for _, m := range sorted {
+		binary.BigEndian.PutUint64(buf[:], uint64(len(m.Name)))
+		h.Write(buf[:])
+		h.Write([]byte(m.Name))
+		binary.BigEndian.PutUint64(buf[:], uint64(m.Size))
+		h.Write(buf[:])
+		binary.BigEndian.PutUint64(buf[:], uint64(m.MTime))
+		h.Write(buf[:])
+	}
+	sum := h.Sum(nil)
+	return spate.MustSplitID("f1" + base64.RawURLEncoding.EncodeToString(sum[:16]))
+}
+
+// SplitFor builds the split spec of a member group.
+func SplitFor(members []Member) (spate.SplitSpec, error) {
+	desc, err := json.Marshal(Descriptor{Version: PackingVersion, Files: members})
+	if err != nil {
+		return spate.SplitSpec{}, fmt.Errorf("filesource: encode descriptor: %w", err)
+	}
+	var total int64
+	for _, m := range members {
+		total += m.Size
+	}
+	return spate.NewSplitSpec(SplitID(members), desc).WithWeight(uint64(max(total, 1))), nil
+}

@@ -1,0 +1,54 @@
+package pipeline
+
+import "fmt"
+
+// PartitionID is the unit of checkpointing, chosen by the source: watermarks,
+// trackers, pending gates and commits are all keyed by partition. A
+// coordinated source mints a fresh one for every split tenancy and never
+// reuses it.
+type PartitionID uint32
+
+// LaneID is the unit of polling: one pollable data-plane object owned by
+// exactly one driver goroutine. It is stable until the lane is revoked or
+// retired. Several lanes may share a partition. Lanes added through
+// [LanesAdded] must carry ids never used before in the source's lifetime.
+type LaneID uint32
+
+// BatchID identifies one polled batch: its partition, the assignment epoch
+// it was issued in, and its sequence number, contiguous from 0 per
+// (issuer, partition, epoch).
+type BatchID struct {
+	Partition PartitionID
+	Epoch     uint32
+	Seq       uint64
+}
+
+func (b BatchID) String() string {
+	return fmt.Sprintf("p%d/e%d/s%d", b.Partition, b.Epoch, b.Seq)
+}
+
+// Watermark is a committable position of one partition: one past the last
+// acknowledged record's offset.
+type Watermark struct {
+	Partition PartitionID
+	Offset    int64
+}
+
+// AckStatus is how a batch resolved.
+type AckStatus uint8
+
+const (
+	// AckDelivered: every record derived from the batch is durable (or was
+	// deliberately dropped: filtered, skipped by policy).
+	AckDelivered AckStatus = iota
+	// AckFailed: some record derived from the batch was not made durable. The
+	// watermark never advances past a failed batch.
+	AckFailed
+)
+
+func (s AckStatus) String() string {
+	if s == AckDelivered {
+		return "delivered"
+	}
+	return "failed"
+}

@@ -1,0 +1,373 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ExitState is how a run ended.
+type ExitState uint8
+
+const (
+	// Completed: a stop or a drained source ended the run cleanly. For a
+	// Drained exit it means every record was acknowledged and committed.
+	Completed ExitState = iota
+	// Failed: a component failed; see [ExitReport.Failure].
+	Failed
+)
+
+func (s ExitState) String() string {
+	if s == Completed {
+		return "completed"
+	}
+	return "failed"
+}
+
+// ExitReport is the outcome of [Runtime.Run].
+type ExitReport struct {
+	State ExitState
+	// Failure is the first fatal error, nil when Completed.
+	Failure *FatalError
+	// SinkDrain is what the sink drain did (nil if it never ran).
+	SinkDrain *DrainReport
+	// FinalWatermarks are the last committed positions of the partitions
+	// still assigned at the end, sorted by partition.
+	FinalWatermarks []Watermark
+	// UnresolvedAcks counts acknowledgment handles never released: a leak
+	// in a lane, chain or sink. It is zero for a correct pipeline.
+	UnresolvedAcks int64
+}
+
+// ExitCode is 0 for Completed and 1 for Failed.
+func (r ExitReport) ExitCode() int {
+	if r.State == Completed {
+		return 0
+	}
+	return 1
+}
+
+// Err is the failure as an error, nil when Completed.
+func (r ExitReport) Err() error {
+	if r.Failure == nil {
+		return nil
+	}
+	return r.Failure
+}
+
+// Option configures a [Runtime].
+type Option func(*runtimeOptions)
+
+type runtimeOptions struct {
+	log *slog.Logger
+	reg prometheus.Registerer
+}
+
+// WithLogger sets the logger (slog.Default by default).
+func WithLogger(l *slog.Logger) Option { return func(o *runtimeOptions) { o.log = l } }
+
+// WithRegisterer registers the pipeline's metrics on reg (none by default).
+// Use one registry per pipeline: a duplicate registration fails New.
+func WithRegisterer(reg prometheus.Registerer) Option {
+	return func(o *runtimeOptions) { o.reg = reg }
+}
+
+// Runtime runs one pipeline: a controller goroutine that alone drives the
+// [Source], Threads driver goroutines that poll lanes through their chains,
+// and the sinks' writers.
+type Runtime struct {
+	cfg    Config
+	src    Source
+	chains ChainFactory
+	sinks  SinkHooks
+	budget *InflightBudget
+	m      *metrics
+	log    *slog.Logger
+	health *HealthState
+	stop   *stopRequest
+	ran    atomic.Bool
+}
+
+// New assembles a runtime from a source, a chain per driver and the sinks'
+// hooks. budget is shared with the sinks (nil: a fresh one of
+// MaxInflightBytes). Nothing starts until Run.
+func New(cfg Config, src Source, chains ChainFactory, sinks SinkHooks, budget *InflightBudget, opts ...Option) (*Runtime, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
+	if src == nil || chains == nil {
+		return nil, errors.New("pipeline: a source and a chain factory are required")
+	}
+	o := runtimeOptions{log: slog.Default()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	m, err := newMetrics(cfg.Name, o.reg)
+	if err != nil {
+		return nil, err
+	}
+	if budget == nil {
+		budget = NewInflightBudget(cfg.MaxInflightBytes)
+	}
+	if sinks.QueuesBelow == nil {
+		sinks.QueuesBelow = func(float64) bool { return true }
+	}
+	return &Runtime{
+		cfg: cfg, src: src, chains: chains, sinks: sinks, budget: budget, m: m,
+		log:    o.log.With("pipeline", cfg.Name),
+		health: newHealthState(cfg.Threads, nil),
+		stop:   newStopRequest(),
+	}, nil
+}
+
+// SinkSpec names a sink for [Build].
+type SinkSpec struct {
+	Name    string
+	Sink    Sink
+	Options SinkOptions
+}
+
+// Build assembles a runtime whose chains run stages and fan every record
+// out to each sink.
+func Build(cfg Config, src Source, stages []Stage, sinks []SinkSpec, opts ...Option) (*Runtime, error) {
+	budget := NewInflightBudget(cfg.WithDefaults().MaxInflightBytes)
+	rts := make([]*SinkRuntime, len(sinks))
+	for i, s := range sinks {
+		rts[i] = NewSinkRuntime(s.Name, s.Sink, s.Options, budget)
+	}
+	return New(cfg, src, NewChainFactory(stages, rts...), Sinks(rts...), budget, opts...)
+}
+
+// Budget is the in-flight byte budget shared with the sinks.
+func (r *Runtime) Budget() *InflightBudget { return r.budget }
+
+// Health is the pipeline's health state.
+func (r *Runtime) Health() *HealthState { return r.health }
+
+// Handler serves /healthz and /readyz, and /metrics when metrics is non-nil
+// (for instance promhttp.HandlerFor(registry, ...)).
+func (r *Runtime) Handler(metrics http.Handler) http.Handler { return r.health.Handler(metrics) }
+
+// Stop triggers a graceful stop, like cancelling Run's context. It is
+// idempotent and never blocks.
+func (r *Runtime) Stop() { r.stop.trigger(time.Now()) }
+
+// Run runs the pipeline until a stop (Stop or ctx cancelled: a graceful
+// drain), a drained source, or a failure, and reports how it ended. The
+// returned error is the report's failure. Run may be called once.
+func (r *Runtime) Run(ctx context.Context) (ExitReport, error) {
+	if !r.ran.CompareAndSwap(false, true) {
+		return ExitReport{State: Failed, Failure: fatalf("runtime", "Run called twice")}, errors.New("pipeline: Run called twice")
+	}
+	unwatch := context.AfterFunc(ctx, func() { r.stop.trigger(time.Now()) })
+	defer unwatch()
+
+	cfg := r.cfg
+	m := r.m
+	m.info.WithLabelValues(compPipeline, compPipeline, Version).Set(1)
+	m.threads.WithLabelValues(compPipeline, compPipeline).Set(float64(cfg.Threads))
+	m.setState(StateStarting)
+
+	if r.sinks.start != nil {
+		r.sinks.start(m, r.log)
+	}
+	probeDone := make(chan struct{})
+	probeStop := make(chan struct{})
+	if r.sinks.Probe == nil {
+		r.health.setSinksConnected(true)
+		close(probeDone)
+	} else {
+		go r.probeLoop(probeStop, probeDone)
+	}
+	defer func() { close(probeStop); <-probeDone }()
+
+	cp := NewCheckpointer(nil)
+	shutdown := new(atomic.Bool)
+	events := newMPSC[driverEvent]()
+	controls := make([]*mpsc[controlMsg], cfg.Threads)
+	exits := make([]driverExit, cfg.Threads)
+	var drivers sync.WaitGroup
+	params := newBPParams(r.budget.Max(), cfg.HighRatio, cfg.LowRatio, cfg.MinPause)
+	for i := range cfg.Threads {
+		controls[i] = newMPSC[controlMsg]()
+		d := &driver{
+			i: i, cfg: &r.cfg, ctl: controls[i], events: events, chain: r.chains(i),
+			bp: newWatermarkController(params, nil), budget: r.budget, queuesBelow: r.sinks.QueuesBelow,
+			health: r.health, shutdown: shutdown, m: m.forDriver(i), component: fmt.Sprintf("driver-%d", i),
+			log: r.log.With("component", fmt.Sprintf("driver-%d", i)), gates: map[PartitionID]*gateState{},
+		}
+		drivers.Go(func() { exits[i] = d.run() })
+	}
+
+	toMain := make(chan controllerSignal, 2)
+	sinkDrained := make(chan struct{}, 1)
+	closeShare := time.Duration(0)
+	if _, ok := r.src.(SourceCloser); ok {
+		closeShare = cfg.CloseShare
+	}
+	c := &controller{
+		cfg: cfg, src: r.src, cp: cp, controls: controls, events: events, toMain: toMain,
+		sinkDrained: sinkDrained, stop: r.stop, shutdown: shutdown, stopNow: time.Now, now: time.Now,
+		closeShare: closeShare, health: r.health, m: m, budget: r.budget,
+		srcMetrics: &SourceMetrics{m: m, componentType: compSource}, failures: r.sinks.Failures,
+		log: r.log.With("component", "controller"),
+	}
+	controllerDone := make(chan struct{})
+	var controllerPanic atomic.Pointer[string]
+	go func() {
+		defer close(controllerDone)
+		defer func() {
+			if p := recover(); p != nil {
+				s := fmt.Sprint(p)
+				controllerPanic.Store(&s)
+			}
+		}()
+		c.run()
+	}()
+
+	var report ExitReport
+	sinkRan := false
+	drainSinks := func(deadline time.Time) {
+		if sinkRan {
+			return
+		}
+		sinkRan = true
+		if r.sinks.Drain == nil {
+			report.SinkDrain = &DrainReport{}
+			return
+		}
+		dctx, cancel := context.WithDeadline(context.Background(), deadline)
+		d := r.sinks.Drain(dctx)
+		cancel()
+		report.SinkDrain = &d
+	}
+	ticker := time.NewTicker(100 * time.Millisecond)
+	defer ticker.Stop()
+	var finished *controllerReport
+loop:
+	for {
+		select {
+		case sig := <-toMain:
+			if sig.lanesDrained {
+				drivers.Wait()
+				drainSinks(sig.sinkDeadline)
+				sinkDrained <- struct{}{}
+				continue
+			}
+			finished = sig.finished
+			break loop
+		case <-controllerDone:
+			select {
+			case sig := <-toMain:
+				if sig.finished != nil {
+					finished = sig.finished
+					break loop
+				}
+				if sig.lanesDrained {
+					drivers.Wait()
+					drainSinks(sig.sinkDeadline)
+				}
+			default:
+			}
+			break loop
+		case <-ticker.C:
+		}
+	}
+
+	if finished == nil {
+		// The controller died without reporting: stop the drivers here.
+		why := "controller thread panicked"
+		if p := controllerPanic.Load(); p != nil {
+			why += ": " + *p
+		}
+		r.log.Error(why)
+		shutdown.Store(true)
+		deadline := time.Now().Add(cfg.DrainTimeout)
+		b := NewDrainBarrier(cfg.Threads)
+		for _, q := range controls {
+			q.Push(controlMsg{kind: ctlShutdown, barrier: b, deadline: deadline})
+		}
+		drivers.Wait()
+		drainSinks(time.Now().Add(cfg.DrainTimeout))
+		m.setState(StateFailed)
+		report.State = Failed
+		report.Failure = &FatalError{Component: "controller", Reason: why}
+		report.UnresolvedAcks = cp.Unresolved()
+		r.closeSource(time.Now().Add(cfg.CloseShare))
+		return report, report.Failure
+	}
+
+	drivers.Wait()
+	<-controllerDone
+	if finished.failure != nil {
+		report.State = Failed
+		report.Failure = finished.failure
+	}
+	if report.State == Completed {
+		for _, e := range exits {
+			if e.panic != nil {
+				report.State = Failed
+				report.Failure = e.panic
+				m.setState(StateFailed)
+				break
+			}
+		}
+	}
+	if !sinkRan && r.sinks.Stop != nil {
+		r.sinks.Stop()
+	}
+	report.FinalWatermarks = finished.finalWatermarks
+	r.closeSource(finished.closeBy)
+	report.UnresolvedAcks = cp.Unresolved()
+	if report.UnresolvedAcks > 0 {
+		r.log.Error("acknowledgment handles were never released (a leak in a lane, chain or sink)", "unresolved", report.UnresolvedAcks)
+	}
+	return report, report.Err()
+}
+
+func (r *Runtime) closeSource(by time.Time) {
+	cl, ok := r.src.(SourceCloser)
+	if !ok {
+		return
+	}
+	if time.Until(by) < 100*time.Millisecond {
+		by = time.Now().Add(100 * time.Millisecond)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), by)
+	defer cancel()
+	if err := cl.Close(ctx); err != nil {
+		r.log.Warn("source close failed", "error", err)
+	}
+}
+
+// probeLoop probes the sinks: every 30s while connected, every 5s while
+// failing.
+func (r *Runtime) probeLoop(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := r.sinks.Probe(ctx)
+		cancel()
+		r.health.setSinksConnected(err == nil)
+		wait := 30 * time.Second
+		if err != nil {
+			r.log.Warn("sink probe failed", "error", err)
+			wait = 5 * time.Second
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,534 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spate-go/spate"
+)
+
+// Sink writes batches of records durably. Write returning nil means every
+// record of the batch is durable: only then are the batches' sources
+// acknowledged and their watermarks allowed to pass them.
+//
+// Write is called from one goroutine per shard, so different shards write
+// concurrently; calls for one shard are sequential. A failed Write may have
+// written part of the batch (the retry then duplicates it: at-least-once).
+// An error satisfying errors.Is(err, spate.ErrFatal) abandons the batch at
+// once; any other error is retried with backoff. Write must return promptly
+// once ctx is done.
+type Sink interface {
+	Write(ctx context.Context, shard int, records []Record) error
+}
+
+// SinkProber is implemented by sinks that can check their connection;
+// readiness waits for the probe.
+type SinkProber interface {
+	Probe(ctx context.Context) error
+}
+
+// SinkOptions tune a [SinkRuntime]. A zero field takes its default.
+type SinkOptions struct {
+	// Shards is the number of queues and writer goroutines. Default 1.
+	Shards int
+	// QueueCapacity is each shard queue's capacity in chunks. Default 8.
+	QueueCapacity int
+	// ChunkTargetBytes seals a chunk once it holds this many bytes.
+	// Default 64 KiB.
+	ChunkTargetBytes int64
+	// BatchMaxRecords and BatchMaxBytes cap a write. Defaults 500000 and
+	// 128 MiB.
+	BatchMaxRecords int
+	BatchMaxBytes   int64
+	// Linger is how long a partial batch waits for more chunks. Default 1s.
+	Linger time.Duration
+	// RetryInitial, RetryMax and RetryJitter shape the write backoff
+	// (doubling). Defaults 100ms, 10s, 0.2.
+	RetryInitial, RetryMax time.Duration
+	RetryJitter            float64
+	// MaxAttempts abandons a batch after this many failed writes; 0 retries
+	// until the drain deadline.
+	MaxAttempts int
+	// AbortGrace is how long a drain waits for writers after its deadline
+	// before it gives up on them. Default 500ms.
+	AbortGrace time.Duration
+}
+
+func (o SinkOptions) withDefaults() SinkOptions {
+	if o.Shards <= 0 {
+		o.Shards = 1
+	}
+	if o.QueueCapacity <= 0 {
+		o.QueueCapacity = 8
+	}
+	if o.ChunkTargetBytes <= 0 {
+		o.ChunkTargetBytes = 64 << 10
+	}
+	if o.BatchMaxRecords <= 0 {
+		o.BatchMaxRecords = 500_000
+	}
+	if o.BatchMaxBytes <= 0 {
+		o.BatchMaxBytes = 128 << 20
+	}
+	if o.Linger <= 0 {
+		o.Linger = time.Second
+	}
+	if o.RetryInitial <= 0 {
+		o.RetryInitial = 100 * time.Millisecond
+	}
+	if o.RetryMax <= 0 {
+		o.RetryMax = 10 * time.Second
+	}
+	if o.RetryJitter <= 0 {
+		o.RetryJitter = 0.2
+	}
+	if o.AbortGrace <= 0 {
+		o.AbortGrace = 500 * time.Millisecond
+	}
+	return o
+}
+
+// DrainReport says what a sink drain did.
+type DrainReport struct {
+	// Flushed counts batches written durably during the drain.
+	Flushed uint64
+	// Abandoned counts batches given up (their acknowledgments failed).
+	Abandoned uint64
+	// Overran is set when the drain hit its deadline.
+	Overran bool
+}
+
+// SinkRuntime runs one sink: sharded bounded queues of chunks fed by the
+// chain terminals without blocking, one writer goroutine per shard that
+// batches chunks and writes them with retries, and the acknowledgments:
+// delivered after a durable write, failed on every other way out.
+type SinkRuntime struct {
+	name   string
+	sink   Sink
+	opts   SinkOptions
+	budget *InflightBudget
+	log    *slog.Logger
+	met    atomic.Pointer[metrics]
+	h      sinkHandles
+
+	queues []chan *chunk
+	depth  []atomic.Int64
+
+	startOnce, closeOnce sync.Once
+	workCtx              context.Context
+	abort                context.CancelFunc
+	wg                   sync.WaitGroup
+	draining             atomic.Bool
+	flushed, abandoned   atomic.Uint64
+	lastFailure          atomic.Pointer[string]
+}
+
+// NewSinkRuntime prepares a sink's queues; the pipeline starts its writers.
+func NewSinkRuntime(name string, sink Sink, opts SinkOptions, budget *InflightBudget) *SinkRuntime {
+	opts = opts.withDefaults()
+	s := &SinkRuntime{name: name, sink: sink, opts: opts, budget: budget, log: slog.Default()}
+	s.queues = make([]chan *chunk, opts.Shards)
+	s.depth = make([]atomic.Int64, opts.Shards)
+	for i := range s.queues {
+		s.queues[i] = make(chan *chunk, opts.QueueCapacity)
+	}
+	s.workCtx, s.abort = context.WithCancel(context.Background())
+	return s
+}
+
+// Name is the sink's name.
+func (s *SinkRuntime) Name() string { return s.name }
+
+func (s *SinkRuntime) m() *metrics { return s.met.Load() }
+
+func (s *SinkRuntime) newTerminal() *terminal {
+	return &terminal{s: s, current: make([]*chunk, len(s.queues)), shardOf: map[*chunk]int{}}
+}
+
+// sinkHandles are the sink's metric handles, resolved once at start.
+type sinkHandles struct {
+	depth                                                 []prometheus.Gauge
+	full, abandoned, batchesOK, batchesAbandoned, records prometheus.Counter
+	retries, overrun                                      prometheus.Counter
+	writeDuration                                         prometheus.Observer
+}
+
+// start launches the writers. Idempotent.
+func (s *SinkRuntime) start(m *metrics, log *slog.Logger) {
+	s.startOnce.Do(func() {
+		if log != nil {
+			s.log = log.With("sink", s.name)
+		}
+		if m == nil {
+			m, _ = newMetrics(s.name, nil) // unexported collectors
+		}
+		s.met.Store(m)
+		comp := "sink:" + s.name
+		for i := range s.queues {
+			s.h.depth = append(s.h.depth, m.queueDepth.WithLabelValues(comp, "sink", strconv.Itoa(i)))
+		}
+		s.h.full = m.queueFull.WithLabelValues(comp, "sink")
+		s.h.abandoned = m.sinkAbandoned.WithLabelValues(comp, "sink")
+		s.h.batchesOK = m.sinkBatches.WithLabelValues(comp, "sink", "ok")
+		s.h.batchesAbandoned = m.sinkBatches.WithLabelValues(comp, "sink", "abandoned")
+		s.h.records = m.sinkRecords.WithLabelValues(comp, "sink")
+		s.h.retries = m.sinkRetries.WithLabelValues(comp, "sink")
+		s.h.overrun = m.sinkDrainOverrun.WithLabelValues(comp, "sink")
+		s.h.writeDuration = m.sinkWriteDuration.WithLabelValues(comp, "sink")
+		for i := range s.queues {
+			s.wg.Add(1)
+			go s.worker(i)
+		}
+	})
+}
+
+// trySend offers a sealed chunk to a shard queue without blocking.
+func (s *SinkRuntime) trySend(shard int, ch *chunk) bool {
+	select {
+	case s.queues[shard] <- ch:
+		s.depth[shard].Add(1)
+		return true
+	default:
+		if s.h.full != nil {
+			s.h.full.Inc()
+		}
+		return false
+	}
+}
+
+// AllBelow reports whether every shard queue holds at most
+// floor(capacity × ratio) chunks.
+func (s *SinkRuntime) AllBelow(ratio float64) bool {
+	limit := int64(float64(s.opts.QueueCapacity) * ratio)
+	for i := range s.depth {
+		if s.depth[i].Load() > limit {
+			return false
+		}
+	}
+	return true
+}
+
+// closeQueues ends intake: call it once every chain that feeds the sink was
+// closed. Writers then drain what is queued.
+func (s *SinkRuntime) closeQueues() {
+	s.closeOnce.Do(func() {
+		for _, q := range s.queues {
+			close(q)
+		}
+	})
+}
+
+// drain waits for the writers to write everything queued, until ctx's
+// deadline; past it, the write under way is cancelled and the rest is
+// abandoned (acknowledgments failed).
+func (s *SinkRuntime) drain(ctx context.Context) DrainReport {
+	s.draining.Store(true)
+	before := s.flushed.Load()
+	beforeAb := s.abandoned.Load()
+	s.closeQueues()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	overran := false
+	select {
+	case <-done:
+	case <-ctx.Done():
+		overran = true
+		s.abort()
+		t := time.NewTimer(s.opts.AbortGrace)
+		select {
+		case <-done:
+		case <-t.C:
+			s.log.Error("sink writers did not stop within the abort grace; abandoning them")
+		}
+		t.Stop()
+	}
+	s.abort()
+	if overran {
+		s.h.overrun.Inc()
+	}
+	return DrainReport{Flushed: s.flushed.Load() - before, Abandoned: s.abandoned.Load() - beforeAb, Overran: overran}
+}
+
+// stop aborts everything at once (a failed start, a hard stop).
+func (s *SinkRuntime) stop() {
+	s.abort()
+	s.closeQueues()
+	s.wg.Wait()
+}
+
+// Failure is why the sink last abandoned a batch, or "".
+func (s *SinkRuntime) Failure() string {
+	if p := s.lastFailure.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+type sinkBatch struct {
+	chunks  [][]Record
+	records int
+	bytes   int64
+	acks    AckSet
+}
+
+// flat returns the batch's records as one slice, copying only when the
+// batch holds more than one chunk.
+func (b *sinkBatch) flat() []Record {
+	switch len(b.chunks) {
+	case 0:
+		return nil
+	case 1:
+		return b.chunks[0]
+	}
+	out := make([]Record, 0, b.records)
+	for _, c := range b.chunks {
+		out = append(out, c...)
+	}
+	b.chunks = [][]Record{out}
+	return out
+}
+
+// worker is a shard's intake: it takes chunks off the queue into a batch
+// and hands full (or lingered) batches to the shard's writer, so the queue
+// keeps draining while a write is under way. One batch is written while
+// the next one is handed over; a third blocks the intake (backpressure).
+func (s *SinkRuntime) worker(shard int) {
+	writes := make(chan *sinkBatch, 1)
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		for b := range writes {
+			s.write(shard, b)
+		}
+	}()
+	defer func() {
+		close(writes)
+		<-writerDone
+		s.wg.Done()
+	}()
+	q := s.queues[shard]
+	b := &sinkBatch{}
+	var linger *time.Timer
+	var lingerC <-chan time.Time
+	take := func(ch *chunk) {
+		s.h.depth[shard].Set(float64(s.depth[shard].Add(-1)))
+		b.chunks = append(b.chunks, ch.records)
+		b.records += len(ch.records)
+		b.bytes += ch.bytes
+		b.acks.Absorb(&ch.acks)
+	}
+	flush := func() {
+		if linger != nil {
+			linger.Stop()
+			linger, lingerC = nil, nil
+		}
+		if b.records == 0 && b.acks.Len() == 0 {
+			return
+		}
+		select {
+		case writes <- b:
+		case <-s.workCtx.Done():
+			s.abandon(b, "drain deadline reached")
+		}
+		b = &sinkBatch{}
+	}
+	for {
+		if s.workCtx.Err() != nil {
+			// Aborted: abandon the batch and everything still queued.
+			s.abandon(b, "drain deadline reached")
+			for ch := range q {
+				s.depth[shard].Add(-1)
+				s.abandonChunk(ch)
+			}
+			return
+		}
+		select {
+		case ch, ok := <-q:
+			if !ok {
+				flush()
+				return
+			}
+			take(ch)
+			full := b.records >= s.opts.BatchMaxRecords || b.bytes >= s.opts.BatchMaxBytes
+			switch {
+			case full:
+				flush()
+			case s.draining.Load():
+				// Nothing to linger for while draining, unless more is
+				// queued right behind.
+				if len(q) == 0 {
+					flush()
+				}
+			case linger == nil:
+				linger = time.NewTimer(s.opts.Linger)
+				lingerC = linger.C
+			}
+		case <-lingerC:
+			linger, lingerC = nil, nil
+			flush()
+		case <-s.workCtx.Done():
+		}
+	}
+}
+
+func (s *SinkRuntime) abandonChunk(ch *chunk) {
+	s.budget.Sub(ch.bytes)
+	ch.acks.Abandon()
+	s.abandoned.Add(1)
+	s.h.abandoned.Inc()
+}
+
+func (s *SinkRuntime) abandon(b *sinkBatch, why string) {
+	if b.records == 0 && b.acks.Len() == 0 {
+		return
+	}
+	s.budget.Sub(b.bytes)
+	b.acks.Abandon()
+	s.abandoned.Add(1)
+	reason := fmt.Sprintf("sink %s abandoned a batch of %d records: %s", s.name, b.records, why)
+	s.lastFailure.Store(&reason)
+	s.h.abandoned.Inc()
+	s.h.batchesAbandoned.Inc()
+	*b = sinkBatch{}
+}
+
+// write writes b with retries and resolves its acknowledgments.
+func (s *SinkRuntime) write(shard int, b *sinkBatch) {
+	backoff := s.opts.RetryInitial
+	for attempt := 1; ; attempt++ {
+		if s.workCtx.Err() != nil {
+			s.abandon(b, "drain deadline reached")
+			return
+		}
+		start := time.Now()
+		err := s.sink.Write(s.workCtx, shard, b.flat())
+		s.h.writeDuration.Observe(time.Since(start).Seconds())
+		if err == nil {
+			s.budget.Sub(b.bytes)
+			b.acks.Deliver()
+			s.flushed.Add(1)
+			s.h.batchesOK.Inc()
+			s.h.records.Add(float64(b.records))
+			*b = sinkBatch{}
+			return
+		}
+		if errors.Is(err, spate.ErrFatal) {
+			s.log.Error("sink write failed fatally; abandoning the batch", "shard", shard, "error", err)
+			s.abandon(b, err.Error())
+			return
+		}
+		if s.opts.MaxAttempts > 0 && attempt >= s.opts.MaxAttempts {
+			s.log.Error("sink write retries exhausted; abandoning the batch", "shard", shard, "attempts", attempt, "error", err)
+			s.abandon(b, fmt.Sprintf("%d attempts failed, last: %v", attempt, err))
+			return
+		}
+		s.h.retries.Inc()
+		s.log.Warn("sink write failed; retrying", "shard", shard, "attempt", attempt, "error", err)
+		wait := time.Duration(float64(backoff) * (1 + s.opts.RetryJitter*(2*rand.Float64()-1)))
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-s.workCtx.Done():
+			t.Stop()
+		}
+		backoff = min(backoff*2, s.opts.RetryMax)
+	}
+}
+
+// SinkHooks is what the runtime needs from its sinks. [Sinks] builds it
+// from sink runtimes; tests may supply their own.
+type SinkHooks struct {
+	// start launches the writers (called once by Run).
+	start func(m *metrics, log *slog.Logger)
+	// QueuesBelow reports whether every queue of every sink is at most
+	// ratio full.
+	QueuesBelow func(ratio float64) bool
+	// Drain closes intake (every chain is closed by then) and writes what
+	// is queued until ctx's deadline, then abandons the rest.
+	Drain func(ctx context.Context) DrainReport
+	// Stop aborts the sinks at once.
+	Stop func()
+	// Probe checks the sinks' connections; nil means always connected.
+	Probe func(ctx context.Context) error
+	// Failures describes why sinks last abandoned batches ("" if none).
+	Failures func() string
+}
+
+// Sinks combines sink runtimes into the runtime's hooks.
+func Sinks(rts ...*SinkRuntime) SinkHooks {
+	h := SinkHooks{
+		start: func(m *metrics, log *slog.Logger) {
+			for _, s := range rts {
+				s.start(m, log)
+			}
+		},
+		QueuesBelow: func(ratio float64) bool {
+			for _, s := range rts {
+				if !s.AllBelow(ratio) {
+					return false
+				}
+			}
+			return true
+		},
+		Drain: func(ctx context.Context) DrainReport {
+			var r DrainReport
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			for _, s := range rts {
+				wg.Go(func() {
+					d := s.drain(ctx)
+					mu.Lock()
+					r.Flushed += d.Flushed
+					r.Abandoned += d.Abandoned
+					r.Overran = r.Overran || d.Overran
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			return r
+		},
+		Stop: func() {
+			for _, s := range rts {
+				s.stop()
+			}
+		},
+		Failures: func() string {
+			var out string
+			for _, s := range rts {
+				if f := s.Failure(); f != "" {
+					if out != "" {
+						out += "; "
+					}
+					out += f
+				}
+			}
+			return out
+		},
+	}
+	var probers []SinkProber
+	for _, s := range rts {
+		if p, ok := s.sink.(SinkProber); ok {
+			probers = append(probers, p)
+		}
+	}
+	if len(probers) > 0 {
+		h.Probe = func(ctx context.Context) error {
+			for _, p := range probers {
+				if err := p.Probe(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	return h
+}
