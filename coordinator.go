@@ -40,7 +40,8 @@ func WithMetricLabels(l prometheus.Labels) CoordinatorOption {
 const commandQueueDepth = 64
 
 // StoreCoordinator is a [SplitCoordinator] over any [Store] that keeps the
-// store contract. It implements [DrainReleaser] and [RevokeDecliner] too.
+// store contract. It implements [DrainReleaser], [RevokeDecliner] and
+// [EpochCommitter] too.
 //
 // One goroutine per coordinator (the actor) owns every store operation and
 // the local view of the job; the planner runs off it. The methods are a
@@ -76,6 +77,7 @@ var (
 	_ SplitCoordinator = (*StoreCoordinator)(nil)
 	_ DrainReleaser    = (*StoreCoordinator)(nil)
 	_ RevokeDecliner   = (*StoreCoordinator)(nil)
+	_ EpochCommitter   = (*StoreCoordinator)(nil)
 )
 
 // NewStoreCoordinator validates cfg against store and returns a coordinator
@@ -222,6 +224,7 @@ const (
 type command struct {
 	kind     cmdKind
 	split    SplitID
+	epoch    LeaseEpoch // commit: the tenancy it is for (0: whichever is held)
 	splits   []SplitID
 	progress SplitProgress
 	reason   string
@@ -281,6 +284,11 @@ func (c *StoreCoordinator) deadErr() error {
 // Commit implements [SplitCoordinator].
 func (c *StoreCoordinator) Commit(ctx context.Context, split SplitID, p SplitProgress) error {
 	return c.do(ctx, &command{kind: cmdCommit, split: split, progress: p})
+}
+
+// CommitAt implements [EpochCommitter].
+func (c *StoreCoordinator) CommitAt(ctx context.Context, split SplitID, epoch LeaseEpoch, p SplitProgress) error {
+	return c.do(ctx, &command{kind: cmdCommit, split: split, epoch: epoch, progress: p})
 }
 
 // Fail implements [SplitCoordinator].
