@@ -73,6 +73,8 @@ func (s ChaosSummary) String() string {
 // The summary is logged; a violation fails the test with its seed.
 func RunChaos(t *testing.T, newHarness HarnessMaker, co ChaosOptions, opts ...Option) ChaosSummary {
 	o := collect(opts)
+	// Seeds that break the (shared) server must not overlap.
+	o.serial = co.Server != nil
 	if co.Seeds == 0 {
 		co.Seeds = 3
 	}
@@ -316,6 +318,10 @@ func chaosScenario(e *env, seed uint64, co ChaosOptions) (map[string]int, int, i
 			if len(ws) < 2 {
 				faults[kind]--
 				continue
+			}
+			if serverDown { // a new worker could not even start
+				co.Server.Heal(e.t)
+				serverDown = false
 			}
 			w.kill()
 			id := w.id
