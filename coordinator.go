@@ -338,6 +338,25 @@ func (c *StoreCoordinator) DeclineRevoke(ctx context.Context, split SplitID) err
 // process's owner and nonce, an owner is cleared only at this tenancy's
 // epoch. The first Close returns nil, later ones ErrClosed.
 func (c *StoreCoordinator) Close() error {
+	if err := c.shutdown(); err != nil || c.act == nil {
+		return err
+	}
+	held := slices.Sorted(maps.Keys(c.act.owned))
+	ids := make([]SplitID, 0, len(held))
+	for _, id := range held {
+		ids = append(ids, SplitID{id: id})
+	}
+	c.directRelease(ids)
+	return nil
+}
+
+// Abandon stops the coordinator without handing anything back, as if the
+// process had died: its leases expire after a lease and peers take the
+// splits over, counting an attempt each. For tests, benchmarks, and a
+// store known to be unreachable. Later calls return ErrClosed.
+func (c *StoreCoordinator) Abandon() error { return c.shutdown() }
+
+func (c *StoreCoordinator) shutdown() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -346,17 +365,10 @@ func (c *StoreCoordinator) Close() error {
 	c.closed = true
 	started := c.started
 	c.mu.Unlock()
-	if !started {
-		return nil
+	if started {
+		c.stop()
+		<-c.done
 	}
-	c.stop()
-	<-c.done
-	held := slices.Sorted(maps.Keys(c.act.owned))
-	ids := make([]SplitID, 0, len(held))
-	for _, id := range held {
-		ids = append(ids, SplitID{id: id})
-	}
-	c.directRelease(ids)
 	return nil
 }
 
