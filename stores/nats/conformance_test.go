@@ -8,6 +8,7 @@ import (
 
 	"github.com/spate-go/spate/conformance"
 	"github.com/spate-go/spate/internal/natstest"
+	spatenats "github.com/spate-go/spate/stores/nats"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -18,5 +19,15 @@ const ttl = 2 * time.Second
 func TestStoreConformance(t *testing.T) {
 	conformance.RunStore(t, func(t *testing.T) conformance.Harness {
 		return natstest.NewHarness(t, ttl)
+	})
+}
+
+// TestStoreConformanceR3 runs the store suite against a 3-node cluster with
+// R3 file storage and sync_interval always: the production configuration.
+// The harnesses share the cluster, each on its own job.
+func TestStoreConformanceR3(t *testing.T) {
+	c := natstest.StartCluster(t, 3, natstest.WithSyncAlways())
+	conformance.RunStore(t, func(t *testing.T) conformance.Harness {
+		return c.Harness(t, spatenats.Options{TTL: ttl, Replicas: 3})
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -57,6 +58,7 @@ func connectFatal(err error) string {
 		invalid   x509.CertificateInvalidError
 		verify    *tls.CertificateVerificationError
 		alert     tls.AlertError
+		opErr     *net.OpError
 		pathErr   *fs.PathError
 	)
 	switch {
@@ -80,8 +82,9 @@ func connectFatal(err error) string {
 	case errors.As(err, &unknownCA), errors.As(err, &hostname), errors.As(err, &invalid),
 		errors.As(err, &verify):
 		return "TLS certificate verification failed"
-	case errors.As(err, &alert):
-		return "the server refused the TLS handshake (client certificate?)"
+	case errors.As(err, &alert), errors.As(err, &opErr) && opErr.Op == "remote error":
+		// crypto/tls reports an alert the server sent as a "remote error".
+		return "the server refused the TLS handshake (client certificate missing or not trusted?)"
 	}
 	return ""
 }

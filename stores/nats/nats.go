@@ -180,13 +180,19 @@ func checkConn(nc *natsgo.Conn) error {
 	if nc == nil {
 		return fmt.Errorf("nats: open: nil connection: %w", spate.ErrFatal)
 	}
+	last := nc.LastError()
 	if nc.IsClosed() {
+		if last != nil {
+			if fatal := connectFatal(last); fatal != "" {
+				return fmt.Errorf("nats: open: the connection is closed: %s: %w: %w", fatal, last, spate.ErrFatal)
+			}
+		}
 		return fmt.Errorf("nats: open: the connection is closed: %w", spate.ErrFatal)
 	}
 	if nc.IsConnected() {
 		return nil
 	}
-	if last := nc.LastError(); last != nil {
+	if last != nil {
 		if fatal := connectFatal(last); fatal != "" {
 			return fmt.Errorf("nats: open: %s: %w: %w", fatal, last, spate.ErrFatal)
 		}
@@ -387,30 +393,68 @@ func isMarker(h natsgo.Header) bool {
 	return h.Get(markerHeader) != ""
 }
 
-// isConflict reports whether err is a revision conflict: wrong last
-// sequence, 10071, or its replicated-stream twin, 10164.
+// isConflict reports whether err is a definitive revision conflict: wrong
+// last sequence (10071), which the stream leader decides against the
+// key's stored last sequence.
 func isConflict(err error) bool {
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	return apiCode(err) == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
+// isInFlight reports whether err is the replicated-stream "wrong last
+// sequence" (10164): the leader refused the write before proposing it
+// because another write of the same key was still being replicated. That
+// is not yet an answer: the other write may still fail, and until it is
+// applied, reads show the key at the expected revision. Reporting Lost here
+// would not be linearizable (a read right after a Lost would see the
+// revision the Lost claimed was gone; the failover test caught exactly
+// that), so publish retries until the leader decides.
+func isInFlight(err error) bool {
+	return apiCode(err) == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+func apiCode(err error) jetstream.ErrorCode {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return 0
+	}
+	return apiErr.ErrorCode
+}
+
+// inFlightWait bounds how long publish retries a write refused because
+// another write of the key was in flight; a raft round trip normally
+// settles it in milliseconds.
+const inFlightWait = 2 * time.Second
+
 // publish writes one message for key, guarded by the expected last
-// sequence of the key's subject when expected is not nil.
+// sequence of the key's subject when expected is not nil. A write refused
+// with 10164 (another write of the key in flight; nothing was written) is
+// sent again until the leader gives a definitive answer.
 func (s *Store) publish(ctx context.Context, b *bucket, key string, value []byte, hdr natsgo.Header, expected *uint64) (uint64, error) {
 	var opts []jetstream.PublishOpt
 	if expected != nil {
 		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(*expected))
 	}
 	m := &natsgo.Msg{Subject: b.pre + key, Data: value, Header: hdr}
-	ack, err := s.js.PublishMsg(ctx, m, opts...)
-	if err != nil {
-		return 0, err
+	deadline := time.Now().Add(inFlightWait)
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		ack, err := s.js.PublishMsg(ctx, m, opts...)
+		if err == nil {
+			return ack.Sequence, nil
+		}
+		if !isInFlight(err) {
+			return 0, err
+		}
+		if time.Now().Add(delay).After(deadline) {
+			return 0, fmt.Errorf("another write of the key stayed in flight for %v: %w", inFlightWait, err)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, fmt.Errorf("%w (another write of the key was in flight: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
 	}
-	return ack.Sequence, nil
 }
 
 // Create implements [spate.Store]. A deleted or expired key's subject holds a
