@@ -164,4 +164,3 @@ func backoff(stop <-chan struct{}) {
 	case <-time.After(50 * time.Millisecond):
 	}
 }
-
