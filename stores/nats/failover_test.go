@@ -48,6 +48,63 @@ func TestFailoverCASIsLinearizable(t *testing.T) {
 	c.WaitStreamReplicasCurrent(t, admin, stream, 3)
 	leader := c.StreamLeader(t, admin, stream)
 
+	// A watcher follows the counter through the failover, re-watching when
+	// its stream breaks.
+	watcher := stores[0]
+	var seen atomic.Uint64
+	var watchBreaks atomic.Int64
+	seenCh := make(chan struct{}, 1)
+	watchStop := make(chan struct{})
+	watchCtx, watchCancel := context.WithCancel(ctx)
+	defer watchCancel()
+	var watchWG sync.WaitGroup
+	watchWG.Go(func() {
+		for {
+			select {
+			case <-watchStop:
+				return
+			default:
+			}
+			wctx, wcancel := context.WithCancel(watchCtx)
+			ch, err := watcher.Watch(wctx, spate.Durable, "ctr")
+			if err != nil {
+				wcancel()
+				if spate.KindOf(err) != spate.KindRetryable {
+					t.Errorf("re-watch during a failover must fail Retryable: %v", err)
+					return
+				}
+				watchBreaks.Add(1)
+				backoff(watchStop)
+				continue
+			}
+			var last uint64
+			for ev := range ch {
+				switch ev.Kind {
+				case spate.WatchPut:
+					if ev.Revision <= last {
+						t.Errorf("rule: a key's events arrive in revision order; %d after %d", ev.Revision, last)
+					}
+					last = ev.Revision
+					if ev.Revision > seen.Load() {
+						seen.Store(ev.Revision)
+					}
+					select {
+					case seenCh <- struct{}{}:
+					default:
+					}
+				case spate.WatchError:
+					if spate.KindOf(ev.Err) != spate.KindRetryable {
+						t.Errorf("a broken watch is Retryable: %v", ev.Err)
+					}
+					watchBreaks.Add(1)
+				case spate.WatchDelete:
+					t.Errorf("the counter is never deleted; the watch reported a delete at %d", ev.Revision)
+				}
+			}
+			wcancel()
+		}
+	})
+
 	var won, unknown atomic.Int64
 	var firstWinAfterKill atomic.Int64 // unix nanos
 	var killedAt atomic.Int64
@@ -69,6 +126,10 @@ func TestFailoverCASIsLinearizable(t *testing.T) {
 					cancel()
 					if err == nil {
 						t.Errorf("client %d: the counter vanished", cl)
+						return
+					}
+					if spate.KindOf(err) != spate.KindRetryable {
+						t.Errorf("client %d: a failover error must be Retryable: %v", cl, err)
 						return
 					}
 					backoff(stop)
@@ -142,6 +203,17 @@ func TestFailoverCASIsLinearizable(t *testing.T) {
 		}
 		backoff(nil)
 	}
+	for seen.Load() < final.Revision {
+		select {
+		case <-seenCh:
+		case <-time.After(30 * time.Second):
+			t.Errorf("rule: a watch carries every key's latest revision; the watcher is stuck at %d, the counter is at %d", seen.Load(), final.Revision)
+			seen.Store(final.Revision)
+		}
+	}
+	close(watchStop)
+	watchCancel()
+	watchWG.Wait()
 	v, _ := strconv.Atoi(string(final.Value))
 	w, u := won.Load(), unknown.Load()
 	if int64(v) < w || int64(v) > w+u {
@@ -152,8 +224,8 @@ func TestFailoverCASIsLinearizable(t *testing.T) {
 		t.Errorf("rule: create, get and update stay linearizable across a leader failover; porcupine: ok=%t %s (%d operations)", ok, info, rec.Len())
 	}
 	gap := time.Duration(firstWinAfterKill.Load() - killedAt.Load())
-	t.Logf("stopped stream leader %s; new leader %s; %d operations, %d won, %d unknown, final counter %d; first won increment %v after the stop",
-		c.Nodes[leader].Name(), c.Nodes[newLeader].Name(), rec.Len(), w, u, v, gap.Round(time.Millisecond))
+	t.Logf("stopped stream leader %s; new leader %s; %d operations, %d won, %d unknown, final counter %d; first won increment %v after the stop; the watcher broke %d times",
+		c.Nodes[leader].Name(), c.Nodes[newLeader].Name(), rec.Len(), w, u, v, gap.Round(time.Millisecond), watchBreaks.Load())
 }
 
 // backoff pauses a client after a failed operation (not a wait for a
