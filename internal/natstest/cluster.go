@@ -79,20 +79,24 @@ func (c *Cluster) Connect(t testing.TB, extra ...natsgo.Option) *natsgo.Conn {
 }
 
 // WaitMetaLeader waits until the running nodes have a JetStream meta leader
-// and every running node is current with it.
+// that sees every running node online with JetStream (so that it can place
+// replicated streams) and every running node is current with it.
 func (c *Cluster) WaitMetaLeader(t testing.TB) {
 	t.Helper()
-	Eventually(t, 30*time.Second, "JetStream meta leader", func() bool {
-		leader, current := false, true
+	Eventually(t, 30*time.Second, "JetStream meta leader with every node online", func() bool {
+		running, online, current := 0, 0, true
 		for _, s := range c.Nodes {
 			srv := s.Raw()
 			if srv == nil {
 				continue
 			}
-			leader = leader || srv.JetStreamIsLeader()
+			running++
+			if srv.JetStreamIsLeader() {
+				online = len(srv.JetStreamClusterPeers())
+			}
 			current = current && srv.JetStreamIsCurrent()
 		}
-		return leader && current
+		return online == running && current
 	})
 }
 

@@ -6,13 +6,14 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 )
 
 // VersionProxy listens on a loopback port and relays clients to target (a
-// host:port of a plaintext server), rewriting the version in the server's
-// first INFO to version: a real server that claims to be another release.
+// host:port of a plaintext server), rewriting the version in every INFO the
+// server sends to version: a real server that claims to be another release.
 // It returns the proxy's nats:// URL and stops at cleanup.
 func VersionProxy(t testing.TB, target, version string) string {
 	t.Helper()
@@ -82,22 +83,47 @@ func (p *proxy) relay(client net.Conn) {
 		return
 	}
 	defer upstream.Close()
-	r := bufio.NewReader(upstream)
-	line, err := r.ReadBytes('\n')
-	if err != nil {
-		return
-	}
-	if _, err := client.Write(p.rewrite(line)); err != nil {
-		return
-	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		_, _ = io.Copy(upstream, client)
 		_ = upstream.Close()
 	})
-	_, _ = io.Copy(client, r)
+	_ = p.serverToClient(bufio.NewReader(upstream), client)
 	_ = client.Close()
 	wg.Wait()
+}
+
+// serverToClient relays the server's protocol, rewriting every INFO (the
+// server sends more than one, and the client keeps the latest version) and
+// copying message payloads verbatim.
+func (p *proxy) serverToClient(r *bufio.Reader, w io.Writer) error {
+	for {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			return err
+		}
+		var payload int
+		switch {
+		case bytes.HasPrefix(line, []byte("INFO ")):
+			line = p.rewrite(line)
+		case bytes.HasPrefix(line, []byte("MSG ")), bytes.HasPrefix(line, []byte("HMSG ")):
+			// The last field is the payload size (headers included).
+			f := bytes.Fields(line)
+			n, err := strconv.Atoi(string(f[len(f)-1]))
+			if err != nil {
+				return err
+			}
+			payload = n + 2 // and its CRLF
+		}
+		if _, err := w.Write(line); err != nil {
+			return err
+		}
+		if payload > 0 {
+			if _, err := io.CopyN(w, r, int64(payload)); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // rewrite replaces the version of an INFO line.

@@ -11,6 +11,7 @@ import (
 	"math/big"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -71,17 +72,18 @@ func newCA() (*ecdsa.PrivateKey, *x509.Certificate, []byte, error) {
 	return key, cert, der, err
 }
 
-var serial int64 = 1
-
 // leaf makes a certificate signed by the CA and writes cert and key files.
 func (s *Server) leaf(dir, name string, caKey *ecdsa.PrivateKey, ca *x509.Certificate, usage x509.ExtKeyUsage) (certFile, keyFile string, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return "", "", err
 	}
-	serial++
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return "", "", err
+	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial),
+		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: "natstest " + name},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
@@ -110,8 +112,8 @@ func pemBlock(typ string, der []byte) []byte {
 }
 
 func (s *Server) applyTLS(o *server.Options) error {
-	dir := dirOf(s.CAFile)
-	cert, err := tls.LoadX509KeyPair(dir+"/server.pem", dir+"/server-key.pem")
+	dir := filepath.Dir(s.CAFile)
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem"))
 	if err != nil {
 		return err
 	}
@@ -131,13 +133,4 @@ func (s *Server) applyTLS(o *server.Options) error {
 	o.TLSConfig = cfg
 	o.TLSTimeout = 5
 	return nil
-}
-
-func dirOf(p string) string {
-	for i := len(p) - 1; i >= 0; i-- {
-		if p[i] == '/' {
-			return p[:i]
-		}
-	}
-	return "."
 }

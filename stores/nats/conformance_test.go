@@ -16,10 +16,17 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // ttl is the lease TTL of the tests: the NATS floor, to keep wall time down.
 const ttl = 2 * time.Second
 
+// coalesces skips the one rule this driver documents it cannot keep: with
+// history 1 a watcher that lags a fast writer of one key by two writes
+// never receives the revision in between (see the package doc, Watches).
+// TestWatchCoalescesInOrder checks what the driver does promise instead.
+var coalesces = conformance.Skip("WatchHasNoGaps",
+	"nats: history 1 coalesces revisions superseded before the server delivers them; TestWatchCoalescesInOrder checks latest-revision delivery and order instead")
+
 func TestStoreConformance(t *testing.T) {
 	conformance.RunStore(t, func(t *testing.T) conformance.Harness {
 		return natstest.NewHarness(t, ttl)
-	})
+	}, coalesces)
 }
 
 // TestStoreConformanceR3 runs the store suite against a 3-node cluster with
@@ -29,5 +36,5 @@ func TestStoreConformanceR3(t *testing.T) {
 	c := natstest.StartCluster(t, 3, natstest.WithSyncAlways())
 	conformance.RunStore(t, func(t *testing.T) conformance.Harness {
 		return c.Harness(t, spatenats.Options{TTL: ttl, Replicas: 3})
-	})
+	}, coalesces)
 }

@@ -524,3 +524,105 @@ func TestWatchSnapshotNeverUnderReports(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchCoalescesInOrder is the watch guarantee the driver keeps in
+// place of the suite's WatchHasNoGaps: a watch opened while a writer is busy
+// delivers each key's revisions in increasing order, every key the writer
+// created, and each key's final revision; revisions superseded before
+// delivery may be skipped.
+func TestWatchCoalescesInOrder(t *testing.T) {
+	h := natstest.NewHarness(t, ttl)
+	ctx := testCtx(t, 60*time.Second)
+	s, err := h.NewNATSStore(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	writer, err := h.NewNATSStore(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = writer.Close() })
+	const n = 300
+	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
+		o, err := writer.Create(ctx, ks, "co.counter", []byte("0"))
+		if err != nil || !o.Won {
+			t.Fatal(err)
+		}
+		rev := o.Revision
+		started := make(chan struct{})
+		done := make(chan error, 1)
+		final := map[string]uint64{}
+		go func() {
+			defer close(done)
+			for i := 1; i <= n; i++ {
+				if i == n/3 {
+					close(started)
+				}
+				o, err := writer.Update(ctx, ks, "co.counter", []byte(fmt.Sprint(i)), rev)
+				if err != nil || !o.Won {
+					done <- fmt.Errorf("update %d: won=%t err=%v", i, o.Won, err)
+					return
+				}
+				rev = o.Revision
+				k := fmt.Sprintf("co.k%03d", i%50)
+				if e, ok, err := writer.Get(ctx, ks, k); err != nil {
+					done <- err
+					return
+				} else if ok {
+					o, err = writer.Update(ctx, ks, k, []byte(fmt.Sprint(i)), e.Revision)
+				} else {
+					o, err = writer.Create(ctx, ks, k, []byte(fmt.Sprint(i)))
+				}
+				if err != nil || !o.Won {
+					done <- fmt.Errorf("write %s: won=%t err=%v", k, o.Won, err)
+					return
+				}
+				final[k] = o.Revision
+			}
+			final["co.counter"] = rev
+		}()
+		<-started
+		wctx, wcancel := context.WithCancel(ctx)
+		ch, err := s.Watch(wctx, ks, "co.")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		last := map[string]uint64{}
+		reached := func() bool {
+			for k, r := range final {
+				if last[k] < r {
+					return false
+				}
+			}
+			return true
+		}
+		snapshot := true
+		for !reached() {
+			ev := recv(t, ch, "the writer's final revisions")
+			switch ev.Kind {
+			case spate.WatchSnapshotDone:
+				if !snapshot {
+					t.Fatalf("rule: one SnapshotDone per watch")
+				}
+				snapshot = false
+			case spate.WatchPut:
+				if ev.Revision <= last[ev.Key] {
+					t.Fatalf("%v: %q revision %d after %d: a key's events arrive in increasing revision order", ks, ev.Key, ev.Revision, last[ev.Key])
+				}
+				last[ev.Key] = ev.Revision
+			default:
+				t.Fatalf("%v: unexpected %v %q %v", ks, ev.Kind, ev.Key, ev.Err)
+			}
+		}
+		wcancel()
+		for k, r := range final {
+			if last[k] != r {
+				t.Errorf("%v: %q ends at %d, the writer's last revision is %d", ks, k, last[k], r)
+			}
+		}
+	}
+}
