@@ -105,7 +105,6 @@ func Buckets(job string) (durable, ephemeral string) {
 // Store is a spate store over one job's JetStream KV buckets. It is safe for
 // concurrent use.
 type Store struct {
-	nc   *natsgo.Conn
 	js   jetstream.JetStream
 	opts Options
 	log  *slog.Logger
@@ -158,7 +157,7 @@ func New(ctx context.Context, nc *natsgo.Conn, opts Options) (*Store, error) {
 	if _, err := js.AccountInfo(ctx); err != nil {
 		return nil, classify("open: account info", "", err)
 	}
-	s := &Store{nc: nc, js: js, opts: opts, log: opts.Logger}
+	s := &Store{js: js, opts: opts, log: opts.Logger}
 	dname, ename := Buckets(opts.Job)
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
 		name := dname

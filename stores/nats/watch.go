@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -114,14 +115,14 @@ func (b *bucket) read(ctx context.Context, key string) (read, error) {
 // its messages as fast as the server sends them.
 //
 // The snapshot folds those messages (a value sets its key, a marker removes
-// it) until two things hold: every key in the key set — the server's subject
-// index, read just after the consumer was made — has had a message through
-// the fold, and the consumer has caught up with the stream (a message
-// reported nothing pending, or nothing came for probeEvery). Then the
-// snapshot's puts and one SnapshotDone go out, and the consumer's later
-// messages follow as live events: snapshot and live stream are one stream,
-// so there is no gap between them and each key's events stay in revision
-// order.
+// it) until every key in the key set — the server's subject index, read just
+// after the consumer was made — has had a message through the fold, and the
+// consumer has caught up (a message reported nothing pending, every key has
+// been seen for probeEvery, or no message came for probeEvery); a bucket
+// with no message at all ends the snapshot at once. Then the snapshot's puts
+// and one SnapshotDone go out, and the consumer's later messages follow as
+// live events: snapshot and live stream are one stream, so there is no gap
+// between them and each key's events stay in revision order.
 //
 // Why the key set: a walk over the stream alone cannot tell when it has seen
 // every key, because a key rewritten while the walk is behind it loses its
@@ -155,6 +156,10 @@ func (s *Store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-
 	if err != nil {
 		return nil, classify("watch", prefix, err)
 	}
+	pending := uint64(1)
+	if info := cons.CachedInfo(); info != nil {
+		pending = info.NumPending
+	}
 	it, err := cons.Messages(jetstream.PullExpiry(pullExpiry))
 	if err != nil {
 		return nil, classify("watch", prefix, err)
@@ -170,7 +175,7 @@ func (s *Store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-
 	wctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.ctx, cancel)
 	w := &watch{
-		s: s, b: b, prefix: prefix, keys: keys, it: it,
+		s: s, b: b, prefix: prefix, keys: keys, it: it, pending: pending,
 		out:    make(chan spate.WatchEvent),
 		signal: make(chan struct{}, 1),
 	}
@@ -191,7 +196,8 @@ func (s *Store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-
 // Tuning of Watch.
 const (
 	// watchBuffer is how many live messages a watch holds for a slow
-	// reader before it breaks with a Retryable error.
+	// reader before it breaks with a Retryable error (as the memory store
+	// does).
 	watchBuffer = 4096
 	// probeEvery is how long the snapshot waits for a message before it
 	// takes the consumer as caught up.
@@ -199,12 +205,17 @@ const (
 )
 
 type watch struct {
-	s      *Store
-	b      *bucket
-	prefix string
-	keys   []string
-	it     jetstream.MessagesContext
-	out    chan spate.WatchEvent
+	s       *Store
+	b       *bucket
+	prefix  string
+	keys    []string
+	pending uint64 // messages the consumer had for the filter when made
+	it      jetstream.MessagesContext
+	out     chan spate.WatchEvent
+
+	// live is set once the snapshot is folded; from then on the queue is
+	// capped at watchBuffer (while folding, it is bounded by the bucket).
+	live atomic.Bool
 
 	mu     sync.Mutex
 	queue  []message
@@ -244,7 +255,7 @@ func (w *watch) pump(ctx context.Context) {
 			m.value = []byte{}
 		}
 		w.mu.Lock()
-		if len(w.queue) >= watchBuffer {
+		if w.live.Load() && len(w.queue) >= watchBuffer {
 			w.mu.Unlock()
 			w.stop(fmt.Errorf("the watcher fell more than %d events behind", watchBuffer))
 			return
@@ -330,6 +341,7 @@ func (w *watch) run(ctx context.Context) {
 		w.broken(ctx, err)
 		return
 	}
+	w.live.Store(true)
 	for _, e := range state {
 		if !w.send(ctx, spate.WatchEvent{Kind: spate.WatchPut, Key: e.Key, Value: e.Value, Revision: e.Revision}) {
 			return
@@ -377,11 +389,26 @@ func (w *watch) snapshot(ctx context.Context) ([]spate.Entry, []message, error) 
 		}
 	}
 	var rest []message
-	for done := false; !done; {
+	// Caught up: a message reported nothing pending, or every key has been
+	// seen for probeEvery already (the pending count is the server's
+	// running estimate; it only decides how soon the snapshot ends, never
+	// what is in it), or the consumer went idle.
+	var allSeen time.Time
+	caughtUp := func(m message) bool {
+		if len(unseen) > 0 {
+			return false
+		}
+		if allSeen.IsZero() {
+			allSeen = time.Now()
+		}
+		return m.pending == 0 || time.Since(allSeen) >= probeEvery
+	}
+	done := len(unseen) == 0 && w.pending == 0
+	for !done {
 		batch, stopped, idle := w.take(ctx, probeEvery)
 		for i, m := range batch {
 			fold(m)
-			if m.pending == 0 && len(unseen) == 0 {
+			if caughtUp(m) {
 				done, rest = true, batch[i+1:]
 				break
 			}
