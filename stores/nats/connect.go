@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,7 +29,9 @@ func Connect(ctx context.Context, servers string, opts ...natsgo.Option) (*natsg
 		return nil, err
 	}
 	if dl, ok := ctx.Deadline(); ok {
-		opts = append(opts, natsgo.Timeout(max(time.Until(dl), time.Millisecond)))
+		// Clip: appending to the caller's slice would race callers that
+		// share one option slice between concurrent connects.
+		opts = append(slices.Clip(opts), natsgo.Timeout(max(time.Until(dl), time.Millisecond)))
 	}
 	nc, err := natsgo.Connect(servers, opts...)
 	if err != nil {
