@@ -251,7 +251,6 @@ func (f *backfillFlags) run() int {
 	if err != nil {
 		return fail(exitUsage, "%v", err)
 	}
-	log = log.With("instance", instance)
 
 	runCtx, cancelRun := context.WithCancel(context.Background())
 	defer cancelRun()
@@ -357,9 +356,13 @@ func (f *backfillFlags) run() int {
 	}
 	sinkOpts := pipeline.SinkOptions{Shards: 2, Linger: 50 * time.Millisecond}
 	if f.rate > 0 {
-		// Small writes, so that a paced sink advances (and commits) smoothly.
+		// Small writes, so that a paced sink advances (and commits)
+		// smoothly, and queues deep enough (with short backpressure
+		// pauses) that the sink never waits for a paused lane.
 		sinkOpts.BatchMaxRecords = max(1, int(f.rate/10))
 		sinkOpts.ChunkTargetBytes = 4 << 10
+		sinkOpts.QueueCapacity = 64
+		pcfg.MinPause = 20 * time.Millisecond
 	}
 	rt, err := pipeline.Build(pcfg, source, nil,
 		[]pipeline.SinkSpec{{Name: "file", Sink: sink, Options: sinkOpts}},

@@ -73,12 +73,8 @@ func runConformanceChild() {
 		os.Exit(exitFailed)
 	}
 	mk := func(t testing.TB) conformance.Harness {
-		h := &cliHarness{conn: conn, ns: "conformance-" + spate.RandomHex()[:12], ttl: cfg.TTL}
-		t.Cleanup(func() {
-			if err := h.Close(); err != nil {
-				t.Logf("cleanup: could not delete namespace %s: %v", h.ns, err)
-			}
-		})
+		h := &cliHarness{t: t, conn: conn, ns: "conformance-" + spate.RandomHex()[:12], ttl: cfg.TTL}
+		t.Cleanup(func() { _ = h.Close() })
 		return h
 	}
 	tests := []testing.InternalTest{
@@ -90,6 +86,7 @@ func runConformanceChild() {
 
 // cliHarness is a conformance harness over one namespace of the store.
 type cliHarness struct {
+	t    testing.TB
 	conn *connector
 	ns   string
 	ttl  time.Duration
@@ -126,8 +123,16 @@ func (h *cliHarness) Close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return h.conn.deleteNamespace(ctx, h.ns)
+	err := h.conn.deleteNamespace(ctx, h.ns)
+	if err != nil {
+		h.t.Logf("%s namespace %s: %v", cleanupFailed, h.ns, err)
+	}
+	return err
 }
+
+// cleanupFailed marks the log line of a namespace the harness could not
+// delete; the parent collects them.
+const cleanupFailed = "cleanup: could not delete"
 
 // ruleResult is one rule's outcome as the child's -test.v output reports it.
 type ruleResult struct {
@@ -334,6 +339,20 @@ func runConformance(args []string) int {
 	}
 	fmt.Println()
 	printRuleTable(os.Stdout, rows)
+	var leftovers []string
+	for _, r := range results {
+		for _, m := range r.msgs {
+			if strings.Contains(m, cleanupFailed) {
+				leftovers = append(leftovers, m)
+			}
+		}
+	}
+	if len(leftovers) > 0 {
+		fmt.Printf("\nwarning: %d namespaces were left behind (delete their keys by hand):\n", len(leftovers))
+		for _, l := range leftovers[:min(len(leftovers), 5)] {
+			fmt.Println("  " + l)
+		}
+	}
 	fmt.Printf("\n%d rules: %d passed, %d failed, %d skipped in %.1fs\n", len(rows), pass, failed, skip, time.Since(start).Seconds())
 	switch {
 	case sigs.signal() != nil:

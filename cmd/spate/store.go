@@ -19,6 +19,7 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -172,9 +173,9 @@ func (f *storeFlags) connect(ctx context.Context, log *slog.Logger, mode connect
 		return c, nil
 	case "etcd":
 		c.kind = "etcd"
-		auth, hosts, _ := strings.Cut(strings.TrimSuffix(rest, "/"), "@")
-		if !strings.Contains(rest, "@") {
-			hosts, auth = auth, ""
+		hosts, auth := strings.TrimSuffix(rest, "/"), ""
+		if i := strings.LastIndexByte(hosts, '@'); i >= 0 {
+			auth, hosts = hosts[:i], hosts[i+1:]
 		}
 		user, pass := f.user, password
 		if auth != "" {
@@ -389,15 +390,15 @@ func (c *connector) openOnce(ctx context.Context, ns string, ttl time.Duration) 
 	return nil, fmt.Errorf("unknown store kind %q", c.kind)
 }
 
-// classOfClientError classifies a failure to build a client: bad
-// credentials are Fatal, the rest (an unreachable endpoint) Retryable.
+// classOfClientError classifies a failure to build an etcd client: refused
+// credentials are Fatal (with what to fix); the rest (an endpoint that did
+// not answer in time) Retryable.
 func classOfClientError(err error) error {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return spate.ErrRetryable
-	}
-	msg := err.Error()
-	if strings.Contains(msg, "authentication failed") || strings.Contains(msg, "invalid auth") {
-		return spate.ErrFatal
+	for _, fatal := range []error{rpctypes.ErrAuthFailed, rpctypes.ErrUserEmpty, rpctypes.ErrUserNotFound,
+		rpctypes.ErrAuthNotEnabled, rpctypes.ErrInvalidAuthToken} {
+		if errors.Is(rpctypes.Error(err), fatal) {
+			return spate.ErrFatal
+		}
 	}
 	return spate.ErrRetryable
 }
