@@ -192,7 +192,7 @@ func (a *actor) handle(cmd *command) error {
 	var err error
 	switch cmd.kind {
 	case cmdCommit:
-		err = a.commit(cmd.split.id, cmd.progress)
+		err = a.commit(cmd.split.id, cmd.epoch, cmd.progress)
 	case cmdFail:
 		err = a.failSplit(cmd.split.id, cmd.reason)
 	case cmdRelease, cmdReleaseDrained:
@@ -220,10 +220,13 @@ func notHeld(id string) error {
 // commit is the fenced commit: one compare-and-swap on the progress record
 // at the revision this worker last observed. No explicit epoch comparison is
 // needed: any ownership change moved the revision.
-func (a *actor) commit(id string, p SplitProgress) error {
+func (a *actor) commit(id string, epoch LeaseEpoch, p SplitProgress) error {
 	t, held := a.owned[id]
 	if !held {
 		return notHeld(id)
+	}
+	if epoch != 0 && uint64(epoch) != t.epoch {
+		return Fencedf("split %s: the tenancy at epoch %d ended (this worker now holds epoch %d); nothing was written", id, epoch, t.epoch)
 	}
 	v := a.splits[id]
 	key := prefixSplit + id
@@ -249,45 +252,64 @@ func (a *actor) commit(id string, p SplitProgress) error {
 				id, *w, p.Watermark)}
 		}
 	}
-	rec := v.prog.clone()
-	wm := p.Watermark
-	rec.Watermark, rec.State, rec.Completed = &wm, p.State, p.Completed
-	if p.Completed {
-		rec.Status = statusCompleted
-	}
-	rec.WrittenAtMs = nowMs()
-	start := time.Now()
-	o, err := a.st.Update(a.ctx, Durable, key, encode(rec), v.progRev)
-	a.m.writeDur.Observe(time.Since(start).Seconds())
-	if err != nil {
-		a.m.writes.WithLabelValues("error").Inc()
-		return fmt.Errorf("commit %s: %w", id, err)
-	}
-	if !o.Won {
+	// Two tries: the second only after finding that our own earlier commit
+	// of this tenancy landed though its reply was lost (the revision moved
+	// under us, but nobody else did).
+	for try := 0; try < 2; try++ {
+		rec := v.prog.clone()
+		wm := p.Watermark
+		rec.Watermark, rec.State, rec.Completed = &wm, p.State, p.Completed
+		if p.Completed {
+			rec.Status = statusCompleted
+		}
+		rec.WrittenAtMs = nowMs()
+		start := time.Now()
+		o, err := a.st.Update(a.ctx, Durable, key, encode(rec), v.progRev)
+		a.m.writeDur.Observe(time.Since(start).Seconds())
+		if err != nil {
+			a.m.writes.WithLabelValues("error").Inc()
+			return fmt.Errorf("commit %s: %w", id, err)
+		}
+		if o.Won {
+			a.m.writes.WithLabelValues("ok").Inc()
+			a.committed(id, t, rec, o.Revision)
+			return nil
+		}
 		a.m.writes.WithLabelValues("conflict").Inc()
 		e, ok, err := a.st.Get(a.ctx, Durable, key)
 		if err != nil {
 			return fmt.Errorf("commit %s: compare-and-swap lost and the re-read failed: %w", id, err)
 		}
-		if ok {
-			cur, err := decodeProgress(key, id, e.Value, a.fpHash)
-			if err != nil {
-				return &fatalCommand{err}
-			}
-			if cur.owner() == a.self && cur.Epoch == t.epoch && cur.Watermark != nil &&
-				*cur.Watermark == p.Watermark && cur.Completed == p.Completed {
-				// Our own earlier attempt landed though its reply was lost.
-				a.committed(id, t, cur, e.Revision)
-				return nil
-			}
-			a.upsert(id, cur, e.Revision, true)
+		if !ok {
+			break
 		}
-		a.dropLost(id, "fenced", "a commit lost its compare-and-swap")
-		return Fencedf("split %s: the commit lost its compare-and-swap (another owner took it); nothing was written", id)
+		cur, err := decodeProgress(key, id, e.Value, a.fpHash)
+		if err != nil {
+			return &fatalCommand{err}
+		}
+		if cur.owner() != a.self || cur.Epoch != t.epoch || cur.Status != statusRunnable && !cur.Completed {
+			a.upsert(id, cur, e.Revision, true)
+			break
+		}
+		if cur.Watermark != nil && *cur.Watermark == p.Watermark && cur.Completed == p.Completed {
+			// Exactly this commit landed earlier, its reply lost.
+			a.committed(id, t, cur, e.Revision)
+			return nil
+		}
+		if cur.Completed {
+			a.committed(id, t, cur, e.Revision) // an earlier completing commit landed
+			return nil
+		}
+		a.upsert(id, cur, e.Revision, true)
+		if cur.Watermark != nil && p.Watermark < *cur.Watermark {
+			return &fatalCommand{Fatalf("commit of split %s would move its committed watermark back from %d to %d: a source bug; stopping",
+				id, *cur.Watermark, p.Watermark)}
+		}
 	}
-	a.m.writes.WithLabelValues("ok").Inc()
-	a.committed(id, t, rec, o.Revision)
-	return nil
+	if _, still := a.owned[id]; still {
+		a.dropLost(id, "fenced", "a commit lost its compare-and-swap")
+	}
+	return Fencedf("split %s: the commit lost its compare-and-swap (another owner took it); nothing was written", id)
 }
 
 func (a *actor) committed(id string, t *tenancy, rec *progressRecord, rev uint64) {

@@ -302,7 +302,14 @@ func benchInput(nSplits, nMembers int, joined bool) AssignInput {
 // settled: every split already balanced (the tick a healthy fleet pays);
 // joined: an empty member joined, every move comes from the improve pass.
 func BenchmarkAssign(b *testing.B) {
-	for _, sz := range []struct{ splits, members int }{{1000, 10}, {10000, 50}, {10000, 100}, {100000, 100}, {100000, 1000}} {
+	var sizes []struct{ splits, members int }
+	for _, n := range []int{1000, 10000, 100000} {
+		for _, m := range []int{10, 100, 1000} {
+			sizes = append(sizes, struct{ splits, members int }{n, m})
+		}
+	}
+	sizes = append(sizes, struct{ splits, members int }{10000, 50})
+	for _, sz := range sizes {
 		for _, joined := range []bool{false, true} {
 			name := fmt.Sprintf("splits=%d/members=%d/%s", sz.splits, sz.members, map[bool]string{false: "settled", true: "joined"}[joined])
 			in := benchInput(sz.splits, sz.members, joined)

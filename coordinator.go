@@ -40,7 +40,8 @@ func WithMetricLabels(l prometheus.Labels) CoordinatorOption {
 const commandQueueDepth = 64
 
 // StoreCoordinator is a [SplitCoordinator] over any [Store] that keeps the
-// store contract. It implements [DrainReleaser] and [RevokeDecliner] too.
+// store contract. It implements [DrainReleaser], [RevokeDecliner] and
+// [EpochCommitter] too.
 //
 // One goroutine per coordinator (the actor) owns every store operation and
 // the local view of the job; the planner runs off it. The methods are a
@@ -76,6 +77,7 @@ var (
 	_ SplitCoordinator = (*StoreCoordinator)(nil)
 	_ DrainReleaser    = (*StoreCoordinator)(nil)
 	_ RevokeDecliner   = (*StoreCoordinator)(nil)
+	_ EpochCommitter   = (*StoreCoordinator)(nil)
 )
 
 // NewStoreCoordinator validates cfg against store and returns a coordinator
@@ -222,6 +224,7 @@ const (
 type command struct {
 	kind     cmdKind
 	split    SplitID
+	epoch    LeaseEpoch // commit: the tenancy it is for (0: whichever is held)
 	splits   []SplitID
 	progress SplitProgress
 	reason   string
@@ -283,6 +286,11 @@ func (c *StoreCoordinator) Commit(ctx context.Context, split SplitID, p SplitPro
 	return c.do(ctx, &command{kind: cmdCommit, split: split, progress: p})
 }
 
+// CommitAt implements [EpochCommitter].
+func (c *StoreCoordinator) CommitAt(ctx context.Context, split SplitID, epoch LeaseEpoch, p SplitProgress) error {
+	return c.do(ctx, &command{kind: cmdCommit, split: split, epoch: epoch, progress: p})
+}
+
 // Fail implements [SplitCoordinator].
 func (c *StoreCoordinator) Fail(ctx context.Context, split SplitID, reason string) error {
 	return c.do(ctx, &command{kind: cmdFail, split: split, reason: reason})
@@ -330,6 +338,25 @@ func (c *StoreCoordinator) DeclineRevoke(ctx context.Context, split SplitID) err
 // process's owner and nonce, an owner is cleared only at this tenancy's
 // epoch. The first Close returns nil, later ones ErrClosed.
 func (c *StoreCoordinator) Close() error {
+	if err := c.shutdown(); err != nil || c.act == nil {
+		return err
+	}
+	held := slices.Sorted(maps.Keys(c.act.owned))
+	ids := make([]SplitID, 0, len(held))
+	for _, id := range held {
+		ids = append(ids, SplitID{id: id})
+	}
+	c.directRelease(ids)
+	return nil
+}
+
+// Abandon stops the coordinator without handing anything back, as if the
+// process had died: its leases expire after a lease and peers take the
+// splits over, counting an attempt each. For tests, benchmarks, and a
+// store known to be unreachable. Later calls return ErrClosed.
+func (c *StoreCoordinator) Abandon() error { return c.shutdown() }
+
+func (c *StoreCoordinator) shutdown() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -338,17 +365,10 @@ func (c *StoreCoordinator) Close() error {
 	c.closed = true
 	started := c.started
 	c.mu.Unlock()
-	if !started {
-		return nil
+	if started {
+		c.stop()
+		<-c.done
 	}
-	c.stop()
-	<-c.done
-	held := slices.Sorted(maps.Keys(c.act.owned))
-	ids := make([]SplitID, 0, len(held))
-	for _, id := range held {
-		ids = append(ids, SplitID{id: id})
-	}
-	c.directRelease(ids)
 	return nil
 }
 

@@ -85,6 +85,31 @@ type RevokeDecliner interface {
 	DeclineRevoke(ctx context.Context, split SplitID) error
 }
 
+// EpochCommitter is implemented by coordinators whose commits can be bound
+// to one tenancy. See [CommitAt].
+type EpochCommitter interface {
+	// CommitAt is Commit for the tenancy gained at epoch only: if this
+	// worker's tenancy of the split ended — even if it has since gained the
+	// split again, at a higher epoch — it returns ErrFenced and writes
+	// nothing.
+	CommitAt(ctx context.Context, split SplitID, epoch LeaseEpoch, progress SplitProgress) error
+}
+
+// CommitAt commits progress for the tenancy gained at epoch, through
+// c.CommitAt when c implements [EpochCommitter], else c.Commit.
+//
+// Prefer it to Commit: the coordinator works concurrently with its caller,
+// so between the caller's last Poll and its Commit a tenancy can end and the
+// split be gained again. A plain Commit then applies the old tenancy's
+// progress to the new one (at best a duplicate, at worst a watermark
+// regression that stops the coordinator); CommitAt fences it.
+func CommitAt(ctx context.Context, c SplitCoordinator, split SplitID, epoch LeaseEpoch, p SplitProgress) error {
+	if e, ok := c.(EpochCommitter); ok {
+		return e.CommitAt(ctx, split, epoch, p)
+	}
+	return c.Commit(ctx, split, p)
+}
+
 // ReleaseDrained calls c.ReleaseDrained when c implements [DrainReleaser],
 // and falls back to c.Release otherwise (the hand-back then reads as an
 // ordinary one).

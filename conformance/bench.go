@@ -18,7 +18,10 @@ import (
 //     one compare-and-swap, reply);
 //   - ReleaseReclaim: one split handed back and claimed again (lease delete,
 //     owner clear, lease create, epoch-bumping compare-and-swap, and the
-//     watch round trip that triggers the claim).
+//     watch round trip that triggers the claim);
+//   - Takeover: an owner dies without handing back; the time until a
+//     standby gains its split, reported as takeover-s and as a multiple of
+//     the lease (takeover/lease). Each iteration costs about a lease.
 //
 // Compare FencedCommit with StoreUpdate for the overhead spate adds, and
 // with the driver's own raw-client benchmark for the driver's.
@@ -26,6 +29,7 @@ func RunBenchmarks(b *testing.B, newHarness HarnessMaker) {
 	b.Run("StoreUpdate", func(b *testing.B) { benchStoreUpdate(b, newHarness) })
 	b.Run("FencedCommit", func(b *testing.B) { benchFencedCommit(b, newHarness) })
 	b.Run("ReleaseReclaim", func(b *testing.B) { benchReleaseReclaim(b, newHarness) })
+	b.Run("Takeover", func(b *testing.B) { benchTakeover(b, newHarness) })
 }
 
 func benchStoreUpdate(b *testing.B, mk HarnessMaker) {
@@ -140,4 +144,60 @@ func benchReleaseReclaim(b *testing.B, mk HarnessMaker) {
 			}
 		}
 	}
+}
+
+// benchTakeover measures failover: owner death to another worker's Gained.
+func benchTakeover(b *testing.B, mk HarnessMaker) {
+	var total, lease time.Duration
+	for i := 0; i < b.N; i++ {
+		h := mk(b)
+		ownerC, _, _ := benchWorker(b, h, 1)
+		lease = ownerC.Config().LeaseDuration
+		// The standby: same job, nothing to hold until the owner dies.
+		ctx := context.Background()
+		s, err := h.NewStore(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg := ownerC.Config()
+		cfg.InstanceID = "standby"
+		sb, err := spate.NewStoreCoordinator(s, cfg, spate.WithLogger(testLogger("standby")))
+		if err != nil {
+			b.Fatal(err)
+		}
+		w := spate.NewWaker()
+		sb.SetWaker(w)
+		if err := sb.Start(planOf("bench", 1)); err != nil {
+			b.Fatal(err)
+		}
+		// Let the standby join, then kill the owner: nothing is handed back.
+		time.Sleep(lease / 3)
+		died := time.Now()
+		ownerC.Abandon()
+		for gained := false; !gained; {
+			if time.Since(died) > 20*lease {
+				b.Fatalf("no takeover within 20 leases")
+			}
+			select {
+			case <-w.C():
+			case <-time.After(50 * time.Millisecond):
+			}
+			evs, err := sb.Poll()
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, ev := range evs {
+				if _, ok := ev.(spate.Gained); ok {
+					gained = true
+				}
+			}
+		}
+		total += time.Since(died)
+		sb.Close()
+		s.Close()
+		h.Close()
+	}
+	avg := total / time.Duration(b.N)
+	b.ReportMetric(avg.Seconds(), "takeover-s")
+	b.ReportMetric(float64(avg)/float64(lease), "takeover/lease")
 }

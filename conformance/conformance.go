@@ -45,6 +45,7 @@ type Option func(*options)
 
 type options struct {
 	virtualTime bool
+	serial      bool // subtests share something they break (a server): one at a time
 	skip        map[string]string
 }
 
@@ -97,7 +98,9 @@ func run(t *testing.T, o options, name string, mk HarnessMaker, body func(e *env
 		if why, ok := o.skip[name]; ok {
 			t.Skip(why)
 		}
-		t.Parallel()
+		if !o.serial {
+			t.Parallel()
+		}
 		inner := func(t *testing.T) {
 			h := mk(t)
 			t.Cleanup(func() { _ = h.Close() })

@@ -99,3 +99,30 @@ func TestCoordMutantTarget(t *testing.T) {
 	}
 	conformance.RunCoordinator(t, mutantHarness(coordMutants, name), conformance.VirtualTime())
 }
+
+// TestChaosCatchesMutants proves the chaos checks fail a store that lets a
+// stale compare-and-swap through on split records: a zombie's commit then
+// lands, a non-owner's write shows and the history is not linearizable.
+func TestChaosCatchesMutants(t *testing.T) {
+	if os.Getenv("SPATE_MUTANT") != "" {
+		t.Skip("inside a mutant run")
+	}
+	for _, name := range []string{"cas-ignores-revision-on-split-records"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			failed, out := runTarget(t, "TestChaosMutantTarget", name, nil)
+			if len(failed) == 0 || !strings.Contains(out, "(d)") && !strings.Contains(out, "(c)") {
+				t.Fatalf("the chaos checks did not catch mutant %q (failed: %v)\n%s", name, failed, out)
+			}
+			t.Logf("mutant %q caught: %v", name, failed)
+		})
+	}
+}
+
+func TestChaosMutantTarget(t *testing.T) {
+	name := os.Getenv("SPATE_MUTANT")
+	if name == "" {
+		t.Skip("runs only as a subprocess of TestChaosCatchesMutants")
+	}
+	conformance.RunChaos(t, mutantHarness(coordMutants, name), conformance.ChaosOptions{Seeds: 5}, conformance.VirtualTime())
+}

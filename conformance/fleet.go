@@ -29,8 +29,9 @@ type fleet struct {
 	workers []*worker
 	tick    time.Duration
 
-	mu      sync.Mutex
-	commits map[string][]commitRecord // per split, successful commits in order
+	mu       sync.Mutex
+	commits  map[string][]commitRecord // per split, successful commits in order
+	attempts map[string][]commitRecord // per split, every commit attempted
 }
 
 type commitRecord struct {
@@ -120,7 +121,7 @@ func newFleet(e *env, planner spate.SplitPlanner) *fleet {
 	probe := e.open()
 	ttl := probe.Capabilities().TTL
 	f := &fleet{t: e.t, h: e.h, ctx: e.ctx, cfg: testConfig(ttl), planner: planner,
-		tick: 20 * time.Millisecond, commits: map[string][]commitRecord{}}
+		tick: 20 * time.Millisecond, commits: map[string][]commitRecord{}, attempts: map[string][]commitRecord{}}
 	e.t.Cleanup(func() {
 		for _, w := range f.workers {
 			w.stop()
@@ -149,6 +150,13 @@ func (f *fleet) start(name string, opts ...workerOpt) *worker {
 // a test can install fault rules first; launch starts it.
 func (f *fleet) startPaused(name string, opts ...workerOpt) *worker {
 	f.t.Helper()
+	return f.startPausedWith(name, nil, opts...)
+}
+
+// startPausedWith is startPaused with wrap around the worker's (fault
+// injected) store, e.g. to record what the coordinator sees.
+func (f *fleet) startPausedWith(name string, wrap func(spate.Store) spate.Store, opts ...workerOpt) *worker {
+	f.t.Helper()
 	w := &worker{f: f, name: name, id: name, records: 20, perTick: 1, commitEvery: 5,
 		held: map[string]*tenancyState{}, waker: spate.NewWaker(), inj: fault.New()}
 	for _, o := range opts {
@@ -164,7 +172,11 @@ func (f *fleet) startPaused(name string, opts ...workerOpt) *worker {
 	if w.cfgMod != nil {
 		w.cfgMod(&cfg)
 	}
-	c, err := spate.NewStoreCoordinator(fault.Wrap(s, w.inj), cfg, spate.WithLogger(testLogger(name)))
+	var st spate.Store = fault.Wrap(s, w.inj)
+	if wrap != nil {
+		st = wrap(st)
+	}
+	c, err := spate.NewStoreCoordinator(st, cfg, spate.WithLogger(testLogger(name)))
 	if err != nil {
 		f.t.Fatalf("worker %s: %v", name, err)
 	}
@@ -295,7 +307,11 @@ func (w *worker) pump() {
 func (w *worker) commit(id spate.SplitID, st *tenancyState, completed bool) bool {
 	p := spate.NewSplitProgress(st.watermark, []byte(fmt.Sprintf("state@%d", st.watermark)))
 	p.Completed = completed
-	err := w.c.Commit(w.f.ctx, id, p)
+	w.f.mu.Lock()
+	w.f.attempts[id.String()] = append(w.f.attempts[id.String()],
+		commitRecord{worker: w.name, epoch: st.gained.Epoch, watermark: st.watermark, completed: completed})
+	w.f.mu.Unlock()
+	err := spate.CommitAt(w.f.ctx, w.c, id, st.gained.Epoch, p)
 	switch {
 	case err == nil:
 		st.committed = st.watermark
@@ -430,4 +446,25 @@ func (f *fleet) checkCarried(w *worker, gains []spate.Gained, seed *spate.SplitP
 			f.t.Errorf("rule: Gained carries the last committed progress (or the seed); %s gained %v, want %v", w.name, g, want)
 		}
 	}
+}
+
+// resumeBounds is where a tenancy gained at epoch may resume: at least the
+// furthest commit acknowledged to an earlier tenancy, at most the furthest
+// attempted by one (an attempt whose reply was lost may have landed). -1
+// stands for "no progress".
+func (f *fleet) resumeBounds(id string, epoch spate.LeaseEpoch, _ *worker) (lo, hi int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	lo, hi = -1, -1
+	for _, c := range f.commits[id] {
+		if c.epoch < epoch {
+			lo = max(lo, c.watermark)
+		}
+	}
+	for _, c := range f.attempts[id] {
+		if c.epoch < epoch {
+			hi = max(hi, c.watermark)
+		}
+	}
+	return lo, hi
 }

@@ -532,7 +532,7 @@ func (d *CoordinationDriver[C]) commitTenancy(src SplitSource, t *tenancy, p spa
 		p.Completed = false
 	}
 	ctx, cancel := d.ctx()
-	err := d.coord.Commit(ctx, t.spec.ID, p)
+	err := spate.CommitAt(ctx, d.coord, t.spec.ID, t.epoch, p)
 	cancel()
 	switch {
 	case err == nil:
@@ -599,7 +599,7 @@ func (d *CoordinationDriver[C]) advanceDrains(src SplitSource) error {
 			final.Completed = false
 		}
 		ctx, cancel := d.ctx()
-		err = d.coord.Commit(ctx, t.spec.ID, final)
+		err = spate.CommitAt(ctx, d.coord, t.spec.ID, t.epoch, final)
 		cancel()
 		switch {
 		case err == nil:

@@ -32,3 +32,35 @@ func TestCoordinatorSurvivesLeaderMemberDeath(t *testing.T) {
 			},
 		})
 }
+
+// TestChaos runs seeded fault scenarios on a three-member cluster, one of
+// whose faults kills (and later restarts) the raft leader member.
+// SPATE_CHAOS_SEEDS=n runs more.
+func TestChaos(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t, etcdtest.Options{Members: 3})
+	killed := -1
+	conformance.RunChaos(t, func(t testing.TB) conformance.Harness { return c.NewHarness(t, testTTL) },
+		conformance.ChaosOptions{Seeds: 2, Server: &conformance.FailoverHooks{
+			Fail: func(t testing.TB) {
+				if killed >= 0 {
+					return
+				}
+				leader, err := c.WaitLeader(10 * time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				killed = leader
+				c.Kill(leader)
+			},
+			Heal: func(t testing.TB) {
+				if killed < 0 {
+					return
+				}
+				if err := c.Restart(killed); err != nil {
+					t.Fatal(err)
+				}
+				killed = -1
+			},
+		}})
+}

@@ -11,3 +11,7 @@ func TestCoordinatorConformance(t *testing.T) {
 }
 
 func BenchmarkConformance(b *testing.B) { conformance.RunBenchmarks(b, newHarness) }
+
+func TestChaos(t *testing.T) {
+	conformance.RunChaos(t, newHarness, conformance.ChaosOptions{Seeds: 30}, conformance.VirtualTime())
+}

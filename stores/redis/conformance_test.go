@@ -57,3 +57,15 @@ func BenchmarkConformance(b *testing.B) {
 	srv := redistest.Start(b)
 	conformance.RunBenchmarks(b, srv.HarnessMaker(testTTL))
 }
+
+// TestChaos runs seeded fault scenarios, one of whose faults kills the
+// server (AOF, appendfsync always) and later restarts it.
+// SPATE_CHAOS_SEEDS=n runs more.
+func TestChaos(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.WithAOF())
+	conformance.RunChaos(t, srv.HarnessMaker(testTTL), conformance.ChaosOptions{Seeds: 2, Server: &conformance.FailoverHooks{
+		Fail: func(testing.TB) { srv.Kill() },
+		Heal: func(testing.TB) { srv.StartAgain() },
+	}})
+}

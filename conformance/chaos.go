@@ -1,0 +1,416 @@
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/stores/fault"
+)
+
+// ChaosOptions tune [RunChaos].
+type ChaosOptions struct {
+	// Seeds is how many seeded scenarios to run (default 3). The
+	// environment variable SPATE_CHAOS_SEEDS overrides it, and
+	// SPATE_CHAOS_SEED=n runs the one seed n: a failing seed reproduces.
+	Seeds int
+	// FirstSeed is the first seed (default 1).
+	FirstSeed uint64
+	// Steps is the number of faults per scenario (default 10).
+	Steps int
+	// Server, if set, can break and mend the store itself (kill a cluster
+	// member, restart the server); it is one more fault the schedule draws.
+	Server *FailoverHooks
+}
+
+// ChaosSummary is what a chaos run found.
+type ChaosSummary struct {
+	Scenarios  int
+	Faults     map[string]int
+	Violations int
+	Operations int // split-record operations checked for linearizability
+}
+
+func (s ChaosSummary) String() string {
+	total := 0
+	for _, n := range s.Faults {
+		total += n
+	}
+	return fmt.Sprintf("%d scenarios, %d faults injected %v, %d split-record operations checked, %d violations",
+		s.Scenarios, total, s.Faults, s.Operations, s.Violations)
+}
+
+// RunChaos runs randomized, seeded fault scenarios against the driver
+// behind newHarness, the way etcd's robustness suite and Jepsen do: workers
+// run a bounded job while faults are injected — partitions (zombie owners),
+// lost replies, failed writes, latency, broken watches, crashes and
+// restarts with the same or a new instance id, and store failures when
+// Server is set — then everything heals and the job must complete. It
+// records what clients saw and checks:
+//
+// The faults include an asymmetric partition (a worker that can neither
+// watch, list nor renew, but whose commits still reach the store), which
+// makes zombie commits that only the fence can stop.
+//
+//	(a) no work is lost: every split ends completed at its full watermark;
+//	(b) no committed watermark regresses, across owners;
+//	(c) no write by a non-owner is visible: per split record, the epoch
+//	    never decreases and within an epoch the owner only stays or
+//	    clears;
+//	(d) the split records' history is linearizable (porcupine);
+//	(e) duplicates come only from uncommitted tails: every tenancy resumes
+//	    at or after the last commit acknowledged to an earlier tenancy and
+//	    no later than the furthest one attempted.
+//
+// The summary is logged; a violation fails the test with its seed.
+func RunChaos(t *testing.T, newHarness HarnessMaker, co ChaosOptions, opts ...Option) ChaosSummary {
+	o := collect(opts)
+	// Seeds that break the (shared) server must not overlap.
+	o.serial = co.Server != nil
+	if co.Seeds == 0 {
+		co.Seeds = 3
+	}
+	if co.FirstSeed == 0 {
+		co.FirstSeed = 1
+	}
+	if co.Steps == 0 {
+		co.Steps = 10
+	}
+	if n, err := strconv.Atoi(os.Getenv("SPATE_CHAOS_SEEDS")); err == nil && n > 0 {
+		co.Seeds = n
+	}
+	seeds := make([]uint64, 0, co.Seeds)
+	if s, err := strconv.ParseUint(os.Getenv("SPATE_CHAOS_SEED"), 10, 64); err == nil {
+		seeds = append(seeds, s)
+	} else {
+		for i := range co.Seeds {
+			seeds = append(seeds, co.FirstSeed+uint64(i))
+		}
+	}
+	var mu sync.Mutex
+	sum := ChaosSummary{Faults: map[string]int{}}
+	t.Run("Chaos", func(t *testing.T) {
+		for _, seed := range seeds {
+			name := fmt.Sprintf("seed=%d", seed)
+			run(t, o, name, newHarness, func(e *env) {
+				faults, ops, violations := chaosScenario(e, seed, co)
+				mu.Lock()
+				defer mu.Unlock()
+				sum.Scenarios++
+				sum.Operations += ops
+				sum.Violations += violations
+				for k, v := range faults {
+					sum.Faults[k] += v
+				}
+			})
+		}
+	})
+	t.Logf("chaos summary: %v", sum)
+	return sum
+}
+
+// recordingStore records every operation on durable split records, as the
+// coordinator saw it, for the linearizability check.
+type recordingStore struct {
+	spate.Store
+	h      *History
+	client int
+}
+
+func splitKey(ks spate.Keyspace, key string) bool {
+	return ks == spate.Durable && strings.HasPrefix(key, "split.")
+}
+
+func (r *recordingStore) Create(ctx context.Context, ks spate.Keyspace, key string, v []byte) (spate.Outcome, error) {
+	if !splitKey(ks, key) {
+		return r.Store.Create(ctx, ks, key, v)
+	}
+	return RecordCreate(ctx, r.h, r.client, r.Store, ks, key, v)
+}
+
+func (r *recordingStore) Update(ctx context.Context, ks spate.Keyspace, key string, v []byte, exp uint64) (spate.Outcome, error) {
+	if !splitKey(ks, key) {
+		return r.Store.Update(ctx, ks, key, v, exp)
+	}
+	return RecordUpdate(ctx, r.h, r.client, r.Store, ks, key, v, exp)
+}
+
+func (r *recordingStore) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
+	if !splitKey(ks, key) {
+		return r.Store.Get(ctx, ks, key)
+	}
+	return RecordGet(ctx, r.h, r.client, r.Store, ks, key)
+}
+
+func (r *recordingStore) Delete(ctx context.Context, ks spate.Keyspace, key string, exp uint64) (spate.Outcome, error) {
+	if !splitKey(ks, key) {
+		return r.Store.Delete(ctx, ks, key, exp)
+	}
+	return RecordDelete(ctx, r.h, r.client, r.Store, ks, key, exp)
+}
+
+// splitVersion is one observed version of a split record.
+type splitVersion struct {
+	Epoch     uint64  `json:"epoch"`
+	Owner     *string `json:"owner"`
+	Watermark *int64  `json:"watermark"`
+	Status    string  `json:"status"`
+	rev       uint64
+}
+
+// observer watches every split record and checks rule (c) and (b) on the
+// sequence of versions it sees.
+type observer struct {
+	mu         sync.Mutex
+	last       map[string]splitVersion
+	violations []string
+}
+
+func (ob *observer) see(key string, value []byte, rev uint64) {
+	var v splitVersion
+	if json.Unmarshal(value, &v) != nil {
+		return
+	}
+	v.rev = rev
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	prev, ok := ob.last[key]
+	if ok && rev <= prev.rev {
+		return
+	}
+	ob.last[key] = v
+	if !ok {
+		return
+	}
+	owner := func(p *string) string {
+		if p == nil {
+			return "<none>"
+		}
+		return *p
+	}
+	switch {
+	case v.Epoch < prev.Epoch:
+		ob.violations = append(ob.violations, fmt.Sprintf("(c) %s: epoch went back %d -> %d at revision %d", key, prev.Epoch, v.Epoch, rev))
+	case v.Epoch == prev.Epoch && prev.Owner != nil && v.Owner != nil && *prev.Owner != *v.Owner:
+		ob.violations = append(ob.violations, fmt.Sprintf("(c) %s: owner changed %s -> %s within epoch %d at revision %d: a non-owner's write landed",
+			key, owner(prev.Owner), owner(v.Owner), v.Epoch, rev))
+	case v.Epoch == prev.Epoch && prev.Owner == nil && v.Owner != nil:
+		ob.violations = append(ob.violations, fmt.Sprintf("(c) %s: %s wrote epoch %d after its owner had cleared it (revision %d)",
+			key, owner(v.Owner), v.Epoch, rev))
+	}
+	if prev.Watermark != nil && (v.Watermark == nil || *v.Watermark < *prev.Watermark) {
+		ob.violations = append(ob.violations, fmt.Sprintf("(b) %s: committed watermark went back from %d at revision %d",
+			key, *prev.Watermark, rev))
+	}
+}
+
+// watch follows the durable split records until ctx ends, re-watching
+// after breaks.
+func (ob *observer) watch(ctx context.Context, s spate.Store) {
+	for ctx.Err() == nil {
+		ch, err := s.Watch(ctx, spate.Durable, "split.")
+		if err != nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		for ev := range ch {
+			if ev.Kind == spate.WatchPut {
+				ob.see(ev.Key, ev.Value, ev.Revision)
+			}
+		}
+	}
+}
+
+// chaosScenario runs one seed and returns the faults it injected, the
+// operations it checked and the violations it found (after reporting them).
+func chaosScenario(e *env, seed uint64, co ChaosOptions) (map[string]int, int, int) {
+	rng := rand.New(rand.NewPCG(seed, 0x5ba7e))
+	// Splits never finish while faults are injected; once everything has
+	// healed, every worker gets the same finite length, past anything
+	// attempted so far.
+	const endless = int64(1) << 40
+	hist := &History{}
+	f := newFleet(e, planOf(fmt.Sprintf("chaos%d", seed), 8))
+	f.cfg.MaxAttempts = 1000 // faults end tenancies often; completion, not quarantine, is the point
+	clientN := 0
+	record := func(s spate.Store) spate.Store {
+		clientN++
+		return &recordingStore{Store: s, h: hist, client: clientN}
+	}
+	ob := &observer{last: map[string]splitVersion{}}
+	obsStore := e.open()
+	octx, stopObs := context.WithCancel(e.ctx)
+	var obsWG sync.WaitGroup
+	obsWG.Go(func() { ob.watch(octx, obsStore) })
+	defer func() { stopObs(); obsWG.Wait() }()
+
+	mk := func(name, id string) *worker {
+		w := f.startPausedWith(name, record, withID(id), withRecords(endless),
+			withRevoke([]revokePolicy{revokeAccept, revokeDecline, revokeAccept}[rng.IntN(3)]))
+		f.launch(w)
+		return w
+	}
+	workers := []*worker{mk("w0", "w0"), mk("w1", "w1"), mk("w2", "w2")}
+	f.until(20*leases(f), "the first claims", func() bool {
+		held := 0
+		for _, w := range workers {
+			held += len(w.held)
+		}
+		return held > 0
+	})
+	faults := map[string]int{}
+	live := func() []*worker {
+		var out []*worker
+		for _, w := range workers {
+			if !w.dead {
+				out = append(out, w)
+			}
+		}
+		return out
+	}
+	gen := 3
+	serverDown := false
+	for step := 0; step < co.Steps; step++ {
+		ws := live()
+		w := ws[rng.IntN(len(ws))]
+		d := time.Duration(float64(leases(f)) * (0.2 + 1.3*rng.Float64()))
+		kinds := []string{"partition", "asymmetric-partition", "lost-replies", "failed-writes", "latency", "broken-watches", "crash-restart", "crash-replace"}
+		if co.Server != nil {
+			kinds = append(kinds, "server")
+		}
+		kind := kinds[rng.IntN(len(kinds))]
+		faults[kind]++
+		switch kind {
+		case "partition": // longer than a lease: the owner is a zombie
+			w.inj.Partition()
+			f.hold(d, "partitioned", func() bool { return true })
+			w.inj.Heal()
+		case "asymmetric-partition":
+			// The worker cannot watch, list or renew, but its other writes
+			// get through: its leases lapse and peers take its splits while
+			// it still believes it owns them. Only the fence stops it.
+			d = leases(f) + d
+			r1 := w.inj.Add(fault.Rule{Ops: []fault.Op{fault.Watch, fault.List}})
+			r2 := w.inj.Add(fault.Rule{Ops: []fault.Op{fault.Update, fault.Create}, Keyspace: spate.Ephemeral})
+			w.inj.BreakWatches()
+			f.hold(d, "blind", func() bool { return true })
+			r1()
+			r2()
+		case "lost-replies":
+			w.inj.Add(fault.Rule{Ops: []fault.Op{fault.Update, fault.Create}, Landed: true, Times: 1 + rng.IntN(4)})
+		case "failed-writes":
+			w.inj.Add(fault.Rule{Ops: []fault.Op{fault.Update, fault.Create, fault.Delete}, Times: 1 + rng.IntN(4)})
+		case "latency":
+			remove := w.inj.Add(fault.Rule{Delay: time.Duration(float64(f.cfg.OpTimeout) * (0.2 + rng.Float64()))})
+			f.hold(d, "slow", func() bool { return true })
+			remove()
+		case "broken-watches":
+			w.inj.BreakWatches()
+		case "crash-restart", "crash-replace":
+			if len(ws) < 2 {
+				faults[kind]--
+				continue
+			}
+			if serverDown { // a new worker could not even start
+				co.Server.Heal(e.t)
+				serverDown = false
+			}
+			w.kill()
+			id := w.id
+			if kind == "crash-replace" {
+				id = fmt.Sprintf("w%d", gen)
+			}
+			workers = append(workers, mk(fmt.Sprintf("w%d", gen), id))
+			gen++
+		case "server":
+			if !serverDown {
+				co.Server.Fail(e.t)
+				serverDown = co.Server.Heal != nil
+			}
+		}
+		f.hold(time.Duration(float64(leases(f))*0.5*rng.Float64()), "running", func() bool { return true })
+		if serverDown && rng.IntN(2) == 0 {
+			co.Server.Heal(e.t)
+			serverDown = false
+		}
+	}
+	if serverDown {
+		co.Server.Heal(e.t)
+	}
+	records := int64(0)
+	f.mu.Lock()
+	for _, as := range f.attempts {
+		for _, a := range as {
+			records = max(records, a.watermark)
+		}
+	}
+	f.mu.Unlock()
+	records += 50
+	for _, w := range live() {
+		w.inj.Clear()
+		w.inj.Heal()
+		w.records, w.perTick = records, 5
+	}
+	f.until(80*leases(f), "AllComplete on every live worker after healing", func() bool {
+		for _, w := range live() {
+			if !w.saw(isAllComplete) {
+				return false
+			}
+		}
+		return true
+	})
+
+	var violations []string
+	// (a) every split completed at its full watermark.
+	js := inspect(e, e.open())
+	for _, s := range js.Splits {
+		if s.Status != spate.StatusCompleted || s.Progress == nil || s.Progress.Watermark != records {
+			violations = append(violations, fmt.Sprintf("(a) split %v did not end completed at watermark %d", s, records))
+		}
+	}
+	// (b) and the epoch order of acknowledged commits.
+	f.mu.Lock()
+	for id, cs := range f.commits {
+		for i := 1; i < len(cs); i++ {
+			if cs[i].watermark < cs[i-1].watermark {
+				violations = append(violations, fmt.Sprintf("(b) split %s: acknowledged watermark %d after %d", id, cs[i].watermark, cs[i-1].watermark))
+			}
+		}
+	}
+	f.mu.Unlock()
+	// (c) from the observer's sequence of versions.
+	ob.mu.Lock()
+	violations = append(violations, ob.violations...)
+	ob.mu.Unlock()
+	// (d) linearizability of the split records.
+	if ok, info := hist.Check(2 * time.Minute); !ok {
+		violations = append(violations, "(d) "+info)
+	}
+	// (e) each tenancy resumed between the last acknowledged commit and the
+	// furthest attempted one of the tenancies before it.
+	for _, w := range workers {
+		for _, g := range w.gains {
+			lo, hi := f.resumeBounds(g.Split.ID.String(), g.Epoch, w)
+			got := int64(-1)
+			if g.Progress != nil {
+				got = g.Progress.Watermark
+			}
+			if got < lo || got > hi {
+				violations = append(violations, fmt.Sprintf("(e) %s gained %s at epoch %d resuming from %d, outside [%d, %d]",
+					w.name, g.Split.ID, g.Epoch, got, lo, hi))
+			}
+		}
+	}
+	for _, v := range violations {
+		e.t.Errorf("seed %d: %s (reproduce with SPATE_CHAOS_SEED=%d)", seed, v, seed)
+	}
+	return faults, hist.Len(), len(violations)
+}

@@ -1,0 +1,109 @@
+package fault_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/stores/fault"
+	"github.com/spate-go/spate/stores/mem"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func setup(t *testing.T) (spate.Store, *fault.Injector, *mem.Store) {
+	t.Helper()
+	inner := mem.MustNew(mem.Options{TTL: time.Minute})
+	t.Cleanup(func() { inner.Close() })
+	inj := fault.New()
+	return fault.Wrap(inner, inj), inj, inner
+}
+
+func TestRulesMatchSkipAndRunOut(t *testing.T) {
+	s, inj, _ := setup(t)
+	ctx := context.Background()
+	inj.Add(fault.Rule{Ops: []fault.Op{fault.Create}, Keyspace: spate.Durable, KeyPrefix: "a.", Skip: 1, Times: 2})
+	var got []bool
+	for _, k := range []string{"a.1", "a.2", "a.3", "a.4", "b.1"} {
+		_, err := s.Create(ctx, spate.Durable, k, nil)
+		got = append(got, err != nil)
+		if err != nil && (!errors.Is(err, fault.ErrInjected) || !spate.IsRetryable(err)) {
+			t.Fatalf("an injected failure is Retryable ErrInjected: %v", err)
+		}
+	}
+	if want := []bool{false, true, true, false, false}; !equal(got, want) {
+		t.Fatalf("failures %v, want %v (skip 1, then 2 hits, prefix a. only)", got, want)
+	}
+	if inj.Injected() != 2 {
+		t.Fatalf("injected %d", inj.Injected())
+	}
+}
+
+func equal(a, b []bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestLandedWriteReportsAnErrorButApplies(t *testing.T) {
+	s, inj, inner := setup(t)
+	ctx := context.Background()
+	inj.Add(fault.Rule{Ops: []fault.Op{fault.Create}, Landed: true, Times: 1,
+		Match: func(c fault.Call) bool { return bytes.Equal(c.Value, []byte("v")) }})
+	o, err := s.Create(ctx, spate.Durable, "k", []byte("v"))
+	if err == nil || o.Won {
+		t.Fatalf("a landed write reports an error and hides its outcome: %v %v", o, err)
+	}
+	if _, ok, _ := inner.Get(ctx, spate.Durable, "k"); !ok {
+		t.Fatal("the write must have landed")
+	}
+}
+
+func TestLatencyIsBoundedByTheContext(t *testing.T) {
+	s, inj, _ := setup(t)
+	inj.Add(fault.Rule{Delay: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, _, err := s.Get(ctx, spate.Durable, "k")
+	if !spate.IsRetryable(err) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a delayed op under an expiring context fails Retryable: %v", err)
+	}
+}
+
+func TestPartitionBreaksWatchesAndHealRestores(t *testing.T) {
+	s, inj, _ := setup(t)
+	ctx := t.Context()
+	ch, err := s.Watch(ctx, spate.Durable, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-ch; ev.Kind != spate.WatchSnapshotDone {
+		t.Fatalf("got %v", ev.Kind)
+	}
+	inj.Partition()
+	ev, ok := <-ch
+	if !ok || ev.Kind != spate.WatchError || !spate.IsRetryable(ev.Err) {
+		t.Fatalf("a partition breaks the watch Retryable: %v %v", ev, ok)
+	}
+	if _, ok := <-ch; ok {
+		t.Fatal("the broken watch must close")
+	}
+	if _, err := s.Create(ctx, spate.Durable, "k", nil); !spate.IsRetryable(err) {
+		t.Fatalf("operations fail Retryable while partitioned: %v", err)
+	}
+	inj.Heal()
+	if o, err := s.Create(ctx, spate.Durable, "k", nil); err != nil || !o.Won {
+		t.Fatalf("after heal: %v %v", o, err)
+	}
+}
