@@ -344,7 +344,7 @@ func (f *backfillFlags) run() int {
 		_ = coord.Close()
 		return fail(exitFailed, "%v", err)
 	}
-	sink := &outputSink{FileSink: fileSink, obs: obs, pace: newPacer(f.rate)}
+	sink := &outputSink{FileSink: fileSink, obs: obs}
 	pcfg := pipeline.Config{
 		Name:           "backfill",
 		Threads:        f.threads,
@@ -355,16 +355,7 @@ func (f *backfillFlags) run() int {
 		StopReserve: f.drainTimeout,
 	}
 	sinkOpts := pipeline.SinkOptions{Shards: 2, Linger: 50 * time.Millisecond}
-	if f.rate > 0 {
-		// Small writes, so that a paced sink advances (and commits)
-		// smoothly, and queues deep enough (with short backpressure
-		// pauses) that the sink never waits for a paused lane.
-		sinkOpts.BatchMaxRecords = max(1, int(f.rate/10))
-		sinkOpts.ChunkTargetBytes = 4 << 10
-		sinkOpts.QueueCapacity = 64
-		pcfg.MinPause = 20 * time.Millisecond
-	}
-	rt, err := pipeline.Build(pcfg, source, nil,
+	rt, err := pipeline.Build(pcfg, source, newPacer(f.rate).stages(),
 		[]pipeline.SinkSpec{{Name: "file", Sink: sink, Options: sinkOpts}},
 		pipeline.WithLogger(log), pipeline.WithRegisterer(reg))
 	if err != nil {

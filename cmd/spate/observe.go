@@ -215,10 +215,14 @@ func outcome(err error) string {
 	return "fatal"
 }
 
-func (o *observer) commit(id spate.SplitID, p spate.SplitProgress, err error) {
+// commit records a commit attempt; epoch 0 means the split's latest
+// tenancy here (a plain Commit).
+func (o *observer) commit(id spate.SplitID, epoch spate.LeaseEpoch, p spate.SplitProgress, err error) {
 	o.mu.Lock()
 	s := o.info(id)
-	epoch := s.epoch
+	if epoch == 0 {
+		epoch = s.epoch
+	}
 	done := err == nil && p.Completed && !s.completed
 	if done {
 		s.completed = true
@@ -367,7 +371,13 @@ func (c *observedCoord) Poll() ([]spate.Event, error) {
 
 func (c *observedCoord) Commit(ctx context.Context, split spate.SplitID, p spate.SplitProgress) error {
 	err := c.StoreCoordinator.Commit(ctx, split, p)
-	c.obs.commit(split, p, err)
+	c.obs.commit(split, 0, p, err)
+	return err
+}
+
+func (c *observedCoord) CommitAt(ctx context.Context, split spate.SplitID, epoch spate.LeaseEpoch, p spate.SplitProgress) error {
+	err := c.StoreCoordinator.CommitAt(ctx, split, epoch, p)
+	c.obs.commit(split, epoch, p, err)
 	return err
 }
 
@@ -393,6 +403,7 @@ var (
 	_ spate.SplitCoordinator = (*observedCoord)(nil)
 	_ spate.DrainReleaser    = (*observedCoord)(nil)
 	_ spate.RevokeDecliner   = (*observedCoord)(nil)
+	_ spate.EpochCommitter   = (*observedCoord)(nil)
 )
 
 // observedSplits is the file source with lane openings and poison reports
@@ -415,18 +426,14 @@ func (s *observedSplits) OpenSplit(op pipeline.SplitOpening) (pipeline.Lane, err
 	return s.Source.OpenSplit(op)
 }
 
-// outputSink writes through a FileSink, optionally paced to a line rate,
-// and reports every durable write to the observer.
+// outputSink writes through a FileSink and reports every durable write to
+// the observer.
 type outputSink struct {
 	*pipeline.FileSink
-	obs  *observer
-	pace *pacer
+	obs *observer
 }
 
 func (s *outputSink) Write(ctx context.Context, shard int, records []pipeline.Record) error {
-	if err := s.pace.wait(ctx, len(records)); err != nil {
-		return err
-	}
 	if err := s.FileSink.Write(ctx, shard, records); err != nil {
 		return err
 	}
@@ -434,40 +441,50 @@ func (s *outputSink) Write(ctx context.Context, shard int, records []pipeline.Re
 	return nil
 }
 
-// pacer spaces writes so that lines pass at most perSecond per second
-// (nil: unlimited): a write of n lines waits until n/perSecond after the
-// previous write's slot.
+// pacer admits at most perSecond records per second across every driver
+// thread (--rate). It runs as the first stage of the chain, so a driver
+// that is ahead of the rate sleeps before its lanes are polled again: the
+// lanes read no faster than the rate and nothing piles up in the sink
+// queues (a graceful stop then finds unread input to hand back). Sleeps are
+// short: each driver reserves one record at a time.
+const paceCredit = 50 * time.Millisecond
+
 type pacer struct {
-	mu        sync.Mutex
-	perSecond float64
-	next      time.Time
+	mu    sync.Mutex
+	every time.Duration
+	next  time.Time
 }
 
 func newPacer(perSecond float64) *pacer {
 	if perSecond <= 0 {
 		return nil
 	}
-	return &pacer{perSecond: perSecond}
+	return &pacer{every: time.Duration(float64(time.Second) / perSecond)}
 }
 
-func (p *pacer) wait(ctx context.Context, n int) error {
+func (p *pacer) take() {
+	p.mu.Lock()
+	now := time.Now()
+	// Up to paceCredit of lateness (oversleeping, a slow poll) is made up
+	// for; an idle spell beyond it is not saved up as a burst.
+	if floor := now.Add(-paceCredit); p.next.Before(floor) {
+		p.next = floor
+	}
+	p.next = p.next.Add(p.every)
+	ahead := p.next.Sub(now)
+	p.mu.Unlock()
+	if ahead > time.Millisecond {
+		time.Sleep(ahead) // throttling, not waiting for a condition
+	}
+}
+
+// stages is the chain: the pacer when a rate is set.
+func (p *pacer) stages() []pipeline.Stage {
 	if p == nil {
 		return nil
 	}
-	p.mu.Lock()
-	now := time.Now()
-	if p.next.Before(now) {
-		p.next = now
-	}
-	p.next = p.next.Add(time.Duration(float64(n) / p.perSecond * float64(time.Second)))
-	at := p.next
-	p.mu.Unlock()
-	t := time.NewTimer(time.Until(at))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return []pipeline.Stage{pipeline.Map("pace", pipeline.Fail, func(r pipeline.Record) (pipeline.Record, error) {
+		p.take()
+		return r, nil
+	})}
 }
