@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/embedetcd"
 	"github.com/spate-go/spate/pipeline"
 	"github.com/spate-go/spate/pipeline/filesource"
 )
@@ -141,7 +142,7 @@ func (f *backfillFlags) storeArgs(job string) string {
 		if f.store.dataDir != filepath.Join(".spate", "etcd") {
 			parts = append(parts, "--data-dir "+f.store.dataDir)
 		}
-		if f.store.embedAddr != "127.0.0.1:23790" {
+		if f.store.embedAddr != embedetcd.DefaultClientAddr {
 			parts = append(parts, "--embed-addr "+f.store.embedAddr)
 		}
 	}
