@@ -264,7 +264,7 @@ func (f *demoFlags) run() (code int) {
 			frac := float64(s.done) / float64(s.total)
 			if time.Since(lastProgress) >= 2*time.Second {
 				lastProgress = time.Now()
-				say("demo", "progress %3.0f%%: %d/%d splits completed, %s of %s committed, %d workers alive", 100*frac,
+				say("demo", "progress %3.0f%%: %d/%d splits completed, %s of %s committed, %d workers present", 100*frac,
 					s.completed, s.splits, bytesStr(s.done), bytesStr(s.total), len(js.Members))
 			}
 			if victimHeld == nil && frac >= 0.3 {

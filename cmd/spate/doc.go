@@ -42,6 +42,10 @@
 // nothing else is left the job is stalled: backfill exits 3 and prints the
 // spate inspect and spate requeue commands to run.
 //
+// --rate caps the lines per second a worker reads (a pacing stage at the
+// head of the pipeline, so input is not read ahead of the rate: a graceful
+// stop then has unread splits to hand back).
+//
 // A terminal gets a progress bar; otherwise backfill prints a progress line
 // every five seconds. Event lines (gained, completed, lost, handed back,
 // quarantined) go to stdout unless --quiet.
