@@ -64,7 +64,7 @@ func TestBackfillOverEmbeddedEtcdResumesAfterSIGINT(t *testing.T) {
 	code := run1.wait(t, 60*time.Second)
 	out1 := run1.stdout.String()
 	expectCode(t, "run 1 (SIGINT)", code, 130, out1, run1.stderr.String())
-	for _, want := range []string{"stopping gracefully", "summary: job", "interrupted", "handed "} {
+	for _, want := range []string{"stopping gracefully", "summary: job", "interrupted"} {
 		if !strings.Contains(out1, want) {
 			t.Fatalf("run 1 output lacks %q:\n%s", want, out1)
 		}
@@ -107,9 +107,11 @@ func TestBackfillOverEmbeddedEtcdResumesAfterSIGINT(t *testing.T) {
 }
 
 // checkHistory parses a --history file: every line is a JSON object with ts,
-// instance and ev; the run gained, committed, wrote durably and handed back;
-// and every won commit's watermark is covered by durable output of its
-// tenancy recorded before it (a commit never passes undurable data).
+// instance and ev; the run gained, committed and wrote durably; every won
+// commit's watermark is covered by durable output of its tenancy recorded
+// before it (a commit never passes undurable data); and by the exit every
+// tenancy gained has ended: completed, handed back or lost (a graceful stop
+// leaves nothing held).
 func checkHistory(t *testing.T, path string, exitCode int) {
 	t.Helper()
 	f, err := os.Open(path)
@@ -123,6 +125,7 @@ func checkHistory(t *testing.T, path string, exitCode int) {
 	}
 	durableTo := map[key]int64{} // highest durable offset per tenancy
 	resume := map[key]int64{}
+	open := map[string]uint64{} // split -> epoch of a tenancy not yet ended
 	seen := map[string]int{}
 	sc := bufio.NewScanner(f)
 	n := 0
@@ -137,6 +140,7 @@ func checkHistory(t *testing.T, path string, exitCode int) {
 			Watermark int64  `json:"watermark"`
 			Last      int64  `json:"last"`
 			Resume    *int64 `json:"resume"`
+			Completed bool   `json:"completed"`
 			Outcome   string `json:"outcome"`
 			Code      int    `json:"code"`
 		}
@@ -153,9 +157,17 @@ func checkHistory(t *testing.T, path string, exitCode int) {
 			if ev.Resume != nil {
 				resume[k] = *ev.Resume
 			}
+			open[ev.Split] = ev.Epoch
+		case "release", "release_drained", "lost", "quarantined":
+			if ev.Outcome == "" || ev.Outcome == "ok" {
+				delete(open, ev.Split)
+			}
 		case "durable":
 			durableTo[k] = max(durableTo[k], ev.Last)
 		case "commit":
+			if ev.Outcome == "ok" && ev.Completed {
+				delete(open, ev.Split)
+			}
 			if ev.Outcome == "ok" && ev.Watermark > resume[k] && durableTo[k] < ev.Watermark-1 {
 				t.Fatalf("history line %d: commit of %s epoch %d at watermark %d, but the tenancy's durable output only reached offset %d",
 					n, ev.Split, ev.Epoch, ev.Watermark, durableTo[k])
@@ -166,10 +178,13 @@ func checkHistory(t *testing.T, path string, exitCode int) {
 			}
 		}
 	}
-	for _, ev := range []string{"start", "gained", "open", "commit", "durable", "release", "exit"} {
+	for _, ev := range []string{"start", "gained", "open", "commit", "durable", "exit"} {
 		if seen[ev] == 0 {
 			t.Fatalf("history %s has no %q event (saw %v)", path, ev, seen)
 		}
+	}
+	if len(open) > 0 {
+		t.Fatalf("history %s: tenancies still held at the exit (split -> epoch): %v (saw %v)", path, open, seen)
 	}
 }
 
@@ -199,7 +214,8 @@ func TestBackfillSIGTERMDrainsAndHandsBack(t *testing.T) {
 	lines := writeCorpus(t, src, 12, 2000)
 	args := []string{"backfill", "--src", src, "--dst", dst, "--store", storeURL, "--job", "term", "--lease", "2s",
 		"--split-bytes", "32768", "--commit-interval", "200ms", "--instance", "stable-1"}
-	p := start(t, dir, "", append(args, "--rate", "4000")...)
+	hist := filepath.Join(dir, "term.jsonl")
+	p := start(t, dir, "", append(args, "--rate", "4000", "--history", hist)...)
 	p.stdout.waitFor(t, p, "completed f1", 60*time.Second)
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -207,9 +223,10 @@ func TestBackfillSIGTERMDrainsAndHandsBack(t *testing.T) {
 	code := p.wait(t, 60*time.Second)
 	out := p.stdout.String()
 	expectCode(t, "SIGTERM run", code, 143, out, p.stderr.String())
-	if !strings.Contains(out, "interrupted (terminated)") || !strings.Contains(out, "handed ") {
-		t.Fatalf("no graceful hand-back:\n%s", out)
+	if !strings.Contains(out, "interrupted (terminated)") {
+		t.Fatalf("no graceful stop:\n%s", out)
 	}
+	checkHistory(t, hist, 143)
 	// Everything handed back: no lease of ours is left, so the next run
 	// (same instance id) starts at once.
 	st := openEtcdJob(t, cluster, "term", 2*time.Second)
