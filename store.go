@@ -67,6 +67,9 @@ type Store interface {
 
 	// Update writes key only if it currently exists at exactly revision
 	// expected, returning Won with a strictly larger revision; otherwise Lost.
+	// expected must be a revision read from a live value (a create, update,
+	// get, listing or put event); an Update at the revision of a delete is
+	// undefined (some stores cannot tell a delete marker from a value).
 	// On the ephemeral keyspace a won Update re-arms the key's TTL: it is
 	// the heartbeat.
 	Update(ctx context.Context, ks Keyspace, key string, value []byte, expected uint64) (Outcome, error)
@@ -84,10 +87,14 @@ type Store interface {
 
 	// Watch streams changes under prefix: first a [WatchPut] for every live
 	// key (the snapshot), then exactly one [WatchSnapshotDone], then live
-	// puts and deletes, expiry included. There are no gaps between the
-	// snapshot and the live stream; duplicates across that boundary are
-	// allowed (consumers de-duplicate by revision). Events of one key arrive
-	// in revision order.
+	// puts and deletes, expiry included. There are no gaps: the watcher's
+	// view always converges to the store's state, across the boundary
+	// between snapshot and live stream too. Duplicates across that boundary
+	// are allowed (consumers de-duplicate by revision), and a revision of a
+	// key superseded before it was delivered may be coalesced into the
+	// later one (a store that keeps one version per key cannot replay it);
+	// the latest revision of every key is always delivered. Events of one
+	// key arrive in revision order.
 	//
 	// The stream ends, and the channel closes, when ctx is cancelled, the
 	// store is closed, or the stream breaks. A broken stream delivers a

@@ -79,6 +79,9 @@ type env struct {
 	t   *testing.T
 	h   Harness
 	ctx context.Context
+	// after runs once the body is done, outside any synctest bubble: for
+	// CPU-bound checks (porcupine) whose timeouts must be real time.
+	after []func(t *testing.T)
 }
 
 // open opens a store and closes it at cleanup.
@@ -101,18 +104,24 @@ func run(t *testing.T, o options, name string, mk HarnessMaker, body func(e *env
 		if !o.serial {
 			t.Parallel()
 		}
+		var after []func(*testing.T)
 		inner := func(t *testing.T) {
 			h := mk(t)
 			t.Cleanup(func() { _ = h.Close() })
 			ctx, cancel := context.WithCancel(context.Background())
 			t.Cleanup(cancel)
-			body(&env{t: t, h: h, ctx: ctx})
+			e := &env{t: t, h: h, ctx: ctx}
+			defer func() { after = e.after }()
+			body(e)
 		}
 		if o.virtualTime {
 			synctest.Test(t, inner)
-			return
+		} else {
+			inner(t)
 		}
-		inner(t)
+		for _, f := range after {
+			f(t)
+		}
 	})
 }
 

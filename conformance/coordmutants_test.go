@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/conformance"
@@ -35,29 +34,7 @@ var coordMutants = []mutant{
 				return &hooked{Store: s, caps: func(c spate.Capabilities) spate.Capabilities { c.TTL = ttl; return c }}
 			}}
 		}},
-	{name: "renewal-does-not-rearm", breaks: []string{"TwoWorkersPartitionDisjointly"},
-		wrap: func(sh *shared, s *mem.Store) spate.Store {
-			return &hooked{Store: s,
-				create: func(ctx context.Context, ks spate.Keyspace, key string, v []byte) (spate.Outcome, error) {
-					o, err := s.Create(ctx, ks, key, v)
-					if o.Won && ks == spate.Ephemeral {
-						sh.mu.Lock()
-						sh.created[key] = time.Now()
-						sh.mu.Unlock()
-					}
-					return o, err
-				},
-				update: func(ctx context.Context, ks spate.Keyspace, key string, v []byte, exp uint64) (spate.Outcome, error) {
-					sh.mu.Lock()
-					born, ok := sh.created[key]
-					sh.mu.Unlock()
-					if ks == spate.Ephemeral && ok && time.Since(born) >= ttl {
-						_, _ = s.Delete(ctx, ks, key, spate.AnyRevision)
-						return spate.Outcome{}, nil
-					}
-					return s.Update(ctx, ks, key, v, exp)
-				}}
-		}},
+	{name: "renewal-does-not-rearm", breaks: []string{"TwoWorkersPartitionDisjointly"}, wrap: ttlFromCreate},
 	{name: "split-listing-under-reports", breaks: []string{"TwoWorkersPartitionDisjointly"},
 		wrap: func(_ *shared, s *mem.Store) spate.Store {
 			return &hooked{Store: s, list: func(ctx context.Context, ks spate.Keyspace, p string) ([]spate.Entry, error) {

@@ -136,29 +136,7 @@ var mutants = []mutant{
 					return o, err
 				}}
 		}},
-	{name: "ttl-runs-from-create", breaks: []string{"HeartbeatedEphemeralKeySurvives"},
-		wrap: func(sh *shared, s *mem.Store) spate.Store {
-			return &hooked{Store: s,
-				create: func(ctx context.Context, ks spate.Keyspace, key string, v []byte) (spate.Outcome, error) {
-					o, err := s.Create(ctx, ks, key, v)
-					if o.Won && ks == spate.Ephemeral {
-						sh.mu.Lock()
-						sh.created[key] = time.Now()
-						sh.mu.Unlock()
-					}
-					return o, err
-				},
-				update: func(ctx context.Context, ks spate.Keyspace, key string, v []byte, exp uint64) (spate.Outcome, error) {
-					sh.mu.Lock()
-					born, ok := sh.created[key]
-					sh.mu.Unlock()
-					if ks == spate.Ephemeral && ok && time.Since(born) >= ttl {
-						_, _ = s.Delete(ctx, ks, key, spate.AnyRevision)
-						return spate.Outcome{}, nil
-					}
-					return s.Update(ctx, ks, key, v, exp)
-				}}
-		}},
+	{name: "ttl-runs-from-create", breaks: []string{"HeartbeatedEphemeralKeySurvives"}, wrap: ttlFromCreate},
 	{name: "never-expires", breaks: []string{"ExpiredKeysReadAbsentAndAreRecreatable", "ExpiryReachesWatchersAsDelete"},
 		harness: func() conformance.Harness {
 			root := mem.MustNew(mem.Options{TTL: 1000 * ttl})
@@ -659,4 +637,29 @@ func perKeyVersion(sh *shared, s *mem.Store) spate.Store {
 			return []spate.WatchEvent{ev}
 		},
 	}
+}
+
+// ttlFromCreate makes ephemeral keys expire one TTL after their create,
+// whatever updates came since: updates do not re-arm.
+func ttlFromCreate(sh *shared, s *mem.Store) spate.Store {
+	return &hooked{Store: s,
+		create: func(ctx context.Context, ks spate.Keyspace, key string, v []byte) (spate.Outcome, error) {
+			o, err := s.Create(ctx, ks, key, v)
+			if o.Won && ks == spate.Ephemeral {
+				sh.mu.Lock()
+				sh.created[key] = time.Now()
+				sh.mu.Unlock()
+			}
+			return o, err
+		},
+		update: func(ctx context.Context, ks spate.Keyspace, key string, v []byte, exp uint64) (spate.Outcome, error) {
+			sh.mu.Lock()
+			born, ok := sh.created[key]
+			sh.mu.Unlock()
+			if ks == spate.Ephemeral && ok && time.Since(born) >= ttl {
+				_, _ = s.Delete(ctx, ks, key, spate.AnyRevision)
+				return spate.Outcome{}, nil
+			}
+			return s.Update(ctx, ks, key, v, exp)
+		}}
 }

@@ -25,7 +25,6 @@ type CA struct {
 	CertFile string // the CA certificate
 	cert     *x509.Certificate
 	key      *ecdsa.PrivateKey
-	serial   int64
 }
 
 // Pair is an issued certificate with its key, as files and in memory.
@@ -50,8 +49,12 @@ func New(dir, name string) (*CA, error) {
 	if err != nil {
 		return nil, err
 	}
+	caSerial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return nil, err
+	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
+		SerialNumber:          caSerial,
 		Subject:               pkix.Name{CommonName: name},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(24 * time.Hour),
@@ -67,7 +70,7 @@ func New(dir, name string) (*CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	ca := &CA{Dir: dir, CertFile: filepath.Join(dir, name+"-ca.pem"), cert: cert, key: key, serial: 1}
+	ca := &CA{Dir: dir, CertFile: filepath.Join(dir, name+"-ca.pem"), cert: cert, key: key}
 	if err := os.WriteFile(ca.CertFile, pemOf("CERTIFICATE", der), 0o600); err != nil {
 		return nil, err
 	}
@@ -123,9 +126,14 @@ func (ca *CA) issue(cn string, usage ...x509.ExtKeyUsage) (Pair, error) {
 	if err != nil {
 		return Pair{}, err
 	}
-	ca.serial++
+	// Random serials: two throwaway CAs of one name must not issue
+	// certificates that collide on issuer and serial.
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return Pair{}, err
+	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(ca.serial),
+		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: cn},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),

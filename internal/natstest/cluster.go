@@ -1,0 +1,159 @@
+package natstest
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Cluster is a JetStream cluster of in-process servers on loopback.
+type Cluster struct {
+	Nodes []*Server
+}
+
+// StartCluster runs n clustered servers with JetStream and waits for a
+// JetStream meta leader. Options apply to every node (authentication and TLS
+// are for single servers only). The cluster shuts down at cleanup.
+func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
+	t.Helper()
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		t.Fatalf("natstest: free ports: %v", err)
+	}
+	var routes []*url.URL
+	for i := range n {
+		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", ports[n+i])})
+	}
+	c := &Cluster{}
+	for i := range n {
+		s := newServer(t, fmt.Sprintf("n%d", i), opts)
+		if s.cfg.tls || s.cfg.creds || s.cfg.nkey || s.cfg.user != "" || s.cfg.token != "" {
+			t.Fatalf("natstest: clusters run without authentication or TLS")
+		}
+		s.port = ports[i]
+		s.clusterName = "natstest"
+		s.clusterPort = ports[n+i]
+		s.routes = routes
+		c.Nodes = append(c.Nodes, s)
+	}
+	t.Cleanup(c.Shutdown)
+	for _, s := range c.Nodes {
+		s.start(t)
+	}
+	c.WaitMetaLeader(t)
+	return c
+}
+
+// Shutdown stops every node.
+func (c *Cluster) Shutdown() {
+	for _, s := range c.Nodes {
+		s.Shutdown()
+	}
+}
+
+// URLs is the comma-separated client URL list of every node.
+func (c *Cluster) URLs() string {
+	urls := make([]string, len(c.Nodes))
+	for i, s := range c.Nodes {
+		urls[i] = s.URL
+	}
+	return strings.Join(urls, ",")
+}
+
+// Connect opens a client connection that knows every node and reconnects
+// forever, and closes it at cleanup.
+func (c *Cluster) Connect(t testing.TB, extra ...natsgo.Option) *natsgo.Conn {
+	t.Helper()
+	nc, err := natsgo.Connect(c.URLs(), c.Nodes[0].clientOptions(extra)...)
+	if err != nil {
+		t.Fatalf("natstest: connect to the cluster: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// WaitMetaLeader waits until the running nodes have a JetStream meta leader
+// that sees every running node online with JetStream (so that it can place
+// replicated streams) and every running node is current with it.
+func (c *Cluster) WaitMetaLeader(t testing.TB) {
+	t.Helper()
+	Eventually(t, 30*time.Second, "JetStream meta leader with every node online", func() bool {
+		running, online, current := 0, 0, true
+		for _, s := range c.Nodes {
+			srv := s.Raw()
+			if srv == nil {
+				continue
+			}
+			running++
+			if srv.JetStreamIsLeader() {
+				online = len(srv.JetStreamClusterPeers())
+			}
+			current = current && srv.JetStreamIsCurrent()
+		}
+		return online == running && current
+	})
+}
+
+// StreamLeader returns the index of the node leading stream, asking over nc.
+func (c *Cluster) StreamLeader(t testing.TB, nc *natsgo.Conn, stream string) int {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("natstest: jetstream: %v", err)
+	}
+	idx := -1
+	Eventually(t, 30*time.Second, "stream "+stream+" leader", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		st, err := js.Stream(ctx, stream)
+		if err != nil {
+			return false
+		}
+		info := st.CachedInfo()
+		if info.Cluster == nil {
+			return false
+		}
+		for i, s := range c.Nodes {
+			if s.Name() == info.Cluster.Leader {
+				idx = i
+				return true
+			}
+		}
+		return false
+	})
+	return idx
+}
+
+// WaitStreamReplicasCurrent waits until stream has a leader and every
+// replica reports current, so that stopping any one node cannot stall it.
+func (c *Cluster) WaitStreamReplicasCurrent(t testing.TB, nc *natsgo.Conn, stream string, replicas int) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("natstest: jetstream: %v", err)
+	}
+	Eventually(t, 30*time.Second, "stream "+stream+" replicas current", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		st, err := js.Stream(ctx, stream)
+		if err != nil {
+			return false
+		}
+		cl := st.CachedInfo().Cluster
+		if cl == nil || cl.Leader == "" || len(cl.Replicas) != replicas-1 {
+			return false
+		}
+		for _, r := range cl.Replicas {
+			if !r.Current || r.Offline {
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -1,0 +1,88 @@
+package nats_test
+
+import (
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/spate-go/spate/conformance"
+	"github.com/spate-go/spate/internal/natstest"
+	spatenats "github.com/spate-go/spate/stores/nats"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// ttl is the lease TTL of the tests: the NATS floor, to keep wall time down.
+const ttl = 2 * time.Second
+
+func TestStoreConformance(t *testing.T) {
+	conformance.RunStore(t, func(t testing.TB) conformance.Harness {
+		return natstest.NewHarness(t, ttl)
+	})
+}
+
+// TestStoreConformanceR3 runs the store suite against a 3-node cluster with
+// R3 file storage and sync_interval always: the production configuration.
+// The harnesses share the cluster, each on its own job.
+func TestStoreConformanceR3(t *testing.T) {
+	c := natstest.StartCluster(t, 3, natstest.WithSyncAlways())
+	conformance.RunStore(t, func(t testing.TB) conformance.Harness {
+		return c.Harness(t, spatenats.Options{TTL: ttl, Replicas: 3})
+	})
+}
+
+func TestCoordinatorConformance(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	conformance.RunCoordinator(t, func(t testing.TB) conformance.Harness { return natstest.NewHarness(t, ttl) })
+	t.Cleanup(func() { t.Logf("RunCoordinator wall time: %v", time.Since(start).Round(time.Millisecond)) })
+}
+
+// killOneNode stops node 1 of c (a node other than the one clients list
+// first) and restarts it.
+func killOneNode(c *natstest.Cluster) conformance.FailoverHooks {
+	down := -1
+	return conformance.FailoverHooks{
+		Fail: func(t testing.TB) {
+			if down >= 0 {
+				return
+			}
+			down = 1
+			c.Nodes[down].Shutdown()
+		},
+		Heal: func(t testing.TB) {
+			if down < 0 {
+				return
+			}
+			c.Nodes[down].Restart(t)
+			down = -1
+		},
+	}
+}
+
+// TestCoordinatorSurvivesNodeDeath runs a three-worker job on a three-node
+// R3 cluster (file storage, sync_interval always) and kills one node
+// mid-job.
+func TestCoordinatorSurvivesNodeDeath(t *testing.T) {
+	t.Parallel()
+	c := natstest.StartCluster(t, 3, natstest.WithSyncAlways())
+	conformance.RunFailover(t, func(t testing.TB) conformance.Harness {
+		return c.Harness(t, spatenats.Options{TTL: ttl, Replicas: 3})
+	}, killOneNode(c))
+}
+
+// TestChaos runs seeded fault scenarios on an R3 cluster, one of whose
+// faults kills (and later restarts) a node. SPATE_CHAOS_SEEDS=n runs more.
+func TestChaos(t *testing.T) {
+	t.Parallel()
+	c := natstest.StartCluster(t, 3, natstest.WithSyncAlways())
+	hooks := killOneNode(c)
+	conformance.RunChaos(t, func(t testing.TB) conformance.Harness {
+		return c.Harness(t, spatenats.Options{TTL: ttl, Replicas: 3})
+	}, conformance.ChaosOptions{Seeds: 2, Server: &hooks})
+}
+
+func BenchmarkConformance(b *testing.B) {
+	conformance.RunBenchmarks(b, func(t testing.TB) conformance.Harness { return natstest.NewHarness(t, ttl) })
+}

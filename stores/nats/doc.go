@@ -1,0 +1,147 @@
+// Package nats is the NATS JetStream key-value driver of the [spate.Store]
+// contract. It needs nats-server 2.11 or newer with JetStream enabled.
+//
+// The driver takes a ready connection from the caller ([New]) and does not
+// own it: Close ends the store's watches and leaves the connection open.
+// [Connect] is an optional helper that dials with nats.go and classifies the
+// failure (bad credentials and TLS misconfiguration are Fatal, an unreachable
+// server is Retryable).
+//
+// # What production needs
+//
+//   - nats-server >= 2.11 (limit markers; older servers are refused with a
+//     Fatal error that says to upgrade) with JetStream enabled for the account.
+//   - Replicas 3 (or 5) and file storage: [Options.Replicas] = 3,
+//     [Options.Storage] = jetstream.FileStorage (the zero value).
+//   - `jetstream { sync_interval: always }` in every server's configuration.
+//     The default flushes to disk every two minutes; Jepsen's analysis of NATS
+//     2.12.1 (December 2025) lost acknowledged writes after coordinated power
+//     failures, or one OS crash combined with process pauses or network
+//     delays, because of it. A lost acknowledged write is a lost fenced
+//     commit, and an epoch that can go backwards.
+//
+// Replicas 1 is for development: one server is a single point of failure and,
+// with the default sync interval, a crash of its host loses recent writes.
+// Memory storage loses everything when the servers restart. The driver cannot
+// read the servers' sync_interval, so [Store.Capabilities] reports
+// LinearizableFailover for R3/R5 file storage and lists `sync_interval:
+// always` among the RequiredSettings it depends on. Jepsen also found that
+// JetStream did not detect corrupted or truncated data files on a minority of
+// nodes and could lose writes when such a node became leader, and saw
+// persistent split-brain after an OS crash combined with delays; no setting
+// fixes those, so keep disks healthy and NATS current. The driver's own
+// failover test (a 3-node R3 cluster with sync_interval always, the stream
+// leader stopped and restarted under concurrent compare-and-swap) checks the
+// history with porcupine; it stops servers cleanly and cannot model power
+// loss.
+//
+// # Buckets
+//
+// One job ([Options.Job]) owns one bucket pair ([Buckets]):
+//
+//	spate_coordination_{job}_state   durable: history 1, no age limit
+//	spate_coordination_{job}_lease   ephemeral: history 1, max age = TTL,
+//	                                 limit markers kept for one TTL
+//
+// both with the configured replicas and storage and a per-message cap a little
+// above [Options.MaxValueSize] (512 KiB by default: well under the 1 MiB NATS
+// payload ceiling). [New] creates the buckets or adopts existing ones. An
+// existing bucket whose max age differs from the configuration (a different
+// lease TTL) is a Fatal error that says to finish the job or delete the
+// buckets: lease duration cannot change mid-job. So are a different replica
+// count or storage type, direct get, and a lease bucket without limit
+// markers.
+//
+// The driver provisions the buckets' streams itself, exactly as a KV bucket
+// except that direct get is off: with direct get every replica answers reads
+// and a lagging follower can return a stale value. With it off the stream
+// leader answers every read.
+//
+// # Revisions and compare-and-swap
+//
+// Revisions are the bucket's stream sequences: bucket-wide, strictly
+// increasing per key across delete and re-create. Create and Update publish
+// with an expected last sequence for the key's subject (0 for Create).
+// "Wrong last sequence" (10071) is decided by the stream leader against the
+// key's stored revision and means Lost. On replicated streams the leader
+// also refuses a write with 10164 when another write of the same key is
+// still being replicated; that is not an answer yet (the other write may
+// fail, and reads still show the old revision until it is applied), so the
+// driver sends the write again, for up to two seconds, until the leader
+// answers with success or 10071. Reporting 10164 as Lost made concurrent
+// compare-and-swap on a healthy R3 cluster non-linearizable: a read after
+// the Lost still returned the revision the Lost had declared gone.
+//
+// Create of a deleted or expired key (whose subject holds a delete or limit
+// marker) re-reads the marker and publishes at the marker's sequence, so
+// Create loses only after a read saw a live value.
+//
+// Delete publishes a delete marker, guarded by the expected last sequence when
+// a revision is given, and reports the marker's sequence. A guarded delete of
+// an absent key loses; an unguarded one wins (and leaves a marker).
+//
+// A deviation the server cannot help with: an Update or guarded Delete whose
+// expected revision is exactly the revision of the key's delete or expiry
+// marker (as a watch reports it) finds the subject at that sequence and wins,
+// although the key is absent. Spate only updates revisions it read from
+// values; other callers must do the same.
+//
+// # Leases and expiry
+//
+// JetStream cannot re-arm a per-key TTL, but a bucket's max age applies per
+// message: every Create and Update of an ephemeral key is a new message with
+// a fresh age, so a key rewritten within the TTL lives on and an untouched one
+// ages out. Since 2.11 the server then leaves a limit marker, which watchers
+// receive; the driver reports it as a [spate.WatchDelete] at the marker's
+// sequence. Marker precision is one second, so the TTL floor is 2 s
+// ([TTLFloor]). Expiry is applied by the server: until it has removed the
+// message, at most [ExpiryLatency] after the deadline (measured: about 0.35 s),
+// an expired key still reads as live and a Create of it loses. The driver
+// does not hide such keys by comparing timestamps with its own clock, which
+// clock skew would turn into early expiry of live leases.
+//
+// # Watches
+//
+// A watch is one ordered consumer over the prefix's subjects that delivers
+// every message still in the stream (history 1: each key's current value or
+// marker), then every new one, in stream order; a goroutine pulls it as fast
+// as the server sends. The snapshot folds those messages until every key of
+// the bucket's subject index (read when the watch opens) has been through
+// the fold and the consumer has caught up; then come the snapshot's puts,
+// one [spate.WatchSnapshotDone] and the live events of the same consumer, so
+// there is no gap between snapshot and live stream. An empty bucket gets its
+// SnapshotDone at once. Delete and limit markers become deletes. Prefixes
+// that end in the middle of a key segment ("spl") are matched exactly: the
+// subject filter covers the enclosing segment and the driver filters by
+// string prefix.
+//
+// History is 1, so the server keeps only a key's newest revision: a revision
+// superseded before the server sent it to the consumer is never delivered,
+// and the watch goes straight to the newer one. Watches coalesce: they never
+// skip a key's latest revision or reorder a key's revisions, but a watcher
+// that lags a fast writer of one key by two writes misses the one between.
+// The store contract allows exactly this (a watcher's view must converge to
+// the store's; superseded revisions may coalesce). A reader
+// more than 4096 events behind, a consumer that cannot be re-created and a
+// closed connection end the watch with a Retryable [spate.WatchError].
+//
+// # Listing
+//
+// List reads the key set from the stream's subject index (one request; the
+// index is exact at one instant, markers included) and then gets each key, 16
+// at a time: 1 + N round trips, where N counts deleted keys whose markers the
+// durable bucket still holds. It never under-reports: a key live for the
+// whole call is in the index and its get finds it.
+//
+// # Errors
+//
+// Timeouts, disconnection, no responders and cancelled contexts are
+// Retryable; a Retryable write may have landed. Bad credentials, missing
+// permissions, TLS verification failures, JetStream disabled, an old server,
+// a bucket with the wrong settings, a deleted bucket and a connection closed
+// by its owner are Fatal. One TLS misconfiguration is ambiguous: a server
+// that requires a client certificate refuses a client without one only after
+// the TLS 1.3 handshake, and when the connection is already closed by the
+// time the client notices, nats.go reports it like a reset connection
+// (nats.ErrTLS over EOF or a broken pipe), which stays Retryable.
+package nats

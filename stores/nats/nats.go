@@ -1,0 +1,620 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spate-go/spate"
+)
+
+const driver = "nats"
+
+// Limits and defaults of [Options].
+const (
+	// TTLFloor is the smallest lease TTL: limit markers have a precision of
+	// one second.
+	TTLFloor = 2 * time.Second
+	// DefaultMaxValueSize caps stored values: well under the 1 MiB NATS
+	// payload ceiling after headers.
+	DefaultMaxValueSize = 512 << 10
+	// ExpiryLatency bounds how late after its deadline an expired lease's
+	// delete reaches watchers: the server's expiry timer and the marker's
+	// write (a raft round trip on R3). Measured on embedded servers (R1 and
+	// R3, TestLeaseExpiryLatency): at most about 0.35 s after the TTL; the
+	// bound leaves room for loaded servers.
+	ExpiryLatency = time.Second
+	// MinServerVersion is the oldest nats-server the driver accepts.
+	MinServerVersion = "2.11.0"
+)
+
+// history is how many revisions per key a bucket keeps.
+const history = 1
+
+// headerRoom is what the stream's message cap allows beyond MaxValueSize for
+// the headers the driver and the server add.
+const headerRoom = 4 << 10
+
+// Options configure a store.
+type Options struct {
+	// Job names the bucket pair: 1–64 characters of [A-Za-z0-9_-]. Every
+	// worker of one job uses the same Job. Required.
+	Job string
+	// TTL is the lease TTL of the ephemeral keyspace, at least [TTLFloor].
+	// It is fixed for the life of the job's buckets. Required.
+	TTL time.Duration
+	// Replicas per bucket: 1, 3 or 5. Default 1 (development); production
+	// uses 3 or 5.
+	Replicas int
+	// Storage of the buckets. The zero value is jetstream.FileStorage, which
+	// production needs; memory storage loses everything on restart.
+	Storage jetstream.StorageType
+	// MaxValueSize caps values in bytes. Default [DefaultMaxValueSize].
+	MaxValueSize int
+	// Logger receives the driver's few log lines. Default: discard.
+	Logger *slog.Logger
+}
+
+var jobRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// validate checks opts and fills in defaults; every violation is reported.
+func (o *Options) validate() error {
+	var errs []error
+	if !jobRe.MatchString(o.Job) {
+		errs = append(errs, fmt.Errorf("job %q must be 1-64 characters of [A-Za-z0-9_-]", o.Job))
+	}
+	if o.TTL < TTLFloor {
+		errs = append(errs, fmt.Errorf("TTL %v is below the NATS floor of %v (limit markers have one-second precision)", o.TTL, TTLFloor))
+	}
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.Replicas != 1 && o.Replicas != 3 && o.Replicas != 5 {
+		errs = append(errs, fmt.Errorf("replicas must be 1, 3 or 5, got %d", o.Replicas))
+	}
+	if o.Storage != jetstream.FileStorage && o.Storage != jetstream.MemoryStorage {
+		errs = append(errs, fmt.Errorf("storage must be file or memory, got %v", o.Storage))
+	}
+	if o.MaxValueSize == 0 {
+		o.MaxValueSize = DefaultMaxValueSize
+	}
+	if o.MaxValueSize < 0 {
+		errs = append(errs, fmt.Errorf("max value size must be positive, got %d", o.MaxValueSize))
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("nats: invalid options: %w: %w", err, spate.ErrFatal)
+	}
+	return nil
+}
+
+// Buckets returns the names of the durable and the ephemeral bucket of job.
+func Buckets(job string) (durable, ephemeral string) {
+	return "spate_coordination_" + job + "_state", "spate_coordination_" + job + "_lease"
+}
+
+// Store is a spate store over one job's JetStream KV buckets. It is safe for
+// concurrent use.
+type Store struct {
+	js   jetstream.JetStream
+	opts Options
+	log  *slog.Logger
+	b    [2]*bucket // by Keyspace-1
+
+	ctx    context.Context // cancelled by Close; parents every watch
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+}
+
+var _ spate.Store = (*Store)(nil)
+
+// bucket is one keyspace's stream.
+type bucket struct {
+	ks     spate.Keyspace
+	name   string // KV bucket name
+	stream jetstream.Stream
+	pre    string // subject prefix of keys: "$KV.<name>."
+}
+
+// New opens the store of opts.Job over nc, creating the job's buckets or
+// adopting existing ones (see the package documentation). It checks the
+// server's version and JetStream. nc stays the caller's: Close leaves it
+// open.
+//
+// Errors: Fatal for bad options, a closed connection, a failed
+// authentication, a server older than 2.11, JetStream disabled, and existing
+// buckets with other settings; Retryable for a connection that is not
+// (yet) connected, timeouts and a cancelled ctx.
+func New(ctx context.Context, nc *natsgo.Conn, opts Options) (*Store, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if err := spate.ContextError(ctx, driver, "open"); err != nil {
+		return nil, err
+	}
+	if err := checkConn(nc); err != nil {
+		return nil, err
+	}
+	if err := checkServerVersion(nc.ConnectedServerVersion()); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("nats: open: %w: %w", err, spate.ErrFatal)
+	}
+	if _, err := js.AccountInfo(ctx); err != nil {
+		return nil, classify("open: account info", "", err)
+	}
+	s := &Store{js: js, opts: opts, log: opts.Logger}
+	dname, ename := Buckets(opts.Job)
+	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
+		name := dname
+		if ks == spate.Ephemeral {
+			name = ename
+		}
+		b, err := s.ensureBucket(ctx, ks, name, dname, ename)
+		if err != nil {
+			return nil, err
+		}
+		s.b[ks-1] = b
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// checkConn refuses a connection that cannot serve: closed is Fatal, a
+// failed authentication is Fatal, not connected (yet) is Retryable.
+func checkConn(nc *natsgo.Conn) error {
+	if nc == nil {
+		return fmt.Errorf("nats: open: nil connection: %w", spate.ErrFatal)
+	}
+	last := nc.LastError()
+	if nc.IsClosed() {
+		if last != nil {
+			if fatal := connectFatal(last); fatal != "" {
+				return fmt.Errorf("nats: open: the connection is closed: %s: %w: %w", fatal, last, spate.ErrFatal)
+			}
+		}
+		return fmt.Errorf("nats: open: the connection is closed: %w", spate.ErrFatal)
+	}
+	if nc.IsConnected() {
+		return nil
+	}
+	if last != nil {
+		if fatal := connectFatal(last); fatal != "" {
+			return fmt.Errorf("nats: open: %s: %w: %w", fatal, last, spate.ErrFatal)
+		}
+		return fmt.Errorf("nats: open: not connected (status %v): %w: %w", nc.Status(), last, spate.ErrRetryable)
+	}
+	return fmt.Errorf("nats: open: not connected (status %v): %w", nc.Status(), spate.ErrRetryable)
+}
+
+// streamConfig is the stream behind keyspace ks's bucket: a KV bucket's
+// stream, with direct get off so that reads go to the leader.
+func (s *Store) streamConfig(ks spate.Keyspace, name string) jetstream.StreamConfig {
+	cfg := jetstream.StreamConfig{
+		Name:              "KV_" + name,
+		Description:       fmt.Sprintf("spate coordination, job %s, %s keyspace", s.opts.Job, ks),
+		Subjects:          []string{"$KV." + name + ".>"},
+		MaxMsgsPerSubject: history,
+		MaxBytes:          -1,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		MaxMsgSize:        int32(s.opts.MaxValueSize + headerRoom),
+		Storage:           s.opts.Storage,
+		Replicas:          s.opts.Replicas,
+		AllowRollup:       true,
+		DenyDelete:        true,
+		Discard:           jetstream.DiscardNew,
+		Duplicates:        2 * time.Minute,
+		AllowDirect:       false,
+	}
+	if ks == spate.Ephemeral {
+		cfg.MaxAge = s.opts.TTL
+		cfg.Duplicates = min(s.opts.TTL, 2*time.Minute)
+		cfg.AllowMsgTTL = true
+		cfg.SubjectDeleteMarkerTTL = s.opts.TTL
+	}
+	return cfg
+}
+
+// ensureBucket creates keyspace ks's bucket or adopts an existing one.
+func (s *Store) ensureBucket(ctx context.Context, ks spate.Keyspace, name, dname, ename string) (*bucket, error) {
+	want := s.streamConfig(ks, name)
+	st, err := s.js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		st, err = s.js.CreateStream(ctx, want)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			// Another worker created it first, with other settings.
+			st, err = s.js.Stream(ctx, want.Name)
+		} else if err == nil {
+			s.log.Info("nats: created bucket", "bucket", name, "keyspace", ks.String(),
+				"replicas", want.Replicas, "storage", want.Storage.String(), "max_age", want.MaxAge)
+		}
+	}
+	if err != nil {
+		return nil, classifyProvision(name, err)
+	}
+	if err := checkAdopt(ks, name, st.CachedInfo().Config, want, dname, ename); err != nil {
+		return nil, err
+	}
+	return &bucket{ks: ks, name: name, stream: st, pre: "$KV." + name + "."}, nil
+}
+
+// checkAdopt reports why an existing bucket's stream cannot serve as keyspace
+// ks's bucket configured as want, or nil.
+func checkAdopt(ks spate.Keyspace, name string, got, want jetstream.StreamConfig, dname, ename string) error {
+	fix := fmt.Sprintf("finish the job or delete buckets %s and %s (nats kv del)", dname, ename)
+	if got.MaxAge != want.MaxAge {
+		what := "lease TTL"
+		if ks == spate.Durable {
+			what = "durable keyspace, which needs no max age"
+		}
+		return fmt.Errorf("nats: bucket %s has max age %v but the %s is %v: lease duration cannot change mid-job: %s: %w",
+			name, got.MaxAge, what, want.MaxAge, fix, spate.ErrFatal)
+	}
+	var errs []error
+	if got.MaxMsgsPerSubject != want.MaxMsgsPerSubject {
+		errs = append(errs, fmt.Errorf("keeps %d revisions per key, spate needs %d", got.MaxMsgsPerSubject, want.MaxMsgsPerSubject))
+	}
+	if got.Replicas != want.Replicas {
+		errs = append(errs, fmt.Errorf("has %d replicas but the options ask for %d (scale the streams with `nats stream edit KV_<bucket> --replicas %d`, or set Replicas to %d)",
+			got.Replicas, want.Replicas, want.Replicas, got.Replicas))
+	}
+	if got.Storage != want.Storage {
+		errs = append(errs, fmt.Errorf("uses %v storage but the options ask for %v", got.Storage, want.Storage))
+	}
+	if got.AllowDirect {
+		errs = append(errs, errors.New("allows direct get, so followers answer reads and may return stale values"))
+	}
+	if ks == spate.Ephemeral && (got.SubjectDeleteMarkerTTL <= 0 || !got.AllowMsgTTL) {
+		errs = append(errs, errors.New("has no limit markers, so lease expiry would never reach watchers"))
+	}
+	if len(got.Subjects) != 1 || got.Subjects[0] != want.Subjects[0] {
+		errs = append(errs, fmt.Errorf("has subjects %v, want %v", got.Subjects, want.Subjects))
+	}
+	if got.MaxMsgSize > 0 && got.MaxMsgSize < want.MaxMsgSize {
+		errs = append(errs, fmt.Errorf("caps messages at %d bytes, below the %d the value cap needs", got.MaxMsgSize, want.MaxMsgSize))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("nats: bucket %s was created with other settings: %w: %s: %w", name, err, fix, spate.ErrFatal)
+	}
+	return nil
+}
+
+// Capabilities implements [spate.Store].
+func (s *Store) Capabilities() spate.Capabilities {
+	return capabilities(s.opts)
+}
+
+func capabilities(o Options) spate.Capabilities {
+	file := o.Storage == jetstream.FileStorage
+	var dur string
+	switch {
+	case !file:
+		dur = fmt.Sprintf("memory storage, R%d: a replica that restarts comes back empty and a restart of all servers loses everything; for tests only", o.Replicas)
+	case o.Replicas == 1:
+		dur = "file storage, R1: one server; acknowledged writes survive a server restart, but with the default sync_interval (2 min) a host crash or power loss can lose recent acknowledged writes; for development"
+	default:
+		dur = fmt.Sprintf("file storage, R%d: a write is acknowledged once a quorum of replicas has it; it survives the loss of %d server(s) when every server runs with sync_interval: always (with the default 2 min interval Jepsen lost acknowledged writes to power failures and OS crashes; corrupted data files on a minority of nodes could also lose writes)",
+			o.Replicas, (o.Replicas-1)/2)
+	}
+	return spate.Capabilities{
+		Driver:               driver,
+		TTL:                  o.TTL,
+		TTLFloor:             TTLFloor,
+		ExpiryLatency:        ExpiryLatency,
+		MaxValueSize:         o.MaxValueSize,
+		LinearizableFailover: file && o.Replicas >= 3,
+		Durability:           dur,
+		RequiredSettings: []string{
+			"nats-server >= " + MinServerVersion + " (limit markers make lease expiry visible to watchers)",
+			"JetStream enabled for the account",
+			"production: Replicas 3 or 5 with file storage",
+			"production: jetstream { sync_interval: always } on every server",
+		},
+	}
+}
+
+// Close ends the store's watches and leaves the connection open; later calls
+// fail with ErrClosed. Idempotent.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	return nil
+}
+
+// pre checks a call and returns its bucket.
+func (s *Store) pre(ctx context.Context, op string, ks spate.Keyspace, key string, isPrefix bool) (*bucket, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, spate.ClosedError(driver)
+	}
+	if !ks.Valid() {
+		return nil, fmt.Errorf("nats: %s: invalid keyspace %v: %w", op, ks, spate.ErrFatal)
+	}
+	var err error
+	if isPrefix {
+		err = spate.ValidatePrefix(key)
+	} else {
+		err = spate.ValidateKey(key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nats: %s: %w", op, err)
+	}
+	if err := spate.ContextError(ctx, driver, op); err != nil {
+		return nil, err
+	}
+	return s.b[ks-1], nil
+}
+
+// Headers that mark a message as a delete: the KV operation header of
+// explicit deletes and purges, and the reason header of the server's limit
+// markers.
+const (
+	kvOpHeader     = "KV-Operation"
+	kvOpDelete     = "DEL"
+	kvOpPurge      = "PURGE"
+	markerHeader   = "Nats-Marker-Reason"
+	createAttempts = 4
+)
+
+// isMarker reports whether a message with header h is a delete, purge or
+// limit marker rather than a value.
+func isMarker(h natsgo.Header) bool {
+	if len(h) == 0 {
+		return false
+	}
+	switch h.Get(kvOpHeader) {
+	case kvOpDelete, kvOpPurge:
+		return true
+	}
+	return h.Get(markerHeader) != ""
+}
+
+// isConflict reports whether err is a definitive revision conflict: wrong
+// last sequence (10071), which the stream leader decides against the
+// key's stored last sequence.
+func isConflict(err error) bool {
+	return apiCode(err) == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// isInFlight reports whether err is the replicated-stream "wrong last
+// sequence" (10164): the leader refused the write before proposing it
+// because another write of the same key was still being replicated. That
+// is not yet an answer: the other write may still fail, and until it is
+// applied, reads show the key at the expected revision. Reporting Lost here
+// would not be linearizable (a read right after a Lost would see the
+// revision the Lost claimed was gone; the failover test caught exactly
+// that), so publish retries until the leader decides.
+func isInFlight(err error) bool {
+	return apiCode(err) == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+func apiCode(err error) jetstream.ErrorCode {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return 0
+	}
+	return apiErr.ErrorCode
+}
+
+// inFlightWait bounds how long publish retries a write refused because
+// another write of the key was in flight; a raft round trip normally
+// settles it in milliseconds.
+const inFlightWait = 2 * time.Second
+
+// publish writes one message for key, guarded by the expected last
+// sequence of the key's subject when expected is not nil. A write refused
+// with 10164 (another write of the key in flight; nothing was written) is
+// sent again until the leader gives a definitive answer.
+func (s *Store) publish(ctx context.Context, b *bucket, key string, value []byte, hdr natsgo.Header, expected *uint64) (uint64, error) {
+	var opts []jetstream.PublishOpt
+	if expected != nil {
+		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(*expected))
+	}
+	m := &natsgo.Msg{Subject: b.pre + key, Data: value, Header: hdr}
+	deadline := time.Now().Add(inFlightWait)
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		ack, err := s.js.PublishMsg(ctx, m, opts...)
+		if err == nil {
+			return ack.Sequence, nil
+		}
+		if !isInFlight(err) {
+			return 0, err
+		}
+		if time.Now().Add(delay).After(deadline) {
+			return 0, fmt.Errorf("another write of the key stayed in flight for %v: %w", inFlightWait, err)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, fmt.Errorf("%w (another write of the key was in flight: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
+// Create implements [spate.Store]. A deleted or expired key's subject holds a
+// marker; Create then re-reads it and publishes at the marker's sequence, so
+// Lost is only returned after a read saw a live value.
+func (s *Store) Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (spate.Outcome, error) {
+	b, err := s.pre(ctx, "create", ks, key, false)
+	if err != nil {
+		return spate.Outcome{}, err
+	}
+	if err := spate.ValidateValue(value, s.opts.MaxValueSize); err != nil {
+		return spate.Outcome{}, fmt.Errorf("nats: create %q: %w", key, err)
+	}
+	var expected uint64
+	for range createAttempts {
+		rev, err := s.publish(ctx, b, key, value, nil, &expected)
+		if err == nil {
+			return spate.Won(rev), nil
+		}
+		if !isConflict(err) {
+			return spate.Outcome{}, classify("create", key, err)
+		}
+		m, err := b.stream.GetLastMsgForSubject(ctx, b.pre+key)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			expected = 0 // the marker aged out meanwhile
+		case err != nil:
+			return spate.Outcome{}, classify("create: read", key, err)
+		case !isMarker(m.Header):
+			return spate.Outcome{}, nil
+		default:
+			expected = m.Sequence
+		}
+	}
+	return spate.Outcome{}, fmt.Errorf("nats: create %q: the key changed under %d attempts: %w", key, createAttempts, spate.ErrRetryable)
+}
+
+// Update implements [spate.Store].
+func (s *Store) Update(ctx context.Context, ks spate.Keyspace, key string, value []byte, expected uint64) (spate.Outcome, error) {
+	b, err := s.pre(ctx, "update", ks, key, false)
+	if err != nil {
+		return spate.Outcome{}, err
+	}
+	if err := spate.ValidateValue(value, s.opts.MaxValueSize); err != nil {
+		return spate.Outcome{}, fmt.Errorf("nats: update %q: %w", key, err)
+	}
+	if expected == 0 {
+		// "Last sequence 0" would mean "absent" to the server: Update
+		// never creates.
+		return spate.Outcome{}, nil
+	}
+	rev, err := s.publish(ctx, b, key, value, nil, &expected)
+	if err == nil {
+		return spate.Won(rev), nil
+	}
+	if isConflict(err) {
+		return spate.Outcome{}, nil
+	}
+	return spate.Outcome{}, classify("update", key, err)
+}
+
+// Get implements [spate.Store].
+func (s *Store) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
+	b, err := s.pre(ctx, "get", ks, key, false)
+	if err != nil {
+		return spate.Entry{}, false, err
+	}
+	return s.get(ctx, b, key)
+}
+
+func (s *Store) get(ctx context.Context, b *bucket, key string) (spate.Entry, bool, error) {
+	r, err := b.read(ctx, key)
+	return r.entry, r.live, err
+}
+
+// Delete implements [spate.Store]: it publishes a delete marker, guarded by
+// the expected last sequence when expected is not AnyRevision, and returns
+// the marker's sequence.
+func (s *Store) Delete(ctx context.Context, ks spate.Keyspace, key string, expected uint64) (spate.Outcome, error) {
+	b, err := s.pre(ctx, "delete", ks, key, false)
+	if err != nil {
+		return spate.Outcome{}, err
+	}
+	hdr := natsgo.Header{}
+	hdr.Set(kvOpHeader, kvOpDelete)
+	var guard *uint64
+	if expected != spate.AnyRevision {
+		guard = &expected
+	}
+	rev, err := s.publish(ctx, b, key, nil, hdr, guard)
+	if err == nil {
+		return spate.Won(rev), nil
+	}
+	if isConflict(err) {
+		return spate.Outcome{}, nil
+	}
+	return spate.Outcome{}, classify("delete", key, err)
+}
+
+// List implements [spate.Store]: the key set from the stream's subject
+// index (one request), then one get per key, up to listFanout at a time:
+// 1 + N round trips. Keys whose subject holds a delete or limit marker are
+// dropped by their get.
+func (s *Store) List(ctx context.Context, ks spate.Keyspace, prefix string) ([]spate.Entry, error) {
+	b, err := s.pre(ctx, "list", ks, prefix, true)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := b.keySet(ctx, prefix)
+	if err != nil {
+		return nil, classify("list", prefix, err)
+	}
+	reads, err := b.readAll(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]spate.Entry, 0, len(reads))
+	for _, r := range reads {
+		if r.live {
+			out = append(out, r.entry)
+		}
+	}
+	return out, nil
+}
+
+// classify wraps a backend error with its class.
+func classify(op, key string, err error) error {
+	var class error = spate.ErrRetryable
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, natsgo.ErrConnectionClosed):
+		return fmt.Errorf("nats: %s %q: the connection was closed by its owner or ran out of reconnect attempts: %w: %w", op, key, err, spate.ErrFatal)
+	case connectFatal(err) != "",
+		errors.Is(err, natsgo.ErrPermissionViolation),
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled),
+		errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount),
+		errors.Is(err, jetstream.ErrStreamNotFound):
+		class = spate.ErrFatal
+	case errors.Is(err, natsgo.ErrMaxPayload), errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum):
+		return fmt.Errorf("nats: %s %q: %w: %w: %w", op, key, err, spate.ErrValueTooLarge, spate.ErrFatal)
+	case errors.As(err, &apiErr) && apiErr.Code == 403:
+		class = spate.ErrFatal
+	}
+	return fmt.Errorf("nats: %s %q: %w: %w", op, key, err, class)
+}
+
+// classifyProvision classifies a failure to create or read a bucket: the
+// server refusing the configuration is Fatal, anything else Retryable.
+func classifyProvision(name string, err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case 10074, // replicas > 1 not supported in non-clustered mode
+			10052, // invalid stream config
+			10023, // insufficient resources
+			10047, // storage resources exceeded
+			10028, // memory resources exceeded
+			10027: // maximum streams limit
+			return fmt.Errorf("nats: bucket %s: the server refused the configuration: %w: %w", name, err, spate.ErrFatal)
+		}
+	}
+	return classify("bucket", name, err)
+}

@@ -1,0 +1,456 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spate-go/spate"
+)
+
+// Tuning of the ordered consumers behind Watch.
+const (
+	// pullExpiry bounds each pull request; the consumer's idle heartbeat is
+	// half of it, so a consumer lost with its server is re-created within
+	// about two expiries.
+	pullExpiry = 5 * time.Second
+	// maxResets is how many times in a row the ordered consumer may fail to
+	// be re-created before the watch breaks with a Retryable error.
+	maxResets = 5
+	// inactiveThreshold lets the server drop a consumer its client forgot.
+	inactiveThreshold = time.Minute
+	// listFanout bounds the concurrent gets of a listing or snapshot.
+	listFanout = 16
+)
+
+// subjectFilter is the subject filter that covers every key with prefix:
+// NATS wildcards match whole tokens, so a prefix ending mid-segment ("spl")
+// widens to its enclosing segment and the caller filters by string prefix.
+func subjectFilter(pre, prefix string) string {
+	cut := strings.LastIndexByte(prefix, '.')
+	if cut < 0 {
+		return pre + ">"
+	}
+	return pre + prefix[:cut+1] + ">"
+}
+
+// keySet returns every key under prefix whose subject holds a message (a
+// value or a marker), sorted, as the server's subject index had them at one
+// moment. Keys live for the whole call are all in it: unlike a walk over
+// the stream, the index cannot miss a key whose message was superseded
+// while it was being read.
+func (b *bucket) keySet(ctx context.Context, prefix string) ([]string, error) {
+	info, err := b.stream.Info(ctx, jetstream.WithSubjectFilter(subjectFilter(b.pre, prefix)))
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, len(info.State.Subjects))
+	for subj := range info.State.Subjects {
+		if k, ok := strings.CutPrefix(subj, b.pre); ok && strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys, nil
+}
+
+// read is one key's current state: a value, or absent at a marker's
+// revision (0 when the subject is empty).
+type read struct {
+	entry spate.Entry
+	live  bool
+	rev   uint64
+}
+
+// readAll gets keys, up to listFanout at a time.
+func (b *bucket) readAll(ctx context.Context, keys []string) ([]read, error) {
+	out := make([]read, len(keys))
+	errs := make([]error, len(keys))
+	sem := make(chan struct{}, listFanout)
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			out[i], errs[i] = b.read(ctx, k)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (b *bucket) read(ctx context.Context, key string) (read, error) {
+	m, err := b.stream.GetLastMsgForSubject(ctx, b.pre+key)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return read{}, nil
+	}
+	if err != nil {
+		return read{}, classify("get", key, err)
+	}
+	if isMarker(m.Header) {
+		return read{rev: m.Sequence}, nil
+	}
+	v := m.Data
+	if v == nil {
+		v = []byte{}
+	}
+	return read{entry: spate.Entry{Key: key, Value: v, Revision: m.Sequence}, live: true, rev: m.Sequence}, nil
+}
+
+// Watch implements [spate.Store].
+//
+// A watch is one ordered consumer over the key's subjects that delivers every
+// message still in the stream (history 1: each key's current value or
+// marker) and then every new one, in stream order. A pump goroutine pulls
+// its messages as fast as the server sends them.
+//
+// The snapshot folds those messages (a value sets its key, a marker removes
+// it) until every key in the key set — the server's subject index, read just
+// after the consumer was made — has had a message through the fold, and the
+// consumer has caught up (a message reported nothing pending, every key has
+// been seen for probeEvery, or no message came for probeEvery); a bucket
+// with no message at all ends the snapshot at once. Then the snapshot's puts
+// and one SnapshotDone go out, and the consumer's later messages follow as
+// live events: snapshot and live stream are one stream, so there is no gap
+// between them and each key's events stay in revision order.
+//
+// Why the key set: a walk over the stream alone cannot tell when it has seen
+// every key, because a key rewritten while the walk is behind it loses its
+// old message before the walk gets there and gains a new one further on.
+// The walk must reach that new one, and only the index says the key exists.
+// A key of the index whose messages all vanish before delivery (an expiry
+// marker that itself aged out) is settled by a get once the walk goes idle.
+//
+// History is 1, so the server keeps only a key's newest revision: a revision
+// superseded before the server sent it to the consumer (the consumer lagged
+// by two writes of that key) is never delivered, and the watch goes straight
+// to the newer one. Watches coalesce; they never skip a key's latest
+// revision or reorder a key's revisions. A reader that falls more than
+// watchBuffer messages behind the pump breaks the watch with a Retryable
+// error.
+func (s *Store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
+	b, err := s.pre(ctx, "watch", ks, prefix, true)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := b.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{subjectFilter(b.pre, prefix)},
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: inactiveThreshold,
+		MaxResetAttempts:  maxResets,
+	})
+	if err != nil {
+		return nil, classify("watch", prefix, err)
+	}
+	keys, err := b.keySet(ctx, prefix)
+	if err != nil {
+		return nil, classify("watch", prefix, err)
+	}
+	pending := uint64(1)
+	if info := cons.CachedInfo(); info != nil {
+		pending = info.NumPending
+	}
+	it, err := cons.Messages(jetstream.PullExpiry(pullExpiry))
+	if err != nil {
+		return nil, classify("watch", prefix, err)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		it.Stop()
+		return nil, spate.ClosedError(driver)
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	wctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.ctx, cancel)
+	w := &watch{
+		s: s, b: b, prefix: prefix, keys: keys, it: it, pending: pending,
+		out:    make(chan spate.WatchEvent),
+		signal: make(chan struct{}, 1),
+	}
+	go func() {
+		defer s.wg.Done()
+		defer close(w.out)
+		defer stop()
+		var pump sync.WaitGroup
+		pump.Go(func() { w.pump(wctx) })
+		w.run(wctx)
+		cancel()
+		pump.Wait()
+		it.Stop()
+	}()
+	return w.out, nil
+}
+
+// Tuning of Watch.
+const (
+	// watchBuffer is how many live messages a watch holds for a slow
+	// reader before it breaks with a Retryable error (as the memory store
+	// does).
+	watchBuffer = 4096
+	// probeEvery is how long the snapshot waits for a message before it
+	// takes the consumer as caught up.
+	probeEvery = 100 * time.Millisecond
+)
+
+type watch struct {
+	s       *Store
+	b       *bucket
+	prefix  string
+	keys    []string
+	pending uint64 // messages the consumer had for the filter when made
+	it      jetstream.MessagesContext
+	out     chan spate.WatchEvent
+
+	// live is set once the snapshot is folded; from then on the queue is
+	// capped at watchBuffer (while folding, it is bounded by the bucket).
+	live atomic.Bool
+
+	mu     sync.Mutex
+	queue  []message
+	err    error // why the pump stopped
+	signal chan struct{}
+}
+
+// message is one decoded message.
+type message struct {
+	key     string
+	value   []byte
+	rev     uint64
+	marker  bool
+	pending uint64 // messages the server had left for the consumer
+}
+
+// pump pulls messages as fast as the server sends them, so that none is
+// superseded while it waits for the reader.
+func (w *watch) pump(ctx context.Context) {
+	for {
+		msg, err := w.it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			w.stop(err)
+			return
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			w.stop(fmt.Errorf("message metadata: %w", err))
+			return
+		}
+		key, ok := strings.CutPrefix(msg.Subject(), w.b.pre)
+		if !ok {
+			continue
+		}
+		m := message{key: key, value: msg.Data(), rev: meta.Sequence.Stream, marker: isMarker(msg.Headers()), pending: meta.NumPending}
+		if m.value == nil {
+			m.value = []byte{}
+		}
+		w.mu.Lock()
+		if w.live.Load() && len(w.queue) >= watchBuffer {
+			w.mu.Unlock()
+			w.stop(fmt.Errorf("the watcher fell more than %d events behind", watchBuffer))
+			return
+		}
+		w.queue = append(w.queue, m)
+		w.mu.Unlock()
+		w.wake()
+	}
+}
+
+func (w *watch) stop(err error) {
+	w.mu.Lock()
+	w.err = err
+	w.mu.Unlock()
+	w.wake()
+}
+
+func (w *watch) wake() {
+	select {
+	case w.signal <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the queued messages, or waits up to wait (0: no limit) for
+// some; idle reports that the wait ran out.
+func (w *watch) take(ctx context.Context, wait time.Duration) (batch []message, stopped error, idle bool) {
+	var timeout <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		timeout = t.C
+	}
+	for {
+		w.mu.Lock()
+		batch, stopped = w.queue, w.err
+		w.queue = nil
+		w.mu.Unlock()
+		if len(batch) > 0 || stopped != nil {
+			return batch, stopped, false
+		}
+		select {
+		case <-w.signal:
+		case <-timeout:
+			return nil, nil, true
+		case <-ctx.Done():
+			return nil, ctx.Err(), false
+		}
+	}
+}
+
+func (w *watch) send(ctx context.Context, ev spate.WatchEvent) bool {
+	select {
+	case w.out <- ev:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// broken ends the watch with a Retryable error, unless the caller or Close
+// ended it.
+func (w *watch) broken(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	w.s.log.Debug("nats: watch broke", "bucket", w.b.name, "prefix", w.prefix, "err", err)
+	w.send(ctx, spate.WatchEvent{Kind: spate.WatchError, Err: fmt.Errorf("nats: watch %s %q: %w: %w",
+		w.b.ks, w.prefix, err, spate.ErrRetryable)})
+}
+
+// event is m as a watch event.
+func (m message) event() spate.WatchEvent {
+	if m.marker {
+		return spate.WatchEvent{Kind: spate.WatchDelete, Key: m.key, Revision: m.rev}
+	}
+	return spate.WatchEvent{Kind: spate.WatchPut, Key: m.key, Value: m.value, Revision: m.rev}
+}
+
+func (w *watch) run(ctx context.Context) {
+	state, rest, err := w.snapshot(ctx)
+	if err != nil {
+		w.broken(ctx, err)
+		return
+	}
+	w.live.Store(true)
+	for _, e := range state {
+		if !w.send(ctx, spate.WatchEvent{Kind: spate.WatchPut, Key: e.Key, Value: e.Value, Revision: e.Revision}) {
+			return
+		}
+	}
+	if !w.send(ctx, spate.WatchEvent{Kind: spate.WatchSnapshotDone}) {
+		return
+	}
+	for {
+		for _, m := range rest {
+			if strings.HasPrefix(m.key, w.prefix) && !w.send(ctx, m.event()) {
+				return
+			}
+		}
+		var stopped error
+		rest, stopped, _ = w.take(ctx, 0)
+		if len(rest) == 0 && stopped != nil {
+			w.broken(ctx, stopped)
+			return
+		}
+	}
+}
+
+// snapshot folds the consumer's messages until every key of the key set has
+// been through the fold and the consumer has caught up (see Watch). It
+// returns the live entries sorted by key and the messages of the last batch
+// that came after the point where it stopped.
+func (w *watch) snapshot(ctx context.Context) ([]spate.Entry, []message, error) {
+	unseen := make(map[string]bool, len(w.keys))
+	for _, k := range w.keys {
+		unseen[k] = true
+	}
+	state := map[string]spate.Entry{}
+	var last uint64 // the newest revision folded
+	fold := func(m message) {
+		delete(unseen, m.key)
+		last = max(last, m.rev)
+		if !strings.HasPrefix(m.key, w.prefix) {
+			return
+		}
+		if m.marker {
+			delete(state, m.key)
+		} else {
+			state[m.key] = spate.Entry{Key: m.key, Value: m.value, Revision: m.rev}
+		}
+	}
+	var rest []message
+	// Caught up: a message reported nothing pending, or every key has been
+	// seen for probeEvery already (the pending count is the server's
+	// running estimate; it only decides how soon the snapshot ends, never
+	// what is in it), or the consumer went idle.
+	var allSeen time.Time
+	caughtUp := func(m message) bool {
+		if len(unseen) > 0 {
+			return false
+		}
+		if allSeen.IsZero() {
+			allSeen = time.Now()
+		}
+		return m.pending == 0 || time.Since(allSeen) >= probeEvery
+	}
+	done := len(unseen) == 0 && w.pending == 0
+	for !done {
+		batch, stopped, idle := w.take(ctx, probeEvery)
+		for i, m := range batch {
+			fold(m)
+			if caughtUp(m) {
+				done, rest = true, batch[i+1:]
+				break
+			}
+		}
+		if len(batch) == 0 && stopped != nil {
+			return nil, nil, stopped
+		}
+		if idle {
+			if err := w.settle(ctx, unseen, last, fold); err != nil {
+				return nil, nil, err
+			}
+			done = len(unseen) == 0
+		}
+	}
+	out := make([]spate.Entry, 0, len(state))
+	for _, e := range state {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b spate.Entry) int { return strings.Compare(a.Key, b.Key) })
+	return out, rest, nil
+}
+
+// settle looks up the key-set keys the idle consumer has not delivered: an
+// empty subject (its last message aged out) drops the key; a message at or
+// below the newest revision folded, which the consumer walked past without
+// delivering, is folded from the read; a newer one is still on its way.
+func (w *watch) settle(ctx context.Context, unseen map[string]bool, last uint64, fold func(message)) error {
+	keys := make([]string, 0, len(unseen))
+	for k := range unseen {
+		keys = append(keys, k)
+	}
+	reads, err := w.b.readAll(ctx, keys)
+	if err != nil {
+		return err
+	}
+	for i, r := range reads {
+		switch {
+		case r.rev == 0:
+			delete(unseen, keys[i])
+		case r.rev <= last:
+			fold(message{key: keys[i], value: r.entry.Value, rev: r.rev, marker: !r.live})
+		}
+	}
+	return nil
+}
