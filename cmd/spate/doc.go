@@ -64,6 +64,14 @@
 //     primary that allows Lua scripts; keys under spate:{<job>}:. Redis
 //     records a job's lease, so every worker and tool must use the same
 //     --lease (inspect and requeue read it from the store).
+//   - nats://host:port[,nats://host:port...] and tls://... — NATS
+//     JetStream KV (server 2.11 or newer), one bucket pair per job
+//     (spate_coordination_<job>_state and _lease). ?replicas=3 (or 5) sets
+//     the buckets' replicas (default 1: development only; production wants 3
+//     and the servers' sync_interval: always). Auth with --user and
+//     --password, --token or --creds; TLS with --ca-file, --cert-file,
+//     --key-file. The lease bucket's max age is the job's lease: every
+//     worker uses the same --lease (inspect and requeue read it).
 //
 // Secrets may come from $SPATE_STORE_PASSWORD and $SPATE_STORE_TOKEN
 // instead of flags. An unreachable store is retried for --connect-timeout.

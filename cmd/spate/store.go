@@ -57,7 +57,7 @@ type storeFlags struct {
 }
 
 func (f *storeFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.url, "store", "", "coordination store URL: mem://, etcd://host:port[,host:port...], redis://[user:pass@]host:port[/db], rediss://...\n(default: the embedded etcd at --embed-addr, started on --data-dir if nothing serves there)")
+	fs.StringVar(&f.url, "store", "", "coordination store URL: mem://, etcd://host:port[,host:port...], redis://[user:pass@]host:port[/db], rediss://...,\nnats://host:port[,nats://host:port...][?replicas=3] (tls:// for TLS)\n(default: the embedded etcd at --embed-addr, started on --data-dir if nothing serves there)")
 	fs.StringVar(&f.dataDir, "data-dir", filepath.Join(".spate", "etcd"), "data directory of the embedded etcd (default store only)")
 	fs.StringVar(&f.embedAddr, "embed-addr", embedetcd.DefaultClientAddr, "loopback address of the embedded etcd (default store only); more spate processes join the one serving here")
 	fs.StringVar(&f.caFile, "ca-file", "", "TLS: CA certificate (PEM) that verifies the store's server certificate")
@@ -505,8 +505,11 @@ func (c *connector) jobs(ctx context.Context) ([]string, error) {
 }
 
 // recordedTTL is the lease TTL a job was opened with, for stores that
-// record it (Redis): opening the job with another TTL fails there.
+// record it (Redis, NATS): opening the job with another TTL fails there.
 func (c *connector) recordedTTL(ctx context.Context, job string) (time.Duration, bool) {
+	if c.kind == "nats" {
+		return c.natsConn.recordedTTL(ctx, job)
+	}
 	if c.kind != "redis" {
 		return 0, false
 	}
@@ -591,6 +594,8 @@ func (c *connector) jobExists(ctx context.Context, job string) (bool, error) {
 		defer cli.Close()
 		n, err := cli.Exists(ctx, "spate:{"+job+"}:meta").Result()
 		return n > 0, err
+	case "nats":
+		return c.natsConn.jobExists(ctx, job)
 	}
 	return true, nil
 }
