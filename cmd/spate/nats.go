@@ -80,7 +80,9 @@ func (n *natsConnector) connect(ctx context.Context) (*natsgo.Conn, error) {
 		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 	}
-	return spatenats.Connect(ctx, n.servers, n.opts...)
+	// Clipped: Connect appends to the options it is given, and connects run
+	// concurrently over one shared slice.
+	return spatenats.Connect(ctx, n.servers, slices.Clip(n.opts)...)
 }
 
 func (n *natsConnector) open(ctx context.Context, ns string, ttl time.Duration, log *slog.Logger) (*openedStore, error) {
