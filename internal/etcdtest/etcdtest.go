@@ -4,7 +4,8 @@
 // CI).
 //
 // [Start] starts a cluster of one or more members on free loopback ports
-// with a temporary data directory, fast raft timing, optional TLS (a
+// with a temporary data directory (members start through internal/embedetcd,
+// which spate's default store uses too), fast raft timing, optional TLS (a
 // throwaway CA, server and client certificates made in Go) and optional
 // authentication (a root user and a job user with a password). It is shut
 // down by t.Cleanup. [Cluster.Kill] and [Cluster.Restart] stop and start a
@@ -39,6 +40,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/spate-go/spate/internal/embedetcd"
 )
 
 // Credentials of the users an auth-enabled cluster has.
@@ -198,39 +201,29 @@ func (c *Cluster) startMembers() error {
 // startMember starts (or restarts, with its data) one member and waits until
 // it serves clients.
 func (c *Cluster) startMember(m *Member, initialCluster string) error {
-	cfg := embed.NewConfig()
-	cfg.Name = m.Name
-	cfg.Dir = m.Dir
-	cfg.TickMs = c.opts.TickMs
-	cfg.ElectionMs = c.opts.ElectionMs
-	cfg.ListenClientUrls = []url.URL{m.ClientURL}
-	cfg.AdvertiseClientUrls = []url.URL{m.ClientURL}
-	cfg.ListenPeerUrls = []url.URL{m.PeerURL}
-	cfg.AdvertisePeerUrls = []url.URL{m.PeerURL}
-	cfg.InitialCluster = initialCluster
-	cfg.InitialClusterToken = "spate-test-" + filepath.Base(c.dir)
-	cfg.BcryptCost = uint(bcrypt.MinCost)
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(c.lg.Named(m.Name))
-	cfg.Metrics = "basic"
+	spec := embedetcd.Member{
+		Name:           m.Name,
+		Dir:            m.Dir,
+		ClientURL:      m.ClientURL,
+		PeerURL:        m.PeerURL,
+		InitialCluster: initialCluster,
+		ClusterToken:   "spate-test-" + filepath.Base(c.dir),
+		TickMs:         c.opts.TickMs,
+		ElectionMs:     c.opts.ElectionMs,
+		Logger:         c.lg,
+		BcryptCost:     uint(bcrypt.MinCost),
+	}
 	if c.opts.TLS {
-		cfg.ClientTLSInfo.CertFile = c.ServerCert.CertFile
-		cfg.ClientTLSInfo.KeyFile = c.ServerCert.KeyFile
-		cfg.ClientTLSInfo.TrustedCAFile = c.CA.CertFile()
-		cfg.ClientTLSInfo.ClientCertAuth = true
+		spec.TLS = &embedetcd.TLS{
+			CertFile:       c.ServerCert.CertFile,
+			KeyFile:        c.ServerCert.KeyFile,
+			TrustedCAFile:  c.CA.CertFile(),
+			ClientCertAuth: true,
+		}
 	}
-	e, err := embed.StartEtcd(cfg)
+	e, err := embedetcd.Start(spec)
 	if err != nil {
-		return fmt.Errorf("member %s: %w", m.Name, err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		e.Close()
-		return fmt.Errorf("member %s failed while starting: %w", m.Name, err)
-	case <-time.After(30 * time.Second):
-		e.Server.HardStop()
-		e.Close()
-		return fmt.Errorf("member %s not ready after 30s", m.Name)
+		return err
 	}
 	m.etcd = e
 	return nil

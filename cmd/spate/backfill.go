@@ -1,0 +1,563 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/embedetcd"
+	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/filesource"
+)
+
+// backfillFlags are the flags of spate backfill.
+type backfillFlags struct {
+	src, dst       string
+	job            string
+	instance       string
+	lanes          int
+	threads        int
+	lease          time.Duration
+	maxAttempts    int
+	commitInterval time.Duration
+	drainTimeout   time.Duration
+	rebalanceDelay time.Duration
+	splitBytes     int64
+	splitFiles     int
+	rate           float64
+	history        string
+	verify         bool
+	quiet          bool
+	metricsAddr    string
+	store          storeFlags
+	log            logFlags
+}
+
+const backfillAbout = `Copies every line of every file under --src into --dst, as one coordinated job
+that any number of spate processes share: the leader splits the files into
+leased splits, every worker takes its share, and a worker that dies has its
+splits taken over and resumed from their last committed position.
+
+Output: DST/<instance>-<shard>.out, one line per input line:
+"<path relative to SRC>:<byte offset of the line>\t<line>".
+
+The default store is an embedded etcd on --embed-addr with its data in
+--data-dir; more spate backfill processes (other terminals) join it. Run it
+again to resume an interrupted job; on a finished job it says so and exits 0.
+
+Exit: 0 job complete (and verified); 1 error or failed verification; 3 job
+stalled on quarantined splits (see spate inspect, spate requeue); 130/143
+interrupted by SIGINT/SIGTERM after a graceful hand-back.`
+
+func (f *backfillFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.src, "src", "", "source directory (required)")
+	fs.StringVar(&f.dst, "dst", "", "destination directory (required)")
+	fs.StringVar(&f.job, "job", "", "job name (default: derived from the source directory)")
+	fs.StringVar(&f.instance, "instance", "", "this worker's id, unique among live workers (default: host name and a random suffix); a stable id reclaims its splits at once after a crash")
+	fs.IntVar(&f.lanes, "lanes", spate.DefaultMaxInFlight, "splits this worker holds at once")
+	fs.IntVar(&f.threads, "threads", min(runtime.GOMAXPROCS(0), 4), "pipeline threads")
+	fs.DurationVar(&f.lease, "lease", 15*time.Second, "split lease: how long a dead worker's splits wait before a peer takes them over (whole seconds on etcd)")
+	fs.IntVar(&f.maxAttempts, "max-attempts", spate.DefaultMaxAttempts, "failed tenancies after which a split is quarantined")
+	fs.DurationVar(&f.commitInterval, "commit-interval", time.Second, "how often progress is committed (bounds what a takeover replays)")
+	fs.DurationVar(&f.drainTimeout, "drain-timeout", 15*time.Second, "how long a graceful stop may take to flush and commit")
+	fs.DurationVar(&f.rebalanceDelay, "rebalance-delay", 0, "how long a departed worker's splits wait for it to come back (0: reassign at once)")
+	fs.Int64Var(&f.splitBytes, "split-bytes", 64<<20, "target bytes per split (part of the job's identity)")
+	fs.IntVar(&f.splitFiles, "split-files", 16, "maximum files per split (part of the job's identity)")
+	fs.Float64Var(&f.rate, "rate", 0, "write at most this many lines per second (0: unlimited)")
+	fs.StringVar(&f.history, "history", "", "append a JSON-lines history of what this worker saw to this file")
+	fs.BoolVar(&f.verify, "verify", true, "when the job completes, check that every input line is in --dst (turn off when workers write to different --dst)")
+	fs.BoolVar(&f.quiet, "quiet", false, "print no event or progress lines, only results")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this address")
+}
+
+func runBackfill(args []string) int {
+	var f backfillFlags
+	fs := newFlagSet("backfill", "--src DIR --dst DIR [flags]", backfillAbout)
+	f.register(fs)
+	f.store.register(fs)
+	f.log.register(fs, "warn")
+	pos, code, ok := parseArgs(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 || f.src == "" || f.dst == "" {
+		fs.Usage()
+		return exitUsage
+	}
+	return f.run()
+}
+
+// deriveJob names a job after its source directory: the base name and a
+// hash of the absolute path.
+func deriveJob(absSrc string) string {
+	sum := sha256.Sum256([]byte(absSrc))
+	return sanitizeID(filepath.Base(absSrc), 40, "src") + "-" + hex.EncodeToString(sum[:4])
+}
+
+// sanitizeID keeps [A-Za-z0-9_-] (others become '-'), at most n bytes.
+func sanitizeID(s string, n int, fallback string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	out := strings.Trim(string(b), "-")
+	if len(out) > n {
+		out = out[:n]
+	}
+	if out == "" {
+		return fallback
+	}
+	return out
+}
+
+func defaultInstance() string {
+	host, _ := os.Hostname()
+	return sanitizeID(host, 40, "worker") + "-" + spate.RandomHex()[:8]
+}
+
+// within reports whether path is dir or inside it (both absolute, clean).
+func within(path, dir string) bool {
+	return path == dir || strings.HasPrefix(path, dir+string(filepath.Separator))
+}
+
+// storeArgs are the flags that name this run's store, for the commands the
+// run suggests.
+func (f *backfillFlags) storeArgs(job string) string {
+	var parts []string
+	if f.store.url != "" {
+		parts = append(parts, "--store "+f.store.url)
+	} else {
+		if f.store.dataDir != filepath.Join(".spate", "etcd") {
+			parts = append(parts, "--data-dir "+f.store.dataDir)
+		}
+		if f.store.embedAddr != embedetcd.DefaultClientAddr {
+			parts = append(parts, "--embed-addr "+f.store.embedAddr)
+		}
+	}
+	parts = append(parts, "--job "+job)
+	return strings.Join(parts, " ")
+}
+
+// jobSummary condenses a job's state.
+type jobSummary struct {
+	exists                            bool
+	final                             bool
+	planned                           uint64
+	splits, completed, quarantined    int
+	total, done                       int64
+	members                           int
+	fingerprint                       string
+	quarantinedIDs                    []string
+	runnable                          int
+	leader                            string
+	completedAll, stalled, consistent bool
+}
+
+func summarize(js *spate.JobState) jobSummary {
+	s := jobSummary{exists: true, final: js.Plan.Finality == spate.PlanFinal, planned: js.Plan.Planned,
+		splits: len(js.Splits), members: len(js.Members), fingerprint: js.Plan.Fingerprint}
+	if js.Leader != nil {
+		s.leader = js.Leader.Instance
+	}
+	for _, sp := range js.Splits {
+		w := int64(max(sp.Weight, 1))
+		s.total += w
+		switch sp.Status {
+		case spate.StatusCompleted:
+			s.completed++
+			s.done += w
+		case spate.StatusQuarantined:
+			s.quarantined++
+			s.quarantinedIDs = append(s.quarantinedIDs, sp.ID.String())
+		default:
+			s.runnable++
+			if sp.Progress != nil {
+				s.done += min(sp.Progress.Watermark, w)
+			}
+		}
+	}
+	s.consistent = s.final && uint64(s.splits) >= s.planned
+	s.completedAll = s.consistent && s.completed == s.splits
+	s.stalled = s.consistent && s.runnable == 0 && s.quarantined > 0
+	return s
+}
+
+// readJob reads a job's state; exists is false when the store holds no plan.
+func readJob(ctx context.Context, st spate.Store) (jobSummary, *spate.JobState, error) {
+	js, err := spate.InspectJob(ctx, st, "")
+	if err == nil {
+		return summarize(js), js, nil
+	}
+	if _, ok, gerr := st.Get(ctx, spate.Durable, "plan"); gerr == nil && !ok {
+		return jobSummary{}, nil, nil
+	}
+	return jobSummary{}, nil, err
+}
+
+func (f *backfillFlags) run() int {
+	started := time.Now()
+	src, err := filepath.Abs(f.src)
+	if err != nil {
+		return fail(exitUsage, "--src: %v", err)
+	}
+	dst, err := filepath.Abs(f.dst)
+	if err != nil {
+		return fail(exitUsage, "--dst: %v", err)
+	}
+	if st, err := os.Stat(src); err != nil || !st.IsDir() {
+		return fail(exitUsage, "--src %s is not a directory", f.src)
+	}
+	if within(dst, src) || within(src, dst) {
+		return fail(exitUsage, "--src and --dst must not contain each other (the output would become input)")
+	}
+	if f.store.url == "" {
+		if dd, err := filepath.Abs(f.store.dataDir); err == nil && within(dd, src) {
+			return fail(exitUsage, "the embedded store's data directory %s is inside --src; pass --data-dir elsewhere", f.store.dataDir)
+		}
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return fail(exitFailed, "--dst: %v", err)
+	}
+	job := f.job
+	if job == "" {
+		job = deriveJob(src)
+	}
+	if err := validateJob(job); err != nil {
+		return fail(exitUsage, "--job: %v", err)
+	}
+	instance := f.instance
+	if instance == "" {
+		instance = defaultInstance()
+	}
+	if err := spate.ValidateInstanceID(instance); err != nil {
+		return fail(exitUsage, "--instance: %v", err)
+	}
+	if f.lanes < 1 || f.threads < 1 || f.maxAttempts < 1 {
+		return fail(exitUsage, "--lanes, --threads and --max-attempts must be at least 1")
+	}
+	con := newConsole(f.quiet)
+	log, err := f.log.logger(con.logWriter())
+	if err != nil {
+		return fail(exitUsage, "%v", err)
+	}
+
+	runCtx, cancelRun := context.WithCancel(context.Background())
+	defer cancelRun()
+	sigs := watchSignals(func(sig os.Signal) {
+		con.line("received %v: stopping gracefully (handing splits back, flushing, committing); send it again to exit at once", sig)
+		cancelRun()
+	}, func(sig os.Signal) {
+		con.line("received %v again: exiting now; held splits are taken over after their leases expire", sig)
+	})
+	defer sigs.stop()
+
+	conn, err := f.store.connect(runCtx, log, connectStart)
+	if err != nil {
+		return fail(exitFailed, "%v", err)
+	}
+	defer conn.close()
+	if conn.kind == "etcd" && f.lease%time.Second != 0 {
+		return fail(exitUsage, "--lease %v: etcd leases are whole seconds", f.lease)
+	}
+	if ttl, ok := conn.recordedTTL(runCtx, job); ok && ttl != f.lease {
+		return fail(exitUsage, "job %s was started with --lease %v on this store; pass the same --lease", job, ttl)
+	}
+	st, err := conn.open(runCtx, job, f.lease, f.store.connectTimeout)
+	if err != nil {
+		return fail(exitFailed, "open the store (%s): %v", conn.describe, err)
+	}
+	defer st.Close()
+
+	popts := filesource.PlannerOptions{TargetBytes: f.splitBytes, MaxFiles: f.splitFiles}
+	planner := filesource.NewPlanner(src, popts)
+	before, _, err := readJob(runCtx, st)
+	if err != nil {
+		return fail(exitFailed, "read job %s: %v", job, err)
+	}
+	con.line("spate backfill: job %s, worker %s", job, instance)
+	con.line("store: %s", conn.describe)
+	switch {
+	case !before.exists:
+		con.line("new job: %s -> %s", src, dst)
+	case before.fingerprint != planner.Fingerprint():
+		return fail(exitUsage, "job %s on this store belongs to another source or other split options:\n  the job:  %s\n  this run: %s\nuse another --job, or the job's own --src/--split-bytes/--split-files", job, before.fingerprint, planner.Fingerprint())
+	case before.completedAll:
+		con.line("job %s is already complete: all %d splits (%s) are committed completed; nothing to do", job, before.splits, bytesStr(before.total))
+		return exitOK
+	case before.stalled:
+		f.explainStalled(con, job, before.quarantinedIDs, nil)
+		return exitStalled
+	case before.members > 0:
+		con.line("joining running job: %d of %d splits completed, %d worker(s) running", before.completed, before.splits, before.members)
+	default:
+		con.line("resuming job: %d of %d splits completed (%s of %s committed)", before.completed, before.splits, bytesStr(before.done), bytesStr(before.total))
+	}
+
+	var hist *history
+	if f.history != "" {
+		if hist, err = openHistory(f.history, instance); err != nil {
+			return fail(exitFailed, "%v", err)
+		}
+		defer hist.close()
+		hist.record("start", map[string]any{"job": job, "store": conn.describe, "src": src, "dst": dst, "pid": os.Getpid(),
+			"lease_ms": f.lease.Milliseconds(), "lanes": f.lanes})
+	}
+
+	reg := newRegistry()
+	op := min(5*time.Second, f.lease/4)
+	delay := f.rebalanceDelay
+	if delay <= 0 {
+		delay = spate.NoRebalanceDelay
+	}
+	cfg := spate.Config{
+		InstanceID:        instance,
+		LeaseDuration:     f.lease,
+		OpTimeout:         op,
+		MaxAttempts:       f.maxAttempts,
+		MaxInFlight:       f.lanes,
+		ReplanInterval:    max(spate.DefaultReplanInterval, f.lease),
+		ReconcileInterval: min(spate.DefaultReconcileInterval, max(f.lease, time.Second)),
+		RebalanceDelay:    delay,
+		DrainDeadline:     max(spate.DefaultDrainDeadline, op),
+	}
+	coord, err := spate.NewStoreCoordinator(st, cfg, spate.WithLogger(log), spate.WithRegisterer(reg))
+	if err != nil {
+		return fail(exitUsage, "%v", err)
+	}
+	obs := newObserver(con, hist)
+	oc := &observedCoord{StoreCoordinator: coord, obs: obs}
+	splits := &observedSplits{Source: filesource.NewSource(src), obs: obs}
+	source := pipeline.NewCoordinatedSource(oc, splits, planner, pipeline.StallDrains(true), pipeline.DriverLogger(log))
+	fileSink, err := pipeline.NewFileSink(dst, instance)
+	if err != nil {
+		_ = coord.Close()
+		return fail(exitFailed, "%v", err)
+	}
+	sink := &outputSink{FileSink: fileSink, obs: obs}
+	pcfg := pipeline.Config{
+		Name:           "backfill",
+		Threads:        f.threads,
+		CommitInterval: f.commitInterval,
+		DrainTimeout:   f.drainTimeout,
+		// A signal stops reading at once: unfinished splits are handed back
+		// first, then the sinks flush and the final commit runs.
+		StopReserve: f.drainTimeout,
+	}
+	sinkOpts := pipeline.SinkOptions{Shards: 2, Linger: 50 * time.Millisecond}
+	rt, err := pipeline.Build(pcfg, source, newPacer(f.rate).stages(),
+		[]pipeline.SinkSpec{{Name: "file", Sink: sink, Options: sinkOpts}},
+		pipeline.WithLogger(log), pipeline.WithRegisterer(reg))
+	if err != nil {
+		_ = coord.Close()
+		return fail(exitUsage, "%v", err)
+	}
+	ms, err := serveMetrics(f.metricsAddr, rt.Handler(metricsHandler(reg)))
+	if err != nil {
+		_ = coord.Close()
+		return fail(exitFailed, "--metrics-addr: %v", err)
+	}
+	if ms != nil {
+		con.line("metrics: http://%s/metrics (health: /healthz, /readyz)", ms.addr)
+	}
+
+	stopProgress := f.progress(con, st, obs, started)
+	report, runErr := rt.Run(runCtx)
+	stopProgress()
+	con.endStatus()
+	// The job's final state is read before this worker leaves: a host of
+	// the embedded store waits for the workers present, not for their
+	// summaries.
+	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	final, _, _ := readJob(fctx, st)
+	fcancel()
+	closeErr := coord.Close()
+	_ = fileSink.Close()
+	ms.stop()
+
+	complete, stalled := obs.verdict()
+	code := f.finish(con, job, src, dst, obs, final, complete, stalled, sigs.signal(), report, runErr, closeErr, started)
+	hist.record("exit", map[string]any{"code": code})
+
+	if conn.hosted() {
+		f.waitForOthers(con, conn, sigs)
+	}
+	return code
+}
+
+// finish prints the outcome and the summary, runs the verification and
+// returns the exit code.
+func (f *backfillFlags) finish(con *console, job, src, dst string, obs *observer, final jobSummary, complete bool,
+	stalled *spate.Stalled, sig os.Signal, report pipeline.ExitReport, runErr, closeErr error, started time.Time) int {
+	elapsed := time.Since(started)
+	code := exitOK
+	var outcome string
+	switch {
+	case stalled != nil:
+		outcome = "STALLED"
+		code = exitStalled
+	case complete && runErr == nil:
+		outcome = "complete"
+	case runErr != nil:
+		outcome = "FAILED"
+		code = exitFailed
+	case sig != nil:
+		outcome = fmt.Sprintf("interrupted (%v); the job goes on without this worker, or resumes when spate backfill runs again", sig)
+		code = signalCode(sig)
+	default:
+		outcome = "stopped"
+	}
+	var verified *verifyResult
+	if code == exitOK && f.verify {
+		r, err := verifyOutput(context.Background(), src, dst)
+		if err != nil {
+			con.line("verification could not run: %v", err)
+			code = exitFailed
+		} else {
+			verified = &r
+		}
+	}
+	recs, inBytes := obs.records.Load(), obs.bytes.Load()
+	obs.mu.Lock()
+	gained, resumed, lost, completedHere, handed := obs.gained, obs.resumed, obs.lost, obs.completed, obs.handedBack
+	obs.mu.Unlock()
+	con.plain("\nsummary: job %s %s\n", job, outcome)
+	if final.exists {
+		con.plain("  job        %d/%d splits completed, %d quarantined; %s of %s committed\n",
+			final.completed, final.splits, final.quarantined, bytesStr(final.done), bytesStr(final.total))
+	}
+	con.plain("  splits     this worker gained %d (%d resumed from a commit), completed %d, lost %d, handed back %d\n",
+		gained, resumed, completedHere, lost, handed)
+	con.plain("  records    %s lines (%s of input) written to %s\n", count(recs), bytesStr(inBytes), dst)
+	if verified != nil {
+		con.plain("  replayed   %s duplicate lines in %s (at-least-once: the uncommitted tails of taken-over splits)\n", count(verified.Duplicates), dst)
+	} else {
+		con.plain("  replayed   not counted (counted by the verification of a completed job; see spate verify)\n")
+	}
+	con.plain("  elapsed    %v: %s lines/s, %s/s\n", elapsed.Round(10*time.Millisecond),
+		count(int64(rate(recs, elapsed))), bytesStr(int64(rate(inBytes, elapsed))))
+	if verified != nil {
+		con.plain("  %s\n", verified.report())
+		if !verified.OK() {
+			con.plain("  (if workers on other hosts write to their own --dst, check the union with spate verify, or pass --verify=false)\n")
+			code = exitFailed
+		}
+	}
+	switch {
+	case stalled != nil:
+		f.explainStalled(con, job, final.quarantinedIDs, obs.quarantinedSplits())
+	case runErr != nil:
+		con.plain("error: %v\n", runErr)
+	}
+	if report.UnresolvedAcks > 0 {
+		con.plain("warning: %d acknowledgments were never resolved (a pipeline bug); their data replays on the next run\n", report.UnresolvedAcks)
+	}
+	if closeErr != nil && !errors.Is(closeErr, spate.ErrClosed) && runErr == nil {
+		con.plain("warning: closing the coordinator: %v\n", closeErr)
+	}
+	return code
+}
+
+func (f *backfillFlags) explainStalled(con *console, job string, ids []string, detailed []string) {
+	lines := detailed
+	if len(lines) == 0 {
+		lines = ids
+	}
+	con.plain("\nthe job cannot finish: %d split(s) are quarantined (their input failed on every attempt):\n", len(ids))
+	for _, l := range lines {
+		con.plain("  %s\n", l)
+	}
+	args := f.storeArgs(job)
+	con.plain("see them with:        spate inspect %s\n", args)
+	con.plain("fix the input, then:  spate requeue SPLIT %s\n", args)
+	con.plain("and run spate backfill again to finish the job.\n")
+}
+
+// progress shows the job's progress until the returned stop is called: a
+// bar on a terminal, a line every 5s otherwise.
+func (f *backfillFlags) progress(con *console, st spate.Store, obs *observer, started time.Time) (stop func()) {
+	period := 5 * time.Second
+	if con.tty {
+		period = 500 * time.Millisecond
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			s, _, err := readJob(ctx, st)
+			cancel()
+			recs := obs.records.Load()
+			elapsed := time.Since(started)
+			here := fmt.Sprintf("this worker: %s lines, %s lines/s", count(recs), count(int64(rate(recs, elapsed))))
+			if err != nil || !s.exists || s.total == 0 {
+				con.setStatus("planning... " + here)
+				continue
+			}
+			frac := float64(s.done) / float64(s.total)
+			if con.tty {
+				con.setStatus(fmt.Sprintf("%s %3.0f%%  %d/%d splits  %s/%s  %s", bar(frac, 24), 100*frac,
+					s.completed, s.splits, bytesStr(s.done), bytesStr(s.total), here))
+			} else if !con.quiet {
+				con.event("progress %.0f%%: %d/%d splits completed, %s of %s committed; %s", 100*frac,
+					s.completed, s.splits, bytesStr(s.done), bytesStr(s.total), here)
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// waitForOthers keeps a hosted embedded store up while other workers use
+// it, until they leave or a signal says to stop now.
+func (f *backfillFlags) waitForOthers(con *console, conn *connector, sigs *interrupts) {
+	sigs.hold.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	changes, err := conn.watchWorkers(ctx)
+	if err != nil {
+		return
+	}
+	announced := false
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+		n, err := conn.liveWorkers(cctx)
+		ccancel()
+		if err != nil || n == 0 {
+			return
+		}
+		if !announced {
+			con.line("this process hosts the embedded store; %d other worker(s) still use it: keeping it up until they leave (Ctrl-C to stop it now)", n)
+			announced = true
+		}
+		select {
+		case _, ok := <-changes:
+			if !ok {
+				return
+			}
+		case <-sigs.notify:
+			con.line("stopping the embedded store now; the other workers wait for it to come back")
+			return
+		}
+	}
+}

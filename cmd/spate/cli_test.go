@@ -1,0 +1,503 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/etcdtest"
+	"github.com/spate-go/spate/internal/redistest"
+	"github.com/spate-go/spate/pipeline/filesource"
+	"github.com/spate-go/spate/stores/etcd"
+)
+
+// A backfill over the default store (an embedded etcd it starts) is
+// stopped with SIGINT (Ctrl-C) mid-run: it hands its splits back, prints
+// its summary and exits 130. The next run is two processes: the first starts
+// the embedded store again, the second joins it on the port; together they
+// resume the job and finish it, and the output verifies. A third run says
+// the job is complete. Along the way: metrics and health endpoints, and the
+// --history file's JSON lines (gains, commits, durable writes, hand-backs),
+// checked for the commit invariant: no watermark passes output that was not
+// yet durable.
+func TestBackfillOverEmbeddedEtcdResumesAfterSIGINT(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	lines := writeCorpus(t, src, 24, 2500)
+	port := freePortPair(t)
+	common := []string{"backfill", "--src", src, "--dst", dst, "--data-dir", filepath.Join(dir, ".spate", "etcd"),
+		"--embed-addr", "127.0.0.1:" + strconv.Itoa(port), "--lease", "2s", "--split-bytes", "65536", "--split-files", "2",
+		"--commit-interval", "200ms", "--lanes", "4"}
+	hist1 := filepath.Join(dir, "run1.jsonl")
+
+	// Run 1: slow, interrupted once it has completed a split.
+	run1 := start(t, dir, "", append(common, "--rate", "6000", "--history", hist1, "--metrics-addr", "127.0.0.1:0")...)
+	run1.stdout.waitFor(t, run1, "metrics: http://", 60*time.Second)
+	addr := regexp.MustCompile(`metrics: http://(\S+)/metrics`).FindStringSubmatch(run1.stdout.String())[1]
+	run1.stdout.waitFor(t, run1, "completed f1", 60*time.Second)
+	for path, want := range map[string]string{"/metrics": "spate_coordination_", "/healthz": "ok", "/readyz": "ok"} {
+		body := httpGet(t, "http://"+addr+path)
+		if !strings.Contains(body, want) {
+			t.Fatalf("GET %s: no %q in:\n%.2000s", path, want, body)
+		}
+	}
+	if body := httpGet(t, "http://"+addr+"/metrics"); !strings.Contains(body, "spate_pipeline_") {
+		t.Fatalf("/metrics has no pipeline series")
+	}
+	if err := run1.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	code := run1.wait(t, 60*time.Second)
+	out1 := run1.stdout.String()
+	expectCode(t, "run 1 (SIGINT)", code, 130, out1, run1.stderr.String())
+	for _, want := range []string{"stopping gracefully", "summary: job", "interrupted"} {
+		if !strings.Contains(out1, want) {
+			t.Fatalf("run 1 output lacks %q:\n%s", want, out1)
+		}
+	}
+
+	// Run 2: a host (starts the embedded store from its data) and a joiner
+	// (finds it on the port).
+	host := start(t, dir, "", append(common, "--rate", "8000", "--history", filepath.Join(dir, "run2-host.jsonl"))...)
+	host.stdout.waitFor(t, host, "hosted by this process", 60*time.Second)
+	joiner := start(t, dir, "", append(common, "--rate", "8000")...)
+	joinerCode := joiner.wait(t, 90*time.Second)
+	hostCode := host.wait(t, 90*time.Second)
+	jout, hout := joiner.stdout.String(), host.stdout.String()
+	expectCode(t, "run 2 joiner", joinerCode, 0, jout, joiner.stderr.String())
+	expectCode(t, "run 2 host", hostCode, 0, hout, host.stderr.String())
+	if !strings.Contains(jout, "hosted by another spate process") {
+		t.Fatalf("the second process did not join the running embedded store:\n%s", jout)
+	}
+	if m := regexp.MustCompile(`resuming job: (\d+) of (\d+) splits completed`).FindStringSubmatch(hout); m == nil || m[1] == "0" {
+		t.Fatalf("run 2 did not resume a partly completed job:\n%s", hout)
+	}
+	for _, out := range []string{hout, jout} {
+		if !strings.Contains(out, "summary: job") || !strings.Contains(out, " complete\n") || !strings.Contains(out, "verified: all "+count(int64(lines))+" input lines") {
+			t.Fatalf("run 2 did not complete and verify:\n%s", out)
+		}
+	}
+
+	// Run 3: nothing to do.
+	code, out3, err3 := runSpate(t, dir, "", 60*time.Second, common...)
+	expectCode(t, "run 3", code, 0, out3, err3)
+	if !strings.Contains(out3, "is already complete") {
+		t.Fatalf("run 3 did not say the job is complete:\n%s", out3)
+	}
+
+	// The verifier agrees on its own.
+	code, vout, verr := runSpate(t, dir, "", 60*time.Second, "verify", "--src", src, "--dst", dst)
+	expectCode(t, "verify", code, 0, vout, verr)
+
+	checkHistory(t, hist1, 130)
+}
+
+// checkHistory parses a --history file: every line is a JSON object with ts,
+// instance and ev; the run gained, committed and wrote durably; every won
+// commit's watermark is covered by durable output of its tenancy recorded
+// before it (a commit never passes undurable data); and by the exit every
+// tenancy gained has ended: completed, handed back or lost (a graceful stop
+// leaves nothing held).
+func checkHistory(t *testing.T, path string, exitCode int) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	type key struct {
+		split string
+		epoch uint64
+	}
+	durableTo := map[key]int64{} // highest durable offset per tenancy
+	resume := map[key]int64{}
+	open := map[string]uint64{} // split -> epoch of a tenancy not yet ended
+	seen := map[string]int{}
+	sc := bufio.NewScanner(f)
+	n := 0
+	for sc.Scan() {
+		n++
+		var ev struct {
+			TS        string `json:"ts"`
+			Instance  string `json:"instance"`
+			Ev        string `json:"ev"`
+			Split     string `json:"split"`
+			Epoch     uint64 `json:"epoch"`
+			Watermark int64  `json:"watermark"`
+			Last      int64  `json:"last"`
+			Resume    *int64 `json:"resume"`
+			Completed bool   `json:"completed"`
+			Outcome   string `json:"outcome"`
+			Code      int    `json:"code"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("history line %d is not JSON: %v: %s", n, err, sc.Text())
+		}
+		if ev.TS == "" || ev.Instance == "" || ev.Ev == "" {
+			t.Fatalf("history line %d lacks ts, instance or ev: %s", n, sc.Text())
+		}
+		seen[ev.Ev]++
+		k := key{ev.Split, ev.Epoch}
+		switch ev.Ev {
+		case "gained":
+			if ev.Resume != nil {
+				resume[k] = *ev.Resume
+			}
+			open[ev.Split] = ev.Epoch
+		case "release", "release_drained", "lost", "quarantined":
+			if ev.Outcome == "" || ev.Outcome == "ok" {
+				delete(open, ev.Split)
+			}
+		case "durable":
+			durableTo[k] = max(durableTo[k], ev.Last)
+		case "commit":
+			if ev.Outcome == "ok" && ev.Completed {
+				delete(open, ev.Split)
+			}
+			if ev.Outcome == "ok" && ev.Watermark > resume[k] && durableTo[k] < ev.Watermark-1 {
+				t.Fatalf("history line %d: commit of %s epoch %d at watermark %d, but the tenancy's durable output only reached offset %d",
+					n, ev.Split, ev.Epoch, ev.Watermark, durableTo[k])
+			}
+		case "exit":
+			if ev.Code != exitCode {
+				t.Fatalf("history records exit code %d, want %d", ev.Code, exitCode)
+			}
+		}
+	}
+	for _, ev := range []string{"start", "gained", "open", "commit", "durable", "exit"} {
+		if seen[ev] == 0 {
+			t.Fatalf("history %s has no %q event (saw %v)", path, ev, seen)
+		}
+	}
+	if len(open) > 0 {
+		t.Fatalf("history %s: tenancies still held at the exit (split -> epoch): %v (saw %v)", path, open, seen)
+	}
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s: %s", url, resp.Status, b)
+	}
+	return string(b)
+}
+
+// SIGTERM drains gracefully: exit 143 after the hand-back and the summary,
+// with no lease left behind; the next run (over the same external etcd)
+// finishes the job.
+func TestBackfillSIGTERMDrainsAndHandsBack(t *testing.T) {
+	t.Parallel()
+	cluster := etcdtest.Start(t, etcdtest.Options{})
+	storeURL := "etcd://" + cluster.Members()[0].ClientURL.Host
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	lines := writeCorpus(t, src, 12, 2000)
+	args := []string{"backfill", "--src", src, "--dst", dst, "--store", storeURL, "--job", "term", "--lease", "2s",
+		"--split-bytes", "32768", "--commit-interval", "200ms", "--instance", "stable-1"}
+	hist := filepath.Join(dir, "term.jsonl")
+	p := start(t, dir, "", append(args, "--rate", "4000", "--history", hist)...)
+	p.stdout.waitFor(t, p, "completed f1", 60*time.Second)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := p.wait(t, 60*time.Second)
+	out := p.stdout.String()
+	expectCode(t, "SIGTERM run", code, 143, out, p.stderr.String())
+	if !strings.Contains(out, "interrupted (terminated)") {
+		t.Fatalf("no graceful stop:\n%s", out)
+	}
+	checkHistory(t, hist, 143)
+	// Everything handed back: no lease of ours is left, so the next run
+	// (same instance id) starts at once.
+	st := openEtcdJob(t, cluster, "term", 2*time.Second)
+	js, err := spate.InspectJob(ctxT(t, 10*time.Second), st, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range js.Splits {
+		if s.LeaseOwner != "" {
+			t.Fatalf("split %s still leased by %s after the graceful stop", s.ID, s.LeaseOwner)
+		}
+	}
+	code, out, errOut := runSpate(t, dir, "", 90*time.Second, args...)
+	expectCode(t, "second run", code, 0, out, errOut)
+	if !strings.Contains(out, "verified: all "+count(int64(lines))+" input lines") {
+		t.Fatalf("the second run did not verify:\n%s", out)
+	}
+}
+
+// openEtcdJob opens a store over a job's prefix on a test cluster.
+func openEtcdJob(t *testing.T, c *etcdtest.Cluster, job string, ttl time.Duration) spate.Store {
+	t.Helper()
+	cli := c.Client(t, nil)
+	st, err := etcd.New(ctxT(t, 20*time.Second), cli, etcd.Options{Prefix: etcdPrefix(job), TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// The demo proves itself: exit 0, a takeover shown, every line verified.
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	began := time.Now()
+	code, out, errOut := runSpate(t, t.TempDir(), "", 120*time.Second, "demo")
+	t.Logf("spate demo took %v", time.Since(began).Round(100*time.Millisecond))
+	expectCode(t, "demo", code, 0, out, errOut)
+	for _, want := range []string{"SIGKILL worker-2", "TAKEOVER", "verified: all", "PASS"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// A split whose input was truncated after planning is poison: the file
+// source fails it, it is quarantined at --max-attempts, and the job stalls
+// (exit 3, with the inspect and requeue commands to run). spate inspect
+// shows the quarantined split; requeue refuses without confirmation, and
+// with it puts the split back (epoch bumped, attempts reset); once the file
+// is restored, backfill finishes the job.
+func TestQuarantinedSplitInspectAndRequeue(t *testing.T) {
+	t.Parallel()
+	cluster := etcdtest.Start(t, etcdtest.Options{})
+	storeURL := "etcd://" + cluster.Members()[0].ClientURL.Host
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	lines := writeCorpus(t, src, 6, 300)
+	const job = "poison"
+	popts := filesource.PlannerOptions{TargetBytes: 4096, MaxFiles: 1}
+	storeArgs := []string{"--store", storeURL, "--job", job}
+	args := append([]string{"backfill", "--src", src, "--dst", dst, "--lease", "2s", "--max-attempts", "2",
+		"--split-bytes", "4096", "--split-files", "1"}, storeArgs...)
+
+	// Plan the job (as its first worker's leader would), then damage one
+	// planned file: it is now shorter than the plan says.
+	st := openEtcdJob(t, cluster, job, 2*time.Second)
+	planJob(t, st, filesource.NewPlanner(src, popts))
+	victim := filepath.Join(src, "part-1", "f04.txt")
+	orig, err := os.ReadFile(victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(victim, int64(len(orig)/2)); err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, errOut := runSpate(t, dir, "", 90*time.Second, args...)
+	expectCode(t, "backfill over a damaged file", code, exitStalled, out, errOut)
+	for _, want := range []string{"QUARANTINED", "part-1/f04.txt", "spate inspect", "spate requeue SPLIT"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("the stalled run's output lacks %q:\n%s", want, out)
+		}
+	}
+
+	q := inspectJSON(t, dir, storeArgs)
+	if q.Summary.State != "stalled" || q.Summary.Quarantined != 1 || q.Summary.Completed != len(q.Splits)-1 {
+		t.Fatalf("inspect: want 1 quarantined split and the rest completed, got %+v", q.Summary)
+	}
+	var bad splitJSON
+	for _, s := range q.Splits {
+		if s.Status == string(spate.StatusQuarantined) {
+			bad = s
+		}
+	}
+	if bad.Attempts != 2 {
+		t.Fatalf("the quarantined split has %d attempts, want 2 (--max-attempts)", bad.Attempts)
+	}
+	code, text, errOut := runSpate(t, dir, "", 60*time.Second, append([]string{"inspect"}, storeArgs...)...)
+	expectCode(t, "inspect", code, 0, text, errOut)
+	if !regexp.MustCompile(bad.ID + `\s+quarantined\s`).MatchString(text) {
+		t.Fatalf("inspect's table does not show %s quarantined:\n%s", bad.ID, text)
+	}
+
+	// Requeue, declined.
+	code, out, errOut = runSpate(t, dir, "n\n", 60*time.Second, append([]string{"requeue", bad.ID}, storeArgs...)...)
+	expectCode(t, "requeue answered no", code, exitFailed, out, errOut)
+	if !strings.Contains(out, "[y/N]") || !strings.Contains(out, "not requeued") {
+		t.Fatalf("requeue did not ask, or did not take no for an answer:\n%s", out)
+	}
+	if again := inspectJSON(t, dir, storeArgs); again.Summary.Quarantined != 1 {
+		t.Fatalf("a declined requeue changed the job: %+v", again.Summary)
+	}
+
+	// Fix the input, requeue, finish.
+	if err := os.WriteFile(victim, orig, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = runSpate(t, dir, "y\n", 60*time.Second, append([]string{"requeue", bad.ID}, storeArgs...)...)
+	expectCode(t, "requeue", code, 0, out, errOut)
+	after := inspectJSON(t, dir, storeArgs)
+	for _, s := range after.Splits {
+		if s.ID == bad.ID && (s.Status != string(spate.StatusRunnable) || s.Attempts != 0 || s.Epoch != bad.Epoch+1) {
+			t.Fatalf("after requeue: %+v, want runnable, 0 attempts, epoch %d", s, bad.Epoch+1)
+		}
+	}
+	code, out, errOut = runSpate(t, dir, "", 90*time.Second, args...)
+	expectCode(t, "backfill after the requeue", code, 0, out, errOut)
+	if !strings.Contains(out, "verified: all "+count(int64(lines))+" input lines") {
+		t.Fatalf("the job did not finish and verify after the requeue:\n%s", out)
+	}
+}
+
+func inspectJSON(t *testing.T, dir string, storeArgs []string) inspection {
+	t.Helper()
+	code, out, errOut := runSpate(t, dir, "", 60*time.Second, append([]string{"inspect", "--json"}, storeArgs...)...)
+	expectCode(t, "inspect --json", code, 0, out, errOut)
+	var in inspection
+	if err := json.Unmarshal([]byte(out), &in); err != nil {
+		t.Fatalf("inspect --json: %v:\n%s", err, out)
+	}
+	return in
+}
+
+// planJob runs one coordinator until the job's plan is recorded final, then
+// closes it (handing back anything it claimed). It wakes on every durable
+// write of the job.
+func planJob(t *testing.T, st spate.Store, planner spate.SplitPlanner) {
+	t.Helper()
+	ctx := ctxT(t, 30*time.Second)
+	changes, err := st.Watch(ctx, spate.Durable, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := spate.NewStoreCoordinator(st, spate.Config{InstanceID: "planner", LeaseDuration: 2 * time.Second,
+		OpTimeout: 200 * time.Millisecond, RebalanceDelay: spate.NoRebalanceDelay},
+		spate.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetWaker(spate.InertWaker())
+	if err := c.Start(planner); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for {
+		js, err := spate.InspectJob(ctx, st, "")
+		if err == nil && js.Plan.Finality == spate.PlanFinal && uint64(len(js.Splits)) == js.Plan.Planned && js.Plan.Planned > 0 {
+			return
+		}
+		if _, ok := <-changes; !ok {
+			t.Fatal("the plan was not recorded within 30s")
+		}
+	}
+}
+
+// spate conformance passes against a healthy etcd (the store rules, and two
+// coordinator scenarios through --coordinator --run) and cleans up its
+// namespaces.
+func TestConformancePassesAgainstEtcd(t *testing.T) {
+	t.Parallel()
+	cluster := etcdtest.Start(t, etcdtest.Options{})
+	storeURL := "etcd://" + cluster.Members()[0].ClientURL.Host
+	code, out, errOut := runSpate(t, t.TempDir(), "", 5*time.Minute, "conformance", "--store", storeURL, "--ttl", "1s")
+	expectCode(t, "conformance on etcd", code, 0, out, errOut)
+	rows := regexp.MustCompile(`(?m)^Store/\S+\s+PASS\s`).FindAllString(out, -1)
+	if len(rows) != 24 || !strings.Contains(out, "24 rules: 24 passed, 0 failed") {
+		t.Fatalf("want 24 passing store rules, got %d:\n%s", len(rows), out)
+	}
+	code, out, errOut = runSpate(t, t.TempDir(), "", 5*time.Minute, "conformance", "--store", storeURL, "--ttl", "1s",
+		"--coordinator", "--run", "Coordinator/(FencedZombieCommitWritesNothing|PoisonSplitQuarantinesAtMaxAttempts)$")
+	expectCode(t, "conformance --coordinator on etcd", code, 0, out, errOut)
+	for _, rule := range []string{"FencedZombieCommitWritesNothing", "PoisonSplitQuarantinesAtMaxAttempts"} {
+		if !regexp.MustCompile(`(?m)^Coordinator/` + rule + `\s+PASS\s`).MatchString(out) {
+			t.Fatalf("no PASS row for Coordinator/%s:\n%s", rule, out)
+		}
+	}
+	cli := cluster.Client(t, nil)
+	resp, err := cli.Get(ctxT(t, 10*time.Second), etcdJobRoot+"conformance-", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Count != 0 {
+		t.Fatalf("conformance left %d keys behind under %sconformance-", resp.Count, etcdJobRoot)
+	}
+}
+
+// spate conformance fails clearly against a Redis that refuses scripts
+// (EVAL renamed away), and passes against a healthy one, leaving no keys.
+func TestConformanceOnRedis(t *testing.T) {
+	t.Parallel()
+	t.Run("EVALRenamed", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t, redistest.WithArgs("--rename-command", "EVAL", ""))
+		code, out, errOut := runSpate(t, t.TempDir(), "", 2*time.Minute, "conformance", "--store", "redis://"+srv.Addr())
+		expectCode(t, "conformance on a redis without EVAL", code, exitFailed, out, errOut)
+		for _, want := range []string{"Preflight/StoreOpens  FAIL", "does not accept EVAL", "rename-command", "FAIL: the store refuses"} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("output lacks %q:\n%s", want, out)
+			}
+		}
+	})
+	t.Run("Healthy", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t)
+		code, out, errOut := runSpate(t, t.TempDir(), "", 3*time.Minute, "conformance", "--store", "redis://"+srv.Addr(), "--ttl", "1500ms")
+		expectCode(t, "conformance on redis", code, 0, out, errOut)
+		if !strings.Contains(out, "24 rules: 24 passed, 0 failed") {
+			t.Fatalf("want 24 passing rules:\n%s", out)
+		}
+		n, err := srv.Client(t).DBSize(ctxT(t, 5*time.Second)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Fatalf("conformance left %d keys on the server", n)
+		}
+	})
+}
+
+// A mem:// backfill runs in one process and verifies.
+func TestBackfillMemStore(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	lines := writeCorpus(t, src, 5, 400)
+	code, out, errOut := runSpate(t, dir, "", 60*time.Second, "backfill", "--src", src, "--dst", filepath.Join(dir, "dst"),
+		"--store", "mem://", "--lease", "1s", "--split-bytes", "8192")
+	expectCode(t, "mem backfill", code, 0, out, errOut)
+	if !strings.Contains(out, "verified: all "+count(int64(lines))+" input lines") {
+		t.Fatalf("not verified:\n%s", out)
+	}
+}
+
+// Usage errors exit 2 and say what is wrong.
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"nope"}, `unknown command "nope"`},
+		{[]string{"backfill"}, "Usage: spate backfill"},
+		{[]string{"backfill", "--src", dir, "--dst", filepath.Join(dir, "out")}, "must not contain each other"},
+		{[]string{"backfill", "--src", dir, "--dst", filepath.Join(t.TempDir(), "out"), "--store", "bogus://x"}, `unknown scheme "bogus"`},
+		{[]string{"requeue"}, "Usage: spate requeue"},
+	} {
+		code, out, errOut := runSpate(t, dir, "", 30*time.Second, tc.args...)
+		if code == 0 || !strings.Contains(out+errOut, tc.want) {
+			t.Errorf("spate %v: exit %d, want non-zero with %q:\n%s%s", tc.args, code, tc.want, out, errOut)
+		}
+	}
+}

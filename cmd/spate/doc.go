@@ -1,0 +1,169 @@
+// Command spate runs a coordinated backfill and the tools to operate it.
+//
+//	spate demo                                      # the whole product in under a minute
+//	spate backfill --src DIR --dst DIR [flags]      # a worker of a coordinated job
+//	spate inspect  [--store URL] [--job NAME] [--json]
+//	spate requeue  SPLIT [--yes] [--store URL] [--job NAME]
+//	spate verify   --src DIR --dst DIR
+//	spate conformance --store URL [--coordinator]
+//
+// Every command prints its flags with -h. Logs go to stderr (--log-format
+// text|json, --log-level); results go to stdout.
+//
+// # backfill
+//
+// spate backfill copies every line of every file under --src into --dst as
+// one job that any number of processes share. The elected leader packs the
+// files into splits (--split-bytes, --split-files; both are part of the
+// job's identity), the workers lease them (--lanes at a time), and progress
+// is committed with fenced compare-and-swap writes every --commit-interval,
+// only behind output that is durable (fsynced). A worker that dies loses its
+// leases after --lease, and a peer resumes its splits from their last
+// commit: lines written after that commit are written again (at-least-once
+// delivery; the verification counts them as replayed duplicates).
+//
+// Output goes to --dst/<instance>-<shard>.out, one line per input line:
+// "<path relative to --src>:<byte offset of the line's first byte>" TAB
+// "<line>". The key identifies every input line, so spate verify (and a
+// backfill whose job completed, unless --verify=false) can check that every
+// input line arrived intact. Input file names holding a tab or a newline
+// cannot be verified. The verification re-reads --src: a file changed since
+// the job was planned shows up as missing or damaged lines.
+//
+// The job name defaults to the source directory's base name and a hash of
+// its absolute path. Running backfill again resumes the job; on a finished
+// job it says so and exits 0. A worker's first SIGINT or SIGTERM stops it
+// gracefully: it stops reading, hands its unfinished splits back (peers
+// resume them from their last commit), flushes the sink, commits, prints its
+// summary and exits 130 or 143. A second signal exits at once.
+//
+// A split whose input cannot be read (a file missing or shorter than
+// planned) is failed; after --max-attempts it is quarantined, and once
+// nothing else is left the job is stalled: backfill exits 3 and prints the
+// spate inspect and spate requeue commands to run.
+//
+// --rate caps the lines per second a worker reads (a pacing stage at the
+// head of the pipeline, so input is not read ahead of the rate: a graceful
+// stop then has unread splits to hand back).
+//
+// A terminal gets a progress bar; otherwise backfill prints a progress line
+// every five seconds. Event lines (gained, completed, lost, handed back,
+// quarantined) go to stdout unless --quiet.
+//
+// # Stores
+//
+// --store selects the coordination store by URL:
+//
+//   - mem:// — in this process only (one worker; tests and trials).
+//   - etcd://host:port[,host:port...] — an etcd cluster, the production
+//     default. The job's keys live under /spate/<job>/. TLS with --ca-file,
+//     --cert-file, --key-file (then the endpoints are https); auth with
+//     --user and --password. Leases are whole seconds, at least the server's
+//     floor (2 s with etcd's default timing).
+//   - redis://[user:pass@]host:port[/db] and rediss:// (TLS) — a Redis
+//     primary that allows Lua scripts; keys under spate:{<job>}:. Redis
+//     records a job's lease, so every worker and tool must use the same
+//     --lease (inspect and requeue read it from the store).
+//   - nats://host:port[,nats://host:port...] and tls://... — NATS
+//     JetStream KV (server 2.11 or newer), one bucket pair per job
+//     (spate_coordination_<job>_state and _lease). ?replicas=3 (or 5) sets
+//     the buckets' replicas (default 1: development only; production wants 3
+//     and the servers' sync_interval: always). Auth with --user and
+//     --password, --token or --creds; TLS with --ca-file, --cert-file,
+//     --key-file. The lease bucket's max age is the job's lease: every
+//     worker uses the same --lease (inspect and requeue read it).
+//
+// Secrets may come from $SPATE_STORE_PASSWORD and $SPATE_STORE_TOKEN
+// instead of flags. An unreachable store is retried for --connect-timeout.
+//
+// Without --store, spate uses its default store: a single-member etcd
+// embedded in the first spate process (production raft timing, data in
+// --data-dir, default ./.spate/etcd, serving clients on --embed-addr,
+// default 127.0.0.1:23790; its warnings go to <data-dir>.log). More spate
+// processes on the machine find it on that address and join the same job. The
+// process that started it hosts it: when its own work is done it keeps the
+// store up until the other workers have left (a second Ctrl-C stops it at
+// once). spate inspect and requeue start it from the data directory when no
+// process serves it. A single member survives a crash of the process, not
+// the loss of its disk; for a fleet across machines, run an etcd cluster.
+//
+// # inspect and requeue
+//
+// spate inspect reads a job's state from its store without joining it: the
+// plan (generation, finality, planned splits), the live members and the
+// leader, and every split's status, owner, epoch, attempts, committed
+// watermark (bytes, of the split's size) and live lease. --json prints the
+// same for scripts. Without --job it uses --src's job, or the store's only
+// job.
+//
+// spate requeue SPLIT puts a quarantined split back into play (status
+// runnable, attempts reset, owner cleared, epoch bumped: one fenced
+// compare-and-swap, so a zombie of an earlier tenancy stays fenced). It asks
+// for confirmation on stdin unless --yes.
+//
+// # conformance
+//
+// spate conformance runs the store conformance suite (the same rules every
+// driver's tests run) against a live deployment, and with --coordinator the
+// coordinator scenarios too. First it opens a store over a fresh namespace
+// (the driver's own startup check: a refused script, a missing ACL grant or
+// a TTL below the server's floor fails here, clearly) and prints what the
+// driver promises; then it re-executes this binary as a test binary
+// (testing.Main with -test.v) and turns the subtests' results into a table,
+// with the rule broken for every failure. Every harness uses a fresh
+// namespace (job conformance-<random>) and deletes it afterwards. Exit 0
+// only if every rule passed.
+//
+// # demo
+//
+// spate demo starts an embedded etcd in a temporary directory on a free
+// port, generates a corpus, runs three workers (this binary's backfill),
+// kills one with SIGKILL mid-run, shows the survivors take its splits over,
+// and verifies the output. It exits 0 only if the job completed and every
+// input line reached the output.
+//
+// # History
+//
+// backfill --history FILE appends one JSON object per line describing what
+// this worker saw, for fault testing and post-mortems. Each line is written
+// with one write (O_APPEND): complete in the file even if the process is
+// killed right after, though not fsynced. Every object starts with "ts"
+// (RFC 3339, UTC), "instance" and "ev"; the other fields by event:
+//
+//	start        job, store, src, dst, pid, lease_ms, lanes
+//	gained       split, epoch, resume (committed watermark handed over; null: from the start)
+//	open         split, epoch, partition, resume (the lane of a tenancy opened)
+//	lost         split, epoch (the lease ended involuntarily)
+//	revoke       split (the leader wants it elsewhere; a drain begins)
+//	commit       split, epoch, watermark, completed, outcome, error (every commit attempt)
+//	release      split, epoch, outcome, error (handed back on a graceful stop)
+//	release_drained  split, epoch, outcome, error (handed back after a drain)
+//	fail         split, epoch, reason, outcome, error (reported poison)
+//	poison       split, reason (the file source's reason)
+//	quarantined  split, attempts
+//	durable      split, epoch, partition, records, first, last (a sink write that is now durable)
+//	all_complete, stalled (completed, quarantined)
+//	exit         code
+//
+// outcome is ok, fenced (the commit wrote nothing: another tenancy owns the
+// split), retryable (it may have landed; it rides the next commit) or fatal.
+// Offsets are split-relative: a record's offset is that of its line's last
+// byte, and a watermark W covers the records with offsets below W. So the
+// invariant a checker can test is: every ok commit at watermark W of a
+// tenancy (split, epoch) that gained the split at resume R < W follows
+// durable lines of that tenancy reaching offset W-1. A durable event's
+// records of one partition are in offset order; first and last bound them.
+//
+// # Metrics and health
+//
+// --metrics-addr serves Prometheus /metrics (the spate_coordination_* and
+// spate_pipeline_* series, Go and process collectors), /healthz and /readyz
+// on backfill, demo and conformance.
+//
+// # Exit codes
+//
+// 0 success (job complete and verified, already complete, rules passed);
+// 1 an error or a failed check; 2 bad flags or arguments; 3 the job is
+// stalled on quarantined splits; 130 and 143 after a graceful stop by SIGINT
+// and SIGTERM.
+package main

@@ -1,0 +1,375 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spate-go/spate"
+)
+
+// jobFlags pick a job on a store: --job, or the job backfill derives from
+// --src, or the only job the store holds.
+type jobFlags struct {
+	job   string
+	src   string
+	lease time.Duration
+}
+
+func (j *jobFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&j.job, "job", "", "job name (default: derived from --src, or the store's only job)")
+	fs.StringVar(&j.src, "src", "", "the job's source directory (to derive the job name as backfill does)")
+	fs.DurationVar(&j.lease, "lease", 15*time.Second, "the job's --lease (Redis records it with the job and refuses another; read from the store when it can be)")
+}
+
+// openJob connects, resolves the job and opens a store over it.
+func openJob(ctx context.Context, sf *storeFlags, jf *jobFlags, log *slog.Logger) (*connector, *openedStore, string, error) {
+	conn, err := sf.connect(ctx, log, connectExisting)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	job, err := resolveJob(ctx, conn, jf)
+	if err != nil {
+		conn.close()
+		return nil, nil, "", err
+	}
+	ttl := jf.lease
+	if rec, ok := conn.recordedTTL(ctx, job); ok {
+		ttl = rec
+	}
+	if conn.kind == "etcd" {
+		ttl = max(ttl.Round(time.Second), 2*time.Second)
+	}
+	st, err := conn.open(ctx, job, ttl, sf.connectTimeout)
+	if err != nil {
+		conn.close()
+		return nil, nil, "", fmt.Errorf("open the store (%s): %w", conn.describe, err)
+	}
+	return conn, st, job, nil
+}
+
+func resolveJob(ctx context.Context, conn *connector, jf *jobFlags) (string, error) {
+	job := jf.job
+	if job == "" && jf.src != "" {
+		abs, err := filepath.Abs(jf.src)
+		if err != nil {
+			return "", err
+		}
+		job = deriveJob(abs)
+	}
+	if job != "" {
+		if err := validateJob(job); err != nil {
+			return "", err
+		}
+		ok, err := conn.jobExists(ctx, job)
+		if err != nil {
+			return "", fmt.Errorf("look up job %s on %s: %w", job, conn.describe, err)
+		}
+		if !ok {
+			return "", fmt.Errorf("no job %s on %s", job, conn.describe)
+		}
+		return job, nil
+	}
+	jobs, err := conn.jobs(ctx)
+	if err != nil {
+		return "", fmt.Errorf("list the jobs on %s: %w", conn.describe, err)
+	}
+	switch len(jobs) {
+	case 0:
+		return "", fmt.Errorf("no jobs on %s", conn.describe)
+	case 1:
+		return jobs[0], nil
+	}
+	return "", fmt.Errorf("%d jobs on %s; pass --job (or --src): %s", len(jobs), conn.describe, strings.Join(jobs, ", "))
+}
+
+// inspection is spate inspect's JSON output.
+type inspection struct {
+	Job         string              `json:"job"`
+	Store       string              `json:"store"`
+	Plan        planJSON            `json:"plan"`
+	Leader      *leaderJSON         `json:"leader"`
+	Members     []memberJSON        `json:"members"`
+	Assignments map[string][]string `json:"assignments"`
+	Summary     summaryJSON         `json:"summary"`
+	Splits      []splitJSON         `json:"splits"`
+}
+
+type planJSON struct {
+	Fingerprint string `json:"fingerprint"`
+	Generation  uint64 `json:"generation"`
+	Finality    string `json:"finality"`
+	Planned     uint64 `json:"planned"`
+}
+
+type leaderJSON struct {
+	Instance   string `json:"instance"`
+	Generation uint64 `json:"generation"`
+}
+
+type memberJSON struct {
+	Instance    string `json:"instance"`
+	MaxInFlight int    `json:"max_in_flight"`
+}
+
+type summaryJSON struct {
+	Splits         int    `json:"splits"`
+	Completed      int    `json:"completed"`
+	Runnable       int    `json:"runnable"`
+	Quarantined    int    `json:"quarantined"`
+	BytesTotal     int64  `json:"bytes_total"`
+	BytesCommitted int64  `json:"bytes_committed"`
+	State          string `json:"state"` // complete, stalled, running, planning
+}
+
+type splitJSON struct {
+	ID         string `json:"id"`
+	Status     string `json:"status"`
+	Owner      string `json:"owner"`
+	Epoch      uint64 `json:"epoch"`
+	Attempts   uint32 `json:"attempts"`
+	Watermark  *int64 `json:"watermark"`
+	Completed  bool   `json:"completed"`
+	Weight     uint64 `json:"weight"`
+	LeaseOwner string `json:"lease_owner"`
+	Revision   uint64 `json:"revision"`
+}
+
+func inspectionOf(job, store string, js *spate.JobState) inspection {
+	s := summarize(js)
+	out := inspection{
+		Job: job, Store: store,
+		Plan:        planJSON{Fingerprint: js.Plan.Fingerprint, Generation: js.Plan.Generation, Finality: js.Plan.Finality.String(), Planned: js.Plan.Planned},
+		Assignments: js.Assignments,
+		Summary: summaryJSON{Splits: s.splits, Completed: s.completed, Runnable: s.runnable, Quarantined: s.quarantined,
+			BytesTotal: s.total, BytesCommitted: s.done},
+		Members: []memberJSON{},
+		Splits:  []splitJSON{},
+	}
+	switch {
+	case s.completedAll:
+		out.Summary.State = "complete"
+	case s.stalled:
+		out.Summary.State = "stalled"
+	case !s.final:
+		out.Summary.State = "planning"
+	default:
+		out.Summary.State = "running"
+	}
+	if js.Leader != nil {
+		out.Leader = &leaderJSON{Instance: js.Leader.Instance, Generation: js.Leader.Generation}
+	}
+	for _, m := range js.Members {
+		out.Members = append(out.Members, memberJSON{Instance: m.Instance, MaxInFlight: m.MaxInFlight})
+	}
+	for _, sp := range js.Splits {
+		j := splitJSON{ID: sp.ID.String(), Status: string(sp.Status), Owner: sp.Owner, Epoch: uint64(sp.Epoch),
+			Attempts: sp.Attempts, Weight: sp.Weight, LeaseOwner: sp.LeaseOwner, Revision: sp.Revision}
+		if sp.Progress != nil {
+			w := sp.Progress.Watermark
+			j.Watermark = &w
+			j.Completed = sp.Progress.Completed
+		}
+		out.Splits = append(out.Splits, j)
+	}
+	return out
+}
+
+func runInspect(args []string) int {
+	fs := newFlagSet("inspect", "[--store URL] [--job NAME] [--json]",
+		"Shows a job's state as its store holds it, without joining the job: the plan (generation,\nfinality, planned), the live members and the leader, and every split's status, owner,\nepoch, attempts, committed watermark and live lease.")
+	var sf storeFlags
+	var jf jobFlags
+	var lf logFlags
+	asJSON := fs.Bool("json", false, "print JSON (for scripts)")
+	sf.register(fs)
+	jf.register(fs)
+	lf.register(fs, "warn")
+	pos, code, ok := parseArgs(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	log, err := lf.logger(os.Stderr)
+	if err != nil {
+		return fail(exitUsage, "%v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, st, job, err := openJob(ctx, &sf, &jf, log)
+	if err != nil {
+		return fail(exitFailed, "%v", err)
+	}
+	defer conn.close()
+	defer st.Close()
+	js, err := spate.InspectJob(ctx, st, "")
+	if err != nil {
+		return fail(exitFailed, "inspect job %s: %v", job, err)
+	}
+	in := inspectionOf(job, conn.describe, js)
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(in); err != nil {
+			return fail(exitFailed, "%v", err)
+		}
+		return exitOK
+	}
+	printInspection(os.Stdout, in)
+	return exitOK
+}
+
+func printInspection(w io.Writer, in inspection) {
+	fmt.Fprintf(w, "job       %s\n", in.Job)
+	fmt.Fprintf(w, "store     %s\n", in.Store)
+	fmt.Fprintf(w, "plan      generation %d, %s, %d splits planned\n", in.Plan.Generation, in.Plan.Finality, in.Plan.Planned)
+	fmt.Fprintf(w, "          fingerprint %s\n", in.Plan.Fingerprint)
+	if in.Leader != nil {
+		fmt.Fprintf(w, "leader    %s (generation %d)\n", in.Leader.Instance, in.Leader.Generation)
+	} else {
+		fmt.Fprintf(w, "leader    none (no worker is running)\n")
+	}
+	var ms []string
+	for _, m := range in.Members {
+		ms = append(ms, fmt.Sprintf("%s (%d lanes, %d assigned)", m.Instance, m.MaxInFlight, len(in.Assignments[m.Instance])))
+	}
+	if len(ms) == 0 {
+		ms = []string{"none"}
+	}
+	fmt.Fprintf(w, "members   %s\n", strings.Join(ms, ", "))
+	s := in.Summary
+	pct := 0.0
+	if s.BytesTotal > 0 {
+		pct = 100 * float64(s.BytesCommitted) / float64(s.BytesTotal)
+	}
+	fmt.Fprintf(w, "state     %s: %d/%d splits completed, %d runnable, %d quarantined; %s of %s committed (%.0f%%)\n",
+		s.State, s.Completed, s.Splits, s.Runnable, s.Quarantined, bytesStr(s.BytesCommitted), bytesStr(s.BytesTotal), pct)
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SPLIT\tSTATUS\tOWNER\tEPOCH\tATTEMPTS\tWATERMARK\tLEASE")
+	for _, sp := range in.Splits {
+		wm := "-"
+		if sp.Watermark != nil {
+			wm = fmt.Sprintf("%d/%d", *sp.Watermark, sp.Weight)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", sp.ID, sp.Status, dash(sp.Owner), sp.Epoch, sp.Attempts, wm, dash(sp.LeaseOwner))
+	}
+	_ = tw.Flush()
+	if s.Quarantined > 0 {
+		fmt.Fprintf(w, "\n%d split(s) quarantined: fix their input, then spate requeue SPLIT --job %s\n", s.Quarantined, in.Job)
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func runRequeue(args []string) int {
+	fs := newFlagSet("requeue", "SPLIT [--yes] [--store URL] [--job NAME]",
+		"Puts a quarantined split back into play: status runnable, attempts reset, owner cleared\nand the epoch bumped, in one fenced compare-and-swap (a zombie of an earlier tenancy\nstays fenced). Running workers pick it up; otherwise run spate backfill again.")
+	var sf storeFlags
+	var jf jobFlags
+	var lf logFlags
+	yes := fs.Bool("yes", false, "do not ask for confirmation")
+	sf.register(fs)
+	jf.register(fs)
+	lf.register(fs, "warn")
+	pos, code, ok := parseArgs(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return exitUsage
+	}
+	id, err := spate.NewSplitID(pos[0])
+	if err != nil {
+		return fail(exitUsage, "%v", err)
+	}
+	log, err := lf.logger(os.Stderr)
+	if err != nil {
+		return fail(exitUsage, "%v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, st, job, err := openJob(ctx, &sf, &jf, log)
+	if err != nil {
+		return fail(exitFailed, "%v", err)
+	}
+	defer conn.close()
+	defer st.Close()
+	js, err := spate.InspectJob(ctx, st, "")
+	if err != nil {
+		return fail(exitFailed, "inspect job %s: %v", job, err)
+	}
+	sp, found := js.Split(id.String())
+	if !found {
+		var q []string
+		for _, s := range js.Splits {
+			if s.Status == spate.StatusQuarantined {
+				q = append(q, s.ID.String())
+			}
+		}
+		hint := "no split is quarantined"
+		if len(q) > 0 {
+			hint = "quarantined: " + strings.Join(q, ", ")
+		}
+		return fail(exitFailed, "job %s has no split %s (%s)", job, id, hint)
+	}
+	if sp.Status != spate.StatusQuarantined {
+		return fail(exitFailed, "split %s of job %s is %s, not quarantined: nothing to requeue", id, job, sp.Status)
+	}
+	wm := "never committed"
+	if sp.Progress != nil {
+		wm = fmt.Sprintf("committed up to byte %d of %d", sp.Progress.Watermark, sp.Weight)
+	}
+	fmt.Printf("split %s of job %s: quarantined after %d attempts at epoch %d, %s\n", id, job, sp.Attempts, sp.Epoch, wm)
+	if !*yes {
+		fmt.Printf("requeue it (runnable again, attempts reset, epoch %d)? [y/N] ", sp.Epoch+1)
+		answer, err := bufio.NewReader(os.Stdin).ReadString('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fail(exitFailed, "read the answer: %v", err)
+		}
+		a := strings.ToLower(strings.TrimSpace(answer))
+		if !slices.Contains([]string{"y", "yes"}, a) {
+			if errors.Is(err, io.EOF) && a == "" {
+				fmt.Println()
+				return fail(exitFailed, "no answer on stdin: not requeued (pass --yes to skip the prompt)")
+			}
+			fmt.Println("not requeued")
+			return exitFailed
+		}
+	}
+	if err := spate.RequeueSplit(ctx, st, js.Plan.Fingerprint, id); err != nil {
+		return fail(exitFailed, "requeue %s: %v", id, err)
+	}
+	after, err := spate.InspectJob(ctx, st, "")
+	if err == nil {
+		if s, ok := after.Split(id.String()); ok {
+			fmt.Printf("requeued %s: %s at epoch %d, %d attempts\n", id, s.Status, s.Epoch, s.Attempts)
+		}
+	}
+	if len(js.Members) > 0 {
+		fmt.Printf("the %d running worker(s) of job %s pick it up\n", len(js.Members), job)
+	} else {
+		fmt.Printf("no worker of job %s is running: run spate backfill again to finish the job\n", job)
+	}
+	return exitOK
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spate-go/spate/internal/natstest"
+)
+
+// A backfill over NATS JetStream KV (an in-process nats-server with TLS and
+// user/password auth): two runs, the second finding the job complete;
+// inspect reads the job's lease from its bucket; conformance passes and
+// deletes its buckets.
+func TestNATSStore(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t, natstest.WithTLS(false), natstest.WithUserPassword("spate", "s3cret"))
+	storeArgs := []string{"--store", srv.URL, "--ca-file", srv.CAFile, "--user", "spate", "--password", "s3cret"}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	lines := writeCorpus(t, src, 6, 500)
+	args := append([]string{"backfill", "--src", src, "--dst", filepath.Join(dir, "dst"), "--job", "natsjob",
+		"--lease", "2s", "--split-bytes", "16384"}, storeArgs...)
+	code, out, errOut := runSpate(t, dir, "", 90*time.Second, args...)
+	expectCode(t, "backfill over nats", code, 0, out, errOut)
+	if !strings.Contains(out, "verified: all "+count(int64(lines))+" input lines") {
+		t.Fatalf("not verified:\n%s", out)
+	}
+	code, out, errOut = runSpate(t, dir, "", 60*time.Second, args...)
+	expectCode(t, "second backfill over nats", code, 0, out, errOut)
+	if !strings.Contains(out, "is already complete") {
+		t.Fatalf("the second run did not find the job complete:\n%s", out)
+	}
+	// inspect opens the job with its recorded lease (2s), not its default.
+	in := inspectJSON(t, dir, append([]string{"--job", "natsjob"}, storeArgs...))
+	if in.Summary.State != "complete" || in.Summary.Completed == 0 {
+		t.Fatalf("inspect over nats: %+v", in.Summary)
+	}
+
+	code, out, errOut = runSpate(t, dir, "", 5*time.Minute, append([]string{"conformance", "--ttl", "2s"}, storeArgs...)...)
+	expectCode(t, "conformance on nats", code, 0, out, errOut)
+	if rows := regexp.MustCompile(`(?m)^Store/\S+\s+PASS\s`).FindAllString(out, -1); len(rows) != 24 {
+		t.Fatalf("want 24 passing store rules, got %d:\n%s", len(rows), out)
+	}
+	// Only the backfill's job is left: the suite deleted its buckets.
+	code, out, errOut = runSpate(t, dir, "", 60*time.Second, append([]string{"inspect"}, storeArgs...)...)
+	expectCode(t, "inspect without --job", code, 0, out, errOut)
+	if !strings.Contains(out, "job       natsjob") {
+		t.Fatalf("inspect did not find the only job left:\n%s", out)
+	}
+}
+
+// A NATS server that refuses the client's credentials fails the
+// conformance preflight clearly.
+func TestConformanceOnNATSWithWrongCredentials(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t, natstest.WithToken("right-token"))
+	code, out, errOut := runSpate(t, t.TempDir(), "", 2*time.Minute, "conformance", "--store", srv.URL, "--token", "wrong-token",
+		"--connect-timeout", "1s")
+	expectCode(t, "conformance with a wrong token", code, exitFailed, out, errOut)
+	for _, want := range []string{"Preflight/StoreOpens  FAIL", "authentication failed", "FAIL: the store refuses"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spate-go/spate/pipeline/filesource"
+)
+
+// outputSuffix names the backfill's output files: DST/<instance>-<shard>.out.
+const outputSuffix = ".out"
+
+// verifyResult compares a source directory with a backfill's output.
+type verifyResult struct {
+	InputFiles   int
+	InputLines   int64
+	InputBytes   int64
+	OutputFiles  int
+	OutputLines  int64
+	Missing      int64    // input lines with no intact output line
+	Duplicates   int64    // intact output lines beyond the first for an input line
+	Damaged      int64    // output lines whose text differs from the input line they name (torn writes)
+	Foreign      int64    // output lines naming no input line
+	Malformed    int64    // output lines without a "path:offset<TAB>" key
+	MissingLines []string // the first few missing lines' keys
+}
+
+// OK reports whether every input line reached the output intact.
+func (r verifyResult) OK() bool { return r.Missing == 0 }
+
+// outLine is one output line: the input offset it names and a hash of its
+// text.
+type outLine struct {
+	off  int64
+	hash uint64
+}
+
+// verifyOutput checks that every line of every file under src appears,
+// with the same text, in the output files under dst. An output line is
+// "<path>:<offset>\t<line>" (the file sink's format over the file source's
+// records): path is the input file relative to src, offset the byte offset
+// of the line's first byte. Memory is 16 bytes per output line.
+func verifyOutput(ctx context.Context, src, dst string) (verifyResult, error) {
+	var r verifyResult
+	seen := map[string][]outLine{} // input path -> output lines naming it
+	outs, err := filepath.Glob(filepath.Join(dst, "*"+outputSuffix))
+	if err != nil {
+		return r, err
+	}
+	for _, p := range outs {
+		r.OutputFiles++
+		if err := scanOutput(p, seen, &r); err != nil {
+			return r, err
+		}
+	}
+	members, err := filesource.ListFiles(ctx, src)
+	if err != nil {
+		return r, err
+	}
+	for _, m := range members {
+		if err := ctx.Err(); err != nil {
+			return r, err
+		}
+		r.InputFiles++
+		r.InputBytes += m.Size
+		got := seen[m.Name]
+		delete(seen, m.Name)
+		slices.SortFunc(got, func(a, b outLine) int { return cmp.Compare(a.off, b.off) })
+		lines, err := inputLines(filepath.Join(src, filepath.FromSlash(m.Name)))
+		if err != nil {
+			return r, err
+		}
+		r.InputLines += int64(len(lines))
+		i := 0
+		for _, in := range lines {
+			for i < len(got) && got[i].off < in.off {
+				r.Foreign++ // an offset that starts no line
+				i++
+			}
+			n := 0
+			for ; i < len(got) && got[i].off == in.off; i++ {
+				if got[i].hash == in.hash {
+					n++
+				} else {
+					r.Damaged++
+				}
+			}
+			if n == 0 {
+				r.Missing++
+				if len(r.MissingLines) < 5 {
+					r.MissingLines = append(r.MissingLines, m.Name+":"+strconv.FormatInt(in.off, 10))
+				}
+			} else {
+				r.Duplicates += int64(n - 1)
+			}
+		}
+		r.Foreign += int64(len(got) - i)
+	}
+	for _, offs := range seen {
+		r.Foreign += int64(len(offs))
+	}
+	return r, nil
+}
+
+func lineHash(b []byte) uint64 {
+	h := fnv.New64a()
+	h.Write(b)
+	return h.Sum64()
+}
+
+func scanOutput(path string, seen map[string][]outLine, r *verifyResult) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(f, 256<<10)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 {
+			r.OutputLines++
+			line = bytes.TrimSuffix(line, []byte{'\n'})
+			key, value, ok := bytes.Cut(line, []byte{'\t'})
+			i := bytes.LastIndexByte(key, ':')
+			var off int64
+			perr := errors.New("no key")
+			if ok && i > 0 {
+				off, perr = strconv.ParseInt(string(key[i+1:]), 10, 64)
+			}
+			if perr != nil {
+				r.Malformed++
+			} else {
+				name := string(key[:i])
+				seen[name] = append(seen[name], outLine{off: off, hash: lineHash(value)})
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", path, err)
+		}
+	}
+}
+
+// inputLines returns every line's first-byte offset and text hash (the
+// newline excluded).
+func inputLines(path string) ([]outLine, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []outLine
+	br := bufio.NewReaderSize(f, 256<<10)
+	var off int64
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 {
+			out = append(out, outLine{off: off, hash: lineHash(bytes.TrimSuffix(line, []byte{'\n'}))})
+			off += int64(len(line))
+		}
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// report renders a verification for people.
+func (r verifyResult) report() string {
+	var b strings.Builder
+	if r.OK() {
+		fmt.Fprintf(&b, "verified: all %s input lines (%d files, %s) are in the output", count(r.InputLines), r.InputFiles, bytesStr(r.InputBytes))
+	} else {
+		fmt.Fprintf(&b, "VERIFICATION FAILED: %s of %s input lines are missing from the output (first: %s)",
+			count(r.Missing), count(r.InputLines), strings.Join(r.MissingLines, ", "))
+	}
+	fmt.Fprintf(&b, "; %s output lines in %d files, %s replayed duplicates", count(r.OutputLines), r.OutputFiles, count(r.Duplicates))
+	if r.Damaged > 0 {
+		fmt.Fprintf(&b, ", %s damaged (torn by a killed writer, each also delivered intact unless counted missing)", count(r.Damaged))
+	}
+	if r.Foreign > 0 || r.Malformed > 0 {
+		fmt.Fprintf(&b, ", %s lines naming no input line, %s malformed", count(r.Foreign), count(r.Malformed))
+	}
+	return b.String()
+}
+
+func runVerify(args []string) int {
+	fs := newFlagSet("verify", "--src DIR --dst DIR",
+		"Checks that every line of every file under --src is in the output files (*.out) under --dst,\nand counts replayed duplicates. Exits 0 only if no line is missing.")
+	src := fs.String("src", "", "the backfill's source directory")
+	dst := fs.String("dst", "", "the backfill's output directory")
+	if _, code, ok := parseArgs(fs, args); !ok {
+		return code
+	}
+	if *src == "" || *dst == "" {
+		fs.Usage()
+		return exitUsage
+	}
+	r, err := verifyOutput(context.Background(), *src, *dst)
+	if err != nil {
+		return fail(exitFailed, "verify: %v", err)
+	}
+	fmt.Println(r.report())
+	if !r.OK() {
+		return exitFailed
+	}
+	return exitOK
+}
