@@ -199,6 +199,8 @@ func (a *actor) handle(cmd *command) error {
 		a.release(cmd.splits, cmd.kind == cmdReleaseDrained)
 	case cmdDecline:
 		a.decline(cmd.split.id)
+	case cmdDepart:
+		a.part()
 	}
 	cmd.reply <- err
 	if f, ok := err.(*fatalCommand); ok {

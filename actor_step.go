@@ -154,7 +154,11 @@ func (a *actor) bumpGeneration(target uint64) error {
 		if o.Won {
 			a.plan, a.planRev = &next, o.Revision
 			a.leading.generation = target
-			a.planDue = true
+			// Decision: a final plan is never re-run. Final means the
+			// enumeration is complete (and its publish proves the seeding
+			// finished); re-running it could only add splits a final plan
+			// must not grow by (a file rewritten since, say).
+			a.planDue = next.Finality != finalityFinal
 			return nil
 		}
 		e, ok, err := a.st.Get(a.ctx, Durable, keyPlan)
@@ -203,6 +207,18 @@ func (a *actor) publish() {
 		}
 		in.Members = append(in.Members, AssignMember{ID: inst, Budget: budget})
 	}
+	// A split with no owner right now may be in flight: handed back by a
+	// revocation and not yet claimed by the member it was moved to. Keep it
+	// with that member, or a recompute in between sends it somewhere else
+	// (often straight back) and the move turns into ping-pong.
+	named := map[string]string{}
+	for inst, e := range a.assigns {
+		if _, live := a.presence[inst]; live {
+			for _, id := range e.val.Splits {
+				named[id] = inst
+			}
+		}
+	}
 	for id, v := range a.splits {
 		p := v.prog
 		if p == nil || p.Status != statusRunnable || p.Completed || v.spec == nil || reserved[id] {
@@ -211,6 +227,9 @@ func (a *actor) publish() {
 		owner := p.owner()
 		if v.lease != nil {
 			owner = v.lease.Owner
+		}
+		if _, live := a.presence[owner]; !live && v.lease == nil {
+			owner = named[id]
 		}
 		in.Splits = append(in.Splits, AssignSplit{ID: id, Weight: v.spec.Weight, Owner: owner})
 	}
@@ -591,7 +610,7 @@ func (a *actor) part() {
 	if a.presenceRev != 0 {
 		_, _ = a.st.Delete(a.ctx, Ephemeral, prefixWorker+a.self, a.presenceRev)
 	}
-	a.log.Info("released every split; leaving the fleet")
+	a.log.Info("leaving the fleet", "still_held", len(a.owned))
 }
 
 // ----- terminal detection -----------------------------------------------------

@@ -40,8 +40,8 @@ func WithMetricLabels(l prometheus.Labels) CoordinatorOption {
 const commandQueueDepth = 64
 
 // StoreCoordinator is a [SplitCoordinator] over any [Store] that keeps the
-// store contract. It implements [DrainReleaser], [RevokeDecliner] and
-// [EpochCommitter] too.
+// store contract. It implements [DrainReleaser], [RevokeDecliner],
+// [EpochCommitter] and [Departer] too.
 //
 // One goroutine per coordinator (the actor) owns every store operation and
 // the local view of the job; the planner runs off it. The methods are a
@@ -78,6 +78,7 @@ var (
 	_ DrainReleaser    = (*StoreCoordinator)(nil)
 	_ RevokeDecliner   = (*StoreCoordinator)(nil)
 	_ EpochCommitter   = (*StoreCoordinator)(nil)
+	_ Departer         = (*StoreCoordinator)(nil)
 )
 
 // NewStoreCoordinator validates cfg against store and returns a coordinator
@@ -219,6 +220,7 @@ const (
 	cmdRelease
 	cmdReleaseDrained
 	cmdDecline
+	cmdDepart
 )
 
 type command struct {
@@ -313,6 +315,11 @@ func (c *StoreCoordinator) Release(ctx context.Context, splits ...SplitID) error
 		c.log.Warn("release did not complete; the leases will expire instead", "splits", len(splits), "err", err)
 	}
 	return nil
+}
+
+// Depart implements [Departer].
+func (c *StoreCoordinator) Depart(ctx context.Context) error {
+	return c.do(ctx, &command{kind: cmdDepart})
 }
 
 // ReleaseDrained implements [DrainReleaser]. Errors are logged, not

@@ -110,6 +110,28 @@ func CommitAt(ctx context.Context, c SplitCoordinator, split SplitID, epoch Leas
 	return c.Commit(ctx, split, p)
 }
 
+// Departer is implemented by coordinators that can leave the fleet while
+// still finishing what they hold. See [Depart].
+type Departer interface {
+	// Depart stops this worker taking part: it claims nothing more, stands
+	// down as leader and withdraws its presence, so the leader reassigns
+	// nothing to it; the splits it still holds stay held (renewed, and
+	// committable) until they complete or are released. A graceful stop
+	// departs first, then hands back what it will not finish — otherwise
+	// the partial hand-back reads as an ordinary release and the worker
+	// claims the splits straight back.
+	Depart(ctx context.Context) error
+}
+
+// Depart calls c.Depart when c implements [Departer]; otherwise it does
+// nothing (the coordinator departs when Release hands back its last split).
+func Depart(ctx context.Context, c SplitCoordinator) error {
+	if d, ok := c.(Departer); ok {
+		return d.Depart(ctx)
+	}
+	return nil
+}
+
 // ReleaseDrained calls c.ReleaseDrained when c implements [DrainReleaser],
 // and falls back to c.Release otherwise (the hand-back then reads as an
 // ordinary one).

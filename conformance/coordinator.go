@@ -36,6 +36,7 @@ var CoordinatorRules = []string{
 	"SilentCancelledDrainIsReleased",
 	"RevokingTheLastSplitIsNotADeparture",
 	"SplitsBeyondTheLaneBudgetQueue",
+	"DepartureKeepsFinishingHeldSplits",
 	"FailedPlanPublishHeals",
 	"MaybeLandedRenewalIsAdopted",
 	"DroppedAssignmentPublishIsRetried",
@@ -45,6 +46,7 @@ var CoordinatorRules = []string{
 	"BrokenWatchesStillComplete",
 	"LeaderDiesAfterAnOpenPhase",
 	"OpenPlanGrowsAndCompletesOnceFinal",
+	"FinalPlanIsNotReplanned",
 	"StartupProbeRejectsABrokenStore",
 	"FingerprintMismatchIsFatal",
 	"AlienRecordIsFatalAndNamesItsKey",
@@ -80,6 +82,8 @@ func RunCoordinator(t *testing.T, newHarness HarnessMaker, opts ...Option) {
 		"SilentCancelledDrainIsReleased":                scenSilentDrain,
 		"RevokingTheLastSplitIsNotADeparture":           scenLastSplit,
 		"SplitsBeyondTheLaneBudgetQueue":                scenQueue,
+		"DepartureKeepsFinishingHeldSplits":             scenDepart,
+		"FinalPlanIsNotReplanned":                       scenFinalNotReplanned,
 		"FailedPlanPublishHeals":                        scenFailedPublish,
 		"MaybeLandedRenewalIsAdopted":                   scenMaybeLandedRenewal,
 		"DroppedAssignmentPublishIsRetried":             scenDroppedAssignment,
@@ -443,8 +447,17 @@ func scenNewcomer(e *env) {
 	})
 	b := f.start("b", withRecords(1<<40), withPerTick(0))
 	f.until(10*leases(f), "a 3/3 split", func() bool { return len(a.held) == 3 && len(b.held) == 3 })
+	f.hold(leases(f), "the 3/3 split", func() bool { return len(a.held) == 3 && len(b.held) == 3 })
 	if len(a.losses) > 0 {
 		e.t.Errorf("rule: a cooperative revocation hands splits back without a loss; a lost %v", a.losses)
+	}
+	for _, g := range b.gains {
+		if g.Epoch > 2 {
+			e.t.Errorf("rule: a rebalance moves a split once (no ping-pong between recomputes); %s reached epoch %d", g.Split.ID, g.Epoch)
+		}
+	}
+	if len(a.gains) != 6 {
+		e.t.Errorf("rule: a worker giving splits up in a rebalance does not claim them back; a gained %d times", len(a.gains))
 	}
 	for _, g := range b.gains {
 		cs := f.commits[g.Split.ID.String()]
@@ -936,5 +949,75 @@ func scenCommitContract(e *env) {
 	}
 	if len(a.losses) > 0 {
 		e.t.Errorf("rule: a commit on a split not held emits no Lost; got %v", a.losses)
+	}
+}
+
+// scenDepart: a worker that departs keeps, renews and can finish what it
+// holds; it is revoked nothing and claims nothing more, so what it hands
+// back goes to its peers.
+func scenDepart(e *env) {
+	f := newFleet(e, planOf("depart", 4))
+	a := f.start("a", withPerTick(0))
+	b := f.start("b", withPerTick(0))
+	f.until(10*leases(f), "a 2/2 split", func() bool { return len(a.held) == 2 && len(b.held) == 2 })
+	if err := spate.Depart(e.ctx, a.c); err != nil {
+		e.t.Fatalf("depart: %v", err)
+	}
+	f.hold(2*leases(f), "a keeping its splits", func() bool { return len(a.held) == 2 })
+	if len(a.revokes) > 0 || len(a.losses) > 0 {
+		e.t.Errorf("rule: a departing worker's held splits are not revoked; a saw revocations %v, losses %v", a.revokes, a.losses)
+	}
+	ids := a.heldIDs()
+	if err := a.c.Release(e.ctx, spate.MustSplitID(ids[0])); err != nil {
+		e.t.Fatalf("release: %v", err)
+	}
+	delete(a.held, ids[0])
+	gains := len(a.gains)
+	f.until(5*leases(f), "b taking the handed-back split", func() bool { _, ok := b.held[ids[0]]; return ok })
+	a.perTick = 5
+	f.until(10*leases(f), "a finishing what it kept", func() bool { return len(a.held) == 0 })
+	if len(a.gains) != gains {
+		e.t.Errorf("rule: a departed worker claims nothing more; it gained %v", a.gains[gains:])
+	}
+	b.perTick = 5
+	f.until(20*leases(f), "AllComplete", func() bool { return b.saw(isAllComplete) })
+	f.checkCommitHistory()
+}
+
+// countingPlanner counts its runs.
+type countingPlanner struct {
+	*staticPlanner
+	mu   sync.Mutex
+	runs int
+}
+
+func (p *countingPlanner) Plan(ctx context.Context, pc spate.PlanContext) (spate.SplitPlan, error) {
+	p.mu.Lock()
+	p.runs++
+	p.mu.Unlock()
+	return p.staticPlanner.Plan(ctx, pc)
+}
+
+// scenFinalNotReplanned: once a plan is final, later leaders do not run the
+// planner again (it could only grow a plan that must not grow).
+func scenFinalNotReplanned(e *env) {
+	p := &countingPlanner{staticPlanner: planOf("finalonce", 2)}
+	f := newFleet(e, p)
+	a := f.start("a", withPerTick(0))
+	f.until(10*leases(f), "a holding the splits", func() bool { return len(a.held) == 2 })
+	b := f.start("b", withPerTick(0))
+	raw := e.open()
+	f.until(5*leases(f), "b joined", func() bool { return len(inspect(e, raw).Members) == 2 })
+	a.kill()
+	f.until(10*leases(f), "b leading", func() bool {
+		js := inspect(e, raw)
+		return js.Leader != nil && js.Leader.Instance == "b" && js.Plan.Generation >= 2
+	})
+	f.until(10*leases(f), "b taking over", func() bool { return len(b.held) == 2 })
+	p.mu.Lock()
+	runs := p.runs
+	p.mu.Unlock()
+	if runs != 1 {
+		e.t.Errorf("rule: a final plan is not re-run by a new leader; the planner ran %d times", runs)
 	}
 }

@@ -74,6 +74,11 @@ func (s *CoordinatedSource[C]) StopReading() error {
 	r, _ := s.Splits.(StopReader)
 	ctx, cancel := s.Driver.ctx()
 	defer cancel()
+	// Leave the fleet first, so the partial hand-back below is not read as
+	// an ordinary release that this worker then claims straight back.
+	if err := spate.Depart(ctx, s.Driver.Coordinator()); err != nil {
+		return err
+	}
 	return s.Driver.ReleaseWhere(ctx, s.Splits, func(id spate.SplitID) bool {
 		return r != nil && !r.Unfinished(id)
 	})
