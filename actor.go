@@ -96,6 +96,8 @@ type actor struct {
 
 	// This worker.
 	owned          map[string]*tenancy
+	selfFenced     map[string]uint64 // splits this process self-fenced, at their epoch
+	forgiven       map[string]bool   // self-fenced splits already re-claimed attempt-free once
 	assigned       map[string]bool
 	assignSeen     bool
 	assignGen      uint64
@@ -132,6 +134,8 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 		loggedPeers: map[string]bool{},
 		assigns:     map[string]assignEntry{},
 		owned:       map[string]*tenancy{},
+		selfFenced:  map[string]uint64{},
+		forgiven:    map[string]bool{},
 		assigned:    map[string]bool{},
 		awaiting:    map[string]time.Time{},
 		revocations: map[string]*revocation{},
@@ -889,10 +893,17 @@ func (a *actor) forgetAssignment() {
 // dropLost ends a tenancy involuntarily: it leaves the durable record and
 // the lease alone, settles any revocation as forced and emits Lost.
 func (a *actor) dropLost(id, reason, why string) {
-	if _, held := a.owned[id]; !held {
+	t, held := a.owned[id]
+	if !held {
 		return
 	}
 	delete(a.owned, id)
+	if reason == "starved" && !a.forgiven[id] {
+		// Once per split and process: a split that starves its worker again
+		// and again may itself be the cause (a pathological input), and
+		// then its attempts must count.
+		a.selfFenced[id] = t.epoch
+	}
 	a.settle(id, "forced")
 	a.m.losses.WithLabelValues(reason).Inc()
 	a.log.Warn("split lost", "split", id, "reason", reason, "why", why)

@@ -320,6 +320,9 @@ func (a *actor) claimInputs(all bool) []claimInput {
 			in.leaseOwner = v.lease.Owner
 			in.leaseOurs = v.lease.Nonce == a.nonce
 		}
+		if e, ok := a.selfFenced[id]; ok && e == v.prog.Epoch {
+			in.selfFenced = true
+		}
 		_, in.held = a.owned[id]
 		out = append(out, in)
 	}
@@ -449,6 +452,10 @@ func (a *actor) claim(c claimCandidate, now time.Time) error {
 			a.m.writes.WithLabelValues("ok").Inc()
 			a.m.acquisitions.WithLabelValues(kind.acquisitionReason()).Inc()
 			a.owned[id] = &tenancy{epoch: next, leaseRev: leaseRev, lastOK: now}
+			if _, sf := a.selfFenced[id]; sf {
+				delete(a.selfFenced, id)
+				a.forgiven[id] = true
+			}
 			a.upsert(id, rec, o.Revision, true)
 			if leaseRev > v.leaseRev {
 				v.lease, v.leaseRev = &lv, leaseRev

@@ -49,6 +49,7 @@ type claimInput struct {
 	attempts   uint32
 	leaseOwner string // live lease owner, "" if no lease
 	leaseOurs  bool   // the live lease is this process's own leftover
+	selfFenced bool   // this process stopped the tenancy itself (store unreachable)
 	hasSpec    bool
 	held       bool // this worker holds it
 }
@@ -74,6 +75,10 @@ func claimCandidates(splits []claimInput, self string, maxAttempts int) []claimC
 			continue
 		case s.leaseOwner == self && !s.leaseOurs:
 			kind = claimReclaim // a restarted predecessor's lease
+		case s.owner == self && s.selfFenced:
+			// This very process stopped the tenancy because it could not
+			// reach the store: no evidence against the split.
+			kind = claimReleased
 		case s.owner != "":
 			kind = claimExpired
 		case s.epoch == 0:

@@ -72,3 +72,15 @@ func TestClaimOrderIgnoresWeight(t *testing.T) {
 		t.Fatalf("got %v", got)
 	}
 }
+
+func TestSelfFencedReclaimConsumesNoAttempt(t *testing.T) {
+	in := claimInput{id: "s", status: statusRunnable, owner: "me", epoch: 3, attempts: 3, hasSpec: true}
+	if c := claimCandidates([]claimInput{in}, "me", 4); len(c) != 1 || !c[0].quarantine {
+		t.Fatalf("a crashed predecessor's split at the cap is quarantined: %v", c)
+	}
+	in.selfFenced = true
+	c := claimCandidates([]claimInput{in}, "me", 4)
+	if len(c) != 1 || c[0].quarantine || c[0].kind != claimReleased {
+		t.Fatalf("a split this process self-fenced is re-claimed attempt-free: %v", c)
+	}
+}

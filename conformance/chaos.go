@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -170,12 +171,42 @@ type splitVersion struct {
 	rev       uint64
 }
 
+// RecordObserver watches a job's split records from the side and checks,
+// on the sequence of versions it sees, that no write by a non-owner is
+// visible (per record, the epoch never decreases and within an epoch the
+// owner only stays or clears) and that committed watermarks never regress.
+// Process-level fault tests use it on the real store.
+type RecordObserver struct{ ob observer }
+
+// NewRecordObserver returns an observer; start it with Watch.
+func NewRecordObserver() *RecordObserver {
+	return &RecordObserver{ob: observer{last: map[string]splitVersion{}}}
+}
+
+// Watch follows s's split records until ctx ends, re-watching after breaks.
+func (r *RecordObserver) Watch(ctx context.Context, s spate.Store) { r.ob.watch(ctx, s) }
+
+// Violations returns what the observer found so far.
+func (r *RecordObserver) Violations() []string {
+	r.ob.mu.Lock()
+	defer r.ob.mu.Unlock()
+	return slices.Clone(r.ob.violations)
+}
+
+// Versions is how many record versions the observer saw.
+func (r *RecordObserver) Versions() int {
+	r.ob.mu.Lock()
+	defer r.ob.mu.Unlock()
+	return r.ob.versions
+}
+
 // observer watches every split record and checks rule (c) and (b) on the
 // sequence of versions it sees.
 type observer struct {
 	mu         sync.Mutex
 	last       map[string]splitVersion
 	violations []string
+	versions   int
 }
 
 func (ob *observer) see(key string, value []byte, rev uint64) {
@@ -191,6 +222,7 @@ func (ob *observer) see(key string, value []byte, rev uint64) {
 		return
 	}
 	ob.last[key] = v
+	ob.versions++
 	if !ok {
 		return
 	}
