@@ -115,7 +115,8 @@ func NewStoreCoordinator(store Store, cfg Config, opts ...CoordinatorOption) (*S
 	}
 	c := &StoreCoordinator{
 		cfg:   cfg,
-		store: &meteredStore{Store: store, timeout: cfg.OpTimeout, m: m},
+		store: &meteredStore{Store: store, timeout: cfg.OpTimeout, m: m,
+			listTimeout: max(3*cfg.OpTimeout, cfg.LeaseDuration/3)},
 		log:   o.logger.With("instance", cfg.InstanceID),
 		m:     m,
 		nonce: RandomHex(),

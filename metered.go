@@ -6,14 +6,17 @@ import (
 	"time"
 )
 
-// meteredStore bounds every store operation except List by opTimeout and
-// times them all. List is timed but not bounded: its duration grows with the
-// number of keys (on some backends it is N+1 round trips). A deadline that
-// expires surfaces as Retryable; a write that timed out may have landed.
+// meteredStore bounds every store operation by opTimeout, except List,
+// whose duration grows with the number of keys (on some backends it is N+1
+// round trips): it gets listTimeout, max(3×OpTimeout, a third of the lease).
+// An unbounded listing once held an actor for forty seconds on a reconnecting
+// client while every commit timed out behind it. A deadline that expires
+// surfaces as Retryable; a write that timed out may have landed.
 type meteredStore struct {
 	Store
-	timeout time.Duration
-	m       *coordMetrics
+	timeout     time.Duration
+	listTimeout time.Duration
+	m           *coordMetrics
 }
 
 func (s *meteredStore) observe(op string, start time.Time) {
@@ -66,7 +69,10 @@ func (s *meteredStore) Delete(ctx context.Context, ks Keyspace, key string, exp 
 
 func (s *meteredStore) List(ctx context.Context, ks Keyspace, prefix string) ([]Entry, error) {
 	defer s.observe("list", time.Now())
-	return s.Store.List(ctx, ks, prefix)
+	ctx, cancel := context.WithTimeout(ctx, s.listTimeout)
+	defer cancel()
+	es, err := s.Store.List(ctx, ks, prefix)
+	return es, timedOut(ctx, "list", err)
 }
 
 // Watch bounds only the establishment: the stream itself lives as long as

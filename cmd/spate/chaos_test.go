@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -122,7 +123,7 @@ func processChaos(t *testing.T, seed uint64) (map[string]int, int) {
 		w.p = start(t, dir, "", "backfill", "--src", src, "--dst", dst, "--store", "etcd://"+proxy.Addr(),
 			"--job", job, "--instance", id, "--lease", lease.String(), "--commit-interval", "200ms",
 			"--rate", "700", "--lanes", "3", "--split-bytes", "65536", "--split-files", "2",
-			"--history", w.history, "--log-format", "text", "--log-level", "warn")
+			"--history", w.history, "--log-format", "text", "--log-level", cmp.Or(os.Getenv("SPATE_CHAOS_LOG_LEVEL"), "warn"))
 		return w
 	}
 	var workers []*chaosWorker
@@ -216,6 +217,17 @@ func processChaos(t *testing.T, seed uint64) (map[string]int, int) {
 	vs = append(vs, obs.Violations()...)
 	for _, v := range vs {
 		t.Errorf("seed %d: %s (reproduce with SPATE_PROCESS_CHAOS_SEED=%d)", seed, v, seed)
+	}
+	if keep := os.Getenv("SPATE_CHAOS_KEEP"); keep != "" || len(vs) > 0 && keep != "" {
+		to := filepath.Join(keep, fmt.Sprintf("seed-%d", seed))
+		_ = os.MkdirAll(to, 0o755)
+		for _, w := range workers {
+			if b, err := os.ReadFile(w.history); err == nil {
+				_ = os.WriteFile(filepath.Join(to, filepath.Base(w.history)), b, 0o644)
+			}
+			_ = os.WriteFile(filepath.Join(to, w.name+".stderr"), []byte(w.p.stderr.String()), 0o644)
+		}
+		t.Logf("histories kept in %s", to)
 	}
 	t.Logf("seed %d: faults %v; %d workers ran; %d history events; %d record versions observed; %d replayed duplicates",
 		seed, faults, len(workers), len(all), obs.Versions(), res.Duplicates)

@@ -201,7 +201,7 @@ func (f *storeFlags) connect(ctx context.Context, log *slog.Logger, mode connect
 			return nil, fmt.Errorf("--store %q names no etcd endpoint", raw)
 		}
 		c.etcdCfg = clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, TLS: tlsCfg,
-			Username: user, Password: pass, Logger: zap.NewNop()}
+			Username: user, Password: pass, Logger: zap.NewNop(), DialOptions: etcd.DialOptions()}
 		c.describe = "etcd at " + strings.Join(eps, ",")
 		return c, nil
 	case "redis", "rediss":
@@ -266,7 +266,8 @@ func (f *storeFlags) connectDefault(ctx context.Context, c *connector, mode conn
 		return nil, fmt.Errorf("default store: %w (pass --store to use another store, or --embed-addr for another port)", err)
 	}
 	c.local = local
-	c.etcdCfg = clientv3.Config{Endpoints: []string{local.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	c.etcdCfg = clientv3.Config{Endpoints: []string{local.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: etcd.DialOptions()}
 	if local.Hosted() {
 		c.describe = fmt.Sprintf("embedded etcd at %s, hosted by this process (data in %s)", f.embedAddr, f.dataDir)
 	} else {
