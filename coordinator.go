@@ -114,7 +114,7 @@ func NewStoreCoordinator(store Store, cfg Config, opts ...CoordinatorOption) (*S
 		return nil, err
 	}
 	c := &StoreCoordinator{
-		cfg:   cfg,
+		cfg: cfg,
 		store: &meteredStore{Store: store, timeout: cfg.OpTimeout, m: m,
 			listTimeout: max(3*cfg.OpTimeout, cfg.LeaseDuration/3)},
 		log:   o.logger.With("instance", cfg.InstanceID),

@@ -307,4 +307,3 @@ func checkCommitsAndResumes(all []histEvent) []string {
 	}
 	return vs
 }
-
