@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -347,11 +348,13 @@ func TestControllerPanicFailsTheRun(t *testing.T) {
 func TestStopReadsOnUntilTheSourceIsDone(t *testing.T) {
 	h := &harness{}
 	h = newHarness(t, testConfig(), modeOK, 0, assign(laneSpec{id: 0, part: 0, forever: true}))
-	var atStop int64
-	h.src.readingOnStop = func() bool { return h.consumed.Load() < atStop+100 }
+	var stopAt atomic.Int64 // read by the controller goroutine
+	stopAt.Store(1 << 62)
+	h.src.readingOnStop = func() bool { return h.consumed.Load() < stopAt.Load()+100 }
 	wait := h.run()
 	waitFor(t, "some data", func() bool { return h.consumed.Load() > 0 })
-	atStop = h.consumed.Load()
+	atStop := h.consumed.Load()
+	stopAt.Store(atStop)
 	h.rt.Stop()
 	r := wait()
 	if r.State != pipeline.Completed {
