@@ -42,6 +42,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/spate-go/spate/internal/embedetcd"
+	"github.com/spate-go/spate/internal/testcerts"
 )
 
 // Credentials of the users an auth-enabled cluster has.
@@ -86,10 +87,10 @@ type Cluster struct {
 	lg      *zap.Logger
 
 	// CA signed the server and client certificates when Options.TLS is set.
-	CA *CA
+	CA *testcerts.CA
 	// ServerCert is every member's serving certificate; ClientCert is a
 	// client certificate the members trust.
-	ServerCert, ClientCert Pair
+	ServerCert, ClientCert testcerts.Pair
 
 	mu sync.Mutex // serialises Kill/Restart
 }
@@ -134,7 +135,7 @@ func start(opts Options) (*Cluster, error) {
 	c := &Cluster{opts: opts, dir: opts.Dir, lg: serverLogger()}
 	if opts.TLS {
 		var err error
-		if c.CA, err = NewCA(c.dir, "spate-test"); err != nil {
+		if c.CA, err = testcerts.New(c.dir, "spate-test"); err != nil {
 			return nil, err
 		}
 		if c.ServerCert, err = c.CA.Server("etcd-server"); err != nil {
@@ -217,7 +218,7 @@ func (c *Cluster) startMember(m *Member, initialCluster string) error {
 		spec.TLS = &embedetcd.TLS{
 			CertFile:       c.ServerCert.CertFile,
 			KeyFile:        c.ServerCert.KeyFile,
-			TrustedCAFile:  c.CA.CertFile(),
+			TrustedCAFile:  c.CA.CertFile,
 			ClientCertAuth: true,
 		}
 	}

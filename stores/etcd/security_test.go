@@ -14,6 +14,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/etcdtest"
+	"github.com/spate-go/spate/internal/testcerts"
 	"github.com/spate-go/spate/stores/etcd"
 )
 
@@ -113,8 +114,7 @@ func requireRetryable(t *testing.T, err error, mentions ...string) {
 func TestTLSClientCertificates(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.Start(t, etcdtest.Options{TLS: true})
-	rogue, err := etcdtest.NewCA(t.TempDir(), "rogue")
-	require.NoError(t, err)
+	rogue := testcerts.NewCA(t, "rogue")
 	rogueClient, err := rogue.Client(etcdtest.JobUser)
 	require.NoError(t, err)
 
