@@ -201,3 +201,28 @@ func TestValidateKey(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckCall(t *testing.T) {
+	ctx := context.Background()
+	if err := spate.CheckCall(ctx, "drv", "get", spate.Durable, "plan", false); err != nil {
+		t.Fatalf("valid call: %v", err)
+	}
+	if err := spate.CheckCall(ctx, "drv", "list", spate.Ephemeral, "split.", true); err != nil {
+		t.Fatalf("valid prefix: %v", err)
+	}
+	for name, err := range map[string]error{
+		"keyspace":     spate.CheckCall(ctx, "drv", "get", spate.Keyspace(9), "plan", false),
+		"key":          spate.CheckCall(ctx, "drv", "get", spate.Durable, "a..b", false),
+		"trailing dot": spate.CheckCall(ctx, "drv", "get", spate.Durable, "split.", false),
+	} {
+		if !spate.IsFatal(err) || !strings.HasPrefix(err.Error(), "drv: get: ") {
+			t.Errorf("%s: %v, want a Fatal error naming driver and op", name, err)
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	err := spate.CheckCall(cctx, "drv", "put", spate.Durable, "plan", false)
+	if !spate.IsRetryable(err) || !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v, want Retryable wrapping context.Canceled", err)
+	}
+}

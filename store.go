@@ -287,6 +287,27 @@ func ClosedError(driver string) error {
 	return fmt.Errorf("%s: store is closed: %w: %w", driver, ErrClosed, ErrFatal)
 }
 
+// CheckCall is the argument check every driver runs before an operation:
+// the keyspace is one of the two, key is a valid key (or, with isPrefix, a
+// valid prefix), and ctx is still live. Errors name the driver and the
+// operation; bad arguments are Fatal, a dead context is Retryable (see
+// [ContextError]).
+func CheckCall(ctx context.Context, driver, op string, ks Keyspace, key string, isPrefix bool) error {
+	if !ks.Valid() {
+		return fmt.Errorf("%s: %s: invalid keyspace %v: %w", driver, op, ks, ErrFatal)
+	}
+	var err error
+	if isPrefix {
+		err = ValidatePrefix(key)
+	} else {
+		err = ValidateKey(key)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %s: %w", driver, op, err)
+	}
+	return ContextError(ctx, driver, op)
+}
+
 // ContextError classifies a context failure as Retryable, keeping the
 // context's own error for errors.Is(err, context.Canceled). It returns nil
 // when ctx is live.

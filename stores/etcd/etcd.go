@@ -266,22 +266,10 @@ func (s *Store) pre(ctx context.Context, op string, ks spate.Keyspace, key strin
 	if s.isClosed() {
 		return spate.ClosedError("etcd")
 	}
-	if !ks.Valid() {
-		return fmt.Errorf("etcd: %s: invalid keyspace %v: %w", op, ks, spate.ErrFatal)
-	}
 	if err := s.cli.Ctx().Err(); err != nil {
 		return fmt.Errorf("etcd: %s: the etcd client was closed by its owner while the store is open: %w: %w", op, err, spate.ErrFatal)
 	}
-	var err error
-	if isPrefix {
-		err = spate.ValidatePrefix(key)
-	} else {
-		err = spate.ValidateKey(key)
-	}
-	if err != nil {
-		return fmt.Errorf("etcd: %s: %w", op, err)
-	}
-	return spate.ContextError(ctx, "etcd", op)
+	return spate.CheckCall(ctx, "etcd", op, ks, key, isPrefix)
 }
 
 func (s *Store) preWrite(ctx context.Context, op string, ks spate.Keyspace, key string, value []byte) error {

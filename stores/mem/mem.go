@@ -162,19 +162,7 @@ func (s *Store) pre(ctx context.Context, op string, ks spate.Keyspace, key strin
 	if err := s.check(); err != nil {
 		return err
 	}
-	if !ks.Valid() {
-		return spate.Fatalf("mem: %s: invalid keyspace %v", op, ks)
-	}
-	var err error
-	if isPrefix {
-		err = spate.ValidatePrefix(key)
-	} else {
-		err = spate.ValidateKey(key)
-	}
-	if err != nil {
-		return fmt.Errorf("mem: %s: %w", op, err)
-	}
-	return spate.ContextError(ctx, "mem", op)
+	return spate.CheckCall(ctx, "mem", op, ks, key, isPrefix)
 }
 
 // Create implements [spate.Store].

@@ -351,19 +351,7 @@ func (s *Store) pre(ctx context.Context, op string, ks spate.Keyspace, key strin
 	if closed {
 		return nil, spate.ClosedError(driver)
 	}
-	if !ks.Valid() {
-		return nil, fmt.Errorf("nats: %s: invalid keyspace %v: %w", op, ks, spate.ErrFatal)
-	}
-	var err error
-	if isPrefix {
-		err = spate.ValidatePrefix(key)
-	} else {
-		err = spate.ValidateKey(key)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("nats: %s: %w", op, err)
-	}
-	if err := spate.ContextError(ctx, driver, op); err != nil {
+	if err := spate.CheckCall(ctx, driver, op, ks, key, isPrefix); err != nil {
 		return nil, err
 	}
 	return s.b[ks-1], nil

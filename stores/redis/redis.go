@@ -395,19 +395,7 @@ func (s *Store) pre(ctx context.Context, op string, ks spate.Keyspace, key strin
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
-	if !ks.Valid() {
-		return spate.Fatalf("redis: %s: invalid keyspace %v", op, ks)
-	}
-	var err error
-	if isPrefix {
-		err = spate.ValidatePrefix(key)
-	} else {
-		err = spate.ValidateKey(key)
-	}
-	if err != nil {
-		return fmt.Errorf("redis: %s: %w", op, err)
-	}
-	return spate.ContextError(ctx, driver, op)
+	return spate.CheckCall(ctx, driver, op, ks, key, isPrefix)
 }
 
 func (s *Store) space(ks spate.Keyspace) *keyspaceKeys { return &s.ks[ks-1] }
