@@ -19,6 +19,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/etcdtest"
+	"github.com/spate-go/spate/internal/freeport"
 	"github.com/spate-go/spate/internal/redistest"
 	"github.com/spate-go/spate/pipeline/filesource"
 	"github.com/spate-go/spate/stores/etcd"
@@ -38,7 +39,7 @@ func TestBackfillOverEmbeddedEtcdResumesAfterSIGINT(t *testing.T) {
 	dir := t.TempDir()
 	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
 	lines := writeCorpus(t, src, 24, 2500)
-	port := freePortPair(t)
+	port := freeport.WithOffset(t, 10)
 	common := []string{"backfill", "--src", src, "--dst", dst, "--data-dir", filepath.Join(dir, ".spate", "etcd"),
 		"--embed-addr", "127.0.0.1:" + strconv.Itoa(port), "--lease", "2s", "--split-bytes", "65536", "--split-files", "2",
 		"--commit-interval", "200ms", "--lanes", "4"}

@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -163,27 +161,6 @@ func expectCode(t *testing.T, what string, code, want int, stdout, stderr string
 	if code != want {
 		t.Fatalf("%s: exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", what, code, want, stdout, stderr)
 	}
-}
-
-// freePortPair finds a loopback port p such that p+10 is free too (the
-// embedded store's peer port).
-func freePortPair(t *testing.T) int {
-	t.Helper()
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+10))
-		l.Close()
-		if err == nil {
-			l2.Close()
-			return p
-		}
-	}
-	t.Fatal("no free port pair")
-	return 0
 }
 
 // writeCorpus writes files*lines lines under dir and returns the line count.

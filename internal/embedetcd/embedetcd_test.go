@@ -15,30 +15,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
+
+	"github.com/spate-go/spate/internal/freeport"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// freePortPair finds a loopback port p with p+10 free too (the peer port
-// StartOrJoin derives).
-func freePortPair(t *testing.T) int {
-	t.Helper()
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+10))
-		l.Close()
-		if err == nil {
-			l2.Close()
-			return p
-		}
-	}
-	t.Fatal("no free port pair")
-	return 0
-}
 
 func client(t *testing.T, endpoint string) *clientv3.Client {
 	t.Helper()
@@ -55,7 +36,7 @@ func client(t *testing.T, endpoint string) *clientv3.Client {
 // start reads the data back from the directory.
 func TestStartOrJoin(t *testing.T) {
 	ctx := t.Context()
-	opts := LocalOptions{DataDir: filepath.Join(t.TempDir(), "etcd"), ClientAddr: "127.0.0.1:" + strconv.Itoa(freePortPair(t))}
+	opts := LocalOptions{DataDir: filepath.Join(t.TempDir(), "etcd"), ClientAddr: "127.0.0.1:" + strconv.Itoa(freeport.WithOffset(t, 10))}
 	host, err := StartOrJoin(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +104,7 @@ func TestStartOrJoinRefusesAForeignListener(t *testing.T) {
 // second member on the same data.
 func TestStartOrJoinWaitsForTheLockHolder(t *testing.T) {
 	dir := t.TempDir()
-	port := freePortPair(t)
+	port := freeport.WithOffset(t, 10)
 	opts := LocalOptions{DataDir: filepath.Join(dir, "etcd"), ClientAddr: "127.0.0.1:" + strconv.Itoa(port), JoinTimeout: 30 * time.Second}
 	lock, err := os.OpenFile(opts.DataDir+".lock", os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {

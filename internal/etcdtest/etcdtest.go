@@ -25,7 +25,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -42,6 +41,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/spate-go/spate/internal/embedetcd"
+	"github.com/spate-go/spate/internal/freeport"
 	"github.com/spate-go/spate/internal/testcerts"
 )
 
@@ -174,7 +174,7 @@ func (c *Cluster) startMembers() error {
 		scheme = "https"
 	}
 	for i := range c.members {
-		ports, err := freePorts(2)
+		ports, err := freeport.Ports(2)
 		if err != nil {
 			return err
 		}
@@ -415,25 +415,6 @@ func (c *Cluster) WaitLeader(timeout time.Duration) (int, error) {
 		}
 		<-tick.C
 	}
-}
-
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // serverLogger is quiet unless the run is verbose or SPATE_ETCD_LOG asks.

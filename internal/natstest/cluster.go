@@ -10,6 +10,8 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spate-go/spate/internal/freeport"
 )
 
 // Cluster is a JetStream cluster of in-process servers on loopback.
@@ -22,7 +24,7 @@ type Cluster struct {
 // are for single servers only). The cluster shuts down at cleanup.
 func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
-	ports, err := freePorts(2 * n)
+	ports, err := freeport.Ports(2 * n)
 	if err != nil {
 		t.Fatalf("natstest: free ports: %v", err)
 	}

@@ -236,27 +236,6 @@ func (s *Server) clientOptions(extra []natsgo.Option) []natsgo.Option {
 	return append(opts, extra...)
 }
 
-// freePorts reserves n loopback ports by listening and closing; a cluster
-// needs its ports before its first node starts.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 // Eventually polls cond every 20ms until it holds or d passes. Use it only
 // for server state that has no event to wait on (a leader being elected).
 func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
