@@ -167,7 +167,8 @@
 // losing a write on crash, revisions going backwards after a crash during
 // compaction, watch events lost or duplicated after partitions) are fixed in
 // current releases; run a current v3.5+ release (v3.7.x is what this
-// package is tested against).
+// package is tested against). [New] asks every endpoint for its version and
+// refuses a member older than [MinServerVersion] with a Fatal error.
 //
 // Durability: a write is acknowledged once a majority of members has it in
 // its fsynced raft log. It survives the crash or loss of a minority of

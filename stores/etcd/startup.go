@@ -19,9 +19,9 @@ import (
 )
 
 // startupCheck proves, within Options.StartupTimeout, that the cluster has
-// quorum, that the client's identity may read and write the prefix, and that
-// TTL is not below the server's minimum lease TTL. It writes nothing that
-// outlives it.
+// quorum, that every member that answers runs a supported release, that the
+// client's identity may read and write the prefix, and that TTL is not below
+// the server's minimum lease TTL. It writes nothing that outlives it.
 func (s *Store) startupCheck(parent context.Context) error {
 	ctx, cancel := context.WithTimeout(parent, s.opts.StartupTimeout)
 	defer cancel()
@@ -30,6 +30,9 @@ func (s *Store) startupCheck(parent context.Context) error {
 	// on the whole prefix range.
 	if _, err := s.cli.Get(ctx, s.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
 		return s.startupError(parent, ctx, "read the prefix", err)
+	}
+	if err := s.checkServerVersion(ctx); err != nil {
+		return err
 	}
 	// A transaction whose condition can never hold (no key has a negative
 	// create revision) writes nothing, but the server checks permission for

@@ -9,13 +9,12 @@ import (
 	"io/fs"
 	"net"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/version"
 )
 
 // Connect dials servers (a comma-separated URL list) with nats.go and
@@ -98,46 +97,13 @@ func checkServerVersion(v string) error {
 	if v == "" {
 		return fmt.Errorf("nats: open: the connection has no server version (not connected): %w", spate.ErrRetryable)
 	}
-	major, minor, patch, ok := parseVersion(v)
-	if !ok {
+	old, err := version.Older(v, MinServerVersion)
+	if err != nil {
 		return fmt.Errorf("nats: open: cannot parse the server version %q: %w", v, spate.ErrFatal)
 	}
-	if compareVersion(major, minor, patch, 2, 11, 0) < 0 {
+	if old {
 		return fmt.Errorf("nats: open: nats-server %s is older than %s, which spate needs for limit markers (lease expiry reaches watchers only with them): upgrade the NATS servers to %s or newer: %w",
 			v, MinServerVersion, MinServerVersion, spate.ErrFatal)
 	}
 	return nil
-}
-
-// parseVersion reads "2.11.3", "v2.11.3", "2.12.0-RC.1" or "2.11".
-func parseVersion(v string) (major, minor, patch int, ok bool) {
-	v = strings.TrimPrefix(strings.TrimSpace(v), "v")
-	if i := strings.IndexAny(v, "-+ "); i >= 0 {
-		v = v[:i]
-	}
-	parts := strings.Split(v, ".")
-	if len(parts) < 2 || len(parts) > 3 {
-		return 0, 0, 0, false
-	}
-	nums := make([]int, 3)
-	for i, p := range parts {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 0 {
-			return 0, 0, 0, false
-		}
-		nums[i] = n
-	}
-	return nums[0], nums[1], nums[2], true
-}
-
-func compareVersion(a1, a2, a3, b1, b2, b3 int) int {
-	for _, d := range [][2]int{{a1, b1}, {a2, b2}, {a3, b3}} {
-		if d[0] != d[1] {
-			if d[0] < d[1] {
-				return -1
-			}
-			return 1
-		}
-	}
-	return 0
 }
