@@ -436,7 +436,8 @@ func TestConformancePassesAgainstEtcd(t *testing.T) {
 }
 
 // spate conformance fails clearly against a Redis that refuses scripts
-// (EVAL renamed away), and passes against a healthy one, leaving no keys.
+// (EVAL renamed away) and against one configured as an evicting cache, and
+// passes against a healthy one, leaving no keys.
 func TestConformanceOnRedis(t *testing.T) {
 	t.Parallel()
 	t.Run("EVALRenamed", func(t *testing.T) {
@@ -445,6 +446,17 @@ func TestConformanceOnRedis(t *testing.T) {
 		code, out, errOut := runSpate(t, t.TempDir(), "", 2*time.Minute, "conformance", "--store", "redis://"+srv.Addr())
 		expectCode(t, "conformance on a redis without EVAL", code, exitFailed, out, errOut)
 		for _, want := range []string{"Preflight/StoreOpens  FAIL", "does not accept EVAL", "rename-command", "FAIL: the store refuses"} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("output lacks %q:\n%s", want, out)
+			}
+		}
+	})
+	t.Run("EvictingCache", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t, redistest.WithArgs("--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"))
+		code, out, errOut := runSpate(t, t.TempDir(), "", 2*time.Minute, "conformance", "--store", "redis://"+srv.Addr())
+		expectCode(t, "conformance on an evicting redis", code, exitFailed, out, errOut)
+		for _, want := range []string{"Preflight/StoreOpens  FAIL", "maxmemory-policy allkeys-lru", "set maxmemory-policy to noeviction", "FAIL: the store refuses"} {
 			if !strings.Contains(out, want) {
 				t.Fatalf("output lacks %q:\n%s", want, out)
 			}

@@ -3,7 +3,8 @@
 // go-redis UniversalClient: a single primary, Sentinel (a failover client)
 // or Cluster. Its tests run against real redis-server 7.0 processes: a
 // single primary (plain, with ACL and TLS, with AOF across a crash) and a
-// one-node Cluster; Sentinel is not tested.
+// one-node Cluster; Sentinel is not tested. [New] refuses an older server
+// with a Fatal error (see [MinServerVersion] for why 7.0).
 //
 // # What Redis can promise
 //
@@ -27,7 +28,9 @@
 // everything since the last snapshot.
 //
 // Keys carry no Redis TTL, so a maxmemory-policy of allkeys-* could evict
-// them: use noeviction or a volatile-* policy.
+// them: use noeviction or a volatile-* policy. [New] refuses a server with a
+// memory limit and an allkeys-* policy (read from INFO memory) with a Fatal
+// error.
 //
 // # Keys
 //

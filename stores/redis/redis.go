@@ -205,11 +205,14 @@ func New(ctx context.Context, client goredis.UniversalClient, opts Options) (*St
 	return s, nil
 }
 
-// startupCheck proves that the server runs our scripts for this user, and
-// that the job's recorded layout and TTL match.
+// startupCheck proves that the server is new enough and runs our scripts
+// for this user, and that the job's recorded layout and TTL match.
 func (s *Store) startupCheck(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, startupBound)
 	defer cancel()
+	if err := s.checkServerVersion(ctx); err != nil {
+		return err
+	}
 	keys := append([]string{s.meta}, s.ks[0].keys...)
 	keys = append(keys, s.ks[1].keys...)
 	args := []any{layout, s.ks[1].ttl}
