@@ -21,3 +21,19 @@ func TestRootImportsNoDriverOrBackend(t *testing.T) {
 		}
 	}
 }
+
+// The directory backfill must not drag the Go CDK into every pipeline user:
+// only pipeline/filesource/blobsource imports it.
+func TestFilesourceImportsNoCloudSDK(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "./pipeline", "./pipeline/filesource").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, banned := range []string{"gocloud.dev/", "github.com/aws/", "cloud.google.com/", "github.com/Azure/"} {
+			if strings.HasPrefix(dep, banned) {
+				t.Errorf("pipeline or pipeline/filesource depends on %s", dep)
+			}
+		}
+	}
+}

@@ -60,9 +60,9 @@ stalled on quarantined splits (see spate inspect, spate requeue); 130/143
 interrupted by SIGINT/SIGTERM after a graceful hand-back.`
 
 func (f *backfillFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.src, "src", "", "source directory (required)")
+	fs.StringVar(&f.src, "src", "", "source: a directory, or a bucket URL (file:///path, s3://bucket?region=…&prefix=…) (required)")
 	fs.StringVar(&f.dst, "dst", "", "destination directory (required)")
-	fs.StringVar(&f.job, "job", "", "job name (default: derived from the source directory)")
+	fs.StringVar(&f.job, "job", "", "job name (default: derived from the source)")
 	fs.StringVar(&f.instance, "instance", "", "this worker's id, unique among live workers (default: host name and a random suffix); a stable id reclaims its splits at once after a crash")
 	fs.IntVar(&f.lanes, "lanes", spate.DefaultMaxInFlight, "splits this worker holds at once")
 	fs.IntVar(&f.threads, "threads", min(runtime.GOMAXPROCS(0), 4), "pipeline threads")
@@ -82,7 +82,7 @@ func (f *backfillFlags) register(fs *flag.FlagSet) {
 
 func runBackfill(args []string) int {
 	var f backfillFlags
-	fs := newFlagSet("backfill", "--src DIR --dst DIR [flags]", backfillAbout)
+	fs := newFlagSet("backfill", "--src DIR|URL --dst DIR [flags]", backfillAbout)
 	f.register(fs)
 	f.store.register(fs)
 	f.log.register(fs, "warn")
@@ -97,8 +97,8 @@ func runBackfill(args []string) int {
 	return f.run()
 }
 
-// deriveJob names a job after its source directory: the base name and a
-// hash of the absolute path.
+// deriveJob names a job after its source (an absolute directory, or a
+// bucket URL's location): the base name and a hash of the whole.
 func deriveJob(absSrc string) string {
 	sum := sha256.Sum256([]byte(absSrc))
 	return sanitizeID(filepath.Base(absSrc), 40, "src") + "-" + hex.EncodeToString(sum[:4])
@@ -208,22 +208,21 @@ func readJob(ctx context.Context, st spate.Store) (jobSummary, *spate.JobState, 
 
 func (f *backfillFlags) run() int {
 	started := time.Now()
-	src, err := filepath.Abs(f.src)
+	in, err := openInput(context.Background(), f.src)
 	if err != nil {
 		return fail(exitUsage, "--src: %v", err)
 	}
+	defer in.close()
+	src := in.location
 	dst, err := filepath.Abs(f.dst)
 	if err != nil {
 		return fail(exitUsage, "--dst: %v", err)
 	}
-	if st, err := os.Stat(src); err != nil || !st.IsDir() {
-		return fail(exitUsage, "--src %s is not a directory", f.src)
-	}
-	if within(dst, src) || within(src, dst) {
+	if in.dir != "" && (within(dst, in.dir) || within(in.dir, dst)) {
 		return fail(exitUsage, "--src and --dst must not contain each other (the output would become input)")
 	}
-	if f.store.url == "" {
-		if dd, err := filepath.Abs(f.store.dataDir); err == nil && within(dd, src) {
+	if f.store.url == "" && in.dir != "" {
+		if dd, err := filepath.Abs(f.store.dataDir); err == nil && within(dd, in.dir) {
 			return fail(exitUsage, "the embedded store's data directory %s is inside --src; pass --data-dir elsewhere", f.store.dataDir)
 		}
 	}
@@ -281,7 +280,7 @@ func (f *backfillFlags) run() int {
 	defer st.Close()
 
 	popts := filesource.PlannerOptions{TargetBytes: f.splitBytes, MaxFiles: f.splitFiles}
-	planner := filesource.NewPlanner(src, popts)
+	planner := filesource.NewPlanner(in.objs, popts)
 	before, _, err := readJob(runCtx, st)
 	if err != nil {
 		return fail(exitFailed, "read job %s: %v", job, err)
@@ -338,7 +337,7 @@ func (f *backfillFlags) run() int {
 	}
 	obs := newObserver(con, hist)
 	oc := &observedCoord{StoreCoordinator: coord, obs: obs}
-	splits := &observedSplits{Source: filesource.NewSource(src), obs: obs}
+	splits := &observedSplits{Source: filesource.NewSource(in.objs), obs: obs}
 	source := pipeline.NewCoordinatedSource(oc, splits, planner, pipeline.StallDrains(true), pipeline.DriverLogger(log))
 	fileSink, err := pipeline.NewFileSink(dst, instance)
 	if err != nil {
@@ -387,7 +386,7 @@ func (f *backfillFlags) run() int {
 	ms.stop()
 
 	complete, stalled := obs.verdict()
-	code := f.finish(con, job, src, dst, obs, final, complete, stalled, sigs.signal(), report, runErr, closeErr, started)
+	code := f.finish(con, job, in, dst, obs, final, complete, stalled, sigs.signal(), report, runErr, closeErr, started)
 	hist.record("exit", map[string]any{"code": code})
 
 	if conn.hosted() {
@@ -398,7 +397,7 @@ func (f *backfillFlags) run() int {
 
 // finish prints the outcome and the summary, runs the verification and
 // returns the exit code.
-func (f *backfillFlags) finish(con *console, job, src, dst string, obs *observer, final jobSummary, complete bool,
+func (f *backfillFlags) finish(con *console, job string, in *input, dst string, obs *observer, final jobSummary, complete bool,
 	stalled *spate.Stalled, sig os.Signal, report pipeline.ExitReport, runErr, closeErr error, started time.Time) int {
 	elapsed := time.Since(started)
 	code := exitOK
@@ -420,7 +419,7 @@ func (f *backfillFlags) finish(con *console, job, src, dst string, obs *observer
 	}
 	var verified *verifyResult
 	if code == exitOK && f.verify {
-		r, err := verifyOutput(context.Background(), src, dst)
+		r, err := verifyOutput(context.Background(), in.objs, dst)
 		if err != nil {
 			con.line("verification could not run: %v", err)
 			code = exitFailed

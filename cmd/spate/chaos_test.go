@@ -22,6 +22,7 @@ import (
 	"github.com/spate-go/spate/conformance"
 	"github.com/spate-go/spate/internal/etcdtest"
 	"github.com/spate-go/spate/internal/faultproxy"
+	"github.com/spate-go/spate/pipeline/filesource"
 	"github.com/spate-go/spate/stores/etcd"
 )
 
@@ -199,7 +200,7 @@ func processChaos(t *testing.T, seed uint64) (map[string]int, int) {
 
 	var vs []string
 	// (a) every input line reached the output.
-	res, err := verifyOutput(ctxT(t, time.Minute), src, dst)
+	res, err := verifyOutput(ctxT(t, time.Minute), filesource.Dir(src), dst)
 	if err != nil {
 		t.Fatal(err)
 	}

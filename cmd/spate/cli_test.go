@@ -295,7 +295,7 @@ func TestQuarantinedSplitInspectAndRequeue(t *testing.T) {
 	// Plan the job (as its first worker's leader would), then damage one
 	// planned file: it is now shorter than the plan says.
 	st := openEtcdJob(t, cluster, job, 2*time.Second)
-	planJob(t, st, filesource.NewPlanner(src, popts))
+	planJob(t, st, filesource.NewPlanner(filesource.Dir(src), popts))
 	victim := filepath.Join(src, "part-1", "f04.txt")
 	orig, err := os.ReadFile(victim)
 	if err != nil {
@@ -494,6 +494,26 @@ func TestBackfillMemStore(t *testing.T) {
 	}
 }
 
+// A bucket URL is a source like a directory: the Go CDK's file:// driver
+// reads the same corpus, the run verifies against the bucket, and spate
+// verify takes the URL too.
+func TestBackfillFromABucketURL(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	lines := writeCorpus(t, src, 5, 400)
+	srcURL := "file://" + filepath.ToSlash(src) + "?metadata=skip"
+	dst := filepath.Join(dir, "dst")
+	code, out, errOut := runSpate(t, dir, "", 60*time.Second, "backfill", "--src", srcURL, "--dst", dst,
+		"--store", "mem://", "--lease", "1s", "--split-bytes", "8192")
+	expectCode(t, "bucket backfill", code, 0, out, errOut)
+	if !strings.Contains(out, "verified: all "+count(int64(lines))+" input lines") {
+		t.Fatalf("not verified:\n%s", out)
+	}
+	code, out, errOut = runSpate(t, dir, "", 30*time.Second, "verify", "--src", srcURL, "--dst", dst)
+	expectCode(t, "verify against the bucket", code, 0, out, errOut)
+}
+
 // Usage errors exit 2 and say what is wrong.
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
@@ -507,6 +527,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"backfill", "--src", dir, "--dst", filepath.Join(dir, "out")}, "must not contain each other"},
 		{[]string{"backfill", "--src", dir, "--dst", filepath.Join(t.TempDir(), "out"), "--store", "bogus://x"}, `unknown scheme "bogus"`},
 		{[]string{"requeue"}, "Usage: spate requeue"},
+		{[]string{"backfill", "--src", "gopher://bucket", "--dst", filepath.Join(t.TempDir(), "out"), "--store", "mem://"}, "bucket schemes in this build: file, s3"},
+		{[]string{"backfill", "--src", filepath.Join(dir, "absent"), "--dst", filepath.Join(t.TempDir(), "out"), "--store", "mem://"}, "is not a directory (nor a bucket URL"},
 	} {
 		code, out, errOut := runSpate(t, dir, "", 30*time.Second, tc.args...)
 		if code == 0 || !strings.Contains(out+errOut, tc.want) {

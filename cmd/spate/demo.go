@@ -23,6 +23,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/embedetcd"
+	"github.com/spate-go/spate/pipeline/filesource"
 )
 
 const demoAbout = `A self-contained proof of spate on this machine, in under a minute:
@@ -345,7 +346,7 @@ func (f *demoFlags) run() (code int) {
 	if final.exists && !final.completedAll && failure == "" {
 		failure = "the job did not complete"
 	}
-	r, verr := verifyOutput(context.Background(), src, dst)
+	r, verr := verifyOutput(context.Background(), filesource.Dir(src), dst)
 	if verr != nil {
 		failure = fmt.Sprintf("verification could not run: %v", verr)
 	} else {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/pipeline/filesource/blobsource"
 )
 
 // jobFlags pick a job on a store: --job, or the job backfill derives from
@@ -29,7 +30,7 @@ type jobFlags struct {
 
 func (j *jobFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&j.job, "job", "", "job name (default: derived from --src, or the store's only job)")
-	fs.StringVar(&j.src, "src", "", "the job's source directory (to derive the job name as backfill does)")
+	fs.StringVar(&j.src, "src", "", "the job's source directory or bucket URL (to derive the job name as backfill does)")
 	fs.DurationVar(&j.lease, "lease", 15*time.Second, "the job's --lease (Redis records it with the job and refuses another; read from the store when it can be)")
 }
 
@@ -62,11 +63,17 @@ func openJob(ctx context.Context, sf *storeFlags, jf *jobFlags, log *slog.Logger
 func resolveJob(ctx context.Context, conn *connector, jf *jobFlags) (string, error) {
 	job := jf.job
 	if job == "" && jf.src != "" {
-		abs, err := filepath.Abs(jf.src)
+		var loc string
+		var err error
+		if isBucketURL(jf.src) {
+			loc, err = blobsource.Location(jf.src)
+		} else {
+			loc, err = filepath.Abs(jf.src)
+		}
 		if err != nil {
 			return "", err
 		}
-		job = deriveJob(abs)
+		job = deriveJob(loc)
 	}
 	if job != "" {
 		if err := validateJob(job); err != nil {

@@ -51,7 +51,7 @@ type outLine struct {
 // "<path>:<offset>\t<line>" (the file sink's format over the file source's
 // records): path is the input file relative to src, offset the byte offset
 // of the line's first byte. Memory is 16 bytes per output line.
-func verifyOutput(ctx context.Context, src, dst string) (verifyResult, error) {
+func verifyOutput(ctx context.Context, src filesource.Objects, dst string) (verifyResult, error) {
 	var r verifyResult
 	seen := map[string][]outLine{} // input path -> output lines naming it
 	outs, err := filepath.Glob(filepath.Join(dst, "*"+outputSuffix))
@@ -64,7 +64,7 @@ func verifyOutput(ctx context.Context, src, dst string) (verifyResult, error) {
 			return r, err
 		}
 	}
-	members, err := filesource.ListFiles(ctx, src)
+	members, err := src.List(ctx)
 	if err != nil {
 		return r, err
 	}
@@ -77,7 +77,7 @@ func verifyOutput(ctx context.Context, src, dst string) (verifyResult, error) {
 		got := seen[m.Name]
 		delete(seen, m.Name)
 		slices.SortFunc(got, func(a, b outLine) int { return cmp.Compare(a.off, b.off) })
-		lines, err := inputLines(filepath.Join(src, filepath.FromSlash(m.Name)))
+		lines, err := inputLines(ctx, src, m.Name)
 		if err != nil {
 			return r, err
 		}
@@ -156,8 +156,8 @@ func scanOutput(path string, seen map[string][]outLine, r *verifyResult) error {
 
 // inputLines returns every line's first-byte offset and text hash (the
 // newline excluded).
-func inputLines(path string) ([]outLine, error) {
-	f, err := os.Open(path)
+func inputLines(ctx context.Context, src filesource.Objects, name string) ([]outLine, error) {
+	f, _, err := src.Open(ctx, name, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -200,9 +200,9 @@ func (r verifyResult) report() string {
 }
 
 func runVerify(args []string) int {
-	fs := newFlagSet("verify", "--src DIR --dst DIR",
+	fs := newFlagSet("verify", "--src DIR|URL --dst DIR",
 		"Checks that every line of every file under --src is in the output files (*.out) under --dst,\nand counts replayed duplicates. Exits 0 only if no line is missing.")
-	src := fs.String("src", "", "the backfill's source directory")
+	src := fs.String("src", "", "the backfill's source: a directory or a bucket URL")
 	dst := fs.String("dst", "", "the backfill's output directory")
 	if _, code, ok := parseArgs(fs, args); !ok {
 		return code
@@ -211,7 +211,12 @@ func runVerify(args []string) int {
 		fs.Usage()
 		return exitUsage
 	}
-	r, err := verifyOutput(context.Background(), *src, *dst)
+	in, err := openInput(context.Background(), *src)
+	if err != nil {
+		return fail(exitUsage, "--src: %v", err)
+	}
+	defer in.close()
+	r, err := verifyOutput(context.Background(), in.objs, *dst)
 	if err != nil {
 		return fail(exitFailed, "verify: %v", err)
 	}

@@ -71,7 +71,7 @@ func startWorkerWith(t *testing.T, name string, store spate.Store, in string, po
 	// A sink that takes a few milliseconds per write keeps the job running
 	// long enough to kill a worker in the middle of it.
 	slow := slowSink{out}
-	rt, err := pipeline.Build(pcfg, filesource.New(in, coord, popts), nil,
+	rt, err := pipeline.Build(pcfg, filesource.New(filesource.Dir(in), coord, popts), nil,
 		[]pipeline.SinkSpec{{Name: "file", Sink: slow, Options: sinkOpts()}}, pipeline.WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)

@@ -42,7 +42,7 @@ func Example() {
 	sink, _ := pipeline.NewFileSink(out, "lines")
 	defer sink.Close()
 	rt, err := pipeline.Build(pipeline.Config{Name: "backfill", CommitInterval: 50 * time.Millisecond},
-		filesource.New(in, coord, filesource.PlannerOptions{}), nil,
+		filesource.New(filesource.Dir(in), coord, filesource.PlannerOptions{}), nil,
 		[]pipeline.SinkSpec{{Name: "file", Sink: sink, Options: pipeline.SinkOptions{Linger: 5 * time.Millisecond}}},
 		pipeline.WithLogger(quiet))
 	if err != nil {

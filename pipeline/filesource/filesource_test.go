@@ -70,7 +70,7 @@ func genCorpus(t *testing.T, dir string, nfiles, maxLines int, seed uint64) map[
 func TestPlannerIsDeterministicAndPacksByBytes(t *testing.T) {
 	dir := t.TempDir()
 	corpus(t, dir, map[string]string{"a": strings.Repeat("x\n", 50), "b": strings.Repeat("y\n", 50), "c": strings.Repeat("z\n", 200), "d": "", "e": "q\n"})
-	p := filesource.NewPlanner(dir, filesource.PlannerOptions{TargetBytes: 250, MaxFiles: 2})
+	p := filesource.NewPlanner(filesource.Dir(dir), filesource.PlannerOptions{TargetBytes: 250, MaxFiles: 2})
 	plan, err := p.Plan(context.Background(), spate.PlanContext{})
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func TestLaneResumesAfterTheLastCommittedLine(t *testing.T) {
 	lines := corpus(t, dir, files)
 	members, _ := filesource.ListFiles(context.Background(), dir)
 	spec, _ := filesource.SplitFor(members)
-	src := filesource.NewSource(dir)
+	src := filesource.NewSource(filesource.Dir(dir))
 	cp := pipeline.NewCheckpointer(nil)
 	all := readAll(t, openLane(t, src, spec, nil, cp, nil), 2)
 	if len(all) != len(lines) {
@@ -197,7 +197,7 @@ func TestMissingFileIsPoison(t *testing.T) {
 	members, _ := filesource.ListFiles(context.Background(), dir)
 	spec, _ := filesource.SplitFor(members)
 	os.Remove(filepath.Join(dir, "b"))
-	src := filesource.NewSource(dir)
+	src := filesource.NewSource(filesource.Dir(dir))
 	var reasons []string
 	l := openLane(t, src, spec, nil, pipeline.NewCheckpointer(nil), func(r string) { reasons = append(reasons, r) })
 	got := readAll(t, l, 10)
@@ -353,7 +353,7 @@ func TestBackfillDeliversEveryLine(t *testing.T) {
 	in, outDir := t.TempDir(), t.TempDir()
 	lines := corpus(t, in, genCorpus(t, in, 40, 60, 1))
 	coord := &localCoord{durable: &localStore{progress: map[spate.SplitID]spate.SplitProgress{}}}
-	src := filesource.New(in, coord, filesource.PlannerOptions{TargetBytes: 4 << 10, MaxFiles: 4})
+	src := filesource.New(filesource.Dir(in), coord, filesource.PlannerOptions{TargetBytes: 4 << 10, MaxFiles: 4})
 	sink, _ := pipeline.NewFileSink(outDir, "out")
 	defer sink.Close()
 	rt, err := pipeline.Build(testConfig(), src, nil, []pipeline.SinkSpec{{Name: "file", Sink: sink, Options: sinkOpts()}})
@@ -395,7 +395,7 @@ func TestBackfillResumesAfterAStop(t *testing.T) {
 
 	// Run 1: stop after some output.
 	c1 := &localCoord{durable: store}
-	rt1, _ := pipeline.Build(cfg, filesource.New(in, c1, filesource.PlannerOptions{TargetBytes: 8 << 10, MaxFiles: 4}), nil,
+	rt1, _ := pipeline.Build(cfg, filesource.New(filesource.Dir(in), c1, filesource.PlannerOptions{TargetBytes: 8 << 10, MaxFiles: 4}), nil,
 		[]pipeline.SinkSpec{{Name: "file", Sink: sink, Options: sinkOpts()}})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan pipeline.ExitReport, 1)
@@ -423,7 +423,7 @@ func TestBackfillResumesAfterAStop(t *testing.T) {
 
 	// Run 2 resumes from the committed progress.
 	c2 := &localCoord{durable: store}
-	rt2, _ := pipeline.Build(cfg, filesource.New(in, c2, filesource.PlannerOptions{TargetBytes: 8 << 10, MaxFiles: 4}), nil,
+	rt2, _ := pipeline.Build(cfg, filesource.New(filesource.Dir(in), c2, filesource.PlannerOptions{TargetBytes: 8 << 10, MaxFiles: 4}), nil,
 		[]pipeline.SinkSpec{{Name: "file", Sink: sink, Options: sinkOpts()}})
 	r2, err := rt2.Run(t.Context())
 	if err != nil || r2.State != pipeline.Completed || r2.UnresolvedAcks != 0 {

@@ -1,19 +1,21 @@
-// Package filesource is a coordinated, line-oriented backfill of a directory
-// of files: the planner packs the files into weighted splits, every split
-// is leased by one pipeline instance at a time, and a split's lane reads its
-// files' lines in order.
+// Package filesource is a coordinated, line-oriented backfill of a set of
+// objects — the files of a directory ([Dir]) or the objects of a bucket
+// (package blobsource adapts any Go CDK bucket: S3, GCS, Azure, local): the
+// planner packs the objects into weighted splits, every split is leased by
+// one pipeline instance at a time, and a split's lane reads its objects'
+// lines in order.
 //
 // # Splits
 //
-// The planner walks the directory (recursively, regular files only, in
-// byte order of their slash-separated relative paths) and packs
-// consecutive files into splits of at most TargetBytes (a larger file gets
-// a split of its own) and MaxFiles members. A split's weight is its byte
-// count. Its id is "f1" followed by the base64url encoding of the first 16
-// bytes of a SHA-256 over the packing version and every member's name,
-// size and modification time: the same files always make the same splits,
-// an overwritten file becomes new work, and a packing change orphans old
-// progress on purpose. The plan is final: files added later are not seen.
+// The planner lists the input (for a directory: recursively, regular files
+// only) in byte order of the objects' slash-separated names, and packs
+// consecutive objects into splits of at most TargetBytes (a larger object
+// gets a split of its own) and MaxFiles members. A split's weight is its
+// byte count. Its id is "f1" followed by the base64url encoding of the first
+// 16 bytes of a SHA-256 over the packing version and every member's name,
+// size and modification time: the same objects always make the same splits,
+// an overwritten object becomes new work, and a packing change orphans old
+// progress on purpose. The plan is final: objects added later are not seen.
 //
 // # Offsets and watermarks
 //
@@ -32,12 +34,15 @@
 // "<relative path>:<byte offset of the line's first byte in its file>",
 // which identifies every input line for a verifier.
 //
-// # Drift
+// # Drift and read errors
 //
 // A member that is missing, or smaller than planned, makes the split
 // poison: it is failed through the coordinator (an attempt is consumed)
 // and quarantined after the attempt cap. Resume progress whose watermark is
-// not on a line boundary of the split is rejected the same way.
+// not on a line boundary of the split is rejected the same way. Any other
+// failed open or read (a dropped connection to a bucket) is retried from the
+// start of the line being read, up to a few times in a row, before the split
+// is reported poison; a line cut short by a failed read is never emitted.
 package filesource
 
 import (
@@ -47,8 +52,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"io/fs"
-	"path/filepath"
 	"slices"
 	"strconv"
 
@@ -102,37 +105,34 @@ type PlannerOptions struct {
 	MaxFiles int
 }
 
-// Planner enumerates a directory into splits. It implements
+// Planner enumerates an input's objects into splits. It implements
 // [spate.SplitPlanner].
 type Planner struct {
-	root string
+	objs Objects
 	opts PlannerOptions
 }
 
-// NewPlanner plans the files under root.
-func NewPlanner(root string, opts PlannerOptions) *Planner {
+// NewPlanner plans the objects of objs (for a directory, [Dir]).
+func NewPlanner(objs Objects, opts PlannerOptions) *Planner {
 	if opts.TargetBytes <= 0 {
 		opts.TargetBytes = 64 << 20
 	}
 	if opts.MaxFiles <= 0 {
 		opts.MaxFiles = 16
 	}
-	return &Planner{root: root, opts: opts}
+	return &Planner{objs: objs, opts: opts}
 }
 
-// Fingerprint derives the job identity from the configuration only.
+// Fingerprint derives the job identity from the configuration only: the
+// input's location and the packing options.
 func (p *Planner) Fingerprint() string {
-	abs, err := filepath.Abs(p.root)
-	if err != nil {
-		abs = p.root
-	}
-	return "filesource:v" + strconv.Itoa(PackingVersion) + ":" + filepath.ToSlash(abs) +
+	return "filesource:v" + strconv.Itoa(PackingVersion) + ":" + p.objs.Location() +
 		":target=" + strconv.FormatInt(p.opts.TargetBytes, 10) + ":files=" + strconv.Itoa(p.opts.MaxFiles)
 }
 
-// Plan lists the directory and packs it. The plan is final.
+// Plan lists the input and packs it. The plan is final.
 func (p *Planner) Plan(ctx context.Context, _ spate.PlanContext) (spate.SplitPlan, error) {
-	members, err := ListFiles(ctx, p.root)
+	members, err := p.objs.List(ctx)
 	if err != nil {
 		return spate.SplitPlan{}, err
 	}
@@ -145,45 +145,6 @@ func (p *Planner) Plan(ctx context.Context, _ spate.PlanContext) (spate.SplitPla
 		splits = append(splits, spate.NewPlannedSplit(spec))
 	}
 	return spate.NewSplitPlan(splits, spate.PlanFinal), nil
-}
-
-// ListFiles lists the regular files under root, sorted by relative path.
-func ListFiles(ctx context.Context, root string) ([]Member, error) {
-	var out []Member
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, path)
-		if err != nil {
-			return err
-		}
-		out = append(out, Member{Name: filepath.ToSlash(rel), Size: info.Size(), MTime: info.ModTime().UnixNano()})
-		return nil
-	})
-	if err != nil {
-		return nil, spate.Retryablef("filesource: list %s: %w", root, err)
-	}
-	slices.SortFunc(out, func(a, b Member) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
-	return out, nil
 }
 
 // Pack groups consecutive members into splits of at most target bytes

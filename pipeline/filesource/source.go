@@ -6,8 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
+	"io/fs"
 	"strconv"
 	"sync"
 	"time"
@@ -19,7 +18,7 @@ import (
 // Source reads the splits of a [Planner]'s plan. It implements
 // [pipeline.SplitSource] and [pipeline.StopReader].
 type Source struct {
-	root string
+	objs Objects
 	mu   sync.Mutex
 	// splits holds the open tenancies by split id.
 	splits    map[spate.SplitID]*splitState
@@ -34,14 +33,16 @@ type splitState struct {
 	draining bool
 }
 
-// NewSource reads files under root (the planner's root).
-func NewSource(root string) *Source {
-	return &Source{root: root, splits: map[spate.SplitID]*splitState{}}
+// NewSource reads the objects of objs (the planner's input).
+func NewSource(objs Objects) *Source {
+	return &Source{objs: objs, splits: map[spate.SplitID]*splitState{}}
 }
 
-// New assembles a coordinated backfill of root over coord.
-func New[C spate.SplitCoordinator](root string, coord C, popts PlannerOptions, dopts ...pipeline.DriverOption) *pipeline.CoordinatedSource[C] {
-	return pipeline.NewCoordinatedSource(coord, NewSource(root), NewPlanner(root, popts), dopts...)
+// New assembles a coordinated backfill of objs over coord. For a directory:
+//
+//	filesource.New(filesource.Dir("./logs"), coord, filesource.PlannerOptions{})
+func New[C spate.SplitCoordinator](objs Objects, coord C, popts PlannerOptions, dopts ...pipeline.DriverOption) *pipeline.CoordinatedSource[C] {
+	return pipeline.NewCoordinatedSource(coord, NewSource(objs), NewPlanner(objs, popts), dopts...)
 }
 
 // ValidateResume rejects progress that is not on a line boundary of the
@@ -59,13 +60,13 @@ func (s *Source) ValidateResume(spec spate.SplitSpec, p spate.SplitProgress) err
 	for _, f := range d.Files {
 		if p.Watermark > base && p.Watermark < base+f.Size {
 			// Inside this file: the byte before it must end a line.
-			fh, err := os.Open(filepath.Join(s.root, filepath.FromSlash(f.Name)))
+			r, _, err := s.objs.Open(context.Background(), f.Name, p.Watermark-base-1)
 			if err != nil {
 				return fmt.Errorf("filesource: resume check: %w", err)
 			}
 			var b [1]byte
-			_, err = fh.ReadAt(b[:], p.Watermark-base-1)
-			fh.Close()
+			_, err = io.ReadFull(r, b[:])
+			r.Close()
 			if err != nil {
 				return fmt.Errorf("filesource: resume check: %w", err)
 			}
@@ -91,7 +92,7 @@ func (s *Source) OpenSplit(o pipeline.SplitOpening) (pipeline.Lane, error) {
 		start = o.Progress.Watermark
 	}
 	l := &lane{
-		id: o.Lane, part: o.Partition, split: o.Spec.ID, root: s.root, files: d.Files,
+		id: o.Lane, part: o.Partition, split: o.Spec.ID, objs: s.objs, files: d.Files,
 		issuer: o.Issuer, poison: o.Poison, pos: start, emitted: start,
 	}
 	l.onExhausted = func() {
@@ -208,24 +209,26 @@ type lane struct {
 	id          pipeline.LaneID
 	part        pipeline.PartitionID
 	split       spate.SplitID
-	root        string
+	objs        Objects
 	files       []Member
 	issuer      *pipeline.AckIssuer
 	poison      func(string)
 	onExhausted func()
 
-	mu        sync.Mutex
-	pos       int64 // split offset of the next unread byte
-	emitted   int64 // end of the last emitted line
-	fileIdx   int   // member being read; -1 before positioning
-	base      int64 // split offset of the member's first byte
-	f         *os.File
-	r         *bufio.Reader
-	left      int64 // bytes of the member left to read
-	started   bool
-	exhausted bool
-	stopped   bool
-	failed    bool
+	mu      sync.Mutex
+	pos     int64 // split offset of the next unread byte
+	emitted int64 // end of the last emitted line
+	fileIdx int   // member being read; -1 before positioning
+	base    int64 // split offset of the member's first byte
+	f       io.ReadCloser
+	r       *bufio.Reader
+	left    int64 // bytes of the member left to read
+	started bool
+	// readFailures counts failed opens and reads since the last line read.
+	readFailures int
+	exhausted    bool
+	stopped      bool
+	failed       bool
 }
 
 func (l *lane) ID() pipeline.LaneID             { return l.id }
@@ -254,7 +257,11 @@ func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, err
 				break
 			}
 			if err := l.openCurrent(); err != nil {
-				l.failLocked(err)
+				if errors.Is(err, fs.ErrNotExist) || errors.Is(err, errDrift) {
+					l.failLocked(err)
+				} else {
+					l.readFailedLocked(err)
+				}
 				break
 			}
 			if l.r == nil {
@@ -263,7 +270,19 @@ func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, err
 		}
 		start := l.pos - l.base
 		line, err := l.r.ReadBytes('\n')
+		if err == io.EOF && int64(len(line)) < l.left {
+			// The stream ended before the planned size: the object shrank
+			// (the reopen finds that out and makes the split poison) or a
+			// transfer was cut short (the reopen resumes it).
+			err = fmt.Errorf("%s ended %d bytes before its planned size", l.files[l.fileIdx].Name, l.left-int64(len(line)))
+		}
+		if err != nil && err != io.EOF {
+			// Nothing of a line cut short by a failed read is emitted.
+			l.readFailedLocked(err)
+			break
+		}
 		if len(line) > 0 {
+			l.readFailures = 0
 			l.pos += int64(len(line))
 			l.left -= int64(len(line))
 			value := line
@@ -278,16 +297,8 @@ func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, err
 			})
 		}
 		if err == io.EOF {
-			if l.left > 0 {
-				l.failLocked(fmt.Errorf("%s is shorter than planned (%d bytes missing)", l.files[l.fileIdx].Name, l.left))
-				break
-			}
 			l.nextFile()
 			continue
-		}
-		if err != nil {
-			l.failLocked(err)
-			break
 		}
 	}
 	if len(payloads) == 0 {
@@ -299,7 +310,11 @@ func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, err
 			l.onExhausted()
 			return nil, nil
 		}
+		backoff := l.readFailures > 0
 		l.mu.Unlock()
+		if backoff {
+			time.Sleep(timeout)
+		}
 		return nil, nil
 	}
 	l.emitted = l.pos
@@ -328,20 +343,13 @@ func (l *lane) openCurrent() error {
 		l.nextFile()
 		return nil
 	}
-	f, err := os.Open(filepath.Join(l.root, filepath.FromSlash(m.Name)))
+	f, size, err := l.objs.Open(context.Background(), m.Name, l.pos-l.base)
 	if err != nil {
 		return err
 	}
-	info, err := f.Stat()
-	if err == nil && info.Size() < m.Size {
-		err = fmt.Errorf("%s is %d bytes, planned %d", m.Name, info.Size(), m.Size)
-	}
-	if err == nil {
-		_, err = f.Seek(l.pos-l.base, io.SeekStart)
-	}
-	if err != nil {
+	if size < m.Size {
 		f.Close()
-		return err
+		return fmt.Errorf("%w: %s is %d bytes, planned %d", errDrift, m.Name, size, m.Size)
 	}
 	l.f = f
 	l.left = m.Size - (l.pos - l.base)
@@ -362,6 +370,26 @@ func (l *lane) closeFile() {
 		l.f.Close()
 	}
 	l.f, l.r = nil, nil
+}
+
+// maxReadRetries is how many failed opens or reads in a row a lane
+// retries (one per poll, from the start of the line it was reading) before
+// it reports the split poison. It rides out a dropped connection to a
+// bucket; a missing or shrunken object is poison at once.
+const maxReadRetries = 5
+
+// errDrift marks an object that no longer matches the plan.
+var errDrift = errors.New("the input changed since it was planned")
+
+// readFailedLocked closes the reader, keeping the position at the start
+// of the line that was being read, so that the next poll reopens there.
+func (l *lane) readFailedLocked(err error) {
+	l.closeFile()
+	l.readFailures++
+	if l.readFailures > maxReadRetries {
+		l.failLocked(fmt.Errorf("%s: %d opens or reads in a row failed, the last with: %w",
+			l.files[l.fileIdx].Name, l.readFailures, err))
+	}
 }
 
 func (l *lane) failLocked(err error) {

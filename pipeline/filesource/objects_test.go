@@ -1,0 +1,202 @@
+package filesource_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/filesource"
+)
+
+// flakyObjects fails every failEvery-th Open and cuts every reader with an
+// error after cutAfter bytes: a bucket whose connections drop.
+type flakyObjects struct {
+	filesource.Objects
+	failEvery, cutAfter int
+
+	mu    sync.Mutex
+	opens int
+}
+
+func (f *flakyObjects) Open(ctx context.Context, name string, offset int64) (io.ReadCloser, int64, error) {
+	f.mu.Lock()
+	f.opens++
+	n := f.opens
+	f.mu.Unlock()
+	if f.failEvery > 0 && n%f.failEvery == 0 {
+		return nil, 0, errors.New("connection reset by peer")
+	}
+	r, size, err := f.Objects.Open(ctx, name, offset)
+	if err != nil || f.cutAfter == 0 {
+		return r, size, err
+	}
+	return &cutReader{ReadCloser: r, left: f.cutAfter}, size, nil
+}
+
+type cutReader struct {
+	io.ReadCloser
+	left int
+}
+
+func (c *cutReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	if len(p) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.ReadCloser.Read(p)
+	c.left -= n
+	return n, err
+}
+
+// readUntilDone polls until the lane has nothing left to read (a failed
+// read returns an empty batch without ending the lane).
+func readUntilDone(t *testing.T, src *filesource.Source, id spate.SplitID, l pipeline.Lane, max int) []pipeline.RawPayload {
+	t.Helper()
+	var out []pipeline.RawPayload
+	for range 100000 {
+		b, err := l.Poll(max, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b == nil {
+			if !src.Unfinished(id) {
+				return out
+			}
+			continue
+		}
+		out = append(out, b.Payloads...)
+		b.Ack.Release()
+	}
+	t.Fatal("lane never ended")
+	return nil
+}
+
+func keys(ps []pipeline.RawPayload) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = string(p.Key) + "=" + string(p.Value)
+	}
+	return out
+}
+
+// Dropped connections (failed opens, streams cut mid-line) are ridden out:
+// the lane reopens at the start of the line it was reading, so every line
+// comes out once, whole, in order, and the split is not poisoned.
+func TestTransientReadErrorsAreRetried(t *testing.T) {
+	dir := t.TempDir()
+	genCorpus(t, dir, 6, 40, 7)
+	members, err := filesource.ListFiles(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := filesource.SplitFor(members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clean := filesource.NewSource(filesource.Dir(dir))
+	want := keys(readAll(t, openLane(t, clean, spec, nil, pipeline.NewCheckpointer(nil), nil), 3))
+	longest := 0
+	for _, k := range want {
+		longest = max(longest, len(k))
+	}
+	flaky := &flakyObjects{Objects: filesource.Dir(dir), failEvery: 3, cutAfter: 2*longest + 17}
+	src := filesource.NewSource(flaky)
+	got := keys(readUntilDone(t, src, spec.ID, openLane(t, src, spec, nil, pipeline.NewCheckpointer(nil), nil), 3))
+	if !slices.Equal(got, want) {
+		t.Fatalf("through a flaky input the lane read %d lines, want the same %d as a clean read", len(got), len(want))
+	}
+	if flaky.opens < 2*len(members) {
+		t.Fatalf("only %d opens: the faults were not exercised", flaky.opens)
+	}
+}
+
+// An input that never answers is poison after a bounded number of tries,
+// and the report says why.
+func TestPersistentReadErrorsArePoison(t *testing.T) {
+	dir := t.TempDir()
+	corpus(t, dir, map[string]string{"a": "x\ny\n"})
+	members, _ := filesource.ListFiles(context.Background(), dir)
+	spec, _ := filesource.SplitFor(members)
+	src := filesource.NewSource(&flakyObjects{Objects: filesource.Dir(dir), failEvery: 1})
+	var reasons []string
+	l := openLane(t, src, spec, nil, pipeline.NewCheckpointer(nil), func(r string) { reasons = append(reasons, r) })
+	if got := readUntilDone(t, src, spec.ID, l, 10); len(got) != 0 {
+		t.Fatalf("read %d lines from an input that never opens", len(got))
+	}
+	if len(reasons) != 1 || !strings.Contains(reasons[0], "in a row failed") || !strings.Contains(reasons[0], "connection reset") {
+		t.Fatalf("poison reasons %q", reasons)
+	}
+}
+
+// A file that shrank after planning is poison (not retried forever, and
+// its cut-off tail is not emitted as a line).
+func TestShrunkFileIsPoison(t *testing.T) {
+	dir := t.TempDir()
+	corpus(t, dir, map[string]string{"a": "one\ntwo\nthree\n"})
+	members, _ := filesource.ListFiles(context.Background(), dir)
+	spec, _ := filesource.SplitFor(members)
+	if err := os.Truncate(filepath.Join(dir, "a"), 6); err != nil {
+		t.Fatal(err)
+	}
+	src := filesource.NewSource(filesource.Dir(dir))
+	var reasons []string
+	l := openLane(t, src, spec, nil, pipeline.NewCheckpointer(nil), func(r string) { reasons = append(reasons, r) })
+	got := keys(readUntilDone(t, src, spec.ID, l, 10))
+	if len(got) != 0 {
+		t.Fatalf("emitted %q from a file that no longer matches its plan", got)
+	}
+	if len(reasons) != 1 || !strings.Contains(reasons[0], "planned 14") {
+		t.Fatalf("poison reasons %q", reasons)
+	}
+}
+
+// A file that shrinks while its lane reads it (past what the lane has
+// buffered): the lines before the cut come out, the cut-off tail does not,
+// and the split is poison.
+func TestFileShrinkingMidReadIsPoison(t *testing.T) {
+	dir := t.TempDir()
+	var sb strings.Builder
+	for i := range 20000 {
+		fmt.Fprintf(&sb, "line-%05d\n", i) // 11 bytes a line, 220 kB: more than a read buffer
+	}
+	corpus(t, dir, map[string]string{"a": sb.String()})
+	members, _ := filesource.ListFiles(context.Background(), dir)
+	spec, _ := filesource.SplitFor(members)
+	src := filesource.NewSource(filesource.Dir(dir))
+	var reasons []string
+	l := openLane(t, src, spec, nil, pipeline.NewCheckpointer(nil), func(r string) { reasons = append(reasons, r) })
+	b, err := l.Poll(1, 0)
+	if err != nil || b == nil || string(b.Payloads[0].Value) != "line-00000" {
+		t.Fatalf("first poll: %v %v", b, err)
+	}
+	b.Ack.Release()
+	if err := os.Truncate(filepath.Join(dir, "a"), 150000+3); err != nil { // inside line 13636
+		t.Fatal(err)
+	}
+	got := readUntilDone(t, src, spec.ID, l, 500)
+	if len(got) == 0 {
+		t.Fatal("the buffered lines before the cut were not emitted")
+	}
+	for _, p := range got {
+		if len(p.Value) != len("line-00000") {
+			t.Fatalf("the cut-off tail %q was emitted as a line", p.Value)
+		}
+	}
+	if last := string(got[len(got)-1].Value); last >= "line-13636" {
+		t.Fatalf("read up to %s, past the cut", last)
+	}
+	if len(reasons) != 1 || !strings.Contains(reasons[0], "planned 220000") {
+		t.Fatalf("poison reasons %q", reasons)
+	}
+}
