@@ -23,7 +23,9 @@ func (a *actor) heartbeat() error {
 	// Presence first: membership must outlive lease hiccups. A parted worker
 	// stays gone.
 	if !a.parting {
-		a.renewPresence()
+		if err := a.renewPresence(); err != nil {
+			return err
+		}
 	}
 	if a.leading != nil {
 		val := leaderVal{Schema: SchemaVersion, Owner: a.self, Nonce: a.nonce, Generation: a.leading.generation}
@@ -108,25 +110,42 @@ func (a *actor) renew(id string, t *tenancy, now time.Time) error {
 	return nil
 }
 
-func (a *actor) renewPresence() {
+// renewPresence rewrites this worker's presence record. A record that
+// another process rewrote after our last write is a live twin: a process
+// that shares our instance id announced itself after us (at startup a
+// worker adopts whatever record its id has, since that may be its crashed
+// predecessor's). The older process is the one that finds out, here, and it
+// stops with a Fatal error; the newer keeps running. A record that expired
+// or whose rewrite was ours (a lost reply) is simply rewritten.
+func (a *actor) renewPresence() error {
 	key := prefixWorker + a.self
 	if a.presenceRev != 0 {
 		o, err := a.st.Update(a.ctx, Ephemeral, key, a.presenceValue(), a.presenceRev)
 		if err == nil && o.Won {
 			a.presenceRev = o.Revision
-			return
+			return nil
 		}
 		if err != nil {
 			a.log.Debug("presence renewal failed", "err", err)
-			return
+			return nil
 		}
 	}
 	e, ok, err := a.st.Get(a.ctx, Ephemeral, key)
 	if err != nil {
-		return
+		return nil
 	}
 	var o Outcome
 	if ok {
+		if a.presenceRev != 0 {
+			w, derr := decodeWorker(key, e.Value)
+			switch {
+			case derr != nil:
+				a.log.Warn("unreadable presence record under our instance id; rewriting it", "key", key, "err", derr)
+			case w.Nonce != a.nonce && e.Revision > a.presenceRev:
+				return Fatalf("two live workers share the instance id %q (another process rewrote our presence record %s after our last write); instance ids must be unique among live workers",
+					a.self, key)
+			}
+		}
 		o, err = a.st.Update(a.ctx, Ephemeral, key, a.presenceValue(), e.Revision)
 	} else {
 		o, err = a.st.Create(a.ctx, Ephemeral, key, a.presenceValue())
@@ -134,6 +153,7 @@ func (a *actor) renewPresence() {
 	if err == nil && o.Won {
 		a.presenceRev = o.Revision
 	}
+	return nil
 }
 
 // ----- reconcile ---------------------------------------------------------------

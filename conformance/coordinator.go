@@ -23,6 +23,7 @@ var CoordinatorRules = []string{
 	"GracefulReleaseHandsOffWithinALease",
 	"StableIDReclaimsAfterCrash",
 	"LiveTwinsFailFatal",
+	"IdleTwinsAreFoundByPresence",
 	"FencedZombieCommitWritesNothing",
 	"PoisonSplitQuarantinesAtMaxAttempts",
 	"AllCompleteReachesAnIdleStandby",
@@ -69,6 +70,7 @@ func RunCoordinator(t *testing.T, newHarness HarnessMaker, opts ...Option) {
 		"GracefulReleaseHandsOffWithinALease":           scenGracefulRelease,
 		"StableIDReclaimsAfterCrash":                    scenStableReclaim,
 		"LiveTwinsFailFatal":                            scenTwins,
+		"IdleTwinsAreFoundByPresence":                   scenIdleTwins,
 		"FencedZombieCommitWritesNothing":               scenZombieCommit,
 		"PoisonSplitQuarantinesAtMaxAttempts":           scenPoison,
 		"AllCompleteReachesAnIdleStandby":               scenIdleStandby,
@@ -343,6 +345,22 @@ func scenTwins(e *env) {
 			e.t.Errorf("rule: live twins stop with a Fatal error naming the instance id; %s failed with %v", w.name, w.err)
 		}
 	}
+}
+
+// scenIdleTwins: twins that hold no split (the job has none, so no lease
+// can give them away) are found through their presence record: the older
+// one finds its record rewritten by the newer and stops Fatal naming the
+// id; the newer keeps running.
+func scenIdleTwins(e *env) {
+	f := newFleet(e, planOf("idle-twin", 0))
+	a := f.start("a", withID("twin"), withPerTick(0), withExpectErr())
+	f.until(2*leases(f), "the first twin seeing the (empty) job complete", func() bool { return slices.ContainsFunc(a.events, isAllComplete) })
+	b := f.start("b", withID("twin"), withPerTick(0), withExpectErr())
+	f.until(3*leases(f), "the older twin failing", func() bool { return a.err != nil || b.err != nil })
+	if a.err == nil || !spate.IsFatal(a.err) || !strings.Contains(a.err.Error(), `"twin"`) {
+		e.t.Errorf("rule: of two live twins the older stops with a Fatal error naming the instance id; it ended with %v", a.err)
+	}
+	f.hold(leases(f), "the newer twin running", func() bool { return b.err == nil })
 }
 
 // scenZombieCommit: a thief seizes a split out of band; the victim's next
