@@ -281,14 +281,21 @@ type terminal struct {
 	current []*chunk
 	parked  []*chunk // FIFO across shards; each chunk knows its shard
 	shardOf map[*chunk]int
+	// lastRecords is, per shard, how many records the last sealed chunk
+	// held: the next chunk's record slice starts that large, so a chunk of
+	// small records is not grown (and copied) a dozen times.
+	lastRecords []int
 }
 
 func (t *terminal) add(r Record, ack *AckRef) {
 	shard := int(uint32(r.Partition) % uint32(len(t.current)))
 	ch := t.current[shard]
 	if ch == nil {
-		target := t.s.opts.ChunkTargetBytes
-		ch = &chunk{arena: make([]byte, 0, target+target/4), records: make([]Record, 0, 128)}
+		n := 128
+		if shard < len(t.lastRecords) {
+			n = max(n, t.lastRecords[shard]+t.lastRecords[shard]/8)
+		}
+		ch = &chunk{arena: t.s.getArena(), records: make([]Record, 0, n)}
 		t.current[shard] = ch
 	}
 	start := len(ch.arena)
@@ -319,6 +326,9 @@ func (t *terminal) seal(shard int) {
 		return
 	}
 	t.current[shard] = nil
+	if shard < len(t.lastRecords) {
+		t.lastRecords[shard] = len(ch.records)
+	}
 	t.s.budget.Add(ch.bytes)
 	t.shardOf[ch] = shard
 	t.parked = append(t.parked, ch)

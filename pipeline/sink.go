@@ -20,6 +20,11 @@ import (
 // record of the batch is durable: only then are the batches' sources
 // acknowledged and their watermarks allowed to pass them.
 //
+// The records and the bytes of their keys and values belong to the runtime
+// and are valid only during the call: their memory is reused for later
+// records once Write returns. A sink that keeps a record must copy it (as
+// [CaptureSink] does).
+//
 // Write is called from one goroutine per shard, so different shards write
 // concurrently; calls for one shard are sequential. A failed Write may have
 // written part of the batch (the retry then duplicates it: at-least-once).
@@ -28,6 +33,21 @@ import (
 // once ctx is done.
 type Sink interface {
 	Write(ctx context.Context, shard int, records []Record) error
+}
+
+// ChunkedSink is implemented by sinks that take a write as the runtime
+// holds it, a list of chunks, which saves copying every record into one
+// slice for [Sink.Write]. When a sink has it, the runtime calls WriteChunks
+// instead of Write, with the same contract: the write is durable when it
+// returns nil, the records (and their bytes) are the runtime's and valid
+// only during the call, and a failed write is retried whole.
+//
+// Beware embedding: a wrapper that embeds a ChunkedSink and overrides only
+// Write still has the embedded WriteChunks, which the runtime then calls,
+// bypassing the override. Such a wrapper must override both.
+type ChunkedSink interface {
+	Sink
+	WriteChunks(ctx context.Context, shard int, chunks [][]Record) error
 }
 
 // SinkProber is implemented by sinks that can check their connection;
@@ -122,6 +142,9 @@ type SinkRuntime struct {
 
 	queues []chan *chunk
 	depth  []atomic.Int64
+	// arenas recycles chunk arenas once their batch is written or
+	// abandoned: a sink may not keep a record past its Write.
+	arenas sync.Pool
 
 	startOnce, closeOnce sync.Once
 	workCtx              context.Context
@@ -151,7 +174,7 @@ func (s *SinkRuntime) Name() string { return s.name }
 func (s *SinkRuntime) m() *metrics { return s.met.Load() }
 
 func (s *SinkRuntime) newTerminal() *terminal {
-	return &terminal{s: s, current: make([]*chunk, len(s.queues)), shardOf: map[*chunk]int{}}
+	return &terminal{s: s, current: make([]*chunk, len(s.queues)), shardOf: map[*chunk]int{}, lastRecords: make([]int, len(s.queues))}
 }
 
 // sinkHandles are the sink's metric handles, resolved once at start.
@@ -275,6 +298,7 @@ func (s *SinkRuntime) Failure() string {
 
 type sinkBatch struct {
 	chunks  [][]Record
+	arenas  [][]byte // the chunks' arenas, recycled after the write
 	records int
 	bytes   int64
 	acks    AckSet
@@ -322,6 +346,7 @@ func (s *SinkRuntime) worker(shard int) {
 	take := func(ch *chunk) {
 		s.h.depth[shard].Set(float64(s.depth[shard].Add(-1)))
 		b.chunks = append(b.chunks, ch.records)
+		b.arenas = append(b.arenas, ch.arena)
 		b.records += len(ch.records)
 		b.bytes += ch.bytes
 		b.acks.Absorb(&ch.acks)
@@ -398,6 +423,29 @@ func (s *SinkRuntime) abandon(b *sinkBatch, why string) {
 	s.lastFailure.Store(&reason)
 	s.h.abandoned.Inc()
 	s.h.batchesAbandoned.Inc()
+	s.recycle(b)
+}
+
+// getArena returns an empty arena of at least the chunk target's capacity.
+func (s *SinkRuntime) getArena() []byte {
+	if a, ok := s.arenas.Get().(*[]byte); ok {
+		return (*a)[:0]
+	}
+	t := s.opts.ChunkTargetBytes
+	return make([]byte, 0, t+t/4)
+}
+
+// recycle returns a finished batch's arenas to the pool and empties b.
+// Arenas that grew past twice their usual size (a huge record) are left to
+// the garbage collector.
+func (s *SinkRuntime) recycle(b *sinkBatch) {
+	t := s.opts.ChunkTargetBytes
+	for _, a := range b.arenas {
+		if int64(cap(a)) >= t && int64(cap(a)) <= 2*(t+t/4) {
+			a := a[:0]
+			s.arenas.Put(&a)
+		}
+	}
 	*b = sinkBatch{}
 }
 
@@ -410,7 +458,12 @@ func (s *SinkRuntime) write(shard int, b *sinkBatch) {
 			return
 		}
 		start := time.Now()
-		err := s.sink.Write(s.workCtx, shard, b.flat())
+		var err error
+		if cs, ok := s.sink.(ChunkedSink); ok {
+			err = cs.WriteChunks(s.workCtx, shard, b.chunks)
+		} else {
+			err = s.sink.Write(s.workCtx, shard, b.flat())
+		}
 		s.h.writeDuration.Observe(time.Since(start).Seconds())
 		if err == nil {
 			s.budget.Sub(b.bytes)
@@ -418,7 +471,7 @@ func (s *SinkRuntime) write(shard int, b *sinkBatch) {
 			s.flushed.Add(1)
 			s.h.batchesOK.Inc()
 			s.h.records.Add(float64(b.records))
-			*b = sinkBatch{}
+			s.recycle(b)
 			return
 		}
 		if errors.Is(err, spate.ErrFatal) {

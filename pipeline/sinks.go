@@ -72,6 +72,12 @@ func (s *FileSink) shard(i int) (*fileShard, error) {
 
 // Write implements [Sink]: append, fsync, then report durable.
 func (s *FileSink) Write(ctx context.Context, shard int, records []Record) error {
+	return s.WriteChunks(ctx, shard, [][]Record{records})
+}
+
+// WriteChunks implements [ChunkedSink]: one append and one fsync for all
+// the chunks.
+func (s *FileSink) WriteChunks(ctx context.Context, shard int, chunks [][]Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -82,8 +88,10 @@ func (s *FileSink) Write(ctx context.Context, shard int, records []Record) error
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	var buf []byte
-	for _, r := range records {
-		buf = s.Format(buf, r)
+	for _, records := range chunks {
+		for _, r := range records {
+			buf = s.Format(buf, r)
+		}
 	}
 	n, err := fs.f.WriteAt(buf, fs.size)
 	if err == nil {
@@ -173,3 +181,6 @@ type NopSink struct{}
 
 // Write implements [Sink].
 func (NopSink) Write(context.Context, int, []Record) error { return nil }
+
+// WriteChunks implements [ChunkedSink].
+func (NopSink) WriteChunks(context.Context, int, [][]Record) error { return nil }

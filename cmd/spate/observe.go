@@ -434,10 +434,19 @@ type outputSink struct {
 }
 
 func (s *outputSink) Write(ctx context.Context, shard int, records []pipeline.Record) error {
-	if err := s.FileSink.Write(ctx, shard, records); err != nil {
+	return s.WriteChunks(ctx, shard, [][]pipeline.Record{records})
+}
+
+// WriteChunks must be overridden too: the embedded FileSink's would be
+// promoted, and the runtime prefers it to Write, so durable writes would
+// go unobserved.
+func (s *outputSink) WriteChunks(ctx context.Context, shard int, chunks [][]pipeline.Record) error {
+	if err := s.FileSink.WriteChunks(ctx, shard, chunks); err != nil {
 		return err
 	}
-	s.obs.durable(records)
+	for _, records := range chunks {
+		s.obs.durable(records)
+	}
 	return nil
 }
 
