@@ -459,3 +459,24 @@ func TestBackfillResumesAfterAStop(t *testing.T) {
 		}
 	}
 }
+
+// A descriptor from the store that no planner could have written is a
+// Fatal error, and a directory input refuses names that leave its root.
+func TestBadDescriptorsAndEscapingNamesAreRefused(t *testing.T) {
+	for _, bad := range []string{
+		`{"v":1,"files":[{"name":"a","size":-1,"mtime":0}]}`,
+		`{"v":1,"files":[{"name":"","size":3,"mtime":0}]}`,
+		`{"v":2,"files":[]}`,
+		`{"v":1,"files":[{"name":"a","size":1,"mtime":0,"extra":true}]`,
+	} {
+		if _, err := filesource.DecodeDescriptor([]byte(bad)); !spate.IsFatal(err) {
+			t.Errorf("descriptor %s: %v, want Fatal", bad, err)
+		}
+	}
+	dir := t.TempDir()
+	for _, name := range []string{"../outside", "/etc/passwd", "a/../../b"} {
+		if _, _, err := filesource.Dir(dir).Open(context.Background(), name, 0); err == nil {
+			t.Errorf("Dir opened %q, which leaves its root", name)
+		}
+	}
+}

@@ -93,6 +93,11 @@ func DecodeDescriptor(b []byte) (Descriptor, error) {
 	if d.Version != PackingVersion {
 		return d, spate.Fatalf("filesource: descriptor version %d, want %d", d.Version, PackingVersion)
 	}
+	for i, m := range d.Files {
+		if m.Name == "" || m.Size < 0 {
+			return d, spate.Fatalf("filesource: bad descriptor: member %d has name %q and size %d", i, m.Name, m.Size)
+		}
+	}
 	return d, nil
 }
 
