@@ -87,12 +87,36 @@ type env struct {
 // open opens a store and closes it at cleanup.
 func (e *env) open() spate.Store {
 	e.t.Helper()
-	s, err := e.h.NewStore(e.ctx)
+	s, err := openStore(e.ctx, e.h)
 	if err != nil {
 		e.t.Fatalf("harness: open store: %v", err)
 	}
 	e.t.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// openRetryBudget bounds how long openStore retries Retryable failures.
+const openRetryBudget = 30 * time.Second
+
+// openStore opens a store the way an application should: a Retryable
+// failure (a server still restarting after a failover fault, JetStream not
+// yet ready) is retried with backoff for up to openRetryBudget; anything
+// else is returned at once.
+func openStore(ctx context.Context, h Harness) (spate.Store, error) {
+	deadline := time.Now().Add(openRetryBudget)
+	backoff := 50 * time.Millisecond
+	for {
+		s, err := h.NewStore(ctx)
+		if err == nil || !spate.IsRetryable(err) || time.Now().Add(backoff).After(deadline) {
+			return s, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
 }
 
 // run runs body as the subtest name, in a bubble when asked.

@@ -162,7 +162,7 @@ func (f *fleet) startPausedWith(name string, wrap func(spate.Store) spate.Store,
 	for _, o := range opts {
 		o(w)
 	}
-	s, err := f.h.NewStore(f.ctx)
+	s, err := openStore(f.ctx, f.h)
 	if err != nil {
 		f.t.Fatalf("harness: open store: %v", err)
 	}
