@@ -2,6 +2,7 @@ package spate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -65,6 +66,11 @@ type SplitState struct {
 	Revision uint64
 }
 
+// ErrNoJob is the error [InspectJob] matches when the store
+// holds no job (no plan record): a job that was never started, or whose
+// first worker has not yet written its plan.
+var ErrNoJob = errors.New("no job here")
+
 // InspectJob reads a job's state from store. fingerprint, when non-empty,
 // must match the job's; records are parsed as strictly as the coordinator
 // parses them, so an alien record is a Fatal error naming its key.
@@ -74,7 +80,7 @@ func InspectJob(ctx context.Context, store Store, fingerprint string) (*JobState
 		return nil, err
 	}
 	if !ok {
-		return nil, Fatalf("no job here: the store has no plan record")
+		return nil, fmt.Errorf("%w: the store has no plan record: %w", ErrNoJob, ErrFatal)
 	}
 	var plan planRecord
 	if err := decodeStrict(pe.Value, &plan, &plan.Schema); err != nil {

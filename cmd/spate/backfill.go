@@ -200,7 +200,9 @@ func readJob(ctx context.Context, st spate.Store) (jobSummary, *spate.JobState, 
 	if err == nil {
 		return summarize(js), js, nil
 	}
-	if _, ok, gerr := st.Get(ctx, spate.Durable, "plan"); gerr == nil && !ok {
+	if errors.Is(err, spate.ErrNoJob) {
+		// A new job (or one whose first worker is writing its plan right
+		// now): this worker joins it like any other.
 		return jobSummary{}, nil, nil
 	}
 	return jobSummary{}, nil, err
