@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/spate-go/spate/internal/etcdtest"
 )
 
 // spateBin is the real binary the tests run, built once by TestMain (with
@@ -40,7 +42,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := goleak.Find(etcdtest.LeakIgnores()...); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: goroutines leaked after the tests: %v\n", err)
 			code = 1
 		}

@@ -177,14 +177,29 @@ func StopShared() {
 
 // Main runs a test package that uses [Shared]: the tests, then StopShared,
 // then a goroutine leak check (go.uber.org/goleak) if they passed.
+//
+// One etcd-internal goroutine is exempt: a peer's /version request that a
+// member was serving when the test killed it can stay blocked on the dead
+// member's backend lock (seen once in a full-suite run: an HTTP handler in
+// etcdhttp.versionHandler waiting in backend.(*baseReadTx).UnsafeRange a
+// minute after the kill). It is the embedded server's, holds no spate
+// state, and ends with the process.
 func Main(m *testing.M, opts ...goleak.Option) {
 	code := m.Run()
 	StopShared()
 	if code == 0 {
-		if err := goleak.Find(opts...); err != nil {
+		if err := goleak.Find(append(opts, LeakIgnores()...)...); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: goroutines leaked after the tests: %v\n", err)
 			code = 1
 		}
 	}
 	os.Exit(code)
+}
+
+// LeakIgnores are the goleak options for embedded-etcd goroutines that may
+// outlive a killed member (see [Main]).
+func LeakIgnores() []goleak.Option {
+	return []goleak.Option{
+		goleak.IgnoreAnyFunction("go.etcd.io/etcd/server/v3/etcdserver/api/etcdhttp.newPeerHandler.versionHandler.func1"),
+	}
 }
