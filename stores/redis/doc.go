@@ -29,7 +29,7 @@
 //
 // Keys carry no Redis TTL, so a maxmemory-policy of allkeys-* could evict
 // them: use noeviction or a volatile-* policy. [New] refuses a server with a
-// memory limit and an allkeys-* policy (read from INFO memory) with a Fatal
+// memory limit and an allkeys-* policy (read from INFO) with a Fatal
 // error.
 //
 // # Keys

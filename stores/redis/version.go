@@ -24,7 +24,9 @@ const MinServerVersion = "7.0.0"
 // warning: the script checks that follow still refuse a server that cannot
 // run the driver.
 func (s *Store) checkServerVersion(ctx context.Context) error {
-	info, err := s.c.Info(ctx, "server").Result()
+	// One round trip: INFO without a section answers the default sections,
+	// server and memory among them, on every Redis version.
+	info, err := s.c.Info(ctx).Result()
 	if err != nil {
 		msg := err.Error()
 		if errorCode(msg) == "NOPERM" || strings.HasPrefix(msg, "ERR unknown command") {
@@ -36,7 +38,7 @@ func (s *Store) checkServerVersion(ctx context.Context) error {
 	}
 	v, ok := infoField(info, "redis_version")
 	if !ok {
-		return fmt.Errorf("redis: job %q: INFO server reports no redis_version; is this a Redis server?: %w",
+		return fmt.Errorf("redis: job %q: INFO reports no redis_version; is this a Redis server?: %w",
 			s.opts.Job, spate.ErrFatal)
 	}
 	old, err := version.Older(v, MinServerVersion)
@@ -47,7 +49,7 @@ func (s *Store) checkServerVersion(ctx context.Context) error {
 		return fmt.Errorf("redis: job %q: the server runs Redis %s; the driver needs %s or newer (scripts that read TIME "+
 			"must replicate as effects): upgrade the server: %w", s.opts.Job, v, MinServerVersion, spate.ErrFatal)
 	}
-	return s.checkEviction(ctx)
+	return s.checkEviction(info)
 }
 
 // checkEviction refuses a server that may evict the job's keys. The driver
@@ -57,12 +59,7 @@ func (s *Store) checkServerVersion(ctx context.Context) error {
 // fence, so such a server is refused up front rather than when memory runs
 // short. The volatile-* policies and noeviction never touch the job's keys
 // (a full server then fails writes, which the driver reports as errors).
-func (s *Store) checkEviction(ctx context.Context) error {
-	info, err := s.c.Info(ctx, "memory").Result()
-	if err != nil {
-		s.log.Warn("cannot read the server's eviction policy (INFO memory failed); skipping the check", "error", err.Error())
-		return nil
-	}
+func (s *Store) checkEviction(info string) error {
 	policy, _ := infoField(info, "maxmemory_policy")
 	limit, _ := infoField(info, "maxmemory")
 	if strings.HasPrefix(policy, "allkeys-") && limit != "" && limit != "0" {
