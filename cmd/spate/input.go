@@ -37,6 +37,15 @@ func isBucketURL(src string) bool {
 	return true
 }
 
+// inputLocation is the location openInput would give src, without opening
+// it: what a job name is derived from.
+func inputLocation(src string) (string, error) {
+	if isBucketURL(src) {
+		return blobsource.Location(src)
+	}
+	return filepath.Abs(src)
+}
+
 func openInput(ctx context.Context, src string) (*input, error) {
 	if isBucketURL(src) {
 		objs, closeBucket, err := blobsource.OpenURL(ctx, src)
@@ -45,7 +54,7 @@ func openInput(ctx context.Context, src string) (*input, error) {
 		}
 		return &input{objs: objs, location: objs.Location(), close: closeBucket}, nil
 	}
-	abs, err := filepath.Abs(src)
+	abs, err := inputLocation(src)
 	if err != nil {
 		return nil, err
 	}

@@ -10,14 +10,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/pipeline/filesource/blobsource"
 )
 
 // jobFlags pick a job on a store: --job, or the job backfill derives from
@@ -63,13 +61,7 @@ func openJob(ctx context.Context, sf *storeFlags, jf *jobFlags, log *slog.Logger
 func resolveJob(ctx context.Context, conn *connector, jf *jobFlags) (string, error) {
 	job := jf.job
 	if job == "" && jf.src != "" {
-		var loc string
-		var err error
-		if isBucketURL(jf.src) {
-			loc, err = blobsource.Location(jf.src)
-		} else {
-			loc, err = filepath.Abs(jf.src)
-		}
+		loc, err := inputLocation(jf.src)
 		if err != nil {
 			return "", err
 		}
