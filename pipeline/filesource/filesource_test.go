@@ -117,7 +117,7 @@ func TestPlannerIsDeterministicAndPacksByBytes(t *testing.T) {
 	}
 }
 
-// readAll polls a lane of the split until it is exhausted.
+// openLane opens a lane of spec on src; poison defaults to failing t.
 func openLane(t *testing.T, src *filesource.Source, spec spate.SplitSpec, progress *spate.SplitProgress, cp *pipeline.Checkpointer, poison func(string)) pipeline.Lane {
 	t.Helper()
 	if poison == nil {
@@ -130,7 +130,10 @@ func openLane(t *testing.T, src *filesource.Source, spec spate.SplitSpec, progre
 	return l
 }
 
-func readAll(t *testing.T, l pipeline.Lane, max int) []pipeline.RawPayload {
+// readUntilDone polls until the lane has nothing left to read (a failed
+// read returns an empty batch without ending the lane).
+func readUntilDone(t *testing.T, src *filesource.Source, id spate.SplitID, l pipeline.Lane, max int) []pipeline.RawPayload {
+	t.Helper()
 	var out []pipeline.RawPayload
 	for range 100000 {
 		b, err := l.Poll(max, 0)
@@ -138,7 +141,10 @@ func readAll(t *testing.T, l pipeline.Lane, max int) []pipeline.RawPayload {
 			t.Fatal(err)
 		}
 		if b == nil {
-			return out
+			if !src.Unfinished(id) {
+				return out
+			}
+			continue
 		}
 		out = append(out, b.Payloads...)
 		b.Ack.Release()
@@ -158,7 +164,7 @@ func TestLaneResumesAfterTheLastCommittedLine(t *testing.T) {
 	spec, _ := filesource.SplitFor(members)
 	src := filesource.NewSource(filesource.Dir(dir))
 	cp := pipeline.NewCheckpointer(nil)
-	all := readAll(t, openLane(t, src, spec, nil, cp, nil), 2)
+	all := readUntilDone(t, src, spec.ID, openLane(t, src, spec, nil, cp, nil), 2)
 	if len(all) != len(lines) {
 		t.Fatalf("read %d lines, want %d", len(all), len(lines))
 	}
@@ -181,7 +187,7 @@ func TestLaneResumesAfterTheLastCommittedLine(t *testing.T) {
 			t.Fatalf("resume at %d rejected: %v", w, err)
 		}
 		src.CloseSplit(spec.ID)
-		rest := readAll(t, openLane(t, src, spec, &p, cp, nil), 3)
+		rest := readUntilDone(t, src, spec.ID, openLane(t, src, spec, &p, cp, nil), 3)
 		if !slices.EqualFunc(rest, all[i+1:], func(a, b pipeline.RawPayload) bool { return string(a.Key) == string(b.Key) }) {
 			t.Fatalf("resume at %d read %d lines, want the %d after it", w, len(rest), len(all)-i-1)
 		}
@@ -200,7 +206,7 @@ func TestMissingFileIsPoison(t *testing.T) {
 	src := filesource.NewSource(filesource.Dir(dir))
 	var reasons []string
 	l := openLane(t, src, spec, nil, pipeline.NewCheckpointer(nil), func(r string) { reasons = append(reasons, r) })
-	got := readAll(t, l, 10)
+	got := readUntilDone(t, src, spec.ID, l, 10)
 	if len(got) != 1 || len(reasons) != 1 || !strings.Contains(reasons[0], "b") {
 		t.Fatalf("lines %d reasons %v", len(got), reasons)
 	}

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline"
 	"github.com/spate-go/spate/pipeline/filesource"
 )
@@ -59,29 +58,6 @@ func (c *cutReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// readUntilDone polls until the lane has nothing left to read (a failed
-// read returns an empty batch without ending the lane).
-func readUntilDone(t *testing.T, src *filesource.Source, id spate.SplitID, l pipeline.Lane, max int) []pipeline.RawPayload {
-	t.Helper()
-	var out []pipeline.RawPayload
-	for range 100000 {
-		b, err := l.Poll(max, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if b == nil {
-			if !src.Unfinished(id) {
-				return out
-			}
-			continue
-		}
-		out = append(out, b.Payloads...)
-		b.Ack.Release()
-	}
-	t.Fatal("lane never ended")
-	return nil
-}
-
 func keys(ps []pipeline.RawPayload) []string {
 	out := make([]string, len(ps))
 	for i, p := range ps {
@@ -105,7 +81,7 @@ func TestTransientReadErrorsAreRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	clean := filesource.NewSource(filesource.Dir(dir))
-	want := keys(readAll(t, openLane(t, clean, spec, nil, pipeline.NewCheckpointer(nil), nil), 3))
+	want := keys(readUntilDone(t, clean, spec.ID, openLane(t, clean, spec, nil, pipeline.NewCheckpointer(nil), nil), 3))
 	longest := 0
 	for _, k := range want {
 		longest = max(longest, len(k))
