@@ -15,13 +15,6 @@ import (
 	"github.com/spate-go/spate/pipeline"
 )
 
-// contentLane serves records whose value spells out its partition and
-// offset at a varying length, reusing one payload buffer per poll.
-type contentLane struct {
-	benchLane
-	scratch []byte
-}
-
 // appendValue appends the value of the record at (p, off).
 func appendValue(dst []byte, p pipeline.PartitionID, off int64) []byte {
 	dst = fmt.Appendf(dst, "p%d/o%d/", p, off)
@@ -31,32 +24,6 @@ func appendValue(dst []byte, p pipeline.PartitionID, off int64) []byte {
 	return dst
 }
 
-func (l *contentLane) Poll(max int, _ time.Duration) (*pipeline.Batch, error) {
-	if l.next >= l.total {
-		if !l.done {
-			l.done = true
-			l.finished.Add(1)
-		}
-		return nil, nil
-	}
-	n := min(int64(max), l.total-l.next)
-	// All values of the poll live in one reused buffer: the runtime must
-	// copy them before the next poll overwrites it.
-	l.scratch = l.scratch[:0]
-	starts := make([]int, n+1)
-	for i := range n {
-		starts[i] = len(l.scratch)
-		l.scratch = appendValue(l.scratch, l.Partition(), l.next+i)
-	}
-	starts[n] = len(l.scratch)
-	l.buf = l.buf[:0]
-	for i := range n {
-		l.buf = append(l.buf, pipeline.RawPayload{Value: l.scratch[starts[i]:starts[i+1]], Partition: l.Partition(), Offset: l.next + i})
-	}
-	l.next += n
-	return &pipeline.Batch{Payloads: l.buf, Ack: l.issuer.Issue(l.Partition(), l.next-1)}, nil
-}
-
 type contentSource struct{ benchSource }
 
 func (s *contentSource) PollEvents(timeout time.Duration) (pipeline.SourceEvent, error) {
@@ -64,7 +31,9 @@ func (s *contentSource) PollEvents(timeout time.Duration) (pipeline.SourceEvent,
 		s.assigned = true
 		var ls []pipeline.Lane
 		for i := range s.lanes {
-			ls = append(ls, &contentLane{benchLane: *newBenchLane(i, s.total, s.issuer.Clone(), &s.finished)})
+			l := newBenchLane(i, s.total, s.issuer.Clone(), &s.finished)
+			l.valueOf = appendValue
+			ls = append(ls, l)
 		}
 		return pipeline.AssignedEvent(ls...), nil
 	}

@@ -22,6 +22,10 @@ type benchLane struct {
 	value    []byte
 	finished *atomic.Int32
 	done     bool
+	// valueOf, when set, appends the value of the record at an offset,
+	// and every value of a poll then shares one reused buffer.
+	valueOf func(dst []byte, p pipeline.PartitionID, off int64) []byte
+	scratch []byte
 }
 
 func newBenchLane(id int, total int64, issuer *pipeline.AckIssuer, finished *atomic.Int32) *benchLane {
@@ -43,6 +47,14 @@ func (l *benchLane) Poll(max int, _ time.Duration) (*pipeline.Batch, error) {
 	l.buf = l.buf[:0]
 	for i := range n {
 		l.buf = append(l.buf, pipeline.RawPayload{Value: l.value, Partition: l.Partition(), Offset: l.next + i})
+	}
+	if l.valueOf != nil {
+		l.scratch = l.scratch[:0]
+		for i := range l.buf {
+			start := len(l.scratch)
+			l.scratch = l.valueOf(l.scratch, l.Partition(), l.next+int64(i))
+			l.buf[i].Value = l.scratch[start:len(l.scratch):len(l.scratch)]
+		}
 	}
 	l.next += n
 	return &pipeline.Batch{Payloads: l.buf, Ack: l.issuer.Issue(l.Partition(), l.next-1)}, nil
