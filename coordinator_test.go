@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/promtest"
 	"github.com/spate-go/spate/stores/mem"
 )
 
@@ -100,38 +101,14 @@ func pumpUntil(t *testing.T, d time.Duration, what string, cond func() bool, ws 
 
 func metric(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
+	v, ok, err := promtest.Value(reg, name, labels...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-						found = true
-					}
-				}
-				if !found {
-					continue next
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue()
-			case m.Gauge != nil:
-				return m.Gauge.GetValue()
-			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount())
-			}
-		}
+	if !ok {
+		return -1
 	}
-	return -1
+	return v
 }
 
 func histSum(t *testing.T, reg *prometheus.Registry, name string) float64 {

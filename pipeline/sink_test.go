@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/promtest"
 	"github.com/spate-go/spate/pipeline"
 )
 
@@ -119,24 +121,14 @@ func TestRealChainDeliversAndCommitsEverything(t *testing.T) {
 // gathered is the value of a gathered series found by name and one label.
 func gathered(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
+	v, ok, err := promtest.Value(reg, name, label, value)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					return m.GetCounter().GetValue() + m.GetGauge().GetValue()
-				}
-			}
-		}
+	if !ok {
+		t.Fatalf("series %s{%s=%q} not found", name, label, value)
 	}
-	t.Fatalf("series %s{%s=%q} not found", name, label, value)
-	return 0
+	return v
 }
 
 // A Fail-policy error stops the pipeline; nothing past the failed batch

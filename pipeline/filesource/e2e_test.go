@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/promtest"
 	"github.com/spate-go/spate/pipeline"
 	"github.com/spate-go/spate/pipeline/filesource"
 	"github.com/spate-go/spate/stores/fault"
@@ -317,24 +318,14 @@ func TestJoiningPipelineTakesSplitsWithoutDuplicates(t *testing.T) {
 
 func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
+	v, ok, err := promtest.Value(reg, name, label, value)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
+	if !ok {
+		t.Fatalf("no series %s{%s=%q}", name, label, value)
 	}
-	t.Fatalf("no series %s{%s=%q}", name, label, value)
-	return 0
+	return v
 }
 
 // A pipeline stopped gracefully mid-run reads on until its reserve, hands
