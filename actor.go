@@ -343,6 +343,9 @@ func (a *actor) probe(ctx context.Context, ks Keyspace) error {
 		return fmt.Errorf("probe: %w", err)
 	}
 	if !o3.Won {
+		if gone, err := a.probeKeyGone(ctx, ks, key, o.Revision); err != nil || gone {
+			return err
+		}
 		return bad("an update at the current revision lost: compare-and-swap is broken")
 	}
 	if o3.Revision <= o.Revision {
@@ -360,9 +363,30 @@ func (a *actor) probe(ctx context.Context, ks Keyspace) error {
 		return fmt.Errorf("probe: %w", err)
 	}
 	if !o5.Won {
+		if gone, err := a.probeKeyGone(ctx, ks, key, o3.Revision); err != nil || gone {
+			return err
+		}
 		return bad("a guarded delete at the current revision lost")
 	}
 	return nil
+}
+
+// probeKeyGone tells a probe step that lost because its key is no longer
+// the one it wrote at rev (an ephemeral key that expired while the store
+// was slow, a predecessor's cleanup) from a store that broke the rule: if
+// the key is absent or has moved on, the probe is retried (Retryable
+// error); if it still holds revision rev, the loss was the store's fault
+// (false, nil).
+func (a *actor) probeKeyGone(ctx context.Context, ks Keyspace, key string, rev uint64) (bool, error) {
+	e, ok, err := a.st.Get(ctx, ks, key)
+	if err != nil {
+		return true, fmt.Errorf("probe: %w", err)
+	}
+	if ok && e.Revision == rev {
+		return false, nil
+	}
+	_, _ = a.st.Delete(ctx, ks, key, AnyRevision)
+	return true, Retryablef("probe: %s key %q changed or expired between probe steps; retrying", ks, key)
 }
 
 // join reads the plan record (checking the fingerprint before touching
