@@ -2,7 +2,11 @@ package spate
 
 import (
 	"cmp"
+	"context"
+	"fmt"
+	"maps"
 	"slices"
+	"time"
 )
 
 // claimKind says how a claimable split came to be free, which decides
@@ -102,4 +106,357 @@ func claimCandidates(splits []claimInput, self string, maxAttempts int) []claimC
 		return cmp.Compare(a.id, b.id)
 	})
 	return out
+}
+
+// ----- on the loop ---------------------------------------------------------------
+
+func (a *actor) claimInputs(all bool) []claimInput {
+	ids := a.assigned
+	if all {
+		ids = make(map[string]bool, len(a.splits))
+		for id := range a.splits {
+			ids[id] = true
+		}
+	}
+	out := make([]claimInput, 0, len(ids))
+	for id := range ids {
+		v := a.splits[id]
+		if v == nil || v.prog == nil || a.busy[id] || a.handingBack[id] > 0 {
+			continue
+		}
+		in := claimInput{id: id, status: v.prog.Status, owner: v.prog.owner(), epoch: v.prog.Epoch,
+			attempts: v.prog.Attempts, hasSpec: v.spec != nil}
+		if v.lease != nil {
+			in.leaseOwner = v.lease.Owner
+			in.leaseOurs = v.lease.Nonce == a.nonce
+		}
+		if e, ok := a.selfFenced[id]; ok && e == v.prog.Epoch {
+			in.selfFenced = true
+		}
+		_, in.held = a.owned[id]
+		out = append(out, in)
+	}
+	return out
+}
+
+// reconcileOwn moves this worker toward its assignment: it claims assigned
+// splits while it has lanes to spare, quarantines splits out of attempts,
+// and starts revoking held splits it is no longer assigned.
+func (a *actor) reconcileOwn(now time.Time) error {
+	if len(a.owned)+a.claiming < a.cfg.MaxInFlight || a.quarantineScan {
+		// Claims only ever go to assigned splits, so the scan covers those;
+		// a pending quarantine decision widens it to every split, because a
+		// quarantine is executed regardless of assignment (a fleet told to
+		// hold nothing must still reach Stalled).
+		full := a.quarantineScan
+		a.quarantineScan = false
+		for _, c := range claimCandidates(a.claimInputs(full), a.self, a.cfg.MaxAttempts) {
+			if !a.due("split:"+c.id, now) {
+				if c.quarantine {
+					a.quarantineScan = true // keep the decision pending
+				}
+				continue
+			}
+			if c.quarantine {
+				a.quarantine(c)
+				continue
+			}
+			if a.assigned[c.id] && len(a.owned)+a.claiming < a.cfg.MaxInFlight && a.undrained == 0 {
+				a.claim(c)
+			}
+		}
+	}
+	a.withdrawRevocations(now)
+	// No instruction is not an instruction to hold nothing.
+	if !a.assignSeen {
+		return nil
+	}
+	for _, id := range slices.Sorted(maps.Keys(a.owned)) {
+		if a.assigned[id] {
+			continue
+		}
+		if r, ok := a.revocations[id]; ok && !r.cancelled {
+			continue
+		}
+		a.beginRevocation(id, now)
+	}
+	return nil
+}
+
+// claimIn is a claim's snapshot of the view, taken on the loop.
+type claimIn struct {
+	id        string
+	kind      claimKind
+	prog      *progressRecord
+	progRev   uint64
+	takeLease bool // our own instance's lease: take it over in place
+	leaseRev  uint64
+}
+
+// claimOut is what a claim learned beside the loop.
+type claimOut struct {
+	kind     claimKind
+	reads    []readRecord // progress records read on the way
+	won      bool
+	rec      *progressRecord
+	rev      uint64
+	lease    leaseVal
+	leaseRev uint64
+	sent     time.Time // when the lease write was sent
+	err      error     // Fatal
+}
+
+// readRecord is a progress record read from the store.
+type readRecord struct {
+	rec *progressRecord
+	rev uint64
+}
+
+// claim takes a split with the two-key claim, beside the loop: the lease
+// key first, then the progress-record compare-and-swap that bumps the
+// epoch (the real fence).
+func (a *actor) claim(c claimCandidate) {
+	v := a.splits[c.id]
+	in := claimIn{id: c.id, kind: c.kind, prog: v.prog.clone(), progRev: v.progRev}
+	if v.lease != nil && v.lease.Owner == a.self {
+		in.takeLease, in.leaseRev = true, v.leaseRev
+	}
+	a.claiming++
+	since := a.mark()
+	a.splitIO(c.id, func(ctx context.Context) func() error {
+		out := a.claimIO(ctx, in)
+		return func() error {
+			a.claiming--
+			return a.claimDone(in, out, since)
+		}
+	})
+}
+
+func (a *actor) claimIO(ctx context.Context, in claimIn) (out claimOut) {
+	key := prefixSplit + in.id
+	out.kind = in.kind
+	base, baseRev := in.prog, in.progRev
+	read := func() (*progressRecord, uint64, bool) {
+		e, ok, err := a.st.Get(ctx, Durable, key)
+		if err != nil || !ok {
+			return nil, 0, false
+		}
+		r, err := decodeProgress(key, in.id, e.Value, a.fpHash)
+		if err != nil {
+			out.err = err
+			return nil, 0, false
+		}
+		out.reads = append(out.reads, readRecord{r, e.Revision})
+		return r, e.Revision, true
+	}
+	if in.kind == claimExpired {
+		// A cooperative release is two writes on two watch streams; a fast
+		// claimant can see the lease vanish before the owner-clear arrives.
+		// Read the record: a fresh null owner means the split was released.
+		r, rev, ok := read()
+		if !ok {
+			return out
+		}
+		if r.owner() == "" && rev >= in.progRev {
+			out.kind = claimReleased
+		}
+		if r.Status != statusRunnable {
+			return out
+		}
+		base, baseRev = r, rev
+	}
+	next := base.Epoch + 1
+	out.lease = leaseVal{Schema: SchemaVersion, Owner: a.self, Nonce: a.nonce, Epoch: next}
+	out.sent = time.Now()
+	var o Outcome
+	var err error
+	if in.takeLease {
+		// Our predecessor's lease (a reclaim) or our own leftover: take it
+		// over in place.
+		o, err = a.st.Update(ctx, Ephemeral, key, encode(out.lease), in.leaseRev)
+	} else {
+		o, err = a.st.Create(ctx, Ephemeral, key, encode(out.lease))
+	}
+	if err != nil {
+		a.m.writes.WithLabelValues("error").Inc()
+		a.log.Debug("lease claim failed", "split", in.id, "err", err)
+		return out
+	}
+	if !o.Won {
+		return out // a peer won; the watch will show it
+	}
+	out.leaseRev = o.Revision
+	for range 2 {
+		rec := base.clone()
+		rec.Epoch = next
+		rec.Owner = strPtr(a.self)
+		// Decision: a takeover that consumes an attempt counts it even on the
+		// retry after adopting a zombie's late commit; otherwise a poison
+		// split with a chatty zombie could dodge its cap.
+		if out.kind.consumesAttempt() {
+			rec.Attempts++
+		}
+		rec.WrittenAtMs = nowMs()
+		start := time.Now()
+		o, err := a.st.Update(ctx, Durable, key, encode(rec), baseRev)
+		a.m.writeDur.Observe(time.Since(start).Seconds())
+		if err != nil {
+			a.m.writes.WithLabelValues("error").Inc()
+			a.log.Debug("claim write failed", "split", in.id, "err", err)
+			break
+		}
+		if o.Won {
+			a.m.writes.WithLabelValues("ok").Inc()
+			out.won, out.rec, out.rev = true, rec, o.Revision
+			return out
+		}
+		a.m.writes.WithLabelValues("conflict").Inc()
+		r, rev, ok := read()
+		if !ok || r.Status != statusRunnable || r.Epoch >= next {
+			break // another claimant won between our lease write and the CAS
+		}
+		// A zombie's late commit moved the revision (legal: it was still the
+		// owner). Retry on top of it.
+		base, baseRev = r, rev
+	}
+	deleteOwnLease(ctx, a.st, in.id, out.leaseRev, a.self, a.nonce, next)
+	out.leaseRev = 0
+	return out
+}
+
+func (a *actor) claimDone(in claimIn, out claimOut, since uint64) error {
+	for _, r := range out.reads {
+		a.upsert(in.id, r.rec, r.rev, readSince(since))
+	}
+	if out.err != nil {
+		return out.err
+	}
+	if !out.won {
+		// Lost or failed: either way the view was not what the store holds
+		// (a watch event will correct it) or the store is failing; do not
+		// try again at once.
+		a.failed("split:" + in.id)
+		return nil
+	}
+	id := in.id
+	v := a.splits[id]
+	next := out.rec.Epoch
+	a.m.acquisitions.WithLabelValues(out.kind.acquisitionReason()).Inc()
+	a.owned[id] = &tenancy{epoch: next}
+	a.renew.hold(id, next, out.leaseRev, out.sent)
+	if _, sf := a.selfFenced[id]; sf {
+		delete(a.selfFenced, id)
+		a.forgiven[id] = true
+	}
+	a.upsert(id, out.rec, out.rev, live)
+	if out.leaseRev > v.leaseRev {
+		lv := out.lease
+		v.lease, v.leaseRev, v.leaseAt = &lv, out.leaseRev, a.clock
+	}
+	if v.progRev > out.rev && (v.prog.Epoch != next || v.prog.owner() != a.self) {
+		// The view already holds a later write: a peer fenced this claim
+		// before its answer was folded.
+		a.dropLost(id, "fenced", fmt.Sprintf("a claimant fenced it at epoch %d", v.prog.Epoch))
+		return nil
+	}
+	if at, ok := a.awaiting[id]; ok {
+		a.m.assignLatency.Observe(time.Since(at).Seconds())
+		delete(a.awaiting, id)
+	}
+	a.log.Debug("split claimed", "split", id, "epoch", next, "kind", out.kind.String())
+	a.c.emit(Gained{Split: SplitSpec{ID: SplitID{id: id}, Descriptor: v.spec.Descriptor, Weight: v.spec.Weight},
+		Epoch: LeaseEpoch(next), Progress: out.rec.progress()})
+	if a.parting {
+		return a.releaseSplit(id, func(releaseResult) {})
+	}
+	return nil
+}
+
+// quarantine parks a split whose next takeover would reach the attempt cap.
+// It writes only the progress record, bumping the epoch to fence any zombie.
+func (a *actor) quarantine(c claimCandidate) {
+	v := a.splits[c.id]
+	rec := v.prog.clone()
+	rec.Epoch++
+	rec.Status = statusQuarant
+	rec.Owner = nil
+	rec.Attempts++
+	rec.WrittenAtMs = nowMs()
+	baseRev := v.progRev
+	a.splitIO(c.id, func(ctx context.Context) func() error {
+		o, err := a.st.Update(ctx, Durable, prefixSplit+c.id, encode(rec), baseRev)
+		return func() error {
+			switch {
+			case err != nil:
+				a.m.writes.WithLabelValues("error").Inc()
+				a.failed("split:" + c.id)
+				a.quarantineScan = true // retry, or a worker at its budget never revisits it
+			case !o.Won:
+				a.m.writes.WithLabelValues("conflict").Inc()
+				a.failed("split:" + c.id)
+			default:
+				a.m.writes.WithLabelValues("ok").Inc()
+				a.m.quarantines.Inc()
+				a.upsert(c.id, rec, o.Revision, live)
+				if c.kind == claimReclaim && v.lease != nil {
+					a.deleteKey(Ephemeral, prefixSplit+c.id, v.leaseRev)
+				}
+			}
+			return nil
+		}
+	})
+}
+
+// deleteOwnLease deletes a lease this process wrote for the tenancy at
+// epoch, guarded by its revision; if a renewal moved the revision in the
+// meantime, it re-reads the key and deletes it only if it is still ours.
+// Best effort: what it leaves behind expires. It reports whether the key
+// is gone and at which revision it was deleted.
+func deleteOwnLease(ctx context.Context, st Store, id string, rev uint64, self, nonce string, epoch uint64) (uint64, bool) {
+	if rev == 0 {
+		return 0, false
+	}
+	key := prefixSplit + id
+	for range 2 {
+		o, err := st.Delete(ctx, Ephemeral, key, rev)
+		if err != nil {
+			return 0, false
+		}
+		if o.Won {
+			return rev, true
+		}
+		e, ok, err := st.Get(ctx, Ephemeral, key)
+		if err != nil || !ok {
+			return 0, false
+		}
+		l, err := decodeLease(key, e.Value)
+		if err != nil || l.Owner != self || l.Nonce != nonce || l.Epoch != epoch {
+			return 0, false
+		}
+		rev = e.Revision
+	}
+	return 0, false
+}
+
+// dropLeaseAsync deletes our lease beside the loop after the tenancy ended;
+// a delete that lands clears the lease from the view at once, so the next
+// claim scan does not mistake it for a live one.
+func (a *actor) dropLeaseAsync(id string, rev, epoch uint64) {
+	if rev == 0 {
+		return
+	}
+	a.spawn(func(ctx context.Context) func() error {
+		drev, ok := deleteOwnLease(ctx, a.st, id, rev, a.self, a.nonce, epoch)
+		if !ok {
+			a.log.Debug("lease delete did not land; it will expire", "split", id)
+			return nil
+		}
+		return func() error {
+			if v := a.splits[id]; v != nil && v.lease != nil && v.leaseRev == drev {
+				v.lease = nil
+				a.dirty = true
+			}
+			return nil
+		}
+	})
 }

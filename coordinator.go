@@ -43,10 +43,14 @@ const commandQueueDepth = 64
 // store contract. It implements [DrainReleaser], [RevokeDecliner],
 // [EpochCommitter] and [Departer] too.
 //
-// One goroutine per coordinator (the actor) owns every store operation and
-// the local view of the job; the planner runs off it. The methods are a
-// synchronous handle: commands wait for the actor at most 3×OpTimeout (and
-// their context), Poll never blocks. A failure of the actor is sticky: once
+// One goroutine per coordinator (the actor) owns the local view of the job
+// and every decision; store I/O runs beside it, so it never waits on the
+// store. Leases and presence are renewed by a renewer on their own
+// schedule, never queued behind commits, listings, watch re-establishment
+// or planning; commits on different splits run concurrently (one in flight
+// per split); the planner runs off the actor too. The methods are a
+// synchronous handle: commands wait at most 3×OpTimeout (and their
+// context), Poll never blocks. A failure of the actor is sticky: once
 // the events queued before it are delivered, every call returns it.
 //
 // All methods are safe for concurrent use, but the seam expects one
@@ -349,12 +353,7 @@ func (c *StoreCoordinator) Close() error {
 	if err := c.shutdown(); err != nil || c.act == nil {
 		return err
 	}
-	held := slices.Sorted(maps.Keys(c.act.owned))
-	ids := make([]SplitID, 0, len(held))
-	for _, id := range held {
-		ids = append(ids, SplitID{id: id})
-	}
-	c.directRelease(ids)
+	c.directRelease(nil)
 	return nil
 }
 
@@ -380,15 +379,21 @@ func (c *StoreCoordinator) shutdown() error {
 	return nil
 }
 
-// directRelease hands splits back without the actor (it has exited), and
-// deletes this process's presence and leader keys, so peers take over at
-// once instead of waiting out the TTL.
+// directRelease hands splits back without the actor (it has exited; nil
+// means every split it still held), and deletes this process's presence
+// and leader keys, so peers take over at once instead of waiting out the
+// TTL. Concurrent calls (Close racing a Release) are serialised.
 func (c *StoreCoordinator) directRelease(splits []SplitID) {
 	c.relMu.Lock()
 	defer c.relMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*c.cfg.OpTimeout)
 	defer cancel()
 	a := c.act
+	if splits == nil {
+		for _, id := range slices.Sorted(maps.Keys(a.owned)) {
+			splits = append(splits, SplitID{id: id})
+		}
+	}
 	for _, s := range splits {
 		t, ok := a.owned[s.id]
 		if !ok {

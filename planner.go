@@ -1,6 +1,13 @@
 package spate
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
 
 // SplitPlanner is the source-provided work enumerator. It runs only on the
 // fleet's elected leader: at job start, once per new leader, and again every
@@ -24,4 +31,214 @@ type SplitPlanner interface {
 	// Return a Retryable error to have the run retried on the next replan
 	// tick; any other error is Fatal.
 	Plan(ctx context.Context, pc PlanContext) (SplitPlan, error)
+}
+
+type planOutcome uint8
+
+const (
+	planOK planOutcome = iota + 1
+	planNoop
+	planError // retry on the next replan tick
+	planLost  // a successor bumped the generation: demote
+	planFatal
+)
+
+type planResult struct {
+	outcome planOutcome
+	plan    *planRecord
+	rev     uint64
+	err     error
+	created int
+}
+
+// planSeedConcurrency bounds the seeding writes in flight.
+const planSeedConcurrency = 8
+
+// planRun is what a planner run needs, and nothing of the actor: it runs
+// beside the loop.
+type planRun struct {
+	st      Store
+	planner SplitPlanner
+	fpHash  uint64
+	m       *coordMetrics
+}
+
+// startPlan launches a due planner run off the actor goroutine. Every write
+// the run makes is create-if-absent of deterministic ids, or one
+// compare-and-swap on the plan revision captured now, so it cannot race the
+// actor's decisions.
+func (a *actor) startPlan() {
+	if !a.planDue || a.planRunning || a.plan == nil {
+		return
+	}
+	a.planDue = false
+	a.planRunning = true
+	snap, rev := *a.plan, a.planRev
+	ctx, cancel := context.WithCancel(a.ctx)
+	a.planCancel = cancel
+	run := planRun{st: a.st, planner: a.planner, fpHash: a.fpHash, m: a.m}
+	done := a.planDone
+	go func() {
+		defer cancel()
+		done <- run.run(ctx, snap, rev)
+	}()
+}
+
+func (p planRun) run(ctx context.Context, snap planRecord, rev uint64) (res planResult) {
+	start := time.Now()
+	defer func() { p.m.replanDur.Observe(time.Since(start).Seconds()) }()
+	var cursor []byte
+	if snap.PlannerState != nil {
+		cursor = *snap.PlannerState
+	}
+	var plan SplitPlan
+	err := func() (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = Fatalf("the planner panicked: %v\n%s", p, debug.Stack())
+			}
+		}()
+		plan, err = p.planner.Plan(ctx, PlanContext{PlannerState: cursor, Generation: snap.Generation})
+		return err
+	}()
+	if err != nil {
+		if ctx.Err() != nil || KindOf(err) == KindRetryable {
+			return planResult{outcome: planError, err: err}
+		}
+		return planResult{outcome: planFatal, err: fmt.Errorf("planner: %w", err)}
+	}
+	for _, s := range plan.Splits {
+		if s.Spec.ID.IsZero() {
+			return planResult{outcome: planFatal, err: Fatalf("planner returned a split with a zero SplitID")}
+		}
+	}
+	created, err := p.seed(ctx, plan.Splits, snap.Generation)
+	if err != nil {
+		if KindOf(err) == KindFatal {
+			return planResult{outcome: planFatal, err: err}
+		}
+		return planResult{outcome: planError, err: err, created: created}
+	}
+	// Recount from a listing, never locally: a crash or a failed publish
+	// between seeding and publishing would otherwise desynchronise terminal
+	// detection for good.
+	entries, err := p.st.List(ctx, Durable, prefixSplit)
+	if err != nil {
+		return planResult{outcome: planError, err: err, created: created}
+	}
+	next := snap
+	next.Planned = uint64(len(entries))
+	// Decision: Final is sticky. A later run that reports Open cannot reopen
+	// a final plan (terminal detection may already have fired).
+	if plan.Finality == PlanFinal || snap.Finality == finalityFinal {
+		next.Finality = finalityFinal
+	} else {
+		next.Finality = finalityOpen
+	}
+	if plan.PlannerState != nil {
+		st := plan.PlannerState
+		next.PlannerState = &st
+	}
+	next.UpdatedAtMs = nowMs()
+	o, err := p.st.Update(ctx, Durable, keyPlan, encode(&next), rev)
+	if err != nil {
+		return planResult{outcome: planError, err: err, created: created}
+	}
+	if !o.Won {
+		return planResult{outcome: planLost, created: created}
+	}
+	out := planNoop
+	if created > 0 || next.Finality != snap.Finality || next.Planned != snap.Planned {
+		out = planOK
+	}
+	return planResult{outcome: out, plan: &next, rev: o.Revision, created: created}
+}
+
+// seed writes each planned split, spec first then progress, both
+// create-if-absent: a seed never overwrites an existing record.
+func (p planRun) seed(ctx context.Context, splits []PlannedSplit, gen uint64) (int, error) {
+	var created atomic.Int64
+	var firstErr error
+	var mu sync.Mutex
+	setErr := func(err error) {
+		mu.Lock()
+		if firstErr == nil || KindOf(err) == KindFatal && KindOf(firstErr) != KindFatal {
+			firstErr = err
+		}
+		mu.Unlock()
+	}
+	sem := make(chan struct{}, planSeedConcurrency)
+	var wg sync.WaitGroup
+	seen := make(map[string]bool, len(splits))
+	for _, s := range splits {
+		id := s.Spec.ID.id
+		if seen[id] {
+			continue // first occurrence wins
+		}
+		seen[id] = true
+		spec := encode(&specRecord{Schema: SchemaVersion, ID: id, FP: p.fpHash, Generation: gen,
+			Weight: s.Spec.EffectiveWeight(), Descriptor: nonNil(s.Spec.Descriptor)})
+		prog := encode(newProgressRecord(id, p.fpHash, s.Seed))
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if ctx.Err() != nil {
+				return
+			}
+			if _, err := p.st.Create(ctx, Durable, prefixSpec+id, spec); err != nil {
+				setErr(fmt.Errorf("seeding spec %s: %w", id, err))
+				return
+			}
+			o, err := p.st.Create(ctx, Durable, prefixSplit+id, prog)
+			if err != nil {
+				setErr(fmt.Errorf("seeding split %s: %w", id, err))
+				return
+			}
+			if o.Won {
+				created.Add(1)
+				p.m.planned.Inc()
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = Retryablef("planning cancelled: %w", ctx.Err())
+	}
+	return int(created.Load()), firstErr
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+func (a *actor) finishPlan(res planResult) error {
+	a.planRunning = false
+	a.planCancel = nil
+	switch res.outcome {
+	case planFatal:
+		a.m.replans.WithLabelValues("error").Inc()
+		return res.err
+	case planError:
+		a.m.replans.WithLabelValues("error").Inc()
+		a.log.Warn("planner run failed; the next replan tick retries", "err", res.err, "seeded", res.created)
+	case planLost:
+		a.m.replans.WithLabelValues("error").Inc()
+		a.demote("a successor bumped the generation while we planned")
+	case planOK, planNoop:
+		if res.outcome == planOK {
+			a.m.replans.WithLabelValues("ok").Inc()
+		} else {
+			a.m.replans.WithLabelValues("noop").Inc()
+		}
+		wasFinal := a.plan != nil && a.plan.Finality == finalityFinal
+		a.setPlan(res.plan, res.rev)
+		if !wasFinal && res.plan.Finality == finalityFinal {
+			a.log.Info("plan is final", "planned", res.plan.Planned)
+		}
+		a.dirty = true
+	}
+	return nil
 }

@@ -1,66 +1,6 @@
 package spate
 
-import (
-	"bytes"
-	"encoding/json"
-	"fmt"
-	"hash/fnv"
-	"strings"
-	"time"
-)
-
-// SchemaVersion is the schema number every record this version writes
-// carries. Records of any other schema are rejected Fatal: versions do not
-// interoperate, and the remedy is a new job name.
-const SchemaVersion = 1
-
-// Key layout. The durable and ephemeral keyspaces share the split key name
-// (split.{id}): the progress record and the lease are two faces of one
-// contended entity. No prefix shadows another.
-const (
-	keyPlan         = "plan"
-	keyLeader       = "leader"
-	prefixSpec      = "spec."
-	prefixSplit     = "split."
-	prefixAssign    = "assign."
-	prefixWorker    = "worker."
-	prefixProbe     = "_probe."
-	statusRunnable  = "runnable"
-	statusCompleted = "completed"
-	statusQuarant   = "quarantined"
-	finalityOpen    = "open"
-	finalityFinal   = "final"
-)
-
-// FingerprintHash is the 64-bit FNV-1a hash of a job fingerprint, stored in
-// every spec and progress record so that two jobs sharing a namespace cannot
-// read each other's records as their own.
-func FingerprintHash(fingerprint string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(fingerprint))
-	return h.Sum64()
-}
-
-// planRecord is the durable "plan" key.
-type planRecord struct {
-	Schema       int     `json:"schema"`
-	Fingerprint  string  `json:"fingerprint"`
-	Generation   uint64  `json:"generation"`
-	Finality     string  `json:"finality"`
-	Planned      uint64  `json:"planned"`
-	PlannerState *[]byte `json:"planner_state"`
-	UpdatedAtMs  int64   `json:"updated_at_ms"`
-}
-
-// specRecord is the durable, immutable "spec.{id}" key.
-type specRecord struct {
-	Schema     int    `json:"schema"`
-	ID         string `json:"id"`
-	FP         uint64 `json:"fp"`
-	Generation uint64 `json:"generation"`
-	Weight     uint64 `json:"weight"`
-	Descriptor []byte `json:"descriptor"`
-}
+import "fmt"
 
 // progressRecord is the durable "split.{id}" key: the fence. Every ownership
 // change bumps Epoch; every commit is a compare-and-swap on its revision.
@@ -78,101 +18,6 @@ type progressRecord struct {
 	WrittenAtMs int64   `json:"written_at_ms"`
 }
 
-// leaseVal is the ephemeral "split.{id}" key.
-type leaseVal struct {
-	Schema int    `json:"schema"`
-	Owner  string `json:"owner"`
-	Nonce  string `json:"nonce"`
-	Epoch  uint64 `json:"epoch"`
-}
-
-// leaderVal is the ephemeral "leader" key.
-type leaderVal struct {
-	Schema     int    `json:"schema"`
-	Owner      string `json:"owner"`
-	Nonce      string `json:"nonce"`
-	Generation uint64 `json:"generation"`
-}
-
-// workerVal is the ephemeral "worker.{instance}" presence key.
-type workerVal struct {
-	Schema      int    `json:"schema"`
-	Nonce       string `json:"nonce"`
-	MaxInFlight int    `json:"max_in_flight"`
-}
-
-// assignmentVal is the durable "assign.{instance}" key: an instruction, not
-// a grant of ownership. Splits are sorted so that an unchanged assignment is
-// byte-identical.
-type assignmentVal struct {
-	Schema     int      `json:"schema"`
-	Generation uint64   `json:"generation"`
-	Splits     []string `json:"splits"`
-}
-
-func nowMs() int64 { return time.Now().UnixMilli() }
-
-// encode writes a record as compact JSON.
-func encode(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(fmt.Sprintf("spate: encoding %T: %v", v, err)) // our own types always encode
-	}
-	return b
-}
-
-// decodeStrict parses one JSON object into v: unknown fields, trailing data
-// and a wrong schema number are errors.
-func decodeStrict(data []byte, v any, schema *int) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return fmt.Errorf("trailing data after the record")
-	}
-	if *schema != SchemaVersion {
-		return fmt.Errorf("schema %d, this version reads schema %d (versions do not interoperate: use a new job name)", *schema, SchemaVersion)
-	}
-	return nil
-}
-
-// recordError is the Fatal error for an unreadable or alien record. It names
-// the key so an operator can find it.
-func recordError(ks Keyspace, key string, err error) error {
-	return Fatalf("%s record %q is unreadable or belongs to another job (two incompatible jobs may share a namespace): %v", ks, key, err)
-}
-
-func decodePlan(key string, data []byte, fingerprint string) (*planRecord, error) {
-	var r planRecord
-	if err := decodeStrict(data, &r, &r.Schema); err != nil {
-		return nil, recordError(Durable, key, err)
-	}
-	if r.Finality != finalityOpen && r.Finality != finalityFinal {
-		return nil, recordError(Durable, key, fmt.Errorf("finality %q", r.Finality))
-	}
-	if r.Fingerprint != fingerprint {
-		return nil, Fatalf("job fingerprint mismatch: the store's plan record has %q, this worker has %q; every worker of a job must be configured identically (or use a new job name)",
-			r.Fingerprint, fingerprint)
-	}
-	return &r, nil
-}
-
-func decodeSpec(key, id string, data []byte, fp uint64) (*specRecord, error) {
-	var r specRecord
-	if err := decodeStrict(data, &r, &r.Schema); err != nil {
-		return nil, recordError(Durable, key, err)
-	}
-	if err := checkIdentity(key, id, r.ID, fp, r.FP); err != nil {
-		return nil, err
-	}
-	if r.Descriptor == nil {
-		return nil, recordError(Durable, key, fmt.Errorf("descriptor is missing"))
-	}
-	return &r, nil
-}
-
 func decodeProgress(key, id string, data []byte, fp uint64) (*progressRecord, error) {
 	var r progressRecord
 	if err := decodeStrict(data, &r, &r.Schema); err != nil {
@@ -188,65 +33,6 @@ func decodeProgress(key, id string, data []byte, fp uint64) (*progressRecord, er
 	}
 	if r.Owner != nil && ValidateInstanceID(*r.Owner) != nil {
 		return nil, recordError(Durable, key, fmt.Errorf("owner %q is not an instance id", *r.Owner))
-	}
-	return &r, nil
-}
-
-func checkIdentity(key, keyID, recID string, fp, recFP uint64) error {
-	if recID != keyID {
-		return recordError(Durable, key, fmt.Errorf("id %q does not match the key (the namespace is corrupt)", recID))
-	}
-	if recFP != fp {
-		return Fatalf("record %q has fingerprint hash %d, this job's is %d: two jobs share a namespace", key, recFP, fp)
-	}
-	return nil
-}
-
-func decodeLease(key string, data []byte) (*leaseVal, error) {
-	var r leaseVal
-	if err := decodeStrict(data, &r, &r.Schema); err != nil {
-		return nil, recordError(Ephemeral, key, err)
-	}
-	if ValidateInstanceID(r.Owner) != nil || r.Nonce == "" {
-		return nil, recordError(Ephemeral, key, fmt.Errorf("owner %q / nonce %q", r.Owner, r.Nonce))
-	}
-	return &r, nil
-}
-
-func decodeLeader(data []byte) (*leaderVal, error) {
-	var r leaderVal
-	if err := decodeStrict(data, &r, &r.Schema); err != nil {
-		return nil, recordError(Ephemeral, keyLeader, err)
-	}
-	if ValidateInstanceID(r.Owner) != nil || r.Nonce == "" {
-		return nil, recordError(Ephemeral, keyLeader, fmt.Errorf("owner %q / nonce %q", r.Owner, r.Nonce))
-	}
-	return &r, nil
-}
-
-func decodeWorker(key string, data []byte) (*workerVal, error) {
-	var r workerVal
-	if err := decodeStrict(data, &r, &r.Schema); err != nil {
-		return nil, fmt.Errorf("presence record %q: %w", key, err)
-	}
-	return &r, nil
-}
-
-// decodeAssignment parses an assignment record. Its errors are not Fatal:
-// an unreadable assignment costs balance, not safety, and must never be read
-// as an empty one (which would release everything).
-func decodeAssignment(key string, data []byte) (*assignmentVal, error) {
-	var r assignmentVal
-	if err := decodeStrict(data, &r, &r.Schema); err != nil {
-		return nil, fmt.Errorf("assignment record %q: %w", key, err)
-	}
-	if r.Splits == nil {
-		return nil, fmt.Errorf("assignment record %q: splits is missing", key)
-	}
-	for _, s := range r.Splits {
-		if _, err := NewSplitID(s); err != nil {
-			return nil, fmt.Errorf("assignment record %q: %w", key, err)
-		}
 	}
 	return &r, nil
 }
@@ -284,15 +70,8 @@ func (r *progressRecord) clone() *progressRecord {
 	return &c
 }
 
-func strPtr(s string) *string { return &s }
 
-// keyClass splits a key into its kind and id.
-func splitKey(key, prefix string) (string, bool) {
-	if !strings.HasPrefix(key, prefix) {
-		return "", false
-	}
-	return key[len(prefix):], true
-}
+func strPtr(s string) *string { return &s }
 
 // newProgressRecord is a freshly planned progress record, seeded from seed
 // when given (first writer wins).
@@ -308,4 +87,15 @@ func newProgressRecord(id string, fp uint64, seed *SplitProgress) *progressRecor
 		}
 	}
 	return r
+}
+
+// checkMonotone is the monotone-watermark rule: a commit may never move a
+// split's committed watermark back. cur is the committed watermark (nil
+// before the first commit).
+func checkMonotone(id string, cur *int64, next int64) error {
+	if cur != nil && next < *cur {
+		return Fatalf("commit of split %s would move its committed watermark back from %d to %d: a source bug; stopping",
+			id, *cur, next)
+	}
+	return nil
 }

@@ -1,0 +1,461 @@
+package spate
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// The commands the source sends through the handle: commit, fail, release,
+// decline, depart. Each is taken by the loop at once; the store write runs
+// beside it (one in flight per split, in order), and the reply goes back
+// when the write's answer has been folded into the view.
+
+func (a *actor) handle(cmd *command) error {
+	switch cmd.kind {
+	case cmdCommit:
+		return a.onSplit(cmd.split.id, func() error { return a.startCommit(cmd, false, 0) })
+	case cmdFail:
+		return a.onSplit(cmd.split.id, func() error { return a.failSplit(cmd) })
+	case cmdRelease, cmdReleaseDrained:
+		return a.release(cmd)
+	case cmdDecline:
+		err := a.decline(cmd.split.id)
+		cmd.reply <- nil
+		return err
+	case cmdDepart:
+		a.part()
+		cmd.reply <- nil
+	}
+	return nil
+}
+
+func notHeld(id string) error {
+	return Fencedf("split %s is not held by this worker; nothing was written", id)
+}
+
+// ----- commit -------------------------------------------------------------------
+
+// commitOut is what a commit learned beside the loop.
+type commitOut struct {
+	won  bool
+	rec  *progressRecord // the record written
+	rev  uint64
+	cur  *progressRecord // after a lost CAS, or for a regression check: the record read
+	cur0 bool            // the re-read found the record
+	read bool            // cur holds a read
+	err  error
+}
+
+// startCommit is the fenced commit: one compare-and-swap on the progress
+// record at the revision this worker last observed. No explicit epoch
+// comparison is needed: any ownership change moved the revision. With
+// confirmed unset and a watermark below the view's, it first re-reads the
+// record: a store that went back in time may have shown a watermark that
+// never became durable.
+func (a *actor) startCommit(cmd *command, confirmed bool, try int) error {
+	id, p := cmd.split.id, cmd.progress
+	t, held := a.owned[id]
+	if !held {
+		cmd.reply <- notHeld(id)
+		return nil
+	}
+	if cmd.epoch != 0 && uint64(cmd.epoch) != t.epoch {
+		cmd.reply <- Fencedf("split %s: the tenancy at epoch %d ended (this worker now holds epoch %d); nothing was written", id, cmd.epoch, t.epoch)
+		return nil
+	}
+	v := a.splits[id]
+	check := !confirmed && checkMonotone(id, v.prog.Watermark, p.Watermark) != nil
+	rec := v.prog.clone()
+	wm := p.Watermark
+	rec.Watermark, rec.State, rec.Completed = &wm, p.State, p.Completed
+	if p.Completed {
+		rec.Status = statusCompleted
+	}
+	baseRev := v.progRev
+	since := a.mark()
+	a.splitIO(id, func(ctx context.Context) func() error {
+		out := a.commitIO(ctx, id, rec, baseRev, check)
+		return func() error { return a.commitDone(cmd, t, out, since, check, try) }
+	})
+	return nil
+}
+
+func (a *actor) commitIO(ctx context.Context, id string, rec *progressRecord, baseRev uint64, check bool) (out commitOut) {
+	key := prefixSplit + id
+	reread := func() {
+		e, ok, err := a.st.Get(ctx, Durable, key)
+		if err != nil {
+			out.err = err
+			return
+		}
+		out.read, out.cur0 = true, ok
+		if ok {
+			out.cur, out.rev = nil, e.Revision
+			out.cur, out.err = decodeProgress(key, id, e.Value, a.fpHash)
+		}
+	}
+	if check {
+		reread()
+		return out
+	}
+	rec.WrittenAtMs = nowMs()
+	start := time.Now()
+	o, err := a.st.Update(ctx, Durable, key, encode(rec), baseRev)
+	a.m.writeDur.Observe(time.Since(start).Seconds())
+	if err != nil {
+		a.m.writes.WithLabelValues("error").Inc()
+		out.err = err
+		return out
+	}
+	if o.Won {
+		a.m.writes.WithLabelValues("ok").Inc()
+		out.won, out.rec, out.rev = true, rec, o.Revision
+		return out
+	}
+	a.m.writes.WithLabelValues("conflict").Inc()
+	reread()
+	return out
+}
+
+// commitVerdict is what a commit's compare-and-swap loss means.
+type commitVerdict uint8
+
+const (
+	// verdictFenced: another owner took the split (or its record is gone).
+	verdictFenced commitVerdict = iota + 1
+	// verdictLanded: exactly this commit, or an earlier completing one of
+	// this tenancy, landed before (its reply was lost): adopt it.
+	verdictLanded
+	// verdictRetry: an earlier commit of this tenancy landed though its
+	// reply was lost, so the revision moved under us but nobody else did:
+	// commit again on top of it.
+	verdictRetry
+	// verdictRegress: the commit would move the committed watermark back:
+	// a source bug, Fatal.
+	verdictRegress
+)
+
+// lostCommitVerdict judges a lost commit compare-and-swap from the record
+// the store holds now (nil if it is gone): the tenancy is this worker's at
+// epoch, and p is the progress it tried to commit.
+func lostCommitVerdict(cur *progressRecord, self string, epoch uint64, p SplitProgress) commitVerdict {
+	switch {
+	case cur == nil:
+		return verdictFenced
+	case cur.owner() != self || cur.Epoch != epoch || cur.Status != statusRunnable && !cur.Completed:
+		return verdictFenced
+	case cur.Watermark != nil && *cur.Watermark == p.Watermark && cur.Completed == p.Completed:
+		return verdictLanded
+	case cur.Completed:
+		return verdictLanded
+	case cur.Watermark != nil && p.Watermark < *cur.Watermark:
+		return verdictRegress
+	}
+	return verdictRetry
+}
+
+func (a *actor) commitDone(cmd *command, t *tenancy, out commitOut, since uint64, checked bool, try int) error {
+	id, p := cmd.split.id, cmd.progress
+	reply := func(err error) error {
+		cmd.reply <- err
+		return nil
+	}
+	fatal := func(err error) error {
+		cmd.reply <- err
+		return err
+	}
+	if out.err != nil {
+		if KindOf(out.err) == KindFatal {
+			return fatal(out.err)
+		}
+		if checked {
+			return reply(fmt.Errorf("commit %s: checking a watermark regression: %w", id, out.err))
+		}
+		if out.read {
+			return reply(fmt.Errorf("commit %s: compare-and-swap lost and the re-read failed: %w", id, out.err))
+		}
+		return reply(fmt.Errorf("commit %s: %w", id, out.err))
+	}
+	if out.read && out.cur0 {
+		a.upsert(id, out.cur, out.rev, readSince(since))
+	}
+	if checked {
+		if _, still := a.owned[id]; !still {
+			return reply(notHeld(id))
+		}
+		if err := checkMonotone(id, a.splits[id].prog.Watermark, p.Watermark); err != nil {
+			return fatal(err)
+		}
+		return a.startCommit(cmd, true, try)
+	}
+	if out.won {
+		a.committed(id, t, out.rec, out.rev)
+		return reply(nil)
+	}
+	var cur *progressRecord
+	if out.cur0 {
+		cur = out.cur
+	}
+	switch lostCommitVerdict(cur, a.self, t.epoch, p) {
+	case verdictLanded:
+		a.committed(id, t, cur, out.rev)
+		return reply(nil)
+	case verdictRegress:
+		return fatal(checkMonotone(id, cur.Watermark, p.Watermark))
+	case verdictRetry:
+		if try == 0 {
+			return a.startCommit(cmd, true, 1)
+		}
+	}
+	if t2, still := a.owned[id]; still && t2 == t {
+		a.dropLost(id, "fenced", "a commit lost its compare-and-swap")
+	}
+	return reply(Fencedf("split %s: the commit lost its compare-and-swap (another owner took it); nothing was written", id))
+}
+
+func (a *actor) committed(id string, t *tenancy, rec *progressRecord, rev uint64) {
+	if r, ok := a.revocations[id]; ok {
+		r.lastProgress = time.Now()
+	}
+	a.upsert(id, rec, rev, live)
+	if rec.Completed {
+		if t2, ok := a.owned[id]; ok && t2 == t {
+			leaseRev := a.leave(id)
+			a.settle(id, "drained")
+			a.dropLeaseAsync(id, leaseRev, t.epoch)
+		}
+	}
+}
+
+// leave takes a split out of the owned set and stops renewing its lease;
+// it returns the lease's last revision.
+func (a *actor) leave(id string) uint64 {
+	delete(a.owned, id)
+	return a.renew.release(id)
+}
+
+// ----- fail -----------------------------------------------------------------------
+
+// failSplit consumes one delivery attempt and hands the split back; at the
+// cap it quarantines it instead (epoch bumped to fence any zombie).
+func (a *actor) failSplit(cmd *command) error {
+	id := cmd.split.id
+	t, held := a.owned[id]
+	if !held {
+		cmd.reply <- notHeld(id)
+		return nil
+	}
+	a.m.failures.Inc()
+	v := a.splits[id]
+	rec := v.prog.clone()
+	rec.Attempts++
+	rec.Owner = nil
+	quarantined := int(rec.Attempts) >= a.cfg.MaxAttempts
+	if quarantined {
+		rec.Status = statusQuarant
+		rec.Epoch++
+	}
+	rec.WrittenAtMs = nowMs()
+	baseRev := v.progRev
+	a.splitIO(id, func(ctx context.Context) func() error {
+		o, err := a.st.Update(ctx, Durable, prefixSplit+id, encode(rec), baseRev)
+		return func() error {
+			if err != nil {
+				a.m.writes.WithLabelValues("error").Inc()
+				cmd.reply <- fmt.Errorf("fail %s: %w", id, err)
+				return nil
+			}
+			if !o.Won {
+				a.m.writes.WithLabelValues("conflict").Inc()
+				if t2, still := a.owned[id]; still && t2 == t {
+					a.dropLost(id, "fenced", "a failure report lost its compare-and-swap")
+				}
+				cmd.reply <- Fencedf("split %s: the failure report lost its compare-and-swap; nothing was written", id)
+				return nil
+			}
+			a.m.writes.WithLabelValues("ok").Inc()
+			// Leave the owned set before folding, so the epoch bump is not
+			// read as a foreign fence. No Lost: the source asked for this.
+			leaseRev := a.leave(id)
+			a.settle(id, "forced")
+			if quarantined {
+				a.m.quarantines.Inc()
+			}
+			a.upsert(id, rec, o.Revision, live)
+			a.dropLeaseAsync(id, leaseRev, t.epoch)
+			a.log.Warn("split failed by the source", "split", id, "reason", cmd.reason, "attempts", rec.Attempts, "quarantined", quarantined)
+			cmd.reply <- nil
+			return nil
+		}
+	})
+	return nil
+}
+
+// ----- release ----------------------------------------------------------------------
+
+type releaseResult uint8
+
+const (
+	releaseNotHeld releaseResult = iota
+	releaseWon
+	releaseFenced
+	releaseFailed
+)
+
+// release hands the command's splits back, concurrently, and replies once
+// every one has been handed back or found gone.
+func (a *actor) release(cmd *command) error {
+	drained := cmd.kind == cmdReleaseDrained
+	pending, released := len(cmd.splits), 0
+	// While the splits are being handed back, nothing re-claims them (the
+	// assignment may still name them here), and a source handing splits
+	// back outside a drain (it is leaving) claims nothing new meanwhile.
+	for _, s := range cmd.splits {
+		a.handingBack[s.id]++
+	}
+	if !drained {
+		a.undrained++
+	}
+	finish := func() {
+		for _, s := range cmd.splits {
+			if a.handingBack[s.id]--; a.handingBack[s.id] <= 0 {
+				delete(a.handingBack, s.id)
+			}
+		}
+		if !drained {
+			a.undrained--
+		}
+		a.m.releases.Add(float64(released))
+		// A departure is judged on what was asked, not on what landed; a
+		// drained hand-back is never one.
+		if !drained && len(cmd.splits) > 0 && len(a.owned) == 0 {
+			a.part()
+		}
+		cmd.reply <- nil
+	}
+	if pending == 0 {
+		finish()
+		return nil
+	}
+	for _, s := range cmd.splits {
+		err := a.onSplit(s.id, func() error {
+			return a.releaseSplit(s.id, func(r releaseResult) {
+				if r == releaseWon {
+					released++
+				}
+				if pending--; pending == 0 {
+					finish()
+				}
+			})
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// releaseSplit hands one held split back: owner cleared, epoch unchanged,
+// lease deleted so peers claim at once. done runs on the loop with the
+// outcome.
+func (a *actor) releaseSplit(id string, done func(releaseResult)) error {
+	t, held := a.owned[id]
+	if !held {
+		done(releaseNotHeld)
+		return nil
+	}
+	v := a.splits[id]
+	rec := v.prog.clone()
+	rec.Owner = nil
+	rec.WrittenAtMs = nowMs()
+	baseRev := v.progRev
+	a.splitIO(id, func(ctx context.Context) func() error {
+		o, err := a.st.Update(ctx, Durable, prefixSplit+id, encode(rec), baseRev)
+		return func() error {
+			t2, still := a.owned[id]
+			still = still && t2 == t
+			switch {
+			case err != nil:
+				// Surrender it anyway: the owner stays set, so the next
+				// claim is the conservative kind, but the split is not
+				// pinned here.
+				a.m.writes.WithLabelValues("error").Inc()
+				if still {
+					a.dropLeaseAsync(id, a.leave(id), t.epoch)
+				}
+				a.settle(id, "forced")
+				a.log.Warn("release write failed; surrendering the split anyway", "split", id, "err", err)
+				done(releaseFailed)
+			case !o.Won:
+				a.m.writes.WithLabelValues("conflict").Inc()
+				a.dropLost(id, "fenced", "its record moved before the release")
+				done(releaseFenced)
+			default:
+				a.m.writes.WithLabelValues("ok").Inc()
+				leaseRev := uint64(0)
+				if still {
+					leaseRev = a.leave(id)
+				}
+				a.upsert(id, rec, o.Revision, live)
+				a.dropLeaseAsync(id, leaseRev, t.epoch)
+				a.settle(id, "drained")
+				done(releaseWon)
+			}
+			return nil
+		}
+	})
+	return nil
+}
+
+// ----- decline, depart ---------------------------------------------------------------
+
+func (a *actor) decline(id string) error {
+	r, ok := a.revocations[id]
+	if !ok {
+		return nil
+	}
+	if r.cancelled {
+		delete(a.revocations, id) // nothing to comply with: the split stays
+		return nil
+	}
+	a.log.Debug("revocation declined by the source; forcing it", "split", id)
+	return a.force(id)
+}
+
+// part stops this worker taking part after it released its last split on
+// shutdown: no claims, no elections, leadership and presence given up.
+func (a *actor) part() {
+	if a.parting {
+		return
+	}
+	a.parting = true
+	a.demote("parting")
+	clear(a.awaiting)
+	a.deleteKey(Ephemeral, prefixWorker+a.self, a.renew.stopPresence())
+	a.log.Info("leaving the fleet", "still_held", len(a.owned))
+}
+
+// ----- leaving a tenancy involuntarily ----------------------------------------------
+
+// dropLost ends a tenancy involuntarily: it leaves the durable record and
+// the lease alone, settles any revocation as forced and emits Lost.
+func (a *actor) dropLost(id, reason, why string) {
+	t, held := a.owned[id]
+	if !held {
+		return
+	}
+	a.leave(id)
+	if reason == "starved" && !a.forgiven[id] {
+		// Decision: once per split and process, a self-fence is forgiven
+		// (the next claim by this process is attempt-free): the store, not
+		// the split, was unreachable. A split that starves its worker again
+		// and again may itself be the cause (a pathological input), and
+		// then its attempts must count.
+		a.selfFenced[id] = t.epoch
+	}
+	a.settle(id, "forced")
+	a.m.losses.WithLabelValues(reason).Inc()
+	a.log.Warn("split lost", "split", id, "reason", reason, "why", why)
+	a.c.emit(Lost{Split: SplitID{id: id}})
+}

@@ -1,0 +1,383 @@
+package spate
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+)
+
+// leadership is this worker's tenure as the planner leader. The leader
+// key's revision lives with the renewer, which keeps it alive.
+type leadership struct {
+	generation  uint64    // the plan generation we lead under
+	settleUntil time.Time // no assignment before this (a new job's start)
+}
+
+// ----- election ------------------------------------------------------------------
+
+// electResult is what an election attempt learned.
+type electResult struct {
+	won       bool
+	leaderRev uint64
+	val       leaderVal
+	plan      *planRecord // the plan as the attempt last saw or wrote it
+	planRev   uint64
+	bumped    bool   // the generation fence is ours
+	demote    string // why the won key must be given up again
+	err       error  // Fatal
+	failed    bool   // a store error: retry later
+}
+
+// elect tries, beside the loop, to take the leader key and fence the plan
+// generation past its predecessor's.
+func (a *actor) elect(now time.Time) {
+	if a.plan == nil || a.electing {
+		return
+	}
+	a.electing = true
+	snap, snapRev := *a.plan, a.planRev
+	newJob := len(a.assigns) == 0 && a.plan.Generation == 0
+	a.spawn(func(ctx context.Context) func() error {
+		res := a.runElection(ctx, snap, snapRev)
+		return func() error {
+			a.electing = false
+			return a.finishElection(res, newJob)
+		}
+	})
+}
+
+func (a *actor) runElection(ctx context.Context, plan planRecord, planRev uint64) electResult {
+	target := plan.Generation + 1
+	val := leaderVal{Schema: SchemaVersion, Owner: a.self, Nonce: a.nonce, Generation: target}
+	o, err := a.st.Create(ctx, Ephemeral, keyLeader, encode(val))
+	if err != nil {
+		a.log.Warn("election attempt failed", "err", err)
+		return electResult{failed: true}
+	}
+	if !o.Won {
+		return electResult{} // the watch will show the winner
+	}
+	res := electResult{won: true, leaderRev: o.Revision, val: val}
+	// The planner fence: CAS the plan record to the new generation. A
+	// racing successor that fenced past us makes us give up; after three
+	// failed tries we give up rather than plan without a fence.
+	for range 3 {
+		if plan.Generation >= target {
+			res.demote = fmt.Sprintf("a successor already holds generation %d", plan.Generation)
+			return res
+		}
+		next := plan
+		next.Generation = target
+		next.UpdatedAtMs = nowMs()
+		o, err := a.st.Update(ctx, Durable, keyPlan, encode(&next), planRev)
+		if err != nil {
+			if KindOf(err) == KindRetryable {
+				continue
+			}
+			res.err = err
+			return res
+		}
+		if o.Won {
+			res.plan, res.planRev, res.bumped = &next, o.Revision, true
+			return res
+		}
+		e, ok, err := a.st.Get(ctx, Durable, keyPlan)
+		if err != nil {
+			continue
+		}
+		if !ok {
+			res.err = Fatalf("the plan record vanished mid-election; the job's namespace was tampered with")
+			return res
+		}
+		p, err := decodePlan(keyPlan, e.Value, a.fp)
+		if err != nil {
+			res.err = err
+			return res
+		}
+		if e.Revision > planRev {
+			plan, planRev = *p, e.Revision
+			res.plan, res.planRev = p, e.Revision
+		}
+	}
+	res.demote = "could not fence the plan generation"
+	return res
+}
+
+func (a *actor) finishElection(res electResult, newJob bool) error {
+	if res.plan != nil {
+		a.setPlan(res.plan, res.planRev)
+	}
+	if res.err != nil {
+		return res.err
+	}
+	if res.failed || res.won && !res.bumped {
+		a.failed("elect")
+	}
+	if !res.won {
+		return nil
+	}
+	a.leaderObs, a.leaderRev, a.leaderAt = &res.val, max(a.leaderRev, res.leaderRev), a.clock
+	if !res.bumped || a.parting || a.terminal {
+		why := res.demote
+		if why == "" {
+			why = "parting"
+		}
+		a.log.Warn("leadership given up at once", "why", why)
+		a.deleteKey(Ephemeral, keyLeader, res.leaderRev)
+		return nil
+	}
+	a.leading = &leadership{generation: res.val.Generation}
+	a.renew.setLeader(res.leaderRev, res.val.Generation)
+	if newJob {
+		// A brand-new job: workers usually start together. Let them
+		// announce themselves before the first assignment, instead of
+		// handing everything to the first and rebalancing it as each of
+		// the others arrives (each move a drain).
+		a.leading.settleUntil = time.Now().Add(a.cfg.LeaseDuration / 3)
+	}
+	a.dirty = true
+	a.m.leader.Set(1)
+	a.log.Info("elected planner leader", "generation", res.val.Generation)
+	// Decision: a final plan is never re-run. Final means the enumeration
+	// is complete (and its publish proves the seeding finished); re-running
+	// it could only add splits a final plan must not grow by (a file
+	// rewritten since, say).
+	a.planDue = a.plan.Finality != finalityFinal
+	return nil
+}
+
+// demote gives leadership up: a guarded delete of the leader key (best
+// effort, beside the loop).
+func (a *actor) demote(why string) {
+	if a.leading == nil {
+		return
+	}
+	a.log.Warn("leadership lost", "why", why)
+	rev := a.dropLeadership()
+	a.deleteKey(Ephemeral, keyLeader, rev)
+}
+
+func (a *actor) dropLeadership() uint64 {
+	a.leading = nil
+	a.m.leader.Set(0)
+	a.planDue = false
+	if a.planCancel != nil {
+		a.planCancel()
+	}
+	return a.renew.clearLeader()
+}
+
+// deleteKey is a best-effort guarded delete beside the loop: what it
+// leaves behind expires or is cleaned up by its next owner.
+func (a *actor) deleteKey(ks Keyspace, key string, rev uint64) {
+	if rev == 0 {
+		return
+	}
+	a.spawn(func(ctx context.Context) func() error {
+		if _, err := a.st.Delete(ctx, ks, key, rev); err != nil {
+			a.log.Debug("delete failed; the key will expire or be cleaned up", "key", key, "err", err)
+		}
+		return nil
+	})
+}
+
+// ----- assignment publishing ----------------------------------------------------
+
+// leaderView is what the assignment input is built from.
+type leaderView struct {
+	splits      map[string]*splitView
+	presence    map[string]presenceEntry
+	caps        map[string]int
+	assigns     map[string]assignEntry
+	departed    map[string]time.Time
+	delay       time.Duration
+	maxInFlight int
+	seed        uint64
+}
+
+// assignInput is the pure input the leader feeds [Assign]:
+//
+//   - members are the live instances, each with its advertised lane budget;
+//   - the pool is every runnable, uncompleted split whose spec is known,
+//     less the splits of departed instances still inside their
+//     rebalance-delay window (held back so a bounced pod reclaims its own);
+//   - a split's owner is its live lease holder, else its durable owner;
+//     a split with neither a live lease nor a live owner that a live
+//     member's current assignment names is in flight to that member (handed
+//     back by a revocation and not yet claimed): it stays with that member,
+//     or a recompute in between sends it elsewhere (often straight back)
+//     and the move turns into ping-pong.
+func assignInput(v leaderView) AssignInput {
+	reserved := map[string]bool{}
+	if v.delay != NoRebalanceDelay && len(v.departed) > 0 {
+		for id, s := range v.splits {
+			if s.prog != nil {
+				if _, gone := v.departed[s.prog.owner()]; gone {
+					reserved[id] = true
+				}
+			}
+		}
+	}
+	in := AssignInput{Seed: v.seed}
+	for _, inst := range slices.Sorted(maps.Keys(v.presence)) {
+		budget := v.maxInFlight
+		if c, ok := v.caps[inst]; ok && c > 0 {
+			budget = c
+		}
+		in.Members = append(in.Members, AssignMember{ID: inst, Budget: budget})
+	}
+	named := map[string]string{}
+	for inst, e := range v.assigns {
+		if _, live := v.presence[inst]; live {
+			for _, id := range e.val.Splits {
+				named[id] = inst
+			}
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(v.splits)) {
+		s := v.splits[id]
+		p := s.prog
+		if p == nil || p.Status != statusRunnable || p.Completed || s.spec == nil || reserved[id] {
+			continue
+		}
+		owner := p.owner()
+		if s.lease != nil {
+			owner = s.lease.Owner
+		}
+		if _, live := v.presence[owner]; !live && s.lease == nil {
+			owner = named[id]
+		}
+		in.Splits = append(in.Splits, AssignSplit{ID: id, Weight: s.spec.Weight, Owner: owner})
+	}
+	return in
+}
+
+// assignWrite is one assignment record the leader writes or deletes.
+type assignWrite struct {
+	inst   string
+	val    *assignmentVal // nil: delete
+	rev    uint64         // expected revision (0: create)
+	o      Outcome
+	err    error
+	moved  int
+	delete bool
+}
+
+// publishConcurrency bounds the assignment writes in flight.
+const publishConcurrency = 16
+
+// publish computes the desired assignment and writes, beside the loop, the
+// records that changed. It runs only when an input changed (the dirty
+// flag), one publish at a time.
+func (a *actor) publish(now time.Time) {
+	if a.publishing {
+		return
+	}
+	a.dirty = false
+	if a.plan == nil || len(a.presence) == 0 {
+		return
+	}
+	result := Assign(assignInput(leaderView{splits: a.splits, presence: a.presence, caps: a.caps,
+		assigns: a.assigns, departed: a.departed, delay: a.cfg.RebalanceDelay,
+		maxInFlight: a.cfg.MaxInFlight, seed: a.fpHash}))
+
+	// Previous assignee of each split, for the "moved" count: departed
+	// instances' records first, then live members' override them.
+	prev := map[string]string{}
+	for _, live := range []bool{false, true} {
+		for inst, e := range a.assigns {
+			if _, present := a.presence[inst]; present == live {
+				for _, id := range e.val.Splits {
+					prev[id] = inst
+				}
+			}
+		}
+	}
+	gen := a.leading.generation
+	var writes []*assignWrite
+	moved := 0
+	for _, inst := range slices.Sorted(maps.Keys(result)) {
+		ids := result[inst]
+		for _, id := range ids {
+			if p, ok := prev[id]; ok && p != inst {
+				moved++
+			}
+		}
+		cached, ok := a.assigns[inst]
+		if ok && cached.val.Generation == gen && slices.Equal(cached.val.Splits, ids) {
+			continue // steady state writes nothing
+		}
+		w := &assignWrite{inst: inst, val: &assignmentVal{Schema: SchemaVersion, Generation: gen, Splits: ids}}
+		if ok {
+			w.rev = cached.rev
+		}
+		writes = append(writes, w)
+	}
+	// Records of instances neither present nor inside a delay window go.
+	for _, inst := range slices.Sorted(maps.Keys(a.assigns)) {
+		_, present := a.presence[inst]
+		_, waiting := a.departed[inst]
+		if !present && !waiting {
+			writes = append(writes, &assignWrite{inst: inst, rev: a.assigns[inst].rev, delete: true})
+		}
+	}
+	if len(writes) == 0 {
+		return
+	}
+	a.publishing = true
+	members := len(result)
+	a.spawn(func(ctx context.Context) func() error {
+		sem := make(chan struct{}, publishConcurrency)
+		var wg sync.WaitGroup
+		for _, w := range writes {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				key := prefixAssign + w.inst
+				switch {
+				case w.delete:
+					w.o, w.err = a.st.Delete(ctx, Durable, key, w.rev)
+				case w.rev != 0:
+					w.o, w.err = a.st.Update(ctx, Durable, key, encode(w.val), w.rev)
+				default:
+					w.o, w.err = a.st.Create(ctx, Durable, key, encode(w.val))
+				}
+			})
+		}
+		wg.Wait()
+		return func() error {
+			a.publishing = false
+			a.publishDone(writes, members, moved, gen)
+			return nil
+		}
+	})
+}
+
+func (a *actor) publishDone(writes []*assignWrite, members, moved int, gen uint64) {
+	changed := false
+	for _, w := range writes {
+		switch {
+		case w.err != nil:
+			a.log.Warn("assignment write failed; the next change or reconcile retries", "member", w.inst, "err", w.err)
+		case w.delete:
+			if w.o.Won {
+				if e, ok := a.assigns[w.inst]; ok && e.rev == w.rev {
+					delete(a.assigns, w.inst)
+				}
+				changed = true
+			}
+		case !w.o.Won:
+			delete(a.assigns, w.inst)
+			a.dirty = true
+		default:
+			changed = true
+			a.setAssign(w.inst, w.val, w.o.Revision)
+		}
+	}
+	if changed && moved > 0 {
+		a.log.Info("assignment published", "members", members, "moved", moved, "generation", gen)
+	}
+}

@@ -1,0 +1,457 @@
+package spate
+
+import (
+	"context"
+	"encoding/binary"
+	"hash/fnv"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+)
+
+// renewConcurrency bounds the renewals one beat has in flight: N held
+// splits renew in about N/renewConcurrency round trips, not N.
+const renewConcurrency = 32
+
+// renewer keeps this worker's ephemeral keys alive — its presence, the
+// leader key while it leads, and the lease of every split it holds — on
+// its own goroutine and schedule, talking to the store directly. Nothing
+// the loop does (commits, claims, listings, watch re-establishment,
+// planning) can queue in front of a renewal: the model is KCL's lease
+// renewer and etcd's Session keep-alive beside a single state owner.
+//
+// The renewer decides nothing about the job. What it finds — a lease gone
+// or taken, leadership fenced, a twin — it reports to the loop as notes.
+type renewer struct {
+	st         Store
+	cfg        Config
+	log        *slog.Logger
+	m          *coordMetrics
+	self       string
+	nonce      string
+	jitterSeed uint64
+	beatRound  uint64
+	check      chan struct{} // one slot: check presence now
+
+	mu          sync.Mutex
+	leases      map[string]*leaseHold
+	presRev     uint64 // our presence record's revision as last seen (0: re-create it)
+	presWritten uint64 // the last presence revision this process wrote
+	presOff     bool   // parted: presence is no longer renewed
+	leader      *leaderHold
+
+	notes noteBox
+}
+
+// leaseHold is one held split's lease as the renewer keeps it.
+type leaseHold struct {
+	epoch  uint64
+	rev    uint64
+	lastOK time.Time // when the last write that landed was sent
+}
+
+type leaderHold struct {
+	rev        uint64
+	generation uint64
+}
+
+type noteKind uint8
+
+const (
+	noteLost   noteKind = iota + 1 // a held split's lease is gone or taken
+	noteDemote                     // the leader key's renewal was fenced
+	noteFatal                      // stop: a twin, an alien record
+)
+
+// renewNote is what the renewer tells the loop.
+type renewNote struct {
+	kind   noteKind
+	id     string
+	epoch  uint64
+	reason string // a losses metric label
+	why    string
+	err    error
+}
+
+// noteBox is an unbounded queue with a one-slot signal.
+type noteBox struct {
+	mu  sync.Mutex
+	q   []renewNote
+	sig chan struct{}
+}
+
+func (b *noteBox) put(n renewNote) {
+	b.mu.Lock()
+	b.q = append(b.q, n)
+	b.mu.Unlock()
+	select {
+	case b.sig <- struct{}{}:
+	default:
+	}
+}
+
+func (b *noteBox) take() []renewNote {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q := b.q
+	b.q = nil
+	return q
+}
+
+func newRenewer(st Store, cfg Config, log *slog.Logger, m *coordMetrics, self, nonce string, seed uint64) *renewer {
+	return &renewer{st: st, cfg: cfg, log: log, m: m, self: self, nonce: nonce, jitterSeed: seed,
+		check: make(chan struct{}, 1), leases: map[string]*leaseHold{},
+		notes: noteBox{sig: make(chan struct{}, 1)}}
+}
+
+// beatInterval is a third of the lease scaled by a jitter in [0.8, 1.2)
+// derived from this process's seed and the round, so workers drift apart
+// instead of herding.
+func (r *renewer) beatInterval() time.Duration {
+	r.beatRound++
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], r.beatRound)
+	h := fnv.New64a()
+	h.Write(b[:])
+	j := 0.8 + 0.4*float64(mix64(h.Sum64()^r.jitterSeed)>>11)/float64(1<<53)
+	return time.Duration(float64(r.cfg.LeaseDuration/3) * j)
+}
+
+// renewGate skips a lease renewal written less than this long ago, so a
+// split claimed just before a beat is not rewritten at once. With beats every
+// 0.8–1.2 × lease/3, a lease is rewritten at least every ~0.63 lease.
+func (r *renewer) renewGate() time.Duration { return r.cfg.LeaseDuration / 3 * 7 / 10 }
+
+func (r *renewer) run(ctx context.Context) {
+	t := time.NewTimer(r.beatInterval())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.check:
+			r.renewPresence(ctx)
+		case <-t.C:
+			r.beat(ctx)
+			t.Reset(r.beatInterval())
+		}
+	}
+}
+
+// beat renews presence, leadership and every lease due, concurrently, then
+// self-fences the tenancies no renewal reached the store for in a whole
+// lease: such a split may already be another's.
+func (r *renewer) beat(ctx context.Context) {
+	now := time.Now()
+	r.mu.Lock()
+	type due struct {
+		id string
+		h  leaseHold
+	}
+	var leases []due
+	for _, id := range slices.Sorted(maps.Keys(r.leases)) {
+		if h := r.leases[id]; now.Sub(h.lastOK) >= r.renewGate() {
+			leases = append(leases, due{id, *h})
+		}
+	}
+	r.mu.Unlock()
+
+	sem := make(chan struct{}, renewConcurrency)
+	var wg sync.WaitGroup
+	wg.Go(func() { r.renewPresence(ctx) })
+	wg.Go(func() { r.renewLeader(ctx) })
+	for _, d := range leases {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			r.renewLease(ctx, d.id, d.h)
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return
+	}
+	now = time.Now()
+	r.mu.Lock()
+	var starved []renewNote
+	for _, id := range slices.Sorted(maps.Keys(r.leases)) {
+		if h := r.leases[id]; now.Sub(h.lastOK) >= r.cfg.LeaseDuration {
+			delete(r.leases, id)
+			starved = append(starved, renewNote{kind: noteLost, id: id, epoch: h.epoch, reason: "starved",
+				why: "self-fenced: no lease renewal reached the store for a whole lease"})
+		}
+	}
+	r.mu.Unlock()
+	for _, n := range starved {
+		r.notes.put(n)
+	}
+}
+
+func (r *renewer) renewLease(ctx context.Context, id string, h leaseHold) {
+	key := prefixSplit + id
+	lv := encode(leaseVal{Schema: SchemaVersion, Owner: r.self, Nonce: r.nonce, Epoch: h.epoch})
+	rev := h.rev
+	// At most two writes: the renewal, and once more after adopting a
+	// renewal that landed though its reply was lost.
+	for range 2 {
+		sent := time.Now()
+		o, err := r.st.Update(ctx, Ephemeral, key, lv, rev)
+		if err != nil {
+			r.log.Debug("lease renewal failed; retrying next beat", "split", id, "err", err)
+			return
+		}
+		if o.Won {
+			r.mu.Lock()
+			if cur := r.leases[id]; cur != nil && cur.epoch == h.epoch && o.Revision > cur.rev {
+				cur.rev, cur.lastOK = o.Revision, sent
+			}
+			r.mu.Unlock()
+			return
+		}
+		r.m.writes.WithLabelValues("conflict").Inc()
+		e, ok, err := r.st.Get(ctx, Ephemeral, key)
+		if err != nil {
+			return // undecided; next beat
+		}
+		if !ok {
+			r.lose(id, h.epoch, "starved", "its lease expired before the renewal")
+			return
+		}
+		l, err := decodeLease(key, e.Value)
+		if err != nil {
+			r.notes.put(renewNote{kind: noteFatal, err: err})
+			return
+		}
+		switch {
+		case l.Owner == r.self && l.Nonce == r.nonce && l.Epoch == h.epoch:
+			// A previous renewal landed but its reply was lost: adopt its
+			// revision (dropping would cost a delivery attempt for nothing)
+			// and rewrite at once, since its TTL runs from that earlier write.
+			rev = e.Revision
+			r.mu.Lock()
+			if cur := r.leases[id]; cur != nil && cur.epoch == h.epoch && rev > cur.rev {
+				cur.rev = rev
+			}
+			r.mu.Unlock()
+		case l.Owner == r.self && l.Nonce != r.nonce:
+			r.lose(id, h.epoch, "fenced", "its lease was taken by another process with this instance id")
+			r.checkPresence()
+			return
+		default:
+			r.lose(id, h.epoch, "fenced", "its lease is held by "+l.Owner)
+			return
+		}
+	}
+}
+
+func (r *renewer) lose(id string, epoch uint64, reason, why string) {
+	r.mu.Lock()
+	if h := r.leases[id]; h != nil && h.epoch == epoch {
+		delete(r.leases, id)
+	}
+	r.mu.Unlock()
+	r.notes.put(renewNote{kind: noteLost, id: id, epoch: epoch, reason: reason, why: why})
+}
+
+func (r *renewer) renewLeader(ctx context.Context) {
+	r.mu.Lock()
+	h := r.leader
+	r.mu.Unlock()
+	if h == nil {
+		return
+	}
+	val := encode(leaderVal{Schema: SchemaVersion, Owner: r.self, Nonce: r.nonce, Generation: h.generation})
+	o, err := r.st.Update(ctx, Ephemeral, keyLeader, val, h.rev)
+	switch {
+	case err != nil:
+		r.log.Debug("leader renewal failed; retrying next beat", "err", err)
+	case !o.Won:
+		r.mu.Lock()
+		if r.leader == h {
+			r.leader = nil
+		}
+		r.mu.Unlock()
+		r.notes.put(renewNote{kind: noteDemote, why: "renewal fenced"})
+	default:
+		r.mu.Lock()
+		if r.leader == h {
+			h.rev = o.Revision
+		}
+		r.mu.Unlock()
+	}
+}
+
+func (r *renewer) presenceValue() []byte {
+	return encode(workerVal{Schema: SchemaVersion, Nonce: r.nonce, MaxInFlight: r.cfg.MaxInFlight})
+}
+
+// renewPresence rewrites this worker's presence record. A record that
+// another process rewrote after our last write is a live twin: a process
+// that shares our instance id announced itself after us (at startup a
+// worker adopts whatever record its id has, since that may be its crashed
+// predecessor's). The older process is the one that finds out, here, and it
+// stops with a Fatal error; the newer keeps running — exactly one of two
+// twins stops. A record that expired, or whose rewrite was ours (a lost
+// reply), is simply rewritten.
+func (r *renewer) renewPresence(ctx context.Context) {
+	key := prefixWorker + r.self
+	r.mu.Lock()
+	off, rev, written := r.presOff, r.presRev, r.presWritten
+	r.mu.Unlock()
+	if off || written == 0 {
+		return // parted, or not announced yet
+	}
+	if rev != 0 {
+		o, err := r.st.Update(ctx, Ephemeral, key, r.presenceValue(), rev)
+		if err != nil {
+			r.log.Debug("presence renewal failed", "err", err)
+			return
+		}
+		if o.Won {
+			r.presenceWritten(o.Revision)
+			return
+		}
+	}
+	e, ok, err := r.st.Get(ctx, Ephemeral, key)
+	if err != nil {
+		return
+	}
+	var o Outcome
+	if ok {
+		w, derr := decodeWorker(key, e.Value)
+		switch {
+		case derr != nil:
+			r.log.Warn("unreadable presence record under our instance id; rewriting it", "key", key, "err", derr)
+		case w.Nonce == r.nonce:
+			// Our own write whose reply was lost: adopt it below.
+		case e.Revision > written:
+			r.notes.put(renewNote{kind: noteFatal, err: Fatalf("two live workers share the instance id %q (another process rewrote our presence record %s after our last write); instance ids must be unique among live workers; this process, the older of the two, stops",
+				r.self, key)})
+			return
+		}
+		o, err = r.st.Update(ctx, Ephemeral, key, r.presenceValue(), e.Revision)
+	} else {
+		o, err = r.st.Create(ctx, Ephemeral, key, r.presenceValue())
+	}
+	if err == nil && o.Won {
+		r.presenceWritten(o.Revision)
+	}
+}
+
+// ----- what the loop tells the renewer ------------------------------------------
+
+// presenceWritten records a presence write of ours that landed.
+func (r *renewer) presenceWritten(rev uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.presOff {
+		return
+	}
+	r.presRev = max(r.presRev, rev)
+	r.presWritten = max(r.presWritten, rev)
+}
+
+// presenceGone: our presence record expired; rewrite it now.
+func (r *renewer) presenceGone(rev uint64) {
+	r.mu.Lock()
+	if rev > r.presRev {
+		r.presRev = 0
+	}
+	r.mu.Unlock()
+	r.checkPresence()
+}
+
+// checkPresence has the renewer check the presence record now.
+func (r *renewer) checkPresence() {
+	select {
+	case r.check <- struct{}{}:
+	default:
+	}
+}
+
+// stopPresence ends presence renewal for good (the worker parts) and
+// returns the revision to delete.
+func (r *renewer) stopPresence() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.presOff = true
+	return r.presRev
+}
+
+func (r *renewer) setLeader(rev, generation uint64) {
+	r.mu.Lock()
+	r.leader = &leaderHold{rev: rev, generation: generation}
+	r.mu.Unlock()
+}
+
+// clearLeader stops renewing the leader key and returns its revision.
+func (r *renewer) clearLeader() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.leader == nil {
+		return 0
+	}
+	rev := r.leader.rev
+	r.leader = nil
+	return rev
+}
+
+func (r *renewer) leaderRev() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.leader == nil {
+		return 0
+	}
+	return r.leader.rev
+}
+
+// hold starts renewing a split's lease, written at rev when sent.
+func (r *renewer) hold(id string, epoch, rev uint64, sent time.Time) {
+	r.mu.Lock()
+	r.leases[id] = &leaseHold{epoch: epoch, rev: rev, lastOK: sent}
+	r.mu.Unlock()
+}
+
+// release stops renewing a split's lease and returns its last revision.
+func (r *renewer) release(id string) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := r.leases[id]
+	if h == nil {
+		return 0
+	}
+	delete(r.leases, id)
+	return h.rev
+}
+
+func (r *renewer) leaseRev(id string) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h := r.leases[id]; h != nil {
+		return h.rev
+	}
+	return 0
+}
+
+// ----- on the loop ---------------------------------------------------------------
+
+// onRenewNotes folds what the renewer found.
+func (a *actor) onRenewNotes(notes []renewNote) error {
+	for _, n := range notes {
+		switch n.kind {
+		case noteFatal:
+			return n.err
+		case noteDemote:
+			if a.leading != nil {
+				a.demote(n.why)
+			}
+		case noteLost:
+			if t, held := a.owned[n.id]; held && t.epoch == n.epoch {
+				a.dropLost(n.id, n.reason, n.why)
+			}
+		}
+	}
+	return nil
+}

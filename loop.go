@@ -1,0 +1,428 @@
+package spate
+
+import (
+	"context"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// actor owns one coordinator's local view of the job and every decision
+// made on it. It never waits on the store: every store call runs on a
+// goroutine beside it (spawn, splitIO) and hands its result back as a
+// continuation that runs on the loop, and the leases are kept alive by the
+// renewer on its own schedule. So no commit, listing, watch
+// re-establishment or planning run can delay a renewal, and commits on
+// different splits run concurrently (at most one write in flight per
+// split, each fenced on the revision the view last saw).
+type actor struct {
+	c       *StoreCoordinator
+	cfg     Config
+	st      Store
+	log     *slog.Logger
+	m       *coordMetrics
+	self    string
+	nonce   string
+	fp      string
+	fpHash  uint64
+	planner SplitPlanner
+	ctx     context.Context
+
+	// The view of the job (view.go).
+	splits      map[string]*splitView
+	nSplits     int // splits with a progress record
+	nCompleted  int
+	nQuarant    int
+	presence    map[string]presenceEntry
+	caps        map[string]int
+	loggedPeers map[string]bool
+	joinLogged  bool
+	leaderObs   *leaderVal
+	leaderRev   uint64
+	leaderAt    uint64 // clock of the last change to leaderObs
+	plan        *planRecord
+	planRev     uint64
+	assigns     map[string]assignEntry
+	durableSeq  uint64 // bumps on every durable change (gates terminal listing)
+	clock       uint64 // bumps when a read of the store starts (see mark)
+
+	// This worker.
+	owned          map[string]*tenancy
+	claiming       int               // claims in flight
+	handingBack    map[string]int    // splits a release command is handing back
+	undrained      int               // release commands (not drained hand-backs) in flight: no claims meanwhile
+	selfFenced     map[string]uint64 // splits this process self-fenced, at their epoch
+	forgiven       map[string]bool   // self-fenced splits already re-claimed attempt-free once
+	assigned       map[string]bool
+	assignSeen     bool
+	assignGen      uint64
+	awaiting       map[string]time.Time
+	revocations    map[string]*revocation
+	departed       map[string]time.Time
+	leading        *leadership
+	electing       bool
+	publishing     bool
+	dirty          bool
+	quarantineScan bool
+	parting        bool
+	terminal       bool
+	terminalAt     uint64
+	terminalBusy   bool
+	reconciling    bool
+
+	// Planning (planner.go).
+	planDue     bool
+	planRunning bool
+	planCancel  context.CancelFunc
+	planDone    chan planResult
+
+	// Watches (watch.go).
+	watches [2]*watchState
+	rewatch *time.Timer
+
+	// I/O beside the loop.
+	renew    *renewer
+	results  mailbox
+	io       sync.WaitGroup
+	busy     map[string]bool           // splits with a write in flight
+	later    map[string][]func() error // work waiting for a busy split
+	stopping bool                      // the loop has exited: no new I/O
+	retry    map[string]time.Time      // failed operations, by key: not before then
+}
+
+func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
+	h := fnv.New64a()
+	h.Write([]byte(c.cfg.InstanceID + "/" + c.nonce))
+	a := &actor{
+		c: c, cfg: c.cfg, st: c.store, log: c.log, m: c.m,
+		self: c.cfg.InstanceID, nonce: c.nonce, fp: fp, fpHash: FingerprintHash(fp), planner: planner,
+		splits:      map[string]*splitView{},
+		presence:    map[string]presenceEntry{},
+		caps:        map[string]int{},
+		loggedPeers: map[string]bool{},
+		assigns:     map[string]assignEntry{},
+		owned:       map[string]*tenancy{},
+		selfFenced:  map[string]uint64{},
+		forgiven:    map[string]bool{},
+		assigned:    map[string]bool{},
+		awaiting:    map[string]time.Time{},
+		revocations: map[string]*revocation{},
+		departed:    map[string]time.Time{},
+		planDone:    make(chan planResult, 1),
+		watches:     [2]*watchState{{ks: Ephemeral}, {ks: Durable}},
+		busy:        map[string]bool{},
+		later:       map[string][]func() error{},
+		results:     mailbox{sig: make(chan struct{}, 1)},
+		retry:       map[string]time.Time{},
+		handingBack: map[string]int{},
+	}
+	a.renew = newRenewer(c.store, c.cfg, c.log, c.m, a.self, a.nonce, h.Sum64())
+	return a
+}
+
+// tickInterval is how often the loop wakes with no event, for the
+// decisions that fall due on time alone (drain deadlines, delay windows,
+// the settle window, a snapshot that never completes).
+func (a *actor) tickInterval() time.Duration {
+	return max(min(a.cfg.LeaseDuration/6, a.cfg.DrainDeadline/4), 10*time.Millisecond)
+}
+
+func (a *actor) run(ctx context.Context) {
+	a.ctx = ctx
+	a.rewatch = time.NewTimer(time.Hour)
+	a.rewatch.Stop()
+	renewCtx, stopRenew := context.WithCancel(ctx)
+	renewDone := make(chan struct{})
+	defer func() {
+		for _, w := range a.watches {
+			if w.cancel != nil {
+				w.cancel()
+			}
+		}
+		if a.planCancel != nil {
+			a.planCancel()
+		}
+		stopRenew()
+		<-renewDone
+		a.stopIO()
+		a.waitPlanner()
+		a.m.leader.Set(0)
+		a.m.splitsOwned.Set(0)
+	}()
+	// The renewer starts before the startup phases so that it is there for
+	// the presence written by announce; it has nothing to renew before.
+	go func() {
+		defer close(renewDone)
+		a.renew.run(renewCtx)
+	}()
+	if err := a.startup(ctx); err != nil {
+		if ctx.Err() == nil {
+			a.log.Error("coordinator failed to start", "err", err)
+			a.c.fail(err)
+		}
+		return
+	}
+	tick := time.NewTicker(a.tickInterval())
+	reconcile := time.NewTicker(a.cfg.ReconcileInterval)
+	replan := time.NewTicker(a.cfg.ReplanInterval)
+	defer tick.Stop()
+	defer reconcile.Stop()
+	defer replan.Stop()
+	defer a.rewatch.Stop()
+
+	if err := a.step(); err != nil {
+		a.die(err)
+		return
+	}
+	for {
+		var err error
+		select {
+		case <-ctx.Done():
+			return
+		case cmd := <-a.c.cmds:
+			err = a.handle(cmd)
+		case <-a.results.sig:
+			err = a.runResults()
+		case <-a.renew.notes.sig:
+			err = a.onRenewNotes(a.renew.notes.take())
+		case ev, ok := <-a.watches[0].ch:
+			err = a.onWatch(a.watches[0], ev, ok)
+		case ev, ok := <-a.watches[1].ch:
+			err = a.onWatch(a.watches[1], ev, ok)
+		case <-a.rewatch.C:
+			a.reestablish()
+		case <-tick.C:
+			a.checkSnapshots(time.Now())
+		case <-reconcile.C:
+			a.reconcile()
+		case <-replan.C:
+			if a.leading != nil && a.plan != nil && a.plan.Finality == finalityOpen {
+				a.planDue = true
+			}
+		case res := <-a.planDone:
+			err = a.finishPlan(res)
+		}
+		if err == nil {
+			err = a.step()
+		}
+		if err != nil {
+			a.die(err)
+			return
+		}
+	}
+}
+
+func (a *actor) die(err error) {
+	if a.ctx.Err() != nil {
+		return
+	}
+	a.log.Error("coordinator stopped on a fatal error", "err", err)
+	a.c.fail(err)
+}
+
+// step runs after every event, in this order: rebalance-delay windows,
+// membership logs, then (unless a terminal verdict latched or the worker is
+// parting) election, assignment publishing, reconciliation toward the own
+// assignment, revocation deadlines, and terminal detection.
+func (a *actor) step() error {
+	now := time.Now()
+	if expireDeparted(a.departed, a.cfg.RebalanceDelay, now) {
+		a.dirty = true
+	}
+	a.logMembership()
+	if a.terminal {
+		a.gauges()
+		return nil
+	}
+	if a.parting {
+		a.detectTerminal()
+		a.gauges()
+		return nil
+	}
+	if a.leaderObs == nil && a.leading == nil && a.due("elect", now) {
+		a.elect(now)
+	}
+	if a.leading != nil {
+		a.startPlan()
+		if a.dirty && !now.Before(a.leading.settleUntil) {
+			a.publish(now)
+		}
+	}
+	if err := a.reconcileOwn(now); err != nil {
+		return err
+	}
+	if err := a.serviceRevocations(now); err != nil {
+		return err
+	}
+	if a.due("terminal", now) {
+		a.detectTerminal()
+	}
+	a.gauges()
+	return nil
+}
+
+func (a *actor) gauges() {
+	a.m.splitsOwned.Set(float64(len(a.owned)))
+	a.m.splitsCompleted.Set(float64(a.nCompleted))
+	a.m.splitsQuarantined.Set(float64(a.nQuarant))
+	live := len(a.presence)
+	if _, ok := a.presence[a.self]; !ok && !a.parting {
+		live++ // self always counts
+	}
+	a.m.liveWorkers.Set(float64(live))
+	a.m.idle.Set(b2f(len(a.owned) == 0))
+	a.m.splitsDraining.Set(float64(len(a.revocations)))
+	a.m.leader.Set(b2f(a.leading != nil))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// ----- I/O beside the loop -------------------------------------------------
+
+// mailbox is an unbounded queue with a one-slot signal: its senders never
+// block on a busy receiver.
+type mailbox struct {
+	mu  sync.Mutex
+	q   []func() error
+	sig chan struct{}
+}
+
+func (m *mailbox) put(f func() error) {
+	m.mu.Lock()
+	m.q = append(m.q, f)
+	m.mu.Unlock()
+	select {
+	case m.sig <- struct{}{}:
+	default:
+	}
+}
+
+func (m *mailbox) take() []func() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	q := m.q
+	m.q = nil
+	return q
+}
+
+// spawn runs io on its own goroutine and the continuation it returns on
+// the loop. io must not touch the actor's state; the continuation may.
+func (a *actor) spawn(io func(ctx context.Context) func() error) {
+	if a.stopping {
+		return
+	}
+	a.io.Add(1)
+	go func() {
+		defer a.io.Done()
+		a.results.put(io(a.ctx))
+	}()
+}
+
+func (a *actor) runResults() error {
+	for _, k := range a.results.take() {
+		if k == nil {
+			continue
+		}
+		if err := k(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// splitIO is spawn for a write on one split: the split is busy until the
+// continuation has run, and work queued behind it (onSplit) runs then.
+func (a *actor) splitIO(id string, io func(ctx context.Context) func() error) {
+	if a.stopping {
+		return
+	}
+	a.busy[id] = true
+	a.spawn(func(ctx context.Context) func() error {
+		k := io(ctx)
+		return func() error {
+			delete(a.busy, id)
+			if k != nil {
+				if err := k(); err != nil {
+					return err
+				}
+			}
+			return a.next(id)
+		}
+	})
+}
+
+// onSplit runs start now if no write on split id is in flight, or once
+// the one in flight has finished. Per-split writes stay ordered, and each
+// fences on the revision its predecessor left.
+func (a *actor) onSplit(id string, start func() error) error {
+	if a.busy[id] {
+		a.later[id] = append(a.later[id], start)
+		return nil
+	}
+	return start()
+}
+
+func (a *actor) next(id string) error {
+	for !a.busy[id] && len(a.later[id]) > 0 {
+		f := a.later[id][0]
+		if a.later[id] = a.later[id][1:]; len(a.later[id]) == 0 {
+			delete(a.later, id)
+		}
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopIO waits for the I/O in flight (its context is cancelled) and folds
+// what it learned, so that Close knows of a claim that landed as the loop
+// stopped. Nothing new starts.
+func (a *actor) stopIO() {
+	a.stopping = true
+	a.io.Wait()
+	_ = a.runResults()
+}
+
+// waitPlanner lets a planner run that ignores its cancelled context finish
+// on its own: Close waits for it at most OpTimeout.
+func (a *actor) waitPlanner() {
+	if !a.planRunning {
+		return
+	}
+	t := time.NewTimer(a.cfg.OpTimeout)
+	defer t.Stop()
+	select {
+	case <-a.planDone:
+	case <-t.C:
+		a.log.Warn("the planner did not return within the op timeout of its cancellation; leaving it behind", "timeout", a.cfg.OpTimeout)
+	}
+}
+
+// retryDelay is how long an operation that failed on a store error waits
+// before the loop tries it again: a failed write's answer is itself an
+// event, and retrying on it at once would spin against a store that is
+// down.
+func (a *actor) retryDelay() time.Duration { return max(a.cfg.LeaseDuration/20, 50*time.Millisecond) }
+
+// failed holds the operation key back for retryDelay.
+func (a *actor) failed(key string) { a.retry[key] = time.Now().Add(a.retryDelay()) }
+
+// due reports whether the operation key may run at now.
+func (a *actor) due(key string, now time.Time) bool {
+	at, ok := a.retry[key]
+	if !ok {
+		return true
+	}
+	if now.Before(at) {
+		return false
+	}
+	delete(a.retry, key)
+	return true
+}

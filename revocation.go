@@ -1,0 +1,104 @@
+package spate
+
+import (
+	"maps"
+	"slices"
+	"time"
+)
+
+// revocation is a cooperative revocation in progress on this worker: the
+// leader no longer names a held split here, the source was asked to drain
+// it, and the release is forced at the drain deadline.
+type revocation struct {
+	started      time.Time
+	lastProgress time.Time
+	cancelled    bool // the leader named the split here again
+}
+
+func (a *actor) beginRevocation(id string, now time.Time) {
+	if r, ok := a.revocations[id]; ok {
+		r.cancelled = false // keeps its original anchor: past-deadline forces at once
+	} else {
+		a.revocations[id] = &revocation{started: now, lastProgress: now}
+	}
+	a.m.revocations.WithLabelValues("requested").Inc()
+	a.log.Debug("drain started", "split", id)
+	a.c.emit(RevokeRequested{Split: SplitID{id: id}})
+}
+
+// withdrawRevocations cancels the revocations of splits the leader named
+// here again.
+func (a *actor) withdrawRevocations(now time.Time) {
+	for id, r := range a.revocations {
+		if _, held := a.owned[id]; !r.cancelled && held && a.assigned[id] {
+			r.cancelled = true
+			r.lastProgress = now
+			a.m.revocations.WithLabelValues("cancelled").Inc()
+			a.log.Debug("revocation cancelled: the leader named the split here again", "split", id)
+		}
+	}
+}
+
+// revocationDue is the pure deadline rule: a revocation is forced once its
+// drain has run for the deadline; a withdrawn one whose drain has committed
+// nothing for the deadline is released too (a silence timeout).
+func revocationDue(r *revocation, deadline time.Duration, now time.Time) bool {
+	if r.cancelled {
+		return now.Sub(r.lastProgress) >= deadline
+	}
+	return now.Sub(r.started) >= deadline
+}
+
+func (a *actor) serviceRevocations(now time.Time) error {
+	for _, id := range slices.Sorted(maps.Keys(a.revocations)) {
+		r := a.revocations[id]
+		if _, held := a.owned[id]; !held {
+			a.settle(id, "forced")
+			continue
+		}
+		if a.busy[id] || !revocationDue(r, a.cfg.DrainDeadline, now) {
+			continue
+		}
+		if r.cancelled {
+			a.log.Warn("a withdrawn revocation's drain stopped committing; releasing the split", "split", id, "silence", a.cfg.DrainDeadline)
+		} else {
+			a.log.Warn("revocation forced: the drain did not finish within the deadline; its uncommitted tail replays", "split", id, "deadline", a.cfg.DrainDeadline)
+		}
+		if err := a.force(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// force releases a revoked split now (owner cleared: the next claim is
+// attempt-free; being revoked is not poison evidence).
+func (a *actor) force(id string) error {
+	a.settle(id, "forced")
+	return a.onSplit(id, func() error {
+		return a.releaseSplit(id, func(r releaseResult) {
+			if r != releaseFenced && r != releaseNotHeld {
+				a.m.losses.WithLabelValues("revoked").Inc()
+				a.c.emit(Lost{Split: SplitID{id: id}})
+			}
+		})
+	})
+}
+
+// settle ends a revocation entry with an outcome. Cancelled entries already
+// counted "cancelled" and count nothing more.
+func (a *actor) settle(id, outcome string) {
+	r, ok := a.revocations[id]
+	if !ok {
+		return
+	}
+	delete(a.revocations, id)
+	if r.cancelled {
+		return
+	}
+	a.m.revocations.WithLabelValues(outcome).Inc()
+	if outcome == "drained" {
+		a.m.drainDur.Observe(time.Since(r.started).Seconds())
+		a.log.Debug("drain finished", "split", id, "took", time.Since(r.started))
+	}
+}

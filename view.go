@@ -1,0 +1,464 @@
+package spate
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The local view is how the actor sees the job: folded from watch events,
+// listings and the results of its own writes. Every value carries the store
+// revision it was read at, and the loop clock at which it was last set
+// ("at"), so that a read that started before a later change (a listing or
+// a watch snapshot whose answer arrives after a watch event or a write of
+// ours) can never undo that change.
+
+// splitView is the local view of one split: its progress record (nil until
+// seen: a lease or spec may arrive first), its spec and its live lease.
+type splitView struct {
+	prog     *progressRecord
+	progRev  uint64
+	progAt   uint64
+	spec     *specRecord
+	lease    *leaseVal // nil: no live lease
+	leaseRev uint64    // highest lease revision seen (put or delete)
+	leaseAt  uint64
+}
+
+type presenceEntry struct {
+	rev uint64
+	at  uint64
+}
+
+type assignEntry struct {
+	val *assignmentVal
+	rev uint64
+	at  uint64
+}
+
+// tenancy is one split this worker holds. Its lease revision and last
+// renewal live with the renewer.
+type tenancy struct {
+	epoch uint64
+}
+
+// source says where a value folded into the view comes from.
+type source struct {
+	read  bool   // read from the store (a listing, snapshot or get), not a live event
+	since uint64 // the loop clock when that read started
+}
+
+// live is a watch event or the result of this worker's own write: at or
+// below the revision held it is a stale echo.
+var live = source{}
+
+// readSince is a value read from the store by a read that started at mark.
+func readSince(mark uint64) source { return source{read: true, since: mark} }
+
+// mark starts a read of the store: values set after it are newer than
+// anything the read can return.
+func (a *actor) mark() uint64 {
+	a.clock++
+	return a.clock
+}
+
+func (a *actor) view(id string) *splitView {
+	v := a.splits[id]
+	if v == nil {
+		v = &splitView{}
+		a.splits[id] = v
+	}
+	return v
+}
+
+// ----- ephemeral keys ----------------------------------------------------------
+
+func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
+	switch {
+	case key == keyLeader:
+		if rev <= a.leaderRev {
+			return nil
+		}
+		l, err := decodeLeader(value)
+		if err != nil {
+			return err
+		}
+		a.leaderObs, a.leaderRev, a.leaderAt = l, rev, a.clock
+		if a.leading != nil && l.Nonce != a.nonce {
+			a.demote("the leader key now belongs to " + l.Owner)
+		}
+	case strings.HasPrefix(key, prefixWorker):
+		inst := key[len(prefixWorker):]
+		old, known := a.presence[inst]
+		if known && rev <= old.rev {
+			return nil
+		}
+		if !known {
+			a.dirty = true
+		}
+		a.presence[inst] = presenceEntry{rev: rev, at: a.clock}
+		if _, ok := a.departed[inst]; ok {
+			delete(a.departed, inst) // a returning instance cancels its window
+			a.dirty = true
+		}
+		w, err := decodeWorker(key, value)
+		if err != nil {
+			a.log.Warn("unreadable presence record; the member keeps the default lane budget", "key", key, "err", err)
+		} else if w.MaxInFlight > 0 && a.caps[inst] != w.MaxInFlight {
+			a.caps[inst] = w.MaxInFlight
+			a.dirty = true
+		}
+		if inst == a.self && w != nil && w.Nonce != a.nonce {
+			a.renew.checkPresence() // a twin, or our predecessor's record
+		}
+	case strings.HasPrefix(key, prefixSplit):
+		id := key[len(prefixSplit):]
+		v := a.view(id)
+		if rev <= v.leaseRev {
+			return nil
+		}
+		l, err := decodeLease(key, value)
+		if err != nil {
+			return err
+		}
+		if _, held := a.owned[id]; held && l.Nonce != a.nonce {
+			if l.Owner == a.self {
+				// Another live process with our instance id took it. Which
+				// of the two stops is the presence record's call (the
+				// older one); here the split is simply lost.
+				a.dropLost(id, "fenced", "its lease was taken by another process with this instance id")
+				a.renew.checkPresence()
+			} else {
+				a.dropLost(id, "fenced", "its lease was taken by "+l.Owner)
+			}
+		}
+		if v.lease == nil || v.lease.Owner != l.Owner {
+			a.dirty = true
+		}
+		v.lease, v.leaseRev, v.leaseAt = l, rev, a.clock
+	}
+	return nil
+}
+
+// ephemeralDelete applies a delete (or, with force, an authoritative
+// absence from a listing, without a revision check).
+func (a *actor) ephemeralDelete(key string, rev uint64, force bool) {
+	switch {
+	case key == keyLeader:
+		if !force && rev <= a.leaderRev {
+			return
+		}
+		a.leaderObs, a.leaderAt = nil, a.clock
+		if !force {
+			a.leaderRev = rev
+		}
+		if a.leading != nil && (force || rev > a.renew.leaderRev()) {
+			a.log.Warn("leadership lease expired")
+			a.dropLeadership()
+		}
+	case strings.HasPrefix(key, prefixWorker):
+		inst := key[len(prefixWorker):]
+		old, ok := a.presence[inst]
+		if !ok || !force && rev <= old.rev {
+			return
+		}
+		delete(a.presence, inst)
+		delete(a.caps, inst)
+		a.dirty = true
+		if inst != a.self {
+			a.departed[inst] = time.Now()
+		} else if !a.parting {
+			a.renew.presenceGone(rev)
+		}
+	case strings.HasPrefix(key, prefixSplit):
+		id := key[len(prefixSplit):]
+		v := a.view(id)
+		if !force && rev <= v.leaseRev {
+			return
+		}
+		if _, held := a.owned[id]; held && (force || rev > a.renew.leaseRev(id)) {
+			a.dropLost(id, "starved", "its lease expired: renewals failed for a whole lease")
+		}
+		if v.lease != nil {
+			a.dirty = true
+		}
+		v.lease, v.leaseAt = nil, a.clock
+		if !force {
+			v.leaseRev = rev
+		}
+		if p := v.prog; p != nil && p.Status == statusRunnable && int(p.Attempts)+1 >= a.cfg.MaxAttempts {
+			a.quarantineScan = true
+		}
+	}
+}
+
+// applyEphemeral folds a complete read of the ephemeral keyspace (a watch
+// snapshot or a listing) that started at mark: every key the view holds
+// from before mark and the read does not list is gone.
+func (a *actor) applyEphemeral(entries []Entry, mark uint64) error {
+	listed := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		listed[e.Key] = true
+	}
+	if a.leaderObs != nil && !listed[keyLeader] && a.leaderAt < mark {
+		a.ephemeralDelete(keyLeader, 0, true)
+	}
+	for _, inst := range slices.Sorted(maps.Keys(a.presence)) {
+		if !listed[prefixWorker+inst] && a.presence[inst].at < mark {
+			a.ephemeralDelete(prefixWorker+inst, 0, true)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(a.splits)) {
+		v := a.splits[id]
+		if v.lease != nil && !listed[prefixSplit+id] && v.leaseAt < mark {
+			a.ephemeralDelete(prefixSplit+id, 0, true)
+		}
+	}
+	for _, e := range entries {
+		if err := a.ephemeralPut(e.Key, e.Value, e.Revision); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyDurable folds a read of the durable keyspace that started at mark.
+// With complete set, it is a whole-keyspace read: assignment records the
+// view holds from before mark that it does not list are gone.
+func (a *actor) applyDurable(entries []Entry, mark uint64, complete bool) error {
+	if complete {
+		listed := make(map[string]bool, len(entries))
+		for _, e := range entries {
+			listed[e.Key] = true
+		}
+		for inst, e := range a.assigns {
+			if !listed[prefixAssign+inst] && e.at < mark {
+				delete(a.assigns, inst)
+				if inst == a.self {
+					a.forgetAssignment()
+				}
+			}
+		}
+	}
+	for _, e := range entries {
+		if err := a.durablePut(e.Key, e.Value, e.Revision, readSince(mark)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ----- durable keys ------------------------------------------------------------
+
+func (a *actor) durablePut(key string, value []byte, rev uint64, src source) error {
+	switch {
+	case key == keyPlan:
+		if rev <= a.planRev {
+			return nil
+		}
+		p, err := decodePlan(key, value, a.fp)
+		if err != nil {
+			return err
+		}
+		a.setPlan(p, rev)
+	case strings.HasPrefix(key, prefixSpec):
+		id := key[len(prefixSpec):]
+		v := a.view(id)
+		if v.spec != nil {
+			return nil // immutable: the first copy wins
+		}
+		s, err := decodeSpec(key, id, value, a.fpHash)
+		if err != nil {
+			return err
+		}
+		v.spec = s
+		if v.prog != nil {
+			a.dirty = true
+		}
+	case strings.HasPrefix(key, prefixSplit):
+		id := key[len(prefixSplit):]
+		if v := a.splits[id]; v != nil && rev == v.progRev {
+			return nil // an echo of what the view holds: skip the decode
+		}
+		r, err := decodeProgress(key, id, value, a.fpHash)
+		if err != nil {
+			return err
+		}
+		a.upsert(id, r, rev, src)
+	case strings.HasPrefix(key, prefixAssign):
+		inst := key[len(prefixAssign):]
+		if e, ok := a.assigns[inst]; ok && rev <= e.rev {
+			return nil
+		}
+		val, err := decodeAssignment(key, value)
+		if err != nil {
+			a.log.Warn("ignoring an unreadable assignment record (it is not read as an empty one)", "key", key, "err", err)
+			return nil
+		}
+		a.setAssign(inst, val, rev)
+	}
+	return nil
+}
+
+func (a *actor) setPlan(p *planRecord, rev uint64) {
+	if rev <= a.planRev {
+		return
+	}
+	a.plan, a.planRev = p, rev
+	a.durableSeq++
+	if a.leading != nil && p.Generation > a.leading.generation {
+		a.demote(fmt.Sprintf("a successor bumped the plan generation to %d", p.Generation))
+	}
+}
+
+func (a *actor) setAssign(inst string, val *assignmentVal, rev uint64) {
+	if e, ok := a.assigns[inst]; ok && rev <= e.rev {
+		return
+	}
+	a.assigns[inst] = assignEntry{val: val, rev: rev, at: a.clock}
+	if inst == a.self {
+		a.adoptAssignment(val, time.Now())
+	}
+}
+
+func (a *actor) durableDelete(key string) {
+	a.durableSeq++
+	switch {
+	case strings.HasPrefix(key, prefixAssign):
+		inst := key[len(prefixAssign):]
+		delete(a.assigns, inst)
+		if inst == a.self {
+			a.forgetAssignment()
+		}
+	case strings.HasPrefix(key, prefixProbe):
+		a.log.Debug("startup probe key cleared", "key", key)
+	default:
+		a.log.Warn("durable record deleted externally; reconcile treats it as absent", "key", key)
+	}
+}
+
+// upsert folds a progress record into the view: the only place progress
+// state changes.
+//
+// A live value at or below the held revision is a stale echo. A value read
+// from the store with a revision below the one held means the store went
+// back in time — a crashed server that lost writes readers had already
+// seen (Redis reads see a write before its AOF fsync) — and the view adopts
+// what the store now says rather than filter every later write as stale;
+// but only if nothing changed the view since that read started (else the
+// read is merely older than what the view holds).
+func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
+	v := a.view(id)
+	if rev <= v.progRev {
+		if !src.read || rev == v.progRev || v.progAt >= src.since {
+			return
+		}
+		a.log.Warn("the store went back in time: a split record's revision is below one seen before; adopting the store's state",
+			"split", id, "seen", v.progRev, "now", rev)
+	}
+	prev := v.prog
+	a.durableSeq++
+	if prev == nil {
+		a.nSplits++
+		a.dirty = true
+	} else {
+		if prev.owner() != r.owner() || prev.Status != r.Status {
+			a.dirty = true
+		}
+		a.count(prev.Status, -1)
+	}
+	a.count(r.Status, +1)
+	v.prog, v.progRev, v.progAt = r, rev, a.clock
+	if t, held := a.owned[id]; held && r.Epoch > t.epoch {
+		a.dropLost(id, "fenced", fmt.Sprintf("a claimant fenced it at epoch %d", r.Epoch))
+	}
+	// Emit Quarantined once per transition this worker observes (a snapshot
+	// of an already quarantined split is no transition).
+	if r.Status == statusQuarant && prev != nil && prev.Status != statusQuarant {
+		a.c.emit(Quarantined{Split: SplitID{id: id}, Attempts: r.Attempts})
+		a.log.Warn("split quarantined: out of delivery attempts; it blocks completion", "split", id, "attempts", r.Attempts)
+	}
+	if r.Status == statusRunnable && int(r.Attempts)+1 >= a.cfg.MaxAttempts {
+		a.quarantineScan = true
+	}
+}
+
+func (a *actor) count(status string, d int) {
+	switch status {
+	case statusCompleted:
+		a.nCompleted += d
+	case statusQuarant:
+		a.nQuarant += d
+	}
+}
+
+// ----- this worker's instruction ------------------------------------------------
+
+// adoptAssignment replaces this worker's instruction, unless a deposed
+// leader's late write would walk it backwards.
+func (a *actor) adoptAssignment(val *assignmentVal, now time.Time) {
+	if a.assignSeen && val.Generation < a.assignGen {
+		a.log.Debug("ignoring an assignment from an older generation", "generation", val.Generation, "seen", a.assignGen)
+		return
+	}
+	a.assignGen = val.Generation
+	a.assignSeen = true
+	next := make(map[string]bool, len(val.Splits))
+	for _, id := range val.Splits {
+		next[id] = true
+		if _, held := a.owned[id]; !held {
+			if _, ok := a.awaiting[id]; !ok {
+				a.awaiting[id] = now
+			}
+		}
+	}
+	for id := range a.awaiting {
+		if !next[id] {
+			delete(a.awaiting, id)
+		}
+	}
+	a.assigned = next
+}
+
+func (a *actor) forgetAssignment() {
+	a.assignSeen = false
+	a.assigned = map[string]bool{}
+	clear(a.awaiting)
+}
+
+// ----- membership ----------------------------------------------------------------
+
+// expireDeparted ends the rebalance-delay windows that are over at now and
+// reports whether any did (on every worker: leadership can move).
+func expireDeparted(departed map[string]time.Time, delay time.Duration, now time.Time) bool {
+	changed := false
+	for inst, at := range departed {
+		if delay == NoRebalanceDelay || now.Sub(at) >= delay {
+			delete(departed, inst)
+			changed = true
+		}
+	}
+	return changed
+}
+
+// logMembership announces peers joining and leaving, diffed from the
+// presence set so a re-snapshot does not re-announce everyone.
+func (a *actor) logMembership() {
+	if !a.joinLogged {
+		return
+	}
+	for inst := range a.presence {
+		if !a.loggedPeers[inst] {
+			a.loggedPeers[inst] = true
+			a.log.Info("peer joined", "peer", inst, "live", len(a.presence))
+		}
+	}
+	for inst := range a.loggedPeers {
+		if _, ok := a.presence[inst]; !ok && inst != a.self {
+			delete(a.loggedPeers, inst)
+			a.log.Info("peer left", "peer", inst, "live", len(a.presence))
+		}
+	}
+}

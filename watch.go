@@ -1,0 +1,163 @@
+package spate
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// rewatchDelay is how long the actor waits before re-establishing a broken
+// watch.
+const rewatchDelay = 200 * time.Millisecond
+
+// watchState is one keyspace's watch.
+type watchState struct {
+	ks         Keyspace
+	ch         <-chan WatchEvent // nil while down
+	cancel     context.CancelFunc
+	opening    bool      // establishment in flight
+	collecting bool      // between (re)establishment and SnapshotDone
+	since      uint64    // loop clock when the watch was opened
+	deadline   time.Time // the snapshot must be complete by then
+	snapshot   []Entry
+}
+
+// snapshotBudget bounds how long a watch snapshot may take to arrive.
+func (a *actor) snapshotBudget() time.Duration { return 3 * a.cfg.OpTimeout }
+
+// openWatch establishes w's stream beside the loop; its snapshot then
+// arrives through the loop's select like any event.
+func (a *actor) openWatch(w *watchState) {
+	if w.ch != nil || w.opening {
+		return
+	}
+	w.opening = true
+	since := a.mark()
+	a.spawn(func(ctx context.Context) func() error {
+		wctx, cancel := context.WithCancel(ctx)
+		ch, err := a.st.Watch(wctx, w.ks, "")
+		return func() error {
+			w.opening = false
+			if err != nil {
+				cancel()
+				if KindOf(err) == KindFatal {
+					return fmt.Errorf("watch %s: %w", w.ks, err)
+				}
+				a.log.Warn("re-watch failed; retrying", "keyspace", w.ks, "err", err)
+				a.rewatch.Reset(rewatchDelay)
+				return nil
+			}
+			w.ch, w.cancel, w.collecting, w.snapshot = ch, cancel, true, nil
+			w.since, w.deadline = since, time.Now().Add(a.snapshotBudget())
+			return nil
+		}
+	})
+}
+
+func (a *actor) closeWatch(w *watchState) {
+	if w.cancel != nil {
+		w.cancel()
+	}
+	w.ch, w.cancel, w.collecting, w.snapshot = nil, nil, false, nil
+}
+
+// reestablish reopens every watch that is down.
+func (a *actor) reestablish() {
+	for _, w := range a.watches {
+		a.openWatch(w)
+	}
+}
+
+// checkSnapshots gives up on a snapshot that did not complete in time and
+// opens the watch again.
+func (a *actor) checkSnapshots(now time.Time) {
+	for _, w := range a.watches {
+		if w.collecting && now.After(w.deadline) {
+			a.log.Warn("watch snapshot not complete in time; re-watching", "keyspace", w.ks, "budget", a.snapshotBudget())
+			a.closeWatch(w)
+			a.rewatch.Reset(rewatchDelay)
+		}
+	}
+}
+
+// onWatch handles one watch item.
+func (a *actor) onWatch(w *watchState, ev WatchEvent, ok bool) error {
+	if !ok || ev.Kind == WatchError {
+		if ok {
+			a.log.Warn("watch broke; re-watching", "keyspace", w.ks, "err", ev.Err)
+		} else {
+			a.log.Warn("watch ended; re-watching", "keyspace", w.ks)
+		}
+		a.closeWatch(w)
+		if ok && KindOf(ev.Err) == KindFatal {
+			return fmt.Errorf("watch %s: %w", w.ks, ev.Err)
+		}
+		a.rewatch.Reset(rewatchDelay)
+		return nil
+	}
+	if w.collecting {
+		switch ev.Kind {
+		case WatchPut:
+			w.snapshot = append(w.snapshot, Entry{Key: ev.Key, Value: ev.Value, Revision: ev.Revision})
+		case WatchSnapshotDone:
+			snap := w.snapshot
+			w.collecting, w.snapshot = false, nil
+			if w.ks == Ephemeral {
+				return a.applyEphemeral(snap, w.since)
+			}
+			return a.applyDurable(snap, w.since, false)
+		}
+		return nil // deletes inside a snapshot are dropped
+	}
+	switch ev.Kind {
+	case WatchPut:
+		if w.ks == Ephemeral {
+			return a.ephemeralPut(ev.Key, ev.Value, ev.Revision)
+		}
+		return a.durablePut(ev.Key, ev.Value, ev.Revision, live)
+	case WatchDelete:
+		if w.ks == Ephemeral {
+			a.ephemeralDelete(ev.Key, ev.Revision, false)
+		} else {
+			a.durableDelete(ev.Key)
+		}
+	}
+	return nil
+}
+
+// ----- the listing backstop -------------------------------------------------------
+
+// reconcile lists both keyspaces beside the loop, as the backstop for
+// missed watch events: a key the view holds from before the listing began
+// and the listing does not have is gone. One reconcile at a time.
+func (a *actor) reconcile() {
+	// Delay windows elapse on time, not events; this also retries failed
+	// assignment writes.
+	a.dirty = true
+	if a.reconciling {
+		return
+	}
+	a.reconciling = true
+	since := a.mark()
+	a.spawn(func(ctx context.Context) func() error {
+		start := time.Now()
+		eph, errE := a.st.List(ctx, Ephemeral, "")
+		dur, errD := a.st.List(ctx, Durable, "")
+		a.m.reconcileDur.Observe(time.Since(start).Seconds())
+		return func() error {
+			a.reconciling = false
+			if errE != nil {
+				a.log.Warn("reconcile: listing the ephemeral keyspace failed", "err", errE)
+			} else if err := a.applyEphemeral(eph, since); err != nil {
+				return err
+			}
+			if errD != nil {
+				a.log.Warn("reconcile: listing the durable keyspace failed", "err", errD)
+			} else if err := a.applyDurable(dur, since, true); err != nil {
+				return err
+			}
+			a.dirty = true
+			return nil
+		}
+	})
+}
