@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +22,14 @@ import (
 //     watch round trip that triggers the claim);
 //   - Takeover: an owner dies without handing back; the time until a
 //     standby gains its split, reported as takeover-s and as a multiple of
-//     the lease (takeover/lease). Each iteration costs about a lease.
+//     the lease (takeover/lease). Each iteration costs about a lease;
+//   - CommitThroughput: commits per second (commits/s) from n goroutines,
+//     each committing its own split, for n = 1, 4, 16 and 64: through one
+//     coordinator holding the n splits (coordinator/N=n), and as raw
+//     compare-and-swaps on n keys through one store client (raw/N=n), so
+//     that the two sit side by side in one run. b.N is the total number of
+//     commits, spread evenly over the goroutines; use a fixed count
+//     (-benchtime 2000x) so a slow driver's run stays within a lease.
 //
 // Compare FencedCommit with StoreUpdate for the overhead spate adds, and
 // with the driver's own raw-client benchmark for the driver's.
@@ -30,6 +38,7 @@ func RunBenchmarks(b *testing.B, newHarness HarnessMaker) {
 	b.Run("FencedCommit", func(b *testing.B) { benchFencedCommit(b, newHarness) })
 	b.Run("ReleaseReclaim", func(b *testing.B) { benchReleaseReclaim(b, newHarness) })
 	b.Run("Takeover", func(b *testing.B) { benchTakeover(b, newHarness) })
+	b.Run("CommitThroughput", func(b *testing.B) { benchCommitThroughput(b, newHarness) })
 }
 
 func benchStoreUpdate(b *testing.B, mk HarnessMaker) {
@@ -68,6 +77,7 @@ func benchWorker(b *testing.B, h Harness, n int) (*spate.StoreCoordinator, spate
 	b.Cleanup(func() { s.Close() })
 	cfg := testConfig(s.Capabilities().TTL)
 	cfg.InstanceID = "bench"
+	cfg.MaxInFlight = max(cfg.MaxInFlight, n)
 	cfg.OpTimeout = min(cfg.LeaseDuration/2, 5*time.Second)
 	cfg.DrainDeadline = max(cfg.DrainDeadline, cfg.OpTimeout)
 	c, err := spate.NewStoreCoordinator(s, cfg, spate.WithLogger(testLogger("bench")))
@@ -200,4 +210,102 @@ func benchTakeover(b *testing.B, mk HarnessMaker) {
 	avg := total / time.Duration(b.N)
 	b.ReportMetric(avg.Seconds(), "takeover-s")
 	b.ReportMetric(float64(avg)/float64(lease), "takeover/lease")
+}
+
+// commitThroughputLanes are the goroutine counts of CommitThroughput.
+var commitThroughputLanes = []int{1, 4, 16, 64}
+
+func benchCommitThroughput(b *testing.B, mk HarnessMaker) {
+	b.Run("coordinator", func(b *testing.B) {
+		for _, n := range commitThroughputLanes {
+			b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) { benchCoordinatorCommits(b, mk, n) })
+		}
+	})
+	b.Run("raw", func(b *testing.B) {
+		for _, n := range commitThroughputLanes {
+			b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) { benchRawCommits(b, mk, n) })
+		}
+	})
+}
+
+// spreadCommits runs total commits over n goroutines, goroutine i calling
+// commit(i, k) for k = 1, 2, ... its share, timed from the first to the
+// last, and reports commits/s. The first error stops the benchmark.
+func spreadCommits(b *testing.B, n, total int, commit func(lane int, k int64) error) {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	b.ResetTimer()
+	for i := range n {
+		share := total / n
+		if i < total%n {
+			share++
+		}
+		wg.Go(func() {
+			for k := 1; k <= share; k++ {
+				if err := commit(i, int64(k)); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = fmt.Errorf("goroutine %d, commit %d: %w", i, k, err)
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	if first != nil {
+		b.Fatal(first)
+	}
+	b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "commits/s")
+}
+
+// benchCoordinatorCommits: n goroutines commit, each its own split, through
+// one coordinator holding the n splits.
+func benchCoordinatorCommits(b *testing.B, mk HarnessMaker, n int) {
+	h := mk(b)
+	defer h.Close()
+	c, _, held := benchWorker(b, h, n)
+	ctx := context.Background()
+	spreadCommits(b, n, b.N, func(lane int, k int64) error {
+		return c.Commit(ctx, held[lane], spate.NewSplitProgress(k, nil))
+	})
+}
+
+// benchRawCommits: n goroutines compare-and-swap, each its own key, through
+// one shared store client. One client, not n, because a coordinator has
+// one: the ratio to coordinator/N=n is then what the coordinator's own
+// structure costs, not a difference in connections.
+func benchRawCommits(b *testing.B, mk HarnessMaker, n int) {
+	h := mk(b)
+	defer h.Close()
+	ctx := context.Background()
+	s, err := h.NewStore(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	revs := make([]uint64, n)
+	for i := range n {
+		o, err := s.Create(ctx, spate.Durable, fmt.Sprintf("bench.raw.%02d", i), []byte(`{"watermark":0}`))
+		if err != nil || !o.Won {
+			b.Fatalf("create: won=%t err=%v", o.Won, err)
+		}
+		revs[i] = o.Revision
+	}
+	spreadCommits(b, n, b.N, func(lane int, k int64) error {
+		o, err := s.Update(ctx, spate.Durable, fmt.Sprintf("bench.raw.%02d", lane), fmt.Appendf(nil, `{"watermark":%d}`, k), revs[lane])
+		if err != nil {
+			return err
+		}
+		if !o.Won {
+			return fmt.Errorf("update of bench.raw.%02d at revision %d lost", lane, revs[lane])
+		}
+		revs[lane] = o.Revision
+		return nil
+	})
 }

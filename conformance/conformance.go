@@ -78,6 +78,7 @@ func collect(opts []Option) options {
 type env struct {
 	t   *testing.T
 	h   Harness
+	mk  HarnessMaker // for a body that needs more than one fresh namespace
 	ctx context.Context
 	// after runs once the body is done, outside any synctest bubble: for
 	// CPU-bound checks (porcupine) whose timeouts must be real time.
@@ -134,7 +135,7 @@ func run(t *testing.T, o options, name string, mk HarnessMaker, body func(e *env
 			t.Cleanup(func() { _ = h.Close() })
 			ctx, cancel := context.WithCancel(context.Background())
 			t.Cleanup(cancel)
-			e := &env{t: t, h: h, ctx: ctx}
+			e := &env{t: t, h: h, mk: mk, ctx: ctx}
 			defer func() { after = e.after }()
 			body(e)
 		}

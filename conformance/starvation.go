@@ -1,0 +1,360 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/stores/fault"
+)
+
+// The starvation scenarios: a worker under load keeps its leases. Lease
+// and presence renewal have their own schedule and are never queued behind
+// commits, listings or other store I/O; commits on different splits run
+// concurrently. Each scenario loads one worker for a few leases and then
+// checks that it reported no Lost, that its commits succeeded, and that
+// the store still shows every split owned and leased by it, at the epoch it
+// gained it, with no delivery attempt charged.
+
+// starvationSeed seeds the lanes' jitter, so a failure replays.
+const starvationSeed = 0x5eed_57a4
+
+// starvationConfig is the configuration of the starvation scenarios. It is
+// the suite's testConfig, not the product's defaults: a coordinator's lease
+// must equal the store's TTL, which the harnesses keep at 1.5–2 s, and at
+// that lease the defaults are invalid (a 10 s OpTimeout breaks lease >=
+// 2×OpTimeout) or never fire within a scenario (a 30 s reconcile), so the
+// knobs tied to the lease are scaled as testConfig scales them. Two knobs
+// keep the product's choice: the lane budget is the default unless the
+// scenario holds more splits, and the reconcile interval keeps the
+// default's proportion to the lease (30 s of 30 s: one lease), so that a
+// listing runs as often, relative to renewals, as it does in production.
+func starvationConfig(ttl time.Duration, splits int) spate.Config {
+	cfg := testConfig(ttl)
+	cfg.MaxInFlight = max(spate.DefaultMaxInFlight, splits)
+	cfg.ReconcileInterval = time.Duration(float64(ttl) *
+		float64(spate.DefaultReconcileInterval) / float64(spate.DefaultLeaseDuration))
+	return cfg
+}
+
+// scenConcurrentCommitters: one worker holding n splits and n goroutines,
+// each committing its own split back to back for three leases, for n = 2,
+// 4, 16 and 64, each on a fresh namespace. Once the worker holds its
+// splits, its store answers after a round trip of lease/300 (100 ms under
+// a 30 s lease; on a server, on top of its own): over stores/mem in
+// virtual time a commit must wait on something for the clock to move. The worker must lose nothing, every
+// commit must succeed, and the store must still show each split owned by
+// the worker at its first epoch with no attempt charged.
+func scenConcurrentCommitters(e *env) {
+	for i, n := range []int{2, 4, 16, 64} {
+		func() {
+			h := e.h
+			if i > 0 {
+				h = e.mk(e.t)
+				defer h.Close()
+			}
+			raw, err := openStore(e.ctx, h)
+			require.NoError(e.t, err, "harness: open store")
+			defer raw.Close()
+			ttl := raw.Capabilities().TTL
+			w := startSolo(e, h, "committer", starvationConfig(ttl, n), planOf(fmt.Sprintf("committers%d", n), n))
+			defer w.stop()
+			w.waitHolding(n)
+			w.inj.Add(fault.Rule{Delay: ttl / 300})
+			st := w.runLanes(3*ttl, backToBack)
+			w.pollFor(ttl / 2)
+			e.t.Logf("n=%d: %d commits in 3 leases (%.0f/s), %d failed", n, st.commits, float64(st.commits)/(3*ttl).Seconds(), st.failures)
+			rule := fmt.Sprintf("rule: lease renewal is never queued behind commits (%d goroutines committing back to back for 3 leases)", n)
+			assert.Zerof(e.t, len(w.lost), "%s; the worker holding %d splits reported %d Lost: %s", rule, n, len(w.lost), firstFew(w.lost))
+			assert.Zerof(e.t, st.failures,
+				"rule: concurrent commits on different splits all succeed on a healthy store; with %d goroutines %d of %d commits failed, first: %s",
+				n, st.failures, st.commits+st.failures, firstFew(st.first))
+			w.checkKept(raw, rule)
+		}()
+	}
+}
+
+// scenSlowStoreLanes: every store operation of the worker takes a round
+// trip of lease/100 (100 ms under a 10 s lease), and 16 lanes each commit
+// their split every lease/20 to lease/10 (jittered, seeded) for three
+// leases. The worker must lose nothing, every commit must succeed, and no
+// attempt may be charged.
+func scenSlowStoreLanes(e *env) {
+	const lanes = 16
+	raw := e.open()
+	ttl := raw.Capabilities().TTL
+	w := startSolo(e, e.h, "slow-lanes", starvationConfig(ttl, lanes), planOf("slowlanes", lanes),
+		fault.Rule{Delay: ttl / 100})
+	w.waitHolding(lanes)
+	st := w.runLanes(3*ttl, jittered(ttl/20, ttl/10))
+	w.pollFor(ttl / 2)
+	e.t.Logf("%d commits in 3 leases, %d failed", st.commits, st.failures)
+	rule := "rule: lease renewal is never queued behind commits on a slow store (every op lease/100, 16 lanes committing every lease/20..lease/10)"
+	assert.Zerof(e.t, len(w.lost), "%s; the worker holding %d splits reported %d Lost: %s", rule, lanes, len(w.lost), firstFew(w.lost))
+	assert.Zerof(e.t, st.failures,
+		"rule: commits on a slow but healthy store succeed (at most one in flight per split, none queued behind the others); %d of %d failed, first: %s",
+		st.failures, st.commits+st.failures, firstFew(st.first))
+	w.checkKept(raw, rule)
+}
+
+// scenSlowListings: every listing of the worker takes half a lease, within
+// the listing deadline, while it holds four splits and commits each every
+// lease/10 to lease/5 for four leases (a few reconciles). The worker must
+// lose nothing, no commit may fail, and no attempt may be charged.
+func scenSlowListings(e *env) {
+	const splits = 4
+	raw := e.open()
+	ttl := raw.Capabilities().TTL
+	cfg := starvationConfig(ttl, splits)
+	slow := ttl / 2
+	// A listing's deadline is max(3×OpTimeout, lease/3) (see
+	// NewStoreCoordinator): the slow listing must succeed, not time out.
+	require.Lessf(e.t, slow, max(3*cfg.OpTimeout, ttl/3), "the scenario's listing delay must stay under the listing deadline")
+	w := startSolo(e, e.h, "slow-lists", cfg, planOf("slowlists", splits),
+		fault.Rule{Ops: []fault.Op{fault.List}, Delay: slow})
+	w.waitHolding(splits)
+	st := w.runLanes(4*ttl, jittered(ttl/10, ttl/5))
+	w.pollFor(ttl / 2)
+	e.t.Logf("%d commits in 4 leases, %d failed, %d slow listings", st.commits, st.failures, w.inj.Injected())
+	require.GreaterOrEqualf(e.t, w.inj.Injected(), 2, "the worker never listed (reconcile interval %v): the scenario tested nothing", cfg.ReconcileInterval)
+	rule := "rule: a listing never delays lease renewal (every List takes lease/2, within its deadline)"
+	assert.Zerof(e.t, len(w.lost), "%s; the worker holding %d splits reported %d Lost: %s", rule, splits, len(w.lost), firstFew(w.lost))
+	assert.Zerof(e.t, st.failures,
+		"rule: a commit never waits behind a listing; %d of %d commits failed, first: %s",
+		st.failures, st.commits+st.failures, firstFew(st.first))
+	w.checkKept(raw, rule)
+}
+
+// backToBack paces every lane with no pause between commits.
+func backToBack(int) func() time.Duration { return func() time.Duration { return 0 } }
+
+// jittered paces each lane at a uniform interval in [lo, hi], from a
+// per-lane generator seeded with starvationSeed.
+func jittered(lo, hi time.Duration) func(lane int) func() time.Duration {
+	return func(lane int) func() time.Duration {
+		rng := rand.New(rand.NewPCG(starvationSeed, uint64(lane)))
+		return func() time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
+	}
+}
+
+// A soloWorker is one coordinator driven the way a pipeline drives it: the
+// test goroutine polls its events while lanes, one goroutine per held
+// split, commit concurrently. (The fleet's worker commits from its pump,
+// one split after another, so it cannot put concurrent commits on a
+// coordinator.)
+type soloWorker struct {
+	e     *env
+	name  string
+	c     *spate.StoreCoordinator
+	store spate.Store
+	inj   *fault.Injector
+	waker spate.Waker
+	once  sync.Once
+
+	gained  map[string]spate.Gained // each split's first tenancy
+	regains []spate.Gained          // tenancies gained again after a loss
+	lost    []string
+}
+
+// startSolo starts a worker on h whose store has rules installed from the
+// start.
+func startSolo(e *env, h Harness, name string, cfg spate.Config, p spate.SplitPlanner, rules ...fault.Rule) *soloWorker {
+	e.t.Helper()
+	s, err := openStore(e.ctx, h)
+	require.NoError(e.t, err, "harness: open store")
+	w := &soloWorker{e: e, name: name, store: s, inj: fault.New(), waker: spate.NewWaker(), gained: map[string]spate.Gained{}}
+	for _, r := range rules {
+		w.inj.Add(r)
+	}
+	cfg.InstanceID = name
+	w.c, err = spate.NewStoreCoordinator(fault.Wrap(s, w.inj), cfg, spate.WithLogger(testLogger(name)))
+	if err != nil {
+		_ = s.Close()
+		require.NoError(e.t, err, "worker %s", name)
+	}
+	w.c.SetWaker(w.waker)
+	e.t.Cleanup(w.stop)
+	require.NoError(e.t, w.c.Start(p), "worker %s: start", name)
+	return w
+}
+
+// stop closes the coordinator (handing its splits back) and its store.
+func (w *soloWorker) stop() {
+	w.once.Do(func() {
+		_ = w.c.Close()
+		_ = w.store.Close()
+	})
+}
+
+// poll takes the worker's events; the worker failing fails the test.
+func (w *soloWorker) poll() {
+	w.e.t.Helper()
+	evs, err := w.c.Poll()
+	require.NoError(w.e.t, err, "worker %s failed", w.name)
+	for _, ev := range evs {
+		switch ev := ev.(type) {
+		case spate.Gained:
+			if _, again := w.gained[ev.Split.ID.String()]; again {
+				w.regains = append(w.regains, ev)
+			} else {
+				w.gained[ev.Split.ID.String()] = ev
+			}
+		case spate.Lost:
+			w.lost = append(w.lost, ev.Split.String())
+		}
+	}
+}
+
+// wait blocks until the worker wakes its waker or a poll tick passes.
+func (w *soloWorker) wait() {
+	t := time.NewTimer(20 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-w.waker.C():
+	case <-t.C:
+	}
+}
+
+func (w *soloWorker) lease() time.Duration { return w.c.Config().LeaseDuration }
+
+// waitHolding polls until the worker has gained n splits.
+func (w *soloWorker) waitHolding(n int) {
+	w.e.t.Helper()
+	deadline := time.Now().Add(10 * w.lease())
+	for w.poll(); len(w.gained) < n; w.poll() {
+		if time.Now().After(deadline) {
+			w.e.t.Fatalf("waited 10 leases for worker %s to hold %d splits; it holds %d", w.name, n, len(w.gained))
+		}
+		w.wait()
+	}
+}
+
+// pollFor polls for d: time for losses the load hid to surface.
+func (w *soloWorker) pollFor(d time.Duration) {
+	w.e.t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); w.wait() {
+		w.poll()
+	}
+	w.poll()
+}
+
+// laneStats counts the lanes' commits.
+type laneStats struct {
+	mu       sync.Mutex
+	commits  int
+	failures int
+	first    []string // the first few failures
+}
+
+func (s *laneStats) add(id spate.SplitID, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		s.commits++
+		return
+	}
+	s.failures++
+	if len(s.first) < 3 {
+		s.first = append(s.first, fmt.Sprintf("%s: %v", id, err))
+	}
+}
+
+// runLanes commits every gained split from a goroutine of its own for d,
+// with strictly increasing watermarks, pausing between commits as pace
+// gives each lane (0: back to back), while the test goroutine polls. A
+// failed commit is counted, and retried after lease/100: a lane spinning
+// on an error returned at once would freeze virtual time.
+func (w *soloWorker) runLanes(d time.Duration, pace func(lane int) func() time.Duration) *laneStats {
+	ctx, cancel := context.WithTimeout(w.e.ctx, d)
+	defer cancel()
+	st := &laneStats{}
+	var wg sync.WaitGroup
+	for i, id := range sortedKeys(w.gained) {
+		g := w.gained[id]
+		wm := int64(0)
+		if g.Progress != nil {
+			wm = g.Progress.Watermark
+		}
+		next := pace(i)
+		backoff := w.lease() / 100
+		wg.Go(func() {
+			for {
+				if p := next(); p > 0 && !sleepCtx(ctx, p) {
+					return
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				wm++
+				// The commit itself runs on the test's context: the end of
+				// the load must not cut a commit short.
+				err := w.c.Commit(w.e.ctx, g.Split.ID, spate.NewSplitProgress(wm, []byte(fmt.Sprintf("state@%d", wm))))
+				st.add(g.Split.ID, err)
+				if err != nil && (spate.IsFatal(err) || !sleepCtx(ctx, backoff)) {
+					return
+				}
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for {
+		w.poll()
+		select {
+		case <-done:
+			w.poll()
+			return st
+		default:
+		}
+		w.wait()
+	}
+}
+
+// sleepCtx sleeps for d; it reports false if ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// checkKept checks in the store, through raw, that the worker still owns
+// and leases every split it gained, at the epoch it first gained it, with
+// no delivery attempt charged.
+func (w *soloWorker) checkKept(raw spate.Store, rule string) {
+	t := w.e.t
+	t.Helper()
+	js, err := spate.InspectJob(w.e.ctx, raw, "")
+	require.NoError(t, err, "inspect")
+	var bad []string
+	for _, id := range sortedKeys(w.gained) {
+		g := w.gained[id]
+		s, ok := js.Split(id)
+		switch {
+		case !ok:
+			bad = append(bad, id+" missing")
+		case s.Owner != w.name || s.LeaseOwner != w.name || s.Epoch != g.Epoch || s.Attempts != 0:
+			bad = append(bad, fmt.Sprintf("%v (gained at epoch %d)", s, g.Epoch))
+		}
+	}
+	assert.Zerof(t, len(bad), "%s; want every split owned and leased by %s at the epoch it gained it, with 0 attempts; %d of %d are not: %s",
+		rule, w.name, len(bad), len(w.gained), firstFew(bad))
+}
+
+// firstFew renders the first three of ss and how many more there are.
+func firstFew(ss []string) string {
+	if len(ss) <= 3 {
+		return fmt.Sprint(ss)
+	}
+	return fmt.Sprintf("%v and %d more", ss[:3], len(ss)-3)
+}
