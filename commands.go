@@ -1,6 +1,7 @@
 package spate
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -145,7 +146,7 @@ func lostCommitVerdict(cur *progressRecord, self string, epoch uint64, p SplitPr
 		return verdictFenced
 	case cur.owner() != self || cur.Epoch != epoch || cur.Status != statusRunnable && !cur.Completed:
 		return verdictFenced
-	case cur.Watermark != nil && *cur.Watermark == p.Watermark && cur.Completed == p.Completed:
+	case cur.Watermark != nil && *cur.Watermark == p.Watermark && cur.Completed == p.Completed && bytes.Equal(cur.State, p.State):
 		return verdictLanded
 	case cur.Completed:
 		return verdictLanded

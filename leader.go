@@ -1,6 +1,7 @@
 package spate
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -229,10 +230,16 @@ func assignInput(v leaderView) AssignInput {
 		}
 		in.Members = append(in.Members, AssignMember{ID: inst, Budget: budget})
 	}
+	// Records in revision order: if two live members' records name one
+	// split (a publish whose write to the old assignee failed), the newer
+	// record, the leader's latest word, decides — the same way every time.
+	insts := slices.SortedFunc(maps.Keys(v.assigns), func(x, y string) int {
+		return cmp.Compare(v.assigns[x].rev, v.assigns[y].rev)
+	})
 	named := map[string]string{}
-	for inst, e := range v.assigns {
+	for _, inst := range insts {
 		if _, live := v.presence[inst]; live {
-			for _, id := range e.val.Splits {
+			for _, id := range v.assigns[inst].val.Splits {
 				named[id] = inst
 			}
 		}
@@ -370,7 +377,14 @@ func (a *actor) publishDone(writes []*assignWrite, members, moved int, gen uint6
 				changed = true
 			}
 		case !w.o.Won:
-			delete(a.assigns, w.inst)
+			// The record moved (a deposed leader's late write) or exists
+			// already: forget our cached copy only if it is the one the
+			// write expected, and let the watch or the next reconcile
+			// bring the record in before publishing again.
+			if e, ok := a.assigns[w.inst]; ok && e.rev == w.rev {
+				delete(a.assigns, w.inst)
+			}
+			a.failed("publish")
 			a.dirty = true
 		default:
 			changed = true

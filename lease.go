@@ -263,24 +263,41 @@ func (r *renewer) renewLeader(ctx context.Context) {
 		return
 	}
 	val := encode(leaderVal{Schema: SchemaVersion, Owner: r.self, Nonce: r.nonce, Generation: h.generation})
-	o, err := r.st.Update(ctx, Ephemeral, keyLeader, val, h.rev)
-	switch {
-	case err != nil:
-		r.log.Debug("leader renewal failed; retrying next beat", "err", err)
-	case !o.Won:
-		r.mu.Lock()
-		if r.leader == h {
-			r.leader = nil
+	rev := h.rev
+	for range 2 {
+		o, err := r.st.Update(ctx, Ephemeral, keyLeader, val, rev)
+		if err != nil {
+			r.log.Debug("leader renewal failed; retrying next beat", "err", err)
+			return
 		}
-		r.mu.Unlock()
-		r.notes.put(renewNote{kind: noteDemote, why: "renewal fenced"})
-	default:
-		r.mu.Lock()
-		if r.leader == h {
-			h.rev = o.Revision
+		if o.Won {
+			r.mu.Lock()
+			if r.leader == h {
+				h.rev = o.Revision
+			}
+			r.mu.Unlock()
+			return
 		}
-		r.mu.Unlock()
+		// Lost: unless the key still holds our own earlier renewal (its
+		// reply lost: adopt it and rewrite), leadership is fenced.
+		e, ok, err := r.st.Get(ctx, Ephemeral, keyLeader)
+		if err != nil {
+			return // undecided; next beat
+		}
+		if ok {
+			if l, derr := decodeLeader(e.Value); derr == nil && l.Nonce == r.nonce && l.Generation == h.generation {
+				rev = e.Revision
+				continue
+			}
+		}
+		break
 	}
+	r.mu.Lock()
+	if r.leader == h {
+		r.leader = nil
+	}
+	r.mu.Unlock()
+	r.notes.put(renewNote{kind: noteDemote, why: "renewal fenced"})
 }
 
 func (r *renewer) presenceValue() []byte {

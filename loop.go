@@ -245,7 +245,7 @@ func (a *actor) step() error {
 	}
 	if a.leading != nil {
 		a.startPlan()
-		if a.dirty && !now.Before(a.leading.settleUntil) {
+		if a.dirty && !now.Before(a.leading.settleUntil) && a.due("publish", now) {
 			a.publish(now)
 		}
 	}

@@ -70,7 +70,6 @@ func (r *progressRecord) clone() *progressRecord {
 	return &c
 }
 
-
 func strPtr(s string) *string { return &s }
 
 // newProgressRecord is a freshly planned progress record, seeded from seed

@@ -3,9 +3,12 @@ package spate
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 )
 
@@ -83,25 +86,39 @@ func TestSeededCompletedRecordIsTerminal(t *testing.T) {
 	}
 }
 
-func TestAssignmentRejectsAlienShapes(t *testing.T) {
-	for _, bad := range []string{`{}`, `{"schema":1,"generation":1}`, `{"schema":1,"generation":1,"splits":["a.b"]}`, `[]`, `garbage`} {
-		if _, err := decodeAssignment("assign.x", []byte(bad)); err == nil {
-			t.Errorf("assignment %s must not read as a valid (possibly empty) assignment", bad)
-		}
+func TestCheckMonotone(t *testing.T) {
+	cases := []struct {
+		name string
+		cur  *int64
+		next int64
+		ok   bool
+	}{
+		{"first commit", nil, 0, true},
+		{"first commit, negative watermark", nil, -5, true},
+		{"unchanged", wm(7), 7, true},
+		{"forward", wm(7), 8, true},
+		{"back by one", wm(7), 6, false},
+		{"back below zero", wm(0), -1, false},
 	}
-	a, err := decodeAssignment("assign.x", []byte(`{"schema":1,"generation":2,"splits":[]}`))
-	if err != nil || len(a.Splits) != 0 || a.Splits == nil {
-		t.Fatalf("an explicit empty assignment is valid: %v %v", a, err)
+	for _, c := range cases {
+		err := checkMonotone("s-1", c.cur, c.next)
+		if c.ok {
+			require.NoError(t, err, c.name)
+			continue
+		}
+		require.Error(t, err, c.name)
+		assert.True(t, errors.Is(err, ErrFatal), "%s: a regression is Fatal: %v", c.name, err)
+		assert.Contains(t, err.Error(), "s-1", c.name)
+		assert.Contains(t, err.Error(), fmt.Sprintf("from %d to %d", *c.cur, c.next), c.name)
 	}
 }
 
-func TestKeyPrefixesDoNotShadow(t *testing.T) {
-	prefixes := []string{keyPlan, keyLeader, prefixSpec, prefixSplit, prefixAssign, prefixWorker, prefixProbe}
-	for i, a := range prefixes {
-		for j, b := range prefixes {
-			if i != j && strings.HasPrefix(a, b) {
-				t.Errorf("%q shadows %q", b, a)
-			}
-		}
-	}
+func TestProgressCloneIsDeep(t *testing.T) {
+	r := rec("s", 1, "me")
+	r.Watermark = wm(4)
+	c := r.clone()
+	*c.Owner, *c.Watermark = "other", 9
+	assert.Equal(t, "me", r.owner())
+	assert.Equal(t, int64(4), *r.Watermark)
+	assert.Equal(t, &SplitProgress{Watermark: 4, State: []byte{}}, r.progress(), "a nil state is handed over as empty")
 }

@@ -214,5 +214,3 @@ func decodeAssignment(key string, data []byte) (*assignmentVal, error) {
 	}
 	return &r, nil
 }
-
-

@@ -1,0 +1,144 @@
+package spate
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestRevocationDue(t *testing.T) {
+	t0 := time.Unix(5000, 0)
+	const deadline = 10 * time.Second
+	cases := []struct {
+		name string
+		r    revocation
+		now  time.Time
+		want bool
+	}{
+		{"drain just started", revocation{started: t0, lastProgress: t0}, t0, false},
+		{"drain before the deadline", revocation{started: t0, lastProgress: t0}, t0.Add(deadline - time.Nanosecond), false},
+		{"drain at the deadline", revocation{started: t0, lastProgress: t0}, t0.Add(deadline), true},
+		{"drain past the deadline", revocation{started: t0, lastProgress: t0}, t0.Add(3 * deadline), true},
+		{"progress does not extend an active drain", revocation{started: t0, lastProgress: t0.Add(9 * time.Second)}, t0.Add(deadline), true},
+		{"withdrawn: recent progress keeps it", revocation{started: t0, lastProgress: t0.Add(30 * time.Second), cancelled: true}, t0.Add(35 * time.Second), false},
+		{"withdrawn: silent for the deadline", revocation{started: t0, lastProgress: t0.Add(30 * time.Second), cancelled: true}, t0.Add(40 * time.Second), true},
+		{"withdrawn: silent just under the deadline", revocation{started: t0, lastProgress: t0.Add(30 * time.Second), cancelled: true}, t0.Add(40*time.Second - time.Nanosecond), false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := c.r
+			assert.Equal(t, c.want, revocationDue(&r, deadline, c.now))
+		})
+	}
+}
+
+// A split the leader no longer names here is revoked; naming it again
+// cancels the revocation; revoking it once more keeps the first anchor, so
+// a drain already past its deadline is forced at once.
+func TestRevocationLifecycleOnTheLoop(t *testing.T) {
+	st := newFakeStore()
+	a := newTestActor(t, st, testConfig())
+	holdSplit(t, a, st, "s", 2, nil)
+	t0 := time.Now()
+	a.adoptAssignment(&assignmentVal{Schema: SchemaVersion, Generation: 1, Splits: []string{}}, t0)
+	require.NoError(t, a.reconcileOwn(t0))
+	require.Contains(t, a.revocations, "s")
+	assert.Equal(t, t0, a.revocations["s"].started)
+	assert.Equal(t, []Event{RevokeRequested{Split: MustSplitID("s")}}, events(t, a))
+	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.revocations.WithLabelValues("requested")))
+
+	t1 := t0.Add(time.Second)
+	a.adoptAssignment(&assignmentVal{Schema: SchemaVersion, Generation: 2, Splits: []string{"s"}}, t1)
+	require.NoError(t, a.reconcileOwn(t1))
+	require.True(t, a.revocations["s"].cancelled)
+	assert.Equal(t, t1, a.revocations["s"].lastProgress, "a withdrawn revocation's silence timer starts at the withdrawal")
+	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.revocations.WithLabelValues("cancelled")))
+
+	t2 := t0.Add(a.cfg.DrainDeadline + time.Second)
+	a.adoptAssignment(&assignmentVal{Schema: SchemaVersion, Generation: 3, Splits: []string{}}, t2)
+	require.NoError(t, a.reconcileOwn(t2))
+	require.False(t, a.revocations["s"].cancelled)
+	assert.Equal(t, t0, a.revocations["s"].started, "a re-revocation keeps its original anchor")
+	require.NoError(t, a.serviceRevocations(t2))
+	settleIO(t, a)
+	assert.NotContains(t, a.owned, "s", "past its deadline the release is forced at once")
+	r, _ := storedProgress(t, st, "s")
+	assert.Nil(t, r.Owner, "a forced release clears the owner: the next claim is attempt-free")
+	assert.Zero(t, r.Attempts)
+	assert.Contains(t, lostSplits(events(t, a)), "s")
+	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.losses.WithLabelValues("revoked")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.revocations.WithLabelValues("forced")))
+}
+
+func TestServiceRevocations(t *testing.T) {
+	st := newFakeStore()
+	a := newTestActor(t, st, testConfig())
+	t0 := time.Now()
+	holdSplit(t, a, st, "busy", 2, nil)
+	holdSplit(t, a, st, "young", 2, nil)
+	a.revocations["gone"] = &revocation{started: t0, lastProgress: t0}
+	a.revocations["busy"] = &revocation{started: t0, lastProgress: t0}
+	a.revocations["young"] = &revocation{started: t0, lastProgress: t0}
+	a.busy["busy"] = true
+	now := t0.Add(a.cfg.DrainDeadline)
+	a.revocations["young"].started = now.Add(-time.Millisecond)
+
+	require.NoError(t, a.serviceRevocations(now))
+	assert.NotContains(t, a.revocations, "gone", "a revocation of a split no longer held is settled")
+	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.revocations.WithLabelValues("forced")))
+	assert.Contains(t, a.revocations, "busy", "a split with a write in flight is not forced under it")
+	assert.Contains(t, a.revocations, "young", "a revocation inside its deadline waits")
+	assert.Zero(t, st.count("update", prefixSplit), "nothing was released")
+	assert.Contains(t, a.owned, "busy")
+	assert.Contains(t, a.owned, "young")
+}
+
+// A declined revocation is forced at once; a declined withdrawn one just
+// ends (the split stays).
+func TestDeclineRevocation(t *testing.T) {
+	st := newFakeStore()
+	a := newTestActor(t, st, testConfig())
+	holdSplit(t, a, st, "s", 2, nil)
+	holdSplit(t, a, st, "t", 2, nil)
+	now := time.Now()
+	a.revocations["s"] = &revocation{started: now, lastProgress: now}
+	a.revocations["t"] = &revocation{started: now, lastProgress: now, cancelled: true}
+	require.NoError(t, send(t, a, &command{kind: cmdDecline, split: MustSplitID("t")}))
+	assert.NotContains(t, a.revocations, "t")
+	assert.Contains(t, a.owned, "t", "declining a withdrawn revocation keeps the split")
+	require.NoError(t, send(t, a, &command{kind: cmdDecline, split: MustSplitID("s")}))
+	settleIO(t, a)
+	assert.NotContains(t, a.owned, "s")
+	r, _ := storedProgress(t, st, "s")
+	assert.Nil(t, r.Owner)
+	require.NoError(t, send(t, a, &command{kind: cmdDecline, split: MustSplitID("never")}), "declining nothing is a no-op")
+}
+
+// Settling counts one outcome per revocation; a cancelled one counted
+// "cancelled" already and counts nothing more.
+func TestSettleCountsOnce(t *testing.T) {
+	a := newTestActor(t, nil, testConfig())
+	now := time.Now()
+	a.revocations["s"] = &revocation{started: now, lastProgress: now}
+	a.revocations["c"] = &revocation{started: now, lastProgress: now, cancelled: true}
+	a.settle("s", "drained")
+	a.settle("s", "drained")
+	a.settle("c", "forced")
+	a.settle("missing", "forced")
+	assert.Empty(t, a.revocations)
+	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.revocations.WithLabelValues("drained")))
+	assert.Zero(t, testutil.ToFloat64(a.m.revocations.WithLabelValues("forced")))
+	assert.Equal(t, uint64(1), sampleCount(t, a.m.drainDur), "a drained settle observes its duration once")
+}
+
+func sampleCount(t *testing.T, h prometheus.Histogram) uint64 {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, h.Write(&m))
+	return m.GetHistogram().GetSampleCount()
+}

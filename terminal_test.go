@@ -1,0 +1,182 @@
+package spate
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+)
+
+func listing(statuses ...string) []*progressRecord {
+	out := make([]*progressRecord, len(statuses))
+	for i, s := range statuses {
+		r := rec("s", 1, "")
+		r.Status = s
+		r.Completed = s == statusCompleted
+		out[i] = r
+	}
+	return out
+}
+
+func TestJudgeTerminal(t *testing.T) {
+	const c, q, r = statusCompleted, statusQuarant, statusRunnable
+	cases := []struct {
+		name          string
+		final         bool
+		planned       uint64
+		known         int
+		listed        []*progressRecord
+		want          verdict
+		wantCompleted int
+		wantQuarant   int
+	}{
+		{"not final", false, 2, 2, listing(c, c), verdictNone, 2, 0},
+		{"fewer listed than planned", true, 3, 2, listing(c, c), verdictNone, 2, 0},
+		{"listing misses a split the view knows", true, 2, 3, listing(c, c), verdictNone, 2, 0},
+		{"all complete", true, 2, 2, listing(c, c), verdictAllComplete, 2, 0},
+		{"all complete, more listed than planned or known", true, 1, 1, listing(c, c, c), verdictAllComplete, 3, 0},
+		{"stalled: the rest quarantined", true, 3, 3, listing(c, q, c), verdictStalled, 2, 1},
+		{"stalled: everything quarantined", true, 2, 2, listing(q, q), verdictStalled, 0, 2},
+		{"a runnable split among completed", true, 3, 3, listing(c, r, c), verdictNone, 2, 0},
+		{"a runnable split among completed and quarantined", true, 3, 3, listing(c, q, r), verdictNone, 1, 1},
+		{"an empty final plan with nothing planned", true, 0, 0, nil, verdictAllComplete, 0, 0},
+		{"stalled needs the counts too: not final", false, 2, 2, listing(c, q), verdictNone, 1, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v, completed, quarantined := judgeTerminal(tc.final, tc.planned, tc.known, tc.listed)
+			assert.Equal(t, tc.want, v)
+			assert.Equal(t, tc.wantCompleted, completed)
+			assert.Equal(t, tc.wantQuarant, quarantined)
+		})
+	}
+}
+
+// AllComplete iff final && n >= planned && n >= known && every listed split
+// completed; Stalled iff the same gates hold and every listed split is
+// completed or quarantined with at least one quarantined.
+func TestJudgeTerminalProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		final := rapid.Bool().Draw(t, "final")
+		planned := rapid.Uint64Range(0, 8).Draw(t, "planned")
+		known := rapid.IntRange(0, 8).Draw(t, "known")
+		statuses := rapid.SliceOfN(rapid.SampledFrom([]string{statusCompleted, statusCompleted, statusQuarant, statusRunnable}), 0, 8).Draw(t, "statuses")
+		listed := listing(statuses...)
+		v, completed, quarantined := judgeTerminal(final, planned, known, listed)
+
+		n := len(listed)
+		wantC, wantQ := 0, 0
+		for _, s := range statuses {
+			switch s {
+			case statusCompleted:
+				wantC++
+			case statusQuarant:
+				wantQ++
+			}
+		}
+		require.Equal(t, wantC, completed)
+		require.Equal(t, wantQ, quarantined)
+		gates := final && uint64(n) >= planned && n >= known
+		allCompleted := wantC == n
+		require.Equal(t, gates && allCompleted, v == verdictAllComplete, "AllComplete")
+		require.Equal(t, gates && !allCompleted && wantC+wantQ == n, v == verdictStalled, "Stalled")
+		if !gates {
+			require.Equal(t, verdictNone, v)
+		}
+	})
+}
+
+// ----- detectTerminal on the loop --------------------------------------------------
+
+// completeView is an actor whose view says the job is over: a final plan of
+// n splits, each completed, with the same records in the store.
+func completeView(t *testing.T, n int) (*actor, *fakeStore) {
+	st := newFakeStore()
+	a := newTestActor(t, st, testConfig())
+	a.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Planned: uint64(n)}
+	for i := range n {
+		id := string(rune('a' + i))
+		r := rec(id, 1, "")
+		r.Status, r.Completed, r.Watermark = statusCompleted, true, wm(1)
+		a.upsert(id, r, st.put(Durable, prefixSplit+id, encode(r)), live)
+	}
+	return a, st
+}
+
+func TestDetectTerminalLatchesAllCompleteOnAListing(t *testing.T) {
+	a, st := completeView(t, 3)
+	a.detectTerminal()
+	settleIO(t, a)
+	assert.True(t, a.terminal)
+	assert.Equal(t, []Event{AllComplete{}}, events(t, a))
+	assert.Equal(t, 1, st.count("list", prefixSplit))
+	a.terminal = false // a second check with nothing changed lists nothing
+	a.detectTerminal()
+	settleIO(t, a)
+	assert.Equal(t, 1, st.count("list", prefixSplit), "nothing changed since the last authoritative check")
+}
+
+// A record the view holds but the listing lacks was deleted: no verdict,
+// however complete the view looks.
+func TestDetectTerminalNoVerdictWhenTheListingLacksAKnownSplit(t *testing.T) {
+	a, st := completeView(t, 3)
+	a.plan.Planned = 2
+	st.remove(Durable, prefixSplit+"b")
+	a.detectTerminal()
+	settleIO(t, a)
+	assert.False(t, a.terminal)
+	assert.Empty(t, events(t, a))
+}
+
+// A listing that shows a split the watch has not delivered yet, still
+// runnable, holds the verdict back.
+func TestDetectTerminalNoVerdictOnARunnableSplitOnlyTheListingShows(t *testing.T) {
+	a, st := completeView(t, 2)
+	st.put(Durable, prefixSplit+"z", encode(rec("z", 0, "")))
+	a.detectTerminal()
+	settleIO(t, a)
+	assert.False(t, a.terminal)
+	assert.Empty(t, events(t, a))
+	assert.Equal(t, 3, a.nSplits, "the listing folded the split into the view")
+}
+
+func TestDetectTerminalStalled(t *testing.T) {
+	a, st := completeView(t, 2)
+	q := rec("q", 4, "")
+	q.Status, q.Attempts = statusQuarant, 4
+	a.upsert("q", q, st.put(Durable, prefixSplit+"q", encode(q)), live)
+	a.plan.Planned = 3
+	a.detectTerminal()
+	settleIO(t, a)
+	assert.True(t, a.terminal)
+	assert.Equal(t, []Event{Stalled{Completed: 2, Quarantined: 1}}, events(t, a))
+}
+
+func TestDetectTerminalGates(t *testing.T) {
+	a, st := completeView(t, 2)
+	a.plan.Finality = finalityOpen
+	a.detectTerminal()
+	a.plan.Finality = finalityFinal
+	a.plan.Planned = 3
+	a.detectTerminal()
+	a.plan.Planned = 2
+	a.upsert("r", rec("r", 0, ""), st.put(Durable, prefixSplit+"r", encode(rec("r", 0, ""))), live)
+	a.detectTerminal()
+	settleIO(t, a)
+	assert.Zero(t, st.count("list", ""), "an open plan, a short count or a runnable split in the view lists nothing")
+
+	// A failed listing is retried later, not judged.
+	b, st2 := completeView(t, 1)
+	st2.setFault(func(c fakeCall) fakeFault {
+		if c.op == "list" {
+			return fakeFault{err: Retryablef("down")}
+		}
+		return fakeFault{}
+	})
+	b.detectTerminal()
+	settleIO(t, b)
+	assert.False(t, b.terminal)
+	assert.Zero(t, b.terminalAt, "a failed check leaves no record of having checked")
+	assert.Contains(t, b.retry, "terminal")
+}

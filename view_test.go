@@ -1,0 +1,398 @@
+package spate
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func watermarkOf(v *splitView) int64 {
+	if v.prog == nil || v.prog.Watermark == nil {
+		return -1
+	}
+	return *v.prog.Watermark
+}
+
+func recAt(id string, watermark int64) *progressRecord {
+	r := rec(id, 1, "")
+	r.Watermark = wm(watermark)
+	return r
+}
+
+// ----- upsert: the per-entry loop clock guard ------------------------------------------
+
+func TestUpsertRevisionGuard(t *testing.T) {
+	a := newTestActor(t, nil, testConfig())
+	a.upsert("s", recAt("s", 10), 10, live)
+	v := a.splits["s"]
+	require.Equal(t, 1, a.nSplits)
+	require.True(t, a.dirty, "a new split is an assignment input change")
+
+	a.upsert("s", recAt("s", 5), 5, live)
+	assert.Equal(t, int64(10), watermarkOf(v), "a live value below the held revision is a stale echo")
+	a.upsert("s", recAt("s", 6), 10, live)
+	assert.Equal(t, int64(10), watermarkOf(v), "a live value at the held revision is a stale echo")
+
+	since := a.mark()
+	a.upsert("s", recAt("s", 10), 10, readSince(since))
+	assert.Equal(t, uint64(10), v.progRev, "a read at the held revision changes nothing")
+
+	// A read below the held revision, with nothing changed since it
+	// started: the store went back in time, and the view follows it.
+	a.upsert("s", recAt("s", 7), 7, readSince(since))
+	assert.Equal(t, int64(7), watermarkOf(v))
+	assert.Equal(t, uint64(7), v.progRev)
+
+	// A read that started before a later change can never undo it.
+	since = a.mark()
+	a.upsert("s", recAt("s", 12), 12, live) // lands after the read started
+	a.upsert("s", recAt("s", 9), 9, readSince(since))
+	assert.Equal(t, int64(12), watermarkOf(v), "the older read was ignored")
+	assert.Equal(t, uint64(12), v.progRev)
+
+	// Also when the change came from another read that started later.
+	early := a.mark()
+	late := a.mark()
+	a.upsert("s", recAt("s", 20), 20, readSince(late))
+	a.upsert("s", recAt("s", 15), 15, readSince(early))
+	assert.Equal(t, int64(20), watermarkOf(v))
+
+	// A later read, started after the last change, may adopt a lower
+	// revision again.
+	later := a.mark()
+	a.upsert("s", recAt("s", 16), 16, readSince(later))
+	assert.Equal(t, int64(16), watermarkOf(v))
+	assert.Equal(t, 1, a.nSplits, "one split throughout")
+}
+
+func TestDurablePutSkipsAnEchoOfTheHeldRevision(t *testing.T) {
+	a := newTestActor(t, nil, testConfig())
+	a.upsert("s", recAt("s", 3), 8, live)
+	// Undecodable at the held revision: not even decoded.
+	require.NoError(t, a.durablePut(prefixSplit+"s", []byte("garbage"), 8, live))
+	err := a.durablePut(prefixSplit+"s", []byte("garbage"), 9, live)
+	assert.True(t, IsFatal(err), "a new revision is decoded and an alien record is Fatal: %v", err)
+}
+
+func TestUpsertCountsStatusesAndEmitsQuarantinedOncePerTransition(t *testing.T) {
+	a := newTestActor(t, nil, testConfig())
+	q := rec("old", 3, "")
+	q.Status = statusQuarant
+	a.upsert("old", q, 1, live)
+	assert.Equal(t, 1, a.nQuarant)
+	assert.Empty(t, events(t, a), "a split first seen quarantined is no transition")
+
+	a.upsert("s", rec("s", 1, "peer"), 2, live)
+	done := rec("s", 1, "peer")
+	done.Status, done.Completed = statusCompleted, true
+	a.upsert("s", done, 3, live)
+	assert.Equal(t, 1, a.nCompleted)
+
+	r := rec("r", 1, "")
+	a.upsert("r", r, 4, live)
+	q2 := rec("r", 2, "")
+	q2.Status, q2.Attempts = statusQuarant, 4
+	a.upsert("r", q2, 5, live)
+	a.upsert("r", q2, 5, live) // echo
+	q3 := *q2
+	a.upsert("r", &q3, 6, live) // rewritten, still quarantined
+	assert.Equal(t, []Event{Quarantined{Split: MustSplitID("r"), Attempts: 4}}, events(t, a))
+	assert.Equal(t, 2, a.nQuarant)
+	assert.Equal(t, 3, a.nSplits)
+
+	// Back to runnable (an operator's reset): the counts follow.
+	a.upsert("r", rec("r", 3, ""), 7, live)
+	assert.Equal(t, 1, a.nQuarant)
+}
+
+func TestUpsertFlagsAQuarantineScanAtTheAttemptCap(t *testing.T) {
+	a := newTestActor(t, nil, testConfig())
+	r := rec("s", 1, "dead")
+	r.Attempts = uint32(a.cfg.MaxAttempts - 2)
+	a.upsert("s", r, 1, live)
+	assert.False(t, a.quarantineScan)
+	r2 := r.clone()
+	r2.Attempts++
+	a.upsert("s", r2, 2, live)
+	assert.True(t, a.quarantineScan, "a runnable split whose next takeover reaches the cap is pending quarantine")
+}
+
+func TestUpsertDropsAHeldSplitFencedAtAHigherEpoch(t *testing.T) {
+	st := newFakeStore()
+	a := newTestActor(t, st, testConfig())
+	holdSplit(t, a, st, "s", 2, nil)
+	a.upsert("s", rec("s", 2, "me"), 100, live)
+	assert.Contains(t, a.owned, "s", "our own epoch is no fence")
+	a.upsert("s", rec("s", 3, "peer"), 101, live)
+	assert.NotContains(t, a.owned, "s")
+	assert.Equal(t, []string{"s"}, lostSplits(events(t, a)))
+	assert.Zero(t, a.renew.leaseRev("s"))
+}
+
+// ----- ephemeral keys --------------------------------------------------------------
+
+func leaseBytes(owner, nonce string, epoch uint64) []byte {
+	return encode(leaseVal{Schema: SchemaVersion, Owner: owner, Nonce: nonce, Epoch: epoch})
+}
+
+func workerBytes(nonce string, maxInFlight int) []byte {
+	return encode(workerVal{Schema: SchemaVersion, Nonce: nonce, MaxInFlight: maxInFlight})
+}
+
+func leaderBytes(owner, nonce string, gen uint64) []byte {
+	return encode(leaderVal{Schema: SchemaVersion, Owner: owner, Nonce: nonce, Generation: gen})
+}
+
+// applyEphemeral is a complete read: what the view holds from before the
+// read's mark and the read does not list is gone; what changed after the
+// mark stays, listed or not.
+func TestApplyEphemeralKeepsEntriesTouchedAfterTheMark(t *testing.T) {
+	a := newTestActor(t, nil, testConfig())
+	require.NoError(t, a.ephemeralPut(prefixWorker+"old", workerBytes("n1", 2), 1))
+	require.NoError(t, a.ephemeralPut(prefixWorker+"listed", workerBytes("n2", 2), 2))
+	require.NoError(t, a.ephemeralPut(prefixSplit+"x", leaseBytes("peer", "np", 1), 3))
+	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("peer", "np", 1), 4))
+	mark := a.mark()
+	require.NoError(t, a.ephemeralPut(prefixWorker+"new", workerBytes("n3", 2), 5))
+	require.NoError(t, a.ephemeralPut(prefixSplit+"y", leaseBytes("peer", "np", 1), 6))
+	before := time.Now()
+
+	require.NoError(t, a.applyEphemeral([]Entry{
+		{Key: prefixWorker + "listed", Value: workerBytes("n2", 5), Revision: 7},
+		{Key: prefixWorker + "fresh", Value: workerBytes("n4", 1), Revision: 8},
+	}, mark))
+
+	assert.NotContains(t, a.presence, "old", "unlisted and older than the read: gone")
+	assert.Contains(t, a.departed, "old", "a vanished peer starts its rebalance-delay window")
+	assert.False(t, a.departed["old"].Before(before))
+	assert.NotContains(t, a.caps, "old")
+	assert.Contains(t, a.presence, "new", "changed after the read started: kept")
+	assert.Equal(t, uint64(7), a.presence["listed"].rev)
+	assert.Equal(t, 5, a.caps["listed"], "a listed record is folded")
+	assert.Contains(t, a.presence, "fresh")
+	assert.Nil(t, a.splits["x"].lease, "an older lease the read does not list is gone")
+	assert.Equal(t, uint64(3), a.splits["x"].leaseRev, "a forced absence keeps the revision seen")
+	assert.NotNil(t, a.splits["y"].lease, "a lease put after the mark is kept")
+	assert.Nil(t, a.leaderObs, "an older leader key the read does not list is gone")
+
+	// A leader key seen after the mark survives a read that missed it.
+	mark2 := a.mark()
+	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("peer", "np", 2), 9))
+	require.NoError(t, a.applyEphemeral(nil, mark2))
+	assert.NotNil(t, a.leaderObs)
+	assert.NotContains(t, a.presence, "new", "the entry kept by the first read predates the second, which misses it: gone")
+	assert.Nil(t, a.splits["y"].lease)
+}
+
+func TestEphemeralPresenceLifecycle(t *testing.T) {
+	a := newTestActor(t, nil, testConfig())
+	require.NoError(t, a.ephemeralPut(prefixWorker+"p", workerBytes("n", 6), 3))
+	assert.True(t, a.dirty)
+	assert.Equal(t, 6, a.caps["p"])
+	a.dirty = false
+	require.NoError(t, a.ephemeralPut(prefixWorker+"p", workerBytes("n", 6), 3))
+	require.NoError(t, a.ephemeralPut(prefixWorker+"p", workerBytes("n", 6), 4))
+	assert.False(t, a.dirty, "a renewal of a known member with an unchanged cap changes nothing")
+	require.NoError(t, a.ephemeralPut(prefixWorker+"p", []byte("garbage"), 5))
+	assert.Equal(t, 6, a.caps["p"], "an unreadable presence record keeps the member, at its last cap")
+
+	a.ephemeralDelete(prefixWorker+"p", 4, false)
+	assert.Contains(t, a.presence, "p", "a delete at or below the held revision is stale")
+	a.ephemeralDelete(prefixWorker+"p", 6, false)
+	assert.NotContains(t, a.presence, "p")
+	assert.Contains(t, a.departed, "p")
+	require.NoError(t, a.ephemeralPut(prefixWorker+"p", workerBytes("n2", 6), 7))
+	assert.NotContains(t, a.departed, "p", "a returning instance cancels its window")
+}
+
+func TestEphemeralOwnPresence(t *testing.T) {
+	a := newTestActor(t, nil, testConfig())
+	a.renew.presenceWritten(5)
+	require.NoError(t, a.ephemeralPut(prefixWorker+"me", workerBytes("nonce-me", 4), 5))
+	assert.Empty(t, a.renew.check, "our own record needs no check")
+	require.NoError(t, a.ephemeralPut(prefixWorker+"me", workerBytes("twin", 4), 6))
+	assert.Len(t, a.renew.check, 1, "our instance id under another nonce makes the renewer check presence")
+	<-a.renew.check
+
+	a.ephemeralDelete(prefixWorker+"me", 7, false)
+	assert.Len(t, a.renew.check, 1, "our presence expired: the renewer rewrites it at once")
+	assert.Zero(t, a.renew.presRev, "the renewer re-creates it instead of updating a revision that is gone")
+	assert.NotContains(t, a.departed, "me", "we are no departed peer")
+}
+
+func TestEphemeralLeaseOfAHeldSplit(t *testing.T) {
+	st := newFakeStore()
+	a := newTestActor(t, st, testConfig())
+	holdSplit(t, a, st, "ours", 2, nil)
+	holdSplit(t, a, st, "twin", 2, nil)
+	holdSplit(t, a, st, "peer", 2, nil)
+	rev := a.splits["ours"].leaseRev
+
+	require.NoError(t, a.ephemeralPut(prefixSplit+"ours", leaseBytes("me", "nonce-me", 2), rev+100))
+	assert.Contains(t, a.owned, "ours", "our own renewal's echo")
+
+	require.NoError(t, a.ephemeralPut(prefixSplit+"peer", leaseBytes("other", "n-other", 3), rev+101))
+	assert.NotContains(t, a.owned, "peer")
+
+	require.NoError(t, a.ephemeralPut(prefixSplit+"twin", leaseBytes("me", "n-twin", 3), rev+102))
+	assert.NotContains(t, a.owned, "twin")
+	assert.Len(t, a.renew.check, 1, "a lease taken under our instance id makes the renewer check presence")
+	assert.ElementsMatch(t, []string{"peer", "twin"}, lostSplits(events(t, a)))
+
+	err := a.ephemeralPut(prefixSplit+"ours", []byte(`{"schema":1,"owner":"","nonce":"x","epoch":1}`), rev+103)
+	assert.True(t, IsFatal(err), "an alien lease record is Fatal: %v", err)
+}
+
+func TestEphemeralDeleteOfAHeldLease(t *testing.T) {
+	st := newFakeStore()
+	a := newTestActor(t, st, testConfig())
+	holdSplit(t, a, st, "s", 2, nil)
+	rev := a.renew.leaseRev("s")
+	a.renew.leases["s"].rev = rev + 10 // the renewer renewed it since
+
+	a.ephemeralDelete(prefixSplit+"s", rev+5, false)
+	assert.Contains(t, a.owned, "s", "a delete below the renewer's revision is older than our latest write")
+	a.ephemeralDelete(prefixSplit+"s", rev+11, false)
+	assert.NotContains(t, a.owned, "s")
+	assert.Equal(t, uint64(2), a.selfFenced["s"], "an expired lease is a self-fence at its epoch, forgiven once")
+	assert.Equal(t, []string{"s"}, lostSplits(events(t, a)))
+	assert.Nil(t, a.splits["s"].lease)
+	assert.Equal(t, rev+11, a.splits["s"].leaseRev)
+}
+
+func TestEphemeralLeaderKey(t *testing.T) {
+	a := newTestActor(t, nil, testConfig())
+	a.leading = &leadership{generation: 2}
+	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("me", "nonce-me", 2), 5))
+	assert.NotNil(t, a.leading, "our own leader key")
+	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("me", "nonce-me", 2), 4))
+	assert.Equal(t, uint64(5), a.leaderRev)
+	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("peer", "np", 3), 6))
+	assert.Nil(t, a.leading, "the leader key now belongs to another: demoted")
+	assert.Equal(t, "peer", a.leaderObs.Owner)
+
+	a.leading = &leadership{generation: 3}
+	a.renew.setLeader(8, 3)
+	a.ephemeralDelete(keyLeader, 7, false)
+	assert.NotNil(t, a.leading, "a delete older than our own leader write does not end leadership")
+	assert.Nil(t, a.leaderObs)
+	a.ephemeralDelete(keyLeader, 9, false)
+	assert.Nil(t, a.leading, "the leader key expired")
+	assert.Zero(t, a.renew.leaderRev(), "the renewer stops renewing it")
+}
+
+// ----- durable keys ----------------------------------------------------------------
+
+func TestApplyDurableCompleteDropsOnlyOlderAssignments(t *testing.T) {
+	a := newTestActor(t, nil, testConfig())
+	a.setAssign("me", &assignmentVal{Schema: SchemaVersion, Generation: 1, Splits: []string{"s"}}, 1)
+	a.setAssign("old", &assignmentVal{Schema: SchemaVersion, Generation: 1, Splits: []string{"t"}}, 2)
+	mark := a.mark()
+	a.setAssign("new", &assignmentVal{Schema: SchemaVersion, Generation: 1, Splits: []string{"u"}}, 3)
+	require.True(t, a.assignSeen)
+	require.Contains(t, a.awaiting, "s")
+
+	require.NoError(t, a.applyDurable(nil, mark, false))
+	assert.Len(t, a.assigns, 3, "a partial read deletes nothing")
+
+	require.NoError(t, a.applyDurable(nil, mark, true))
+	assert.NotContains(t, a.assigns, "old")
+	assert.NotContains(t, a.assigns, "me")
+	assert.Contains(t, a.assigns, "new", "written after the read started: kept")
+	assert.False(t, a.assignSeen, "our own record gone: no instruction (which is not an empty one)")
+	assert.Empty(t, a.assigned)
+	assert.Empty(t, a.awaiting)
+}
+
+func TestApplyDurableFoldsEntries(t *testing.T) {
+	a := newTestActor(t, nil, testConfig())
+	p := &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityOpen, Planned: 1}
+	spec := &specRecord{Schema: SchemaVersion, ID: "s", FP: testFPHash, Weight: 3, Descriptor: []byte("d")}
+	mark := a.mark()
+	require.NoError(t, a.applyDurable([]Entry{
+		{Key: keyPlan, Value: encode(p), Revision: 1},
+		{Key: prefixSpec + "s", Value: encode(spec), Revision: 2},
+		{Key: prefixSplit + "s", Value: encode(rec("s", 0, "")), Revision: 3},
+		{Key: prefixAssign + "peer", Value: encode(&assignmentVal{Schema: SchemaVersion, Splits: []string{"s"}}), Revision: 4},
+		{Key: prefixAssign + "bad", Value: []byte("{}"), Revision: 5},
+	}, mark, true))
+	assert.Equal(t, uint64(1), a.planRev)
+	assert.Equal(t, uint64(3), a.splits["s"].spec.Weight)
+	assert.Equal(t, uint64(3), a.splits["s"].progRev)
+	assert.Contains(t, a.assigns, "peer")
+	assert.NotContains(t, a.assigns, "bad", "an unreadable assignment is ignored, never read as an empty one")
+
+	other := &specRecord{Schema: SchemaVersion, ID: "s", FP: testFPHash, Weight: 9, Descriptor: []byte("e")}
+	require.NoError(t, a.durablePut(prefixSpec+"s", encode(other), 9, live))
+	assert.Equal(t, uint64(3), a.splits["s"].spec.Weight, "a spec is immutable: the first copy wins")
+
+	wrongJob := *p
+	wrongJob.Fingerprint = "another:job"
+	err := a.durablePut(keyPlan, encode(&wrongJob), 10, live)
+	assert.True(t, IsFatal(err), "a plan of another job is Fatal: %v", err)
+}
+
+func TestAPlanFromASuccessorDemotes(t *testing.T) {
+	a := newTestActor(t, nil, testConfig())
+	a.leading = &leadership{generation: 2}
+	p := &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityOpen, Generation: 2}
+	require.NoError(t, a.durablePut(keyPlan, encode(p), 5, live))
+	assert.NotNil(t, a.leading, "our own generation")
+	p3 := *p
+	p3.Generation = 3
+	require.NoError(t, a.durablePut(keyPlan, encode(&p3), 6, live))
+	assert.Nil(t, a.leading)
+	seq := a.durableSeq
+	require.NoError(t, a.durablePut(keyPlan, encode(p), 6, live))
+	assert.Equal(t, uint64(3), a.plan.Generation, "a plan at or below the held revision is stale")
+	assert.Equal(t, seq, a.durableSeq)
+}
+
+func TestAdoptAssignment(t *testing.T) {
+	a := newTestActor(t, nil, testConfig())
+	a.owned["held"] = &tenancy{epoch: 1}
+	t0 := time.Unix(100, 0)
+	a.adoptAssignment(&assignmentVal{Generation: 5, Splits: []string{"held", "a", "b"}}, t0)
+	assert.Equal(t, map[string]bool{"held": true, "a": true, "b": true}, a.assigned)
+	assert.Equal(t, map[string]time.Time{"a": t0, "b": t0}, a.awaiting, "held splits are not awaited")
+
+	a.adoptAssignment(&assignmentVal{Generation: 5, Splits: []string{"b", "c"}}, t0.Add(time.Second))
+	assert.Equal(t, map[string]time.Time{"b": t0, "c": t0.Add(time.Second)}, a.awaiting, "awaiting keeps its first naming time")
+
+	a.adoptAssignment(&assignmentVal{Generation: 4, Splits: []string{}}, t0.Add(2*time.Second))
+	assert.Equal(t, map[string]bool{"b": true, "c": true}, a.assigned, "a deposed leader's older generation is ignored")
+}
+
+// ----- membership ----------------------------------------------------------------
+
+func TestExpireDeparted(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	const delay = 20 * time.Second
+	cases := []struct {
+		name      string
+		departed  map[string]time.Time
+		delay     time.Duration
+		now       time.Time
+		want      bool
+		remaining []string
+	}{
+		{"nothing departed", map[string]time.Time{}, delay, t0, false, nil},
+		{"inside the window", map[string]time.Time{"a": t0}, delay, t0.Add(delay - time.Nanosecond), false, []string{"a"}},
+		{"at the deadline", map[string]time.Time{"a": t0}, delay, t0.Add(delay), true, nil},
+		{"one over, one not", map[string]time.Time{"a": t0, "b": t0.Add(10 * time.Second)}, delay, t0.Add(25 * time.Second), true, []string{"b"}},
+		{"NoRebalanceDelay ends every window at once", map[string]time.Time{"a": t0, "b": t0.Add(time.Hour)}, NoRebalanceDelay, t0, true, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := expireDeparted(c.departed, c.delay, c.now)
+			assert.Equal(t, c.want, got)
+			var rest []string
+			for k := range c.departed {
+				rest = append(rest, k)
+			}
+			assert.ElementsMatch(t, c.remaining, rest)
+		})
+	}
+}

@@ -1,0 +1,194 @@
+package spate
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// rewatchFires reports whether the rewatch timer fires within rewatchDelay.
+func rewatchFires(a *actor) bool {
+	select {
+	case <-a.rewatch.C:
+		return true
+	case <-time.After(rewatchDelay + time.Millisecond):
+		return false
+	}
+}
+
+// openTestWatch puts w in the state a fresh (re-)establishment leaves it:
+// collecting its snapshot, which started at the returned mark.
+func openTestWatch(a *actor, w *watchState) (cancelled *bool) {
+	c := false
+	w.ch, w.cancel, w.collecting, w.snapshot = make(chan WatchEvent), func() { c = true }, true, nil
+	w.since = a.mark()
+	w.deadline = time.Now().Add(a.snapshotBudget())
+	return &c
+}
+
+// A snapshot is collected, not applied piecemeal; at SnapshotDone it is
+// applied as one complete read that started when the watch was opened.
+func TestWatchSnapshotIsAppliedWhole(t *testing.T) {
+	a := newTestActor(t, nil, testConfig())
+	require.NoError(t, a.ephemeralPut(prefixWorker+"stale", workerBytes("n", 1), 1))
+	w := a.watches[0]
+	openTestWatch(a, w)
+	require.NoError(t, a.onWatch(w, WatchEvent{Kind: WatchPut, Key: prefixWorker + "p", Value: workerBytes("n", 1), Revision: 5}, true))
+	require.NoError(t, a.onWatch(w, WatchEvent{Kind: WatchDelete, Key: prefixWorker + "q", Revision: 6}, true))
+	assert.NotContains(t, a.presence, "p", "nothing is applied before SnapshotDone")
+	assert.Contains(t, a.presence, "stale")
+	require.NoError(t, a.onWatch(w, WatchEvent{Kind: WatchSnapshotDone}, true))
+	assert.False(t, w.collecting)
+	assert.Nil(t, w.snapshot)
+	assert.Contains(t, a.presence, "p")
+	assert.NotContains(t, a.presence, "stale", "the snapshot is authoritative for what predates it")
+
+	// A durable snapshot applies without deleting assignments (a watch
+	// snapshot is not the reconcile listing).
+	d := a.watches[1]
+	a.setAssign("peer", &assignmentVal{Schema: SchemaVersion, Splits: []string{}}, 1)
+	openTestWatch(a, d)
+	require.NoError(t, a.onWatch(d, WatchEvent{Kind: WatchPut, Key: prefixSplit + "s", Value: encode(rec("s", 0, "")), Revision: 9}, true))
+	require.NoError(t, a.onWatch(d, WatchEvent{Kind: WatchSnapshotDone}, true))
+	assert.Equal(t, 1, a.nSplits)
+	assert.Contains(t, a.assigns, "peer")
+}
+
+// After the snapshot, events apply one by one.
+func TestWatchLiveEvents(t *testing.T) {
+	a := newTestActor(t, nil, testConfig())
+	e, d := a.watches[0], a.watches[1]
+	require.NoError(t, a.onWatch(e, WatchEvent{Kind: WatchPut, Key: prefixWorker + "p", Value: workerBytes("n", 3), Revision: 2}, true))
+	assert.Equal(t, 3, a.caps["p"])
+	require.NoError(t, a.onWatch(e, WatchEvent{Kind: WatchDelete, Key: prefixWorker + "p", Revision: 3}, true))
+	assert.NotContains(t, a.presence, "p")
+	require.NoError(t, a.onWatch(d, WatchEvent{Kind: WatchPut, Key: prefixSplit + "s", Value: encode(rec("s", 0, "")), Revision: 4}, true))
+	assert.Equal(t, uint64(4), a.splits["s"].progRev)
+	require.NoError(t, a.onWatch(d, WatchEvent{Kind: WatchPut, Key: prefixAssign + "me", Value: encode(&assignmentVal{Schema: SchemaVersion, Splits: []string{"s"}}), Revision: 5}, true))
+	assert.True(t, a.assigned["s"])
+	require.NoError(t, a.onWatch(d, WatchEvent{Kind: WatchDelete, Key: prefixAssign + "me", Revision: 6}, true))
+	assert.False(t, a.assignSeen, "our assignment deleted: no instruction")
+
+	err := a.onWatch(d, WatchEvent{Kind: WatchPut, Key: prefixSplit + "s", Value: []byte("garbage"), Revision: 7}, true)
+	assert.True(t, IsFatal(err), "an alien record through the watch stops the loop: %v", err)
+}
+
+func TestWatchBreaks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newTestActor(t, nil, testConfig())
+		w := a.watches[0]
+
+		cancelled := openTestWatch(a, w)
+		require.NoError(t, a.onWatch(w, WatchEvent{Kind: WatchError, Err: Retryablef("compacted")}, true))
+		assert.Nil(t, w.ch)
+		assert.False(t, w.collecting)
+		assert.True(t, *cancelled)
+		assert.True(t, rewatchFires(a), "a transient break re-watches after rewatchDelay")
+
+		cancelled = openTestWatch(a, w)
+		require.NoError(t, a.onWatch(w, WatchEvent{}, false))
+		assert.Nil(t, w.ch)
+		assert.True(t, *cancelled)
+		assert.True(t, rewatchFires(a), "a closed stream re-watches")
+
+		openTestWatch(a, w)
+		err := a.onWatch(w, WatchEvent{Kind: WatchError, Err: Fatalf("permission revoked")}, true)
+		require.Error(t, err)
+		assert.True(t, IsFatal(err))
+		assert.ErrorContains(t, err, "watch ephemeral")
+	})
+}
+
+// A snapshot that does not complete within its budget is given up and the
+// watch opened again.
+func TestCheckSnapshots(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newTestActor(t, nil, testConfig())
+		w := a.watches[1]
+		cancelled := openTestWatch(a, w)
+		a.checkSnapshots(w.deadline)
+		assert.NotNil(t, w.ch, "at the deadline it is still in time")
+		a.checkSnapshots(w.deadline.Add(time.Nanosecond))
+		assert.Nil(t, w.ch)
+		assert.True(t, *cancelled)
+		assert.True(t, rewatchFires(a))
+	})
+}
+
+func TestOpenWatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newFakeStore()
+		st.put(Ephemeral, prefixWorker+"peer", workerBytes("n", 2))
+		a := newTestActor(t, st, testConfig())
+		w := a.watches[0]
+		a.openWatch(w)
+		a.openWatch(w) // one establishment at a time
+		settleIO(t, a)
+		require.NotNil(t, w.ch)
+		assert.True(t, w.collecting)
+		assert.Equal(t, 1, st.count("watch", ""))
+		for w.collecting {
+			ev, ok := <-w.ch
+			require.NoError(t, a.onWatch(w, ev, ok))
+		}
+		assert.Contains(t, a.presence, "peer")
+
+		// A failed re-watch is retried later; a Fatal one stops the loop.
+		d := a.watches[1]
+		st.setFault(func(c fakeCall) fakeFault {
+			if c.op == "watch" {
+				return fakeFault{err: Retryablef("unreachable")}
+			}
+			return fakeFault{}
+		})
+		a.openWatch(d)
+		settleIO(t, a)
+		assert.Nil(t, d.ch)
+		assert.False(t, d.opening)
+		assert.True(t, rewatchFires(a))
+
+		st.setFault(func(c fakeCall) fakeFault { return fakeFault{err: Fatalf("forbidden")} })
+		a.openWatch(d)
+		synctest.Wait()
+		<-a.results.sig
+		err := a.runResults()
+		assert.True(t, IsFatal(err), "%v", err)
+	})
+}
+
+// The listing backstop applies both keyspaces as complete reads and is one
+// at a time.
+func TestReconcile(t *testing.T) {
+	st := newFakeStore()
+	a := newTestActor(t, st, testConfig())
+	require.NoError(t, a.ephemeralPut(prefixWorker+"ghost", workerBytes("n", 1), 1)) // a missed delete
+	a.setAssign("ghost", &assignmentVal{Schema: SchemaVersion, Splits: []string{}}, 1)
+	st.put(Ephemeral, prefixWorker+"peer", workerBytes("n", 1))
+	st.put(Durable, prefixSplit+"s", encode(rec("s", 0, "")))
+
+	a.reconcile()
+	a.reconcile() // folded into the one in flight
+	assert.True(t, a.reconciling)
+	settleIO(t, a)
+	assert.False(t, a.reconciling)
+	assert.Equal(t, 2, st.count("list", ""), "one listing per keyspace")
+	assert.NotContains(t, a.presence, "ghost")
+	assert.Contains(t, a.presence, "peer")
+	assert.NotContains(t, a.assigns, "ghost")
+	assert.Equal(t, 1, a.nSplits)
+	assert.True(t, a.dirty)
+
+	// A failed listing is logged and applies nothing.
+	st.setFault(func(c fakeCall) fakeFault {
+		if c.op == "list" && c.ks == Ephemeral {
+			return fakeFault{err: Retryablef("down")}
+		}
+		return fakeFault{}
+	})
+	a.reconcile()
+	settleIO(t, a)
+	assert.Contains(t, a.presence, "peer", "a failed listing deletes nothing")
+}
