@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 )
@@ -171,13 +170,18 @@ func (a *actor) reconcileOwn(now time.Time) error {
 	if !a.assignSeen {
 		return nil
 	}
-	for _, id := range slices.Sorted(maps.Keys(a.owned)) {
+	var revoke []string
+	for id := range a.owned {
 		if a.assigned[id] {
 			continue
 		}
 		if r, ok := a.revocations[id]; ok && !r.cancelled {
 			continue
 		}
+		revoke = append(revoke, id)
+	}
+	slices.Sort(revoke)
+	for _, id := range revoke {
 		a.beginRevocation(id, now)
 	}
 	return nil

@@ -76,13 +76,16 @@ func (a *actor) startCommit(cmd *command, confirmed bool, try int) error {
 	baseRev := v.progRev
 	since := a.mark()
 	a.splitIO(id, func(ctx context.Context) func() error {
-		out := a.commitIO(ctx, id, rec, baseRev, check)
-		return func() error { return a.commitDone(cmd, t, out, since, check, try) }
+		out := a.commitIO(ctx, v, id, rec, baseRev, check)
+		return func() error {
+			v.pending.Store(nil)
+			return a.commitDone(cmd, t, out, since, check, try)
+		}
 	})
 	return nil
 }
 
-func (a *actor) commitIO(ctx context.Context, id string, rec *progressRecord, baseRev uint64, check bool) (out commitOut) {
+func (a *actor) commitIO(ctx context.Context, v *splitView, id string, rec *progressRecord, baseRev uint64, check bool) (out commitOut) {
 	key := prefixSplit + id
 	reread := func() {
 		e, ok, err := a.st.Get(ctx, Durable, key)
@@ -101,8 +104,10 @@ func (a *actor) commitIO(ctx context.Context, id string, rec *progressRecord, ba
 		return out
 	}
 	rec.WrittenAtMs = nowMs()
+	value := encode(rec)
+	v.pending.Store(&pendingWrite{value: value, rec: rec})
 	start := time.Now()
-	o, err := a.st.Update(ctx, Durable, key, encode(rec), baseRev)
+	o, err := a.st.Update(ctx, Durable, key, value, baseRev)
 	a.m.writeDur.Observe(time.Since(start).Seconds())
 	if err != nil {
 		a.m.writes.WithLabelValues("error").Inc()

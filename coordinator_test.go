@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/promtest"
@@ -273,4 +275,58 @@ type fixedPlanner struct {
 func (p fixedPlanner) Fingerprint() string { return p.fp }
 func (p fixedPlanner) Plan(context.Context, spate.PlanContext) (spate.SplitPlan, error) {
 	return p.plan, nil
+}
+
+// Close racing a Release is safe (run it with -race): both hand splits back
+// directly once the actor is gone, one at a time, and every split ends
+// unowned.
+func TestCloseRacingReleaseIsSafe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := mem.MustNew(mem.Options{TTL: testLease})
+		defer s.Close()
+		a := startTW(t, s, "a", plan("race", 4), nil)
+		pumpUntil(t, 20*testLease, "a holding everything", func() bool { return len(a.held) == 4 }, a)
+		var ids []spate.SplitID
+		for id := range a.held {
+			ids = append(ids, id)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = a.c.Release(context.Background(), ids...) })
+		wg.Go(func() { _ = a.c.Close() })
+		wg.Wait()
+		js, err := spate.InspectJob(context.Background(), s, "")
+		require.NoError(t, err)
+		for _, sp := range js.Splits {
+			assert.Empty(t, sp.Owner, "split %s still owned after Close raced Release", sp.ID)
+		}
+	})
+}
+
+// stuckPlanner ignores its context until released.
+type stuckPlanner struct{ release chan struct{} }
+
+func (p stuckPlanner) Fingerprint() string { return "stuck" }
+func (p stuckPlanner) Plan(context.Context, spate.PlanContext) (spate.SplitPlan, error) {
+	<-p.release
+	return spate.SplitPlan{}, nil
+}
+
+// Close waits for a planner that ignores its cancelled context only for a
+// bounded time (the op timeout), then leaves it behind.
+func TestCloseDoesNotWaitForAStuckPlanner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := mem.MustNew(mem.Options{TTL: testLease})
+		defer s.Close()
+		p := stuckPlanner{release: make(chan struct{})}
+		defer close(p.release)
+		cfg := testCfg("stuck")
+		c, err := spate.NewStoreCoordinator(s, cfg)
+		require.NoError(t, err)
+		require.NoError(t, c.Start(p))
+		time.Sleep(testLease) // elected, planning, stuck
+		start := time.Now()
+		require.NoError(t, c.Close())
+		took := time.Since(start)
+		assert.LessOrEqual(t, took, 3*cfg.OpTimeout, "Close waited %v for a planner that ignores its context", took)
+	})
 }

@@ -128,6 +128,9 @@ func (a *actor) tickInterval() time.Duration {
 	return max(min(a.cfg.LeaseDuration/6, a.cfg.DrainDeadline/4), 10*time.Millisecond)
 }
 
+// stepBatch bounds the events served between two steps.
+const stepBatch = 64
+
 func (a *actor) run(ctx context.Context) {
 	a.ctx = ctx
 	a.rewatch = time.NewTimer(time.Hour)
@@ -202,6 +205,24 @@ func (a *actor) run(ctx context.Context) {
 			}
 		case res := <-a.planDone:
 			err = a.finishPlan(res)
+		}
+		// Serve what else is ready before deciding: a step is O(assigned)
+		// and need not run once per commit. Nothing on the loop blocks,
+		// so a batch is short.
+	batch:
+		for i := 0; i < stepBatch && err == nil; i++ {
+			select {
+			case cmd := <-a.c.cmds:
+				err = a.handle(cmd)
+			case <-a.results.sig:
+				err = a.runResults()
+			case ev, ok := <-a.watches[0].ch:
+				err = a.onWatch(a.watches[0], ev, ok)
+			case ev, ok := <-a.watches[1].ch:
+				err = a.onWatch(a.watches[1], ev, ok)
+			default:
+				break batch
+			}
 		}
 		if err == nil {
 			err = a.step()

@@ -1,10 +1,12 @@
 package spate
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,6 +27,14 @@ type splitView struct {
 	lease    *leaseVal // nil: no live lease
 	leaseRev uint64    // highest lease revision seen (put or delete)
 	leaseAt  uint64
+	// pending is this worker's commit in flight, as written: its watch
+	// echo is recognised by its bytes and folded without a decode.
+	pending atomic.Pointer[pendingWrite]
+}
+
+type pendingWrite struct {
+	value []byte
+	rec   *progressRecord
 }
 
 type presenceEntry struct {
@@ -279,8 +289,14 @@ func (a *actor) durablePut(key string, value []byte, rev uint64, src source) err
 		}
 	case strings.HasPrefix(key, prefixSplit):
 		id := key[len(prefixSplit):]
-		if v := a.splits[id]; v != nil && rev == v.progRev {
-			return nil // an echo of what the view holds: skip the decode
+		if v := a.splits[id]; v != nil {
+			if rev == v.progRev {
+				return nil // an echo of what the view holds: skip the decode
+			}
+			if p := v.pending.Load(); p != nil && bytes.Equal(p.value, value) {
+				a.upsert(id, p.rec, rev, src) // the echo of our commit in flight
+				return nil
+			}
 		}
 		r, err := decodeProgress(key, id, value, a.fpHash)
 		if err != nil {

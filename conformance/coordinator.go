@@ -351,6 +351,15 @@ func scenTwins(e *env) {
 			e.t.Errorf("rule: live twins stop with a Fatal error naming the instance id; %s failed with %v", w.name, w.err)
 		}
 	}
+	survivor := a
+	if a.err != nil {
+		survivor = b
+	}
+	f.hold(2*leases(f), "exactly one of two live twins stopping", func() bool { return survivor.err == nil })
+	if a.err != nil && b.err != nil {
+		e.t.Errorf("rule: of two live twins exactly one (the older) stops; both stopped: a=%v b=%v", a.err, b.err)
+	}
+	f.until(10*leases(f), "the surviving twin holding both splits", func() bool { return len(survivor.held) == 2 })
 }
 
 // scenIdleTwins: twins that hold no split (the job has none, so no lease
