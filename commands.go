@@ -387,6 +387,13 @@ func (a *actor) releaseSplit(id string, done func(releaseResult)) error {
 				// claim is the conservative kind, but the split is not
 				// pinned here.
 				a.m.writes.WithLabelValues("error").Inc()
+				if a.stopping {
+					// The coordinator is closing and cancelled the write:
+					// keep the tenancy, so that Close hands it back
+					// directly.
+					done(releaseFailed)
+					return nil
+				}
 				if still {
 					a.dropLeaseAsync(id, a.leave(id), t.epoch)
 				}
