@@ -25,6 +25,14 @@ type AssignSplit struct {
 	// Owner is the split's current owner (the live lease's owner, else the
 	// durable record's), "" if none. An owner that is not a member is dead.
 	Owner string
+	// Pinned marks a move in flight: Owner is the member the split was last
+	// assigned to, which has not claimed it yet (the previous holder may
+	// still be draining it). A pinned split stays with its Owner while the
+	// Owner has budget, and while any split is pinned no improving move is
+	// made: the assignment holds still until its moves have landed, so an
+	// intermediate state (a split released, not yet claimed) can never be
+	// read as a reason to send it elsewhere, or back.
+	Pinned bool
 }
 
 // AssignInput is everything the desired assignment depends on.
@@ -51,7 +59,8 @@ const maxImprovingMoves = 4096
 //  3. fixpoint: feeding the output back as ownership reproduces it, so a
 //     settled fleet publishes and drains nothing;
 //  4. local optimality: no single split can move to a member with spare
-//     budget and lower the sum of squared loads (unless the move cap binds);
+//     budget and lower the sum of squared loads (unless a split is pinned:
+//     moves in flight hold the improve pass back);
 //  5. totality: a split is left out only when every lane is full.
 //
 // It runs three passes: sticky (a live owner with budget keeps its split,
@@ -133,9 +142,12 @@ func Assign(in AssignInput) map[string][]string {
 		}
 	}
 
-	// 3. Improve.
-	for range maxImprovingMoves {
-		if !st.improve(pool) {
+	// 3. Improve, unless moves are in flight. The cap is a termination
+	// backstop only: it is never below the pool's size, so a newcomer gets
+	// its whole share in one publish.
+	pinned := slices.ContainsFunc(pool, func(p poolSplit) bool { return p.Pinned })
+	for range max(maxImprovingMoves, len(pool)) {
+		if pinned || !st.improve(pool) {
 			break
 		}
 	}

@@ -31,6 +31,14 @@ func (k claimKind) String() string {
 
 func (k claimKind) consumesAttempt() bool { return k == claimReclaim || k == claimExpired }
 
+// charged is the attempt rule: a takeover is charged an attempt only if
+// the tenancy it ends ended non-gracefully (an expired owner, a restarted
+// predecessor) and made no durable progress. An explicit Fail always
+// counts (failSplit); graceful endings (release, drain, completion) and
+// this process's own self-fences (the store, not the split, was
+// unreachable) never do.
+func charged(k claimKind, advanced bool) bool { return k.consumesAttempt() && !advanced }
+
 // acquisitionReason is the metric label of a claim that won.
 func (k claimKind) acquisitionReason() string {
 	return [...]string{"?", "create", "reassigned", "reclaimed", "expired"}[k]
@@ -53,6 +61,7 @@ type claimInput struct {
 	leaseOwner string // live lease owner, "" if no lease
 	leaseOurs  bool   // the live lease is this process's own leftover
 	selfFenced bool   // this process stopped the tenancy itself (store unreachable)
+	advanced   bool   // the current tenancy moved the watermark forward
 	hasSpec    bool
 	held       bool // this worker holds it
 }
@@ -61,8 +70,9 @@ type claimInput struct {
 // runnable, not held here, and has no live lease owned by another instance.
 // A lease left by this very process (a hand-back whose delete has not
 // landed yet) counts as no lease: the record's owner decides the kind.
-// A takeover that consumes an attempt and would reach maxAttempts becomes a
-// quarantine (allowed without the spec: it writes only the progress record);
+// A takeover that is charged an attempt (see charged) and would reach
+// maxAttempts becomes a quarantine (allowed without the spec: it writes
+// only the progress record);
 // a claim needs the spec (there is nothing to hand the source without it).
 // Candidates are ordered by kind (the contended kinds last), then id; weight
 // plays no part (placement comes from the leader).
@@ -89,7 +99,7 @@ func claimCandidates(splits []claimInput, self string, maxAttempts int) []claimC
 		default:
 			kind = claimReleased
 		}
-		if kind.consumesAttempt() && int(s.attempts)+1 >= maxAttempts {
+		if charged(kind, s.advanced) && int(s.attempts)+1 >= maxAttempts {
 			out = append(out, claimCandidate{id: s.id, kind: kind, quarantine: true})
 			continue
 		}
@@ -109,22 +119,15 @@ func claimCandidates(splits []claimInput, self string, maxAttempts int) []claimC
 
 // ----- on the loop ---------------------------------------------------------------
 
-func (a *actor) claimInputs(all bool) []claimInput {
-	ids := a.assigned
-	if all {
-		ids = make(map[string]bool, len(a.splits))
-		for id := range a.splits {
-			ids[id] = true
-		}
-	}
-	out := make([]claimInput, 0, len(ids))
-	for id := range ids {
+func (a *actor) claimInputs() []claimInput {
+	out := make([]claimInput, 0, len(a.assigned))
+	for id := range a.assigned {
 		v := a.splits[id]
 		if v == nil || v.prog == nil || a.busy[id] || a.handingBack[id] > 0 {
 			continue
 		}
 		in := claimInput{id: id, status: v.prog.Status, owner: v.prog.owner(), epoch: v.prog.Epoch,
-			attempts: v.prog.Attempts, hasSpec: v.spec != nil}
+			attempts: v.prog.Attempts, hasSpec: v.spec != nil, advanced: v.prog.advanced()}
 		if v.lease != nil {
 			in.leaseOwner = v.lease.Owner
 			in.leaseOurs = v.lease.Nonce == a.nonce
@@ -143,13 +146,15 @@ func (a *actor) claimInputs(all bool) []claimInput {
 // and starts revoking held splits it is no longer assigned.
 func (a *actor) reconcileOwn(now time.Time) error {
 	if len(a.owned)+a.claiming < a.cfg.MaxInFlight || a.quarantineScan {
-		// Claims only ever go to assigned splits, so the scan covers those;
-		// a pending quarantine decision widens it to every split, because a
-		// quarantine is executed regardless of assignment (a fleet told to
-		// hold nothing must still reach Stalled).
-		full := a.quarantineScan
+		// Decision: only a worker entitled to claim a split — the leader
+		// assigned it here — may quarantine it, and on the same evidence a
+		// takeover needs (quarantineIO re-reads the record). A peer that
+		// merely sees a lease vanish must not park a split whose owner is
+		// alive or whose progress record's update has not reached it yet.
+		// The scan covers the assigned splits; a pending quarantine
+		// decision runs it even with every lane busy.
 		a.quarantineScan = false
-		for _, c := range claimCandidates(a.claimInputs(full), a.self, a.cfg.MaxAttempts) {
+		for _, c := range claimCandidates(a.claimInputs(), a.self, a.cfg.MaxAttempts) {
 			if !a.due("split:"+c.id, now) {
 				if c.quarantine {
 					a.quarantineScan = true // keep the decision pending
@@ -297,7 +302,7 @@ func (a *actor) claimIO(ctx context.Context, in claimIn) (out claimOut) {
 		// Decision: a takeover that consumes an attempt counts it even on the
 		// retry after adopting a zombie's late commit; otherwise a poison
 		// split with a chatty zombie could dodge its cap.
-		if out.kind.consumesAttempt() {
+		if charged(out.kind, base.advanced()) {
 			rec.Attempts++
 		}
 		rec.WrittenAtMs = nowMs()
@@ -307,6 +312,13 @@ func (a *actor) claimIO(ctx context.Context, in claimIn) (out claimOut) {
 		if err != nil {
 			a.m.writes.WithLabelValues("error").Inc()
 			a.log.Debug("claim write failed", "split", in.id, "err", err)
+			// The write may have landed with its reply lost: adopt it if
+			// the record now carries this claim, rather than re-claim our
+			// own tenancy later as an expired one (an attempt for nothing).
+			if r, rev, ok := read(); ok && r.owner() == a.self && r.Epoch == next && r.Status == statusRunnable {
+				out.won, out.rec, out.rev = true, r, rev
+				return out
+			}
 			break
 		}
 		if o.Won {
@@ -348,10 +360,7 @@ func (a *actor) claimDone(in claimIn, out claimOut, since uint64) error {
 	a.m.acquisitions.WithLabelValues(out.kind.acquisitionReason()).Inc()
 	a.owned[id] = &tenancy{epoch: next}
 	a.renew.hold(id, next, out.leaseRev, out.sent)
-	if _, sf := a.selfFenced[id]; sf {
-		delete(a.selfFenced, id)
-		a.forgiven[id] = true
-	}
+	delete(a.selfFenced, id)
 	a.upsert(id, out.rec, out.rev, live)
 	if out.leaseRev > v.leaseRev {
 		lv := out.lease
@@ -376,20 +385,50 @@ func (a *actor) claimDone(in claimIn, out claimOut, since uint64) error {
 	return nil
 }
 
-// quarantine parks a split whose next takeover would reach the attempt cap.
-// It writes only the progress record, bumping the epoch to fence any zombie.
+// quarantine parks a split whose next takeover would reach the attempt
+// cap, beside the loop. It first re-reads the record, as a takeover does:
+// a split released in the meantime (owner cleared), or whose tenancy
+// advanced, is no longer a quarantine. It writes only the progress record,
+// bumping the epoch to fence any zombie.
 func (a *actor) quarantine(c claimCandidate) {
 	v := a.splits[c.id]
-	rec := v.prog.clone()
-	rec.Epoch++
-	rec.Status = statusQuarant
-	rec.Owner = nil
-	rec.Attempts++
-	rec.WrittenAtMs = nowMs()
-	baseRev := v.progRev
+	viewRev := v.progRev
+	since := a.mark()
+	key := prefixSplit + c.id
 	a.splitIO(c.id, func(ctx context.Context) func() error {
-		o, err := a.st.Update(ctx, Durable, prefixSplit+c.id, encode(rec), baseRev)
+		e, ok, err := a.st.Get(ctx, Durable, key)
+		var cur *progressRecord
+		if err == nil && ok {
+			cur, err = decodeProgress(key, c.id, e.Value, a.fpHash)
+		}
+		if err != nil || !ok {
+			return func() error {
+				if KindOf(err) == KindFatal {
+					return err
+				}
+				a.failed("split:" + c.id)
+				return nil
+			}
+		}
+		kind := c.kind
+		if kind == claimExpired && cur.owner() == "" && e.Revision >= viewRev {
+			kind = claimReleased
+		}
+		if cur.Status != statusRunnable || !charged(kind, cur.advanced()) || int(cur.Attempts)+1 < a.cfg.MaxAttempts {
+			return func() error {
+				a.upsert(c.id, cur, e.Revision, readSince(since))
+				return nil
+			}
+		}
+		rec := cur.clone()
+		rec.Epoch++
+		rec.Status = statusQuarant
+		rec.Owner = nil
+		rec.Attempts++
+		rec.WrittenAtMs = nowMs()
+		o, err := a.st.Update(ctx, Durable, key, encode(rec), e.Revision)
 		return func() error {
+			a.upsert(c.id, cur, e.Revision, readSince(since))
 			switch {
 			case err != nil:
 				a.m.writes.WithLabelValues("error").Inc()

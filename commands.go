@@ -68,6 +68,9 @@ func (a *actor) startCommit(cmd *command, confirmed bool, try int) error {
 	v := a.splits[id]
 	check := !confirmed && checkMonotone(id, v.prog.Watermark, p.Watermark) != nil
 	rec := v.prog.clone()
+	if advances(v.prog.Watermark, p.Watermark) {
+		rec.AdvancedEpoch = t.epoch
+	}
 	wm := p.Watermark
 	rec.Watermark, rec.State, rec.Completed = &wm, p.State, p.Completed
 	if p.Completed {
@@ -459,12 +462,11 @@ func (a *actor) dropLost(id, reason, why string) {
 		return
 	}
 	a.leave(id)
-	if reason == "starved" && !a.forgiven[id] {
-		// Decision: once per split and process, a self-fence is forgiven
-		// (the next claim by this process is attempt-free): the store, not
-		// the split, was unreachable. A split that starves its worker again
-		// and again may itself be the cause (a pathological input), and
-		// then its attempts must count.
+	if reason == "starved" {
+		// Decision: a self-fence is always forgiven (this process's next
+		// claim of the split is attempt-free). Renewals run on their own
+		// goroutine, beside the loop and the source, so no split can starve
+		// them: a self-fence is evidence about the store, never the split.
 		a.selfFenced[id] = t.epoch
 	}
 	a.settle(id, "forced")

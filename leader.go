@@ -189,6 +189,9 @@ func (a *actor) deleteKey(ks Keyspace, key string, rev uint64) {
 
 // leaderView is what the assignment input is built from.
 type leaderView struct {
+	now         time.Time
+	pinnedSince map[string]time.Time // moves in flight, since when the leader has seen them
+	pinFor      time.Duration        // how long a move may stay in flight pinned
 	splits      map[string]*splitView
 	presence    map[string]presenceEntry
 	caps        map[string]int
@@ -205,13 +208,24 @@ type leaderView struct {
 //   - the pool is every runnable, uncompleted split whose spec is known,
 //     less the splits of departed instances still inside their
 //     rebalance-delay window (held back so a bounced pod reclaims its own);
-//   - a split's owner is its live lease holder, else its durable owner;
-//     a split with neither a live lease nor a live owner that a live
-//     member's current assignment names is in flight to that member (handed
-//     back by a revocation and not yet claimed): it stays with that member,
-//     or a recompute in between sends it elsewhere (often straight back)
-//     and the move turns into ping-pong.
+//   - a split's owner is its live lease holder, else its durable owner if
+//     that one is live;
+//   - a split whose last published destination (the live member whose
+//     assignment record names it; the newer record if two do) is not its
+//     owner is a move in flight: it is pinned to that destination until
+//     the destination claims it, or until it has been in flight for pinFor
+//     (a destination that never claims must not pin it for ever). While
+//     anything is pinned, Assign makes no improving move, so the fleet's
+//     moves land before new ones are planned: a released split is never
+//     sent elsewhere or back while its move is under way.
 func assignInput(v leaderView) AssignInput {
+	in, _ := assignInputInFlight(v)
+	return in
+}
+
+// assignInputInFlight is assignInput that also returns the moves in
+// flight, pinned or with an expired pin.
+func assignInputInFlight(v leaderView) (AssignInput, map[string]bool) {
 	reserved := map[string]bool{}
 	if v.delay != NoRebalanceDelay && len(v.departed) > 0 {
 		for id, s := range v.splits {
@@ -237,6 +251,7 @@ func assignInput(v leaderView) AssignInput {
 		return cmp.Compare(v.assigns[x].rev, v.assigns[y].rev)
 	})
 	named := map[string]string{}
+	inFlight := map[string]bool{}
 	for _, inst := range insts {
 		if _, live := v.presence[inst]; live {
 			for _, id := range v.assigns[inst].val.Splits {
@@ -254,12 +269,19 @@ func assignInput(v leaderView) AssignInput {
 		if s.lease != nil {
 			owner = s.lease.Owner
 		}
-		if _, live := v.presence[owner]; !live && s.lease == nil {
-			owner = named[id]
+		if _, live := v.presence[owner]; !live {
+			owner = ""
 		}
-		in.Splits = append(in.Splits, AssignSplit{ID: id, Weight: s.spec.Weight, Owner: owner})
+		split := AssignSplit{ID: id, Weight: s.spec.Weight, Owner: owner}
+		if dest := named[id]; dest != "" && dest != owner {
+			inFlight[id] = true
+			if since, ok := v.pinnedSince[id]; !ok || v.now.Sub(since) < v.pinFor {
+				split.Owner, split.Pinned = dest, true
+			}
+		}
+		in.Splits = append(in.Splits, split)
 	}
-	return in
+	return in, inFlight
 }
 
 // assignWrite is one assignment record the leader writes or deletes.
@@ -287,9 +309,12 @@ func (a *actor) publish(now time.Time) {
 	if a.plan == nil || len(a.presence) == 0 {
 		return
 	}
-	result := Assign(assignInput(leaderView{splits: a.splits, presence: a.presence, caps: a.caps,
+	in, inFlight := assignInputInFlight(leaderView{now: now, pinnedSince: a.pinnedSince, pinFor: a.pinFor(),
+		splits: a.splits, presence: a.presence, caps: a.caps,
 		assigns: a.assigns, departed: a.departed, delay: a.cfg.RebalanceDelay,
-		maxInFlight: a.cfg.MaxInFlight, seed: a.fpHash}))
+		maxInFlight: a.cfg.MaxInFlight, seed: a.fpHash})
+	trackPins(a.pinnedSince, inFlight, now)
+	result := Assign(in)
 
 	// Previous assignee of each split, for the "moved" count: departed
 	// instances' records first, then live members' override them.
@@ -393,5 +418,28 @@ func (a *actor) publishDone(writes []*assignWrite, members, moved int, gen uint6
 	}
 	if changed && moved > 0 {
 		a.log.Info("assignment published", "members", members, "moved", moved, "generation", gen)
+	}
+}
+
+// pinFor bounds how long a move may stay in flight, pinned to its
+// destination: long enough for the holder to drain it (DrainDeadline) and
+// the destination to notice and claim it; a destination that has not
+// claimed it by then is passed over.
+func (a *actor) pinFor() time.Duration { return a.cfg.DrainDeadline + a.cfg.LeaseDuration }
+
+// trackPins remembers since when each move in flight has been seen, so
+// that its pin can expire (an expired move stays recorded while it is
+// still in flight, so it does not re-pin); moves that landed are
+// forgotten.
+func trackPins(pinnedSince map[string]time.Time, inFlight map[string]bool, now time.Time) {
+	for id := range pinnedSince {
+		if !inFlight[id] {
+			delete(pinnedSince, id)
+		}
+	}
+	for id := range inFlight {
+		if _, ok := pinnedSince[id]; !ok {
+			pinnedSince[id] = now
+		}
 	}
 }

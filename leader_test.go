@@ -61,17 +61,22 @@ func TestAssignInputPoolAndOwners(t *testing.T) {
 		assigns   map[string]assignEntry
 		wantIn    bool
 		wantOwner string
+		pinned    bool
 	}{
 		{name: "durable owner live, no lease", split: lv(statusRunnable, "a", 2, ""), wantIn: true, wantOwner: "a"},
 		{name: "live lease owner beats the durable owner", split: lv(statusRunnable, "a", 2, "b"), wantIn: true, wantOwner: "b"},
-		{name: "a lease beats a dead durable owner even when its holder is not a member", split: lv(statusRunnable, "dead", 2, "ghost"),
-			assigns: map[string]assignEntry{"b": assigned(1, "s")}, wantIn: true, wantOwner: "ghost"},
-		{name: "a live durable owner beats another member's assignment naming it", split: lv(statusRunnable, "a", 2, ""),
-			assigns: map[string]assignEntry{"b": assigned(1, "s")}, wantIn: true, wantOwner: "a"},
-		{name: "in flight: no lease, dead owner, named by a live member", split: lv(statusRunnable, "dead", 2, ""),
+		{name: "a lease held by a non-member counts as no holder", split: lv(statusRunnable, "dead", 2, "ghost"),
+			wantIn: true, wantOwner: ""},
+		{name: "in flight: a lease held by a non-member, named by a live member", split: lv(statusRunnable, "dead", 2, "ghost"),
+			assigns: map[string]assignEntry{"b": assigned(1, "s")}, wantIn: true, wantOwner: "b", pinned: true},
+		{name: "in flight: a live holder draining it toward the member whose record names it", split: lv(statusRunnable, "a", 2, ""),
+			assigns: map[string]assignEntry{"b": assigned(1, "s")}, wantIn: true, wantOwner: "b", pinned: true},
+		{name: "landed: the holder is the member whose record names it", split: lv(statusRunnable, "b", 2, "b"),
 			assigns: map[string]assignEntry{"b": assigned(1, "s")}, wantIn: true, wantOwner: "b"},
+		{name: "in flight: no lease, dead owner, named by a live member", split: lv(statusRunnable, "dead", 2, ""),
+			assigns: map[string]assignEntry{"b": assigned(1, "s")}, wantIn: true, wantOwner: "b", pinned: true},
 		{name: "in flight: no lease, released (no owner), named by a live member", split: lv(statusRunnable, "", 2, ""),
-			assigns: map[string]assignEntry{"a": assigned(1, "other"), "b": assigned(1, "s", "t")}, wantIn: true, wantOwner: "b"},
+			assigns: map[string]assignEntry{"a": assigned(1, "other"), "b": assigned(1, "s", "t")}, wantIn: true, wantOwner: "b", pinned: true},
 		{name: "named only by a member that is not live: ownerless", split: lv(statusRunnable, "dead", 2, ""),
 			assigns: map[string]assignEntry{"dead": assigned(1, "s")}, wantIn: true, wantOwner: ""},
 		{name: "no lease, dead owner, named by nobody: ownerless", split: lv(statusRunnable, "dead", 2, ""), wantIn: true, wantOwner: ""},
@@ -101,7 +106,7 @@ func TestAssignInputPoolAndOwners(t *testing.T) {
 				return
 			}
 			require.Len(t, in.Splits, 1)
-			assert.Equal(t, AssignSplit{ID: "s", Weight: 2, Owner: c.wantOwner}, in.Splits[0])
+			assert.Equal(t, AssignSplit{ID: "s", Weight: 2, Owner: c.wantOwner, Pinned: c.pinned}, in.Splits[0])
 		})
 	}
 }
@@ -196,8 +201,9 @@ func TestAssignInputIsDeterministicWhenTwoLiveRecordsNameOneSplit(t *testing.T) 
 
 // A property over random views: a split is in the pool iff it is runnable,
 // not completed, has a spec and is not withheld for a departed owner; its
-// owner is the live lease's holder, else the durable owner if live, else the
-// live member whose record names it, else none.
+// owner is the live member whose record names it if that is not its holder
+// (a move in flight: pinned), else its live holder (lease, then durable
+// owner), else none.
 func TestAssignInputPoolProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		insts := []string{"a", "b", "c", "d", "e"}
@@ -258,16 +264,26 @@ func TestAssignInputPoolProperty(t *testing.T) {
 				continue
 			}
 			require.Equal(t, v.spec.Weight, s.Weight)
+			// The holder: the live lease's holder, else the live durable
+			// owner (a holder that is not live counts as none). A live
+			// member's record naming the split somewhere else is a move in
+			// flight: pinned to that destination.
 			var owner string
 			switch {
 			case v.lease != nil:
 				owner = v.lease.Owner
-			case isLive(live, p.owner()):
+			default:
 				owner = p.owner()
-			case isLive(live, namedBy[id]):
-				owner = namedBy[id]
+			}
+			if !isLive(live, owner) {
+				owner = ""
+			}
+			pinned := false
+			if dest := namedBy[id]; isLive(live, dest) && dest != owner {
+				owner, pinned = dest, true
 			}
 			require.Equal(t, owner, s.Owner, "split %s owner", id)
+			require.Equal(t, pinned, s.Pinned, "split %s pinned", id)
 		}
 	})
 }

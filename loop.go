@@ -53,13 +53,13 @@ type actor struct {
 	handingBack    map[string]int    // splits a release command is handing back
 	undrained      int               // release commands (not drained hand-backs) in flight: no claims meanwhile
 	selfFenced     map[string]uint64 // splits this process self-fenced, at their epoch
-	forgiven       map[string]bool   // self-fenced splits already re-claimed attempt-free once
 	assigned       map[string]bool
 	assignSeen     bool
 	assignGen      uint64
 	awaiting       map[string]time.Time
 	revocations    map[string]*revocation
 	departed       map[string]time.Time
+	pinnedSince    map[string]time.Time // the leader's moves in flight, since when
 	leading        *leadership
 	electing       bool
 	publishing     bool
@@ -67,6 +67,7 @@ type actor struct {
 	quarantineScan bool
 	parting        bool
 	terminal       bool
+	stalled        bool // the latched verdict is Stalled (withdrawn by a requeue)
 	terminalAt     uint64
 	terminalBusy   bool
 	reconciling    bool
@@ -104,11 +105,11 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 		assigns:     map[string]assignEntry{},
 		owned:       map[string]*tenancy{},
 		selfFenced:  map[string]uint64{},
-		forgiven:    map[string]bool{},
 		assigned:    map[string]bool{},
 		awaiting:    map[string]time.Time{},
 		revocations: map[string]*revocation{},
 		departed:    map[string]time.Time{},
+		pinnedSince: map[string]time.Time{},
 		planDone:    make(chan planResult, 1),
 		watches:     [2]*watchState{{ks: Ephemeral}, {ks: Durable}},
 		busy:        map[string]bool{},

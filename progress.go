@@ -5,17 +5,23 @@ import "fmt"
 // progressRecord is the durable "split.{id}" key: the fence. Every ownership
 // change bumps Epoch; every commit is a compare-and-swap on its revision.
 type progressRecord struct {
-	Schema      int     `json:"schema"`
-	ID          string  `json:"id"`
-	FP          uint64  `json:"fp"`
-	Epoch       uint64  `json:"epoch"`
-	Status      string  `json:"status"`
-	Owner       *string `json:"owner"`
-	Attempts    uint32  `json:"attempts"`
-	Watermark   *int64  `json:"watermark"`
-	State       []byte  `json:"state"`
-	Completed   bool    `json:"completed"`
-	WrittenAtMs int64   `json:"written_at_ms"`
+	Schema   int     `json:"schema"`
+	ID       string  `json:"id"`
+	FP       uint64  `json:"fp"`
+	Epoch    uint64  `json:"epoch"`
+	Status   string  `json:"status"`
+	Owner    *string `json:"owner"`
+	Attempts uint32  `json:"attempts"`
+	// AdvancedEpoch is the epoch of the last tenancy whose commit moved
+	// the watermark forward (absent in records of earlier versions: 0).
+	// A tenancy that ends without a graceful release is charged an
+	// attempt only if it did not advance: its death is then evidence
+	// against the split, not against the store.
+	AdvancedEpoch uint64 `json:"advanced_epoch,omitempty"`
+	Watermark     *int64 `json:"watermark"`
+	State         []byte `json:"state"`
+	Completed     bool   `json:"completed"`
+	WrittenAtMs   int64  `json:"written_at_ms"`
 }
 
 func decodeProgress(key, id string, data []byte, fp uint64) (*progressRecord, error) {
@@ -98,3 +104,12 @@ func checkMonotone(id string, cur *int64, next int64) error {
 	}
 	return nil
 }
+
+// advanced reports whether the current tenancy (at r.Epoch) moved the
+// watermark forward: its non-graceful end is then no evidence against the
+// split.
+func (r *progressRecord) advanced() bool { return r.Epoch > 0 && r.AdvancedEpoch == r.Epoch }
+
+// advances reports whether committing watermark next over the committed
+// cur moves the split forward.
+func advances(cur *int64, next int64) bool { return cur == nil || next > *cur }

@@ -87,11 +87,25 @@ func (a *actor) detectTerminal() {
 				a.log.Info("job complete: every split is completed", "splits", len(listed))
 				a.c.emit(AllComplete{})
 			case verdictStalled:
-				a.terminal = true
+				a.terminal, a.stalled = true, true
 				a.log.Warn("job stalled: the remaining splits are quarantined", "completed", completed, "quarantined", quarantined)
 				a.c.emit(Stalled{Completed: uint64(completed), Quarantined: uint64(quarantined)})
 			}
 			return nil
 		}
 	})
+}
+
+// withdrawStall lifts a latched Stalled verdict when a quarantined split
+// is made runnable again (an operator's requeue): the worker takes part
+// again, so the split is assigned and claimed without a restart. A later
+// verdict is judged afresh. AllComplete is never withdrawn.
+func (a *actor) withdrawStall(id string) {
+	if !a.terminal || !a.stalled {
+		return
+	}
+	a.terminal, a.stalled = false, false
+	a.terminalAt = 0
+	a.dirty = true
+	a.log.Info("stall withdrawn: a quarantined split is runnable again", "split", id)
 }

@@ -399,6 +399,9 @@ func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
 	if r.Status == statusRunnable && int(r.Attempts)+1 >= a.cfg.MaxAttempts {
 		a.quarantineScan = true
 	}
+	if r.Status == statusRunnable && prev != nil && prev.Status == statusQuarant {
+		a.withdrawStall(id)
+	}
 }
 
 func (a *actor) count(status string, d int) {

@@ -26,6 +26,7 @@ var CoordinatorRules = []string{
 	"IdleTwinsAreFoundByPresence",
 	"FencedZombieCommitWritesNothing",
 	"PoisonSplitQuarantinesAtMaxAttempts",
+	"RequeuedSplitIsPickedUpWithoutARestart",
 	"AllCompleteReachesAnIdleStandby",
 	"NewcomerGetsHalfByCooperativeRevocation",
 	"ThirdWorkerJoiningMidRevocationConverges",
@@ -76,6 +77,7 @@ func RunCoordinator(t *testing.T, newHarness HarnessMaker, opts ...Option) {
 		"IdleTwinsAreFoundByPresence":                   scenIdleTwins,
 		"FencedZombieCommitWritesNothing":               scenZombieCommit,
 		"PoisonSplitQuarantinesAtMaxAttempts":           scenPoison,
+		"RequeuedSplitIsPickedUpWithoutARestart":        scenRequeue,
 		"AllCompleteReachesAnIdleStandby":               scenIdleStandby,
 		"NewcomerGetsHalfByCooperativeRevocation":       scenNewcomer,
 		"ThirdWorkerJoiningMidRevocationConverges":      scenThirdJoins,
@@ -449,6 +451,29 @@ func scenPoison(e *env) {
 	if s.Status != spate.StatusQuarantined || int(s.Attempts) != max {
 		e.t.Errorf("rule: the quarantined record shows its attempts; got %v", s)
 	}
+}
+
+// scenRequeue: a poison split stalls the job; once the operator requeues
+// it (its input fixed), the running workers withdraw their Stalled verdict,
+// pick it up and complete the job, with no restart.
+func scenRequeue(e *env) {
+	p := planOf("requeue", 2)
+	f := newFleet(e, p)
+	poison := p.splits[0].Spec.ID
+	fixed := false
+	a := f.start("a", withFailIf(func(id string) bool { return !fixed && id == poison.String() }))
+	b := f.start("b", withFailIf(func(id string) bool { return !fixed && id == poison.String() }))
+	f.until(30*leases(f), "Stalled on both workers", func() bool { return a.saw(isStalled) && b.saw(isStalled) })
+	fixed = true
+	if err := spate.RequeueSplit(e.ctx, e.open(), p.fp, poison); err != nil {
+		e.t.Fatalf("requeue: %v", err)
+	}
+	f.until(30*leases(f), "AllComplete after the requeue", func() bool { return a.saw(isAllComplete) || b.saw(isAllComplete) })
+	js := inspect(e, e.open())
+	if s, _ := js.Split(poison.String()); s.Status != spate.StatusCompleted {
+		e.t.Errorf("rule: a requeued split is picked up by the running workers and completed; it is %v", s)
+	}
+	f.checkCommitHistory()
 }
 
 // scenIdleStandby: a worker that joins after the work is done, and never

@@ -22,9 +22,12 @@ func fatalf(component, format string, args ...any) *FatalError {
 	return &FatalError{Component: component, Reason: fmt.Sprintf(format, args...)}
 }
 
-// isFatal reports whether a source error stops the pipeline. Only the
-// Fatal class does; everything else is logged and tolerated. An error
-// that nobody classified is fatal (spate.KindOf).
+// isFatal reports whether an error reaching the control loop stops the
+// pipeline. The Fatal class does: Fatal errors, and Fenced ones as a
+// backstop (a Fenced error is handled where it arises — the commit that
+// lost its split — and one that reaches the control loop means a
+// component lost track of what it owns); everything else is logged and
+// tolerated. An error that nobody classified is fatal (spate.KindOf).
 func isFatal(err error) bool {
 	if err == nil {
 		return false
@@ -33,5 +36,5 @@ func isFatal(err error) bool {
 	if errors.As(err, &fe) {
 		return true
 	}
-	return spate.KindOf(err) == spate.KindFatal
+	return spate.ClassOf(err) == spate.ClassFatal
 }

@@ -124,13 +124,8 @@ func processChaos(t *testing.T, seed uint64) (map[string]int, int) {
 		w.p = start(t, dir, "", "backfill", "--src", src, "--dst", dst, "--store", "etcd://"+proxy.Addr(),
 			"--job", job, "--instance", id, "--lease", lease.String(), "--commit-interval", "200ms",
 			"--rate", "700", "--lanes", "3", "--split-bytes", "65536", "--split-files", "2",
-			// As in conformance.RunChaos: faults end tenancies often, and the
-			// checks are about safety, not the quarantine policy. With the
-			// default 4 attempts a worker behind a blackholed or slow proxy
-			// self-fenced one split often enough (only its first self-fenced
-			// re-claim is attempt-free) to quarantine it: seed 1 stalled in
-			// about one run in seven.
-			"--max-attempts", "1000",
+			// The default attempt budget, as in conformance.RunChaos: store
+			// faults must never quarantine a split that progresses.
 			"--history", w.history, "--log-format", "text", "--log-level", cmp.Or(os.Getenv("SPATE_CHAOS_LOG_LEVEL"), "warn"))
 		return w
 	}
