@@ -314,8 +314,14 @@ func BenchmarkAssign(b *testing.B) {
 			name := fmt.Sprintf("splits=%d/members=%d/%s", sz.splits, sz.members, map[bool]string{false: "settled", true: "joined"}[joined])
 			in := benchInput(sz.splits, sz.members, joined)
 			b.Run(name, func(b *testing.B) {
+				var out map[string][]string
 				for b.Loop() {
-					Assign(in)
+					out = Assign(in)
+				}
+				if joined {
+					moved, share := joinCost(in, out)
+					b.ReportMetric(moved, "moved/min")
+					b.ReportMetric(share, "newcomer-share")
 				}
 			})
 		}
@@ -451,4 +457,32 @@ func BenchmarkImprove(b *testing.B) {
 			}
 		})
 	}
+}
+
+// joinCost measures a join's assignment: the weight moved (splits whose
+// owner changed) as a multiple of the minimum any assignment must move —
+// the newcomer's fair share, total weight ÷ members — and the newcomer's
+// load as a fraction of that share.
+func joinCost(in AssignInput, out map[string][]string) (moved, share float64) {
+	w := map[string]uint64{}
+	owner := map[string]string{}
+	var total float64
+	for _, s := range in.Splits {
+		w[s.ID], owner[s.ID] = max(s.Weight, 1), s.Owner
+		total += float64(max(s.Weight, 1))
+	}
+	fair := total / float64(len(in.Members))
+	newcomer := in.Members[len(in.Members)-1].ID
+	var movedW, newW float64
+	for m, ids := range out {
+		for _, id := range ids {
+			if owner[id] != m {
+				movedW += float64(w[id])
+			}
+			if m == newcomer {
+				newW += float64(w[id])
+			}
+		}
+	}
+	return movedW / fair, newW / fair
 }

@@ -55,8 +55,12 @@ type Config struct {
 	// without waiting out their leases. Default: "spate-" and 32 random hex
 	// digits, new per process.
 	InstanceID string
-	// MaxAttempts is the number of non-graceful tenancy ends (owner death,
-	// explicit Fail) after which a split is quarantined. Default 4; at least 1.
+	// MaxAttempts is the number of delivery attempts after which a split is
+	// quarantined. An attempt is spent on evidence against the split: an
+	// explicit Fail, or a tenancy that ended without a graceful release
+	// (its owner died) and had not moved the watermark forward. Store
+	// faults, self-fences and deaths of progressing tenancies never spend
+	// one. Default 4; at least 1.
 	MaxAttempts int
 	// MaxInFlight bounds this worker's working set (its lane count). It is
 	// advertised to the leader, which never assigns a member more. Default 8.

@@ -67,7 +67,7 @@ func (f *backfillFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.lanes, "lanes", spate.DefaultMaxInFlight, "splits this worker holds at once")
 	fs.IntVar(&f.threads, "threads", min(runtime.GOMAXPROCS(0), 4), "pipeline threads")
 	fs.DurationVar(&f.lease, "lease", 15*time.Second, "split lease: how long a dead worker's splits wait before a peer takes them over (whole seconds on etcd)")
-	fs.IntVar(&f.maxAttempts, "max-attempts", spate.DefaultMaxAttempts, "failed tenancies after which a split is quarantined")
+	fs.IntVar(&f.maxAttempts, "max-attempts", spate.DefaultMaxAttempts, "delivery attempts (failures, or owner deaths without progress) after which a split is quarantined")
 	fs.DurationVar(&f.commitInterval, "commit-interval", time.Second, "how often progress is committed (bounds what a takeover replays)")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", 15*time.Second, "how long a graceful stop may take to flush and commit")
 	fs.DurationVar(&f.rebalanceDelay, "rebalance-delay", 0, "how long a departed worker's splits wait for it to come back (0: reassign at once)")
