@@ -313,6 +313,9 @@ func BenchmarkAssign(b *testing.B) {
 		for _, joined := range []bool{false, true} {
 			name := fmt.Sprintf("splits=%d/members=%d/%s", sz.splits, sz.members, map[bool]string{false: "settled", true: "joined"}[joined])
 			in := benchInput(sz.splits, sz.members, joined)
+			if joined {
+				in = settledBeforeJoin(in)
+			}
 			b.Run(name, func(b *testing.B) {
 				var out map[string][]string
 				for b.Loop() {
@@ -485,4 +488,24 @@ func joinCost(in AssignInput, out map[string][]string) (moved, share float64) {
 		}
 	}
 	return movedW / fair, newW / fair
+}
+
+// settledBeforeJoin gives the splits the owners the fleet without its
+// last member (the newcomer) settles on, so that a join's cost is the
+// join's alone, not also the rebalancing of an unbalanced start.
+func settledBeforeJoin(in AssignInput) AssignInput {
+	before := in
+	before.Members = in.Members[:len(in.Members)-1]
+	owner := map[string]string{}
+	for m, ids := range Assign(before) {
+		for _, id := range ids {
+			owner[id] = m
+		}
+	}
+	out := in
+	out.Splits = slices.Clone(in.Splits)
+	for i := range out.Splits {
+		out.Splits[i].Owner = owner[out.Splits[i].ID]
+	}
+	return out
 }
