@@ -496,16 +496,5 @@ func joinCost(in AssignInput, out map[string][]string) (moved, share float64) {
 func settledBeforeJoin(in AssignInput) AssignInput {
 	before := in
 	before.Members = in.Members[:len(in.Members)-1]
-	owner := map[string]string{}
-	for m, ids := range Assign(before) {
-		for _, id := range ids {
-			owner[id] = m
-		}
-	}
-	out := in
-	out.Splits = slices.Clone(in.Splits)
-	for i := range out.Splits {
-		out.Splits[i].Owner = owner[out.Splits[i].ID]
-	}
-	return out
+	return ownership(in, Assign(before))
 }

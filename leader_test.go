@@ -252,7 +252,7 @@ func TestAssignInputPoolProperty(t *testing.T) {
 		for _, s := range in.Splits {
 			got[s.ID] = s
 		}
-		require.True(t, slices.IsSortedFunc(in.Splits, func(x, y AssignSplit) int { return compareStrings(x.ID, y.ID) }))
+		require.True(t, slices.IsSortedFunc(in.Splits, func(x, y AssignSplit) int { return cmpString(x.ID, y.ID) }))
 		for id, v := range splits {
 			p := v.prog
 			_, gone := departed[ownerOf(p)]
@@ -300,15 +300,6 @@ func isLive(live map[string]presenceEntry, id string) bool {
 	return ok
 }
 
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
 
 // ----- publish and election on the loop ---------------------------------------------
 
