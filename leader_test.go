@@ -300,7 +300,6 @@ func isLive(live map[string]presenceEntry, id string) bool {
 	return ok
 }
 
-
 // ----- publish and election on the loop ---------------------------------------------
 
 // The leader publishes only the records that changed, and a steady state
