@@ -59,8 +59,9 @@ const maxImprovingMoves = 4096
 //  3. fixpoint: feeding the output back as ownership reproduces it, so a
 //     settled fleet publishes and drains nothing;
 //  4. local optimality: no single split can move to a member with spare
-//     budget and lower the sum of squared loads (unless a split is pinned:
-//     moves in flight hold the improve pass back);
+//     budget and lower the sum of squared loads by a move the hysteresis
+//     allows (see moveLimit), unless a split is pinned: moves in flight
+//     hold the improve pass back;
 //  5. totality: a split is left out only when every lane is full.
 //
 // It runs three passes: sticky (a live owner with budget keeps its split,
@@ -272,11 +273,26 @@ func (st *assignState) improve(pool []poolSplit) bool {
 	return true
 }
 
-// bestSplitFor picks, among splits with weight < gap, the one maximising
+// moveLimit is the hysteresis of the improve pass: a split of weight w
+// moves across a load gap only if w <= gap - gap/5 (rounded so that the
+// move still strictly improves). A move that barely improves balance
+// (w close to the gap) costs a drain and replays its uncommitted tail for
+// almost nothing, and as splits complete in a job's endgame such marginal
+// imbalances appear again and again: moves must gain enough to pay for a
+// drain.
+func moveLimit(gap uint64) uint64 {
+	if gap == 0 {
+		return 0
+	}
+	return min(gap-gap/5, gap-1)
+}
+
+// bestSplitFor picks, among splits with weight <= moveLimit(gap), the one maximising
 // w × (gap − w) — the weight closest to gap/2 — breaking equal gains by the
 // larger keyed id hash. held is sorted by (weight, hash).
 func bestSplitFor(held []heldSplit, gap uint64) (heldSplit, bool) {
-	if len(held) == 0 || held[0].w >= gap {
+	limit := moveLimit(gap)
+	if len(held) == 0 || held[0].w > limit {
 		return heldSplit{}, false
 	}
 	half := gap / 2
@@ -288,7 +304,7 @@ func bestSplitFor(held []heldSplit, gap uint64) (heldSplit, bool) {
 	if lo > 0 {
 		cands = append(cands, held[lo-1])
 	}
-	if lo < len(held) && held[lo].w < gap {
+	if lo < len(held) && held[lo].w <= limit {
 		w := held[lo].w
 		end := sort.Search(len(held), func(i int) bool { return held[i].w > w })
 		cands = append(cands, held[end-1])

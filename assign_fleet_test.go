@@ -194,3 +194,25 @@ func TestAssignReachesAFixedPoint(t *testing.T) {
 		}
 	})
 }
+
+// A fixed fleet of 5 members and 200 weighted splits, placed from nothing
+// and settled one step at a time in several orders: no split changes
+// destination after the first placement, and no split is handed off.
+func TestAssignFixedFleetOf5x200HandsNothingOff(t *testing.T) {
+	budgets := map[string]int{}
+	for i := range 5 {
+		budgets[fmt.Sprintf("w%d", i)] = 64
+	}
+	weights := map[string]uint64{}
+	for i := range 200 {
+		weights[fmt.Sprintf("s%03d", i)] = uint64(1 + (i*7919)%97)
+	}
+	for order := range 4 {
+		f := newSimFleet(budgets, weights, map[string]string{})
+		f.publish(true)
+		f.settle(t, func(n int) int { return (order * 31) % n })
+		f.publish(false)
+		require.Zero(t, f.changes, "order %d: destinations changed after the first placement", order)
+		require.Empty(t, f.revoked, "order %d: splits were handed off in a fixed fleet", order)
+	}
+}

@@ -139,10 +139,11 @@ func TestAssignLocallyOptimal(t *testing.T) {
 					continue
 				}
 				for _, id := range ids {
-					// admissible iff load(f) > load(to) + w
+					// admissible iff load(f) > load(to) and w <= moveLimit(gap)
 					lhs := sat(load[f])
-					rhs := sat(new(big.Int).Add(load[to], w[id]))
-					if lhs.Cmp(rhs) > 0 && load[f].BitLen() <= 64 {
+					rhs := sat(load[to])
+					if lhs.Cmp(rhs) > 0 && load[f].BitLen() <= 64 &&
+						w[id].Uint64() <= moveLimit(lhs.Uint64()-rhs.Uint64()) {
 						t.Fatalf("improving move left: %s (w=%v) from %s (load %v) to %s (load %v)", id, w[id], f, load[f], to, load[to])
 					}
 				}
@@ -344,7 +345,7 @@ func (st *assignState) improveNaive(pool []poolSplit) bool {
 			}
 			gap := st.load[f] - st.load[t]
 			for _, h := range st.held[f] {
-				if h.w >= gap {
+				if h.w > moveLimit(gap) {
 					continue
 				}
 				gh, gl := gain(h.w, gap)
