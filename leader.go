@@ -443,3 +443,37 @@ func trackPins(pinnedSince map[string]time.Time, inFlight map[string]bool, now t
 		}
 	}
 }
+
+// restoreMissing re-creates, create-if-absent, the progress records that
+// were deleted externally, from the last state the view held: owner
+// cleared and epoch bumped (a zombie's commit is fenced; the next claim is
+// attempt-free), watermark and status kept (a completed split stays
+// completed; a view older than the store's last commit costs a replay,
+// never a loss).
+func (a *actor) restoreMissing(now time.Time) {
+	for _, id := range slices.Sorted(maps.Keys(a.missing)) {
+		if a.busy[id] || !a.due("restore:"+id, now) {
+			continue
+		}
+		rec := a.missing[id].clone()
+		rec.Owner = nil
+		rec.Epoch++
+		rec.WrittenAtMs = nowMs()
+		a.splitIO(id, func(ctx context.Context) func() error {
+			o, err := a.st.Create(ctx, Durable, prefixSplit+id, encode(rec))
+			return func() error {
+				switch {
+				case err != nil:
+					a.failed("restore:" + id)
+				case o.Won:
+					a.log.Warn("restored a deleted progress record from the last state seen", "split", id,
+						"status", rec.Status, "epoch", rec.Epoch)
+					a.upsert(id, rec, o.Revision, live)
+				default:
+					a.failed("restore:" + id) // someone re-created it: the watch brings it
+				}
+				return nil
+			}
+		})
+	}
+}

@@ -59,7 +59,8 @@ type actor struct {
 	awaiting       map[string]time.Time
 	revocations    map[string]*revocation
 	departed       map[string]time.Time
-	pinnedSince    map[string]time.Time // the leader's moves in flight, since when
+	pinnedSince    map[string]time.Time       // the leader's moves in flight, since when
+	missing        map[string]*progressRecord // progress records deleted externally, as last seen
 	leading        *leadership
 	electing       bool
 	publishing     bool
@@ -110,6 +111,7 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 		revocations: map[string]*revocation{},
 		departed:    map[string]time.Time{},
 		pinnedSince: map[string]time.Time{},
+		missing:     map[string]*progressRecord{},
 		planDone:    make(chan planResult, 1),
 		watches:     [2]*watchState{{ks: Ephemeral}, {ks: Durable}},
 		busy:        map[string]bool{},
@@ -266,6 +268,7 @@ func (a *actor) step() error {
 		a.elect(now)
 	}
 	if a.leading != nil {
+		a.restoreMissing(now)
 		a.startPlan()
 		if a.dirty && !now.Before(a.leading.settleUntil) && a.due("publish", now) {
 			a.publish(now)

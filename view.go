@@ -243,6 +243,12 @@ func (a *actor) applyDurable(entries []Entry, mark uint64, complete bool) error 
 		for _, e := range entries {
 			listed[e.Key] = true
 		}
+		for id, v := range a.splits {
+			if v.prog != nil && !listed[prefixSplit+id] && v.progAt < mark {
+				a.log.Warn("a split's progress record is missing from a listing; the leader restores it from the last state seen", "split", id)
+				a.forgetProgress(id)
+			}
+		}
 		for inst, e := range a.assigns {
 			if !listed[prefixAssign+inst] && e.at < mark {
 				delete(a.assigns, inst)
@@ -342,6 +348,9 @@ func (a *actor) setAssign(inst string, val *assignmentVal, rev uint64) {
 func (a *actor) durableDelete(key string) {
 	a.durableSeq++
 	switch {
+	case strings.HasPrefix(key, prefixSplit):
+		a.log.Warn("a split's progress record was deleted externally; the leader restores it from the last state seen", "key", key)
+		a.forgetProgress(key[len(prefixSplit):])
 	case strings.HasPrefix(key, prefixAssign):
 		inst := key[len(prefixAssign):]
 		delete(a.assigns, inst)
@@ -376,6 +385,7 @@ func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
 	}
 	prev := v.prog
 	a.durableSeq++
+	delete(a.missing, id)
 	if prev == nil {
 		a.nSplits++
 		a.dirty = true
@@ -402,6 +412,25 @@ func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
 	if r.Status == statusRunnable && prev != nil && prev.Status == statusQuarant {
 		a.withdrawStall(id)
 	}
+}
+
+// forgetProgress takes a split whose progress record is gone from the
+// view: a tenancy of it here is lost, and the leader restores the record
+// (restoreMissing) from the last state the view held, so the job neither
+// hangs on a planned split without a record nor loses what it committed.
+func (a *actor) forgetProgress(id string) {
+	v := a.splits[id]
+	if v == nil || v.prog == nil {
+		return
+	}
+	if _, held := a.owned[id]; held {
+		a.dropLost(id, "fenced", "its progress record was deleted")
+	}
+	a.count(v.prog.Status, -1)
+	a.nSplits--
+	a.missing[id] = v.prog
+	v.prog, v.progAt = nil, a.clock
+	a.dirty = true
 }
 
 func (a *actor) count(status string, d int) {

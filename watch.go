@@ -156,8 +156,27 @@ func (a *actor) reconcile() {
 			} else if err := a.applyDurable(dur, since, true); err != nil {
 				return err
 			}
+			a.findUnseeded()
 			a.dirty = true
 			return nil
 		}
 	})
+}
+
+// findUnseeded, on the leader of a final plan, finds splits whose spec is
+// there but whose progress record is not: seeding writes the spec first,
+// and a final plan is published only after its seeding finished, so such
+// a split was damaged (its record deleted before this worker ever saw it).
+// Its record is re-seeded from nothing (a planner's seed progress is lost:
+// the split replays from its start — duplicates, never loss).
+func (a *actor) findUnseeded() {
+	if a.leading == nil || a.plan == nil || a.plan.Finality != finalityFinal {
+		return
+	}
+	for id, v := range a.splits {
+		if v.spec != nil && v.prog == nil && a.missing[id] == nil {
+			a.log.Warn("a planned split has a spec but no progress record; re-seeding it", "split", id)
+			a.missing[id] = newProgressRecord(id, a.fpHash, nil)
+		}
+	}
 }

@@ -27,6 +27,7 @@ var CoordinatorRules = []string{
 	"FencedZombieCommitWritesNothing",
 	"PoisonSplitQuarantinesAtMaxAttempts",
 	"RequeuedSplitIsPickedUpWithoutARestart",
+	"DeletedProgressRecordIsRestored",
 	"AllCompleteReachesAnIdleStandby",
 	"NewcomerGetsHalfByCooperativeRevocation",
 	"ThirdWorkerJoiningMidRevocationConverges",
@@ -78,6 +79,7 @@ func RunCoordinator(t *testing.T, newHarness HarnessMaker, opts ...Option) {
 		"FencedZombieCommitWritesNothing":               scenZombieCommit,
 		"PoisonSplitQuarantinesAtMaxAttempts":           scenPoison,
 		"RequeuedSplitIsPickedUpWithoutARestart":        scenRequeue,
+		"DeletedProgressRecordIsRestored":               scenDeletedProgress,
 		"AllCompleteReachesAnIdleStandby":               scenIdleStandby,
 		"NewcomerGetsHalfByCooperativeRevocation":       scenNewcomer,
 		"ThirdWorkerJoiningMidRevocationConverges":      scenThirdJoins,
@@ -474,6 +476,29 @@ func scenRequeue(e *env) {
 		e.t.Errorf("rule: a requeued split is picked up by the running workers and completed; it is %v", s)
 	}
 	f.checkCommitHistory()
+}
+
+// scenDeletedProgress: a split's progress record is deleted out of band
+// while a worker holds it; the holder loses it, the leader restores the
+// record from the last state seen, and the job still completes with every
+// split's record present (it used to hang at "100%" for ever).
+func scenDeletedProgress(e *env) {
+	p := planOf("deleted", 3)
+	f := newFleet(e, p)
+	a := f.start("a", withPerTick(0))
+	b := f.start("b", withPerTick(0))
+	f.until(10*leases(f), "every split held", func() bool { return len(a.held)+len(b.held) == 3 })
+	raw := e.open()
+	victim := p.splits[0].Spec.ID.String()
+	if _, err := raw.Delete(e.ctx, spate.Durable, "split."+victim, spate.AnyRevision); err != nil {
+		e.t.Fatalf("deleting the record: %v", err)
+	}
+	a.perTick, b.perTick = 5, 5
+	f.until(30*leases(f), "AllComplete after the record was deleted", func() bool { return a.saw(isAllComplete) && b.saw(isAllComplete) })
+	js := inspect(e, raw)
+	if s, ok := js.Split(victim); !ok || s.Status != spate.StatusCompleted {
+		e.t.Errorf("rule: a deleted progress record is restored and its split completed; it is %v (present %t)", s, ok)
+	}
 }
 
 // scenIdleStandby: a worker that joins after the work is done, and never

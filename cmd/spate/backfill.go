@@ -137,7 +137,7 @@ func within(path, dir string) bool {
 func (f *backfillFlags) storeArgs(job string) string {
 	var parts []string
 	if f.store.url != "" {
-		parts = append(parts, "--store "+f.store.url)
+		parts = append(parts, "--store "+redactStoreURL(f.store.url))
 	} else {
 		if f.store.dataDir != filepath.Join(".spate", "etcd") {
 			parts = append(parts, "--data-dir "+f.store.dataDir)

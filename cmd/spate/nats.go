@@ -32,6 +32,7 @@ type natsConnector struct {
 func newNatsConnector(raw string, tlsCfg *tls.Config, user, password, token, creds string) (*natsConnector, error) {
 	servers, query, _ := strings.Cut(raw, "?")
 	n := &natsConnector{servers: servers, replicas: 1}
+	raw = redactStoreURL(raw) // from here on raw is only shown
 	if query != "" {
 		q, err := url.ParseQuery(query)
 		if err != nil {
@@ -67,7 +68,7 @@ func newNatsConnector(raw string, tlsCfg *tls.Config, user, password, token, cre
 }
 
 func (n *natsConnector) describe() string {
-	return fmt.Sprintf("nats at %s (buckets R%d)", n.servers, n.replicas)
+	return fmt.Sprintf("nats at %s (buckets R%d)", redactStoreURL(n.servers), n.replicas)
 }
 
 func (n *natsConnector) close() {}

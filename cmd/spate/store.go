@@ -162,9 +162,10 @@ func (f *storeFlags) connect(ctx context.Context, log *slog.Logger, mode connect
 	if raw == "" {
 		return f.connectDefault(ctx, c, mode)
 	}
+	shown := redactStoreURL(raw)
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
-		return nil, fmt.Errorf("--store %q: want a URL such as etcd://127.0.0.1:2379, redis://127.0.0.1:6379 or mem://", raw)
+		return nil, fmt.Errorf("--store %q: want a URL such as etcd://127.0.0.1:2379, redis://127.0.0.1:6379 or mem://", shown)
 	}
 	switch strings.ToLower(scheme) {
 	case "mem":
@@ -198,7 +199,7 @@ func (f *storeFlags) connect(ctx context.Context, log *slog.Logger, mode connect
 			}
 		}
 		if len(eps) == 0 {
-			return nil, fmt.Errorf("--store %q names no etcd endpoint", raw)
+			return nil, fmt.Errorf("--store %q names no etcd endpoint", shown)
 		}
 		c.etcdCfg = clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, TLS: tlsCfg,
 			Username: user, Password: pass, Logger: zap.NewNop(), DialOptions: etcd.DialOptions()}
@@ -208,7 +209,8 @@ func (f *storeFlags) connect(ctx context.Context, log *slog.Logger, mode connect
 		c.kind = "redis"
 		o, err := goredis.ParseURL(raw)
 		if err != nil {
-			return nil, fmt.Errorf("--store: %w", err)
+			// go-redis errors may quote the URL: name the redacted one.
+			return nil, fmt.Errorf("--store %q: not a Redis URL (redis://[user:password@]host:port[/db])", shown)
 		}
 		if f.user != "" {
 			o.Username = f.user
@@ -240,7 +242,7 @@ func (f *storeFlags) connect(ctx context.Context, log *slog.Logger, mode connect
 		c.describe = n.describe()
 		return c, nil
 	}
-	return nil, fmt.Errorf("--store %q: unknown scheme %q (want mem, etcd, redis, rediss%s)", raw, scheme, natsSchemes)
+	return nil, fmt.Errorf("--store %q: unknown scheme %q (want mem, etcd, redis, rediss%s)", shown, scheme, natsSchemes)
 }
 
 func (f *storeFlags) connectDefault(ctx context.Context, c *connector, mode connectMode) (*connector, error) {
@@ -599,4 +601,35 @@ func (c *connector) jobExists(ctx context.Context, job string) (bool, error) {
 		return c.natsConn.jobExists(ctx, job)
 	}
 	return true, nil
+}
+
+// redactStoreURL hides the secrets a store URL may carry — a password, or
+// a NATS token or user name standing alone before the '@' — in every
+// server of a comma-separated list, so that the URL can be printed, logged,
+// recorded in a history file or put in a suggested command. A user name
+// with a password keeps the name.
+func redactStoreURL(raw string) string {
+	parts := strings.Split(raw, ",")
+	for i, p := range parts {
+		scheme, rest, hasScheme := strings.Cut(p, "://")
+		if !hasScheme {
+			scheme, rest = "", p
+		}
+		at := strings.LastIndexByte(strings.SplitN(rest, "/", 2)[0], '@')
+		if at < 0 {
+			continue
+		}
+		user, _, hasPass := strings.Cut(rest[:at], ":")
+		cred := "xxxxx" // a token, or a lone name NATS reads as one
+		if hasPass {
+			cred = user + ":xxxxx"
+		}
+		rest = cred + rest[at:]
+		if hasScheme {
+			parts[i] = scheme + "://" + rest
+		} else {
+			parts[i] = rest
+		}
+	}
+	return strings.Join(parts, ",")
 }
