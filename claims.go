@@ -322,7 +322,7 @@ func (a *actor) claimIO(ctx context.Context, in claimIn) (out claimOut) {
 			break
 		}
 		if o.Won {
-			a.m.writes.WithLabelValues("ok").Inc()
+			a.m.writesOK.Inc()
 			out.won, out.rec, out.rev = true, rec, o.Revision
 			return out
 		}
@@ -438,7 +438,7 @@ func (a *actor) quarantine(c claimCandidate) {
 				a.m.writes.WithLabelValues("conflict").Inc()
 				a.failed("split:" + c.id)
 			default:
-				a.m.writes.WithLabelValues("ok").Inc()
+				a.m.writesOK.Inc()
 				a.m.quarantines.Inc()
 				a.upsert(c.id, rec, o.Revision, live)
 				if c.kind == claimReclaim && v.lease != nil {

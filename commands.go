@@ -118,7 +118,7 @@ func (a *actor) commitIO(ctx context.Context, v *splitView, id string, rec *prog
 		return out
 	}
 	if o.Won {
-		a.m.writes.WithLabelValues("ok").Inc()
+		a.m.writesOK.Inc()
 		out.won, out.rec, out.rev = true, rec, o.Revision
 		return out
 	}
@@ -283,7 +283,7 @@ func (a *actor) failSplit(cmd *command) error {
 				cmd.reply <- Fencedf("split %s: the failure report lost its compare-and-swap; nothing was written", id)
 				return nil
 			}
-			a.m.writes.WithLabelValues("ok").Inc()
+			a.m.writesOK.Inc()
 			// Leave the owned set before folding, so the epoch bump is not
 			// read as a foreign fence. No Lost: the source asked for this.
 			leaseRev := a.leave(id)
@@ -408,7 +408,7 @@ func (a *actor) releaseSplit(id string, done func(releaseResult)) error {
 				a.dropLost(id, "fenced", "its record moved before the release")
 				done(releaseFenced)
 			default:
-				a.m.writes.WithLabelValues("ok").Inc()
+				a.m.writesOK.Inc()
 				leaseRev := uint64(0)
 				if still {
 					leaseRev = a.leave(id)

@@ -20,7 +20,7 @@ type meteredStore struct {
 }
 
 func (s *meteredStore) observe(op string, start time.Time) {
-	s.m.storeOpDur.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	s.m.opObserver(op).Observe(time.Since(start).Seconds())
 }
 
 func (s *meteredStore) bounded(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -30,6 +30,19 @@ type coordMetrics struct {
 	storeOpDur    *prometheus.HistogramVec // op
 	drainDur      prometheus.Histogram
 	assignLatency prometheus.Histogram
+
+	// Resolved once: a label lookup hashes and locks on every call, and
+	// these are on every store operation and every write.
+	ops      map[string]prometheus.Observer
+	writesOK prometheus.Counter
+}
+
+// opObserver is the store-op duration series for op.
+func (m *coordMetrics) opObserver(op string) prometheus.Observer {
+	if o, ok := m.ops[op]; ok {
+		return o
+	}
+	return m.storeOpDur.WithLabelValues(op)
 }
 
 // durationBuckets span 1 ms to 60 s.
@@ -98,6 +111,11 @@ func newCoordMetrics(reg prometheus.Registerer, labels prometheus.Labels) (*coor
 	}
 	for _, r := range []string{"ok", "conflict", "error"} {
 		m.writes.WithLabelValues(r)
+	}
+	m.writesOK = m.writes.WithLabelValues("ok")
+	m.ops = map[string]prometheus.Observer{}
+	for _, op := range []string{"put", "get", "delete", "list", "watch"} {
+		m.ops[op] = m.storeOpDur.WithLabelValues(op)
 	}
 	return m, nil
 }
