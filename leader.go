@@ -15,6 +15,28 @@ import (
 type leadership struct {
 	generation  uint64    // the plan generation we lead under
 	settleUntil time.Time // no assignment before this (a new job's start)
+	settleCap   time.Time // the settle window never runs past this
+}
+
+// settleQuiet is how long a new job's membership must stay unchanged
+// before the first assignment: long enough for workers started together
+// to announce themselves, short enough that a lone worker starts at once.
+func (a *actor) settleQuiet() time.Duration { return min(time.Second, a.cfg.LeaseDuration/10) }
+
+// memberArrived extends a new job's settle window: the first assignment
+// waits until membership has been quiet for settleQuiet, at most until
+// the cap (a third of the lease after the election).
+func (a *actor) memberArrived(now time.Time) {
+	if l := a.leading; l != nil && now.Before(l.settleCap) {
+		l.settleUntil = minTime(now.Add(a.settleQuiet()), l.settleCap)
+	}
+}
+
+func minTime(x, y time.Time) time.Time {
+	if x.Before(y) {
+		return x
+	}
+	return y
 }
 
 // ----- election ------------------------------------------------------------------
@@ -136,8 +158,12 @@ func (a *actor) finishElection(res electResult, newJob bool) error {
 		// A brand-new job: workers usually start together. Let them
 		// announce themselves before the first assignment, instead of
 		// handing everything to the first and rebalancing it as each of
-		// the others arrives (each move a drain).
-		a.leading.settleUntil = time.Now().Add(a.cfg.LeaseDuration / 3)
+		// the others arrives (each move a drain): the first assignment
+		// waits until membership has been quiet for settleQuiet (about a
+		// second), at most a third of the lease.
+		now := time.Now()
+		a.leading.settleCap = now.Add(a.cfg.LeaseDuration / 3)
+		a.leading.settleUntil = minTime(now.Add(a.settleQuiet()), a.leading.settleCap)
 	}
 	a.dirty = true
 	a.m.leader.Set(1)

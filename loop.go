@@ -82,6 +82,8 @@ type actor struct {
 	// Watches (watch.go).
 	watches [2]*watchState
 	rewatch *time.Timer
+	wake    *time.Timer // steps the loop when something falls due (wakeUp)
+	wakeAt  time.Time
 
 	// I/O beside the loop.
 	renew    *renewer
@@ -138,6 +140,9 @@ func (a *actor) run(ctx context.Context) {
 	a.ctx = ctx
 	a.rewatch = time.NewTimer(time.Hour)
 	a.rewatch.Stop()
+	a.wake = time.NewTimer(time.Hour)
+	a.wake.Stop()
+	defer a.wake.Stop()
 	renewCtx, stopRenew := context.WithCancel(ctx)
 	renewDone := make(chan struct{})
 	defer func() {
@@ -200,6 +205,8 @@ func (a *actor) run(ctx context.Context) {
 			a.reestablish()
 		case <-tick.C:
 			a.checkSnapshots(time.Now())
+		case <-a.wake.C:
+			a.wakeAt = time.Time{}
 		case <-reconcile.C:
 			a.reconcile()
 		case <-replan.C:
@@ -270,6 +277,9 @@ func (a *actor) step() error {
 	if a.leading != nil {
 		a.restoreMissing(now)
 		a.startPlan()
+		if a.dirty && now.Before(a.leading.settleUntil) {
+			a.wakeUp(a.leading.settleUntil)
+		}
 		if a.dirty && !now.Before(a.leading.settleUntil) && a.due("publish", now) {
 			a.publish(now)
 		}
@@ -437,7 +447,21 @@ func (a *actor) waitPlanner() {
 func (a *actor) retryDelay() time.Duration { return max(a.cfg.LeaseDuration/20, 50*time.Millisecond) }
 
 // failed holds the operation key back for retryDelay.
-func (a *actor) failed(key string) { a.retry[key] = time.Now().Add(a.retryDelay()) }
+func (a *actor) failed(key string) {
+	at := time.Now().Add(a.retryDelay())
+	a.retry[key] = at
+	a.wakeUp(at)
+}
+
+// wakeUp has the loop step at t (or earlier) even if no event arrives:
+// for a retry falling due, or the end of a new job's settle window.
+func (a *actor) wakeUp(t time.Time) {
+	if a.wake == nil || !a.wakeAt.IsZero() && !t.Before(a.wakeAt) {
+		return
+	}
+	a.wakeAt = t
+	a.wake.Reset(max(time.Until(t), 0))
+}
 
 // due reports whether the operation key may run at now.
 func (a *actor) due(key string, now time.Time) bool {

@@ -107,6 +107,7 @@ func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 		}
 		if !known {
 			a.dirty = true
+			a.memberArrived(time.Now())
 		}
 		a.presence[inst] = presenceEntry{rev: rev, at: a.clock}
 		if _, ok := a.departed[inst]; ok {
