@@ -390,7 +390,7 @@ func (a *actor) releaseSplit(id string, done func(releaseResult)) error {
 				// claim is the conservative kind, but the split is not
 				// pinned here.
 				a.m.writes.WithLabelValues("error").Inc()
-				if a.stopping {
+				if a.stopping || a.ctx.Err() != nil {
 					// The coordinator is closing and cancelled the write:
 					// keep the tenancy, so that Close hands it back
 					// directly.

@@ -343,11 +343,11 @@ func (c *controller) run() {
 	} else {
 		c.m.setState(StateDraining)
 	}
-	// Hand back what the stop's reading did not finish before the drivers
-	// drain, so a peer can take it while this instance drains its sink.
+	// End the stop's reading (a coordinated source leaves the fleet); what
+	// the source holds is handed back at Close, after the final commit.
 	if opened && !drainedExit {
 		if err := c.src.StopReading(); err != nil {
-			c.log.Warn("the source could not hand back the units it holds", "error", err)
+			c.log.Warn("the source could not end its reading cleanly", "error", err)
 		}
 	}
 	// A graceful stop's deadline counts from its trigger.

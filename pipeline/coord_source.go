@@ -68,20 +68,19 @@ func (s *CoordinatedSource[C]) ReadingOnStop() bool {
 	return false
 }
 
-// StopReading implements [Source]: it hands back the splits whose reading
-// is unfinished; finished ones stay to commit their completion.
+// StopReading implements [Source]: the worker leaves the fleet (no new
+// claims; its presence and any leadership go, so peers plan without it),
+// and keeps what it holds until [CoordinatedSource.Close]. The drivers
+// then drain, the sinks flush and the final commit lands before Close
+// hands the splits back, so a resume after a graceful stop replays
+// nothing. (Handing the unfinished splits back here, before the drain,
+// let a peer start sooner but lost the final commit of everything this
+// worker had read and was still writing: a SIGTERM mid-run replayed
+// thousands of lines.)
 func (s *CoordinatedSource[C]) StopReading() error {
-	r, _ := s.Splits.(StopReader)
 	ctx, cancel := s.Driver.ctx()
 	defer cancel()
-	// Leave the fleet first, so the partial hand-back below is not read as
-	// an ordinary release that this worker then claims straight back.
-	if err := spate.Depart(ctx, s.Driver.Coordinator()); err != nil {
-		return err
-	}
-	return s.Driver.ReleaseWhere(ctx, s.Splits, func(id spate.SplitID) bool {
-		return r != nil && !r.Unfinished(id)
-	})
+	return spate.Depart(ctx, s.Driver.Coordinator())
 }
 
 // Close implements [SourceCloser]: whatever is still held is handed back.

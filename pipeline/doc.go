@@ -52,11 +52,12 @@
 // Cancelling Run's context, or [Runtime.Stop], is a graceful stop. While
 // the source says it is still reading ([Source.ReadingOnStop]) the
 // controller runs on, committing, until Config.StopReserve before the drain
-// deadline (Config.DrainTimeout after the trigger). Then the source hands
-// back what it did not finish ([Source.StopReading]), the drivers flush and
-// drop their lanes, the sink queues close and drain until the deadline
-// (what is not written by then is abandoned and replays), the final commit
-// runs, and a [SourceCloser] gets Config.CloseShare to close. A source that
+// deadline (Config.DrainTimeout after the trigger). Then the source stops
+// taking on work ([Source.StopReading]), the drivers flush and drop their
+// lanes, the sink queues close and drain until the deadline (what is not
+// written by then is abandoned and replays), the final commit runs, and a
+// [SourceCloser] gets Config.CloseShare to close — a coordinated source
+// hands its splits back only then, after the final commit. A source that
 // reports Drained ends the run the same way; its Completed exit then means
 // every record was acknowledged and committed, else the run fails.
 //

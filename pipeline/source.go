@@ -89,10 +89,11 @@ type Source interface {
 	// (polling, committing) until the stop's reserve; false ends the stop's
 	// reading at once.
 	ReadingOnStop() bool
-	// StopReading hands back what the stop's reading did not finish, before
-	// the drivers drain, so a peer can take it over while this instance
-	// drains its sink. It is called once when the controller loop ends
-	// (not after a Drained exit, nor when Open failed).
+	// StopReading ends the stop's reading: the source takes on no new work.
+	// It is called once when the controller loop ends, before the drivers
+	// drain (not after a Drained exit, nor when Open failed). What the
+	// source holds is handed back only at Close, after the final commit,
+	// so that nothing read and written before the stop replays.
 	StopReading() error
 	// RenewHeld keeps whatever the source holds (leases) alive while the
 	// controller waits on a revocation drain and cannot call PollEvents.

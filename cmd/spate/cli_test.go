@@ -203,9 +203,9 @@ func httpGet(t *testing.T, url string) string {
 	return string(b)
 }
 
-// SIGTERM drains gracefully: exit 143 after the hand-back and the summary,
-// with no lease left behind; the next run (over the same external etcd)
-// finishes the job.
+// SIGTERM drains gracefully: exit 143 after the final commit, the
+// hand-back and the summary, with no lease left behind; the next run (over
+// the same external etcd) finishes the job and replays nothing.
 func TestBackfillSIGTERMDrainsAndHandsBack(t *testing.T) {
 	t.Parallel()
 	cluster := etcdtest.Start(t, etcdtest.Options{})
@@ -244,6 +244,9 @@ func TestBackfillSIGTERMDrainsAndHandsBack(t *testing.T) {
 	expectCode(t, "second run", code, 0, out, errOut)
 	if !strings.Contains(out, "verified: all "+count(int64(lines))+" input lines") {
 		t.Fatalf("the second run did not verify:\n%s", out)
+	}
+	if !strings.Contains(out, ", 0 replayed duplicates") {
+		t.Fatalf("rule: a resume after a graceful stop replays nothing (the final commit lands before the splits are handed back):\n%s", out)
 	}
 }
 
