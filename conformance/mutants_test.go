@@ -202,6 +202,29 @@ var mutants = []mutant{
 				return []spate.WatchEvent{ev}
 			}}
 		}},
+	// A live subscription made after the snapshot read: the first events
+	// after SnapshotDone never arrive. The rule used to pass it whenever
+	// its writer finished before the watch was open (no live events).
+	{name: "late-live-subscription", breaks: []string{"WatchHasNoGaps"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			var mu sync.Mutex
+			afterSnap, dropped := false, 0
+			return &hooked{Store: s, filter: func(_ spate.Keyspace, ev spate.WatchEvent, seq int) []spate.WatchEvent {
+				mu.Lock()
+				defer mu.Unlock()
+				if seq == 0 {
+					afterSnap, dropped = false, 0
+				}
+				switch {
+				case ev.Kind == spate.WatchSnapshotDone:
+					afterSnap = true
+				case afterSnap && dropped < 30 && (ev.Kind == spate.WatchPut || ev.Kind == spate.WatchDelete):
+					dropped++
+					return nil
+				}
+				return []spate.WatchEvent{ev}
+			}}
+		}},
 	{name: "list-under-reports", breaks: []string{"ListNeverUnderReports", "ListReturnsLiveKeys"},
 		wrap: func(_ *shared, s *mem.Store) spate.Store {
 			return &hooked{Store: s, list: func(ctx context.Context, ks spate.Keyspace, p string) ([]spate.Entry, error) {

@@ -537,6 +537,13 @@ func testWatchDeletes(e *env) {
 // store's state (nothing missed), with each key's events in revision order.
 // Intermediate revisions of one key superseded before delivery may be
 // coalesced; the latest never is.
+// testWatchNoGaps writes in three phases around a watch: a third before it
+// is opened (the snapshot must hold it), a third while it is being
+// established (either side of the snapshot boundary), and a third only
+// after the watcher has seen SnapshotDone (these must arrive live). The
+// watcher's view must converge to a final listing, every key's events must
+// come in revision order, and the rule proves it exercised the live side:
+// it fails if fewer live events arrived than the last phase wrote.
 func testWatchNoGaps(e *env) {
 	s := e.open()
 	writer := e.open()
@@ -544,15 +551,22 @@ func testWatchNoGaps(e *env) {
 	for _, ks := range keyspaces {
 		rev := mustCreate(e, writer, ks, "gap.counter", "0")
 		started := make(chan struct{})
-		var startOnce sync.Once
-		start := func() { startOnce.Do(func() { close(started) }) }
+		snapSeen := make(chan struct{})
 		done := make(chan error, 1)
+		lastPhaseEvents := 0
 		go func() {
 			defer close(done)
-			defer start()
 			for i := 1; i <= n; i++ {
-				if i == n/3 {
-					start()
+				switch i {
+				case n / 3:
+					close(started)
+				case 2 * n / 3:
+					select {
+					case <-snapSeen:
+					case <-e.ctx.Done():
+						done <- e.ctx.Err()
+						return
+					}
 				}
 				o, err := writer.Update(e.ctx, ks, "gap.counter", []byte(strconv.Itoa(i)), rev)
 				if err != nil || !o.Won {
@@ -566,32 +580,27 @@ func testWatchNoGaps(e *env) {
 					done <- err
 					return
 				}
+				events := 2
 				if i%10 == 0 {
 					if _, err := writer.Delete(e.ctx, ks, k, c.Revision); err != nil {
 						done <- err
 						return
 					}
+					events++
+				}
+				if i >= 2*n/3 {
+					lastPhaseEvents += events
 				}
 			}
 		}()
 		<-started
 		ch := mustWatch(e, s, ks, "gap.")
-		if err := <-done; err != nil {
-			e.t.Fatalf("writer: %v", err)
-		}
-		final, err := s.List(e.ctx, ks, "gap.")
-		if err != nil {
-			e.t.Fatalf("list: %v", err)
-		}
-		want := map[string]uint64{}
-		for _, en := range final {
-			want[en.Key] = en.Revision
-		}
+		var want map[string]uint64 // the final listing, once the writer is done
 		view := map[string]uint64{}
 		last := map[string]uint64{}
-		snapshotDone := false
+		snapshotDone, live := false, 0
 		converged := func() bool {
-			if !snapshotDone || len(view) != len(want) {
+			if want == nil || !snapshotDone || len(view) != len(want) {
 				return false
 			}
 			for k, r := range want {
@@ -601,16 +610,34 @@ func testWatchNoGaps(e *env) {
 			}
 			return true
 		}
+		writerDone := done
 		timer := time.NewTimer(eventWait)
 		for !converged() {
 			select {
+			case err := <-writerDone:
+				if err != nil {
+					e.t.Fatalf("writer: %v", err)
+				}
+				writerDone = nil
+				final, err := s.List(e.ctx, ks, "gap.")
+				if err != nil {
+					e.t.Fatalf("list: %v", err)
+				}
+				want = map[string]uint64{}
+				for _, en := range final {
+					want[en.Key] = en.Revision
+				}
+				timer.Reset(eventWait)
 			case ev, ok := <-ch:
 				if !ok {
 					e.t.Fatalf("watch closed")
 				}
 				switch ev.Kind {
 				case spate.WatchSnapshotDone:
-					snapshotDone = true
+					if !snapshotDone {
+						snapshotDone = true
+						close(snapSeen)
+					}
 				case spate.WatchError:
 					e.t.Fatalf("watch broke: %v", ev.Err)
 				case spate.WatchPut, spate.WatchDelete:
@@ -618,6 +645,9 @@ func testWatchNoGaps(e *env) {
 						e.t.Fatalf("rule: a key's events arrive in revision order; %s %q went %d -> %d", ks, ev.Key, last[ev.Key], ev.Revision)
 					}
 					last[ev.Key] = ev.Revision
+					if snapshotDone {
+						live++
+					}
 					if ev.Kind == spate.WatchPut {
 						view[ev.Key] = ev.Revision
 					} else {
@@ -625,6 +655,9 @@ func testWatchNoGaps(e *env) {
 					}
 				}
 			case <-timer.C:
+				if !snapshotDone {
+					e.t.Fatalf("rule: a watch delivers its snapshot, then SnapshotDone; %s: no SnapshotDone within %v", ks, eventWait)
+				}
 				var missing []string
 				for k, r := range want {
 					if view[k] != r {
@@ -639,6 +672,25 @@ func testWatchNoGaps(e *env) {
 				slices.Sort(missing)
 				e.t.Fatalf("rule: a watch has no gaps, so the watcher's view converges to the store's; %s after %v it still differs on %d keys: %v",
 					ks, eventWait, len(missing), missing[:min(len(missing), 8)])
+			}
+		}
+		// The last phase was written only after SnapshotDone: every one of
+		// its events has to arrive live (a create and delete of one key can
+		// still be on their way when the view already matches). A rule that
+		// saw fewer exercised nothing on the live side.
+		timer.Reset(eventWait)
+		for live < lastPhaseEvents {
+			select {
+			case ev, ok := <-ch:
+				if !ok {
+					e.t.Fatalf("watch closed")
+				}
+				if ev.Kind == spate.WatchPut || ev.Kind == spate.WatchDelete {
+					live++
+				}
+			case <-timer.C:
+				e.t.Fatalf("rule: writes after the snapshot arrive as live events; %s: %d live events within %v, but %d writes came after SnapshotDone",
+					ks, live, eventWait, lastPhaseEvents)
 			}
 		}
 		timer.Stop()
