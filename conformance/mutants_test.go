@@ -202,6 +202,45 @@ var mutants = []mutant{
 				return []spate.WatchEvent{ev}
 			}}
 		}},
+	// Redis's SET without KEEPTTL, or an etcd put without the lease: an
+	// updated ephemeral key never expires (emulated: the update is
+	// followed by a keep-alive of the key).
+	{name: "update-makes-key-permanent", breaks: []string{"UpdatedEphemeralKeyExpiresAfterItsTTL"},
+		wrap: func(sh *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, update: func(ctx context.Context, ks spate.Keyspace, key string, v []byte, exp uint64) (spate.Outcome, error) {
+				o, err := s.Update(ctx, ks, key, v, exp)
+				if err == nil && o.Won && ks == spate.Ephemeral {
+					go func() {
+						rev := o.Revision
+						ttl := s.Capabilities().TTL
+						for range 12 {
+							time.Sleep(ttl / 3)
+							o, err := s.Update(context.Background(), ks, key, v, rev)
+							if err != nil || !o.Won {
+								return
+							}
+							rev = o.Revision
+						}
+					}()
+				}
+				return o, err
+			}}
+		}},
+	// A script that re-arms the expiry before it checks the revision: a
+	// lost update keeps the key alive (emulated: a lost update rewrites
+	// the key at its current revision).
+	{name: "lost-update-rearms-ttl", breaks: []string{"LostUpdateDoesNotRearmTheTTL"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, update: func(ctx context.Context, ks spate.Keyspace, key string, v []byte, exp uint64) (spate.Outcome, error) {
+				o, err := s.Update(ctx, ks, key, v, exp)
+				if err == nil && !o.Won && ks == spate.Ephemeral {
+					if en, ok, gerr := s.Get(ctx, ks, key); gerr == nil && ok {
+						_, _ = s.Update(ctx, ks, key, en.Value, en.Revision)
+					}
+				}
+				return o, err
+			}}
+		}},
 	// A live subscription made after the snapshot read: the first events
 	// after SnapshotDone never arrive. The rule used to pass it whenever
 	// its writer finished before the watch was open (no live events).

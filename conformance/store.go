@@ -27,6 +27,8 @@ var StoreRules = []string{
 	"DeletedKeysReadAbsentAndAreRecreatable",
 	"ExpiredKeysReadAbsentAndAreRecreatable",
 	"HeartbeatedEphemeralKeySurvives",
+	"UpdatedEphemeralKeyExpiresAfterItsTTL",
+	"LostUpdateDoesNotRearmTheTTL",
 	"ExpiryReachesWatchersAsDelete",
 	"DurableKeysNeverExpire",
 	"WatchSnapshotThenOneSnapshotDone",
@@ -62,6 +64,8 @@ func RunStore(t *testing.T, newHarness HarnessMaker, opts ...Option) {
 		"DeletedKeysReadAbsentAndAreRecreatable":   testDeletedAbsent,
 		"ExpiredKeysReadAbsentAndAreRecreatable":   testExpiredAbsent,
 		"HeartbeatedEphemeralKeySurvives":          testHeartbeatSurvives,
+		"UpdatedEphemeralKeyExpiresAfterItsTTL":    testUpdatedExpires,
+		"LostUpdateDoesNotRearmTheTTL":             testLostUpdateNoRearm,
 		"ExpiryReachesWatchersAsDelete":            testExpiryWatch,
 		"DurableKeysNeverExpire":                   testDurableNeverExpires,
 		"WatchSnapshotThenOneSnapshotDone":         testWatchSnapshot,
@@ -425,6 +429,55 @@ func testHeartbeatSurvives(e *env) {
 	}
 	if _, ok := mustGet(e, s, spate.Ephemeral, "hb.k"); !ok {
 		e.t.Errorf("rule: a key rewritten every TTL/3 survives 3 TTLs; %q is gone", "hb.k")
+	}
+}
+
+// testUpdatedExpires: a key created, then updated halfway through its
+// TTL, is still there most of a TTL after the update (the update re-armed
+// the TTL, in full: not rounded down, not left running from the create),
+// and gone once the TTL after the update has passed (the update did not
+// make it permanent: SET without KEEPTTL and an expiry, a put without the
+// lease).
+func testUpdatedExpires(e *env) {
+	s := e.open()
+	ttl := ttlOf(e, s)
+	rev := mustCreate(e, s, spate.Ephemeral, "upd.k", "v0")
+	time.Sleep(ttl / 2)
+	o := mustUpdate(e, s, spate.Ephemeral, "upd.k", "v1", rev)
+	if !o.Won {
+		e.t.Fatalf("update of a live key at its revision lost")
+	}
+	updated := time.Now()
+	time.Sleep(ttl * 7 / 10)
+	if _, ok := mustGet(e, s, spate.Ephemeral, "upd.k"); !ok {
+		e.t.Errorf("rule: a won update re-arms the whole TTL; %q was gone %v after its update (TTL %v): the TTL ran from the create, or was rounded down",
+			"upd.k", time.Since(updated).Round(time.Millisecond), ttl)
+	}
+	time.Sleep(time.Until(updated.Add(expiryBound(s))))
+	if en, ok := mustGet(e, s, spate.Ephemeral, "upd.k"); ok {
+		e.t.Errorf("rule: an updated ephemeral key still expires a TTL after its last write; %q still reads %q@%d %v after its update (TTL %v)",
+			"upd.k", en.Value, en.Revision, time.Since(updated).Round(time.Millisecond), ttl)
+	}
+}
+
+// testLostUpdateNoRearm: updates at a stale revision, every TTL/3, lose
+// and must not re-arm the TTL: the key expires a TTL after its one real
+// write, however long the stale updates go on.
+func testLostUpdateNoRearm(e *env) {
+	s := e.open()
+	ttl := ttlOf(e, s)
+	rev := mustCreate(e, s, spate.Ephemeral, "lost.k", "v0")
+	written := time.Now()
+	deadline := written.Add(expiryBound(s) + ttl/3)
+	for i := 1; time.Now().Before(deadline); i++ {
+		time.Sleep(ttl / 3)
+		if o := mustUpdate(e, s, spate.Ephemeral, "lost.k", "stale-"+strconv.Itoa(i), rev+1000); o.Won {
+			e.t.Fatalf("rule: an update at a wrong revision loses; update %d at %d won", i, rev+1000)
+		}
+	}
+	if en, ok := mustGet(e, s, spate.Ephemeral, "lost.k"); ok {
+		e.t.Errorf("rule: a lost update writes nothing, not even the TTL; %q still reads %q@%d %v after its only write (TTL %v)",
+			"lost.k", en.Value, en.Revision, time.Since(written).Round(time.Millisecond), ttl)
 	}
 }
 
