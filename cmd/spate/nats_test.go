@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spate-go/spate/conformance"
 	"github.com/spate-go/spate/internal/natstest"
 )
 
@@ -41,8 +42,8 @@ func TestNATSStore(t *testing.T) {
 
 	code, out, errOut = runSpate(t, dir, "", 5*time.Minute, append([]string{"conformance", "--ttl", "2s"}, storeArgs...)...)
 	expectCode(t, "conformance on nats", code, 0, out, errOut)
-	if rows := regexp.MustCompile(`(?m)^Store/\S+\s+PASS\s`).FindAllString(out, -1); len(rows) != 24 {
-		t.Fatalf("want 24 passing store rules, got %d:\n%s", len(rows), out)
+	if rows := regexp.MustCompile(`(?m)^Store/\S+\s+PASS\s`).FindAllString(out, -1); len(rows) != len(conformance.StoreRules) {
+		t.Fatalf("want %d passing store rules, got %d:\n%s", len(conformance.StoreRules), len(rows), out)
 	}
 	// Only the backfill's job is left: the suite deleted its buckets.
 	code, out, errOut = runSpate(t, dir, "", 60*time.Second, append([]string{"inspect"}, storeArgs...)...)
