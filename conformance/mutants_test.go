@@ -241,6 +241,25 @@ var mutants = []mutant{
 				return o, err
 			}}
 		}},
+	// A watch that ignores its context: the channel never closes when the
+	// consumer cancels it (a forgotten select on ctx.Done in the pump).
+	{name: "watch-ignores-cancel", breaks: []string{"CancelledWatchEndsAndCloses"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, watch: func(ctx context.Context, ks spate.Keyspace, p string) (<-chan spate.WatchEvent, error) {
+				inner, err := s.Watch(context.WithoutCancel(ctx), ks, p)
+				if err != nil {
+					return nil, err
+				}
+				out := make(chan spate.WatchEvent)
+				go func() {
+					for ev := range inner {
+						out <- ev // never closes while the inner stream lives
+					}
+					close(out)
+				}()
+				return out, nil
+			}}
+		}},
 	// A live subscription made after the snapshot read: the first events
 	// after SnapshotDone never arrive. The rule used to pass it whenever
 	// its writer finished before the watch was open (no live events).

@@ -39,6 +39,7 @@ var StoreRules = []string{
 	"ListNeverUnderReports",
 	"ConcurrentCASLosesNoUpdate",
 	"CancelledContextIsRetryable",
+	"CancelledWatchEndsAndCloses",
 	"ValueSizeCap",
 	"InvalidKeysRejected",
 	"ValuesRoundTrip",
@@ -76,6 +77,7 @@ func RunStore(t *testing.T, newHarness HarnessMaker, opts ...Option) {
 		"ListNeverUnderReports":                    testListNeverUnderReports,
 		"ConcurrentCASLosesNoUpdate":               testConcurrentCAS,
 		"CancelledContextIsRetryable":              testCancelledContext,
+		"CancelledWatchEndsAndCloses":              testCancelledWatch,
 		"ValueSizeCap":                             testValueCap,
 		"InvalidKeysRejected":                      testInvalidKeys,
 		"ValuesRoundTrip":                          testValuesRoundTrip,
@@ -924,6 +926,49 @@ func testCancelledContext(e *env) {
 	check("list", err)
 	_, err = s.Watch(ctx, spate.Durable, "cc.")
 	check("watch", err)
+}
+
+// testCancelledWatch: a live watch (its snapshot read, a live event seen)
+// ends when its context is cancelled: its channel closes within eventWait,
+// and whatever it still delivers before closing is no event of a write
+// made after the cancellation.
+func testCancelledWatch(e *env) {
+	s := e.open()
+	writer := e.open()
+	for _, ks := range keyspaces {
+		ctx, cancel := context.WithCancel(e.ctx)
+		ch, err := s.Watch(ctx, ks, "cw.")
+		if err != nil {
+			cancel()
+			e.t.Fatalf("watch: %v", err)
+		}
+		readSnapshot(e, ch)
+		mustCreate(e, writer, ks, "cw.before", "v")
+		if ev := expectEvent(e, ch, "cw.before", eventWait); ev.Kind != spate.WatchPut {
+			cancel()
+			e.t.Fatalf("rule: a create reaches a live watch as a put; got %v", ev.Kind)
+		}
+		cancel()
+		mustCreate(e, writer, ks, "cw.after", "v")
+		timer := time.NewTimer(eventWait)
+	drain:
+		for {
+			select {
+			case ev, ok := <-ch:
+				if !ok {
+					break drain
+				}
+				if ev.Key == "cw.after" {
+					// Tolerated only while the stream winds down; it must
+					// still close.
+					continue
+				}
+			case <-timer.C:
+				e.t.Fatalf("rule: cancelling a watch's context ends the stream and closes its channel; %s: still open %v after the cancellation", ks, eventWait)
+			}
+		}
+		timer.Stop()
+	}
 }
 
 func testValueCap(e *env) {
