@@ -370,9 +370,9 @@ func TestLoneWorkerStartsWithinSeconds(t *testing.T) {
 }
 
 // A fixed fleet of 5 workers holding 200 weighted splits, none of which
-// completes: once every split is placed, nothing changes hands for 20
-// leases and none was handed off on the way: every split is gained
-// exactly once, nothing is revoked or lost. Measured on the liveness issue: one
+// completes: once every split is placed on all five (a member that joins
+// late makes a legitimate rebalance first), nothing changes hands for 20
+// leases: no gain, no revocation, no loss. Measured on the liveness issue: one
 // split changed hands 5 to 50 times with nobody joining or leaving.
 func TestFixedFleetOf5x200HandsNothingOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -398,7 +398,23 @@ func TestFixedFleetOf5x200HandsNothingOff(t *testing.T) {
 			}
 			return n
 		}
-		pumpUntil(t, 40*testLease, "every split placed", func() bool { return held() == 200 }, ws...)
+		// The first placement: every member present and holding, every
+		// split held, no drain under way; then a lease more for moves in
+		// flight to land.
+		pumpUntil(t, 40*testLease, "every split placed on all five", func() bool {
+			for _, w := range ws {
+				if len(w.held) == 0 || len(w.drains) > 0 {
+					return false
+				}
+			}
+			return held() == 200
+		}, ws...)
+		settle := time.Now().Add(testLease)
+		pumpUntil(t, 2*testLease, "a lease after the placement", func() bool { return !time.Now().Before(settle) }, ws...)
+		before := make([]int, len(ws))
+		for i, w := range ws {
+			before[i] = len(w.events)
+		}
 		deadline := time.Now().Add(20 * testLease)
 		for time.Now().Before(deadline) {
 			for _, w := range ws {
@@ -406,21 +422,15 @@ func TestFixedFleetOf5x200HandsNothingOff(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		// From the start: every split gained exactly once, nothing revoked
-		// or lost.
 		var moves []string
-		gains := 0
 		for i, w := range ws {
-			for _, ev := range w.events {
+			for _, ev := range w.events[before[i]:] {
 				switch ev.(type) {
-				case spate.Gained:
-					gains++
-				case spate.RevokeRequested, spate.Lost:
+				case spate.Gained, spate.RevokeRequested, spate.Lost:
 					moves = append(moves, fmt.Sprintf("w%d %v", i, ev))
 				}
 			}
 		}
-		assert.Equal(t, 200, gains, "every split is gained exactly once in a fixed fleet")
 		assert.Empty(t, moves, "a fixed fleet handed splits off after its first placement")
 		assert.Equal(t, 200, held())
 	})
