@@ -46,7 +46,7 @@ func (f *simFleet) publish(first bool) {
 	for m := range f.budgets {
 		presence[m] = presenceEntry{rev: 1}
 	}
-	in, inFlight := assignInputInFlight(leaderView{now: f.now, pinnedSince: f.pinned, pinFor: time.Hour,
+	in, inFlight := assignInput(leaderView{now: f.now, pinnedSince: f.pinned, pinFor: time.Hour,
 		splits: splits, presence: presence, caps: f.budgets, assigns: f.records, maxInFlight: 1, seed: 7,
 		delay: NoRebalanceDelay, departed: map[string]time.Time{}})
 	trackPins(f.pinned, inFlight, f.now)

@@ -225,6 +225,20 @@ func TestAssignPinnedCases(t *testing.T) {
 			t.Fatalf("the fleet must end balanced (3/3/2): %v", out)
 		}
 	})
+	t.Run("no improving move while a move is in flight", func(t *testing.T) {
+		// a holds six splits, b one pinned (in flight to it): unbalanced,
+		// but nothing moves until the pinned move has landed.
+		in := AssignInput{Members: members(8, "a", "b"), Splits: splits("a", 1, 1, 1, 1, 1, 1)}
+		in.Splits = append(in.Splits, AssignSplit{ID: "p", Weight: 1, Owner: "b", Pinned: true})
+		out := Assign(in)
+		if !slices.Equal(out["b"], []string{"p"}) || len(out["a"]) != 6 {
+			t.Fatalf("a pinned move must hold the improve pass back: %v", out)
+		}
+		in.Splits[len(in.Splits)-1].Pinned = false // landed
+		if out := Assign(in); len(out["b"]) < 3 {
+			t.Fatalf("once the move has landed the fleet rebalances: %v", out)
+		}
+	})
 	t.Run("balance is by weight, not count", func(t *testing.T) {
 		in := AssignInput{Members: members(8, "a", "b"), Splits: []AssignSplit{
 			{ID: "big", Weight: 100}, {ID: "x1", Weight: 1}, {ID: "x2", Weight: 1}, {ID: "x3", Weight: 1}, {ID: "x4", Weight: 1}}}

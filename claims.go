@@ -155,7 +155,7 @@ func (a *actor) reconcileOwn(now time.Time) error {
 		// decision runs it even with every lane busy.
 		a.quarantineScan = false
 		for _, c := range claimCandidates(a.claimInputs(), a.self, a.cfg.MaxAttempts) {
-			if !a.due("split:"+c.id, now) {
+			if !a.due(opKey{"claim", c.id}, now) {
 				if c.quarantine {
 					a.quarantineScan = true // keep the decision pending
 				}
@@ -351,7 +351,7 @@ func (a *actor) claimDone(in claimIn, out claimOut, since uint64) error {
 		// Lost or failed: either way the view was not what the store holds
 		// (a watch event will correct it) or the store is failing; do not
 		// try again at once.
-		a.failed("split:" + in.id)
+		a.failed(opKey{"claim", in.id})
 		return nil
 	}
 	id := in.id
@@ -406,7 +406,7 @@ func (a *actor) quarantine(c claimCandidate) {
 				if KindOf(err) == KindFatal {
 					return err
 				}
-				a.failed("split:" + c.id)
+				a.failed(opKey{"claim", c.id})
 				return nil
 			}
 		}
@@ -432,11 +432,11 @@ func (a *actor) quarantine(c claimCandidate) {
 			switch {
 			case err != nil:
 				a.m.writes.WithLabelValues("error").Inc()
-				a.failed("split:" + c.id)
+				a.failed(opKey{"claim", c.id})
 				a.quarantineScan = true // retry, or a worker at its budget never revisits it
 			case !o.Won:
 				a.m.writes.WithLabelValues("conflict").Inc()
-				a.failed("split:" + c.id)
+				a.failed(opKey{"claim", c.id})
 			default:
 				a.m.writesOK.Inc()
 				a.m.quarantines.Inc()

@@ -42,9 +42,8 @@ type commitOut struct {
 	won  bool
 	rec  *progressRecord // the record written
 	rev  uint64
-	cur  *progressRecord // after a lost CAS, or for a regression check: the record read
-	cur0 bool            // the re-read found the record
-	read bool            // cur holds a read
+	read bool            // the record was re-read (after a lost CAS, or for a regression check)
+	cur  *progressRecord // what the re-read found; nil if the record is gone
 	err  error
 }
 
@@ -91,14 +90,13 @@ func (a *actor) startCommit(cmd *command, confirmed bool, try int) error {
 func (a *actor) commitIO(ctx context.Context, v *splitView, id string, rec *progressRecord, baseRev uint64, check bool) (out commitOut) {
 	key := prefixSplit + id
 	reread := func() {
+		out.read = true
 		e, ok, err := a.st.Get(ctx, Durable, key)
-		if err != nil {
+		switch {
+		case err != nil:
 			out.err = err
-			return
-		}
-		out.read, out.cur0 = true, ok
-		if ok {
-			out.cur, out.rev = nil, e.Revision
+		case ok:
+			out.rev = e.Revision
 			out.cur, out.err = decodeProgress(key, id, e.Value, a.fpHash)
 		}
 	}
@@ -186,7 +184,7 @@ func (a *actor) commitDone(cmd *command, t *tenancy, out commitOut, since uint64
 		}
 		return reply(fmt.Errorf("commit %s: %w", id, out.err))
 	}
-	if out.read && out.cur0 {
+	if out.cur != nil {
 		a.upsert(id, out.cur, out.rev, readSince(since))
 	}
 	if checked {
@@ -202,10 +200,7 @@ func (a *actor) commitDone(cmd *command, t *tenancy, out commitOut, since uint64
 		a.committed(id, t, out.rec, out.rev)
 		return reply(nil)
 	}
-	var cur *progressRecord
-	if out.cur0 {
-		cur = out.cur
-	}
+	cur := out.cur
 	switch lostCommitVerdict(cur, a.self, t.epoch, p) {
 	case verdictLanded:
 		a.committed(id, t, cur, out.rev)

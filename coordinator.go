@@ -399,12 +399,10 @@ func (c *StoreCoordinator) directRelease(splits []SplitID) {
 		if !ok {
 			continue
 		}
+		// As the loop releases: owner cleared first, then the lease, so a
+		// peer that sees the lease vanish finds the split released, not
+		// expired (which would cost it an attempt).
 		key := prefixSplit + s.id
-		if e, ok, err := c.store.Get(ctx, Ephemeral, key); err == nil && ok {
-			if l, err := decodeLease(key, e.Value); err == nil && l.Owner == a.self && l.Nonce == c.nonce {
-				_, _ = c.store.Delete(ctx, Ephemeral, key, e.Revision)
-			}
-		}
 		if e, ok, err := c.store.Get(ctx, Durable, key); err == nil && ok {
 			if r, err := decodeProgress(key, s.id, e.Value, a.fpHash); err == nil && r.owner() == a.self && r.Epoch == t.epoch {
 				r.Owner = nil
@@ -414,7 +412,7 @@ func (c *StoreCoordinator) directRelease(splits []SplitID) {
 				}
 			}
 		}
-		delete(a.owned, s.id)
+		deleteOwnLease(ctx, c.store, s.id, a.leave(s.id), a.self, c.nonce, t.epoch)
 	}
 	for _, key := range []string{prefixWorker + a.self, keyLeader} {
 		e, ok, err := c.store.Get(ctx, Ephemeral, key)

@@ -120,8 +120,12 @@ func (s *fakeStore) Capabilities() Capabilities {
 	return Capabilities{Driver: "fake", TTL: s.ttl, TTLFloor: time.Millisecond}
 }
 
-func (s *fakeStore) Create(ctx context.Context, ks Keyspace, key string, value []byte) (Outcome, error) {
-	f, err := s.begin(ctx, fakeCall{op: "create", ks: ks, key: key, value: value})
+// write runs a conditional write: apply, under the lock, reports whether
+// its condition held and makes the change. A fault may fail the call
+// before it lands, or let it land and still report its error (a lost
+// reply).
+func (s *fakeStore) write(ctx context.Context, c fakeCall, apply func(data map[string]Entry, rev uint64) bool) (Outcome, error) {
+	f, err := s.begin(ctx, c)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -130,9 +134,8 @@ func (s *fakeStore) Create(ctx context.Context, ks Keyspace, key string, value [
 	}
 	s.mu.Lock()
 	var o Outcome
-	if _, ok := s.data[ks][key]; !ok {
+	if apply(s.data[c.ks], s.rev+1) {
 		s.rev++
-		s.data[ks][key] = Entry{Key: key, Value: slices.Clone(value), Revision: s.rev}
 		o = Won(s.rev)
 	}
 	s.mu.Unlock()
@@ -142,26 +145,24 @@ func (s *fakeStore) Create(ctx context.Context, ks Keyspace, key string, value [
 	return o, nil
 }
 
+func (s *fakeStore) Create(ctx context.Context, ks Keyspace, key string, value []byte) (Outcome, error) {
+	return s.write(ctx, fakeCall{op: "create", ks: ks, key: key, value: value}, func(data map[string]Entry, rev uint64) bool {
+		if _, ok := data[key]; ok {
+			return false
+		}
+		data[key] = Entry{Key: key, Value: slices.Clone(value), Revision: rev}
+		return true
+	})
+}
+
 func (s *fakeStore) Update(ctx context.Context, ks Keyspace, key string, value []byte, expected uint64) (Outcome, error) {
-	f, err := s.begin(ctx, fakeCall{op: "update", ks: ks, key: key, value: value, expected: expected})
-	if err != nil {
-		return Outcome{}, err
-	}
-	if f.err != nil && !f.landed {
-		return Outcome{}, f.err
-	}
-	s.mu.Lock()
-	var o Outcome
-	if e, ok := s.data[ks][key]; ok && e.Revision == expected {
-		s.rev++
-		s.data[ks][key] = Entry{Key: key, Value: slices.Clone(value), Revision: s.rev}
-		o = Won(s.rev)
-	}
-	s.mu.Unlock()
-	if f.err != nil {
-		return Outcome{}, f.err
-	}
-	return o, nil
+	return s.write(ctx, fakeCall{op: "update", ks: ks, key: key, value: value, expected: expected}, func(data map[string]Entry, rev uint64) bool {
+		if e, ok := data[key]; !ok || e.Revision != expected {
+			return false
+		}
+		data[key] = Entry{Key: key, Value: slices.Clone(value), Revision: rev}
+		return true
+	})
 }
 
 func (s *fakeStore) Get(ctx context.Context, ks Keyspace, key string) (Entry, bool, error) {
@@ -179,25 +180,13 @@ func (s *fakeStore) Get(ctx context.Context, ks Keyspace, key string) (Entry, bo
 }
 
 func (s *fakeStore) Delete(ctx context.Context, ks Keyspace, key string, expected uint64) (Outcome, error) {
-	f, err := s.begin(ctx, fakeCall{op: "delete", ks: ks, key: key, expected: expected})
-	if err != nil {
-		return Outcome{}, err
-	}
-	if f.err != nil && !f.landed {
-		return Outcome{}, f.err
-	}
-	s.mu.Lock()
-	var o Outcome
-	if e, ok := s.data[ks][key]; expected == AnyRevision || ok && e.Revision == expected {
-		s.rev++
-		delete(s.data[ks], key)
-		o = Won(s.rev)
-	}
-	s.mu.Unlock()
-	if f.err != nil {
-		return Outcome{}, f.err
-	}
-	return o, nil
+	return s.write(ctx, fakeCall{op: "delete", ks: ks, key: key, expected: expected}, func(data map[string]Entry, _ uint64) bool {
+		if e, ok := data[key]; expected != AnyRevision && (!ok || e.Revision != expected) {
+			return false
+		}
+		delete(data, key)
+		return true
+	})
 }
 
 func (s *fakeStore) List(ctx context.Context, ks Keyspace, prefix string) ([]Entry, error) {

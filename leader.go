@@ -137,7 +137,7 @@ func (a *actor) finishElection(res electResult, newJob bool) error {
 		return res.err
 	}
 	if res.failed || res.won && !res.bumped {
-		a.failed("elect")
+		a.failed(opKey{op: "elect"})
 	}
 	if !res.won {
 		return nil
@@ -244,14 +244,10 @@ type leaderView struct {
 //     anything is pinned, Assign makes no improving move, so the fleet's
 //     moves land before new ones are planned: a released split is never
 //     sent elsewhere or back while its move is under way.
-func assignInput(v leaderView) AssignInput {
-	in, _ := assignInputInFlight(v)
-	return in
-}
-
-// assignInputInFlight is assignInput that also returns the moves in
-// flight, pinned or with an expired pin.
-func assignInputInFlight(v leaderView) (AssignInput, map[string]bool) {
+//
+// It also returns the moves in flight, pinned or with an expired pin (for
+// trackPins).
+func assignInput(v leaderView) (AssignInput, map[string]bool) {
 	reserved := map[string]bool{}
 	if v.delay != NoRebalanceDelay && len(v.departed) > 0 {
 		for id, s := range v.splits {
@@ -335,7 +331,7 @@ func (a *actor) publish(now time.Time) {
 	if a.plan == nil || len(a.presence) == 0 {
 		return
 	}
-	in, inFlight := assignInputInFlight(leaderView{now: now, pinnedSince: a.pinnedSince, pinFor: a.pinFor(),
+	in, inFlight := assignInput(leaderView{now: now, pinnedSince: a.pinnedSince, pinFor: a.pinFor(),
 		splits: a.splits, presence: a.presence, caps: a.caps,
 		assigns: a.assigns, departed: a.departed, delay: a.cfg.RebalanceDelay,
 		maxInFlight: a.cfg.MaxInFlight, seed: a.fpHash})
@@ -435,7 +431,7 @@ func (a *actor) publishDone(writes []*assignWrite, members, moved int, gen uint6
 			if e, ok := a.assigns[w.inst]; ok && e.rev == w.rev {
 				delete(a.assigns, w.inst)
 			}
-			a.failed("publish")
+			a.failed(opKey{op: "publish"})
 			a.dirty = true
 		default:
 			changed = true
@@ -477,8 +473,11 @@ func trackPins(pinnedSince map[string]time.Time, inFlight map[string]bool, now t
 // completed; a view older than the store's last commit costs a replay,
 // never a loss).
 func (a *actor) restoreMissing(now time.Time) {
+	if len(a.missing) == 0 {
+		return // the step's common case: nothing to sort
+	}
 	for _, id := range slices.Sorted(maps.Keys(a.missing)) {
-		if a.busy[id] || !a.due("restore:"+id, now) {
+		if a.busy[id] || !a.due(opKey{"restore", id}, now) {
 			continue
 		}
 		rec := a.missing[id].clone()
@@ -490,13 +489,13 @@ func (a *actor) restoreMissing(now time.Time) {
 			return func() error {
 				switch {
 				case err != nil:
-					a.failed("restore:" + id)
+					a.failed(opKey{"restore", id})
 				case o.Won:
 					a.log.Warn("restored a deleted progress record from the last state seen", "split", id,
 						"status", rec.Status, "epoch", rec.Epoch)
 					a.upsert(id, rec, o.Revision, live)
 				default:
-					a.failed("restore:" + id) // someone re-created it: the watch brings it
+					a.failed(opKey{"restore", id}) // someone re-created it: the watch brings it
 				}
 				return nil
 			}

@@ -42,7 +42,7 @@ func assigned(gen uint64, ids ...string) assignEntry {
 }
 
 func TestAssignInputMembersAndBudgets(t *testing.T) {
-	in := assignInput(leaderView{
+	in := inputOf(leaderView{
 		presence:    present("c", "a", "b", "d"),
 		caps:        map[string]int{"a": 3, "b": 0, "gone": 9},
 		maxInFlight: 5,
@@ -93,7 +93,7 @@ func TestAssignInputPoolAndOwners(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			in := assignInput(leaderView{
+			in := inputOf(leaderView{
 				splits:      map[string]*splitView{"s": c.split},
 				presence:    present("a", "b"),
 				assigns:     c.assigns,
@@ -114,7 +114,7 @@ func TestAssignInputPoolAndOwners(t *testing.T) {
 func TestAssignInputDepartedOwnerHeldBackOnlyInsideTheWindow(t *testing.T) {
 	now := time.Unix(1000, 0)
 	view := func(departed map[string]time.Time, delay time.Duration) AssignInput {
-		return assignInput(leaderView{
+		return inputOf(leaderView{
 			splits: map[string]*splitView{
 				"bounced": lv(statusRunnable, "d", 1, ""),
 				"mine":    lv(statusRunnable, "a", 1, ""),
@@ -162,7 +162,7 @@ func TestAssignInputDepartedOwnerHeldBackOnlyInsideTheWindow(t *testing.T) {
 }
 
 func TestAssignInputWeightsAndOrder(t *testing.T) {
-	in := assignInput(leaderView{
+	in := inputOf(leaderView{
 		splits: map[string]*splitView{
 			"c": lv(statusRunnable, "a", 7, ""),
 			"a": lv(statusRunnable, "a", 1, ""),
@@ -188,10 +188,10 @@ func TestAssignInputIsDeterministicWhenTwoLiveRecordsNameOneSplit(t *testing.T) 
 		},
 		maxInFlight: 4,
 	}
-	first := assignInput(v)
+	first := inputOf(v)
 	owners := map[string]int{}
 	for range 200 {
-		in := assignInput(v)
+		in := inputOf(v)
 		require.Len(t, in.Splits, 1)
 		owners[in.Splits[0].Owner]++
 	}
@@ -245,7 +245,7 @@ func TestAssignInputPoolProperty(t *testing.T) {
 				namedBy[id] = by
 			}
 		}
-		in := assignInput(leaderView{splits: splits, presence: live, assigns: assigns, departed: departed,
+		in := inputOf(leaderView{splits: splits, presence: live, assigns: assigns, departed: departed,
 			delay: delay, maxInFlight: 3, seed: 7})
 
 		got := map[string]AssignSplit{}
@@ -385,7 +385,7 @@ func TestElectionGivesUpWhenASuccessorHoldsTheGeneration(t *testing.T) {
 	assert.Equal(t, uint64(2), a.plan.Generation, "the election folds the plan it read")
 	_, ok := st.entry(Ephemeral, keyLeader)
 	assert.False(t, ok, "the won leader key is deleted again")
-	assert.False(t, a.due("elect", time.Now()), "a failed election backs off")
+	assert.False(t, a.due(opKey{op: "elect"}, time.Now()), "a failed election backs off")
 }
 
 // A publish whose update of a member's record lost its compare-and-swap
@@ -429,4 +429,10 @@ func TestPublishKeepsARecordFoldedWhileItsLosingWriteWasInFlight(t *testing.T) {
 	a.publish(time.Now())
 	settleIO(t, a)
 	assert.Zero(t, st.count("create", prefixAssign+"peer"), "the next publish must update the existing record, not try to create it")
+}
+
+// inputOf is the assignment input alone.
+func inputOf(v leaderView) AssignInput {
+	in, _ := assignInput(v)
+	return in
 }

@@ -92,7 +92,7 @@ type actor struct {
 	busy     map[string]bool           // splits with a write in flight
 	later    map[string][]func() error // work waiting for a busy split
 	stopping bool                      // the loop has exited: no new I/O
-	retry    map[string]time.Time      // failed operations, by key: not before then
+	retry    map[opKey]time.Time       // failed operations: not before then
 }
 
 func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
@@ -119,7 +119,7 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 		busy:        map[string]bool{},
 		later:       map[string][]func() error{},
 		results:     mailbox{sig: make(chan struct{}, 1)},
-		retry:       map[string]time.Time{},
+		retry:       map[opKey]time.Time{},
 		handingBack: map[string]int{},
 	}
 	a.renew = newRenewer(c.store, c.cfg, c.log, c.m, a.self, a.nonce, h.Sum64())
@@ -271,7 +271,7 @@ func (a *actor) step() error {
 		a.gauges()
 		return nil
 	}
-	if a.leaderObs == nil && a.leading == nil && a.due("elect", now) {
+	if a.leaderObs == nil && a.leading == nil && a.due(opKey{op: "elect"}, now) {
 		a.elect(now)
 	}
 	if a.leading != nil {
@@ -280,7 +280,7 @@ func (a *actor) step() error {
 		if a.dirty && now.Before(a.leading.settleUntil) {
 			a.wakeUp(a.leading.settleUntil)
 		}
-		if a.dirty && !now.Before(a.leading.settleUntil) && a.due("publish", now) {
+		if a.dirty && !now.Before(a.leading.settleUntil) && a.due(opKey{op: "publish"}, now) {
 			a.publish(now)
 		}
 	}
@@ -290,7 +290,7 @@ func (a *actor) step() error {
 	if err := a.serviceRevocations(now); err != nil {
 		return err
 	}
-	if a.due("terminal", now) {
+	if a.due(opKey{op: "terminal"}, now) {
 		a.detectTerminal()
 	}
 	a.gauges()
@@ -446,8 +446,12 @@ func (a *actor) waitPlanner() {
 // down.
 func (a *actor) retryDelay() time.Duration { return max(a.cfg.LeaseDuration/20, 50*time.Millisecond) }
 
+// opKey names an operation that backs off after a failure: a kind, and
+// the split it is on if any.
+type opKey struct{ op, split string }
+
 // failed holds the operation key back for retryDelay.
-func (a *actor) failed(key string) {
+func (a *actor) failed(key opKey) {
 	at := time.Now().Add(a.retryDelay())
 	a.retry[key] = at
 	a.wakeUp(at)
@@ -464,7 +468,7 @@ func (a *actor) wakeUp(t time.Time) {
 }
 
 // due reports whether the operation key may run at now.
-func (a *actor) due(key string, now time.Time) bool {
+func (a *actor) due(key opKey, now time.Time) bool {
 	at, ok := a.retry[key]
 	if !ok {
 		return true

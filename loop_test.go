@@ -178,13 +178,14 @@ func TestRetryBackoff(t *testing.T) {
 	assert.Equal(t, 50*time.Millisecond, newTestActor(t, nil, cfg).retryDelay(), "the floor holds for short leases")
 
 	now := time.Now()
-	assert.True(t, a.due("x", now), "an operation that never failed is due")
-	a.failed("x")
-	at := a.retry["x"]
-	assert.False(t, a.due("x", at.Add(-time.Nanosecond)), "a failed operation waits out the retry delay")
-	assert.True(t, a.due("x", at), "and is due once it has")
-	assert.NotContains(t, a.retry, "x", "being due clears the hold")
-	assert.True(t, a.due("y", now))
+	x, y := opKey{"claim", "x"}, opKey{"claim", "y"}
+	assert.True(t, a.due(x, now), "an operation that never failed is due")
+	a.failed(x)
+	at := a.retry[x]
+	assert.False(t, a.due(x, at.Add(-time.Nanosecond)), "a failed operation waits out the retry delay")
+	assert.True(t, a.due(x, at), "and is due once it has")
+	assert.NotContains(t, a.retry, x, "being due clears the hold")
+	assert.True(t, a.due(y, now), "another split's operation is not held back")
 }
 
 func TestTickInterval(t *testing.T) {

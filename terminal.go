@@ -63,7 +63,7 @@ func (a *actor) detectTerminal() {
 			if err != nil {
 				a.log.Debug("terminal check deferred: listing failed", "err", err)
 				a.terminalAt = 0
-				a.failed("terminal")
+				a.failed(opKey{op: "terminal"})
 				return nil
 			}
 			listed := make([]*progressRecord, 0, len(entries))

@@ -178,5 +178,5 @@ func TestDetectTerminalGates(t *testing.T) {
 	settleIO(t, b)
 	assert.False(t, b.terminal)
 	assert.Zero(t, b.terminalAt, "a failed check leaves no record of having checked")
-	assert.Contains(t, b.retry, "terminal")
+	assert.Contains(t, b.retry, opKey{op: "terminal"})
 }

@@ -41,15 +41,21 @@ func RunBenchmarks(b *testing.B, newHarness HarnessMaker) {
 	b.Run("CommitThroughput", func(b *testing.B) { benchCommitThroughput(b, newHarness) })
 }
 
-func benchStoreUpdate(b *testing.B, mk HarnessMaker) {
+// benchStore opens one store over a fresh harness, closed with b.
+func benchStore(b *testing.B, mk HarnessMaker) spate.Store {
 	h := mk(b)
-	defer h.Close()
-	ctx := context.Background()
-	s, err := h.NewStore(ctx)
+	b.Cleanup(func() { h.Close() })
+	s, err := h.NewStore(context.Background())
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+func benchStoreUpdate(b *testing.B, mk HarnessMaker) {
+	ctx := context.Background()
+	s := benchStore(b, mk)
 	o, err := s.Create(ctx, spate.Durable, "bench.cas", []byte("0"))
 	if err != nil || !o.Won {
 		b.Fatalf("create: %v", err)
@@ -281,29 +287,25 @@ func benchCoordinatorCommits(b *testing.B, mk HarnessMaker, n int) {
 // one: the ratio to coordinator/N=n is then what the coordinator's own
 // structure costs, not a difference in connections.
 func benchRawCommits(b *testing.B, mk HarnessMaker, n int) {
-	h := mk(b)
-	defer h.Close()
 	ctx := context.Background()
-	s, err := h.NewStore(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := benchStore(b, mk)
 	revs := make([]uint64, n)
+	keys := make([]string, n) // formatted once: the baseline's loop does only the CAS
 	for i := range n {
-		o, err := s.Create(ctx, spate.Durable, fmt.Sprintf("bench.raw.%02d", i), []byte(`{"watermark":0}`))
+		keys[i] = fmt.Sprintf("bench.raw.%02d", i)
+		o, err := s.Create(ctx, spate.Durable, keys[i], []byte(`{"watermark":0}`))
 		if err != nil || !o.Won {
 			b.Fatalf("create: won=%t err=%v", o.Won, err)
 		}
 		revs[i] = o.Revision
 	}
 	spreadCommits(b, n, b.N, func(lane int, k int64) error {
-		o, err := s.Update(ctx, spate.Durable, fmt.Sprintf("bench.raw.%02d", lane), fmt.Appendf(nil, `{"watermark":%d}`, k), revs[lane])
+		o, err := s.Update(ctx, spate.Durable, keys[lane], fmt.Appendf(nil, `{"watermark":%d}`, k), revs[lane])
 		if err != nil {
 			return err
 		}
 		if !o.Won {
-			return fmt.Errorf("update of bench.raw.%02d at revision %d lost", lane, revs[lane])
+			return fmt.Errorf("update of %s at revision %d lost", keys[lane], revs[lane])
 		}
 		revs[lane] = o.Revision
 		return nil

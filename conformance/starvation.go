@@ -70,12 +70,9 @@ func scenConcurrentCommitters(e *env) {
 			st := w.runLanes(3*ttl, backToBack)
 			w.pollFor(ttl / 2)
 			e.t.Logf("n=%d: %d commits in 3 leases (%.0f/s), %d failed", n, st.commits, float64(st.commits)/(3*ttl).Seconds(), st.failures)
-			rule := fmt.Sprintf("rule: lease renewal is never queued behind commits (%d goroutines committing back to back for 3 leases)", n)
-			assert.Zerof(e.t, len(w.lost), "%s; the worker holding %d splits reported %d Lost: %s", rule, n, len(w.lost), firstFew(w.lost))
-			assert.Zerof(e.t, st.failures,
-				"rule: concurrent commits on different splits all succeed on a healthy store; with %d goroutines %d of %d commits failed, first: %s",
-				n, st.failures, st.commits+st.failures, firstFew(st.first))
-			w.checkKept(raw, rule)
+			w.checkStarvation(raw, n, st,
+				fmt.Sprintf("rule: lease renewal is never queued behind commits (%d goroutines committing back to back for 3 leases)", n),
+				fmt.Sprintf("rule: concurrent commits on different splits all succeed on a healthy store (%d goroutines)", n))
 		}()
 	}
 }
@@ -95,12 +92,9 @@ func scenSlowStoreLanes(e *env) {
 	st := w.runLanes(3*ttl, jittered(ttl/20, ttl/10))
 	w.pollFor(ttl / 2)
 	e.t.Logf("%d commits in 3 leases, %d failed", st.commits, st.failures)
-	rule := "rule: lease renewal is never queued behind commits on a slow store (every op lease/100, 16 lanes committing every lease/20..lease/10)"
-	assert.Zerof(e.t, len(w.lost), "%s; the worker holding %d splits reported %d Lost: %s", rule, lanes, len(w.lost), firstFew(w.lost))
-	assert.Zerof(e.t, st.failures,
-		"rule: commits on a slow but healthy store succeed (at most one in flight per split, none queued behind the others); %d of %d failed, first: %s",
-		st.failures, st.commits+st.failures, firstFew(st.first))
-	w.checkKept(raw, rule)
+	w.checkStarvation(raw, lanes, st,
+		"rule: lease renewal is never queued behind commits on a slow store (every op lease/100, 16 lanes committing every lease/20..lease/10)",
+		"rule: commits on a slow but healthy store succeed (at most one in flight per split, none queued behind the others)")
 }
 
 // scenSlowListings: every listing of the worker takes half a lease, within
@@ -123,12 +117,9 @@ func scenSlowListings(e *env) {
 	w.pollFor(ttl / 2)
 	e.t.Logf("%d commits in 4 leases, %d failed, %d slow listings", st.commits, st.failures, w.inj.Injected())
 	require.GreaterOrEqualf(e.t, w.inj.Injected(), 2, "the worker never listed (reconcile interval %v): the scenario tested nothing", cfg.ReconcileInterval)
-	rule := "rule: a listing never delays lease renewal (every List takes lease/2, within its deadline)"
-	assert.Zerof(e.t, len(w.lost), "%s; the worker holding %d splits reported %d Lost: %s", rule, splits, len(w.lost), firstFew(w.lost))
-	assert.Zerof(e.t, st.failures,
-		"rule: a commit never waits behind a listing; %d of %d commits failed, first: %s",
-		st.failures, st.commits+st.failures, firstFew(st.first))
-	w.checkKept(raw, rule)
+	w.checkStarvation(raw, splits, st,
+		"rule: a listing never delays lease renewal (every List takes lease/2, within its deadline)",
+		"rule: a commit never waits behind a listing")
 }
 
 // backToBack paces every lane with no pause between commits.
@@ -326,6 +317,18 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// checkStarvation is every starvation scenario's verdict on a worker that
+// held n splits under load: no Lost (keepRule), no failed commit
+// (commitRule), and the store still shows every split owned and leased by
+// it at the epoch it gained it, with no attempt charged (keepRule).
+func (w *soloWorker) checkStarvation(raw spate.Store, n int, st *laneStats, keepRule, commitRule string) {
+	e := w.e
+	assert.Zerof(e.t, len(w.lost), "%s; the worker holding %d splits reported %d Lost: %s", keepRule, n, len(w.lost), firstFew(w.lost))
+	assert.Zerof(e.t, st.failures, "%s; %d of %d commits failed, first: %s",
+		commitRule, st.failures, st.commits+st.failures, firstFew(st.first))
+	w.checkKept(raw, keepRule)
 }
 
 // checkKept checks in the store, through raw, that the worker still owns

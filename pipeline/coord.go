@@ -660,24 +660,3 @@ func (d *CoordinationDriver[C]) Release(ctx context.Context) error {
 	slices.SortFunc(ids, spate.SplitID.Compare)
 	return d.coord.Release(ctx, ids...)
 }
-
-// ReleaseWhere hands back the held splits for which keep returns false,
-// ending their tenancies here: their later watermarks are skipped and
-// their lanes are closed through [SplitSource.CloseSplit]. It is the
-// graceful stop's hand-back; a peer resumes them from their last commit.
-func (d *CoordinationDriver[C]) ReleaseWhere(ctx context.Context, src SplitSource, keep func(spate.SplitID) bool) error {
-	var ids []spate.SplitID
-	for _, t := range d.sortedHeld() {
-		if keep(t.spec.ID) {
-			continue
-		}
-		ids = append(ids, t.spec.ID)
-		t.fenced = true
-		d.retire(src, t, true)
-	}
-	d.lost, d.retired = nil, nil // the runtime is draining: no lane events follow
-	if len(ids) == 0 {
-		return nil
-	}
-	return d.coord.Release(ctx, ids...)
-}
