@@ -358,10 +358,12 @@ func (a *actor) claimDone(in claimIn, out claimOut, since uint64) error {
 	v := a.splits[id]
 	next := out.rec.Epoch
 	a.m.acquisitions.WithLabelValues(out.kind.acquisitionReason()).Inc()
-	a.owned[id] = &tenancy{epoch: next}
+	t := &tenancy{epoch: next}
+	a.owned[id] = t
 	a.renew.hold(id, next, out.leaseRev, out.sent)
 	delete(a.selfFenced, id)
 	a.upsert(id, out.rec, out.rev, live)
+	a.openCell(id, t)
 	if out.leaseRev > v.leaseRev {
 		lv := out.lease
 		v.lease, v.leaseRev, v.leaseAt = &lv, out.leaseRev, a.clock

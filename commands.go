@@ -66,15 +66,7 @@ func (a *actor) startCommit(cmd *command, confirmed bool, try int) error {
 	}
 	v := a.splits[id]
 	check := !confirmed && checkMonotone(id, v.prog.Watermark, p.Watermark) != nil
-	rec := v.prog.clone()
-	if advances(v.prog.Watermark, p.Watermark) {
-		rec.AdvancedEpoch = t.epoch
-	}
-	wm := p.Watermark
-	rec.Watermark, rec.State, rec.Completed = &wm, p.State, p.Completed
-	if p.Completed {
-		rec.Status = statusCompleted
-	}
+	rec := nextProgress(v.prog, t, p)
 	baseRev := v.progRev
 	since := a.mark()
 	a.splitIO(id, func(ctx context.Context) func() error {
@@ -85,6 +77,20 @@ func (a *actor) startCommit(cmd *command, confirmed bool, try int) error {
 		}
 	})
 	return nil
+}
+
+// nextProgress is the record a commit of p writes over prev.
+func nextProgress(prev *progressRecord, t *tenancy, p SplitProgress) *progressRecord {
+	rec := prev.clone()
+	if advances(prev.Watermark, p.Watermark) {
+		rec.AdvancedEpoch = t.epoch
+	}
+	wm := p.Watermark
+	rec.Watermark, rec.State, rec.Completed = &wm, p.State, p.Completed
+	if p.Completed {
+		rec.Status = statusCompleted
+	}
+	return rec
 }
 
 func (a *actor) commitIO(ctx context.Context, v *splitView, id string, rec *progressRecord, baseRev uint64, check bool) (out commitOut) {
@@ -236,6 +242,7 @@ func (a *actor) committed(id string, t *tenancy, rec *progressRecord, rev uint64
 // it returns the lease's last revision.
 func (a *actor) leave(id string) uint64 {
 	delete(a.owned, id)
+	a.closeCell(id)
 	return a.renew.release(id)
 }
 

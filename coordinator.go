@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,6 +69,11 @@ type StoreCoordinator struct {
 	act  *actor
 
 	relMu sync.Mutex // serialises direct releases after the actor exited
+
+	// The fenced commit on the caller's goroutine (fence.go).
+	cells   sync.Map     // split id → *fenceCell, for the splits held
+	fastMu  sync.RWMutex // held shared by commits in flight; the exiting actor waits for them
+	fastOff atomic.Bool  // the actor exited: every commit takes the loop's path
 
 	mu      sync.Mutex
 	waker   Waker
@@ -247,23 +253,25 @@ func (c *StoreCoordinator) do(ctx context.Context, cmd *command) error {
 	cmd.reply = make(chan error, 1)
 	timer := time.NewTimer(3 * c.cfg.OpTimeout)
 	defer timer.Stop()
-	slow := func() error {
-		return Retryablef("coordinator: no answer within %v: the store may be slow or unreachable", 3*c.cfg.OpTimeout)
-	}
 	select {
 	case c.cmds <- cmd:
 	case <-timer.C:
-		return slow()
+		return c.slowErr()
 	case <-ctx.Done():
 		return Retryablef("coordinator: %w", ctx.Err())
 	case <-c.done:
 		return c.deadErr()
 	}
+	return c.await(ctx, cmd, timer)
+}
+
+// await waits for the answer to a command the actor has taken.
+func (c *StoreCoordinator) await(ctx context.Context, cmd *command, timer *time.Timer) error {
 	select {
 	case err := <-cmd.reply:
 		return err
 	case <-timer.C:
-		return slow()
+		return c.slowErr()
 	case <-ctx.Done():
 		return Retryablef("coordinator: %w (the command may still complete)", ctx.Err())
 	case <-c.done:
@@ -274,6 +282,10 @@ func (c *StoreCoordinator) do(ctx context.Context, cmd *command) error {
 			return c.deadErr()
 		}
 	}
+}
+
+func (c *StoreCoordinator) slowErr() error {
+	return Retryablef("coordinator: no answer within %v: the store may be slow or unreachable", 3*c.cfg.OpTimeout)
 }
 
 func (c *StoreCoordinator) deadErr() error {
@@ -290,11 +302,17 @@ func (c *StoreCoordinator) deadErr() error {
 
 // Commit implements [SplitCoordinator].
 func (c *StoreCoordinator) Commit(ctx context.Context, split SplitID, p SplitProgress) error {
+	if done, err := c.commitHere(ctx, split, 0, p); done {
+		return err
+	}
 	return c.do(ctx, &command{kind: cmdCommit, split: split, progress: p})
 }
 
 // CommitAt implements [EpochCommitter].
 func (c *StoreCoordinator) CommitAt(ctx context.Context, split SplitID, epoch LeaseEpoch, p SplitProgress) error {
+	if done, err := c.commitHere(ctx, split, epoch, p); done {
+		return err
+	}
 	return c.do(ctx, &command{kind: cmdCommit, split: split, epoch: epoch, progress: p})
 }
 

@@ -369,8 +369,10 @@ func holdSplit(t testing.TB, a *actor, st *fakeStore, id string, epoch uint64, r
 	v := a.view(id)
 	v.spec = &specRecord{Schema: SchemaVersion, ID: id, FP: testFPHash, Weight: 1, Descriptor: []byte{}}
 	v.lease, v.leaseRev, v.leaseAt = &lv, leaseRev, a.clock
-	a.owned[id] = &tenancy{epoch: epoch}
+	t2 := &tenancy{epoch: epoch}
+	a.owned[id] = t2
 	a.renew.hold(id, epoch, leaseRev, time.Now())
+	a.openCell(id, t2)
 }
 
 func storedProgress(t testing.TB, st *fakeStore, id string) (*progressRecord, uint64) {

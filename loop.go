@@ -89,7 +89,8 @@ type actor struct {
 	renew    *renewer
 	results  mailbox
 	io       sync.WaitGroup
-	busy     map[string]bool           // splits with a write in flight
+	busy     map[string]bool           // splits with a write of the loop's in flight
+	cells    map[string]*fenceCell     // held splits' commit fences (fence.go)
 	later    map[string][]func() error // work waiting for a busy split
 	stopping bool                      // the loop has exited: no new I/O
 	retry    map[opKey]time.Time       // failed operations: not before then
@@ -117,6 +118,7 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 		planDone:    make(chan planResult, 1),
 		watches:     [2]*watchState{{ks: Ephemeral}, {ks: Durable}},
 		busy:        map[string]bool{},
+		cells:       map[string]*fenceCell{},
 		later:       map[string][]func() error{},
 		results:     mailbox{sig: make(chan struct{}, 1)},
 		retry:       map[opKey]time.Time{},
@@ -156,6 +158,7 @@ func (a *actor) run(ctx context.Context) {
 		}
 		stopRenew()
 		<-renewDone
+		a.closeCells()
 		a.stopIO()
 		a.waitPlanner()
 		a.m.leader.Set(0)
@@ -384,9 +387,11 @@ func (a *actor) splitIO(id string, io func(ctx context.Context) func() error) {
 			delete(a.busy, id)
 			if k != nil {
 				if err := k(); err != nil {
+					a.unreserve(id)
 					return err
 				}
 			}
+			a.unreserve(id)
 			return a.next(id)
 		}
 	})
@@ -395,21 +400,35 @@ func (a *actor) splitIO(id string, io func(ctx context.Context) func() error) {
 // onSplit runs start now if no write on split id is in flight, or once
 // the one in flight has finished. Per-split writes stay ordered, and each
 // fences on the revision its predecessor left.
+// A held split's fence cell is reserved for the loop meanwhile, so that
+// no commit on the caller's goroutine (fence.go) runs beside it.
 func (a *actor) onSplit(id string, start func() error) error {
-	if a.busy[id] {
+	if a.busy[id] || !a.reserve(id) {
 		a.later[id] = append(a.later[id], start)
 		return nil
 	}
-	return start()
+	err := start()
+	if !a.busy[id] {
+		a.unreserve(id)
+	}
+	return err
 }
 
+// next runs the work queued on split id once nothing is in flight on it.
 func (a *actor) next(id string) error {
 	for !a.busy[id] && len(a.later[id]) > 0 {
+		if !a.reserve(id) {
+			return nil // a commit is in flight: its report calls next
+		}
 		f := a.later[id][0]
 		if a.later[id] = a.later[id][1:]; len(a.later[id]) == 0 {
 			delete(a.later, id)
 		}
-		if err := f(); err != nil {
+		err := f()
+		if !a.busy[id] {
+			a.unreserve(id)
+		}
+		if err != nil {
 			return err
 		}
 	}

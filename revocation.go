@@ -56,7 +56,7 @@ func (a *actor) serviceRevocations(now time.Time) error {
 			a.settle(id, "forced")
 			continue
 		}
-		if a.busy[id] || !revocationDue(r, a.cfg.DrainDeadline, now) {
+		if a.busy[id] || a.committing(id) || !revocationDue(r, a.cfg.DrainDeadline, now) {
 			continue
 		}
 		if r.cancelled {

@@ -297,8 +297,8 @@ func (a *actor) durablePut(key string, value []byte, rev uint64, src source) err
 	case strings.HasPrefix(key, prefixSplit):
 		id := key[len(prefixSplit):]
 		if v := a.splits[id]; v != nil {
-			if rev == v.progRev {
-				return nil // an echo of what the view holds: skip the decode
+			if rev == v.progRev || rev < v.progRev && !src.read {
+				return nil // an echo of what the view holds, or a stale one: skip the decode
 			}
 			if p := v.pending.Load(); p != nil && bytes.Equal(p.value, value) {
 				a.upsert(id, p.rec, rev, src) // the echo of our commit in flight
@@ -384,7 +384,7 @@ func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
 		a.log.Warn("the store went back in time: a split record's revision is below one seen before; adopting the store's state",
 			"split", id, "seen", v.progRev, "now", rev)
 	}
-	prev := v.prog
+	prev, back := v.prog, rev < v.progRev
 	a.durableSeq++
 	delete(a.missing, id)
 	if prev == nil {
@@ -398,6 +398,7 @@ func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
 	}
 	a.count(r.Status, +1)
 	v.prog, v.progRev, v.progAt = r, rev, a.clock
+	a.cellSaw(id, r, rev, back)
 	if t, held := a.owned[id]; held && r.Epoch > t.epoch {
 		a.dropLost(id, "fenced", fmt.Sprintf("a claimant fenced it at epoch %d", r.Epoch))
 	}
