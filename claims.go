@@ -258,22 +258,10 @@ func (a *actor) claimIO(ctx context.Context, in claimIn) (out claimOut) {
 		out.reads = append(out.reads, readRecord{r, e.Revision})
 		return r, e.Revision, true
 	}
-	if in.kind == claimExpired {
-		// A cooperative release is two writes on two watch streams; a fast
-		// claimant can see the lease vanish before the owner-clear arrives.
-		// Read the record: a fresh null owner means the split was released.
-		r, rev, ok := read()
-		if !ok {
-			return out
-		}
-		if r.owner() == "" && rev >= in.progRev {
-			out.kind = claimReleased
-		}
-		if r.Status != statusRunnable {
-			return out
-		}
-		base, baseRev = r, rev
-	}
+	// A takeover fences on the record the view holds, without reading it
+	// first: if anything moved it (a release whose owner-clear the view has
+	// not seen yet, a zombie's late commit), the compare-and-swap loses and
+	// the re-read below decides.
 	next := base.Epoch + 1
 	out.lease = leaseVal{Schema: SchemaVersion, Owner: a.self, Nonce: a.nonce, Epoch: next}
 	out.sent = time.Now()
@@ -331,8 +319,14 @@ func (a *actor) claimIO(ctx context.Context, in claimIn) (out claimOut) {
 		if !ok || r.Status != statusRunnable || r.Epoch >= next {
 			break // another claimant won between our lease write and the CAS
 		}
-		// A zombie's late commit moved the revision (legal: it was still the
-		// owner). Retry on top of it.
+		if out.kind == claimExpired && r.owner() == "" {
+			// A cooperative release is two writes on two watch streams; a
+			// fast claimant can see the lease vanish before the owner-clear
+			// arrives. The split was released, not abandoned.
+			out.kind = claimReleased
+		}
+		// A zombie's late commit or the owner-clear of a release moved the
+		// revision (legal: it was still the owner). Retry on top of it.
 		base, baseRev = r, rev
 	}
 	deleteOwnLease(ctx, a.st, in.id, out.leaseRev, a.self, a.nonce, next)

@@ -1,8 +1,12 @@
 package spate
 
 import (
+	"context"
 	"fmt"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestClaimKindsAndOrder(t *testing.T) {
@@ -23,9 +27,7 @@ func TestClaimKindsAndOrder(t *testing.T) {
 		got = append(got, fmt.Sprintf("%s:%s:%t", c.id, c.kind, c.quarantine))
 	}
 	want := "[a-create:create:false w-create:create:false leftover:released:false x-released:released:false y-reclaim:reclaim:false z-expired:expired:false]"
-	if fmt.Sprint(got) != want {
-		t.Fatalf("candidates:\n got %v\nwant %s", got, want)
-	}
+	assert.Equal(t, want, fmt.Sprint(got))
 }
 
 func TestClaimAttemptsGateFlipsToQuarantineAtTheCap(t *testing.T) {
@@ -35,21 +37,17 @@ func TestClaimAttemptsGateFlipsToQuarantineAtTheCap(t *testing.T) {
 			{id: "reclaim", status: statusRunnable, owner: "me", epoch: 1, attempts: attempts, leaseOwner: "me", hasSpec: true},
 		} {
 			c := claimCandidates([]claimInput{in}, "me", 4)
-			if len(c) != 1 {
-				t.Fatalf("%s attempts=%d: %v", in.id, attempts, c)
-			}
-			if want := attempts+1 >= 4; c[0].quarantine != want {
-				t.Errorf("%s attempts=%d: quarantine=%t, want %t", in.id, attempts, c[0].quarantine, want)
-			}
+			require.Len(t, c, 1, "%s attempts=%d", in.id, attempts)
+			assert.Equal(t, attempts+1 >= 4, c[0].quarantine, "%s attempts=%d", in.id, attempts)
 		}
 		// Graceful kinds never quarantine, however many attempts were spent.
 		for _, in := range []claimInput{
 			{id: "create", status: statusRunnable, attempts: attempts, hasSpec: true},
 			{id: "released", status: statusRunnable, epoch: 2, attempts: attempts, hasSpec: true},
 		} {
-			if c := claimCandidates([]claimInput{in}, "me", 4); len(c) != 1 || c[0].quarantine {
-				t.Errorf("%s attempts=%d: %v", in.id, attempts, c)
-			}
+			c := claimCandidates([]claimInput{in}, "me", 4)
+			require.Len(t, c, 1, "%s attempts=%d", in.id, attempts)
+			assert.False(t, c[0].quarantine, "%s attempts=%d", in.id, attempts)
 		}
 	}
 }
@@ -60,27 +58,89 @@ func TestSpeclessSplitsAreQuarantinableButNotClaimable(t *testing.T) {
 		{id: "poison-without-spec", status: statusRunnable, owner: "dead", epoch: 1, attempts: 3},
 	}
 	got := claimCandidates(in, "me", 4)
-	if len(got) != 1 || got[0].id != "poison-without-spec" || !got[0].quarantine {
-		t.Fatalf("got %v", got)
-	}
+	require.Len(t, got, 1)
+	assert.Equal(t, "poison-without-spec", got[0].id)
+	assert.True(t, got[0].quarantine)
 }
 
 func TestClaimOrderIgnoresWeight(t *testing.T) {
 	// The scan has no weight input at all: order is kind, then id.
 	in := []claimInput{{id: "b", status: statusRunnable, hasSpec: true}, {id: "a", status: statusRunnable, hasSpec: true}}
-	if got := claimCandidates(in, "me", 4); got[0].id != "a" {
-		t.Fatalf("got %v", got)
-	}
+	got := claimCandidates(in, "me", 4)
+	require.NotEmpty(t, got)
+	assert.Equal(t, "a", got[0].id)
 }
 
 func TestSelfFencedReclaimConsumesNoAttempt(t *testing.T) {
 	in := claimInput{id: "s", status: statusRunnable, owner: "me", epoch: 3, attempts: 3, hasSpec: true}
-	if c := claimCandidates([]claimInput{in}, "me", 4); len(c) != 1 || !c[0].quarantine {
-		t.Fatalf("a crashed predecessor's split at the cap is quarantined: %v", c)
-	}
-	in.selfFenced = true
 	c := claimCandidates([]claimInput{in}, "me", 4)
-	if len(c) != 1 || c[0].quarantine || c[0].kind != claimReleased {
-		t.Fatalf("a split this process self-fenced is re-claimed attempt-free: %v", c)
+	require.Len(t, c, 1)
+	assert.True(t, c[0].quarantine, "a crashed predecessor's split at the cap is quarantined")
+	in.selfFenced = true
+	c = claimCandidates([]claimInput{in}, "me", 4)
+	require.Len(t, c, 1)
+	assert.False(t, c[0].quarantine, "a split this process self-fenced is re-claimed attempt-free")
+	assert.Equal(t, claimReleased, c[0].kind)
+}
+
+// ----- store calls per split lifecycle ------------------------------------------------
+
+// The round trips a split's lifecycle costs, counted at the store: a
+// claim is the lease write and the fencing compare-and-swap, a takeover
+// no more (it fences on the viewed record and reads only if that loses),
+// a commit one write, a release the owner-clear and the lease delete.
+func TestStoreCallsPerLifecycle(t *testing.T) {
+	st := newFakeStore()
+	a := newTestActor(t, st, testConfig())
+	calls := func() int {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return len(st.calls)
 	}
+	seed := func(id string, r *progressRecord) {
+		rev := st.put(Durable, prefixSplit+id, encode(r))
+		a.upsert(id, r, rev, live)
+		a.view(id).spec = &specRecord{Schema: SchemaVersion, ID: id, FP: testFPHash, Weight: 1, Descriptor: []byte{}}
+	}
+	cost := func(what string, f func()) int {
+		n := calls()
+		f()
+		settleIO(t, a)
+		return calls() - n
+	}
+
+	// Releasing the last held split is a departure; hold another one.
+	holdSplit(t, a, st, "keep", 1, nil)
+	seed("fresh", rec("fresh", 0, ""))
+	assert.Equal(t, 2, cost("claim", func() { a.claim(claimCandidate{id: "fresh", kind: claimCreate}) }), "claim")
+	require.Contains(t, a.owned, "fresh")
+
+	assert.Equal(t, 1, cost("commit", func() {
+		require.NoError(t, a.c.Commit(context.Background(), MustSplitID("fresh"), NewSplitProgress(5, nil)))
+	}), "commit")
+
+	assert.Equal(t, 2, cost("release", func() {
+		cmd := &command{kind: cmdRelease, splits: []SplitID{MustSplitID("fresh")}, reply: make(chan error, 1)}
+		require.NoError(t, a.handle(cmd))
+		settleIO(t, a)
+		require.NoError(t, <-cmd.reply)
+	}), "release: the owner-clear and the lease delete")
+	require.NotContains(t, a.owned, "fresh")
+
+	// A peer died holding "dead": its owner is set and its lease is gone.
+	seed("dead", rec("dead", 3, "peer"))
+	assert.Equal(t, 2, cost("takeover", func() { a.claim(claimCandidate{id: "dead", kind: claimExpired}) }), "takeover")
+	require.Contains(t, a.owned, "dead")
+	r, _ := storedProgress(t, st, "dead")
+	assert.Equal(t, uint32(1), r.Attempts, "the takeover of a dead owner's split without progress is charged")
+
+	// "gone" was released, but the view has not seen the owner-clear yet:
+	// the takeover loses its compare-and-swap, reads, and is not charged.
+	seed("gone", rec("gone", 3, "peer"))
+	st.put(Durable, prefixSplit+"gone", encode(rec("gone", 3, "")))
+	assert.Equal(t, 4, cost("late release", func() { a.claim(claimCandidate{id: "gone", kind: claimExpired}) }),
+		"lease write, lost compare-and-swap, the read, the compare-and-swap on top")
+	require.Contains(t, a.owned, "gone")
+	r, _ = storedProgress(t, st, "gone")
+	assert.Equal(t, uint32(0), r.Attempts, "a split whose release the view had not seen is not charged")
 }
