@@ -339,6 +339,11 @@ func (a *actor) claimDone(in claimIn, out claimOut, since uint64) error {
 		a.upsert(in.id, r.rec, r.rev, readSince(since))
 	}
 	if out.err != nil {
+		if isDamage(out.err) {
+			a.damage(in.id, prefixSplit+in.id, 0, out.err)
+			a.failed(opKey{"claim", in.id})
+			return nil
+		}
 		return out.err
 	}
 	if !out.won {

@@ -179,6 +179,10 @@ func (a *actor) commitDone(cmd *command, t *tenancy, out commitOut, since uint64
 		return err
 	}
 	if out.err != nil {
+		if isDamage(out.err) {
+			a.damage(id, prefixSplit+id, 0, out.err)
+			return reply(Fencedf("split %s: its progress record became unreadable (%v); nothing was written", id, out.err))
+		}
 		if KindOf(out.err) == KindFatal {
 			return fatal(out.err)
 		}

@@ -41,6 +41,11 @@ var (
 	// ErrInvalidKey is returned (with ErrFatal) for a key or prefix outside
 	// the store key syntax; nothing was written.
 	ErrInvalidKey = errors.New("spate: invalid key")
+	// ErrUnreadableRecord is returned (with ErrFatal) for a record of the
+	// job that cannot be read: corrupt bytes, an unknown schema, an id
+	// that does not match its key, or another job's fingerprint. A
+	// coordinator takes only the split it belongs to out of play.
+	ErrUnreadableRecord = errors.New("spate: unreadable record")
 )
 
 // ErrorKind says how a caller must react to an error.

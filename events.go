@@ -72,6 +72,10 @@ type AllComplete struct{}
 type Stalled struct {
 	Completed   uint64
 	Quarantined uint64
+	// Damaged names the splits out of play because one of their records
+	// cannot be read (see [ErrUnreadableRecord]); the coordinator's log
+	// names each key, its cause and the fix.
+	Damaged []string
 }
 
 func (Gained) isEvent()          {}
@@ -95,5 +99,8 @@ func (e Quarantined) String() string {
 }
 func (AllComplete) String() string { return "AllComplete" }
 func (e Stalled) String() string {
+	if len(e.Damaged) > 0 {
+		return fmt.Sprintf("Stalled(completed=%d quarantined=%d damaged=%v)", e.Completed, e.Quarantined, e.Damaged)
+	}
 	return fmt.Sprintf("Stalled(completed=%d quarantined=%d)", e.Completed, e.Quarantined)
 }

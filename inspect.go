@@ -47,6 +47,9 @@ const (
 	StatusRunnable    SplitStatus = statusRunnable
 	StatusCompleted   SplitStatus = statusCompleted
 	StatusQuarantined SplitStatus = statusQuarant
+	// StatusDamaged: the progress record cannot be read; the split is out
+	// of play until it is fixed (see [SplitState.Damage]).
+	StatusDamaged SplitStatus = "damaged"
 )
 
 // SplitState is one split's durable record, spec and live lease.
@@ -64,6 +67,12 @@ type SplitState struct {
 	LeaseOwner string
 	// Revision is the progress record's store revision.
 	Revision uint64
+	// Damage, when set, says which of the split's records cannot be read
+	// and why (it matches [ErrUnreadableRecord]); DamageFix says what an
+	// operator can do. A damaged split is out of play: no worker runs it
+	// and it blocks completion.
+	Damage    error
+	DamageFix string
 }
 
 // ErrNoJob is the error [InspectJob] matches when the store
@@ -72,8 +81,10 @@ type SplitState struct {
 var ErrNoJob = errors.New("no job here")
 
 // InspectJob reads a job's state from store. fingerprint, when non-empty,
-// must match the job's; records are parsed as strictly as the coordinator
-// parses them, so an alien record is a Fatal error naming its key.
+// must match the job's. Split records are parsed as strictly as the
+// coordinator parses them; one that cannot be read (corrupt, or another
+// job's) is shown on its split (Damage, DamageFix) rather than refusing
+// the job. An unreadable plan record is a Fatal error naming its key.
 func InspectJob(ctx context.Context, store Store, fingerprint string) (*JobState, error) {
 	pe, ok, err := store.Get(ctx, Durable, keyPlan)
 	if err != nil {
@@ -126,19 +137,30 @@ func InspectJob(ctx context.Context, store Store, fingerprint string) (*JobState
 		case strings.HasPrefix(e.Key, prefixSplit):
 			id := e.Key[len(prefixSplit):]
 			r, err := decodeProgress(e.Key, id, e.Value, fp)
-			if err != nil {
-				return nil, err
-			}
 			s := get(id)
-			s.Status, s.Owner, s.Epoch, s.Attempts, s.Progress, s.Revision =
-				SplitStatus(r.Status), r.owner(), LeaseEpoch(r.Epoch), r.Attempts, r.progress(), e.Revision
+			s.Revision = e.Revision
+			if err != nil {
+				if !isDamage(err) {
+					return nil, err
+				}
+				s.Status, s.Damage, s.DamageFix = StatusDamaged, err, damageFix(e.Key)
+				continue
+			}
+			s.Status, s.Owner, s.Epoch, s.Attempts, s.Progress =
+				SplitStatus(r.Status), r.owner(), LeaseEpoch(r.Epoch), r.Attempts, r.progress()
 		case strings.HasPrefix(e.Key, prefixSpec):
 			id := e.Key[len(prefixSpec):]
 			r, err := decodeSpec(e.Key, id, e.Value, fp)
-			if err != nil {
-				return nil, err
-			}
 			s := get(id)
+			if err != nil {
+				if !isDamage(err) {
+					return nil, err
+				}
+				if s.Damage == nil {
+					s.Damage, s.DamageFix = err, damageFix(e.Key)
+				}
+				continue
+			}
 			s.Weight, s.HasSpec = r.Weight, true
 		case strings.HasPrefix(e.Key, prefixAssign):
 			if a, err := decodeAssignment(e.Key, e.Value); err == nil {
@@ -168,7 +190,10 @@ func InspectJob(ctx context.Context, store Store, fingerprint string) (*JobState
 	}
 	for _, s := range splits {
 		if s.Status == "" {
-			continue // a spec without its progress record: seeding in flight
+			if s.Damage == nil {
+				continue // a spec without its progress record: seeding in flight
+			}
+			s.Status = StatusDamaged
 		}
 		js.Splits = append(js.Splits, *s)
 	}
@@ -225,6 +250,9 @@ func (s SplitState) String() string {
 	wm := "-"
 	if s.Progress != nil {
 		wm = fmt.Sprint(s.Progress.Watermark)
+	}
+	if s.Damage != nil {
+		return fmt.Sprintf("%s %s: %v (fix: %s)", s.ID, StatusDamaged, s.Damage, s.DamageFix)
 	}
 	return fmt.Sprintf("%s %s owner=%q epoch=%d attempts=%d watermark=%s lease=%q", s.ID, s.Status, s.Owner, s.Epoch, s.Attempts, wm, s.LeaseOwner)
 }

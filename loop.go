@@ -61,6 +61,7 @@ type actor struct {
 	departed       map[string]time.Time
 	pinnedSince    map[string]time.Time       // the leader's moves in flight, since when
 	missing        map[string]*progressRecord // progress records deleted externally, as last seen
+	damaged        map[string]*damagedRecord  // unreadable records by key (damage.go)
 	leading        *leadership
 	electing       bool
 	publishing     bool
@@ -115,6 +116,7 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 		departed:    map[string]time.Time{},
 		pinnedSince: map[string]time.Time{},
 		missing:     map[string]*progressRecord{},
+		damaged:     map[string]*damagedRecord{},
 		planDone:    make(chan planResult, 1),
 		watches:     [2]*watchState{{ks: Ephemeral}, {ks: Durable}},
 		busy:        map[string]bool{},

@@ -10,6 +10,7 @@ type coordMetrics struct {
 	splitsOwned       prometheus.Gauge
 	splitsCompleted   prometheus.Gauge
 	splitsQuarantined prometheus.Gauge
+	damaged           prometheus.Gauge
 	liveWorkers       prometheus.Gauge
 	leader            prometheus.Gauge
 	idle              prometheus.Gauge
@@ -65,6 +66,7 @@ func newCoordMetrics(reg prometheus.Registerer, labels prometheus.Labels) (*coor
 		splitsOwned:       g("splits_owned", "Splits this worker holds (its working set)."),
 		splitsCompleted:   g("splits_completed", "Completed splits observed fleet-wide."),
 		splitsQuarantined: g("splits_quarantined", "Quarantined splits observed fleet-wide; alert on > 0."),
+		damaged:           g("records_damaged", "Records of the job this worker cannot read (each takes its split out of play); alert on > 0."),
 		liveWorkers:       g("live_workers", "Workers present, this one included."),
 		leader:            g("leader", "1 while this worker holds planner leadership."),
 		idle:              g("idle", "1 while this worker owns no split."),
@@ -87,7 +89,7 @@ func newCoordMetrics(reg prometheus.Registerer, labels prometheus.Labels) (*coor
 		assignLatency: h("assignment_latency_seconds", "A split first named in this worker's assignment to its lease held."),
 	}
 	if reg != nil {
-		for _, col := range []prometheus.Collector{m.splitsOwned, m.splitsCompleted, m.splitsQuarantined, m.liveWorkers,
+		for _, col := range []prometheus.Collector{m.splitsOwned, m.splitsCompleted, m.splitsQuarantined, m.damaged, m.liveWorkers,
 			m.leader, m.idle, m.splitsDraining, m.acquisitions, m.losses, m.releases, m.revocations, m.planned,
 			m.replans, m.failures, m.quarantines, m.writes, m.writeDur, m.replanDur, m.reconcileDur, m.storeOpDur,
 			m.drainDur, m.assignLatency} {

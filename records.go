@@ -124,7 +124,7 @@ func decodeStrict(data []byte, v any, schema *int) error {
 // recordError is the Fatal error for an unreadable or alien record. It names
 // the key so an operator can find it.
 func recordError(ks Keyspace, key string, err error) error {
-	return Fatalf("%s record %q is unreadable or belongs to another job (two incompatible jobs may share a namespace): %v", ks, key, err)
+	return Fatalf("%s record %q is unreadable or belongs to another job (two incompatible jobs may share a namespace): %v: %w", ks, key, err, ErrUnreadableRecord)
 }
 
 func decodePlan(key string, data []byte, fingerprint string) (*planRecord, error) {
@@ -161,7 +161,7 @@ func checkIdentity(key, keyID, recID string, fp, recFP uint64) error {
 		return recordError(Durable, key, fmt.Errorf("id %q does not match the key (the namespace is corrupt)", recID))
 	}
 	if recFP != fp {
-		return Fatalf("record %q has fingerprint hash %d, this job's is %d: two jobs share a namespace", key, recFP, fp)
+		return Fatalf("record %q has fingerprint hash %d, this job's is %d: two jobs share a namespace: %w", key, recFP, fp, ErrUnreadableRecord)
 	}
 	return nil
 }

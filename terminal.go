@@ -13,13 +13,15 @@ const (
 
 // judgeTerminal is the pure terminal rule, judged on a listing of the
 // split records (never the watch-fed view or the planned count alone: a
-// subset that happens to be complete must never report success). The plan
+// subset that happens to be complete must never report success). listed
+// is the readable records of splits in play, damaged the number of listed
+// splits out of play (a record that cannot be read, damage.go). The plan
 // must be final, the listing must hold at least the planned count and
 // every split the view knows of (a record the view holds but the listing
 // lacks was deleted: no verdict), and every listed split must be completed
-// (AllComplete) or completed or quarantined with at least one quarantined
-// (Stalled).
-func judgeTerminal(final bool, planned uint64, known int, listed []*progressRecord) (v verdict, completed, quarantined int) {
+// (AllComplete) or completed, quarantined or damaged with at least one
+// that is not completed (Stalled).
+func judgeTerminal(final bool, planned uint64, known int, listed []*progressRecord, damaged int) (v verdict, completed, quarantined int) {
 	for _, r := range listed {
 		switch r.Status {
 		case statusCompleted:
@@ -28,13 +30,13 @@ func judgeTerminal(final bool, planned uint64, known int, listed []*progressReco
 			quarantined++
 		}
 	}
-	n := len(listed)
+	n := len(listed) + damaged
 	switch {
 	case !final || uint64(n) < planned || n < known:
 		return verdictNone, completed, quarantined
 	case completed == n:
 		return verdictAllComplete, completed, quarantined
-	case completed+quarantined == n:
+	case completed+quarantined+damaged == n:
 		return verdictStalled, completed, quarantined
 	}
 	return verdictNone, completed, quarantined
@@ -47,7 +49,10 @@ func (a *actor) detectTerminal() {
 	if a.terminal || a.terminalBusy || a.plan == nil || a.plan.Finality != finalityFinal {
 		return
 	}
-	if uint64(a.nSplits) < a.plan.Planned || a.nCompleted+a.nQuarant != a.nSplits {
+	// Splits out of play (damage.go) count toward the planned total, and a
+	// damaged spec leaves a runnable record that nobody can claim.
+	known, stuck := a.knownSplits()
+	if uint64(known) < a.plan.Planned || a.nCompleted+a.nQuarant+stuck != a.nSplits {
 		return
 	}
 	if a.terminalAt != 0 && a.terminalAt == a.durableSeq {
@@ -67,20 +72,32 @@ func (a *actor) detectTerminal() {
 				return nil
 			}
 			listed := make([]*progressRecord, 0, len(entries))
+			var damaged []string
 			for _, e := range entries {
 				id := e.Key[len(prefixSplit):]
 				r, err := decodeProgress(e.Key, id, e.Value, a.fpHash)
 				if err != nil {
-					return err
+					if !isDamage(err) {
+						return err
+					}
+					a.damage(id, e.Key, e.Revision, err)
+					damaged = append(damaged, id)
+					continue
 				}
+				a.repair(e.Key, false)
 				a.upsert(id, r, e.Revision, readSince(since))
+				if a.splitDamaged(id) && r.Status == statusRunnable {
+					damaged = append(damaged, id) // its spec is unreadable: nobody can claim it
+					continue
+				}
 				listed = append(listed, r)
 			}
 			a.terminalAt = a.durableSeq
 			if a.terminal {
 				return nil
 			}
-			v, completed, quarantined := judgeTerminal(a.plan.Finality == finalityFinal, a.plan.Planned, a.nSplits, listed)
+			known, _ := a.knownSplits()
+			v, completed, quarantined := judgeTerminal(a.plan.Finality == finalityFinal, a.plan.Planned, known, listed, len(damaged))
 			switch v {
 			case verdictAllComplete:
 				a.terminal = true
@@ -88,12 +105,33 @@ func (a *actor) detectTerminal() {
 				a.c.emit(AllComplete{})
 			case verdictStalled:
 				a.terminal, a.stalled = true, true
-				a.log.Warn("job stalled: the remaining splits are quarantined", "completed", completed, "quarantined", quarantined)
-				a.c.emit(Stalled{Completed: uint64(completed), Quarantined: uint64(quarantined)})
+				if len(damaged) > 0 {
+					a.log.Error("job stalled: the remaining splits are quarantined or have unreadable records",
+						"completed", completed, "quarantined", quarantined, "damaged", damaged, "keys", a.damagedKeys())
+				} else {
+					a.log.Warn("job stalled: the remaining splits are quarantined", "completed", completed, "quarantined", quarantined)
+				}
+				a.c.emit(Stalled{Completed: uint64(completed), Quarantined: uint64(quarantined), Damaged: damaged})
 			}
 			return nil
 		}
 	})
+}
+
+// knownSplits is the number of splits the view knows of, counting those
+// whose progress record is unreadable, and of those whose readable record
+// is runnable but whose spec is unreadable (nobody can claim them).
+func (a *actor) knownSplits() (known, stuck int) {
+	known = a.nSplits
+	for _, id := range a.damagedSplits() {
+		switch v := a.splits[id]; {
+		case v == nil || v.prog == nil:
+			known++
+		case v.prog.Status == statusRunnable:
+			stuck++
+		}
+	}
+	return known, stuck
 }
 
 // withdrawStall lifts a latched Stalled verdict when a quarantined split

@@ -45,7 +45,7 @@ func TestJudgeTerminal(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			v, completed, quarantined := judgeTerminal(tc.final, tc.planned, tc.known, tc.listed)
+			v, completed, quarantined := judgeTerminal(tc.final, tc.planned, tc.known, tc.listed, 0)
 			assert.Equal(t, tc.want, v)
 			assert.Equal(t, tc.wantCompleted, completed)
 			assert.Equal(t, tc.wantQuarant, quarantined)
@@ -63,9 +63,10 @@ func TestJudgeTerminalProperty(t *testing.T) {
 		known := rapid.IntRange(0, 8).Draw(t, "known")
 		statuses := rapid.SliceOfN(rapid.SampledFrom([]string{statusCompleted, statusCompleted, statusQuarant, statusRunnable}), 0, 8).Draw(t, "statuses")
 		listed := listing(statuses...)
-		v, completed, quarantined := judgeTerminal(final, planned, known, listed)
+		damaged := rapid.IntRange(0, 2).Draw(t, "damaged")
+		v, completed, quarantined := judgeTerminal(final, planned, known, listed, damaged)
 
-		n := len(listed)
+		n := len(listed) + damaged
 		wantC, wantQ := 0, 0
 		for _, s := range statuses {
 			switch s {
@@ -80,7 +81,7 @@ func TestJudgeTerminalProperty(t *testing.T) {
 		gates := final && uint64(n) >= planned && n >= known
 		allCompleted := wantC == n
 		require.Equal(t, gates && allCompleted, v == verdictAllComplete, "AllComplete")
-		require.Equal(t, gates && !allCompleted && wantC+wantQ == n, v == verdictStalled, "Stalled")
+		require.Equal(t, gates && !allCompleted && wantC+wantQ+damaged == n, v == verdictStalled, "Stalled")
 		if !gates {
 			require.Equal(t, verdictNone, v)
 		}

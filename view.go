@@ -244,6 +244,11 @@ func (a *actor) applyDurable(entries []Entry, mark uint64, complete bool) error 
 		for _, e := range entries {
 			listed[e.Key] = true
 		}
+		for key, d := range a.damaged {
+			if !listed[key] && d.at < mark {
+				a.repair(key, true)
+			}
+		}
 		for id, v := range a.splits {
 			if v.prog != nil && !listed[prefixSplit+id] && v.progAt < mark {
 				a.log.Warn("a split's progress record is missing from a listing; the leader restores it from the last state seen", "split", id)
@@ -288,8 +293,13 @@ func (a *actor) durablePut(key string, value []byte, rev uint64, src source) err
 		}
 		s, err := decodeSpec(key, id, value, a.fpHash)
 		if err != nil {
+			if isDamage(err) {
+				a.damage(id, key, rev, err)
+				return nil
+			}
 			return err
 		}
+		a.repair(key, false)
 		v.spec = s
 		if v.prog != nil {
 			a.dirty = true
@@ -307,8 +317,13 @@ func (a *actor) durablePut(key string, value []byte, rev uint64, src source) err
 		}
 		r, err := decodeProgress(key, id, value, a.fpHash)
 		if err != nil {
+			if isDamage(err) {
+				a.damage(id, key, rev, err)
+				return nil
+			}
 			return err
 		}
+		a.repair(key, false)
 		a.upsert(id, r, rev, src)
 	case strings.HasPrefix(key, prefixAssign):
 		inst := key[len(prefixAssign):]
@@ -350,8 +365,14 @@ func (a *actor) durableDelete(key string) {
 	a.durableSeq++
 	switch {
 	case strings.HasPrefix(key, prefixSplit):
+		if _, ok := a.damaged[key]; ok {
+			a.repair(key, true)
+			return
+		}
 		a.log.Warn("a split's progress record was deleted externally; the leader restores it from the last state seen", "key", key)
 		a.forgetProgress(key[len(prefixSplit):])
+	case strings.HasPrefix(key, prefixSpec) && a.damaged[key] != nil:
+		a.repair(key, true)
 	case strings.HasPrefix(key, prefixAssign):
 		inst := key[len(prefixAssign):]
 		delete(a.assigns, inst)

@@ -174,7 +174,7 @@ func (a *actor) findUnseeded() {
 		return
 	}
 	for id, v := range a.splits {
-		if v.spec != nil && v.prog == nil && a.missing[id] == nil {
+		if v.spec != nil && v.prog == nil && a.missing[id] == nil && !a.splitDamaged(id) {
 			a.log.Warn("a planned split has a spec but no progress record; re-seeding it", "split", id)
 			a.missing[id] = newProgressRecord(id, a.fpHash, nil)
 		}

@@ -55,7 +55,7 @@ var CoordinatorRules = []string{
 	"FinalPlanIsNotReplanned",
 	"StartupProbeRejectsABrokenStore",
 	"FingerprintMismatchIsFatal",
-	"AlienRecordIsFatalAndNamesItsKey",
+	"DamagedRecordTakesOnlyItsSplitOutOfPlay",
 	"UnreadableAssignmentIsIgnored",
 	"UnreachableStoreExhaustsTheStartupBudget",
 	"CommitContract",
@@ -107,7 +107,7 @@ func RunCoordinator(t *testing.T, newHarness HarnessMaker, opts ...Option) {
 		"OpenPlanGrowsAndCompletesOnceFinal":            scenOpenPlanGrows,
 		"StartupProbeRejectsABrokenStore":               scenProbe,
 		"FingerprintMismatchIsFatal":                    scenFingerprint,
-		"AlienRecordIsFatalAndNamesItsKey":              scenAlienRecord,
+		"DamagedRecordTakesOnlyItsSplitOutOfPlay":       scenAlienRecord,
 		"UnreadableAssignmentIsIgnored":                 scenBadAssignment,
 		"UnreachableStoreExhaustsTheStartupBudget":      scenUnreachable,
 		"CommitContract":                                scenCommitContract,
@@ -962,18 +962,43 @@ func scenFingerprint(e *env) {
 	}
 }
 
-// scenAlienRecord: an unreadable progress record is Fatal, naming the key.
+// scenAlienRecord: an unreadable progress record (corrupt, or another
+// job's) takes only its own split out of play: its tenancy is lost, every
+// other split runs to its end, nothing stops, and the job ends Stalled
+// naming the damaged splits, the one overwritten and an intruder alike.
 func scenAlienRecord(e *env) {
 	raw := e.open()
-	f := newFleet(e, planOf("alien", 1))
-	a := f.start("a", withPerTick(0), withExpectErr())
-	f.until(10*leases(f), "a holding the split", func() bool { return len(a.held) == 1 })
+	f := newFleet(e, planOf("alien", 3))
+	a := f.start("a", withPerTick(0))
+	f.until(10*leases(f), "a holding the splits", func() bool { return len(a.held) == 3 })
+	victim := sortedKeys(a.held)[0]
+	en, ok, err := raw.Get(e.ctx, spate.Durable, "split."+victim)
+	if err != nil || !ok {
+		e.t.Fatalf("get split.%s: ok=%t err=%v", victim, ok, err)
+	}
+	if o, err := raw.Update(e.ctx, spate.Durable, "split."+victim, []byte(`{"not":"ours"}`), en.Revision); err != nil || !o.Won {
+		e.t.Fatalf("overwrite split.%s: won=%t err=%v", victim, o.Won, err)
+	}
 	if _, err := raw.Create(e.ctx, spate.Durable, "split.intruder", []byte(`{"not":"ours"}`)); err != nil {
 		e.t.Fatal(err)
 	}
-	f.until(10*leases(f), "a failing", func() bool { return a.err != nil })
-	if !spate.IsFatal(a.err) || !strings.Contains(a.err.Error(), "split.intruder") {
-		e.t.Errorf("rule: an alien record is Fatal and names its key; got %v", a.err)
+	f.until(10*leases(f), "a losing the damaged split", func() bool { return slices.Contains(a.losses, victim) })
+	a.perTick = 1
+	f.until(30*leases(f), "Stalled", func() bool { return a.saw(isStalled) })
+	if a.err != nil {
+		e.t.Errorf("rule: a damaged record stops nothing; a failed: %v", a.err)
+	}
+	for _, ev := range a.events {
+		if st, ok := ev.(spate.Stalled); ok {
+			want := []string{"intruder", victim}
+			slices.Sort(want)
+			if st.Completed != 2 || !slices.Equal(st.Damaged, want) {
+				e.t.Errorf("rule: the job ends Stalled with the other splits completed, naming the damaged ones; got %v", st)
+			}
+		}
+	}
+	if len(a.losses) != 1 {
+		e.t.Errorf("rule: only the damaged split's tenancy ends; a lost %v", a.losses)
 	}
 }
 

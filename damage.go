@@ -1,0 +1,118 @@
+package spate
+
+import (
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// Damaged records.
+//
+// A split's progress or spec record that cannot be read (corrupt bytes, an
+// unknown schema, an id that does not match its key, another job's
+// fingerprint) takes only that split out of play: a tenancy of it here is
+// lost, it is neither assigned nor claimed, it blocks completion, and the
+// job ends Stalled naming it while every other split runs to its end. The
+// record is left as it is, for the operator: a readable value written
+// over it, or its deletion, puts the split back in play (a deleted
+// progress record is restored from the last state seen, or re-seeded from
+// its spec). Decision: one bad record must not stop a fleet that has
+// thousands of good ones; stopping every worker (as a Fatal error did)
+// turned a one-key repair into an outage.
+
+// damagedRecord is one record of the view that cannot be read.
+type damagedRecord struct {
+	id   string
+	key  string
+	err  error
+	last *progressRecord // the split's last readable progress, if the view held one
+	at   uint64          // loop clock when it was last seen damaged
+}
+
+// isDamage reports whether err says a record cannot be read.
+func isDamage(err error) bool { return errors.Is(err, ErrUnreadableRecord) }
+
+// damageFix is what an operator can do about a damaged record.
+func damageFix(key string) string {
+	if strings.HasPrefix(key, prefixSpec) {
+		return "restore the key from a backup; deleting it leaves the split without a descriptor until a planner run re-seeds it"
+	}
+	return "delete the key (the leader restores the split from the last state seen, or re-seeds it from its spec and it replays from its start), or restore it from a backup"
+}
+
+// damage takes split id out of play because key, one of its records,
+// cannot be read (err); rev is the damaged value's revision (0 if unknown).
+func (a *actor) damage(id, key string, rev uint64, err error) {
+	d, seen := a.damaged[key]
+	if !seen {
+		d = &damagedRecord{id: id, key: key}
+		a.damaged[key] = d
+	}
+	d.err, d.at = err, a.clock
+	v := a.view(id)
+	if key == prefixSplit+id {
+		if v.prog != nil {
+			if _, held := a.owned[id]; held {
+				a.dropLost(id, "damaged", "its progress record became unreadable")
+			}
+			a.count(v.prog.Status, -1)
+			a.nSplits--
+			d.last = v.prog
+			v.prog = nil
+		}
+		if m := a.missing[id]; m != nil {
+			if d.last == nil {
+				d.last = m
+			}
+			delete(a.missing, id) // the key exists: nothing to restore
+		}
+		if rev > v.progRev {
+			v.progRev, v.progAt = rev, a.clock
+		}
+	}
+	a.durableSeq++
+	a.dirty = true
+	if !seen {
+		a.m.damaged.Set(float64(len(a.damaged)))
+		a.log.Error("a record of the job is unreadable; its split is out of play until the record is fixed, the rest of the job runs",
+			"split", id, "key", key, "err", err, "fix", damageFix(key))
+	}
+}
+
+// repair puts key's split back in play: a readable value arrived for it
+// (the caller folds it next) or it was deleted (deleted says so).
+func (a *actor) repair(key string, deleted bool) {
+	d, ok := a.damaged[key]
+	if !ok {
+		return
+	}
+	delete(a.damaged, key)
+	a.m.damaged.Set(float64(len(a.damaged)))
+	a.durableSeq++
+	a.dirty = true
+	if deleted && key == prefixSplit+d.id && d.last != nil {
+		a.missing[d.id] = d.last // the leader restores it (restoreMissing)
+	}
+	a.log.Info("a damaged record was repaired; its split is back in play", "split", d.id, "key", key, "deleted", deleted)
+}
+
+// splitDamaged reports whether one of split id's records is damaged.
+func (a *actor) splitDamaged(id string) bool {
+	if len(a.damaged) == 0 {
+		return false
+	}
+	return a.damaged[prefixSplit+id] != nil || a.damaged[prefixSpec+id] != nil
+}
+
+// damagedSplits is the sorted ids of the splits out of play.
+func (a *actor) damagedSplits() []string {
+	ids := map[string]bool{}
+	for _, d := range a.damaged {
+		ids[d.id] = true
+	}
+	return slices.Sorted(maps.Keys(ids))
+}
+
+// damagedKeys is the sorted keys of the damaged records.
+func (a *actor) damagedKeys() []string { return slices.Sorted(maps.Keys(a.damaged)) }

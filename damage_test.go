@@ -1,0 +1,137 @@
+package spate
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestUnreadableRecordTakesOnlyItsSplitOutOfPlay(t *testing.T) {
+	st := newFakeStore()
+	a := newTestActor(t, st, testConfig())
+	holdSplit(t, a, st, "bad", 2, nil)
+	holdSplit(t, a, st, "good", 2, nil)
+	require.Equal(t, 2, a.nSplits)
+
+	rev := st.put(Durable, prefixSplit+"bad", []byte(`{"not":"ours"}`))
+	require.NoError(t, a.durablePut(prefixSplit+"bad", []byte(`{"not":"ours"}`), rev, live),
+		"one unreadable record does not stop the worker")
+
+	assert.Equal(t, []string{"bad"}, lostSplits(events(t, a)), "its tenancy is lost")
+	assert.NotContains(t, a.owned, "bad")
+	assert.Contains(t, a.owned, "good", "every other split keeps running")
+	assert.Equal(t, []string{"bad"}, a.damagedSplits())
+	assert.Equal(t, 1, a.nSplits, "a damaged split is not counted as in play")
+	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.damaged))
+	for _, in := range a.claimInputs() {
+		assert.NotEqual(t, "bad", in.id, "a damaged split is never claimed")
+	}
+	d := a.damaged[prefixSplit+"bad"]
+	require.NotNil(t, d)
+	assert.True(t, errors.Is(d.err, ErrUnreadableRecord))
+	assert.Contains(t, d.err.Error(), prefixSplit+"bad", "the cause names the key")
+
+	// The same damage seen again (a listing, a re-watch) is not news.
+	require.NoError(t, a.applyDurable([]Entry{{Key: prefixSplit + "bad", Value: []byte(`{"not":"ours"}`), Revision: rev}}, a.mark(), false))
+	assert.Len(t, a.damaged, 1)
+
+	// A commit on the damaged split is fenced; one on the good split lands.
+	err := send(t, a, &command{kind: cmdCommit, split: MustSplitID("bad"), progress: NewSplitProgress(1, nil)})
+	assert.True(t, errors.Is(err, ErrFenced), "%v", err)
+	require.NoError(t, a.c.Commit(context.Background(), MustSplitID("good"), NewSplitProgress(1, nil)))
+}
+
+func TestRewrittenRecordPutsItsSplitBackInPlay(t *testing.T) {
+	st := newFakeStore()
+	a := newTestActor(t, st, testConfig())
+	holdSplit(t, a, st, "s", 2, nil)
+	rev := st.put(Durable, prefixSplit+"s", []byte("garbage"))
+	require.NoError(t, a.durablePut(prefixSplit+"s", []byte("garbage"), rev, live))
+	require.Len(t, a.damaged, 1)
+
+	good := rec("s", 3, "")
+	rev = st.put(Durable, prefixSplit+"s", encode(good))
+	require.NoError(t, a.durablePut(prefixSplit+"s", encode(good), rev, live))
+	assert.Empty(t, a.damaged)
+	assert.Equal(t, 1, a.nSplits)
+	assert.Equal(t, uint64(3), a.splits["s"].prog.Epoch)
+	assert.Equal(t, 0.0, testutil.ToFloat64(a.m.damaged))
+}
+
+// Deleting a damaged progress record (the fix the log names) hands the
+// split to the leader's restore, from the last state the view held.
+func TestDeletedDamagedRecordIsRestoredFromTheLastStateSeen(t *testing.T) {
+	st := newFakeStore()
+	a := newTestActor(t, st, testConfig())
+	r := rec("s", 2, "me")
+	r.Watermark = wm(40)
+	holdSplit(t, a, st, "s", 2, r)
+	rev := st.put(Durable, prefixSplit+"s", []byte("garbage"))
+	require.NoError(t, a.durablePut(prefixSplit+"s", []byte("garbage"), rev, live))
+
+	st.remove(Durable, prefixSplit+"s")
+	a.durableDelete(prefixSplit + "s")
+	assert.Empty(t, a.damaged)
+	require.Contains(t, a.missing, "s")
+	assert.Equal(t, int64(40), *a.missing["s"].Watermark, "restored from the last readable state")
+}
+
+// A damaged record that a listing no longer shows was deleted while the
+// watch was away: the split is back in play.
+func TestListingWithoutTheDamagedRecordRepairsIt(t *testing.T) {
+	a := newTestActor(t, newFakeStore(), testConfig())
+	require.NoError(t, a.durablePut(prefixSpec+"s", []byte("garbage"), 3, live))
+	require.Equal(t, []string{"s"}, a.damagedSplits())
+	require.NoError(t, a.applyDurable(nil, a.mark(), true))
+	assert.Empty(t, a.damaged)
+}
+
+func TestJobWithADamagedSplitEndsStalledNamingIt(t *testing.T) {
+	a, st := completeView(t, 2)
+	a.plan.Planned = 3
+	rev := st.put(Durable, prefixSplit+"c", []byte("garbage"))
+	require.NoError(t, a.durablePut(prefixSplit+"c", []byte("garbage"), rev, live))
+	a.detectTerminal()
+	settleIO(t, a)
+	assert.True(t, a.terminal)
+	assert.Equal(t, []Event{Stalled{Completed: 2, Damaged: []string{"c"}}}, events(t, a))
+}
+
+// A runnable split whose spec cannot be read can never be claimed: it
+// blocks completion like a damaged progress record.
+func TestJobWithADamagedSpecEndsStalled(t *testing.T) {
+	a, st := completeView(t, 2)
+	a.plan.Planned = 3
+	r := rec("c", 0, "")
+	a.upsert("c", r, st.put(Durable, prefixSplit+"c", encode(r)), live)
+	require.NoError(t, a.durablePut(prefixSpec+"c", []byte("garbage"), st.put(Durable, prefixSpec+"c", []byte("garbage")), live))
+	a.detectTerminal()
+	settleIO(t, a)
+	assert.Equal(t, []Event{Stalled{Completed: 2, Damaged: []string{"c"}}}, events(t, a))
+}
+
+func TestInspectShowsADamagedJobInsteadOfRefusingIt(t *testing.T) {
+	st := newFakeStore()
+	plan := &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Planned: 2}
+	st.put(Durable, keyPlan, encode(plan))
+	st.put(Durable, prefixSplit+"a", encode(rec("a", 1, "")))
+	st.put(Durable, prefixSplit+"b", []byte(`{"schema":1,"id":"b","fp":7}`))
+
+	js, err := InspectJob(context.Background(), st, testFP)
+	require.NoError(t, err)
+	require.Len(t, js.Splits, 2)
+	a, _ := js.Split("a")
+	assert.Equal(t, StatusRunnable, a.Status)
+	assert.NoError(t, a.Damage)
+	b, _ := js.Split("b")
+	assert.Equal(t, StatusDamaged, b.Status)
+	require.Error(t, b.Damage)
+	assert.True(t, errors.Is(b.Damage, ErrUnreadableRecord))
+	assert.Contains(t, b.Damage.Error(), prefixSplit+"b")
+	assert.Contains(t, b.DamageFix, "delete the key")
+	assert.Contains(t, b.String(), "damaged")
+}
