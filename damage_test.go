@@ -135,3 +135,29 @@ func TestInspectShowsADamagedJobInsteadOfRefusingIt(t *testing.T) {
 	assert.Contains(t, b.DamageFix, "delete the key")
 	assert.Contains(t, b.String(), "damaged")
 }
+
+// A job whose plan record vanished under a running worker (a wiped store,
+// a restart without persistence) stops with the likely causes, not as
+// "tampered with".
+func TestVanishedPlanStopsTheWorkerNamingLikelyCauses(t *testing.T) {
+	a := newTestActor(t, newFakeStore(), testConfig())
+	a.setPlan(&planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Planned: 1}, 3)
+
+	err := a.onWatch(a.watches[1], WatchEvent{Kind: WatchDelete, Key: keyPlan, Revision: 9}, true)
+	require.Error(t, err)
+	assert.True(t, IsFatal(err))
+	for _, want := range []string{"gone from the store", "FLUSHALL", "without persistence", "backup"} {
+		assert.Contains(t, err.Error(), want)
+	}
+
+	// A whole-keyspace listing, started after the plan was seen, without it.
+	err = a.applyDurable([]Entry{{Key: prefixSplit + "s", Value: encode(rec("s", 0, "")), Revision: 10}}, a.mark(), true)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "has no plan record")
+
+	// A listing that started before the plan arrived proves nothing.
+	b := newTestActor(t, newFakeStore(), testConfig())
+	mark := b.mark()
+	b.setPlan(&planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Planned: 1}, 3)
+	require.NoError(t, b.applyDurable(nil, mark, true))
+}

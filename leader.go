@@ -112,7 +112,7 @@ func (a *actor) runElection(ctx context.Context, plan planRecord, planRev uint64
 			continue
 		}
 		if !ok {
-			res.err = Fatalf("the plan record vanished mid-election; the job's namespace was tampered with")
+			res.err = errNamespaceGone("the plan record vanished during an election")
 			return res
 		}
 		p, err := decodePlan(keyPlan, e.Value, a.fp)

@@ -43,6 +43,7 @@ type actor struct {
 	leaderAt    uint64 // clock of the last change to leaderObs
 	plan        *planRecord
 	planRev     uint64
+	planAt      uint64 // clock of the last change to plan
 	assigns     map[string]assignEntry
 	durableSeq  uint64 // bumps on every durable change (gates terminal listing)
 	clock       uint64 // bumps when a read of the store starts (see mark)

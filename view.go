@@ -244,6 +244,9 @@ func (a *actor) applyDurable(entries []Entry, mark uint64, complete bool) error 
 		for _, e := range entries {
 			listed[e.Key] = true
 		}
+		if a.plan != nil && !listed[keyPlan] && a.planAt < mark {
+			return errNamespaceGone(fmt.Sprintf("a listing of the durable keyspace (%d records) has no plan record", len(entries)))
+		}
 		for key, d := range a.damaged {
 			if !listed[key] && d.at < mark {
 				a.repair(key, true)
@@ -273,6 +276,15 @@ func (a *actor) applyDurable(entries []Entry, mark uint64, complete bool) error 
 }
 
 // ----- durable keys ------------------------------------------------------------
+
+// errNamespaceGone is the Fatal error of a job whose plan record vanished
+// under a running worker: the store lost or dropped the job's records, and
+// nothing it still holds can be trusted to resume from.
+func errNamespaceGone(how string) error {
+	return Fatalf("the job's records are gone from the store (%s). Likely causes: the store was wiped (Redis FLUSHALL/FLUSHDB, a key eviction policy other than noeviction), "+
+		"restarted without persistence (Redis without appendonly), restored from an older backup, or the job was deleted. "+
+		"The committed progress cannot be trusted: check the store, then restore it from a backup or start the job anew (it replays from the beginning)", how)
+}
 
 func (a *actor) durablePut(key string, value []byte, rev uint64, src source) error {
 	switch {
@@ -344,7 +356,7 @@ func (a *actor) setPlan(p *planRecord, rev uint64) {
 	if rev <= a.planRev {
 		return
 	}
-	a.plan, a.planRev = p, rev
+	a.plan, a.planRev, a.planAt = p, rev, a.clock
 	a.durableSeq++
 	if a.leading != nil && p.Generation > a.leading.generation {
 		a.demote(fmt.Sprintf("a successor bumped the plan generation to %d", p.Generation))
@@ -361,13 +373,15 @@ func (a *actor) setAssign(inst string, val *assignmentVal, rev uint64) {
 	}
 }
 
-func (a *actor) durableDelete(key string) {
+func (a *actor) durableDelete(key string) error {
 	a.durableSeq++
 	switch {
+	case key == keyPlan:
+		return errNamespaceGone("its plan record was deleted")
 	case strings.HasPrefix(key, prefixSplit):
 		if _, ok := a.damaged[key]; ok {
 			a.repair(key, true)
-			return
+			return nil
 		}
 		a.log.Warn("a split's progress record was deleted externally; the leader restores it from the last state seen", "key", key)
 		a.forgetProgress(key[len(prefixSplit):])
@@ -384,6 +398,7 @@ func (a *actor) durableDelete(key string) {
 	default:
 		a.log.Warn("durable record deleted externally; reconcile treats it as absent", "key", key)
 	}
+	return nil
 }
 
 // upsert folds a progress record into the view: the only place progress

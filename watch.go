@@ -119,7 +119,7 @@ func (a *actor) onWatch(w *watchState, ev WatchEvent, ok bool) error {
 		if w.ks == Ephemeral {
 			a.ephemeralDelete(ev.Key, ev.Revision, false)
 		} else {
-			a.durableDelete(ev.Key)
+			return a.durableDelete(ev.Key)
 		}
 	}
 	return nil
