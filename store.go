@@ -221,6 +221,12 @@ type Capabilities struct {
 	Durability string
 	// RequiredSettings lists server settings the guarantees depend on.
 	RequiredSettings []string
+	// UnmetSettings lists the required settings the driver checked when
+	// the store was opened and found unmet, or could not verify, each with
+	// what the server has instead. Empty means none found unmet (a driver
+	// that checks nothing reports none). The conformance suite fails a
+	// store that reports any.
+	UnmetSettings []string
 }
 
 // KeyMaxLen is the maximum store key length in bytes.

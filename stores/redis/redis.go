@@ -143,6 +143,7 @@ type Store struct {
 	ks     [2]keyspaceKeys
 	loglen string
 	log    *slog.Logger
+	unmet  []string // required settings found unmet at startup
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -365,6 +366,7 @@ func (s *Store) Capabilities() spate.Capabilities {
 			"Lua scripting allowed: EVAL and EVALSHA not renamed, and the ACL user granted the commands listed in the package doc",
 			"maxmemory-policy noeviction or a volatile-* policy (the driver's keys carry no Redis TTL; allkeys-* policies could evict them)",
 		},
+		UnmetSettings: slices.Clone(s.unmet),
 	}
 }
 

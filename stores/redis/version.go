@@ -49,7 +49,41 @@ func (s *Store) checkServerVersion(ctx context.Context) error {
 		return fmt.Errorf("redis: job %q: the server runs Redis %s; the driver needs %s or newer (scripts that read TIME "+
 			"must replicate as effects): upgrade the server: %w", s.opts.Job, v, MinServerVersion, spate.ErrFatal)
 	}
-	return s.checkEviction(info)
+	if err := s.checkEviction(info); err != nil {
+		return err
+	}
+	s.checkPersistence(ctx, info)
+	return nil
+}
+
+// checkPersistence records, and warns about, persistence settings the
+// driver's durability depends on and the server does not meet: without
+// the append-only file a restart loses every write since the last
+// snapshot (committed progress goes back, or the whole job vanishes), and
+// without appendfsync always a crash loses the last second of
+// acknowledged writes. The job still runs: a scratch server is a fair
+// choice for a throwaway job, but it must be a choice.
+func (s *Store) checkPersistence(ctx context.Context, info string) {
+	var unmet []string
+	switch aof, ok := infoField(info, "aof_enabled"); {
+	case !ok:
+		unmet = append(unmet, "appendonly yes (not verified: INFO has no aof_enabled)")
+	case aof != "1":
+		unmet = append(unmet, "appendonly yes (the server has appendonly no: a restart loses every write since the last RDB snapshot)")
+	default:
+		vals, err := s.c.ConfigGet(ctx, "appendfsync").Result()
+		switch {
+		case err != nil:
+			unmet = append(unmet, fmt.Sprintf("appendfsync always (not verified: CONFIG GET is denied or renamed: %v)", err))
+		case vals["appendfsync"] != "always":
+			unmet = append(unmet, fmt.Sprintf("appendfsync always (the server has appendfsync %s: a crash loses acknowledged writes)", vals["appendfsync"]))
+		}
+	}
+	s.unmet = unmet
+	for _, u := range unmet {
+		s.log.Warn("the server does not meet a setting the driver's durability depends on; committed progress may be lost on a restart or crash",
+			"setting", u)
+	}
 }
 
 // checkEviction refuses a server that may evict the job's keys. The driver

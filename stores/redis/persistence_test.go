@@ -1,0 +1,63 @@
+package redis_test
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spate-go/spate/internal/redistest"
+	"github.com/spate-go/spate/stores/redis"
+)
+
+// A server without the append-only file is reported (Capabilities) and
+// warned about at startup; one with appendonly yes and appendfsync always
+// reports nothing.
+func TestPersistenceSettingsAreCheckedAtStartup(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		opts  []redistest.Option
+		unmet string
+	}{
+		{"appendonly no", nil, "appendonly yes (the server has appendonly no"},
+		{"appendonly yes, appendfsync always", []redistest.Option{redistest.WithAOF()}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t, tc.opts...)
+			var logs bytes.Buffer
+			st, err := redis.New(t.Context(), srv.Client(t), redis.Options{Job: "persist", TTL: testTTL,
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			require.NoError(t, err, "unmet persistence settings are a warning, not a refusal")
+			defer st.Close()
+			unmet := st.Capabilities().UnmetSettings
+			if tc.unmet == "" {
+				assert.Empty(t, unmet)
+				assert.NotContains(t, logs.String(), "durability depends on")
+				return
+			}
+			require.Len(t, unmet, 1)
+			assert.True(t, strings.HasPrefix(unmet[0], tc.unmet), "%q", unmet[0])
+			assert.Contains(t, logs.String(), "level=WARN")
+			assert.Contains(t, logs.String(), "appendonly no")
+		})
+	}
+}
+
+// appendfsync everysec loses up to a second of acknowledged writes in a
+// crash: reported too.
+func TestAppendfsyncEverysecIsReported(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.WithAOF())
+	c := srv.Client(t)
+	require.NoError(t, c.ConfigSet(t.Context(), "appendfsync", "everysec").Err())
+	st, err := redis.New(t.Context(), c, redis.Options{Job: "persist", TTL: testTTL})
+	require.NoError(t, err)
+	defer st.Close()
+	unmet := st.Capabilities().UnmetSettings
+	require.Len(t, unmet, 1)
+	assert.Contains(t, unmet[0], "appendfsync everysec")
+}
