@@ -65,10 +65,10 @@ func (f *backfillFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.job, "job", "", "job name (default: derived from the source)")
 	fs.StringVar(&f.instance, "instance", "", "this worker's id, unique among live workers (default: host name and a random suffix); a stable id reclaims its splits at once after a crash")
 	fs.IntVar(&f.lanes, "lanes", spate.DefaultMaxInFlight, "splits this worker holds at once")
-	fs.IntVar(&f.threads, "threads", min(runtime.GOMAXPROCS(0), 4), "pipeline threads")
-	fs.DurationVar(&f.lease, "lease", 15*time.Second, "split lease: how long a dead worker's splits wait before a peer takes them over (whole seconds on etcd)")
+	fs.IntVar(&f.threads, "threads", min(runtime.GOMAXPROCS(0), 4), "pipeline threads (at most 256)")
+	fs.DurationVar(&f.lease, "lease", 15*time.Second, "split lease: how long a dead worker's splits wait before a peer takes them over (at least 300ms; whole seconds on etcd, at least 2s on the default store); the other timings derive from it")
 	fs.IntVar(&f.maxAttempts, "max-attempts", spate.DefaultMaxAttempts, "delivery attempts (failures, or owner deaths without progress) after which a split is quarantined")
-	fs.DurationVar(&f.commitInterval, "commit-interval", time.Second, "how often progress is committed (bounds what a takeover replays)")
+	fs.DurationVar(&f.commitInterval, "commit-interval", time.Second, "how often progress is committed (bounds what a takeover replays); at most --lease, which a shorter --lease lowers it to")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", 15*time.Second, "how long a graceful stop may take to flush and commit")
 	fs.DurationVar(&f.rebalanceDelay, "rebalance-delay", 0, "how long a departed worker's splits wait for it to come back (0: reassign at once)")
 	fs.Int64Var(&f.splitBytes, "split-bytes", 64<<20, "target bytes per split (part of the job's identity)")
@@ -90,11 +90,10 @@ func runBackfill(args []string) int {
 	if !ok {
 		return code
 	}
-	if len(pos) > 0 || f.src == "" || f.dst == "" {
-		fs.Usage()
-		return exitUsage
+	if err := f.validate(fs, pos); err != nil {
+		return usageError(fs, "%v", err)
 	}
-	return f.run()
+	return f.run(fs)
 }
 
 // deriveJob names a job after its source (an absolute directory, or a
@@ -208,45 +207,36 @@ func readJob(ctx context.Context, st spate.Store) (jobSummary, *spate.JobState, 
 	return jobSummary{}, nil, err
 }
 
-func (f *backfillFlags) run() int {
+// run runs a backfill whose flags validated. Until the store is reached,
+// nothing is created: the source, --dst and the store's settings are
+// checked first.
+func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	started := time.Now()
 	in, err := openInput(context.Background(), f.src)
 	if err != nil {
-		return fail(exitUsage, "--src: %v", err)
+		return usageError(fs, "--src %s: %v", f.src, err)
 	}
 	defer in.close()
 	src := in.location
 	dst, err := filepath.Abs(f.dst)
 	if err != nil {
-		return fail(exitUsage, "--dst: %v", err)
+		return usageError(fs, "--dst: %v", err)
 	}
 	if in.dir != "" && (within(dst, in.dir) || within(in.dir, dst)) {
-		return fail(exitUsage, "--src and --dst must not contain each other (the output would become input)")
+		return usageError(fs, "--src and --dst must not contain each other (the output would become input)")
 	}
 	if f.store.url == "" && in.dir != "" {
 		if dd, err := filepath.Abs(f.store.dataDir); err == nil && within(dd, in.dir) {
-			return fail(exitUsage, "the embedded store's data directory %s is inside --src; pass --data-dir elsewhere", f.store.dataDir)
+			return usageError(fs, "--data-dir %s is inside --src: pass --data-dir elsewhere", f.store.dataDir)
 		}
-	}
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		return fail(exitFailed, "--dst: %v", err)
 	}
 	job := f.job
 	if job == "" {
 		job = deriveJob(src)
 	}
-	if err := validateJob(job); err != nil {
-		return fail(exitUsage, "--job: %v", err)
-	}
 	instance := f.instance
 	if instance == "" {
 		instance = defaultInstance()
-	}
-	if err := spate.ValidateInstanceID(instance); err != nil {
-		return fail(exitUsage, "--instance: %v", err)
-	}
-	if f.lanes < 1 || f.threads < 1 || f.maxAttempts < 1 {
-		return fail(exitUsage, "--lanes, --threads and --max-attempts must be at least 1")
 	}
 	con := newConsole(f.quiet)
 	log, err := f.log.logger(con.logWriter())
@@ -269,9 +259,6 @@ func (f *backfillFlags) run() int {
 		return fail(exitFailed, "%v", err)
 	}
 	defer conn.close()
-	if conn.kind == "etcd" && f.lease%time.Second != 0 {
-		return fail(exitUsage, "--lease %v: etcd leases are whole seconds", f.lease)
-	}
 	if ttl, ok := conn.recordedTTL(runCtx, job); ok && ttl != f.lease {
 		return fail(exitUsage, "job %s was started with --lease %v on this store; pass the same --lease", job, ttl)
 	}
@@ -317,31 +304,16 @@ func (f *backfillFlags) run() int {
 	}
 
 	reg := newRegistry()
-	op := min(5*time.Second, f.lease/4)
-	delay := f.rebalanceDelay
-	if delay <= 0 {
-		delay = spate.NoRebalanceDelay
-	}
-	cfg := spate.Config{
-		InstanceID:        instance,
-		LeaseDuration:     f.lease,
-		OpTimeout:         op,
-		MaxAttempts:       f.maxAttempts,
-		MaxInFlight:       f.lanes,
-		ReplanInterval:    max(spate.DefaultReplanInterval, f.lease),
-		ReconcileInterval: min(spate.DefaultReconcileInterval, max(f.lease, time.Second)),
-		RebalanceDelay:    delay,
-		DrainDeadline:     max(spate.DefaultDrainDeadline, op),
-	}
+	cfg := f.config(instance)
 	coord, err := spate.NewStoreCoordinator(st, cfg, spate.WithLogger(log), spate.WithRegisterer(reg))
 	if err != nil {
-		return fail(exitUsage, "%v", err)
+		return fail(exitFailed, "%v", err)
 	}
 	obs := newObserver(con, hist)
 	oc := &observedCoord{StoreCoordinator: coord, obs: obs}
 	splits := &observedSplits{Source: filesource.NewSource(in.objs), obs: obs}
 	source := pipeline.NewCoordinatedSource(oc, splits, planner, pipeline.StallDrains(true), pipeline.DriverLogger(log))
-	fileSink, err := pipeline.NewFileSink(dst, instance)
+	fileSink, err := pipeline.NewFileSink(dst, instance) // creates --dst
 	if err != nil {
 		_ = coord.Close()
 		return fail(exitFailed, "%v", err)
@@ -395,6 +367,20 @@ func (f *backfillFlags) run() int {
 		f.waitForOthers(con, conn, sigs)
 	}
 	return code
+}
+
+// config is the coordinator's configuration: the timings derived from
+// --lease, and the flags'.
+func (f *backfillFlags) config(instance string) spate.Config {
+	cfg := spate.TimingsForLease(f.lease)
+	cfg.InstanceID = instance
+	cfg.MaxAttempts = f.maxAttempts
+	cfg.MaxInFlight = f.lanes
+	cfg.RebalanceDelay = f.rebalanceDelay
+	if cfg.RebalanceDelay <= 0 {
+		cfg.RebalanceDelay = spate.NoRebalanceDelay
+	}
+	return cfg
 }
 
 // finish prints the outcome and the summary, runs the verification and

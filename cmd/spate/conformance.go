@@ -205,9 +205,16 @@ func runConformance(args []string) int {
 	if !ok {
 		return code
 	}
-	if len(pos) > 0 || *parallel < 1 {
-		fs.Usage()
-		return exitUsage
+	if err := checkFlags(
+		func() error { return noPositional(pos) },
+		func() error { _, err := sf.validate(); return err },
+		func() error { return positive("ttl", *ttl) },
+		func() error { return atLeast("parallel", int64(*parallel), 1) },
+		func() error { return positive("timeout", *timeout) },
+		func() error { return checkAddr("metrics-addr", *metricsAddr) },
+		lf.validate,
+	); err != nil {
+		return usageError(fs, "%v", err)
 	}
 	log, err := lf.logger(os.Stderr)
 	if err != nil {

@@ -32,6 +32,32 @@ func (j *jobFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&j.lease, "lease", 15*time.Second, "the job's --lease (Redis records it with the job and refuses another; read from the store when it can be)")
 }
 
+// checkStoreJobLog checks the flags inspect and requeue share, and that
+// no positional argument is left.
+func checkStoreJobLog(pos []string, sf *storeFlags, jf *jobFlags, lf *logFlags) error {
+	var kind string
+	return checkFlags(
+		func() error { return noPositional(pos) },
+		func() (err error) { kind, err = sf.validate(); return err },
+		func() error {
+			if jf.job == "" {
+				return nil
+			}
+			if err := validateJob(jf.job); err != nil {
+				return flagErrorf("--job: %v", err)
+			}
+			return nil
+		},
+		func() error {
+			if kind == "etcd" {
+				kind = "" // inspect rounds the lease to whole seconds itself
+			}
+			return checkLease("lease", jf.lease, kind)
+		},
+		lf.validate,
+	)
+}
+
 // openJob connects, resolves the job and opens a store over it.
 func openJob(ctx context.Context, sf *storeFlags, jf *jobFlags, log *slog.Logger) (*connector, *openedStore, string, error) {
 	conn, err := sf.connect(ctx, log, connectExisting)
@@ -199,9 +225,8 @@ func runInspect(args []string) int {
 	if !ok {
 		return code
 	}
-	if len(pos) > 0 {
-		fs.Usage()
-		return exitUsage
+	if err := checkStoreJobLog(pos, &sf, &jf, &lf); err != nil {
+		return usageError(fs, "%v", err)
 	}
 	log, err := lf.logger(os.Stderr)
 	if err != nil {
@@ -294,13 +319,15 @@ func runRequeue(args []string) int {
 	if !ok {
 		return code
 	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return exitUsage
+	if len(pos) == 0 {
+		return usageError(fs, "SPLIT is required: the quarantined split to requeue (spate inspect lists them)")
+	}
+	if err := checkStoreJobLog(pos[1:], &sf, &jf, &lf); err != nil {
+		return usageError(fs, "%v", err)
 	}
 	id, err := spate.NewSplitID(pos[0])
 	if err != nil {
-		return fail(exitUsage, "%v", err)
+		return usageError(fs, "SPLIT %q: %s", pos[0], strings.TrimPrefix(err.Error(), "spate: "))
 	}
 	log, err := lf.logger(os.Stderr)
 	if err != nil {

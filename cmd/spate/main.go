@@ -79,7 +79,8 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "Run 'spate COMMAND -h' for a command's flags. Start with: spate demo")
 }
 
-// newFlagSet makes a command's flag set with a usage line.
+// newFlagSet makes a command's flag set with a usage line. Its Usage
+// prints the whole help; parseArgs prints it only for -h.
 func newFlagSet(name, args, about string) *flag.FlagSet {
 	fs := flag.NewFlagSet("spate "+name, flag.ContinueOnError)
 	fs.Usage = func() {
@@ -92,14 +93,24 @@ func newFlagSet(name, args, about string) *flag.FlagSet {
 // parseArgs parses flags that may come before, between or after positional
 // arguments (stdlib flag stops at the first positional one) and returns the
 // positional arguments. ok is false after a parse error or -h; code is then
-// the exit code.
+// the exit code. -h prints the command's help on stdout; a bad flag prints
+// one line naming it on stderr, not the whole help.
 func parseArgs(fs *flag.FlagSet, args []string) (pos []string, code int, ok bool) {
+	help := fs.Usage
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard) // the error is printed below, in one line
+	defer func() {
+		fs.Usage = help
+		fs.SetOutput(nil)
+	}()
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(os.Stdout)
+				help()
 				return nil, exitOK, false
 			}
-			return nil, exitUsage, false
+			return nil, usageError(fs, "%v", err), false
 		}
 		if fs.NArg() == 0 {
 			return pos, 0, true
@@ -107,6 +118,13 @@ func parseArgs(fs *flag.FlagSet, args []string) (pos []string, code int, ok bool
 		pos = append(pos, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
+}
+
+// usageError prints a one-line usage error of fs's command, with where to
+// find its flags, and returns exitUsage.
+func usageError(fs *flag.FlagSet, format string, args ...any) int {
+	fmt.Fprintf(os.Stderr, "%s: %s (see %s -h)\n", fs.Name(), fmt.Sprintf(format, args...), fs.Name())
+	return exitUsage
 }
 
 // logFlags are every command's logging flags.
@@ -123,22 +141,35 @@ func (l *logFlags) register(fs *flag.FlagSet, defLevel string) {
 // logger builds the slog logger, writing to w (stderr, or the console's
 // log writer on a terminal).
 func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(l.level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", l.level)
+	if err := l.validate(); err != nil {
+		return nil, err
 	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(l.level))
 	opts := &slog.HandlerOptions{Level: level}
-	switch strings.ToLower(l.format) {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
+	if strings.EqualFold(l.format, "json") {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", l.format)
+	return slog.New(slog.NewTextHandler(w, opts)), nil
 }
 
-// fail prints an error for the user and returns the exit code.
+// validate checks the logging flags.
+func (l *logFlags) validate() error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(l.level)); err != nil {
+		return flagErrorf("--log-level %q: want debug, info, warn or error", l.level)
+	}
+	switch strings.ToLower(l.format) {
+	case "text", "json":
+		return nil
+	}
+	return flagErrorf("--log-format %q: want text or json", l.format)
+}
+
+// fail prints an error for the user and returns the exit code. A message
+// that already starts with "spate: " (the library's errors do) keeps one.
 func fail(code int, format string, args ...any) int {
-	fmt.Fprintf(os.Stderr, "spate: "+format+"\n", args...)
+	msg := strings.TrimPrefix(fmt.Sprintf(format, args...), "spate: ")
+	fmt.Fprintf(os.Stderr, "spate: %s\n", msg)
 	return code
 }
