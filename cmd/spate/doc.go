@@ -6,6 +6,7 @@
 //	spate requeue  SPLIT [--yes] [--store URL] [--job NAME]
 //	spate verify   --src DIR --dst DIR
 //	spate conformance --store URL [--coordinator]
+//	spate --version                                 # the build: version, commit, Go toolchain
 //
 // Every command prints its flags with -h. Logs go to stderr (--log-format
 // text|json, --log-level); results go to stdout.

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"strings"
 )
 
@@ -55,6 +57,9 @@ func run(args []string) int {
 	case "-h", "-help", "--help", "help":
 		usage(os.Stdout)
 		return exitOK
+	case "-version", "--version", "version":
+		fmt.Println(versionString())
+		return exitOK
 	}
 	for _, c := range commands {
 		if c.name == args[0] {
@@ -76,7 +81,52 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'spate COMMAND -h' for a command's flags. Start with: spate demo")
+	fmt.Fprintln(w, "Run 'spate COMMAND -h' for a command's flags, 'spate --version' for the build. Start with: spate demo")
+}
+
+// version is the release, when the build sets it:
+// go build -ldflags "-X main.version=v1.2.3" ./cmd/spate. Otherwise
+// versionString reads the module version and VCS stamp the Go toolchain
+// records in the binary.
+var version string
+
+// versionString is what spate --version prints: the version, the commit
+// it was built from when known, and the Go toolchain and platform.
+func versionString() string {
+	v := version
+	var rev, when string
+	modified := false
+	if info, ok := debug.ReadBuildInfo(); ok {
+		if v == "" {
+			v = info.Main.Version
+		}
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.time":
+				when = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	if v == "" || v == "(devel)" {
+		v = "devel"
+	}
+	out := "spate " + v
+	if rev != "" {
+		var parts []string
+		parts = append(parts, "commit "+rev[:min(12, len(rev))])
+		if when != "" {
+			parts = append(parts, when)
+		}
+		if modified {
+			parts = append(parts, "modified")
+		}
+		out += " (" + strings.Join(parts, ", ") + ")"
+	}
+	return out + " " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
 }
 
 // newFlagSet makes a command's flag set with a usage line. Its Usage
