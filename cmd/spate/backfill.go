@@ -501,8 +501,7 @@ func (f *backfillFlags) progress(con *console, st spate.Store, obs *observer, st
 			}
 			frac := float64(s.done) / float64(s.total)
 			if con.tty {
-				con.setStatus(fmt.Sprintf("%s %3.0f%%  %d/%d splits  %s/%s  %s", bar(frac, 24), 100*frac,
-					s.completed, s.splits, bytesStr(s.done), bytesStr(s.total), here))
+				con.setStatus(progressStatus(con.columns(), frac, s, here))
 			} else if !con.quiet {
 				con.event("progress %.0f%%: %d/%d splits completed, %s of %s committed; %s", 100*frac,
 					s.completed, s.splits, bytesStr(s.done), bytesStr(s.total), here)

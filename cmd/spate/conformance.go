@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -304,7 +305,7 @@ func runConformance(args []string) int {
 		done++
 		rules.WithLabelValues(strings.ToLower(r.result)).Inc()
 		if tty {
-			fmt.Printf("%s%d rules done, last: %s %s", clearLine, done, r.result, r.name)
+			fmt.Print(clearLine + fitWidth(fmt.Sprintf("%d rules done, last: %s %s", done, r.result, r.name), cmp.Or(terminalWidth(os.Stdout), defaultWidth)))
 		}
 	})
 	waitErr := cmd.Wait()

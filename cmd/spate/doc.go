@@ -47,8 +47,9 @@
 // head of the pipeline, so input is not read ahead of the rate: a graceful
 // stop then has unread splits to hand back).
 //
-// A terminal gets a progress bar; otherwise backfill prints a progress line
-// every five seconds. Event lines (gained, completed, lost, handed back,
+// A terminal gets a progress bar, fitted to the terminal's width (the
+// window size, else $COLUMNS, else 80 columns); otherwise backfill prints a
+// progress line every five seconds. Event lines (gained, completed, lost, handed back,
 // quarantined) go to stdout unless --quiet.
 //
 // # Stores
