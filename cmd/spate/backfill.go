@@ -159,7 +159,9 @@ type jobSummary struct {
 	members                           int
 	fingerprint                       string
 	quarantinedIDs                    []string
-	runnable                          int
+	runnable                          int   // waiting for a worker: no live lease
+	leased                            int   // held by a live worker's lease
+	remaining                         int64 // bytes not yet committed, of the splits whose size is known
 	leader                            string
 	completedAll, stalled, consistent bool
 }
@@ -181,16 +183,49 @@ func summarize(js *spate.JobState) jobSummary {
 			s.quarantined++
 			s.quarantinedIDs = append(s.quarantinedIDs, sp.ID.String())
 		default:
-			s.runnable++
+			if sp.LeaseOwner != "" {
+				s.leased++
+			} else {
+				s.runnable++
+			}
 			if sp.Progress != nil {
 				s.done += min(sp.Progress.Watermark, w)
 			}
 		}
+		if r, ok := remainingBytes(sp); ok {
+			s.remaining += r
+		}
 	}
 	s.consistent = s.final && uint64(s.splits) >= s.planned
 	s.completedAll = s.consistent && s.completed == s.splits
-	s.stalled = s.consistent && s.runnable == 0 && s.quarantined > 0
+	s.stalled = s.consistent && s.runnable == 0 && s.leased == 0 && s.quarantined > 0
 	return s
+}
+
+// splitState is a split's state for people: its status, except that a
+// runnable split under a live lease is "leased" (a worker holds it).
+func splitState(sp spate.SplitState) string {
+	if sp.Status == spate.StatusRunnable && sp.LeaseOwner != "" {
+		return "leased"
+	}
+	return string(sp.Status)
+}
+
+// remainingBytes is what a split has left to commit (its lag): its size
+// less its committed watermark. ok is false when its size is unknown (no
+// spec).
+func remainingBytes(sp spate.SplitState) (int64, bool) {
+	if !sp.HasSpec && sp.Weight == 0 {
+		return 0, false
+	}
+	if sp.Status == spate.StatusCompleted {
+		return 0, true
+	}
+	var wm int64
+	if sp.Progress != nil {
+		wm = sp.Progress.Watermark
+	}
+	return max(int64(sp.Weight)-wm, 0), true
 }
 
 // readJob reads a job's state; exists is false when the store holds no plan.

@@ -93,9 +93,12 @@
 //
 // spate inspect reads a job's state from its store without joining it: the
 // plan (generation, finality, planned splits), the live members and the
-// leader, and every split's status, owner, epoch, attempts, committed
-// watermark (bytes, of the split's size) and live lease. --json prints the
-// same for scripts. Without --job it uses --src's job, or the store's only
+// leader, and every split's state, owner, epoch, attempts, committed
+// watermark (bytes, of the split's size), remaining bytes (its lag; "?"
+// when its size is unknown) and live lease. The state is leased when a
+// live worker holds the split's lease, runnable when it waits for a worker,
+// or completed or quarantined. --json prints the same for scripts (each
+// split's stored status too, and the job's bytes_remaining). Without --job it uses --src's job, or the store's only
 // job.
 //
 // spate requeue SPLIT puts a quarantined split back into play (status
