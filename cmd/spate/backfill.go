@@ -48,6 +48,11 @@ that any number of spate processes share: the leader splits the files into
 leased splits, every worker takes its share, and a worker that dies has its
 splits taken over and resumed from their last committed position.
 
+A directory's regular files are read recursively. Symbolic links to regular
+files are followed (the output names the link), and --src may itself be a link;
+a link to a directory, or one whose target is missing, is refused. Other special
+files (devices, pipes, sockets) are skipped.
+
 Output: DST/<instance>-<shard>.out, one line per input line:
 "<path relative to SRC>:<byte offset of the line>\t<line>".
 
@@ -60,7 +65,7 @@ stalled on quarantined splits (see spate inspect, spate requeue); 130/143
 interrupted by SIGINT/SIGTERM after a graceful hand-back.`
 
 func (f *backfillFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.src, "src", "", "source: a directory, or a bucket URL (file:///path, s3://bucket?region=…&prefix=…) (required)")
+	fs.StringVar(&f.src, "src", "", "source: a directory (links to regular files are followed), or a bucket URL (file:///path, s3://bucket?region=…&prefix=…) (required)")
 	fs.StringVar(&f.dst, "dst", "", "destination directory (required)")
 	fs.StringVar(&f.job, "job", "", "job name (default: derived from the source)")
 	fs.StringVar(&f.instance, "instance", "", "this worker's id, unique among live workers (default: host name and a random suffix); a stable id reclaims its splits at once after a crash")
@@ -257,7 +262,7 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	if err != nil {
 		return usageError(fs, "--dst: %v", err)
 	}
-	if in.dir != "" && (within(dst, in.dir) || within(in.dir, dst)) {
+	if in.dir != "" && (within(dst, in.dir) || within(in.dir, dst) || within(dst, in.realDir()) || within(in.realDir(), dst)) {
 		return usageError(fs, "--src and --dst must not contain each other (the output would become input)")
 	}
 	if f.store.url == "" && in.dir != "" {

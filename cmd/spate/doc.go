@@ -31,6 +31,13 @@
 // cannot be verified. The verification re-reads --src: a file changed since
 // the job was planned shows up as missing or damaged lines.
 //
+// A --src directory's regular files are read recursively. Symbolic links
+// to regular files are followed (the output and the verification name the
+// link), and --src may itself be a link to a directory; a link to a
+// directory inside it, or a link whose target is missing, is refused before
+// the job starts (following directory links could loop or read files
+// twice). Devices, pipes and sockets are skipped.
+//
 // The job name defaults to the source directory's base name and a hash of
 // its absolute path. Running backfill again resumes the job; on a finished
 // job it says so and exits 0. A worker's first SIGINT or SIGTERM stops it
