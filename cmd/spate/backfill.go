@@ -299,12 +299,18 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 		return fail(exitFailed, "%v", err)
 	}
 	defer conn.close()
-	if ttl, ok := conn.recordedTTL(runCtx, job); ok && ttl != f.lease {
+	// Reaching the store, its recorded lease included, takes at most
+	// --connect-timeout.
+	cctx, ccancel := context.WithTimeout(runCtx, f.store.connectTimeout)
+	ttl, ok := conn.recordedTTL(cctx, job)
+	if ok && ttl != f.lease {
+		ccancel()
 		return fail(exitUsage, "job %s was started with --lease %v on this store; pass the same --lease", job, ttl)
 	}
-	st, err := conn.open(runCtx, job, f.lease, f.store.connectTimeout)
+	st, err := conn.open(cctx, job, f.lease, f.store.connectTimeout)
+	ccancel()
 	if err != nil {
-		return fail(exitFailed, "open the store (%s): %v", conn.describe, err)
+		return fail(exitFailed, "%v", conn.openError(err))
 	}
 	defer st.Close()
 

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -49,11 +50,13 @@ type childConfig struct {
 	CAFile, CertFile, KeyFile    string
 	User, Password, Token, Creds string
 	TTL                          time.Duration
+	ConnectTimeout               time.Duration
 }
 
 func (c childConfig) storeFlags() storeFlags {
 	return storeFlags{url: c.URL, dataDir: c.DataDir, embedAddr: c.EmbedAddr, caFile: c.CAFile, certFile: c.CertFile,
-		keyFile: c.KeyFile, user: c.User, password: c.Password, token: c.Token, creds: c.Creds, connectTimeout: 10 * time.Second}
+		keyFile: c.KeyFile, user: c.User, password: c.Password, token: c.Token, creds: c.Creds,
+		connectTimeout: cmp.Or(c.ConnectTimeout, 10*time.Second)}
 }
 
 func isConformanceChild() bool { return os.Getenv(envConformanceChild) == "1" }
@@ -248,9 +251,12 @@ func runConformance(args []string) int {
 	st, err := conn.open(pctx, ns, *ttl, sf.connectTimeout)
 	cancel()
 	if err != nil {
-		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
-		_ = conn.deleteNamespace(dctx, ns)
-		dcancel()
+		var u *unreachableError
+		if !errors.As(err, &u) { // nothing to clean up on a store never reached
+			dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+			_ = conn.deleteNamespace(dctx, ns)
+			dcancel()
+		}
 		fmt.Println()
 		printRuleTable(os.Stdout, []ruleResult{{name: "Preflight/StoreOpens", result: "FAIL", msgs: []string{err.Error()}}})
 		fmt.Println("\nFAIL: the store refuses what spate needs; the suite did not run")
@@ -272,7 +278,8 @@ func runConformance(args []string) int {
 		}
 	}
 	cfgJSON, _ := json.Marshal(childConfig{URL: sf.url, DataDir: sf.dataDir, EmbedAddr: sf.embedAddr, CAFile: sf.caFile,
-		CertFile: sf.certFile, KeyFile: sf.keyFile, User: sf.user, Password: sf.password, Token: sf.token, Creds: sf.creds, TTL: *ttl})
+		CertFile: sf.certFile, KeyFile: sf.keyFile, User: sf.user, Password: sf.password, Token: sf.token, Creds: sf.creds, TTL: *ttl,
+		ConnectTimeout: sf.connectTimeout})
 	exe, err := os.Executable()
 	if err != nil {
 		return fail(exitFailed, "find this binary: %v", err)

@@ -83,7 +83,10 @@
 //     worker uses the same --lease (inspect and requeue read it).
 //
 // Secrets may come from $SPATE_STORE_PASSWORD and $SPATE_STORE_TOKEN
-// instead of flags. An unreachable store is retried for --connect-timeout.
+// instead of flags. Reaching the store at startup (dials, retries of an
+// unreachable store, the driver's startup check) takes at most
+// --connect-timeout; then the command fails, naming the store it was
+// connecting to.
 //
 // Without --store, spate uses its default store: a single-member etcd
 // embedded in the first spate process (production raft timing, data in

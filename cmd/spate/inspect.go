@@ -64,22 +64,28 @@ func openJob(ctx context.Context, sf *storeFlags, jf *jobFlags, log *slog.Logger
 	if err != nil {
 		return nil, nil, "", err
 	}
-	job, err := resolveJob(ctx, conn, jf)
+	// Reaching the store takes at most --connect-timeout.
+	cctx, cancel := context.WithTimeout(ctx, sf.connectTimeout)
+	defer cancel()
+	job, err := resolveJob(cctx, conn, jf)
 	if err != nil {
 		conn.close()
+		if timedOut(cctx) {
+			return nil, nil, "", conn.unreachable(sf.connectTimeout, err)
+		}
 		return nil, nil, "", err
 	}
 	ttl := jf.lease
-	if rec, ok := conn.recordedTTL(ctx, job); ok {
+	if rec, ok := conn.recordedTTL(cctx, job); ok {
 		ttl = rec
 	}
 	if conn.kind == "etcd" {
 		ttl = max(ttl.Round(time.Second), 2*time.Second)
 	}
-	st, err := conn.open(ctx, job, ttl, sf.connectTimeout)
+	st, err := conn.open(cctx, job, ttl, sf.connectTimeout)
 	if err != nil {
 		conn.close()
-		return nil, nil, "", fmt.Errorf("open the store (%s): %w", conn.describe, err)
+		return nil, nil, "", conn.openError(err)
 	}
 	return conn, st, job, nil
 }
