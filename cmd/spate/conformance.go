@@ -71,6 +71,7 @@ func runConformanceChild() {
 	}
 	sf := cfg.storeFlags()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	routeRedisLogs(log)
 	conn, err := sf.connect(context.Background(), log, connectStart)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "spate conformance child: %v\n", err)

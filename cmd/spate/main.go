@@ -189,7 +189,7 @@ func (l *logFlags) register(fs *flag.FlagSet, defLevel string) {
 }
 
 // logger builds the slog logger, writing to w (stderr, or the console's
-// log writer on a terminal).
+// log writer on a terminal). go-redis's own log lines go through it too.
 func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	if err := l.validate(); err != nil {
 		return nil, err
@@ -197,10 +197,14 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(l.level))
 	opts := &slog.HandlerOptions{Level: level}
+	var log *slog.Logger
 	if strings.EqualFold(l.format, "json") {
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		log = slog.New(slog.NewJSONHandler(w, opts))
+	} else {
+		log = slog.New(slog.NewTextHandler(w, opts))
 	}
-	return slog.New(slog.NewTextHandler(w, opts)), nil
+	routeRedisLogs(log)
+	return log, nil
 }
 
 // validate checks the logging flags.
