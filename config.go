@@ -173,6 +173,33 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// TimingsForLease returns a Config whose timing knobs are derived from one
+// lease, so that a caller that chooses only the lease gets a consistent set:
+//
+//   - LeaseDuration: lease (zero: DefaultLeaseDuration);
+//   - OpTimeout: a quarter of the lease, at most 5s (one slow write cannot
+//     outlive the lease it renews);
+//   - ReplanInterval: DefaultReplanInterval, or the lease if longer;
+//   - ReconcileInterval: the lease, between 1s and DefaultReconcileInterval;
+//   - DrainDeadline: DefaultDrainDeadline, or OpTimeout if longer.
+//
+// The other fields are zero (their defaults): set them on the result. Any
+// lease of at least MinLeaseDuration gives a Config that passes
+// [Config.Validate]; a shorter one fails it, naming lease_duration.
+func TimingsForLease(lease time.Duration) Config {
+	if lease == 0 {
+		lease = DefaultLeaseDuration
+	}
+	op := min(5*time.Second, lease/4)
+	return Config{
+		LeaseDuration:     lease,
+		OpTimeout:         op,
+		ReplanInterval:    max(DefaultReplanInterval, lease),
+		ReconcileInterval: min(DefaultReconcileInterval, max(lease, time.Second)),
+		DrainDeadline:     max(DefaultDrainDeadline, op),
+	}
+}
+
 // RenewInterval is the nominal heartbeat period: a third of the lease.
 func (c Config) RenewInterval() time.Duration { return c.WithDefaults().LeaseDuration / 3 }
 

@@ -48,6 +48,11 @@ that any number of spate processes share: the leader splits the files into
 leased splits, every worker takes its share, and a worker that dies has its
 splits taken over and resumed from their last committed position.
 
+A directory's regular files are read recursively. Symbolic links to regular
+files are followed (the output names the link), and --src may itself be a link;
+a link to a directory, or one whose target is missing, is refused. Other special
+files (devices, pipes, sockets) are skipped.
+
 Output: DST/<instance>-<shard>.out, one line per input line:
 "<path relative to SRC>:<byte offset of the line>\t<line>".
 
@@ -60,15 +65,15 @@ stalled on quarantined splits (see spate inspect, spate requeue); 130/143
 interrupted by SIGINT/SIGTERM after a graceful hand-back.`
 
 func (f *backfillFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.src, "src", "", "source: a directory, or a bucket URL (file:///path, s3://bucket?region=…&prefix=…) (required)")
+	fs.StringVar(&f.src, "src", "", "source: a directory (links to regular files are followed), or a bucket URL (file:///path, s3://bucket?region=…&prefix=…) (required)")
 	fs.StringVar(&f.dst, "dst", "", "destination directory (required)")
 	fs.StringVar(&f.job, "job", "", "job name (default: derived from the source)")
 	fs.StringVar(&f.instance, "instance", "", "this worker's id, unique among live workers (default: host name and a random suffix); a stable id reclaims its splits at once after a crash")
 	fs.IntVar(&f.lanes, "lanes", spate.DefaultMaxInFlight, "splits this worker holds at once")
-	fs.IntVar(&f.threads, "threads", min(runtime.GOMAXPROCS(0), 4), "pipeline threads")
-	fs.DurationVar(&f.lease, "lease", 15*time.Second, "split lease: how long a dead worker's splits wait before a peer takes them over (whole seconds on etcd)")
+	fs.IntVar(&f.threads, "threads", min(runtime.GOMAXPROCS(0), 4), "pipeline threads (at most 256)")
+	fs.DurationVar(&f.lease, "lease", 15*time.Second, "split lease: how long a dead worker's splits wait before a peer takes them over (at least 300ms; whole seconds on etcd, at least 2s on the default store); the other timings derive from it")
 	fs.IntVar(&f.maxAttempts, "max-attempts", spate.DefaultMaxAttempts, "delivery attempts (failures, or owner deaths without progress) after which a split is quarantined")
-	fs.DurationVar(&f.commitInterval, "commit-interval", time.Second, "how often progress is committed (bounds what a takeover replays)")
+	fs.DurationVar(&f.commitInterval, "commit-interval", time.Second, "how often progress is committed (bounds what a takeover replays); at most --lease, which a shorter --lease lowers it to")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", 15*time.Second, "how long a graceful stop may take to flush and commit")
 	fs.DurationVar(&f.rebalanceDelay, "rebalance-delay", 0, "how long a departed worker's splits wait for it to come back (0: reassign at once)")
 	fs.Int64Var(&f.splitBytes, "split-bytes", 64<<20, "target bytes per split (part of the job's identity)")
@@ -90,11 +95,10 @@ func runBackfill(args []string) int {
 	if !ok {
 		return code
 	}
-	if len(pos) > 0 || f.src == "" || f.dst == "" {
-		fs.Usage()
-		return exitUsage
+	if err := f.validate(fs, pos); err != nil {
+		return usageError(fs, "%v", err)
 	}
-	return f.run()
+	return f.run(fs)
 }
 
 // deriveJob names a job after its source (an absolute directory, or a
@@ -160,7 +164,9 @@ type jobSummary struct {
 	members                           int
 	fingerprint                       string
 	quarantinedIDs                    []string
-	runnable                          int
+	runnable                          int   // waiting for a worker: no live lease
+	leased                            int   // held by a live worker's lease
+	remaining                         int64 // bytes not yet committed, of the splits whose size is known
 	leader                            string
 	completedAll, stalled, consistent bool
 }
@@ -182,16 +188,49 @@ func summarize(js *spate.JobState) jobSummary {
 			s.quarantined++
 			s.quarantinedIDs = append(s.quarantinedIDs, sp.ID.String())
 		default:
-			s.runnable++
+			if sp.LeaseOwner != "" {
+				s.leased++
+			} else {
+				s.runnable++
+			}
 			if sp.Progress != nil {
 				s.done += min(sp.Progress.Watermark, w)
 			}
 		}
+		if r, ok := remainingBytes(sp); ok {
+			s.remaining += r
+		}
 	}
 	s.consistent = s.final && uint64(s.splits) >= s.planned
 	s.completedAll = s.consistent && s.completed == s.splits
-	s.stalled = s.consistent && s.runnable == 0 && s.quarantined > 0
+	s.stalled = s.consistent && s.runnable == 0 && s.leased == 0 && s.quarantined > 0
 	return s
+}
+
+// splitState is a split's state for people: its status, except that a
+// runnable split under a live lease is "leased" (a worker holds it).
+func splitState(sp spate.SplitState) string {
+	if sp.Status == spate.StatusRunnable && sp.LeaseOwner != "" {
+		return "leased"
+	}
+	return string(sp.Status)
+}
+
+// remainingBytes is what a split has left to commit (its lag): its size
+// less its committed watermark. ok is false when its size is unknown (no
+// spec).
+func remainingBytes(sp spate.SplitState) (int64, bool) {
+	if !sp.HasSpec && sp.Weight == 0 {
+		return 0, false
+	}
+	if sp.Status == spate.StatusCompleted {
+		return 0, true
+	}
+	var wm int64
+	if sp.Progress != nil {
+		wm = sp.Progress.Watermark
+	}
+	return max(int64(sp.Weight)-wm, 0), true
 }
 
 // readJob reads a job's state; exists is false when the store holds no plan.
@@ -208,45 +247,36 @@ func readJob(ctx context.Context, st spate.Store) (jobSummary, *spate.JobState, 
 	return jobSummary{}, nil, err
 }
 
-func (f *backfillFlags) run() int {
+// run runs a backfill whose flags validated. Until the store is reached,
+// nothing is created: the source, --dst and the store's settings are
+// checked first.
+func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	started := time.Now()
 	in, err := openInput(context.Background(), f.src)
 	if err != nil {
-		return fail(exitUsage, "--src: %v", err)
+		return usageError(fs, "--src %s: %v", f.src, err)
 	}
 	defer in.close()
 	src := in.location
 	dst, err := filepath.Abs(f.dst)
 	if err != nil {
-		return fail(exitUsage, "--dst: %v", err)
+		return usageError(fs, "--dst: %v", err)
 	}
-	if in.dir != "" && (within(dst, in.dir) || within(in.dir, dst)) {
-		return fail(exitUsage, "--src and --dst must not contain each other (the output would become input)")
+	if in.dir != "" && (within(dst, in.dir) || within(in.dir, dst) || within(dst, in.realDir()) || within(in.realDir(), dst)) {
+		return usageError(fs, "--src and --dst must not contain each other (the output would become input)")
 	}
 	if f.store.url == "" && in.dir != "" {
 		if dd, err := filepath.Abs(f.store.dataDir); err == nil && within(dd, in.dir) {
-			return fail(exitUsage, "the embedded store's data directory %s is inside --src; pass --data-dir elsewhere", f.store.dataDir)
+			return usageError(fs, "--data-dir %s is inside --src: pass --data-dir elsewhere", f.store.dataDir)
 		}
-	}
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		return fail(exitFailed, "--dst: %v", err)
 	}
 	job := f.job
 	if job == "" {
 		job = deriveJob(src)
 	}
-	if err := validateJob(job); err != nil {
-		return fail(exitUsage, "--job: %v", err)
-	}
 	instance := f.instance
 	if instance == "" {
 		instance = defaultInstance()
-	}
-	if err := spate.ValidateInstanceID(instance); err != nil {
-		return fail(exitUsage, "--instance: %v", err)
-	}
-	if f.lanes < 1 || f.threads < 1 || f.maxAttempts < 1 {
-		return fail(exitUsage, "--lanes, --threads and --max-attempts must be at least 1")
 	}
 	con := newConsole(f.quiet)
 	log, err := f.log.logger(con.logWriter())
@@ -269,15 +299,18 @@ func (f *backfillFlags) run() int {
 		return fail(exitFailed, "%v", err)
 	}
 	defer conn.close()
-	if conn.kind == "etcd" && f.lease%time.Second != 0 {
-		return fail(exitUsage, "--lease %v: etcd leases are whole seconds", f.lease)
-	}
-	if ttl, ok := conn.recordedTTL(runCtx, job); ok && ttl != f.lease {
+	// Reaching the store, its recorded lease included, takes at most
+	// --connect-timeout.
+	cctx, ccancel := context.WithTimeout(runCtx, f.store.connectTimeout)
+	ttl, ok := conn.recordedTTL(cctx, job)
+	if ok && ttl != f.lease {
+		ccancel()
 		return fail(exitUsage, "job %s was started with --lease %v on this store; pass the same --lease", job, ttl)
 	}
-	st, err := conn.open(runCtx, job, f.lease, f.store.connectTimeout)
+	st, err := conn.open(cctx, job, f.lease, f.store.connectTimeout)
+	ccancel()
 	if err != nil {
-		return fail(exitFailed, "open the store (%s): %v", conn.describe, err)
+		return fail(exitFailed, "%v", conn.openError(err))
 	}
 	defer st.Close()
 
@@ -317,31 +350,16 @@ func (f *backfillFlags) run() int {
 	}
 
 	reg := newRegistry()
-	op := min(5*time.Second, f.lease/4)
-	delay := f.rebalanceDelay
-	if delay <= 0 {
-		delay = spate.NoRebalanceDelay
-	}
-	cfg := spate.Config{
-		InstanceID:        instance,
-		LeaseDuration:     f.lease,
-		OpTimeout:         op,
-		MaxAttempts:       f.maxAttempts,
-		MaxInFlight:       f.lanes,
-		ReplanInterval:    max(spate.DefaultReplanInterval, f.lease),
-		ReconcileInterval: min(spate.DefaultReconcileInterval, max(f.lease, time.Second)),
-		RebalanceDelay:    delay,
-		DrainDeadline:     max(spate.DefaultDrainDeadline, op),
-	}
+	cfg := f.config(instance)
 	coord, err := spate.NewStoreCoordinator(st, cfg, spate.WithLogger(log), spate.WithRegisterer(reg))
 	if err != nil {
-		return fail(exitUsage, "%v", err)
+		return fail(exitFailed, "%v", err)
 	}
 	obs := newObserver(con, hist)
 	oc := &observedCoord{StoreCoordinator: coord, obs: obs}
 	splits := &observedSplits{Source: filesource.NewSource(in.objs), obs: obs}
 	source := pipeline.NewCoordinatedSource(oc, splits, planner, pipeline.StallDrains(true), pipeline.DriverLogger(log))
-	fileSink, err := pipeline.NewFileSink(dst, instance)
+	fileSink, err := pipeline.NewFileSink(dst, instance) // creates --dst
 	if err != nil {
 		_ = coord.Close()
 		return fail(exitFailed, "%v", err)
@@ -395,6 +413,20 @@ func (f *backfillFlags) run() int {
 		f.waitForOthers(con, conn, sigs)
 	}
 	return code
+}
+
+// config is the coordinator's configuration: the timings derived from
+// --lease, and the flags'.
+func (f *backfillFlags) config(instance string) spate.Config {
+	cfg := spate.TimingsForLease(f.lease)
+	cfg.InstanceID = instance
+	cfg.MaxAttempts = f.maxAttempts
+	cfg.MaxInFlight = f.lanes
+	cfg.RebalanceDelay = f.rebalanceDelay
+	if cfg.RebalanceDelay <= 0 {
+		cfg.RebalanceDelay = spate.NoRebalanceDelay
+	}
+	return cfg
 }
 
 // finish prints the outcome and the summary, runs the verification and
@@ -515,8 +547,7 @@ func (f *backfillFlags) progress(con *console, st spate.Store, obs *observer, st
 			}
 			frac := float64(s.done) / float64(s.total)
 			if con.tty {
-				con.setStatus(fmt.Sprintf("%s %3.0f%%  %d/%d splits  %s/%s  %s", bar(frac, 24), 100*frac,
-					s.completed, s.splits, bytesStr(s.done), bytesStr(s.total), here))
+				con.setStatus(progressStatus(con.columns(), frac, s, here))
 			} else if !con.quiet {
 				con.event("progress %.0f%%: %d/%d splits completed, %s of %s committed; %s", 100*frac,
 					s.completed, s.splits, bytesStr(s.done), bytesStr(s.total), here)

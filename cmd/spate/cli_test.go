@@ -529,10 +529,10 @@ func TestUsageErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"nope"}, `unknown command "nope"`},
-		{[]string{"backfill"}, "Usage: spate backfill"},
+		{[]string{"backfill"}, "--src is required"},
 		{[]string{"backfill", "--src", dir, "--dst", filepath.Join(dir, "out")}, "must not contain each other"},
 		{[]string{"backfill", "--src", dir, "--dst", filepath.Join(t.TempDir(), "out"), "--store", "bogus://x"}, `unknown scheme "bogus"`},
-		{[]string{"requeue"}, "Usage: spate requeue"},
+		{[]string{"requeue"}, "SPLIT is required"},
 		{[]string{"backfill", "--src", "gopher://bucket", "--dst", filepath.Join(t.TempDir(), "out"), "--store", "mem://"}, "bucket schemes in this build: file, s3"},
 		{[]string{"backfill", "--src", filepath.Join(dir, "absent"), "--dst", filepath.Join(t.TempDir(), "out"), "--store", "mem://"}, "is not a directory (nor a bucket URL"},
 	} {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -48,11 +50,13 @@ type childConfig struct {
 	CAFile, CertFile, KeyFile    string
 	User, Password, Token, Creds string
 	TTL                          time.Duration
+	ConnectTimeout               time.Duration
 }
 
 func (c childConfig) storeFlags() storeFlags {
 	return storeFlags{url: c.URL, dataDir: c.DataDir, embedAddr: c.EmbedAddr, caFile: c.CAFile, certFile: c.CertFile,
-		keyFile: c.KeyFile, user: c.User, password: c.Password, token: c.Token, creds: c.Creds, connectTimeout: 10 * time.Second}
+		keyFile: c.KeyFile, user: c.User, password: c.Password, token: c.Token, creds: c.Creds,
+		connectTimeout: cmp.Or(c.ConnectTimeout, 10*time.Second)}
 }
 
 func isConformanceChild() bool { return os.Getenv(envConformanceChild) == "1" }
@@ -67,6 +71,7 @@ func runConformanceChild() {
 	}
 	sf := cfg.storeFlags()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	routeRedisLogs(log)
 	conn, err := sf.connect(context.Background(), log, connectStart)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "spate conformance child: %v\n", err)
@@ -205,9 +210,16 @@ func runConformance(args []string) int {
 	if !ok {
 		return code
 	}
-	if len(pos) > 0 || *parallel < 1 {
-		fs.Usage()
-		return exitUsage
+	if err := checkFlags(
+		func() error { return noPositional(pos) },
+		func() error { _, err := sf.validate(); return err },
+		func() error { return positive("ttl", *ttl) },
+		func() error { return atLeast("parallel", int64(*parallel), 1) },
+		func() error { return positive("timeout", *timeout) },
+		func() error { return checkAddr("metrics-addr", *metricsAddr) },
+		lf.validate,
+	); err != nil {
+		return usageError(fs, "%v", err)
 	}
 	log, err := lf.logger(os.Stderr)
 	if err != nil {
@@ -240,9 +252,12 @@ func runConformance(args []string) int {
 	st, err := conn.open(pctx, ns, *ttl, sf.connectTimeout)
 	cancel()
 	if err != nil {
-		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
-		_ = conn.deleteNamespace(dctx, ns)
-		dcancel()
+		var u *unreachableError
+		if !errors.As(err, &u) { // nothing to clean up on a store never reached
+			dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+			_ = conn.deleteNamespace(dctx, ns)
+			dcancel()
+		}
 		fmt.Println()
 		printRuleTable(os.Stdout, []ruleResult{{name: "Preflight/StoreOpens", result: "FAIL", msgs: []string{err.Error()}}})
 		fmt.Println("\nFAIL: the store refuses what spate needs; the suite did not run")
@@ -264,7 +279,8 @@ func runConformance(args []string) int {
 		}
 	}
 	cfgJSON, _ := json.Marshal(childConfig{URL: sf.url, DataDir: sf.dataDir, EmbedAddr: sf.embedAddr, CAFile: sf.caFile,
-		CertFile: sf.certFile, KeyFile: sf.keyFile, User: sf.user, Password: sf.password, Token: sf.token, Creds: sf.creds, TTL: *ttl})
+		CertFile: sf.certFile, KeyFile: sf.keyFile, User: sf.user, Password: sf.password, Token: sf.token, Creds: sf.creds, TTL: *ttl,
+		ConnectTimeout: sf.connectTimeout})
 	exe, err := os.Executable()
 	if err != nil {
 		return fail(exitFailed, "find this binary: %v", err)
@@ -297,7 +313,7 @@ func runConformance(args []string) int {
 		done++
 		rules.WithLabelValues(strings.ToLower(r.result)).Inc()
 		if tty {
-			fmt.Printf("%s%d rules done, last: %s %s", clearLine, done, r.result, r.name)
+			fmt.Print(clearLine + fitWidth(fmt.Sprintf("%d rules done, last: %s %s", done, r.result, r.name), cmp.Or(terminalWidth(os.Stdout), defaultWidth)))
 		}
 	})
 	waitErr := cmd.Wait()

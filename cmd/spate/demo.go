@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/url"
@@ -62,9 +63,26 @@ func runDemo(args []string) int {
 	if !ok {
 		return code
 	}
-	if len(pos) > 0 || f.workers < 2 || f.files < 1 || f.lease < 2*time.Second || f.lease%time.Second != 0 {
-		fs.Usage()
-		return exitUsage
+	if err := checkFlags(
+		func() error { return noPositional(pos) },
+		func() error { return atLeast("workers", int64(f.workers), 2) },
+		func() error { return atLeast("files", int64(f.files), 1) },
+		func() error {
+			if f.lease < 2*time.Second || f.lease%time.Second != 0 {
+				return flagErrorf("--lease %v: whole seconds, at least 2s (the embedded etcd's lease floor)", f.lease)
+			}
+			return nil
+		},
+		func() error {
+			if !(f.rate > 0) || math.IsInf(f.rate, 0) {
+				return flagErrorf("--rate %v: must be a positive number of lines per second", f.rate)
+			}
+			return nil
+		},
+		func() error { return checkAddr("metrics-addr", f.metrics) },
+		f.log.validate,
+	); err != nil {
+		return usageError(fs, "%v", err)
 	}
 	return f.run()
 }

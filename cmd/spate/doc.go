@@ -6,6 +6,7 @@
 //	spate requeue  SPLIT [--yes] [--store URL] [--job NAME]
 //	spate verify   --src DIR --dst DIR
 //	spate conformance --store URL [--coordinator]
+//	spate --version                                 # the build: version, commit, Go toolchain
 //
 // Every command prints its flags with -h. Logs go to stderr (--log-format
 // text|json, --log-level); results go to stdout.
@@ -30,6 +31,13 @@
 // cannot be verified. The verification re-reads --src: a file changed since
 // the job was planned shows up as missing or damaged lines.
 //
+// A --src directory's regular files are read recursively. Symbolic links
+// to regular files are followed (the output and the verification name the
+// link), and --src may itself be a link to a directory; a link to a
+// directory inside it, or a link whose target is missing, is refused before
+// the job starts (following directory links could loop or read files
+// twice). Devices, pipes and sockets are skipped.
+//
 // The job name defaults to the source directory's base name and a hash of
 // its absolute path. Running backfill again resumes the job; on a finished
 // job it says so and exits 0. A worker's first SIGINT or SIGTERM stops it
@@ -46,8 +54,9 @@
 // head of the pipeline, so input is not read ahead of the rate: a graceful
 // stop then has unread splits to hand back).
 //
-// A terminal gets a progress bar; otherwise backfill prints a progress line
-// every five seconds. Event lines (gained, completed, lost, handed back,
+// A terminal gets a progress bar, fitted to the terminal's width (the
+// window size, else $COLUMNS, else 80 columns); otherwise backfill prints a
+// progress line every five seconds. Event lines (gained, completed, lost, handed back,
 // quarantined) go to stdout unless --quiet.
 //
 // # Stores
@@ -74,7 +83,10 @@
 //     worker uses the same --lease (inspect and requeue read it).
 //
 // Secrets may come from $SPATE_STORE_PASSWORD and $SPATE_STORE_TOKEN
-// instead of flags. An unreachable store is retried for --connect-timeout.
+// instead of flags. Reaching the store at startup (dials, retries of an
+// unreachable store, the driver's startup check) takes at most
+// --connect-timeout; then the command fails, naming the store it was
+// connecting to.
 //
 // Without --store, spate uses its default store: a single-member etcd
 // embedded in the first spate process (production raft timing, data in
@@ -91,9 +103,12 @@
 //
 // spate inspect reads a job's state from its store without joining it: the
 // plan (generation, finality, planned splits), the live members and the
-// leader, and every split's status, owner, epoch, attempts, committed
-// watermark (bytes, of the split's size) and live lease. --json prints the
-// same for scripts. Without --job it uses --src's job, or the store's only
+// leader, and every split's state, owner, epoch, attempts, committed
+// watermark (bytes, of the split's size), remaining bytes (its lag; "?"
+// when its size is unknown) and live lease. The state is leased when a
+// live worker holds the split's lease, runnable when it waits for a worker,
+// or completed or quarantined. --json prints the same for scripts (each
+// split's stored status too, and the job's bytes_remaining). Without --job it uses --src's job, or the store's only
 // job.
 //
 // spate requeue SPLIT puts a quarantined split back into play (status

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline/filesource"
 	"github.com/spate-go/spate/pipeline/filesource/blobsource"
 )
@@ -21,6 +24,15 @@ type input struct {
 	// dir is the absolute directory; empty for a bucket.
 	dir   string
 	close func() error
+}
+
+// realDir is the directory with every symbolic link resolved (dir when
+// that fails).
+func (in *input) realDir() string {
+	if r, err := filepath.EvalSymlinks(in.dir); err == nil {
+		return r
+	}
+	return in.dir
 }
 
 // isBucketURL reports whether src is scheme://… rather than a path.
@@ -61,5 +73,83 @@ func openInput(ctx context.Context, src string) (*input, error) {
 	if st, err := os.Stat(abs); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("%s is not a directory (nor a bucket URL such as file:///path or s3://bucket?region=…)", src)
 	}
-	return &input{objs: filesource.Dir(abs), location: abs, dir: abs, close: func() error { return nil }}, nil
+	objs := dirInput{Objects: filesource.Dir(abs), root: abs}
+	// Listed once here, so that a link spate cannot follow is refused
+	// before anything starts rather than by the planner.
+	if _, err := objs.List(ctx); err != nil {
+		var se *spate.Error
+		if errors.As(err, &se) {
+			return nil, errors.New(se.Reason) // for people: without the error's kind
+		}
+		return nil, err
+	}
+	return &input{objs: objs, location: abs, dir: abs, close: func() error { return nil }}, nil
+}
+
+// dirInput is a local --src directory: its regular files, found
+// recursively, and the regular files symbolic links in it point to (under
+// the link's name; the directory itself may be a link too). A link to a
+// directory, or one whose target is missing, is an error: following
+// directory links could loop or read a file twice, and skipping them would
+// leave input out silently. Other special files (devices, pipes, sockets)
+// are skipped.
+type dirInput struct {
+	filesource.Objects // Location and Open: os.Open follows links
+	root               string
+}
+
+// List lists the files as filesource.Dir does, following links to regular
+// files.
+func (d dirInput) List(ctx context.Context) ([]filesource.Member, error) {
+	walkRoot, err := filepath.EvalSymlinks(d.root)
+	if err != nil {
+		return nil, spate.Retryablef("list %s: %w", d.root, err)
+	}
+	var out []filesource.Member
+	err = filepath.WalkDir(walkRoot, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return spate.Retryablef("list %s: %w", d.root, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(walkRoot, path)
+		if err != nil {
+			return err
+		}
+		var info fs.FileInfo
+		switch {
+		case e.Type().IsRegular():
+			info, err = e.Info()
+		case e.Type()&fs.ModeSymlink != 0:
+			target, _ := os.Readlink(path)
+			if info, err = os.Stat(path); err != nil {
+				var pe *fs.PathError
+				if errors.As(err, &pe) {
+					err = pe.Err
+				}
+				return spate.Fatalf("%s is a symbolic link to %s, which cannot be read (%w); remove the link or restore its target",
+					rel, target, err)
+			}
+			if info.IsDir() {
+				return spate.Fatalf("%s is a symbolic link to the directory %s: spate follows links to regular files only; "+
+					"link the files, or copy the directory", rel, target)
+			}
+			if !info.Mode().IsRegular() {
+				return nil
+			}
+		default:
+			return nil
+		}
+		if err != nil {
+			return spate.Retryablef("list %s: %w", d.root, err)
+		}
+		out = append(out, filesource.Member{Name: filepath.ToSlash(rel), Size: info.Size(), MTime: info.ModTime().UnixNano()})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	filesource.SortMembers(out)
+	return out, nil
 }

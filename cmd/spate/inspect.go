@@ -32,28 +32,60 @@ func (j *jobFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&j.lease, "lease", 15*time.Second, "the job's --lease (Redis records it with the job and refuses another; read from the store when it can be)")
 }
 
+// checkStoreJobLog checks the flags inspect and requeue share, and that
+// no positional argument is left.
+func checkStoreJobLog(pos []string, sf *storeFlags, jf *jobFlags, lf *logFlags) error {
+	var kind string
+	return checkFlags(
+		func() error { return noPositional(pos) },
+		func() (err error) { kind, err = sf.validate(); return err },
+		func() error {
+			if jf.job == "" {
+				return nil
+			}
+			if err := validateJob(jf.job); err != nil {
+				return flagErrorf("--job: %v", err)
+			}
+			return nil
+		},
+		func() error {
+			if kind == "etcd" {
+				kind = "" // inspect rounds the lease to whole seconds itself
+			}
+			return checkLease("lease", jf.lease, kind)
+		},
+		lf.validate,
+	)
+}
+
 // openJob connects, resolves the job and opens a store over it.
 func openJob(ctx context.Context, sf *storeFlags, jf *jobFlags, log *slog.Logger) (*connector, *openedStore, string, error) {
 	conn, err := sf.connect(ctx, log, connectExisting)
 	if err != nil {
 		return nil, nil, "", err
 	}
-	job, err := resolveJob(ctx, conn, jf)
+	// Reaching the store takes at most --connect-timeout.
+	cctx, cancel := context.WithTimeout(ctx, sf.connectTimeout)
+	defer cancel()
+	job, err := resolveJob(cctx, conn, jf)
 	if err != nil {
 		conn.close()
+		if timedOut(cctx) {
+			return nil, nil, "", conn.unreachable(sf.connectTimeout, err)
+		}
 		return nil, nil, "", err
 	}
 	ttl := jf.lease
-	if rec, ok := conn.recordedTTL(ctx, job); ok {
+	if rec, ok := conn.recordedTTL(cctx, job); ok {
 		ttl = rec
 	}
 	if conn.kind == "etcd" {
 		ttl = max(ttl.Round(time.Second), 2*time.Second)
 	}
-	st, err := conn.open(ctx, job, ttl, sf.connectTimeout)
+	st, err := conn.open(cctx, job, ttl, sf.connectTimeout)
 	if err != nil {
 		conn.close()
-		return nil, nil, "", fmt.Errorf("open the store (%s): %w", conn.describe, err)
+		return nil, nil, "", conn.openError(err)
 	}
 	return conn, st, job, nil
 }
@@ -123,18 +155,29 @@ type memberJSON struct {
 }
 
 type summaryJSON struct {
-	Splits         int    `json:"splits"`
-	Completed      int    `json:"completed"`
-	Runnable       int    `json:"runnable"`
-	Quarantined    int    `json:"quarantined"`
-	BytesTotal     int64  `json:"bytes_total"`
-	BytesCommitted int64  `json:"bytes_committed"`
+	Splits      int `json:"splits"`
+	Completed   int `json:"completed"`
+	Leased      int `json:"leased"`   // held by a live worker
+	Runnable    int `json:"runnable"` // waiting for a worker
+	Quarantined int `json:"quarantined"`
+	// BytesTotal counts a split of unknown size as 1 byte.
+	BytesTotal     int64 `json:"bytes_total"`
+	BytesCommitted int64 `json:"bytes_committed"`
+	// BytesRemaining is what is left to commit (the lag), over the splits
+	// whose size is known.
+	BytesRemaining int64  `json:"bytes_remaining"`
 	State          string `json:"state"` // complete, stalled, running, planning
 }
 
 type splitJSON struct {
-	ID         string `json:"id"`
-	Status     string `json:"status"`
+	ID     string `json:"id"`
+	Status string `json:"status"` // the stored status: runnable, completed or quarantined
+	// State is the status, or leased for a runnable split a live worker
+	// holds.
+	State string `json:"state"`
+	// Remaining is the bytes left to commit (size less watermark); null
+	// when the split's size is unknown.
+	Remaining  *int64 `json:"remaining"`
 	Owner      string `json:"owner"`
 	Epoch      uint64 `json:"epoch"`
 	Attempts   uint32 `json:"attempts"`
@@ -151,8 +194,8 @@ func inspectionOf(job, store string, js *spate.JobState) inspection {
 		Job: job, Store: store,
 		Plan:        planJSON{Fingerprint: js.Plan.Fingerprint, Generation: js.Plan.Generation, Finality: js.Plan.Finality.String(), Planned: js.Plan.Planned},
 		Assignments: js.Assignments,
-		Summary: summaryJSON{Splits: s.splits, Completed: s.completed, Runnable: s.runnable, Quarantined: s.quarantined,
-			BytesTotal: s.total, BytesCommitted: s.done},
+		Summary: summaryJSON{Splits: s.splits, Completed: s.completed, Leased: s.leased, Runnable: s.runnable,
+			Quarantined: s.quarantined, BytesTotal: s.total, BytesCommitted: s.done, BytesRemaining: s.remaining},
 		Members: []memberJSON{},
 		Splits:  []splitJSON{},
 	}
@@ -173,8 +216,11 @@ func inspectionOf(job, store string, js *spate.JobState) inspection {
 		out.Members = append(out.Members, memberJSON{Instance: m.Instance, MaxInFlight: m.MaxInFlight})
 	}
 	for _, sp := range js.Splits {
-		j := splitJSON{ID: sp.ID.String(), Status: string(sp.Status), Owner: sp.Owner, Epoch: uint64(sp.Epoch),
+		j := splitJSON{ID: sp.ID.String(), Status: string(sp.Status), State: splitState(sp), Owner: sp.Owner, Epoch: uint64(sp.Epoch),
 			Attempts: sp.Attempts, Weight: sp.Weight, LeaseOwner: sp.LeaseOwner, Revision: sp.Revision}
+		if r, ok := remainingBytes(sp); ok {
+			j.Remaining = &r
+		}
 		if sp.Progress != nil {
 			w := sp.Progress.Watermark
 			j.Watermark = &w
@@ -187,7 +233,7 @@ func inspectionOf(job, store string, js *spate.JobState) inspection {
 
 func runInspect(args []string) int {
 	fs := newFlagSet("inspect", "[--store URL] [--job NAME] [--json]",
-		"Shows a job's state as its store holds it, without joining the job: the plan (generation,\nfinality, planned), the live members and the leader, and every split's status, owner,\nepoch, attempts, committed watermark and live lease.")
+		"Shows a job's state as its store holds it, without joining the job: the plan (generation,\nfinality, planned), the live members and the leader, and every split's state (leased: a\nlive worker holds it; runnable: waiting for one; completed; quarantined), owner, epoch,\nattempts, committed watermark, remaining bytes and live lease.")
 	var sf storeFlags
 	var jf jobFlags
 	var lf logFlags
@@ -199,9 +245,8 @@ func runInspect(args []string) int {
 	if !ok {
 		return code
 	}
-	if len(pos) > 0 {
-		fs.Usage()
-		return exitUsage
+	if err := checkStoreJobLog(pos, &sf, &jf, &lf); err != nil {
+		return usageError(fs, "%v", err)
 	}
 	log, err := lf.logger(os.Stderr)
 	if err != nil {
@@ -255,17 +300,23 @@ func printInspection(w io.Writer, in inspection) {
 	if s.BytesTotal > 0 {
 		pct = 100 * float64(s.BytesCommitted) / float64(s.BytesTotal)
 	}
-	fmt.Fprintf(w, "state     %s: %d/%d splits completed, %d runnable, %d quarantined; %s of %s committed (%.0f%%)\n",
-		s.State, s.Completed, s.Splits, s.Runnable, s.Quarantined, bytesStr(s.BytesCommitted), bytesStr(s.BytesTotal), pct)
+	fmt.Fprintf(w, "state     %s: %d/%d splits completed, %d leased (running), %d runnable (waiting), %d quarantined\n",
+		s.State, s.Completed, s.Splits, s.Leased, s.Runnable, s.Quarantined)
+	fmt.Fprintf(w, "bytes     %s of %s committed (%.0f%%), %s remaining\n",
+		bytesStr(s.BytesCommitted), bytesStr(s.BytesTotal), pct, bytesStr(s.BytesRemaining))
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SPLIT\tSTATUS\tOWNER\tEPOCH\tATTEMPTS\tWATERMARK\tLEASE")
+	fmt.Fprintln(tw, "SPLIT\tSTATE\tOWNER\tEPOCH\tATTEMPTS\tWATERMARK\tREMAINING\tLEASE")
 	for _, sp := range in.Splits {
 		wm := "-"
 		if sp.Watermark != nil {
 			wm = fmt.Sprintf("%d/%d", *sp.Watermark, sp.Weight)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", sp.ID, sp.Status, dash(sp.Owner), sp.Epoch, sp.Attempts, wm, dash(sp.LeaseOwner))
+		rem := "?"
+		if sp.Remaining != nil {
+			rem = bytesStr(*sp.Remaining)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", sp.ID, sp.State, dash(sp.Owner), sp.Epoch, sp.Attempts, wm, rem, dash(sp.LeaseOwner))
 	}
 	_ = tw.Flush()
 	if s.Quarantined > 0 {
@@ -294,13 +345,15 @@ func runRequeue(args []string) int {
 	if !ok {
 		return code
 	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return exitUsage
+	if len(pos) == 0 {
+		return usageError(fs, "SPLIT is required: the quarantined split to requeue (spate inspect lists them)")
+	}
+	if err := checkStoreJobLog(pos[1:], &sf, &jf, &lf); err != nil {
+		return usageError(fs, "%v", err)
 	}
 	id, err := spate.NewSplitID(pos[0])
 	if err != nil {
-		return fail(exitUsage, "%v", err)
+		return usageError(fs, "SPLIT %q: %s", pos[0], strings.TrimPrefix(err.Error(), "spate: "))
 	}
 	log, err := lf.logger(os.Stderr)
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"strings"
 )
 
@@ -55,6 +57,9 @@ func run(args []string) int {
 	case "-h", "-help", "--help", "help":
 		usage(os.Stdout)
 		return exitOK
+	case "-version", "--version", "version":
+		fmt.Println(versionString())
+		return exitOK
 	}
 	for _, c := range commands {
 		if c.name == args[0] {
@@ -76,10 +81,56 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'spate COMMAND -h' for a command's flags. Start with: spate demo")
+	fmt.Fprintln(w, "Run 'spate COMMAND -h' for a command's flags, 'spate --version' for the build. Start with: spate demo")
 }
 
-// newFlagSet makes a command's flag set with a usage line.
+// version is the release, when the build sets it:
+// go build -ldflags "-X main.version=v1.2.3" ./cmd/spate. Otherwise
+// versionString reads the module version and VCS stamp the Go toolchain
+// records in the binary.
+var version string
+
+// versionString is what spate --version prints: the version, the commit
+// it was built from when known, and the Go toolchain and platform.
+func versionString() string {
+	v := version
+	var rev, when string
+	modified := false
+	if info, ok := debug.ReadBuildInfo(); ok {
+		if v == "" {
+			v = info.Main.Version
+		}
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.time":
+				when = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	if v == "" || v == "(devel)" {
+		v = "devel"
+	}
+	out := "spate " + v
+	if rev != "" {
+		var parts []string
+		parts = append(parts, "commit "+rev[:min(12, len(rev))])
+		if when != "" {
+			parts = append(parts, when)
+		}
+		if modified {
+			parts = append(parts, "modified")
+		}
+		out += " (" + strings.Join(parts, ", ") + ")"
+	}
+	return out + " " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
+}
+
+// newFlagSet makes a command's flag set with a usage line. Its Usage
+// prints the whole help; parseArgs prints it only for -h.
 func newFlagSet(name, args, about string) *flag.FlagSet {
 	fs := flag.NewFlagSet("spate "+name, flag.ContinueOnError)
 	fs.Usage = func() {
@@ -92,14 +143,24 @@ func newFlagSet(name, args, about string) *flag.FlagSet {
 // parseArgs parses flags that may come before, between or after positional
 // arguments (stdlib flag stops at the first positional one) and returns the
 // positional arguments. ok is false after a parse error or -h; code is then
-// the exit code.
+// the exit code. -h prints the command's help on stdout; a bad flag prints
+// one line naming it on stderr, not the whole help.
 func parseArgs(fs *flag.FlagSet, args []string) (pos []string, code int, ok bool) {
+	help := fs.Usage
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard) // the error is printed below, in one line
+	defer func() {
+		fs.Usage = help
+		fs.SetOutput(nil)
+	}()
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(os.Stdout)
+				help()
 				return nil, exitOK, false
 			}
-			return nil, exitUsage, false
+			return nil, usageError(fs, "%v", err), false
 		}
 		if fs.NArg() == 0 {
 			return pos, 0, true
@@ -107,6 +168,13 @@ func parseArgs(fs *flag.FlagSet, args []string) (pos []string, code int, ok bool
 		pos = append(pos, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
+}
+
+// usageError prints a one-line usage error of fs's command, with where to
+// find its flags, and returns exitUsage.
+func usageError(fs *flag.FlagSet, format string, args ...any) int {
+	fmt.Fprintf(os.Stderr, "%s: %s (see %s -h)\n", fs.Name(), fmt.Sprintf(format, args...), fs.Name())
+	return exitUsage
 }
 
 // logFlags are every command's logging flags.
@@ -121,24 +189,41 @@ func (l *logFlags) register(fs *flag.FlagSet, defLevel string) {
 }
 
 // logger builds the slog logger, writing to w (stderr, or the console's
-// log writer on a terminal).
+// log writer on a terminal). go-redis's own log lines go through it too.
 func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
+	if err := l.validate(); err != nil {
+		return nil, err
+	}
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(l.level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", l.level)
-	}
+	_ = level.UnmarshalText([]byte(l.level))
 	opts := &slog.HandlerOptions{Level: level}
-	switch strings.ToLower(l.format) {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	var log *slog.Logger
+	if strings.EqualFold(l.format, "json") {
+		log = slog.New(slog.NewJSONHandler(w, opts))
+	} else {
+		log = slog.New(slog.NewTextHandler(w, opts))
 	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", l.format)
+	routeRedisLogs(log)
+	return log, nil
 }
 
-// fail prints an error for the user and returns the exit code.
+// validate checks the logging flags.
+func (l *logFlags) validate() error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(l.level)); err != nil {
+		return flagErrorf("--log-level %q: want debug, info, warn or error", l.level)
+	}
+	switch strings.ToLower(l.format) {
+	case "text", "json":
+		return nil
+	}
+	return flagErrorf("--log-format %q: want text or json", l.format)
+}
+
+// fail prints an error for the user and returns the exit code. A message
+// that already starts with "spate: " (the library's errors do) keeps one.
 func fail(code int, format string, args ...any) int {
-	fmt.Fprintf(os.Stderr, "spate: "+format+"\n", args...)
+	msg := strings.TrimPrefix(fmt.Sprintf(format, args...), "spate: ")
+	fmt.Fprintf(os.Stderr, "spate: %s\n", msg)
 	return code
 }

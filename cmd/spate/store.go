@@ -67,7 +67,16 @@ func (f *storeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.password, "password", "", "store password (or $"+envPassword+")")
 	fs.StringVar(&f.token, "token", "", "store auth token (NATS) (or $"+envToken+")")
 	fs.StringVar(&f.creds, "creds", "", "NATS credentials file")
-	fs.DurationVar(&f.connectTimeout, "connect-timeout", 30*time.Second, "how long to keep retrying an unreachable store at startup")
+	fs.DurationVar(&f.connectTimeout, "connect-timeout", 30*time.Second, "how long reaching the store may take at startup, every dial, retry and startup check included")
+}
+
+// dialTimeout bounds one dial of a store client: 5s, or the connect
+// timeout when shorter.
+func (f *storeFlags) dialTimeout() time.Duration {
+	if f.connectTimeout > 0 {
+		return min(5*time.Second, f.connectTimeout)
+	}
+	return 5 * time.Second
 }
 
 func (f *storeFlags) secret() (password, token string) {
@@ -129,6 +138,7 @@ type connector struct {
 	kind     string // "mem", "etcd", "redis" (and "nats")
 	describe string // for people: where the store is
 	log      *slog.Logger
+	tls      bool // the store is reached over TLS
 
 	etcdCfg  clientv3.Config
 	local    *embedetcd.Local // the default store
@@ -201,7 +211,8 @@ func (f *storeFlags) connect(ctx context.Context, log *slog.Logger, mode connect
 		if len(eps) == 0 {
 			return nil, fmt.Errorf("--store %q names no etcd endpoint", shown)
 		}
-		c.etcdCfg = clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, TLS: tlsCfg,
+		c.tls = tlsCfg != nil
+		c.etcdCfg = clientv3.Config{Endpoints: eps, DialTimeout: f.dialTimeout(), TLS: tlsCfg,
 			Username: user, Password: pass, Logger: zap.NewNop(), DialOptions: etcd.DialOptions()}
 		c.describe = "etcd at " + strings.Join(eps, ",")
 		return c, nil
@@ -226,6 +237,8 @@ func (f *storeFlags) connect(ctx context.Context, log *slog.Logger, mode connect
 			o.TLSConfig.Certificates = tlsCfg.Certificates
 		}
 		o.ContextTimeoutEnabled = true
+		o.DialTimeout = f.dialTimeout()
+		c.tls = o.TLSConfig != nil
 		c.redisOpt = o
 		c.describe = scheme + "://" + o.Addr
 		if o.DB != 0 {
@@ -238,6 +251,7 @@ func (f *storeFlags) connect(ctx context.Context, log *slog.Logger, mode connect
 			return nil, err
 		}
 		c.kind = "nats"
+		c.tls = tlsCfg != nil || strings.EqualFold(scheme, "tls")
 		c.natsConn = n
 		c.describe = n.describe()
 		return c, nil
@@ -268,7 +282,7 @@ func (f *storeFlags) connectDefault(ctx context.Context, c *connector, mode conn
 		return nil, fmt.Errorf("default store: %w (pass --store to use another store, or --embed-addr for another port)", err)
 	}
 	c.local = local
-	c.etcdCfg = clientv3.Config{Endpoints: []string{local.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+	c.etcdCfg = clientv3.Config{Endpoints: []string{local.Endpoint}, DialTimeout: f.dialTimeout(), Logger: zap.NewNop(),
 		DialOptions: etcd.DialOptions()}
 	if local.Hosted() {
 		c.describe = fmt.Sprintf("embedded etcd at %s, hosted by this process (data in %s)", f.embedAddr, f.dataDir)
@@ -328,26 +342,80 @@ func (o *openedStore) Close() error {
 }
 
 // open opens a store over namespace ns (a job) with ephemeral TTL ttl,
-// retrying Retryable failures until the connect timeout.
+// retrying Retryable failures until the connect timeout: every attempt,
+// dial and startup check included, ends by then (or by ctx's deadline, if
+// sooner). An open that runs out of time fails with an [unreachableError].
 func (c *connector) open(ctx context.Context, ns string, ttl, retryFor time.Duration) (*openedStore, error) {
-	deadline := time.Now().Add(retryFor)
+	octx, cancel := context.WithTimeout(ctx, retryFor)
+	defer cancel()
 	backoff := 200 * time.Millisecond
 	for {
-		st, err := c.openOnce(ctx, ns, ttl)
+		st, err := c.openOnce(octx, ns, ttl)
 		if err == nil {
 			return st, nil
 		}
-		if !spate.IsRetryable(err) || time.Now().After(deadline) || ctx.Err() != nil {
+		if timedOut(octx) {
+			return nil, c.unreachable(retryFor, err)
+		}
+		if !spate.IsRetryable(err) || octx.Err() != nil {
 			return nil, err
 		}
 		c.log.Warn("store unreachable; retrying", "store", c.describe, "error", err)
 		select {
-		case <-ctx.Done():
+		case <-octx.Done():
+			if errors.Is(octx.Err(), context.DeadlineExceeded) {
+				return nil, c.unreachable(retryFor, err)
+			}
 			return nil, err
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 3*time.Second)
 	}
+}
+
+// timedOut reports whether ctx's deadline has passed, or is so close that
+// a client timeout set to it (NATS sets its dial timeout so) fired first.
+func timedOut(ctx context.Context) bool {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && ctx.Err() == nil && time.Until(dl) < 20*time.Millisecond
+}
+
+// unreachableError is a store that --connect-timeout ran out on.
+type unreachableError struct {
+	store   string
+	timeout time.Duration
+	hint    string
+	last    error
+}
+
+func (e *unreachableError) Error() string {
+	last := strings.TrimSuffix(e.last.Error(), ": "+spate.ErrRetryable.Error())
+	return fmt.Sprintf("could not connect to %s: --connect-timeout %v elapsed%s; last error: %s", e.store, e.timeout, e.hint, last)
+}
+
+func (e *unreachableError) Unwrap() error { return e.last }
+
+// unreachable is the error of a connect that ran out of time: it names
+// the store and the timeout, and what to check.
+func (c *connector) unreachable(timeout time.Duration, last error) error {
+	hint := " (is the store running there, on its client port?)"
+	if c.tls {
+		hint = " (is the store running there, on its client port, and does that port speak TLS?)"
+	}
+	return &unreachableError{store: c.describe, timeout: timeout, hint: hint, last: last}
+}
+
+// openError renders a failure of open for people: an unreachable store
+// says so on its own; another failure is prefixed with the store.
+func (c *connector) openError(err error) error {
+	var u *unreachableError
+	if errors.As(err, &u) {
+		return err
+	}
+	return fmt.Errorf("open the store (%s): %w", c.describe, err)
 }
 
 func (c *connector) openOnce(ctx context.Context, ns string, ttl time.Duration) (*openedStore, error) {

@@ -204,16 +204,20 @@ func runVerify(args []string) int {
 		"Checks that every line of every file under --src is in the output files (*.out) under --dst,\nand counts replayed duplicates. Exits 0 only if no line is missing.")
 	src := fs.String("src", "", "the backfill's source: a directory or a bucket URL")
 	dst := fs.String("dst", "", "the backfill's output directory")
-	if _, code, ok := parseArgs(fs, args); !ok {
+	pos, code, ok := parseArgs(fs, args)
+	if !ok {
 		return code
 	}
-	if *src == "" || *dst == "" {
-		fs.Usage()
-		return exitUsage
+	if err := checkFlags(
+		func() error { return noPositional(pos) },
+		func() error { return required("src", *src, "the backfill's source directory (or bucket URL)") },
+		func() error { return required("dst", *dst, "the backfill's output directory") },
+	); err != nil {
+		return usageError(fs, "%v", err)
 	}
 	in, err := openInput(context.Background(), *src)
 	if err != nil {
-		return fail(exitUsage, "--src: %v", err)
+		return usageError(fs, "--src %s: %v", *src, err)
 	}
 	defer in.close()
 	r, err := verifyOutput(context.Background(), in.objs, *dst)

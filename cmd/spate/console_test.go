@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A big job's progress line fits every width: never wider than the width
+// less one column, with the bar and as many of the details as fit.
+func TestProgressStatusFitsTheWidth(t *testing.T) {
+	s := jobSummary{exists: true, splits: 12345, completed: 6789, done: 900 << 30, total: 1800 << 30}
+	here := "this worker: " + count(123456789) + " lines, " + count(98765) + " lines/s"
+	for _, width := range []int{10, 20, 40, 60, 80, 100, 120, 200} {
+		got := progressStatus(width, 0.5, s, here)
+		assert.LessOrEqual(t, utf8.RuneCountInString(got), width-1, "width %d: %q", width, got)
+		switch {
+		case width >= 160:
+			assert.Contains(t, got, "this worker", "width %d", width)
+			assert.Contains(t, got, "6789/12345 splits", "width %d", width)
+		case width >= 60:
+			assert.Contains(t, got, "6789/12345 splits", "width %d", width)
+			assert.Contains(t, got, "[#", "width %d", width)
+		case width >= 20:
+			assert.Contains(t, got, "50%", "width %d", width)
+		}
+	}
+}
+
+func TestFitWidth(t *testing.T) {
+	assert.Equal(t, "short", fitWidth("short", 80))
+	assert.Equal(t, "abcd…", fitWidth("abcdefghij", 6))
+	assert.Equal(t, 79, utf8.RuneCountInString(fitWidth(strings.Repeat("é", 200), 80)))
+}
+
+// testConsole is a terminal console over a buffer, width columns wide.
+func testConsole(width *int) (*console, *bytes.Buffer) {
+	var out bytes.Buffer
+	return &console{out: &out, errOut: &out, tty: true, start: time.Now(), width: func() int { return *width }}, &out
+}
+
+// The status line is cut to the terminal's width, so it never wraps; after
+// the window is narrowed under it, the next redraw erases every row it now
+// takes, not only the last one.
+func TestConsoleStatusFitsAndClearsStaleRows(t *testing.T) {
+	width := 80
+	c, out := testConsole(&width)
+	c.setStatus(strings.Repeat("x", 150))
+	drawn := out.String()
+	require.True(t, strings.HasSuffix(drawn, strings.Repeat("x", 78)+"…"), "%q", drawn)
+	assert.NotContains(t, drawn, strings.Repeat("x", 80))
+
+	// Narrowed to 30 columns: the 79 columns drawn now take 3 rows.
+	width = 30
+	out.Reset()
+	c.line("an event")
+	got := out.String()
+	require.True(t, strings.HasPrefix(got, clearLine+cursorUpClear+cursorUpClear), "%q", got)
+	assert.NotContains(t, got, clearLine+cursorUpClear+cursorUpClear+cursorUpClear)
+	assert.Contains(t, got, "an event\n")
+	assert.True(t, strings.HasSuffix(got, strings.Repeat("x", 28)+"…"), "%q", got)
+
+	// At an unchanged width, one row is erased.
+	out.Reset()
+	c.setStatus("short")
+	assert.Equal(t, clearLine+"short", out.String())
+	out.Reset()
+	c.endStatus()
+	assert.Equal(t, clearLine, out.String())
+}
+
+// An unknown width is taken as 80 columns; $COLUMNS is read when the
+// window size cannot be asked for.
+func TestConsoleWidthFallbacks(t *testing.T) {
+	width := 0
+	c, _ := testConsole(&width)
+	assert.Equal(t, defaultWidth, c.columns())
+	t.Setenv("COLUMNS", "132")
+	assert.Equal(t, 132, columnsEnv())
+	t.Setenv("COLUMNS", "wide")
+	assert.Equal(t, 0, columnsEnv())
+}

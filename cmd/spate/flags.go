@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/embedetcd"
+)
+
+// maxThreads caps --threads: every pipeline thread is a driver goroutine
+// with its own buffers, and far more of them than CPUs only costs memory.
+const maxThreads = 256
+
+// embeddedLeaseFloor is the default store's smallest lease: etcd's floor
+// of 1.5 election timeouts, rounded up to whole seconds.
+var embeddedLeaseFloor = (time.Duration(3*embedetcd.ProductionElectionMs/2)*time.Millisecond + time.Second - 1).Truncate(time.Second)
+
+// flagError is a bad flag: its message names the flag, in one line.
+type flagError struct{ msg string }
+
+func (e *flagError) Error() string { return e.msg }
+
+func flagErrorf(format string, args ...any) error {
+	return &flagError{msg: fmt.Sprintf(format, args...)}
+}
+
+// checkFlags runs the checks in order and returns the first failure.
+func checkFlags(checks ...func() error) error {
+	for _, c := range checks {
+		if err := c(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// explicitlySet reports whether the command line set the flag.
+func explicitlySet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			set = true
+		}
+	})
+	return set
+}
+
+func positive(name string, d time.Duration) error {
+	if d <= 0 {
+		return flagErrorf("--%s %v: must be positive", name, d)
+	}
+	return nil
+}
+
+func atLeast(name string, v, lo int64) error {
+	if v < lo {
+		return flagErrorf("--%s %d: must be at least %d", name, v, lo)
+	}
+	return nil
+}
+
+func noPositional(pos []string) error {
+	if len(pos) > 0 {
+		return flagErrorf("unexpected argument %q (every value is given with a flag)", pos[0])
+	}
+	return nil
+}
+
+func required(name, value, what string) error {
+	if value == "" {
+		return flagErrorf("--%s is required: %s", name, what)
+	}
+	return nil
+}
+
+// checkLease checks a lease against the protocol's floor and the store's
+// resolution, and the timings derived from it.
+func checkLease(name string, lease time.Duration, storeKind string) error {
+	if lease < spate.MinLeaseDuration {
+		return flagErrorf("--%s %v: must be at least %v", name, lease, spate.MinLeaseDuration)
+	}
+	if storeKind == "etcd" && lease%time.Second != 0 {
+		return flagErrorf("--%s %v: etcd leases are whole seconds", name, lease)
+	}
+	cfg := spate.TimingsForLease(lease)
+	cfg.InstanceID = "check"
+	if err := cfg.Validate(); err != nil {
+		return flagErrorf("--%s %v: %s", name, lease, strings.ReplaceAll(strings.TrimPrefix(err.Error(), "spate: "), "\n", "; "))
+	}
+	return nil
+}
+
+// checkAddr checks a host:port flag.
+func checkAddr(name, addr string) error {
+	if addr == "" {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return flagErrorf("--%s %q: want host:port (%v)", name, addr, err)
+	}
+	return nil
+}
+
+// validate checks the store flags without reaching the store or creating
+// anything, and returns the store's kind (etcd for the default store).
+func (f *storeFlags) validate() (kind string, err error) {
+	if err := positive("connect-timeout", f.connectTimeout); err != nil {
+		return "", err
+	}
+	if f.url == "" {
+		if f.dataDir == "" {
+			return "", flagErrorf("--data-dir is empty: the default store needs a data directory")
+		}
+		if err := checkAddr("embed-addr", f.embedAddr); err != nil {
+			return "", err
+		}
+		return "etcd", nil
+	}
+	// Connecting to a store URL only parses it (and reads the TLS files):
+	// nothing is dialled or created.
+	c, err := f.connect(context.Background(), nil, connectExisting)
+	if err != nil {
+		return "", flagErrorf("%s", strings.TrimPrefix(err.Error(), "spate: "))
+	}
+	c.close()
+	return c.kind, nil
+}
+
+// validate checks every backfill flag without reaching the store or
+// creating anything: a bad flag is a one-line error naming it.
+func (f *backfillFlags) validate(fs *flag.FlagSet, pos []string) error {
+	var kind string
+	if !explicitlySet(fs, "commit-interval") {
+		f.commitInterval = min(f.commitInterval, f.lease) // a short lease commits at least once per lease
+	}
+	return checkFlags(
+		func() error { return noPositional(pos) },
+		func() error { return required("src", f.src, "the directory (or bucket URL) to copy") },
+		func() error { return required("dst", f.dst, "the directory to write the output to") },
+		func() (err error) { kind, err = f.store.validate(); return err },
+		func() error { return checkLease("lease", f.lease, kind) },
+		func() error {
+			if f.store.url == "" && f.lease < embeddedLeaseFloor {
+				return flagErrorf("--lease %v: the default store (an embedded etcd) grants leases of at least %v", f.lease, embeddedLeaseFloor)
+			}
+			return nil
+		},
+		func() error { return positive("commit-interval", f.commitInterval) },
+		func() error {
+			if f.commitInterval > f.lease {
+				return flagErrorf("--commit-interval %v is longer than --lease %v: commit at least once per lease, "+
+					"or a takeover replays more than a lease of work", f.commitInterval, f.lease)
+			}
+			return nil
+		},
+		func() error { return positive("drain-timeout", f.drainTimeout) },
+		func() error {
+			if f.rebalanceDelay < 0 {
+				return flagErrorf("--rebalance-delay %v: must not be negative (0 reassigns at once)", f.rebalanceDelay)
+			}
+			return nil
+		},
+		func() error { return atLeast("lanes", int64(f.lanes), 1) },
+		func() error {
+			if f.threads < 1 || f.threads > maxThreads {
+				return flagErrorf("--threads %d: must be between 1 and %d", f.threads, maxThreads)
+			}
+			return nil
+		},
+		func() error { return atLeast("max-attempts", int64(f.maxAttempts), 1) },
+		func() error { return atLeast("split-bytes", f.splitBytes, 1) },
+		func() error { return atLeast("split-files", int64(f.splitFiles), 1) },
+		func() error {
+			if math.IsNaN(f.rate) || math.IsInf(f.rate, 0) || f.rate < 0 {
+				return flagErrorf("--rate %v: must be 0 (unlimited) or a positive number of lines per second", f.rate)
+			}
+			return nil
+		},
+		func() error {
+			if f.job == "" {
+				return nil
+			}
+			if err := validateJob(f.job); err != nil {
+				return flagErrorf("--job: %v", err)
+			}
+			return nil
+		},
+		func() error {
+			if f.instance == "" {
+				return nil
+			}
+			if err := spate.ValidateInstanceID(f.instance); err != nil {
+				return flagErrorf("--instance %q: %s", f.instance, strings.TrimPrefix(err.Error(), "spate: "))
+			}
+			return nil
+		},
+		func() error { return checkAddr("metrics-addr", f.metricsAddr) },
+		func() error { return checkParentDir("history", f.history) },
+		func() error {
+			return f.log.validate()
+		},
+		func() error {
+			dst, err := filepath.Abs(f.dst)
+			if err != nil {
+				return flagErrorf("--dst: %v", err)
+			}
+			if st, err := os.Stat(dst); err == nil && !st.IsDir() {
+				return flagErrorf("--dst %s is not a directory", f.dst)
+			} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+				return flagErrorf("--dst: %v", err)
+			}
+			return nil
+		},
+	)
+}
+
+// checkParentDir checks that a file flag's directory exists.
+func checkParentDir(name, path string) error {
+	if path == "" {
+		return nil
+	}
+	dir := filepath.Dir(path)
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return flagErrorf("--%s %s: no directory %s", name, path, dir)
+	}
+	return nil
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"regexp"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spate-go/spate"
+)
+
+// spate inspect tells a split a live worker holds (leased) from one waiting
+// for a worker (runnable), and shows what each split has left to commit
+// (its lag) where its size is known.
+func TestInspectionDistinguishesLeasedAndShowsLag(t *testing.T) {
+	split := func(id string, st spate.SplitStatus, lease string, weight uint64, wm int64, hasProgress bool) spate.SplitState {
+		s := spate.SplitState{ID: spate.MustSplitID(id), Status: st, LeaseOwner: lease, Owner: lease, Weight: weight, HasSpec: weight > 0}
+		if hasProgress {
+			s.Progress = &spate.SplitProgress{Watermark: wm, Completed: st == spate.StatusCompleted}
+		}
+		return s
+	}
+	js := &spate.JobState{
+		Plan: spate.PlanState{Fingerprint: "fp", Finality: spate.PlanFinal, Planned: 5},
+		Splits: []spate.SplitState{
+			split("a-done", spate.StatusCompleted, "", 1000, 1000, true),
+			split("b-leased", spate.StatusRunnable, "worker-1", 1000, 400, true),
+			split("c-waiting", spate.StatusRunnable, "", 1000, 0, false),
+			split("d-poison", spate.StatusQuarantined, "", 1000, 100, true),
+			split("e-nospec", spate.StatusRunnable, "", 0, 0, false),
+		},
+	}
+	in := inspectionOf("job", "store", js)
+	assert.Equal(t, 1, in.Summary.Leased)
+	assert.Equal(t, 2, in.Summary.Runnable)
+	assert.Equal(t, 1, in.Summary.Completed)
+	assert.Equal(t, 1, in.Summary.Quarantined)
+	assert.Equal(t, "running", in.Summary.State)
+	assert.Equal(t, int64(600+1000+900), in.Summary.BytesRemaining)
+
+	want := map[string]struct {
+		state     string
+		remaining *int64
+	}{
+		"a-done":    {"completed", ptr(int64(0))},
+		"b-leased":  {"leased", ptr(int64(600))},
+		"c-waiting": {"runnable", ptr(int64(1000))},
+		"d-poison":  {"quarantined", ptr(int64(900))},
+		"e-nospec":  {"runnable", nil},
+	}
+	require.Len(t, in.Splits, len(want))
+	for _, sp := range in.Splits {
+		w := want[sp.ID]
+		assert.Equal(t, w.state, sp.State, sp.ID)
+		assert.Equal(t, w.remaining, sp.Remaining, sp.ID)
+	}
+	assert.Equal(t, string(spate.StatusRunnable), in.Splits[1].Status, "the stored status stays in the JSON")
+
+	var out bytes.Buffer
+	printInspection(&out, in)
+	text := out.String()
+	assert.Regexp(t, regexp.MustCompile(`(?m)^b-leased\s+leased\s+worker-1\s.*\s600 B\s+worker-1$`), text)
+	assert.Regexp(t, regexp.MustCompile(`(?m)^c-waiting\s+runnable\s+-\s.*\s1000 B\s+-$`), text)
+	assert.Regexp(t, regexp.MustCompile(`(?m)^e-nospec\s+runnable\s.*\s\?\s+-$`), text)
+	assert.Contains(t, text, "1 leased (running), 2 runnable (waiting), 1 quarantined")
+	assert.Contains(t, text, "2.4 KiB remaining")
+}
+
+// A job whose only unfinished splits are held is running, not stalled.
+func TestSummaryLeasedIsNotStalled(t *testing.T) {
+	js := &spate.JobState{
+		Plan: spate.PlanState{Finality: spate.PlanFinal, Planned: 2},
+		Splits: []spate.SplitState{
+			{ID: spate.MustSplitID("a"), Status: spate.StatusQuarantined, Weight: 10, HasSpec: true},
+			{ID: spate.MustSplitID("b"), Status: spate.StatusRunnable, LeaseOwner: "w", Weight: 10, HasSpec: true},
+		},
+	}
+	s := summarize(js)
+	assert.False(t, s.stalled)
+	assert.Equal(t, 1, s.leased)
+	assert.Equal(t, 0, s.runnable)
+}
+
+func ptr[T any](v T) *T { return &v }

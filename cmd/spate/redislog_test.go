@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spate-go/spate/internal/freeport"
+)
+
+// go-redis's log lines become slog records: JSON with --log-format json,
+// without go-redis's own "redis: " prefix, marked with their component.
+func TestRedisLoggerWritesSlogRecords(t *testing.T) {
+	var buf bytes.Buffer
+	log, err := (&logFlags{format: "json", level: "warn"}).logger(&buf)
+	require.NoError(t, err)
+	redisLogger{log: log}.Printf(context.Background(), "redis: connection pool: failed to dial after %d attempts: %s", 5, "refused")
+	var rec map[string]any
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &rec), buf.String())
+	assert.Equal(t, "WARN", rec["level"])
+	assert.Equal(t, "connection pool: failed to dial after 5 attempts: refused", rec["msg"])
+	assert.Equal(t, "go-redis", rec["component"])
+}
+
+// End to end: a backfill against a Redis nobody serves, with --log-format
+// json, writes only JSON records to stderr, go-redis's included, and then
+// its one-line error.
+func TestJSONLogsIncludeGoRedisLines(t *testing.T) {
+	t.Parallel()
+	ports, err := freeport.Ports(1)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	writeCorpus(t, src, 1, 10)
+	code, out, errOut := runSpate(t, dir, "", 30*time.Second, "backfill", "--src", src, "--dst", filepath.Join(dir, "dst"),
+		"--store", "redis://127.0.0.1:"+strconv.Itoa(ports[0]), "--connect-timeout", "1s", "--log-format", "json", "--quiet")
+	require.Equal(t, exitFailed, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
+	require.GreaterOrEqual(t, len(lines), 2, errOut)
+	goRedis := 0
+	for _, l := range lines[:len(lines)-1] {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &rec), "a stderr line is not JSON: %q", l)
+		if rec["component"] == "go-redis" {
+			goRedis++
+		}
+	}
+	assert.Positive(t, goRedis, "no go-redis record in:\n%s", errOut)
+	assert.True(t, strings.HasPrefix(lines[len(lines)-1], "spate: could not connect to redis://"), lines[len(lines)-1])
+}
