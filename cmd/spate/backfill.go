@@ -164,9 +164,10 @@ type jobSummary struct {
 	members                           int
 	fingerprint                       string
 	quarantinedIDs                    []string
-	runnable                          int   // waiting for a worker: no live lease
-	leased                            int   // held by a live worker's lease
-	remaining                         int64 // bytes not yet committed, of the splits whose size is known
+	damaged                           []spate.SplitState // out of play: a record cannot be read
+	runnable                          int                // waiting for a worker: no live lease
+	leased                            int                // held by a live worker's lease
+	remaining                         int64              // bytes not yet committed, of the splits whose size is known
 	leader                            string
 	completedAll, stalled, consistent bool
 }
@@ -180,11 +181,16 @@ func summarize(js *spate.JobState) jobSummary {
 	for _, sp := range js.Splits {
 		w := int64(max(sp.Weight, 1))
 		s.total += w
-		switch sp.Status {
-		case spate.StatusCompleted:
+		switch {
+		case sp.Damage != nil:
+			s.damaged = append(s.damaged, sp)
+			if sp.Progress != nil {
+				s.done += min(sp.Progress.Watermark, w)
+			}
+		case sp.Status == spate.StatusCompleted:
 			s.completed++
 			s.done += w
-		case spate.StatusQuarantined:
+		case sp.Status == spate.StatusQuarantined:
 			s.quarantined++
 			s.quarantinedIDs = append(s.quarantinedIDs, sp.ID.String())
 		default:
@@ -203,13 +209,16 @@ func summarize(js *spate.JobState) jobSummary {
 	}
 	s.consistent = s.final && uint64(s.splits) >= s.planned
 	s.completedAll = s.consistent && s.completed == s.splits
-	s.stalled = s.consistent && s.runnable == 0 && s.leased == 0 && s.quarantined > 0
+	s.stalled = s.consistent && s.runnable == 0 && s.leased == 0 && s.quarantined+len(s.damaged) > 0
 	return s
 }
 
 // splitState is a split's state for people: its status, except that a
 // runnable split under a live lease is "leased" (a worker holds it).
 func splitState(sp spate.SplitState) string {
+	if sp.Damage != nil {
+		return string(spate.StatusDamaged)
+	}
 	if sp.Status == spate.StatusRunnable && sp.LeaseOwner != "" {
 		return "leased"
 	}
@@ -331,7 +340,7 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 		con.line("job %s is already complete: all %d splits (%s) are committed completed; nothing to do", job, before.splits, bytesStr(before.total))
 		return exitOK
 	case before.stalled:
-		f.explainStalled(con, job, before.quarantinedIDs, nil)
+		f.explainStalled(con, job, before.quarantinedIDs, nil, before.damaged)
 		return exitStalled
 	case before.members > 0:
 		con.line("joining running job: %d of %d splits completed, %d worker(s) running", before.completed, before.splits, before.members)
@@ -489,7 +498,7 @@ func (f *backfillFlags) finish(con *console, job string, in *input, dst string, 
 	}
 	switch {
 	case stalled != nil:
-		f.explainStalled(con, job, final.quarantinedIDs, obs.quarantinedSplits())
+		f.explainStalled(con, job, final.quarantinedIDs, obs.quarantinedSplits(), final.damaged)
 	case runErr != nil:
 		con.plain("error: %v\n", runErr)
 	}
@@ -502,18 +511,26 @@ func (f *backfillFlags) finish(con *console, job string, in *input, dst string, 
 	return code
 }
 
-func (f *backfillFlags) explainStalled(con *console, job string, ids []string, detailed []string) {
-	lines := detailed
-	if len(lines) == 0 {
-		lines = ids
-	}
-	con.plain("\nthe job cannot finish: %d split(s) are quarantined (their input failed on every attempt):\n", len(ids))
-	for _, l := range lines {
-		con.plain("  %s\n", l)
-	}
+func (f *backfillFlags) explainStalled(con *console, job string, ids []string, detailed []string, damaged []spate.SplitState) {
 	args := f.storeArgs(job)
-	con.plain("see them with:        spate inspect %s\n", args)
-	con.plain("fix the input, then:  spate requeue SPLIT %s\n", args)
+	if len(ids) > 0 {
+		lines := detailed
+		if len(lines) == 0 {
+			lines = ids
+		}
+		con.plain("\nthe job cannot finish: %d split(s) are quarantined (their input failed on every attempt):\n", len(ids))
+		for _, l := range lines {
+			con.plain("  %s\n", l)
+		}
+		con.plain("see them with:        spate inspect %s\n", args)
+		con.plain("fix the input, then:  spate requeue SPLIT %s\n", args)
+	}
+	if len(damaged) > 0 {
+		con.plain("\nthe job cannot finish: %d split(s) have a record the store holds but nobody can read:\n", len(damaged))
+		for _, sp := range damaged {
+			con.plain("  %s: %v\n    fix: %s\n", sp.ID, sp.Damage, sp.DamageFix)
+		}
+	}
 	con.plain("and run spate backfill again to finish the job.\n")
 }
 

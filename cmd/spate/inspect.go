@@ -160,6 +160,7 @@ type summaryJSON struct {
 	Leased      int `json:"leased"`   // held by a live worker
 	Runnable    int `json:"runnable"` // waiting for a worker
 	Quarantined int `json:"quarantined"`
+	Damaged     int `json:"damaged"` // out of play: one of the split's records cannot be read
 	// BytesTotal counts a split of unknown size as 1 byte.
 	BytesTotal     int64 `json:"bytes_total"`
 	BytesCommitted int64 `json:"bytes_committed"`
@@ -186,6 +187,10 @@ type splitJSON struct {
 	Weight     uint64 `json:"weight"`
 	LeaseOwner string `json:"lease_owner"`
 	Revision   uint64 `json:"revision"`
+	// Damage says which record cannot be read and why; DamageFix what to
+	// do about it. Both empty unless the state is damaged.
+	Damage    string `json:"damage,omitempty"`
+	DamageFix string `json:"damage_fix,omitempty"`
 }
 
 func inspectionOf(job, store string, js *spate.JobState) inspection {
@@ -195,7 +200,7 @@ func inspectionOf(job, store string, js *spate.JobState) inspection {
 		Plan:        planJSON{Fingerprint: js.Plan.Fingerprint, Generation: js.Plan.Generation, Finality: js.Plan.Finality.String(), Planned: js.Plan.Planned},
 		Assignments: js.Assignments,
 		Summary: summaryJSON{Splits: s.splits, Completed: s.completed, Leased: s.leased, Runnable: s.runnable,
-			Quarantined: s.quarantined, BytesTotal: s.total, BytesCommitted: s.done, BytesRemaining: s.remaining},
+			Quarantined: s.quarantined, Damaged: len(s.damaged), BytesTotal: s.total, BytesCommitted: s.done, BytesRemaining: s.remaining},
 		Members: []memberJSON{},
 		Splits:  []splitJSON{},
 	}
@@ -220,6 +225,9 @@ func inspectionOf(job, store string, js *spate.JobState) inspection {
 			Attempts: sp.Attempts, Weight: sp.Weight, LeaseOwner: sp.LeaseOwner, Revision: sp.Revision}
 		if r, ok := remainingBytes(sp); ok {
 			j.Remaining = &r
+		}
+		if sp.Damage != nil {
+			j.Damage, j.DamageFix = sp.Damage.Error(), sp.DamageFix
 		}
 		if sp.Progress != nil {
 			w := sp.Progress.Watermark
@@ -300,8 +308,12 @@ func printInspection(w io.Writer, in inspection) {
 	if s.BytesTotal > 0 {
 		pct = 100 * float64(s.BytesCommitted) / float64(s.BytesTotal)
 	}
-	fmt.Fprintf(w, "state     %s: %d/%d splits completed, %d leased (running), %d runnable (waiting), %d quarantined\n",
+	fmt.Fprintf(w, "state     %s: %d/%d splits completed, %d leased (running), %d runnable (waiting), %d quarantined",
 		s.State, s.Completed, s.Splits, s.Leased, s.Runnable, s.Quarantined)
+	if s.Damaged > 0 {
+		fmt.Fprintf(w, ", %d damaged", s.Damaged)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "bytes     %s of %s committed (%.0f%%), %s remaining\n",
 		bytesStr(s.BytesCommitted), bytesStr(s.BytesTotal), pct, bytesStr(s.BytesRemaining))
 	fmt.Fprintln(w)
@@ -321,6 +333,14 @@ func printInspection(w io.Writer, in inspection) {
 	_ = tw.Flush()
 	if s.Quarantined > 0 {
 		fmt.Fprintf(w, "\n%d split(s) quarantined: fix their input, then spate requeue SPLIT --job %s\n", s.Quarantined, in.Job)
+	}
+	if s.Damaged > 0 {
+		fmt.Fprintf(w, "\n%d split(s) damaged: a record cannot be read, and the split is out of play until it is fixed\n", s.Damaged)
+		for _, sp := range in.Splits {
+			if sp.Damage != "" {
+				fmt.Fprintf(w, "  %s: %s\n    fix: %s\n", sp.ID, sp.Damage, sp.DamageFix)
+			}
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"regexp"
 	"testing"
 
@@ -84,3 +85,29 @@ func TestSummaryLeasedIsNotStalled(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A split whose record cannot be read is shown as damaged, with the cause
+// and the fix, and a job whose other splits are done is stalled on it.
+func TestInspectionShowsDamagedSplitsWithTheirFix(t *testing.T) {
+	cause := fmt.Errorf("durable record %q is unreadable: %w", "split.b", spate.ErrUnreadableRecord)
+	js := &spate.JobState{
+		Plan: spate.PlanState{Finality: spate.PlanFinal, Planned: 2},
+		Splits: []spate.SplitState{
+			{ID: spate.MustSplitID("a"), Status: spate.StatusCompleted, Weight: 10, HasSpec: true, Progress: &spate.SplitProgress{Watermark: 10, Completed: true}},
+			{ID: spate.MustSplitID("b"), Status: spate.StatusDamaged, Weight: 10, HasSpec: true, Damage: cause, DamageFix: "delete the key"},
+		},
+	}
+	in := inspectionOf("job", "store", js)
+	assert.Equal(t, 1, in.Summary.Damaged)
+	assert.Equal(t, 0, in.Summary.Runnable)
+	assert.Equal(t, "stalled", in.Summary.State)
+	assert.Equal(t, "damaged", in.Splits[1].State)
+	assert.Contains(t, in.Splits[1].Damage, "split.b")
+	assert.Equal(t, "delete the key", in.Splits[1].DamageFix)
+
+	var out bytes.Buffer
+	printInspection(&out, in)
+	assert.Contains(t, out.String(), "0 quarantined, 1 damaged")
+	assert.Regexp(t, regexp.MustCompile(`(?m)^b\s+damaged\s`), out.String())
+	assert.Contains(t, out.String(), "fix: delete the key")
+}
