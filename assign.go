@@ -244,8 +244,69 @@ func (st *assignState) improve(pool []poolSplit) bool {
 	if t1 < 0 {
 		return false
 	}
-	bestFrom, bestTo := -1, -1
-	var best heldSplit
+	// A move into t1 that leaves its donor at or above the floor (the
+	// next-least-loaded member's load) is preferred: a donor that sinks
+	// below everyone else opens a gap that the next moves would fill from
+	// a third member, and so on — a cascade that, after a join, moved up
+	// to 1.5× the newcomer's share. Only when no such move exists is the
+	// best move taken anyway, so the result is still locally optimal.
+	floor := uint64(0)
+	if t2 >= 0 {
+		floor = min(st.load[t2], st.safeFloor(t1))
+	}
+	bestFrom, bestTo, best, found := st.bestMove(t1, t2, floor, true)
+	if !found {
+		bestFrom, bestTo, best, found = st.bestMove(t1, t2, 0, false)
+	}
+	if !found {
+		return false
+	}
+	st.remove(bestFrom, best)
+	st.place(bestTo, best.pool, &pool[best.pool])
+	return true
+}
+
+// safeFloor is the lowest load a member other than t1 may be left at
+// without opening a move into it: every member f's lightest split is
+// heavier than moveLimit(load[f] − floor).
+func (st *assignState) safeFloor(t1 int) uint64 {
+	var floor uint64
+	for f, h := range st.held {
+		if f == t1 || len(h) == 0 {
+			continue
+		}
+		g := maxQuietGap(h[0].w)
+		if st.load[f] > g {
+			floor = max(floor, st.load[f]-g)
+		}
+	}
+	return floor
+}
+
+// maxQuietGap is the largest load gap across which no split of weight w
+// (or heavier) may move: the largest g with moveLimit(g) < w.
+func maxQuietGap(w uint64) uint64 {
+	if w <= 1 {
+		return 1 // moveLimit(1) = 0 < 1; moveLimit(2) = 1
+	}
+	if w > math.MaxUint64/5*4 {
+		return math.MaxUint64 // no load gap can move so heavy a split
+	}
+	g := w + w/4 // about 1.25 w, where moveLimit(g) ≈ w; the loops below step a few times
+	for g > 0 && moveLimit(g) >= w {
+		g--
+	}
+	for moveLimit(g+1) < w {
+		g++
+	}
+	return g
+}
+
+// bestMove finds the best single move into the least-loaded member t1
+// (t2 when the source is t1 itself), largest gain first. With keepFloor,
+// only moves that leave the donor's load at or above floor count.
+func (st *assignState) bestMove(t1, t2 int, floor uint64, keepFloor bool) (from, to int, best heldSplit, found bool) {
+	from, to = -1, -1
 	var bh, bl uint64
 	for f := range st.load {
 		t := t1
@@ -256,21 +317,23 @@ func (st *assignState) improve(pool []poolSplit) bool {
 			continue
 		}
 		gap := st.load[f] - st.load[t]
-		cand, ok := bestSplitFor(st.held[f], gap)
+		limit := moveLimit(gap)
+		if keepFloor {
+			if t != t1 || st.load[f] < floor {
+				continue
+			}
+			limit = min(limit, st.load[f]-floor)
+		}
+		cand, ok := bestSplitFor(st.held[f], gap, limit)
 		if !ok {
 			continue
 		}
 		h, l := gain(cand.w, gap)
-		if bestFrom < 0 || gainLess(bh, bl, h, l) || h == bh && l == bl && cand.hash > best.hash {
-			bestFrom, bestTo, best, bh, bl = f, t, cand, h, l
+		if from < 0 || gainLess(bh, bl, h, l) || h == bh && l == bl && cand.hash > best.hash {
+			from, to, best, bh, bl = f, t, cand, h, l
 		}
 	}
-	if bestFrom < 0 {
-		return false
-	}
-	st.remove(bestFrom, best)
-	st.place(bestTo, best.pool, &pool[best.pool])
-	return true
+	return from, to, best, from >= 0
 }
 
 // moveLimit is the hysteresis of the improve pass: a split of weight w
@@ -287,20 +350,20 @@ func moveLimit(gap uint64) uint64 {
 	return min(gap-gap/5, gap-1)
 }
 
-// bestSplitFor picks, among splits with weight <= moveLimit(gap), the one maximising
-// w × (gap − w) — the weight closest to gap/2 — breaking equal gains by the
-// larger keyed id hash. held is sorted by (weight, hash).
-func bestSplitFor(held []heldSplit, gap uint64) (heldSplit, bool) {
-	limit := moveLimit(gap)
+// bestSplitFor picks, among splits with weight <= limit (at most
+// moveLimit(gap)), the one maximising w × (gap − w) — the weight closest
+// to gap/2 — breaking equal gains by the larger keyed id hash. held is
+// sorted by (weight, hash).
+func bestSplitFor(held []heldSplit, gap, limit uint64) (heldSplit, bool) {
 	if len(held) == 0 || held[0].w > limit {
 		return heldSplit{}, false
 	}
-	half := gap / 2
-	// Candidates: the heaviest weight <= half and the lightest weight > half
-	// (both below gap); within one weight the largest hash wins, which is
-	// the last of its group.
+	// Candidates: the heaviest weight <= min(gap/2, limit) and the
+	// lightest weight above it if still within limit; within one weight
+	// the largest hash wins, which is the last of its group.
+	cut := min(gap/2, limit)
 	var cands []heldSplit
-	lo := sort.Search(len(held), func(i int) bool { return held[i].w > half })
+	lo := sort.Search(len(held), func(i int) bool { return held[i].w > cut })
 	if lo > 0 {
 		cands = append(cands, held[lo-1])
 	}
