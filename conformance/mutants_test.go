@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
@@ -11,7 +12,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/conformance"
@@ -20,8 +25,8 @@ import (
 
 // The suite must catch a driver that breaks any rule. Each mutant below is
 // the in-memory store with exactly one rule broken; TestSuiteCatchesMutants
-// runs the whole store suite against each (in a subprocess, so that failures
-// are real testing.T failures) and requires the rules it names to fail.
+// runs the rules it names against each, in process through CheckStore and in
+// virtual time, and requires every one of them to fail.
 
 const ttl = 1500 * time.Millisecond
 
@@ -41,10 +46,23 @@ type shared struct {
 	created map[string]time.Time
 	deleted map[string]bool
 	cache   map[string]spate.Entry
+	closed  chan struct{} // closed with the harness: background goroutines stop
 }
 
 func newShared() *shared {
-	return &shared{base: map[string]uint64{}, created: map[string]time.Time{}, deleted: map[string]bool{}, cache: map[string]spate.Entry{}}
+	return &shared{base: map[string]uint64{}, created: map[string]time.Time{}, deleted: map[string]bool{}, cache: map[string]spate.Entry{},
+		closed: make(chan struct{})}
+}
+
+// sleep sleeps for d, or until the harness closes; it reports whether the
+// harness is still open.
+func (sh *shared) sleep(d time.Duration) bool {
+	select {
+	case <-time.After(d):
+		return true
+	case <-sh.closed:
+		return false
+	}
 }
 
 var mutants = []mutant{
@@ -214,7 +232,9 @@ var mutants = []mutant{
 						rev := o.Revision
 						ttl := s.Capabilities().TTL
 						for range 12 {
-							time.Sleep(ttl / 3)
+							if !sh.sleep(ttl / 3) {
+								return
+							}
 							o, err := s.Update(context.Background(), ks, key, v, rev)
 							if err != nil || !o.Won {
 								return
@@ -410,34 +430,67 @@ func TestSuiteCatchesMutants(t *testing.T) {
 		}
 	}
 	for _, r := range conformance.StoreRules {
-		if !covered[r] {
-			t.Errorf("rule %s has no mutant proving the suite can catch its violation", r)
+		if !covered[r.Name] {
+			t.Errorf("rule %s has no mutant proving the suite can catch its violation", r.Name)
 		}
 	}
 	for _, m := range append([]mutant{{name: "none"}}, mutants...) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			failed, out := runTarget(t, "TestMutantTarget", m.name, m.breaks)
+			rules := m.breaks
 			if m.name == "none" {
-				if len(failed) > 0 {
-					t.Fatalf("the unbroken store fails rules %v:\n%s", failed, out)
+				for _, r := range conformance.StoreRules {
+					rules = append(rules, r.Name)
 				}
+			}
+			failed, out := catch(t, conformance.CheckStore, mutantHarness(mutants, m.name), rules)
+			if m.name == "none" {
+				require.Empty(t, failed, "the unbroken store fails rules:\n%s", out)
 				return
 			}
 			for _, r := range m.breaks {
-				if !slices.Contains(failed, r) {
-					t.Errorf("mutant %q breaks %s, but the suite did not catch it (failed: %v)\n%s", m.name, r, failed, out)
-				}
+				assert.Contains(t, failed, r, "mutant %q breaks %s, but the suite did not catch it\n%s", m.name, r, out)
 			}
 			t.Logf("mutant %q caught by %v", m.name, failed)
 		})
 	}
 }
 
+// catch runs the named rules of one suite in process, in a synctest
+// bubble, and returns the rules that failed and what they logged.
+func catch(t *testing.T, check func(context.Context, conformance.HarnessMaker, ...conformance.Option) error,
+	mk conformance.HarnessMaker, rules []string) (failed []string, log string) {
+	t.Helper()
+	var b strings.Builder
+	synctest.Test(t, func(t *testing.T) {
+		keep := func(rule string) bool {
+			_, name, _ := strings.Cut(rule, "/")
+			return slices.Contains(rules, name)
+		}
+		ran := 0
+		err := check(t.Context(), mk, conformance.Select(keep), conformance.Parallel(64),
+			conformance.OnResult(func(r conformance.Result) {
+				ran++
+				if r.Status == conformance.Failed {
+					_, name, _ := strings.Cut(r.Rule, "/")
+					failed = append(failed, name)
+					fmt.Fprintf(&b, "--- %s: %s\n\t%s\n", r.Status, r.Rule, strings.Join(r.Log, "\n\t"))
+				}
+			}))
+		if len(failed) == 0 {
+			require.NoError(t, err, "no rule failed, yet the run did")
+		} else {
+			require.Error(t, err, "rules failed, yet the run returned no error")
+		}
+		require.Equal(t, len(rules), ran, "the run reported %d rules, not the %d asked for", ran, len(rules))
+	})
+	return failed, b.String()
+}
+
 var failLine = regexp.MustCompile(`--- FAIL: Test\w*MutantTarget/(\w+)`)
 
-// runTarget runs, in a subprocess, the rules the mutant should break (all
-// rules for the control), in isolation from the others' side effects.
+// runTarget runs, in a subprocess, the target test against the named
+// mutant, for the suites without an in-process entry point (chaos).
 func runTarget(t *testing.T, target, name string, rules []string) ([]string, string) {
 	t.Helper()
 	pattern := "^" + target + "$"
@@ -462,16 +515,6 @@ func runTarget(t *testing.T, target, name string, rules []string) ([]string, str
 	return failed, string(out)
 }
 
-// TestMutantTarget runs the store suite against the mutant named by
-// SPATE_MUTANT. It only runs as TestSuiteCatchesMutants's subprocess.
-func TestMutantTarget(t *testing.T) {
-	name := os.Getenv("SPATE_MUTANT")
-	if name == "" {
-		t.Skip("runs only as a subprocess of TestSuiteCatchesMutants")
-	}
-	conformance.RunStore(t, mutantHarness(mutants, name), conformance.VirtualTime())
-}
-
 // mutantHarness makes harnesses for the named mutant ("none": unbroken).
 func mutantHarness(list []mutant, name string) conformance.HarnessMaker {
 	var m mutant
@@ -485,7 +528,7 @@ func mutantHarness(list []mutant, name string) conformance.HarnessMaker {
 			return m.harness()
 		}
 		sh := newShared()
-		h := &harness{root: mem.MustNew(mem.Options{TTL: ttl})}
+		h := &harness{root: mem.MustNew(mem.Options{TTL: ttl}), sh: sh}
 		if m.wrap != nil {
 			h.wrap = func(s *mem.Store) spate.Store { return m.wrap(sh, s) }
 		}
@@ -497,6 +540,8 @@ func mutantHarness(list []mutant, name string) conformance.HarnessMaker {
 type harness struct {
 	root *mem.Store
 	wrap func(*mem.Store) spate.Store
+	sh   *shared // nil: no background goroutines to stop
+	once sync.Once
 }
 
 func (h *harness) NewStore(context.Context) (spate.Store, error) {
@@ -507,7 +552,12 @@ func (h *harness) NewStore(context.Context) (spate.Store, error) {
 	return h.wrap(s), nil
 }
 
-func (h *harness) Close() error { return h.root.Close() }
+func (h *harness) Close() error {
+	if h.sh != nil {
+		h.once.Do(func() { close(h.sh.closed) })
+	}
+	return h.root.Close()
+}
 
 // isolated gives every client its own store: clients share nothing.
 type isolated struct{ stores []*mem.Store }

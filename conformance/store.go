@@ -16,79 +16,101 @@ import (
 	"github.com/spate-go/spate"
 )
 
-// StoreRules names the subtests of [RunStore], one per rule of the store
-// contract, in the order they run.
-var StoreRules = []string{
-	"CapabilitiesReported",
-	"CreateIsCreateIfAbsent",
-	"UpdateIsCompareAndSwap",
-	"RevisionsIncreaseAcrossDeleteAndRecreate",
-	"GuardedDelete",
-	"DeletedKeysReadAbsentAndAreRecreatable",
-	"ExpiredKeysReadAbsentAndAreRecreatable",
-	"HeartbeatedEphemeralKeySurvives",
-	"UpdatedEphemeralKeyExpiresAfterItsTTL",
-	"LostUpdateDoesNotRearmTheTTL",
-	"ExpiryReachesWatchersAsDelete",
-	"DurableKeysNeverExpire",
-	"WatchSnapshotThenOneSnapshotDone",
-	"WatchFiltersByPrefix",
-	"WatchDeliversDeletes",
-	"WatchHasNoGaps",
-	"ListReturnsLiveKeys",
-	"ListNeverUnderReports",
-	"ConcurrentCASLosesNoUpdate",
-	"CancelledContextIsRetryable",
-	"CancelledWatchEndsAndCloses",
-	"ValueSizeCap",
-	"InvalidKeysRejected",
-	"ValuesRoundTrip",
-	"KeyspacesAreIndependent",
-	"ClientsShareOneNamespace",
-	"UseAfterClose",
+// StoreRules are the rules of [RunStore] and [CheckStore], in the order they
+// run: each checks one sentence of the store contract (see the package
+// documentation for the sentences and their rules).
+var StoreRules = []Rule{
+	{Name: "CapabilitiesReported",
+		Contract: "Capabilities reports what the driver promises.",
+		body:     testCapabilities},
+	{Name: "CreateIsCreateIfAbsent",
+		Contract: "Create writes key if it is absent (deleted and expired keys are absent) and returns Won with the new revision; if the key exists it returns Lost and writes nothing.",
+		body:     testCreateIfAbsent},
+	{Name: "UpdateIsCompareAndSwap",
+		Contract: "Update writes key only if it currently exists at exactly revision expected, returning Won with a strictly larger revision; otherwise Lost.",
+		body:     testUpdateCAS},
+	{Name: "RevisionsIncreaseAcrossDeleteAndRecreate",
+		Contract: "It strictly increases per key across the key's whole history, including delete and re-create (a keyspace- or store-wide counter does this; a per-key version that restarts on re-create does not).",
+		body:     testRevisionsMonotone},
+	{Name: "GuardedDelete",
+		Contract: "Otherwise it is guarded: it wins only if the key exists at exactly expected, and a guarded delete of an absent key loses.",
+		body:     testGuardedDelete},
+	{Name: "DeletedKeysReadAbsentAndAreRecreatable",
+		Contract: "ok is false for an absent key; a deleted or expired key is absent, never a tombstone.",
+		body:     testDeletedAbsent},
+	{Name: "ExpiredKeysReadAbsentAndAreRecreatable",
+		Contract: "[Ephemeral] keys expire one fixed TTL after their last write (create or update), measured on the store's clock from no earlier than the start of the write call; the TTL is fixed when the store is opened and reported by [Capabilities.TTL].",
+		body:     testExpiredAbsent},
+	{Name: "HeartbeatedEphemeralKeySurvives",
+		Contract: "On the ephemeral keyspace a won Update re-arms the key's TTL: it is the heartbeat.",
+		body:     testHeartbeatSurvives},
+	{Name: "UpdatedEphemeralKeyExpiresAfterItsTTL",
+		Contract: "[Ephemeral] keys expire one fixed TTL after their last write (create or update), measured on the store's clock from no earlier than the start of the write call; the TTL is fixed when the store is opened and reported by [Capabilities.TTL].",
+		body:     testUpdatedExpires},
+	{Name: "LostUpdateDoesNotRearmTheTTL",
+		Contract: "[Ephemeral] keys expire one fixed TTL after their last write (create or update), measured on the store's clock from no earlier than the start of the write call; the TTL is fixed when the store is opened and reported by [Capabilities.TTL].",
+		body:     testLostUpdateNoRearm},
+	{Name: "ExpiryReachesWatchersAsDelete",
+		Contract: "A key expires at one instant between its deadline and [Capabilities.ExpiryLatency] after it, for every primitive alike: from then on it is absent to all of them, and watchers receive a [WatchDelete].",
+		body:     testExpiryWatch},
+	{Name: "DurableKeysNeverExpire",
+		Contract: "[Durable] keys never expire.",
+		body:     testDurableNeverExpires},
+	{Name: "WatchSnapshotThenOneSnapshotDone",
+		Contract: "Watch streams changes under prefix: first a [WatchPut] for every live key (the snapshot), then exactly one [WatchSnapshotDone], then live puts and deletes, expiry included.",
+		body:     testWatchSnapshot},
+	{Name: "WatchFiltersByPrefix",
+		Contract: "Watch streams changes under prefix: first a [WatchPut] for every live key (the snapshot), then exactly one [WatchSnapshotDone], then live puts and deletes, expiry included.",
+		body:     testWatchPrefix},
+	{Name: "WatchDeliversDeletes",
+		Contract: "A delete has a revision too, greater than every revision the key held before, and watchers receive it.",
+		body:     testWatchDeletes},
+	{Name: "WatchHasNoGaps",
+		Contract: "There are no gaps: the watcher's view always converges to the store's state, across the boundary between snapshot and live stream too.",
+		body:     testWatchNoGaps},
+	{Name: "ListReturnsLiveKeys",
+		Contract: "List returns every live key under prefix with value and revision, sorted by key.",
+		body:     testListLive},
+	{Name: "ListNeverUnderReports",
+		Contract: "It never under-reports a key that was live for the whole call: the coordinator treats absence from a listing as a delete.",
+		body:     testListNeverUnderReports},
+	{Name: "ConcurrentCASLosesNoUpdate",
+		Contract: "The coordinator needs nothing else, and it trusts nothing else: fencing rests on Create and Update being linearizable compare-and-set operations.",
+		body:     testConcurrentCAS},
+	{Name: "CancelledContextIsRetryable",
+		Contract: "Retryable: timeouts, transport failures, a cancelled or expired context, a broken or lagged watch.",
+		body:     testCancelledContext},
+	{Name: "CancelledWatchEndsAndCloses",
+		Contract: "The stream ends, and the channel closes, when ctx is cancelled, the store is closed, or the stream breaks.",
+		body:     testCancelledWatch},
+	{Name: "ValueSizeCap",
+		Contract: "ErrValueTooLarge is returned (with ErrFatal) by a store write whose value exceeds the store's reported cap; nothing was written.",
+		body:     testValueCap},
+	{Name: "InvalidKeysRejected",
+		Contract: "ErrInvalidKey is returned (with ErrFatal) for a key or prefix outside the store key syntax; nothing was written.",
+		body:     testInvalidKeys},
+	{Name: "ValuesRoundTrip",
+		Contract: "WatchPut: Key was written at Revision with Value.",
+		body:     testValuesRoundTrip},
+	{Name: "KeyspacesAreIndependent",
+		Contract: "Keyspace selects one of the store's two keyspaces.",
+		body:     testKeyspacesIndependent},
+	{Name: "ClientsShareOneNamespace",
+		Contract: "The coordinator needs nothing else, and it trusts nothing else: fencing rests on Create and Update being linearizable compare-and-set operations.",
+		body:     testClientsShare},
+	{Name: "UseAfterClose",
+		Contract: "After Close every method returns an error matching both [ErrClosed] and [ErrFatal].",
+		body:     testUseAfterClose},
 }
 
 // eventWait bounds waits for live watch events that need no expiry.
 const eventWait = 10 * time.Second
 
-// RunStore runs the store contract rules against the driver behind
-// newHarness, one subtest each (see [StoreRules]). Subtests run in parallel,
-// each on its own harness.
+// RunStore runs the store rules (see [StoreRules]) against the driver
+// behind newHarness, one subtest each. Subtests run in parallel, each on
+// its own harness.
 func RunStore(t *testing.T, newHarness HarnessMaker, opts ...Option) {
-	o := collect(opts)
-	bodies := map[string]func(*env){
-		"CapabilitiesReported":                     testCapabilities,
-		"CreateIsCreateIfAbsent":                   testCreateIfAbsent,
-		"UpdateIsCompareAndSwap":                   testUpdateCAS,
-		"RevisionsIncreaseAcrossDeleteAndRecreate": testRevisionsMonotone,
-		"GuardedDelete":                            testGuardedDelete,
-		"DeletedKeysReadAbsentAndAreRecreatable":   testDeletedAbsent,
-		"ExpiredKeysReadAbsentAndAreRecreatable":   testExpiredAbsent,
-		"HeartbeatedEphemeralKeySurvives":          testHeartbeatSurvives,
-		"UpdatedEphemeralKeyExpiresAfterItsTTL":    testUpdatedExpires,
-		"LostUpdateDoesNotRearmTheTTL":             testLostUpdateNoRearm,
-		"ExpiryReachesWatchersAsDelete":            testExpiryWatch,
-		"DurableKeysNeverExpire":                   testDurableNeverExpires,
-		"WatchSnapshotThenOneSnapshotDone":         testWatchSnapshot,
-		"WatchFiltersByPrefix":                     testWatchPrefix,
-		"WatchDeliversDeletes":                     testWatchDeletes,
-		"WatchHasNoGaps":                           testWatchNoGaps,
-		"ListReturnsLiveKeys":                      testListLive,
-		"ListNeverUnderReports":                    testListNeverUnderReports,
-		"ConcurrentCASLosesNoUpdate":               testConcurrentCAS,
-		"CancelledContextIsRetryable":              testCancelledContext,
-		"CancelledWatchEndsAndCloses":              testCancelledWatch,
-		"ValueSizeCap":                             testValueCap,
-		"InvalidKeysRejected":                      testInvalidKeys,
-		"ValuesRoundTrip":                          testValuesRoundTrip,
-		"KeyspacesAreIndependent":                  testKeyspacesIndependent,
-		"ClientsShareOneNamespace":                 testClientsShare,
-		"UseAfterClose":                            testUseAfterClose,
-	}
-	for _, name := range StoreRules {
-		body := bodies[name]
-		run(t, o, name, newHarness, func(e *env) { body(e) })
-	}
+	runRules(t, "Store", StoreRules, newHarness, opts)
 }
 
 var keyspaces = []spate.Keyspace{spate.Durable, spate.Ephemeral}
@@ -891,7 +913,7 @@ func testConcurrentCAS(e *env) {
 	if got, _ := strconv.Atoi(string(en.Value)); got != won {
 		e.t.Errorf("rule: concurrent compare-and-swap increments lose no update; counter reads %d after %d won increments", got, won)
 	}
-	e.after = append(e.after, func(t *testing.T) { // outside the bubble: a real-time timeout
+	e.after = append(e.after, func(t testing.TB) { // outside the bubble: a real-time timeout
 		if ok, info := rec.Check(30 * time.Second); !ok {
 			t.Errorf("rule: create and update are linearizable compare-and-swap operations; porcupine found no linearization of %d operations: %s",
 				rec.Len(), info)

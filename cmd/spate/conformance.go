@@ -309,10 +309,10 @@ func runConformance(args []string) int {
 	// The table, in the suite's own order.
 	var order []string
 	for _, r := range conformance.StoreRules {
-		order = append(order, "Store/"+r)
+		order = append(order, "Store/"+r.Name)
 	}
 	for _, r := range conformance.CoordinatorRules {
-		order = append(order, "Coordinator/"+r)
+		order = append(order, "Coordinator/"+r.Name)
 	}
 	var rows []ruleResult
 	pass, failed, skip := 0, 0, 0
