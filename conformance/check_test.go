@@ -37,7 +37,7 @@ func TestCheckStoreReportsEveryRule(t *testing.T) {
 			results = map[string]conformance.Result{}
 		)
 		skipped := conformance.StoreRules[1].Name
-		err := conformance.CheckStore(t.Context(), mutantHarness(mutants, "none"), conformance.Parallel(8),
+		err := conformance.CheckStore(t.Context(), mutantHarness(mutants, "none-capped"), conformance.Parallel(8),
 			conformance.Skip(skipped, "to see it reported"),
 			conformance.OnResult(func(r conformance.Result) {
 				mu.Lock()

@@ -181,11 +181,11 @@ func recvTimeout(t testing.TB, ch <-chan spate.WatchEvent, d time.Duration, what
 	select {
 	case ev, ok := <-ch:
 		if !ok {
-			t.Fatalf("watch closed while waiting for %s", what)
+			t.Fatalf("rule: a watch ends only when its context is cancelled, its store closed or it breaks (with a WatchError); it closed while waiting for %s", what)
 		}
 		return ev
 	case <-timer.C:
-		t.Fatalf("no watch event within %v while waiting for %s", d, what)
+		t.Fatalf("rule: a watch delivers %s; no watch event within %v", what, d)
 	}
 	return spate.WatchEvent{}
 }
