@@ -89,7 +89,43 @@ type ruleResult struct {
 }
 
 func rowOf(r conformance.Result) ruleResult {
-	return ruleResult{name: r.Rule, result: r.Status.String(), elapsed: fmt.Sprintf("%.2fs", r.Elapsed.Seconds()), msgs: r.Log}
+	var msgs []string
+	for _, entry := range r.Log {
+		msgs = append(msgs, logLines(entry)...)
+	}
+	return ruleResult{name: r.Rule, result: r.Status.String(), elapsed: fmt.Sprintf("%.2fs", r.Elapsed.Seconds()), msgs: msgs}
+}
+
+// logLines turns one log entry of a rule into table lines. A testify
+// failure (Error Trace, Error, Messages) becomes its message, which
+// states the rule, then what it saw, without the source trace and diff.
+func logLines(entry string) []string {
+	if !strings.Contains(entry, "Error Trace:") {
+		return strings.Split(strings.TrimSpace(entry), "\n")
+	}
+	fields := map[string][]string{}
+	label := ""
+	for _, l := range strings.Split(entry, "\n") {
+		l = strings.TrimSpace(l)
+		for _, k := range []string{"Error Trace:", "Error:", "Messages:", "Test:"} {
+			if strings.HasPrefix(l, k) {
+				label, l = k, strings.TrimSpace(l[len(k):])
+				break
+			}
+		}
+		if l != "" {
+			fields[label] = append(fields[label], l)
+		}
+	}
+	var out []string
+	out = append(out, fields["Messages:"]...)
+	for _, l := range fields["Error:"] {
+		if strings.HasPrefix(l, "Diff:") {
+			break
+		}
+		out = append(out, "  "+l)
+	}
+	return out
 }
 
 func runConformance(args []string) int {
