@@ -167,6 +167,16 @@ func watchWith(s *mem.Store, mk func(ctx context.Context) func(spate.WatchEvent,
 	}}
 }
 
+// smallWatchBuffer makes the store cut a watcher off 256 events behind:
+// with the default 4096, whether 5000 unread changes overflow it depends
+// on how many the watcher's goroutine took before it blocked, and the lag
+// mutants below need the break every time.
+func smallWatchBuffer(o *mem.Options) { o.WatchBuffer = 256 }
+
+// largeWatchBuffer keeps the store from cutting a watcher off, so that a
+// mutant's own lossy buffer is what the lagging watcher meets.
+func largeWatchBuffer(o *mem.Options) { o.WatchBuffer = 1 << 20 }
+
 // watchMutants break watches.
 var watchMutants = []mutant{
 	{name: "no-snapshot-done", breaks: []string{"WatchSnapshotThenOneSnapshotDone"},
@@ -374,7 +384,7 @@ var watchMutants = []mutant{
 			}}
 		}},
 	// A relay with a 256-event buffer that drops what does not fit.
-	{name: "slow-watcher-drops-silently", breaks: []string{"LaggingWatcherConvergesOrBreaksRetryable"},
+	{name: "slow-watcher-drops-silently", breaks: []string{"LaggingWatcherConvergesOrBreaksRetryable"}, mem: largeWatchBuffer,
 		wrap: func(_ *shared, s *mem.Store) spate.Store {
 			return &hooked{Store: s, watch: func(ctx context.Context, ks spate.Keyspace, p string) (<-chan spate.WatchEvent, error) {
 				inner, err := s.Watch(ctx, ks, p)
@@ -395,7 +405,7 @@ var watchMutants = []mutant{
 			}}
 		}},
 	// A lagging watch that just closes: no WatchError.
-	{name: "lag-ends-without-error", breaks: []string{"LaggingWatcherConvergesOrBreaksRetryable"},
+	{name: "lag-ends-without-error", breaks: []string{"LaggingWatcherConvergesOrBreaksRetryable"}, mem: smallWatchBuffer,
 		wrap: func(_ *shared, s *mem.Store) spate.Store {
 			return watchWith(s, func(context.Context) func(spate.WatchEvent, func(spate.WatchEvent) bool) bool {
 				return func(ev spate.WatchEvent, send func(spate.WatchEvent) bool) bool {
@@ -406,7 +416,7 @@ var watchMutants = []mutant{
 				}
 			})
 		}},
-	{name: "lag-error-is-fatal", breaks: []string{"LaggingWatcherConvergesOrBreaksRetryable"},
+	{name: "lag-error-is-fatal", breaks: []string{"LaggingWatcherConvergesOrBreaksRetryable"}, mem: smallWatchBuffer,
 		wrap: func(_ *shared, s *mem.Store) spate.Store {
 			return &hooked{Store: s, filter: func(_ spate.Keyspace, ev spate.WatchEvent, _ int) []spate.WatchEvent {
 				if ev.Kind == spate.WatchError {
@@ -417,7 +427,7 @@ var watchMutants = []mutant{
 		}},
 	// A driver that reports the break, then re-watches by itself on the
 	// same channel.
-	{name: "lag-error-not-last", breaks: []string{"LaggingWatcherConvergesOrBreaksRetryable"},
+	{name: "lag-error-not-last", breaks: []string{"LaggingWatcherConvergesOrBreaksRetryable"}, mem: smallWatchBuffer,
 		wrap: func(_ *shared, s *mem.Store) spate.Store {
 			return &hooked{Store: s, watch: func(ctx context.Context, ks spate.Keyspace, p string) (<-chan spate.WatchEvent, error) {
 				inner, err := s.Watch(ctx, ks, p)
