@@ -99,9 +99,14 @@ func testWatchSnapshot(e *env) {
 		if ev.Kind != spate.WatchPut || ev.Revision != r {
 			e.t.Errorf("rule: live puts follow the snapshot; got %v@%d, want put@%d", ev.Kind, ev.Revision, r)
 		}
+		e.t.Logf("%s: %d snapshot puts, SnapshotDone, 1 live event", ks, len(puts))
 	}
 }
 
+// testWatchPrefix: a watch of "pf.in." holds, in its snapshot and live,
+// the keys under that prefix and no other (not "pf.inx", which shares its
+// bytes but not its trailing dot); the rule requires the in-prefix key on
+// each side of the snapshot boundary, so it never passes on an empty watch.
 func testWatchPrefix(e *env) {
 	s := e.open()
 	for _, ks := range keyspaces {
@@ -109,17 +114,19 @@ func testWatchPrefix(e *env) {
 		mustCreate(e, s, ks, "pf.out.a", "v")
 		mustCreate(e, s, ks, "pf.inx", "v") // shares a byte prefix only
 		ch := mustWatch(e, s, ks, "pf.in.")
+		var snap []string
 		for _, p := range readSnapshot(e, ch) {
-			if !strings.HasPrefix(p.Key, "pf.in.") {
-				e.t.Errorf("rule: a watch delivers only keys under its prefix; %s snapshot of %q holds %q", ks, "pf.in.", p.Key)
-			}
+			snap = append(snap, p.Key)
 		}
+		for _, k := range snap {
+			assert.True(e.t, strings.HasPrefix(k, "pf.in."), "rule: a watch delivers only keys under its prefix; %s snapshot of %q holds %q", ks, "pf.in.", k)
+		}
+		require.Contains(e.t, snap, "pf.in.a", "rule: a watch's snapshot holds every live key under its prefix; %s snapshot of %q", ks, "pf.in.")
 		mustCreate(e, s, ks, "pf.out.b", "v")
 		mustCreate(e, s, ks, "pf.in.b", "v")
 		ev := recvTimeout(e.t, ch, eventWait, "live events after its snapshot")
-		if ev.Key != "pf.in.b" {
-			e.t.Errorf("rule: a watch delivers only keys under its prefix; %s live event for %q on prefix %q", ks, ev.Key, "pf.in.")
-		}
+		assert.Equal(e.t, "pf.in.b", ev.Key, "rule: a watch delivers only keys under its prefix; %s live event for %q on prefix %q", ks, ev.Key, "pf.in.")
+		e.t.Logf("%s: %d snapshot puts, 1 live event under %q", ks, len(snap), "pf.in.")
 	}
 }
 
@@ -140,6 +147,7 @@ func testWatchDeletes(e *env) {
 		if ev.Revision <= r {
 			e.t.Errorf("rule: a delete event's revision exceeds the key's last put; %d <= %d", ev.Revision, r)
 		}
+		e.t.Logf("%s: 2 live events (put, delete)", ks)
 	}
 }
 
@@ -348,6 +356,7 @@ func testCancelledWatch(e *env) {
 		cancel()
 		mustCreate(e, writer, ks, "cw.after", "v")
 		timer := time.NewTimer(eventWait)
+		late := 0
 	drain:
 		for {
 			select {
@@ -358,6 +367,7 @@ func testCancelledWatch(e *env) {
 				if ev.Key == "cw.after" {
 					// Tolerated only while the stream winds down; it must
 					// still close.
+					late++
 					continue
 				}
 			case <-timer.C:
@@ -365,6 +375,7 @@ func testCancelledWatch(e *env) {
 			}
 		}
 		timer.Stop()
+		e.t.Logf("%s: 1 live event before the cancellation, %d after it, then the channel closed", ks, late)
 	}
 }
 
@@ -386,6 +397,7 @@ func testWatchPut(e *env) {
 		require.Equal(e.t, spate.WatchPut, ev.Kind, "rule: an update reaches watchers as a put")
 		assert.Equal(e.t, o.Revision, ev.Revision, "rule: a put event carries the revision its write minted; %s update", ks)
 		assert.Equal(e.t, "updated", string(ev.Value), "rule: a put event carries the value written; %s update", ks)
+		e.t.Logf("%s: 2 live puts", ks)
 	}
 }
 
