@@ -39,16 +39,21 @@ import (
 //     context, a broken or lagged watch. A write that fails Retryable may
 //     have landed; the caller re-reads to find out.
 //   - Fatal: misconfiguration, unsupported server, authentication failure,
-//     a value over the size cap ([ErrValueTooLarge]), an invalid key
-//     ([ErrInvalidKey]), use after Close ([ErrClosed]). Nothing was written.
+//     a keyspace other than [Durable] and [Ephemeral], a value over the
+//     size cap ([ErrValueTooLarge]), an invalid key ([ErrInvalidKey]), use
+//     after Close ([ErrClosed]). Nothing was written.
 //
 // Drivers make one attempt per call; retries live in the coordinator.
 //
-// # Keys
+// # Keys and values
 //
 // Keys are 1–256 bytes of [A-Za-z0-9_.-] that neither start nor end with
 // '.' and hold no "..". A prefix is empty or a key prefix that may end with
 // '.'. See [ValidateKey].
+//
+// A value is any byte string up to [Capabilities.MaxValueSize] bytes; Get,
+// List and Watch return it byte for byte. The empty value is a value like
+// any other: its key is live.
 //
 // # Concurrency and Close
 //

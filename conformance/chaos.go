@@ -73,9 +73,6 @@ func (s ChaosSummary) String() string {
 //
 // The summary is logged; a violation fails the test with its seed.
 func RunChaos(t *testing.T, newHarness HarnessMaker, co ChaosOptions, opts ...Option) ChaosSummary {
-	o := collect(opts)
-	// Seeds that break the (shared) server must not overlap.
-	o.serial = co.Server != nil
 	if co.Seeds == 0 {
 		co.Seeds = 3
 	}
@@ -96,6 +93,16 @@ func RunChaos(t *testing.T, newHarness HarnessMaker, co ChaosOptions, opts ...Op
 			seeds = append(seeds, co.FirstSeed+uint64(i))
 		}
 	}
+	var seedNames []string
+	for _, seed := range seeds {
+		seedNames = append(seedNames, fmt.Sprintf("seed=%d", seed))
+	}
+	o, err := collect("Chaos", seedNames, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Seeds that break the (shared) server must not overlap.
+	o.serial = co.Server != nil
 	var mu sync.Mutex
 	sum := ChaosSummary{Faults: map[string]int{}}
 	t.Run("Chaos", func(t *testing.T) {
@@ -429,7 +436,7 @@ func chaosScenario(e *env, seed uint64, co ChaosOptions, addViolations func(int)
 	ob.mu.Unlock()
 	// (d) linearizability of the split records: checked after the
 	// scenario, outside any synctest bubble, so its timeout is real time.
-	e.after = append(e.after, func(t *testing.T) {
+	e.after = append(e.after, func(t testing.TB) {
 		ok, info := hist.Check(2 * time.Minute)
 		if info != "" && ok {
 			t.Logf("seed %d: linearizability check inconclusive: %s", seed, info)

@@ -1,23 +1,10 @@
-// Package conformance proves that a [spate.Store] driver keeps the store
-// contract, and that the coordinator keeps fencing and monotone watermarks
-// on top of it. It is the same suite for every driver, ours or a user's.
-//
-// A driver opts in with a few lines of test:
-//
-//	func TestConformance(t *testing.T) {
-//		conformance.RunStore(t, func(t testing.TB) conformance.Harness {
-//			return newHarness(t) // a fresh namespace on a real server
-//		})
-//	}
-//
-// Every rule is one named subtest whose failure message states the rule it
-// saw broken, so a failing run reads like a list of broken promises. The
-// suite is itself tested: this package's tests run it against deliberately
-// broken drivers, one per rule, and require each to be caught.
 package conformance
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -47,16 +34,21 @@ type options struct {
 	virtualTime bool
 	serial      bool // subtests share something they break (a server): one at a time
 	skip        map[string]string
+	parallel    int               // CheckStore, CheckCoordinator: rules at once
+	selected    func(string) bool // nil: every rule
+	onResult    func(Result)      // CheckStore, CheckCoordinator: as each rule ends
 }
 
 // VirtualTime runs every subtest inside a testing/synctest bubble, so waits of
 // several TTLs cost no wall time. Only drivers whose clock and goroutines live
 // in the test process (stores/mem) can use it; the harness is made inside the
-// bubble.
+// bubble. It needs a testing.T: [CheckStore] refuses it.
 func VirtualTime() Option { return func(o *options) { o.virtualTime = true } }
 
-// Skip skips the named subtest with a reason. Use it only for a rule the
+// Skip skips the named rule with a reason. Use it only for a rule the
 // driver documents it cannot keep; the skip is visible in the test output.
+// A name that is not a rule of the suite is an error: the suite refuses to
+// run rather than skip nothing.
 func Skip(name, reason string) Option {
 	return func(o *options) {
 		if o.skip == nil {
@@ -66,23 +58,50 @@ func Skip(name, reason string) Option {
 	}
 }
 
-func collect(opts []Option) options {
+// Select runs only the rules for which keep returns true. keep gets the
+// rule's full name: the suite, a slash and the rule ("Store/GuardedDelete",
+// "Coordinator/LiveTwinsFailFatal").
+func Select(keep func(rule string) bool) Option {
+	return func(o *options) { o.selected = keep }
+}
+
+// Parallel bounds how many rules [CheckStore] and [CheckCoordinator] run at
+// once (default GOMAXPROCS). Under a testing.T, -test.parallel does.
+func Parallel(n int) Option { return func(o *options) { o.parallel = n } }
+
+// OnResult has [CheckStore] and [CheckCoordinator] call report as each rule
+// ends, one call at a time.
+func OnResult(report func(Result)) Option { return func(o *options) { o.onResult = report } }
+
+// collect applies opts for a suite whose rules are named names, and refuses
+// a Skip of a name that is none of them.
+func collect(suite string, names []string, opts []Option) (options, error) {
 	var o options
 	for _, f := range opts {
 		f(&o)
 	}
-	return o
+	for _, name := range slices.Sorted(maps.Keys(o.skip)) {
+		if !slices.Contains(names, name) {
+			return o, fmt.Errorf("conformance: Skip(%q): %s has no rule of that name (its rules are listed in %sRules)", name, suite, suite)
+		}
+	}
+	return o, nil
+}
+
+// keep reports whether the rule name of suite is selected.
+func (o options) keep(suite, name string) bool {
+	return o.selected == nil || o.selected(suite+"/"+name)
 }
 
 // env is what a subtest body gets: the harness and helpers bound to t.
 type env struct {
-	t   *testing.T
+	t   testing.TB
 	h   Harness
 	mk  HarnessMaker // for a body that needs more than one fresh namespace
 	ctx context.Context
 	// after runs once the body is done, outside any synctest bubble: for
 	// CPU-bound checks (porcupine) whose timeouts must be real time.
-	after []func(t *testing.T)
+	after []func(t testing.TB)
 }
 
 // open opens a store and closes it at cleanup.
@@ -129,16 +148,8 @@ func run(t *testing.T, o options, name string, mk HarnessMaker, body func(e *env
 		if !o.serial {
 			t.Parallel()
 		}
-		var after []func(*testing.T)
-		inner := func(t *testing.T) {
-			h := mk(t)
-			t.Cleanup(func() { _ = h.Close() })
-			ctx, cancel := context.WithCancel(context.Background())
-			t.Cleanup(cancel)
-			e := &env{t: t, h: h, mk: mk, ctx: ctx}
-			defer func() { after = e.after }()
-			body(e)
-		}
+		var after []func(testing.TB)
+		inner := func(t *testing.T) { after = runBody(t, mk, body) }
 		if o.virtualTime {
 			synctest.Test(t, inner)
 		} else {
@@ -150,19 +161,31 @@ func run(t *testing.T, o options, name string, mk HarnessMaker, body func(e *env
 	})
 }
 
+// runBody runs body on a fresh harness as the rule tb is running, and
+// returns the checks to run once it is done, outside any bubble.
+func runBody(tb testing.TB, mk HarnessMaker, body func(e *env)) []func(testing.TB) {
+	h := mk(tb)
+	tb.Cleanup(func() { _ = h.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(cancel)
+	e := &env{t: tb, h: h, mk: mk, ctx: ctx}
+	body(e)
+	return e.after
+}
+
 // recvTimeout receives one watch event or fails after d.
-func recvTimeout(t *testing.T, ch <-chan spate.WatchEvent, d time.Duration, what string) spate.WatchEvent {
+func recvTimeout(t testing.TB, ch <-chan spate.WatchEvent, d time.Duration, what string) spate.WatchEvent {
 	t.Helper()
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case ev, ok := <-ch:
 		if !ok {
-			t.Fatalf("watch closed while waiting for %s", what)
+			t.Fatalf("rule: a watch ends only when its context is cancelled, its store closed or it breaks (with a WatchError); it closed while waiting for %s", what)
 		}
 		return ev
 	case <-timer.C:
-		t.Fatalf("no watch event within %v while waiting for %s", d, what)
+		t.Fatalf("rule: a watch delivers %s; no watch event within %v", what, d)
 	}
 	return spate.WatchEvent{}
 }

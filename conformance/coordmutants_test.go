@@ -3,9 +3,10 @@ package conformance_test
 import (
 	"context"
 	"os"
-	"slices"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/conformance"
@@ -56,25 +57,13 @@ func TestCoordinatorSuiteCatchesMutants(t *testing.T) {
 	for _, m := range coordMutants {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			failed, out := runTarget(t, "TestCoordMutantTarget", m.name, m.breaks)
+			failed := catch(t, conformance.CheckCoordinator, mutantHarness(coordMutants, m.name), m.breaks)
 			for _, r := range m.breaks {
-				if !slices.Contains(failed, r) {
-					t.Errorf("mutant %q breaks %s, but the suite did not catch it (failed: %v)\n%s", m.name, r, failed, out)
-				}
+				assert.Contains(t, failed, r, "mutant %q breaks %s, but the suite did not catch it", m.name, r)
 			}
-			t.Logf("mutant %q caught by %v", m.name, failed)
+			t.Logf("mutant %q caught:\n%s", m.name, verdicts(failed))
 		})
 	}
-}
-
-// TestCoordMutantTarget runs the coordinator suite against the mutant named
-// by SPATE_MUTANT; it only runs as a subprocess.
-func TestCoordMutantTarget(t *testing.T) {
-	name := os.Getenv("SPATE_MUTANT")
-	if name == "" {
-		t.Skip("runs only as a subprocess of TestCoordinatorSuiteCatchesMutants")
-	}
-	conformance.RunCoordinator(t, mutantHarness(coordMutants, name), conformance.VirtualTime())
 }
 
 // TestChaosCatchesMutants proves the chaos checks fail a store that lets a

@@ -24,8 +24,12 @@ type FailoverHooks struct {
 // watermark may regress, a commit may land only for the current owner, and
 // every split must end completed at its full watermark.
 func RunFailover(t *testing.T, newHarness HarnessMaker, hooks FailoverHooks, opts ...Option) {
-	o := collect(opts)
-	run(t, o, "JobSurvivesStoreFailover", newHarness, func(e *env) {
+	const name = "JobSurvivesStoreFailover"
+	o, err := collect("Failover", []string{name}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, o, name, newHarness, func(e *env) {
 		const records = 60
 		f := newFleet(e, planOf("failover", 9))
 		ws := []*worker{

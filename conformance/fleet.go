@@ -21,7 +21,7 @@ import (
 // StoreCoordinator over its own store client behind its own fault injector,
 // driven by a simulated source. Tests pump it until a condition holds.
 type fleet struct {
-	t       *testing.T
+	t       testing.TB
 	h       Harness
 	ctx     context.Context
 	cfg     spate.Config

@@ -3,7 +3,9 @@ package conformance_test
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"maps"
 	"os"
 	"os/exec"
 	"regexp"
@@ -11,7 +13,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/conformance"
@@ -20,8 +26,8 @@ import (
 
 // The suite must catch a driver that breaks any rule. Each mutant below is
 // the in-memory store with exactly one rule broken; TestSuiteCatchesMutants
-// runs the whole store suite against each (in a subprocess, so that failures
-// are real testing.T failures) and requires the rules it names to fail.
+// runs the rules it names against each, in process through CheckStore and in
+// virtual time, and requires every one of them to fail.
 
 const ttl = 1500 * time.Millisecond
 
@@ -32,6 +38,7 @@ type mutant struct {
 	// are wrap(root.Connect())).
 	harness func() conformance.Harness
 	wrap    func(sh *shared, s *mem.Store) spate.Store
+	mem     func(*mem.Options) // tunes the default harness's store
 }
 
 // shared is state a mutant keeps across the stores of one harness.
@@ -41,13 +48,44 @@ type shared struct {
 	created map[string]time.Time
 	deleted map[string]bool
 	cache   map[string]spate.Entry
+	closed  chan struct{} // closed with the harness: background goroutines stop
+	onClose []func()      // run when the harness closes
+}
+
+// sibling returns another handle on s's data, closed with the harness: a
+// second connection a broken driver might keep.
+func (sh *shared) sibling(s *mem.Store) *mem.Store {
+	sib, err := s.Connect()
+	if err != nil {
+		panic(err)
+	}
+	sh.mu.Lock()
+	sh.onClose = append(sh.onClose, func() { _ = sib.Close() })
+	sh.mu.Unlock()
+	return sib
 }
 
 func newShared() *shared {
-	return &shared{base: map[string]uint64{}, created: map[string]time.Time{}, deleted: map[string]bool{}, cache: map[string]spate.Entry{}}
+	return &shared{base: map[string]uint64{}, created: map[string]time.Time{}, deleted: map[string]bool{}, cache: map[string]spate.Entry{},
+		closed: make(chan struct{})}
 }
 
-var mutants = []mutant{
+// sleep sleeps for d, or until the harness closes; it reports whether the
+// harness is still open.
+func (sh *shared) sleep(d time.Duration) bool {
+	select {
+	case <-time.After(d):
+		return true
+	case <-sh.closed:
+		return false
+	}
+}
+
+// mutants are every store mutant, by area.
+var mutants = slices.Concat(opMutants, argMutants, ttlMutants, watchMutants)
+
+// opMutants break writes, reads, revisions and listings.
+var opMutants = []mutant{
 	{name: "create-overwrites", breaks: []string{"CreateIsCreateIfAbsent"},
 		wrap: func(_ *shared, s *mem.Store) spate.Store {
 			return &hooked{Store: s, create: func(ctx context.Context, ks spate.Keyspace, key string, v []byte) (spate.Outcome, error) {
@@ -136,153 +174,6 @@ var mutants = []mutant{
 					return o, err
 				}}
 		}},
-	{name: "ttl-runs-from-create", breaks: []string{"HeartbeatedEphemeralKeySurvives"}, wrap: ttlFromCreate},
-	{name: "never-expires", breaks: []string{"ExpiredKeysReadAbsentAndAreRecreatable", "ExpiryReachesWatchersAsDelete"},
-		harness: func() conformance.Harness {
-			root := mem.MustNew(mem.Options{TTL: 1000 * ttl})
-			return &harness{root: root, wrap: func(s *mem.Store) spate.Store {
-				return &hooked{Store: s, caps: func(c spate.Capabilities) spate.Capabilities { c.TTL = ttl; return c }}
-			}}
-		}},
-	{name: "expiry-silent", breaks: []string{"ExpiryReachesWatchersAsDelete"},
-		wrap: func(_ *shared, s *mem.Store) spate.Store {
-			return &hooked{Store: s, filter: func(ks spate.Keyspace, ev spate.WatchEvent, _ int) []spate.WatchEvent {
-				if ks == spate.Ephemeral && ev.Kind == spate.WatchDelete {
-					return nil
-				}
-				return []spate.WatchEvent{ev}
-			}}
-		}},
-	{name: "no-snapshot-done", breaks: []string{"WatchSnapshotThenOneSnapshotDone"},
-		wrap: func(_ *shared, s *mem.Store) spate.Store {
-			return &hooked{Store: s, filter: func(_ spate.Keyspace, ev spate.WatchEvent, _ int) []spate.WatchEvent {
-				if ev.Kind == spate.WatchSnapshotDone {
-					return nil
-				}
-				return []spate.WatchEvent{ev}
-			}}
-		}},
-	{name: "double-snapshot-done", breaks: []string{"WatchSnapshotThenOneSnapshotDone"},
-		wrap: func(_ *shared, s *mem.Store) spate.Store {
-			return &hooked{Store: s, filter: func(_ spate.Keyspace, ev spate.WatchEvent, _ int) []spate.WatchEvent {
-				if ev.Kind == spate.WatchSnapshotDone {
-					return []spate.WatchEvent{ev, ev}
-				}
-				return []spate.WatchEvent{ev}
-			}}
-		}},
-	{name: "snapshot-misses-key", breaks: []string{"WatchSnapshotThenOneSnapshotDone"},
-		wrap: func(_ *shared, s *mem.Store) spate.Store {
-			return &hooked{Store: s, filter: func(_ spate.Keyspace, ev spate.WatchEvent, seq int) []spate.WatchEvent {
-				if seq == 0 && ev.Kind == spate.WatchPut {
-					return nil // the first snapshot put vanishes
-				}
-				return []spate.WatchEvent{ev}
-			}}
-		}},
-	{name: "watch-ignores-prefix", breaks: []string{"WatchFiltersByPrefix"},
-		wrap: func(_ *shared, s *mem.Store) spate.Store {
-			return &hooked{Store: s, watch: func(ctx context.Context, ks spate.Keyspace, _ string) (<-chan spate.WatchEvent, error) {
-				return s.Watch(ctx, ks, "")
-			}}
-		}},
-	{name: "watch-gap", breaks: []string{"WatchHasNoGaps"},
-		wrap: func(_ *shared, s *mem.Store) spate.Store {
-			live := 0
-			var mu sync.Mutex
-			return &hooked{Store: s, filter: func(_ spate.Keyspace, ev spate.WatchEvent, _ int) []spate.WatchEvent {
-				mu.Lock()
-				defer mu.Unlock()
-				if ev.Kind == spate.WatchPut {
-					live++
-					if live%25 == 0 {
-						return nil
-					}
-				}
-				return []spate.WatchEvent{ev}
-			}}
-		}},
-	// Redis's SET without KEEPTTL, or an etcd put without the lease: an
-	// updated ephemeral key never expires (emulated: the update is
-	// followed by a keep-alive of the key).
-	{name: "update-makes-key-permanent", breaks: []string{"UpdatedEphemeralKeyExpiresAfterItsTTL"},
-		wrap: func(sh *shared, s *mem.Store) spate.Store {
-			return &hooked{Store: s, update: func(ctx context.Context, ks spate.Keyspace, key string, v []byte, exp uint64) (spate.Outcome, error) {
-				o, err := s.Update(ctx, ks, key, v, exp)
-				if err == nil && o.Won && ks == spate.Ephemeral {
-					go func() {
-						rev := o.Revision
-						ttl := s.Capabilities().TTL
-						for range 12 {
-							time.Sleep(ttl / 3)
-							o, err := s.Update(context.Background(), ks, key, v, rev)
-							if err != nil || !o.Won {
-								return
-							}
-							rev = o.Revision
-						}
-					}()
-				}
-				return o, err
-			}}
-		}},
-	// A script that re-arms the expiry before it checks the revision: a
-	// lost update keeps the key alive (emulated: a lost update rewrites
-	// the key at its current revision).
-	{name: "lost-update-rearms-ttl", breaks: []string{"LostUpdateDoesNotRearmTheTTL"},
-		wrap: func(_ *shared, s *mem.Store) spate.Store {
-			return &hooked{Store: s, update: func(ctx context.Context, ks spate.Keyspace, key string, v []byte, exp uint64) (spate.Outcome, error) {
-				o, err := s.Update(ctx, ks, key, v, exp)
-				if err == nil && !o.Won && ks == spate.Ephemeral {
-					if en, ok, gerr := s.Get(ctx, ks, key); gerr == nil && ok {
-						_, _ = s.Update(ctx, ks, key, en.Value, en.Revision)
-					}
-				}
-				return o, err
-			}}
-		}},
-	// A watch that ignores its context: the channel never closes when the
-	// consumer cancels it (a forgotten select on ctx.Done in the pump).
-	{name: "watch-ignores-cancel", breaks: []string{"CancelledWatchEndsAndCloses"},
-		wrap: func(_ *shared, s *mem.Store) spate.Store {
-			return &hooked{Store: s, watch: func(ctx context.Context, ks spate.Keyspace, p string) (<-chan spate.WatchEvent, error) {
-				inner, err := s.Watch(context.WithoutCancel(ctx), ks, p)
-				if err != nil {
-					return nil, err
-				}
-				out := make(chan spate.WatchEvent)
-				go func() {
-					for ev := range inner {
-						out <- ev // never closes while the inner stream lives
-					}
-					close(out)
-				}()
-				return out, nil
-			}}
-		}},
-	// A live subscription made after the snapshot read: the first events
-	// after SnapshotDone never arrive. The rule used to pass it whenever
-	// its writer finished before the watch was open (no live events).
-	{name: "late-live-subscription", breaks: []string{"WatchHasNoGaps"},
-		wrap: func(_ *shared, s *mem.Store) spate.Store {
-			var mu sync.Mutex
-			afterSnap, dropped := false, 0
-			return &hooked{Store: s, filter: func(_ spate.Keyspace, ev spate.WatchEvent, seq int) []spate.WatchEvent {
-				mu.Lock()
-				defer mu.Unlock()
-				if seq == 0 {
-					afterSnap, dropped = false, 0
-				}
-				switch {
-				case ev.Kind == spate.WatchSnapshotDone:
-					afterSnap = true
-				case afterSnap && dropped < 30 && (ev.Kind == spate.WatchPut || ev.Kind == spate.WatchDelete):
-					dropped++
-					return nil
-				}
-				return []spate.WatchEvent{ev}
-			}}
-		}},
 	{name: "list-under-reports", breaks: []string{"ListNeverUnderReports", "ListReturnsLiveKeys"},
 		wrap: func(_ *shared, s *mem.Store) spate.Store {
 			return &hooked{Store: s, list: func(ctx context.Context, ks spate.Keyspace, p string) ([]spate.Entry, error) {
@@ -316,7 +207,7 @@ var mutants = []mutant{
 				return s.Update(ctx, ks, key, v, cur.Revision)
 			}}
 		}},
-	{name: "stale-get", breaks: []string{"UpdateIsCompareAndSwap"},
+	{name: "stale-get", breaks: []string{"GetReadsTheLatestWrite", "UpdateIsCompareAndSwap"},
 		wrap: func(sh *shared, s *mem.Store) spate.Store {
 			return &hooked{Store: s, get: func(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
 				sh.mu.Lock()
@@ -331,51 +222,9 @@ var mutants = []mutant{
 				return en, ok, err
 			}}
 		}},
-	{name: "ignores-cancellation", breaks: []string{"CancelledContextIsRetryable"},
-		wrap: func(_ *shared, s *mem.Store) spate.Store {
-			return &hooked{Store: s, ctx: func(context.Context) context.Context { return context.Background() }}
-		}},
-	{name: "cancellation-unclassified", breaks: []string{"CancelledContextIsRetryable"},
-		wrap: func(_ *shared, s *mem.Store) spate.Store {
-			return &hooked{Store: s, pre: func(ctx context.Context) error { return ctx.Err() }}
-		}},
-	{name: "cap-not-enforced", breaks: []string{"ValueSizeCap"},
-		wrap: func(_ *shared, s *mem.Store) spate.Store {
-			return &hooked{Store: s, caps: func(c spate.Capabilities) spate.Capabilities { c.MaxValueSize = 1024; return c }}
-		}},
-	{name: "cap-unreported", breaks: []string{"ValueSizeCap"},
-		harness: func() conformance.Harness {
-			root := mem.MustNew(mem.Options{TTL: ttl, MaxValueSize: 64 << 10})
-			return &harness{root: root, wrap: func(s *mem.Store) spate.Store {
-				return &hooked{Store: s, caps: func(c spate.Capabilities) spate.Capabilities { c.MaxValueSize = 0; return c }}
-			}}
-		}},
-	{name: "invalid-keys-accepted", breaks: []string{"InvalidKeysRejected"},
-		wrap: func(_ *shared, s *mem.Store) spate.Store {
-			return &hooked{Store: s, create: func(ctx context.Context, ks spate.Keyspace, key string, v []byte) (spate.Outcome, error) {
-				if spate.ValidateKey(key) != nil {
-					key = "inv-" + hex.EncodeToString([]byte(key))
-					key = key[:min(len(key), spate.KeyMaxLen)]
-				}
-				return s.Create(ctx, ks, key, v)
-			}}
-		}},
 	{name: "keyspaces-shared", breaks: []string{"KeyspacesAreIndependent"},
 		wrap: func(_ *shared, s *mem.Store) spate.Store {
 			return &hooked{Store: s, ks: func(spate.Keyspace) spate.Keyspace { return spate.Durable }}
-		}},
-	{name: "durable-expires", breaks: []string{"DurableKeysNeverExpire"},
-		wrap: func(_ *shared, s *mem.Store) spate.Store {
-			return &hooked{Store: s, ks: func(spate.Keyspace) spate.Keyspace { return spate.Ephemeral }}
-		}},
-	{name: "durable-delete-silent", breaks: []string{"WatchDeliversDeletes"},
-		wrap: func(_ *shared, s *mem.Store) spate.Store {
-			return &hooked{Store: s, filter: func(ks spate.Keyspace, ev spate.WatchEvent, _ int) []spate.WatchEvent {
-				if ks == spate.Durable && ev.Kind == spate.WatchDelete {
-					return nil
-				}
-				return []spate.WatchEvent{ev}
-			}}
 		}},
 	{name: "values-cut-at-nul", breaks: []string{"ValuesRoundTrip"},
 		wrap: func(_ *shared, s *mem.Store) spate.Store {
@@ -388,15 +237,135 @@ var mutants = []mutant{
 		}},
 	{name: "clients-not-shared", breaks: []string{"ClientsShareOneNamespace"},
 		harness: func() conformance.Harness { return &isolated{} }},
-	{name: "usable-after-close", breaks: []string{"UseAfterClose"},
+	// A driver sharing Delete's "0 is any revision" with Update.
+	{name: "update-at-zero-is-unconditional", breaks: []string{"UpdateIsCompareAndSwap"},
 		wrap: func(_ *shared, s *mem.Store) spate.Store {
-			return &hooked{Store: s, close: func() error { return nil }}
+			return &hooked{Store: s, update: func(ctx context.Context, ks spate.Keyspace, k string, v []byte, exp uint64) (spate.Outcome, error) {
+				if exp == 0 {
+					if cur, ok, err := s.Get(ctx, ks, k); err == nil && ok {
+						exp = cur.Revision
+					}
+				}
+				return s.Update(ctx, ks, k, v, exp)
+			}}
 		}},
-	{name: "driver-unnamed", breaks: []string{"CapabilitiesReported"},
+	// "Nothing deleted" read as a lost condition.
+	{name: "absent-delete-loses", breaks: []string{"UnconditionalDeleteWinsEvenWhenAbsent"},
 		wrap: func(_ *shared, s *mem.Store) spate.Store {
-			return &hooked{Store: s, caps: func(c spate.Capabilities) spate.Capabilities { c.Driver = ""; return c }}
+			return &hooked{Store: s, del: func(ctx context.Context, ks spate.Keyspace, k string, exp uint64) (spate.Outcome, error) {
+				if _, ok, err := s.Get(ctx, ks, k); err == nil && !ok {
+					return spate.Outcome{}, nil
+				}
+				return s.Delete(ctx, ks, k, exp)
+			}}
+		}},
+	// A transaction's success flag misread: a won update reported lost.
+	{name: "won-update-reported-lost", breaks: []string{"OutcomeReportsWhetherTheWriteApplied"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, update: func(ctx context.Context, ks spate.Keyspace, k string, v []byte, exp uint64) (spate.Outcome, error) {
+				_, err := s.Update(ctx, ks, k, v, exp)
+				return spate.Outcome{}, err
+			}}
+		}},
+	// A failed transaction reporting the key's current revision.
+	{name: "lost-outcome-carries-current-revision", breaks: []string{"OutcomeRevisionIsTheRevisionMinted"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, update: func(ctx context.Context, ks spate.Keyspace, k string, v []byte, exp uint64) (spate.Outcome, error) {
+				o, err := s.Update(ctx, ks, k, v, exp)
+				if err == nil && !o.Won {
+					if cur, ok, gerr := s.Get(ctx, ks, k); gerr == nil && ok {
+						o.Revision = cur.Revision
+					}
+				}
+				return o, err
+			}}
+		}},
+	// A delete reporting the revision of the value it removed.
+	{name: "delete-outcome-reports-old-revision", breaks: []string{"DeleteOutcomeCarriesItsRevision"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, del: func(ctx context.Context, ks spate.Keyspace, k string, exp uint64) (spate.Outcome, error) {
+				cur, ok, err := s.Get(ctx, ks, k)
+				o, derr := s.Delete(ctx, ks, k, exp)
+				if err == nil && ok && o.Won {
+					o.Revision = cur.Revision
+				}
+				return o, derr
+			}}
+		}},
+	// Revisions counted from 0.
+	{name: "revision-zero-based", breaks: []string{"LiveRevisionsAreNeverZero"}, wrap: zeroBased},
+	// Revisions derived from the content: A, B, A has the first revision
+	// again.
+	{name: "content-revisions", breaks: []string{"RevisionsAreContentIndependent"}, wrap: contentRevisions},
+	// A client that stages every value in one buffer, unlocked across its
+	// round trip.
+	{name: "shared-value-buffer", breaks: []string{"OneClientIsSafeForConcurrentUse"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			var mu sync.Mutex
+			var buf []byte
+			return &hooked{Store: s, create: func(ctx context.Context, ks spate.Keyspace, k string, v []byte) (spate.Outcome, error) {
+				mu.Lock()
+				buf = bytes.Clone(v)
+				mu.Unlock()
+				time.Sleep(time.Millisecond) // the round trip
+				mu.Lock()
+				staged := buf
+				mu.Unlock()
+				return s.Create(ctx, ks, k, staged)
+			}}
+		}},
+	// A NATS-style driver taking an empty payload for a delete marker.
+	{name: "empty-value-reads-absent", breaks: []string{"EmptyValuesAreValues"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s,
+				get: func(ctx context.Context, ks spate.Keyspace, k string) (spate.Entry, bool, error) {
+					en, ok, err := s.Get(ctx, ks, k)
+					if ok && len(en.Value) == 0 {
+						return spate.Entry{}, false, err
+					}
+					return en, ok, err
+				},
+				list: func(ctx context.Context, ks spate.Keyspace, p string) ([]spate.Entry, error) {
+					es, err := s.List(ctx, ks, p)
+					return slices.DeleteFunc(es, func(en spate.Entry) bool { return len(en.Value) == 0 }), err
+				}}
+		}},
+	// A keys-only listing.
+	{name: "list-without-values", breaks: []string{"ListReturnsLiveKeys"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, list: func(ctx context.Context, ks spate.Keyspace, p string) ([]spate.Entry, error) {
+				es, err := s.List(ctx, ks, p)
+				for i := range es {
+					es[i].Value = nil
+				}
+				return es, err
+			}}
+		}},
+	// A listing read in pages by offset, one round trip each: a delete
+	// before the boundary shifts a key past it.
+	{name: "list-pages-by-offset", breaks: []string{"ListNeverUnderReports"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, list: func(ctx context.Context, ks spate.Keyspace, p string) ([]spate.Entry, error) {
+				const page = 10
+				var out []spate.Entry
+				for off := 0; ; off += page {
+					es, err := s.List(ctx, ks, p)
+					if err != nil {
+						return nil, err
+					}
+					if off >= len(es) {
+						return out, nil
+					}
+					out = append(out, es[off:min(off+page, len(es))]...)
+					time.Sleep(time.Millisecond) // the next page's round trip
+				}
+			}}
 		}},
 }
+
+// controls are the unbroken store, with and without a value cap: every rule
+// passes on them.
+var controls = []mutant{{name: "none"}, {name: "none-capped", mem: capped}}
 
 // TestSuiteCatchesMutants is the proof that the store suite can fail.
 func TestSuiteCatchesMutants(t *testing.T) {
@@ -410,34 +379,90 @@ func TestSuiteCatchesMutants(t *testing.T) {
 		}
 	}
 	for _, r := range conformance.StoreRules {
-		if !covered[r] {
-			t.Errorf("rule %s has no mutant proving the suite can catch its violation", r)
+		if !covered[r.Name] {
+			t.Errorf("rule %s has no mutant proving the suite can catch its violation", r.Name)
 		}
 	}
-	for _, m := range append([]mutant{{name: "none"}}, mutants...) {
+	for _, m := range append(controls, mutants...) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			failed, out := runTarget(t, "TestMutantTarget", m.name, m.breaks)
-			if m.name == "none" {
-				if len(failed) > 0 {
-					t.Fatalf("the unbroken store fails rules %v:\n%s", failed, out)
+			rules := m.breaks
+			if m.breaks == nil {
+				for _, r := range conformance.StoreRules {
+					rules = append(rules, r.Name)
 				}
+			}
+			failed := catch(t, conformance.CheckStore, mutantHarness(mutants, m.name), rules)
+			if m.breaks == nil {
+				require.Empty(t, failed, "the unbroken store fails rules:\n%s", verdicts(failed))
 				return
 			}
 			for _, r := range m.breaks {
-				if !slices.Contains(failed, r) {
-					t.Errorf("mutant %q breaks %s, but the suite did not catch it (failed: %v)\n%s", m.name, r, failed, out)
-				}
+				require.Contains(t, failed, r, "mutant %q breaks %s, but the suite did not catch it", m.name, r)
+				assert.NotEmpty(t, ruleLine(failed[r]), "mutant %q failed %s without a rule: message, so not by the rule's own check:\n%s",
+					m.name, r, strings.Join(failed[r], "\n"))
 			}
-			t.Logf("mutant %q caught by %v", m.name, failed)
+			t.Logf("mutant %q caught:\n%s", m.name, verdicts(failed))
 		})
 	}
 }
 
+// catch runs the named rules of one suite in process, in a synctest
+// bubble, and returns what each rule that failed logged.
+func catch(t *testing.T, check func(context.Context, conformance.HarnessMaker, ...conformance.Option) error,
+	mk conformance.HarnessMaker, rules []string) (failed map[string][]string) {
+	t.Helper()
+	failed = map[string][]string{}
+	synctest.Test(t, func(t *testing.T) {
+		keep := func(rule string) bool {
+			_, name, _ := strings.Cut(rule, "/")
+			return slices.Contains(rules, name)
+		}
+		ran := 0
+		err := check(t.Context(), mk, conformance.Select(keep), conformance.Parallel(64),
+			conformance.OnResult(func(r conformance.Result) {
+				ran++
+				if r.Status == conformance.Failed {
+					_, name, _ := strings.Cut(r.Rule, "/")
+					failed[name] = r.Log
+				}
+			}))
+		if len(failed) == 0 {
+			require.NoError(t, err, "no rule failed, yet the run did")
+		} else {
+			require.Error(t, err, "rules failed, yet the run returned no error")
+		}
+		require.Equal(t, len(rules), ran, "the run reported %d rules, not the %d asked for", ran, len(rules))
+	})
+	return failed
+}
+
+// ruleLine is the first line of a rule's log that states a broken rule
+// ("rule: ..."), or "" if none does.
+func ruleLine(log []string) string {
+	for _, entry := range log {
+		for _, l := range strings.Split(entry, "\n") {
+			if i := strings.Index(l, "rule:"); i >= 0 {
+				return l[i:]
+			}
+		}
+	}
+	return ""
+}
+
+// verdicts reports, for the rules a mutant broke, why each failed.
+func verdicts(failed map[string][]string) string {
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(failed)) {
+		fmt.Fprintf(&b, "%s: %s\n", name, ruleLine(failed[name]))
+	}
+	return b.String()
+}
+
 var failLine = regexp.MustCompile(`--- FAIL: Test\w*MutantTarget/(\w+)`)
 
-// runTarget runs, in a subprocess, the rules the mutant should break (all
-// rules for the control), in isolation from the others' side effects.
+// runTarget runs, in a subprocess, the target test against the named
+// mutant, for the suites without an in-process entry point (chaos).
 func runTarget(t *testing.T, target, name string, rules []string) ([]string, string) {
 	t.Helper()
 	pattern := "^" + target + "$"
@@ -462,20 +487,10 @@ func runTarget(t *testing.T, target, name string, rules []string) ([]string, str
 	return failed, string(out)
 }
 
-// TestMutantTarget runs the store suite against the mutant named by
-// SPATE_MUTANT. It only runs as TestSuiteCatchesMutants's subprocess.
-func TestMutantTarget(t *testing.T) {
-	name := os.Getenv("SPATE_MUTANT")
-	if name == "" {
-		t.Skip("runs only as a subprocess of TestSuiteCatchesMutants")
-	}
-	conformance.RunStore(t, mutantHarness(mutants, name), conformance.VirtualTime())
-}
-
 // mutantHarness makes harnesses for the named mutant ("none": unbroken).
 func mutantHarness(list []mutant, name string) conformance.HarnessMaker {
 	var m mutant
-	for _, x := range list {
+	for _, x := range append(controls, list...) {
 		if x.name == name {
 			m = x
 		}
@@ -485,7 +500,11 @@ func mutantHarness(list []mutant, name string) conformance.HarnessMaker {
 			return m.harness()
 		}
 		sh := newShared()
-		h := &harness{root: mem.MustNew(mem.Options{TTL: ttl})}
+		opts := mem.Options{TTL: ttl}
+		if m.mem != nil {
+			m.mem(&opts)
+		}
+		h := &harness{root: mem.MustNew(opts), sh: sh}
 		if m.wrap != nil {
 			h.wrap = func(s *mem.Store) spate.Store { return m.wrap(sh, s) }
 		}
@@ -497,6 +516,8 @@ func mutantHarness(list []mutant, name string) conformance.HarnessMaker {
 type harness struct {
 	root *mem.Store
 	wrap func(*mem.Store) spate.Store
+	sh   *shared // nil: no background goroutines to stop
+	once sync.Once
 }
 
 func (h *harness) NewStore(context.Context) (spate.Store, error) {
@@ -507,7 +528,20 @@ func (h *harness) NewStore(context.Context) (spate.Store, error) {
 	return h.wrap(s), nil
 }
 
-func (h *harness) Close() error { return h.root.Close() }
+func (h *harness) Close() error {
+	if h.sh != nil {
+		h.once.Do(func() {
+			close(h.sh.closed)
+			h.sh.mu.Lock()
+			fs := h.sh.onClose
+			h.sh.mu.Unlock()
+			for _, f := range fs {
+				f()
+			}
+		})
+	}
+	return h.root.Close()
+}
 
 // isolated gives every client its own store: clients share nothing.
 type isolated struct{ stores []*mem.Store }
@@ -539,12 +573,12 @@ type hooked struct {
 	close  func() error
 	ctx    func(context.Context) context.Context
 	ks     func(spate.Keyspace) spate.Keyspace
-	pre    func(context.Context) error
+	pre    func(context.Context, spate.Keyspace) error
 }
 
 func (h *hooked) prep(ctx context.Context, ks spate.Keyspace) (context.Context, spate.Keyspace, error) {
 	if h.pre != nil {
-		if err := h.pre(ctx); err != nil {
+		if err := h.pre(ctx, ks); err != nil {
 			return ctx, ks, err
 		}
 	}
@@ -742,5 +776,102 @@ func ttlFromCreate(sh *shared, s *mem.Store) spate.Store {
 				return spate.Outcome{}, nil
 			}
 			return s.Update(ctx, ks, key, v, exp)
+		}}
+}
+
+// zeroBased reports every revision one lower than the store minted, so
+// that the first write to a keyspace is at revision 0.
+func zeroBased(_ *shared, s *mem.Store) spate.Store {
+	up := func(r uint64) uint64 {
+		if r == 0 {
+			return 0 // AnyRevision stays itself
+		}
+		return r + 1
+	}
+	down := func(o spate.Outcome, err error) (spate.Outcome, error) {
+		if o.Revision > 0 {
+			o.Revision--
+		}
+		return o, err
+	}
+	return &hooked{Store: s,
+		create: func(ctx context.Context, ks spate.Keyspace, k string, v []byte) (spate.Outcome, error) {
+			return down(s.Create(ctx, ks, k, v))
+		},
+		update: func(ctx context.Context, ks spate.Keyspace, k string, v []byte, exp uint64) (spate.Outcome, error) {
+			return down(s.Update(ctx, ks, k, v, exp+1))
+		},
+		get: func(ctx context.Context, ks spate.Keyspace, k string) (spate.Entry, bool, error) {
+			en, ok, err := s.Get(ctx, ks, k)
+			if ok {
+				en.Revision--
+			}
+			return en, ok, err
+		},
+		del: func(ctx context.Context, ks spate.Keyspace, k string, exp uint64) (spate.Outcome, error) {
+			return down(s.Delete(ctx, ks, k, up(exp)))
+		},
+		list: func(ctx context.Context, ks spate.Keyspace, p string) ([]spate.Entry, error) {
+			es, err := s.List(ctx, ks, p)
+			for i := range es {
+				es[i].Revision--
+			}
+			return es, err
+		},
+		filter: func(_ spate.Keyspace, ev spate.WatchEvent, _ int) []spate.WatchEvent {
+			if ev.Revision > 0 {
+				ev.Revision--
+			}
+			return []spate.WatchEvent{ev}
+		}}
+}
+
+// contentRevisions reports a hash of the value as the revision and
+// compares updates and deletes against it.
+func contentRevisions(_ *shared, s *mem.Store) spate.Store {
+	hash := func(v []byte) uint64 {
+		h := fnv.New64a()
+		_, _ = h.Write(v)
+		return h.Sum64() | 1
+	}
+	cur := func(ctx context.Context, ks spate.Keyspace, k string) (spate.Entry, bool) {
+		en, ok, err := s.Get(ctx, ks, k)
+		return en, ok && err == nil
+	}
+	return &hooked{Store: s,
+		create: func(ctx context.Context, ks spate.Keyspace, k string, v []byte) (spate.Outcome, error) {
+			o, err := s.Create(ctx, ks, k, v)
+			if o.Won {
+				o.Revision = hash(v)
+			}
+			return o, err
+		},
+		update: func(ctx context.Context, ks spate.Keyspace, k string, v []byte, exp uint64) (spate.Outcome, error) {
+			en, ok := cur(ctx, ks, k)
+			if !ok || hash(en.Value) != exp {
+				return spate.Outcome{}, nil
+			}
+			o, err := s.Update(ctx, ks, k, v, en.Revision)
+			if o.Won {
+				o.Revision = hash(v)
+			}
+			return o, err
+		},
+		get: func(ctx context.Context, ks spate.Keyspace, k string) (spate.Entry, bool, error) {
+			en, ok, err := s.Get(ctx, ks, k)
+			if ok {
+				en.Revision = hash(en.Value)
+			}
+			return en, ok, err
+		},
+		del: func(ctx context.Context, ks spate.Keyspace, k string, exp uint64) (spate.Outcome, error) {
+			if exp != spate.AnyRevision {
+				en, ok := cur(ctx, ks, k)
+				if !ok || hash(en.Value) != exp {
+					return spate.Outcome{}, nil
+				}
+				exp = en.Revision
+			}
+			return s.Delete(ctx, ks, k, exp)
 		}}
 }

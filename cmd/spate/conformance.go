@@ -1,20 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"maps"
 	"os"
-	"os/exec"
 	"regexp"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,57 +30,6 @@ takeovers, revocations, quarantine; minutes rather than seconds).
 Every harness uses a fresh namespace (job conformance-<random>) and deletes it
 afterwards. Prints a table of rules with the rule broken for each failure; exits
 0 only if every rule passed.`
-
-// Environment of the re-executed child that runs the suite under testing.
-const (
-	envConformanceChild  = "SPATE_CONFORMANCE_CHILD"
-	envConformanceConfig = "SPATE_CONFORMANCE_CONFIG"
-)
-
-// childConfig is what the parent tells the child about the store.
-type childConfig struct {
-	URL, DataDir, EmbedAddr      string
-	CAFile, CertFile, KeyFile    string
-	User, Password, Token, Creds string
-	TTL                          time.Duration
-	ConnectTimeout               time.Duration
-}
-
-func (c childConfig) storeFlags() storeFlags {
-	return storeFlags{url: c.URL, dataDir: c.DataDir, embedAddr: c.EmbedAddr, caFile: c.CAFile, certFile: c.CertFile,
-		keyFile: c.KeyFile, user: c.User, password: c.Password, token: c.Token, creds: c.Creds,
-		connectTimeout: cmp.Or(c.ConnectTimeout, 10*time.Second)}
-}
-
-func isConformanceChild() bool { return os.Getenv(envConformanceChild) == "1" }
-
-// runConformanceChild runs the suite as a test binary would: testing.Main
-// parses the -test.* flags the parent passed and exits.
-func runConformanceChild() {
-	var cfg childConfig
-	if err := json.Unmarshal([]byte(os.Getenv(envConformanceConfig)), &cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "spate conformance child: bad config: %v\n", err)
-		os.Exit(exitFailed)
-	}
-	sf := cfg.storeFlags()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	routeRedisLogs(log)
-	conn, err := sf.connect(context.Background(), log, connectStart)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "spate conformance child: %v\n", err)
-		os.Exit(exitFailed)
-	}
-	mk := func(t testing.TB) conformance.Harness {
-		h := &cliHarness{t: t, conn: conn, ns: "conformance-" + spate.RandomHex()[:12], ttl: cfg.TTL}
-		t.Cleanup(func() { _ = h.Close() })
-		return h
-	}
-	tests := []testing.InternalTest{
-		{Name: "Store", F: func(t *testing.T) { conformance.RunStore(t, mk) }},
-		{Name: "Coordinator", F: func(t *testing.T) { conformance.RunCoordinator(t, mk) }},
-	}
-	testing.Main(regexp.MatchString, tests, nil, nil)
-}
 
 // cliHarness is a conformance harness over one namespace of the store.
 type cliHarness struct {
@@ -136,10 +78,10 @@ func (h *cliHarness) Close() error {
 }
 
 // cleanupFailed marks the log line of a namespace the harness could not
-// delete; the parent collects them.
+// delete; the run collects them.
 const cleanupFailed = "cleanup: could not delete"
 
-// ruleResult is one rule's outcome as the child's -test.v output reports it.
+// ruleResult is one row of the rule table.
 type ruleResult struct {
 	name    string
 	result  string // PASS, FAIL, SKIP
@@ -147,50 +89,44 @@ type ruleResult struct {
 	msgs    []string
 }
 
-var (
-	resultLine = regexp.MustCompile(`^--- (PASS|FAIL|SKIP): (\S+) \(([^)]*)\)`)
-	headerLine = regexp.MustCompile(`^=== (?:RUN|PAUSE|CONT|NAME)\s+(\S+)`)
-)
+func rowOf(r conformance.Result) ruleResult {
+	var msgs []string
+	for _, entry := range r.Log {
+		msgs = append(msgs, logLines(entry)...)
+	}
+	return ruleResult{name: r.Rule, result: r.Status.String(), elapsed: fmt.Sprintf("%.2fs", r.Elapsed.Seconds()), msgs: msgs}
+}
 
-// parseTestOutput reads -test.v output, calling onResult as each test ends.
-func parseTestOutput(r io.Reader, onResult func(ruleResult)) (map[string]*ruleResult, []string) {
-	results := map[string]*ruleResult{}
-	msgs := map[string][]string{}
-	var other []string
-	current := ""
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		raw := sc.Text()
-		line := strings.TrimSpace(raw)
-		if m := headerLine.FindStringSubmatch(line); m != nil {
-			current = m[1]
-			continue
-		}
-		if m := resultLine.FindStringSubmatch(line); m != nil {
-			rr := &ruleResult{name: m[2], result: m[1], elapsed: m[3]}
-			results[rr.name] = rr
-			current = rr.name
-			onResult(*rr)
-			continue
-		}
-		if line == "" || line == "PASS" || line == "FAIL" || strings.HasPrefix(line, "ok ") {
-			continue
-		}
-		if strings.HasPrefix(raw, " ") && current != "" {
-			msgs[current] = append(msgs[current], line)
-			continue
-		}
-		other = append(other, raw)
+// logLines turns one log entry of a rule into table lines. A testify
+// failure (Error Trace, Error, Messages) becomes its message, which
+// states the rule, then what it saw, without the source trace and diff.
+func logLines(entry string) []string {
+	if !strings.Contains(entry, "Error Trace:") {
+		return strings.Split(strings.TrimSpace(entry), "\n")
 	}
-	for name, m := range msgs {
-		if rr := results[name]; rr != nil {
-			rr.msgs = m
-		} else if len(m) > 0 {
-			other = append(other, m...)
+	fields := map[string][]string{}
+	label := ""
+	for _, l := range strings.Split(entry, "\n") {
+		l = strings.TrimSpace(l)
+		for _, k := range []string{"Error Trace:", "Error:", "Messages:", "Test:"} {
+			if strings.HasPrefix(l, k) {
+				label, l = k, strings.TrimSpace(l[len(k):])
+				break
+			}
+		}
+		if l != "" {
+			fields[label] = append(fields[label], l)
 		}
 	}
-	return results, other
+	var out []string
+	out = append(out, fields["Messages:"]...)
+	for _, l := range fields["Error:"] {
+		if strings.HasPrefix(l, "Diff:") {
+			break
+		}
+		out = append(out, "  "+l)
+	}
+	return out
 }
 
 func runConformance(args []string) int {
@@ -201,10 +137,10 @@ func runConformance(args []string) int {
 	lf.register(fs, "warn")
 	coord := fs.Bool("coordinator", false, "also run the coordinator scenarios")
 	ttl := fs.Duration("ttl", 2*time.Second, "ephemeral TTL (the lease) the suite runs with; it must be at least the store's floor (whole seconds on etcd)")
-	runPat := fs.String("run", "", "run only the rules matching this regexp, as go test -run does (e.g. 'Store/Watch' or 'Coordinator/Poison')")
+	runPat := fs.String("run", "", "run only the rules whose Suite/Rule name matches this regexp (e.g. 'Store/Watch' or 'Coordinator/Poison'), of either suite")
 	parallel := fs.Int("parallel", 4, "rules run at once")
 	timeout := fs.Duration("timeout", 20*time.Minute, "give up on the suite after this long")
-	verbose := fs.Bool("v", false, "print the suite's own output too")
+	verbose := fs.Bool("v", false, "print every rule's log to stderr as it ends")
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this address")
 	pos, code, ok := parseArgs(fs, args)
 	if !ok {
@@ -224,6 +160,12 @@ func runConformance(args []string) int {
 	log, err := lf.logger(os.Stderr)
 	if err != nil {
 		return fail(exitUsage, "%v", err)
+	}
+	var re *regexp.Regexp // --run: rules whose Suite/Rule name it matches
+	if *runPat != "" {
+		if re, err = regexp.Compile(*runPat); err != nil {
+			return fail(exitUsage, "--run: %v", err)
+		}
 	}
 	start := time.Now()
 	ctx := context.Background()
@@ -270,93 +212,86 @@ func runConformance(args []string) int {
 	dcancel()
 	printCapabilities(caps)
 
-	// The suite, in a child process of this binary running as a test binary.
-	pattern := *runPat
-	if pattern == "" {
-		pattern = "^Store$"
-		if *coord {
-			pattern = "^(Store|Coordinator)$"
-		}
+	// The suites, in this process: the store rules, then the coordinator's.
+	type suite struct {
+		name  string
+		rules []conformance.Rule
+		check func(context.Context, conformance.HarnessMaker, ...conformance.Option) error
 	}
-	cfgJSON, _ := json.Marshal(childConfig{URL: sf.url, DataDir: sf.dataDir, EmbedAddr: sf.embedAddr, CAFile: sf.caFile,
-		CertFile: sf.certFile, KeyFile: sf.keyFile, User: sf.user, Password: sf.password, Token: sf.token, Creds: sf.creds, TTL: *ttl,
-		ConnectTimeout: sf.connectTimeout})
-	exe, err := os.Executable()
-	if err != nil {
-		return fail(exitFailed, "find this binary: %v", err)
+	suites := []suite{{"Store", conformance.StoreRules, conformance.CheckStore}}
+	if *coord || re != nil {
+		suites = append(suites, suite{"Coordinator", conformance.CoordinatorRules, conformance.CheckCoordinator})
 	}
-	cmd := exec.Command(exe, "-test.v", "-test.count=1", "-test.run", pattern,
-		"-test.parallel", strconv.Itoa(*parallel), "-test.timeout", timeout.String())
-	cmd.Env = append(os.Environ(), envConformanceChild+"=1", envConformanceConfig+"="+string(cfgJSON))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return fail(exitFailed, "%v", err)
-	}
-	setDeathSignal(cmd)
-	if err := cmd.Start(); err != nil {
-		return fail(exitFailed, "start the suite: %v", err)
-	}
-	running.Store(true)
-	sigs := watchSignals(func(os.Signal) { _ = cmd.Process.Kill() }, nil)
+	runCtx, cancelRun := context.WithTimeout(ctx, *timeout)
+	defer cancelRun()
+	sigs := watchSignals(func(os.Signal) { cancelRun() }, nil)
 	defer sigs.stop()
-	tty := isTerminal(os.Stdout)
-	var src io.Reader = out
-	if *verbose {
-		src = io.TeeReader(out, os.Stderr)
+	mk := func(t testing.TB) conformance.Harness {
+		h := &cliHarness{t: t, conn: conn, ns: "conformance-" + spate.RandomHex()[:12], ttl: *ttl}
+		t.Cleanup(func() { _ = h.Close() })
+		return h
 	}
-	done := 0
-	results, other := parseTestOutput(src, func(r ruleResult) {
-		if !strings.Contains(r.name, "/") {
-			return
+	tty := isTerminal(os.Stdout)
+	results := map[string]ruleResult{}
+	var mu sync.Mutex
+	report := conformance.OnResult(func(r conformance.Result) {
+		mu.Lock()
+		defer mu.Unlock()
+		results[r.Rule] = rowOf(r)
+		rules.WithLabelValues(strings.ToLower(r.Status.String())).Inc()
+		if *verbose {
+			fmt.Fprintf(os.Stderr, "--- %s: %s (%.2fs)\n", r.Status, r.Rule, r.Elapsed.Seconds())
+			for _, l := range r.Log {
+				fmt.Fprintf(os.Stderr, "    %s\n", l)
+			}
 		}
-		done++
-		rules.WithLabelValues(strings.ToLower(r.result)).Inc()
 		if tty {
-			fmt.Print(clearLine + fitWidth(fmt.Sprintf("%d rules done, last: %s %s", done, r.result, r.name), cmp.Or(terminalWidth(os.Stdout), defaultWidth)))
+			fmt.Print(clearLine + fitWidth(fmt.Sprintf("%d rules done, last: %s %s", len(results), r.Status, r.Rule), cmp.Or(terminalWidth(os.Stdout), defaultWidth)))
 		}
 	})
-	waitErr := cmd.Wait()
+	running.Store(true)
+	for _, su := range suites {
+		keep := conformance.Select(func(rule string) bool { return re == nil || re.MatchString(rule) })
+		err := su.check(runCtx, mk, keep, conformance.Parallel(*parallel), report)
+		if _, broken := errors.AsType[*conformance.RuleError](err); err != nil && !broken {
+			return fail(exitFailed, "%s rules: %v", su.name, err)
+		}
+		if runCtx.Err() != nil {
+			break
+		}
+	}
 	running.Store(false)
+	timedOut := errors.Is(runCtx.Err(), context.DeadlineExceeded)
 	if tty {
 		fmt.Print(clearLine)
 	}
 
-	// The table, in the suite's own order.
-	var order []string
-	for _, r := range conformance.StoreRules {
-		order = append(order, "Store/"+r)
-	}
-	for _, r := range conformance.CoordinatorRules {
-		order = append(order, "Coordinator/"+r)
-	}
+	// The table, in the suites' own order.
+	mu.Lock()
+	defer mu.Unlock()
 	var rows []ruleResult
 	pass, failed, skip := 0, 0, 0
-	add := func(r *ruleResult) {
-		rows = append(rows, *r)
-		switch r.result {
-		case "PASS":
-			pass++
-		case "FAIL":
-			failed++
-		case "SKIP":
-			skip++
-		}
-	}
-	for _, name := range order {
-		if r := results[name]; r != nil {
-			add(r)
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(results)) {
-		if strings.Contains(name, "/") && !slices.Contains(order, name) {
-			add(results[name])
+	for _, su := range suites {
+		for _, r := range su.rules {
+			row, ok := results[su.name+"/"+r.Name]
+			if !ok {
+				continue
+			}
+			rows = append(rows, row)
+			switch row.result {
+			case "PASS":
+				pass++
+			case "FAIL":
+				failed++
+			case "SKIP":
+				skip++
+			}
 		}
 	}
 	fmt.Println()
 	printRuleTable(os.Stdout, rows)
 	var leftovers []string
-	for _, r := range results {
+	for _, r := range rows {
 		for _, m := range r.msgs {
 			if strings.Contains(m, cleanupFailed) {
 				leftovers = append(leftovers, m)
@@ -374,14 +309,14 @@ func runConformance(args []string) int {
 	case sigs.signal() != nil:
 		fmt.Println("FAIL: interrupted")
 		return signalCode(sigs.signal())
+	case timedOut:
+		fmt.Printf("FAIL: the suite did not finish within --timeout %v (the namespaces of unfinished rules may be left behind)\n", *timeout)
+		return exitFailed
 	case failed > 0:
 		fmt.Println("FAIL: the store broke the rules above; do not trust it with a job until they pass")
 		return exitFailed
-	case waitErr != nil || len(rows) == 0:
-		fmt.Printf("FAIL: the suite did not finish cleanly (%v)\n", waitErr)
-		for _, l := range other[max(0, len(other)-30):] {
-			fmt.Println("  " + l)
-		}
+	case len(rows) == 0:
+		fmt.Println("FAIL: no rule matched --run")
 		return exitFailed
 	}
 	fmt.Println("PASS: the store keeps the contract spate relies on")

@@ -123,9 +123,9 @@
 // coordinator scenarios too. First it opens a store over a fresh namespace
 // (the driver's own startup check: a refused script, a missing ACL grant or
 // a TTL below the server's floor fails here, clearly) and prints what the
-// driver promises; then it re-executes this binary as a test binary
-// (testing.Main with -test.v) and turns the subtests' results into a table,
-// with the rule broken for every failure. Every harness uses a fresh
+// driver promises; then it runs the rules in this process
+// (conformance.CheckStore, CheckCoordinator) and prints a table of their
+// results, with the rule broken for every failure. Every harness uses a fresh
 // namespace (job conformance-<random>) and deletes it afterwards. Exit 0
 // only if every rule passed.
 //

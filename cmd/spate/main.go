@@ -42,9 +42,6 @@ func init() {
 }
 
 func main() {
-	if isConformanceChild() {
-		runConformanceChild() // exits
-	}
 	os.Exit(run(os.Args[1:]))
 }
 

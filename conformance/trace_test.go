@@ -1,0 +1,321 @@
+package conformance
+
+import (
+	"flag"
+	"fmt"
+	"go/ast"
+	"go/doc/comment"
+	"go/parser"
+	"go/token"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var update = flag.Bool("update", false, "rewrite the traceability table in doc.go")
+
+// alsoChecks names, for a sentence of the contract, rules that check it
+// although they quote another sentence: the sentence restates or sums up
+// the one they quote.
+var alsoChecks = map[string][]string{
+	"Retryable: timeouts, transport failures, a cancelled or expired context, a broken or lagged watch.": {"LaggingWatcherConvergesOrBreaksRetryable"},
+	"Fatal: misconfiguration, unsupported server, authentication failure, a keyspace other than [Durable] and [Ephemeral], a value over the size cap ([ErrValueTooLarge]), an invalid key ([ErrInvalidKey]), use after Close ([ErrClosed]).": {
+		"InvalidKeysRejected", "ValueSizeCap", "UseAfterClose"},
+	"Nothing was written.": {"InvalidKeysRejected", "ValueSizeCap", "InvalidKeyspacesAreFatal"},
+	"Capabilities reports what the driver promises.": {"DriverIsNamed", "TTLIsFixedWhenOpened", "TTLFloorIsAtMostTheTTL",
+		"ValueCapIsReported", "ExpiryReachesWatchersWithinTheLatency"},
+	"Delete removes key.": {"GuardedDelete", "UnconditionalDeleteWinsEvenWhenAbsent"},
+	"Close releases the driver's resources; see the type documentation.": {"CloseEndsEveryWatchAndIsIdempotent", "UseAfterClose"},
+	"Durable keys never expire.":                                         {"DurableKeysNeverExpire"},
+	"Ephemeral keys expire one TTL after their last write.": {"EphemeralKeyLivesItsWholeTTL", "ExpiredKeysReadAbsentAndAreRecreatable",
+		"UpdatedEphemeralKeyExpiresAfterItsTTL", "LostUpdateDoesNotRearmTheTTL"},
+	"AnyRevision as the expected revision of [Store.Delete] makes the delete unconditional.": {"UnconditionalDeleteWinsEvenWhenAbsent"},
+	"Entry is one live key.":                                                                                 {"ListReturnsLiveKeys", "DeletedKeysReadAbsentAndAreRecreatable"},
+	"WatchDelete: Key was deleted or expired at Revision.":                                                   {"WatchDeliversDeletes", "ExpiryReachesWatchersAsDelete"},
+	"WatchSnapshotDone: every key live when the watch began has been delivered.":                             {"WatchSnapshotThenOneSnapshotDone", "WatchHasNoGaps"},
+	"WatchError: the stream broke; Err says why.":                                                            {"LaggingWatcherConvergesOrBreaksRetryable"},
+	"It is the last event.":                                                                                  {"LaggingWatcherConvergesOrBreaksRetryable"},
+	"KeyMaxLen is the maximum store key length in bytes.":                                                    {"ValidKeysAreAccepted", "InvalidKeysRejected"},
+	"Every error spate returns satisfies errors.Is with exactly one of ErrFenced, ErrRetryable or ErrFatal.": {"ErrorsAreRetryableOrFatal"},
+	"Callers intercept it and treat the split as lost; it is never produced by a store.":                     {"ErrorsAreRetryableOrFatal"},
+	"ErrRetryable: a transient failure (timeout, transport error, broken or lagged watch, cancelled context).": {
+		"CancelledContextIsRetryable", "LaggingWatcherConvergesOrBreaksRetryable"},
+	"ErrFatal: unrecoverable (misconfiguration, a store without the required atomic primitives, a corrupt or alien record, a diverging job fingerprint, an unsupported server version).": {
+		"InvalidKeyspacesAreFatal", "InvalidKeysRejected", "ValueSizeCap", "UseAfterClose"},
+	"Each is returned wrapped together with its class, so errors.Is matches both.": {"InvalidKeysRejected", "ValueSizeCap", "UseAfterClose"},
+	"ErrClosed is returned (with ErrFatal) by every call after Close.":             {"UseAfterClose"},
+}
+
+// unchecked says, for a sentence no rule checks, why none can.
+var unchecked = map[string]string{
+	"Store is the contract every coordination store driver implements: six primitives over two keyspaces.": "it introduces the interface; the compiler checks the six primitives.",
+	"A write that fails Retryable may have landed; the caller re-reads to find out.":                       "it permits and instructs the caller; a driver cannot break it.",
+	"Drivers make one attempt per call; retries live in the coordinator.":                                  "the suite cannot put a transient failure between a driver and its server, so it cannot count attempts.",
+	"See [ValidateKey].": "a reference.",
+	"expected must be a revision read from a live value (a create, update, get, listing or put event); an Update at the revision of a delete is undefined (some stores cannot tell a delete marker from a value).": "it binds the caller, and leaves undefined what it excludes.",
+	"Outcome is the result of a conditional write.":                                                      "it introduces the type.",
+	"The zero Outcome is Lost.":                                                                          "a property of the Go type, not of a driver.",
+	"WatchEventKind tells the watch events apart.":                                                       "it introduces the type.",
+	"WatchEvent is one item of a watch stream.":                                                          "it introduces the type.",
+	"Capabilities is what a driver reports about itself.":                                                "it introduces the type.",
+	"LinearizableFailover reports whether compare-and-swap stays linearizable when a server fails over.": "a claim about failovers; the store rules run on a healthy server (RunFailover and RunChaos fail servers, and check the coordinator's guarantees).",
+	"When false, fencing holds on a single server only and is best effort across failovers.":             "it explains the claim above.",
+	"Durability says, in words, what survives a server crash.":                                           "free text for people.",
+	"RequiredSettings lists server settings the guarantees depend on.":                                   "free text for people.",
+	"The error classes.": "a heading.",
+	"Never match error strings; use errors.Is, [KindOf] or [ClassOf].":                                   "it binds the caller.",
+	"ErrFenced: a fenced write lost, so this instance no longer owns the split and nothing was written.": "the coordinator's error; that a store never returns it is the next sentence.",
+	"A write that fails Retryable MAY HAVE LANDED: the reply, not necessarily the write, was lost.":      "it permits; a driver cannot break it.",
+	"Re-read before assuming either way.":                                                                "it binds the caller.",
+	"The pipeline must stop.":                                                                            "it binds the caller.",
+	"Refinements of the classes above.":                                                                  "a heading.",
+}
+
+// sentence is one sentence of the contract and where it stands.
+type sentence struct {
+	where, text string
+}
+
+// contract returns the sentences of the store contract, in order: the
+// documentation of store.go's types, their methods and fields, constants
+// and variables, and of errors.go's error classes and refinements.
+func contract(t *testing.T) []sentence {
+	t.Helper()
+	var out []sentence
+	fset := token.NewFileSet()
+	for _, file := range []string{"../store.go", "../errors.go"} {
+		f, err := parser.ParseFile(fset, file, nil, parser.ParseComments)
+		require.NoError(t, err)
+		blocks := 0
+		emit := func(where string, cg *ast.CommentGroup) {
+			if cg == nil {
+				return
+			}
+			for _, s := range sentences(cg.Text()) {
+				out = append(out, sentence{where, s})
+			}
+		}
+		for _, d := range f.Decls {
+			gd, ok := d.(*ast.GenDecl)
+			if !ok || gd.Tok == token.IMPORT {
+				continue
+			}
+			if file == "../errors.go" {
+				// The error classes and their refinements: the two var
+				// blocks that open the file.
+				if gd.Tok != token.VAR || blocks == 2 {
+					continue
+				}
+				blocks++
+			}
+			if gd.Lparen.IsValid() && file == "../errors.go" {
+				emit([]string{"", "The error classes (errors.go)", "Their refinements (errors.go)"}[blocks], gd.Doc)
+			}
+			for _, sp := range gd.Specs {
+				switch sp := sp.(type) {
+				case *ast.TypeSpec:
+					doc := sp.Doc
+					if doc == nil {
+						doc = gd.Doc
+					}
+					emit(sp.Name.Name, doc)
+					switch ty := sp.Type.(type) {
+					case *ast.InterfaceType:
+						for _, m := range ty.Methods.List {
+							emit(sp.Name.Name+"."+m.Names[0].Name, m.Doc)
+						}
+					case *ast.StructType:
+						for _, fld := range ty.Fields.List {
+							if len(fld.Names) > 0 {
+								emit(sp.Name.Name+"."+fld.Names[0].Name, fld.Doc)
+							}
+						}
+					}
+				case *ast.ValueSpec:
+					doc := sp.Doc
+					if doc == nil && !gd.Lparen.IsValid() {
+						doc = gd.Doc
+					}
+					emit(sp.Names[0].Name, doc)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// sentences splits a doc comment into sentences: its paragraphs and list
+// items, code blocks left out, cut after '.', '?' or '!' (and closing
+// quotes or parentheses) followed by a space.
+func sentences(text string) []string {
+	var p comment.Parser
+	var out []string
+	var flat func(b *strings.Builder, ts []comment.Text)
+	flat = func(b *strings.Builder, ts []comment.Text) {
+		for _, t := range ts {
+			switch t := t.(type) {
+			case comment.Plain:
+				b.WriteString(string(t))
+			case comment.Italic:
+				b.WriteString(string(t))
+			case *comment.Link:
+				flat(b, t.Text)
+			case *comment.DocLink:
+				b.WriteString("[")
+				flat(b, t.Text)
+				b.WriteString("]")
+			}
+		}
+	}
+	var walk func(blocks []comment.Block)
+	walk = func(blocks []comment.Block) {
+		for _, bl := range blocks {
+			switch bl := bl.(type) {
+			case *comment.Paragraph:
+				var b strings.Builder
+				flat(&b, bl.Text)
+				out = append(out, split(strings.Join(strings.Fields(b.String()), " "))...)
+			case *comment.List:
+				for _, it := range bl.Items {
+					walk(it.Content)
+				}
+			}
+		}
+	}
+	walk(p.Parse(text).Content)
+	return out
+}
+
+func split(s string) []string {
+	var out []string
+	start := 0
+	for i := 1; i+1 < len(s); i++ {
+		if s[i] != ' ' {
+			continue
+		}
+		j := i - 1
+		for j > start && (s[j] == ')' || s[j] == '"') {
+			j--
+		}
+		if s[j] == '.' || s[j] == '?' || s[j] == '!' {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
+}
+
+// rulesOf maps each sentence to the rules that check it.
+func rulesOf() map[string][]string {
+	m := map[string][]string{}
+	for _, r := range StoreRules {
+		m[r.Contract] = append(m[r.Contract], r.Name)
+	}
+	for s, rules := range alsoChecks {
+		for _, r := range rules {
+			if !slices.Contains(m[s], r) {
+				m[s] = append(m[s], r)
+			}
+		}
+	}
+	return m
+}
+
+// TestTraceability: every store rule quotes a sentence of the contract;
+// every sentence of the contract is checked by a rule or says why none can;
+// doc.go lists them all as they stand.
+func TestTraceability(t *testing.T) {
+	sents := contract(t)
+	texts := map[string]bool{}
+	for _, s := range sents {
+		texts[s.text] = true
+	}
+	for _, r := range StoreRules {
+		assert.True(t, texts[r.Contract], "rule %s quotes a sentence that is not in the contract: %q", r.Name, r.Contract)
+	}
+	names := names(StoreRules)
+	for s, rules := range alsoChecks {
+		assert.True(t, texts[s], "alsoChecks holds a sentence that is not in the contract: %q", s)
+		for _, r := range rules {
+			assert.Contains(t, names, r, "alsoChecks names no rule %s", r)
+		}
+	}
+	for s := range unchecked {
+		assert.True(t, texts[s], "unchecked holds a sentence that is not in the contract: %q", s)
+	}
+	checks := rulesOf()
+	for _, s := range sents {
+		if _, exempt := unchecked[s.text]; exempt {
+			assert.Empty(t, checks[s.text], "%q is both checked and said to be uncheckable", s.text)
+			continue
+		}
+		assert.NotEmpty(t, checks[s.text], "%s: no rule checks %q, and unchecked does not say why none can", s.where, s.text)
+	}
+
+	table := traceTable(sents, checks)
+	raw, err := os.ReadFile("doc.go")
+	require.NoError(t, err)
+	doc := string(raw)
+	const head = "// # Traceability\n"
+	i := strings.Index(doc, head)
+	j := strings.Index(doc, "package conformance")
+	require.True(t, i >= 0 && j > i, "doc.go has no %q section before its package clause", strings.TrimSpace(head))
+	if *update {
+		require.NoError(t, os.WriteFile("doc.go", []byte(doc[:i]+table+doc[j:]), 0o644))
+		return
+	}
+	assert.Equal(t, table, doc[i:j], "doc.go's traceability table is stale; run go test -run TestTraceability -update ./conformance/")
+}
+
+var docLink = regexp.MustCompile(`\[([A-Z]\w*(?:\.\w+)?)\]`)
+
+// traceTable renders the traceability section of the package doc.
+func traceTable(sents []sentence, checks map[string][]string) string {
+	checked, restated, exempt := 0, 0, 0
+	quoted := map[string]bool{}
+	for _, r := range StoreRules {
+		quoted[r.Contract] = true
+	}
+	for _, s := range sents {
+		switch {
+		case quoted[s.text]:
+			checked++
+		case len(checks[s.text]) > 0:
+			restated++
+		default:
+			exempt++
+		}
+	}
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, "//"+format+"\n", args...) }
+	w(" # Traceability")
+	w("")
+	w(" Each store rule checks one sentence of the store contract: the")
+	w(" documentation of [spate.Store], its methods and types, and of the error")
+	w(" classes in errors.go. Below is every sentence of that contract, in its")
+	w(" order, with the rules that check it. Of its %d sentences, %d are quoted", len(sents), checked)
+	w(" by the %d rules of [StoreRules], %d restate or sum up sentences whose", len(StoreRules), restated)
+	w(" rules check them too, and %d no rule can check, for the reason given.", exempt)
+	w(" A test keeps this list, the contract and the rules in step.")
+	where := ""
+	for _, s := range sents {
+		if s.where != where {
+			where = s.where
+			w("")
+			w(" %s:", where)
+			w("")
+		}
+		text := docLink.ReplaceAllString(s.text, "[spate.$1]")
+		if rules := checks[s.text]; len(rules) > 0 {
+			w("   - %s — checked by %s.", text, strings.Join(rules, ", "))
+		} else {
+			w("   - %s — no rule: %s", text, unchecked[s.text])
+		}
+	}
+	return b.String()
+}
