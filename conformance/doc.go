@@ -25,9 +25,9 @@
 // Each store rule checks one sentence of the store contract: the
 // documentation of [spate.Store], its methods and types, and of the error
 // classes in errors.go. Below is every sentence of that contract, in its
-// order, with the rules that check it. Of its 89 sentences, 50 are quoted
-// by the 56 rules of [StoreRules], 18 restate or sum up sentences whose
-// rules check them too, and 21 no rule can check, for the reason given.
+// order, with the rules that check it. Of its 94 sentences, 51 are quoted
+// by the 57 rules of [StoreRules], 18 restate or sum up sentences whose
+// rules check them too, and 25 no rule can check, for the reason given.
 // A test keeps this list, the contract and the rules in step.
 //
 // Store:
@@ -198,6 +198,12 @@
 //
 //   - RequiredSettings lists server settings the guarantees depend on. — no rule: free text for people.
 //
+// Capabilities.UnmetSettings:
+//
+//   - UnmetSettings lists the required settings the driver checked when the store was opened and found unmet, or could not verify, each with what the server has instead. — no rule: the suite cannot see a server's settings; each driver's own tests check what it reports (stores/redis TestPersistenceSettingsAreCheckedAtStartup).
+//   - Empty means none found unmet (a driver that checks nothing reports none). — no rule: it defines the empty report, which RequiredSettingsAreMet accepts.
+//   - The conformance suite fails a store that reports any. — checked by RequiredSettingsAreMet.
+//
 // KeyMaxLen:
 //
 //   - KeyMaxLen is the maximum store key length in bytes. — checked by ValidKeysAreAccepted, InvalidKeysRejected.
@@ -241,4 +247,9 @@
 // ErrInvalidKey:
 //
 //   - ErrInvalidKey is returned (with ErrFatal) for a key or prefix outside the store key syntax; nothing was written. — checked by InvalidKeysRejected.
+//
+// ErrUnreadableRecord:
+//
+//   - ErrUnreadableRecord is returned (with ErrFatal) for a record of the job that cannot be read: corrupt bytes, an unknown schema, an id that does not match its key, or another job's fingerprint. — no rule: the coordinator's error about the job's records; a store never returns it (the coordinator rule DamagedRecordTakesOnlyItsSplitOutOfPlay checks what follows).
+//   - A coordinator takes only the split it belongs to out of play. — no rule: a coordinator rule: DamagedRecordTakesOnlyItsSplitOutOfPlay.
 package conformance

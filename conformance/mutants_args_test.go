@@ -71,6 +71,15 @@ var argMutants = []mutant{
 		wrap: func(_ *shared, s *mem.Store) spate.Store {
 			return &hooked{Store: s, close: func() error { return nil }}
 		}},
+	// A driver that found the server without persistence, reported it,
+	// and is still passed.
+	{name: "unmet-setting-reported", breaks: []string{"RequiredSettingsAreMet"},
+		wrap: func(_ *shared, s *mem.Store) spate.Store {
+			return &hooked{Store: s, caps: func(c spate.Capabilities) spate.Capabilities {
+				c.UnmetSettings = []string{"appendonly yes (the server has appendonly no)"}
+				return c
+			}}
+		}},
 	{name: "driver-unnamed", breaks: []string{"DriverIsNamed"},
 		wrap: func(_ *shared, s *mem.Store) spate.Store {
 			return &hooked{Store: s, caps: func(c spate.Capabilities) spate.Capabilities { c.Driver = ""; return c }}

@@ -25,6 +25,15 @@ func testDriverNamed(e *env) {
 	assert.Equal(e.t, d, b.Capabilities().Driver, "rule: a store names its driver; two clients of one harness name different ones")
 }
 
+// testRequiredSettingsMet: a store whose driver found a required server
+// setting unmet (or could not verify it) when it was opened fails, naming
+// each setting. A harness that knowingly runs on a scratch server (no
+// persistence) skips this rule by name.
+func testRequiredSettingsMet(e *env) {
+	unmet := e.open().Capabilities().UnmetSettings
+	assert.Empty(e.t, unmet, "rule: every required server setting is met; the driver reports unmet: %v", unmet)
+}
+
 // testTTLFixed: the TTL is positive, the same for every client of one
 // harness, and does not move: not a quarter TTL later, not after writes,
 // not after Close (a driver reporting its lease's time left breaks it).
@@ -195,9 +204,16 @@ func testValidPrefixes(e *env) {
 			}
 			assert.Equal(e.t, want, got, "rule: a listing holds the keys that start with its prefix; %s prefix %q", ks, p)
 			got = nil
-			for _, ev := range readSnapshot(e, mustWatch(e, s, ks, p)) {
+			// One watch at a time: each holds a connection of the client
+			// (Redis reads its change log with a blocking XREAD), and
+			// eighteen at once starved a pool-sized client on a cluster.
+			wctx, cancel := context.WithCancel(e.ctx)
+			ch, err := s.Watch(wctx, ks, p)
+			require.NoError(e.t, err, "rule: a prefix is empty or a key prefix that may end with '.'; %s watch %q", ks, p)
+			for _, ev := range readSnapshot(e, ch) {
 				got = append(got, ev.Key)
 			}
+			cancel()
 			slices.Sort(got)
 			assert.Equal(e.t, want, got, "rule: a watch's snapshot holds the keys that start with its prefix; %s prefix %q", ks, p)
 		}
