@@ -2,6 +2,7 @@ package spate_test
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -17,6 +18,27 @@ func TestRootImportsNoDriverOrBackend(t *testing.T) {
 		for _, banned := range []string{"/stores/", "go.etcd.io/", "github.com/nats-io/", "github.com/redis/", "/pipeline", "/conformance"} {
 			if strings.Contains(dep, banned) {
 				t.Errorf("the root package depends on %s", dep)
+			}
+		}
+	}
+}
+
+// The conformance suite judges drivers, so it must not be built on one:
+// a user's driver runs it without linking ours or their backend clients.
+// Fault injection lives in faultstore, which is not a driver.
+func TestConformanceImportsNoDriver(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "./conformance", "./faultstore").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, "github.com/spate-go/spate/conformance") {
+		t.Fatalf("go list -deps ./conformance did not list the package itself:\n%s", out)
+	}
+	for _, dep := range deps {
+		for _, banned := range []string{"github.com/spate-go/spate/stores/", "go.etcd.io/", "github.com/nats-io/", "github.com/redis/"} {
+			if strings.HasPrefix(dep, banned) {
+				t.Errorf("conformance or faultstore depends on %s", dep)
 			}
 		}
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Internal tests cannot import stores/mem or stores/fault (both import this
+// Internal tests cannot import stores/mem or faultstore (both import this
 // package), so the stateful tests run against fakeStore: a small in-memory
 // Store with store-wide revisions, an optional per-operation latency and a
 // scriptable fault hook. It does not expire ephemeral keys; the tests delete

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/stores/fault"
+	"github.com/spate-go/spate/faultstore"
 )
 
 // ChaosOptions tune [RunChaos].
@@ -342,18 +342,18 @@ func chaosScenario(e *env, seed uint64, co ChaosOptions, addViolations func(int)
 			// get through: its leases lapse and peers take its splits while
 			// it still believes it owns them. Only the fence stops it.
 			d = leases(f) + d
-			r1 := w.inj.Add(fault.Rule{Ops: []fault.Op{fault.Watch, fault.List}})
-			r2 := w.inj.Add(fault.Rule{Ops: []fault.Op{fault.Update, fault.Create}, Keyspace: spate.Ephemeral})
+			r1 := w.inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Watch, faultstore.List}})
+			r2 := w.inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Update, faultstore.Create}, Keyspace: spate.Ephemeral})
 			w.inj.BreakWatches()
 			f.hold(d, "blind", func() bool { return true })
 			r1()
 			r2()
 		case "lost-replies":
-			w.inj.Add(fault.Rule{Ops: []fault.Op{fault.Update, fault.Create}, Landed: true, Times: 1 + rng.IntN(4)})
+			w.inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Update, faultstore.Create}, Landed: true, Times: 1 + rng.IntN(4)})
 		case "failed-writes":
-			w.inj.Add(fault.Rule{Ops: []fault.Op{fault.Update, fault.Create, fault.Delete}, Times: 1 + rng.IntN(4)})
+			w.inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Update, faultstore.Create, faultstore.Delete}, Times: 1 + rng.IntN(4)})
 		case "latency":
-			remove := w.inj.Add(fault.Rule{Delay: time.Duration(float64(f.cfg.OpTimeout) * (0.2 + rng.Float64()))})
+			remove := w.inj.Add(faultstore.Rule{Delay: time.Duration(float64(f.cfg.OpTimeout) * (0.2 + rng.Float64()))})
 			f.hold(d, "slow", func() bool { return true })
 			remove()
 		case "broken-watches":

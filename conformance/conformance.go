@@ -13,13 +13,26 @@ import (
 )
 
 // Harness gives the suite stores over one fresh namespace.
+//
+// Whoever opens a thing closes it. The suite closes every store it gets
+// from NewStore, and then the harness, once, when the subtest that made it
+// ends. The harness closes what it opened itself: the namespace, any server
+// it started, and the client behind each store. A store's Close alone does
+// not release that client when the driver borrows it: stores/etcd,
+// stores/nats and stores/redis never close the client they are given. So
+// Close must close every client NewStore opened (the harnesses of
+// stores/etcd/etcdtest, stores/nats/natstest and stores/redis/redistest
+// do). Run under a goroutine leak check (go.uber.org/goleak), a harness
+// that keeps to this leaves nothing running after the suite.
 type Harness interface {
 	// NewStore opens a new store client over the harness's namespace. All
 	// stores of one harness see the same data, as separate processes would.
-	// Each store reports the harness's TTL. The suite closes the stores it
-	// opens.
+	// Each store reports the harness's TTL. The suite closes every store it
+	// opens, before it closes the harness.
 	NewStore(ctx context.Context) (spate.Store, error)
-	// Close releases everything the harness started.
+	// Close releases everything the harness opened: the clients behind its
+	// stores and anything it started. The suite calls it once, after it
+	// has closed the harness's stores.
 	Close() error
 }
 

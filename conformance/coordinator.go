@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/stores/fault"
+	"github.com/spate-go/spate/faultstore"
 )
 
 // CoordinatorRules are the rules of [RunCoordinator] and [CheckCoordinator],
@@ -429,7 +429,7 @@ func scenZombieCommit(e *env) {
 	key := "split." + id
 	// Blind the victim (no watch, no listing), so that it learns of the
 	// theft only through its commit's compare-and-swap: the fence itself.
-	a.inj.Add(fault.Rule{Ops: []fault.Op{fault.Watch, fault.List}})
+	a.inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Watch, faultstore.List}})
 	a.inj.BreakWatches()
 	raw := e.open()
 	editRecord(e, raw, spate.Ephemeral, key, func(m map[string]any) {
@@ -763,7 +763,7 @@ func scenFailedPublish(e *env) {
 	a := f.startPaused("a")
 	// The first plan update is the generation bump; fail the second (the
 	// publish).
-	a.inj.Add(fault.Rule{Ops: []fault.Op{fault.Update}, Keyspace: spate.Durable, KeyPrefix: "plan", Skip: 1, Times: 1})
+	a.inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Update}, Keyspace: spate.Durable, KeyPrefix: "plan", Skip: 1, Times: 1})
 	f.launch(a)
 	f.until(30*leases(f), "AllComplete", func() bool { return a.saw(isAllComplete) })
 	js := inspect(e, e.open())
@@ -781,7 +781,7 @@ func scenMaybeLandedRenewal(e *env) {
 	f := newFleet(e, planOf("maybe", 1))
 	a := f.start("a", withPerTick(0))
 	f.until(10*leases(f), "a holding the split", func() bool { return len(a.held) == 1 })
-	a.inj.Add(fault.Rule{Ops: []fault.Op{fault.Update}, Keyspace: spate.Ephemeral, KeyPrefix: "split.", Landed: true, Times: 2})
+	a.inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Update}, Keyspace: spate.Ephemeral, KeyPrefix: "split.", Landed: true, Times: 2})
 	f.hold(2*leases(f), "a keeping the split", func() bool { return len(a.held) == 1 })
 	if len(a.losses) > 0 || a.saw(func(ev spate.Event) bool { _, ok := ev.(spate.Quarantined); return ok }) {
 		e.t.Errorf("rule: a maybe-landed renewal is adopted, not a loss; events %v", a.events)
@@ -797,7 +797,7 @@ func scenMaybeLandedRenewal(e *env) {
 func scenDroppedAssignment(e *env) {
 	f := newFleet(e, planOf("dropassign", 3))
 	a := f.startPaused("a", withPerTick(0))
-	a.inj.Add(fault.Rule{Ops: []fault.Op{fault.Create, fault.Update}, Keyspace: spate.Durable, KeyPrefix: "assign.", Times: 3})
+	a.inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Create, faultstore.Update}, Keyspace: spate.Durable, KeyPrefix: "assign.", Times: 3})
 	f.launch(a)
 	f.until(10*leases(f), "a holding everything", func() bool { return len(a.held) == 3 })
 }
@@ -809,8 +809,8 @@ func scenDroppedOwnerClear(e *env) {
 	f := newFleet(e, planOf("ownerclear", 4))
 	a := f.start("a", withPerTick(0))
 	f.until(10*leases(f), "a holding everything", func() bool { return len(a.held) == 4 })
-	a.inj.Add(fault.Rule{Ops: []fault.Op{fault.Update}, Keyspace: spate.Durable, KeyPrefix: "split.", Times: 1,
-		Match: func(c fault.Call) bool { return bytes.Contains(c.Value, []byte(`"owner":null`)) }})
+	a.inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Update}, Keyspace: spate.Durable, KeyPrefix: "split.", Times: 1,
+		Match: func(c faultstore.Call) bool { return bytes.Contains(c.Value, []byte(`"owner":null`)) }})
 	b := f.start("b", withPerTick(0))
 	f.until(10*leases(f), "b taking over half", func() bool {
 		for id := range b.held {
@@ -851,7 +851,7 @@ func scenPartition(e *env) {
 func scenSlowStore(e *env) {
 	f := newFleet(e, planOf("slow", 4))
 	a := f.startPaused("a")
-	a.inj.Add(fault.Rule{Delay: f.cfg.OpTimeout / 2})
+	a.inj.Add(faultstore.Rule{Delay: f.cfg.OpTimeout / 2})
 	f.launch(a)
 	b := f.start("b")
 	f.until(40*leases(f), "AllComplete", func() bool { return a.saw(isAllComplete) && b.saw(isAllComplete) })

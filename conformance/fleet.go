@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/stores/fault"
+	"github.com/spate-go/spate/faultstore"
 )
 
 // A fleet is a set of workers sharing one harness namespace, each running a
@@ -67,7 +67,7 @@ type worker struct {
 	id    string
 	c     *spate.StoreCoordinator
 	store spate.Store
-	inj   *fault.Injector
+	inj   *faultstore.Injector
 	waker spate.Waker
 
 	// Behaviour.
@@ -158,7 +158,7 @@ func (f *fleet) startPaused(name string, opts ...workerOpt) *worker {
 func (f *fleet) startPausedWith(name string, wrap func(spate.Store) spate.Store, opts ...workerOpt) *worker {
 	f.t.Helper()
 	w := &worker{f: f, name: name, id: name, records: 20, perTick: 1, commitEvery: 5,
-		held: map[string]*tenancyState{}, waker: spate.NewWaker(), inj: fault.New()}
+		held: map[string]*tenancyState{}, waker: spate.NewWaker(), inj: faultstore.New()}
 	for _, o := range opts {
 		o(w)
 	}
@@ -172,7 +172,7 @@ func (f *fleet) startPausedWith(name string, wrap func(spate.Store) spate.Store,
 	if w.cfgMod != nil {
 		w.cfgMod(&cfg)
 	}
-	var st spate.Store = fault.Wrap(s, w.inj)
+	var st spate.Store = faultstore.Wrap(s, w.inj)
 	if wrap != nil {
 		st = wrap(st)
 	}

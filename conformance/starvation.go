@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/stores/fault"
+	"github.com/spate-go/spate/faultstore"
 )
 
 // The starvation scenarios: a worker under load keeps its leases. Lease
@@ -66,7 +66,7 @@ func scenConcurrentCommitters(e *env) {
 			w := startSolo(e, h, "committer", starvationConfig(ttl, n), planOf(fmt.Sprintf("committers%d", n), n))
 			defer w.stop()
 			w.waitHolding(n)
-			w.inj.Add(fault.Rule{Delay: ttl / 300})
+			w.inj.Add(faultstore.Rule{Delay: ttl / 300})
 			st := w.runLanes(3*ttl, backToBack)
 			w.pollFor(ttl / 2)
 			e.t.Logf("n=%d: %d commits in 3 leases (%.0f/s), %d failed", n, st.commits, float64(st.commits)/(3*ttl).Seconds(), st.failures)
@@ -87,7 +87,7 @@ func scenSlowStoreLanes(e *env) {
 	raw := e.open()
 	ttl := raw.Capabilities().TTL
 	w := startSolo(e, e.h, "slow-lanes", starvationConfig(ttl, lanes), planOf("slowlanes", lanes),
-		fault.Rule{Delay: ttl / 100})
+		faultstore.Rule{Delay: ttl / 100})
 	w.waitHolding(lanes)
 	st := w.runLanes(3*ttl, jittered(ttl/20, ttl/10))
 	w.pollFor(ttl / 2)
@@ -111,7 +111,7 @@ func scenSlowListings(e *env) {
 	// NewStoreCoordinator): the slow listing must succeed, not time out.
 	require.Lessf(e.t, slow, max(3*cfg.OpTimeout, ttl/3), "the scenario's listing delay must stay under the listing deadline")
 	w := startSolo(e, e.h, "slow-lists", cfg, planOf("slowlists", splits),
-		fault.Rule{Ops: []fault.Op{fault.List}, Delay: slow})
+		faultstore.Rule{Ops: []faultstore.Op{faultstore.List}, Delay: slow})
 	w.waitHolding(splits)
 	st := w.runLanes(4*ttl, jittered(ttl/10, ttl/5))
 	w.pollFor(ttl / 2)
@@ -144,7 +144,7 @@ type soloWorker struct {
 	name  string
 	c     *spate.StoreCoordinator
 	store spate.Store
-	inj   *fault.Injector
+	inj   *faultstore.Injector
 	waker spate.Waker
 	once  sync.Once
 
@@ -155,16 +155,16 @@ type soloWorker struct {
 
 // startSolo starts a worker on h whose store has rules installed from the
 // start.
-func startSolo(e *env, h Harness, name string, cfg spate.Config, p spate.SplitPlanner, rules ...fault.Rule) *soloWorker {
+func startSolo(e *env, h Harness, name string, cfg spate.Config, p spate.SplitPlanner, rules ...faultstore.Rule) *soloWorker {
 	e.t.Helper()
 	s, err := openStore(e.ctx, h)
 	require.NoError(e.t, err, "harness: open store")
-	w := &soloWorker{e: e, name: name, store: s, inj: fault.New(), waker: spate.NewWaker(), gained: map[string]spate.Gained{}}
+	w := &soloWorker{e: e, name: name, store: s, inj: faultstore.New(), waker: spate.NewWaker(), gained: map[string]spate.Gained{}}
 	for _, r := range rules {
 		w.inj.Add(r)
 	}
 	cfg.InstanceID = name
-	w.c, err = spate.NewStoreCoordinator(fault.Wrap(s, w.inj), cfg, spate.WithLogger(testLogger(name)))
+	w.c, err = spate.NewStoreCoordinator(faultstore.Wrap(s, w.inj), cfg, spate.WithLogger(testLogger(name)))
 	if err != nil {
 		_ = s.Close()
 		require.NoError(e.t, err, "worker %s", name)

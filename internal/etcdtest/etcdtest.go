@@ -11,10 +11,14 @@
 // down by t.Cleanup. [Cluster.Kill] and [Cluster.Restart] stop and start a
 // member mid-test; [Cluster.WaitLeader] finds the raft leader.
 //
-// [NewHarness] and [Cluster.NewHarness] give the conformance suite stores
-// over one fresh prefix of a cluster. [Shared] is one single-member cluster
-// shared by every test of a package; such a package calls [Main] from
-// TestMain so the server stops before the goroutine leak check.
+// [Cluster.NewHarness] gives the conformance suite stores over one fresh
+// prefix of a cluster. [Shared] is one single-member cluster shared by every
+// test of a package; such a package calls [Main] from TestMain so the server
+// stops before the goroutine leak check.
+//
+// This is the full-control package for spate's own tests (clusters, member
+// kills, TLS, auth). Its small exported face, for users' tests, is
+// stores/etcd/etcdtest.
 //
 // Server logs are discarded unless the test runs with -v (warnings then go
 // to stderr) or SPATE_ETCD_LOG names a zap level (debug, info, warn, error).

@@ -21,30 +21,20 @@ import (
 // Harness gives the conformance suite stores over one fresh prefix of a
 // cluster. Every NewStore opens its own client (as a separate process
 // would) and a store over the shared prefix; closing the store closes that
-// client too. Close deletes the prefix.
+// client too. Close closes every store still open, with its client, and
+// deletes the prefix.
 type Harness struct {
 	c      *Cluster
 	prefix string
 	opts   etcd.Options
 	edit   func(*clientv3.Config)
 
-	mu      sync.Mutex
-	clients []*clientv3.Client
+	mu     sync.Mutex
+	stores []*ownedStore
+	closed bool
 }
 
 var _ conformance.Harness = (*Harness)(nil)
-
-// NewHarness is a harness with TTL ttl over a fresh prefix of the package's
-// [Shared] single-member cluster; t closes it at cleanup.
-func NewHarness(t testing.TB, ttl time.Duration) *Harness {
-	t.Helper()
-	return Shared(t).NewHarness(t, ttl)
-}
-
-// Maker is a [conformance.HarnessMaker] over [NewHarness].
-func Maker(ttl time.Duration) conformance.HarnessMaker {
-	return func(t testing.TB) conformance.Harness { return NewHarness(t, ttl) }
-}
 
 // NewHarness is a harness with TTL ttl over a fresh prefix of c; t closes it
 // at cleanup.
@@ -88,21 +78,29 @@ func (h *Harness) NewStore(ctx context.Context) (spate.Store, error) {
 		_ = cli.Close()
 		return nil, err
 	}
+	o := &ownedStore{Store: s, cli: cli}
 	h.mu.Lock()
-	h.clients = append(h.clients, cli)
-	h.mu.Unlock()
-	return &ownedStore{Store: s, cli: cli}, nil
+	defer h.mu.Unlock()
+	if h.closed {
+		_ = o.Close()
+		return nil, fmt.Errorf("etcdtest: NewStore on a closed harness: %w", spate.ErrFatal)
+	}
+	h.stores = append(h.stores, o)
+	return o, nil
 }
 
-// Close implements [conformance.Harness]: it deletes the prefix and closes
-// any client whose store was left open.
+// Close implements [conformance.Harness]: it closes every store still open
+// (and its client) and deletes the prefix. Idempotent.
 func (h *Harness) Close() error {
 	h.mu.Lock()
-	clients := h.clients
-	h.clients = nil
+	stores, closed := h.stores, h.closed
+	h.stores, h.closed = nil, true
 	h.mu.Unlock()
-	for _, cli := range clients {
-		_ = cli.Close()
+	if closed {
+		return nil
+	}
+	for _, s := range stores {
+		_ = s.Close()
 	}
 	cli, err := h.c.RootClient()
 	if err != nil {
@@ -115,7 +113,8 @@ func (h *Harness) Close() error {
 	return err
 }
 
-// ownedStore is a store that owns its client, as a process would.
+// ownedStore is a store that owns its client, as a process would: Close
+// closes both. Idempotent.
 type ownedStore struct {
 	*etcd.Store
 	cli *clientv3.Client

@@ -20,7 +20,8 @@ import (
 
 // Harness is a [conformance.Harness] over one job's buckets: every NewStore
 // opens a new connection and a new store on the same Job, as separate
-// processes would.
+// processes would. Close closes every store still open and every
+// connection the harness opened.
 type Harness struct {
 	connect func() (*natsgo.Conn, error)
 	opts    spatenats.Options
@@ -28,6 +29,7 @@ type Harness struct {
 
 	mu     sync.Mutex
 	conns  []*natsgo.Conn
+	stores []*spatenats.Store
 	closed bool
 }
 
@@ -94,7 +96,18 @@ func (h *Harness) NewNATSStore(ctx context.Context) (*spatenats.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return spatenats.New(ctx, nc, h.opts)
+	st, err := spatenats.New(ctx, nc, h.opts)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		_ = st.Close()
+		return nil, errors.New("natstest: harness closed")
+	}
+	h.stores = append(h.stores, st)
+	return st, nil
 }
 
 // Conn opens a connection that Close closes.
@@ -113,7 +126,8 @@ func (h *Harness) Conn() (*natsgo.Conn, error) {
 	return nc, nil
 }
 
-// Close closes the harness's connections and stops the server it started.
+// Close closes the harness's stores, then its connections, and stops the
+// server it started. Idempotent.
 func (h *Harness) Close() error {
 	h.mu.Lock()
 	if h.closed {
@@ -121,9 +135,12 @@ func (h *Harness) Close() error {
 		return nil
 	}
 	h.closed = true
-	conns := h.conns
-	h.conns = nil
+	conns, stores := h.conns, h.stores
+	h.conns, h.stores = nil, nil
 	h.mu.Unlock()
+	for _, st := range stores {
+		_ = st.Close()
+	}
 	for _, nc := range conns {
 		nc.Close()
 	}

@@ -14,10 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/faultstore"
 	"github.com/spate-go/spate/internal/promtest"
 	"github.com/spate-go/spate/pipeline"
 	"github.com/spate-go/spate/pipeline/filesource"
-	"github.com/spate-go/spate/stores/fault"
 	"github.com/spate-go/spate/stores/mem"
 )
 
@@ -163,10 +163,10 @@ func TestThreePipelinesBackfillWhileOneIsKilled(t *testing.T) {
 		}
 		return h
 	}
-	inj := fault.New()
+	inj := faultstore.New()
 	victimHandle := handle()
 	defer victimHandle.Close()
-	victim := startWorker(t, "victim", fault.Wrap(victimHandle, inj), in, popts)
+	victim := startWorker(t, "victim", faultstore.Wrap(victimHandle, inj), in, popts)
 
 	// The victim works alone first, so it holds splits when it dies.
 	waitFor(t, "victim output", func() bool { return len(outputLines(t, victim.out, 2)) > len(lines)/10 })

@@ -10,6 +10,9 @@
 // keepalives); the store never closes it. [Store.Close] ends only what the
 // store started: its watches and its lease-revocation goroutine.
 //
+// For tests, stores/etcd/etcdtest runs a real etcd inside the test process
+// and gives the conformance suite a harness over it.
+//
 // # Mapping
 //
 // Every key lives under Options.Prefix, one prefix per job (and tenant):

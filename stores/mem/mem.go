@@ -20,7 +20,7 @@
 // [Store.Connect] returns another handle whose Close ends only its own
 // watches. Nothing is persisted: the data lives as long as the process.
 //
-// For tests, [Options.Faults] takes a [fault.Injector] that fails operations,
+// For tests, [Options.Faults] takes a [faultstore.Injector] that fails operations,
 // lands writes but reports errors, adds latency and breaks watches.
 package mem
 
@@ -34,7 +34,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/stores/fault"
+	"github.com/spate-go/spate/faultstore"
 )
 
 // Defaults of [Options].
@@ -60,7 +60,7 @@ type Options struct {
 	// MaxValueSize caps values in bytes; 0 means no cap.
 	MaxValueSize int
 	// Faults, when set, injects faults into every operation.
-	Faults *fault.Injector
+	Faults *faultstore.Injector
 }
 
 // Store is a handle on an in-memory store. It is safe for concurrent use.
@@ -174,7 +174,7 @@ func (s *Store) Create(ctx context.Context, ks spate.Keyspace, key string, value
 		return spate.Outcome{}, fmt.Errorf("mem: create %q: %w", key, err)
 	}
 	var o spate.Outcome
-	err := s.b.opts.Faults.Apply(ctx, fault.Call{Op: fault.Create, Keyspace: ks, Key: key, Value: value}, func() error {
+	err := s.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.Create, Keyspace: ks, Key: key, Value: value}, func() error {
 		if err := s.check(); err != nil {
 			return err
 		}
@@ -196,7 +196,7 @@ func (s *Store) Update(ctx context.Context, ks spate.Keyspace, key string, value
 		return spate.Outcome{}, fmt.Errorf("mem: update %q: %w", key, err)
 	}
 	var o spate.Outcome
-	err := s.b.opts.Faults.Apply(ctx, fault.Call{Op: fault.Update, Keyspace: ks, Key: key, Value: value}, func() error {
+	err := s.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.Update, Keyspace: ks, Key: key, Value: value}, func() error {
 		if err := s.check(); err != nil {
 			return err
 		}
@@ -218,7 +218,7 @@ func (s *Store) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.E
 		e  spate.Entry
 		ok bool
 	)
-	err := s.b.opts.Faults.Apply(ctx, fault.Call{Op: fault.Get, Keyspace: ks, Key: key}, func() error {
+	err := s.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.Get, Keyspace: ks, Key: key}, func() error {
 		e, ok = s.b.get(ks, key)
 		return nil
 	})
@@ -234,7 +234,7 @@ func (s *Store) Delete(ctx context.Context, ks spate.Keyspace, key string, expec
 		return spate.Outcome{}, err
 	}
 	var o spate.Outcome
-	err := s.b.opts.Faults.Apply(ctx, fault.Call{Op: fault.Delete, Keyspace: ks, Key: key}, func() error {
+	err := s.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.Delete, Keyspace: ks, Key: key}, func() error {
 		if err := s.check(); err != nil {
 			return err
 		}
@@ -253,7 +253,7 @@ func (s *Store) List(ctx context.Context, ks spate.Keyspace, prefix string) ([]s
 		return nil, err
 	}
 	var es []spate.Entry
-	err := s.b.opts.Faults.Apply(ctx, fault.Call{Op: fault.List, Keyspace: ks, Key: prefix}, func() error {
+	err := s.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.List, Keyspace: ks, Key: prefix}, func() error {
 		es = s.b.list(ks, prefix)
 		return nil
 	})

@@ -7,6 +7,9 @@
 // failure (bad credentials and TLS misconfiguration are Fatal, an unreachable
 // server is Retryable).
 //
+// For tests, stores/nats/natstest runs a nats-server inside the test
+// process and gives the conformance suite a harness over it.
+//
 // # What production needs
 //
 //   - nats-server >= 2.11 (limit markers; older servers are refused with a

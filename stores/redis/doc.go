@@ -6,6 +6,10 @@
 // one-node Cluster; Sentinel is not tested. [New] refuses an older server
 // with a Fatal error (see [MinServerVersion] for why 7.0).
 //
+// The caller builds and owns the client: [Store.Close] never closes it.
+// For tests, stores/redis/redistest spawns a redis-server and gives the
+// conformance suite a harness over it.
+//
 // # What Redis can promise
 //
 // Every operation is one Lua script. A script runs atomically on the

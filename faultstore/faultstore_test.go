@@ -1,4 +1,4 @@
-package fault_test
+package faultstore_test
 
 import (
 	"bytes"
@@ -10,29 +10,29 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/stores/fault"
+	"github.com/spate-go/spate/faultstore"
 	"github.com/spate-go/spate/stores/mem"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func setup(t *testing.T) (spate.Store, *fault.Injector, *mem.Store) {
+func setup(t *testing.T) (spate.Store, *faultstore.Injector, *mem.Store) {
 	t.Helper()
 	inner := mem.MustNew(mem.Options{TTL: time.Minute})
 	t.Cleanup(func() { inner.Close() })
-	inj := fault.New()
-	return fault.Wrap(inner, inj), inj, inner
+	inj := faultstore.New()
+	return faultstore.Wrap(inner, inj), inj, inner
 }
 
 func TestRulesMatchSkipAndRunOut(t *testing.T) {
 	s, inj, _ := setup(t)
 	ctx := context.Background()
-	inj.Add(fault.Rule{Ops: []fault.Op{fault.Create}, Keyspace: spate.Durable, KeyPrefix: "a.", Skip: 1, Times: 2})
+	inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Create}, Keyspace: spate.Durable, KeyPrefix: "a.", Skip: 1, Times: 2})
 	var got []bool
 	for _, k := range []string{"a.1", "a.2", "a.3", "a.4", "b.1"} {
 		_, err := s.Create(ctx, spate.Durable, k, nil)
 		got = append(got, err != nil)
-		if err != nil && (!errors.Is(err, fault.ErrInjected) || !spate.IsRetryable(err)) {
+		if err != nil && (!errors.Is(err, faultstore.ErrInjected) || !spate.IsRetryable(err)) {
 			t.Fatalf("an injected failure is Retryable ErrInjected: %v", err)
 		}
 	}
@@ -59,8 +59,8 @@ func equal(a, b []bool) bool {
 func TestLandedWriteReportsAnErrorButApplies(t *testing.T) {
 	s, inj, inner := setup(t)
 	ctx := context.Background()
-	inj.Add(fault.Rule{Ops: []fault.Op{fault.Create}, Landed: true, Times: 1,
-		Match: func(c fault.Call) bool { return bytes.Equal(c.Value, []byte("v")) }})
+	inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Create}, Landed: true, Times: 1,
+		Match: func(c faultstore.Call) bool { return bytes.Equal(c.Value, []byte("v")) }})
 	o, err := s.Create(ctx, spate.Durable, "k", []byte("v"))
 	if err == nil || o.Won {
 		t.Fatalf("a landed write reports an error and hides its outcome: %v %v", o, err)
@@ -72,7 +72,7 @@ func TestLandedWriteReportsAnErrorButApplies(t *testing.T) {
 
 func TestLatencyIsBoundedByTheContext(t *testing.T) {
 	s, inj, _ := setup(t)
-	inj.Add(fault.Rule{Delay: time.Hour})
+	inj.Add(faultstore.Rule{Delay: time.Hour})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	_, _, err := s.Get(ctx, spate.Durable, "k")

@@ -1,4 +1,4 @@
-// Package fault injects store faults for tests: failed operations, writes
+// Package faultstore injects store faults for tests: failed operations, writes
 // that land but report an error (a lost reply), added latency, broken watch
 // streams and whole-store partitions.
 //
@@ -8,11 +8,11 @@
 // of hits, so a test can script "the next two plan updates land but report a
 // timeout" precisely:
 //
-//	inj := fault.New()
-//	inj.Add(fault.Rule{Ops: []fault.Op{fault.Update}, Keyspace: spate.Durable,
+//	inj := faultstore.New()
+//	inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Update}, Keyspace: spate.Durable,
 //		KeyPrefix: "plan", Landed: true, Times: 2})
-//	store := fault.Wrap(mem.New(mem.Options{TTL: time.Second}), inj)
-package fault
+//	store := faultstore.Wrap(mem.New(mem.Options{TTL: time.Second}), inj)
+package faultstore
 
 import (
 	"context"
@@ -50,7 +50,7 @@ func (o Op) String() string {
 
 // ErrInjected is the cause of an injected failure when a rule names none. It
 // is reported as Retryable.
-var ErrInjected = errors.New("fault: injected failure")
+var ErrInjected = errors.New("faultstore: injected failure")
 
 // Rule describes one fault.
 type Rule struct {
@@ -162,7 +162,7 @@ func (i *Injector) BreakWatches() {
 	}
 	i.mu.Unlock()
 	for _, t := range taps {
-		t.breakWith(fmt.Errorf("fault: watch broken: %w: %w", ErrInjected, spate.ErrRetryable))
+		t.breakWith(fmt.Errorf("faultstore: watch broken: %w: %w", ErrInjected, spate.ErrRetryable))
 	}
 }
 
@@ -228,7 +228,7 @@ func (i *Injector) Apply(ctx context.Context, c Call, do func() error) error {
 	op, ks, key := c.Op, c.Keyspace, c.Key
 	r, hit, partitioned := i.pick(c)
 	if partitioned {
-		return fmt.Errorf("fault: %s %s %q: store partitioned: %w: %w", op, ks, key, ErrInjected, spate.ErrRetryable)
+		return fmt.Errorf("faultstore: %s %s %q: store partitioned: %w: %w", op, ks, key, ErrInjected, spate.ErrRetryable)
 	}
 	if !hit {
 		return do()
@@ -239,15 +239,15 @@ func (i *Injector) Apply(ctx context.Context, c Call, do func() error) error {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return spate.ContextError(ctx, "fault", op.String())
+			return spate.ContextError(ctx, "faultstore", op.String())
 		}
 	}
 	var injected error
 	switch {
 	case r.Err != nil:
-		injected = fmt.Errorf("fault: %s %s %q: %w", op, ks, key, r.Err)
+		injected = fmt.Errorf("faultstore: %s %s %q: %w", op, ks, key, r.Err)
 	case r.Delay == 0:
-		injected = fmt.Errorf("fault: %s %s %q: %w: %w", op, ks, key, ErrInjected, spate.ErrRetryable)
+		injected = fmt.Errorf("faultstore: %s %s %q: %w: %w", op, ks, key, ErrInjected, spate.ErrRetryable)
 	}
 	if injected == nil {
 		return do()
