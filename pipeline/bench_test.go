@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/spate-go/spate/pipeline"
 )
 
@@ -24,6 +26,9 @@ type benchLane struct {
 	value    []byte
 	finished *atomic.Int32
 	done     bool
+	// allDone, when set, is closed by the last of lanes lanes to finish.
+	allDone chan struct{}
+	lanes   int32
 	// valueOf, when set, appends the value of the record at an offset,
 	// and every value of a poll then shares one reused buffer.
 	valueOf func(dst []byte, p pipeline.PartitionID, off int64) []byte
@@ -41,7 +46,9 @@ func (l *benchLane) Poll(max int, _ time.Duration) (*pipeline.Batch, error) {
 	if l.next >= l.total {
 		if !l.done {
 			l.done = true
-			l.finished.Add(1)
+			if l.finished.Add(1) == l.lanes && l.allDone != nil {
+				close(l.allDone)
+			}
 		}
 		return nil, nil
 	}
@@ -62,33 +69,52 @@ func (l *benchLane) Poll(max int, _ time.Duration) (*pipeline.Batch, error) {
 	return &pipeline.Batch{Payloads: l.buf, Ack: l.issuer.Issue(l.Partition(), l.next-1)}, nil
 }
 
-// benchSource assigns its lanes, then reports Drained once all finished.
+// benchSource assigns its lanes, then reports Drained once all finished:
+// like a real source, its PollEvents returns as soon as that happens.
 type benchSource struct {
 	pipeline.BaseSource
 	lanes    int
 	total    int64
 	finished atomic.Int32
+	allDone  chan struct{}
 	assigned bool
 	issuer   *pipeline.AckIssuer
 	pauses   atomic.Int32
 }
 
-func (s *benchSource) Open(ctx pipeline.SourceCtx) error { s.issuer = ctx.Issuer; return nil }
+func (s *benchSource) Open(ctx pipeline.SourceCtx) error {
+	s.issuer = ctx.Issuer
+	s.allDone = make(chan struct{})
+	return nil
+}
+
+// newLane returns the source's lane i.
+func (s *benchSource) newLane(i int) *benchLane {
+	l := newBenchLane(i, s.total, s.issuer.Clone(), &s.finished)
+	l.allDone, l.lanes = s.allDone, int32(s.lanes)
+	return l
+}
 
 func (s *benchSource) PollEvents(timeout time.Duration) (pipeline.SourceEvent, error) {
 	if !s.assigned {
 		s.assigned = true
 		var ls []pipeline.Lane
 		for i := range s.lanes {
-			ls = append(ls, newBenchLane(i, s.total, s.issuer.Clone(), &s.finished))
+			ls = append(ls, s.newLane(i))
 		}
 		return pipeline.AssignedEvent(ls...), nil
 	}
 	if int(s.finished.Load()) == s.lanes {
 		return pipeline.DrainedEvent(), nil
 	}
-	time.Sleep(timeout)
-	return pipeline.IdleEvent(), nil
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-s.allDone:
+		return pipeline.DrainedEvent(), nil
+	case <-t.C:
+		return pipeline.IdleEvent(), nil
+	}
 }
 
 func (s *benchSource) Commit([]pipeline.Watermark) error { return nil }
@@ -127,24 +153,30 @@ const (
 //	                  reference line, not a baseline for the ratio.
 //	tuning/...        other runtime shapes (queue size, threads).
 //
-// The ratio is one command (both loops run interleaved in one process):
+// The ratio is one command:
 //
 //	go test -run '^$' -bench 'Throughput/(fair|runtime)' -benchmem -count 6 ./pipeline | tee tp.txt
 //
-// and benchstat puts the pairs side by side once the loop is a key:
+// -count repeats each line back to back; on a shared machine interleave
+// the pairs instead, one binary run after another:
+//
+//	go test -c -o tp.test ./pipeline
+//	for i in 1 2 3 4 5 6; do ./tp.test -test.run '^$' -test.bench 'Throughput/(fair|runtime)' -test.benchmem; done | tee tp.txt
+//
+// benchstat puts the pairs side by side once the loop is a key:
 //
 //	sed -E 's#Throughput/(fair|runtime)/#Throughput/loop=\1/#' tp.txt > tp-loop.txt
 //	benchstat -col /loop tp-loop.txt
 //
-// Each line also reports records/s and B/record (bytes allocated per
-// record; -benchmem's B/op divided by the records of an op).
+// Each line also reports records/s, B/record (bytes allocated per record:
+// -benchmem's B/op divided by the records of an op) and cpu-ns/op (CPU
+// time of the whole process per op, steadier than ns/op when other work
+// shares the machine).
 func BenchmarkThroughput(b *testing.B) {
 	b.Run("bare", func(b *testing.B) {
 		measure(b, func(b *testing.B) {
-			cp, lanes := fairLanes()
-			_ = cp
-			var finished int
-			var sum int
+			_, lanes := fairLanes()
+			finished, sum := 0, 0
 			for finished < len(lanes) {
 				finished = 0
 				for _, l := range lanes {
@@ -159,9 +191,7 @@ func BenchmarkThroughput(b *testing.B) {
 					batch.Ack.Release()
 				}
 			}
-			if sum != benchRecords*100 {
-				b.Fatalf("bare loop saw %d bytes", sum)
-			}
+			require.Equal(b, benchRecords*100, sum, "bytes the bare loop saw")
 		})
 	})
 	for _, sk := range []string{"nop", "file"} {
@@ -196,16 +226,22 @@ func BenchmarkThroughput(b *testing.B) {
 	}
 }
 
-// measure runs op once per iteration and reports records/s and the bytes
-// allocated per record.
+// measure runs op once per iteration and reports records/s, the bytes
+// allocated per record and the CPU time per op.
 func measure(b *testing.B, op func(b *testing.B)) {
 	b.ReportAllocs()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
+	cpu := cpuTime()
 	n := 0
 	for b.Loop() {
 		op(b)
 		n++
+	}
+	if cpu >= 0 {
+		// All goroutines, user and system; it includes what the timer
+		// skipped (a FileSink's check).
+		b.ReportMetric(float64(cpuTime()-cpu)/float64(n), "cpu-ns/op")
 	}
 	runtime.ReadMemStats(&after)
 	recs := float64(benchRecords) * float64(n)
@@ -233,9 +269,7 @@ func (s *benchSinks) open(b *testing.B) pipeline.ChunkedSink {
 		return pipeline.NopSink{}
 	}
 	fs, err := pipeline.NewFileSink(s.dir, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	return fs
 }
 
@@ -246,20 +280,12 @@ func (s *benchSinks) check(b *testing.B, sink pipeline.ChunkedSink) {
 	}
 	b.StopTimer()
 	defer b.StartTimer()
-	if err := fs.Close(); err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, fs.Close())
 	st, err := os.Stat(fs.Path(0))
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	// Each record is a line: an empty key, a tab, 100 bytes, a newline.
-	if want := int64(benchRecords * 102); st.Size() != want {
-		b.Fatalf("the file holds %d bytes, want %d", st.Size(), want)
-	}
-	if err := os.Remove(fs.Path(0)); err != nil {
-		b.Fatal(err)
-	}
+	require.Equal(b, int64(benchRecords*102), st.Size(), "bytes in the file")
+	require.NoError(b, os.Remove(fs.Path(0)))
 }
 
 // fairLanes returns the benchmark's lanes on a checkpointer in epoch 1.
@@ -287,6 +313,11 @@ type fairChunk struct {
 	acks    pipeline.AckSet
 }
 
+// fairFree is the fair loop's free list of chunks. It outlives an op, as
+// the runtime's chunk pool outlives a run, so neither pays for warming its
+// buffers in every op. Every chunk in flight fits.
+var fairFree = make(chan *fairChunk, 2*fairQueue+2)
+
 // fairLoop is the fair hand-off loop: one goroutine polls the lanes
 // round-robin (512 records a poll) and copies every record into 64 KiB
 // chunks; a bounded queue of 64 chunks feeds a sink goroutine that writes
@@ -295,12 +326,16 @@ type fairChunk struct {
 func fairLoop(b *testing.B, sink pipeline.ChunkedSink) {
 	_, lanes := fairLanes()
 	queue := make(chan *fairChunk, fairQueue)
-	free := make(chan *fairChunk, 2*fairQueue+2) // every chunk in flight fits
-	written := make(chan int)
+	free := fairFree
+	type result struct {
+		records int
+		err     error
+	}
+	written := make(chan result)
 	go func() {
 		var held []*fairChunk
 		var chunks [][]pipeline.Record
-		n := 0
+		var res result
 		for ch := range queue {
 			held = append(held[:0], ch)
 		more:
@@ -318,10 +353,10 @@ func fairLoop(b *testing.B, sink pipeline.ChunkedSink) {
 			chunks = chunks[:0]
 			for _, c := range held {
 				chunks = append(chunks, c.records)
-				n += len(c.records)
+				res.records += len(c.records)
 			}
-			if err := sink.WriteChunks(context.Background(), 0, chunks); err != nil {
-				panic(err)
+			if err := sink.WriteChunks(context.Background(), 0, chunks); err != nil && res.err == nil {
+				res.err = err
 			}
 			for _, c := range held {
 				c.acks.Deliver()
@@ -332,7 +367,7 @@ func fairLoop(b *testing.B, sink pipeline.ChunkedSink) {
 				}
 			}
 		}
-		written <- n
+		written <- res
 	}()
 	newChunk := func() *fairChunk {
 		select {
@@ -377,9 +412,9 @@ func fairLoop(b *testing.B, sink pipeline.ChunkedSink) {
 		queue <- cur
 	}
 	close(queue)
-	if n := <-written; n != benchRecords {
-		b.Fatalf("the fair loop wrote %d records, want %d", n, benchRecords)
-	}
+	w := <-written
+	require.NoError(b, w.err)
+	require.Equal(b, benchRecords, w.records, "records the fair loop wrote")
 }
 
 // runRuntime runs the benchmark source through the runtime into sink and
@@ -394,17 +429,13 @@ func runRuntime(b *testing.B, sink pipeline.ChunkedSink, threads, qcap int) int 
 		Name: "bench", Sink: sink,
 		Options: pipeline.SinkOptions{Shards: threads, QueueCapacity: qcap, ChunkTargetBytes: fairChunkBytes, Linger: time.Millisecond},
 	}}, pipeline.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	r, err := rt.Run(context.Background())
-	if err != nil || r.State != pipeline.Completed || len(r.FinalWatermarks) != benchLanes {
-		b.Fatalf("run: %+v %v", r, err)
-	}
+	require.NoError(b, err)
+	require.Equal(b, pipeline.Completed, r.State)
+	require.Len(b, r.FinalWatermarks, benchLanes)
 	for _, w := range r.FinalWatermarks {
-		if w.Offset != benchRecordsPerLane {
-			b.Fatalf("final watermark %+v, want offset %d", w, benchRecordsPerLane)
-		}
+		require.Equal(b, int64(benchRecordsPerLane), w.Offset, "final watermark of partition %d", w.Partition)
 	}
 	return int(src.pauses.Load())
 }
