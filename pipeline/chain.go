@@ -272,6 +272,9 @@ type chunk struct {
 	arena   []byte
 	bytes   int64
 	acks    AckSet
+	// outgrown: a record did not fit the arena, which was reallocated, so
+	// earlier records point into the old one (the chunk is not recycled).
+	outgrown bool
 }
 
 // terminal is one chain's end toward one sink: per-shard chunks being
@@ -291,14 +294,12 @@ func (t *terminal) add(r Record, ack *AckRef) {
 	shard := int(uint32(r.Partition) % uint32(len(t.current)))
 	ch := t.current[shard]
 	if ch == nil {
-		n := 128
-		if shard < len(t.lastRecords) {
-			n = max(n, t.lastRecords[shard]+t.lastRecords[shard]/8)
-		}
-		ch = &chunk{arena: t.s.getArena(), records: make([]Record, 0, n)}
-		t.current[shard] = ch
+		ch = t.open(shard)
 	}
 	start := len(ch.arena)
+	if start+len(r.Key)+len(r.Value) > cap(ch.arena) {
+		ch.outgrown = true
+	}
 	ch.arena = append(ch.arena, r.Key...)
 	ch.arena = append(ch.arena, r.Value...)
 	// Re-slice into the arena: the lane may reuse the payload's memory.
@@ -315,6 +316,18 @@ func (t *terminal) add(r Record, ack *AckRef) {
 	if ch.bytes >= t.s.opts.ChunkTargetBytes {
 		t.seal(shard)
 	}
+}
+
+// open starts a shard's next chunk, its record slice sized from the last
+// sealed chunk's count when the pool has none to give.
+func (t *terminal) open(shard int) *chunk {
+	n := 128
+	if shard < len(t.lastRecords) {
+		n = max(n, t.lastRecords[shard]+t.lastRecords[shard]/8)
+	}
+	ch := t.s.getChunk(n)
+	t.current[shard] = ch
+	return ch
 }
 
 // recordOverhead is the per-record framing counted against the budget.
