@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"time"
 )
 
 // PushKind says how a push or flush ended.
@@ -58,6 +59,15 @@ type Chain interface {
 	// Close tears the chain down; every acknowledgment it still holds
 	// fails. Called once, by the driver that owns the chain.
 	Close()
+}
+
+// roomWaiter is implemented by chains that can wait for a full sink queue
+// to take their first parked chunk; the driver then retries a blocked batch
+// the moment there is room instead of sleeping.
+type roomWaiter interface {
+	// waitRoom sends the first parked chunk, waiting up to max for its
+	// queue to take it. It reports whether the chunk went.
+	waitRoom(max time.Duration) bool
 }
 
 // ChainFactory builds the chain of driver thread i.
@@ -144,6 +154,7 @@ type standardChain struct {
 	ack       *AckRef
 	fatal     *FatalError
 	emitAt    []func(Record) // emitAt[i] feeds stage i; emitAt[len] feeds the terminals
+	timer     *time.Timer    // waitRoom's, reused
 }
 
 type stageErrCounters struct{ skip, fail interface{ Inc() } }
@@ -285,6 +296,23 @@ func (c *standardChain) Flush() PushOutcome {
 }
 
 func (c *standardChain) AbandonBatch() { c.ack = nil }
+
+func (c *standardChain) waitRoom(max time.Duration) bool {
+	for _, t := range c.terminals {
+		if !t.blocked() {
+			continue
+		}
+		if c.timer == nil {
+			c.timer = time.NewTimer(max)
+		} else {
+			c.timer.Reset(max)
+		}
+		ok := t.sendFirstWait(c.timer.C)
+		c.timer.Stop()
+		return ok
+	}
+	return true
+}
 
 func (c *standardChain) Close() {
 	for _, t := range c.terminals {
@@ -469,6 +497,22 @@ func (t *terminal) unpark() bool {
 		t.parked = t.parked[1:]
 	}
 	t.parked = nil
+	return true
+}
+
+// sendFirstWait sends the first parked chunk, waiting until its queue takes
+// it or timeout fires.
+func (t *terminal) sendFirstWait(timeout <-chan time.Time) bool {
+	ch := t.parked[0]
+	if !t.s.sendWait(t.shardOf[ch], ch, timeout) {
+		return false
+	}
+	delete(t.shardOf, ch)
+	t.parked[0] = nil
+	t.parked = t.parked[1:]
+	if len(t.parked) == 0 {
+		t.parked = nil
+	}
 	return true
 }
 

@@ -210,6 +210,8 @@ func (d *driver) driveBatch(b *Batch) (fe *FatalError) {
 		}
 	}()
 	from := 0
+	waiter, _ := d.chain.(roomWaiter)
+	var blockedSince time.Time
 	for {
 		d.health.beat(d.i)
 		out := d.chain.PushBatch(b, from)
@@ -230,11 +232,27 @@ func (d *driver) driveBatch(b *Batch) (fe *FatalError) {
 			d.chain.AbandonBatch()
 			return nil
 		}
-		if out.Reason == BlockCapacity {
+		if out.Reason != BlockCapacity {
+			time.Sleep(d.cfg.BlockedRetry)
+			continue
+		}
+		// A full sink queue. Within the grace the driver only waits for
+		// the queue to take the parked chunk (it polls nothing meanwhile);
+		// a refusal that outlasts the grace is backpressure and pauses the
+		// source.
+		now := time.Now()
+		if blockedSince.IsZero() {
+			blockedSince = now
+		}
+		if waiter == nil || now.Sub(blockedSince) >= d.cfg.BlockGrace {
 			d.bp.onSendRejected()
 			d.applyTransition(d.bp.tick(d.budget.Usage(), d.queuesBelow(d.cfg.LowRatio)))
 		}
-		time.Sleep(d.cfg.BlockedRetry)
+		if waiter != nil {
+			waiter.waitRoom(d.cfg.BlockedRetry)
+		} else {
+			time.Sleep(d.cfg.BlockedRetry)
+		}
 	}
 }
 

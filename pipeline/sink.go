@@ -239,6 +239,19 @@ func (s *SinkRuntime) trySend(shard int, ch *chunk) bool {
 	}
 }
 
+// sendWait offers a sealed chunk to a shard queue, waiting until the
+// queue takes it or timeout fires. Only a driver retrying a blocked batch
+// waits, and never longer than its retry step.
+func (s *SinkRuntime) sendWait(shard int, ch *chunk, timeout <-chan time.Time) bool {
+	select {
+	case s.queues[shard] <- ch:
+		s.depth[shard].Add(1)
+		return true
+	case <-timeout:
+		return false
+	}
+}
+
 // AllBelow reports whether every shard queue holds at most
 // floor(capacity × ratio) chunks.
 func (s *SinkRuntime) AllBelow(ratio float64) bool {
