@@ -150,7 +150,8 @@ func (d *driver) run() (exit driverExit) {
 		d.gatedStreak = 0
 		start := time.Now()
 		batch, err := lane.Poll(d.cfg.MaxRecords, timeout)
-		d.m.poll.Observe(time.Since(start).Seconds())
+		end := time.Now()
+		d.m.poll.Observe(end.Sub(start).Seconds())
 		switch {
 		case err != nil && isFatal(err):
 			if batch != nil && batch.Ack != nil {
@@ -171,7 +172,7 @@ func (d *driver) run() (exit driverExit) {
 			d.idleFlush()
 		default:
 			d.emptyPolls = 0
-			d.lastData = time.Now()
+			d.lastData = end
 			d.flushedSinceData = false
 			d.onBatch(batch)
 		}
@@ -212,8 +213,10 @@ func (d *driver) driveBatch(b *Batch) (fe *FatalError) {
 	from := 0
 	waiter, _ := d.chain.(roomWaiter)
 	var blockedSince time.Time
-	for {
-		d.health.beat(d.i)
+	for retry := false; ; retry = true {
+		if retry {
+			d.health.beat(d.i) // the poll loop beat just before the first push
+		}
 		out := d.chain.PushBatch(b, from)
 		switch out.Kind {
 		case PushDone:
