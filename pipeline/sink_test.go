@@ -288,6 +288,36 @@ func TestFileSinkWritesLines(t *testing.T) {
 	}
 }
 
+// A write larger than FileSink's buffer goes out in pieces: every line of
+// every chunk lands once, in order, and a second write appends after it.
+func TestFileSinkWritesLargeBatchesInOrder(t *testing.T) {
+	fs, err := pipeline.NewFileSink(t.TempDir(), "big")
+	require.NoError(t, err)
+	defer fs.Close()
+	value := bytes.Repeat([]byte("x"), 300)
+	batch := func(first, n int) [][]pipeline.Record {
+		var chunks [][]pipeline.Record
+		for off := first; off < first+n; off += 1000 {
+			var c []pipeline.Record
+			for o := off; o < min(off+1000, first+n); o++ {
+				c = append(c, pipeline.Record{Key: []byte(strconv.Itoa(o)), Value: value, Offset: int64(o)})
+			}
+			chunks = append(chunks, c)
+		}
+		return chunks
+	}
+	// About 1.5 MiB and then 0.3 MiB of lines: several pieces each.
+	require.NoError(t, fs.WriteChunks(t.Context(), 0, batch(0, 5000)))
+	require.NoError(t, fs.WriteChunks(t.Context(), 0, batch(5000, 1000)))
+	data, err := os.ReadFile(fs.Path(0))
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	require.Len(t, lines, 6000)
+	for i, line := range lines {
+		require.Equal(t, strconv.Itoa(i)+"\t"+string(value), line, "line %d", i)
+	}
+}
+
 func TestHealthEndpoints(t *testing.T) {
 	h := newHarness(t, testConfig(), modeOK, 0, assign(lane(0, 0, 1)))
 	handler := h.rt.Handler(nil)
