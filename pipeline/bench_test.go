@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -141,14 +142,21 @@ const (
 // Every op moves the same records (benchLanes x benchRecordsPerLane), so
 // ns/op compares directly:
 //
-//	fair/sink=nop     the fair loop: the same lanes, 512-record polls,
-//	                  records copied into 64 KiB chunks holding their
-//	                  batches' ack handles, a bounded queue of 64 chunks to
-//	                  a sink goroutine calling WriteChunks (no-op sink).
+//	fair/sink=nop     the fair loop of issue 17: the same lanes, 512-record
+//	                  polls, records copied into 64 KiB chunks holding
+//	                  their batches' ack handles, a bounded queue of 64
+//	                  chunks to a sink goroutine calling WriteChunks
+//	                  (no-op sink), chunks reused. It copies record by
+//	                  record the plain way (append a Record).
 //	runtime/sink=nop  the runtime (1 thread, 1 shard, queue 64) into the
 //	                  no-op sink. runtime/fair is the overhead ratio.
+//	fairtuned/sink=nop
+//	                  the fair loop with the runtime's own copy loop
+//	                  (slices in locals, records filled in place): the
+//	                  stricter baseline, runtime/fairtuned is the overhead
+//	                  of everything but the copy.
 //	fair/sink=file, runtime/sink=file
-//	                  the same pair writing one FileSink file (fsynced).
+//	                  the fair pair writing one FileSink file (fsynced).
 //	bare              the old do-nothing loop (poll, touch, release): a
 //	                  reference line, not a baseline for the ratio.
 //	tuning/...        other runtime shapes (queue size, threads).
@@ -165,7 +173,7 @@ const (
 //
 // benchstat puts the pairs side by side once the loop is a key:
 //
-//	sed -E 's#Throughput/(fair|runtime)/#Throughput/loop=\1/#' tp.txt > tp-loop.txt
+//	sed -E 's#Throughput/(fair|fairtuned|runtime)/#Throughput/loop=\1/#' tp.txt > tp-loop.txt
 //	benchstat -col /loop tp-loop.txt
 //
 // Each line also reports records/s, B/record (bytes allocated per record:
@@ -199,10 +207,15 @@ func BenchmarkThroughput(b *testing.B) {
 			sinks := newBenchSinks(b, sk)
 			measure(b, func(b *testing.B) {
 				sink := sinks.open(b)
-				fairLoop(b, sink)
+				fairLoop(b, sink, false)
 				sinks.check(b, sink)
 			})
 		})
+		if sk == "nop" {
+			b.Run("fairtuned/sink=nop", func(b *testing.B) {
+				measure(b, func(b *testing.B) { fairLoop(b, pipeline.NopSink{}, true) })
+			})
+		}
 		b.Run("runtime/sink="+sk, func(b *testing.B) {
 			sinks := newBenchSinks(b, sk)
 			pauses := 0
@@ -313,20 +326,23 @@ type fairChunk struct {
 	acks    pipeline.AckSet
 }
 
-// fairFree is the fair loop's free list of chunks. It outlives an op, as
-// the runtime's chunk pool outlives a run, so neither pays for warming its
-// buffers in every op. Every chunk in flight fits.
-var fairFree = make(chan *fairChunk, 2*fairQueue+2)
+// fairFree is the fair loop's free list of chunks: a stack, so the chunk
+// freed last, likeliest still in cache, is reused first (as the runtime's
+// free list does). It outlives an op, as the runtime's chunk pool
+// outlives a run, so neither pays for warming its buffers in every op.
+var fairFree struct {
+	sync.Mutex
+	stack []*fairChunk
+}
 
 // fairLoop is the fair hand-off loop: one goroutine polls the lanes
 // round-robin (512 records a poll) and copies every record into 64 KiB
 // chunks; a bounded queue of 64 chunks feeds a sink goroutine that writes
 // whatever is queued with one WriteChunks, delivers the chunks' acks and
-// returns the chunks for reuse.
-func fairLoop(b *testing.B, sink pipeline.ChunkedSink) {
+// returns the chunks for reuse. tuned copies with the runtime's copy loop.
+func fairLoop(b *testing.B, sink pipeline.ChunkedSink, tuned bool) {
 	_, lanes := fairLanes()
 	queue := make(chan *fairChunk, fairQueue)
-	free := fairFree
 	type result struct {
 		records int
 		err     error
@@ -358,24 +374,25 @@ func fairLoop(b *testing.B, sink pipeline.ChunkedSink) {
 			if err := sink.WriteChunks(context.Background(), 0, chunks); err != nil && res.err == nil {
 				res.err = err
 			}
+			fairFree.Lock()
 			for _, c := range held {
 				c.acks.Deliver()
 				c.records, c.arena, c.bytes = c.records[:0], c.arena[:0], 0
-				select {
-				case free <- c:
-				default:
-				}
+				fairFree.stack = append(fairFree.stack, c)
 			}
+			fairFree.Unlock()
 		}
 		written <- res
 	}()
 	newChunk := func() *fairChunk {
-		select {
-		case c := <-free:
+		fairFree.Lock()
+		defer fairFree.Unlock()
+		if n := len(fairFree.stack); n > 0 {
+			c := fairFree.stack[n-1]
+			fairFree.stack = fairFree.stack[:n-1]
 			return c
-		default:
-			return &fairChunk{arena: make([]byte, 0, fairChunkBytes+fairChunkBytes/4)}
 		}
+		return &fairChunk{arena: make([]byte, 0, fairChunkBytes+fairChunkBytes/4)}
 	}
 	cur := newChunk()
 	for finished := 0; finished < len(lanes); {
@@ -386,21 +403,59 @@ func fairLoop(b *testing.B, sink pipeline.ChunkedSink) {
 				finished++
 				continue
 			}
-			for i := range batch.Payloads {
-				p := &batch.Payloads[i]
-				start := len(cur.arena)
-				cur.arena = append(cur.arena, p.Key...)
-				cur.arena = append(cur.arena, p.Value...)
-				r := pipeline.Record{Partition: p.Partition, Offset: p.Offset, TimestampMs: p.TimestampMs}
-				if p.Key != nil {
-					r.Key = cur.arena[start : start+len(p.Key) : start+len(p.Key)]
+			if !tuned {
+				for i := range batch.Payloads {
+					p := &batch.Payloads[i]
+					start := len(cur.arena)
+					cur.arena = append(cur.arena, p.Key...)
+					cur.arena = append(cur.arena, p.Value...)
+					r := pipeline.Record{Partition: p.Partition, Offset: p.Offset, TimestampMs: p.TimestampMs}
+					if p.Key != nil {
+						r.Key = cur.arena[start : start+len(p.Key) : start+len(p.Key)]
+					}
+					vs := start + len(p.Key)
+					r.Value = cur.arena[vs : vs+len(p.Value) : vs+len(p.Value)]
+					cur.records = append(cur.records, r)
+					cur.bytes += len(p.Key) + len(p.Value) + 16
+					cur.acks.AddOnce(batch.Ack)
+					if cur.bytes >= fairChunkBytes {
+						queue <- cur
+						cur = newChunk()
+					}
 				}
-				vs := start + len(p.Key)
-				r.Value = cur.arena[vs : vs+len(p.Value) : vs+len(p.Value)]
-				cur.records = append(cur.records, r)
-				cur.bytes += len(p.Key) + len(p.Value) + 16
+				batch.Ack.Release()
+				continue
+			}
+			// The runtime's copy loop (terminal.addRun): the chunk's
+			// slices in locals, the ack reference taken once per chunk,
+			// each record filled in place.
+			ps := batch.Payloads
+			for i := 0; i < len(ps); {
 				cur.acks.AddOnce(batch.Ack)
-				if cur.bytes >= fairChunkBytes {
+				recs, arena, bytes := cur.records, cur.arena, cur.bytes
+				for ; i < len(ps) && bytes < fairChunkBytes; i++ {
+					p := &ps[i]
+					start := len(arena)
+					arena = append(arena, p.Key...)
+					arena = append(arena, p.Value...)
+					n := len(recs)
+					if n < cap(recs) {
+						recs = recs[:n+1]
+					} else {
+						recs = append(recs, pipeline.Record{})
+					}
+					r := &recs[n]
+					r.Key = nil
+					if p.Key != nil {
+						r.Key = arena[start : start+len(p.Key) : start+len(p.Key)]
+					}
+					vs := start + len(p.Key)
+					r.Value = arena[vs : vs+len(p.Value) : vs+len(p.Value)]
+					r.Partition, r.Offset, r.TimestampMs = p.Partition, p.Offset, p.TimestampMs
+					bytes += len(p.Key) + len(p.Value) + 16
+				}
+				cur.records, cur.arena, cur.bytes = recs, arena, bytes
+				if bytes >= fairChunkBytes {
 					queue <- cur
 					cur = newChunk()
 				}
