@@ -31,7 +31,7 @@ func (s *contentSource) PollEvents(timeout time.Duration) (pipeline.SourceEvent,
 		s.assigned = true
 		var ls []pipeline.Lane
 		for i := range s.lanes {
-			l := newBenchLane(i, s.total, s.issuer.Clone(), &s.finished)
+			l := s.newLane(i)
 			l.valueOf = appendValue
 			ls = append(ls, l)
 		}

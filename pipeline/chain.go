@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"time"
 )
 
 // PushKind says how a push or flush ended.
@@ -58,6 +59,15 @@ type Chain interface {
 	// Close tears the chain down; every acknowledgment it still holds
 	// fails. Called once, by the driver that owns the chain.
 	Close()
+}
+
+// roomWaiter is implemented by chains that can wait for a full sink queue
+// to take their first parked chunk; the driver then retries a blocked batch
+// the moment there is room instead of sleeping.
+type roomWaiter interface {
+	// waitRoom sends the first parked chunk, waiting up to max for its
+	// queue to take it. It reports whether the chunk went.
+	waitRoom(max time.Duration) bool
 }
 
 // ChainFactory builds the chain of driver thread i.
@@ -144,6 +154,7 @@ type standardChain struct {
 	ack       *AckRef
 	fatal     *FatalError
 	emitAt    []func(Record) // emitAt[i] feeds stage i; emitAt[len] feeds the terminals
+	timer     *time.Timer    // waitRoom's, reused
 }
 
 type stageErrCounters struct{ skip, fail interface{ Inc() } }
@@ -174,7 +185,7 @@ func newStandardChain(stages []Stage, sinks []*SinkRuntime) *standardChain {
 	c.emitAt = make([]func(Record), len(stages)+1)
 	c.emitAt[len(stages)] = func(r Record) {
 		for _, t := range c.terminals {
-			t.add(r, c.ack)
+			t.add(r.Key, r.Value, r.Partition, r.Offset, r.TimestampMs, c.ack)
 		}
 	}
 	for i := len(stages) - 1; i >= 0; i-- {
@@ -228,6 +239,9 @@ func (c *standardChain) PushBatch(b *Batch, from int) PushOutcome {
 	if !c.unpark() {
 		return PushOutcome{Kind: PushBlocked, ResumeAt: from, Reason: BlockCapacity}
 	}
+	if len(c.stages) == 0 {
+		return c.pushDirect(b, from)
+	}
 	c.ack = b.Ack
 	defer func() { c.ack = nil }()
 	emit := c.emitAt[0]
@@ -236,6 +250,30 @@ func (c *standardChain) PushBatch(b *Batch, from int) PushOutcome {
 		emit(Record{Key: p.Key, Value: p.Value, Partition: p.Partition, Offset: p.Offset, TimestampMs: p.TimestampMs})
 		if c.fatal != nil {
 			return PushOutcome{Kind: PushFatal, Err: c.fatal}
+		}
+		if c.blocked() {
+			return PushOutcome{Kind: PushBlocked, ResumeAt: i + 1, Reason: BlockCapacity}
+		}
+	}
+	return PushOutcome{Kind: PushDone}
+}
+
+// pushDirect is PushBatch's fast path for a chain without stages: every
+// payload is copied straight into the terminals' chunks, with no record
+// built and no closure called per record.
+func (c *standardChain) pushDirect(b *Batch, from int) PushOutcome {
+	ps := b.Payloads
+	if len(c.terminals) == 1 {
+		t := c.terminals[0]
+		if n := t.addRun(ps, from, b.Ack); t.blocked() {
+			return PushOutcome{Kind: PushBlocked, ResumeAt: n, Reason: BlockCapacity}
+		}
+		return PushOutcome{Kind: PushDone}
+	}
+	for i := from; i < len(ps); i++ {
+		p := &ps[i]
+		for _, t := range c.terminals {
+			t.add(p.Key, p.Value, p.Partition, p.Offset, p.TimestampMs, b.Ack)
 		}
 		if c.blocked() {
 			return PushOutcome{Kind: PushBlocked, ResumeAt: i + 1, Reason: BlockCapacity}
@@ -259,6 +297,23 @@ func (c *standardChain) Flush() PushOutcome {
 
 func (c *standardChain) AbandonBatch() { c.ack = nil }
 
+func (c *standardChain) waitRoom(max time.Duration) bool {
+	for _, t := range c.terminals {
+		if !t.blocked() {
+			continue
+		}
+		if c.timer == nil {
+			c.timer = time.NewTimer(max)
+		} else {
+			c.timer.Reset(max)
+		}
+		ok := t.sendFirstWait(c.timer.C)
+		c.timer.Stop()
+		return ok
+	}
+	return true
+}
+
 func (c *standardChain) Close() {
 	for _, t := range c.terminals {
 		t.close()
@@ -272,6 +327,9 @@ type chunk struct {
 	arena   []byte
 	bytes   int64
 	acks    AckSet
+	// outgrown: a record did not fit the arena, which was reallocated, so
+	// earlier records point into the old one (the chunk is not recycled).
+	outgrown bool
 }
 
 // terminal is one chain's end toward one sink: per-shard chunks being
@@ -287,34 +345,118 @@ type terminal struct {
 	lastRecords []int
 }
 
-func (t *terminal) add(r Record, ack *AckRef) {
-	shard := int(uint32(r.Partition) % uint32(len(t.current)))
+// add copies one record into its shard's chunk, sealing the chunk once it
+// reaches the target size. It reports whether it sealed one.
+func (t *terminal) add(key, value []byte, p PartitionID, off, ts int64, ack *AckRef) bool {
+	shard := 0
+	if len(t.current) > 1 {
+		shard = int(uint32(p) % uint32(len(t.current)))
+	}
 	ch := t.current[shard]
 	if ch == nil {
-		n := 128
-		if shard < len(t.lastRecords) {
-			n = max(n, t.lastRecords[shard]+t.lastRecords[shard]/8)
-		}
-		ch = &chunk{arena: t.s.getArena(), records: make([]Record, 0, n)}
-		t.current[shard] = ch
+		ch = t.open(shard)
 	}
+	// Copy into the arena: the lane may reuse the payload's memory.
 	start := len(ch.arena)
-	ch.arena = append(ch.arena, r.Key...)
-	ch.arena = append(ch.arena, r.Value...)
-	// Re-slice into the arena: the lane may reuse the payload's memory.
-	if r.Key != nil {
-		r.Key = ch.arena[start : start+len(r.Key) : start+len(r.Key)]
+	if start+len(key)+len(value) > cap(ch.arena) {
+		ch.outgrown = true
 	}
-	vs := start + len(r.Key)
-	r.Value = ch.arena[vs : vs+len(r.Value) : vs+len(r.Value)]
-	ch.records = append(ch.records, r)
-	ch.bytes += int64(len(r.Key) + len(r.Value) + recordOverhead)
+	ch.arena = append(ch.arena, key...)
+	ch.arena = append(ch.arena, value...)
+	ch.records = append(ch.records, Record{Partition: p, Offset: off, TimestampMs: ts})
+	r := &ch.records[len(ch.records)-1]
+	if key != nil {
+		r.Key = ch.arena[start : start+len(key) : start+len(key)]
+	}
+	vs := start + len(key)
+	r.Value = ch.arena[vs : vs+len(value) : vs+len(value)]
+	ch.bytes += int64(len(key) + len(value) + recordOverhead)
 	if ack != nil {
 		ch.acks.AddOnce(ack)
 	}
 	if ch.bytes >= t.s.opts.ChunkTargetBytes {
 		t.seal(shard)
+		return true
 	}
+	return false
+}
+
+// addRun adds ps[from:] and returns the index after the last payload it
+// added: len(ps), or earlier when a sealed chunk stayed parked (a full
+// queue), the chain's cue to report Blocked. It is add for a run of
+// payloads: each stretch of one partition is copied into its chunk with the
+// chunk's slices held in locals, the batch's reference taken once.
+func (t *terminal) addRun(ps []RawPayload, from int, ack *AckRef) int {
+	target := t.s.opts.ChunkTargetBytes
+	i := from
+	for i < len(ps) {
+		part := ps[i].Partition
+		shard := 0
+		if len(t.current) > 1 {
+			shard = int(uint32(part) % uint32(len(t.current)))
+		}
+		ch := t.current[shard]
+		if ch == nil {
+			ch = t.open(shard)
+		}
+		if ack != nil {
+			ch.acks.AddOnce(ack)
+		}
+		recs, arena, bytes := ch.records, ch.arena, ch.bytes
+		outgrown := false
+		for i < len(ps) && bytes < target {
+			p := &ps[i]
+			if p.Partition != part {
+				break
+			}
+			i++
+			start := len(arena)
+			if start+len(p.Key)+len(p.Value) > cap(arena) {
+				outgrown = true
+			}
+			arena = append(arena, p.Key...)
+			arena = append(arena, p.Value...)
+			// Fill the record in place, field by field: no record is built
+			// elsewhere and copied (72 bytes, through a write barrier).
+			n := len(recs)
+			if n < cap(recs) {
+				recs = recs[:n+1]
+			} else {
+				recs = append(recs, Record{})
+			}
+			r := &recs[n]
+			if p.Key != nil {
+				r.Key = arena[start : start+len(p.Key) : start+len(p.Key)]
+			} else {
+				r.Key = nil
+			}
+			vs := start + len(p.Key)
+			r.Value = arena[vs : vs+len(p.Value) : vs+len(p.Value)]
+			r.Partition, r.Offset, r.TimestampMs = part, p.Offset, p.TimestampMs
+			bytes += int64(len(p.Key) + len(p.Value) + recordOverhead)
+		}
+		ch.records, ch.arena, ch.bytes = recs, arena, bytes
+		ch.outgrown = ch.outgrown || outgrown
+		if bytes >= target {
+			t.seal(shard)
+			if t.blocked() {
+				return i
+			}
+		}
+	}
+	return len(ps)
+}
+
+// open starts a shard's next chunk, its record slice sized from the last
+// sealed chunk's count when the pool has none to give.
+func (t *terminal) open(shard int) *chunk {
+	n := 128
+	if shard < len(t.lastRecords) {
+		n = max(n, t.lastRecords[shard]+t.lastRecords[shard]/8)
+	}
+	ch := t.s.getChunk(n)
+	t.current[shard] = ch
+	return ch
 }
 
 // recordOverhead is the per-record framing counted against the budget.
@@ -355,6 +497,22 @@ func (t *terminal) unpark() bool {
 		t.parked = t.parked[1:]
 	}
 	t.parked = nil
+	return true
+}
+
+// sendFirstWait sends the first parked chunk, waiting until its queue takes
+// it or timeout fires.
+func (t *terminal) sendFirstWait(timeout <-chan time.Time) bool {
+	ch := t.parked[0]
+	if !t.s.sendWait(t.shardOf[ch], ch, timeout) {
+		return false
+	}
+	delete(t.shardOf, ch)
+	t.parked[0] = nil
+	t.parked = t.parked[1:]
+	if len(t.parked) == 0 {
+		t.parked = nil
+	}
 	return true
 }
 

@@ -20,6 +20,7 @@ const (
 	DefaultPollTimeout       = 10 * time.Millisecond
 	DefaultIdleFlush         = 100 * time.Millisecond
 	DefaultBlockedRetry      = 2 * time.Millisecond
+	DefaultBlockGrace        = 10 * time.Millisecond
 	DefaultEventPollTimeout  = 50 * time.Millisecond
 	// DefaultStopReserve is how long before the drain deadline a graceful
 	// stop's reading ends.
@@ -68,7 +69,18 @@ type Config struct {
 	// IdleFlush flushes a chain this long after its last data. Default 100ms.
 	IdleFlush time.Duration
 	// BlockedRetry is the wait between pushes of a blocked batch. Default 2ms.
+	// A chain that can wait for its full sink queue to take a chunk (the
+	// runtime's own) retries as soon as it does, within this wait.
 	BlockedRetry time.Duration
+	// BlockGrace is how long a batch may wait on a full sink queue before
+	// the driver counts the refusal as backpressure and pauses the source
+	// (which then lasts at least MinPause). While it waits the driver
+	// polls nothing, and it pushes again the moment the queue takes a
+	// chunk, so a momentarily full queue costs that moment, not a pause.
+	// It applies to the runtime's chains; a chain that cannot wait for room
+	// pauses the source on its first refusal, as does a negative grace.
+	// Default 10ms.
+	BlockGrace time.Duration
 	// EventPollTimeout bounds the controller's PollEvents wait. Default 50ms.
 	EventPollTimeout time.Duration
 	// StopReserve: a graceful stop reads on until this long before its
@@ -114,6 +126,7 @@ func (c Config) WithDefaults() Config {
 	d(&c.PollTimeout, DefaultPollTimeout)
 	d(&c.IdleFlush, DefaultIdleFlush)
 	d(&c.BlockedRetry, DefaultBlockedRetry)
+	d(&c.BlockGrace, DefaultBlockGrace)
 	d(&c.EventPollTimeout, DefaultEventPollTimeout)
 	d(&c.StopReserve, DefaultStopReserve)
 	d(&c.CloseShare, DefaultCloseShare)

@@ -42,10 +42,13 @@
 // # Backpressure
 //
 // Chain terminals offer sealed chunks to bounded per-shard sink queues
-// without blocking; a full queue parks the chunk and blocks the chain, and
-// the driver asks the source to pause its lanes. It resumes once the
-// in-flight byte budget is below its low mark, every queue is below its low
-// fill, and the pause lasted Config.MinPause.
+// without blocking; a full queue parks the chunk and blocks the chain. The
+// driver then polls no lane: it waits for the queue to take the parked
+// chunk and pushes on the moment it does. A queue that stays full past
+// Config.BlockGrace (or the in-flight byte budget reaching its high mark)
+// is backpressure: the driver asks the source to pause its lanes, and
+// resumes once the budget is below its low mark, every queue is below its
+// low fill, and the pause lasted Config.MinPause.
 //
 // # Stopping
 //

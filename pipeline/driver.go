@@ -150,7 +150,8 @@ func (d *driver) run() (exit driverExit) {
 		d.gatedStreak = 0
 		start := time.Now()
 		batch, err := lane.Poll(d.cfg.MaxRecords, timeout)
-		d.m.poll.Observe(time.Since(start).Seconds())
+		end := time.Now()
+		d.m.poll.Observe(end.Sub(start).Seconds())
 		switch {
 		case err != nil && isFatal(err):
 			if batch != nil && batch.Ack != nil {
@@ -171,7 +172,7 @@ func (d *driver) run() (exit driverExit) {
 			d.idleFlush()
 		default:
 			d.emptyPolls = 0
-			d.lastData = time.Now()
+			d.lastData = end
 			d.flushedSinceData = false
 			d.onBatch(batch)
 		}
@@ -210,8 +211,12 @@ func (d *driver) driveBatch(b *Batch) (fe *FatalError) {
 		}
 	}()
 	from := 0
-	for {
-		d.health.beat(d.i)
+	waiter, _ := d.chain.(roomWaiter)
+	var blockedSince time.Time
+	for retry := false; ; retry = true {
+		if retry {
+			d.health.beat(d.i) // the poll loop beat just before the first push
+		}
 		out := d.chain.PushBatch(b, from)
 		switch out.Kind {
 		case PushDone:
@@ -230,11 +235,27 @@ func (d *driver) driveBatch(b *Batch) (fe *FatalError) {
 			d.chain.AbandonBatch()
 			return nil
 		}
-		if out.Reason == BlockCapacity {
+		if out.Reason != BlockCapacity {
+			time.Sleep(d.cfg.BlockedRetry)
+			continue
+		}
+		// A full sink queue. Within the grace the driver only waits for
+		// the queue to take the parked chunk (it polls nothing meanwhile);
+		// a refusal that outlasts the grace is backpressure and pauses the
+		// source.
+		now := time.Now()
+		if blockedSince.IsZero() {
+			blockedSince = now
+		}
+		if waiter == nil || now.Sub(blockedSince) >= d.cfg.BlockGrace {
 			d.bp.onSendRejected()
 			d.applyTransition(d.bp.tick(d.budget.Usage(), d.queuesBelow(d.cfg.LowRatio)))
 		}
-		time.Sleep(d.cfg.BlockedRetry)
+		if waiter != nil {
+			waiter.waitRoom(d.cfg.BlockedRetry)
+		} else {
+			time.Sleep(d.cfg.BlockedRetry)
+		}
 	}
 }
 

@@ -20,10 +20,18 @@ import (
 // record of the batch is durable: only then are the batches' sources
 // acknowledged and their watermarks allowed to pass them.
 //
-// The records and the bytes of their keys and values belong to the runtime
-// and are valid only during the call: their memory is reused for later
-// records once Write returns. A sink that keeps a record must copy it (as
-// [CaptureSink] does).
+// Ownership: the records slice, the bytes of every key and value, and (for
+// [ChunkedSink]) the chunk list and each chunk's slice belong to the
+// runtime and are lent to the sink for the duration of the call only. Once
+// the call returns — with nil or with an error — the runtime reuses all of
+// that memory for later records: record slices and byte arenas go back to
+// a pool and are refilled by the chain. A sink must not keep any of it past
+// its return, nor let another goroutine read it after the return: a sink
+// that keeps a record must copy it (as [CaptureSink] does), and a sink that
+// hands records to a helper goroutine must wait for the helper before it
+// returns. A retry gets the same records again in the same memory. Memory
+// lent to a call that never returns (a sink that ignores ctx past the
+// drain's abort grace) is never reused.
 //
 // Write is called from one goroutine per shard, so different shards write
 // concurrently; calls for one shard are sequential. A failed Write may have
@@ -39,8 +47,9 @@ type Sink interface {
 // holds it, a list of chunks, which saves copying every record into one
 // slice for [Sink.Write]. When a sink has it, the runtime calls WriteChunks
 // instead of Write, with the same contract: the write is durable when it
-// returns nil, the records (and their bytes) are the runtime's and valid
-// only during the call, and a failed write is retried whole.
+// returns nil, the chunks, their records and the records' bytes are the
+// runtime's and valid only during the call (see [Sink] for the ownership
+// rule), and a failed write is retried whole.
 //
 // Beware embedding: a wrapper that embeds a ChunkedSink and overrides only
 // Write still has the embedded WriteChunks, which the runtime then calls,
@@ -142,9 +151,10 @@ type SinkRuntime struct {
 
 	queues []chan *chunk
 	depth  []atomic.Int64
-	// arenas recycles chunk arenas once their batch is written or
-	// abandoned: a sink may not keep a record past its Write.
-	arenas sync.Pool
+	// free recycles chunks — their record slices and byte arenas — once
+	// their batch's write returned or the batch was abandoned: a sink may
+	// not keep a record past its Write (the ownership rule on [Sink]).
+	free chunkFreeList
 
 	startOnce, closeOnce sync.Once
 	workCtx              context.Context
@@ -159,6 +169,7 @@ type SinkRuntime struct {
 func NewSinkRuntime(name string, sink Sink, opts SinkOptions, budget *InflightBudget) *SinkRuntime {
 	opts = opts.withDefaults()
 	s := &SinkRuntime{name: name, sink: sink, opts: opts, budget: budget, log: slog.Default()}
+	s.free = chunkFreeList{max: 2*opts.QueueCapacity*opts.Shards + 8, overflow: chunkPool(opts.ChunkTargetBytes)}
 	s.queues = make([]chan *chunk, opts.Shards)
 	s.depth = make([]atomic.Int64, opts.Shards)
 	for i := range s.queues {
@@ -228,6 +239,19 @@ func (s *SinkRuntime) trySend(shard int, ch *chunk) bool {
 	}
 }
 
+// sendWait offers a sealed chunk to a shard queue, waiting until the
+// queue takes it or timeout fires. Only a driver retrying a blocked batch
+// waits, and never longer than its retry step.
+func (s *SinkRuntime) sendWait(shard int, ch *chunk, timeout <-chan time.Time) bool {
+	select {
+	case s.queues[shard] <- ch:
+		s.depth[shard].Add(1)
+		return true
+	case <-timeout:
+		return false
+	}
+}
+
 // AllBelow reports whether every shard queue holds at most
 // floor(capacity × ratio) chunks.
 func (s *SinkRuntime) AllBelow(ratio float64) bool {
@@ -275,6 +299,9 @@ func (s *SinkRuntime) drain(ctx context.Context) DrainReport {
 		t.Stop()
 	}
 	s.abort()
+	// The chains are closed: the free chunks are for later runtimes. (A
+	// writer abandoned past the abort grace holds only its own batch.)
+	s.free.release()
 	if overran {
 		s.h.overrun.Inc()
 	}
@@ -286,6 +313,7 @@ func (s *SinkRuntime) stop() {
 	s.abort()
 	s.closeQueues()
 	s.wg.Wait()
+	s.free.release()
 }
 
 // Failure is why the sink last abandoned a batch, or "".
@@ -298,26 +326,26 @@ func (s *SinkRuntime) Failure() string {
 
 type sinkBatch struct {
 	chunks  [][]Record
-	arenas  [][]byte // the chunks' arenas, recycled after the write
+	held    []*chunk // the chunks themselves, recycled after the write
 	records int
 	bytes   int64
 	acks    AckSet
 }
 
-// flat returns the batch's records as one slice, copying only when the
-// batch holds more than one chunk.
-func (b *sinkBatch) flat() []Record {
+// flat returns the batch's records as one slice: the only chunk's, or
+// every chunk's copied into scratch (the writer's reused buffer).
+func (b *sinkBatch) flat(scratch *[]Record) []Record {
 	switch len(b.chunks) {
 	case 0:
 		return nil
 	case 1:
 		return b.chunks[0]
 	}
-	out := make([]Record, 0, b.records)
+	out := (*scratch)[:0]
 	for _, c := range b.chunks {
 		out = append(out, c...)
 	}
-	b.chunks = [][]Record{out}
+	*scratch = out
 	return out
 }
 
@@ -330,8 +358,9 @@ func (s *SinkRuntime) worker(shard int) {
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
+		var scratch []Record // Write's flattened records, reused
 		for b := range writes {
-			s.write(shard, b)
+			s.write(shard, b, &scratch)
 		}
 	}()
 	defer func() {
@@ -346,7 +375,7 @@ func (s *SinkRuntime) worker(shard int) {
 	take := func(ch *chunk) {
 		s.h.depth[shard].Set(float64(s.depth[shard].Add(-1)))
 		b.chunks = append(b.chunks, ch.records)
-		b.arenas = append(b.arenas, ch.arena)
+		b.held = append(b.held, ch)
 		b.records += len(ch.records)
 		b.bytes += ch.bytes
 		b.acks.Absorb(&ch.acks)
@@ -426,31 +455,116 @@ func (s *SinkRuntime) abandon(b *sinkBatch, why string) {
 	s.recycle(b)
 }
 
-// getArena returns an empty arena of at least the chunk target's capacity.
-func (s *SinkRuntime) getArena() []byte {
-	if a, ok := s.arenas.Get().(*[]byte); ok {
-		return (*a)[:0]
-	}
-	t := s.opts.ChunkTargetBytes
-	return make([]byte, 0, t+t/4)
+// chunkFreeList is a sink runtime's stack of free chunks. It hands out the
+// chunk freed last, whose memory is likeliest still in cache, so the
+// chunks in use stay as few as the chunks in flight need (a pool that
+// hands out its oldest cycles through all it ever held). Past max chunks
+// it spills into overflow, which outlives the runtime and lets the garbage
+// collector have what stays unused.
+type chunkFreeList struct {
+	mu       sync.Mutex
+	stack    []*chunk
+	max      int
+	overflow *sync.Pool
 }
 
-// recycle returns a finished batch's arenas to the pool and empties b.
-// Arenas that grew past twice their usual size (a huge record) are left to
-// the garbage collector.
-func (s *SinkRuntime) recycle(b *sinkBatch) {
+func (f *chunkFreeList) get() *chunk {
+	f.mu.Lock()
+	if n := len(f.stack); n > 0 {
+		ch := f.stack[n-1]
+		f.stack[n-1] = nil
+		f.stack = f.stack[:n-1]
+		f.mu.Unlock()
+		return ch
+	}
+	f.mu.Unlock()
+	if ch, ok := f.overflow.Get().(*chunk); ok {
+		return ch
+	}
+	return nil
+}
+
+// release hands every stacked chunk to overflow, for the runtimes that
+// come after this one.
+func (f *chunkFreeList) release() {
+	f.mu.Lock()
+	stack := f.stack
+	f.stack = nil
+	f.mu.Unlock()
+	for _, ch := range stack {
+		f.overflow.Put(ch)
+	}
+}
+
+func (f *chunkFreeList) put(ch *chunk) {
+	f.mu.Lock()
+	if len(f.stack) < f.max {
+		f.stack = append(f.stack, ch)
+		f.mu.Unlock()
+		return
+	}
+	f.mu.Unlock()
+	f.overflow.Put(ch)
+}
+
+// chunkPools holds one chunk pool per chunk target size, shared by the
+// process's sink runtimes: a pipeline that is rebuilt, or several that run
+// side by side, reuse one another's chunks instead of each warming its own.
+var chunkPools sync.Map // int64 → *sync.Pool
+
+func chunkPool(target int64) *sync.Pool {
+	if p, ok := chunkPools.Load(target); ok {
+		return p.(*sync.Pool)
+	}
+	p, _ := chunkPools.LoadOrStore(target, new(sync.Pool))
+	return p.(*sync.Pool)
+}
+
+// getChunk returns an empty chunk: a recycled one, or a new one whose
+// arena holds the chunk target and whose record slice holds records.
+func (s *SinkRuntime) getChunk(records int) *chunk {
+	if ch := s.free.get(); ch != nil {
+		return ch
+	}
 	t := s.opts.ChunkTargetBytes
-	for _, a := range b.arenas {
-		if int64(cap(a)) >= t && int64(cap(a)) <= 2*(t+t/4) {
-			a := a[:0]
-			s.arenas.Put(&a)
+	return &chunk{arena: make([]byte, 0, t+t/4), records: make([]Record, 0, records)}
+}
+
+// recycle returns a finished batch's chunks to the pool and empties b. It
+// runs only once nothing can read the chunks any more: after the sink's
+// write returned, or for a batch no write was handed. A chunk whose arena
+// was outgrown (a huge record) is left to the garbage collector: its
+// records may point into the older arena, and its arena is oversized.
+func (s *SinkRuntime) recycle(b *sinkBatch) {
+	for _, ch := range b.held {
+		if ch.outgrown {
+			continue
 		}
+		// The stale records point only into this chunk's own arena, which
+		// is reused with it; they are overwritten before they are read.
+		ch.records = ch.records[:0]
+		ch.arena = ch.arena[:0]
+		ch.bytes = 0
+		ch.acks = AckSet{}
+		s.free.put(ch)
 	}
 	*b = sinkBatch{}
 }
 
-// write writes b with retries and resolves its acknowledgments.
-func (s *SinkRuntime) write(shard int, b *sinkBatch) {
+// write writes b with retries and resolves its acknowledgments. scratch is
+// the writer's buffer for flattening a batch for [Sink.Write].
+func (s *SinkRuntime) write(shard int, b *sinkBatch, scratch *[]Record) {
+	cs, chunked := s.sink.(ChunkedSink)
+	var flat []Record
+	if !chunked {
+		flat = b.flat(scratch)
+		if len(b.chunks) > 1 {
+			// flat is the scratch buffer: drop its records' pointers once
+			// written, since the buffer outlives the batch's arenas. (A
+			// single chunk is lent as is and recycled with its batch.)
+			defer clear(flat)
+		}
+	}
 	backoff := s.opts.RetryInitial
 	for attempt := 1; ; attempt++ {
 		if s.workCtx.Err() != nil {
@@ -459,10 +573,10 @@ func (s *SinkRuntime) write(shard int, b *sinkBatch) {
 		}
 		start := time.Now()
 		var err error
-		if cs, ok := s.sink.(ChunkedSink); ok {
+		if chunked {
 			err = cs.WriteChunks(s.workCtx, shard, b.chunks)
 		} else {
-			err = s.sink.Write(s.workCtx, shard, b.flat())
+			err = s.sink.Write(s.workCtx, shard, flat)
 		}
 		s.h.writeDuration.Observe(time.Since(start).Seconds())
 		if err == nil {

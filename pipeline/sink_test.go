@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/promtest"
@@ -215,35 +216,40 @@ func TestDownSinkDoesNotWedgeTheDrain(t *testing.T) {
 	}
 }
 
+// stallingSink is a CaptureSink whose writes first call stall, outside the
+// capture's lock, so a source polling Len never waits on a stuck write.
+type stallingSink struct {
+	*pipeline.CaptureSink
+	stall func()
+}
+
+func (s stallingSink) Write(ctx context.Context, shard int, records []pipeline.Record) error {
+	s.stall()
+	return s.CaptureSink.Write(ctx, shard, records)
+}
+
 // Full queues block the chain, which pauses the source, and everything is
-// still delivered once the sink catches up.
+// still delivered once the sink catches up. The batches are small, so the
+// stuck write, the batch handed over behind it and the intake's batch hold
+// few records: the queue stays full while the lane has plenty more, longer
+// than the driver's grace for a momentarily full queue.
 func TestFullQueuesBackpressure(t *testing.T) {
 	release := make(chan struct{})
-	var slow atomic.Bool
-	slow.Store(true)
-	sink := &pipeline.CaptureSink{Fail: func(int, []pipeline.Record) error {
-		if slow.Load() {
-			<-release
-		}
-		return nil
-	}}
+	capture := &pipeline.CaptureSink{}
+	sink := stallingSink{CaptureSink: capture, stall: func() { <-release }}
 	var src *fakeSource
 	src = newFakeSource(&eventLog{}, assign(lane(0, 0, 50)),
-		waitUntil(func() bool { return sink.Len() == 500 }), drained())
-	opts := pipeline.SinkOptions{Shards: 1, QueueCapacity: 1, ChunkTargetBytes: 64, Linger: time.Millisecond}
+		waitUntil(func() bool { return capture.Len() == 500 }), drained())
+	opts := pipeline.SinkOptions{Shards: 1, QueueCapacity: 1, ChunkTargetBytes: 64, Linger: time.Millisecond, BatchMaxRecords: 10}
 	_, wait := startReal(t, testConfig(), src, nil, nil, pipeline.SinkSpec{Name: "c", Sink: sink, Options: opts})
 	waitFor(t, "a backpressure pause", func() bool { return src.pauseCount() > 0 })
-	slow.Store(false)
 	close(release)
-	if r := wait(); r.State != pipeline.Completed {
-		t.Fatalf("state %v: %v", r.State, r.Failure)
-	}
+	r := wait()
+	require.Equal(t, pipeline.Completed, r.State, "failure: %v", r.Failure)
 	src.mu.Lock()
 	resumes := len(src.resumes)
 	src.mu.Unlock()
-	if resumes == 0 {
-		t.Fatal("a paused source must be resumed")
-	}
+	require.NotZero(t, resumes, "a paused source must be resumed")
 }
 
 // The file sink writes one line per record and is durable before it acks.
@@ -279,6 +285,36 @@ func TestFileSinkWritesLines(t *testing.T) {
 	}
 	if lines != 60 {
 		t.Fatalf("%d lines, want 60", lines)
+	}
+}
+
+// A write larger than FileSink's buffer goes out in pieces: every line of
+// every chunk lands once, in order, and a second write appends after it.
+func TestFileSinkWritesLargeBatchesInOrder(t *testing.T) {
+	fs, err := pipeline.NewFileSink(t.TempDir(), "big")
+	require.NoError(t, err)
+	defer fs.Close()
+	value := bytes.Repeat([]byte("x"), 300)
+	batch := func(first, n int) [][]pipeline.Record {
+		var chunks [][]pipeline.Record
+		for off := first; off < first+n; off += 1000 {
+			var c []pipeline.Record
+			for o := off; o < min(off+1000, first+n); o++ {
+				c = append(c, pipeline.Record{Key: []byte(strconv.Itoa(o)), Value: value, Offset: int64(o)})
+			}
+			chunks = append(chunks, c)
+		}
+		return chunks
+	}
+	// About 1.5 MiB and then 0.3 MiB of lines: several pieces each.
+	require.NoError(t, fs.WriteChunks(t.Context(), 0, batch(0, 5000)))
+	require.NoError(t, fs.WriteChunks(t.Context(), 0, batch(5000, 1000)))
+	data, err := os.ReadFile(fs.Path(0))
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	require.Len(t, lines, 6000)
+	for i, line := range lines {
+		require.Equal(t, strconv.Itoa(i)+"\t"+string(value), line, "line %d", i)
 	}
 }
 

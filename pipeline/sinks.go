@@ -28,7 +28,12 @@ type fileShard struct {
 	mu   sync.Mutex
 	f    *os.File
 	size int64
+	buf  []byte // formatted lines not yet written, reused across writes
 }
+
+// fileWriteChunk is how many formatted bytes a write gathers before it
+// hands them to the file: a write of any size needs no more buffer.
+const fileWriteChunk = 256 << 10
 
 // NewFileSink writes shard i to dir/<prefix>-<i>.out.
 func NewFileSink(dir, prefix string) (*FileSink, error) {
@@ -75,8 +80,9 @@ func (s *FileSink) Write(ctx context.Context, shard int, records []Record) error
 	return s.WriteChunks(ctx, shard, [][]Record{records})
 }
 
-// WriteChunks implements [ChunkedSink]: one append and one fsync for all
-// the chunks.
+// WriteChunks implements [ChunkedSink]: the lines of all the chunks are
+// appended through one reused buffer of the shard (in pieces of at most
+// 256 KiB, so a write of any size allocates nothing), then fsynced once.
 func (s *FileSink) WriteChunks(ctx context.Context, shard int, chunks [][]Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -87,18 +93,40 @@ func (s *FileSink) WriteChunks(ctx context.Context, shard int, chunks [][]Record
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	var buf []byte
+	// Format into the shard's reused buffer and write it out whenever it
+	// holds fileWriteChunk bytes, then fsync once.
+	written := int64(0)
+	put := func() error {
+		n, err := fs.f.WriteAt(fs.buf, fs.size+written)
+		written += int64(n)
+		fs.buf = fs.buf[:0]
+		return err
+	}
+	fs.buf = fs.buf[:0]
 	for _, records := range chunks {
 		for _, r := range records {
-			buf = s.Format(buf, r)
+			fs.buf = s.Format(fs.buf, r)
+			if len(fs.buf) >= fileWriteChunk {
+				if err = put(); err != nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			break
 		}
 	}
-	n, err := fs.f.WriteAt(buf, fs.size)
+	if err == nil && len(fs.buf) > 0 {
+		err = put()
+	}
+	if cap(fs.buf) > 2*fileWriteChunk {
+		fs.buf = nil // a huge line grew it: do not keep that
+	}
 	if err == nil {
 		err = fs.f.Sync()
 	}
 	if err != nil {
-		if n > 0 {
+		if written > 0 {
 			// Roll back the partial write so a retry cannot tear a line.
 			if terr := fs.f.Truncate(fs.size); terr != nil {
 				return fmt.Errorf("file sink: write shard %d: %w (rollback failed: %v)", shard, err, terr)
@@ -106,7 +134,7 @@ func (s *FileSink) WriteChunks(ctx context.Context, shard int, chunks [][]Record
 		}
 		return fmt.Errorf("file sink: write shard %d: %w", shard, err)
 	}
-	fs.size += int64(n)
+	fs.size += written
 	return nil
 }
 

@@ -69,11 +69,14 @@ func startWorkerWith(t *testing.T, name string, store spate.Store, in string, po
 	pcfg.Name = name
 	pcfg.MaxRecords = 16
 	pcfg.DrainTimeout = time.Second
-	// A sink that takes a few milliseconds per write keeps the job running
-	// long enough to kill a worker in the middle of it.
+	// A sink that takes a few milliseconds per write of at most 8 records
+	// keeps the job running long enough to kill a worker in the middle of
+	// it, or to join one.
 	slow := slowSink{out}
+	sopts := sinkOpts()
+	sopts.BatchMaxRecords = 8
 	rt, err := pipeline.Build(pcfg, filesource.New(filesource.Dir(in), coord, popts), nil,
-		[]pipeline.SinkSpec{{Name: "file", Sink: slow, Options: sinkOpts()}}, pipeline.WithLogger(quiet))
+		[]pipeline.SinkSpec{{Name: "file", Sink: slow, Options: sopts}}, pipeline.WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,15 +101,22 @@ func (w *worker) wait(t *testing.T) pipeline.ExitReport {
 	}
 }
 
+// slowSink is a FileSink whose every write first takes 3ms. It overrides
+// WriteChunks as well as Write: the runtime calls the embedded FileSink's
+// WriteChunks otherwise, and the sink would not be slow at all.
 type slowSink struct{ *pipeline.FileSink }
 
 func (s slowSink) Write(ctx context.Context, shard int, records []pipeline.Record) error {
+	return s.WriteChunks(ctx, shard, [][]pipeline.Record{records})
+}
+
+func (s slowSink) WriteChunks(ctx context.Context, shard int, chunks [][]pipeline.Record) error {
 	select {
 	case <-time.After(3 * time.Millisecond):
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return s.FileSink.Write(ctx, shard, records)
+	return s.FileSink.WriteChunks(ctx, shard, chunks)
 }
 
 // lineSpan is where an input line sits: its split and the split offset one

@@ -1,0 +1,14 @@
+//go:build unix
+
+package pipeline_test
+
+import "syscall"
+
+// cpuTime is the process's user and system CPU time in nanoseconds, or -1.
+func cpuTime() int64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return -1
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
