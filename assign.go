@@ -10,16 +10,16 @@ import (
 	"sort"
 )
 
-// AssignMember is one live member as the assignment sees it.
-type AssignMember struct {
+// assignMember is one live member as the assignment sees it.
+type assignMember struct {
 	ID string
 	// Budget is the member's lane budget: the most splits it may be given.
 	// Values below 1 count as 1.
 	Budget int
 }
 
-// AssignSplit is one claimable split as the assignment sees it.
-type AssignSplit struct {
+// assignSplit is one claimable split as the assignment sees it.
+type assignSplit struct {
 	ID     string
 	Weight uint64 // 0 counts as 1
 	// Owner is the split's current owner (the live lease's owner, else the
@@ -35,12 +35,12 @@ type AssignSplit struct {
 	Pinned bool
 }
 
-// AssignInput is everything the desired assignment depends on.
-type AssignInput struct {
-	Members []AssignMember
+// assignIn is everything the desired assignment depends on.
+type assignIn struct {
+	Members []assignMember
 	// Splits is the claimable pool: runnable, not completed, spec known, not
 	// withheld by a rebalance delay.
-	Splits []AssignSplit
+	Splits []assignSplit
 	// Seed keys the tie-break hashes. It must be the job's (the fingerprint
 	// hash), never the leader's, so that a failover does not re-break ties
 	// and churn the fleet.
@@ -50,7 +50,7 @@ type AssignInput struct {
 // maxImprovingMoves bounds the improve pass as a termination backstop.
 const maxImprovingMoves = 4096
 
-// Assign computes the desired assignment: a weight-balanced, sticky map
+// computeAssignment computes the desired assignment: a weight-balanced, sticky map
 // from member id to its sorted split ids. It is a pure function and
 // guarantees:
 //
@@ -74,14 +74,14 @@ const maxImprovingMoves = 4096
 // weight is closest to half the load gap.
 //
 // Members with an empty list are present in the result.
-func Assign(in AssignInput) map[string][]string {
+func computeAssignment(in assignIn) map[string][]string {
 	out := make(map[string][]string, len(in.Members))
 	if len(in.Members) == 0 {
 		return out
 	}
 	members := slices.Clone(in.Members)
-	slices.SortFunc(members, func(a, b AssignMember) int { return cmp.Compare(a.ID, b.ID) })
-	members = slices.CompactFunc(members, func(a, b AssignMember) bool { return a.ID == b.ID })
+	slices.SortFunc(members, func(a, b assignMember) int { return cmp.Compare(a.ID, b.ID) })
+	members = slices.CompactFunc(members, func(a, b assignMember) bool { return a.ID == b.ID })
 	m := len(members)
 	idx := make(map[string]int, m)
 	st := &assignState{
@@ -100,7 +100,7 @@ func Assign(in AssignInput) map[string][]string {
 	// Pool order: heaviest first, then id.
 	pool := make([]poolSplit, 0, len(in.Splits))
 	for _, s := range in.Splits {
-		pool = append(pool, poolSplit{AssignSplit: s, w: max(s.Weight, 1), hash: keyedHash(in.Seed, s.ID)})
+		pool = append(pool, poolSplit{assignSplit: s, w: max(s.Weight, 1), hash: keyedHash(in.Seed, s.ID)})
 	}
 	slices.SortFunc(pool, func(a, b poolSplit) int {
 		if c := cmp.Compare(b.w, a.w); c != 0 {
@@ -165,7 +165,7 @@ func Assign(in AssignInput) map[string][]string {
 }
 
 type poolSplit struct {
-	AssignSplit
+	assignSplit
 	w    uint64
 	hash uint64
 }

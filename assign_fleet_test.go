@@ -12,7 +12,7 @@ import (
 )
 
 // simFleet simulates the leader's publish loop over a fleet, one step at a
-// time: the leader publishes (assignInput, then Assign, then the changed
+// time: the leader publishes (assignInput, then computeAssignment, then the changed
 // records), a holder releases a split it is no longer assigned, a
 // destination claims a split assigned to it. It checks the assignment
 // reaches a fixed point: destinations never change while moves land.
@@ -50,7 +50,7 @@ func (f *simFleet) publish(first bool) {
 		splits: splits, presence: presence, caps: f.budgets, assigns: f.records, maxInFlight: 1, seed: 7,
 		delay: NoRebalanceDelay, departed: map[string]time.Time{}})
 	trackPins(f.pinned, inFlight, f.now)
-	out := Assign(in)
+	out := computeAssignment(in)
 	for _, m := range slices.Sorted(maps.Keys(out)) {
 		if e, ok := f.records[m]; ok && slices.Equal(e.val.Splits, out[m]) {
 			continue

@@ -12,12 +12,12 @@ import (
 
 // genInput draws a random assignment input: members with budgets, splits
 // with weights (occasionally huge) and owners (live, dead or none).
-func genInput(t *rapid.T) AssignInput {
+func genInput(t *rapid.T) assignIn {
 	nm := rapid.IntRange(0, 8).Draw(t, "members")
-	var in AssignInput
+	var in assignIn
 	in.Seed = rapid.Uint64().Draw(t, "seed")
 	for i := range nm {
-		in.Members = append(in.Members, AssignMember{ID: fmt.Sprintf("m%d", i), Budget: rapid.IntRange(0, 12).Draw(t, "budget")})
+		in.Members = append(in.Members, assignMember{ID: fmt.Sprintf("m%d", i), Budget: rapid.IntRange(0, 12).Draw(t, "budget")})
 	}
 	ns := rapid.IntRange(0, 60).Draw(t, "splits")
 	for i := range ns {
@@ -31,12 +31,12 @@ func genInput(t *rapid.T) AssignInput {
 		case 3:
 			owner = "dead"
 		}
-		in.Splits = append(in.Splits, AssignSplit{ID: fmt.Sprintf("s%03d", i), Weight: w, Owner: owner})
+		in.Splits = append(in.Splits, assignSplit{ID: fmt.Sprintf("s%03d", i), Weight: w, Owner: owner})
 	}
 	return in
 }
 
-func budgetOf(in AssignInput, id string) int {
+func budgetOf(in assignIn, id string) int {
 	for _, m := range in.Members {
 		if m.ID == id {
 			return max(m.Budget, 1)
@@ -49,13 +49,13 @@ func budgetOf(in AssignInput, id string) int {
 func TestAssignDeterministic(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		in := genInput(t)
-		a := Assign(in)
+		a := computeAssignment(in)
 		shuffled := in
 		shuffled.Members = slices.Clone(in.Members)
 		shuffled.Splits = slices.Clone(in.Splits)
 		slices.Reverse(shuffled.Members)
 		slices.Reverse(shuffled.Splits)
-		b := Assign(shuffled)
+		b := computeAssignment(shuffled)
 		if fmt.Sprint(a) != fmt.Sprint(b) {
 			t.Fatalf("not deterministic:\n%v\n%v", a, b)
 		}
@@ -67,7 +67,7 @@ func TestAssignDeterministic(t *testing.T) {
 func TestAssignNoSplitTwiceAndBudgets(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		in := genInput(t)
-		out := Assign(in)
+		out := computeAssignment(in)
 		seen := map[string]string{}
 		for m, ids := range out {
 			if len(ids) > budgetOf(in, m) {
@@ -83,7 +83,7 @@ func TestAssignNoSplitTwiceAndBudgets(t *testing.T) {
 	})
 }
 
-func ownership(in AssignInput, out map[string][]string) AssignInput {
+func ownership(in assignIn, out map[string][]string) assignIn {
 	owner := map[string]string{}
 	for m, ids := range out {
 		for _, id := range ids {
@@ -102,8 +102,8 @@ func ownership(in AssignInput, out map[string][]string) AssignInput {
 func TestAssignFixpoint(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		in := genInput(t)
-		out := Assign(in)
-		again := Assign(ownership(in, out))
+		out := computeAssignment(in)
+		again := computeAssignment(ownership(in, out))
 		if fmt.Sprint(out) != fmt.Sprint(again) {
 			t.Fatalf("not a fixpoint:\n%v\n%v", out, again)
 		}
@@ -115,7 +115,7 @@ func TestAssignFixpoint(t *testing.T) {
 func TestAssignLocallyOptimal(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		in := genInput(t)
-		out := Assign(in)
+		out := computeAssignment(in)
 		w := map[string]*big.Int{}
 		for _, s := range in.Splits {
 			w[s.ID] = new(big.Int).SetUint64(max(s.Weight, 1))
@@ -156,7 +156,7 @@ func TestAssignLocallyOptimal(t *testing.T) {
 func TestAssignTotal(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		in := genInput(t)
-		out := Assign(in)
+		out := computeAssignment(in)
 		capacity, assigned := 0, 0
 		for _, m := range in.Members {
 			capacity += max(m.Budget, 1)
@@ -170,52 +170,52 @@ func TestAssignTotal(t *testing.T) {
 	})
 }
 
-func splits(owner string, weights ...uint64) []AssignSplit {
-	var out []AssignSplit
+func splits(owner string, weights ...uint64) []assignSplit {
+	var out []assignSplit
 	for i, w := range weights {
-		out = append(out, AssignSplit{ID: fmt.Sprintf("%s%d", owner, i), Weight: w, Owner: owner})
+		out = append(out, assignSplit{ID: fmt.Sprintf("%s%d", owner, i), Weight: w, Owner: owner})
 	}
 	return out
 }
 
-func members(budget int, ids ...string) []AssignMember {
-	var out []AssignMember
+func members(budget int, ids ...string) []assignMember {
+	var out []assignMember
 	for _, id := range ids {
-		out = append(out, AssignMember{ID: id, Budget: budget})
+		out = append(out, assignMember{ID: id, Budget: budget})
 	}
 	return out
 }
 
 func TestAssignPinnedCases(t *testing.T) {
 	t.Run("empty fleet", func(t *testing.T) {
-		if out := Assign(AssignInput{Splits: splits("", 1, 1)}); len(out) != 0 {
+		if out := computeAssignment(assignIn{Splits: splits("", 1, 1)}); len(out) != 0 {
 			t.Fatalf("got %v", out)
 		}
 	})
 	t.Run("lone member capped by its budget; the rest queue", func(t *testing.T) {
-		out := Assign(AssignInput{Members: members(2, "a"), Splits: splits("", 1, 1, 1, 1)})
+		out := computeAssignment(assignIn{Members: members(2, "a"), Splits: splits("", 1, 1, 1, 1)})
 		if len(out["a"]) != 2 {
 			t.Fatalf("got %v", out)
 		}
 	})
 	t.Run("sticky live owner", func(t *testing.T) {
-		in := AssignInput{Members: members(8, "a", "b"), Splits: append(splits("a", 1, 1), splits("b", 1, 1)...)}
-		out := Assign(in)
+		in := assignIn{Members: members(8, "a", "b"), Splits: append(splits("a", 1, 1), splits("b", 1, 1)...)}
+		out := computeAssignment(in)
 		if !slices.Equal(out["a"], []string{"a0", "a1"}) || !slices.Equal(out["b"], []string{"b0", "b1"}) {
 			t.Fatalf("a balanced fleet must be left untouched: %v", out)
 		}
 	})
 	t.Run("dead owner's split moves to the empty member", func(t *testing.T) {
-		in := AssignInput{Members: members(8, "a", "b"), Splits: append(splits("a", 1), splits("dead", 1)...)}
-		out := Assign(in)
+		in := assignIn{Members: members(8, "a", "b"), Splits: append(splits("a", 1), splits("dead", 1)...)}
+		out := computeAssignment(in)
 		if !slices.Equal(out["b"], []string{"dead0"}) || !slices.Equal(out["a"], []string{"a0"}) {
 			t.Fatalf("got %v", out)
 		}
 	})
 	t.Run("newcomer is fed from the heaviest member", func(t *testing.T) {
-		in := AssignInput{Members: members(8, "a", "b", "c"),
+		in := assignIn{Members: members(8, "a", "b", "c"),
 			Splits: append(splits("a", 1, 1, 1, 1, 1, 1), splits("b", 1, 1)...)}
-		out := Assign(in)
+		out := computeAssignment(in)
 		for _, id := range out["c"] {
 			if id[0] != 'a' {
 				t.Fatalf("the newcomer must be fed from the heaviest member: %v", out)
@@ -228,21 +228,21 @@ func TestAssignPinnedCases(t *testing.T) {
 	t.Run("no improving move while a move is in flight", func(t *testing.T) {
 		// a holds six splits, b one pinned (in flight to it): unbalanced,
 		// but nothing moves until the pinned move has landed.
-		in := AssignInput{Members: members(8, "a", "b"), Splits: splits("a", 1, 1, 1, 1, 1, 1)}
-		in.Splits = append(in.Splits, AssignSplit{ID: "p", Weight: 1, Owner: "b", Pinned: true})
-		out := Assign(in)
+		in := assignIn{Members: members(8, "a", "b"), Splits: splits("a", 1, 1, 1, 1, 1, 1)}
+		in.Splits = append(in.Splits, assignSplit{ID: "p", Weight: 1, Owner: "b", Pinned: true})
+		out := computeAssignment(in)
 		if !slices.Equal(out["b"], []string{"p"}) || len(out["a"]) != 6 {
 			t.Fatalf("a pinned move must hold the improve pass back: %v", out)
 		}
 		in.Splits[len(in.Splits)-1].Pinned = false // landed
-		if out := Assign(in); len(out["b"]) < 3 {
+		if out := computeAssignment(in); len(out["b"]) < 3 {
 			t.Fatalf("once the move has landed the fleet rebalances: %v", out)
 		}
 	})
 	t.Run("balance is by weight, not count", func(t *testing.T) {
-		in := AssignInput{Members: members(8, "a", "b"), Splits: []AssignSplit{
+		in := assignIn{Members: members(8, "a", "b"), Splits: []assignSplit{
 			{ID: "big", Weight: 100}, {ID: "x1", Weight: 1}, {ID: "x2", Weight: 1}, {ID: "x3", Weight: 1}, {ID: "x4", Weight: 1}}}
-		out := Assign(in)
+		out := computeAssignment(in)
 		for _, ids := range out {
 			if slices.Contains(ids, "big") && len(ids) != 1 {
 				t.Fatalf("the heavy split must be alone: %v", out)
@@ -250,16 +250,16 @@ func TestAssignPinnedCases(t *testing.T) {
 		}
 	})
 	t.Run("per-member budgets honoured", func(t *testing.T) {
-		in := AssignInput{Members: []AssignMember{{ID: "small", Budget: 1}, {ID: "big", Budget: 10}}, Splits: splits("", 1, 1, 1, 1, 1, 1)}
-		out := Assign(in)
+		in := assignIn{Members: []assignMember{{ID: "small", Budget: 1}, {ID: "big", Budget: 10}}, Splits: splits("", 1, 1, 1, 1, 1, 1)}
+		out := computeAssignment(in)
 		if len(out["small"]) != 1 || len(out["big"]) != 5 {
 			t.Fatalf("got %v", out)
 		}
 	})
 	t.Run("huge weights neither overflow nor panic, and all are placed", func(t *testing.T) {
-		in := AssignInput{Members: members(8, "a", "b", "c"),
+		in := assignIn{Members: members(8, "a", "b", "c"),
 			Splits: splits("", math.MaxUint64, math.MaxUint64, math.MaxUint64-1, 5<<30, 3<<30, 1)}
-		out := Assign(in)
+		out := computeAssignment(in)
 		n := 0
 		for _, ids := range out {
 			n += len(ids)
@@ -269,9 +269,9 @@ func TestAssignPinnedCases(t *testing.T) {
 		}
 	})
 	t.Run("over-budget owner keeps its heaviest", func(t *testing.T) {
-		in := AssignInput{Members: []AssignMember{{ID: "a", Budget: 1}, {ID: "b", Budget: 8}},
-			Splits: []AssignSplit{{ID: "light", Weight: 1, Owner: "a"}, {ID: "heavy", Weight: 9, Owner: "a"}}}
-		out := Assign(in)
+		in := assignIn{Members: []assignMember{{ID: "a", Budget: 1}, {ID: "b", Budget: 8}},
+			Splits: []assignSplit{{ID: "light", Weight: 1, Owner: "a"}, {ID: "heavy", Weight: 9, Owner: "a"}}}
+		out := computeAssignment(in)
 		if !slices.Equal(out["a"], []string{"heavy"}) {
 			t.Fatalf("got %v", out)
 		}
@@ -279,11 +279,11 @@ func TestAssignPinnedCases(t *testing.T) {
 	t.Run("ties do not pile onto the first name", func(t *testing.T) {
 		// With many empty members and few splits, placement follows keyed
 		// name hashes, so different seeds spread differently.
-		in := AssignInput{Members: members(8, "a", "b", "c", "d", "e", "f", "g", "h"), Splits: splits("", 1, 1)}
+		in := assignIn{Members: members(8, "a", "b", "c", "d", "e", "f", "g", "h"), Splits: splits("", 1, 1)}
 		firsts := map[string]bool{}
 		for seed := range uint64(16) {
 			in.Seed = seed
-			for m, ids := range Assign(in) {
+			for m, ids := range computeAssignment(in) {
 				if len(ids) > 0 {
 					firsts[m] = true
 				}
@@ -297,10 +297,10 @@ func TestAssignPinnedCases(t *testing.T) {
 
 // benchInput is a fleet where one empty member joined a loaded one: only
 // the improve pass can feed it.
-func benchInput(nSplits, nMembers int, joined bool) AssignInput {
-	in := AssignInput{Seed: 42}
+func benchInput(nSplits, nMembers int, joined bool) assignIn {
+	in := assignIn{Seed: 42}
 	for i := range nMembers {
-		in.Members = append(in.Members, AssignMember{ID: fmt.Sprintf("m%03d", i), Budget: nSplits})
+		in.Members = append(in.Members, assignMember{ID: fmt.Sprintf("m%03d", i), Budget: nSplits})
 	}
 	owners := nMembers
 	if joined {
@@ -308,7 +308,7 @@ func benchInput(nSplits, nMembers int, joined bool) AssignInput {
 	}
 	for i := range nSplits {
 		w := uint64(64<<20 + (i*7919)%(64<<20)) // 64–128 MiB
-		in.Splits = append(in.Splits, AssignSplit{ID: fmt.Sprintf("s%06d", i), Weight: w, Owner: fmt.Sprintf("m%03d", i%owners)})
+		in.Splits = append(in.Splits, assignSplit{ID: fmt.Sprintf("s%06d", i), Weight: w, Owner: fmt.Sprintf("m%03d", i%owners)})
 	}
 	return in
 }
@@ -334,7 +334,7 @@ func BenchmarkAssign(b *testing.B) {
 			b.Run(name, func(b *testing.B) {
 				var out map[string][]string
 				for b.Loop() {
-					out = Assign(in)
+					out = computeAssignment(in)
 				}
 				if joined {
 					moved, share := joinCost(in, out)
@@ -377,10 +377,10 @@ func (st *assignState) improveNaive(pool []poolSplit) bool {
 	return true
 }
 
-// assignWith runs Assign's passes with the given improve pass.
-func assignWith(in AssignInput, improve func(*assignState, []poolSplit) bool) []uint64 {
+// assignWith runs computeAssignment's passes with the given improve pass.
+func assignWith(in assignIn, improve func(*assignState, []poolSplit) bool) []uint64 {
 	members := slices.Clone(in.Members)
-	slices.SortFunc(members, func(a, b AssignMember) int { return cmpString(a.ID, b.ID) })
+	slices.SortFunc(members, func(a, b assignMember) int { return cmpString(a.ID, b.ID) })
 	m := len(members)
 	idx := map[string]int{}
 	st := &assignState{load: make([]uint64, m), count: make([]int, m), budget: make([]int, m),
@@ -392,7 +392,7 @@ func assignWith(in AssignInput, improve func(*assignState, []poolSplit) bool) []
 	}
 	pool := make([]poolSplit, 0, len(in.Splits))
 	for _, s := range in.Splits {
-		pool = append(pool, poolSplit{AssignSplit: s, w: max(s.Weight, 1), hash: keyedHash(in.Seed, s.ID)})
+		pool = append(pool, poolSplit{assignSplit: s, w: max(s.Weight, 1), hash: keyedHash(in.Seed, s.ID)})
 	}
 	for i := range pool {
 		if o, ok := idx[pool[i].Owner]; ok && st.count[o] < st.budget[o] {
@@ -481,7 +481,7 @@ func BenchmarkImprove(b *testing.B) {
 // owner changed) as a multiple of the minimum any assignment must move —
 // the newcomer's fair share, total weight ÷ members — and the newcomer's
 // load as a fraction of that share.
-func joinCost(in AssignInput, out map[string][]string) (moved, share float64) {
+func joinCost(in assignIn, out map[string][]string) (moved, share float64) {
 	w := map[string]uint64{}
 	owner := map[string]string{}
 	var total float64
@@ -508,8 +508,8 @@ func joinCost(in AssignInput, out map[string][]string) (moved, share float64) {
 // settledBeforeJoin gives the splits the owners the fleet without its
 // last member (the newcomer) settles on, so that a join's cost is the
 // join's alone, not also the rebalancing of an unbalanced start.
-func settledBeforeJoin(in AssignInput) AssignInput {
+func settledBeforeJoin(in assignIn) assignIn {
 	before := in
 	before.Members = in.Members[:len(in.Members)-1]
-	return ownership(in, Assign(before))
+	return ownership(in, computeAssignment(before))
 }

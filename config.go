@@ -115,13 +115,13 @@ func (c Config) WithDefaults() Config {
 		c.StartupMaxAttempts = DefaultStartupMaxAttempts
 	}
 	if c.InstanceID == "" {
-		c.InstanceID = "spate-" + RandomHex()
+		c.InstanceID = "spate-" + randomHex()
 	}
 	return c
 }
 
-// RandomHex returns 32 random hex digits (128 bits).
-func RandomHex() string {
+// randomHex returns 32 random hex digits (128 bits).
+func randomHex() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return hex.EncodeToString(b[:])

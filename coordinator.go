@@ -63,10 +63,11 @@ type StoreCoordinator struct {
 	m     *coordMetrics
 	nonce string
 
-	cmds chan *command
-	done chan struct{} // closed when the actor exits
-	stop context.CancelFunc
-	act  *actor
+	cmds      chan *command
+	done      chan struct{} // closed when the actor exits
+	closedAll chan struct{} // closed when the first Close or Abandon has finished
+	stop      context.CancelFunc
+	act       *actor
 
 	relMu sync.Mutex // serialises direct releases after the actor exited
 
@@ -129,9 +130,11 @@ func NewStoreCoordinator(store Store, cfg Config, opts ...CoordinatorOption) (*S
 			listTimeout: max(3*cfg.OpTimeout, cfg.LeaseDuration/3)},
 		log:   o.logger.With("instance", cfg.InstanceID),
 		m:     m,
-		nonce: RandomHex(),
+		nonce: randomHex(),
 		cmds:  make(chan *command, commandQueueDepth),
 		done:  make(chan struct{}),
+
+		closedAll: make(chan struct{}),
 	}
 	return c, nil
 }
@@ -366,26 +369,38 @@ func (c *StoreCoordinator) DeclineRevoke(ctx context.Context, split SplitID) err
 // Close stops the actor and hands back, directly, every split it still held
 // (bounded by 2×OpTimeout): a lease is deleted only if it still carries this
 // process's owner and nonce, an owner is cleared only at this tenancy's
-// epoch. The first Close returns nil, later ones ErrClosed.
+// epoch. Close is idempotent, as every Close in spate is: a later call
+// (Close or Abandon) waits for the first to finish and returns nil.
 func (c *StoreCoordinator) Close() error {
-	if err := c.shutdown(); err != nil || c.act == nil {
-		return err
+	if !c.shutdown() {
+		return nil
 	}
-	c.directRelease(nil)
+	defer close(c.closedAll)
+	if c.act != nil {
+		c.directRelease(nil)
+	}
 	return nil
 }
 
 // Abandon stops the coordinator without handing anything back, as if the
 // process had died: its leases expire after a lease and peers take the
 // splits over, counting an attempt each. For tests, benchmarks, and a
-// store known to be unreachable. Later calls return ErrClosed.
-func (c *StoreCoordinator) Abandon() error { return c.shutdown() }
+// store known to be unreachable. Idempotent, like Close.
+func (c *StoreCoordinator) Abandon() error {
+	if c.shutdown() {
+		close(c.closedAll)
+	}
+	return nil
+}
 
-func (c *StoreCoordinator) shutdown() error {
+// shutdown stops the actor; first says this call is the first, which
+// must close closedAll when its work is done. A later call waits for it.
+func (c *StoreCoordinator) shutdown() (first bool) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return fmt.Errorf("coordinator: %w: %w", ErrClosed, ErrFatal)
+		<-c.closedAll
+		return false
 	}
 	c.closed = true
 	started := c.started
@@ -394,7 +409,7 @@ func (c *StoreCoordinator) shutdown() error {
 		c.stop()
 		<-c.done
 	}
-	return nil
+	return true
 }
 
 // directRelease hands splits back without the actor (it has exited; nil

@@ -12,7 +12,7 @@ import (
 //
 //	fmt.Errorf("etcd: update %q: %w: %w", key, err, spate.ErrRetryable)
 //
-// Never match error strings; use errors.Is, [KindOf] or [ClassOf].
+// Never match error strings; use errors.Is or [KindOf].
 var (
 	// ErrFenced: a fenced write lost, so this instance no longer owns the
 	// split and nothing was written. Callers intercept it and treat the split
@@ -33,7 +33,8 @@ var (
 // Refinements of the classes above. Each is returned wrapped together with
 // its class, so errors.Is matches both.
 var (
-	// ErrClosed is returned (with ErrFatal) by every call after Close.
+	// ErrClosed is returned (with ErrFatal) by every call after Close but
+	// Close itself, which is idempotent.
 	ErrClosed = errors.New("spate: closed")
 	// ErrValueTooLarge is returned (with ErrFatal) by a store write whose
 	// value exceeds the store's reported cap; nothing was written.
@@ -88,23 +89,6 @@ func (k ErrorKind) sentinel() error {
 	return ErrFatal
 }
 
-// ErrorClass is the pipeline framework's error taxonomy.
-type ErrorClass uint8
-
-const (
-	// ClassRetryable errors are retried by the runtime.
-	ClassRetryable ErrorClass = iota + 1
-	// ClassFatal errors stop the pipeline.
-	ClassFatal
-)
-
-func (c ErrorClass) String() string {
-	if c == ClassRetryable {
-		return "retryable"
-	}
-	return "fatal"
-}
-
 // Error is a coordination error with a kind and a human-readable reason.
 // It wraps its cause, if any.
 type Error struct {
@@ -127,18 +111,6 @@ func (e *Error) Unwrap() error { return e.Err }
 // Is matches the sentinel of e's kind, so errors.Is(err, ErrFenced) holds
 // for a fenced *Error.
 func (e *Error) Is(target error) bool { return target != nil && target == e.Kind.sentinel() }
-
-// Class maps the kind onto the framework taxonomy. Fenced maps to fatal only
-// as a backstop: callers are expected to intercept it and handle the split
-// loss before classifying.
-func (e *Error) Class() ErrorClass { return e.Kind.class() }
-
-func (k ErrorKind) class() ErrorClass {
-	if k == KindRetryable {
-		return ClassRetryable
-	}
-	return ClassFatal
-}
 
 func newError(kind ErrorKind, format string, args []any) error {
 	cause := fmt.Errorf(format, args...)
@@ -179,15 +151,6 @@ func KindOf(err error) ErrorKind {
 		return KindRetryable
 	}
 	return KindFatal
-}
-
-// ClassOf maps any error onto the framework taxonomy (see [Error.Class]).
-// A nil error has no class; ClassOf(nil) returns 0.
-func ClassOf(err error) ErrorClass {
-	if err == nil {
-		return 0
-	}
-	return KindOf(err).class()
 }
 
 // IsRetryable reports whether err is transient.

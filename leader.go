@@ -228,7 +228,7 @@ type leaderView struct {
 	seed        uint64
 }
 
-// assignInput is the pure input the leader feeds [Assign]:
+// assignInput is the pure input the leader feeds [computeAssignment]:
 //
 //   - members are the live instances, each with its advertised lane budget;
 //   - the pool is every runnable, uncompleted split whose spec is known,
@@ -241,13 +241,13 @@ type leaderView struct {
 //     owner is a move in flight: it is pinned to that destination until
 //     the destination claims it, or until it has been in flight for pinFor
 //     (a destination that never claims must not pin it for ever). While
-//     anything is pinned, Assign makes no improving move, so the fleet's
+//     anything is pinned, computeAssignment makes no improving move, so the fleet's
 //     moves land before new ones are planned: a released split is never
 //     sent elsewhere or back while its move is under way.
 //
 // It also returns the moves in flight, pinned or with an expired pin (for
 // trackPins).
-func assignInput(v leaderView) (AssignInput, map[string]bool) {
+func assignInput(v leaderView) (assignIn, map[string]bool) {
 	reserved := map[string]bool{}
 	if v.delay != NoRebalanceDelay && len(v.departed) > 0 {
 		for id, s := range v.splits {
@@ -258,13 +258,13 @@ func assignInput(v leaderView) (AssignInput, map[string]bool) {
 			}
 		}
 	}
-	in := AssignInput{Seed: v.seed}
+	in := assignIn{Seed: v.seed}
 	for _, inst := range slices.Sorted(maps.Keys(v.presence)) {
 		budget := v.maxInFlight
 		if c, ok := v.caps[inst]; ok && c > 0 {
 			budget = c
 		}
-		in.Members = append(in.Members, AssignMember{ID: inst, Budget: budget})
+		in.Members = append(in.Members, assignMember{ID: inst, Budget: budget})
 	}
 	// Records in revision order: if two live members' records name one
 	// split (a publish whose write to the old assignee failed), the newer
@@ -294,7 +294,7 @@ func assignInput(v leaderView) (AssignInput, map[string]bool) {
 		if _, live := v.presence[owner]; !live {
 			owner = ""
 		}
-		split := AssignSplit{ID: id, Weight: s.spec.Weight, Owner: owner}
+		split := assignSplit{ID: id, Weight: s.spec.Weight, Owner: owner}
 		if dest := named[id]; dest != "" && dest != owner {
 			inFlight[id] = true
 			if since, ok := v.pinnedSince[id]; !ok || v.now.Sub(since) < v.pinFor {
@@ -336,7 +336,7 @@ func (a *actor) publish(now time.Time) {
 		assigns: a.assigns, departed: a.departed, delay: a.cfg.RebalanceDelay,
 		maxInFlight: a.cfg.MaxInFlight, seed: a.fpHash})
 	trackPins(a.pinnedSince, inFlight, now)
-	result := Assign(in)
+	result := computeAssignment(in)
 
 	// Previous assignee of each split, for the "moved" count: departed
 	// instances' records first, then live members' override them.

@@ -48,7 +48,7 @@ func TestAssignInputMembersAndBudgets(t *testing.T) {
 		maxInFlight: 5,
 		seed:        42,
 	})
-	assert.Equal(t, []AssignMember{{ID: "a", Budget: 3}, {ID: "b", Budget: 5}, {ID: "c", Budget: 5}, {ID: "d", Budget: 5}}, in.Members,
+	assert.Equal(t, []assignMember{{ID: "a", Budget: 3}, {ID: "b", Budget: 5}, {ID: "c", Budget: 5}, {ID: "d", Budget: 5}}, in.Members,
 		"members are the live instances, sorted; an advertised cap > 0 is the budget, else the configured MaxInFlight")
 	assert.Equal(t, uint64(42), in.Seed, "the seed is the job's, passed through")
 	assert.Empty(t, in.Splits)
@@ -106,14 +106,14 @@ func TestAssignInputPoolAndOwners(t *testing.T) {
 				return
 			}
 			require.Len(t, in.Splits, 1)
-			assert.Equal(t, AssignSplit{ID: "s", Weight: 2, Owner: c.wantOwner, Pinned: c.pinned}, in.Splits[0])
+			assert.Equal(t, assignSplit{ID: "s", Weight: 2, Owner: c.wantOwner, Pinned: c.pinned}, in.Splits[0])
 		})
 	}
 }
 
 func TestAssignInputDepartedOwnerHeldBackOnlyInsideTheWindow(t *testing.T) {
 	now := time.Unix(1000, 0)
-	view := func(departed map[string]time.Time, delay time.Duration) AssignInput {
+	view := func(departed map[string]time.Time, delay time.Duration) assignIn {
 		return inputOf(leaderView{
 			splits: map[string]*splitView{
 				"bounced": lv(statusRunnable, "d", 1, ""),
@@ -126,7 +126,7 @@ func TestAssignInputDepartedOwnerHeldBackOnlyInsideTheWindow(t *testing.T) {
 			maxInFlight: 4,
 		})
 	}
-	ids := func(in AssignInput) []string {
+	ids := func(in assignIn) []string {
 		var out []string
 		for _, s := range in.Splits {
 			out = append(out, s.ID+"@"+s.Owner)
@@ -170,10 +170,10 @@ func TestAssignInputWeightsAndOrder(t *testing.T) {
 		},
 		presence: present("a"), maxInFlight: 1,
 	})
-	assert.Equal(t, []AssignSplit{{ID: "a", Weight: 1, Owner: "a"}, {ID: "b", Weight: 1 << 40, Owner: "a"}, {ID: "c", Weight: 7, Owner: "a"}}, in.Splits)
+	assert.Equal(t, []assignSplit{{ID: "a", Weight: 1, Owner: "a"}, {ID: "b", Weight: 1 << 40, Owner: "a"}, {ID: "c", Weight: 7, Owner: "a"}}, in.Splits)
 }
 
-// assignInput feeds Assign, which is deterministic in its input; the input
+// assignInput feeds computeAssignment, which is deterministic in its input; the input
 // must be deterministic in the view too, or a leader recomputing an
 // unchanged view can publish a different assignment. Two live members'
 // records can both name one split for a while (a publish whose write to the
@@ -248,11 +248,11 @@ func TestAssignInputPoolProperty(t *testing.T) {
 		in := inputOf(leaderView{splits: splits, presence: live, assigns: assigns, departed: departed,
 			delay: delay, maxInFlight: 3, seed: 7})
 
-		got := map[string]AssignSplit{}
+		got := map[string]assignSplit{}
 		for _, s := range in.Splits {
 			got[s.ID] = s
 		}
-		require.True(t, slices.IsSortedFunc(in.Splits, func(x, y AssignSplit) int { return cmpString(x.ID, y.ID) }))
+		require.True(t, slices.IsSortedFunc(in.Splits, func(x, y assignSplit) int { return cmpString(x.ID, y.ID) }))
 		for id, v := range splits {
 			p := v.prog
 			_, gone := departed[ownerOf(p)]
@@ -432,7 +432,7 @@ func TestPublishKeepsARecordFoldedWhileItsLosingWriteWasInFlight(t *testing.T) {
 }
 
 // inputOf is the assignment input alone.
-func inputOf(v leaderView) AssignInput {
+func inputOf(v leaderView) assignIn {
 	in, _ := assignInput(v)
 	return in
 }

@@ -54,7 +54,8 @@ type SplitCoordinator interface {
 	Release(ctx context.Context, splits ...SplitID) error
 
 	// Close stops the coordinator and releases what it still holds. It is
-	// idempotent; later calls return ErrClosed.
+	// idempotent: a later call waits for the first and returns nil. Every
+	// other method after Close returns ErrClosed.
 	Close() error
 }
 

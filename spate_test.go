@@ -7,65 +7,48 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/spate-go/spate"
 )
 
 func TestSplitIDValidation(t *testing.T) {
 	for _, ok := range []string{"rows-000000-000125", "A_z9", "x", strings.Repeat("x", spate.SplitIDMaxLen)} {
 		id, err := spate.NewSplitID(ok)
-		if err != nil {
-			t.Errorf("NewSplitID(%q): %v", ok, err)
-		}
-		if id.String() != ok {
-			t.Errorf("NewSplitID(%q).String() = %q", ok, id)
-		}
+		assert.NoError(t, err, "NewSplitID(%q): %v", ok, err)
+		assert.Equal(t, ok, id.String(), "NewSplitID(%q).String() = %q", ok, id)
 	}
 	for _, bad := range []string{"", "a.b", "a b", "a/b", "å", "a\x00", strings.Repeat("x", spate.SplitIDMaxLen+1)} {
 		_, err := spate.NewSplitID(bad)
-		if err == nil {
-			t.Errorf("NewSplitID(%q) accepted an invalid id", bad)
+		if !assert.Error(t, err, "NewSplitID(%q) accepted an invalid id", bad) {
 			continue
 		}
-		if spate.KindOf(err) != spate.KindFatal || !errors.Is(err, spate.ErrFatal) {
-			t.Errorf("NewSplitID(%q): error %v is %v, want Fatal", bad, err, spate.KindOf(err))
-		}
+		assert.Equal(t, spate.KindFatal, spate.KindOf(err), "NewSplitID(%q): error %v is %v, want Fatal", bad, err, spate.KindOf(err))
+		assert.ErrorIs(t, err, spate.ErrFatal, "NewSplitID(%q): error %v is %v, want Fatal", bad, err, spate.KindOf(err))
 	}
 	var zero spate.SplitID
-	if !zero.IsZero() {
-		t.Error("zero SplitID should report IsZero")
-	}
+	assert.True(t, zero.IsZero(), "zero SplitID should report IsZero")
 }
 
 func TestSplitIDText(t *testing.T) {
 	var id spate.SplitID
-	if err := id.UnmarshalText([]byte("good-id")); err != nil || id.String() != "good-id" {
-		t.Fatalf("UnmarshalText: %v %q", err, id)
-	}
-	if err := id.UnmarshalText([]byte("bad.id")); !spate.IsFatal(err) {
-		t.Fatalf("UnmarshalText of an invalid id: %v", err)
-	}
-	if id.String() != "good-id" {
-		t.Fatalf("a failed UnmarshalText changed the id to %q", id)
-	}
+	err := id.UnmarshalText([]byte("good-id"))
+	require.NoError(t, err, "UnmarshalText: %v %q", err, id)
+	require.Equal(t, "good-id", id.String(), "UnmarshalText: %v %q", err, id)
+	err = id.UnmarshalText([]byte("bad.id"))
+	require.True(t, spate.IsFatal(err), "UnmarshalText of an invalid id: %v", err)
+	require.Equal(t, "good-id", id.String(), "a failed UnmarshalText changed the id to %q", id)
 }
 
-func TestErrorKindsMapToTheFrameworkTaxonomy(t *testing.T) {
+func TestErrorKinds(t *testing.T) {
 	fenced := spate.Fencedf("split %s is owned by a peer at epoch %d", "s-0", 2)
-	if spate.ClassOf(fenced) != spate.ClassFatal {
-		t.Errorf("Fenced maps to %v, want Fatal (the unintercepted backstop)", spate.ClassOf(fenced))
-	}
-	if !errors.Is(fenced, spate.ErrFenced) || errors.Is(fenced, spate.ErrFatal) {
-		t.Errorf("a fenced error matches ErrFenced only")
-	}
-	if !strings.Contains(fenced.Error(), "owned by a peer") {
-		t.Errorf("error text lost the reason: %q", fenced)
-	}
-	if c := spate.ClassOf(spate.Retryablef("timeout")); c != spate.ClassRetryable {
-		t.Errorf("Retryable maps to %v", c)
-	}
-	if c := spate.ClassOf(spate.Fatalf("no CAS")); c != spate.ClassFatal {
-		t.Errorf("Fatal maps to %v", c)
-	}
+	assert.Equal(t, spate.KindFenced, spate.KindOf(fenced))
+	assert.True(t, errors.Is(fenced, spate.ErrFenced), "a fenced error matches ErrFenced")
+	assert.False(t, errors.Is(fenced, spate.ErrFatal), "a fenced error matches ErrFenced only")
+	assert.Contains(t, fenced.Error(), "owned by a peer", "error text keeps the reason")
+	assert.Equal(t, spate.KindRetryable, spate.KindOf(spate.Retryablef("timeout")))
+	assert.Equal(t, spate.KindFatal, spate.KindOf(spate.Fatalf("no CAS")))
 	cases := []struct {
 		err  error
 		want spate.ErrorKind
@@ -80,57 +63,41 @@ func TestErrorKindsMapToTheFrameworkTaxonomy(t *testing.T) {
 		{spate.ClosedError("mem"), spate.KindFatal},
 	}
 	for _, c := range cases {
-		if got := spate.KindOf(c.err); got != c.want {
-			t.Errorf("KindOf(%v) = %v, want %v", c.err, got, c.want)
-		}
+		got := spate.KindOf(c.err)
+		assert.Equal(t, c.want, got, "KindOf(%v) = %v, want %v", c.err, got, c.want)
 	}
 	wrapped := spate.Retryablef("store unreachable: %w", context.DeadlineExceeded)
-	if !errors.Is(wrapped, context.DeadlineExceeded) || !errors.Is(wrapped, spate.ErrRetryable) {
-		t.Errorf("a %%w cause must stay reachable: %v", wrapped)
-	}
+	assert.ErrorIs(t, wrapped, context.DeadlineExceeded, "a %%w cause must stay reachable: %v", wrapped)
+	assert.ErrorIs(t, wrapped, spate.ErrRetryable, "a %%w cause must stay reachable: %v", wrapped)
 }
 
 func TestBuildersCoverTheSeamTypes(t *testing.T) {
 	spec := spate.NewSplitSpec(spate.MustSplitID("s"), []byte("d"))
-	if spec.Weight != 1 {
-		t.Errorf("default weight %d, want 1", spec.Weight)
-	}
-	if w := spec.WithWeight(64 << 20).Weight; w != 64<<20 {
-		t.Errorf("WithWeight: %d", w)
-	}
-	if w := spec.WithWeight(0).EffectiveWeight(); w != 1 {
-		t.Errorf("weight 0 is treated as 1, got %d", w)
-	}
+	assert.Equal(t, uint64(1), spec.Weight, "default weight %d, want 1", spec.Weight)
+	w := spec.WithWeight(64 << 20).Weight
+	assert.Equal(t, uint64(64<<20), w, "WithWeight: %d", w)
+	w = spec.WithWeight(0).EffectiveWeight()
+	assert.Equal(t, uint64(1), w, "weight 0 is treated as 1, got %d", w)
 	planned := spate.NewPlannedSplit(spec)
-	if planned.Seed != nil {
-		t.Error("NewPlannedSplit has no seed")
-	}
+	assert.Nil(t, planned.Seed, "NewPlannedSplit has no seed")
 	seeded := planned.WithSeed(spate.NewSplitProgress(7, []byte("state")))
-	if seeded.Seed == nil || seeded.Seed.Watermark != 7 || planned.Seed != nil {
-		t.Errorf("WithSeed: %+v (original %+v)", seeded.Seed, planned.Seed)
+	if assert.NotNil(t, seeded.Seed, "WithSeed: %+v (original %+v)", seeded.Seed, planned.Seed) {
+		assert.Equal(t, int64(7), seeded.Seed.Watermark, "WithSeed: %+v (original %+v)", seeded.Seed, planned.Seed)
 	}
+	assert.Nil(t, planned.Seed, "WithSeed: %+v (original %+v)", seeded.Seed, planned.Seed)
 	plan := spate.NewSplitPlan([]spate.PlannedSplit{seeded}, spate.PlanOpen)
-	if plan.PlannerState != nil {
-		t.Error("NewSplitPlan keeps the previous cursor (nil)")
-	}
-	if st := plan.WithPlannerState([]byte("cursor")).PlannerState; string(st) != "cursor" {
-		t.Errorf("WithPlannerState: %q", st)
-	}
-	if st := plan.WithPlannerState(nil).PlannerState; st == nil {
-		t.Error("WithPlannerState(nil) must store an empty cursor, not keep the old one")
-	}
-	if spate.NewSplitProgress(7, nil).Completed || !spate.CompletedProgress(7, nil).Completed {
-		t.Error("progress builders set Completed wrongly")
-	}
-	if spate.PlanOpen.String() != "open" || spate.PlanFinal.String() != "final" {
-		t.Error("finality names")
-	}
+	assert.Nil(t, plan.PlannerState, "NewSplitPlan keeps the previous cursor (nil)")
+	st := plan.WithPlannerState([]byte("cursor")).PlannerState
+	assert.Equal(t, "cursor", string(st), "WithPlannerState: %q", st)
+	assert.NotNil(t, plan.WithPlannerState(nil).PlannerState, "WithPlannerState(nil) must store an empty cursor, not keep the old one")
+	assert.False(t, spate.NewSplitProgress(7, nil).Completed, "progress builders set Completed wrongly")
+	assert.True(t, spate.CompletedProgress(7, nil).Completed, "progress builders set Completed wrongly")
+	assert.Equal(t, "open", spate.PlanOpen.String(), "finality names")
+	assert.Equal(t, "final", spate.PlanFinal.String(), "finality names")
 }
 
 func TestLeaseEpochsOrderAcrossOwners(t *testing.T) {
-	if !(spate.LeaseEpoch(2) > spate.LeaseEpoch(1)) {
-		t.Fatal("epochs must order")
-	}
+	require.Greater(t, spate.LeaseEpoch(2), spate.LeaseEpoch(1), "epochs must order")
 }
 
 func TestWakerCoalescesAndNeverBlocks(t *testing.T) {
@@ -138,34 +105,31 @@ func TestWakerCoalescesAndNeverBlocks(t *testing.T) {
 	for range 100 {
 		w.Wake() // must not block even though nobody receives
 	}
-	select {
-	case <-w.C():
-	default:
-		t.Fatal("a wake must be buffered")
+	received := func() bool {
+		select {
+		case <-w.C():
+			return true
+		default:
+			return false
+		}
 	}
-	select {
-	case <-w.C():
-		t.Fatal("a burst must coalesce into one wakeup")
-	default:
-	}
+	require.True(t, received(), "a wake must be buffered")
+	require.False(t, received(), "a burst must coalesce into one wakeup")
 	inert := spate.InertWaker()
 	inert.Wake()
 	var zero spate.Waker
 	zero.Wake()
-	if inert.C() != nil {
-		t.Fatal("an inert waker has no channel")
-	}
+	require.Nil(t, inert.C(), "an inert waker has no channel")
 }
 
 func TestSeamDefaults(t *testing.T) {
 	c := &minimal{}
 	id := spate.MustSplitID("s-0")
-	if err := spate.ReleaseDrained(context.Background(), c, id); err != nil || c.released != 1 {
-		t.Fatalf("ReleaseDrained falls back to Release: err=%v released=%d", err, c.released)
-	}
-	if err := spate.DeclineRevoke(context.Background(), c, id); err != nil {
-		t.Fatalf("DeclineRevoke defaults to a no-op: %v", err)
-	}
+	err := spate.ReleaseDrained(context.Background(), c, id)
+	require.NoError(t, err, "ReleaseDrained falls back to Release: err=%v released=%d", err, c.released)
+	require.Equal(t, 1, c.released, "ReleaseDrained falls back to Release: err=%v released=%d", err, c.released)
+	err = spate.DeclineRevoke(context.Background(), c, id)
+	require.NoError(t, err, "DeclineRevoke defaults to a no-op: %v", err)
 }
 
 // minimal implements only the required methods.
@@ -186,43 +150,39 @@ func (m *minimal) Release(_ context.Context, ids ...spate.SplitID) error {
 
 func TestValidateKey(t *testing.T) {
 	for _, ok := range []string{"plan", "split.abc-1", "_probe.x", "a.b.c"} {
-		if err := spate.ValidateKey(ok); err != nil {
-			t.Errorf("ValidateKey(%q): %v", ok, err)
-		}
+		err := spate.ValidateKey(ok)
+		assert.NoError(t, err, "ValidateKey(%q): %v", ok, err)
 	}
 	for _, bad := range []string{"", ".a", "a.", "a..b", "a b", "a/b", "a*", strings.Repeat("k", spate.KeyMaxLen+1)} {
-		if err := spate.ValidateKey(bad); !errors.Is(err, spate.ErrInvalidKey) || !spate.IsFatal(err) {
-			t.Errorf("ValidateKey(%q) = %v", bad, err)
-		}
+		err := spate.ValidateKey(bad)
+		assert.ErrorIs(t, err, spate.ErrInvalidKey, "ValidateKey(%q) = %v", bad, err)
+		assert.True(t, spate.IsFatal(err), "ValidateKey(%q) = %v", bad, err)
 	}
 	for _, ok := range []string{"", "split.", "spl"} {
-		if err := spate.ValidatePrefix(ok); err != nil {
-			t.Errorf("ValidatePrefix(%q): %v", ok, err)
-		}
+		err := spate.ValidatePrefix(ok)
+		assert.NoError(t, err, "ValidatePrefix(%q): %v", ok, err)
 	}
 }
 
 func TestCheckCall(t *testing.T) {
 	ctx := context.Background()
-	if err := spate.CheckCall(ctx, "drv", "get", spate.Durable, "plan", false); err != nil {
-		t.Fatalf("valid call: %v", err)
-	}
-	if err := spate.CheckCall(ctx, "drv", "list", spate.Ephemeral, "split.", true); err != nil {
-		t.Fatalf("valid prefix: %v", err)
-	}
+	err := spate.CheckCall(ctx, "drv", "get", spate.Durable, "plan", false)
+	require.NoError(t, err, "valid call: %v", err)
+	err = spate.CheckCall(ctx, "drv", "list", spate.Ephemeral, "split.", true)
+	require.NoError(t, err, "valid prefix: %v", err)
 	for name, err := range map[string]error{
 		"keyspace":     spate.CheckCall(ctx, "drv", "get", spate.Keyspace(9), "plan", false),
 		"key":          spate.CheckCall(ctx, "drv", "get", spate.Durable, "a..b", false),
 		"trailing dot": spate.CheckCall(ctx, "drv", "get", spate.Durable, "split.", false),
 	} {
-		if !spate.IsFatal(err) || !strings.HasPrefix(err.Error(), "drv: get: ") {
-			t.Errorf("%s: %v, want a Fatal error naming driver and op", name, err)
+		// IsFatal(nil) is false, so err is non-nil when the prefix is checked.
+		if assert.True(t, spate.IsFatal(err), "%s: %v, want a Fatal error naming driver and op", name, err) {
+			assert.True(t, strings.HasPrefix(err.Error(), "drv: get: "), "%s: %v, want a Fatal error naming driver and op", name, err)
 		}
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	err := spate.CheckCall(cctx, "drv", "put", spate.Durable, "plan", false)
-	if !spate.IsRetryable(err) || !errors.Is(err, context.Canceled) {
-		t.Errorf("cancelled: %v, want Retryable wrapping context.Canceled", err)
-	}
+	err = spate.CheckCall(cctx, "drv", "put", spate.Durable, "plan", false)
+	assert.True(t, spate.IsRetryable(err), "cancelled: %v, want Retryable wrapping context.Canceled", err)
+	assert.ErrorIs(t, err, context.Canceled, "cancelled: %v, want Retryable wrapping context.Canceled", err)
 }

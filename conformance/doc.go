@@ -213,7 +213,7 @@
 //   - The error classes. — no rule: a heading.
 //   - Every error spate returns satisfies errors.Is with exactly one of ErrFenced, ErrRetryable or ErrFatal. — checked by ErrorsAreRetryableOrFatal.
 //   - Store drivers keep the backend's error and add the class: — checked by ErrorsKeepTheirCause.
-//   - Never match error strings; use errors.Is, [spate.KindOf] or [spate.ClassOf]. — no rule: it binds the caller.
+//   - Never match error strings; use errors.Is or [spate.KindOf]. — no rule: it binds the caller.
 //
 // ErrFenced:
 //
@@ -238,7 +238,7 @@
 //
 // ErrClosed:
 //
-//   - ErrClosed is returned (with ErrFatal) by every call after Close. — checked by UseAfterClose.
+//   - ErrClosed is returned (with ErrFatal) by every call after Close but Close itself, which is idempotent. — checked by UseAfterClose, CloseEndsEveryWatchAndIsIdempotent.
 //
 // ErrValueTooLarge:
 //

@@ -47,8 +47,8 @@ var alsoChecks = map[string][]string{
 		"CancelledContextIsRetryable", "LaggingWatcherConvergesOrBreaksRetryable"},
 	"ErrFatal: unrecoverable (misconfiguration, a store without the required atomic primitives, a corrupt or alien record, a diverging job fingerprint, an unsupported server version).": {
 		"InvalidKeyspacesAreFatal", "InvalidKeysRejected", "ValueSizeCap", "UseAfterClose"},
-	"Each is returned wrapped together with its class, so errors.Is matches both.": {"InvalidKeysRejected", "ValueSizeCap", "UseAfterClose"},
-	"ErrClosed is returned (with ErrFatal) by every call after Close.":             {"UseAfterClose"},
+	"Each is returned wrapped together with its class, so errors.Is matches both.":                           {"InvalidKeysRejected", "ValueSizeCap", "UseAfterClose"},
+	"ErrClosed is returned (with ErrFatal) by every call after Close but Close itself, which is idempotent.": {"UseAfterClose", "CloseEndsEveryWatchAndIsIdempotent"},
 }
 
 // unchecked says, for a sentence no rule checks, why none can.
@@ -72,7 +72,7 @@ var unchecked = map[string]string{
 	"ErrUnreadableRecord is returned (with ErrFatal) for a record of the job that cannot be read: corrupt bytes, an unknown schema, an id that does not match its key, or another job's fingerprint.": "the coordinator's error about the job's records; a store never returns it (the coordinator rule DamagedRecordTakesOnlyItsSplitOutOfPlay checks what follows).",
 	"A coordinator takes only the split it belongs to out of play.":                                                                                                                                   "a coordinator rule: DamagedRecordTakesOnlyItsSplitOutOfPlay.",
 	"The error classes.": "a heading.",
-	"Never match error strings; use errors.Is, [KindOf] or [ClassOf].":                                   "it binds the caller.",
+	"Never match error strings; use errors.Is or [KindOf].":                                              "it binds the caller.",
 	"ErrFenced: a fenced write lost, so this instance no longer owns the split and nothing was written.": "the coordinator's error; that a store never returns it is the next sentence.",
 	"A write that fails Retryable MAY HAVE LANDED: the reply, not necessarily the write, was lost.":      "it permits; a driver cannot break it.",
 	"Re-read before assuming either way.":                                                                "it binds the caller.",

@@ -36,5 +36,6 @@ func isFatal(err error) bool {
 	if errors.As(err, &fe) {
 		return true
 	}
-	return spate.ClassOf(err) == spate.ClassFatal
+	k := spate.KindOf(err)
+	return k == spate.KindFatal || k == spate.KindFenced
 }

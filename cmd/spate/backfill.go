@@ -128,7 +128,7 @@ func sanitizeID(s string, n int, fallback string) string {
 
 func defaultInstance() string {
 	host, _ := os.Hostname()
-	return sanitizeID(host, 40, "worker") + "-" + spate.RandomHex()[:8]
+	return sanitizeID(host, 40, "worker") + "-" + randomHex()[:8]
 }
 
 // within reports whether path is dir or inside it (both absolute, clean).

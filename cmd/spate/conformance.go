@@ -189,7 +189,7 @@ func runConformance(args []string) int {
 	fmt.Printf("spate conformance: %s, TTL %v\n", conn.describe, *ttl)
 
 	// Preflight: the store opens (its own startup check) with this TTL.
-	ns := "conformance-" + spate.RandomHex()[:12]
+	ns := "conformance-" + randomHex()[:12]
 	pctx, cancel := context.WithTimeout(ctx, sf.connectTimeout+15*time.Second)
 	st, err := conn.open(pctx, ns, *ttl, sf.connectTimeout)
 	cancel()
@@ -227,7 +227,7 @@ func runConformance(args []string) int {
 	sigs := watchSignals(func(os.Signal) { cancelRun() }, nil)
 	defer sigs.stop()
 	mk := func(t testing.TB) conformance.Harness {
-		h := &cliHarness{t: t, conn: conn, ns: "conformance-" + spate.RandomHex()[:12], ttl: *ttl}
+		h := &cliHarness{t: t, conn: conn, ns: "conformance-" + randomHex()[:12], ttl: *ttl}
 		t.Cleanup(func() { _ = h.Close() })
 		return h
 	}

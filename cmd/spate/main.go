@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -223,4 +225,12 @@ func fail(code int, format string, args ...any) int {
 	msg := strings.TrimPrefix(fmt.Sprintf(format, args...), "spate: ")
 	fmt.Fprintf(os.Stderr, "spate: %s\n", msg)
 	return code
+}
+
+// randomHex returns 32 random hex digits (128 bits): instance ids and
+// scratch namespaces that must not collide.
+func randomHex() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
 }
