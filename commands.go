@@ -175,6 +175,10 @@ func (a *actor) commitDone(cmd *command, t *tenancy, out commitOut, since uint64
 		return nil
 	}
 	fatal := func(err error) error {
+		// Sticky before the reply: the caller's next commit may take the
+		// fast path (fence.go), which does not pass through the loop that
+		// is about to stop.
+		a.c.fail(err)
 		cmd.reply <- err
 		return err
 	}

@@ -213,3 +213,41 @@ func TestCommitAfterALostReplyIsNotFenced(t *testing.T) {
 	assert.Equal(t, int64(12), *r.Watermark)
 	assert.Contains(t, a.owned, "s")
 }
+
+// A Fatal commit is sticky before its caller hears of it: the next commit,
+// which could take the fast path beside a loop about to stop, fails too.
+func TestFatalCommitIsStickyBeforeItsReply(t *testing.T) {
+	st := newFakeStore()
+	a := newTestActor(t, st, testConfig())
+	r := rec("s", 3, "me")
+	r.Watermark = wm(50)
+	holdSplit(t, a, st, "s", 3, r)
+	// The store is further than the view (a lost reply landed): the
+	// commit re-reads and finds a regression, which is Fatal.
+	r2 := rec("s", 3, "me")
+	r2.Watermark = wm(90)
+	st.put(Durable, prefixSplit+"s", encode(r2))
+
+	// The loop path, pumped by hand: the continuation returns the Fatal
+	// error to the loop (which then stops) after replying.
+	cmd := &command{kind: cmdCommit, split: MustSplitID("s"), progress: NewSplitProgress(60, nil), reply: make(chan error, 1)}
+	require.NoError(t, a.handle(cmd))
+	var err error
+	for done := false; !done; {
+		select {
+		case err = <-cmd.reply:
+			done = true
+		case <-a.results.sig:
+			if lerr := a.runResults(); lerr != nil {
+				require.True(t, IsFatal(lerr), "%v", lerr)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the commit was never answered")
+		}
+	}
+	require.Error(t, err)
+	require.True(t, IsFatal(err), "a regression is Fatal: %v", err)
+	err = a.c.Commit(context.Background(), MustSplitID("s"), NewSplitProgress(95, nil))
+	require.Error(t, err, "a commit after a Fatal one must not land")
+	assert.True(t, IsFatal(err), "%v", err)
+}

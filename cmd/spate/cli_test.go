@@ -468,9 +468,23 @@ func TestConformanceOnRedis(t *testing.T) {
 			}
 		}
 	})
-	t.Run("Healthy", func(t *testing.T) {
+	// A server without the append-only file runs the suite, and fails it
+	// on the one rule it breaks, naming the setting (it printed PASS).
+	t.Run("NoPersistence", func(t *testing.T) {
 		t.Parallel()
 		srv := redistest.Start(t)
+		code, out, errOut := runSpate(t, t.TempDir(), "", 3*time.Minute, "conformance", "--store", "redis://"+srv.Addr(), "--ttl", "1500ms",
+			"--run", "RequiredSettingsAreMet|DriverIsNamed")
+		expectCode(t, "conformance on redis without persistence", code, exitFailed, out, errOut)
+		for _, want := range []string{"Store/RequiredSettingsAreMet", "FAIL", "appendonly yes (the server has appendonly no", "Store/DriverIsNamed"} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("output lacks %q:\n%s", want, out)
+			}
+		}
+	})
+	t.Run("Healthy", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t, redistest.WithAOF())
 		code, out, errOut := runSpate(t, t.TempDir(), "", 3*time.Minute, "conformance", "--store", "redis://"+srv.Addr(), "--ttl", "1500ms")
 		expectCode(t, "conformance on redis", code, 0, out, errOut)
 		if n := len(conformance.StoreRules); !strings.Contains(out, fmt.Sprintf("%d rules: %d passed, 0 failed", n, n)) {
