@@ -346,11 +346,21 @@ func TestControllerPanicFailsTheRun(t *testing.T) {
 
 // A graceful stop reads on while the source says so, then hands back.
 func TestStopReadsOnUntilTheSourceIsDone(t *testing.T) {
+	cfg := testConfig()
+	// A stop reads on only until StopReserve before its deadline, never
+	// before its trigger: with the default reserve (5s) above the 3s drain
+	// timeout it would end its reading at once, and only the drivers' lag
+	// in seeing the shutdown could read on. Leave it 2s to read on.
+	cfg.StopReserve = cfg.DrainTimeout - 2*time.Second
 	h := &harness{}
-	h = newHarness(t, testConfig(), modeOK, 0, assign(laneSpec{id: 0, part: 0, forever: true}))
+	h = newHarness(t, cfg, modeOK, 0, assign(laneSpec{id: 0, part: 0, forever: true}))
 	var stopAt atomic.Int64 // read by the controller goroutine
 	stopAt.Store(1 << 62)
-	h.src.readingOnStop = func() bool { return h.consumed.Load() < stopAt.Load()+100 }
+	var asked atomic.Int32 // ReadingOnStop calls: the controller asks only while stopping
+	h.src.readingOnStop = func() bool {
+		asked.Add(1)
+		return h.consumed.Load() < stopAt.Load()+100
+	}
 	wait := h.run()
 	waitFor(t, "some data", func() bool { return h.consumed.Load() > 0 })
 	atStop := h.consumed.Load()
@@ -359,6 +369,9 @@ func TestStopReadsOnUntilTheSourceIsDone(t *testing.T) {
 	r := wait()
 	if r.State != pipeline.Completed {
 		t.Fatalf("state %v: %v", r.State, r.Failure)
+	}
+	if asked.Load() == 0 {
+		t.Fatal("the stop ended its reading without asking the source")
 	}
 	if h.consumed.Load() < atStop+100 {
 		t.Fatalf("the stop did not read on: %d at the stop, %d at the end", atStop, h.consumed.Load())
