@@ -117,6 +117,9 @@ func TestRegistry(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a:1", "b:2"}, (*opened)[1].cfg.Hosts)
 	assert.Equal(t, "pw", (*opened)[1].cfg.Password)
+
+	// The default mux holds what the imported drivers registered.
+	assert.Contains(t, storeurl.Schemes(), "mem")
 }
 
 // Every Deployment call checks its job name before the driver sees it,
