@@ -25,6 +25,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/conformance"
+	"github.com/spate-go/spate/stores/redis"
 )
 
 const conformanceAbout = `Runs the store conformance suite, the same one every spate driver's tests run,
@@ -49,6 +50,7 @@ type childConfig struct {
 	URL, DataDir, EmbedAddr      string
 	CAFile, CertFile, KeyFile    string
 	User, Password, Token, Creds string
+	PasswordFile, TokenFile      string
 	TTL                          time.Duration
 	ConnectTimeout               time.Duration
 }
@@ -56,6 +58,7 @@ type childConfig struct {
 func (c childConfig) storeFlags() storeFlags {
 	return storeFlags{url: c.URL, dataDir: c.DataDir, embedAddr: c.EmbedAddr, caFile: c.CAFile, certFile: c.CertFile,
 		keyFile: c.KeyFile, user: c.User, password: c.Password, token: c.Token, creds: c.Creds,
+		passwordFile: c.PasswordFile, tokenFile: c.TokenFile,
 		connectTimeout: cmp.Or(c.ConnectTimeout, 10*time.Second)}
 }
 
@@ -71,7 +74,7 @@ func runConformanceChild() {
 	}
 	sf := cfg.storeFlags()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	routeRedisLogs(log)
+	redis.RouteClientLogs(log)
 	conn, err := sf.connect(context.Background(), log, connectStart)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "spate conformance child: %v\n", err)
@@ -97,12 +100,12 @@ type cliHarness struct {
 	ttl  time.Duration
 
 	mu     sync.Mutex
-	stores []*openedStore
+	stores []spate.Store
 	closed bool
 }
 
 func (h *cliHarness) NewStore(ctx context.Context) (spate.Store, error) {
-	st, err := h.conn.openOnce(ctx, h.ns, h.ttl)
+	st, err := h.conn.dep.Open(ctx, h.ns, h.ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +131,7 @@ func (h *cliHarness) Close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := h.conn.deleteNamespace(ctx, h.ns)
+	err := h.conn.dep.DeleteJob(ctx, h.ns)
 	if err != nil {
 		h.t.Logf("%s namespace %s: %v", cleanupFailed, h.ns, err)
 	}
@@ -255,7 +258,7 @@ func runConformance(args []string) int {
 		var u *unreachableError
 		if !errors.As(err, &u) { // nothing to clean up on a store never reached
 			dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
-			_ = conn.deleteNamespace(dctx, ns)
+			_ = conn.dep.DeleteJob(dctx, ns)
 			dcancel()
 		}
 		fmt.Println()
@@ -266,7 +269,7 @@ func runConformance(args []string) int {
 	caps := st.Capabilities()
 	_ = st.Close()
 	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
-	_ = conn.deleteNamespace(dctx, ns)
+	_ = conn.dep.DeleteJob(dctx, ns)
 	dcancel()
 	printCapabilities(caps)
 
@@ -279,7 +282,8 @@ func runConformance(args []string) int {
 		}
 	}
 	cfgJSON, _ := json.Marshal(childConfig{URL: sf.url, DataDir: sf.dataDir, EmbedAddr: sf.embedAddr, CAFile: sf.caFile,
-		CertFile: sf.certFile, KeyFile: sf.keyFile, User: sf.user, Password: sf.password, Token: sf.token, Creds: sf.creds, TTL: *ttl,
+		CertFile: sf.certFile, KeyFile: sf.keyFile, User: sf.user, Password: sf.password, Token: sf.token, Creds: sf.creds,
+		PasswordFile: sf.passwordFile, TokenFile: sf.tokenFile, TTL: *ttl,
 		ConnectTimeout: sf.connectTimeout})
 	exe, err := os.Executable()
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+
+	"github.com/spate-go/spate/stores/redis"
 )
 
 // Exit codes.
@@ -203,7 +205,7 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	} else {
 		log = slog.New(slog.NewTextHandler(w, opts))
 	}
-	routeRedisLogs(log)
+	redis.RouteClientLogs(log)
 	return log, nil
 }
 
