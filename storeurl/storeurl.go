@@ -28,8 +28,8 @@ type Options struct {
 	// Password overrides the password_file parameter and the URL's
 	// password, when it resolves to a value.
 	Password Secret
-	// Token (NATS) overrides the token_file parameter, when it resolves to
-	// a value.
+	// Token overrides the token_file parameter, when it resolves to a
+	// value. Only NATS takes a token; the other drivers ignore it.
 	Token Secret
 	// TLS is the client TLS configuration; the ca_file, cert_file and
 	// key_file parameters are applied to a copy of it. Setting it turns TLS

@@ -162,7 +162,12 @@ func parse(raw string) (*Config, error) {
 			continue
 		}
 		if u, err := url.Parse("//" + host); err != nil || u.Host != host || u.User != nil {
-			return nil, c.errorf("invalid server address %q", host)
+			if strings.Contains(raw, "@") {
+				// It may be part of a password holding an unescaped
+				// reserved character: do not show it.
+				return nil, c.errorf("invalid server address (want host:port; percent-escape @ : / , ? # in a user name or password)")
+			}
+			return nil, c.errorf("invalid server address %q (want host:port)", host)
 		}
 		c.Hosts = append(c.Hosts, host)
 	}
