@@ -45,9 +45,6 @@ func openURL(_ context.Context, c *storeurl.Config) (storeurl.Deployment, error)
 	if c.Path != "" && c.Path != "/" {
 		return nil, c.Errorf("etcd URLs take no path (the jobs' root is ?prefix=%s)", DefaultRoot)
 	}
-	if c.Token != "" {
-		return nil, c.Errorf("etcd authenticates with a user and password (or a client certificate), not a token")
-	}
 	root := DefaultRoot
 	if p := c.Params.Get("prefix"); p != "" {
 		root = p

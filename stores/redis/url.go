@@ -34,9 +34,6 @@ func openURL(_ context.Context, c *storeurl.Config) (storeurl.Deployment, error)
 	if len(c.Hosts) != 1 {
 		return nil, c.Errorf("a Redis URL names one server (redis://host:port[/db]); for Cluster or Sentinel use the Go API")
 	}
-	if c.Token != "" {
-		return nil, c.Errorf("Redis authenticates with a user and password (ACL), not a token")
-	}
 	if c.TLS != nil && c.Scheme != "rediss" {
 		return nil, c.Errorf("TLS settings need a rediss:// URL")
 	}
