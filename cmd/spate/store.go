@@ -191,7 +191,7 @@ func (c *connector) hosted() bool { return c.local != nil && c.local.Hosted() }
 // to find on it from here.
 func (c *connector) shared() error {
 	if c.info.InProcess {
-		return fmt.Errorf("%s lives inside one process: there is nothing to inspect from another", c.describe)
+		return fmt.Errorf("%s: there is nothing to inspect from another process", c.describe)
 	}
 	return nil
 }
