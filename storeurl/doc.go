@@ -58,8 +58,9 @@
 // # Secrets
 //
 // A password comes from [Options.Password] if that resolves to a value,
-// else from password_file, else from the URL's user info; a token from
-// [Options.Token], else token_file. A [Secret] names a value, a file or an
+// else from password_file, else from the URL's user info; a token (only
+// NATS uses one; the other drivers ignore it) from [Options.Token], else
+// token_file. A [Secret] names a value, a file or an
 // environment variable, tried in that order. The command spate fills
 // Options.Password from --password, --password-file or $SPATE_STORE_PASSWORD
 // and Options.Token from --token, --token-file or $SPATE_STORE_TOKEN.
