@@ -168,6 +168,13 @@ func (m *Mux) ValidScheme(scheme string) bool {
 // unreadable secret or TLS file are Fatal errors that show the URL
 // redacted ([Redact]).
 func (m *Mux) Open(ctx context.Context, rawURL string, opts Options) (Deployment, error) {
+	// An unknown scheme is the first thing to say: the rest of the URL
+	// may be another kind of URL altogether.
+	if scheme, _, ok := strings.Cut(strings.TrimSpace(rawURL), "://"); ok && schemeSyntax.MatchString(strings.ToLower(scheme)) {
+		if !m.ValidScheme(scheme) {
+			return nil, m.unknownScheme(&Config{redacted: Redact(rawURL)}, strings.ToLower(scheme))
+		}
+	}
 	cfg, err := parse(rawURL)
 	if err != nil {
 		return nil, err
@@ -176,11 +183,7 @@ func (m *Mux) Open(ctx context.Context, rawURL string, opts Options) (Deployment
 	o := m.openers[cfg.Scheme]
 	m.mu.RUnlock()
 	if o == nil {
-		schemes := m.Schemes()
-		if len(schemes) == 0 {
-			return nil, cfg.errorf("unknown scheme %q: no store driver is registered (import one, e.g. _ \"github.com/spate-go/spate/stores/etcd\")", cfg.Scheme)
-		}
-		return nil, cfg.errorf("unknown scheme %q (registered: %s)", cfg.Scheme, strings.Join(schemes, ", "))
+		return nil, m.unknownScheme(cfg, cfg.Scheme)
 	}
 	if err := cfg.resolve(opts); err != nil {
 		return nil, err
@@ -190,6 +193,14 @@ func (m *Mux) Open(ctx context.Context, rawURL string, opts Options) (Deployment
 		return nil, err
 	}
 	return &checked{d: d}, nil
+}
+
+func (m *Mux) unknownScheme(cfg *Config, scheme string) error {
+	schemes := m.Schemes()
+	if len(schemes) == 0 {
+		return cfg.errorf("unknown scheme %q: no store driver is registered (import one, e.g. _ \"github.com/spate-go/spate/stores/etcd\")", scheme)
+	}
+	return cfg.errorf("unknown scheme %q (registered: %s)", scheme, strings.Join(schemes, ", "))
 }
 
 // OpenStore opens the deployment rawURL names and a store over job on it,

@@ -181,6 +181,10 @@ func TestUnknownSchemeListsTheRegisteredOnes(t *testing.T) {
 	assert.ErrorIs(t, err, spate.ErrFatal)
 	assert.Equal(t, `store URL "bogus://alice:xxxxx@h:1": unknown scheme "bogus" (registered: fake, strict)`, err.Error())
 
+	_, err = m.Open(t.Context(), "postgres://u:"+secret+"@h:notaport/db", storeurl.Options{})
+	assert.ErrorContains(t, err, `unknown scheme "postgres" (registered: fake, strict)`, "an unknown scheme comes first")
+	assert.NotContains(t, err.Error(), secret)
+
 	_, err = new(storeurl.Mux).Open(t.Context(), "etcd://h:1", storeurl.Options{})
 	assert.ErrorContains(t, err, `unknown scheme "etcd": no store driver is registered (import one`)
 }
