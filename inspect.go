@@ -75,6 +75,23 @@ type SplitState struct {
 	DamageFix string
 }
 
+// LiveWorkers lists the instance ids of the workers present in the job
+// store holds, sorted: those whose presence key is live. A worker that
+// stopped without leaving stays listed until its presence key expires, one
+// TTL after its last heartbeat. It needs no plan record, so it also sees
+// the workers of a job that is still being planned.
+func LiveWorkers(ctx context.Context, store Store) ([]string, error) {
+	es, err := store.List(ctx, Ephemeral, prefixWorker)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(es))
+	for _, e := range es {
+		ids = append(ids, e.Key[len(prefixWorker):])
+	}
+	return ids, nil
+}
+
 // ErrNoJob is the error [InspectJob] matches when the store
 // holds no job (no plan record): a job that was never started, or whose
 // first worker has not yet written its plan.

@@ -578,19 +578,22 @@ func (f *backfillFlags) progress(con *console, st spate.Store, obs *observer, st
 }
 
 // waitForOthers keeps a hosted embedded store up while other workers use
-// it, until they leave or a signal says to stop now.
+// it, until they leave or a signal says to stop now. It counts the live
+// workers of every job on the store twice a second.
 func (f *backfillFlags) waitForOthers(con *console, conn *connector, sigs *interrupts) {
 	sigs.hold.Store(true)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	changes, err := conn.watchWorkers(ctx)
-	if err != nil {
-		return
-	}
+	stores := map[string]spate.Store{}
+	defer func() {
+		for _, st := range stores {
+			_ = st.Close()
+		}
+	}()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
 	announced := false
 	for {
-		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
-		n, err := conn.liveWorkers(cctx)
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		n, err := conn.liveWorkers(cctx, stores)
 		ccancel()
 		if err != nil || n == 0 {
 			return
@@ -600,10 +603,7 @@ func (f *backfillFlags) waitForOthers(con *console, conn *connector, sigs *inter
 			announced = true
 		}
 		select {
-		case _, ok := <-changes:
-			if !ok {
-				return
-			}
+		case <-tick.C:
 		case <-sigs.notify:
 			con.line("stopping the embedded store now; the other workers wait for it to come back")
 			return

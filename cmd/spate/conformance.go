@@ -39,12 +39,12 @@ type cliHarness struct {
 	ttl  time.Duration
 
 	mu     sync.Mutex
-	stores []*openedStore
+	stores []spate.Store
 	closed bool
 }
 
 func (h *cliHarness) NewStore(ctx context.Context) (spate.Store, error) {
-	st, err := h.conn.openOnce(ctx, h.ns, h.ttl)
+	st, err := h.conn.dep.Open(ctx, h.ns, h.ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +70,7 @@ func (h *cliHarness) Close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := h.conn.deleteNamespace(ctx, h.ns)
+	err := h.conn.dep.DeleteJob(ctx, h.ns)
 	if err != nil {
 		h.t.Logf("%s namespace %s: %v", cleanupFailed, h.ns, err)
 	}
@@ -197,7 +197,7 @@ func runConformance(args []string) int {
 		var u *unreachableError
 		if !errors.As(err, &u) { // nothing to clean up on a store never reached
 			dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
-			_ = conn.deleteNamespace(dctx, ns)
+			_ = conn.dep.DeleteJob(dctx, ns)
 			dcancel()
 		}
 		fmt.Println()
@@ -208,7 +208,7 @@ func runConformance(args []string) int {
 	caps := st.Capabilities()
 	_ = st.Close()
 	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
-	_ = conn.deleteNamespace(dctx, ns)
+	_ = conn.dep.DeleteJob(dctx, ns)
 	dcancel()
 	printCapabilities(caps)
 

@@ -3,7 +3,9 @@
 //	spate demo                                      # the whole product in under a minute
 //	spate backfill --src DIR --dst DIR [flags]      # a worker of a coordinated job
 //	spate inspect  [--store URL] [--job NAME] [--json]
+//	spate jobs     [--store URL] [--long]
 //	spate requeue  SPLIT [--yes] [--store URL] [--job NAME]
+//	spate delete   --job NAME [--force] [--yes] [--store URL]
 //	spate verify   --src DIR --dst DIR
 //	spate conformance --store URL [--coordinator]
 //	spate --version                                 # the build: version, commit, Go toolchain
@@ -61,32 +63,49 @@
 //
 // # Stores
 //
-// --store selects the coordination store by URL:
+// --store selects the coordination store by URL. The command opens it
+// through package storeurl, where every driver registers its schemes; the
+// command itself imports no backend client.
 //
-//   - mem:// — in this process only (one worker; tests and trials).
-//   - etcd://host:port[,host:port...] — an etcd cluster, the production
-//     default. The job's keys live under /spate/<job>/. TLS with --ca-file,
-//     --cert-file, --key-file (then the endpoints are https); auth with
-//     --user and --password. Leases are whole seconds, at least the server's
-//     floor (2 s with etcd's default timing).
+//   - mem:// — in this process only (one worker; tests and trials). jobs,
+//     delete, inspect and requeue refuse it: no other process can reach it.
+//   - etcd://[user:pass@]host:port[,host:port...] and etcds:// (TLS) — an
+//     etcd cluster, the production default. The job's keys live under
+//     /spate/<job>/ (?prefix=/other/ moves the root). TLS also with
+//     --ca-file, --cert-file, --key-file (then the endpoints are https);
+//     auth with --user and --password. Leases are whole seconds, at least
+//     the server's floor (2 s with etcd's default timing).
 //   - redis://[user:pass@]host:port[/db] and rediss:// (TLS) — a Redis
-//     primary that allows Lua scripts; keys under spate:{<job>}:. Redis
-//     records a job's lease, so every worker and tool must use the same
-//     --lease (inspect and requeue read it from the store).
-//   - nats://host:port[,nats://host:port...] and tls://... — NATS
-//     JetStream KV (server 2.11 or newer), one bucket pair per job
-//     (spate_coordination_<job>_state and _lease). ?replicas=3 (or 5) sets
-//     the buckets' replicas (default 1: development only; production wants 3
-//     and the servers' sync_interval: always). Auth with --user and
-//     --password, --token or --creds; TLS with --ca-file, --cert-file,
-//     --key-file. The lease bucket's max age is the job's lease: every
-//     worker uses the same --lease (inspect and requeue read it).
+//     primary that allows Lua scripts; keys under spate:{<job>}:. go-redis's
+//     own URL parameters pass through. Redis records a job's lease, so
+//     every worker and tool must use the same --lease (inspect, requeue,
+//     jobs and delete read it from the store).
+//   - nats://host:port[,host:port...] (or a list of nats:// URLs) and
+//     tls://... — NATS JetStream KV (server 2.11 or newer), one bucket pair
+//     per job (spate_coordination_<job>_state and _lease). ?replicas=3 (or
+//     5) sets the buckets' replicas (default 1: development only;
+//     production wants 3 and the servers' sync_interval: always);
+//     ?creds=FILE or --creds a credentials file. Auth with --user and
+//     --password, or a token (--token, or nats://TOKEN@host); TLS with
+//     --ca-file, --cert-file, --key-file. The lease bucket's max age is the
+//     job's lease: every worker uses the same --lease.
 //
-// Secrets may come from $SPATE_STORE_PASSWORD and $SPATE_STORE_TOKEN
-// instead of flags. Reaching the store at startup (dials, retries of an
-// unreachable store, the driver's startup check) takes at most
-// --connect-timeout; then the command fails, naming the store it was
-// connecting to.
+// Every scheme takes the URL parameters ca_file, cert_file and key_file
+// (TLS material, PEM) and password_file and token_file (a secret read from
+// a file). A flag beats the URL: --user over the URL's user; --password,
+// --password-file or $SPATE_STORE_PASSWORD (the first set) over
+// password_file and the URL's password; --token, --token-file or
+// $SPATE_STORE_TOKEN over token_file. Only NATS uses a token.
+//
+// A store URL is shown only redacted (storeurl.Redact): in the store's
+// description (on stdout, in inspect, in the --history file, in log lines)
+// no user info appears at all, and errors and the commands backfill
+// suggests mask passwords, tokens and secret-looking query values.
+//
+// Reaching the store at startup (dials, retries of an unreachable store,
+// the driver's startup check) takes at most --connect-timeout; then the
+// command fails with "could not connect to STORE: --connect-timeout
+// elapsed", naming the store it was connecting to.
 //
 // Without --store, spate uses its default store: a single-member etcd
 // embedded in the first spate process (production raft timing, data in
@@ -115,6 +134,22 @@
 // runnable, attempts reset, owner cleared, epoch bumped: one fenced
 // compare-and-swap, so a zombie of an earlier tenancy stays fenced). It asks
 // for confirmation on stdin unless --yes.
+//
+// # jobs and delete
+//
+// spate jobs lists the jobs a store holds keys of, one per line (nothing on
+// stdout for an empty store). --long prints a table of each job's state
+// (planning, running, complete, stalled; "no plan" or "unreadable" when it
+// cannot say), splits completed and live workers.
+//
+// spate delete deletes every key of one job: plan, splits, progress,
+// leases, presence. It takes the job from --job (or derives it from --src)
+// and never picks one by itself. A job with live workers (a presence key
+// that has not expired: a killed worker counts until its lease runs out) is
+// refused unless --force, since its workers would lose their plan and
+// leases and stop with an error. It asks for confirmation on stdin unless
+// --yes. The layout knowledge is the driver's (storeurl's DeleteJob): an
+// etcd prefix, a Redis key pattern, a NATS bucket pair.
 //
 // # conformance
 //

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/embedetcd"
+	"github.com/spate-go/spate/storeurl"
 )
 
 // maxThreads caps --threads: every pipeline thread is a driver goroutine
@@ -84,12 +85,15 @@ func required(name, value, what string) error {
 
 // checkLease checks a lease against the protocol's floor and the store's
 // resolution, and the timings derived from it.
-func checkLease(name string, lease time.Duration, storeKind string) error {
+func checkLease(name string, lease time.Duration, store storeurl.Info) error {
 	if lease < spate.MinLeaseDuration {
 		return flagErrorf("--%s %v: must be at least %v", name, lease, spate.MinLeaseDuration)
 	}
-	if storeKind == "etcd" && lease%time.Second != 0 {
-		return flagErrorf("--%s %v: etcd leases are whole seconds", name, lease)
+	if r := store.TTLResolution; r > 0 && lease%r != 0 {
+		if r == time.Second {
+			return flagErrorf("--%s %v: %s leases are whole seconds", name, lease, store.Driver)
+		}
+		return flagErrorf("--%s %v: %s leases are multiples of %v", name, lease, store.Driver, r)
 	}
 	cfg := spate.TimingsForLease(lease)
 	cfg.InstanceID = "check"
@@ -111,34 +115,34 @@ func checkAddr(name, addr string) error {
 }
 
 // validate checks the store flags without reaching the store or creating
-// anything, and returns the store's kind (etcd for the default store).
-func (f *storeFlags) validate() (kind string, err error) {
+// anything, and describes the store (an etcd for the default store).
+func (f *storeFlags) validate() (storeurl.Info, error) {
 	if err := positive("connect-timeout", f.connectTimeout); err != nil {
-		return "", err
+		return storeurl.Info{}, err
 	}
 	if f.url == "" {
 		if f.dataDir == "" {
-			return "", flagErrorf("--data-dir is empty: the default store needs a data directory")
+			return storeurl.Info{}, flagErrorf("--data-dir is empty: the default store needs a data directory")
 		}
 		if err := checkAddr("embed-addr", f.embedAddr); err != nil {
-			return "", err
+			return storeurl.Info{}, err
 		}
-		return "etcd", nil
+		return storeurl.Info{Driver: "etcd", TTLResolution: time.Second, MinTTL: embeddedLeaseFloor}, nil
 	}
-	// Connecting to a store URL only parses it (and reads the TLS files):
-	// nothing is dialled or created.
+	// Connecting to a store URL only parses it (and reads the secret and
+	// TLS files): nothing is dialled or created.
 	c, err := f.connect(context.Background(), nil, connectExisting)
 	if err != nil {
-		return "", flagErrorf("%s", strings.TrimPrefix(err.Error(), "spate: "))
+		return storeurl.Info{}, flagErrorf("%s", strings.TrimPrefix(err.Error(), "spate: "))
 	}
 	c.close()
-	return c.kind, nil
+	return c.info, nil
 }
 
 // validate checks every backfill flag without reaching the store or
 // creating anything: a bad flag is a one-line error naming it.
 func (f *backfillFlags) validate(fs *flag.FlagSet, pos []string) error {
-	var kind string
+	var store storeurl.Info
 	if !explicitlySet(fs, "commit-interval") {
 		f.commitInterval = min(f.commitInterval, f.lease) // a short lease commits at least once per lease
 	}
@@ -146,8 +150,8 @@ func (f *backfillFlags) validate(fs *flag.FlagSet, pos []string) error {
 		func() error { return noPositional(pos) },
 		func() error { return required("src", f.src, "the directory (or bucket URL) to copy") },
 		func() error { return required("dst", f.dst, "the directory to write the output to") },
-		func() (err error) { kind, err = f.store.validate(); return err },
-		func() error { return checkLease("lease", f.lease, kind) },
+		func() (err error) { store, err = f.store.validate(); return err },
+		func() error { return checkLease("lease", f.lease, store) },
 		func() error {
 			if f.store.url == "" && f.lease < embeddedLeaseFloor {
 				return flagErrorf("--lease %v: the default store (an embedded etcd) grants leases of at least %v", f.lease, embeddedLeaseFloor)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/storeurl"
 )
 
 // jobFlags pick a job on a store: --job, or the job backfill derives from
@@ -35,10 +36,9 @@ func (j *jobFlags) register(fs *flag.FlagSet) {
 // checkStoreJobLog checks the flags inspect and requeue share, and that
 // no positional argument is left.
 func checkStoreJobLog(pos []string, sf *storeFlags, jf *jobFlags, lf *logFlags) error {
-	var kind string
 	return checkFlags(
 		func() error { return noPositional(pos) },
-		func() (err error) { kind, err = sf.validate(); return err },
+		func() error { _, err := sf.validate(); return err },
 		func() error {
 			if jf.job == "" {
 				return nil
@@ -48,18 +48,15 @@ func checkStoreJobLog(pos []string, sf *storeFlags, jf *jobFlags, lf *logFlags) 
 			}
 			return nil
 		},
-		func() error {
-			if kind == "etcd" {
-				kind = "" // inspect rounds the lease to whole seconds itself
-			}
-			return checkLease("lease", jf.lease, kind)
-		},
+		// The store's resolution does not apply: the lease is rounded to
+		// it before the job is opened.
+		func() error { return checkLease("lease", jf.lease, storeurl.Info{}) },
 		lf.validate,
 	)
 }
 
 // openJob connects, resolves the job and opens a store over it.
-func openJob(ctx context.Context, sf *storeFlags, jf *jobFlags, log *slog.Logger) (*connector, *openedStore, string, error) {
+func openJob(ctx context.Context, sf *storeFlags, jf *jobFlags, log *slog.Logger) (*connector, spate.Store, string, error) {
 	conn, err := sf.connect(ctx, log, connectExisting)
 	if err != nil {
 		return nil, nil, "", err
@@ -75,14 +72,7 @@ func openJob(ctx context.Context, sf *storeFlags, jf *jobFlags, log *slog.Logger
 		}
 		return nil, nil, "", err
 	}
-	ttl := jf.lease
-	if rec, ok := conn.recordedTTL(cctx, job); ok {
-		ttl = rec
-	}
-	if conn.kind == "etcd" {
-		ttl = max(ttl.Round(time.Second), 2*time.Second)
-	}
-	st, err := conn.open(cctx, job, ttl, sf.connectTimeout)
+	st, err := conn.open(cctx, job, conn.readTTL(cctx, job, jf.lease), sf.connectTimeout)
 	if err != nil {
 		conn.close()
 		return nil, nil, "", conn.openError(err)
@@ -91,6 +81,9 @@ func openJob(ctx context.Context, sf *storeFlags, jf *jobFlags, log *slog.Logger
 }
 
 func resolveJob(ctx context.Context, conn *connector, jf *jobFlags) (string, error) {
+	if err := conn.shared(); err != nil {
+		return "", err
+	}
 	job := jf.job
 	if job == "" && jf.src != "" {
 		loc, err := inputLocation(jf.src)
@@ -103,7 +96,7 @@ func resolveJob(ctx context.Context, conn *connector, jf *jobFlags) (string, err
 		if err := validateJob(job); err != nil {
 			return "", err
 		}
-		ok, err := conn.jobExists(ctx, job)
+		ok, err := conn.dep.JobExists(ctx, job)
 		if err != nil {
 			return "", fmt.Errorf("look up job %s on %s: %w", job, conn.describe, err)
 		}
@@ -112,7 +105,7 @@ func resolveJob(ctx context.Context, conn *connector, jf *jobFlags) (string, err
 		}
 		return job, nil
 	}
-	jobs, err := conn.jobs(ctx)
+	jobs, err := conn.dep.Jobs(ctx)
 	if err != nil {
 		return "", fmt.Errorf("list the jobs on %s: %w", conn.describe, err)
 	}

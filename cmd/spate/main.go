@@ -12,6 +12,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+
+	"github.com/spate-go/spate/stores/redis"
 )
 
 // Exit codes.
@@ -37,7 +39,9 @@ func init() {
 		{"backfill", "copy every line of a directory's files into another, coordinated across processes", runBackfill},
 		{"demo", "run a self-contained fleet demo: workers, a killed worker, takeover, verification", runDemo},
 		{"inspect", "show a job's plan, members and splits", runInspect},
+		{"jobs", "list the jobs on a store", runJobs},
 		{"requeue", "put a quarantined split back into play", runRequeue},
+		{"delete", "delete a job's keys from its store (not while workers run it, unless --force)", runDelete},
 		{"verify", "check that every input line of a backfill reached its output", runVerify},
 		{"conformance", "run the store conformance suite against a live store", runConformance},
 	}
@@ -202,7 +206,7 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	} else {
 		log = slog.New(slog.NewTextHandler(w, opts))
 	}
-	routeRedisLogs(log)
+	redis.RouteClientLogs(log)
 	return log, nil
 }
 

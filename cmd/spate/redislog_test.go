@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"path/filepath"
 	"strconv"
@@ -15,20 +13,6 @@ import (
 
 	"github.com/spate-go/spate/internal/freeport"
 )
-
-// go-redis's log lines become slog records: JSON with --log-format json,
-// without go-redis's own "redis: " prefix, marked with their component.
-func TestRedisLoggerWritesSlogRecords(t *testing.T) {
-	var buf bytes.Buffer
-	log, err := (&logFlags{format: "json", level: "warn"}).logger(&buf)
-	require.NoError(t, err)
-	redisLogger{log: log}.Printf(context.Background(), "redis: connection pool: failed to dial after %d attempts: %s", 5, "refused")
-	var rec map[string]any
-	require.NoError(t, json.Unmarshal(buf.Bytes(), &rec), buf.String())
-	assert.Equal(t, "WARN", rec["level"])
-	assert.Equal(t, "connection pool: failed to dial after 5 attempts: refused", rec["msg"])
-	assert.Equal(t, "go-redis", rec["component"])
-}
 
 // End to end: a backfill against a Redis nobody serves, with --log-format
 // json, writes only JSON records to stderr, go-redis's included, and then

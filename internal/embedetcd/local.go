@@ -30,8 +30,13 @@ type LocalOptions struct {
 	// PeerAddr is the raft peer listener; default the client port + 10 on
 	// the same host.
 	PeerAddr string
-	// Logger receives the hosted server's logs; nil discards them.
+	// Logger receives the hosted server's logs; nil discards them, unless
+	// LogFile is set.
 	Logger *zap.Logger
+	// LogFile, when Logger is nil, receives the hosted server's warnings
+	// and errors. It is created (with its directory) only by a process that
+	// starts the server.
+	LogFile string
 	// JoinTimeout bounds the wait for another process that is starting the
 	// server. Default 30s.
 	JoinTimeout time.Duration
@@ -145,6 +150,13 @@ func StartOrJoin(ctx context.Context, opts LocalOptions) (*Local, error) {
 	}
 	_ = lock.Truncate(0)
 	_, _ = lock.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	if opts.Logger == nil && opts.LogFile != "" {
+		if opts.Logger, err = fileLogger(opts.LogFile); err != nil {
+			_ = unlockFile(lock)
+			lock.Close()
+			return nil, fmt.Errorf("embedetcd: log file: %w", err)
+		}
+	}
 	e, err := Start(Member{
 		Dir:                     opts.DataDir,
 		ClientURL:               url.URL{Scheme: "http", Host: opts.ClientAddr},
@@ -192,4 +204,17 @@ func waitAndJoin(ctx context.Context, opts LocalOptions, lockPath string, joined
 		case <-tick.C:
 		}
 	}
+}
+
+// fileLogger sends warnings and errors to a file.
+func fileLogger(path string) (*zap.Logger, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	cfg := zap.NewProductionConfig()
+	cfg.Level = zap.NewAtomicLevelAt(zap.WarnLevel)
+	cfg.OutputPaths = []string{path}
+	cfg.ErrorOutputPaths = []string{path}
+	cfg.Sampling = nil
+	return cfg.Build()
 }

@@ -56,12 +56,19 @@ func (s *Store) classify(ctx context.Context, op, key string, err error) error {
 	if s.cli.Ctx().Err() != nil {
 		return fmt.Errorf("etcd: %s: the etcd client was closed by its owner while the store is open: %w: %w", what, err, spate.ErrFatal)
 	}
-	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("etcd: %s: %w: %w", what, err, spate.ErrRetryable)
-	}
-	if errors.Is(err, rpctypes.ErrRequestTooLarge) {
+	if ctx.Err() == nil && errors.Is(err, rpctypes.ErrRequestTooLarge) {
 		return fmt.Errorf("etcd: %s: the server rejected the request as too large; MaxValueSize (%d) must stay below the server's --max-request-bytes minus %d bytes: %w: %w: %w",
 			what, s.maxValue, requestOverhead, err, spate.ErrValueTooLarge, spate.ErrFatal)
+	}
+	return classifyCall(ctx, what, err)
+}
+
+// classifyCall wraps err from an etcd call described by what with its
+// spate class: a done ctx and transport trouble are Retryable, server
+// answers that no retry cures Fatal (with what to fix).
+func classifyCall(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("etcd: %s: %w: %w", what, err, spate.ErrRetryable)
 	}
 	for _, h := range fatalHints {
 		if errors.Is(err, h.err) {

@@ -156,6 +156,9 @@ type Store struct {
 	// lagHook, set only by tests, runs when a watcher is cut for lagging.
 	lagHook func()
 
+	// ownsClient: the store was opened by URL and closes its client.
+	ownsClient bool
+
 	mu     sync.Mutex
 	closed bool
 }
@@ -233,8 +236,9 @@ func (s *Store) Capabilities() spate.Capabilities {
 const ExpiryLatency = time.Second
 
 // Close ends every watch and the lease reaper; later calls fail with
-// ErrClosed. It never closes the client. Leases the store granted and did
-// not revoke expire on their own within one TTL. Idempotent.
+// ErrClosed. It never closes a client the caller passed to New (a store
+// opened by URL closes the client it made). Leases the store granted and
+// did not revoke expire on their own within one TTL. Idempotent.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -245,6 +249,9 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
+	if s.ownsClient {
+		_ = s.cli.Close()
+	}
 	return nil
 }
 

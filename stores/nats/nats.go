@@ -114,6 +114,10 @@ type Store struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// ownedConn is the connection of a store opened by URL, which Close
+	// closes.
+	ownedConn *natsgo.Conn
+
 	mu     sync.Mutex
 	closed bool
 }
@@ -328,8 +332,9 @@ func capabilities(o Options) spate.Capabilities {
 	}
 }
 
-// Close ends the store's watches and leaves the connection open; later calls
-// fail with ErrClosed. Idempotent.
+// Close ends the store's watches and leaves a connection the caller passed
+// to New open (a store opened by URL closes the connection it made); later
+// calls fail with ErrClosed. Idempotent.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -340,6 +345,9 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
+	if s.ownedConn != nil {
+		s.ownedConn.Close()
+	}
 	return nil
 }
 

@@ -149,6 +149,9 @@ type Store struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // sweeper and watches
 
+	// ownsClient: the store was opened by URL and closes its client.
+	ownsClient bool
+
 	mu     sync.Mutex
 	closed bool
 }
@@ -373,7 +376,8 @@ func (s *Store) Capabilities() spate.Capabilities {
 // Close stops this client's sweep and ends its watches: their channels
 // close at once, and Close returns when their reads of the change log have
 // ended, within about a second (the longest a read blocks on the server).
-// It does not close the client. Idempotent.
+// It does not close a client the caller passed to New (a store opened by
+// URL closes the client it made). Idempotent.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -384,6 +388,9 @@ func (s *Store) Close() error {
 	s.cancel()
 	s.mu.Unlock()
 	s.wg.Wait()
+	if s.ownsClient {
+		_ = s.c.Close()
+	}
 	return nil
 }
 

@@ -1,0 +1,85 @@
+package nats_test
+
+import (
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/natstest"
+	"github.com/spate-go/spate/storeurl"
+	"github.com/spate-go/spate/storeurl/storeurltest"
+)
+
+func hostOf(t *testing.T, raw string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	require.NoError(t, err)
+	return u.Host
+}
+
+func TestURLDeployment(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	storeurltest.Run(t, srv.URL, storeurl.Options{}, 2*time.Second)
+}
+
+// TLS with a CA file and a password from a file, in the URL.
+func TestURLDeploymentTLSAndPassword(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t, natstest.WithTLS(false), natstest.WithUserPassword("spate", "s3cret"))
+	pw := filepath.Join(t.TempDir(), "pw")
+	require.NoError(t, os.WriteFile(pw, []byte("s3cret\n"), 0o600))
+	raw := "tls://spate@" + hostOf(t, srv.URL) + "?replicas=1&ca_file=" + srv.CAFile + "&password_file=" + pw
+	storeurltest.Run(t, raw, storeurl.Options{}, 2*time.Second)
+	d, err := storeurl.Open(t.Context(), raw, storeurl.Options{})
+	require.NoError(t, err)
+	defer d.Close()
+	assert.True(t, d.Info().TLS)
+	assert.Equal(t, "nats at tls://"+hostOf(t, srv.URL)+" (buckets R1)", d.Info().Description)
+}
+
+// A lone user name is a token, as nats.go reads it; a wrong one is Fatal
+// and not shown.
+func TestURLDeploymentToken(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t, natstest.WithToken("right-token"))
+	host := hostOf(t, srv.URL)
+	storeurltest.Run(t, "nats://right-token@"+host, storeurl.Options{}, 2*time.Second)
+
+	d, err := storeurl.Open(t.Context(), "nats://wrong-token@"+host, storeurl.Options{})
+	require.NoError(t, err)
+	defer d.Close()
+	assert.Equal(t, "nats at nats://"+host+" (buckets R1)", d.Info().Description)
+	_, err = d.Open(t.Context(), "j", 2*time.Second)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, spate.ErrFatal)
+	assert.Contains(t, err.Error(), "authentication failed")
+	assert.NotContains(t, err.Error(), "wrong-token")
+}
+
+func TestURLDeploymentCreds(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t, natstest.WithCreds())
+	storeurltest.Run(t, "nats://"+hostOf(t, srv.URL)+"?creds="+srv.CredsFile, storeurl.Options{}, 2*time.Second)
+}
+
+func TestURLRefusals(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string]string{
+		"nats://":                     "names no NATS server",
+		"nats://h:1/x":                "take no path",
+		"nats://h:1?replicas=2":       "replicas must be 1, 3 or 5",
+		"nats://a:s3cret@h:1?bogus=1": `unknown parameter "bogus" (nats:// takes replicas, creds`,
+	} {
+		_, err := storeurl.Open(t.Context(), raw, storeurl.Options{})
+		require.Error(t, err, raw)
+		assert.ErrorContains(t, err, want, raw)
+		assert.NotContains(t, err.Error(), "s3cret")
+	}
+}
