@@ -167,7 +167,10 @@ func (s *Source) TakeFinishing() []spate.SplitID {
 	return out
 }
 
-// BeginRevoke stops the lane's intake after its last emitted line.
+// BeginRevoke stops the lane's intake after its last emitted line. The
+// split is also reported finishing: its drain ends at a commit of all it
+// emitted (DrainReady), which the hint has made at once rather than at
+// the next commit tick.
 func (s *Source) BeginRevoke(id spate.SplitID) bool {
 	st := s.state(id)
 	if st == nil {
@@ -176,6 +179,7 @@ func (s *Source) BeginRevoke(id spate.SplitID) bool {
 	st.lane.stopIntake()
 	s.mu.Lock()
 	st.draining = true
+	s.finishing = append(s.finishing, id)
 	s.mu.Unlock()
 	return true
 }
