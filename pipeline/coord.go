@@ -57,8 +57,10 @@ type SplitSource interface {
 	// CloseSplit ends a tenancy: detach, never block. No EncodeCommit or
 	// Sweep follows for that tenancy.
 	CloseSplit(split spate.SplitID)
-	// TakeFinishing returns the splits whose lanes decided end of input
-	// since the last call (a latency hint).
+	// TakeFinishing returns the splits whose lanes decided end of input,
+	// or whose drain began (BeginRevoke), since the last call: a latency
+	// hint, which has their partitions committed promptly rather than at
+	// the next commit tick.
 	TakeFinishing() []spate.SplitID
 	// BeginRevoke stops the split's intake at a safe boundary, keeping its
 	// commit state, and returns true; false declines (the coordinator then
@@ -310,7 +312,9 @@ func (d *CoordinationDriver[C]) PollEvents(src SplitSource, timeout time.Duratio
 	if finishing := src.TakeFinishing(); len(finishing) > 0 {
 		var parts []PartitionID
 		for _, s := range finishing {
-			if t := d.held[s]; t != nil && t.state == tenancyLive {
+			// A draining split's drain ends at a commit of all it emitted:
+			// it is chased like a finishing one, not left to the tick.
+			if t := d.held[s]; t != nil && (t.state == tenancyLive || t.state == tenancyDraining) && !t.fenced {
 				parts = append(parts, t.partition)
 			}
 		}

@@ -538,6 +538,14 @@ func TestDriverDrainingTenancies(t *testing.T) {
 			t.Fatalf("commits %v: draining commits must land without completion", got)
 		}
 	})
+	t.Run("a drain's finishing hint is chased like a finishing split's", func(t *testing.T) {
+		f, pa, _ := setup(t)
+		f.src.finishing = []spate.SplitID{sid("a")}
+		ev := f.expect(pipeline.CommitReady)
+		if !slices.Equal(ev.Partitions, []pipeline.PartitionID{pa}) {
+			t.Fatalf("partitions %v: a draining split waits for a commit of what it emitted, so it is chased", ev.Partitions)
+		}
+	})
 	t.Run("a completed drain releases exactly one split barrier-less", func(t *testing.T) {
 		f, _, lane := setup(t)
 		p := spate.NewSplitProgress(7, nil)

@@ -78,7 +78,9 @@ type SinkOptions struct {
 	// 128 MiB.
 	BatchMaxRecords int
 	BatchMaxBytes   int64
-	// Linger is how long a partial batch waits for more chunks. Default 1s.
+	// Linger is how long a partial batch waits for more chunks before it
+	// is handed to the writer; while the writer is busy it takes in more
+	// anyway, up to the batch caps. Default 1s.
 	Linger time.Duration
 	// RetryInitial, RetryMax and RetryJitter shape the write backoff
 	// (doubling). Defaults 100ms, 10s, 0.2.
@@ -350,11 +352,15 @@ func (b *sinkBatch) flat(scratch *[]Record) []Record {
 }
 
 // worker is a shard's intake: it takes chunks off the queue into a batch
-// and hands full (or lingered) batches to the shard's writer, so the queue
-// keeps draining while a write is under way. One batch is written while
-// the next one is handed over; a third blocks the intake (backpressure).
+// and hands the batch to the shard's writer once it is full or has
+// lingered, so the queue keeps draining while a write is under way. A
+// lingered batch that the writer is not free to take yet goes on taking
+// chunks until the writer takes it (or it is full): a slow write makes the
+// next batch bigger — one write and one durability barrier for all of it —
+// instead of stalling the intake behind a small batch. Only a full batch
+// waiting for the writer blocks the intake (backpressure).
 func (s *SinkRuntime) worker(shard int) {
-	writes := make(chan *sinkBatch, 1)
+	writes := make(chan *sinkBatch) // unbuffered: taken when the writer is free
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
@@ -372,6 +378,9 @@ func (s *SinkRuntime) worker(shard int) {
 	b := &sinkBatch{}
 	var linger *time.Timer
 	var lingerC <-chan time.Time
+	// ready: the batch lingered (or the drain wants it out); it goes to the
+	// writer as soon as the writer takes it.
+	ready := false
 	take := func(ch *chunk) {
 		s.h.depth[shard].Set(float64(s.depth[shard].Add(-1)))
 		b.chunks = append(b.chunks, ch.records)
@@ -380,11 +389,16 @@ func (s *SinkRuntime) worker(shard int) {
 		b.bytes += ch.bytes
 		b.acks.Absorb(&ch.acks)
 	}
-	flush := func() {
+	stopLinger := func() {
 		if linger != nil {
 			linger.Stop()
 			linger, lingerC = nil, nil
 		}
+	}
+	// flush hands the batch over, waiting for the writer.
+	flush := func() {
+		stopLinger()
+		ready = false
 		if b.records == 0 && b.acks.Len() == 0 {
 			return
 		}
@@ -405,7 +419,14 @@ func (s *SinkRuntime) worker(shard int) {
 			}
 			return
 		}
+		var send chan<- *sinkBatch // nil (never ready) unless the batch is due
+		if ready {
+			send = writes
+		}
 		select {
+		case send <- b:
+			ready = false
+			b = &sinkBatch{}
 		case ch, ok := <-q:
 			if !ok {
 				flush()
@@ -417,18 +438,17 @@ func (s *SinkRuntime) worker(shard int) {
 			case full:
 				flush()
 			case s.draining.Load():
-				// Nothing to linger for while draining, unless more is
-				// queued right behind.
-				if len(q) == 0 {
-					flush()
-				}
-			case linger == nil:
+				// Nothing to linger for while draining: out as soon as the
+				// writer is free, with whatever is queued behind it by then.
+				stopLinger()
+				ready = true
+			case linger == nil && !ready:
 				linger = time.NewTimer(s.opts.Linger)
 				lingerC = linger.C
 			}
 		case <-lingerC:
 			linger, lingerC = nil, nil
-			flush()
+			ready = true
 		case <-s.workCtx.Done():
 		}
 	}

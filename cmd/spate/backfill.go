@@ -382,8 +382,9 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 		// A signal stops reading at once: unfinished splits are handed back
 		// first, then the sinks flush and the final commit runs.
 		StopReserve: f.drainTimeout,
+		MinPause:    backfillMinPause,
 	}
-	sinkOpts := pipeline.SinkOptions{Shards: 2, Linger: 50 * time.Millisecond}
+	sinkOpts := pipeline.SinkOptions{Shards: 2, QueueCapacity: backfillQueueChunks, Linger: backfillLinger}
 	rt, err := pipeline.Build(pcfg, source, newPacer(f.rate).stages(),
 		[]pipeline.SinkSpec{{Name: "file", Sink: sink, Options: sinkOpts}},
 		pipeline.WithLogger(log), pipeline.WithRegisterer(reg))
@@ -423,6 +424,22 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	}
 	return code
 }
+
+// The copy's pipeline tuning. Reading local files outruns writing and
+// fsyncing them, so the sink queues fill up whenever an fsync is slow,
+// and the runtime's defaults then cost far more than the fsync (issue
+// 17): a driver that waits 10ms for room pauses for at least 500ms, long
+// after the sink has caught up, and every batch waited 50ms for more
+// chunks, which at the end of a split delays its completion and the next
+// split's start. So a pause lasts at least 20ms (it still ends only once
+// the queues are half empty), a shard's queue holds 64 chunks (4 MiB) to
+// ride out an fsync, and a batch lingers 5ms (while a write is under way,
+// the next batch takes in everything that arrives anyway).
+const (
+	backfillMinPause    = 20 * time.Millisecond
+	backfillQueueChunks = 64
+	backfillLinger      = 5 * time.Millisecond
+)
 
 // config is the coordinator's configuration: the timings derived from
 // --lease, and the flags'.

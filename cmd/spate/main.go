@@ -48,7 +48,7 @@ func init() {
 }
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	os.Exit(withProfiles(func() int { return run(os.Args[1:]) }))
 }
 
 func run(args []string) int {

@@ -2,6 +2,7 @@ package filesource_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -131,7 +132,8 @@ func openLane(t *testing.T, src *filesource.Source, spec spate.SplitSpec, progre
 }
 
 // readUntilDone polls until the lane has nothing left to read (a failed
-// read returns an empty batch without ending the lane).
+// read returns an empty batch without ending the lane). It keeps copies of
+// the payloads: a lane reuses their memory on its next poll.
 func readUntilDone(t *testing.T, src *filesource.Source, id spate.SplitID, l pipeline.Lane, max int) []pipeline.RawPayload {
 	t.Helper()
 	var out []pipeline.RawPayload
@@ -146,7 +148,11 @@ func readUntilDone(t *testing.T, src *filesource.Source, id spate.SplitID, l pip
 			}
 			continue
 		}
-		out = append(out, b.Payloads...)
+		for _, p := range b.Payloads {
+			p.Key = bytes.Clone(p.Key)
+			p.Value = bytes.Clone(p.Value)
+			out = append(out, p)
+		}
 		b.Ack.Release()
 	}
 	t.Fatal("lane never ended")

@@ -143,8 +143,8 @@ func TestShrunkFileIsPoison(t *testing.T) {
 func TestFileShrinkingMidReadIsPoison(t *testing.T) {
 	dir := t.TempDir()
 	var sb strings.Builder
-	for i := range 20000 {
-		fmt.Fprintf(&sb, "line-%05d\n", i) // 11 bytes a line, 220 kB: more than a read buffer
+	for i := range 80000 {
+		fmt.Fprintf(&sb, "line-%05d\n", i) // 11 bytes a line, 880 kB: several read buffers
 	}
 	corpus(t, dir, map[string]string{"a": sb.String()})
 	members, _ := filesource.ListFiles(context.Background(), dir)
@@ -157,7 +157,7 @@ func TestFileShrinkingMidReadIsPoison(t *testing.T) {
 		t.Fatalf("first poll: %v %v", b, err)
 	}
 	b.Ack.Release()
-	if err := os.Truncate(filepath.Join(dir, "a"), 150000+3); err != nil { // inside line 13636
+	if err := os.Truncate(filepath.Join(dir, "a"), 600000+3); err != nil { // inside line 54545
 		t.Fatal(err)
 	}
 	got := readUntilDone(t, src, spec.ID, l, 500)
@@ -169,10 +169,10 @@ func TestFileShrinkingMidReadIsPoison(t *testing.T) {
 			t.Fatalf("the cut-off tail %q was emitted as a line", p.Value)
 		}
 	}
-	if last := string(got[len(got)-1].Value); last >= "line-13636" {
+	if last := string(got[len(got)-1].Value); last >= "line-54545" {
 		t.Fatalf("read up to %s, past the cut", last)
 	}
-	if len(reasons) != 1 || !strings.Contains(reasons[0], "planned 220000") {
+	if len(reasons) != 1 || !strings.Contains(reasons[0], "planned 880000") {
 		t.Fatalf("poison reasons %q", reasons)
 	}
 }

@@ -1,7 +1,7 @@
 package filesource
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -167,7 +167,10 @@ func (s *Source) TakeFinishing() []spate.SplitID {
 	return out
 }
 
-// BeginRevoke stops the lane's intake after its last emitted line.
+// BeginRevoke stops the lane's intake after its last emitted line. The
+// split is also reported finishing: its drain ends at a commit of all it
+// emitted (DrainReady), which the hint has made at once rather than at
+// the next commit tick.
 func (s *Source) BeginRevoke(id spate.SplitID) bool {
 	st := s.state(id)
 	if st == nil {
@@ -176,6 +179,7 @@ func (s *Source) BeginRevoke(id spate.SplitID) bool {
 	st.lane.stopIntake()
 	s.mu.Lock()
 	st.draining = true
+	s.finishing = append(s.finishing, id)
 	s.mu.Unlock()
 	return true
 }
@@ -205,6 +209,12 @@ func (s *Source) Unfinished(id spate.SplitID) bool {
 }
 
 // lane reads one split's lines.
+//
+// It reads each member in large blocks into a buffer of its own and cuts
+// the lines out of it: a batch's values point into the buffer and its keys
+// into a key arena, both reused from one poll to the next (the runtime is
+// done with a batch's payloads before the lane's next poll), so a line
+// costs no allocation and no copy here.
 type lane struct {
 	id          pipeline.LaneID
 	part        pipeline.PartitionID
@@ -216,20 +226,29 @@ type lane struct {
 	onExhausted func()
 
 	mu      sync.Mutex
-	pos     int64 // split offset of the next unread byte
+	pos     int64 // split offset of the next line not yet emitted
 	emitted int64 // end of the last emitted line
 	fileIdx int   // member being read; -1 before positioning
 	base    int64 // split offset of the member's first byte
 	f       io.ReadCloser
-	r       *bufio.Reader
-	left    int64 // bytes of the member left to read
-	started bool
+	// buf[r:w] holds the member's bytes from pos on, read and not yet
+	// emitted; unread counts the member's bytes not yet read into buf.
+	buf      []byte
+	r, w     int
+	unread   int64
+	keys     []byte // this poll's keys
+	payloads []pipeline.RawPayload
+	started  bool
 	// readFailures counts failed opens and reads since the last line read.
 	readFailures int
 	exhausted    bool
 	stopped      bool
 	failed       bool
 }
+
+// laneBufSize is a lane's read size and initial buffer; a line longer than
+// the buffer grows it.
+const laneBufSize = 256 << 10
 
 func (l *lane) ID() pipeline.LaneID             { return l.id }
 func (l *lane) Partition() pipeline.PartitionID { return l.part }
@@ -250,9 +269,15 @@ func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, err
 			return nil, nil
 		}
 	}
-	var payloads []pipeline.RawPayload
-	for len(payloads) < maxRecords {
-		if l.r == nil {
+	// The previous batch's payloads are no longer used: their memory is
+	// this poll's.
+	l.payloads = l.payloads[:0]
+	l.keys = l.keys[:0]
+	if l.r == l.w {
+		l.r, l.w = 0, 0
+	}
+	for len(l.payloads) < maxRecords {
+		if l.f == nil {
 			if l.fileIdx >= len(l.files) {
 				break
 			}
@@ -264,44 +289,33 @@ func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, err
 				}
 				break
 			}
-			if l.r == nil {
+			if l.f == nil {
 				continue // an empty member
 			}
 		}
-		start := l.pos - l.base
-		line, err := l.r.ReadBytes('\n')
-		if err == io.EOF && int64(len(line)) < l.left {
-			// The stream ended before the planned size: the object shrank
-			// (the reopen finds that out and makes the split poison) or a
-			// transfer was cut short (the reopen resumes it).
-			err = fmt.Errorf("%s ended %d bytes before its planned size", l.files[l.fileIdx].Name, l.left-int64(len(line)))
+		if i := bytes.IndexByte(l.buf[l.r:l.w], '\n'); i >= 0 {
+			l.emit(i+1, i)
+			continue
 		}
-		if err != nil && err != io.EOF {
+		if l.unread == 0 {
+			// The member is read to its planned size: what is left is its
+			// last line, without a newline.
+			if n := l.w - l.r; n > 0 {
+				l.emit(n, n)
+			}
+			l.nextFile()
+			continue
+		}
+		if l.w == len(l.buf) && !l.makeRoom() {
+			break // this batch's values fill the buffer: the next poll reads on
+		}
+		if err := l.fill(); err != nil {
 			// Nothing of a line cut short by a failed read is emitted.
 			l.readFailedLocked(err)
 			break
 		}
-		if len(line) > 0 {
-			l.readFailures = 0
-			l.pos += int64(len(line))
-			l.left -= int64(len(line))
-			value := line
-			if value[len(value)-1] == '\n' {
-				value = value[:len(value)-1]
-			}
-			payloads = append(payloads, pipeline.RawPayload{
-				Key:       []byte(l.files[l.fileIdx].Name + ":" + strconv.FormatInt(start, 10)),
-				Value:     value,
-				Partition: l.part,
-				Offset:    l.pos - 1,
-			})
-		}
-		if err == io.EOF {
-			l.nextFile()
-			continue
-		}
 	}
-	if len(payloads) == 0 {
+	if len(l.payloads) == 0 {
 		if !l.failed && l.fileIdx >= len(l.files) {
 			// Decided only on an empty poll after the last batch.
 			l.exhausted = true
@@ -318,9 +332,80 @@ func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, err
 		return nil, nil
 	}
 	l.emitted = l.pos
-	last := payloads[len(payloads)-1].Offset
+	last := l.payloads[len(l.payloads)-1].Offset
+	payloads := l.payloads
 	l.mu.Unlock()
 	return &pipeline.Batch{Payloads: payloads, Ack: l.issuer.Issue(l.part, last)}, nil
+}
+
+// emit cuts the next line, n bytes of which the first value are the line's
+// own (n less its newline, if any), out of the buffer.
+func (l *lane) emit(n, value int) {
+	start := l.pos - l.base
+	name := l.files[l.fileIdx].Name
+	if need := len(name) + 21; len(l.keys)+need > cap(l.keys) {
+		// A new arena: the keys cut so far keep the old one.
+		l.keys = make([]byte, 0, max(2*cap(l.keys), 16<<10, need))
+	}
+	k := len(l.keys)
+	l.keys = append(l.keys, name...)
+	l.keys = append(l.keys, ':')
+	l.keys = strconv.AppendInt(l.keys, start, 10)
+	l.readFailures = 0
+	l.pos += int64(n)
+	l.payloads = append(l.payloads, pipeline.RawPayload{
+		Key:       l.keys[k:len(l.keys):len(l.keys)],
+		Value:     l.buf[l.r : l.r+value : l.r+value],
+		Partition: l.part,
+		Offset:    l.pos - 1,
+	})
+	l.r += n
+}
+
+// makeRoom frees the buffer's end for a read: it moves the unemitted
+// bytes to the front, or grows the buffer when they fill it (a line longer
+// than the buffer). It reports false when this poll's values still use
+// the buffer.
+func (l *lane) makeRoom() bool {
+	if len(l.payloads) > 0 {
+		return false
+	}
+	if l.r > 0 {
+		l.w = copy(l.buf, l.buf[l.r:l.w])
+		l.r = 0
+		return true
+	}
+	grown := make([]byte, 2*len(l.buf))
+	l.w = copy(grown, l.buf[:l.w])
+	l.buf = grown
+	return true
+}
+
+// fill reads the member's next block after buf[l.w:].
+func (l *lane) fill() error {
+	want := int(min(int64(len(l.buf)-l.w), l.unread))
+	var n int
+	var err error
+	for range 100 { // a reader that returns nothing, again and again, is broken
+		if n, err = l.f.Read(l.buf[l.w : l.w+want]); n > 0 || err != nil {
+			break
+		}
+	}
+	if n == 0 && err == nil {
+		err = io.ErrNoProgress
+	}
+	l.w += n
+	l.unread -= int64(n)
+	switch {
+	case err == io.EOF && l.unread > 0:
+		// The stream ended before the planned size: the object shrank
+		// (the reopen finds that out and makes the split poison) or a
+		// transfer was cut short (the reopen resumes it).
+		return fmt.Errorf("%s ended %d bytes before its planned size", l.files[l.fileIdx].Name, l.unread)
+	case err == io.EOF:
+		return nil
+	}
+	return err
 }
 
 // position finds the member holding pos.
@@ -351,9 +436,11 @@ func (l *lane) openCurrent() error {
 		f.Close()
 		return fmt.Errorf("%w: %s is %d bytes, planned %d", errDrift, m.Name, size, m.Size)
 	}
+	if l.buf == nil {
+		l.buf = make([]byte, laneBufSize)
+	}
 	l.f = f
-	l.left = m.Size - (l.pos - l.base)
-	l.r = bufio.NewReaderSize(io.LimitReader(f, l.left), 64<<10)
+	l.unread = m.Size - (l.pos - l.base)
 	return nil
 }
 
@@ -365,11 +452,15 @@ func (l *lane) nextFile() {
 	}
 }
 
+// closeFile closes the member and drops what is buffered of it (the next
+// open reads on from pos).
 func (l *lane) closeFile() {
 	if l.f != nil {
 		l.f.Close()
 	}
-	l.f, l.r = nil, nil
+	l.f = nil
+	l.r = l.w
+	l.unread = 0
 }
 
 // maxReadRetries is how many failed opens or reads in a row a lane

@@ -1,0 +1,147 @@
+package filesource_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/filesource"
+)
+
+// A lane cuts its lines out of a reused read buffer: lines of every
+// length (longer than the buffer too), lines across read boundaries, a
+// last line without a newline, empty lines and empty files all come out
+// whole and in order, with the right keys and offsets, whatever the poll
+// size; and a batch stays intact until the next poll, however much the
+// poll read.
+func TestLaneCutsEveryLineWholeFromItsBuffer(t *testing.T) {
+	dir := t.TempDir()
+	r := rand.New(rand.NewPCG(4, 2))
+	files := map[string]string{}
+	type line struct{ key, value string }
+	var want []line
+	names := []string{"a", "b/c", "d", "e", "f"}
+	for fi, name := range names {
+		var sb strings.Builder
+		n := 0
+		switch fi {
+		case 1:
+			n = 0 // an empty file
+		case 2:
+			n = 3 // with a line longer than a read buffer
+		default:
+			n = 2000 + r.IntN(3000)
+		}
+		for i := range n {
+			var v string
+			switch {
+			case fi == 2 && i == 1:
+				v = strings.Repeat("L", 700<<10)
+			case r.IntN(50) == 0 && (fi != 4 || i != n-1):
+				v = "" // an empty line (not last in f, which has no newline)
+			default:
+				v = strings.Repeat(strconv.Itoa(i%10), 1+r.IntN(300))
+			}
+			want = append(want, line{key: name + ":" + strconv.Itoa(sb.Len()), value: v})
+			sb.WriteString(v)
+			if fi != 4 || i != n-1 { // f's last line has no newline
+				sb.WriteByte('\n')
+			}
+		}
+		files[name] = sb.String()
+	}
+	corpus(t, dir, files)
+	members, err := filesource.ListFiles(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := filesource.SplitFor(members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, max := range []int{1, 7, 512, 1 << 20} {
+		t.Run(fmt.Sprint("max=", max), func(t *testing.T) {
+			src := filesource.NewSource(filesource.Dir(dir))
+			l := openLane(t, src, spec, nil, pipeline.NewCheckpointer(nil), nil)
+			i := 0
+			var offset int64
+			for polls := 0; ; polls++ {
+				if polls > 1_000_000 {
+					t.Fatal("lane never ended")
+				}
+				b, err := l.Poll(max, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if b == nil {
+					if !src.Unfinished(spec.ID) {
+						break
+					}
+					continue
+				}
+				if len(b.Payloads) > max {
+					t.Fatalf("a poll of at most %d returned %d lines", max, len(b.Payloads))
+				}
+				// Checked before the next poll, which may reuse the memory.
+				for _, p := range b.Payloads {
+					if i >= len(want) {
+						t.Fatalf("more lines than the %d written", len(want))
+					}
+					if string(p.Key) != want[i].key || string(p.Value) != want[i].value {
+						t.Fatalf("line %d: %q (%d bytes), want %q (%d bytes)", i, p.Key, len(p.Value), want[i].key, len(want[i].value))
+					}
+					offset += int64(len(p.Value)) + 1
+					if i == len(want)-1 {
+						offset-- // no newline
+					}
+					if p.Offset != offset-1 {
+						t.Fatalf("line %d: offset %d, want %d", i, p.Offset, offset-1)
+					}
+					i++
+				}
+				b.Ack.Release()
+			}
+			if i != len(want) {
+				t.Fatalf("read %d lines, want %d", i, len(want))
+			}
+		})
+	}
+}
+
+// A revoked split is reported finishing: its drain waits for a commit of
+// everything it emitted, which the hint has the runtime make at once.
+func TestRevokedSplitIsReportedFinishing(t *testing.T) {
+	dir := t.TempDir()
+	corpus(t, dir, map[string]string{"a": "one\ntwo\n"})
+	members, _ := filesource.ListFiles(context.Background(), dir)
+	spec, _ := filesource.SplitFor(members)
+	src := filesource.NewSource(filesource.Dir(dir))
+	l := openLane(t, src, spec, nil, pipeline.NewCheckpointer(nil), nil)
+	b, err := l.Poll(1, 0)
+	if err != nil || b == nil {
+		t.Fatalf("poll: %v %v", b, err)
+	}
+	b.Ack.Release()
+	if got := src.TakeFinishing(); len(got) != 0 {
+		t.Fatalf("finishing %v before the revocation", got)
+	}
+	if !src.BeginRevoke(spec.ID) {
+		t.Fatal("the revocation was declined")
+	}
+	if got := src.TakeFinishing(); len(got) != 1 || got[0] != spec.ID {
+		t.Fatalf("finishing %v, want the revoked split", got)
+	}
+	if p, _ := src.DrainReady(spec.ID); p != nil {
+		t.Fatalf("drain ready at %d before its emitted line was committed", p.Watermark)
+	}
+	if _, err := src.EncodeCommit(spec.ID, 4); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := src.DrainReady(spec.ID); p == nil || p.Watermark != 4 || p.Completed {
+		t.Fatalf("drain progress %+v, want 4, not completed", p)
+	}
+}
