@@ -33,6 +33,12 @@ type assignSplit struct {
 	// intermediate state (a split released, not yet claimed) can never be
 	// read as a reason to send it elsewhere, or back.
 	Pinned bool
+	// Settling marks a split whose last move landed recently: the improve
+	// pass leaves it with its owner, so a move is not undone (the split
+	// sent back to the worker that just drained it) when the loads shift
+	// again, as they do in a job's endgame, before the move has paid off.
+	// It is placed like any other split when its owner is gone or full.
+	Settling bool
 }
 
 // assignIn is everything the desired assignment depends on.
@@ -61,7 +67,7 @@ const maxImprovingMoves = 4096
 //  4. local optimality: no single split can move to a member with spare
 //     budget and lower the sum of squared loads by a move the hysteresis
 //     allows (see moveLimit), unless a split is pinned: moves in flight
-//     hold the improve pass back;
+//     hold the improve pass back; settling splits are not moved;
 //  5. totality: a split is left out only when every lane is full.
 //
 // It runs three passes: sticky (a live owner with budget keeps its split,
@@ -90,6 +96,7 @@ func computeAssignment(in assignIn) map[string][]string {
 		budget:   make([]int, m),
 		nameHash: make([]uint64, m),
 		held:     make([][]heldSplit, m),
+		fixed:    make([][]int, m),
 	}
 	for i, mb := range members {
 		idx[mb.ID] = i
@@ -154,9 +161,12 @@ func computeAssignment(in assignIn) map[string][]string {
 	}
 
 	for i, mb := range members {
-		ids := make([]string, len(st.held[i]))
-		for k, h := range st.held[i] {
-			ids[k] = pool[h.pool].ID
+		ids := make([]string, 0, len(st.held[i])+len(st.fixed[i]))
+		for _, h := range st.held[i] {
+			ids = append(ids, pool[h.pool].ID)
+		}
+		for _, k := range st.fixed[i] {
+			ids = append(ids, pool[k].ID)
 		}
 		slices.Sort(ids)
 		out[mb.ID] = ids
@@ -188,7 +198,8 @@ type assignState struct {
 	count    []int
 	budget   []int
 	nameHash []uint64
-	held     [][]heldSplit
+	held     [][]heldSplit // the splits the improve pass may move
+	fixed    [][]int       // settling splits: placed, never moved (pool indexes)
 }
 
 func satAdd(a, b uint64) uint64 {
@@ -200,6 +211,12 @@ func satAdd(a, b uint64) uint64 {
 }
 
 func (st *assignState) place(o, i int, p *poolSplit) {
+	if p.Settling {
+		st.fixed[o] = append(st.fixed[o], i)
+		st.load[o] = satAdd(st.load[o], p.w)
+		st.count[o]++
+		return
+	}
 	h := heldSplit{w: p.w, hash: p.hash, pool: i}
 	at, _ := slices.BinarySearchFunc(st.held[o], h, heldLess)
 	st.held[o] = slices.Insert(st.held[o], at, h)

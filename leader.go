@@ -218,6 +218,9 @@ type leaderView struct {
 	now         time.Time
 	pinnedSince map[string]time.Time // moves in flight, since when the leader has seen them
 	pinFor      time.Duration        // how long a move may stay in flight pinned
+	landedAt    map[string]time.Time // moves that landed, when the leader saw them land
+	moving      map[string]bool      // moves between workers published and not yet seen landed
+	settleFor   time.Duration        // how long a landed move's split is left where it is
 	splits      map[string]*splitView
 	presence    map[string]presenceEntry
 	caps        map[string]int
@@ -243,7 +246,11 @@ type leaderView struct {
 //     (a destination that never claims must not pin it for ever). While
 //     anything is pinned, computeAssignment makes no improving move, so the fleet's
 //     moves land before new ones are planned: a released split is never
-//     sent elsewhere or back while its move is under way.
+//     sent elsewhere or back while its move is under way;
+//   - a split whose move landed less than settleFor ago is settling: the
+//     improve pass leaves it with its new owner, so loads that shift again
+//     (splits completing in a job's endgame) do not send it straight back
+//     to the worker that drained it.
 //
 // It also returns the moves in flight, pinned or with an expired pin (for
 // trackPins).
@@ -300,6 +307,11 @@ func assignInput(v leaderView) (assignIn, map[string]bool) {
 			if since, ok := v.pinnedSince[id]; !ok || v.now.Sub(since) < v.pinFor {
 				split.Owner, split.Pinned = dest, true
 			}
+		} else if owner != "" {
+			at, ok := v.landedAt[id]
+			// A move between workers that has landed (seen now, or before
+			// and less than settleFor ago) settles.
+			split.Settling = v.moving[id] || ok && v.now.Sub(at) < v.settleFor
 		}
 		in.Splits = append(in.Splits, split)
 	}
@@ -332,11 +344,16 @@ func (a *actor) publish(now time.Time) {
 		return
 	}
 	in, inFlight := assignInput(leaderView{now: now, pinnedSince: a.pinnedSince, pinFor: a.pinFor(),
+		landedAt: a.landedAt, moving: a.moving, settleFor: a.pinFor(),
 		splits: a.splits, presence: a.presence, caps: a.caps,
 		assigns: a.assigns, departed: a.departed, delay: a.cfg.RebalanceDelay,
 		maxInFlight: a.cfg.MaxInFlight, seed: a.fpHash})
-	trackPins(a.pinnedSince, inFlight, now)
+	if next := trackPins(a.pinnedSince, a.landedAt, a.moving, inFlight, now, a.pinFor()); !next.IsZero() {
+		a.settledAt = next // the improve pass may move it again then: publish anew
+		a.wakeUp(next)
+	}
 	result := computeAssignment(in)
+	moves := movesOf(in, result)
 
 	// Previous assignee of each split, for the "moved" count: departed
 	// instances' records first, then live members' override them.
@@ -404,13 +421,13 @@ func (a *actor) publish(now time.Time) {
 		wg.Wait()
 		return func() error {
 			a.publishing = false
-			a.publishDone(writes, members, moved, gen)
+			a.publishDone(writes, moves, members, moved, gen)
 			return nil
 		}
 	})
 }
 
-func (a *actor) publishDone(writes []*assignWrite, members, moved int, gen uint64) {
+func (a *actor) publishDone(writes []*assignWrite, moves map[string]string, members, moved int, gen uint64) {
 	changed := false
 	for _, w := range writes {
 		switch {
@@ -436,6 +453,11 @@ func (a *actor) publishDone(writes []*assignWrite, members, moved int, gen uint6
 		default:
 			changed = true
 			a.setAssign(w.inst, w.val, w.o.Revision)
+			for _, id := range w.val.Splits {
+				if moves[id] == w.inst {
+					a.moving[id] = true // published: it settles once it lands
+				}
+			}
 		}
 	}
 	if changed && moved > 0 {
@@ -451,12 +473,21 @@ func (a *actor) pinFor() time.Duration { return a.cfg.DrainDeadline + a.cfg.Leas
 
 // trackPins remembers since when each move in flight has been seen, so
 // that its pin can expire (an expired move stays recorded while it is
-// still in flight, so it does not re-pin); moves that landed are
-// forgotten.
-func trackPins(pinnedSince map[string]time.Time, inFlight map[string]bool, now time.Time) {
+// still in flight, so it does not re-pin). A move between workers (in
+// moving, see markMoves) that landed is remembered in
+// landedAt for settleFor, and then forgotten; a first placement is not a
+// move. It returns when the next landed move stops settling (zero if none
+// is settling).
+func trackPins(pinnedSince, landedAt map[string]time.Time, moving, inFlight map[string]bool, now time.Time, settleFor time.Duration) (next time.Time) {
 	for id := range pinnedSince {
 		if !inFlight[id] {
 			delete(pinnedSince, id)
+		}
+	}
+	for id := range moving {
+		if !inFlight[id] {
+			landedAt[id] = now // landed (or the split left the pool: forgotten after settleFor)
+			delete(moving, id)
 		}
 	}
 	for id := range inFlight {
@@ -464,6 +495,38 @@ func trackPins(pinnedSince map[string]time.Time, inFlight map[string]bool, now t
 			pinnedSince[id] = now
 		}
 	}
+	for id, at := range landedAt {
+		end := at.Add(settleFor)
+		if !now.Before(end) {
+			delete(landedAt, id)
+			continue
+		}
+		if next.IsZero() || end.Before(next) {
+			next = end
+		}
+	}
+	return next
+}
+
+// movesOf is the splits out sends away from a live holder, by
+// destination: moves between workers, which settle once they land (a
+// first placement, or a dead holder's split, is not a move).
+func movesOf(in assignIn, out map[string][]string) map[string]string {
+	owner := make(map[string]string, len(in.Splits))
+	for _, s := range in.Splits {
+		if s.Owner != "" && !s.Pinned {
+			owner[s.ID] = s.Owner
+		}
+	}
+	moves := map[string]string{}
+	for m, ids := range out {
+		for _, id := range ids {
+			if o, ok := owner[id]; ok && o != m {
+				moves[id] = m
+			}
+		}
+	}
+	return moves
 }
 
 // restoreMissing re-creates, create-if-absent, the progress records that

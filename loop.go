@@ -61,6 +61,9 @@ type actor struct {
 	revocations    map[string]*revocation
 	departed       map[string]time.Time
 	pinnedSince    map[string]time.Time       // the leader's moves in flight, since when
+	landedAt       map[string]time.Time       // the leader's moves that landed, when (settling)
+	moving         map[string]bool            // moves in flight that left a live holder
+	settledAt      time.Time                  // when the next settling split may move again
 	missing        map[string]*progressRecord // progress records deleted externally, as last seen
 	damaged        map[string]*damagedRecord  // unreadable records by key (damage.go)
 	leading        *leadership
@@ -116,6 +119,8 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 		revocations: map[string]*revocation{},
 		departed:    map[string]time.Time{},
 		pinnedSince: map[string]time.Time{},
+		landedAt:    map[string]time.Time{},
+		moving:      map[string]bool{},
 		missing:     map[string]*progressRecord{},
 		damaged:     map[string]*damagedRecord{},
 		planDone:    make(chan planResult, 1),
@@ -281,6 +286,10 @@ func (a *actor) step() error {
 		a.elect(now)
 	}
 	if a.leading != nil {
+		if !a.settledAt.IsZero() && !now.Before(a.settledAt) {
+			a.settledAt = time.Time{}
+			a.dirty = true // a settling split may move again
+		}
 		a.restoreMissing(now)
 		a.startPlan()
 		if a.dirty && now.Before(a.leading.settleUntil) {
