@@ -15,6 +15,10 @@ import (
 type PendingGate struct {
 	Epoch    uint32
 	Advanced *atomic.Uint64
+	// Committed counts the partition's batches whose watermark the source
+	// committed: the controller raises it when a commit lands. The driver's
+	// uncommitted-bytes ceiling reads it.
+	Committed *atomic.Uint64
 }
 
 // drainStats counts what one Checkpointer.drain applied and discarded.
@@ -32,7 +36,8 @@ type Checkpointer struct {
 	begun    bool
 	trackers map[PartitionID]*partitionTracker
 	counters map[PartitionID]*atomic.Uint64
-	admitted map[PartitionID]bool // partitions admitted this epoch, live or revoked
+	commits  map[PartitionID]*atomic.Uint64 // batches committed, see PendingGate
+	admitted map[PartitionID]bool           // partitions admitted this epoch, live or revoked
 	scratch  []ackEvent
 	deferred []ackEvent
 }
@@ -48,6 +53,7 @@ func NewCheckpointer(now func() time.Time) *Checkpointer {
 		now:      now,
 		trackers: map[PartitionID]*partitionTracker{},
 		counters: map[PartitionID]*atomic.Uint64{},
+		commits:  map[PartitionID]*atomic.Uint64{},
 		admitted: map[PartitionID]bool{},
 	}
 }
@@ -77,10 +83,12 @@ func (c *Checkpointer) BeginEpoch(partitions []PartitionID, epoch uint32) error 
 	c.epoch = epoch
 	c.trackers = make(map[PartitionID]*partitionTracker, len(partitions))
 	c.counters = make(map[PartitionID]*atomic.Uint64, len(partitions))
+	c.commits = make(map[PartitionID]*atomic.Uint64, len(partitions))
 	c.admitted = make(map[PartitionID]bool, len(partitions))
 	for _, p := range partitions {
 		c.trackers[p] = &partitionTracker{}
 		c.counters[p] = new(atomic.Uint64)
+		c.commits[p] = new(atomic.Uint64)
 		c.admitted[p] = true
 	}
 	c.hub.epoch.Store(epoch)
@@ -103,6 +111,7 @@ func (c *Checkpointer) ExtendEpoch(partitions []PartitionID) error {
 	for _, p := range partitions {
 		c.trackers[p] = &partitionTracker{}
 		c.counters[p] = new(atomic.Uint64)
+		c.commits[p] = new(atomic.Uint64)
 		c.admitted[p] = true
 	}
 	return nil
@@ -114,6 +123,7 @@ func (c *Checkpointer) Revoke(partitions []PartitionID) {
 	for _, p := range partitions {
 		delete(c.trackers, p)
 		delete(c.counters, p)
+		delete(c.commits, p)
 	}
 }
 
@@ -126,7 +136,36 @@ func (c *Checkpointer) Gate(p PartitionID) (PendingGate, bool) {
 	if ctr == nil {
 		return PendingGate{}, false
 	}
-	return PendingGate{Epoch: c.epoch, Advanced: ctr}, true
+	return PendingGate{Epoch: c.epoch, Advanced: ctr, Committed: c.commits[p]}, true
+}
+
+// commitMark is how far a partition's batches had advanced when its
+// watermark was taken: once a commit of that watermark lands, n is stored
+// (by max) into ctr, the partition's [PendingGate.Committed].
+type commitMark struct {
+	ctr *atomic.Uint64
+	n   uint64
+}
+
+func (m commitMark) landed() {
+	if m.ctr == nil {
+		return
+	}
+	for {
+		cur := m.ctr.Load()
+		if cur >= m.n || m.ctr.CompareAndSwap(cur, m.n) {
+			return
+		}
+	}
+}
+
+// mark is p's current commit mark (zero when p is not tracked).
+func (c *Checkpointer) mark(p PartitionID) commitMark {
+	ctr := c.counters[p]
+	if ctr == nil {
+		return commitMark{}
+	}
+	return commitMark{ctr: c.commits[p], n: ctr.Load()}
 }
 
 // drain applies every queued registration and resolution. A registration

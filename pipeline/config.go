@@ -10,18 +10,21 @@ import (
 const (
 	DefaultCommitInterval    = 5 * time.Second
 	DefaultMaxPendingBatches = 1024
-	DefaultDrainTimeout      = 25 * time.Second
-	DefaultStalledFailAfter  = 120 * time.Second
-	DefaultMaxInflightBytes  = 256 << 20
-	DefaultHighRatio         = 0.8
-	DefaultLowRatio          = 0.5
-	DefaultMinPause          = 500 * time.Millisecond
-	DefaultMaxRecords        = 512
-	DefaultPollTimeout       = 10 * time.Millisecond
-	DefaultIdleFlush         = 100 * time.Millisecond
-	DefaultBlockedRetry      = 2 * time.Millisecond
-	DefaultBlockGrace        = 10 * time.Millisecond
-	DefaultEventPollTimeout  = 50 * time.Millisecond
+	// DefaultMaxUncommittedBytes is the per-partition ceiling of bytes
+	// polled and not yet committed (64 MiB).
+	DefaultMaxUncommittedBytes = 64 << 20
+	DefaultDrainTimeout        = 25 * time.Second
+	DefaultStalledFailAfter    = 120 * time.Second
+	DefaultMaxInflightBytes    = 256 << 20
+	DefaultHighRatio           = 0.8
+	DefaultLowRatio            = 0.5
+	DefaultMinPause            = 500 * time.Millisecond
+	DefaultMaxRecords          = 512
+	DefaultPollTimeout         = 10 * time.Millisecond
+	DefaultIdleFlush           = 100 * time.Millisecond
+	DefaultBlockedRetry        = 2 * time.Millisecond
+	DefaultBlockGrace          = 10 * time.Millisecond
+	DefaultEventPollTimeout    = 50 * time.Millisecond
 	// DefaultStopReserve is how long before the drain deadline a graceful
 	// stop's reading ends.
 	DefaultStopReserve = 5 * time.Second
@@ -47,6 +50,16 @@ type Config struct {
 	// MaxPendingBatches is the hard per-partition ceiling of batches polled
 	// and not yet committed past. Default 1024.
 	MaxPendingBatches int
+	// MaxUncommittedBytes is the per-partition ceiling of payload bytes
+	// polled whose watermark the source has not yet committed (a commit
+	// that failed or was deferred does not count). A partition at it is not
+	// polled, exactly like one at MaxPendingBatches, until a commit lands,
+	// so a store that refuses commits stops the reading after a bounded
+	// amount instead of letting everything read since the last commit
+	// replay. A partition reaching it asks the controller for an early
+	// commit, so a working store does not throttle a fast source to one
+	// ceiling per commit tick. Default 64 MiB; negative disables it.
+	MaxUncommittedBytes int64
 	// DrainTimeout bounds a revocation drain and the whole shutdown drain
 	// (counted from the stop's trigger). Default 25s; keep it below the
 	// orchestrator's grace period.
@@ -107,6 +120,9 @@ func (c Config) WithDefaults() Config {
 	d(&c.ChaseWindow, c.CommitInterval)
 	if c.MaxPendingBatches == 0 {
 		c.MaxPendingBatches = DefaultMaxPendingBatches
+	}
+	if c.MaxUncommittedBytes == 0 {
+		c.MaxUncommittedBytes = DefaultMaxUncommittedBytes
 	}
 	d(&c.DrainTimeout, DefaultDrainTimeout)
 	d(&c.StalledFailAfter, DefaultStalledFailAfter)

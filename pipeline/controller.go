@@ -110,11 +110,16 @@ type controller struct {
 	failures    func() string
 	log         *slog.Logger
 
-	assignment       map[LaneID]assignedLane
-	threadLoad       []int
-	paused           map[LaneID]bool
-	epoch            uint32
-	pendingCommit    map[PartitionID]int64
+	assignment    map[LaneID]assignedLane
+	threadLoad    []int
+	paused        map[LaneID]bool
+	epoch         uint32
+	pendingCommit map[PartitionID]int64
+	pendingMarks  map[PartitionID]commitMark
+	// commitWanted: partitions at their uncommitted-bytes ceiling, committed
+	// on the next pass unless commits are failing (then the tick retries).
+	commitWanted     map[PartitionID]bool
+	commitFailing    bool
 	committed        map[PartitionID]int64
 	revokedCommitted map[PartitionID]int64
 	failure          *FatalError
@@ -131,6 +136,8 @@ func (c *controller) run() {
 	c.threadLoad = make([]int, len(c.controls))
 	c.paused = map[LaneID]bool{}
 	c.pendingCommit = map[PartitionID]int64{}
+	c.pendingMarks = map[PartitionID]commitMark{}
+	c.commitWanted = map[PartitionID]bool{}
 	c.committed = map[PartitionID]int64{}
 	c.revokedCommitted = map[PartitionID]int64{}
 
@@ -217,6 +224,18 @@ func (c *controller) run() {
 					break
 				}
 			}
+		}
+		if c.failure != nil {
+			break
+		}
+
+		// Partitions at their uncommitted-bytes ceiling are committed now,
+		// not at the tick, while the store takes commits.
+		if len(c.commitWanted) > 0 {
+			if !c.commitFailing {
+				c.commitCycle(c.commitWanted, false)
+			}
+			clear(c.commitWanted)
 		}
 		if c.failure != nil {
 			break
@@ -488,6 +507,10 @@ func (c *controller) handleDriverEvent(ev driverEvent) {
 	case evFatal:
 		c.log.Error("pipeline thread reported fatal", "thread", ev.thread, "error", ev.err)
 		c.fail(ev.err)
+	case evCommitWanted:
+		for _, p := range ev.partitions {
+			c.commitWanted[p] = true
+		}
 	}
 }
 
@@ -512,6 +535,7 @@ func (c *controller) harvest() {
 		if cur, ok := c.pendingCommit[w.Partition]; !ok || w.Offset > cur {
 			c.pendingCommit[w.Partition] = w.Offset
 		}
+		c.pendingMarks[w.Partition] = c.cp.mark(w.Partition)
 	}
 }
 
@@ -553,8 +577,13 @@ func (c *controller) commitCycle(only map[PartitionID]bool, final bool) {
 	c.m.commit(err == nil, time.Since(start))
 	switch {
 	case err == nil:
+		if only == nil {
+			c.commitFailing = false
+		}
 		for _, w := range positions {
 			delete(c.pendingCommit, w.Partition)
+			c.pendingMarks[w.Partition].landed()
+			delete(c.pendingMarks, w.Partition)
 			// A retried commit can land after its partition left; the exit
 			// report lists it only if an assignment hands it back.
 			if c.cp.Tracks(w.Partition) {
@@ -568,6 +597,7 @@ func (c *controller) commitCycle(only map[PartitionID]bool, final bool) {
 	case final:
 		c.log.Warn("final commit failed; uncommitted positions may replay", "error", err)
 	default:
+		c.commitFailing = true
 		c.log.Warn("commit failed; retrying next tick", "error", err)
 	}
 }

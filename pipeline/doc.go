@@ -37,7 +37,10 @@
 // fails (a restart replays it). Acknowledgments from an earlier epoch or a
 // revoked partition are discarded. A partition's pending batches are capped
 // by Config.MaxPendingBatches: a lane at its ceiling is not polled until the
-// watermark advances.
+// watermark advances. The bytes read past a partition's last commit that
+// landed are capped by Config.MaxUncommittedBytes: while the source's store
+// refuses commits, a lane at that ceiling is not polled until a commit
+// lands, which bounds what a restart replays.
 //
 // # Backpressure
 //

@@ -34,14 +34,18 @@ const (
 	evPause driverEventKind = iota
 	evResume
 	evFatal
+	// evCommitWanted: the partitions reached their uncommitted-bytes
+	// ceiling; a commit now reopens them.
+	evCommitWanted
 )
 
 // driverEvent is a driver → controller message.
 type driverEvent struct {
-	kind   driverEventKind
-	lanes  []LaneID
-	thread int
-	err    *FatalError
+	kind       driverEventKind
+	lanes      []LaneID
+	partitions []PartitionID
+	thread     int
+	err        *FatalError
 }
 
 type gateState struct {
@@ -50,6 +54,50 @@ type gateState struct {
 	issued   uint64
 	gated    bool
 	lastWarn time.Time
+
+	// The uncommitted-bytes ceiling: committed is the partition's
+	// committed-batch counter, sizes the polled batches not yet committed
+	// past (sizes[head:], in sequence order) and uncommitted their bytes.
+	committed     *atomic.Uint64
+	sizes         []seqBytes
+	head          int
+	uncommitted   int64
+	bytesGated    bool
+	lastBytesWarn time.Time
+	lastWant      time.Time
+}
+
+type seqBytes struct {
+	seq   uint64
+	bytes int64
+}
+
+// polled counts a batch of the gate's epoch.
+func (g *gateState) polled(seq uint64, bytes int64) {
+	if g.committed == nil {
+		return
+	}
+	g.sizes = append(g.sizes, seqBytes{seq: seq, bytes: bytes})
+	g.uncommitted += bytes
+}
+
+// settle drops the batches committed past and returns the bytes left.
+func (g *gateState) settle() int64 {
+	if g.committed == nil {
+		return 0
+	}
+	c := g.committed.Load()
+	for g.head < len(g.sizes) && g.sizes[g.head].seq < c {
+		g.uncommitted -= g.sizes[g.head].bytes
+		g.head++
+	}
+	if g.head == len(g.sizes) {
+		g.sizes, g.head = g.sizes[:0], 0
+	} else if g.head > 64 && g.head > len(g.sizes)/2 {
+		n := copy(g.sizes, g.sizes[g.head:])
+		g.sizes, g.head = g.sizes[:n], 0
+	}
+	return g.uncommitted
 }
 
 // driver is one pipeline goroutine: it polls its lanes round-robin, pushes
@@ -186,12 +234,13 @@ func (d *driver) onBatch(b *Batch) {
 		d.reportFatal(fatalf(d.component, "lane returned a batch without an acknowledgment handle"))
 		return
 	}
-	if g := d.gates[b.Ack.ID().Partition]; g != nil && g.epoch == b.Ack.ID().Epoch {
-		g.issued = max(g.issued, b.Ack.ID().Seq+1)
-	}
 	var bytes int
 	for i := range b.Payloads {
 		bytes += len(b.Payloads[i].Value) + len(b.Payloads[i].Key)
+	}
+	if g := d.gates[b.Ack.ID().Partition]; g != nil && g.epoch == b.Ack.ID().Epoch {
+		g.issued = max(g.issued, b.Ack.ID().Seq+1)
+		g.polled(b.Ack.ID().Seq, int64(bytes))
 	}
 	d.m.records.Add(float64(len(b.Payloads)))
 	d.m.bytes.Add(float64(bytes))
@@ -292,7 +341,7 @@ func (d *driver) handle(msg controlMsg) bool {
 		p := msg.lane.Partition()
 		if msg.gate != nil {
 			if g := d.gates[p]; g == nil || g.epoch < msg.gate.Epoch {
-				d.gates[p] = &gateState{epoch: msg.gate.Epoch, advanced: msg.gate.Advanced}
+				d.gates[p] = &gateState{epoch: msg.gate.Epoch, advanced: msg.gate.Advanced, committed: msg.gate.Committed}
 			}
 		}
 	case ctlStopLanes:
@@ -361,6 +410,33 @@ func (d *driver) isGated(l Lane) bool {
 		d.log.Debug("partition below its pending-batch ceiling again", "partition", l.Partition())
 	}
 	g.gated = gated
+	return d.bytesGated(l.Partition(), g) || gated
+}
+
+// bytesGated applies the uncommitted-bytes ceiling to g, asking the
+// controller for a commit when the partition reaches it.
+func (d *driver) bytesGated(p PartitionID, g *gateState) bool {
+	limit := d.cfg.MaxUncommittedBytes
+	if limit <= 0 || g.committed == nil {
+		return false
+	}
+	n := g.settle()
+	gated := n >= limit
+	if gated && time.Since(g.lastWant) >= d.cfg.EventPollTimeout {
+		// Repeated while gated: the commit that lands may not cover it all.
+		g.lastWant = time.Now()
+		d.events.Push(driverEvent{kind: evCommitWanted, thread: d.i, partitions: []PartitionID{p}})
+	}
+	if gated && !g.bytesGated {
+		if time.Since(g.lastBytesWarn) > time.Minute {
+			g.lastBytesWarn = time.Now()
+			d.log.Warn("partition at its uncommitted-bytes ceiling; not polling it until a commit lands",
+				"partition", p, "uncommitted_bytes", n, "ceiling", limit)
+		}
+	} else if !gated && g.bytesGated {
+		d.log.Debug("partition below its uncommitted-bytes ceiling again", "partition", p)
+	}
+	g.bytesGated = gated
 	return gated
 }
 
