@@ -1,6 +1,10 @@
 package pipeline_test
 
 import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,4 +44,79 @@ func TestUncommittedBytesCeilingStopsReadingWhileCommitsFail(t *testing.T) {
 	if r := wait(); r.State != pipeline.Completed {
 		t.Fatalf("state %v: %v", r.State, r.Failure)
 	}
+}
+
+// logRecords keeps every log record's level, message and attributes.
+type logRecords struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	l.recs = append(l.recs, r.Clone())
+	l.mu.Unlock()
+	return nil
+}
+func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecords) WithGroup(string) slog.Handler      { return l }
+
+// matching returns the records at level whose message contains msg.
+func (l *logRecords) matching(level slog.Level, msg string) []slog.Record {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []slog.Record
+	for _, r := range l.recs {
+		if r.Level == level && strings.Contains(r.Message, msg) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func attrInt(r slog.Record, key string) (int64, bool) {
+	var v int64
+	found := false
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == key {
+			v, found = a.Value.Int64(), true
+			return false
+		}
+		return true
+	})
+	return v, found
+}
+
+// A store refusing commits for many ticks warns once, not once a tick;
+// when commits land again one line says how many failed.
+func TestFailingCommitsWarnRateLimited(t *testing.T) {
+	logs := &logRecords{}
+	cfg := testConfig() // a 20ms commit tick
+	h := newHarnessWith(t, cfg, []pipeline.Option{pipeline.WithLogger(slog.New(logs))}, modeOK, 0,
+		assign(laneSpec{id: 0, part: 0, forever: true}))
+	h.src.failCommits.Store(true)
+	wait := h.run()
+	waitFor(t, "20 failed commits", func() bool {
+		n := 0
+		for _, e := range h.log.snapshot() {
+			if e == "commit-failed" {
+				n++
+			}
+		}
+		return n >= 20
+	})
+	if w := logs.matching(slog.LevelWarn, "commit failed"); len(w) != 1 {
+		t.Fatalf("%d commit warnings for 20+ failed ticks within the %v limit; want 1", len(w), 30*time.Second)
+	}
+	h.src.failCommits.Store(false)
+	waitFor(t, "the recovery line", func() bool { return len(logs.matching(slog.LevelInfo, "commits landing again")) == 1 })
+	if n, ok := attrInt(logs.matching(slog.LevelInfo, "commits landing again")[0], "failed_commits"); !ok || n < 20 {
+		t.Fatalf("recovery line counts %d failed commits (found %v); want >= 20", n, ok)
+	}
+	h.src.failCommits.Store(true)
+	waitFor(t, "a new failure run to warn at once", func() bool { return len(logs.matching(slog.LevelWarn, "commit failed")) == 2 })
+	h.src.failCommits.Store(false)
+	h.rt.Stop()
+	wait()
 }

@@ -120,6 +120,8 @@ type controller struct {
 	// on the next pass unless commits are failing (then the tick retries).
 	commitWanted     map[PartitionID]bool
 	commitFailing    bool
+	commitWarn       warnLimiter
+	pollWarn         warnLimiter
 	committed        map[PartitionID]int64
 	revokedCommitted map[PartitionID]int64
 	failure          *FatalError
@@ -250,7 +252,9 @@ func (c *controller) run() {
 		case err != nil && isFatal(err):
 			c.fail(fatalf("source", "poll_events failed: %v", err))
 		case err != nil:
-			c.log.Warn("retryable source control-plane error", "error", err)
+			if ok, suppressed := c.pollWarn.allow(c.now(), commitWarnEvery); ok {
+				c.log.Warn("retryable source control-plane error", "error", err, "suppressed_warnings", suppressed)
+			}
 		default:
 			switch ev.Kind {
 			case LanesAssigned:
@@ -575,12 +579,28 @@ func (c *controller) commitCycle(only map[PartitionID]bool, final bool) {
 	start := time.Now()
 	err := c.src.Commit(positions)
 	c.m.commit(err == nil, time.Since(start))
-	switch {
-	case err == nil:
-		if only == nil {
-			c.commitFailing = false
+	var deferred map[PartitionID]bool
+	if d, ok := c.src.(CommitDeferrer); ok && err == nil {
+		parts, derr := d.TakeDeferred()
+		// The final pass has no next tick: what it deferred rides the
+		// source's own retries, as before.
+		if len(parts) > 0 && !final {
+			deferred = make(map[PartitionID]bool, len(parts))
+			for _, p := range parts {
+				deferred[p] = true
+			}
+			if derr == nil {
+				derr = fmt.Errorf("%d commit(s) deferred", len(parts))
+			}
+			err = derr
 		}
+	}
+	switch {
+	case err == nil || deferred != nil:
 		for _, w := range positions {
+			if deferred[w.Partition] {
+				continue // retried next tick; not committed for the ceiling
+			}
 			delete(c.pendingCommit, w.Partition)
 			c.pendingMarks[w.Partition].landed()
 			delete(c.pendingMarks, w.Partition)
@@ -592,14 +612,77 @@ func (c *controller) commitCycle(only map[PartitionID]bool, final bool) {
 				c.revokedCommitted[w.Partition] = w.Offset
 			}
 		}
+		if deferred != nil {
+			c.commitNotLanded(err, len(deferred))
+		} else if only == nil {
+			c.commitLanded()
+		}
 	case isFatal(err):
 		c.fail(fatalf("source", "commit failed fatally: %v", err))
 	case final:
 		c.log.Warn("final commit failed; uncommitted positions may replay", "error", err)
 	default:
-		c.commitFailing = true
-		c.log.Warn("commit failed; retrying next tick", "error", err)
+		c.commitNotLanded(err, len(positions))
 	}
+}
+
+// commitWarnEvery is the least interval between two warnings of failing
+// commits: the first failure warns at once, later ones are counted and
+// reported with the next warning, or when commits land again.
+const commitWarnEvery = 30 * time.Second
+
+// commitNotLanded notes a tick whose commit of n partitions failed or was
+// deferred, warning rate-limited.
+func (c *controller) commitNotLanded(err error, n int) {
+	c.commitFailing = true
+	if ok, suppressed := c.commitWarn.allow(c.now(), commitWarnEvery); ok {
+		c.log.Warn("commit failed; retrying next tick; reading stops at the uncommitted-bytes ceiling",
+			"error", err, "partitions", n, "suppressed_warnings", suppressed,
+			"ceiling_bytes", c.cfg.MaxUncommittedBytes)
+	}
+}
+
+// commitLanded notes a tick whose commit landed whole.
+func (c *controller) commitLanded() {
+	if !c.commitFailing {
+		return
+	}
+	c.commitFailing = false
+	if failed, since := c.commitWarn.recover(); failed > 0 {
+		c.log.Info("commits landing again", "failed_commits", failed, "failing_for", c.now().Sub(since).Round(time.Millisecond))
+	}
+}
+
+// warnLimiter lets the first of a run of repeated warnings through, then
+// at most one per interval, counting the ones it holds back.
+type warnLimiter struct {
+	last, first time.Time
+	suppressed  int
+	total       int
+}
+
+// allow reports whether to warn now, and how many warnings were held back
+// since the last one let through.
+func (w *warnLimiter) allow(now time.Time, every time.Duration) (bool, int) {
+	if w.total == 0 {
+		w.first = now
+	}
+	w.total++
+	if !w.last.IsZero() && now.Sub(w.last) < every {
+		w.suppressed++
+		return false, 0
+	}
+	n := w.suppressed
+	w.last, w.suppressed = now, 0
+	return true, n
+}
+
+// recover ends the run: how many warnings it counted and when it began.
+// The next one warns at once.
+func (w *warnLimiter) recover() (int, time.Time) {
+	n, first := w.total, w.first
+	*w = warnLimiter{}
+	return n, first
 }
 
 // placeGroups puts each partition's lanes on the least-loaded thread (ties

@@ -164,6 +164,12 @@ type CoordinationDriver[C spate.SplitCoordinator] struct {
 
 	poisonMu sync.Mutex
 	poison   []poisonReport
+
+	// deferred lists the partitions whose commit the running Commit call
+	// deferred (collecting is set only during Commit), and why.
+	collecting  bool
+	deferred    []PartitionID
+	deferredErr error
 }
 
 // NewCoordinationDriver wraps coord and hands it the driver's waker.
@@ -512,6 +518,8 @@ func (d *CoordinationDriver[C]) retire(src SplitSource, t *tenancy, fenced bool)
 // retryable failure is deferred (the progress rides the split's next
 // commit); only a Fatal error is returned.
 func (d *CoordinationDriver[C]) Commit(src SplitSource, positions []Watermark) error {
+	d.deferred, d.deferredErr, d.collecting = d.deferred[:0], nil, true
+	defer func() { d.collecting = false }()
 	var firstErr error
 	for _, w := range positions {
 		t := d.byPartition[w.Partition]
@@ -551,12 +559,30 @@ func (d *CoordinationDriver[C]) commitTenancy(src SplitSource, t *tenancy, p spa
 		d.retire(src, t, true)
 		return nil
 	case spate.IsRetryable(err):
-		d.opts.log.Warn("commit deferred; it rides the split's next commit", "split", t.spec.ID, "error", err)
+		// Not a warning per split and tick: with the store refusing writes
+		// that was thousands of lines. The pipeline's controller retries the
+		// deferred positions and warns, rate-limited, for all of them.
+		d.opts.log.Debug("commit deferred; it rides the split's next commit", "split", t.spec.ID, "error", err)
 		t.progress = &p
+		if d.collecting {
+			d.deferred = append(d.deferred, t.partition)
+			if d.deferredErr == nil {
+				d.deferredErr = fmt.Errorf("commit split %s: %w", t.spec.ID, err)
+			}
+		}
 		return nil
 	default:
 		return fmt.Errorf("commit split %s: %w", t.spec.ID, err)
 	}
+}
+
+// TakeDeferred implements [CommitDeferrer]: the partitions whose commit
+// the last [CoordinationDriver.Commit] deferred, and the first such error.
+func (d *CoordinationDriver[C]) TakeDeferred() ([]PartitionID, error) {
+	out := slices.Clone(d.deferred)
+	err := d.deferredErr
+	d.deferred, d.deferredErr = d.deferred[:0], nil
+	return out, err
 }
 
 // sweep commits terminal progress of live splits that completed without a

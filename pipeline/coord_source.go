@@ -53,6 +53,11 @@ func (s *CoordinatedSource[C]) Commit(positions []Watermark) error {
 	return s.Driver.Commit(s.Splits, positions)
 }
 
+// TakeDeferred implements [CommitDeferrer].
+func (s *CoordinatedSource[C]) TakeDeferred() ([]PartitionID, error) {
+	return s.Driver.TakeDeferred()
+}
+
 // ReadingOnStop implements [Source]: true while a held split is unfinished
 // (only for split sources implementing [StopReader]).
 func (s *CoordinatedSource[C]) ReadingOnStop() bool {

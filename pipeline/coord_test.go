@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -370,6 +371,14 @@ func TestDriverRetryableCommitDefers(t *testing.T) {
 	if err := f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 5}}); err != nil {
 		t.Fatalf("a retryable commit is deferred, not returned: %v", err)
 	}
+	// The controller learns which partitions were deferred, so it retries
+	// them and does not count them committed.
+	if parts, err := f.d.TakeDeferred(); len(parts) != 1 || parts[0] != pa || err == nil || !strings.Contains(err.Error(), "store slow") {
+		t.Fatalf("deferred %v, %v", parts, err)
+	}
+	if parts, err := f.d.TakeDeferred(); len(parts) != 0 || err != nil {
+		t.Fatalf("taken twice: %v, %v", parts, err)
+	}
 	f.coord.commitErr = nil
 	f.expect(pipeline.Idle)
 	if len(f.coord.commits["a"]) != 0 {
@@ -380,6 +389,9 @@ func TestDriverRetryableCommitDefers(t *testing.T) {
 	}
 	if got := f.coord.commits["a"]; len(got) != 1 || got[0].Watermark != 9 {
 		t.Fatalf("the next commit carries merged progress: %v", got)
+	}
+	if parts, _ := f.d.TakeDeferred(); len(parts) != 0 {
+		t.Fatalf("a landed commit is not deferred: %v", parts)
 	}
 }
 

@@ -434,6 +434,12 @@ type harness struct {
 
 func newHarness(t *testing.T, cfg pipeline.Config, mode chainMode, at int, script ...step) *harness {
 	t.Helper()
+	return newHarnessWith(t, cfg, nil, mode, at, script...)
+}
+
+// newHarnessWith is newHarness with runtime options.
+func newHarnessWith(t *testing.T, cfg pipeline.Config, opts []pipeline.Option, mode chainMode, at int, script ...step) *harness {
+	t.Helper()
 	h := &harness{t: t, log: &eventLog{}}
 	h.src = newFakeSource(h.log, script...)
 	chains := func(int) pipeline.Chain {
@@ -446,7 +452,7 @@ func newHarness(t *testing.T, cfg pipeline.Config, mode chainMode, at int, scrip
 			return pipeline.DrainReport{}
 		},
 	}
-	rt, err := pipeline.New(cfg, h.src, chains, sinks, nil)
+	rt, err := pipeline.New(cfg, h.src, chains, sinks, nil, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -108,6 +108,18 @@ type SourceCloser interface {
 	Close(ctx context.Context) error
 }
 
+// CommitDeferrer is implemented by sources whose Commit returns nil for a
+// retryable failure and keeps the position for a later commit (a
+// [CoordinatedSource]). Right after a Commit that returned nil the
+// controller asks which partitions it deferred: their positions stay
+// pending (retried at the next tick) and do not count as committed for
+// [Config.MaxUncommittedBytes].
+type CommitDeferrer interface {
+	// TakeDeferred returns the partitions the last Commit deferred and the
+	// first error that deferred one (nil, nil when it deferred none).
+	TakeDeferred() ([]PartitionID, error)
+}
+
 // BaseSource supplies the optional methods of [Source] with neutral
 // behaviour: no-op flush, pause, resume, hand-back and renewal; no reading
 // on a stop.
