@@ -108,6 +108,7 @@ type controller struct {
 	budget      *InflightBudget
 	srcMetrics  *SourceMetrics
 	failures    func() string
+	sinkFatal   func() *FatalError
 	log         *slog.Logger
 
 	assignment    map[LaneID]assignedLane
@@ -195,6 +196,11 @@ func (c *controller) run() {
 				break
 			}
 			c.handleDriverEvent(ev)
+		}
+		if c.sinkFatal != nil {
+			if fe := c.sinkFatal(); fe != nil {
+				c.fail(fe)
+			}
 		}
 		if c.failure != nil {
 			break

@@ -218,7 +218,8 @@ func (r *Runtime) Run(ctx context.Context) (ExitReport, error) {
 		sinkDrained: sinkDrained, stop: r.stop, shutdown: shutdown, stopNow: time.Now, now: time.Now,
 		closeShare: closeShare, health: r.health, m: m, budget: r.budget,
 		srcMetrics: &SourceMetrics{m: m, componentType: compSource}, failures: r.sinks.Failures,
-		log: r.log.With("component", "controller"),
+		sinkFatal: r.sinks.Fatal,
+		log:       r.log.With("component", "controller"),
 	}
 	controllerDone := make(chan struct{})
 	var controllerPanic atomic.Pointer[string]

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -89,6 +90,14 @@ type SinkOptions struct {
 	// MaxAttempts abandons a batch after this many failed writes; 0 retries
 	// until the drain deadline.
 	MaxAttempts int
+	// NoSpaceAttempts bounds the writes of a batch that fail with "no
+	// space left on device" (an error wrapping syscall.ENOSPC): past it
+	// the sink is failed for good, which fails the pipeline at once with
+	// an error naming the destination, instead of retrying until the
+	// drain deadline (or forever) while a disk stays full. Default 5
+	// (about 1.5 s of backoff at the default RetryInitial); negative
+	// retries ENOSPC like any other error.
+	NoSpaceAttempts int
 	// AbortGrace is how long a drain waits for writers after its deadline
 	// before it gives up on them. Default 500ms.
 	AbortGrace time.Duration
@@ -124,6 +133,9 @@ func (o SinkOptions) withDefaults() SinkOptions {
 	}
 	if o.AbortGrace <= 0 {
 		o.AbortGrace = 500 * time.Millisecond
+	}
+	if o.NoSpaceAttempts == 0 {
+		o.NoSpaceAttempts = 5
 	}
 	return o
 }
@@ -165,6 +177,38 @@ type SinkRuntime struct {
 	draining             atomic.Bool
 	flushed, abandoned   atomic.Uint64
 	lastFailure          atomic.Pointer[string]
+	// fatal is set once the sink failed for good (a full disk); failed is
+	// closed then, waking writers in their backoff, which from then on
+	// abandon every batch without writing it.
+	fatal     atomic.Pointer[FatalError]
+	failed    chan struct{}
+	fatalOnce sync.Once
+}
+
+// SinkDestination is implemented by sinks that can name where they write
+// (a directory, a table), for error messages.
+type SinkDestination interface {
+	Destination() string
+}
+
+// Fatal is the error the sink failed with for good, nil while it has not.
+func (s *SinkRuntime) Fatal() *FatalError { return s.fatal.Load() }
+
+func (s *SinkRuntime) failFatal(fe *FatalError) {
+	s.fatalOnce.Do(func() {
+		s.fatal.Store(fe)
+		close(s.failed)
+	})
+}
+
+// noSpaceError is the fatal error of a sink out of space.
+func (s *SinkRuntime) noSpaceError(attempts int, err error) *FatalError {
+	dest := ""
+	if d, ok := s.sink.(SinkDestination); ok {
+		dest = " to " + d.Destination()
+	}
+	return fatalf("sink", "sink %q cannot write%s: no space left on device (%d attempts failed); free space and rerun: %v",
+		s.name, dest, attempts, err)
 }
 
 // NewSinkRuntime prepares a sink's queues; the pipeline starts its writers.
@@ -178,6 +222,7 @@ func NewSinkRuntime(name string, sink Sink, opts SinkOptions, budget *InflightBu
 		s.queues[i] = make(chan *chunk, opts.QueueCapacity)
 	}
 	s.workCtx, s.abort = context.WithCancel(context.Background())
+	s.failed = make(chan struct{})
 	return s
 }
 
@@ -591,6 +636,10 @@ func (s *SinkRuntime) write(shard int, b *sinkBatch, scratch *[]Record) {
 			s.abandon(b, "drain deadline reached")
 			return
 		}
+		if fe := s.fatal.Load(); fe != nil {
+			s.abandon(b, fe.Reason)
+			return
+		}
 		start := time.Now()
 		var err error
 		if chunked {
@@ -613,6 +662,13 @@ func (s *SinkRuntime) write(shard int, b *sinkBatch, scratch *[]Record) {
 			s.abandon(b, err.Error())
 			return
 		}
+		if s.opts.NoSpaceAttempts > 0 && attempt >= s.opts.NoSpaceAttempts && errors.Is(err, syscall.ENOSPC) {
+			fe := s.noSpaceError(attempt, err)
+			s.log.Error("sink out of space; failing the pipeline", "shard", shard, "attempts", attempt, "error", err)
+			s.failFatal(fe)
+			s.abandon(b, fe.Reason)
+			return
+		}
 		if s.opts.MaxAttempts > 0 && attempt >= s.opts.MaxAttempts {
 			s.log.Error("sink write retries exhausted; abandoning the batch", "shard", shard, "attempts", attempt, "error", err)
 			s.abandon(b, fmt.Sprintf("%d attempts failed, last: %v", attempt, err))
@@ -625,6 +681,8 @@ func (s *SinkRuntime) write(shard int, b *sinkBatch, scratch *[]Record) {
 		select {
 		case <-t.C:
 		case <-s.workCtx.Done():
+			t.Stop()
+		case <-s.failed:
 			t.Stop()
 		}
 		backoff = min(backoff*2, s.opts.RetryMax)
@@ -648,6 +706,9 @@ type SinkHooks struct {
 	Probe func(ctx context.Context) error
 	// Failures describes why sinks last abandoned batches ("" if none).
 	Failures func() string
+	// Fatal is the first sink failed for good (nil: none, or no such
+	// sinks); the controller fails the pipeline with it.
+	Fatal func() *FatalError
 }
 
 // Sinks combines sink runtimes into the runtime's hooks.
@@ -699,6 +760,14 @@ func Sinks(rts ...*SinkRuntime) SinkHooks {
 				}
 			}
 			return out
+		},
+		Fatal: func() *FatalError {
+			for _, s := range rts {
+				if fe := s.Fatal(); fe != nil {
+					return fe
+				}
+			}
+			return nil
 		},
 	}
 	var probers []SinkProber

@@ -138,6 +138,9 @@ func (s *FileSink) WriteChunks(ctx context.Context, shard int, chunks [][]Record
 	return nil
 }
 
+// Destination implements [SinkDestination]: the directory written to.
+func (s *FileSink) Destination() string { return s.dir }
+
 // Close closes the files.
 func (s *FileSink) Close() error {
 	s.mu.Lock()
