@@ -556,3 +556,42 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// A --dst that is out of space (its shard files are /dev/full, which
+// fails every write with ENOSPC, so no real disk is filled) fails the
+// backfill quickly with an error naming the destination, instead of
+// retrying forever.
+func TestBackfillOutOfSpaceFailsFast(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	writeCorpus(t, src, 3, 200)
+	dst := filepath.Join(dir, "dst")
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for shard := range 2 {
+		if err := os.Symlink("/dev/full", filepath.Join(dst, fmt.Sprintf("w1-%d.out", shard))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	began := time.Now()
+	code, out, errOut := runSpate(t, dir, "", 30*time.Second, "backfill", "--src", src, "--dst", dst,
+		"--store", "mem://", "--instance", "w1", "--lease", "1s", "--split-bytes", "8192")
+	took := time.Since(began)
+	expectCode(t, "out-of-space backfill", code, exitFailed, out, errOut)
+	all := out + errOut
+	for _, want := range []string{"no space left on device", dst} {
+		if !strings.Contains(all, want) {
+			t.Errorf("output does not mention %q:\nstdout:\n%s\nstderr:\n%s", want, out, errOut)
+		}
+	}
+	// About 1.5 s of write backoff, then the drain.
+	if took > 10*time.Second {
+		t.Fatalf("the backfill took %v to fail", took)
+	}
+	t.Logf("failed in %v", took)
+}
