@@ -335,7 +335,9 @@ func (c *controller) run() {
 					chasing[p] = true
 				}
 			}
-			if len(chasing) > 0 {
+			// While commits fail the tick retries them: a chase at
+			// FastCommitPoll would hammer a store that refuses writes.
+			if len(chasing) > 0 && !c.commitFailing {
 				c.commitCycle(chasing, false)
 				for p := range chasing {
 					if _, ok := afterWindow[p]; ok {

@@ -129,6 +129,7 @@ type driver struct {
 	parked           *controlMsg
 	fatal            bool
 	lastPollWarn     time.Time
+	bytesWarn        warnLimiter
 }
 
 // driverExit is how a driver goroutine ended.
@@ -428,10 +429,11 @@ func (d *driver) bytesGated(p PartitionID, g *gateState) bool {
 		d.events.Push(driverEvent{kind: evCommitWanted, thread: d.i, partitions: []PartitionID{p}})
 	}
 	if gated && !g.bytesGated {
-		if time.Since(g.lastBytesWarn) > time.Minute {
-			g.lastBytesWarn = time.Now()
+		// One line per driver and interval, not per partition: a store
+		// refusing commits gates every partition at about the same time.
+		if ok, suppressed := d.bytesWarn.allow(time.Now(), commitWarnEvery); ok {
 			d.log.Warn("partition at its uncommitted-bytes ceiling; not polling it until a commit lands",
-				"partition", p, "uncommitted_bytes", n, "ceiling", limit)
+				"partition", p, "uncommitted_bytes", n, "ceiling", limit, "suppressed_warnings", suppressed)
 		}
 	} else if !gated && g.bytesGated {
 		d.log.Debug("partition below its uncommitted-bytes ceiling again", "partition", p)
