@@ -17,10 +17,20 @@ import (
 // landed may exceed MaxUncommittedBytes. Once commits land again, reading
 // resumes.
 func TestUncommittedBytesCeilingStopsReadingWhileCommitsFail(t *testing.T) {
+	testUncommittedCeiling(t, func(s *fakeSource, on bool) { s.failCommits.Store(on) })
+}
+
+// The same with a source that returns nil and defers the positions (a
+// CoordinatedSource whose store refuses writes): deferred is not landed.
+func TestUncommittedBytesCeilingHoldsWhileCommitsAreDeferred(t *testing.T) {
+	testUncommittedCeiling(t, func(s *fakeSource, on bool) { s.deferCommits.Store(on) })
+}
+
+func testUncommittedCeiling(t *testing.T, refuse func(*fakeSource, bool)) {
 	cfg := testConfig()
 	cfg.MaxUncommittedBytes = 2000
 	h := newHarness(t, cfg, modeOK, 0, assign(laneSpec{id: 0, part: 0, forever: true}))
-	h.src.failCommits.Store(true)
+	refuse(h.src, true)
 	wait := h.run()
 	// Every value is "v<offset>": at least 2 bytes, so 2000 bytes are at
 	// most 1000 records, plus the batch (10 records) that crossed it.
@@ -38,7 +48,7 @@ func TestUncommittedBytesCeilingStopsReadingWhileCommitsFail(t *testing.T) {
 	if h.src.pauseCount() != 0 {
 		t.Fatal("the ceiling paused the source")
 	}
-	h.src.failCommits.Store(false)
+	refuse(h.src, false)
 	waitFor(t, "reading to resume once commits land", func() bool { return h.consumed.Load() > plateau+3*most })
 	h.rt.Stop()
 	if r := wait(); r.State != pipeline.Completed {

@@ -157,6 +157,22 @@ type fakeSource struct {
 	polls          atomic.Int32
 	pollErr        error
 	commitErr      error
+	// deferCommits makes Commit return nil but defer every position, as a
+	// CoordinatedSource does when its store refuses writes.
+	deferCommits atomic.Bool
+	deferred     []pipeline.PartitionID
+}
+
+// TakeDeferred implements pipeline.CommitDeferrer.
+func (s *fakeSource) TakeDeferred() ([]pipeline.PartitionID, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.deferred
+	s.deferred = nil
+	if len(d) == 0 {
+		return nil, nil
+	}
+	return d, spate.Retryablef("scripted deferral")
 }
 
 func newFakeSource(log *eventLog, script ...step) *fakeSource {
@@ -245,6 +261,15 @@ func (s *fakeSource) Commit(ws []pipeline.Watermark) error {
 	if s.failCommits.Load() {
 		s.log.add("commit-failed")
 		return spate.Retryablef("scripted commit failure")
+	}
+	if s.deferCommits.Load() {
+		s.mu.Lock()
+		for _, w := range ws {
+			s.deferred = append(s.deferred, w.Partition)
+		}
+		s.mu.Unlock()
+		s.log.add("commit-deferred")
+		return nil
 	}
 	s.mu.Lock()
 	for _, w := range ws {
