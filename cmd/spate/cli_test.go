@@ -563,21 +563,7 @@ func TestUsageErrors(t *testing.T) {
 // retrying forever.
 func TestBackfillOutOfSpaceFailsFast(t *testing.T) {
 	t.Parallel()
-	if _, err := os.Stat("/dev/full"); err != nil {
-		t.Skip("no /dev/full")
-	}
-	dir := t.TempDir()
-	src := filepath.Join(dir, "src")
-	writeCorpus(t, src, 3, 200)
-	dst := filepath.Join(dir, "dst")
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for shard := range 2 {
-		if err := os.Symlink("/dev/full", filepath.Join(dst, fmt.Sprintf("w1-%d.out", shard))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir, src, dst := fullDst(t)
 	began := time.Now()
 	code, out, errOut := runSpate(t, dir, "", 30*time.Second, "backfill", "--src", src, "--dst", dst,
 		"--store", "mem://", "--instance", "w1", "--lease", "1s", "--split-bytes", "8192")
@@ -594,4 +580,50 @@ func TestBackfillOutOfSpaceFailsFast(t *testing.T) {
 		t.Fatalf("the backfill took %v to fail", took)
 	}
 	t.Logf("failed in %v", took)
+}
+
+// SIGINT while the sink retries a full disk exits within a second or two
+// (it took 14 s: the drain retried the writes until its deadline).
+func TestBackfillOutOfSpaceSIGINTExitsPromptly(t *testing.T) {
+	t.Parallel()
+	dir, src, dst := fullDst(t)
+	p := start(t, dir, "", "backfill", "--src", src, "--dst", dst,
+		"--store", "mem://", "--instance", "w1", "--lease", "1s", "--split-bytes", "8192")
+	p.stderr.waitFor(t, p, "sink write failed; retrying", 20*time.Second)
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	signalled := time.Now()
+	code := p.wait(t, 30*time.Second)
+	took := time.Since(signalled)
+	if code == exitOK {
+		t.Fatalf("exit code 0 with a full --dst:\n%s\nstderr:\n%s", p.stdout.String(), p.stderr.String())
+	}
+	if took > 3*time.Second {
+		t.Fatalf("exit took %v after SIGINT:\n%s\nstderr:\n%s", took, p.stdout.String(), p.stderr.String())
+	}
+	t.Logf("exit code %d %v after SIGINT", code, took)
+}
+
+// fullDst returns a test directory, a corpus under it, and a --dst whose
+// shard files for --instance w1 are /dev/full, which fails every write
+// with ENOSPC, so no real disk is filled.
+func fullDst(t *testing.T) (dir, src, dst string) {
+	t.Helper()
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full")
+	}
+	dir = t.TempDir()
+	src = filepath.Join(dir, "src")
+	writeCorpus(t, src, 3, 200)
+	dst = filepath.Join(dir, "dst")
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for shard := range 2 {
+		if err := os.Symlink("/dev/full", filepath.Join(dst, fmt.Sprintf("w1-%d.out", shard))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, src, dst
 }
