@@ -118,6 +118,11 @@ type Store struct {
 	// closes.
 	ownedConn *natsgo.Conn
 
+	// perms reports the connection's permission violations; scope tells
+	// the store's own from other users' of the connection.
+	perms *permWatch
+	scope permScope
+
 	mu     sync.Mutex
 	closed bool
 }
@@ -141,7 +146,7 @@ type bucket struct {
 // authentication, a server older than 2.11, JetStream disabled, and existing
 // buckets with other settings; Retryable for a connection that is not
 // (yet) connected, timeouts and a cancelled ctx.
-func New(ctx context.Context, nc *natsgo.Conn, opts Options) (*Store, error) {
+func New(ctx context.Context, nc *natsgo.Conn, opts Options) (_ *Store, err error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
@@ -158,10 +163,18 @@ func New(ctx context.Context, nc *natsgo.Conn, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats: open: %w: %w", err, spate.ErrFatal)
 	}
+	s := &Store{js: js, opts: opts, log: opts.Logger,
+		perms: watchPermissions(nc), scope: newPermScope(nc, opts.Job)}
+	// A refused inbox subscription was reported once, when nats.go made
+	// it; every request on the connection would now time out.
+	if v, ok := parseViolation(nc.LastError()); ok && v.subscribe && s.scope.owns(v) {
+		return nil, s.scope.deniedError("open", v)
+	}
+	ctx, end := s.guard(ctx, "open", &err)
+	defer end()
 	if _, err := js.AccountInfo(ctx); err != nil {
 		return nil, classify("open: account info", "", err)
 	}
-	s := &Store{js: js, opts: opts, log: opts.Logger}
 	dname, ename := Buckets(opts.Job)
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
 		name := dname

@@ -1,0 +1,144 @@
+package nats_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/natstest"
+	spatenats "github.com/spate-go/spate/stores/nats"
+)
+
+// permFailWithin bounds how long a call refused for a missing permission may
+// take; without the driver's error handler it would wait for its context.
+const permFailWithin = 10 * time.Second
+
+// permServer starts a server whose only user has exactly the permissions
+// of job, minus drop (subjects of either list).
+func permServer(t *testing.T, job string, drop ...string) *natstest.Server {
+	t.Helper()
+	pub, sub := spatenats.Permissions(job)
+	keep := func(l []string) []string {
+		l = slices.DeleteFunc(slices.Clone(l), func(s string) bool { return slices.Contains(drop, s) })
+		if len(l) == 0 {
+			// An empty allow list would allow everything.
+			l = []string{"nothing.allowed"}
+		}
+		return l
+	}
+	p := &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: keep(pub)},
+		Subscribe: &server.SubjectPermission{Allow: keep(sub)},
+	}
+	return natstest.Start(t, natstest.WithUserPassword("spate", "pw"), natstest.WithPermissions(p))
+}
+
+// violations records the permission violations a connection is told of.
+type violations struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (v *violations) handler(_ *natsgo.Conn, _ *natsgo.Subscription, err error) {
+	if errors.Is(err, natsgo.ErrPermissionViolation) {
+		v.mu.Lock()
+		v.errs = append(v.errs, err)
+		v.mu.Unlock()
+	}
+}
+
+func (v *violations) get() []error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return slices.Clone(v.errs)
+}
+
+// TestPermissionsSuffice runs every operation, watches included, as a user
+// granted exactly [spatenats.Permissions]: nothing may be refused. A second
+// store adopts the buckets the first created.
+func TestPermissionsSuffice(t *testing.T) {
+	job := natstest.NewJob()
+	srv := permServer(t, job)
+	var seen violations
+	nc := srv.Connect(t, natsgo.ErrorHandler(seen.handler))
+	opts := spatenats.Options{Job: job, TTL: ttl}
+	s := open(t, nc, opts)
+	ctx := testCtx(t, 20*time.Second)
+	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
+		w, err := s.Watch(ctx, ks, "p.")
+		if err != nil {
+			t.Fatalf("%v watch: %v", ks, err)
+		}
+		if ev := <-w; ev.Kind != spate.WatchSnapshotDone {
+			t.Fatalf("%v watch: want SnapshotDone first, got %+v", ks, ev)
+		}
+		o, err := s.Create(ctx, ks, "p.k", []byte("v1"))
+		if err != nil || !o.Won {
+			t.Fatalf("%v create: won=%t err=%v", ks, o.Won, err)
+		}
+		o, err = s.Update(ctx, ks, "p.k", []byte("v2"), o.Revision)
+		if err != nil || !o.Won {
+			t.Fatalf("%v update: won=%t err=%v", ks, o.Won, err)
+		}
+		if e, ok, err := s.Get(ctx, ks, "p.k"); err != nil || !ok || string(e.Value) != "v2" {
+			t.Fatalf("%v get: %+v ok=%t err=%v", ks, e, ok, err)
+		}
+		if l, err := s.List(ctx, ks, "p."); err != nil || len(l) != 1 {
+			t.Fatalf("%v list: %+v err=%v", ks, l, err)
+		}
+		if o, err := s.Delete(ctx, ks, "p.k", o.Revision); err != nil || !o.Won {
+			t.Fatalf("%v delete: won=%t err=%v", ks, o.Won, err)
+		}
+		for _, want := range []spate.WatchEventKind{spate.WatchPut, spate.WatchPut, spate.WatchDelete} {
+			if ev := <-w; ev.Kind != want {
+				t.Fatalf("%v watch: want %v, got %+v", ks, want, ev)
+			}
+		}
+	}
+	s2 := open(t, nc, opts)
+	roundTrip(t, s2)
+	// Round trips on the connection so that a late violation has arrived.
+	if err := nc.FlushWithContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := seen.get(); len(v) != 0 {
+		t.Fatalf("the permission list is not enough: %v", v)
+	}
+}
+
+// TestMissingPermissionFailsOpen: a user missing one permission New needs
+// gets a Fatal error that names it at once, not a timeout.
+func TestMissingPermissionFailsOpen(t *testing.T) {
+	for _, tc := range []struct {
+		drop string // a subject of the list; "{d}" is the durable bucket
+		says string
+	}{
+		{"$JS.API.INFO", `publish permission on "$JS.API.INFO"`},
+		{"_INBOX.>", `subscribe permission on "_INBOX.>"`},
+		{"$JS.API.STREAM.CREATE.KV_{d}", `publish permission on "$JS.API.STREAM.CREATE.KV_{d}"`},
+		{"$JS.API.STREAM.INFO.KV_{d}", `publish permission on "$JS.API.STREAM.INFO.KV_{d}"`},
+	} {
+		t.Run(tc.drop, func(t *testing.T) {
+			t.Parallel()
+			job := natstest.NewJob()
+			d, _ := spatenats.Buckets(job)
+			drop := strings.ReplaceAll(tc.drop, "{d}", d)
+			srv := permServer(t, job, drop)
+			nc := srv.Connect(t)
+			start := time.Now()
+			_, err := spatenats.New(testCtx(t, 3*permFailWithin), nc, spatenats.Options{Job: job, TTL: ttl})
+			if took := time.Since(start); took > permFailWithin {
+				t.Errorf("open took %v: a missing permission must fail fast", took)
+			}
+			t.Logf("open without %s: %v", drop, err)
+			requireFatal(t, "open without "+drop, err, "permission denied", strings.ReplaceAll(tc.says, "{d}", d))
+		})
+	}
+}
