@@ -189,6 +189,15 @@ func (p permScope) owns(v violation) bool {
 	return false
 }
 
+// watchOwns reports whether the refused subject is one a running watch of
+// bucket b needs: its consumer's pull requests and re-creation, or inboxes.
+func (p permScope) watchOwns(v violation, b *bucket) bool {
+	st := "KV_" + b.name + "."
+	return strings.HasPrefix(v.subject, p.inboxPrefix) ||
+		strings.HasPrefix(v.subject, "$JS.API.CONSUMER.MSG.NEXT."+st) ||
+		strings.HasPrefix(v.subject, "$JS.API.CONSUMER.CREATE."+st)
+}
+
 // needed names the entry of the permission list that covers the refused
 // subject.
 func (p permScope) needed(v violation) string {
@@ -237,11 +246,11 @@ type errPermDenied struct{ v violation }
 
 func (e *errPermDenied) Error() string { return e.v.err.Error() }
 
-// guard returns ctx, cancelled as soon as the server refuses one of the
+// guard returns ctx (of call op on key, or of "open"), cancelled as soon as the server refuses one of the
 // store's subjects, and a func to call with the call's error when the call
 // returns: it replaces *errp by a Fatal error that names the permission
 // when that is why the call failed.
-func (s *Store) guard(ctx context.Context, op string, errp *error) (context.Context, func()) {
+func (s *Store) guard(ctx context.Context, op, key string, errp *error) (context.Context, func()) {
 	if s.perms == nil {
 		return ctx, func() {}
 	}
@@ -255,6 +264,9 @@ func (s *Store) guard(ctx context.Context, op string, errp *error) (context.Cont
 		remove()
 		var pd *errPermDenied
 		if *errp != nil && errors.As(context.Cause(ctx), &pd) {
+			if op != "open" {
+				op = fmt.Sprintf("%s %q", op, key)
+			}
 			*errp = s.scope.deniedError(op, pd.v)
 		}
 		cancel(nil)
