@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -199,5 +201,53 @@ func TestMissingPermissionFailsCall(t *testing.T) {
 			t.Logf("without %s: %v", drop, err)
 			requireFatal(t, "call without "+drop, err, "permission denied", fmt.Sprintf("publish permission on %q", drop))
 		})
+	}
+}
+
+// TestPermissionsDocumented: the server configuration in the package
+// documentation parses, and grants exactly Permissions("myjob").
+func TestPermissionsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conf []string
+	in := false
+	for _, line := range strings.Split(string(doc), "\n") {
+		code, ok := strings.CutPrefix(line, "//\t")
+		switch {
+		case !in && ok && code == "authorization {":
+			in = true
+		case in && !ok:
+			t.Fatal("the authorization block in doc.go does not end")
+		}
+		if in {
+			conf = append(conf, code)
+			if code == "}" {
+				break
+			}
+		}
+	}
+	if len(conf) == 0 {
+		t.Fatal("doc.go has no authorization block")
+	}
+	file := filepath.Join(t.TempDir(), "nats.conf")
+	if err := os.WriteFile(file, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, err := server.ProcessConfigFile(file)
+	if err != nil {
+		t.Fatalf("the documented configuration does not parse: %v", err)
+	}
+	if len(o.Users) != 1 || o.Users[0].Permissions == nil {
+		t.Fatalf("the documented configuration has no user with permissions: %+v", o.Users)
+	}
+	p := o.Users[0].Permissions
+	pub, sub := spatenats.Permissions("myjob")
+	if p.Publish == nil || !slices.Equal(p.Publish.Allow, pub) || len(p.Publish.Deny) != 0 {
+		t.Errorf("documented publish permissions %+v, want allow %q", p.Publish, pub)
+	}
+	if p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, sub) || len(p.Subscribe.Deny) != 0 {
+		t.Errorf("documented subscribe permissions %+v, want allow %q", p.Subscribe, sub)
 	}
 }
