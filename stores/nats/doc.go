@@ -189,6 +189,13 @@
 // Allowing "$JS.API.>" and "$KV.>" is simpler and also works, at the cost
 // of letting the user touch every stream of the account.
 //
+// The job administration of a nats:// store URL (listing jobs, reading a
+// job's recorded TTL, deleting a job) is not a worker's business and needs
+// more: publish on "$JS.API.STREAM.NAMES" to list, and on
+// "$JS.API.STREAM.DELETE.KV_spate_coordination_myjob_state" and
+// "..._lease" to delete. Those calls run on connections of their own and
+// do not get the fast permission errors below.
+//
 // nats.go reports a refused subject only to the connection's asynchronous
 // error handler: the request behind it goes unanswered until its context
 // ends. [New] therefore chains a handler in front of the connection's
