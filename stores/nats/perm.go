@@ -86,9 +86,11 @@ var permWatches = struct {
 	m map[*natsgo.Conn]*permWatch
 }{m: map[*natsgo.Conn]*permWatch{}}
 
-// permHandler is the error handler the driver installs; chainPermHandler
-// makes every one of them from this literal, which lets watchPermissions
-// recognise it.
+// chainPermHandler makes the error handler the driver installs, every one
+// from the same literal, which lets watchPermissions recognise it by its
+// code pointer. Inlined, the literal would get a copy per call site.
+//
+//go:noinline
 func chainPermHandler(w *permWatch, prev natsgo.ErrHandler) natsgo.ErrHandler {
 	return func(nc *natsgo.Conn, sub *natsgo.Subscription, err error) {
 		if v, ok := parseViolation(err); ok {
