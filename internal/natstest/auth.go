@@ -162,6 +162,8 @@ func userCreds(dir, name string, account nkeys.KeyPair) (string, error) {
 func (s *Server) applyAuth(o *server.Options) error {
 	c := s.cfg
 	switch {
+	case c.user != "" && c.perms != nil:
+		o.Users = []*server.User{{Username: c.user, Password: c.password, Permissions: c.perms}}
 	case c.user != "":
 		o.Username, o.Password = c.user, c.password
 	case c.token != "":

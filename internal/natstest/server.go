@@ -35,11 +35,18 @@ type config struct {
 	tls            bool
 	mutualTLS      bool
 	syncAlways     bool
+	perms          *server.Permissions
 }
 
 // WithUserPassword requires user/password authentication.
 func WithUserPassword(user, password string) Option {
 	return func(c *config) { c.user, c.password = user, password }
+}
+
+// WithPermissions gives the user/password user (see [WithUserPassword])
+// exactly the subject permissions p.
+func WithPermissions(p *server.Permissions) Option {
+	return func(c *config) { c.perms = p }
 }
 
 // WithToken requires token authentication.

@@ -136,6 +136,77 @@
 // durable bucket still holds. It never under-reports: a key live for the
 // whole call is in the index and its get finds it.
 //
+// # Permissions
+//
+// A NATS user that runs job myjob needs exactly these permissions
+// ([Permissions] returns them for any job), here as nats-server
+// configuration; the account needs JetStream:
+//
+//	authorization {
+//	  users = [
+//	    {
+//	      user: spate
+//	      password: change-me
+//	      permissions: {
+//	        publish: {
+//	          allow: [
+//	            "$JS.API.INFO"
+//	            "$JS.API.STREAM.INFO.KV_spate_coordination_myjob_state"
+//	            "$JS.API.STREAM.CREATE.KV_spate_coordination_myjob_state"
+//	            "$JS.API.STREAM.MSG.GET.KV_spate_coordination_myjob_state"
+//	            "$JS.API.CONSUMER.CREATE.KV_spate_coordination_myjob_state.>"
+//	            "$JS.API.CONSUMER.MSG.NEXT.KV_spate_coordination_myjob_state.*"
+//	            "$JS.API.CONSUMER.DELETE.KV_spate_coordination_myjob_state.*"
+//	            "$KV.spate_coordination_myjob_state.>"
+//	            "$JS.API.STREAM.INFO.KV_spate_coordination_myjob_lease"
+//	            "$JS.API.STREAM.CREATE.KV_spate_coordination_myjob_lease"
+//	            "$JS.API.STREAM.MSG.GET.KV_spate_coordination_myjob_lease"
+//	            "$JS.API.CONSUMER.CREATE.KV_spate_coordination_myjob_lease.>"
+//	            "$JS.API.CONSUMER.MSG.NEXT.KV_spate_coordination_myjob_lease.*"
+//	            "$JS.API.CONSUMER.DELETE.KV_spate_coordination_myjob_lease.*"
+//	            "$KV.spate_coordination_myjob_lease.>"
+//	          ]
+//	        }
+//	        subscribe: {
+//	          allow: [
+//	            "_INBOX.>"
+//	          ]
+//	        }
+//	      }
+//	    }
+//	  ]
+//	}
+//
+// In operator mode the same subjects go to `nsc edit user --allow-pub` and
+// `--allow-sub`. $JS.API.INFO is asked when the store opens;
+// STREAM.INFO and STREAM.CREATE adopt or create the buckets' streams
+// (CREATE may be left out when the buckets exist before the first worker
+// starts); STREAM.MSG.GET serves reads (direct get is off, see Buckets);
+// the three CONSUMER subjects run the ordered consumers behind watches
+// (DELETE when one is reset); $KV.<bucket>.> takes the writes; every reply
+// comes back on an inbox, so a connection made with
+// nats.CustomInboxPrefix needs "<prefix>.>" instead of "_INBOX.>".
+// Allowing "$JS.API.>" and "$KV.>" is simpler and also works, at the cost
+// of letting the user touch every stream of the account.
+//
+// The job administration of a nats:// store URL (listing jobs, reading a
+// job's recorded TTL, deleting a job) is not a worker's business and needs
+// more: publish on "$JS.API.STREAM.NAMES" to list, and on
+// "$JS.API.STREAM.DELETE.KV_spate_coordination_myjob_state" and
+// "..._lease" to delete. Those calls run on connections of their own and
+// do not get the fast permission errors below.
+//
+// nats.go reports a refused subject only to the connection's asynchronous
+// error handler: the request behind it goes unanswered until its context
+// ends. [New] therefore chains a handler in front of the connection's
+// (set yours before New; replacing it afterwards turns the fast errors back
+// into timeouts until the next store opens on the connection), and a call
+// or a watch whose subject the server refuses fails at once with a Fatal
+// error that names the subject and the permission to grant, for example
+//
+//	nats: open: permission denied: the NATS user may not publish to
+//	"$JS.API.INFO": grant it publish permission on "$JS.API.INFO" ...
+//
 // # Errors
 //
 // Timeouts, disconnection, no responders and cancelled contexts are

@@ -118,6 +118,11 @@ type Store struct {
 	// closes.
 	ownedConn *natsgo.Conn
 
+	// perms reports the connection's permission violations; scope tells
+	// the store's own from other users' of the connection.
+	perms *permWatch
+	scope permScope
+
 	mu     sync.Mutex
 	closed bool
 }
@@ -141,7 +146,7 @@ type bucket struct {
 // authentication, a server older than 2.11, JetStream disabled, and existing
 // buckets with other settings; Retryable for a connection that is not
 // (yet) connected, timeouts and a cancelled ctx.
-func New(ctx context.Context, nc *natsgo.Conn, opts Options) (*Store, error) {
+func New(ctx context.Context, nc *natsgo.Conn, opts Options) (_ *Store, err error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
@@ -158,10 +163,18 @@ func New(ctx context.Context, nc *natsgo.Conn, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats: open: %w: %w", err, spate.ErrFatal)
 	}
+	s := &Store{js: js, opts: opts, log: opts.Logger,
+		perms: watchPermissions(nc), scope: newPermScope(nc, opts.Job)}
+	// A refused inbox subscription was reported once, when nats.go made
+	// it; every request on the connection would now time out.
+	if v, ok := parseViolation(nc.LastError()); ok && v.subscribe && s.scope.owns(v) {
+		return nil, s.scope.deniedError("open", v)
+	}
+	ctx, end := s.guard(ctx, "open", "", &err)
+	defer end()
 	if _, err := js.AccountInfo(ctx); err != nil {
 		return nil, classify("open: account info", "", err)
 	}
-	s := &Store{js: js, opts: opts, log: opts.Logger}
 	dname, ename := Buckets(opts.Job)
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
 		name := dname
@@ -456,11 +469,13 @@ func (s *Store) publish(ctx context.Context, b *bucket, key string, value []byte
 // Create implements [spate.Store]. A deleted or expired key's subject holds a
 // marker; Create then re-reads it and publishes at the marker's sequence, so
 // Lost is only returned after a read saw a live value.
-func (s *Store) Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (spate.Outcome, error) {
+func (s *Store) Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (_ spate.Outcome, err error) {
 	b, err := s.pre(ctx, "create", ks, key, false)
 	if err != nil {
 		return spate.Outcome{}, err
 	}
+	ctx, end := s.guard(ctx, "create", key, &err)
+	defer end()
 	if err := spate.ValidateValue(value, s.opts.MaxValueSize); err != nil {
 		return spate.Outcome{}, fmt.Errorf("nats: create %q: %w", key, err)
 	}
@@ -489,11 +504,13 @@ func (s *Store) Create(ctx context.Context, ks spate.Keyspace, key string, value
 }
 
 // Update implements [spate.Store].
-func (s *Store) Update(ctx context.Context, ks spate.Keyspace, key string, value []byte, expected uint64) (spate.Outcome, error) {
+func (s *Store) Update(ctx context.Context, ks spate.Keyspace, key string, value []byte, expected uint64) (_ spate.Outcome, err error) {
 	b, err := s.pre(ctx, "update", ks, key, false)
 	if err != nil {
 		return spate.Outcome{}, err
 	}
+	ctx, end := s.guard(ctx, "update", key, &err)
+	defer end()
 	if err := spate.ValidateValue(value, s.opts.MaxValueSize); err != nil {
 		return spate.Outcome{}, fmt.Errorf("nats: update %q: %w", key, err)
 	}
@@ -513,11 +530,13 @@ func (s *Store) Update(ctx context.Context, ks spate.Keyspace, key string, value
 }
 
 // Get implements [spate.Store].
-func (s *Store) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
+func (s *Store) Get(ctx context.Context, ks spate.Keyspace, key string) (_ spate.Entry, _ bool, err error) {
 	b, err := s.pre(ctx, "get", ks, key, false)
 	if err != nil {
 		return spate.Entry{}, false, err
 	}
+	ctx, end := s.guard(ctx, "get", key, &err)
+	defer end()
 	return s.get(ctx, b, key)
 }
 
@@ -529,11 +548,13 @@ func (s *Store) get(ctx context.Context, b *bucket, key string) (spate.Entry, bo
 // Delete implements [spate.Store]: it publishes a delete marker, guarded by
 // the expected last sequence when expected is not AnyRevision, and returns
 // the marker's sequence.
-func (s *Store) Delete(ctx context.Context, ks spate.Keyspace, key string, expected uint64) (spate.Outcome, error) {
+func (s *Store) Delete(ctx context.Context, ks spate.Keyspace, key string, expected uint64) (_ spate.Outcome, err error) {
 	b, err := s.pre(ctx, "delete", ks, key, false)
 	if err != nil {
 		return spate.Outcome{}, err
 	}
+	ctx, end := s.guard(ctx, "delete", key, &err)
+	defer end()
 	hdr := natsgo.Header{}
 	hdr.Set(kvOpHeader, kvOpDelete)
 	var guard *uint64
@@ -554,11 +575,13 @@ func (s *Store) Delete(ctx context.Context, ks spate.Keyspace, key string, expec
 // index (one request), then one get per key, up to listFanout at a time:
 // 1 + N round trips. Keys whose subject holds a delete or limit marker are
 // dropped by their get.
-func (s *Store) List(ctx context.Context, ks spate.Keyspace, prefix string) ([]spate.Entry, error) {
+func (s *Store) List(ctx context.Context, ks spate.Keyspace, prefix string) (_ []spate.Entry, err error) {
 	b, err := s.pre(ctx, "list", ks, prefix, true)
 	if err != nil {
 		return nil, err
 	}
+	ctx, end := s.guard(ctx, "list", prefix, &err)
+	defer end()
 	keys, err := b.keySet(ctx, prefix)
 	if err != nil {
 		return nil, classify("list", prefix, err)

@@ -138,12 +138,15 @@ func (b *bucket) read(ctx context.Context, key string) (read, error) {
 // revision or reorder a key's revisions. A reader that falls more than
 // watchBuffer messages behind the pump breaks the watch with a Retryable
 // error.
-func (s *Store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
+func (s *Store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (_ <-chan spate.WatchEvent, err error) {
 	b, err := s.pre(ctx, "watch", ks, prefix, true)
 	if err != nil {
 		return nil, err
 	}
-	cons, err := b.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+	// ctx outlives the call (it bounds the watch); sctx bounds the setup.
+	sctx, end := s.guard(ctx, "watch", prefix, &err)
+	defer end()
+	cons, err := b.stream.OrderedConsumer(sctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects:    []string{subjectFilter(b.pre, prefix)},
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		InactiveThreshold: inactiveThreshold,
@@ -152,7 +155,7 @@ func (s *Store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-
 	if err != nil {
 		return nil, classify("watch", prefix, err)
 	}
-	keys, err := b.keySet(ctx, prefix)
+	keys, err := b.keySet(sctx, prefix)
 	if err != nil {
 		return nil, classify("watch", prefix, err)
 	}
@@ -179,10 +182,21 @@ func (s *Store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-
 		out:    make(chan spate.WatchEvent),
 		signal: make(chan struct{}, 1),
 	}
+	// The consumer's pull requests are refused asynchronously: a watch
+	// whose user lost (or never had) them breaks at once.
+	unwatch := func() {}
+	if s.perms != nil {
+		unwatch = s.perms.add(func(v violation) {
+			if s.scope.watchOwns(v, b) {
+				w.stop(&errPermDenied{v})
+			}
+		})
+	}
 	go func() {
 		defer s.wg.Done()
 		defer close(w.out)
 		defer stop()
+		defer unwatch()
 		var pump sync.WaitGroup
 		pump.Go(func() { w.pump(wctx) })
 		w.run(wctx)
@@ -266,9 +280,12 @@ func (w *watch) pump(ctx context.Context) {
 	}
 }
 
+// stop records why the watch stopped; the first reason stands.
 func (w *watch) stop(err error) {
 	w.mu.Lock()
-	w.err = err
+	if w.err == nil {
+		w.err = err
+	}
 	w.mu.Unlock()
 	w.wake()
 }
@@ -316,13 +333,18 @@ func (w *watch) send(ctx context.Context, ev spate.WatchEvent) bool {
 	}
 }
 
-// broken ends the watch with a Retryable error, unless the caller or Close
-// ended it.
+// broken ends the watch with a Retryable error, or a Fatal one for a
+// missing permission, unless the caller or Close ended it.
 func (w *watch) broken(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		return
 	}
 	w.s.log.Debug("nats: watch broke", "bucket", w.b.name, "prefix", w.prefix, "err", err)
+	if pd := (*errPermDenied)(nil); errors.As(err, &pd) {
+		w.send(ctx, spate.WatchEvent{Kind: spate.WatchError,
+			Err: w.s.scope.deniedError(fmt.Sprintf("watch %s %q", w.b.ks, w.prefix), pd.v)})
+		return
+	}
 	w.send(ctx, spate.WatchEvent{Kind: spate.WatchError, Err: fmt.Errorf("nats: watch %s %q: %w: %w",
 		w.b.ks, w.prefix, err, spate.ErrRetryable)})
 }

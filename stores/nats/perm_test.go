@@ -1,0 +1,253 @@
+package nats_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/natstest"
+	spatenats "github.com/spate-go/spate/stores/nats"
+)
+
+// permFailWithin bounds how long a call refused for a missing permission may
+// take; without the driver's error handler it would wait for its context.
+const permFailWithin = 10 * time.Second
+
+// permServer starts a server whose only user has exactly the permissions
+// of job, minus drop (subjects of either list).
+func permServer(t *testing.T, job string, drop ...string) *natstest.Server {
+	t.Helper()
+	pub, sub := spatenats.Permissions(job)
+	keep := func(l []string) []string {
+		l = slices.DeleteFunc(slices.Clone(l), func(s string) bool { return slices.Contains(drop, s) })
+		if len(l) == 0 {
+			// An empty allow list would allow everything.
+			l = []string{"nothing.allowed"}
+		}
+		return l
+	}
+	p := &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: keep(pub)},
+		Subscribe: &server.SubjectPermission{Allow: keep(sub)},
+	}
+	return natstest.Start(t, natstest.WithUserPassword("spate", "pw"), natstest.WithPermissions(p))
+}
+
+// violations records the permission violations a connection is told of.
+type violations struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (v *violations) handler(_ *natsgo.Conn, _ *natsgo.Subscription, err error) {
+	if errors.Is(err, natsgo.ErrPermissionViolation) {
+		v.mu.Lock()
+		v.errs = append(v.errs, err)
+		v.mu.Unlock()
+	}
+}
+
+func (v *violations) get() []error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return slices.Clone(v.errs)
+}
+
+// TestPermissionsSuffice runs every operation, watches included, as a user
+// granted exactly [spatenats.Permissions]: nothing may be refused. A second
+// store adopts the buckets the first created.
+func TestPermissionsSuffice(t *testing.T) {
+	job := natstest.NewJob()
+	srv := permServer(t, job)
+	var seen violations
+	nc := srv.Connect(t, natsgo.ErrorHandler(seen.handler))
+	opts := spatenats.Options{Job: job, TTL: ttl}
+	s := open(t, nc, opts)
+	ctx := testCtx(t, 20*time.Second)
+	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
+		w, err := s.Watch(ctx, ks, "p.")
+		if err != nil {
+			t.Fatalf("%v watch: %v", ks, err)
+		}
+		if ev := <-w; ev.Kind != spate.WatchSnapshotDone {
+			t.Fatalf("%v watch: want SnapshotDone first, got %+v", ks, ev)
+		}
+		o, err := s.Create(ctx, ks, "p.k", []byte("v1"))
+		if err != nil || !o.Won {
+			t.Fatalf("%v create: won=%t err=%v", ks, o.Won, err)
+		}
+		o, err = s.Update(ctx, ks, "p.k", []byte("v2"), o.Revision)
+		if err != nil || !o.Won {
+			t.Fatalf("%v update: won=%t err=%v", ks, o.Won, err)
+		}
+		if e, ok, err := s.Get(ctx, ks, "p.k"); err != nil || !ok || string(e.Value) != "v2" {
+			t.Fatalf("%v get: %+v ok=%t err=%v", ks, e, ok, err)
+		}
+		if l, err := s.List(ctx, ks, "p."); err != nil || len(l) != 1 {
+			t.Fatalf("%v list: %+v err=%v", ks, l, err)
+		}
+		if o, err := s.Delete(ctx, ks, "p.k", o.Revision); err != nil || !o.Won {
+			t.Fatalf("%v delete: won=%t err=%v", ks, o.Won, err)
+		}
+		// Watches coalesce: the puts may be skipped, not the delete.
+		deleted := false
+		for ev := range w {
+			if ev.Kind == spate.WatchError {
+				t.Fatalf("%v watch: %v", ks, ev.Err)
+			}
+			if deleted = ev.Kind == spate.WatchDelete; deleted {
+				break
+			}
+		}
+		if !deleted {
+			t.Fatalf("%v watch: ended without the delete", ks)
+		}
+	}
+	s2 := open(t, nc, opts)
+	roundTrip(t, s2)
+	// Round trips on the connection so that a late violation has arrived.
+	if err := nc.FlushWithContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := seen.get(); len(v) != 0 {
+		t.Fatalf("the permission list is not enough: %v", v)
+	}
+}
+
+// TestMissingPermissionFailsOpen: a user missing one permission New needs
+// gets a Fatal error that names it at once, not a timeout.
+func TestMissingPermissionFailsOpen(t *testing.T) {
+	for _, tc := range []struct {
+		drop string // a subject of the list; "{d}" is the durable bucket
+		says string
+	}{
+		{"$JS.API.INFO", `publish permission on "$JS.API.INFO"`},
+		{"_INBOX.>", `subscribe permission on "_INBOX.>"`},
+		{"$JS.API.STREAM.CREATE.KV_{d}", `publish permission on "$JS.API.STREAM.CREATE.KV_{d}"`},
+		{"$JS.API.STREAM.INFO.KV_{d}", `publish permission on "$JS.API.STREAM.INFO.KV_{d}"`},
+	} {
+		t.Run(tc.drop, func(t *testing.T) {
+			t.Parallel()
+			job := natstest.NewJob()
+			d, _ := spatenats.Buckets(job)
+			drop := strings.ReplaceAll(tc.drop, "{d}", d)
+			srv := permServer(t, job, drop)
+			nc := srv.Connect(t)
+			start := time.Now()
+			_, err := spatenats.New(testCtx(t, 3*permFailWithin), nc, spatenats.Options{Job: job, TTL: ttl})
+			if took := time.Since(start); took > permFailWithin {
+				t.Errorf("open took %v: a missing permission must fail fast", took)
+			}
+			t.Logf("open without %s: %v", drop, err)
+			requireFatal(t, "open without "+drop, err, "permission denied", strings.ReplaceAll(tc.says, "{d}", d))
+		})
+	}
+}
+
+// TestMissingPermissionFailsCall: a permission only a later call needs
+// (writes to a bucket, reads, watches) fails that call fast with a Fatal
+// error that names it.
+func TestMissingPermissionFailsCall(t *testing.T) {
+	watchErr := func(ctx context.Context, s spate.Store) error {
+		w, err := s.Watch(ctx, spate.Durable, "")
+		if err != nil {
+			return err
+		}
+		for ev := range w {
+			if ev.Kind == spate.WatchError {
+				return ev.Err
+			}
+		}
+		return errors.New("the watch ended without an error")
+	}
+	for _, tc := range []struct {
+		drop string // a subject of the list; "{d}" is the durable bucket
+		call func(ctx context.Context, s spate.Store) error
+	}{
+		{"$KV.{d}.>", func(ctx context.Context, s spate.Store) error {
+			_, err := s.Create(ctx, spate.Durable, "k", []byte("v"))
+			return err
+		}},
+		{"$JS.API.STREAM.MSG.GET.KV_{d}", func(ctx context.Context, s spate.Store) error {
+			_, _, err := s.Get(ctx, spate.Durable, "k")
+			return err
+		}},
+		{"$JS.API.CONSUMER.CREATE.KV_{d}.>", watchErr},
+		{"$JS.API.CONSUMER.MSG.NEXT.KV_{d}.*", watchErr},
+	} {
+		t.Run(tc.drop, func(t *testing.T) {
+			t.Parallel()
+			job := natstest.NewJob()
+			d, _ := spatenats.Buckets(job)
+			drop := strings.ReplaceAll(tc.drop, "{d}", d)
+			srv := permServer(t, job, drop)
+			s := open(t, srv.Connect(t), spatenats.Options{Job: job, TTL: ttl})
+			start := time.Now()
+			err := tc.call(testCtx(t, 3*permFailWithin), s)
+			if took := time.Since(start); took > permFailWithin {
+				t.Errorf("the call took %v: a missing permission must fail fast", took)
+			}
+			t.Logf("without %s: %v", drop, err)
+			requireFatal(t, "call without "+drop, err, "permission denied", fmt.Sprintf("publish permission on %q", drop))
+		})
+	}
+}
+
+// TestPermissionsDocumented: the server configuration in the package
+// documentation parses, and grants exactly Permissions("myjob").
+func TestPermissionsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conf []string
+	in := false
+	for _, line := range strings.Split(string(doc), "\n") {
+		code, ok := strings.CutPrefix(line, "//\t")
+		switch {
+		case !in && ok && code == "authorization {":
+			in = true
+		case in && !ok:
+			t.Fatal("the authorization block in doc.go does not end")
+		}
+		if in {
+			conf = append(conf, code)
+			if code == "}" {
+				break
+			}
+		}
+	}
+	if len(conf) == 0 {
+		t.Fatal("doc.go has no authorization block")
+	}
+	file := filepath.Join(t.TempDir(), "nats.conf")
+	if err := os.WriteFile(file, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, err := server.ProcessConfigFile(file)
+	if err != nil {
+		t.Fatalf("the documented configuration does not parse: %v", err)
+	}
+	if len(o.Users) != 1 || o.Users[0].Permissions == nil {
+		t.Fatalf("the documented configuration has no user with permissions: %+v", o.Users)
+	}
+	p := o.Users[0].Permissions
+	pub, sub := spatenats.Permissions("myjob")
+	if p.Publish == nil || !slices.Equal(p.Publish.Allow, pub) || len(p.Publish.Deny) != 0 {
+		t.Errorf("documented publish permissions %+v, want allow %q", p.Publish, pub)
+	}
+	if p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, sub) || len(p.Subscribe.Deny) != 0 {
+		t.Errorf("documented subscribe permissions %+v, want allow %q", p.Subscribe, sub)
+	}
+}
