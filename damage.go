@@ -41,6 +41,22 @@ func damageFix(key string) string {
 	return "delete the key (the leader restores the split from the last state seen, or re-seeds it from its spec and it replays from its start), or restore it from a backup"
 }
 
+// readable folds the outcome of decoding key, one of split id's records
+// read at rev: a record that cannot be read damages the split and is no
+// error of the loop's, a readable one repairs it. ok says the decoded
+// record may be folded; err is an error of any other kind.
+func (a *actor) readable(id, key string, rev uint64, decodeErr error) (ok bool, err error) {
+	switch {
+	case decodeErr == nil:
+		a.repair(key, false)
+		return true, nil
+	case isDamage(decodeErr):
+		a.damage(id, key, rev, decodeErr)
+		return false, nil
+	}
+	return false, decodeErr
+}
+
 // damage takes split id out of play because key, one of its records,
 // cannot be read (err); rev is the damaged value's revision (0 if unknown).
 func (a *actor) damage(id, key string, rev uint64, err error) {

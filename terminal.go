@@ -76,15 +76,12 @@ func (a *actor) detectTerminal() {
 			for _, e := range entries {
 				id := e.Key[len(prefixSplit):]
 				r, err := decodeProgress(e.Key, id, e.Value, a.fpHash)
-				if err != nil {
-					if !isDamage(err) {
-						return err
-					}
-					a.damage(id, e.Key, e.Revision, err)
+				if ok, err := a.readable(id, e.Key, e.Revision, err); err != nil {
+					return err
+				} else if !ok {
 					damaged = append(damaged, id)
 					continue
 				}
-				a.repair(e.Key, false)
 				a.upsert(id, r, e.Revision, readSince(since))
 				if a.splitDamaged(id) && r.Status == statusRunnable {
 					damaged = append(damaged, id) // its spec is unreadable: nobody can claim it

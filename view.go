@@ -304,14 +304,9 @@ func (a *actor) durablePut(key string, value []byte, rev uint64, src source) err
 			return nil // immutable: the first copy wins
 		}
 		s, err := decodeSpec(key, id, value, a.fpHash)
-		if err != nil {
-			if isDamage(err) {
-				a.damage(id, key, rev, err)
-				return nil
-			}
+		if ok, err := a.readable(id, key, rev, err); !ok {
 			return err
 		}
-		a.repair(key, false)
 		v.spec = s
 		if v.prog != nil {
 			a.dirty = true
@@ -328,14 +323,9 @@ func (a *actor) durablePut(key string, value []byte, rev uint64, src source) err
 			}
 		}
 		r, err := decodeProgress(key, id, value, a.fpHash)
-		if err != nil {
-			if isDamage(err) {
-				a.damage(id, key, rev, err)
-				return nil
-			}
+		if ok, err := a.readable(id, key, rev, err); !ok {
 			return err
 		}
-		a.repair(key, false)
 		a.upsert(id, r, rev, src)
 	case strings.HasPrefix(key, prefixAssign):
 		inst := key[len(prefixAssign):]

@@ -337,6 +337,27 @@ func printInspection(w io.Writer, in inspection) {
 	}
 }
 
+// confirm asks question on stdout and reads the answer from stdin: ok only
+// for y or yes. Otherwise it reports the refusal ("not <done>") and
+// returns the exit code; an empty stdin says to pass --yes.
+func confirm(question, done string) (ok bool, code int) {
+	fmt.Printf("%s [y/N] ", question)
+	answer, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, fail(exitFailed, "read the answer: %v", err)
+	}
+	a := strings.ToLower(strings.TrimSpace(answer))
+	if slices.Contains([]string{"y", "yes"}, a) {
+		return true, 0
+	}
+	if errors.Is(err, io.EOF) && a == "" {
+		fmt.Println()
+		return false, fail(exitFailed, "no answer on stdin: not %s (pass --yes to skip the prompt)", done)
+	}
+	fmt.Printf("not %s\n", done)
+	return false, exitFailed
+}
+
 func dash(s string) string {
 	if s == "" {
 		return "-"
@@ -407,19 +428,8 @@ func runRequeue(args []string) int {
 	}
 	fmt.Printf("split %s of job %s: quarantined after %d attempts at epoch %d, %s\n", id, job, sp.Attempts, sp.Epoch, wm)
 	if !*yes {
-		fmt.Printf("requeue it (runnable again, attempts reset, epoch %d)? [y/N] ", sp.Epoch+1)
-		answer, err := bufio.NewReader(os.Stdin).ReadString('\n')
-		if err != nil && !errors.Is(err, io.EOF) {
-			return fail(exitFailed, "read the answer: %v", err)
-		}
-		a := strings.ToLower(strings.TrimSpace(answer))
-		if !slices.Contains([]string{"y", "yes"}, a) {
-			if errors.Is(err, io.EOF) && a == "" {
-				fmt.Println()
-				return fail(exitFailed, "no answer on stdin: not requeued (pass --yes to skip the prompt)")
-			}
-			fmt.Println("not requeued")
-			return exitFailed
+		if ok, code := confirm(fmt.Sprintf("requeue it (runnable again, attempts reset, epoch %d)?", sp.Epoch+1), "requeued"); !ok {
+			return code
 		}
 	}
 	if err := spate.RequeueSplit(ctx, st, js.Plan.Fingerprint, id); err != nil {

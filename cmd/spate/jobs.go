@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -179,19 +176,8 @@ func runDelete(args []string) int {
 			job, len(workers), strings.Join(workers, ", "))
 	}
 	if !*yes {
-		fmt.Printf("delete job %s and every key of it from %s? [y/N] ", job, conn.describe)
-		answer, err := bufio.NewReader(os.Stdin).ReadString('\n')
-		if err != nil && !errors.Is(err, io.EOF) {
-			return fail(exitFailed, "read the answer: %v", err)
-		}
-		a := strings.ToLower(strings.TrimSpace(answer))
-		if !slices.Contains([]string{"y", "yes"}, a) {
-			if errors.Is(err, io.EOF) && a == "" {
-				fmt.Println()
-				return fail(exitFailed, "no answer on stdin: not deleted (pass --yes to skip the prompt)")
-			}
-			fmt.Println("not deleted")
-			return exitFailed
+		if ok, code := confirm(fmt.Sprintf("delete job %s and every key of it from %s?", job, conn.describe), "deleted"); !ok {
+			return code
 		}
 	}
 	dctx, dcancel := context.WithTimeout(context.Background(), sf.connectTimeout+time.Minute)
