@@ -1,0 +1,427 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spate-go/spate"
+)
+
+// ScaleOptions shapes one fleet-scale measurement (see [MeasureScale]).
+type ScaleOptions struct {
+	// Workers is the number of coordinators in the fleet. Required.
+	Workers int
+	// Splits is the job's size; 0 means 100 per worker.
+	Splits int
+	// CommitEvery is how often each held split commits; 0 means 2s.
+	CommitEvery time.Duration
+	// Window is how long the steady state is measured; 0 means 10s.
+	Window time.Duration
+	// Placement bounds the wait for every split to be held; 0 means 20
+	// leases.
+	Placement time.Duration
+}
+
+// ScaleResult is what [MeasureScale] observed. Rates are per second of the
+// clock the fleet ran on (virtual inside a synctest bubble).
+type ScaleResult struct {
+	Workers, Splits int
+	// Placement is the time from the fleet's start until every split was
+	// held; Placed is how many were held when the wait ended.
+	Placement time.Duration
+	Placed    int
+	// WritesPerSec counts every Create, Update and Delete call the fleet
+	// made in the window; EventsPerSec every live watch event delivered to
+	// a worker (snapshots excluded).
+	WritesPerSec, EventsPerSec float64
+	// ReadsPerSec counts entries read in the window: one per Get, one per
+	// listed entry and one per watch-snapshot entry.
+	ReadsPerSec float64
+	// ReadsAfterBreak is the number of entries read in the lease after
+	// every worker's watches broke at once (a store restart).
+	ReadsAfterBreak int64
+	// CPUPerSec is the process's CPU-seconds per second in the window
+	// (the store's own work included when it runs in-process).
+	CPUPerSec float64
+	// HeapPerWorker is the live heap growth over the fleet's start,
+	// divided by the number of workers.
+	HeapPerWorker float64
+	// Takeover is the time from one worker's death until its splits were
+	// all held again (0 when they were not within 10 leases).
+	Takeover time.Duration
+	// LeasesLost counts Lost events of live workers over the whole run;
+	// Quarantined counts splits quarantined (every split here is healthy).
+	LeasesLost, Quarantined int64
+}
+
+// EventsPerWrite is watch events delivered per store write.
+func (r ScaleResult) EventsPerWrite() float64 {
+	if r.WritesPerSec == 0 {
+		return 0
+	}
+	return r.EventsPerSec / r.WritesPerSec
+}
+
+// ScaleHeader is the header of [ScaleResult.Row]'s table.
+const ScaleHeader = "| workers × splits | placed | first placement | writes/s | events/s | events per write | reads/s | reads after a watch break | CPU core-s/s (total, per worker) | heap per worker | takeover | leases lost | quarantined |\n" +
+	"|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+
+// Row formats r as one markdown table row under [ScaleHeader].
+func (r ScaleResult) Row() string {
+	return fmt.Sprintf("| %d × %d | %d | %.1fs | %.0f | %.0f | %.2f | %.0f | %d | %.3f, %.4f | %.2f MB | %.1fs | %d | %d |",
+		r.Workers, r.Splits, r.Placed, r.Placement.Seconds(), r.WritesPerSec, r.EventsPerSec, r.EventsPerWrite(),
+		r.ReadsPerSec, r.ReadsAfterBreak, r.CPUPerSec, r.CPUPerSec/float64(r.Workers), r.HeapPerWorker/1e6,
+		r.Takeover.Seconds(), r.LeasesLost, r.Quarantined)
+}
+
+// MeasureScale runs a fleet of o.Workers coordinators over one store of
+// the harness, every one at the product's default timings for the store's
+// TTL (spate.TimingsForLease) with a lane budget of twice its share of the
+// job,
+// each held split committing every o.CommitEvery. It measures placement,
+// then the steady state for o.Window, then a simultaneous watch break on
+// every worker, then one worker's death. Run it inside a synctest bubble
+// for virtual time.
+func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
+	if o.Splits == 0 {
+		o.Splits = 100 * o.Workers
+	}
+	if o.CommitEvery == 0 {
+		o.CommitEvery = 2 * time.Second
+	}
+	if o.Window == 0 {
+		o.Window = 10 * time.Second
+	}
+	ctx := context.Background()
+	h := mk(t)
+	defer h.Close()
+	cnt := &scaleCounters{brk: make(chan struct{})}
+	probe, err := h.NewStore(ctx)
+	if err != nil {
+		t.Fatalf("scale: open a store: %v", err)
+	}
+	ttl := probe.Capabilities().TTL
+	probe.Close()
+	if o.Placement == 0 {
+		o.Placement = 20 * ttl
+	}
+	cfg := spate.TimingsForLease(ttl)
+	// Lanes for twice a worker's share, so the survivors can take a dead
+	// worker's splits.
+	cfg.MaxInFlight = 2 * ((o.Splits + o.Workers - 1) / o.Workers)
+	res := ScaleResult{Workers: o.Workers, Splits: o.Splits}
+
+	heap0 := liveHeap()
+	planner := planOf("scale", o.Splits)
+	start := time.Now()
+	fleet := make([]*scaleWorker, o.Workers)
+	for i := range fleet {
+		s, err := h.NewStore(ctx)
+		if err != nil {
+			t.Fatalf("scale: open a store: %v", err)
+		}
+		c := cfg
+		c.InstanceID = fmt.Sprintf("w%04d", i)
+		coord, err := spate.NewStoreCoordinator(&countingStore{Store: s, c: cnt}, c, spate.WithLogger(testLogger(c.InstanceID)))
+		if err != nil {
+			t.Fatalf("scale: %v", err)
+		}
+		w := &scaleWorker{c: coord, st: s, every: o.CommitEvery, held: map[spate.SplitID]*scaleSplit{},
+			rng: rand.New(rand.NewPCG(uint64(i), 7)), stop: make(chan struct{}), done: make(chan struct{}), cnt: cnt}
+		fleet[i] = w
+		w.waker = spate.NewWaker()
+		coord.SetWaker(w.waker)
+		if err := coord.Start(planner); err != nil {
+			t.Fatalf("scale: start: %v", err)
+		}
+		go w.run()
+	}
+	defer func() {
+		for _, w := range fleet {
+			w.close()
+		}
+	}()
+
+	held := func() int {
+		n := 0
+		for _, w := range fleet {
+			n += int(w.nHeld.Load())
+		}
+		return n
+	}
+	for held() < o.Splits && time.Since(start) < o.Placement {
+		time.Sleep(100 * time.Millisecond)
+	}
+	res.Placement, res.Placed = time.Since(start), held()
+	if res.Placed < o.Splits {
+		t.Logf("scale: only %d of %d splits held after %v", res.Placed, o.Splits, res.Placement)
+	}
+	time.Sleep(cfg.LeaseDuration) // let the first commits and the churn of placement pass
+
+	w0, e0, r0 := cnt.writes.Load(), cnt.events.Load(), cnt.reads.Load()
+	cpu0, t0 := cpuTime(), time.Now()
+	time.Sleep(o.Window)
+	secs := time.Since(t0).Seconds()
+	res.CPUPerSec = (cpuTime() - cpu0).Seconds() / secs
+	res.WritesPerSec = float64(cnt.writes.Load()-w0) / secs
+	res.EventsPerSec = float64(cnt.events.Load()-e0) / secs
+	res.ReadsPerSec = float64(cnt.reads.Load()-r0) / secs
+	res.HeapPerWorker = float64(liveHeap()-heap0) / float64(o.Workers)
+
+	// A store restart as every worker sees it: all watches break at once.
+	r1 := cnt.reads.Load()
+	cnt.breakAll()
+	time.Sleep(cfg.LeaseDuration)
+	// Less what the steady state reads in the same time (the listing
+	// backstop), so that the figure is the re-reads the break caused.
+	res.ReadsAfterBreak = max(0, cnt.reads.Load()-r1-int64(res.ReadsPerSec*cfg.LeaseDuration.Seconds()))
+
+	// One worker dies without handing back.
+	victim := fleet[len(fleet)-1]
+	victim.abandon()
+	died := time.Now()
+	for time.Since(died) < 10*cfg.LeaseDuration {
+		if held() >= o.Splits {
+			res.Takeover = time.Since(died)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, w := range fleet {
+		res.LeasesLost += w.lost.Load()
+		res.Quarantined += w.quarantined.Load()
+	}
+	return res
+}
+
+// WriteScaleTable writes results as a markdown table.
+func WriteScaleTable(w io.Writer, results []ScaleResult) {
+	var b strings.Builder
+	b.WriteString(ScaleHeader + "\n")
+	for _, r := range results {
+		b.WriteString(r.Row() + "\n")
+	}
+	io.WriteString(w, b.String())
+}
+
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// scaleCounters are shared by every worker's countingStore.
+type scaleCounters struct {
+	writes, events, reads atomic.Int64
+	mu                    sync.Mutex
+	brk                   chan struct{} // closed to break every open watch
+}
+
+func (c *scaleCounters) breakAll() {
+	c.mu.Lock()
+	close(c.brk)
+	c.brk = make(chan struct{})
+	c.mu.Unlock()
+}
+
+func (c *scaleCounters) breaker() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.brk
+}
+
+// countingStore counts a worker's store traffic and can break its watches.
+type countingStore struct {
+	spate.Store
+	c *scaleCounters
+}
+
+func (s *countingStore) Create(ctx context.Context, ks spate.Keyspace, key string, v []byte) (spate.Outcome, error) {
+	s.c.writes.Add(1)
+	return s.Store.Create(ctx, ks, key, v)
+}
+
+func (s *countingStore) Update(ctx context.Context, ks spate.Keyspace, key string, v []byte, rev uint64) (spate.Outcome, error) {
+	s.c.writes.Add(1)
+	return s.Store.Update(ctx, ks, key, v, rev)
+}
+
+func (s *countingStore) Delete(ctx context.Context, ks spate.Keyspace, key string, rev uint64) (spate.Outcome, error) {
+	s.c.writes.Add(1)
+	return s.Store.Delete(ctx, ks, key, rev)
+}
+
+func (s *countingStore) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
+	s.c.reads.Add(1)
+	return s.Store.Get(ctx, ks, key)
+}
+
+func (s *countingStore) List(ctx context.Context, ks spate.Keyspace, prefix string) ([]spate.Entry, error) {
+	es, err := s.Store.List(ctx, ks, prefix)
+	s.c.reads.Add(int64(max(len(es), 1)))
+	return es, err
+}
+
+func (s *countingStore) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	in, err := s.Store.Watch(wctx, ks, prefix)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	brk := s.c.breaker()
+	out := make(chan spate.WatchEvent)
+	go func() {
+		defer close(out)
+		defer cancel()
+		snap := true
+		for {
+			select {
+			case ev, ok := <-in:
+				if !ok {
+					return
+				}
+				switch {
+				case ev.Kind == spate.WatchSnapshotDone:
+					snap = false
+				case snap && ev.Kind == spate.WatchPut:
+					s.c.reads.Add(1)
+				case !snap && (ev.Kind == spate.WatchPut || ev.Kind == spate.WatchDelete):
+					s.c.events.Add(1)
+				}
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return
+				}
+			case <-brk:
+				select {
+				case out <- spate.WatchEvent{Kind: spate.WatchError, Err: spate.Retryablef("scale: simulated store restart")}:
+				case <-ctx.Done():
+				}
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// scaleWorker drives one coordinator like a source: it commits every held
+// split every `every`, hands back what it is asked to, and counts what it
+// lost.
+type scaleWorker struct {
+	c     *spate.StoreCoordinator
+	st    spate.Store
+	waker spate.Waker
+	every time.Duration
+	rng   *rand.Rand
+	cnt   *scaleCounters
+
+	held              map[spate.SplitID]*scaleSplit
+	nHeld             atomic.Int64
+	lost, quarantined atomic.Int64
+	stop, done        chan struct{}
+	once              sync.Once
+	abandoned         atomic.Bool
+}
+
+type scaleSplit struct {
+	epoch spate.LeaseEpoch
+	wm    int64
+	due   time.Time
+}
+
+func (w *scaleWorker) run() {
+	defer close(w.done)
+	ctx := context.Background()
+	tick := time.NewTicker(w.every / 10)
+	defer tick.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-w.waker.C():
+		case <-tick.C:
+		}
+		evs, err := w.c.Poll()
+		if err != nil {
+			return
+		}
+		now := time.Now()
+		for _, ev := range evs {
+			switch e := ev.(type) {
+			case spate.Gained:
+				wm := int64(0)
+				if e.Progress != nil {
+					wm = e.Progress.Watermark
+				}
+				w.held[e.Split.ID] = &scaleSplit{epoch: e.Epoch, wm: wm, due: now.Add(time.Duration(w.rng.Int64N(int64(w.every))))}
+			case spate.Lost:
+				if _, ok := w.held[e.Split]; ok {
+					delete(w.held, e.Split)
+					w.lost.Add(1)
+				}
+			case spate.RevokeRequested:
+				if s, ok := w.held[e.Split]; ok {
+					s.wm++
+					_ = w.c.CommitAt(ctx, e.Split, s.epoch, spate.NewSplitProgress(s.wm, nil))
+					_ = spate.ReleaseDrained(ctx, w.c, e.Split)
+					delete(w.held, e.Split)
+				}
+			case spate.Quarantined:
+				w.quarantined.Add(1)
+			}
+		}
+		for id, s := range w.held {
+			if now.Before(s.due) {
+				continue
+			}
+			s.wm++
+			s.due = s.due.Add(w.every)
+			_ = w.c.CommitAt(ctx, id, s.epoch, spate.NewSplitProgress(s.wm, nil)) // a fenced one is followed by Lost
+		}
+		w.nHeld.Store(int64(len(w.held)))
+	}
+}
+
+func (w *scaleWorker) halt() {
+	w.once.Do(func() { close(w.stop) })
+	<-w.done
+	w.nHeld.Store(0)
+}
+
+// abandon kills the worker without handing anything back.
+func (w *scaleWorker) abandon() {
+	w.abandoned.Store(true)
+	w.halt()
+	w.c.Abandon()
+	w.st.Close()
+}
+
+func (w *scaleWorker) close() {
+	w.halt()
+	if !w.abandoned.Load() {
+		w.c.Close()
+		w.st.Close()
+	}
+}

@@ -1,0 +1,52 @@
+package mem_test
+
+import (
+	"flag"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/conformance"
+	"github.com/spate-go/spate/stores/mem"
+)
+
+var scaleWorkers = flag.String("scale", "", "comma-separated fleet sizes for TestScale (e.g. 10,100,1000); empty runs a 5-worker smoke check")
+
+// TestScale measures the fleet in virtual time (conformance.MeasureScale):
+//
+//	go test ./stores/mem -run '^TestScale$' -v -args -scale 10,100,1000
+//
+// Without -scale it runs 5 workers as a check that the harness works.
+func TestScale(t *testing.T) {
+	sizes := []int{5}
+	if *scaleWorkers != "" {
+		sizes = nil
+		for _, f := range strings.Split(*scaleWorkers, ",") {
+			n, err := strconv.Atoi(f)
+			require.NoError(t, err)
+			sizes = append(sizes, n)
+		}
+	}
+	var results []conformance.ScaleResult
+	for _, w := range sizes {
+		synctest.Test(t, func(t *testing.T) {
+			mk := func(testing.TB) conformance.Harness {
+				return harness{root: mem.MustNew(mem.Options{TTL: 10 * time.Second})}
+			}
+			r := conformance.MeasureScale(t, mk, conformance.ScaleOptions{Workers: w})
+			t.Log(r.Row())
+			results = append(results, r)
+			require.Equal(t, r.Splits, r.Placed, "every split placed")
+			require.Positive(t, r.EventsPerSec, "the fleet saw watch events")
+			require.Positive(t, r.Takeover, "the dead worker's splits were taken over")
+		})
+	}
+	conformance.WriteScaleTable(os.Stdout, results)
+	_ = spate.DefaultLeaseDuration
+}
