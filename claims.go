@@ -145,6 +145,14 @@ func (a *actor) claimInputs() []claimInput {
 // splits while it has lanes to spare, quarantines splits out of attempts,
 // and starts revoking held splits it is no longer assigned.
 func (a *actor) reconcileOwn(now time.Time) error {
+	a.withdrawRevocations(now)
+	if !a.ownDirty && !a.quarantineScan {
+		// Nothing this worker holds or is assigned changed since the last
+		// scan (touch, and the loop's non-watch inputs): an event about
+		// someone else's split costs no O(own) work.
+		return nil
+	}
+	a.ownDirty = false
 	if len(a.owned)+a.claiming < a.cfg.MaxInFlight || a.quarantineScan {
 		// Decision: only a worker entitled to claim a split — the leader
 		// assigned it here — may quarantine it, and on the same evidence a
@@ -170,7 +178,6 @@ func (a *actor) reconcileOwn(now time.Time) error {
 			}
 		}
 	}
-	a.withdrawRevocations(now)
 	// No instruction is not an instruction to hold nothing.
 	if !a.assignSeen {
 		return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/fnv"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -77,6 +78,8 @@ type actor struct {
 	terminalAt     uint64
 	terminalBusy   bool
 	reconciling    bool
+	ownDirty       bool // something the own-split reconcile reads changed
+	membersDirty   bool // the presence set changed since the last membership log
 
 	// Planning (planner.go).
 	planDue     bool
@@ -186,7 +189,10 @@ func (a *actor) run(ctx context.Context) {
 		return
 	}
 	tick := time.NewTicker(a.tickInterval())
-	reconcile := time.NewTicker(a.cfg.ReconcileInterval)
+	// The listing backstop runs every ReconcileInterval, jittered by a
+	// quarter either way so that a fleet started together does not list
+	// the store together.
+	reconcile := time.NewTimer(jittered(a.cfg.ReconcileInterval))
 	replan := time.NewTicker(a.cfg.ReplanInterval)
 	defer tick.Stop()
 	defer reconcile.Stop()
@@ -203,10 +209,13 @@ func (a *actor) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case cmd := <-a.c.cmds:
+			a.ownDirty = true
 			err = a.handle(cmd)
 		case <-a.results.sig:
+			a.ownDirty = true
 			err = a.runResults()
 		case <-a.renew.notes.sig:
+			a.ownDirty = true
 			err = a.onRenewNotes(a.renew.notes.take())
 		case ev, ok := <-a.watches[0].ch:
 			err = a.onWatch(a.watches[0], ev, ok)
@@ -215,10 +224,13 @@ func (a *actor) run(ctx context.Context) {
 		case <-a.rewatch.C:
 			a.reestablish()
 		case <-tick.C:
+			a.ownDirty = true // the backstop for a change no flag caught
 			a.checkSnapshots(time.Now())
 		case <-a.wake.C:
+			a.ownDirty = true // a retry fell due
 			a.wakeAt = time.Time{}
 		case <-reconcile.C:
+			reconcile.Reset(jittered(a.cfg.ReconcileInterval))
 			a.reconcile()
 		case <-replan.C:
 			if a.leading != nil && a.plan != nil && a.plan.Finality == finalityOpen {
@@ -234,8 +246,10 @@ func (a *actor) run(ctx context.Context) {
 		for i := 0; i < stepBatch && err == nil; i++ {
 			select {
 			case cmd := <-a.c.cmds:
+				a.ownDirty = true
 				err = a.handle(cmd)
 			case <-a.results.sig:
+				a.ownDirty = true
 				err = a.runResults()
 			case ev, ok := <-a.watches[0].ch:
 				err = a.onWatch(a.watches[0], ev, ok)
@@ -253,6 +267,11 @@ func (a *actor) run(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// jittered returns d scaled by a random factor in [0.75, 1.25).
+func jittered(d time.Duration) time.Duration {
+	return d*3/4 + rand.N(d/2+1)
 }
 
 func (a *actor) die(err error) {

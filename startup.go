@@ -36,6 +36,7 @@ func (a *actor) startup(ctx context.Context) error {
 		a.log.Info("joined the job", "generation", a.plan.Generation)
 	}
 	a.joinLogged = true
+	a.membersDirty = true
 	return nil
 }
 

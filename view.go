@@ -25,6 +25,7 @@ type splitView struct {
 	progAt   uint64
 	spec     *specRecord
 	lease    *leaseVal // nil: no live lease
+	leaseRaw []byte    // lease as written: a heartbeat rewrites the same bytes
 	leaseRev uint64    // highest lease revision seen (put or delete)
 	leaseAt  uint64
 	// pending is this worker's commit in flight, as written: its watch
@@ -107,6 +108,7 @@ func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 		}
 		if !known {
 			a.dirty = true
+			a.membersDirty = true
 			a.memberArrived(time.Now())
 		}
 		a.presence[inst] = presenceEntry{rev: rev, at: a.clock}
@@ -130,6 +132,13 @@ func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 		if rev <= v.leaseRev {
 			return nil
 		}
+		if v.lease != nil && bytes.Equal(value, v.leaseRaw) {
+			// A heartbeat: same holder, same tenancy, a later revision.
+			// Nothing to decide, nothing to decode.
+			v.leaseRev, v.leaseAt = rev, a.clock
+			return nil
+		}
+		a.touch(id)
 		l, err := decodeLease(key, value)
 		if err != nil {
 			return err
@@ -148,9 +157,20 @@ func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 		if v.lease == nil || v.lease.Owner != l.Owner {
 			a.dirty = true
 		}
-		v.lease, v.leaseRev, v.leaseAt = l, rev, a.clock
+		v.lease, v.leaseRaw, v.leaseRev, v.leaseAt = l, value, rev, a.clock
 	}
 	return nil
+}
+
+// touch notes that a split's view changed: if it concerns this worker (it
+// holds the split or is assigned it), the next step re-runs the own-split
+// reconcile. A change to anyone else's split costs no step work.
+func (a *actor) touch(id string) {
+	if a.assigned[id] {
+		a.ownDirty = true
+	} else if _, held := a.owned[id]; held {
+		a.ownDirty = true
+	}
 }
 
 // ephemeralDelete applies a delete (or, with force, an authoritative
@@ -178,6 +198,7 @@ func (a *actor) ephemeralDelete(key string, rev uint64, force bool) {
 		delete(a.presence, inst)
 		delete(a.caps, inst)
 		a.dirty = true
+		a.membersDirty = true
 		if inst != a.self {
 			a.departed[inst] = time.Now()
 		} else if !a.parting {
@@ -195,7 +216,8 @@ func (a *actor) ephemeralDelete(key string, rev uint64, force bool) {
 		if v.lease != nil {
 			a.dirty = true
 		}
-		v.lease, v.leaseAt = nil, a.clock
+		a.touch(id)
+		v.lease, v.leaseRaw, v.leaseAt = nil, nil, a.clock
 		if !force {
 			v.leaseRev = rev
 		}
@@ -311,6 +333,7 @@ func (a *actor) durablePut(key string, value []byte, rev uint64, src source) err
 		if v.prog != nil {
 			a.dirty = true
 		}
+		a.touch(id)
 	case strings.HasPrefix(key, prefixSplit):
 		id := key[len(prefixSplit):]
 		if v := a.splits[id]; v != nil {
@@ -424,6 +447,7 @@ func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
 	}
 	a.count(r.Status, +1)
 	v.prog, v.progRev, v.progAt = r, rev, a.clock
+	a.touch(id)
 	a.cellSaw(id, r, rev, back)
 	if t, held := a.owned[id]; held && r.Epoch > t.epoch {
 		a.dropLost(id, "fenced", fmt.Sprintf("a claimant fenced it at epoch %d", r.Epoch))
@@ -454,6 +478,7 @@ func (a *actor) forgetProgress(id string) {
 	if _, held := a.owned[id]; held {
 		a.dropLost(id, "fenced", "its progress record was deleted")
 	}
+	a.touch(id)
 	a.count(v.prog.Status, -1)
 	a.nSplits--
 	a.missing[id] = v.prog
@@ -481,6 +506,7 @@ func (a *actor) adoptAssignment(val *assignmentVal, now time.Time) {
 	}
 	a.assignGen = val.Generation
 	a.assignSeen = true
+	a.ownDirty = true
 	next := make(map[string]bool, len(val.Splits))
 	for _, id := range val.Splits {
 		next[id] = true
@@ -500,6 +526,7 @@ func (a *actor) adoptAssignment(val *assignmentVal, now time.Time) {
 
 func (a *actor) forgetAssignment() {
 	a.assignSeen = false
+	a.ownDirty = true
 	a.assigned = map[string]bool{}
 	clear(a.awaiting)
 }
@@ -522,9 +549,10 @@ func expireDeparted(departed map[string]time.Time, delay time.Duration, now time
 // logMembership announces peers joining and leaving, diffed from the
 // presence set so a re-snapshot does not re-announce everyone.
 func (a *actor) logMembership() {
-	if !a.joinLogged {
+	if !a.joinLogged || !a.membersDirty {
 		return
 	}
+	a.membersDirty = false
 	for inst := range a.presence {
 		if !a.loggedPeers[inst] {
 			a.loggedPeers[inst] = true

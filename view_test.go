@@ -397,3 +397,59 @@ func TestExpireDeparted(t *testing.T) {
 		})
 	}
 }
+
+// A heartbeat (the same lease bytes at a later revision) is folded without
+// a decode and without step work; only a change of holder is news.
+func TestAHeartbeatOfAnotherWorkersLeaseIsFoldedWithoutWork(t *testing.T) {
+	a := newTestActor(t, nil, testConfig())
+	a.assigned = map[string]bool{"mine": true}
+	lease := leaseBytes("peer", "n-peer", 1)
+	require.NoError(t, a.ephemeralPut(prefixSplit+"theirs", lease, 10))
+	v := a.splits["theirs"]
+	require.Equal(t, "peer", v.lease.Owner)
+	assert.False(t, a.ownDirty, "another worker's split is no work for this one")
+
+	a.dirty = false
+	decoded := v.lease
+	require.NoError(t, a.ephemeralPut(prefixSplit+"theirs", lease, 11))
+	assert.Same(t, decoded, v.lease, "a heartbeat is not decoded again")
+	assert.Equal(t, uint64(11), v.leaseRev)
+	assert.False(t, a.dirty, "a heartbeat changes no assignment input")
+
+	// The same holder under a new tenancy is decoded.
+	require.NoError(t, a.ephemeralPut(prefixSplit+"theirs", leaseBytes("peer", "n-peer", 2), 12))
+	assert.Equal(t, uint64(2), v.lease.Epoch)
+	// A corrupt value at a later revision is never mistaken for a heartbeat.
+	err := a.ephemeralPut(prefixSplit+"theirs", []byte(`{"schema":1,"owner":"","nonce":"x","epoch":1}`), 13)
+	assert.True(t, IsFatal(err), "an alien lease record is Fatal: %v", err)
+
+	require.NoError(t, a.ephemeralPut(prefixSplit+"mine", lease, 14))
+	assert.True(t, a.ownDirty, "a change to an assigned split re-runs the own-split reconcile")
+	a.ownDirty = false
+	a.ephemeralDelete(prefixSplit+"mine", 15, false)
+	assert.True(t, a.ownDirty, "so does its release")
+
+	a.ownDirty = false
+	a.upsert("theirs", recAt("theirs", 3), 16, live)
+	assert.False(t, a.ownDirty, "another worker's commit is no work for this one")
+	a.upsert("mine", recAt("mine", 3), 17, live)
+	assert.True(t, a.ownDirty)
+}
+
+// The membership log runs when the presence set changes, not on every step.
+func TestMembershipIsLoggedOnlyWhenPresenceChanges(t *testing.T) {
+	a := newTestActor(t, nil, testConfig())
+	a.joinLogged = true
+	require.NoError(t, a.ephemeralPut(prefixWorker+"peer", workerBytes("n-peer", 4), 5))
+	require.True(t, a.membersDirty)
+	a.logMembership()
+	assert.True(t, a.loggedPeers["peer"])
+	assert.False(t, a.membersDirty)
+
+	require.NoError(t, a.ephemeralPut(prefixWorker+"peer", workerBytes("n-peer", 4), 6))
+	assert.False(t, a.membersDirty, "a presence heartbeat is no membership change")
+	a.ephemeralDelete(prefixWorker+"peer", 7, false)
+	assert.True(t, a.membersDirty)
+	a.logMembership()
+	assert.False(t, a.loggedPeers["peer"])
+}

@@ -3,12 +3,27 @@ package spate
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"time"
 )
 
-// rewatchDelay is how long the actor waits before re-establishing a broken
-// watch.
+// rewatchDelay is the least the actor waits before re-establishing a
+// broken watch.
 const rewatchDelay = 200 * time.Millisecond
+
+// rewatchJitter bounds the random part of the wait: when a store restarts,
+// every worker's watch breaks at once, and their re-snapshots are spread
+// over this window instead of arriving together.
+func (a *actor) rewatchJitter() time.Duration {
+	return min(a.cfg.LeaseDuration/10, 2*time.Second)
+}
+
+// rewatchDelay is the wait before one re-watch: rewatchDelay plus a random
+// share of rewatchJitter. Meanwhile the renewer keeps the leases and the
+// fence cells keep commits going; only the view waits.
+func (a *actor) rewatchDelay() time.Duration {
+	return rewatchDelay + rand.N(a.rewatchJitter())
+}
 
 // watchState is one keyspace's watch.
 type watchState struct {
@@ -44,7 +59,7 @@ func (a *actor) openWatch(w *watchState) {
 					return fmt.Errorf("watch %s: %w", w.ks, err)
 				}
 				a.log.Warn("re-watch failed; retrying", "keyspace", w.ks, "err", err)
-				a.rewatch.Reset(rewatchDelay)
+				a.rewatch.Reset(a.rewatchDelay())
 				return nil
 			}
 			w.ch, w.cancel, w.collecting, w.snapshot = ch, cancel, true, nil
@@ -75,7 +90,7 @@ func (a *actor) checkSnapshots(now time.Time) {
 		if w.collecting && now.After(w.deadline) {
 			a.log.Warn("watch snapshot not complete in time; re-watching", "keyspace", w.ks, "budget", a.snapshotBudget())
 			a.closeWatch(w)
-			a.rewatch.Reset(rewatchDelay)
+			a.rewatch.Reset(a.rewatchDelay())
 		}
 	}
 }
@@ -92,7 +107,7 @@ func (a *actor) onWatch(w *watchState, ev WatchEvent, ok bool) error {
 		if ok && KindOf(ev.Err) == KindFatal {
 			return fmt.Errorf("watch %s: %w", w.ks, ev.Err)
 		}
-		a.rewatch.Reset(rewatchDelay)
+		a.rewatch.Reset(a.rewatchDelay())
 		return nil
 	}
 	if w.collecting {
@@ -102,6 +117,7 @@ func (a *actor) onWatch(w *watchState, ev WatchEvent, ok bool) error {
 		case WatchSnapshotDone:
 			snap := w.snapshot
 			w.collecting, w.snapshot = false, nil
+			a.ownDirty = true
 			if w.ks == Ephemeral {
 				return a.applyEphemeral(snap, w.since)
 			}

@@ -9,12 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// rewatchFires reports whether the rewatch timer fires within rewatchDelay.
+// rewatchFires reports whether the rewatch timer fires within the longest
+// jittered re-watch delay.
 func rewatchFires(a *actor) bool {
 	select {
 	case <-a.rewatch.C:
 		return true
-	case <-time.After(rewatchDelay + time.Millisecond):
+	case <-time.After(rewatchDelay + a.rewatchJitter() + time.Millisecond):
 		return false
 	}
 }
