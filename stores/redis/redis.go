@@ -43,7 +43,6 @@ const (
 	layout       = "1" // version of the key layout, recorded per job
 	sweepBatch   = 512 // keys one sweep script expires at most
 	watchBatch   = 512 // log entries one XREAD returns at most
-	watchBlock   = time.Second
 	startupBound = 10 * time.Second
 )
 
@@ -75,17 +74,20 @@ type Options struct {
 }
 
 // RequiredCommands are the commands the connection's ACL user must be
-// allowed, on the keys "spate:{Job}:*": EVAL and EVALSHA run the scripts,
-// XREAD reads the change log, and the scripts call the rest. For example:
+// allowed, on the keys "spate:{Job}:*" and the shard channels of the same
+// names: EVAL and EVALSHA run the scripts, XREAD reads the change log,
+// SSUBSCRIBE hears of changes, and the scripts call the rest. For example:
 //
-//	ACL SETUSER spate on >secret ~spate:* +eval +evalsha +xread +time +incr +get +xadd +zadd +zrem +zrangebylex +zrangebyscore +zscore +hget +hset +hdel
+//	ACL SETUSER spate on >secret ~spate:* &spate:* +eval +evalsha +xread +ssubscribe +time +incr +get +xadd +zadd +zrem +zrangebylex +zrangebyscore +zscore +hget +hset +hdel +spublish
 //
-// New checks every one of them and fails with a Fatal error naming those
-// that are denied. A ClusterClient also needs +cluster|slots to read the
-// slot map.
+// New checks every one of them but SSUBSCRIBE, and the channels, and fails
+// with a Fatal error naming those that are denied. SSUBSCRIBE is used only
+// once a watch opens; if it is denied, watches log a warning and read the
+// change log once a second instead. A ClusterClient also needs
+// +cluster|slots to read the slot map.
 var RequiredCommands = []string{
-	"eval", "evalsha", "xread",
-	"time", "incr", "get", "xadd", "zadd", "zrem", "zrangebylex", "zrangebyscore", "zscore", "hget", "hset", "hdel",
+	"eval", "evalsha", "xread", "ssubscribe",
+	"time", "incr", "get", "xadd", "zadd", "zrem", "zrangebylex", "zrangebyscore", "zscore", "hget", "hset", "hdel", "spublish",
 }
 
 var jobSyntax = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -147,7 +149,8 @@ type Store struct {
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // sweeper and watches
+	wg     sync.WaitGroup // sweeper, watches and their subscriber
+	hub    hub            // the watches' shared subscriber (watch.go)
 
 	// ownsClient: the store was opened by URL and closes its client.
 	ownsClient bool
@@ -374,8 +377,8 @@ func (s *Store) Capabilities() spate.Capabilities {
 }
 
 // Close stops this client's sweep and ends its watches: their channels
-// close at once, and Close returns when their reads of the change log have
-// ended, within about a second (the longest a read blocks on the server).
+// close at once, and Close returns when their reads of the change log and
+// their subscriber connection have ended.
 // It does not close a client the caller passed to New (a store opened by
 // URL closes the client it made). Idempotent.
 func (s *Store) Close() error {

@@ -25,7 +25,10 @@ import (
 //
 // Every revision minted appends exactly one log entry whose ID is that
 // revision, so a reader that sees an ID other than its last one plus one
-// knows the log was trimmed past it.
+// knows the log was trimmed past it. The same change is published with
+// SPUBLISH on the shard channel named like the log key (channels and keys
+// are separate namespaces; the hash tag puts both in the job's slot), so
+// watchers hear of it without reading the log.
 //
 // Revisions travel as decimal strings formatted with %d, exact up to 2^53.
 
@@ -42,13 +45,16 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- mint takes the next revision and logs the change under it.
+-- mint takes the next revision, logs the change under it and publishes it
+-- to the keyspace's watchers (see notice in watch.go for the format).
 local function mint(key, value)
   local rev = string.format('%d', redis.call('INCR', SEQ))
   if value then
     redis.call('XADD', LOG, 'MAXLEN', '~', LOGLEN, rev .. '-0', 'k', key, 'o', 'p', 'v', value)
+    redis.call('SPUBLISH', LOG, rev .. ' p ' .. #key .. ' ' .. key .. value)
   else
     redis.call('XADD', LOG, 'MAXLEN', '~', LOGLEN, rev .. '-0', 'k', key, 'o', 'd')
+    redis.call('SPUBLISH', LOG, rev .. ' d ' .. #key .. ' ' .. key)
   end
   return rev
 end
@@ -172,6 +178,8 @@ local function try(...)
       deny('+' .. string.lower(args[1]))
     elseif string.find(r.err, "can't access", 1, true) then
       deny('access to key ' .. args[2])
+    elseif string.find(r.err, "can't publish", 1, true) then
+      deny('access to channel ' .. args[2])
     end
   end
   return r
@@ -190,6 +198,7 @@ try('ZADD', META, 0, 'x')
 try('ZRANGEBYLEX', META, '-', '+')
 try('ZRANGEBYSCORE', META, 0, 1)
 try('HDEL', META, '\0probe')
+try('SPUBLISH', META, '')
 for i = 2, #KEYS do
   try('ZSCORE', KEYS[i], '\0probe')
   try('ZREM', KEYS[i], '\0probe')
