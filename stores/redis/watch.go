@@ -23,8 +23,9 @@ const (
 	// (the entry cap is the smaller of watchBatch and ChangeLogLength). A
 	// watch over either cap drops its buffer and reads the change log.
 	watchQueueBytes = 4 << 20
-	// subBackoffMax caps the wait between attempts to resubscribe.
-	subBackoffMax = 30 * time.Second
+	// subBackoffMax caps the wait between attempts to resubscribe; a new
+	// watch cuts the wait short.
+	subBackoffMax = 5 * time.Second
 )
 
 // Watch implements [spate.Store].
@@ -128,6 +129,9 @@ type hub struct {
 	mu       sync.Mutex
 	running  bool
 	watchers [2]map[*watcher]struct{}
+	// retry (capacity 1) ends the subscriber's wait to resubscribe: a
+	// watch opened, so the server may be back.
+	retry chan struct{}
 }
 
 // register adds w to the hub, starting the subscriber if it is not running.
@@ -146,8 +150,13 @@ func (s *Store) register(w *watcher) error {
 	h.watchers[w.ks][w] = struct{}{}
 	if !h.running {
 		h.running = true
+		h.retry = make(chan struct{}, 1)
 		s.wg.Add(1)
 		go s.subscribe()
+	}
+	select {
+	case h.retry <- struct{}{}:
+	default:
 	}
 	return nil
 }
@@ -178,6 +187,9 @@ func (h *hub) staleAll() {
 func (s *Store) subscribe() {
 	defer s.wg.Done()
 	chans := []string{s.ks[0].log, s.ks[1].log}
+	s.hub.mu.Lock()
+	retry := s.hub.retry
+	s.hub.mu.Unlock()
 	backoff := watchPoll
 	failing := false
 	for s.ctx.Err() == nil {
@@ -198,10 +210,19 @@ func (s *Store) subscribe() {
 				"err", err)
 		}
 		failing = !confirmed
+		// Drain a retry left over from before the break.
+		select {
+		case <-retry:
+		default:
+		}
+		t := time.NewTimer(backoff)
 		select {
 		case <-s.ctx.Done():
+			t.Stop()
 			return
-		case <-time.After(backoff):
+		case <-t.C:
+		case <-retry:
+			t.Stop()
 		}
 		backoff = min(2*backoff, subBackoffMax)
 	}
