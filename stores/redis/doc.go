@@ -125,13 +125,13 @@
 // keys, or a wrong password is a Fatal error naming what is missing. The
 // smallest sufficient ACL:
 //
-//	ACL SETUSER spate on >secret ~spate:* &spate:* +eval +evalsha +xread +ssubscribe +time +incr +get +xadd +zadd +zrem +zrangebylex +zrangebyscore +zscore +hget +hset +hdel +spublish
+//	ACL SETUSER spate on >secret ~spate:* &spate:* +eval +evalsha +xread +time +incr +get +xadd +zadd +zrem +zrangebylex +zrangebyscore +zscore +hget +hset +hdel +spublish +ssubscribe
 //
-// The channel rule (&spate:*) and +spublish are new with the push-based
-// watch: an ACL user set up for an older version of the driver fails New
-// with a Fatal error naming them. SSUBSCRIBE cannot be probed from a
-// script; if it is denied, watches log a warning and read the change log
-// once a second.
+// The channel rule (&spate:*) and [PushCommands] (+spublish, +ssubscribe)
+// are optional, and new with the push-based watch: with an ACL user set up
+// for an older version of the driver, New and every write still succeed,
+// the store logs a warning, and its watches read the change log once a
+// second instead of hearing of changes.
 //
 // TLS is the client's business: set TLSConfig on the go-redis options.
 //

@@ -15,11 +15,11 @@ import (
 )
 
 // aclRules grants exactly what the package doc says the driver needs, minus
-// the commands in without: keys, the channels of the same names, and
-// RequiredCommands.
+// the commands in without: keys, the channels of the same names,
+// RequiredCommands and PushCommands.
 func aclRules(keys string, without ...string) []string {
 	rules := []string{"resetkeys", keys, "resetchannels", "&" + strings.TrimPrefix(keys, "~")}
-	for _, c := range redis.RequiredCommands {
+	for _, c := range slices.Concat(redis.RequiredCommands, redis.PushCommands) {
 		if !slices.Contains(without, c) {
 			rules = append(rules, "+"+c)
 		}
@@ -89,8 +89,6 @@ func TestStartupRejectsWhatTheDriverCannotUse(t *testing.T) {
 		redistest.WithUser("nozadd", password, aclRules("~spate:*", "zadd", "zrem")...),
 		redistest.WithUser("noxread", password, aclRules("~spate:*", "xread")...),
 		redistest.WithUser("otherkeys", password, aclRules("~other:*")...),
-		redistest.WithUser("nospublish", password, aclRules("~spate:*", "spublish")...),
-		redistest.WithUser("nochannels", password, append(aclRules("~spate:*"), "resetchannels")...),
 	)
 	renamed := redistest.Start(t, redistest.WithArgs("--rename-command", "EVAL", ""))
 	cases := []struct {
@@ -105,8 +103,6 @@ func TestStartupRejectsWhatTheDriverCannotUse(t *testing.T) {
 		{"ACLDeniesXREAD", srv, login("noxread", password), []string{`ACL user "noxread" lacks +xread (`}},
 		{"ACLDeniesXADDInsideScripts", srv, login("noxadd", password), []string{`ACL user "noxadd" lacks +xadd,`}},
 		{"ACLDeniesTwoCommands", srv, login("nozadd", password), []string{`lacks +zadd, +zrem,`}},
-		{"ACLDeniesSPUBLISHInsideScripts", srv, login("nospublish", password), []string{`ACL user "nospublish" lacks +spublish`}},
-		{"ACLDeniesTheJobsChannels", srv, login("nochannels", password), []string{`ACL user "nochannels" lacks access to channel spate:{`}},
 		{"ACLDeniesTheJobsKeys", srv, login("otherkeys", password), []string{`ACL user "otherkeys" lacks access to the job's keys`}},
 		{"EVALRenamed", renamed, redistest.WithClientOptions(func(*goredis.Options) {}),
 			[]string{"does not accept EVAL", "rename-command"}},

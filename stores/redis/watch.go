@@ -132,6 +132,9 @@ type hub struct {
 	// retry (capacity 1) ends the subscriber's wait to resubscribe: a
 	// watch opened, so the server may be back.
 	retry chan struct{}
+	// polling: the ACL denies publishing or subscribing (found at startup
+	// or by the subscriber); watches read the change log once a second.
+	polling bool
 }
 
 // register adds w to the hub, starting the subscriber if it is not running.
@@ -148,7 +151,7 @@ func (s *Store) register(w *watcher) error {
 		h.watchers[w.ks] = map[*watcher]struct{}{}
 	}
 	h.watchers[w.ks][w] = struct{}{}
-	if !h.running {
+	if !h.running && !h.polling {
 		h.running = true
 		h.retry = make(chan struct{}, 1)
 		s.wg.Add(1)
@@ -200,6 +203,14 @@ func (s *Store) subscribe() {
 		_ = ps.Close()
 		s.hub.staleAll()
 		if s.ctx.Err() != nil {
+			return
+		}
+		if err != nil && errorCode(err.Error()) == "NOPERM" {
+			s.log.Warn("the ACL user may not subscribe to the job's channels (grant +ssubscribe and &spate:*); "+
+				"watches read the change log once a second instead of hearing of changes", "err", err)
+			s.hub.mu.Lock()
+			s.hub.polling = true
+			s.hub.mu.Unlock()
 			return
 		}
 		if confirmed {

@@ -1,8 +1,11 @@
 package redis_test
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/redistest"
+	"github.com/spate-go/spate/stores/redis"
 )
 
 // pushWait is well under the one-second safety read of an idle watch: an
@@ -164,5 +168,60 @@ func TestWatchRecoversLostNotifications(t *testing.T) {
 	case ev := <-ch:
 		t.Fatalf("unexpected event %v@%d %v", ev.Kind, ev.Revision, ev.Err)
 	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// lockedBuffer collects a store's log lines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestWatchWithoutPushPermissionsReadsTheLog: an ACL user without
+// PushCommands or the channel rule, as set up for an older version of the
+// driver, still opens the store and writes; the store warns, and its
+// watches hear of changes by reading the change log, within about two
+// seconds.
+func TestWatchWithoutPushPermissionsReadsTheLog(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t,
+		redistest.WithUser("nopush", password, aclRules("~spate:*", redis.PushCommands...)...),
+		redistest.WithUser("nochannels", password, append(aclRules("~spate:*"), "resetchannels")...),
+		redistest.WithUser("nossubscribe", password, aclRules("~spate:*", "ssubscribe")...),
+	)
+	admin := srv.Client(t)
+	for _, user := range []string{"nopush", "nochannels", "nossubscribe"} {
+		t.Run(user, func(t *testing.T) {
+			var logs lockedBuffer
+			h := srv.NewHarness(t, testTTL, login(user, password), redistest.WithStoreOptions(func(o *redis.Options) {
+				o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			}))
+			st := open(t, h)
+			ch, _ := watch(t, st, spate.Durable, "")
+			for i := range 3 {
+				rev := create(t, st, spate.Durable, fmt.Sprintf("k.%d", i), "v")
+				start := time.Now()
+				ev := recv(t, ch, "the create, read from the log")
+				require.Equal(t, spate.WatchPut, ev.Kind, ev.Err)
+				require.Equal(t, rev, ev.Revision)
+				assert.Less(t, time.Since(start), 3*time.Second)
+			}
+			require.Eventually(t, func() bool {
+				return strings.Contains(logs.String(), "watches read the change log once a second")
+			}, 5*time.Second, 20*time.Millisecond, "the store warns that its watches poll: %s", logs.String())
+			assert.Zero(t, subscribers(t, admin), "no subscriber connection stays open")
+		})
 	}
 }
