@@ -78,17 +78,24 @@
 //
 // # Watch
 //
-// A watch runs one script that returns the live keys under the prefix
-// together with the keyspace's last revision, then reads the change log from
-// that revision with XREAD BLOCK: no change falls between the snapshot and
-// the live stream. It filters by prefix on the client, so a watch on a
-// narrow prefix still reads the keyspace's whole log. A watcher that falls
-// more than ChangeLogLength changes behind, or whose connection breaks, gets
-// a Retryable [spate.WatchError] and re-watches. Each watch holds one pooled
-// connection while it blocks (up to one second at a time, which is also how
-// long Close may take to return); a cancelled watch's channel closes at
-// once. Size the client's pool for the open watches plus the concurrent
-// operations.
+// Every write script also publishes its change (SPUBLISH) on a shard channel
+// named like the keyspace's change log. A store holds one subscriber
+// connection (outside the client's pool), opened with its first watch, that
+// hands each change to all the store's watches of that keyspace. A watch
+// runs one script that returns the live keys under the prefix together with
+// the keyspace's last revision, and is registered with the subscriber before
+// that, so every later change reaches it. The change log stays the source
+// of truth: a watch reads it with a non-blocking XREAD from its last
+// revision whenever a notification skips a revision, when the subscriber
+// reconnects, when it falls behind its buffer, and once a second while it
+// hears nothing, so a lost notification (a broken subscriber connection, a
+// write by an older client that does not publish) delays an event by up to
+// about two seconds but never loses it. A watch filters by prefix on the
+// client, so a watch on a narrow prefix still receives the keyspace's whole
+// log. A watcher that falls more than ChangeLogLength changes behind, or
+// whose read of the log fails, gets a Retryable [spate.WatchError] and
+// re-watches. Watches hold no pooled connection; a cancelled watch's
+// channel closes at once, and Close returns promptly.
 //
 // # Errors
 //
@@ -118,14 +125,22 @@
 // keys, or a wrong password is a Fatal error naming what is missing. The
 // smallest sufficient ACL:
 //
-//	ACL SETUSER spate on >secret ~spate:* +eval +evalsha +xread +time +incr +get +xadd +zadd +zrem +zrangebylex +zrangebyscore +zscore +hget +hset +hdel
+//	ACL SETUSER spate on >secret ~spate:* &spate:* +eval +evalsha +xread +time +incr +get +xadd +zadd +zrem +zrangebylex +zrangebyscore +zscore +hget +hset +hdel +spublish +ssubscribe
+//
+// The channel rule (&spate:*) and [PushCommands] (+spublish, +ssubscribe)
+// are optional, and new with the push-based watch: with an ACL user set up
+// for an older version of the driver, New and every write still succeed,
+// the store logs a warning, and its watches read the change log once a
+// second instead of hearing of changes.
 //
 // TLS is the client's business: set TLSConfig on the go-redis options.
 //
 // # Cluster and Sentinel
 //
 // On Cluster, pass a ClusterClient; a job's scripts all go to the shard
-// owning its slot, and its watches block on that shard. The ACL user also
+// owning its slot, and its watches' subscriber subscribes on that shard
+// (sharded pub/sub, so notifications stay on it); when the slot moves the
+// subscriber resubscribes and the watches catch up from the log. The ACL user also
 // needs +cluster|slots, which go-redis uses to read the slot map. On Sentinel, pass a
 // failover client. In both cases a failover is survived operationally
 // (errors are Retryable until the client finds the new primary) but not for

@@ -43,7 +43,6 @@ const (
 	layout       = "1" // version of the key layout, recorded per job
 	sweepBatch   = 512 // keys one sweep script expires at most
 	watchBatch   = 512 // log entries one XREAD returns at most
-	watchBlock   = time.Second
 	startupBound = 10 * time.Second
 )
 
@@ -76,9 +75,10 @@ type Options struct {
 
 // RequiredCommands are the commands the connection's ACL user must be
 // allowed, on the keys "spate:{Job}:*": EVAL and EVALSHA run the scripts,
-// XREAD reads the change log, and the scripts call the rest. For example:
+// XREAD reads the change log, and the scripts call the rest. For example
+// (with [PushCommands] and the channel rule &spate:*):
 //
-//	ACL SETUSER spate on >secret ~spate:* +eval +evalsha +xread +time +incr +get +xadd +zadd +zrem +zrangebylex +zrangebyscore +zscore +hget +hset +hdel
+//	ACL SETUSER spate on >secret ~spate:* &spate:* +eval +evalsha +xread +time +incr +get +xadd +zadd +zrem +zrangebylex +zrangebyscore +zscore +hget +hset +hdel +spublish +ssubscribe
 //
 // New checks every one of them and fails with a Fatal error naming those
 // that are denied. A ClusterClient also needs +cluster|slots to read the
@@ -87,6 +87,14 @@ var RequiredCommands = []string{
 	"eval", "evalsha", "xread",
 	"time", "incr", "get", "xadd", "zadd", "zrem", "zrangebylex", "zrangebyscore", "zscore", "hget", "hset", "hdel",
 }
+
+// PushCommands are the commands that push changes to watches, allowed on
+// the shard channels "spate:{Job}:*" (ACL rule &spate:*): the scripts
+// publish every change with SPUBLISH and a store's watches share one
+// SSUBSCRIBE connection. They are optional: without them a store logs a
+// warning and its watches read the change log once a second, so changes
+// reach them up to about two seconds late.
+var PushCommands = []string{"spublish", "ssubscribe"}
 
 var jobSyntax = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
@@ -147,7 +155,8 @@ type Store struct {
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // sweeper and watches
+	wg     sync.WaitGroup // sweeper, watches and their subscriber
+	hub    hub            // the watches' shared subscriber (watch.go)
 
 	// ownsClient: the store was opened by URL and closes its client.
 	ownsClient bool
@@ -242,7 +251,7 @@ func (s *Store) startupCheck(ctx context.Context) error {
 		return spate.Fatalf("redis: job %q: ACL user %s lacks %s, which the driver needs (see the package doc for the full ACL rule)",
 			s.opts.Job, s.whoami(ctx), strings.Join(strs[1:], ", "))
 	}
-	if len(strs) != 3 || strs[0] != "ok" {
+	if len(strs) != 4 || strs[0] != "ok" {
 		return spate.Fatalf("redis: job %q: startup check returned %v", s.opts.Job, strs)
 	}
 	if strs[1] != layout {
@@ -252,6 +261,11 @@ func (s *Store) startupCheck(ctx context.Context) error {
 	if strs[2] != s.ks[1].ttl {
 		return spate.Fatalf("redis: job %q was opened with a TTL of %sms, this store asks for %sms: the TTL cannot change mid-job; finish the job or delete its keys (spate:{%s}:*)",
 			s.opts.Job, strs[2], s.ks[1].ttl, s.opts.Job)
+	}
+	if strs[3] != "push" {
+		s.hub.polling = true
+		s.log.Warn("the ACL user may not publish on the job's channels (grant +spublish, +ssubscribe and &spate:*); "+
+			"watches read the change log once a second instead of hearing of changes", "err", strs[3])
 	}
 	// Watches read the change log with XREAD, outside any script.
 	err = s.c.XRead(ctx, &goredis.XReadArgs{
@@ -374,8 +388,8 @@ func (s *Store) Capabilities() spate.Capabilities {
 }
 
 // Close stops this client's sweep and ends its watches: their channels
-// close at once, and Close returns when their reads of the change log have
-// ended, within about a second (the longest a read blocks on the server).
+// close at once, and Close returns when their reads of the change log and
+// their subscriber connection have ended.
 // It does not close a client the caller passed to New (a store opened by
 // URL closes the client it made). Idempotent.
 func (s *Store) Close() error {

@@ -25,7 +25,10 @@ import (
 //
 // Every revision minted appends exactly one log entry whose ID is that
 // revision, so a reader that sees an ID other than its last one plus one
-// knows the log was trimmed past it.
+// knows the log was trimmed past it. The same change is published with
+// SPUBLISH on the shard channel named like the log key (channels and keys
+// are separate namespaces; the hash tag puts both in the job's slot), so
+// watchers hear of it without reading the log.
 //
 // Revisions travel as decimal strings formatted with %d, exact up to 2^53.
 
@@ -42,13 +45,18 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- mint takes the next revision and logs the change under it.
+-- mint takes the next revision, logs the change under it and publishes it
+-- to the keyspace's watchers (see notice in watch.go for the format). The
+-- publish is a pcall: an ACL user without +spublish or the channel still
+-- writes, and watchers find the change in the log.
 local function mint(key, value)
   local rev = string.format('%d', redis.call('INCR', SEQ))
   if value then
     redis.call('XADD', LOG, 'MAXLEN', '~', LOGLEN, rev .. '-0', 'k', key, 'o', 'p', 'v', value)
+    redis.pcall('SPUBLISH', LOG, rev .. ' p ' .. #key .. ' ' .. key .. value)
   else
     redis.call('XADD', LOG, 'MAXLEN', '~', LOGLEN, rev .. '-0', 'k', key, 'o', 'd')
+    redis.pcall('SPUBLISH', LOG, rev .. ' d ' .. #key .. ' ' .. key)
   end
   return rev
 end
@@ -154,7 +162,9 @@ return #due
 // command the other scripts call, with arguments under which each either
 // does nothing or fails with WRONGTYPE after the ACL check has passed, so an
 // ACL that denies one of them is reported now, by name, rather than on the
-// first write. Returns {"ok", layout, ttl} or {"denied", what...}.
+// first write. SPUBLISH, which the scripts may be denied, is probed last.
+// Returns {"ok", layout, ttl, "push" or SPUBLISH's error} or
+// {"denied", what...}.
 const initScript = `
 local META = KEYS[1]
 local denied, seen = {}, {}
@@ -195,7 +205,10 @@ for i = 2, #KEYS do
   try('ZREM', KEYS[i], '\0probe')
 end
 if #denied > 0 then return {'denied', unpack(denied)} end
-return {'ok', redis.call('HGET', META, 'layout'), redis.call('HGET', META, 'ttl_ms')}
+-- Publishing is optional (see mint): report whether it is allowed.
+local push = redis.pcall('SPUBLISH', META, '')
+if type(push) == 'table' and push.err then push = push.err else push = 'push' end
+return {'ok', redis.call('HGET', META, 'layout'), redis.call('HGET', META, 'ttl_ms'), push}
 `
 
 // script is a Lua script with its source, for the EVAL fallback.

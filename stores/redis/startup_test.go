@@ -15,10 +15,11 @@ import (
 )
 
 // aclRules grants exactly what the package doc says the driver needs, minus
-// the commands in without.
+// the commands in without: keys, the channels of the same names,
+// RequiredCommands and PushCommands.
 func aclRules(keys string, without ...string) []string {
-	rules := []string{"resetkeys", keys}
-	for _, c := range redis.RequiredCommands {
+	rules := []string{"resetkeys", keys, "resetchannels", "&" + strings.TrimPrefix(keys, "~")}
+	for _, c := range slices.Concat(redis.RequiredCommands, redis.PushCommands) {
 		if !slices.Contains(without, c) {
 			rules = append(rules, "+"+c)
 		}
