@@ -3,6 +3,7 @@ package spate
 import (
 	"bytes"
 	"fmt"
+	"hash/maphash"
 	"maps"
 	"slices"
 	"strings"
@@ -25,7 +26,7 @@ type splitView struct {
 	progAt   uint64
 	spec     *specRecord
 	lease    *leaseVal // nil: no live lease
-	leaseRaw []byte    // lease as written: a heartbeat rewrites the same bytes
+	leaseSum uint64    // leaseHash of the lease's bytes: a heartbeat rewrites the same bytes
 	leaseRev uint64    // highest lease revision seen (put or delete)
 	leaseAt  uint64
 	// pending is this worker's commit in flight, as written: its watch
@@ -132,7 +133,7 @@ func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 		if rev <= v.leaseRev {
 			return nil
 		}
-		if v.lease != nil && bytes.Equal(value, v.leaseRaw) {
+		if v.lease != nil && leaseHash(value) == v.leaseSum {
 			// A heartbeat: same holder, same tenancy, a later revision.
 			// Nothing to decide, nothing to decode.
 			v.leaseRev, v.leaseAt = rev, a.clock
@@ -157,10 +158,20 @@ func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 		if v.lease == nil || v.lease.Owner != l.Owner {
 			a.dirty = true
 		}
-		v.lease, v.leaseRaw, v.leaseRev, v.leaseAt = l, value, rev, a.clock
+		v.lease, v.leaseSum, v.leaseRev, v.leaseAt = l, leaseHash(value), rev, a.clock
 	}
 	return nil
 }
+
+// leaseSeed keys leaseHash with a per-process random seed, so no record
+// can be crafted to collide with another.
+var leaseSeed = maphash.MakeSeed()
+
+// leaseHash identifies a lease value by a 64-bit keyed hash of its bytes.
+// The view keeps it instead of the bytes (8 bytes per split rather than
+// about 80): two different values colliding is a 2^-64 chance per
+// comparison.
+func leaseHash(value []byte) uint64 { return maphash.Bytes(leaseSeed, value) }
 
 // touch notes that a split's view changed: if it concerns this worker (it
 // holds the split or is assigned it), the next step re-runs the own-split
@@ -217,7 +228,7 @@ func (a *actor) ephemeralDelete(key string, rev uint64, force bool) {
 			a.dirty = true
 		}
 		a.touch(id)
-		v.lease, v.leaseRaw, v.leaseAt = nil, nil, a.clock
+		v.lease, v.leaseSum, v.leaseAt = nil, 0, a.clock
 		if !force {
 			v.leaseRev = rev
 		}
