@@ -22,7 +22,11 @@ type coordOptions struct {
 	labels prometheus.Labels
 }
 
-// WithLogger sets the logger (default: slog.Default()).
+// WithLogger sets the logger (default: slog.Default()). Warnings are
+// throttled: each distinct message passes at most 5 times per 10 s, and the
+// next copy that passes carries "suppressed", the number held back (a store
+// refusing writes would otherwise warn for every split on every retry).
+// Errors and lower levels pass untouched.
 func WithLogger(l *slog.Logger) CoordinatorOption { return func(o *coordOptions) { o.logger = l } }
 
 // WithRegisterer registers the spate_coordination_* metrics with reg. Without
@@ -128,7 +132,7 @@ func NewStoreCoordinator(store Store, cfg Config, opts ...CoordinatorOption) (*S
 		cfg: cfg,
 		store: &meteredStore{Store: store, timeout: cfg.OpTimeout, m: m,
 			listTimeout: max(3*cfg.OpTimeout, cfg.LeaseDuration/3)},
-		log:   o.logger.With("instance", cfg.InstanceID),
+		log:   slog.New(newThrottle(o.logger.Handler(), warnEvery)).With("instance", cfg.InstanceID),
 		m:     m,
 		nonce: randomHex(),
 		cmds:  make(chan *command, commandQueueDepth),
