@@ -425,3 +425,24 @@ func (w *scaleWorker) close() {
 		w.st.Close()
 	}
 }
+
+// BenchScale runs [MeasureScale] once, in real time, and reports its
+// figures as benchmark metrics (use -benchtime 1x):
+//
+//	go test -run '^$' -bench 'Scale/workers=50$' -benchtime 1x ./stores/etcd
+func BenchScale(b *testing.B, mk HarnessMaker, o ScaleOptions) {
+	r := MeasureScale(b, mk, o)
+	b.Log(ScaleHeader + "\n" + r.Row())
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(r.WritesPerSec, "writes/s")
+	b.ReportMetric(r.EventsPerSec, "events/s")
+	b.ReportMetric(r.EventsPerWrite(), "events/write")
+	b.ReportMetric(r.ReadsPerSec, "reads/s")
+	b.ReportMetric(float64(r.ReadsAfterBreak), "reads-after-break")
+	b.ReportMetric(r.CPUPerSec/float64(r.Workers), "cpu-s/s/worker")
+	b.ReportMetric(r.HeapPerWorker/1e6, "heap-MB/worker")
+	b.ReportMetric(r.Placement.Seconds(), "placement-s")
+	b.ReportMetric(r.Takeover.Seconds(), "takeover-s")
+	b.ReportMetric(float64(r.LeasesLost), "leases-lost")
+	b.ReportMetric(float64(r.Quarantined), "quarantined")
+}

@@ -1,6 +1,7 @@
 package etcd_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -30,4 +31,17 @@ func TestCoordinatorConformance(t *testing.T) {
 
 func BenchmarkConformance(b *testing.B) {
 	conformance.RunBenchmarks(b, etcdtest.Start(b).HarnessMaker(testTTL))
+}
+
+// BenchmarkScale measures a fleet of W coordinators over one embedded etcd
+// member in real time (conformance.MeasureScale; the server's CPU is in the
+// figures, it runs in the test process):
+//
+//	go test -run '^$' -bench 'Scale/workers=50$' -benchtime 1x -timeout 30m ./stores/etcd
+func BenchmarkScale(b *testing.B) {
+	for _, w := range []int{10, 50, 100} {
+		b.Run(fmt.Sprintf("workers=%d", w), func(b *testing.B) {
+			conformance.BenchScale(b, etcdtest.Start(b).HarnessMaker(10*time.Second), conformance.ScaleOptions{Workers: w})
+		})
+	}
 }

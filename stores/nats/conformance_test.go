@@ -86,3 +86,15 @@ func TestChaos(t *testing.T) {
 func BenchmarkConformance(b *testing.B) {
 	conformance.RunBenchmarks(b, func(t testing.TB) conformance.Harness { return natstest.NewHarness(t, ttl) })
 }
+
+// BenchmarkScale measures a fleet of 50 coordinators over one embedded
+// nats-server in real time (conformance.MeasureScale; the server's CPU is
+// in the figures):
+//
+//	go test -run '^$' -bench 'Scale' -benchtime 1x -timeout 30m ./stores/nats
+func BenchmarkScale(b *testing.B) {
+	b.Run("workers=50", func(b *testing.B) {
+		conformance.BenchScale(b, func(t testing.TB) conformance.Harness { return natstest.NewHarness(t, 10*time.Second) },
+			conformance.ScaleOptions{Workers: 50})
+	})
+}

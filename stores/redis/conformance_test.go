@@ -73,3 +73,14 @@ func TestChaos(t *testing.T) {
 		Heal: func(testing.TB) { srv.StartAgain() },
 	}})
 }
+
+// BenchmarkScale measures a fleet of 50 coordinators over one spawned
+// redis-server in real time (conformance.MeasureScale):
+//
+//	go test -run '^$' -bench 'Scale' -benchtime 1x -timeout 30m ./stores/redis
+func BenchmarkScale(b *testing.B) {
+	b.Run("workers=50", func(b *testing.B) {
+		srv := redistest.Start(b)
+		conformance.BenchScale(b, srv.HarnessMaker(10*time.Second), conformance.ScaleOptions{Workers: 50})
+	})
+}
