@@ -12,7 +12,7 @@ import (
 	"github.com/spate-go/spate"
 )
 
-// Watch implements [spate.Store].
+// Watch implements [spate.Driver].
 //
 // One script reads the live keys under prefix together with the keyspace's
 // last revision; the watch then reads the change log from that revision on
@@ -22,21 +22,12 @@ import (
 // per revision, so a jump in the IDs means the log was trimmed past this
 // watcher: it gets a Retryable [spate.WatchError] and re-watches, as it does
 // when the connection breaks.
-func (s *Store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
-	if err := s.pre(ctx, "watch", ks, prefix, true); err != nil {
-		return nil, err
-	}
-	last, snap, err := s.snapshot(ctx, ks, prefix, "watch")
+func (s *store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
+	last, snap, err := s.snapshot(ctx, ks, prefix)
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, spate.ClosedError(driver)
-	}
 	s.wg.Add(2)
-	s.mu.Unlock()
 
 	// Two goroutines: the reader blocks in XREAD, which go-redis cannot
 	// interrupt, for up to watchBlock; the forwarder owns the channel and
@@ -46,7 +37,7 @@ func (s *Store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-
 	batches := make(chan xbatch)
 	wctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.ctx, cancel)
-	w := &watcher{s: s, ctx: wctx, out: out, log: s.space(ks).log, prefix: prefix, last: last}
+	w := &watcher{s: s, ctx: wctx, out: out, log: s.space(ks).log, ks: ks, prefix: prefix, last: last}
 	go func() {
 		defer s.wg.Done()
 		w.read(last, batches)
@@ -68,10 +59,11 @@ type xbatch struct {
 }
 
 type watcher struct {
-	s      *Store
+	s      *store
 	ctx    context.Context
 	out    chan<- spate.WatchEvent
 	log    string
+	ks     spate.Keyspace
 	prefix string
 	last   uint64 // revision of the last log entry delivered (forwarder)
 }
@@ -100,7 +92,7 @@ func (w *watcher) read(from uint64, batches chan<- xbatch) {
 			continue // blocked for watchBlock with nothing new
 		}
 		if err != nil {
-			pass(xbatch{err: fmt.Errorf("redis: watch %q: reading the change log: %w: %w", w.prefix, err, classOf(err))})
+			pass(xbatch{err: fmt.Errorf("reading the change log: %w: %w", err, classOf(err))})
 			return
 		}
 		var msgs []goredis.XMessage
@@ -132,7 +124,7 @@ func (w *watcher) send(ev spate.WatchEvent) bool {
 }
 
 func (w *watcher) fail(err error) {
-	w.send(spate.WatchEvent{Kind: spate.WatchError, Err: err})
+	w.send(spate.WatchEvent{Kind: spate.WatchError, Err: spate.OpError(driver, "watch", w.ks, w.prefix, err)})
 }
 
 // forward sends the snapshot, SnapshotDone, then the reader's batches.
@@ -170,12 +162,12 @@ func (w *watcher) deliver(m goredis.XMessage) bool {
 	id, _, _ := strings.Cut(m.ID, "-")
 	rev, err := strconv.ParseUint(id, 10, 64)
 	if err != nil {
-		w.fail(spate.Fatalf("redis: watch %q: change log entry %q has a foreign ID", w.prefix, m.ID))
+		w.fail(fmt.Errorf("change log entry %q has a foreign ID: %w", m.ID, spate.ErrFatal))
 		return false
 	}
 	if rev != w.last+1 {
-		w.fail(fmt.Errorf("redis: watch %q: the change log was trimmed past this watcher (next change %d, log resumes at %d; raise ChangeLogLength if this recurs): %w",
-			w.prefix, w.last+1, rev, spate.ErrRetryable))
+		w.fail(fmt.Errorf("the change log was trimmed past this watcher (next change %d, log resumes at %d; raise ChangeLogLength if this recurs): %w",
+			w.last+1, rev, spate.ErrRetryable))
 		return false
 	}
 	w.last = rev
@@ -190,7 +182,7 @@ func (w *watcher) deliver(m goredis.XMessage) bool {
 	case "d":
 		return w.send(spate.WatchEvent{Kind: spate.WatchDelete, Key: key, Revision: rev})
 	default:
-		w.fail(spate.Fatalf("redis: watch %q: change log entry %s has unknown op %q", w.prefix, m.ID, op))
+		w.fail(fmt.Errorf("change log entry %s has unknown op %q: %w", m.ID, op, spate.ErrFatal))
 		return false
 	}
 }
