@@ -53,21 +53,21 @@ type Driver interface {
 // their own Store type, which adds the driver's own methods.
 //
 // It tracks the calls in flight: Close refuses new calls, cancels the
-// context of those in flight (and ends every watch), waits for them to
+// context of those in flight (and of every watch), waits for them to
 // return, and only then closes the driver, so no call reaches a driver
 // after Close.
 type PortableStore struct {
 	d    Driver
 	caps Capabilities
 
-	// ctx is cancelled, with cause errClosing, when Close begins; every
-	// call's context and every watch ends with it.
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-
 	mu     sync.Mutex
 	closed bool
 	calls  sync.WaitGroup // calls in flight; Add only under mu while open
+	// live holds the cancel of every call in flight and every open
+	// watch, by a number of its own; Close cancels them with cause
+	// errClosing.
+	live map[uint64]context.CancelCauseFunc
+	next uint64
 
 	closeOnce sync.Once
 	closeErr  error
@@ -77,8 +77,7 @@ var _ Store = (*PortableStore)(nil)
 
 // NewStore wraps d into a [Store]. It calls d.Capabilities once.
 func NewStore(d Driver) *PortableStore {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	return &PortableStore{d: d, caps: d.Capabilities(), ctx: ctx, cancel: cancel}
+	return &PortableStore{d: d, caps: d.Capabilities(), live: map[uint64]context.CancelCauseFunc{}}
 }
 
 // OpError is the one format of a store operation's error:
@@ -105,37 +104,28 @@ var (
 // store was made.
 func (p *PortableStore) Capabilities() Capabilities { return p.caps }
 
-// enter admits a call, or returns the closed error; leave ends it.
-func (p *PortableStore) enter() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return false
-	}
-	p.calls.Add(1)
-	return true
-}
-
 // Do runs f as a call of the store: after Close it returns the closed error
 // for op without running f, and Close waits for f to return. Driver
 // packages use it for their own methods that touch the driver.
 func (p *PortableStore) Do(op string, f func() error) error {
-	if !p.enter() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
 		return fmt.Errorf("%s: %s: %w", p.caps.Driver, op, errClosed)
 	}
+	p.calls.Add(1)
+	p.mu.Unlock()
 	defer p.calls.Done()
 	return f()
 }
 
-// check admits a call and runs the checks every call shares: the store is
-// open, the keyspace is one of the two, the key (or prefix) is valid, a
-// written value is within the cap, and ctx is live. Bad arguments are
-// Fatal, a dead ctx Retryable. On success the caller must call
-// p.calls.Done when the call returns.
-func (p *PortableStore) check(ctx context.Context, op string, ks Keyspace, key string, isPrefix bool, value []byte, write bool) error {
-	if !p.enter() {
-		return OpError(p.caps.Driver, op, ks, key, errClosed)
-	}
+// begin runs the checks every call shares and admits the call: the store
+// is open (that error comes first), the keyspace is one of the two, the
+// key (or prefix) is valid, a written value is within the cap, and ctx is
+// live. Bad arguments are Fatal, a dead ctx Retryable. On success it
+// returns the call's context, which Close cancels, and the hold that
+// p.end releases.
+func (p *PortableStore) begin(ctx context.Context, op string, ks Keyspace, key string, isPrefix bool, value []byte, write bool) (context.Context, hold, error) {
 	var err error
 	switch {
 	case !ks.Valid():
@@ -151,28 +141,51 @@ func (p *PortableStore) check(ctx context.Context, op string, ks Keyspace, key s
 	if err == nil && ctx.Err() != nil {
 		err = fmt.Errorf("%w: %w", ctx.Err(), ErrRetryable)
 	}
-	if err != nil {
-		p.calls.Done()
-		return OpError(p.caps.Driver, op, ks, key, err)
+	var (
+		cctx context.Context
+		h    hold
+	)
+	if err == nil {
+		cctx, h.cancel = context.WithCancelCause(ctx)
 	}
-	return nil
+	p.mu.Lock()
+	if p.closed {
+		err = errClosed
+	} else if err == nil {
+		p.calls.Add(1)
+		p.next++
+		h.id = p.next
+		p.live[h.id] = h.cancel
+	}
+	p.mu.Unlock()
+	if err != nil {
+		if h.cancel != nil {
+			h.cancel(nil)
+		}
+		return nil, hold{}, OpError(p.caps.Driver, op, ks, key, err)
+	}
+	return cctx, h, nil
 }
 
-// callCtx derives a call's context: it ends with ctx or when Close begins.
-func (p *PortableStore) callCtx(ctx context.Context) (context.Context, func()) {
-	cctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(p.ctx, func() { cancel(errClosing) })
-	return cctx, func() {
-		stop()
-		cancel(nil)
+// hold is a call's (or a watch's) place among the live ones.
+type hold struct {
+	id     uint64
+	cancel context.CancelCauseFunc
+}
+
+// end releases a call's hold; with done it also ends the call.
+func (p *PortableStore) end(h hold, done bool) {
+	p.mu.Lock()
+	delete(p.live, h.id)
+	p.mu.Unlock()
+	h.cancel(nil)
+	if done {
+		p.calls.Done()
 	}
 }
 
 // fail formats a driver's error and makes sure it carries a class.
 func (p *PortableStore) fail(op string, ks Keyspace, key string, err error) error {
-	if err == nil {
-		return nil
-	}
 	return OpError(p.caps.Driver, op, ks, key, classified(err))
 }
 
@@ -189,12 +202,11 @@ func classified(err error) error {
 
 // Create implements [Store].
 func (p *PortableStore) Create(ctx context.Context, ks Keyspace, key string, value []byte) (Outcome, error) {
-	if err := p.check(ctx, "create", ks, key, false, value, true); err != nil {
+	ctx, h, err := p.begin(ctx, "create", ks, key, false, value, true)
+	if err != nil {
 		return Outcome{}, err
 	}
-	defer p.calls.Done()
-	ctx, stop := p.callCtx(ctx)
-	defer stop()
+	defer p.end(h, true)
 	o, err := p.d.Create(ctx, ks, key, value)
 	if err != nil {
 		return Outcome{}, p.fail("create", ks, key, err)
@@ -205,15 +217,14 @@ func (p *PortableStore) Create(ctx context.Context, ks Keyspace, key string, val
 // Update implements [Store]. An expected revision of 0 loses at once: no
 // live key has it.
 func (p *PortableStore) Update(ctx context.Context, ks Keyspace, key string, value []byte, expected uint64) (Outcome, error) {
-	if err := p.check(ctx, "update", ks, key, false, value, true); err != nil {
+	ctx, h, err := p.begin(ctx, "update", ks, key, false, value, true)
+	if err != nil {
 		return Outcome{}, err
 	}
-	defer p.calls.Done()
+	defer p.end(h, true)
 	if expected == 0 {
 		return Outcome{}, nil
 	}
-	ctx, stop := p.callCtx(ctx)
-	defer stop()
 	o, err := p.d.Update(ctx, ks, key, value, expected)
 	if err != nil {
 		return Outcome{}, p.fail("update", ks, key, err)
@@ -223,12 +234,11 @@ func (p *PortableStore) Update(ctx context.Context, ks Keyspace, key string, val
 
 // Get implements [Store].
 func (p *PortableStore) Get(ctx context.Context, ks Keyspace, key string) (Entry, bool, error) {
-	if err := p.check(ctx, "get", ks, key, false, nil, false); err != nil {
+	ctx, h, err := p.begin(ctx, "get", ks, key, false, nil, false)
+	if err != nil {
 		return Entry{}, false, err
 	}
-	defer p.calls.Done()
-	ctx, stop := p.callCtx(ctx)
-	defer stop()
+	defer p.end(h, true)
 	e, ok, err := p.d.Get(ctx, ks, key)
 	if err != nil {
 		return Entry{}, false, p.fail("get", ks, key, err)
@@ -238,12 +248,11 @@ func (p *PortableStore) Get(ctx context.Context, ks Keyspace, key string) (Entry
 
 // Delete implements [Store].
 func (p *PortableStore) Delete(ctx context.Context, ks Keyspace, key string, expected uint64) (Outcome, error) {
-	if err := p.check(ctx, "delete", ks, key, false, nil, false); err != nil {
+	ctx, h, err := p.begin(ctx, "delete", ks, key, false, nil, false)
+	if err != nil {
 		return Outcome{}, err
 	}
-	defer p.calls.Done()
-	ctx, stop := p.callCtx(ctx)
-	defer stop()
+	defer p.end(h, true)
 	o, err := p.d.Delete(ctx, ks, key, expected)
 	if err != nil {
 		return Outcome{}, p.fail("delete", ks, key, err)
@@ -253,12 +262,11 @@ func (p *PortableStore) Delete(ctx context.Context, ks Keyspace, key string, exp
 
 // List implements [Store].
 func (p *PortableStore) List(ctx context.Context, ks Keyspace, prefix string) ([]Entry, error) {
-	if err := p.check(ctx, "list", ks, prefix, true, nil, false); err != nil {
+	ctx, h, err := p.begin(ctx, "list", ks, prefix, true, nil, false)
+	if err != nil {
 		return nil, err
 	}
-	defer p.calls.Done()
-	ctx, stop := p.callCtx(ctx)
-	defer stop()
+	defer p.end(h, true)
 	es, err := p.d.List(ctx, ks, prefix)
 	if err != nil {
 		return nil, p.fail("list", ks, prefix, err)
@@ -270,24 +278,18 @@ func (p *PortableStore) List(ctx context.Context, ks Keyspace, prefix string) ([
 // with ctx or when Close begins, and goes to the caller as the driver sends
 // it (no forwarding hop that would hold an event back).
 func (p *PortableStore) Watch(ctx context.Context, ks Keyspace, prefix string) (<-chan WatchEvent, error) {
-	if err := p.check(ctx, "watch", ks, prefix, true, nil, false); err != nil {
+	wctx, h, err := p.begin(ctx, "watch", ks, prefix, true, nil, false)
+	if err != nil {
 		return nil, err
 	}
 	defer p.calls.Done()
-	wctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(p.ctx, func() { cancel(errClosing) })
 	ch, err := p.d.Watch(wctx, ks, prefix)
 	if err != nil {
-		stop()
-		cancel(nil)
+		p.end(h, false)
 		return nil, p.fail("watch", ks, prefix, err)
 	}
-	// The stream lives as long as ctx, or until Close: whichever comes
-	// first releases the other's hold.
-	context.AfterFunc(wctx, func() {
-		stop()
-		cancel(nil)
-	})
+	// The stream keeps its hold, so that Close cancels it, until ctx ends.
+	context.AfterFunc(wctx, func() { p.end(h, false) })
 	return ch, nil
 }
 
@@ -298,8 +300,12 @@ func (p *PortableStore) Close() error {
 	p.closeOnce.Do(func() {
 		p.mu.Lock()
 		p.closed = true
+		live := p.live
+		p.live = nil
 		p.mu.Unlock()
-		p.cancel(errClosing)
+		for _, cancel := range live {
+			cancel(errClosing)
+		}
 		p.calls.Wait()
 		p.closeErr = p.d.Close()
 	})
