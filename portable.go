@@ -19,7 +19,13 @@ import (
 //     was live when the call began, and, for Create and Update, a value
 //     within [Capabilities.MaxValueSize];
 //   - Update is never called with expected revision 0 (no live key has it;
-//     the layer answers Lost).
+//     the layer answers Lost);
+//   - a call's context, and the context a watch's stream runs on, is
+//     cancelled when Close begins (its cause matches [ErrClosed]), so a
+//     driver need not track its calls to end them.
+//
+// A driver's own methods that touch the driver run under
+// [PortableStore.Do], which holds them to the same rule.
 //
 // Capabilities is called once, by [NewStore]: the store reports that
 // snapshot for its lifetime.
