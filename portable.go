@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -107,8 +108,13 @@ var (
 )
 
 // Capabilities implements [Store]: the driver's, as reported when the
-// store was made.
-func (p *PortableStore) Capabilities() Capabilities { return p.caps }
+// store was made (each caller gets its own copy of the lists).
+func (p *PortableStore) Capabilities() Capabilities {
+	c := p.caps
+	c.RequiredSettings = slices.Clone(c.RequiredSettings)
+	c.UnmetSettings = slices.Clone(c.UnmetSettings)
+	return c
+}
 
 // Do runs f as a call of the store: after Close it returns the closed error
 // for op without running f, and Close waits for f to return. Driver
