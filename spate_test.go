@@ -163,26 +163,3 @@ func TestValidateKey(t *testing.T) {
 		assert.NoError(t, err, "ValidatePrefix(%q): %v", ok, err)
 	}
 }
-
-func TestCheckCall(t *testing.T) {
-	ctx := context.Background()
-	err := spate.CheckCall(ctx, "drv", "get", spate.Durable, "plan", false)
-	require.NoError(t, err, "valid call: %v", err)
-	err = spate.CheckCall(ctx, "drv", "list", spate.Ephemeral, "split.", true)
-	require.NoError(t, err, "valid prefix: %v", err)
-	for name, err := range map[string]error{
-		"keyspace":     spate.CheckCall(ctx, "drv", "get", spate.Keyspace(9), "plan", false),
-		"key":          spate.CheckCall(ctx, "drv", "get", spate.Durable, "a..b", false),
-		"trailing dot": spate.CheckCall(ctx, "drv", "get", spate.Durable, "split.", false),
-	} {
-		// IsFatal(nil) is false, so err is non-nil when the prefix is checked.
-		if assert.True(t, spate.IsFatal(err), "%s: %v, want a Fatal error naming driver and op", name, err) {
-			assert.True(t, strings.HasPrefix(err.Error(), "drv: get: "), "%s: %v, want a Fatal error naming driver and op", name, err)
-		}
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	cancel()
-	err = spate.CheckCall(cctx, "drv", "put", spate.Durable, "plan", false)
-	assert.True(t, spate.IsRetryable(err), "cancelled: %v, want Retryable wrapping context.Canceled", err)
-	assert.ErrorIs(t, err, context.Canceled, "cancelled: %v, want Retryable wrapping context.Canceled", err)
-}

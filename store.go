@@ -44,6 +44,17 @@ import (
 //     after Close ([ErrClosed]). Nothing was written.
 //
 // Drivers make one attempt per call; retries live in the coordinator.
+// The one exception, kept for correctness, is stores/nats on a replicated
+// stream: a compare-and-set the stream leader refuses with 10164 (another
+// write of the same key is still being replicated, and nothing was
+// written) is not decided yet, and reporting it Lost broke linearizability
+// (a read just after still saw the revision the Lost declared gone) while
+// reporting it Retryable would fail plain contention on a healthy cluster,
+// so the driver sends it again until the leader decides, for at most two
+// seconds. Its Create of a deleted or expired key is likewise one read and
+// one compare-and-set at the delete marker's revision, repeated (four rounds
+// at most) only while the marker moves under it, so that it loses only after
+// a read saw a live value.
 //
 // # Keys and values
 //
@@ -60,7 +71,18 @@ import (
 // Every method is safe for concurrent use. Close releases what the driver
 // started (never a client the caller passed in), ends every open watch (its
 // channel closes) and is idempotent. After Close every method returns an
-// error matching both [ErrClosed] and [ErrFatal].
+// error matching both [ErrClosed] and [ErrFatal]. A call in flight when
+// Close begins has its context cancelled, and Close waits for it to return
+// before it closes the backend, so that no call reaches a backend after
+// Close.
+//
+// # Drivers
+//
+// Every driver is a [Driver] wrapped by [NewStore], whose [PortableStore]
+// holds, once for all drivers, the closed state, the tracking of calls in
+// flight, the argument checks, the value cap, the revision-0 rule of
+// Update and the error format ([OpError]); the driver does the backend's
+// part and classifies its own errors.
 type Store interface {
 	// Capabilities reports what the driver promises. It never blocks.
 	Capabilities() Capabilities
@@ -293,30 +315,11 @@ func ValidateValue(value []byte, maxSize int) error {
 	return nil
 }
 
-// ClosedError is the error a closed store returns, naming the driver.
+// ClosedError is the error of a closed store or deployment outside the six
+// primitives (a driver's own methods), naming the driver; the primitives
+// of a closed [PortableStore] name the call too.
 func ClosedError(driver string) error {
 	return fmt.Errorf("%s: store is closed: %w: %w", driver, ErrClosed, ErrFatal)
-}
-
-// CheckCall is the argument check every driver runs before an operation:
-// the keyspace is one of the two, key is a valid key (or, with isPrefix, a
-// valid prefix), and ctx is still live. Errors name the driver and the
-// operation; bad arguments are Fatal, a dead context is Retryable (see
-// [ContextError]).
-func CheckCall(ctx context.Context, driver, op string, ks Keyspace, key string, isPrefix bool) error {
-	if !ks.Valid() {
-		return fmt.Errorf("%s: %s: invalid keyspace %v: %w", driver, op, ks, ErrFatal)
-	}
-	var err error
-	if isPrefix {
-		err = ValidatePrefix(key)
-	} else {
-		err = ValidateKey(key)
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %s: %w", driver, op, err)
-	}
-	return ContextError(ctx, driver, op)
 }
 
 // ContextError classifies a context failure as Retryable, keeping the

@@ -42,52 +42,55 @@ var retryableServerErrs = []error{
 	rpctypes.ErrCompacted, rpctypes.ErrFutureRev, rpctypes.ErrLeaseNotFound, rpctypes.ErrAuthOldRevision,
 }
 
-// classify wraps err from an etcd call with its spate class. ctx is the
-// call's context; the client's own context tells a client closed by its
+// classify adds its spate class to err from an etcd call of the store's
+// (the portable layer names the driver, the operation and the key). ctx is
+// the call's context; the client's own context tells a client closed by its
 // owner (Fatal: nothing will ever succeed on it) from a cancelled call.
-func (s *Store) classify(ctx context.Context, op, key string, err error) error {
+func (s *store) classify(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	what := op
-	if key != "" {
-		what = fmt.Sprintf("%s %q", op, key)
-	}
 	if s.cli.Ctx().Err() != nil {
-		return fmt.Errorf("etcd: %s: the etcd client was closed by its owner while the store is open: %w: %w", what, err, spate.ErrFatal)
+		return fmt.Errorf("the etcd client was closed by its owner while the store is open: %w: %w", err, spate.ErrFatal)
 	}
 	if ctx.Err() == nil && errors.Is(err, rpctypes.ErrRequestTooLarge) {
-		return fmt.Errorf("etcd: %s: the server rejected the request as too large; MaxValueSize (%d) must stay below the server's --max-request-bytes minus %d bytes: %w: %w: %w",
-			what, s.maxValue, requestOverhead, err, spate.ErrValueTooLarge, spate.ErrFatal)
+		return fmt.Errorf("the server rejected the request as too large; MaxValueSize (%d) must stay below the server's --max-request-bytes minus %d bytes: %w: %w: %w",
+			s.maxValue, requestOverhead, err, spate.ErrValueTooLarge, spate.ErrFatal)
 	}
-	return classifyCall(ctx, what, err)
+	return classifyErr(ctx, err)
 }
 
 // classifyCall wraps err from an etcd call described by what with its
-// spate class: a done ctx and transport trouble are Retryable, server
-// answers that no retry cures Fatal (with what to fix).
+// spate class, for calls outside the six primitives.
 func classifyCall(ctx context.Context, what string, err error) error {
+	return fmt.Errorf("etcd: %s: %w", what, classifyErr(ctx, err))
+}
+
+// classifyErr adds its spate class to err from an etcd call: a done ctx
+// and transport trouble are Retryable, server answers that no retry cures
+// Fatal (with what to fix).
+func classifyErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("etcd: %s: %w: %w", what, err, spate.ErrRetryable)
+		return fmt.Errorf("%w: %w", err, spate.ErrRetryable)
 	}
 	for _, h := range fatalHints {
 		if errors.Is(err, h.err) {
-			return fmt.Errorf("etcd: %s: %s: %w: %w", what, h.hint, err, spate.ErrFatal)
+			return fmt.Errorf("%s: %w: %w", h.hint, err, spate.ErrFatal)
 		}
 	}
 	for _, r := range retryableServerErrs {
 		if errors.Is(err, r) {
-			return fmt.Errorf("etcd: %s: %w: %w", what, err, spate.ErrRetryable)
+			return fmt.Errorf("%w: %w", err, spate.ErrRetryable)
 		}
 	}
 	if isFatalCode(errCode(err)) {
-		return fmt.Errorf("etcd: %s: %w: %w", what, err, spate.ErrFatal)
+		return fmt.Errorf("%w: %w", err, spate.ErrFatal)
 	}
 	// Unavailable, DeadlineExceeded, Canceled, ResourceExhausted, Aborted,
 	// Internal, Unknown and errors without a status: transport trouble or a
 	// server condition nobody classified. Every write is conditional, so a
 	// retry after a re-read is safe.
-	return fmt.Errorf("etcd: %s: %w: %w", what, err, spate.ErrRetryable)
+	return fmt.Errorf("%w: %w", err, spate.ErrRetryable)
 }
 
 // errCode is the gRPC code of err, from etcd's typed error or a gRPC status.

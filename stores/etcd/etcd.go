@@ -135,8 +135,15 @@ func validatePrefix(p string) error {
 }
 
 // Store is a [spate.Store] over an etcd v3 cluster. It is safe for
-// concurrent use.
+// concurrent use. The portable layer ([spate.PortableStore]) does the
+// argument checks and the closed state; the driver below it does the rest.
 type Store struct {
+	*spate.PortableStore
+	s *store
+}
+
+// store is the etcd [spate.Driver].
+type store struct {
 	cli      *clientv3.Client
 	prefix   string
 	ttl      time.Duration
@@ -158,12 +165,12 @@ type Store struct {
 
 	// ownsClient: the store was opened by URL and closes its client.
 	ownsClient bool
-
-	mu     sync.Mutex
-	closed bool
 }
 
-var _ spate.Store = (*Store)(nil)
+var (
+	_ spate.Store  = (*Store)(nil)
+	_ spate.Driver = (*store)(nil)
+)
 
 // New opens a store over client, which the caller keeps owning: Close never
 // closes it. New first runs a startup check bounded by
@@ -184,7 +191,7 @@ func New(ctx context.Context, client *clientv3.Client, opts Options) (*Store, er
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	s := &Store{
+	s := &store{
 		cli:      client,
 		prefix:   opts.Prefix,
 		ttl:      opts.TTL,
@@ -201,11 +208,11 @@ func New(ctx context.Context, client *clientv3.Client, opts Options) (*Store, er
 		return nil, err
 	}
 	s.wg.Go(s.reaper)
-	return s, nil
+	return &Store{PortableStore: spate.NewStore(s), s: s}, nil
 }
 
-// Capabilities implements [spate.Store].
-func (s *Store) Capabilities() spate.Capabilities {
+// Capabilities implements [spate.Driver].
+func (s *store) Capabilities() spate.Capabilities {
 	return spate.Capabilities{
 		Driver:               "etcd",
 		TTL:                  s.ttl,
@@ -235,18 +242,11 @@ func (s *Store) Capabilities() spate.Capabilities {
 // here.
 const ExpiryLatency = time.Second
 
-// Close ends every watch and the lease reaper; later calls fail with
-// ErrClosed. It never closes a client the caller passed to New (a store
-// opened by URL closes the client it made). Leases the store granted and
-// did not revoke expire on their own within one TTL. Idempotent.
-func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	s.mu.Unlock()
+// Close ends every watch and the lease reaper. It never closes a client
+// the caller passed to New (a store opened by URL closes the client it
+// made). Leases the store granted and did not revoke expire on their own
+// within one TTL. The portable layer calls it once.
+func (s *store) Close() error {
 	s.cancel()
 	s.wg.Wait()
 	if s.ownsClient {
@@ -255,36 +255,19 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func (s *Store) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
-}
-
 // key maps a store key (or prefix) to its etcd key.
-func (s *Store) key(ks spate.Keyspace, k string) string {
+func (s *store) key(ks spate.Keyspace, k string) string {
 	if ks == spate.Durable {
 		return s.prefix + durableTag + k
 	}
 	return s.prefix + ephemeralTag + k
 }
 
-func (s *Store) pre(ctx context.Context, op string, ks spate.Keyspace, key string, isPrefix bool) error {
-	if s.isClosed() {
-		return spate.ClosedError("etcd")
-	}
+// live fails a call when the client's owner has closed the client: nothing
+// will ever succeed on it.
+func (s *store) live() error {
 	if err := s.cli.Ctx().Err(); err != nil {
-		return fmt.Errorf("etcd: %s: the etcd client was closed by its owner while the store is open: %w: %w", op, err, spate.ErrFatal)
-	}
-	return spate.CheckCall(ctx, "etcd", op, ks, key, isPrefix)
-}
-
-func (s *Store) preWrite(ctx context.Context, op string, ks spate.Keyspace, key string, value []byte) error {
-	if err := s.pre(ctx, op, ks, key, false); err != nil {
-		return err
-	}
-	if err := spate.ValidateValue(value, s.maxValue); err != nil {
-		return fmt.Errorf("etcd: %s %q: %w", op, key, err)
+		return fmt.Errorf("the etcd client was closed by its owner while the store is open: %w: %w", err, spate.ErrFatal)
 	}
 	return nil
 }
@@ -298,23 +281,23 @@ func revision(expected uint64) (int64, bool) {
 	return int64(expected), true
 }
 
-// Create implements [spate.Store]: a transaction that puts the key only if
+// Create implements [spate.Driver]: a transaction that puts the key only if
 // its CreateRevision is 0 (absent). On the ephemeral keyspace the put carries
 // a lease granted just before, so the key expires one TTL later.
-func (s *Store) Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (spate.Outcome, error) {
-	if err := s.preWrite(ctx, "create", ks, key, value); err != nil {
+func (s *store) Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (spate.Outcome, error) {
+	if err := s.live(); err != nil {
 		return spate.Outcome{}, err
 	}
 	full := s.key(ks, key)
 	cond := clientv3.Compare(clientv3.CreateRevision(full), "=", 0)
-	return s.put(ctx, "create", ks, key, full, value, cond)
+	return s.put(ctx, ks, full, value, cond)
 }
 
-// Update implements [spate.Store]: a transaction that puts the key only if
+// Update implements [spate.Driver]: a transaction that puts the key only if
 // its ModRevision equals expected. On the ephemeral keyspace the put moves
 // the key onto a fresh lease, which re-arms its TTL.
-func (s *Store) Update(ctx context.Context, ks spate.Keyspace, key string, value []byte, expected uint64) (spate.Outcome, error) {
-	if err := s.preWrite(ctx, "update", ks, key, value); err != nil {
+func (s *store) Update(ctx context.Context, ks spate.Keyspace, key string, value []byte, expected uint64) (spate.Outcome, error) {
+	if err := s.live(); err != nil {
 		return spate.Outcome{}, err
 	}
 	rev, ok := revision(expected)
@@ -323,16 +306,16 @@ func (s *Store) Update(ctx context.Context, ks spate.Keyspace, key string, value
 	}
 	full := s.key(ks, key)
 	cond := clientv3.Compare(clientv3.ModRevision(full), "=", rev)
-	return s.put(ctx, "update", ks, key, full, value, cond)
+	return s.put(ctx, ks, full, value, cond)
 }
 
-func (s *Store) put(ctx context.Context, op string, ks spate.Keyspace, key, full string, value []byte, cond clientv3.Cmp) (spate.Outcome, error) {
+func (s *store) put(ctx context.Context, ks spate.Keyspace, full string, value []byte, cond clientv3.Cmp) (spate.Outcome, error) {
 	var opts []clientv3.OpOption
 	var lease clientv3.LeaseID
 	if ks == spate.Ephemeral {
 		g, err := s.cli.Grant(ctx, s.ttlSec)
 		if err != nil {
-			return spate.Outcome{}, s.classify(ctx, op+": grant lease for", key, err)
+			return spate.Outcome{}, fmt.Errorf("grant a lease: %w", s.classify(ctx, err))
 		}
 		lease = g.ID
 		opts = append(opts, clientv3.WithLease(lease), clientv3.WithPrevKV())
@@ -341,7 +324,7 @@ func (s *Store) put(ctx context.Context, op string, ks spate.Keyspace, key, full
 	if err != nil {
 		// The write may have landed on this lease, so the lease stays: if
 		// the write did not land it expires, unused, within one TTL.
-		return spate.Outcome{}, s.classify(ctx, op, key, err)
+		return spate.Outcome{}, s.classify(ctx, err)
 	}
 	if !resp.Succeeded {
 		if lease != clientv3.NoLease {
@@ -357,14 +340,14 @@ func (s *Store) put(ctx context.Context, op string, ks spate.Keyspace, key, full
 	return spate.Won(uint64(resp.Header.Revision)), nil
 }
 
-// Get implements [spate.Store] with a linearizable read.
-func (s *Store) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
-	if err := s.pre(ctx, "get", ks, key, false); err != nil {
+// Get implements [spate.Driver] with a linearizable read.
+func (s *store) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
+	if err := s.live(); err != nil {
 		return spate.Entry{}, false, err
 	}
 	resp, err := s.cli.Get(ctx, s.key(ks, key))
 	if err != nil {
-		return spate.Entry{}, false, s.classify(ctx, "get", key, err)
+		return spate.Entry{}, false, s.classify(ctx, err)
 	}
 	if len(resp.Kvs) == 0 {
 		return spate.Entry{}, false, nil
@@ -373,11 +356,11 @@ func (s *Store) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.E
 	return spate.Entry{Key: key, Value: value(kv), Revision: uint64(kv.ModRevision)}, true, nil
 }
 
-// Delete implements [spate.Store]. A guarded delete is a transaction on
+// Delete implements [spate.Driver]. A guarded delete is a transaction on
 // ModRevision; an unguarded one always wins. The outcome's revision is the
 // delete's own revision (0 when an unguarded delete found nothing).
-func (s *Store) Delete(ctx context.Context, ks spate.Keyspace, key string, expected uint64) (spate.Outcome, error) {
-	if err := s.pre(ctx, "delete", ks, key, false); err != nil {
+func (s *store) Delete(ctx context.Context, ks spate.Keyspace, key string, expected uint64) (spate.Outcome, error) {
+	if err := s.live(); err != nil {
 		return spate.Outcome{}, err
 	}
 	full := s.key(ks, key)
@@ -388,7 +371,7 @@ func (s *Store) Delete(ctx context.Context, ks spate.Keyspace, key string, expec
 	if expected == spate.AnyRevision {
 		resp, err := s.cli.Delete(ctx, full, opts...)
 		if err != nil {
-			return spate.Outcome{}, s.classify(ctx, "delete", key, err)
+			return spate.Outcome{}, s.classify(ctx, err)
 		}
 		if resp.Deleted == 0 {
 			return spate.Won(0), nil
@@ -407,7 +390,7 @@ func (s *Store) Delete(ctx context.Context, ks spate.Keyspace, key string, expec
 		Then(clientv3.OpDelete(full, opts...)).
 		Commit()
 	if err != nil {
-		return spate.Outcome{}, s.classify(ctx, "delete", key, err)
+		return spate.Outcome{}, s.classify(ctx, err)
 	}
 	if !resp.Succeeded {
 		return spate.Outcome{}, nil
@@ -420,15 +403,15 @@ func (s *Store) Delete(ctx context.Context, ks spate.Keyspace, key string, expec
 	return spate.Won(uint64(resp.Header.Revision)), nil
 }
 
-// List implements [spate.Store]: a prefix range read at one revision, in
+// List implements [spate.Driver]: a prefix range read at one revision, in
 // pages of 1000 keys.
-func (s *Store) List(ctx context.Context, ks spate.Keyspace, prefix string) ([]spate.Entry, error) {
-	if err := s.pre(ctx, "list", ks, prefix, true); err != nil {
+func (s *store) List(ctx context.Context, ks spate.Keyspace, prefix string) ([]spate.Entry, error) {
+	if err := s.live(); err != nil {
 		return nil, err
 	}
 	kvs, _, err := s.rangeAll(ctx, ks, prefix)
 	if err != nil {
-		return nil, s.classify(ctx, "list", prefix, err)
+		return nil, s.classify(ctx, err)
 	}
 	es := make([]spate.Entry, 0, len(kvs))
 	for _, kv := range kvs {
@@ -441,7 +424,7 @@ func (s *Store) List(ctx context.Context, ks spate.Keyspace, prefix string) ([]s
 
 // rangeAll reads every key under prefix at one revision, which it returns.
 // etcd returns keys sorted in byte order.
-func (s *Store) rangeAll(ctx context.Context, ks spate.Keyspace, prefix string) ([]*mvccpb.KeyValue, int64, error) {
+func (s *store) rangeAll(ctx context.Context, ks spate.Keyspace, prefix string) ([]*mvccpb.KeyValue, int64, error) {
 	from := s.key(ks, prefix)
 	end := clientv3.GetPrefixRangeEnd(from)
 	var (
@@ -472,7 +455,7 @@ func (s *Store) rangeAll(ctx context.Context, ks spate.Keyspace, prefix string) 
 // storeKey maps an etcd key back to a store key. Keys under the prefix that
 // are not valid store keys were not written by a spate store; they are
 // logged and skipped.
-func (s *Store) storeKey(ks spate.Keyspace, full []byte) (string, bool) {
+func (s *store) storeKey(ks spate.Keyspace, full []byte) (string, bool) {
 	base := s.key(ks, "")
 	k, ok := strings.CutPrefix(string(full), base)
 	if !ok {

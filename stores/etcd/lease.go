@@ -30,14 +30,14 @@ import (
 
 // revokeLost revokes the lease of a write that lost its condition. The
 // caller's context may be done, so cleanup uses a fresh bounded one.
-func (s *Store) revokeLost(id clientv3.LeaseID) {
+func (s *store) revokeLost(id clientv3.LeaseID) {
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultRevokeTimeout)
 	defer cancel()
 	s.revoke(ctx, id)
 }
 
 // supersede queues the lease of a key that was rewritten or deleted.
-func (s *Store) supersede(id clientv3.LeaseID) {
+func (s *store) supersede(id clientv3.LeaseID) {
 	if id == clientv3.NoLease {
 		return
 	}
@@ -48,7 +48,7 @@ func (s *Store) supersede(id clientv3.LeaseID) {
 	}
 }
 
-func (s *Store) reaper() {
+func (s *store) reaper() {
 	for {
 		select {
 		case <-s.ctx.Done():
@@ -64,7 +64,7 @@ func (s *Store) reaper() {
 	}
 }
 
-func (s *Store) revoke(ctx context.Context, id clientv3.LeaseID) {
+func (s *store) revoke(ctx context.Context, id clientv3.LeaseID) {
 	_, err := s.cli.Revoke(ctx, id)
 	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) && s.ctx.Err() == nil {
 		s.log.Debug("etcd: could not revoke an unused lease; it expires on its own within one TTL",

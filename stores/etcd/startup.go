@@ -22,7 +22,7 @@ import (
 // quorum, that every member that answers runs a supported release, that the
 // client's identity may read and write the prefix, and that TTL is not below
 // the server's minimum lease TTL. It writes nothing that outlives it.
-func (s *Store) startupCheck(parent context.Context) error {
+func (s *store) startupCheck(parent context.Context) error {
 	ctx, cancel := context.WithTimeout(parent, s.opts.StartupTimeout)
 	defer cancel()
 
@@ -68,12 +68,12 @@ func (s *Store) startupCheck(parent context.Context) error {
 // connection is diagnosed: unreachable endpoints are Retryable, endpoints
 // that accept TCP but with which gRPC cannot establish a session (a TLS or
 // protocol mismatch) are Fatal.
-func (s *Store) startupError(parent, ctx context.Context, step string, err error) error {
+func (s *store) startupError(parent, ctx context.Context, step string, err error) error {
 	op := "startup check: " + step
 	if parent.Err() != nil {
 		return fmt.Errorf("etcd: %s: %w: %w", op, err, spate.ErrRetryable)
 	}
-	classified := s.classify(parent, op, "", err)
+	classified := fmt.Errorf("etcd: %s: %w", op, s.classify(parent, err))
 	if spate.IsFatal(classified) {
 		return classified
 	}
@@ -93,7 +93,7 @@ const diagnoseTimeout = 3 * time.Second
 // endpoint succeeds and, where it does, whether a fresh gRPC connection made
 // with the client's own credentials becomes ready or fails its first
 // attempt. gRPC's connection error is quoted for the operator, never matched.
-func (s *Store) diagnose(parent context.Context, op string, cause error) error {
+func (s *store) diagnose(parent context.Context, op string, cause error) error {
 	if conn := s.cli.ActiveConnection(); conn != nil && conn.GetState() == connectivity.Ready {
 		return fmt.Errorf("etcd: %s: connected, but the cluster did not answer within %v (no leader or no quorum?): %w: %w",
 			op, s.opts.StartupTimeout, cause, spate.ErrRetryable)
@@ -135,7 +135,7 @@ func (s *Store) diagnose(parent context.Context, op string, cause error) error {
 // credentials and follows its first attempt: ok if it becomes ready; a
 // non-empty detail (gRPC's reason) if the attempt fails; neither if it is
 // still undecided when ctx ends.
-func (s *Store) tryConnect(ctx context.Context, ep string) (ok bool, detail string) {
+func (s *store) tryConnect(ctx context.Context, ep string) (ok bool, detail string) {
 	conn, err := s.cli.Dial(ep)
 	if err != nil {
 		return false, ""

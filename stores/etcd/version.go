@@ -23,7 +23,7 @@ const statusTimeout = 2 * time.Second
 // through an upgrade from an unsupported release is refused too). Members
 // that do not answer are skipped: the startup check has already proved the
 // cluster serves reads, and a member that is down cannot serve us.
-func (s *Store) checkServerVersion(ctx context.Context) error {
+func (s *store) checkServerVersion(ctx context.Context) error {
 	answered := 0
 	for _, ep := range s.cli.Endpoints() {
 		sctx, cancel := context.WithTimeout(ctx, statusTimeout)

@@ -10,7 +10,7 @@ import (
 	"github.com/spate-go/spate"
 )
 
-// Watch implements [spate.Store]. It lists the prefix at one revision R (the
+// Watch implements [spate.Driver]. It lists the prefix at one revision R (the
 // snapshot), then opens an etcd watch from R+1, so every change after the
 // listing arrives and none falls between. Events carry the ModRevision of
 // the change; a delete (explicit, or a lease expiring) carries the delete's
@@ -22,23 +22,16 @@ import (
 // cancels, a channel that closes and a consumer more than
 // Options.WatchBuffer events behind all end the stream with a Retryable
 // [spate.WatchError]. A permission revoked mid-stream ends it Fatal.
-func (s *Store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
-	if err := s.pre(ctx, "watch", ks, prefix, true); err != nil {
+func (s *store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
+	if err := s.live(); err != nil {
 		return nil, err
 	}
 	kvs, rev, err := s.rangeAll(ctx, ks, prefix)
 	if err != nil {
-		return nil, s.classify(ctx, "watch", prefix, err)
+		return nil, s.classify(ctx, err)
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		cancel()
-		return nil, spate.ClosedError("etcd")
-	}
 	s.wg.Add(1)
-	s.mu.Unlock()
 	stop := context.AfterFunc(s.ctx, cancel) // Close ends the watch
 	wch := s.cli.Watch(wctx, s.key(ks, prefix), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	out := make(chan spate.WatchEvent)
@@ -56,7 +49,7 @@ func (s *Store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-
 // events as etcd delivers them. It keeps draining etcd's channel while the
 // consumer is slow, so etcd's client never buffers without bound; the queue
 // is bounded by Options.WatchBuffer instead.
-func (s *Store) runWatch(ctx context.Context, ks spate.Keyspace, prefix string, snapshot []*mvccpb.KeyValue,
+func (s *store) runWatch(ctx context.Context, ks spate.Keyspace, prefix string, snapshot []*mvccpb.KeyValue,
 	wch clientv3.WatchChan, out chan<- spate.WatchEvent) {
 	queue := make([]spate.WatchEvent, 0, len(snapshot)+1)
 	for _, kv := range snapshot {
@@ -68,7 +61,7 @@ func (s *Store) runWatch(ctx context.Context, ks spate.Keyspace, prefix string, 
 	fromSnapshot := len(queue)  // queued events that belong to the snapshot
 	var final *spate.WatchEvent // the error that ends the stream, sent after the queue
 	fail := func(err error) {
-		final = &spate.WatchEvent{Kind: spate.WatchError, Err: err}
+		final = &spate.WatchEvent{Kind: spate.WatchError, Err: spate.OpError("etcd", "watch", ks, prefix, err)}
 	}
 	for {
 		var (
@@ -100,14 +93,14 @@ func (s *Store) runWatch(ctx context.Context, ks spate.Keyspace, prefix string, 
 				if ctx.Err() != nil {
 					return
 				}
-				fail(fmt.Errorf("etcd: watch %q: the etcd watch channel closed: %w", prefix, spate.ErrRetryable))
+				fail(fmt.Errorf("the etcd watch channel closed: %w", spate.ErrRetryable))
 			case resp.CompactRevision != 0:
-				fail(s.classify(ctx, "watch", prefix, fmt.Errorf(
+				fail(s.classify(ctx, fmt.Errorf(
 					"the watch fell behind compaction (compacted through revision %d); re-watch: %w", resp.CompactRevision, resp.Err())))
 			case resp.Err() != nil:
-				fail(s.classify(ctx, "watch", prefix, resp.Err()))
+				fail(s.classify(ctx, resp.Err()))
 			case resp.Canceled:
-				fail(fmt.Errorf("etcd: watch %q: cancelled by the server: %w", prefix, spate.ErrRetryable))
+				fail(fmt.Errorf("cancelled by the server: %w", spate.ErrRetryable))
 			default:
 				for _, ev := range resp.Events {
 					k, ok := s.storeKey(ks, ev.Kv.Key)
@@ -122,8 +115,8 @@ func (s *Store) runWatch(ctx context.Context, ks spate.Keyspace, prefix string, 
 				}
 				if len(queue)-fromSnapshot > s.opts.WatchBuffer {
 					queue = nil
-					fail(fmt.Errorf("etcd: watch %q: the consumer fell more than %d events behind: %w",
-						prefix, s.opts.WatchBuffer, spate.ErrRetryable))
+					fail(fmt.Errorf("the consumer fell more than %d events behind: %w",
+						s.opts.WatchBuffer, spate.ErrRetryable))
 					if s.lagHook != nil {
 						s.lagHook()
 					}

@@ -64,12 +64,11 @@ type Options struct {
 }
 
 // Store is a handle on an in-memory store. It is safe for concurrent use.
+// The portable layer ([spate.PortableStore]) does the argument checks and
+// the closed state; the handle below it does the rest.
 type Store struct {
-	b *backend
-
-	mu       sync.Mutex
-	closed   bool
-	watchers map[*watcher]struct{}
+	*spate.PortableStore
+	h *handle
 }
 
 var _ spate.Store = (*Store)(nil)
@@ -107,199 +106,136 @@ func MustNew(opts Options) *Store {
 // Connect returns a new handle on the same data, like a second client of
 // one server. It fails with ErrClosed if this handle is closed.
 func (s *Store) Connect() (*Store, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	return s.b.connect(), nil
+	var c *Store
+	err := s.Do("connect", func() error {
+		c = s.h.b.connect()
+		return nil
+	})
+	return c, err
 }
 
-// Capabilities implements [spate.Store].
-func (s *Store) Capabilities() spate.Capabilities {
+// handle is one handle's [spate.Driver]: its watches over the shared data.
+type handle struct {
+	b *backend
+
+	mu       sync.Mutex
+	watchers map[*watcher]struct{}
+}
+
+// Capabilities implements [spate.Driver].
+func (h *handle) Capabilities() spate.Capabilities {
 	lat := time.Duration(0)
-	if s.b.opts.Now != nil {
-		lat = s.b.opts.SweepInterval
+	if h.b.opts.Now != nil {
+		lat = h.b.opts.SweepInterval
 	}
 	return spate.Capabilities{
 		Driver:               "mem",
-		TTL:                  s.b.opts.TTL,
+		TTL:                  h.b.opts.TTL,
 		TTLFloor:             time.Nanosecond,
 		ExpiryLatency:        lat,
-		MaxValueSize:         s.b.opts.MaxValueSize,
+		MaxValueSize:         h.b.opts.MaxValueSize,
 		LinearizableFailover: true,
 		Durability:           "none: data lives in this process's memory and is lost when it exits",
 	}
 }
 
-// Close ends this handle's watches; later calls fail with ErrClosed. The data
-// stays available to other handles. Idempotent.
-func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	ws := s.watchers
-	s.watchers = nil
-	s.mu.Unlock()
+// Close ends this handle's watches. The data stays available to other
+// handles.
+func (h *handle) Close() error {
+	h.mu.Lock()
+	ws := h.watchers
+	h.watchers = nil
+	h.mu.Unlock()
 	for w := range ws {
 		w.stop()
 	}
-	s.b.release()
+	h.b.release()
 	return nil
 }
 
-func (s *Store) check() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return spate.ClosedError("mem")
-	}
-	return nil
-}
-
-func (s *Store) pre(ctx context.Context, op string, ks spate.Keyspace, key string, isPrefix bool) error {
-	if err := s.check(); err != nil {
-		return err
-	}
-	return spate.CheckCall(ctx, "mem", op, ks, key, isPrefix)
-}
-
-// Create implements [spate.Store].
-func (s *Store) Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (spate.Outcome, error) {
-	if err := s.pre(ctx, "create", ks, key, false); err != nil {
-		return spate.Outcome{}, err
-	}
-	if err := spate.ValidateValue(value, s.b.opts.MaxValueSize); err != nil {
-		return spate.Outcome{}, fmt.Errorf("mem: create %q: %w", key, err)
-	}
+// Create implements [spate.Driver].
+func (h *handle) Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (spate.Outcome, error) {
 	var o spate.Outcome
-	err := s.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.Create, Keyspace: ks, Key: key, Value: value}, func() error {
-		if err := s.check(); err != nil {
-			return err
-		}
-		o = s.b.put(ks, key, value, 0, true)
+	err := h.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.Create, Keyspace: ks, Key: key, Value: value}, func() error {
+		o = h.b.put(ks, key, value, 0, true)
 		return nil
 	})
-	if err != nil {
-		return spate.Outcome{}, err
-	}
-	return o, nil
+	return o, err
 }
 
-// Update implements [spate.Store].
-func (s *Store) Update(ctx context.Context, ks spate.Keyspace, key string, value []byte, expected uint64) (spate.Outcome, error) {
-	if err := s.pre(ctx, "update", ks, key, false); err != nil {
-		return spate.Outcome{}, err
-	}
-	if err := spate.ValidateValue(value, s.b.opts.MaxValueSize); err != nil {
-		return spate.Outcome{}, fmt.Errorf("mem: update %q: %w", key, err)
-	}
+// Update implements [spate.Driver].
+func (h *handle) Update(ctx context.Context, ks spate.Keyspace, key string, value []byte, expected uint64) (spate.Outcome, error) {
 	var o spate.Outcome
-	err := s.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.Update, Keyspace: ks, Key: key, Value: value}, func() error {
-		if err := s.check(); err != nil {
-			return err
-		}
-		o = s.b.put(ks, key, value, expected, false)
+	err := h.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.Update, Keyspace: ks, Key: key, Value: value}, func() error {
+		o = h.b.put(ks, key, value, expected, false)
 		return nil
 	})
-	if err != nil {
-		return spate.Outcome{}, err
-	}
-	return o, nil
+	return o, err
 }
 
-// Get implements [spate.Store].
-func (s *Store) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
-	if err := s.pre(ctx, "get", ks, key, false); err != nil {
-		return spate.Entry{}, false, err
-	}
+// Get implements [spate.Driver].
+func (h *handle) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
 	var (
 		e  spate.Entry
 		ok bool
 	)
-	err := s.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.Get, Keyspace: ks, Key: key}, func() error {
-		e, ok = s.b.get(ks, key)
+	err := h.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.Get, Keyspace: ks, Key: key}, func() error {
+		e, ok = h.b.get(ks, key)
 		return nil
 	})
-	if err != nil {
-		return spate.Entry{}, false, err
-	}
-	return e, ok, nil
+	return e, ok, err
 }
 
-// Delete implements [spate.Store].
-func (s *Store) Delete(ctx context.Context, ks spate.Keyspace, key string, expected uint64) (spate.Outcome, error) {
-	if err := s.pre(ctx, "delete", ks, key, false); err != nil {
-		return spate.Outcome{}, err
-	}
+// Delete implements [spate.Driver].
+func (h *handle) Delete(ctx context.Context, ks spate.Keyspace, key string, expected uint64) (spate.Outcome, error) {
 	var o spate.Outcome
-	err := s.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.Delete, Keyspace: ks, Key: key}, func() error {
-		if err := s.check(); err != nil {
-			return err
-		}
-		o = s.b.del(ks, key, expected)
+	err := h.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.Delete, Keyspace: ks, Key: key}, func() error {
+		o = h.b.del(ks, key, expected)
 		return nil
 	})
-	if err != nil {
-		return spate.Outcome{}, err
-	}
-	return o, nil
+	return o, err
 }
 
-// List implements [spate.Store].
-func (s *Store) List(ctx context.Context, ks spate.Keyspace, prefix string) ([]spate.Entry, error) {
-	if err := s.pre(ctx, "list", ks, prefix, true); err != nil {
-		return nil, err
-	}
+// List implements [spate.Driver].
+func (h *handle) List(ctx context.Context, ks spate.Keyspace, prefix string) ([]spate.Entry, error) {
 	var es []spate.Entry
-	err := s.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.List, Keyspace: ks, Key: prefix}, func() error {
-		es = s.b.list(ks, prefix)
+	err := h.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.List, Keyspace: ks, Key: prefix}, func() error {
+		es = h.b.list(ks, prefix)
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return es, nil
+	return es, err
 }
 
-// Watch implements [spate.Store].
-func (s *Store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
-	if err := s.pre(ctx, "watch", ks, prefix, true); err != nil {
-		return nil, err
-	}
-	return s.b.opts.Faults.ApplyWatch(ctx, ks, prefix, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
-		return s.watch(ctx, ks, prefix)
+// Watch implements [spate.Driver].
+func (h *handle) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
+	return h.b.opts.Faults.ApplyWatch(ctx, ks, prefix, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
+		return h.watch(ctx, ks, prefix)
 	})
 }
 
-func (s *Store) watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
+func (h *handle) watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
 	w := &watcher{
 		ks:     ks,
 		prefix: prefix,
-		limit:  s.b.opts.WatchBuffer,
+		limit:  h.b.opts.WatchBuffer,
 		signal: make(chan struct{}, 1),
 		done:   make(chan struct{}),
 		out:    make(chan spate.WatchEvent),
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, spate.ClosedError("mem")
+	h.mu.Lock()
+	if h.watchers == nil {
+		h.watchers = map[*watcher]struct{}{}
 	}
-	if s.watchers == nil {
-		s.watchers = map[*watcher]struct{}{}
-	}
-	s.watchers[w] = struct{}{}
-	s.mu.Unlock()
+	h.watchers[w] = struct{}{}
+	h.mu.Unlock()
 
-	snapshot := s.b.subscribe(w)
+	snapshot := h.b.subscribe(w)
 	go func() {
 		defer func() {
-			s.b.unsubscribe(w)
-			s.mu.Lock()
-			delete(s.watchers, w)
-			s.mu.Unlock()
+			h.b.unsubscribe(w)
+			h.mu.Lock()
+			delete(h.watchers, w)
+			h.mu.Unlock()
 			close(w.out)
 		}()
 		w.run(ctx, snapshot)
@@ -336,7 +272,8 @@ func (b *backend) connect() *Store {
 	b.mu.Lock()
 	b.handles++
 	b.mu.Unlock()
-	return &Store{b: b}
+	h := &handle{b: b}
+	return &Store{PortableStore: spate.NewStore(h), h: h}
 }
 
 // release drops one handle; the last one stops the expiry timer.
@@ -580,8 +517,8 @@ func (w *watcher) run(ctx context.Context, snapshot []spate.Entry) {
 		w.queue = nil
 		w.mu.Unlock()
 		if lagged {
-			send(spate.WatchEvent{Kind: spate.WatchError, Err: fmt.Errorf(
-				"mem: watcher fell more than %d events behind: %w", w.limit, spate.ErrRetryable)})
+			send(spate.WatchEvent{Kind: spate.WatchError, Err: spate.OpError("mem", "watch", w.ks, w.prefix, fmt.Errorf(
+				"the watcher fell more than %d events behind: %w", w.limit, spate.ErrRetryable))})
 			return
 		}
 		for _, ev := range batch {

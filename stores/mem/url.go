@@ -54,7 +54,7 @@ func (d *deployment) Open(_ context.Context, job string, ttl time.Duration) (spa
 			return nil, err
 		}
 		d.jobs[job] = s
-	} else if rec := s.b.opts.TTL; rec != ttl {
+	} else if rec := s.h.b.opts.TTL; rec != ttl {
 		return nil, spate.Fatalf("mem: job %q was opened with a TTL of %v, this store asks for %v: the TTL cannot change mid-job", job, rec, ttl)
 	}
 	return s.Connect()
@@ -81,7 +81,7 @@ func (d *deployment) RecordedTTL(_ context.Context, job string) (time.Duration, 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if s := d.jobs[job]; s != nil {
-		return s.b.opts.TTL, true, nil
+		return s.h.b.opts.TTL, true, nil
 	}
 	return 0, false, nil
 }

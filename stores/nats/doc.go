@@ -73,7 +73,10 @@
 // driver sends the write again, for up to two seconds, until the leader
 // answers with success or 10071. Reporting 10164 as Lost made concurrent
 // compare-and-swap on a healthy R3 cluster non-linearizable: a read after
-// the Lost still returned the revision the Lost had declared gone.
+// the Lost still returned the revision the Lost had declared gone. That is
+// the driver's one resend ([spate.Store] says why); otherwise it makes one
+// attempt per call, and turns off nats.go's own resend of a publish that
+// found no responders (it reports that Retryable: nothing was written).
 //
 // Create of a deleted or expired key (whose subject holds a delete or limit
 // marker) re-reads the marker and publishes at the marker's sequence, so

@@ -117,7 +117,7 @@ func TestCapabilitiesAreHonest(t *testing.T) {
 }
 
 func TestCheckAdopt(t *testing.T) {
-	s := &Store{opts: Options{Job: "j", TTL: 2 * time.Second, Replicas: 3, MaxValueSize: DefaultMaxValueSize}}
+	s := &store{opts: Options{Job: "j", TTL: 2 * time.Second, Replicas: 3, MaxValueSize: DefaultMaxValueSize}}
 	dname, ename := Buckets("j")
 	mutate := func(ks spate.Keyspace, f func(*jetstream.StreamConfig)) jetstream.StreamConfig {
 		c := s.streamConfig(ks, dname)

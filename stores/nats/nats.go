@@ -103,8 +103,15 @@ func Buckets(job string) (durable, ephemeral string) {
 }
 
 // Store is a spate store over one job's JetStream KV buckets. It is safe for
-// concurrent use.
+// concurrent use. The portable layer ([spate.PortableStore]) does the
+// argument checks and the closed state; the driver below it does the rest.
 type Store struct {
+	*spate.PortableStore
+	s *store
+}
+
+// store is the NATS [spate.Driver].
+type store struct {
 	js   jetstream.JetStream
 	opts Options
 	log  *slog.Logger
@@ -122,12 +129,12 @@ type Store struct {
 	// the store's own from other users' of the connection.
 	perms *permWatch
 	scope permScope
-
-	mu     sync.Mutex
-	closed bool
 }
 
-var _ spate.Store = (*Store)(nil)
+var (
+	_ spate.Store  = (*Store)(nil)
+	_ spate.Driver = (*store)(nil)
+)
 
 // bucket is one keyspace's stream.
 type bucket struct {
@@ -163,17 +170,17 @@ func New(ctx context.Context, nc *natsgo.Conn, opts Options) (_ *Store, err erro
 	if err != nil {
 		return nil, fmt.Errorf("nats: open: %w: %w", err, spate.ErrFatal)
 	}
-	s := &Store{js: js, opts: opts, log: opts.Logger,
+	s := &store{js: js, opts: opts, log: opts.Logger,
 		perms: watchPermissions(nc), scope: newPermScope(nc, opts.Job)}
 	// A refused inbox subscription was reported once, when nats.go made
 	// it; every request on the connection would now time out.
 	if v, ok := parseViolation(nc.LastError()); ok && v.subscribe && s.scope.owns(v) {
-		return nil, s.scope.deniedError("open", v)
+		return nil, fmt.Errorf("nats: open: %w", s.scope.deniedError(v))
 	}
-	ctx, end := s.guard(ctx, "open", "", &err)
+	ctx, end := s.guard(ctx, "nats: open", &err)
 	defer end()
 	if _, err := js.AccountInfo(ctx); err != nil {
-		return nil, classify("open: account info", "", err)
+		return nil, fmt.Errorf("nats: open: account info: %w", classify(err))
 	}
 	dname, ename := Buckets(opts.Job)
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
@@ -188,7 +195,7 @@ func New(ctx context.Context, nc *natsgo.Conn, opts Options) (_ *Store, err erro
 		s.b[ks-1] = b
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	return s, nil
+	return &Store{PortableStore: spate.NewStore(s), s: s}, nil
 }
 
 // checkConn refuses a connection that cannot serve: closed is Fatal, a
@@ -220,7 +227,7 @@ func checkConn(nc *natsgo.Conn) error {
 
 // streamConfig is the stream behind keyspace ks's bucket: a KV bucket's
 // stream, with direct get off so that reads go to the leader.
-func (s *Store) streamConfig(ks spate.Keyspace, name string) jetstream.StreamConfig {
+func (s *store) streamConfig(ks spate.Keyspace, name string) jetstream.StreamConfig {
 	cfg := jetstream.StreamConfig{
 		Name:              "KV_" + name,
 		Description:       fmt.Sprintf("spate coordination, job %s, %s keyspace", s.opts.Job, ks),
@@ -248,7 +255,7 @@ func (s *Store) streamConfig(ks spate.Keyspace, name string) jetstream.StreamCon
 }
 
 // ensureBucket creates keyspace ks's bucket or adopts an existing one.
-func (s *Store) ensureBucket(ctx context.Context, ks spate.Keyspace, name, dname, ename string) (*bucket, error) {
+func (s *store) ensureBucket(ctx context.Context, ks spate.Keyspace, name, dname, ename string) (*bucket, error) {
 	want := s.streamConfig(ks, name)
 	st, err := s.js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -311,8 +318,8 @@ func checkAdopt(ks spate.Keyspace, name string, got, want jetstream.StreamConfig
 	return nil
 }
 
-// Capabilities implements [spate.Store].
-func (s *Store) Capabilities() spate.Capabilities {
+// Capabilities implements [spate.Driver].
+func (s *store) Capabilities() spate.Capabilities {
 	return capabilities(s.opts)
 }
 
@@ -346,36 +353,15 @@ func capabilities(o Options) spate.Capabilities {
 }
 
 // Close ends the store's watches and leaves a connection the caller passed
-// to New open (a store opened by URL closes the connection it made); later
-// calls fail with ErrClosed. Idempotent.
-func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	s.mu.Unlock()
+// to New open (a store opened by URL closes the connection it made). The
+// portable layer calls it once.
+func (s *store) Close() error {
 	s.cancel()
 	s.wg.Wait()
 	if s.ownedConn != nil {
 		s.ownedConn.Close()
 	}
 	return nil
-}
-
-// pre checks a call and returns its bucket.
-func (s *Store) pre(ctx context.Context, op string, ks spate.Keyspace, key string, isPrefix bool) (*bucket, error) {
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return nil, spate.ClosedError(driver)
-	}
-	if err := spate.CheckCall(ctx, driver, op, ks, key, isPrefix); err != nil {
-		return nil, err
-	}
-	return s.b[ks-1], nil
 }
 
 // Headers that mark a message as a delete: the KV operation header of
@@ -416,7 +402,9 @@ func isConflict(err error) bool {
 // applied, reads show the key at the expected revision. Reporting Lost here
 // would not be linearizable (a read right after a Lost would see the
 // revision the Lost claimed was gone; the failover test caught exactly
-// that), so publish retries until the leader decides.
+// that), so publish sends the write again until the leader decides. This
+// is the one in-driver retry of the store contract ([spate.Store] says
+// why): the write was never proposed, so resending it cannot write twice.
 func isInFlight(err error) bool {
 	return apiCode(err) == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
@@ -437,9 +425,14 @@ const inFlightWait = 2 * time.Second
 // publish writes one message for key, guarded by the expected last
 // sequence of the key's subject when expected is not nil. A write refused
 // with 10164 (another write of the key in flight; nothing was written) is
-// sent again until the leader gives a definitive answer.
-func (s *Store) publish(ctx context.Context, b *bucket, key string, value []byte, hdr natsgo.Header, expected *uint64) (uint64, error) {
-	var opts []jetstream.PublishOpt
+// sent again until the leader gives a definitive answer, for at most
+// inFlightWait: see isInFlight. Every other error is returned at once.
+func (s *store) publish(ctx context.Context, b *bucket, key string, value []byte, hdr natsgo.Header, expected *uint64) (uint64, error) {
+	// nats.go's PublishMsg would resend, twice and 250 ms apart, a publish
+	// that found no responders (the stream's leader moving, say). Nothing
+	// was written then, and the coordinator retries after a re-read, so
+	// the driver makes its one attempt and reports it Retryable.
+	opts := []jetstream.PublishOpt{jetstream.WithRetryAttempts(0)}
 	if expected != nil {
 		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(*expected))
 	}
@@ -466,19 +459,18 @@ func (s *Store) publish(ctx context.Context, b *bucket, key string, value []byte
 	}
 }
 
-// Create implements [spate.Store]. A deleted or expired key's subject holds a
-// marker; Create then re-reads it and publishes at the marker's sequence, so
-// Lost is only returned after a read saw a live value.
-func (s *Store) Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (_ spate.Outcome, err error) {
-	b, err := s.pre(ctx, "create", ks, key, false)
-	if err != nil {
-		return spate.Outcome{}, err
-	}
-	ctx, end := s.guard(ctx, "create", key, &err)
+// Create implements [spate.Driver]. A deleted or expired key's subject
+// holds a marker; Create then re-reads it and publishes at the marker's
+// sequence, so Lost is only returned after a read saw a live value. This is
+// one compare-and-set found by a read, not a retry of a failed call: the
+// loop goes round again only when the marker itself moved between the read
+// and the publish (an unconditional delete of the absent key, or the marker
+// aging out), which must not be reported Lost because no live value was
+// seen. It gives up Retryable after createAttempts rounds.
+func (s *store) Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (_ spate.Outcome, err error) {
+	b := s.b[ks-1]
+	ctx, end := s.guard(ctx, "", &err)
 	defer end()
-	if err := spate.ValidateValue(value, s.opts.MaxValueSize); err != nil {
-		return spate.Outcome{}, fmt.Errorf("nats: create %q: %w", key, err)
-	}
 	var expected uint64
 	for range createAttempts {
 		rev, err := s.publish(ctx, b, key, value, nil, &expected)
@@ -486,39 +478,29 @@ func (s *Store) Create(ctx context.Context, ks spate.Keyspace, key string, value
 			return spate.Won(rev), nil
 		}
 		if !isConflict(err) {
-			return spate.Outcome{}, classify("create", key, err)
+			return spate.Outcome{}, classify(err)
 		}
 		m, err := b.stream.GetLastMsgForSubject(ctx, b.pre+key)
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 			expected = 0 // the marker aged out meanwhile
 		case err != nil:
-			return spate.Outcome{}, classify("create: read", key, err)
+			return spate.Outcome{}, fmt.Errorf("read: %w", classify(err))
 		case !isMarker(m.Header):
 			return spate.Outcome{}, nil
 		default:
 			expected = m.Sequence
 		}
 	}
-	return spate.Outcome{}, fmt.Errorf("nats: create %q: the key changed under %d attempts: %w", key, createAttempts, spate.ErrRetryable)
+	return spate.Outcome{}, fmt.Errorf("the key's delete marker changed under %d attempts: %w", createAttempts, spate.ErrRetryable)
 }
 
-// Update implements [spate.Store].
-func (s *Store) Update(ctx context.Context, ks spate.Keyspace, key string, value []byte, expected uint64) (_ spate.Outcome, err error) {
-	b, err := s.pre(ctx, "update", ks, key, false)
-	if err != nil {
-		return spate.Outcome{}, err
-	}
-	ctx, end := s.guard(ctx, "update", key, &err)
+// Update implements [spate.Driver]. The portable layer never passes
+// expected 0, which would mean "absent" to the server.
+func (s *store) Update(ctx context.Context, ks spate.Keyspace, key string, value []byte, expected uint64) (_ spate.Outcome, err error) {
+	b := s.b[ks-1]
+	ctx, end := s.guard(ctx, "", &err)
 	defer end()
-	if err := spate.ValidateValue(value, s.opts.MaxValueSize); err != nil {
-		return spate.Outcome{}, fmt.Errorf("nats: update %q: %w", key, err)
-	}
-	if expected == 0 {
-		// "Last sequence 0" would mean "absent" to the server: Update
-		// never creates.
-		return spate.Outcome{}, nil
-	}
 	rev, err := s.publish(ctx, b, key, value, nil, &expected)
 	if err == nil {
 		return spate.Won(rev), nil
@@ -526,34 +508,28 @@ func (s *Store) Update(ctx context.Context, ks spate.Keyspace, key string, value
 	if isConflict(err) {
 		return spate.Outcome{}, nil
 	}
-	return spate.Outcome{}, classify("update", key, err)
+	return spate.Outcome{}, classify(err)
 }
 
-// Get implements [spate.Store].
-func (s *Store) Get(ctx context.Context, ks spate.Keyspace, key string) (_ spate.Entry, _ bool, err error) {
-	b, err := s.pre(ctx, "get", ks, key, false)
-	if err != nil {
-		return spate.Entry{}, false, err
-	}
-	ctx, end := s.guard(ctx, "get", key, &err)
+// Get implements [spate.Driver].
+func (s *store) Get(ctx context.Context, ks spate.Keyspace, key string) (_ spate.Entry, _ bool, err error) {
+	b := s.b[ks-1]
+	ctx, end := s.guard(ctx, "", &err)
 	defer end()
 	return s.get(ctx, b, key)
 }
 
-func (s *Store) get(ctx context.Context, b *bucket, key string) (spate.Entry, bool, error) {
+func (s *store) get(ctx context.Context, b *bucket, key string) (spate.Entry, bool, error) {
 	r, err := b.read(ctx, key)
 	return r.entry, r.live, err
 }
 
-// Delete implements [spate.Store]: it publishes a delete marker, guarded by
+// Delete implements [spate.Driver]: it publishes a delete marker, guarded by
 // the expected last sequence when expected is not AnyRevision, and returns
 // the marker's sequence.
-func (s *Store) Delete(ctx context.Context, ks spate.Keyspace, key string, expected uint64) (_ spate.Outcome, err error) {
-	b, err := s.pre(ctx, "delete", ks, key, false)
-	if err != nil {
-		return spate.Outcome{}, err
-	}
-	ctx, end := s.guard(ctx, "delete", key, &err)
+func (s *store) Delete(ctx context.Context, ks spate.Keyspace, key string, expected uint64) (_ spate.Outcome, err error) {
+	b := s.b[ks-1]
+	ctx, end := s.guard(ctx, "", &err)
 	defer end()
 	hdr := natsgo.Header{}
 	hdr.Set(kvOpHeader, kvOpDelete)
@@ -568,23 +544,20 @@ func (s *Store) Delete(ctx context.Context, ks spate.Keyspace, key string, expec
 	if isConflict(err) {
 		return spate.Outcome{}, nil
 	}
-	return spate.Outcome{}, classify("delete", key, err)
+	return spate.Outcome{}, classify(err)
 }
 
-// List implements [spate.Store]: the key set from the stream's subject
+// List implements [spate.Driver]: the key set from the stream's subject
 // index (one request), then one get per key, up to listFanout at a time:
 // 1 + N round trips. Keys whose subject holds a delete or limit marker are
 // dropped by their get.
-func (s *Store) List(ctx context.Context, ks spate.Keyspace, prefix string) (_ []spate.Entry, err error) {
-	b, err := s.pre(ctx, "list", ks, prefix, true)
-	if err != nil {
-		return nil, err
-	}
-	ctx, end := s.guard(ctx, "list", prefix, &err)
+func (s *store) List(ctx context.Context, ks spate.Keyspace, prefix string) (_ []spate.Entry, err error) {
+	b := s.b[ks-1]
+	ctx, end := s.guard(ctx, "", &err)
 	defer end()
 	keys, err := b.keySet(ctx, prefix)
 	if err != nil {
-		return nil, classify("list", prefix, err)
+		return nil, classify(err)
 	}
 	reads, err := b.readAll(ctx, keys)
 	if err != nil {
@@ -599,13 +572,15 @@ func (s *Store) List(ctx context.Context, ks spate.Keyspace, prefix string) (_ [
 	return out, nil
 }
 
-// classify wraps a backend error with its class.
-func classify(op, key string, err error) error {
+// classify adds its class to a backend error (the portable layer, or the
+// caller outside the six primitives, names the driver, the operation and
+// the key).
+func classify(err error) error {
 	var class error = spate.ErrRetryable
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, natsgo.ErrConnectionClosed):
-		return fmt.Errorf("nats: %s %q: the connection was closed by its owner or ran out of reconnect attempts: %w: %w", op, key, err, spate.ErrFatal)
+		return fmt.Errorf("the connection was closed by its owner or ran out of reconnect attempts: %w: %w", err, spate.ErrFatal)
 	case connectFatal(err) != "",
 		errors.Is(err, natsgo.ErrPermissionViolation),
 		errors.Is(err, jetstream.ErrJetStreamNotEnabled),
@@ -613,11 +588,17 @@ func classify(op, key string, err error) error {
 		errors.Is(err, jetstream.ErrStreamNotFound):
 		class = spate.ErrFatal
 	case errors.Is(err, natsgo.ErrMaxPayload), errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum):
-		return fmt.Errorf("nats: %s %q: %w: %w: %w", op, key, err, spate.ErrValueTooLarge, spate.ErrFatal)
+		return fmt.Errorf("%w: %w: %w", err, spate.ErrValueTooLarge, spate.ErrFatal)
 	case errors.As(err, &apiErr) && apiErr.Code == 403:
 		class = spate.ErrFatal
 	}
-	return fmt.Errorf("nats: %s %q: %w: %w", op, key, err, class)
+	return fmt.Errorf("%w: %w", err, class)
+}
+
+// classifyOp is classify for calls outside the six primitives: it names the
+// driver, what was done and to what.
+func classifyOp(op, what string, err error) error {
+	return fmt.Errorf("nats: %s %q: %w", op, what, classify(err))
 }
 
 // classifyProvision classifies a failure to create or read a bucket: the
@@ -635,5 +616,5 @@ func classifyProvision(name string, err error) error {
 			return fmt.Errorf("nats: bucket %s: the server refused the configuration: %w: %w", name, err, spate.ErrFatal)
 		}
 	}
-	return classify("bucket", name, err)
+	return fmt.Errorf("nats: bucket %s: %w", name, classify(err))
 }

@@ -234,13 +234,13 @@ func subjectMatches(pattern, subject string) bool {
 }
 
 // deniedError is the Fatal error for a refused subject.
-func (p permScope) deniedError(op string, v violation) error {
+func (p permScope) deniedError(v violation) error {
 	verb, what := "publish to", "publish"
 	if v.subscribe {
 		verb, what = "subscribe to", "subscribe"
 	}
-	return fmt.Errorf("nats: %s: permission denied: the NATS user may not %s %q: grant it %s permission on %q (the stores/nats package documentation lists every permission the driver needs): %w: %w",
-		op, verb, v.subject, what, p.needed(v), v.err, spate.ErrFatal)
+	return fmt.Errorf("permission denied: the NATS user may not %s %q: grant it %s permission on %q (the stores/nats package documentation lists every permission the driver needs): %w: %w",
+		verb, v.subject, what, p.needed(v), v.err, spate.ErrFatal)
 }
 
 // errPermDenied marks a context cancelled by a permission violation.
@@ -248,11 +248,12 @@ type errPermDenied struct{ v violation }
 
 func (e *errPermDenied) Error() string { return e.v.err.Error() }
 
-// guard returns ctx (of call op on key, or of "open"), cancelled as soon as the server refuses one of the
+// guard returns ctx, cancelled as soon as the server refuses one of the
 // store's subjects, and a func to call with the call's error when the call
 // returns: it replaces *errp by a Fatal error that names the permission
-// when that is why the call failed.
-func (s *Store) guard(ctx context.Context, op, key string, errp *error) (context.Context, func()) {
+// when that is why the call failed, prefixed with what ("nats: open") when
+// what is not empty (the portable layer prefixes the primitives' errors).
+func (s *store) guard(ctx context.Context, what string, errp *error) (context.Context, func()) {
 	if s.perms == nil {
 		return ctx, func() {}
 	}
@@ -266,10 +267,10 @@ func (s *Store) guard(ctx context.Context, op, key string, errp *error) (context
 		remove()
 		var pd *errPermDenied
 		if *errp != nil && errors.As(context.Cause(ctx), &pd) {
-			if op != "open" {
-				op = fmt.Sprintf("%s %q", op, key)
+			*errp = s.scope.deniedError(pd.v)
+			if what != "" {
+				*errp = fmt.Errorf("%s: %w", what, *errp)
 			}
-			*errp = s.scope.deniedError(op, pd.v)
 		}
 		cancel(nil)
 	}

@@ -117,7 +117,7 @@ func (d *deployment) Open(ctx context.Context, job string, ttl time.Duration) (s
 		nc.Close()
 		return nil, err
 	}
-	st.ownedConn = nc
+	st.s.ownedConn = nc
 	return st, nil
 }
 
@@ -148,7 +148,7 @@ func (d *deployment) Jobs(ctx context.Context) ([]string, error) {
 			}
 		}
 		if err := names.Error(); err != nil {
-			return classify("list", "buckets", err)
+			return classifyOp("list", "buckets", err)
 		}
 		return nil
 	})
@@ -166,7 +166,7 @@ func (d *deployment) JobExists(ctx context.Context, job string) (bool, error) {
 		case errors.Is(err, jetstream.ErrBucketNotFound):
 			return nil
 		case err != nil:
-			return classify("look up bucket", durable, err)
+			return classifyOp("look up bucket", durable, err)
 		}
 		found = true
 		return nil
@@ -181,7 +181,7 @@ func (d *deployment) DeleteJob(ctx context.Context, job string) error {
 		durable, ephemeral := Buckets(job)
 		for _, b := range []string{durable, ephemeral} {
 			if err := js.DeleteKeyValue(ctx, b); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-				errs = append(errs, classify("delete bucket", b, err))
+				errs = append(errs, classifyOp("delete bucket", b, err))
 			}
 		}
 		return errors.Join(errs...)
@@ -199,11 +199,11 @@ func (d *deployment) RecordedTTL(ctx context.Context, job string) (time.Duration
 			return nil
 		}
 		if err != nil {
-			return classify("look up bucket", ephemeral, err)
+			return classifyOp("look up bucket", ephemeral, err)
 		}
 		st, err := kv.Status(ctx)
 		if err != nil {
-			return classify("read the status of bucket", ephemeral, err)
+			return classifyOp("read the status of bucket", ephemeral, err)
 		}
 		ttl = st.TTL()
 		return nil

@@ -22,7 +22,10 @@ const (
 	// about two expiries.
 	pullExpiry = 5 * time.Second
 	// maxResets is how many times in a row the ordered consumer may fail to
-	// be re-created before the watch breaks with a Retryable error.
+	// be re-created before the watch breaks with a Retryable error. This is
+	// not a retry of a call: nats.go resumes the same stream at the next
+	// sequence after the last delivered one, so no event is lost or
+	// repeated, as a stream that never broke.
 	maxResets = 5
 	// inactiveThreshold lets the server drop a consumer its client forgot.
 	inactiveThreshold = time.Minute
@@ -80,6 +83,9 @@ func (b *bucket) readAll(ctx context.Context, keys []string) ([]read, error) {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			out[i], errs[i] = b.read(ctx, k)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("read %q: %w", k, errs[i])
+			}
 		})
 	}
 	wg.Wait()
@@ -95,7 +101,7 @@ func (b *bucket) read(ctx context.Context, key string) (read, error) {
 		return read{}, nil
 	}
 	if err != nil {
-		return read{}, classify("get", key, err)
+		return read{}, classify(err)
 	}
 	if isMarker(m.Header) {
 		return read{rev: m.Sequence}, nil
@@ -107,7 +113,7 @@ func (b *bucket) read(ctx context.Context, key string) (read, error) {
 	return read{entry: spate.Entry{Key: key, Value: v, Revision: m.Sequence}, live: true, rev: m.Sequence}, nil
 }
 
-// Watch implements [spate.Store].
+// Watch implements [spate.Driver].
 //
 // A watch is one ordered consumer over the key's subjects that delivers every
 // message still in the stream (history 1: each key's current value or
@@ -138,13 +144,10 @@ func (b *bucket) read(ctx context.Context, key string) (read, error) {
 // revision or reorder a key's revisions. A reader that falls more than
 // watchBuffer messages behind the pump breaks the watch with a Retryable
 // error.
-func (s *Store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (_ <-chan spate.WatchEvent, err error) {
-	b, err := s.pre(ctx, "watch", ks, prefix, true)
-	if err != nil {
-		return nil, err
-	}
+func (s *store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (_ <-chan spate.WatchEvent, err error) {
+	b := s.b[ks-1]
 	// ctx outlives the call (it bounds the watch); sctx bounds the setup.
-	sctx, end := s.guard(ctx, "watch", prefix, &err)
+	sctx, end := s.guard(ctx, "", &err)
 	defer end()
 	cons, err := b.stream.OrderedConsumer(sctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects:    []string{subjectFilter(b.pre, prefix)},
@@ -153,11 +156,11 @@ func (s *Store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (_ 
 		MaxResetAttempts:  maxResets,
 	})
 	if err != nil {
-		return nil, classify("watch", prefix, err)
+		return nil, classify(err)
 	}
 	keys, err := b.keySet(sctx, prefix)
 	if err != nil {
-		return nil, classify("watch", prefix, err)
+		return nil, classify(err)
 	}
 	pending := uint64(1)
 	if info := cons.CachedInfo(); info != nil {
@@ -165,16 +168,9 @@ func (s *Store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (_ 
 	}
 	it, err := cons.Messages(jetstream.PullExpiry(pullExpiry))
 	if err != nil {
-		return nil, classify("watch", prefix, err)
-	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		it.Stop()
-		return nil, spate.ClosedError(driver)
+		return nil, classify(err)
 	}
 	s.wg.Add(1)
-	s.mu.Unlock()
 	wctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.ctx, cancel)
 	w := &watch{
@@ -219,7 +215,7 @@ const (
 )
 
 type watch struct {
-	s       *Store
+	s       *store
 	b       *bucket
 	prefix  string
 	keys    []string
@@ -342,11 +338,11 @@ func (w *watch) broken(ctx context.Context, err error) {
 	w.s.log.Debug("nats: watch broke", "bucket", w.b.name, "prefix", w.prefix, "err", err)
 	if pd := (*errPermDenied)(nil); errors.As(err, &pd) {
 		w.send(ctx, spate.WatchEvent{Kind: spate.WatchError,
-			Err: w.s.scope.deniedError(fmt.Sprintf("watch %s %q", w.b.ks, w.prefix), pd.v)})
+			Err: spate.OpError(driver, "watch", w.b.ks, w.prefix, w.s.scope.deniedError(pd.v))})
 		return
 	}
-	w.send(ctx, spate.WatchEvent{Kind: spate.WatchError, Err: fmt.Errorf("nats: watch %s %q: %w: %w",
-		w.b.ks, w.prefix, err, spate.ErrRetryable)})
+	w.send(ctx, spate.WatchEvent{Kind: spate.WatchError, Err: spate.OpError(driver, "watch", w.b.ks, w.prefix,
+		fmt.Errorf("%w: %w", err, spate.ErrRetryable))})
 }
 
 // event is m as a watch event.

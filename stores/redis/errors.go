@@ -76,8 +76,8 @@ func errorCode(msg string) string {
 	return code
 }
 
-// wrapErr adds the driver, the operation, the key and the class to a backend
-// error.
-func wrapErr(op, key string, err error) error {
-	return fmt.Errorf("redis: %s %q: %w: %w", op, key, err, classOf(err))
+// wrapErr adds its class to a backend error (the portable layer names the
+// driver, the operation and the key).
+func wrapErr(err error) error {
+	return fmt.Errorf("%w: %w", err, classOf(err))
 }

@@ -61,7 +61,7 @@ func TestClassOf(t *testing.T) {
 		if got := classOf(err); got != spate.ErrRetryable {
 			t.Errorf("classOf(%v) = %v, want Retryable", err, got)
 		}
-		if w := wrapErr("create", "k", err); !spate.IsRetryable(w) || !errors.Is(w, err) {
+		if w := wrapErr(err); !spate.IsRetryable(w) || !errors.Is(w, err) {
 			t.Errorf("wrapErr(%v) = %v: want Retryable and the cause kept", err, w)
 		}
 	}
@@ -69,7 +69,7 @@ func TestClassOf(t *testing.T) {
 		if got := classOf(err); got != spate.ErrFatal {
 			t.Errorf("classOf(%v) = %v, want Fatal", err, got)
 		}
-		if w := wrapErr("create", "k", err); !spate.IsFatal(w) {
+		if w := wrapErr(err); !spate.IsFatal(w) {
 			t.Errorf("wrapErr(%v) = %v: want Fatal", err, w)
 		}
 	}

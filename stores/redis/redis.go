@@ -143,8 +143,15 @@ type keyspaceKeys struct {
 }
 
 // Store is a coordination store over one job's keys in Redis. It is safe for
-// concurrent use.
+// concurrent use. The portable layer ([spate.PortableStore]) does the
+// argument checks and the closed state; the driver below it does the rest.
 type Store struct {
+	*spate.PortableStore
+	s *store
+}
+
+// store is the Redis [spate.Driver].
+type store struct {
 	c      goredis.UniversalClient
 	opts   Options
 	meta   string
@@ -157,15 +164,17 @@ type Store struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // sweeper, watches and their subscriber
 	hub    hub            // the watches' shared subscriber (watch.go)
+	mu     sync.Mutex     // guards hub and closed
+	closed bool           // set by Close: the hub starts no subscriber after it
 
 	// ownsClient: the store was opened by URL and closes its client.
 	ownsClient bool
-
-	mu     sync.Mutex
-	closed bool
 }
 
-var _ spate.Store = (*Store)(nil)
+var (
+	_ spate.Store  = (*Store)(nil)
+	_ spate.Driver = (*store)(nil)
+)
 
 // New opens the job's keyspaces over client, which the store uses but does
 // not own: Close leaves it open.
@@ -190,7 +199,7 @@ func New(ctx context.Context, client goredis.UniversalClient, opts Options) (*St
 	}
 	opts.defaults()
 	p := "spate:{" + opts.Job + "}:"
-	s := &Store{
+	s := &store{
 		c:      client,
 		opts:   opts,
 		meta:   p + "meta",
@@ -215,12 +224,12 @@ func New(ctx context.Context, client goredis.UniversalClient, opts Options) (*St
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(1)
 	go s.sweepLoop()
-	return s, nil
+	return &Store{PortableStore: spate.NewStore(s), s: s}, nil
 }
 
 // startupCheck proves that the server is new enough and runs our scripts
 // for this user, and that the job's recorded layout and TTL match.
-func (s *Store) startupCheck(ctx context.Context) error {
+func (s *store) startupCheck(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, startupBound)
 	defer cancel()
 	if err := s.checkServerVersion(ctx); err != nil {
@@ -281,7 +290,7 @@ func (s *Store) startupCheck(ctx context.Context) error {
 
 // startupError turns a failed startup command into an error that names what
 // is missing.
-func (s *Store) startupError(ctx context.Context, cmd string, err error) error {
+func (s *store) startupError(ctx context.Context, cmd string, err error) error {
 	msg := err.Error()
 	if short, _, ok := strings.Cut(msg, ", with args beginning with"); ok {
 		// The server echoes the script's source; keep the message short.
@@ -329,7 +338,7 @@ func (e *trimmedError) Error() string { return e.msg }
 func (e *trimmedError) Unwrap() error { return e.err }
 
 // whoami names the connection's ACL user for error messages.
-func (s *Store) whoami(ctx context.Context) string {
+func (s *store) whoami(ctx context.Context) string {
 	if name, err := s.c.Do(ctx, "ACL", "WHOAMI").Text(); err == nil {
 		return strconv.Quote(name)
 	}
@@ -351,7 +360,7 @@ func (s *Store) whoami(ctx context.Context) string {
 
 // warnIfContextIgnored logs when the client ignores context deadlines, which
 // then do not bound socket I/O (the client's own timeouts still do).
-func (s *Store) warnIfContextIgnored() {
+func (s *store) warnIfContextIgnored() {
 	var enabled bool
 	switch c := s.c.(type) {
 	case *goredis.Client:
@@ -366,8 +375,8 @@ func (s *Store) warnIfContextIgnored() {
 	}
 }
 
-// Capabilities implements [spate.Store].
-func (s *Store) Capabilities() spate.Capabilities {
+// Capabilities implements [spate.Driver].
+func (s *store) Capabilities() spate.Capabilities {
 	return spate.Capabilities{
 		Driver:               driver,
 		TTL:                  s.opts.TTL,
@@ -391,16 +400,12 @@ func (s *Store) Capabilities() spate.Capabilities {
 // close at once, and Close returns when their reads of the change log and
 // their subscriber connection have ended.
 // It does not close a client the caller passed to New (a store opened by
-// URL closes the client it made). Idempotent.
-func (s *Store) Close() error {
+// URL closes the client it made). The portable layer calls it once.
+func (s *store) Close() error {
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
 	s.closed = true
-	s.cancel()
 	s.mu.Unlock()
+	s.cancel()
 	s.wg.Wait()
 	if s.ownsClient {
 		_ = s.c.Close()
@@ -408,92 +413,58 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func (s *Store) checkOpen() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return spate.ClosedError(driver)
-	}
-	return nil
-}
-
-func (s *Store) pre(ctx context.Context, op string, ks spate.Keyspace, key string, isPrefix bool) error {
-	if err := s.checkOpen(); err != nil {
-		return err
-	}
-	return spate.CheckCall(ctx, driver, op, ks, key, isPrefix)
-}
-
-func (s *Store) space(ks spate.Keyspace) *keyspaceKeys { return &s.ks[ks-1] }
+func (s *store) space(ks spate.Keyspace) *keyspaceKeys { return &s.ks[ks-1] }
 
 // args builds a script's ARGV: the keyspace's TTL, the log length, then rest.
-func (s *Store) args(k *keyspaceKeys, rest ...any) []any {
+func (s *store) args(k *keyspaceKeys, rest ...any) []any {
 	return append([]any{k.ttl, s.loglen}, rest...)
 }
 
-// Create implements [spate.Store].
-func (s *Store) Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (spate.Outcome, error) {
-	if err := s.pre(ctx, "create", ks, key, false); err != nil {
-		return spate.Outcome{}, err
-	}
-	if err := spate.ValidateValue(value, s.opts.MaxValueSize); err != nil {
-		return spate.Outcome{}, fmt.Errorf("redis: create %q: %w", key, err)
-	}
+// Create implements [spate.Driver].
+func (s *store) Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (spate.Outcome, error) {
 	k := s.space(ks)
 	res, err := run(ctx, s.c, scriptCreate, k.keys, s.args(k, key, value)...)
-	return outcome("create", key, res, err)
+	return outcome(res, err)
 }
 
-// Update implements [spate.Store].
-func (s *Store) Update(ctx context.Context, ks spate.Keyspace, key string, value []byte, expected uint64) (spate.Outcome, error) {
-	if err := s.pre(ctx, "update", ks, key, false); err != nil {
-		return spate.Outcome{}, err
-	}
-	if err := spate.ValidateValue(value, s.opts.MaxValueSize); err != nil {
-		return spate.Outcome{}, fmt.Errorf("redis: update %q: %w", key, err)
-	}
-	if expected == 0 {
-		return spate.Outcome{}, nil // no live key is at revision 0
-	}
+// Update implements [spate.Driver].
+func (s *store) Update(ctx context.Context, ks spate.Keyspace, key string, value []byte, expected uint64) (spate.Outcome, error) {
 	k := s.space(ks)
 	res, err := run(ctx, s.c, scriptUpdate, k.keys, s.args(k, key, value, strconv.FormatUint(expected, 10))...)
-	return outcome("update", key, res, err)
+	return outcome(res, err)
 }
 
-// Delete implements [spate.Store].
-func (s *Store) Delete(ctx context.Context, ks spate.Keyspace, key string, expected uint64) (spate.Outcome, error) {
-	if err := s.pre(ctx, "delete", ks, key, false); err != nil {
-		return spate.Outcome{}, err
-	}
+// Delete implements [spate.Driver].
+func (s *store) Delete(ctx context.Context, ks spate.Keyspace, key string, expected uint64) (spate.Outcome, error) {
 	k := s.space(ks)
 	res, err := run(ctx, s.c, scriptDelete, k.keys, s.args(k, key, strconv.FormatUint(expected, 10))...)
-	return outcome("delete", key, res, err)
+	return outcome(res, err)
 }
 
 // outcome decodes {1, rev} or {0}.
-func outcome(op, key string, res any, err error) (spate.Outcome, error) {
+func outcome(res any, err error) (spate.Outcome, error) {
 	if err != nil {
-		return spate.Outcome{}, wrapErr(op, key, err)
+		return spate.Outcome{}, wrapErr(err)
 	}
 	vals, ok := res.([]any)
 	if !ok || len(vals) == 0 {
-		return spate.Outcome{}, badReply(op, key, res)
+		return spate.Outcome{}, badReply(res)
 	}
 	if won, _ := vals[0].(int64); won == 0 {
 		return spate.Outcome{}, nil
 	}
 	if len(vals) != 2 {
-		return spate.Outcome{}, badReply(op, key, res)
+		return spate.Outcome{}, badReply(res)
 	}
 	rev, err := parseRev(vals[1])
 	if err != nil {
-		return spate.Outcome{}, badReply(op, key, res)
+		return spate.Outcome{}, badReply(res)
 	}
 	return spate.Won(rev), nil
 }
 
-func badReply(op, key string, res any) error {
-	return spate.Fatalf("redis: %s %q: unexpected script reply %v", op, key, res)
+func badReply(res any) error {
+	return fmt.Errorf("unexpected script reply %v: %w", res, spate.ErrFatal)
 }
 
 func parseRev(v any) (uint64, error) {
@@ -508,46 +479,40 @@ func parseRev(v any) (uint64, error) {
 	return 0, fmt.Errorf("not a revision: %v", v)
 }
 
-// Get implements [spate.Store].
-func (s *Store) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
-	if err := s.pre(ctx, "get", ks, key, false); err != nil {
-		return spate.Entry{}, false, err
-	}
+// Get implements [spate.Driver].
+func (s *store) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
 	k := s.space(ks)
 	res, err := run(ctx, s.c, scriptGet, k.keys, s.args(k, key)...)
 	if err != nil {
-		return spate.Entry{}, false, wrapErr("get", key, err)
+		return spate.Entry{}, false, wrapErr(err)
 	}
 	vals, ok := res.([]any)
 	if !ok {
-		return spate.Entry{}, false, badReply("get", key, res)
+		return spate.Entry{}, false, badReply(res)
 	}
 	if len(vals) == 0 {
 		return spate.Entry{}, false, nil
 	}
 	if len(vals) != 2 {
-		return spate.Entry{}, false, badReply("get", key, res)
+		return spate.Entry{}, false, badReply(res)
 	}
 	rev, err := parseRev(vals[0])
 	value, isStr := vals[1].(string)
 	if err != nil || !isStr {
-		return spate.Entry{}, false, badReply("get", key, res)
+		return spate.Entry{}, false, badReply(res)
 	}
 	return spate.Entry{Key: key, Value: []byte(value), Revision: rev}, true, nil
 }
 
-// List implements [spate.Store].
-func (s *Store) List(ctx context.Context, ks spate.Keyspace, prefix string) ([]spate.Entry, error) {
-	if err := s.pre(ctx, "list", ks, prefix, true); err != nil {
-		return nil, err
-	}
-	_, es, err := s.snapshot(ctx, ks, prefix, "list")
+// List implements [spate.Driver].
+func (s *store) List(ctx context.Context, ks spate.Keyspace, prefix string) ([]spate.Entry, error) {
+	_, es, err := s.snapshot(ctx, ks, prefix)
 	return es, err
 }
 
 // snapshot returns the live keys under prefix and the keyspace's last
 // revision, read atomically.
-func (s *Store) snapshot(ctx context.Context, ks spate.Keyspace, prefix, op string) (uint64, []spate.Entry, error) {
+func (s *store) snapshot(ctx context.Context, ks spate.Keyspace, prefix string) (uint64, []spate.Entry, error) {
 	lo, hi := "-", "+"
 	if prefix != "" {
 		// Keys hold no byte 0xff, so every key under prefix sorts below
@@ -557,15 +522,15 @@ func (s *Store) snapshot(ctx context.Context, ks spate.Keyspace, prefix, op stri
 	k := s.space(ks)
 	res, err := run(ctx, s.c, scriptSnapshot, k.keys, s.args(k, lo, hi)...)
 	if err != nil {
-		return 0, nil, wrapErr(op, prefix, err)
+		return 0, nil, wrapErr(err)
 	}
 	vals, ok := res.([]any)
 	if !ok || len(vals)%3 != 1 {
-		return 0, nil, badReply(op, prefix, res)
+		return 0, nil, badReply(res)
 	}
 	last, err := parseRev(vals[0])
 	if err != nil {
-		return 0, nil, badReply(op, prefix, res)
+		return 0, nil, badReply(res)
 	}
 	var es []spate.Entry
 	for i := 1; i < len(vals); i += 3 {
@@ -573,7 +538,7 @@ func (s *Store) snapshot(ctx context.Context, ks spate.Keyspace, prefix, op stri
 		value, ok2 := vals[i+1].(string)
 		rev, err := parseRev(vals[i+2])
 		if !ok1 || !ok2 || err != nil {
-			return 0, nil, badReply(op, prefix, res)
+			return 0, nil, badReply(res)
 		}
 		es = append(es, spate.Entry{Key: key, Value: []byte(value), Revision: rev})
 	}
@@ -581,7 +546,7 @@ func (s *Store) snapshot(ctx context.Context, ks spate.Keyspace, prefix, op stri
 }
 
 // sweepLoop runs the expiry sweep every SweepInterval until Close.
-func (s *Store) sweepLoop() {
+func (s *store) sweepLoop() {
 	defer s.wg.Done()
 	t := time.NewTicker(s.opts.SweepInterval)
 	defer t.Stop()
@@ -617,13 +582,13 @@ func (s *Store) sweepLoop() {
 }
 
 // sweep expires one batch of due ephemeral keys and returns how many.
-func (s *Store) sweep(ctx context.Context) (int64, error) {
+func (s *store) sweep(ctx context.Context) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, max(4*s.opts.SweepInterval, 2*time.Second))
 	defer cancel()
 	k := s.space(spate.Ephemeral)
 	res, err := run(ctx, s.c, scriptSweep, k.keys, s.args(k, sweepBatch)...)
 	if err != nil {
-		return 0, wrapErr("sweep", "", err)
+		return 0, fmt.Errorf("redis: sweep: %w", wrapErr(err))
 	}
 	n, _ := res.(int64)
 	return n, nil

@@ -83,7 +83,7 @@ func (d *deployment) Open(ctx context.Context, job string, ttl time.Duration) (s
 		_ = cli.Close()
 		return nil, err
 	}
-	st.ownsClient = true
+	st.s.ownsClient = true
 	return st, nil
 }
 

@@ -23,7 +23,7 @@ const MinServerVersion = "7.0.0"
 // ACL, or renamed away as some managed services do) is let through with a
 // warning: the script checks that follow still refuse a server that cannot
 // run the driver.
-func (s *Store) checkServerVersion(ctx context.Context) error {
+func (s *store) checkServerVersion(ctx context.Context) error {
 	// One round trip: INFO without a section answers the default sections,
 	// server and memory among them, on every Redis version.
 	info, err := s.c.Info(ctx).Result()
@@ -63,7 +63,7 @@ func (s *Store) checkServerVersion(ctx context.Context) error {
 // without appendfsync always a crash loses the last second of
 // acknowledged writes. The job still runs: a scratch server is a fair
 // choice for a throwaway job, but it must be a choice.
-func (s *Store) checkPersistence(ctx context.Context, info string) {
+func (s *store) checkPersistence(ctx context.Context, info string) {
 	var unmet []string
 	switch aof, ok := infoField(info, "aof_enabled"); {
 	case !ok:
@@ -93,7 +93,7 @@ func (s *Store) checkPersistence(ctx context.Context, info string) {
 // fence, so such a server is refused up front rather than when memory runs
 // short. The volatile-* policies and noeviction never touch the job's keys
 // (a full server then fails writes, which the driver reports as errors).
-func (s *Store) checkEviction(info string) error {
+func (s *store) checkEviction(info string) error {
 	policy, _ := infoField(info, "maxmemory_policy")
 	limit, _ := infoField(info, "maxmemory")
 	if strings.HasPrefix(policy, "allkeys-") && limit != "" && limit != "0" {

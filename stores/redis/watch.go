@@ -28,7 +28,7 @@ const (
 	subBackoffMax = 5 * time.Second
 )
 
-// Watch implements [spate.Store].
+// Watch implements [spate.Driver].
 //
 // One script reads the live keys under prefix together with the keyspace's
 // last revision. Every write script publishes its change on the keyspace's
@@ -45,10 +45,7 @@ const (
 // jump in the IDs read means the log was trimmed past this watcher: it gets
 // a Retryable [spate.WatchError] and re-watches, as it does when a read
 // fails.
-func (s *Store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
-	if err := s.pre(ctx, "watch", ks, prefix, true); err != nil {
-		return nil, err
-	}
+func (s *store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
 	out := make(chan spate.WatchEvent)
 	w := &watcher{
 		s: s, out: out, ks: int(ks) - 1, log: s.space(ks).log, prefix: prefix,
@@ -58,20 +55,15 @@ func (s *Store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-
 	if err := s.register(w); err != nil {
 		return nil, err
 	}
-	last, snap, err := s.snapshot(ctx, ks, prefix, "watch")
+	last, snap, err := s.snapshot(ctx, ks, prefix)
 	if err != nil {
 		s.unregister(w)
 		return nil, err
 	}
 	w.last = last
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		s.unregister(w)
-		return nil, spate.ClosedError(driver)
-	}
+	// The portable layer calls Close only after this call returned, so the
+	// store cannot be closing here.
 	s.wg.Add(1)
-	s.mu.Unlock()
 
 	wctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.ctx, cancel)
@@ -138,7 +130,7 @@ type hub struct {
 }
 
 // register adds w to the hub, starting the subscriber if it is not running.
-func (s *Store) register(w *watcher) error {
+func (s *store) register(w *watcher) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -164,7 +156,7 @@ func (s *Store) register(w *watcher) error {
 	return nil
 }
 
-func (s *Store) unregister(w *watcher) {
+func (s *store) unregister(w *watcher) {
 	s.hub.mu.Lock()
 	delete(s.hub.watchers[w.ks], w)
 	s.hub.mu.Unlock()
@@ -187,7 +179,7 @@ func (h *hub) staleAll() {
 
 // subscribe runs the subscriber until Close, resubscribing on a fresh
 // connection whenever one breaks. After any break every watch reads the log.
-func (s *Store) subscribe() {
+func (s *store) subscribe() {
 	defer s.wg.Done()
 	chans := []string{s.ks[0].log, s.ks[1].log}
 	s.hub.mu.Lock()
@@ -241,7 +233,7 @@ func (s *Store) subscribe() {
 
 // serve reads ps until it breaks or the store closes. It reports whether
 // the subscription was confirmed.
-func (s *Store) serve(ps *goredis.PubSub, chans []string) (confirmed bool, err error) {
+func (s *store) serve(ps *goredis.PubSub, chans []string) (confirmed bool, err error) {
 	ksOf := func(ch string) int {
 		if ch == chans[0] {
 			return 0
@@ -298,7 +290,7 @@ func (s *Store) serve(ps *goredis.PubSub, chans []string) (confirmed bool, err e
 }
 
 type watcher struct {
-	s      *Store
+	s      *store
 	ctx    context.Context
 	out    chan<- spate.WatchEvent
 	ks     int // keyspace index
@@ -350,7 +342,7 @@ func (w *watcher) send(ev spate.WatchEvent) bool {
 }
 
 func (w *watcher) fail(err error) {
-	w.send(spate.WatchEvent{Kind: spate.WatchError, Err: err})
+	w.send(spate.WatchEvent{Kind: spate.WatchError, Err: spate.OpError(driver, "watch", spate.Keyspace(w.ks+1), w.prefix, err)})
 }
 
 // run sends the snapshot, SnapshotDone, then the changes after it.
@@ -400,8 +392,8 @@ func (w *watcher) run(snap []spate.Entry) {
 					continue
 				}
 				if c.rev != w.last+1 {
-					w.fail(fmt.Errorf("redis: watch %q: heard of revision %d but the change log ends at %d: %w",
-						w.prefix, c.rev, w.last, spate.ErrRetryable))
+					w.fail(fmt.Errorf("heard of revision %d but the change log ends at %d: %w",
+						c.rev, w.last, spate.ErrRetryable))
 					return
 				}
 			}
@@ -428,7 +420,7 @@ func (w *watcher) catchUp() bool {
 			return true
 		}
 		if err != nil {
-			w.fail(fmt.Errorf("redis: watch %q: reading the change log: %w: %w", w.prefix, err, classOf(err)))
+			w.fail(fmt.Errorf("reading the change log: %w: %w", err, classOf(err)))
 			return false
 		}
 		n := 0
@@ -456,13 +448,13 @@ func (w *watcher) entry(m goredis.XMessage) (*change, error) {
 	id, _, _ := strings.Cut(m.ID, "-")
 	rev, err := strconv.ParseUint(id, 10, 64)
 	if err != nil {
-		return nil, spate.Fatalf("redis: watch %q: change log entry %q has a foreign ID", w.prefix, m.ID)
+		return nil, fmt.Errorf("change log entry %q has a foreign ID: %w", m.ID, spate.ErrFatal)
 	}
 	key, _ := m.Values["k"].(string)
 	op, _ := m.Values["o"].(string)
 	value, _ := m.Values["v"].(string)
 	if op != "p" && op != "d" {
-		return nil, spate.Fatalf("redis: watch %q: change log entry %s has unknown op %q", w.prefix, m.ID, op)
+		return nil, fmt.Errorf("change log entry %s has unknown op %q: %w", m.ID, op, spate.ErrFatal)
 	}
 	return &change{rev: rev, op: op[0], key: key, value: value}, nil
 }
@@ -471,8 +463,8 @@ func (w *watcher) entry(m goredis.XMessage) (*change, error) {
 // under the prefix.
 func (w *watcher) deliver(c *change) bool {
 	if c.rev != w.last+1 {
-		w.fail(fmt.Errorf("redis: watch %q: the change log was trimmed past this watcher (next change %d, log resumes at %d; raise ChangeLogLength if this recurs): %w",
-			w.prefix, w.last+1, c.rev, spate.ErrRetryable))
+		w.fail(fmt.Errorf("the change log was trimmed past this watcher (next change %d, log resumes at %d; raise ChangeLogLength if this recurs): %w",
+			w.last+1, c.rev, spate.ErrRetryable))
 		return false
 	}
 	w.last = c.rev
