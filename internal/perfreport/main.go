@@ -337,7 +337,10 @@ func limitRow(title string, l limit, res map[string]samples) goalRow {
 	for i, x := range xs {
 		parts[i] = human(l.metric, x)
 	}
-	row := goalRow{section: title, label: l.label, figures: strings.Join(parts, ", "), goal: l.goal + " " + l.metric, verdict: verdict(l.ok, median(xs), len(xs))}
+	row := goalRow{section: title, label: l.label, figures: strings.Join(parts, ", "), goal: "—", verdict: verdict(l.ok, median(xs), len(xs))}
+	if l.ok != nil {
+		row.goal = l.goal + " " + l.metric
+	}
 	if len(xs) > 0 {
 		row.median = "**" + human(l.metric, median(xs)) + "**"
 		row.spread = human(l.metric, slices.Min(xs)) + " – " + human(l.metric, slices.Max(xs))
@@ -407,6 +410,9 @@ func main() {
 		goals = append(goals, runSection(&body, sec, root, bin, *rounds, *quick)...)
 	}
 	goals = append(goals, lifecycle(&body, root, bin))
+	if *only == "" || strings.Contains("Backfill", *only) {
+		goals = append(goals, backfill(&body, root, *rounds)...)
+	}
 
 	var doc bytes.Buffer
 	cmdline := "go run ./internal/perfreport"
@@ -615,4 +621,81 @@ func lifecycle(doc *bytes.Buffer, root, bin string) goalRow {
 		row.verdict = "**not met**"
 	}
 	return row
+}
+
+// backfillRound is one round line of scripts/backfill-bench.sh: seconds
+// for awk and, for one and three workers, wall, first split and copy.
+type backfillRound struct {
+	awk, wall1, first1, copy1, wall3, first3, copy3 float64
+}
+
+// parseBackfill reads the round lines of scripts/backfill-bench.sh
+// ("1  spate  0.129 | 0.9 0.4 0.14 | ..."), in order.
+func parseBackfill(raw []byte) []backfillRound {
+	var out []backfillRound
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		f := strings.Fields(strings.ReplaceAll(sc.Text(), "|", " "))
+		if len(f) != 9 || f[1] != "spate" {
+			continue
+		}
+		if _, err := strconv.Atoi(f[0]); err != nil {
+			continue
+		}
+		var v [7]float64
+		ok := true
+		for i := range v {
+			x, err := strconv.ParseFloat(f[i+2], 64)
+			ok = ok && err == nil
+			v[i] = x
+		}
+		if ok {
+			out = append(out, backfillRound{v[0], v[1], v[2], v[3], v[4], v[5], v[6]})
+		}
+	}
+	return out
+}
+
+// backfill runs scripts/backfill-bench.sh (awk and spate interleaved in
+// every round) and reports the copy phase against awk, per round.
+func backfill(doc *bytes.Buffer, root string, rounds int) []goalRow {
+	const script = "scripts/backfill-bench.sh"
+	doc.WriteString("## The main job: spate backfill beside awk\n\n")
+	if _, err := os.Stat(filepath.Join(root, script)); err != nil {
+		fmt.Fprintf(doc, "%s is missing.\n\n", script)
+		return nil
+	}
+	shown := fmt.Sprintf("RUNS=%d %s", rounds, script)
+	fmt.Fprintf(os.Stderr, "running: %s\n", shown)
+	cmd := exec.Command("bash", script)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "RUNS="+strconv.Itoa(rounds))
+	cmd.Stderr = os.Stderr
+	outp, err := cmd.Output()
+	rs := parseBackfill(outp)
+	fmt.Fprintf(doc, "`%s` (the corpus of issue 17; awk and spate alternate within each round):\n\n", shown)
+	if err != nil {
+		fmt.Fprintf(doc, "**The script failed** (%v).\n\n", err)
+	}
+	fmt.Fprintf(doc, "```\n%s\n```\n\n", bytes.TrimSpace(outp))
+	res := map[string]samples{"awk": {}, "copy1": {}, "copy3": {}, "first1": {}, "first3": {}}
+	for i, r := range rs {
+		res["awk"].add(i, map[string]float64{"s": r.awk})
+		res["copy1"].add(i, map[string]float64{"s": r.copy1})
+		res["copy3"].add(i, map[string]float64{"s": r.copy3})
+		res["first1"].add(i, map[string]float64{"s": r.first1})
+		res["first3"].add(i, map[string]float64{"s": r.first3})
+	}
+	const title = "Backfill"
+	goals := []goalRow{
+		ratioRow(title, pair{label: "copy phase ÷ awk + fsync, 1 worker", num: "copy1", den: "awk", metric: "s", goal: "≤ 3×", ok: le(3)}, res),
+		ratioRow(title, pair{label: "copy phase ÷ awk + fsync, 3 workers", num: "copy3", den: "awk", metric: "s", goal: "≤ 3×", ok: le(3)}, res),
+		limitRow(title, limit{"time to the first split (s), 1 worker", "first1", "s", "", nil}, res),
+		limitRow(title, limit{"time to the first split (s), 3 workers", "first3", "s", "", nil}, res),
+	}
+	for _, g := range goals {
+		fmt.Fprintf(doc, "- %s, per round: %s; median %s, range %s; goal %s: %s\n", g.label, g.figures, g.median, g.spread, g.goal, g.verdict)
+	}
+	doc.WriteString("\n")
+	return goals
 }

@@ -129,3 +129,27 @@ func TestHuman(t *testing.T) {
 	assert.Equal(t, "1.11", human("B/record", 1.109))
 	assert.Equal(t, "7754", human("allocs/op", 7754))
 }
+
+func TestParseBackfill(t *testing.T) {
+	out := []byte(`corpus: 300 files
+machine: 2 CPUs; load 0.50 0.60 0.70
+
+round binary    awk | 1w-wall 1w-first 1w-copy | 3w-wall 3w-first 3w-copy
+1     spate   0.129 |   0.912   0.400   0.140 |   1.500   0.500   0.141
+2     spate   0.130 |   0.900   0.410   0.150 |   1.400   0.480   0.200
+
+median spate  0.130 |   0.906   0.405   0.145 |   1.450   0.490   0.170
+`)
+	rs := parseBackfill(out)
+	require.Len(t, rs, 2, "the median line is not a round")
+	assert.Equal(t, backfillRound{0.129, 0.912, 0.4, 0.14, 1.5, 0.5, 0.141}, rs[0])
+
+	res := map[string]samples{"awk": {}, "copy1": {}}
+	for i, r := range rs {
+		res["awk"].add(i, map[string]float64{"s": r.awk})
+		res["copy1"].add(i, map[string]float64{"s": r.copy1})
+	}
+	g := ratioRow("Backfill", pair{label: "copy", num: "copy1", den: "awk", metric: "s", goal: "≤ 3×", ok: le(3)}, res)
+	assert.Equal(t, "1.09, 1.15", g.figures)
+	assert.Equal(t, "met", g.verdict)
+}
