@@ -500,7 +500,7 @@ func runSection(doc *bytes.Buffer, sec section, root, bin string, rounds int, qu
 			raw, err := cmd.Output()
 			got := parse(raw)
 			if err != nil || len(got) == 0 {
-				failures = append(failures, fmt.Sprintf("round %d, `%s`: %v, %d results", r+1, shown, err, len(got)))
+				failures = append(failures, fmt.Sprintf("round %d, `%s`: %v, %d results%s", r+1, shown, err, len(got), failureDetail(raw)))
 			}
 			for name, vals := range got {
 				if res[name] == nil {
@@ -698,4 +698,24 @@ func backfill(doc *bytes.Buffer, root string, rounds int) []goalRow {
 	}
 	doc.WriteString("\n")
 	return goals
+}
+
+// failureDetail is what a failed benchmark printed from its first
+// "--- FAIL" line on (at most six lines), for the report: "" if nothing.
+func failureDetail(raw []byte) string {
+	var lines []string
+	in := false
+	for l := range strings.SplitSeq(string(raw), "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "--- FAIL") {
+			in = true
+		}
+		if in && l != "" && l != "FAIL" && len(lines) < 6 {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	return ": `" + strings.ReplaceAll(strings.Join(lines, " / "), "`", "'") + "`"
 }

@@ -153,3 +153,9 @@ median spate  0.130 |   0.906   0.405   0.145 |   1.450   0.490   0.170
 	assert.Equal(t, "1.09, 1.15", g.figures)
 	assert.Equal(t, "met", g.verdict)
 }
+
+func TestFailureDetail(t *testing.T) {
+	out := []byte("goos: linux\n--- FAIL: BenchmarkMemoryPerSplit\n    memory_test.go:52: gained 4240 of 20000\nFAIL\n")
+	assert.Equal(t, ": `--- FAIL: BenchmarkMemoryPerSplit / memory_test.go:52: gained 4240 of 20000`", failureDetail(out))
+	assert.Empty(t, failureDetail([]byte("PASS\n")))
+}
