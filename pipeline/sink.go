@@ -400,10 +400,14 @@ func (b *sinkBatch) flat(scratch *[]Record) []Record {
 // and hands the batch to the shard's writer once it is full or has
 // lingered, so the queue keeps draining while a write is under way. A
 // lingered batch that the writer is not free to take yet goes on taking
-// chunks until the writer takes it (or it is full): a slow write makes the
-// next batch bigger — one write and one durability barrier for all of it —
-// instead of stalling the intake behind a small batch. Only a full batch
-// waiting for the writer blocks the intake (backpressure).
+// chunks until the writer takes it, until it is full, or until it holds a
+// queue's worth of chunks (QueueCapacity): a slow write makes the next
+// batch bigger — one write and one durability barrier for all of it —
+// instead of stalling the intake behind a small batch. A full batch, or a
+// lingered one holding a queue's worth, waiting for the writer blocks the
+// intake (backpressure): without that bound a sink slower than its source
+// kept up to two batch caps in flight (with FileSink and the defaults,
+// some 220 MB of chunks for a 100 MB run), each chunk allocated anew.
 func (s *SinkRuntime) worker(shard int) {
 	writes := make(chan *sinkBatch) // unbuffered: taken when the writer is free
 	writerDone := make(chan struct{})
@@ -465,14 +469,23 @@ func (s *SinkRuntime) worker(shard int) {
 			return
 		}
 		var send chan<- *sinkBatch // nil (never ready) unless the batch is due
+		intake := q
 		if ready {
 			send = writes
+			if len(b.held) >= s.opts.QueueCapacity {
+				// Due, the writer busy, and a queue's worth taken in
+				// already: leave the rest queued until the writer takes
+				// this batch (backpressure), so that what a slow write
+				// keeps in flight is bounded by the queue, not by the
+				// batch caps.
+				intake = nil
+			}
 		}
 		select {
 		case send <- b:
 			ready = false
 			b = &sinkBatch{}
-		case ch, ok := <-q:
+		case ch, ok := <-intake:
 			if !ok {
 				flush()
 				return

@@ -91,3 +91,75 @@ func TestBatchGrowsWhileTheWriterIsBusy(t *testing.T) {
 		t.Fatalf("%d bytes still counted in flight", budget.Usage())
 	}
 }
+
+// While a write is under way, a lingered batch takes in at most a queue's
+// worth of chunks; the rest stay queued (the queue then refuses more, which
+// is the backpressure), so a sink slower than its source keeps a bounded
+// number of chunks in flight instead of up to two batch caps.
+func TestBatchTakesAQueueWorthWhileTheWriterIsBusy(t *testing.T) {
+	sink := &blockingSink{started: make(chan struct{}), release: make(chan struct{})}
+	budget := NewInflightBudget(1 << 30)
+	const queue = 4
+	s := NewSinkRuntime("bounded", sink, SinkOptions{Shards: 1, QueueCapacity: queue, Linger: time.Millisecond}, budget)
+	s.start(nil, nil)
+	send := func(records int) bool {
+		ch := &chunk{records: make([]Record, records), bytes: int64(records)}
+		if !s.trySend(0, ch) {
+			return false
+		}
+		budget.Add(ch.bytes)
+		return true
+	}
+	waitDepth := func(want int64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for s.depth[0].Load() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("queue depth %d, want %d", s.depth[0].Load(), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if !send(1) {
+		t.Fatal("the queue refused the first chunk")
+	}
+	select {
+	case <-sink.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first write never started")
+	}
+	for range queue {
+		if !send(2) {
+			t.Fatal("the queue refused a chunk")
+		}
+	}
+	waitDepth(0)                      // the next batch took a queue's worth
+	time.Sleep(20 * time.Millisecond) // and lingered: it is due
+	for range queue {
+		if !send(2) {
+			t.Fatal("the queue refused a chunk")
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	waitDepth(queue) // left queued behind the due batch
+	if send(2) {
+		t.Fatal("the queue took a chunk past its capacity")
+	}
+	close(sink.release)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if r := s.drain(ctx); r.Abandoned > 0 || r.Overran {
+		t.Fatalf("drain: %+v", r)
+	}
+	got := sink.writes()
+	total := 0
+	for _, n := range got {
+		total += n
+	}
+	if len(got) < 3 || got[0] != 1 || got[1] != 2*queue || total != 1+4*queue {
+		t.Fatalf("writes of %v records, want [1 %d ...] totalling %d", got, 2*queue, 1+4*queue)
+	}
+	if budget.Usage() != 0 {
+		t.Fatalf("%d bytes still counted in flight", budget.Usage())
+	}
+}

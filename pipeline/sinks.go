@@ -28,12 +28,20 @@ type fileShard struct {
 	mu   sync.Mutex
 	f    *os.File
 	size int64
-	buf  []byte // formatted lines not yet written, reused across writes
 }
 
 // fileWriteChunk is how many formatted bytes a write gathers before it
 // hands them to the file: a write of any size needs no more buffer.
 const fileWriteChunk = 256 << 10
+
+// fileBufs holds the format buffers of every FileSink of the process: a
+// write borrows one for its duration, so a sink opened per run (or per
+// shard) does not grow a fresh 256 KiB buffer, and an idle shard holds
+// none.
+var fileBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, fileWriteChunk+fileWriteChunk/4)
+	return &b
+}}
 
 // NewFileSink writes shard i to dir/<prefix>-<i>.out.
 func NewFileSink(dir, prefix string) (*FileSink, error) {
@@ -81,8 +89,8 @@ func (s *FileSink) Write(ctx context.Context, shard int, records []Record) error
 }
 
 // WriteChunks implements [ChunkedSink]: the lines of all the chunks are
-// appended through one reused buffer of the shard (in pieces of at most
-// 256 KiB, so a write of any size allocates nothing), then fsynced once.
+// appended through one pooled buffer (in pieces of at most 256 KiB, so a
+// write of any size allocates nothing), then fsynced once.
 func (s *FileSink) WriteChunks(ctx context.Context, shard int, chunks [][]Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -93,20 +101,27 @@ func (s *FileSink) WriteChunks(ctx context.Context, shard int, chunks [][]Record
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	// Format into the shard's reused buffer and write it out whenever it
-	// holds fileWriteChunk bytes, then fsync once.
+	// Format into a pooled buffer and write it out whenever it holds
+	// fileWriteChunk bytes, then fsync once.
+	pb := fileBufs.Get().(*[]byte)
+	buf := (*pb)[:0]
+	defer func() {
+		if cap(buf) <= 2*fileWriteChunk { // a huge line grew it: do not keep that
+			*pb = buf[:0]
+			fileBufs.Put(pb)
+		}
+	}()
 	written := int64(0)
 	put := func() error {
-		n, err := fs.f.WriteAt(fs.buf, fs.size+written)
+		n, err := fs.f.WriteAt(buf, fs.size+written)
 		written += int64(n)
-		fs.buf = fs.buf[:0]
+		buf = buf[:0]
 		return err
 	}
-	fs.buf = fs.buf[:0]
 	for _, records := range chunks {
-		for _, r := range records {
-			fs.buf = s.Format(fs.buf, r)
-			if len(fs.buf) >= fileWriteChunk {
+		for i := range records {
+			buf = s.Format(buf, records[i])
+			if len(buf) >= fileWriteChunk {
 				if err = put(); err != nil {
 					break
 				}
@@ -116,11 +131,8 @@ func (s *FileSink) WriteChunks(ctx context.Context, shard int, chunks [][]Record
 			break
 		}
 	}
-	if err == nil && len(fs.buf) > 0 {
+	if err == nil && len(buf) > 0 {
 		err = put()
-	}
-	if cap(fs.buf) > 2*fileWriteChunk {
-		fs.buf = nil // a huge line grew it: do not keep that
 	}
 	if err == nil {
 		err = fs.f.Sync()

@@ -1,8 +1,17 @@
 // Command perfreport runs spate's benchmarks and writes docs/performance.md:
-// every figure side by side with the command that produced it.
+// every figure beside the command that produced it, its spread, and every
+// ratio the project has a goal for beside that goal.
 //
-//	go run ./internal/perfreport            # about 10 minutes on 2 cores
-//	go run ./internal/perfreport -count 3 -out /tmp/perf.md
+//	go run ./internal/perfreport                  # the full report, about 20 minutes on 2 cores
+//	go run ./internal/perfreport -rounds 1 -quick -out /tmp/perf.md   # a few minutes
+//
+// Each package's test binary is built once (go test -c), then the
+// benchmarks run in interleaved rounds: a round runs every benchmark of a
+// section once, each in its own process, and the next round runs them in
+// the reverse order (A B, B A, A B, ...), so drift on a shared machine
+// falls on both sides of a pair. A ratio is taken per round, from the two
+// figures of that round, and reported as the median and range of those
+// per-round ratios.
 //
 // Store benchmarks run against real servers: embedded etcd, embedded
 // nats-server, and a spawned redis-server (Debian's package).
@@ -15,124 +24,237 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 )
 
-type run struct {
-	title string
-	pkg   string
-	bench string
-	time  string // -benchtime
-	note  string
+// bench is one benchmark run: a -test.bench pattern and its -test.benchtime.
+type bench struct {
+	pattern string
+	time    string
+	quick   string // -quick's benchtime; "" skips the run under -quick
 }
 
-// result is one benchmark's samples per unit.
-type result map[string][]float64
+// pair is a ratio with a goal: per round, the figure of num's metric over
+// den's.
+type pair struct {
+	label    string
+	num, den string // benchmark names, without the -GOMAXPROCS suffix
+	metric   string // default ns/op
+	goal     string // "" when there is none
+	ok       func(float64) bool
+}
+
+// limit is a goal on one benchmark's own metric, per round.
+type limit struct {
+	label  string
+	name   string
+	metric string
+	goal   string
+	ok     func(float64) bool
+}
+
+type section struct {
+	title   string
+	pkg     string // ./stores/etcd
+	benches []bench
+	pairs   []pair
+	limits  []limit
+	note    string
+}
+
+// samples are one benchmark's figures, per metric, per round (NaN-free:
+// a round whose run failed has no entry).
+type samples map[string]map[int]float64 // metric → round → value
+
+func le(x float64) func(float64) bool { return func(v float64) bool { return v <= x } }
+func ge(x float64) func(float64) bool { return func(v float64) bool { return v >= x } }
+func lt(x float64) func(float64) bool { return func(v float64) bool { return v < x } }
+
+// exact anchors every element of a benchmark name, so that the pattern
+// runs that benchmark and no other.
+func exact(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	return strings.Join(parts, "/")
+}
+
+func b(name, time, quick string) bench { return bench{exact(name), time, quick} }
+
+// storeSection is the coordination section of one store driver; raw is
+// the driver's raw-client CAS benchmark, "" for none (then there are no
+// goals: the goals are relative to a real backend's round trip).
+func storeSection(title, pkg, raw string, commitGoal float64) section {
+	const conf = "BenchmarkConformance/"
+	ct := conf + "CommitThroughput/"
+	s := section{
+		title: title, pkg: pkg,
+		benches: []bench{
+			b(conf+"StoreUpdate", "500x", "200x"),
+			b(conf+"FencedCommit", "500x", "200x"),
+			b(conf+"ReleaseReclaim", "100x", "20x"),
+			b(ct+"coordinator/N=1", "1000x", "300x"),
+			b(ct+"raw/N=1", "1000x", "300x"),
+			b(ct+"coordinator/N=16", "10000x", "2000x"),
+			b(ct+"raw/N=16", "10000x", "2000x"),
+			b(conf+"Takeover", "2x", ""),
+		},
+	}
+	if raw != "" {
+		s.benches = slices.Insert(s.benches, 2, b(raw, "500x", "200x"))
+		s.pairs = append(s.pairs,
+			pair{label: "fenced commit ÷ the backend's raw CAS", num: conf + "FencedCommit", den: raw,
+				goal: fmt.Sprintf("≤ %.1f×", commitGoal), ok: le(commitGoal)},
+			pair{label: "the driver's CAS ÷ the backend's raw CAS", num: conf + "StoreUpdate", den: raw})
+	}
+	n16 := pair{label: "commit throughput, coordinator ÷ raw, N=16", num: ct + "raw/N=16", den: ct + "coordinator/N=16"}
+	if raw != "" {
+		n16.goal, n16.ok = "≥ 0.7×", ge(0.7)
+	}
+	s.pairs = append(s.pairs,
+		pair{label: "fenced commit ÷ a CAS through the Store interface", num: conf + "FencedCommit", den: conf + "StoreUpdate"},
+		pair{label: "commit throughput, coordinator ÷ raw, N=1", num: ct + "raw/N=1", den: ct + "coordinator/N=1"},
+		n16,
+	)
+	return s
+}
+
+func sections() []section {
+	tp := "BenchmarkThroughput/"
+	return []section{
+		{
+			title: "Pipeline throughput", pkg: "./pipeline",
+			benches: []bench{
+				b(tp+"fair/sink=nop", "20x", "5x"),
+				b(tp+"runtime/sink=nop", "20x", "5x"),
+				b(tp+"fair/sink=file", "20x", "3x"),
+				b(tp+"runtime/sink=file", "20x", "3x"),
+				b(tp+"fairtuned/sink=nop", "20x", "5x"),
+				b(tp+"bare", "20x", "5x"),
+			},
+			pairs: []pair{
+				{label: "runtime ÷ fair loop, records/s, no-op sink", num: tp + "fair/sink=nop", den: tp + "runtime/sink=nop", goal: "≥ 0.8×", ok: ge(0.8)},
+				{label: "runtime ÷ fair loop, records/s, FileSink", num: tp + "fair/sink=file", den: tp + "runtime/sink=file", goal: "≥ 0.6×", ok: ge(0.6)},
+				{label: "runtime ÷ the tuned fair loop, records/s, no-op sink", num: tp + "fairtuned/sink=nop", den: tp + "runtime/sink=nop"},
+			},
+			limits: []limit{
+				{"runtime, no-op sink: bytes allocated per record", tp + "runtime/sink=nop", "B/record", "< 8", lt(8)},
+				{"runtime, FileSink: bytes allocated per record", tp + "runtime/sink=file", "B/record", "< 8", lt(8)},
+			},
+			note: "Every op moves the same 1M records (4 lanes × 250k), so ns/op compares directly. " +
+				"fair is the hand-off loop of issue 17 (512-record polls, 64 KiB chunks, a queue of 64 chunks to a sink goroutine); " +
+				"fairtuned is the same loop with the runtime's own copy loop; bare polls and releases without copying (a reference line, not a baseline). " +
+				"B/record is the steady state: one untimed op fills the pools first and its allocation is warmup-B/record.",
+		},
+		storeSection("Coordination over stores/etcd (embedded etcd, one member)", "./stores/etcd", "BenchmarkRawTxnCAS", 1.2),
+		storeSection("Coordination over stores/nats (embedded nats-server)", "./stores/nats", "BenchmarkRawKVUpdate", 1.2),
+		storeSection("Coordination over stores/redis (spawned redis-server)", "./stores/redis", "BenchmarkRawScriptCAS", 1.5),
+		storeSection("Coordination over stores/mem", "./stores/mem", "", 0),
+		{
+			title: "Desired assignment and the improve pass", pkg: ".",
+			benches: []bench{
+				{"^BenchmarkAssign$", "3x", ""},
+				b("BenchmarkImprove/splits=1200/members=7/impl=fast", "50x", "10x"),
+				b("BenchmarkImprove/splits=1200/members=7/impl=original", "50x", "10x"),
+				b("BenchmarkImprove/splits=10000/members=50/impl=fast", "20x", ""),
+				b("BenchmarkImprove/splits=10000/members=50/impl=original", "20x", ""),
+				b("BenchmarkMemoryPerSplit", "1x", ""),
+			},
+			pairs: []pair{
+				{label: "improve pass, original ÷ ours, 1200 splits × 7", num: "BenchmarkImprove/splits=1200/members=7/impl=original", den: "BenchmarkImprove/splits=1200/members=7/impl=fast"},
+				{label: "improve pass, original ÷ ours, 10000 splits × 50", num: "BenchmarkImprove/splits=10000/members=50/impl=original", den: "BenchmarkImprove/splits=10000/members=50/impl=fast"},
+			},
+		},
+	}
+}
 
 var line = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
 
-func main() {
-	count := flag.Int("count", 5, "runs per benchmark (the table shows medians)")
-	out := flag.String("out", "docs/performance.md", "where to write the report")
-	flag.Parse()
-
-	runs := []run{
-		{"Coordination over stores/mem", "./stores/mem", "BenchmarkConformance/(StoreUpdate|FencedCommit|ReleaseReclaim)", "2000x",
-			"The coordinator's commit is a synchronous round trip through the worker's actor goroutine plus a JSON encode and decode of the progress record. " +
-				"Over the in-memory store that hop is the whole cost: a CPU profile of FencedCommit shows the process about 30% busy, the rest is goroutine wake-up latency. " +
-				"Over a real store it is the network round trip that counts, so read the ratios of the other backends."},
-		{"Coordination over stores/etcd (embedded etcd, one member)", "./stores/etcd", "BenchmarkConformance/(StoreUpdate|FencedCommit|ReleaseReclaim)|BenchmarkRawTxnCAS", "200x", ""},
-		{"Coordination over stores/redis (redis-server 7.0, spawned)", "./stores/redis", "BenchmarkConformance/(StoreUpdate|FencedCommit|ReleaseReclaim)|BenchmarkRawScriptCAS", "500x",
-			"On this 2-CPU machine the spawned redis-server and the test share the cores, and round trips are bimodal from one run to the next " +
-				"(about 25 µs or about 90 µs per operation for the same benchmark in the runs we looked at; see the min–max column). " +
-				"The driver's CAS is one script that also mints a revision and appends to the change log, so it cannot truly be cheaper than the bare script; " +
-				"a driver-vs-raw ratio below 1 is that noise. The ratio of minimums compares the fast mode of each; rerun with a higher -count for steadier medians."},
-		{"Coordination over stores/nats (embedded nats-server)", "./stores/nats", "BenchmarkConformance/(StoreUpdate|FencedCommit|ReleaseReclaim)|BenchmarkRawKVUpdate", "500x", ""},
-		{"Takeover (owner death to another owner's Gained)", "./stores/mem ./stores/etcd ./stores/redis ./stores/nats", "BenchmarkConformance/Takeover", "3x", ""},
-		{"Desired assignment", ".", "BenchmarkAssign$", "1s", ""},
-		{"Improve pass: ours vs the original's", ".", "BenchmarkImprove", "1s", ""},
-		{"Memory", ".", "BenchmarkMemoryPerSplit", "1x", ""},
-		{"Pipeline throughput", "./pipeline", "BenchmarkThroughput", "3x",
-			"The bare loop reads the same lanes with no runtime at all; the runtime adds batching, acks, checkpoint bookkeeping and a no-op sink. " +
-				"queue=8 shows what an undersized sink queue does: the backpressure pauses the source again and again (pauses/op)."},
-	}
-	var doc bytes.Buffer
-	fmt.Fprintf(&doc, "# Performance\n\nProduced by `go run ./internal/perfreport -count %d` on %s, %d CPUs, %s (%s). "+
-		"Each figure is the median of %d runs; every section names the command that produced it. "+
-		"Ratios are of medians measured in the same run.\n\n", *count, runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(),
-		runtime.Version(), time.Now().UTC().Format("2006-01-02"), *count)
-	for _, r := range runs {
-		args := []string{"test", "-run", "^$", "-bench", r.bench, "-benchtime", r.time, "-count", strconv.Itoa(*count)}
-		args = append(args, strings.Fields(r.pkg)...)
-		fmt.Fprintf(os.Stderr, "running: go %s\n", strings.Join(args, " "))
-		cmd := exec.Command("go", args...)
-		cmd.Stderr = os.Stderr
-		raw, err := cmd.Output()
-		res := parse(raw)
-		fmt.Fprintf(&doc, "## %s\n\n`go %s`\n\n", r.title, strings.Join(args, " "))
-		if err != nil {
-			fmt.Fprintf(&doc, "**The run failed** (%v); partial results below.\n\n", err)
-		}
-		table(&doc, res)
-		ratios(&doc, r.title, res)
-		if r.note != "" {
-			fmt.Fprintf(&doc, "%s\n\n", r.note)
-		}
-	}
-	if err := os.WriteFile(*out, doc.Bytes(), 0o644); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	fmt.Fprintf(os.Stderr, "wrote %s\n", *out)
-}
-
-func parse(raw []byte) map[string]result {
-	res := map[string]result{}
-	pkg := ""
+// parse reads go test -bench output: benchmark name → metric → value.
+// A name seen twice keeps its last line.
+func parse(raw []byte) map[string]map[string]float64 {
+	res := map[string]map[string]float64{}
 	sc := bufio.NewScanner(bytes.NewReader(raw))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
-		l := sc.Text()
-		if strings.HasPrefix(l, "pkg: ") {
-			pkg = strings.TrimPrefix(l, "pkg: github.com/spate-go/spate")
-			if pkg == "" {
-				pkg = "spate"
-			}
-			pkg = strings.TrimPrefix(pkg, "/")
-		}
-		m := line.FindStringSubmatch(l)
+		m := line.FindStringSubmatch(sc.Text())
 		if m == nil {
 			continue
 		}
-		name := pkg + " " + m[1]
-		if res[name] == nil {
-			res[name] = result{}
-		}
 		f := strings.Fields(m[2])
+		vals := map[string]float64{}
 		for i := 0; i+1 < len(f); i += 2 {
-			v, err := strconv.ParseFloat(f[i], 64)
-			if err == nil {
-				res[name][f[i+1]] = append(res[name][f[i+1]], v)
+			if v, err := strconv.ParseFloat(f[i], 64); err == nil {
+				vals[f[i+1]] = v
 			}
+		}
+		if len(vals) > 0 {
+			res[m[1]] = vals
 		}
 	}
 	return res
 }
 
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	sort.Float64s(s)
-	if len(s) == 0 {
-		return 0
+// add files one run's figures under its round.
+func (s samples) add(round int, vals map[string]float64) {
+	for unit, v := range vals {
+		if s[unit] == nil {
+			s[unit] = map[int]float64{}
+		}
+		s[unit][round] = v
 	}
-	return s[len(s)/2]
 }
 
+func (s samples) values(metric string) []float64 {
+	var xs []float64
+	for _, v := range s[metric] {
+		xs = append(xs, v)
+	}
+	slices.Sort(xs)
+	return xs
+}
+
+// median of xs (of an even count, the mean of the middle two).
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[n/2]
+}
+
+// ratios is num's metric over den's, per round where both have one, in
+// round order.
+func ratios(num, den samples, metric string) []float64 {
+	var rounds []int
+	for r := range num[metric] {
+		if _, ok := den[metric][r]; ok {
+			rounds = append(rounds, r)
+		}
+	}
+	slices.Sort(rounds)
+	var out []float64
+	for _, r := range rounds {
+		if d := den[metric][r]; d != 0 {
+			out = append(out, num[metric][r]/d)
+		}
+	}
+	return out
+}
+
+// human formats a metric's value.
 func human(unit string, v float64) string {
 	if unit == "ns/op" {
 		d := time.Duration(v)
@@ -146,82 +268,454 @@ func human(unit string, v float64) string {
 		}
 		return fmt.Sprintf("%.0f ns", v)
 	}
-	if v >= 1e6 {
-		return fmt.Sprintf("%.3g M", v/1e6)
-	}
-	return strconv.FormatFloat(v, 'g', 4, 64)
-}
-
-func table(doc *bytes.Buffer, res map[string]result) {
-	names := make([]string, 0, len(res))
-	units := map[string]bool{}
-	for n, r := range res {
-		names = append(names, n)
-		for u := range r {
-			units[u] = true
-		}
-	}
-	sort.Strings(names)
-	us := []string{"ns/op"}
-	for u := range units {
-		if u != "ns/op" {
-			us = append(us, u)
-		}
-	}
-	sort.Strings(us[1:])
-	// The min–max column keeps a noisy or bimodal run visible next to
-	// its median.
-	fmt.Fprintf(doc, "| benchmark | %s | ns/op min–max |\n|---|%s---|\n", strings.Join(us, " | "), strings.Repeat("---|", len(us)))
-	for _, n := range names {
-		cells := make([]string, len(us)+1)
-		for i, u := range us {
-			if xs, ok := res[n][u]; ok {
-				cells[i] = human(u, median(xs))
-			}
-		}
-		if xs := res[n]["ns/op"]; len(xs) > 0 {
-			cells[len(us)] = human("ns/op", slices.Min(xs)) + " – " + human("ns/op", slices.Max(xs))
-		}
-		fmt.Fprintf(doc, "| %s | %s |\n", n, strings.Join(cells, " | "))
-	}
-	doc.WriteString("\n")
-}
-
-// ratios adds the side-by-side ratios each section is about.
-func ratios(doc *bytes.Buffer, title string, res map[string]result) {
-	get := func(suffix string, of func([]float64) float64) (float64, bool) {
-		for n, r := range res {
-			if strings.HasSuffix(n, suffix) && len(r["ns/op"]) > 0 {
-				return of(r["ns/op"]), true
-			}
-		}
-		return 0, false
-	}
-	// The ratio of medians is the headline; the ratio of minimums (each
-	// benchmark's least-disturbed run) is printed beside it, so a noisy
-	// machine shows as two ratios that disagree.
-	pair := func(label, num, den string) {
-		a, ok1 := get(num, median)
-		b, ok2 := get(den, median)
-		amin, _ := get(num, slices.Min[[]float64])
-		bmin, _ := get(den, slices.Min[[]float64])
-		if ok1 && ok2 && b > 0 && bmin > 0 {
-			fmt.Fprintf(doc, "- %s: **%.2f×** (%s / %s; ratio of minimums %.2f×)\n", label, a/b,
-				strings.TrimPrefix(num, "Benchmark"), strings.TrimPrefix(den, "Benchmark"), amin/bmin)
-		}
-	}
 	switch {
-	case strings.HasPrefix(title, "Coordination"):
-		pair("fenced commit through the coordinator vs a raw CAS through the Store interface", "BenchmarkConformance/FencedCommit", "BenchmarkConformance/StoreUpdate")
-		for _, raw := range []string{"BenchmarkRawTxnCAS", "BenchmarkRawScriptCAS", "BenchmarkRawKVUpdate"} {
-			pair("fenced commit through the coordinator vs the backend's own raw CAS", "BenchmarkConformance/FencedCommit", raw)
-			pair("the driver's CAS vs the backend's own raw CAS", "BenchmarkConformance/StoreUpdate", raw)
+	case v >= 1e6:
+		return fmt.Sprintf("%.3g M", v/1e6)
+	case v >= 1e4:
+		return fmt.Sprintf("%.3g k", v/1e3)
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+func fmtRatios(rs []float64) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = fmt.Sprintf("%.2f", r)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// verdict says whether the median meets the goal.
+func verdict(ok func(float64) bool, med float64, n int) string {
+	switch {
+	case ok == nil:
+		return "—"
+	case n == 0:
+		return "no data"
+	case ok(med):
+		return "met"
+	}
+	return "**not met**"
+}
+
+// goalRow is one line of the goals table: what, the per-round figures, the
+// median, the range, the goal and the verdict.
+type goalRow struct {
+	section, label, figures, median, spread, goal, verdict string
+}
+
+func ratioRow(title string, p pair, res map[string]samples) goalRow {
+	metric := p.metric
+	if metric == "" {
+		metric = "ns/op"
+	}
+	rs := ratios(res[p.num], res[p.den], metric)
+	row := goalRow{section: title, label: p.label, figures: fmtRatios(rs), goal: p.goal, verdict: verdict(p.ok, median(rs), len(rs))}
+	if p.goal == "" {
+		row.goal = "—"
+	}
+	if len(rs) > 0 {
+		row.median = fmt.Sprintf("**%.2f×**", median(rs))
+		row.spread = fmt.Sprintf("%.2f – %.2f", slices.Min(rs), slices.Max(rs))
+	}
+	return row
+}
+
+func limitRow(title string, l limit, res map[string]samples) goalRow {
+	var rounds []int
+	for r := range res[l.name][l.metric] {
+		rounds = append(rounds, r)
+	}
+	slices.Sort(rounds)
+	var xs []float64
+	for _, r := range rounds {
+		xs = append(xs, res[l.name][l.metric][r])
+	}
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = human(l.metric, x)
+	}
+	row := goalRow{section: title, label: l.label, figures: strings.Join(parts, ", "), goal: "—", verdict: verdict(l.ok, median(xs), len(xs))}
+	if l.ok != nil {
+		row.goal = l.goal + " " + l.metric
+	}
+	if len(xs) > 0 {
+		row.median = "**" + human(l.metric, median(xs)) + "**"
+		row.spread = human(l.metric, slices.Min(xs)) + " – " + human(l.metric, slices.Max(xs))
+	}
+	return row
+}
+
+// lifecycleGoals are the store calls per split lifecycle the issue asks for.
+var lifecycleGoals = map[string]int{"claim": 2, "takeover": 2, "commit": 1, "release": 1}
+
+var costAssert = regexp.MustCompile(`assert\.Equal\(t, (\d+), cost\("([^"]+)"`)
+
+// lifecycleCounts reads the store calls per lifecycle step that
+// TestStoreCallsPerLifecycle asserts, from its source.
+func lifecycleCounts(src []byte) map[string]int {
+	out := map[string]int{}
+	for _, m := range costAssert.FindAllSubmatch(src, -1) {
+		n, _ := strconv.Atoi(string(m[1]))
+		out[string(m[2])] = n
+	}
+	return out
+}
+
+func loadavg() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(raw))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func shq(s string) string {
+	if strings.ContainsAny(s, "^$|()*? ") {
+		return "'" + s + "'"
+	}
+	return s
+}
+
+func main() {
+	rounds := flag.Int("rounds", 5, "interleaved rounds (every benchmark runs once per round)")
+	quick := flag.Bool("quick", false, "shorter benchtimes, and skip the slow benchmarks (takeover, large assignment, memory)")
+	only := flag.String("only", "", "run only the sections whose title contains this")
+	out := flag.String("out", "docs/performance.md", "where to write the report")
+	flag.Parse()
+	if _, err := os.Stat("go.mod"); err != nil {
+		fatalf("run from the module root: %v", err)
+	}
+	bin, err := os.MkdirTemp("", "perfreport-")
+	if err != nil {
+		fatalf("%v", err)
+	}
+	defer os.RemoveAll(bin)
+	root, _ := os.Getwd()
+
+	loadStart := loadavg()
+	started := time.Now()
+	var goals []goalRow
+	var body bytes.Buffer
+	for _, sec := range sections() {
+		if *only != "" && !strings.Contains(sec.title, *only) {
+			continue
 		}
-		pair("a release and re-claim round trip vs one raw CAS through the Store", "BenchmarkConformance/ReleaseReclaim", "BenchmarkConformance/StoreUpdate")
-	case strings.HasPrefix(title, "Improve"):
-		for _, sz := range []string{"splits=1200/members=7", "splits=10000/members=50"} {
-			pair("original / ours at "+sz, "BenchmarkImprove/"+sz+"/impl=original", "BenchmarkImprove/"+sz+"/impl=fast")
-		}
+		goals = append(goals, runSection(&body, sec, root, bin, *rounds, *quick)...)
+	}
+	goals = append(goals, lifecycle(&body, root, bin))
+	if *only == "" || strings.Contains("Backfill", *only) {
+		goals = append(goals, backfill(&body, root, *rounds)...)
+	}
+
+	var doc bytes.Buffer
+	cmdline := "go run ./internal/perfreport"
+	if len(os.Args) > 1 {
+		cmdline += " " + strings.Join(os.Args[1:], " ")
+	}
+	fmt.Fprintf(&doc, "# Performance\n\nProduced by `%s` on %s, %d CPUs, %s, %s; it took %s. "+
+		"Load average (1, 5, 15 min) at the start %s, at the end %s: the machine is shared, read the spreads.\n\n",
+		cmdline, runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), runtime.Version(),
+		started.UTC().Format("2006-01-02 15:04 MST"), time.Since(started).Round(time.Second), loadStart, loadavg())
+	fmt.Fprintf(&doc, "How: each package's test binary is built once (`go test -c`); then, per section, %d interleaved rounds: "+
+		"a round runs every benchmark of the section once, each in its own process started in the package's directory, "+
+		"and every other round runs them in the reverse order (A B, B A, …). "+
+		"A figure is the median of its rounds with the range (min – max) beside it; a ratio is computed within each round, "+
+		"from the two figures of that round, and shown per round, as their median and as their range. "+
+		"Each row names its command: the binary is `go test -c -o <pkg>.test <pkg>`.\n\n", *rounds)
+	doc.WriteString("## Goals\n\n| section | what | per round | median | range | goal | |\n|---|---|---|---|---|---|---|\n")
+	for _, g := range goals {
+		fmt.Fprintf(&doc, "| %s | %s | %s | %s | %s | %s | %s |\n", g.section, g.label, g.figures, g.median, g.spread, g.goal, g.verdict)
 	}
 	doc.WriteString("\n")
+	doc.Write(body.Bytes())
+	if err := os.WriteFile(*out, doc.Bytes(), 0o644); err != nil {
+		fatalf("%v", err)
+	}
+	fmt.Fprintf(os.Stderr, "wrote %s in %s\n", *out, time.Since(started).Round(time.Second))
+}
+
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "perfreport: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+// build compiles pkg's test binary into bin and returns its path.
+func build(root, bin, pkg string) (string, error) {
+	name := strings.Trim(strings.ReplaceAll(strings.TrimPrefix(pkg, "./"), "/", "-"), ".")
+	if name == "" {
+		name = "spate"
+	}
+	path := filepath.Join(bin, name+".test")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	cmd := exec.Command("go", "test", "-c", "-o", path, pkg)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = root, os.Stderr, os.Stderr
+	fmt.Fprintf(os.Stderr, "building: go test -c -o %s %s\n", path, pkg)
+	return path, cmd.Run()
+}
+
+func runSection(doc *bytes.Buffer, sec section, root, bin string, rounds int, quick bool) []goalRow {
+	fmt.Fprintf(doc, "## %s\n\n", sec.title)
+	exe, err := build(root, bin, sec.pkg)
+	if err != nil {
+		fmt.Fprintf(doc, "**The build failed** (`go test -c %s`: %v).\n\n", sec.pkg, err)
+		return nil
+	}
+	var benches []bench
+	for _, bn := range sec.benches {
+		if quick {
+			if bn.quick == "" {
+				continue
+			}
+			bn.time = bn.quick
+		}
+		benches = append(benches, bn)
+	}
+	res := map[string]samples{}
+	cmdOf := map[string]string{} // benchmark name → the command that produced it
+	var failures []string
+	for r := range rounds {
+		order := slices.Clone(benches)
+		if r%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, bn := range order {
+			args := []string{"-test.run", "^$", "-test.bench", bn.pattern, "-test.benchtime", bn.time, "-test.benchmem"}
+			shown := filepath.Base(exe)
+			for _, a := range args {
+				shown += " " + shq(a)
+			}
+			fmt.Fprintf(os.Stderr, "round %d/%d: (cd %s && %s)\n", r+1, rounds, sec.pkg, shown)
+			cmd := exec.Command(exe, args...)
+			cmd.Dir = filepath.Join(root, sec.pkg)
+			cmd.Stderr = os.Stderr
+			raw, err := cmd.Output()
+			got := parse(raw)
+			if err != nil || len(got) == 0 {
+				failures = append(failures, fmt.Sprintf("round %d, `%s`: %v, %d results%s", r+1, shown, err, len(got), failureDetail(raw)))
+			}
+			for name, vals := range got {
+				if res[name] == nil {
+					res[name] = samples{}
+				}
+				res[name].add(r, vals)
+				cmdOf[name] = shown
+			}
+		}
+	}
+	fmt.Fprintf(doc, "Built with `go test -c -o %s %s`; run in `%s`.\n\n", filepath.Base(exe), sec.pkg, sec.pkg)
+	for _, f := range failures {
+		fmt.Fprintf(doc, "- **A run failed**: %s\n", f)
+	}
+	if len(failures) > 0 {
+		doc.WriteString("\n")
+	}
+	names := make([]string, 0, len(res))
+	for n := range res {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	doc.WriteString("| benchmark | ns/op, median | ns/op, min – max | other figures (medians) | command |\n|---|---|---|---|---|\n")
+	for _, n := range names {
+		ns := res[n].values("ns/op")
+		med, spread := "", ""
+		if len(ns) > 0 {
+			med = human("ns/op", median(ns))
+			spread = human("ns/op", ns[0]) + " – " + human("ns/op", ns[len(ns)-1])
+		}
+		var units []string
+		for u := range res[n] {
+			if u != "ns/op" {
+				units = append(units, u)
+			}
+		}
+		slices.Sort(units)
+		var other []string
+		for _, u := range units {
+			other = append(other, human(u, median(res[n].values(u)))+" "+u)
+		}
+		fmt.Fprintf(doc, "| %s | %s | %s | %s | `%s` |\n", strings.TrimPrefix(n, "Benchmark"), med, spread, strings.Join(other, ", "), cmdOf[n])
+	}
+	doc.WriteString("\n")
+	var goals []goalRow
+	short := strings.SplitN(sec.title, " (", 2)[0]
+	for _, p := range sec.pairs {
+		if quick && (res[p.num] == nil || res[p.den] == nil) {
+			continue // skipped under -quick
+		}
+		g := ratioRow(short, p, res)
+		goals = append(goals, g)
+		fmt.Fprintf(doc, "- %s (%s over %s, per round): %s; median %s, range %s; goal %s: %s\n", p.label,
+			strings.TrimPrefix(p.num, "Benchmark"), strings.TrimPrefix(p.den, "Benchmark"), g.figures, g.median, g.spread, g.goal, g.verdict)
+	}
+	for _, l := range sec.limits {
+		if quick && res[l.name] == nil {
+			continue
+		}
+		g := limitRow(short, l, res)
+		goals = append(goals, g)
+		fmt.Fprintf(doc, "- %s, per round: %s; median %s; goal %s: %s\n", l.label, g.figures, g.median, g.goal, g.verdict)
+	}
+	if len(sec.pairs)+len(sec.limits) > 0 {
+		doc.WriteString("\n")
+	}
+	if sec.note != "" {
+		fmt.Fprintf(doc, "%s\n\n", sec.note)
+	}
+	return goals
+}
+
+// lifecycle runs TestStoreCallsPerLifecycle and reports the counts it
+// asserts against the goals.
+func lifecycle(doc *bytes.Buffer, root, bin string) goalRow {
+	const test = "TestStoreCallsPerLifecycle"
+	doc.WriteString("## Store calls per split lifecycle\n\n")
+	row := goalRow{section: "Lifecycle", label: "store calls per claim / takeover / commit / release", goal: "2 / 2 / 1 / 1", median: "—", spread: "—"}
+	exe, err := build(root, bin, ".")
+	if err != nil {
+		row.verdict = "build failed"
+		return row
+	}
+	cmd := exec.Command(exe, "-test.run", "^"+test+"$", "-test.count", "1")
+	cmd.Dir = root
+	outp, err := cmd.CombinedOutput()
+	src, rerr := os.ReadFile(filepath.Join(root, "claims_test.go"))
+	counts := lifecycleCounts(src)
+	fmt.Fprintf(doc, "`%s -test.run '^%s$'` (the fake store counts every call; the counts are the ones the test asserts, read from claims_test.go): ",
+		filepath.Base(exe), test)
+	switch {
+	case err != nil:
+		fmt.Fprintf(doc, "**the test failed** (%v):\n\n```\n%s\n```\n\n", err, bytes.TrimSpace(outp))
+		row.verdict = "test failed"
+		return row
+	case rerr != nil || len(counts) == 0:
+		fmt.Fprintf(doc, "passed, but its assertions could not be read (%v).\n\n", rerr)
+		row.verdict = "unknown"
+		return row
+	}
+	doc.WriteString("passed.\n\n| step | store calls | goal |\n|---|---|---|\n")
+	var figs []string
+	met := true
+	for _, step := range []string{"claim", "takeover", "commit", "release"} {
+		n, ok := counts[step]
+		fig := "?"
+		if ok {
+			fig = strconv.Itoa(n)
+		}
+		figs = append(figs, fig)
+		met = met && ok && n <= lifecycleGoals[step]
+		fmt.Fprintf(doc, "| %s | %s | %d |\n", step, fig, lifecycleGoals[step])
+	}
+	doc.WriteString("\n")
+	row.figures = strings.Join(figs, " / ")
+	row.verdict = "met"
+	if !met {
+		row.verdict = "**not met**"
+	}
+	return row
+}
+
+// backfillRound is one round line of scripts/backfill-bench.sh: seconds
+// for awk and, for one and three workers, wall, first split and copy.
+type backfillRound struct {
+	awk, wall1, first1, copy1, wall3, first3, copy3 float64
+}
+
+// parseBackfill reads the round lines of scripts/backfill-bench.sh
+// ("1  spate  0.129 | 0.9 0.4 0.14 | ..."), in order.
+func parseBackfill(raw []byte) []backfillRound {
+	var out []backfillRound
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		f := strings.Fields(strings.ReplaceAll(sc.Text(), "|", " "))
+		if len(f) != 9 || f[1] != "spate" {
+			continue
+		}
+		if _, err := strconv.Atoi(f[0]); err != nil {
+			continue
+		}
+		var v [7]float64
+		ok := true
+		for i := range v {
+			x, err := strconv.ParseFloat(f[i+2], 64)
+			ok = ok && err == nil
+			v[i] = x
+		}
+		if ok {
+			out = append(out, backfillRound{v[0], v[1], v[2], v[3], v[4], v[5], v[6]})
+		}
+	}
+	return out
+}
+
+// backfill runs scripts/backfill-bench.sh (awk and spate interleaved in
+// every round) and reports the copy phase against awk, per round.
+func backfill(doc *bytes.Buffer, root string, rounds int) []goalRow {
+	const script = "scripts/backfill-bench.sh"
+	doc.WriteString("## The main job: spate backfill beside awk\n\n")
+	if _, err := os.Stat(filepath.Join(root, script)); err != nil {
+		fmt.Fprintf(doc, "%s is missing.\n\n", script)
+		return nil
+	}
+	shown := fmt.Sprintf("RUNS=%d %s", rounds, script)
+	fmt.Fprintf(os.Stderr, "running: %s\n", shown)
+	cmd := exec.Command("bash", script)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "RUNS="+strconv.Itoa(rounds))
+	cmd.Stderr = os.Stderr
+	outp, err := cmd.Output()
+	rs := parseBackfill(outp)
+	fmt.Fprintf(doc, "`%s` (the corpus of issue 17; awk and spate alternate within each round):\n\n", shown)
+	if err != nil {
+		fmt.Fprintf(doc, "**The script failed** (%v).\n\n", err)
+	}
+	fmt.Fprintf(doc, "```\n%s\n```\n\n", bytes.TrimSpace(outp))
+	res := map[string]samples{"awk": {}, "copy1": {}, "copy3": {}, "first1": {}, "first3": {}}
+	for i, r := range rs {
+		res["awk"].add(i, map[string]float64{"s": r.awk})
+		res["copy1"].add(i, map[string]float64{"s": r.copy1})
+		res["copy3"].add(i, map[string]float64{"s": r.copy3})
+		res["first1"].add(i, map[string]float64{"s": r.first1})
+		res["first3"].add(i, map[string]float64{"s": r.first3})
+	}
+	const title = "Backfill"
+	goals := []goalRow{
+		ratioRow(title, pair{label: "copy phase ÷ awk + fsync, 1 worker", num: "copy1", den: "awk", metric: "s", goal: "≤ 3×", ok: le(3)}, res),
+		ratioRow(title, pair{label: "copy phase ÷ awk + fsync, 3 workers", num: "copy3", den: "awk", metric: "s", goal: "≤ 3×", ok: le(3)}, res),
+		limitRow(title, limit{"time to the first split (s), 1 worker", "first1", "s", "", nil}, res),
+		limitRow(title, limit{"time to the first split (s), 3 workers", "first3", "s", "", nil}, res),
+	}
+	for _, g := range goals {
+		fmt.Fprintf(doc, "- %s, per round: %s; median %s, range %s; goal %s: %s\n", g.label, g.figures, g.median, g.spread, g.goal, g.verdict)
+	}
+	doc.WriteString("\n")
+	return goals
+}
+
+// failureDetail is what a failed benchmark printed from its first
+// "--- FAIL" line on (at most six lines), for the report: "" if nothing.
+func failureDetail(raw []byte) string {
+	var lines []string
+	in := false
+	for l := range strings.SplitSeq(string(raw), "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "--- FAIL") {
+			in = true
+		}
+		if in && l != "" && l != "FAIL" && len(lines) < 6 {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	return ": `" + strings.ReplaceAll(strings.Join(lines, " / "), "`", "'") + "`"
 }
