@@ -74,7 +74,7 @@ func TestDeletedDamagedRecordIsRestoredFromTheLastStateSeen(t *testing.T) {
 	require.NoError(t, a.durablePut(prefixSplit+"s", []byte("garbage"), rev, live))
 
 	st.remove(Durable, prefixSplit+"s")
-	a.durableDelete(prefixSplit + "s")
+	a.durableDelete(prefixSplit+"s", 0)
 	assert.Empty(t, a.damaged)
 	require.Contains(t, a.missing, "s")
 	assert.Equal(t, int64(40), *a.missing["s"].Watermark, "restored from the last readable state")

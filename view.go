@@ -288,7 +288,7 @@ func (a *actor) applyDurable(entries []Entry, mark uint64, complete bool) error 
 		for id, v := range a.splits {
 			if v.prog != nil && !listed[prefixSplit+id] && v.progAt < mark {
 				a.log.Warn("a split's progress record is missing from a listing; the leader restores it from the last state seen", "split", id)
-				a.forgetProgress(id)
+				a.forgetProgress(id, 0)
 			}
 		}
 		for inst, e := range a.assigns {
@@ -397,8 +397,19 @@ func (a *actor) setAssign(inst string, val *assignmentVal, rev uint64) {
 	}
 }
 
-func (a *actor) durableDelete(key string) error {
+// durableDelete applies a watched delete at rev (0: revision unknown). A
+// delete at or below the revision the view holds for a split record is
+// stale: the record was re-created since (the leader restored it, and a
+// re-read saw the new one before this event arrived), and forgetting it
+// would leave the split without a record in this view for good, since
+// the restored record's own event is then dropped as an echo.
+func (a *actor) durableDelete(key string, rev uint64) error {
 	a.durableSeq++
+	if id, ok := strings.CutPrefix(key, prefixSplit); ok && rev != 0 {
+		if v := a.splits[id]; v != nil && v.prog != nil && rev <= v.progRev {
+			return nil
+		}
+	}
 	switch {
 	case key == keyPlan:
 		return errNamespaceGone("its plan record was deleted")
@@ -408,7 +419,7 @@ func (a *actor) durableDelete(key string) error {
 			return nil
 		}
 		a.log.Warn("a split's progress record was deleted externally; the leader restores it from the last state seen", "key", key)
-		a.forgetProgress(key[len(prefixSplit):])
+		a.forgetProgress(key[len(prefixSplit):], rev)
 	case strings.HasPrefix(key, prefixSpec) && a.damaged[key] != nil:
 		a.repair(key, true)
 	case strings.HasPrefix(key, prefixAssign):
@@ -481,7 +492,11 @@ func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
 // view: a tenancy of it here is lost, and the leader restores the record
 // (restoreMissing) from the last state the view held, so the job neither
 // hangs on a planned split without a record nor loses what it committed.
-func (a *actor) forgetProgress(id string) {
+//
+// rev is the delete's revision when a watch event carried one (0 for an
+// absence from a listing): the view then holds it as the record's last
+// revision, so no value older than the delete brings the record back.
+func (a *actor) forgetProgress(id string, rev uint64) {
 	v := a.splits[id]
 	if v == nil || v.prog == nil {
 		return
@@ -494,6 +509,7 @@ func (a *actor) forgetProgress(id string) {
 	a.nSplits--
 	a.missing[id] = v.prog
 	v.prog, v.progAt = nil, a.clock
+	v.progRev = max(v.progRev, rev)
 	a.dirty = true
 }
 

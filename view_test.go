@@ -453,3 +453,28 @@ func TestMembershipIsLoggedOnlyWhenPresenceChanges(t *testing.T) {
 	a.logMembership()
 	assert.False(t, a.loggedPeers["peer"])
 }
+
+// A record deleted and restored while this worker re-read it: the re-read
+// saw the restored record before the watch delivered the delete. The stale
+// delete must not empty the view, or the restored record's own event is
+// dropped as an echo and the split never gets a record here again (the
+// job hung in DeletedProgressRecordIsRestored).
+func TestAStaleDeleteDoesNotForgetARestoredRecord(t *testing.T) {
+	a := newTestActor(t, nil, testConfig())
+	a.upsert("s", recAt("s", 1), 10, live)
+	since := a.mark()
+	a.upsert("s", recAt("s", 1), 30, readSince(since)) // the restored record, re-read
+	require.NoError(t, a.durableDelete(prefixSplit+"s", 20))
+	require.NotNil(t, a.splits["s"].prog, "a delete older than the record held is stale")
+	require.NoError(t, a.durablePut(prefixSplit+"s", encode(recAt("s", 1)), 30, live))
+	assert.Equal(t, uint64(30), a.splits["s"].progRev)
+
+	// A real delete: the record is gone, a value older than the delete
+	// does not bring it back, and a re-creation does.
+	require.NoError(t, a.durableDelete(prefixSplit+"s", 40))
+	require.Nil(t, a.splits["s"].prog)
+	a.upsert("s", recAt("s", 1), 30, live)
+	assert.Nil(t, a.splits["s"].prog, "a value older than the delete is stale")
+	a.upsert("s", recAt("s", 1), 50, live)
+	assert.NotNil(t, a.splits["s"].prog, "a re-created record is adopted")
+}

@@ -135,7 +135,7 @@ func (a *actor) onWatch(w *watchState, ev WatchEvent, ok bool) error {
 		if w.ks == Ephemeral {
 			a.ephemeralDelete(ev.Key, ev.Revision, false)
 		} else {
-			return a.durableDelete(ev.Key)
+			return a.durableDelete(ev.Key, ev.Revision)
 		}
 	}
 	return nil
