@@ -20,6 +20,11 @@
 // deliberately broken drivers, at least one per rule, and require each to be
 // caught.
 //
+// The rules of an optional capability ([spate.Releaser]: ReleaserIsReported
+// and the Release* rules) run on a store that has it and skip, with the
+// reason, on one that does not: a SKIP under [RunStore], a Skipped [Result]
+// under [CheckStore], never a silent pass.
+//
 // # Traceability
 //
 // Each store rule checks one sentence of the store contract: the
