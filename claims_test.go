@@ -88,10 +88,23 @@ func TestSelfFencedReclaimConsumesNoAttempt(t *testing.T) {
 // The round trips a split's lifecycle costs, counted at the store: a
 // claim is the lease write and the fencing compare-and-swap, a takeover
 // no more (it fences on the viewed record and reads only if that loses),
-// a commit one write, a release the owner-clear and the lease delete.
+// a commit one write, a release the owner-clear and the lease delete: two
+// calls, or one on a store with the Releaser capability.
 func TestStoreCallsPerLifecycle(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { storeCallsPerLifecycle(t, false) })
+	t.Run("releaser", func(t *testing.T) { storeCallsPerLifecycle(t, true) })
+}
+
+func storeCallsPerLifecycle(t *testing.T, atomic bool) {
 	st := newFakeStore()
-	a := newTestActor(t, st, testConfig())
+	var store Store = st
+	release, why := 2, "release: the owner-clear and the lease delete"
+	if atomic {
+		store = fakeReleaser{st}
+		release, why = 1, "release: the owner-clear and the lease delete in one call"
+	}
+	a := newTestActor(t, store, testConfig())
+	require.Equal(t, atomic, a.rel != nil)
 	calls := func() int {
 		st.mu.Lock()
 		defer st.mu.Unlock()
@@ -119,19 +132,23 @@ func TestStoreCallsPerLifecycle(t *testing.T) {
 		require.NoError(t, a.c.Commit(context.Background(), MustSplitID("fresh"), NewSplitProgress(5, nil)))
 	}), "commit")
 
-	assert.Equal(t, 2, cost("release", func() {
+	assert.Equal(t, release, cost("release", func() {
 		cmd := &command{kind: cmdRelease, splits: []SplitID{MustSplitID("fresh")}, reply: make(chan error, 1)}
 		require.NoError(t, a.handle(cmd))
 		settleIO(t, a)
 		require.NoError(t, <-cmd.reply)
-	}), "release: the owner-clear and the lease delete")
+	}), why)
 	require.NotContains(t, a.owned, "fresh")
+	_, leased := st.entry(Ephemeral, prefixSplit+"fresh")
+	assert.False(t, leased, "the release deleted the lease")
+	r, _ := storedProgress(t, st, "fresh")
+	assert.Empty(t, r.owner(), "the release cleared the owner")
 
 	// A peer died holding "dead": its owner is set and its lease is gone.
 	seed("dead", rec("dead", 3, "peer"))
 	assert.Equal(t, 2, cost("takeover", func() { a.claim(claimCandidate{id: "dead", kind: claimExpired}) }), "takeover")
 	require.Contains(t, a.owned, "dead")
-	r, _ := storedProgress(t, st, "dead")
+	r, _ = storedProgress(t, st, "dead")
 	assert.Equal(t, uint32(1), r.Attempts, "the takeover of a dead owner's split without progress is charged")
 
 	// "gone" was released, but the view has not seen the owner-clear yet:

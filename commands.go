@@ -389,6 +389,10 @@ func (a *actor) releaseSplit(id string, done func(releaseResult)) error {
 	rec.Owner = nil
 	rec.WrittenAtMs = nowMs()
 	baseRev := v.progRev
+	if a.rel != nil && !a.stopping {
+		a.releaseAtomic(id, t, rec, baseRev, done)
+		return nil
+	}
 	a.splitIO(id, func(ctx context.Context) func() error {
 		o, err := a.st.Update(ctx, Durable, prefixSplit+id, encode(rec), baseRev)
 		return func() error {
@@ -434,6 +438,81 @@ func (a *actor) releaseSplit(id string, done func(releaseResult)) error {
 	return nil
 }
 
+// releaseAtomic is releaseSplit on a store with the [Releaser] capability:
+// the owner-clear and the lease delete in one call.
+//
+// The renewer stops renewing the lease before the call, so that no
+// renewal starts that the delete would turn into a reported loss. A
+// renewal already in flight may still land first and move the lease's
+// revision: the delete then loses its guard while the owner-clear wins,
+// and the plain path's delete (deleteOwnLease: re-read, delete if still
+// ours) finishes the job. A renewal that lands after the delete finds the
+// key gone and, the renewer no longer holding it, reports nothing. While
+// the call is in flight the tenancy is marked releasing: the watches may
+// show the lease deleted, or a peer's claim after it, before the answer is
+// folded, and they must not end the tenancy as lost (dropLost waits).
+func (a *actor) releaseAtomic(id string, t *tenancy, rec *progressRecord, baseRev uint64, done func(releaseResult)) {
+	h, renewing := a.renew.take(id)
+	leaseRev := h.rev
+	key := prefixSplit + id
+	t.releasing = true
+	a.splitIO(id, func(ctx context.Context) func() error {
+		u, d, err := a.rel.UpdateAndDelete(ctx, key, encode(rec), baseRev, key, leaseRev)
+		return func() error {
+			t.releasing = false
+			t2, still := a.owned[id]
+			still = still && t2 == t
+			switch {
+			case err != nil:
+				a.m.writes.WithLabelValues("error").Inc()
+				if a.stopping || a.ctx.Err() != nil {
+					// As on the plain path: keep the tenancy, renewed,
+					// so that Close hands it back directly.
+					if still && renewing {
+						a.renew.hold(id, h.epoch, h.rev, h.lastOK)
+					}
+					done(releaseFailed)
+					return nil
+				}
+				if still {
+					// Both writes or neither landed: the delete below
+					// finds out which.
+					a.leave(id)
+					a.dropLeaseAsync(id, leaseRev, t.epoch)
+				}
+				a.settle(id, "forced")
+				a.log.Warn("release write failed; surrendering the split anyway", "split", id, "err", err)
+				done(releaseFailed)
+			case !u.Won:
+				a.m.writes.WithLabelValues("conflict").Inc()
+				a.dropLost(id, "fenced", "its record moved before the release")
+				done(releaseFenced)
+			default:
+				a.m.writesOK.Inc()
+				if still {
+					a.leave(id)
+				}
+				a.upsert(id, rec, u.Revision, live)
+				switch {
+				case d.Won:
+					if v := a.splits[id]; v != nil && v.lease != nil && v.leaseRev == leaseRev {
+						v.lease = nil
+						a.dirty = true
+					}
+				case still:
+					// The lease was not at leaseRev: a renewal in flight
+					// moved it, or it expired. Delete it if it is still
+					// ours.
+					a.dropLeaseAsync(id, leaseRev, t.epoch)
+				}
+				a.settle(id, "drained")
+				done(releaseWon)
+			}
+			return nil
+		}
+	})
+}
+
 // ----- decline, depart ---------------------------------------------------------------
 
 func (a *actor) decline(id string) error {
@@ -469,6 +548,10 @@ func (a *actor) part() {
 func (a *actor) dropLost(id, reason, why string) {
 	t, held := a.owned[id]
 	if !held {
+		return
+	}
+	if t.releasing {
+		a.log.Debug("split release in flight; its answer decides whether it was lost", "split", id, "reason", reason, "why", why)
 		return
 	}
 	a.leave(id)

@@ -129,9 +129,8 @@ func NewStoreCoordinator(store Store, cfg Config, opts ...CoordinatorOption) (*S
 		return nil, err
 	}
 	c := &StoreCoordinator{
-		cfg: cfg,
-		store: &meteredStore{Store: store, timeout: cfg.OpTimeout, m: m,
-			listTimeout: max(3*cfg.OpTimeout, cfg.LeaseDuration/3)},
+		cfg:   cfg,
+		store: newMeteredStore(store, cfg.OpTimeout, max(3*cfg.OpTimeout, cfg.LeaseDuration/3), m),
 		log:   slog.New(newThrottle(o.logger.Handler(), warnEvery)).With("instance", cfg.InstanceID),
 		m:     m,
 		nonce: randomHex(),

@@ -246,13 +246,21 @@ func (r *renewer) renewLease(ctx context.Context, id string, h leaseHold) {
 	}
 }
 
+// lose drops a lease the renewal found gone or taken and tells the loop,
+// unless the loop stopped renewing it meanwhile (a release in flight
+// deletes the lease itself; a renewal that started before it must not
+// report that delete as a loss).
 func (r *renewer) lose(id string, epoch uint64, reason, why string) {
 	r.mu.Lock()
-	if h := r.leases[id]; h != nil && h.epoch == epoch {
+	h := r.leases[id]
+	held := h != nil && h.epoch == epoch
+	if held {
 		delete(r.leases, id)
 	}
 	r.mu.Unlock()
-	r.notes.put(renewNote{kind: noteLost, id: id, epoch: epoch, reason: reason, why: why})
+	if held {
+		r.notes.put(renewNote{kind: noteLost, id: id, epoch: epoch, reason: reason, why: why})
+	}
 }
 
 func (r *renewer) renewLeader(ctx context.Context) {
@@ -441,6 +449,20 @@ func (r *renewer) release(id string) uint64 {
 	}
 	delete(r.leases, id)
 	return h.rev
+}
+
+// take stops renewing a split's lease, like release, and returns what
+// the renewer held for it, so that a release that fails may hand it back
+// ([renewer.hold]).
+func (r *renewer) take(id string) (leaseHold, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := r.leases[id]
+	if h == nil {
+		return leaseHold{}, false
+	}
+	delete(r.leases, id)
+	return *h, true
 }
 
 func (r *renewer) leaseRev(id string) uint64 {

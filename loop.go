@@ -21,6 +21,7 @@ type actor struct {
 	c       *StoreCoordinator
 	cfg     Config
 	st      Store
+	rel     Releaser // st's Releaser capability; nil: a release is two calls
 	log     *slog.Logger
 	m       *coordMetrics
 	self    string
@@ -136,6 +137,7 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 		handingBack: map[string]int{},
 	}
 	a.renew = newRenewer(c.store, c.cfg, c.log, c.m, a.self, a.nonce, h.Sum64())
+	a.rel, _ = ReleaserOf(c.store)
 	return a
 }
 

@@ -12,11 +12,42 @@ import (
 // An unbounded listing once held an actor for forty seconds on a reconnecting
 // client while every commit timed out behind it. A deadline that expires
 // surfaces as Retryable; a write that timed out may have landed.
+//
+// It passes the [Releaser] capability on, bounded and observed like the
+// writes, when the store it wraps has it, and reports it only then.
 type meteredStore struct {
 	Store
+	rel         Releaser // nil: the store has no Releaser capability
 	timeout     time.Duration
 	listTimeout time.Duration
 	m           *coordMetrics
+}
+
+func newMeteredStore(st Store, timeout, listTimeout time.Duration, m *coordMetrics) *meteredStore {
+	s := &meteredStore{Store: st, timeout: timeout, listTimeout: listTimeout, m: m}
+	s.rel, _ = ReleaserOf(st)
+	return s
+}
+
+// Capabilities reports the wrapped store's, with UpdateAndDelete only if
+// this wrapper passes it on.
+func (s *meteredStore) Capabilities() Capabilities {
+	c := s.Store.Capabilities()
+	c.UpdateAndDelete = s.rel != nil
+	return c
+}
+
+// UpdateAndDelete implements [Releaser] over the wrapped store's.
+func (s *meteredStore) UpdateAndDelete(ctx context.Context, durableKey string, v []byte, exp uint64,
+	ephemeralKey string, leaseExp uint64) (Outcome, Outcome, error) {
+	if s.rel == nil {
+		return Outcome{}, Outcome{}, fmt.Errorf("store update-and-delete: the store has no Releaser capability: %w", ErrFatal)
+	}
+	defer s.observe("put", time.Now())
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	u, d, err := s.rel.UpdateAndDelete(ctx, durableKey, v, exp, ephemeralKey, leaseExp)
+	return u, d, timedOut(ctx, "update-and-delete", err)
 }
 
 func (s *meteredStore) observe(op string, start time.Time) {

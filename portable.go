@@ -43,6 +43,12 @@ import (
 //
 // Close releases what the driver started and ends its watches; the layer
 // calls it once, so it need not be idempotent.
+//
+// A Driver may also implement [Releaser]; the layer then reports
+// [Capabilities.UpdateAndDelete] and passes the call on under the same
+// rules: both keys valid, the value within the cap, and neither expected
+// nor leaseExpected ever 0 (the layer answers both Lost for the first and
+// makes the call a plain Update for the second).
 type Driver interface {
 	Capabilities() Capabilities
 	Create(ctx context.Context, ks Keyspace, key string, value []byte) (Outcome, error)
@@ -84,8 +90,12 @@ var _ Store = (*PortableStore)(nil)
 
 // NewStore wraps d into a [Store]. It calls d.Capabilities once.
 func NewStore(d Driver) *PortableStore {
-	return &PortableStore{d: d, caps: d.Capabilities(), live: map[uint64]context.CancelCauseFunc{}}
+	caps := d.Capabilities()
+	_, caps.UpdateAndDelete = d.(Releaser)
+	return &PortableStore{d: d, caps: caps, live: map[uint64]context.CancelCauseFunc{}}
 }
+
+var _ Releaser = (*PortableStore)(nil)
 
 // OpError is the one format of a store operation's error:
 //
@@ -270,6 +280,44 @@ func (p *PortableStore) Delete(ctx context.Context, ks Keyspace, key string, exp
 		return Outcome{}, p.fail("delete", ks, key, err)
 	}
 	return o, nil
+}
+
+// opUpdateAndDelete names [PortableStore.UpdateAndDelete] in errors.
+const opUpdateAndDelete = "update-and-delete"
+
+// UpdateAndDelete implements [Releaser] when the driver does (see
+// [Capabilities.UpdateAndDelete]); on a driver without it, it returns a
+// Fatal error and writes nothing. An expected revision of 0 loses both at
+// once, and a leaseExpected of 0 makes the call a plain Update. Errors
+// name the durable key, or the ephemeral key when it is the invalid one.
+func (p *PortableStore) UpdateAndDelete(ctx context.Context, durableKey string, value []byte, expected uint64,
+	ephemeralKey string, leaseExpected uint64) (Outcome, Outcome, error) {
+	ctx, h, err := p.begin(ctx, opUpdateAndDelete, Durable, durableKey, false, value, true)
+	if err != nil {
+		return Outcome{}, Outcome{}, err
+	}
+	defer p.end(h, true)
+	if err := ValidateKey(ephemeralKey); err != nil {
+		return Outcome{}, Outcome{}, OpError(p.caps.Driver, opUpdateAndDelete, Ephemeral, ephemeralKey, err)
+	}
+	r, ok := p.d.(Releaser)
+	if !ok {
+		return Outcome{}, Outcome{}, OpError(p.caps.Driver, opUpdateAndDelete, Durable, durableKey,
+			fmt.Errorf("the driver cannot update and delete in one call (Capabilities.UpdateAndDelete is false): %w", ErrFatal))
+	}
+	if expected == 0 {
+		return Outcome{}, Outcome{}, nil
+	}
+	var u, d Outcome
+	if leaseExpected == AnyRevision {
+		u, err = p.d.Update(ctx, Durable, durableKey, value, expected)
+	} else {
+		u, d, err = r.UpdateAndDelete(ctx, durableKey, value, expected, ephemeralKey, leaseExpected)
+	}
+	if err != nil {
+		return Outcome{}, Outcome{}, p.fail(opUpdateAndDelete, Durable, durableKey, err)
+	}
+	return u, d, nil
 }
 
 // List implements [Store].

@@ -396,3 +396,87 @@ func TestPortableWatch(t *testing.T) {
 		require.NoError(t, s.Close())
 	})
 }
+
+// releasingDriver is a countingDriver with the Releaser capability; it
+// records the arguments of the last UpdateAndDelete.
+type releasingDriver struct {
+	countingDriver
+	args []any
+}
+
+func (d *releasingDriver) UpdateAndDelete(ctx context.Context, dk string, v []byte, exp uint64, ek string, lexp uint64) (spate.Outcome, spate.Outcome, error) {
+	if err := d.call(ctx); err != nil {
+		return spate.Outcome{}, spate.Outcome{}, err
+	}
+	d.args = []any{dk, string(v), exp, ek, lexp}
+	return spate.Won(exp + 1), spate.Won(exp + 2), nil
+}
+
+func TestPortableUpdateAndDelete(t *testing.T) {
+	ctx := t.Context()
+
+	// Without the capability: not reported, and the call is Fatal.
+	plain := spate.NewStore(&countingDriver{})
+	assert.False(t, plain.Capabilities().UpdateAndDelete)
+	_, ok := spate.ReleaserOf(plain)
+	assert.False(t, ok, "ReleaserOf needs the capability reported, not only the method")
+	_, _, err := plain.UpdateAndDelete(ctx, "split.a", nil, 3, "split.a", 4)
+	require.Error(t, err)
+	assert.True(t, spate.IsFatal(err), "%v", err)
+	assert.True(t, strings.HasPrefix(err.Error(), `fake: update-and-delete durable "split.a": `), "%v", err)
+	require.NoError(t, plain.Close())
+
+	d := &releasingDriver{}
+	s := spate.NewStore(d)
+	assert.True(t, s.Capabilities().UpdateAndDelete, "NewStore reports the driver's capability")
+	r, ok := spate.ReleaserOf(s)
+	require.True(t, ok)
+
+	u, del, err := r.UpdateAndDelete(ctx, "split.a", []byte("v"), 3, "split.a", 7)
+	require.NoError(t, err)
+	assert.Equal(t, spate.Won(4), u)
+	assert.Equal(t, spate.Won(5), del)
+	assert.Equal(t, []any{"split.a", "v", uint64(3), "split.a", uint64(7)}, d.args)
+
+	// The layer's rules: revision 0 loses both; a leaseExpected of 0 is a
+	// plain Update; bad arguments never reach the driver.
+	n := d.calls.Load()
+	u, del, err = r.UpdateAndDelete(ctx, "split.a", nil, 0, "split.a", 7)
+	require.NoError(t, err)
+	assert.False(t, u.Won || del.Won)
+	assert.Equal(t, n, d.calls.Load(), "expected 0 reaches no driver")
+	d.args = nil
+	u, del, err = r.UpdateAndDelete(ctx, "split.a", nil, 3, "split.a", spate.AnyRevision)
+	require.NoError(t, err)
+	assert.Equal(t, spate.Won(4), u, "a plain Update")
+	assert.False(t, del.Won)
+	assert.Nil(t, d.args, "leaseExpected 0 never reaches the driver's UpdateAndDelete")
+	n = d.calls.Load()
+	for _, tc := range []struct {
+		dk, ek string
+		v      []byte
+		is     error
+		prefix string
+	}{
+		{"a..b", "split.a", nil, spate.ErrInvalidKey, `fake: update-and-delete durable "a..b": `},
+		{"split.a", "a..b", nil, spate.ErrInvalidKey, `fake: update-and-delete ephemeral "a..b": `},
+		{"split.a", "split.a", make([]byte, 9), spate.ErrValueTooLarge, `fake: update-and-delete durable "split.a": `},
+	} {
+		_, _, err := r.UpdateAndDelete(ctx, tc.dk, tc.v, 3, tc.ek, 4)
+		assert.ErrorIs(t, err, tc.is)
+		assert.True(t, spate.IsFatal(err))
+		assert.True(t, strings.HasPrefix(err.Error(), tc.prefix), "%v", err)
+	}
+	assert.Equal(t, n, d.calls.Load(), "bad arguments reach no driver")
+
+	d.err = errors.New("mystery")
+	_, _, err = r.UpdateAndDelete(ctx, "split.a", nil, 3, "split.a", 4)
+	assert.ErrorIs(t, err, d.err)
+	assert.True(t, spate.IsFatal(err), "an unclassified error gets a class")
+	d.err = nil
+
+	require.NoError(t, s.Close())
+	_, _, err = r.UpdateAndDelete(ctx, "a..b", nil, 3, "split.a", 4)
+	assert.ErrorIs(t, err, spate.ErrClosed, "the closed store comes first")
+	assert.True(t, spate.IsFatal(err))
+}

@@ -254,6 +254,50 @@ type Capabilities struct {
 	// that checks nothing reports none). The conformance suite fails a
 	// store that reports any.
 	UnmetSettings []string
+	// UpdateAndDelete reports whether the store has the optional
+	// [Releaser] capability. A store that reports it implements Releaser,
+	// and a store that implements Releaser without reporting it is used
+	// as one without. [NewStore] sets it when its [Driver] implements
+	// Releaser, and a wrapper that does not pass the method on clears it.
+	UpdateAndDelete bool
+}
+
+// Releaser is the optional capability of a store that updates a durable key
+// and deletes an ephemeral key in one atomic call. The coordinator hands a
+// split back with it in one round trip (the owner cleared from the split's
+// progress record, its lease deleted) and in two calls, Update then Delete,
+// on a store without it. Find it with [ReleaserOf].
+type Releaser interface {
+	// UpdateAndDelete updates durableKey in the [Durable] keyspace as
+	// [Store.Update] does and, only if that update wins, deletes
+	// ephemeralKey in the [Ephemeral] keyspace if it exists at exactly
+	// leaseExpected, both in one atomic write.
+	// A lost update writes nothing: both outcomes are Lost and the
+	// ephemeral key is left as it is.
+	// A delete that loses its guard does not undo the update: updated is
+	// Won and deleted Lost.
+	// The outcomes' revisions are those [Store.Update] and [Store.Delete]
+	// would report for the two writes.
+	// Both changes become visible at once: no read sees the delete
+	// without the update, and the watchers of each keyspace receive that
+	// keyspace's change in its revision order.
+	// A leaseExpected of [AnyRevision] deletes nothing (no live key has
+	// it): the call is then a plain Update.
+	// A call that fails Retryable landed both writes or neither, never one
+	// alone.
+	// Its arguments, errors and Close are those of Update and Delete.
+	UpdateAndDelete(ctx context.Context, durableKey string, value []byte, expected uint64,
+		ephemeralKey string, leaseExpected uint64) (updated, deleted Outcome, err error)
+}
+
+// ReleaserOf returns st as a [Releaser] if st has the capability: it
+// implements the interface and reports [Capabilities.UpdateAndDelete].
+func ReleaserOf(st Store) (Releaser, bool) {
+	r, ok := st.(Releaser)
+	if !ok || !st.Capabilities().UpdateAndDelete {
+		return nil, false
+	}
+	return r, true
 }
 
 // KeyMaxLen is the maximum store key length in bytes.

@@ -54,6 +54,12 @@ type assignEntry struct {
 // renewal live with the renewer.
 type tenancy struct {
 	epoch uint64
+	// releasing: an atomic release (releaseAtomic) is in flight. Its lease
+	// delete lands with the owner-clear, so the watches may show the lease
+	// gone, or a peer's claim after it, before the release's answer is
+	// folded; that answer, not those events, decides how the tenancy ends,
+	// so dropLost waits for it.
+	releasing bool
 }
 
 // source says where a value folded into the view comes from.

@@ -79,8 +79,10 @@ func (h *countingHarness) Close() error {
 	return h.root.Close()
 }
 
+// countingStore counts its Closes; it embeds the mem store, so it passes
+// the Releaser capability on.
 type countingStore struct {
-	spate.Store
+	*mem.Store
 	mu sync.Mutex
 	n  int
 }

@@ -20,14 +20,19 @@
 // deliberately broken drivers, at least one per rule, and require each to be
 // caught.
 //
+// The rules of an optional capability ([spate.Releaser]: ReleaserIsReported
+// and the Release* rules) run on a store that has it and skip, with the
+// reason, on one that does not: a SKIP under [RunStore], a Skipped [Result]
+// under [CheckStore], never a silent pass.
+//
 // # Traceability
 //
 // Each store rule checks one sentence of the store contract: the
 // documentation of [spate.Store], its methods and types, and of the error
 // classes in errors.go. Below is every sentence of that contract, in its
-// order, with the rules that check it. Of its 98 sentences, 51 are quoted
-// by the 57 rules of [StoreRules], 18 restate or sum up sentences whose
-// rules check them too, and 29 no rule can check, for the reason given.
+// order, with the rules that check it. Of its 112 sentences, 59 are quoted
+// by the 65 rules of [StoreRules], 21 restate or sum up sentences whose
+// rules check them too, and 32 no rule can check, for the reason given.
 // A test keeps this list, the contract and the rules in step.
 //
 // Store:
@@ -207,6 +212,29 @@
 //   - UnmetSettings lists the required settings the driver checked when the store was opened and found unmet, or could not verify, each with what the server has instead. — no rule: the suite cannot see a server's settings; each driver's own tests check what it reports (stores/redis TestPersistenceSettingsAreCheckedAtStartup).
 //   - Empty means none found unmet (a driver that checks nothing reports none). — no rule: it defines the empty report, which RequiredSettingsAreMet accepts.
 //   - The conformance suite fails a store that reports any. — checked by RequiredSettingsAreMet.
+//
+// Capabilities.UpdateAndDelete:
+//
+//   - UpdateAndDelete reports whether the store has the optional [spate.Releaser] capability. — checked by ReleaserIsReported.
+//   - A store that reports it implements Releaser, and a store that implements Releaser without reporting it is used as one without. — checked by ReleaserIsReported.
+//   - [spate.NewStore] sets it when its [spate.Driver] implements Releaser, and a wrapper that does not pass the method on clears it. — checked by ReleaserIsReported.
+//
+// Releaser:
+//
+//   - Releaser is the optional capability of a store that updates a durable key and deletes an ephemeral key in one atomic call. — checked by ReleaseUpdatesAndDeletes, ReleaseIsSeenAtOnce.
+//   - The coordinator hands a split back with it in one round trip (the owner cleared from the split's progress record, its lease deleted) and in two calls, Update then Delete, on a store without it. — no rule: the coordinator's use of it; the root's TestStoreCallsPerLifecycle and stores/redis TestStoreCallsPerLifecycle count the calls.
+//   - Find it with [spate.ReleaserOf]. — no rule: a reference.
+//
+// Releaser.UpdateAndDelete:
+//
+//   - UpdateAndDelete updates durableKey in the [spate.Durable] keyspace as [spate.Store.Update] does and, only if that update wins, deletes ephemeralKey in the [spate.Ephemeral] keyspace if it exists at exactly leaseExpected, both in one atomic write. — checked by ReleaseUpdatesAndDeletes.
+//   - A lost update writes nothing: both outcomes are Lost and the ephemeral key is left as it is. — checked by ReleaseLostUpdateWritesNothing.
+//   - A delete that loses its guard does not undo the update: updated is Won and deleted Lost. — checked by ReleaseLostGuardKeepsTheUpdate.
+//   - The outcomes' revisions are those [spate.Store.Update] and [spate.Store.Delete] would report for the two writes. — checked by ReleaseOutcomesCarryTheirRevisions.
+//   - Both changes become visible at once: no read sees the delete without the update, and the watchers of each keyspace receive that keyspace's change in its revision order. — checked by ReleaseIsSeenAtOnce.
+//   - A leaseExpected of [spate.AnyRevision] deletes nothing (no live key has it): the call is then a plain Update. — checked by ReleaseAtAnyRevisionIsAPlainUpdate.
+//   - A call that fails Retryable landed both writes or neither, never one alone. — no rule: the suite cannot lose a reply between a driver and its server; ReleaseIsSeenAtOnce checks that the two writes are one.
+//   - Its arguments, errors and Close are those of Update and Delete. — checked by ReleaseArgumentsAndCloseAreChecked.
 //
 // KeyMaxLen:
 //

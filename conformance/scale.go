@@ -264,6 +264,23 @@ func (s *countingStore) Update(ctx context.Context, ks spate.Keyspace, key strin
 	return s.Store.Update(ctx, ks, key, v, rev)
 }
 
+// Capabilities passes the Releaser capability on when the store has it.
+func (s *countingStore) Capabilities() spate.Capabilities {
+	c := s.Store.Capabilities()
+	_, c.UpdateAndDelete = spate.ReleaserOf(s.Store)
+	return c
+}
+
+// UpdateAndDelete counts one write: the release's one round trip.
+func (s *countingStore) UpdateAndDelete(ctx context.Context, dk string, v []byte, rev uint64, ek string, leaseRev uint64) (spate.Outcome, spate.Outcome, error) {
+	r, ok := spate.ReleaserOf(s.Store)
+	if !ok {
+		return spate.Outcome{}, spate.Outcome{}, fmt.Errorf("conformance: the store has no Releaser capability: %w", spate.ErrFatal)
+	}
+	s.c.writes.Add(1)
+	return r.UpdateAndDelete(ctx, dk, v, rev, ek, leaseRev)
+}
+
 func (s *countingStore) Delete(ctx context.Context, ks spate.Keyspace, key string, rev uint64) (spate.Outcome, error) {
 	s.c.writes.Add(1)
 	return s.Store.Delete(ctx, ks, key, rev)

@@ -21,8 +21,9 @@ import (
 // StoreRules are the rules of [RunStore] and [CheckStore], in the order they
 // run. Each checks one sentence of the store contract, quoted in its
 // Contract; the package documentation maps every sentence of the contract
-// to its rules.
-var StoreRules = []Rule{
+// to its rules. The rules of the optional [spate.Releaser] capability come
+// last; a store without it skips them.
+var StoreRules = slices.Concat([]Rule{
 	{Name: "DriverIsNamed",
 		Contract: `Driver names the backend ("mem", "etcd", "redis", "nats").`,
 		body:     testDriverNamed},
@@ -194,7 +195,7 @@ var StoreRules = []Rule{
 	{Name: "UseAfterClose",
 		Contract: "After Close every method returns an error matching both [ErrClosed] and [ErrFatal].",
 		body:     testCallsAfterClose},
-}
+}, releaseRules)
 
 // eventWait bounds waits for live watch events that need no expiry.
 const eventWait = 10 * time.Second

@@ -47,8 +47,12 @@ var alsoChecks = map[string][]string{
 		"CancelledContextIsRetryable", "LaggingWatcherConvergesOrBreaksRetryable"},
 	"ErrFatal: unrecoverable (misconfiguration, a store without the required atomic primitives, a corrupt or alien record, a diverging job fingerprint, an unsupported server version).": {
 		"InvalidKeyspacesAreFatal", "InvalidKeysRejected", "ValueSizeCap", "UseAfterClose"},
-	"Each is returned wrapped together with its class, so errors.Is matches both.":                           {"InvalidKeysRejected", "ValueSizeCap", "UseAfterClose"},
-	"ErrClosed is returned (with ErrFatal) by every call after Close but Close itself, which is idempotent.": {"UseAfterClose", "CloseEndsEveryWatchAndIsIdempotent"},
+	"Each is returned wrapped together with its class, so errors.Is matches both.":                                        {"InvalidKeysRejected", "ValueSizeCap", "UseAfterClose"},
+	"ErrClosed is returned (with ErrFatal) by every call after Close but Close itself, which is idempotent.":              {"UseAfterClose", "CloseEndsEveryWatchAndIsIdempotent"},
+	"UpdateAndDelete reports whether the store has the optional [Releaser] capability.":                                   {"ReleaserIsReported"},
+	"[NewStore] sets it when its [Driver] implements Releaser, and a wrapper that does not pass the method on clears it.": {"ReleaserIsReported"},
+	"Releaser is the optional capability of a store that updates a durable key and deletes an ephemeral key in one atomic call.": {
+		"ReleaseUpdatesAndDeletes", "ReleaseIsSeenAtOnce"},
 }
 
 // unchecked says, for a sentence no rule checks, why none can.
@@ -82,6 +86,9 @@ var unchecked = map[string]string{
 	"Re-read before assuming either way.":                                                                "it binds the caller.",
 	"The pipeline must stop.":                                                                            "it binds the caller.",
 	"Refinements of the classes above.":                                                                  "a heading.",
+	"The coordinator hands a split back with it in one round trip (the owner cleared from the split's progress record, its lease deleted) and in two calls, Update then Delete, on a store without it.": "the coordinator's use of it; the root's TestStoreCallsPerLifecycle and stores/redis TestStoreCallsPerLifecycle count the calls.",
+	"Find it with [ReleaserOf].": "a reference.",
+	"A call that fails Retryable landed both writes or neither, never one alone.": "the suite cannot lose a reply between a driver and its server; ReleaseIsSeenAtOnce checks that the two writes are one.",
 }
 
 // sentence is one sentence of the contract and where it stands.

@@ -343,11 +343,40 @@ func sendErr(ctx context.Context, out chan<- spate.WatchEvent, err error) {
 
 // Wrap returns a store that runs every operation of s through inj. Closing
 // the wrapper closes s.
-func Wrap(s spate.Store, inj *Injector) spate.Store { return &store{s: s, inj: inj} }
+//
+// If s has the [spate.Releaser] capability, so does the wrapper: its
+// UpdateAndDelete runs through inj as an [Update] of the durable key (a
+// rule that fails the durable update fails the whole call, and a Landed
+// one lands both writes), as stores/mem does.
+func Wrap(s spate.Store, inj *Injector) spate.Store {
+	w := &store{s: s, inj: inj}
+	if r, ok := spate.ReleaserOf(s); ok {
+		return &releaser{store: w, r: r}
+	}
+	return w
+}
 
 type store struct {
 	s   spate.Store
 	inj *Injector
+}
+
+// releaser is the wrapper of a store with the Releaser capability.
+type releaser struct {
+	*store
+	r spate.Releaser
+}
+
+func (w *releaser) UpdateAndDelete(ctx context.Context, durableKey string, value []byte, expected uint64,
+	ephemeralKey string, leaseExpected uint64) (u, d spate.Outcome, err error) {
+	err = w.inj.Apply(ctx, Call{Update, spate.Durable, durableKey, value}, func() (e error) {
+		u, d, e = w.r.UpdateAndDelete(ctx, durableKey, value, expected, ephemeralKey, leaseExpected)
+		return
+	})
+	if err != nil {
+		return spate.Outcome{}, spate.Outcome{}, err
+	}
+	return u, d, nil
 }
 
 func (w *store) Capabilities() spate.Capabilities { return w.s.Capabilities() }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/spate-go/spate"
@@ -106,4 +108,45 @@ func TestPartitionBreaksWatchesAndHealRestores(t *testing.T) {
 	if o, err := s.Create(ctx, spate.Durable, "k", nil); err != nil || !o.Won {
 		t.Fatalf("after heal: %v %v", o, err)
 	}
+}
+
+// The wrapper passes the Releaser capability on, faulted as an Update of
+// the durable key, and does not invent it for a store without it.
+func TestWrapPassesTheReleaserOn(t *testing.T) {
+	s, inj, inner := setup(t)
+	ctx := context.Background()
+	r, ok := spate.ReleaserOf(s)
+	require.True(t, ok, "mem has the capability, so the wrapper has it")
+
+	rec, err := inner.Create(ctx, spate.Durable, "split.a", []byte("owned"))
+	require.NoError(t, err)
+	lease, err := inner.Create(ctx, spate.Ephemeral, "split.a", []byte("lease"))
+	require.NoError(t, err)
+
+	inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Update}, Keyspace: spate.Durable, KeyPrefix: "split.", Times: 1})
+	_, _, err = r.UpdateAndDelete(ctx, "split.a", []byte("released"), rec.Revision, "split.a", lease.Revision)
+	require.ErrorIs(t, err, faultstore.ErrInjected)
+	_, leased, _ := inner.Get(ctx, spate.Ephemeral, "split.a")
+	assert.True(t, leased, "a failed call wrote nothing")
+
+	inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Update}, Keyspace: spate.Durable, KeyPrefix: "split.", Landed: true, Times: 1})
+	u, d, err := r.UpdateAndDelete(ctx, "split.a", []byte("released"), rec.Revision, "split.a", lease.Revision)
+	require.ErrorIs(t, err, faultstore.ErrInjected)
+	assert.False(t, u.Won || d.Won, "a lost reply hides the outcomes")
+	e, _, _ := inner.Get(ctx, spate.Durable, "split.a")
+	assert.Equal(t, "released", string(e.Value), "the landed call updated")
+	_, leased, _ = inner.Get(ctx, spate.Ephemeral, "split.a")
+	assert.False(t, leased, "and deleted")
+
+	_, ok = spate.ReleaserOf(faultstore.Wrap(plainStore{inner}, inj))
+	assert.False(t, ok, "no capability to pass on")
+}
+
+// plainStore hides the method and the capability of the store it wraps.
+type plainStore struct{ spate.Store }
+
+func (p plainStore) Capabilities() spate.Capabilities {
+	c := p.Store.Capabilities()
+	c.UpdateAndDelete = false
+	return c
 }

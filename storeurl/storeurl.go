@@ -216,7 +216,11 @@ func (m *Mux) OpenStore(ctx context.Context, rawURL, job string, ttl time.Durati
 		_ = d.Close()
 		return nil, err
 	}
-	return &ownedStore{Store: st, d: d}, nil
+	o := &ownedStore{Store: st, d: d}
+	if r, ok := spate.ReleaserOf(st); ok {
+		return &ownedReleaser{ownedStore: o, r: r}, nil
+	}
+	return o, nil
 }
 
 var defaultMux = new(Mux)
@@ -251,6 +255,18 @@ func (o *ownedStore) Close() error {
 	err := o.Store.Close()
 	_ = o.d.Close()
 	return err
+}
+
+// ownedReleaser is an ownedStore over a store with the [spate.Releaser]
+// capability, which it passes on.
+type ownedReleaser struct {
+	*ownedStore
+	r spate.Releaser
+}
+
+func (o *ownedReleaser) UpdateAndDelete(ctx context.Context, durableKey string, value []byte, expected uint64,
+	ephemeralKey string, leaseExpected uint64) (spate.Outcome, spate.Outcome, error) {
+	return o.r.UpdateAndDelete(ctx, durableKey, value, expected, ephemeralKey, leaseExpected)
 }
 
 var jobSyntax = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)

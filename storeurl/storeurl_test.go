@@ -320,3 +320,19 @@ func TestConfigAndSecretsFormatRedacted(t *testing.T) {
 	assert.Equal(t, `store URL "fake://alice:xxxxx@h:1?token=xxxxx": broke: cause`, err.Error())
 	assert.ErrorIs(t, err, spate.ErrFatal)
 }
+
+// OpenStore's wrapper passes the Releaser capability of the store on.
+func TestOpenStorePassesTheReleaserOn(t *testing.T) {
+	st, err := storeurl.OpenStore(t.Context(), "mem://", "job-1", time.Second, storeurl.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	r, ok := spate.ReleaserOf(st)
+	require.True(t, ok, "mem has the capability")
+	rec, err := st.Create(t.Context(), spate.Durable, "split.a", []byte("owned"))
+	require.NoError(t, err)
+	lease, err := st.Create(t.Context(), spate.Ephemeral, "split.a", []byte("lease"))
+	require.NoError(t, err)
+	u, d, err := r.UpdateAndDelete(t.Context(), "split.a", []byte("released"), rec.Revision, "split.a", lease.Revision)
+	require.NoError(t, err)
+	assert.True(t, u.Won && d.Won)
+}

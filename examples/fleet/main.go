@@ -195,6 +195,25 @@ type crashable struct {
 	crashed chan struct{}
 }
 
+// Capabilities passes the store's on, the Releaser capability included.
+func (c *crashable) Capabilities() spate.Capabilities {
+	caps := c.Store.Capabilities()
+	_, caps.UpdateAndDelete = spate.ReleaserOf(c.Store)
+	return caps
+}
+
+// UpdateAndDelete passes the store's Releaser capability on.
+func (c *crashable) UpdateAndDelete(ctx context.Context, dk string, v []byte, r uint64, ek string, lr uint64) (spate.Outcome, spate.Outcome, error) {
+	if err := c.dead(); err != nil {
+		return spate.Outcome{}, spate.Outcome{}, err
+	}
+	rel, ok := spate.ReleaserOf(c.Store)
+	if !ok {
+		return spate.Outcome{}, spate.Outcome{}, fmt.Errorf("the store has no Releaser capability: %w", spate.ErrFatal)
+	}
+	return rel.UpdateAndDelete(ctx, dk, v, r, ek, lr)
+}
+
 func (c *crashable) dead() error {
 	select {
 	case <-c.crashed:

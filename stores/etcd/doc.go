@@ -35,6 +35,12 @@
 //     one revision, sorted by key.
 //   - Watch: a List at revision R (the snapshot), SnapshotDone, then an etcd
 //     watch from R+1 over the prefix, so nothing falls between them.
+//   - UpdateAndDelete (the optional [spate.Releaser] capability, which the
+//     coordinator's release uses): one Txn(ModRevision(durable) ==
+//     expected → Put durable, Txn(ModRevision(ephemeral) == leaseExpected
+//     → Delete ephemeral)). Both writes carry the transaction's revision
+//     and reach watchers together; a lost inner guard leaves the put in
+//     place.
 //
 // Each call makes one attempt. (clientv3 itself retries reads, and writes
 // that provably never reached a server, on other endpoints.)

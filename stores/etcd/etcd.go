@@ -168,8 +168,9 @@ type store struct {
 }
 
 var (
-	_ spate.Store  = (*Store)(nil)
-	_ spate.Driver = (*store)(nil)
+	_ spate.Store    = (*Store)(nil)
+	_ spate.Driver   = (*store)(nil)
+	_ spate.Releaser = (*store)(nil)
 )
 
 // New opens a store over client, which the caller keeps owning: Close never
@@ -401,6 +402,55 @@ func (s *store) Delete(ctx context.Context, ks spate.Keyspace, key string, expec
 		}
 	}
 	return spate.Won(uint64(resp.Header.Revision)), nil
+}
+
+// UpdateAndDelete implements [spate.Releaser] with one transaction: if the
+// durable key's ModRevision equals expected, put it and run a nested
+// transaction that deletes the ephemeral key if its ModRevision equals
+// leaseExpected. Both writes share the transaction's revision, which both
+// outcomes report, and reach watchers at once; the ephemeral key's lease
+// is revoked in the background, as after a Delete.
+func (s *store) UpdateAndDelete(ctx context.Context, durableKey string, value []byte, expected uint64,
+	ephemeralKey string, leaseExpected uint64) (spate.Outcome, spate.Outcome, error) {
+	if err := s.live(); err != nil {
+		return spate.Outcome{}, spate.Outcome{}, err
+	}
+	rev, ok := revision(expected)
+	if !ok {
+		return spate.Outcome{}, spate.Outcome{}, nil
+	}
+	durable, ephemeral := s.key(spate.Durable, durableKey), s.key(spate.Ephemeral, ephemeralKey)
+	then := []clientv3.Op{clientv3.OpPut(durable, string(value))}
+	if lrev, ok := revision(leaseExpected); ok {
+		then = append(then, clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ephemeral), "=", lrev)},
+			[]clientv3.Op{clientv3.OpDelete(ephemeral, clientv3.WithPrevKV())},
+			nil))
+	}
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(durable), "=", rev)).
+		Then(then...).
+		Commit()
+	if err != nil {
+		return spate.Outcome{}, spate.Outcome{}, s.classify(ctx, err)
+	}
+	if !resp.Succeeded {
+		return spate.Outcome{}, spate.Outcome{}, nil
+	}
+	u := spate.Won(uint64(resp.Header.Revision))
+	if len(resp.Responses) < 2 {
+		return u, spate.Outcome{}, nil
+	}
+	inner := resp.Responses[1].GetResponseTxn()
+	if inner == nil || !inner.Succeeded || len(inner.Responses) == 0 {
+		return u, spate.Outcome{}, nil
+	}
+	if dr := inner.Responses[0].GetResponseDeleteRange(); dr != nil {
+		for _, kv := range dr.PrevKvs {
+			s.supersede(clientv3.LeaseID(kv.Lease))
+		}
+	}
+	return u, spate.Won(uint64(resp.Header.Revision)), nil
 }
 
 // List implements [spate.Driver]: a prefix range read at one revision, in

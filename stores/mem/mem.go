@@ -11,6 +11,9 @@
 // With an injected clock ([Options.Now]) the timer polls every
 // [Options.SweepInterval] instead.
 //
+// It has the [spate.Releaser] capability: UpdateAndDelete makes both
+// writes under that one mutex.
+//
 // Watches register under the same lock that mints revisions, so a watcher
 // never sees a gap or an out-of-order pair. A watcher that falls more than
 // [Options.WatchBuffer] events behind is cut off with a Retryable error and
@@ -71,7 +74,11 @@ type Store struct {
 	h *handle
 }
 
-var _ spate.Store = (*Store)(nil)
+var (
+	_ spate.Store    = (*Store)(nil)
+	_ spate.Releaser = (*Store)(nil)
+	_ spate.Releaser = (*handle)(nil)
+)
 
 // New creates a store and returns its first handle.
 func New(opts Options) (*Store, error) {
@@ -171,6 +178,20 @@ func (h *handle) Update(ctx context.Context, ks spate.Keyspace, key string, valu
 		return nil
 	})
 	return o, err
+}
+
+// UpdateAndDelete implements [spate.Releaser]: both writes under the
+// backend's one lock, so no read or watcher sees one without the other.
+// [Options.Faults] sees it as an Update of the durable key (a rule that
+// fails the durable update fails the whole call).
+func (h *handle) UpdateAndDelete(ctx context.Context, durableKey string, value []byte, expected uint64,
+	ephemeralKey string, leaseExpected uint64) (spate.Outcome, spate.Outcome, error) {
+	var u, d spate.Outcome
+	err := h.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.Update, Keyspace: spate.Durable, Key: durableKey, Value: value}, func() error {
+		u, d = h.b.updateAndDelete(durableKey, value, expected, ephemeralKey, leaseExpected)
+		return nil
+	})
+	return u, d, err
 }
 
 // Get implements [spate.Driver].
@@ -293,6 +314,22 @@ func (b *backend) space(ks spate.Keyspace) *keyspace { return b.ks[ks-1] }
 func (b *backend) put(ks spate.Keyspace, key string, value []byte, expected uint64, create bool) spate.Outcome {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.putLocked(ks, key, value, expected, create)
+}
+
+// updateAndDelete is the durable compare-and-swap and, if it wins, the
+// guarded ephemeral delete, under one lock.
+func (b *backend) updateAndDelete(durableKey string, value []byte, expected uint64, ephemeralKey string, leaseExpected uint64) (spate.Outcome, spate.Outcome) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	u := b.putLocked(spate.Durable, durableKey, value, expected, false)
+	if !u.Won {
+		return u, spate.Outcome{}
+	}
+	return u, b.delLocked(spate.Ephemeral, ephemeralKey, leaseExpected)
+}
+
+func (b *backend) putLocked(ks spate.Keyspace, key string, value []byte, expected uint64, create bool) spate.Outcome {
 	sp := b.space(ks)
 	now := b.now()
 	b.expireLocked(ks, now)
@@ -326,6 +363,10 @@ func (b *backend) get(ks spate.Keyspace, key string) (spate.Entry, bool) {
 func (b *backend) del(ks spate.Keyspace, key string, expected uint64) spate.Outcome {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.delLocked(ks, key, expected)
+}
+
+func (b *backend) delLocked(ks spate.Keyspace, key string, expected uint64) spate.Outcome {
 	b.expireLocked(ks, b.now())
 	sp := b.space(ks)
 	cur, ok := sp.items[key]

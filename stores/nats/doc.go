@@ -86,6 +86,12 @@
 // a revision is given, and reports the marker's sequence. A guarded delete of
 // an absent key loses; an unguarded one wins (and leaves a marker).
 //
+// The store does not have the optional [spate.Releaser] capability: the
+// two keyspaces are two buckets, so two streams, and JetStream has no
+// write that spans two streams atomically. The coordinator's release stays two
+// calls (the owner-clear Update, then the guarded lease Delete), and the
+// conformance suite skips the Releaser rules, saying so.
+//
 // A deviation the server cannot help with: an Update or guarded Delete whose
 // expected revision is exactly the revision of the key's delete or expiry
 // marker (as a watch reports it) finds the subject at that sequence and wins,

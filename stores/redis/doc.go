@@ -43,6 +43,13 @@
 // can touch all of them. One job lives on one shard; jobs spread over the
 // cluster. Two jobs share nothing.
 //
+// That is what gives the store the optional [spate.Releaser] capability:
+// UpdateAndDelete, the coordinator's release, is one script over both
+// keyspaces' keys. It runs the durable compare-and-swap and, if it wins,
+// the guarded ephemeral delete; each change takes its own keyspace's next
+// revision and its own change-log entry and notification, exactly as
+// Update and Delete would, so watchers of each keyspace see it as usual.
+//
 // Each keyspace keeps a sorted index of its live keys (prefix ranges with
 // ZRANGEBYLEX), a hash of values, a hash of revisions, a revision counter
 // (INCR), the change log (a stream, XADD with MAXLEN ~ [Options.ChangeLogLength])

@@ -16,10 +16,29 @@ import (
 )
 
 // countingStore records every keyed call a coordinator makes on the store.
+// It passes the Releaser capability on unless plain is set.
 type countingStore struct {
 	spate.Store
+	plain bool
 	mu    sync.Mutex
 	calls []storeCall
+}
+
+func (s *countingStore) Capabilities() spate.Capabilities {
+	c := s.Store.Capabilities()
+	_, c.UpdateAndDelete = spate.ReleaserOf(s.Store)
+	c.UpdateAndDelete = c.UpdateAndDelete && !s.plain
+	return c
+}
+
+func (s *countingStore) UpdateAndDelete(ctx context.Context, dk string, v []byte, exp uint64, ek string, lexp uint64) (spate.Outcome, spate.Outcome, error) {
+	r, ok := spate.ReleaserOf(s.Store)
+	if !ok || s.plain {
+		return spate.Outcome{}, spate.Outcome{}, fmt.Errorf("no Releaser capability: %w", spate.ErrFatal)
+	}
+	u, d, err := r.UpdateAndDelete(ctx, dk, v, exp, ek, lexp)
+	s.record("update-and-delete", spate.Durable, dk, u.Won && d.Won, err)
+	return u, d, err
 }
 
 type storeCall struct {
@@ -117,12 +136,19 @@ func (p *lifecyclePlanner) Plan(context.Context, spate.PlanContext) (spate.Split
 // TestStoreCallsPerLifecycle counts the store calls the coordinator makes
 // on one split's keys on the Redis driver, as the root package's test of
 // the same name does against its fake store: a commit is one call, a
-// release two (owner clear, lease delete), a claim two (lease create,
-// epoch-bumping compare-and-swap), and a takeover of a dead owner's split
-// two as well. Lease renewals run on their own clock and are left out; the
-// full sequence of calls and their outcomes is logged.
+// release one (the driver's UpdateAndDelete: owner clear and lease delete
+// in one script), or two (owner clear, lease delete) with the capability
+// hidden, a claim two (lease create, epoch-bumping compare-and-swap), and
+// a takeover of a dead owner's split two as well. Lease renewals run on
+// their own clock and are left out; the full sequence of calls and their
+// outcomes is logged.
 func TestStoreCallsPerLifecycle(t *testing.T) {
 	t.Parallel()
+	t.Run("releaser", func(t *testing.T) { storeCallsPerLifecycle(t, false) })
+	t.Run("plain", func(t *testing.T) { storeCallsPerLifecycle(t, true) })
+}
+
+func storeCallsPerLifecycle(t *testing.T, plain bool) {
 	const ttl = 3 * time.Second
 	srv := redistest.Start(t)
 	h := srv.NewHarness(t, ttl)
@@ -147,7 +173,7 @@ func TestStoreCallsPerLifecycle(t *testing.T) {
 	start := func(name string) (*spate.StoreCoordinator, *countingStore, spate.Waker) {
 		st, err := h.Open(t.Context())
 		require.NoError(t, err)
-		cs := &countingStore{Store: st}
+		cs := &countingStore{Store: st, plain: plain}
 		c := cfg
 		c.InstanceID = name
 		co, err := spate.NewStoreCoordinator(cs, c)
@@ -200,15 +226,29 @@ func TestStoreCallsPerLifecycle(t *testing.T) {
 		require.NoError(t, spate.ReleaseDrained(t.Context(), owner, id))
 		gain(owner, ow, id)
 	})
-	// Release: the owner clear and the lease delete; claim: the lease
-	// create and the compare-and-swap. On a real server a lease renewal
-	// often lands between the owner clear and the lease delete: the delete
-	// then loses, the worker reads the lease back (still its own) and
-	// reclaims with the compare-and-swap alone, also four calls besides the
-	// renewal.
-	require.Len(t, calls, 4, "release and reclaim")
-	assert.Equal(t, "update/durable", calls[0], "the release starts with the owner clear")
-	assert.Contains(t, calls, "delete/ephemeral", "the release deletes the lease")
+	if plain {
+		// Release: the owner clear and the lease delete; claim: the lease
+		// create and the compare-and-swap. On a real server a lease renewal
+		// often lands between the owner clear and the lease delete: the
+		// delete then loses, the worker reads the lease back (still its
+		// own) and reclaims with the compare-and-swap alone, also four
+		// calls besides the renewal.
+		require.Len(t, calls, 4, "release and reclaim")
+		assert.Equal(t, "update/durable", calls[0], "the release starts with the owner clear")
+		assert.Contains(t, calls, "delete/ephemeral", "the release deletes the lease")
+	} else {
+		// Release: one call; claim: the lease create and the
+		// compare-and-swap. The renewer stops before the release, but a
+		// renewal already in flight may land first: the delete then loses
+		// its guard and the plain delete (delete, read, delete) finishes
+		// the release.
+		require.NotEmpty(t, calls)
+		assert.Equal(t, "update-and-delete/durable", calls[0], "the release is one call")
+		if !slices.Contains(calls, "get/ephemeral") {
+			assert.Equal(t, []string{"update-and-delete/durable", "create/ephemeral", "update/durable"}, calls,
+				"release and reclaim: one call, then the claim's two")
+		}
+	}
 
 	standby, scs, sw := start("standby")
 	time.Sleep(ttl / 3) // let the standby join

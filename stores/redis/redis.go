@@ -172,8 +172,9 @@ type store struct {
 }
 
 var (
-	_ spate.Store  = (*Store)(nil)
-	_ spate.Driver = (*store)(nil)
+	_ spate.Store    = (*Store)(nil)
+	_ spate.Driver   = (*store)(nil)
+	_ spate.Releaser = (*store)(nil)
 )
 
 // New opens the job's keyspaces over client, which the store uses but does
@@ -439,6 +440,43 @@ func (s *store) Delete(ctx context.Context, ks spate.Keyspace, key string, expec
 	k := s.space(ks)
 	res, err := run(ctx, s.c, scriptDelete, k.keys, s.args(k, key, strconv.FormatUint(expected, 10))...)
 	return outcome(res, err)
+}
+
+// UpdateAndDelete implements [spate.Releaser] with one script over both
+// keyspaces' keys, which share the job's hash tag: the durable update and,
+// if it wins, the guarded ephemeral delete, each minted, logged and
+// published on its own keyspace as Update and Delete do.
+func (s *store) UpdateAndDelete(ctx context.Context, durableKey string, value []byte, expected uint64,
+	ephemeralKey string, leaseExpected uint64) (spate.Outcome, spate.Outcome, error) {
+	d, e := s.space(spate.Durable), s.space(spate.Ephemeral)
+	keys := slices.Concat(d.keys, e.keys)
+	res, err := run(ctx, s.c, scriptRelease, keys, s.args(d, durableKey, value, strconv.FormatUint(expected, 10),
+		e.ttl, ephemeralKey, strconv.FormatUint(leaseExpected, 10))...)
+	if err != nil {
+		return spate.Outcome{}, spate.Outcome{}, wrapErr(err)
+	}
+	vals, ok := res.([]any)
+	if !ok || len(vals) == 0 {
+		return spate.Outcome{}, spate.Outcome{}, badReply(res)
+	}
+	if won, _ := vals[0].(int64); won == 0 {
+		return spate.Outcome{}, spate.Outcome{}, nil
+	}
+	if len(vals) < 2 || len(vals) > 3 {
+		return spate.Outcome{}, spate.Outcome{}, badReply(res)
+	}
+	rev, err := parseRev(vals[1])
+	if err != nil {
+		return spate.Outcome{}, spate.Outcome{}, badReply(res)
+	}
+	if len(vals) == 2 {
+		return spate.Won(rev), spate.Outcome{}, nil
+	}
+	drev, err := parseRev(vals[2])
+	if err != nil {
+		return spate.Outcome{}, spate.Outcome{}, badReply(res)
+	}
+	return spate.Won(rev), spate.Won(drev), nil
 }
 
 // outcome decodes {1, rev} or {0}.

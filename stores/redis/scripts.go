@@ -122,6 +122,29 @@ if ARGV[4] ~= '0' and cur ~= ARGV[4] then return {0} end
 return {1, remove(ARGV[3])}
 `
 
+// updateAndDeleteBody is the release: the update script on the durable
+// keyspace and, if it wins, the guarded delete script on the ephemeral one,
+// in one script. KEYS[1..6] are the durable keyspace's keys, KEYS[7..12]
+// the ephemeral one's (all in the job's slot). ARGV[1], ARGV[2] as in the
+// prelude (the durable TTL, "0", and the log length); ARGV[3] the durable
+// key, ARGV[4] the value, ARGV[5] the expected revision; ARGV[6] the
+// ephemeral TTL in milliseconds, ARGV[7] the ephemeral key, ARGV[8] its
+// expected revision (never "0"). Rebinding the prelude's locals switches
+// current, write, remove and mint to the ephemeral keyspace, so each
+// change is minted, logged and published on its own keyspace's counter,
+// log and channel exactly as the single-keyspace scripts do. Returns {0},
+// {1, rev} (the delete lost its guard) or {1, rev, delete rev}.
+const updateAndDeleteBody = `
+local now = now_ms()
+if current(ARGV[3], now) ~= ARGV[5] then return {0} end
+local rev = write(ARGV[3], ARGV[4], now)
+IDX, VAL, REV, SEQ, LOG, DL = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+TTL = tonumber(ARGV[6])
+local cur = current(ARGV[7], now_ms())
+if cur ~= ARGV[8] then return {1, rev} end
+return {1, rev, remove(ARGV[7])}
+`
+
 // ARGV[3] key. Returns {rev, value}, or {} when absent.
 const getBody = `
 local cur = current(ARGV[3], now_ms())
@@ -225,6 +248,7 @@ var (
 	scriptCreate   = newScript(prelude + createBody)
 	scriptUpdate   = newScript(prelude + updateBody)
 	scriptDelete   = newScript(prelude + deleteBody)
+	scriptRelease  = newScript(prelude + updateAndDeleteBody)
 	scriptGet      = newScript(prelude + getBody)
 	scriptSnapshot = newScript(prelude + snapshotBody)
 	scriptSweep    = newScript(prelude + sweepBody)

@@ -225,3 +225,50 @@ func TestWatchWithoutPushPermissionsReadsTheLog(t *testing.T) {
 		})
 	}
 }
+
+// TestUpdateAndDeleteLogsAndPushesBothChanges: the release script mints,
+// logs and publishes each change on its own keyspace, as Update and
+// Delete do: each keyspace's watch is pushed its change (well within the
+// one-second log read), and each change log's newest entry is that
+// change, under its revision.
+func TestUpdateAndDeleteLogsAndPushesBothChanges(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	h := srv.NewHarness(t, testTTL)
+	st := open(t, h)
+	dch, _ := watch(t, st, spate.Durable, "")
+	ech, _ := watch(t, st, spate.Ephemeral, "")
+	rec := create(t, st, spate.Durable, "split.a", "owned")
+	lease := create(t, st, spate.Ephemeral, "split.a", "lease")
+	recv(t, dch, "the record's create")
+	recv(t, ech, "the lease's create")
+
+	r, ok := spate.ReleaserOf(st)
+	require.True(t, ok, "the Redis store has the Releaser capability")
+	start := time.Now()
+	u, d, err := r.UpdateAndDelete(t.Context(), "split.a", []byte("released"), rec, "split.a", lease)
+	require.NoError(t, err)
+	require.True(t, u.Won && d.Won)
+	ev := recv(t, dch, "the owner-clear")
+	assert.Equal(t, spate.WatchPut, ev.Kind, ev.Err)
+	assert.Equal(t, u.Revision, ev.Revision)
+	assert.Equal(t, "released", string(ev.Value))
+	ev = recv(t, ech, "the lease delete")
+	assert.Equal(t, spate.WatchDelete, ev.Kind, ev.Err)
+	assert.Equal(t, d.Revision, ev.Revision)
+	assert.Less(t, time.Since(start), pushWait, "both changes were pushed, not polled")
+
+	for _, c := range []struct {
+		space, op string
+		rev       uint64
+	}{{"d", "p", u.Revision}, {"e", "d", d.Revision}} {
+		key := "spate:{" + h.Job() + "}:" + c.space + ":log"
+		last, err := admin.XRevRangeN(t.Context(), key, "+", "-", 1).Result()
+		require.NoError(t, err)
+		require.Len(t, last, 1)
+		assert.Equal(t, fmt.Sprintf("%d-0", c.rev), last[0].ID, "%s: the log entry's ID is the change's revision", key)
+		assert.Equal(t, "split.a", last[0].Values["k"])
+		assert.Equal(t, c.op, last[0].Values["o"])
+	}
+}
