@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -29,6 +30,9 @@ type ScaleOptions struct {
 	// Placement bounds the wait for every split to be held; 0 means 20
 	// leases.
 	Placement time.Duration
+	// Progress, when set, receives a line as each phase starts (a real-time
+	// run at a large W takes minutes).
+	Progress io.Writer
 }
 
 // ScaleResult is what [MeasureScale] observed. Rates are per second of the
@@ -120,6 +124,12 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 	cfg.MaxInFlight = 2 * ((o.Splits + o.Workers - 1) / o.Workers)
 	res := ScaleResult{Workers: o.Workers, Splits: o.Splits}
 
+	phase := func(format string, args ...any) {
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, "scale W=%d S=%d: %s\n", o.Workers, o.Splits, fmt.Sprintf(format, args...))
+		}
+	}
+	phase("starting the fleet")
 	heap0 := liveHeap()
 	planner := planOf("scale", o.Splits)
 	start := time.Now()
@@ -162,11 +172,13 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 		time.Sleep(100 * time.Millisecond)
 	}
 	res.Placement, res.Placed = time.Since(start), held()
+	phase("%d of %d splits held after %v; settling for a lease", res.Placed, o.Splits, res.Placement.Round(time.Millisecond))
 	if res.Placed < o.Splits {
 		t.Logf("scale: only %d of %d splits held after %v", res.Placed, o.Splits, res.Placement)
 	}
 	time.Sleep(cfg.LeaseDuration) // let the first commits and the churn of placement pass
 
+	phase("measuring for %v", o.Window)
 	w0, e0, r0 := cnt.writes.Load(), cnt.events.Load(), cnt.reads.Load()
 	cpu0, t0 := cpuTime(), time.Now()
 	time.Sleep(o.Window)
@@ -178,6 +190,7 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 	res.HeapPerWorker = float64(liveHeap()-heap0) / float64(o.Workers)
 
 	// A store restart as every worker sees it: all watches break at once.
+	phase("breaking every watch")
 	r1 := cnt.reads.Load()
 	cnt.breakAll()
 	time.Sleep(cfg.LeaseDuration)
@@ -187,6 +200,7 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 
 	// One worker dies without handing back.
 	victim := fleet[len(fleet)-1]
+	phase("killing one worker")
 	victim.abandon()
 	died := time.Now()
 	for time.Since(died) < 10*cfg.LeaseDuration {
@@ -196,6 +210,7 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	phase("takeover took %v; stopping the fleet", res.Takeover.Round(time.Millisecond))
 	for _, w := range fleet {
 		res.LeasesLost += w.lost.Load()
 		res.Quarantined += w.quarantined.Load()
@@ -448,6 +463,9 @@ func (w *scaleWorker) close() {
 //
 //	go test -run '^$' -bench 'Scale/workers=50$' -benchtime 1x ./stores/etcd
 func BenchScale(b *testing.B, mk HarnessMaker, o ScaleOptions) {
+	if o.Progress == nil {
+		o.Progress = os.Stderr
+	}
 	r := MeasureScale(b, mk, o)
 	b.Log(ScaleHeader + "\n" + r.Row())
 	b.ReportMetric(0, "ns/op")
