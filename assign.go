@@ -16,6 +16,12 @@ type assignMember struct {
 	// Budget is the member's lane budget: the most splits it may be given.
 	// Values below 1 count as 1.
 	Budget int
+	// Unproven: the leader has not yet seen this member renew its presence
+	// (it may be the record of a process that died, kept alive until its
+	// TTL runs out). It is given unplaced splits, but the improve pass
+	// takes no split from another member to give it: a held split revoked
+	// toward a dead member would wait a lease for nothing.
+	Unproven bool
 }
 
 // assignSplit is one claimable split as the assignment sees it.
@@ -95,6 +101,7 @@ func computeAssignment(in assignIn) map[string][]string {
 		count:    make([]int, m),
 		budget:   make([]int, m),
 		nameHash: make([]uint64, m),
+		unproven: make([]bool, m),
 		held:     make([][]heldSplit, m),
 		fixed:    make([][]int, m),
 	}
@@ -102,6 +109,7 @@ func computeAssignment(in assignIn) map[string][]string {
 		idx[mb.ID] = i
 		st.budget[i] = max(mb.Budget, 1)
 		st.nameHash[i] = keyedHash(in.Seed, mb.ID)
+		st.unproven[i] = mb.Unproven
 	}
 
 	// Pool order: heaviest first, then id.
@@ -198,6 +206,7 @@ type assignState struct {
 	count    []int
 	budget   []int
 	nameHash []uint64
+	unproven []bool
 	held     [][]heldSplit // the splits the improve pass may move
 	fixed    [][]int       // settling splits: placed, never moved (pool indexes)
 }
@@ -248,7 +257,7 @@ func (st *assignState) improve(pool []poolSplit) bool {
 		return st.load[a] < st.load[b] || st.load[a] == st.load[b] && st.nameHash[a] < st.nameHash[b]
 	}
 	for i := range st.load {
-		if st.count[i] >= st.budget[i] {
+		if st.count[i] >= st.budget[i] || i < len(st.unproven) && st.unproven[i] {
 			continue
 		}
 		switch {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"pgregory.net/rapid"
 )
 
@@ -512,4 +513,26 @@ func settledBeforeJoin(in assignIn) assignIn {
 	before := in
 	before.Members = in.Members[:len(in.Members)-1]
 	return ownership(in, computeAssignment(before))
+}
+
+// A member the leader has not seen renew may be a dead process's record,
+// alive until its TTL runs out: it is given unplaced splits, but no held
+// split is revoked toward it. Once proven, it gets its share.
+func TestAnUnprovenMemberIsGivenNoHeldSplit(t *testing.T) {
+	in := assignIn{Members: []assignMember{{ID: "live", Budget: 10}, {ID: "ghost", Budget: 10, Unproven: true}}}
+	for i := range 6 {
+		in.Splits = append(in.Splits, assignSplit{ID: fmt.Sprintf("h%d", i), Weight: 1, Owner: "live"})
+	}
+	out := computeAssignment(in)
+	assert.Len(t, out["live"], 6, "every held split stays where it is")
+	assert.Empty(t, out["ghost"])
+
+	in.Splits = append(in.Splits, assignSplit{ID: "free", Weight: 1})
+	out = computeAssignment(in)
+	assert.Equal(t, []string{"free"}, out["ghost"], "an unplaced split may go to it")
+
+	in.Members[1].Unproven = false
+	out = computeAssignment(in)
+	assert.Len(t, out["ghost"], 3, "a proven newcomer gets its share: %v", out)
+	assert.Len(t, out["live"], 4)
 }

@@ -271,7 +271,7 @@ func assignInput(v leaderView) (assignIn, map[string]bool) {
 		if c, ok := v.caps[inst]; ok && c > 0 {
 			budget = c
 		}
-		in.Members = append(in.Members, assignMember{ID: inst, Budget: budget})
+		in.Members = append(in.Members, assignMember{ID: inst, Budget: budget, Unproven: v.presence[inst].unproven})
 	}
 	// Records in revision order: if two live members' records name one
 	// split (a publish whose write to the old assignee failed), the newer

@@ -40,8 +40,9 @@ type pendingWrite struct {
 }
 
 type presenceEntry struct {
-	rev uint64
-	at  uint64
+	rev      uint64
+	at       uint64
+	unproven bool // not yet seen renewing (a later revision than first seen); never self
 }
 
 type assignEntry struct {
@@ -118,7 +119,13 @@ func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 			a.membersDirty = true
 			a.memberArrived(time.Now())
 		}
-		a.presence[inst] = presenceEntry{rev: rev, at: a.clock}
+		// A member is proven once this worker has seen it renew (or it is
+		// this worker): a record first seen may belong to a dead process.
+		unproven := !known && inst != a.self
+		if known && old.unproven {
+			a.dirty = true // it may now be given a share of held splits
+		}
+		a.presence[inst] = presenceEntry{rev: rev, at: a.clock, unproven: unproven}
 		if _, ok := a.departed[inst]; ok {
 			delete(a.departed, inst) // a returning instance cancels its window
 			a.dirty = true

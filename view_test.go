@@ -192,19 +192,25 @@ func TestEphemeralPresenceLifecycle(t *testing.T) {
 	require.NoError(t, a.ephemeralPut(prefixWorker+"p", workerBytes("n", 6), 3))
 	assert.True(t, a.dirty)
 	assert.Equal(t, 6, a.caps["p"])
+	assert.True(t, a.presence["p"].unproven, "a member first seen may be a dead process's record")
 	a.dirty = false
 	require.NoError(t, a.ephemeralPut(prefixWorker+"p", workerBytes("n", 6), 3))
+	assert.False(t, a.dirty, "a stale renewal changes nothing")
 	require.NoError(t, a.ephemeralPut(prefixWorker+"p", workerBytes("n", 6), 4))
+	assert.True(t, a.dirty, "its first renewal proves it alive: it may now be given held splits")
+	assert.False(t, a.presence["p"].unproven)
+	a.dirty = false
+	require.NoError(t, a.ephemeralPut(prefixWorker+"p", workerBytes("n", 6), 5))
 	assert.False(t, a.dirty, "a renewal of a known member with an unchanged cap changes nothing")
-	require.NoError(t, a.ephemeralPut(prefixWorker+"p", []byte("garbage"), 5))
+	require.NoError(t, a.ephemeralPut(prefixWorker+"p", []byte("garbage"), 6))
 	assert.Equal(t, 6, a.caps["p"], "an unreadable presence record keeps the member, at its last cap")
 
 	a.ephemeralDelete(prefixWorker+"p", 4, false)
 	assert.Contains(t, a.presence, "p", "a delete at or below the held revision is stale")
-	a.ephemeralDelete(prefixWorker+"p", 6, false)
+	a.ephemeralDelete(prefixWorker+"p", 7, false)
 	assert.NotContains(t, a.presence, "p")
 	assert.Contains(t, a.departed, "p")
-	require.NoError(t, a.ephemeralPut(prefixWorker+"p", workerBytes("n2", 6), 7))
+	require.NoError(t, a.ephemeralPut(prefixWorker+"p", workerBytes("n2", 6), 8))
 	assert.NotContains(t, a.departed, "p", "a returning instance cancels its window")
 }
 
