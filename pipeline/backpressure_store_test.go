@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/spate-go/spate/pipeline"
 )
 
@@ -129,4 +131,34 @@ func TestFailingCommitsWarnRateLimited(t *testing.T) {
 	h.src.failCommits.Store(false)
 	h.rt.Stop()
 	wait()
+}
+
+// At the default ceiling (64 MiB, far above what a small split holds),
+// reading still stops once commits fail: what is read then cannot be
+// committed, and all of it replays if the leases run out meanwhile (the
+// operator re-run of issue 16 saw 31% of a Redis job's input duplicated
+// while Redis refused writes). It resumes when a commit lands.
+func TestReadingStopsWhileCommitsFailAtTheDefaultCeiling(t *testing.T) {
+	for name, refuse := range map[string]func(*fakeSource, bool){
+		"failing":  func(s *fakeSource, on bool) { s.failCommits.Store(on) },
+		"deferred": func(s *fakeSource, on bool) { s.deferCommits.Store(on) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := testConfig() // MaxUncommittedBytes at its default
+			h := newHarness(t, cfg, modeOK, 0, assign(laneSpec{id: 0, part: 0, forever: true}))
+			wait := h.run()
+			waitFor(t, "reading to start", func() bool { return h.consumed.Load() > 100 })
+			refuse(h.src, true)
+			time.Sleep(100 * time.Millisecond) // several commit ticks, all failing
+			n0 := h.consumed.Load()
+			time.Sleep(300 * time.Millisecond)
+			grew := h.consumed.Load() - n0
+			require.LessOrEqual(t, grew, int64(20), "read %d records while no commit landed", grew)
+			refuse(h.src, false)
+			waitFor(t, "reading to resume once commits land", func() bool { return h.consumed.Load() > n0+grew+1000 })
+			h.rt.Stop()
+			r := wait()
+			require.Equal(t, pipeline.Completed, r.State, "%v", r.Failure)
+		})
+	}
 }

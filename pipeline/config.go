@@ -59,6 +59,8 @@ type Config struct {
 	// replay. A partition reaching it asks the controller for an early
 	// commit, so a working store does not throttle a fast source to one
 	// ceiling per commit tick. Default 64 MiB; negative disables it.
+	// Unless it is disabled, while commits are not landing at all, a
+	// partition with anything uncommitted is not polled either.
 	MaxUncommittedBytes int64
 	// DrainTimeout bounds a revocation drain and the whole shutdown drain
 	// (counted from the stop's trigger). Default 25s; keep it below the

@@ -121,6 +121,7 @@ type controller struct {
 	// on the next pass unless commits are failing (then the tick retries).
 	commitWanted     map[PartitionID]bool
 	commitFailing    bool
+	commitsFailing   *atomic.Bool // commitFailing, shared with the drivers (nil in tests)
 	commitWarn       warnLimiter
 	pollWarn         warnLimiter
 	committed        map[PartitionID]int64
@@ -643,8 +644,11 @@ const commitWarnEvery = 30 * time.Second
 // deferred, warning rate-limited.
 func (c *controller) commitNotLanded(err error, n int) {
 	c.commitFailing = true
+	if c.commitsFailing != nil {
+		c.commitsFailing.Store(true)
+	}
 	if ok, suppressed := c.commitWarn.allow(c.now(), commitWarnEvery); ok {
-		c.log.Warn("commit failed; retrying next tick; reading stops at the uncommitted-bytes ceiling",
+		c.log.Warn("commit failed; retrying next tick; reading stops until a commit lands",
 			"error", err, "partitions", n, "suppressed_warnings", suppressed,
 			"ceiling_bytes", c.cfg.MaxUncommittedBytes)
 	}
@@ -656,6 +660,9 @@ func (c *controller) commitLanded() {
 		return
 	}
 	c.commitFailing = false
+	if c.commitsFailing != nil {
+		c.commitsFailing.Store(false)
+	}
 	if failed, since := c.commitWarn.recover(); failed > 0 {
 		c.log.Info("commits landing again", "failed_commits", failed, "failing_for", c.now().Sub(since).Round(time.Millisecond))
 	}

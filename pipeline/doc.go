@@ -38,9 +38,10 @@
 // revoked partition are discarded. A partition's pending batches are capped
 // by Config.MaxPendingBatches: a lane at its ceiling is not polled until the
 // watermark advances. The bytes read past a partition's last commit that
-// landed are capped by Config.MaxUncommittedBytes: while the source's store
-// refuses commits, a lane at that ceiling is not polled until a commit
-// lands, which bounds what a restart replays.
+// landed are capped by Config.MaxUncommittedBytes, and while the source's
+// commits are not landing (failed or deferred) a lane with anything
+// uncommitted is not polled at all until a commit lands: what it would read
+// could not be committed, and all of it replays if the leases run out.
 //
 // # Backpressure
 //

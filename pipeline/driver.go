@@ -114,9 +114,14 @@ type driver struct {
 	queuesBelow func(float64) bool
 	health      *HealthState
 	shutdown    *atomic.Bool
-	m           driverMetrics
-	log         *slog.Logger
-	component   string
+	// commitsFailing is set by the controller while its commits do not
+	// land: nothing read then can be committed, and all of it replays if
+	// the splits' leases run out meanwhile, so a partition with anything
+	// uncommitted is not polled until a commit lands.
+	commitsFailing *atomic.Bool
+	m              driverMetrics
+	log            *slog.Logger
+	component      string
 
 	lanes            []Lane
 	gates            map[PartitionID]*gateState
@@ -422,6 +427,12 @@ func (d *driver) bytesGated(p PartitionID, g *gateState) bool {
 		return false
 	}
 	n := g.settle()
+	if n > 0 && n < limit && d.commitsFailing != nil && d.commitsFailing.Load() {
+		// Commits are not landing: what is read now cannot be committed
+		// and replays if the leases run out. The controller retries its
+		// commit every tick; asking for more would only hammer the store.
+		return true
+	}
 	gated := n >= limit
 	if gated && time.Since(g.lastWant) >= d.cfg.EventPollTimeout {
 		// Repeated while gated: the commit that lands may not cover it all.

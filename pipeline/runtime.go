@@ -191,6 +191,7 @@ func (r *Runtime) Run(ctx context.Context) (ExitReport, error) {
 
 	cp := NewCheckpointer(nil)
 	shutdown := new(atomic.Bool)
+	commitsFailing := new(atomic.Bool)
 	events := newMPSC[driverEvent]()
 	controls := make([]*mpsc[controlMsg], cfg.Threads)
 	exits := make([]driverExit, cfg.Threads)
@@ -201,7 +202,7 @@ func (r *Runtime) Run(ctx context.Context) (ExitReport, error) {
 		d := &driver{
 			i: i, cfg: &r.cfg, ctl: controls[i], events: events, chain: r.chains(i),
 			bp: newWatermarkController(params, nil), budget: r.budget, queuesBelow: r.sinks.QueuesBelow,
-			health: r.health, shutdown: shutdown, m: m.forDriver(i), component: fmt.Sprintf("driver-%d", i),
+			health: r.health, shutdown: shutdown, commitsFailing: commitsFailing, m: m.forDriver(i), component: fmt.Sprintf("driver-%d", i),
 			log: r.log.With("component", fmt.Sprintf("driver-%d", i)), gates: map[PartitionID]*gateState{},
 		}
 		drivers.Go(func() { exits[i] = d.run() })
@@ -215,7 +216,7 @@ func (r *Runtime) Run(ctx context.Context) (ExitReport, error) {
 	}
 	c := &controller{
 		cfg: cfg, src: r.src, cp: cp, controls: controls, events: events, toMain: toMain,
-		sinkDrained: sinkDrained, stop: r.stop, shutdown: shutdown, stopNow: time.Now, now: time.Now,
+		sinkDrained: sinkDrained, stop: r.stop, shutdown: shutdown, commitsFailing: commitsFailing, stopNow: time.Now, now: time.Now,
 		closeShare: closeShare, health: r.health, m: m, budget: r.budget,
 		srcMetrics: &SourceMetrics{m: m, componentType: compSource}, failures: r.sinks.Failures,
 		sinkFatal: r.sinks.Fatal,
