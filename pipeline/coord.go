@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -279,9 +280,13 @@ func (d *CoordinationDriver[C]) PollEvents(src SplitSource, timeout time.Duratio
 		}
 		if d.stalled != nil {
 			if d.opts.stallDrains {
-				d.opts.log.Warn("the job stalled: some splits are quarantined; draining as configured",
-					"completed", d.stalled.Completed, "quarantined", d.stalled.Quarantined)
+				d.opts.log.Warn("the job stalled: some splits are quarantined or their records damaged; draining as configured",
+					"completed", d.stalled.Completed, "quarantined", d.stalled.Quarantined, "damaged", d.stalled.Damaged)
 				return DrainedEvent(), nil
+			}
+			if len(d.stalled.Damaged) > 0 {
+				return SourceEvent{}, spate.Fatalf("coordinated job stalled: %d splits completed, %d quarantined, %d out of play because a record is damaged (%s; the coordinator's log names each key and its fix)",
+					d.stalled.Completed, d.stalled.Quarantined, len(d.stalled.Damaged), strings.Join(d.stalled.Damaged, ", "))
 			}
 			return SourceEvent{}, spate.Fatalf("coordinated job stalled: %d splits completed, %d quarantined (see spate_coordination_splits_quarantined); requeue or fix the quarantined splits",
 				d.stalled.Completed, d.stalled.Quarantined)

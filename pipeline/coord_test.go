@@ -427,6 +427,14 @@ func TestDriverTerminalStates(t *testing.T) {
 			t.Fatalf("err %v, want Fatal", err)
 		}
 	})
+	t.Run("a Stalled job with damaged records names them, not quarantine", func(t *testing.T) {
+		f := newDriverFixture(t)
+		f.coord.push(spate.Stalled{Completed: 3, Damaged: []string{"d1"}})
+		_, err := f.d.PollEvents(f.src, 0)
+		if !spate.IsFatal(err) || !strings.Contains(err.Error(), "1 out of play because a record is damaged (d1") {
+			t.Fatalf("err %v, want Fatal naming the damaged split", err)
+		}
+	})
 	t.Run("Stalled drains when configured", func(t *testing.T) {
 		f := newDriverFixture(t, pipeline.StallDrains(true))
 		f.coord.push(spate.Stalled{Completed: 3, Quarantined: 1})
