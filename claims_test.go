@@ -115,10 +115,16 @@ func storeCallsPerLifecycle(t *testing.T, atomic bool) {
 		a.upsert(id, r, rev, live)
 		a.view(id).spec = &specRecord{Schema: SchemaVersion, ID: id, FP: testFPHash, Weight: 1, Descriptor: []byte{}}
 	}
+	mode := "plain"
+	if atomic {
+		mode = "releaser"
+	}
 	cost := func(what string, f func()) int {
 		n := calls()
 		f()
 		settleIO(t, a)
+		// internal/perfreport reads these lines for docs/performance.md.
+		t.Logf("lifecycle %s %s=%d", mode, what, calls()-n)
 		return calls() - n
 	}
 
