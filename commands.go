@@ -375,6 +375,22 @@ func (a *actor) release(cmd *command) error {
 	return nil
 }
 
+// surrender ends a release whose write failed: the split is not pinned
+// here (its owner stays set, so the next claim is the conservative kind).
+func (a *actor) surrender(id string, err error, done func(releaseResult)) {
+	a.settle(id, "forced")
+	a.log.Warn("release write failed; surrendering the split anyway", "split", id, "err", err)
+	done(releaseFailed)
+}
+
+// fencedRelease ends a release whose compare-and-swap lost: the record
+// moved, so the split is no longer this worker's.
+func (a *actor) fencedRelease(id string, done func(releaseResult)) {
+	a.m.writes.WithLabelValues("conflict").Inc()
+	a.dropLost(id, "fenced", "its record moved before the release")
+	done(releaseFenced)
+}
+
 // releaseSplit hands one held split back: owner cleared, epoch unchanged,
 // lease deleted so peers claim at once. done runs on the loop with the
 // outcome.
@@ -414,13 +430,9 @@ func (a *actor) releaseSplit(id string, done func(releaseResult)) error {
 				if still {
 					a.dropLeaseAsync(id, a.leave(id), t.epoch)
 				}
-				a.settle(id, "forced")
-				a.log.Warn("release write failed; surrendering the split anyway", "split", id, "err", err)
-				done(releaseFailed)
+				a.surrender(id, err, done)
 			case !o.Won:
-				a.m.writes.WithLabelValues("conflict").Inc()
-				a.dropLost(id, "fenced", "its record moved before the release")
-				done(releaseFenced)
+				a.fencedRelease(id, done)
 			default:
 				a.m.writesOK.Inc()
 				leaseRev := uint64(0)
@@ -480,13 +492,9 @@ func (a *actor) releaseAtomic(id string, t *tenancy, rec *progressRecord, baseRe
 					a.leave(id)
 					a.dropLeaseAsync(id, leaseRev, t.epoch)
 				}
-				a.settle(id, "forced")
-				a.log.Warn("release write failed; surrendering the split anyway", "split", id, "err", err)
-				done(releaseFailed)
+				a.surrender(id, err, done)
 			case !u.Won:
-				a.m.writes.WithLabelValues("conflict").Inc()
-				a.dropLost(id, "fenced", "its record moved before the release")
-				done(releaseFenced)
+				a.fencedRelease(id, done)
 			default:
 				a.m.writesOK.Inc()
 				if still {
