@@ -122,7 +122,13 @@ func (d *deployment) Open(ctx context.Context, job string, ttl time.Duration) (s
 }
 
 // withJS runs f over a JetStream context on a connection of its own.
-func (d *deployment) withJS(ctx context.Context, f func(jetstream.JetStream) error) error {
+//
+// The connection is its own, so any permission the server refuses on it is
+// one f needed: nats.go reports that only to the connection's error
+// handler, and the request would simply time out (a user without the
+// permission saw a --connect-timeout, not the permission). f's ctx is
+// cancelled at the refusal, and the error names the subject.
+func (d *deployment) withJS(ctx context.Context, f func(context.Context, jetstream.JetStream) error) (err error) {
 	nc, err := d.connect(ctx)
 	if err != nil {
 		return err
@@ -132,13 +138,27 @@ func (d *deployment) withJS(ctx context.Context, f func(jetstream.JetStream) err
 	if err != nil {
 		return fmt.Errorf("nats: jetstream: %w: %w", err, spate.ErrFatal)
 	}
-	return f(js)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	remove := watchPermissions(nc).add(func(v violation) { cancel(&errPermDenied{v}) })
+	defer remove()
+	err = f(ctx, js)
+	var pd *errPermDenied
+	if err != nil && errors.As(context.Cause(ctx), &pd) {
+		verb, what := "publish to", "publish"
+		if pd.v.subscribe {
+			verb, what = "subscribe to", "subscribe"
+		}
+		return fmt.Errorf("nats: permission denied: the NATS user may not %s %q: grant it %s permission there (the stores/nats package documentation lists every permission the driver needs): %w: %w",
+			verb, pd.v.subject, what, pd.v.err, spate.ErrFatal)
+	}
+	return err
 }
 
 // Jobs lists the jobs whose durable bucket exists.
 func (d *deployment) Jobs(ctx context.Context) ([]string, error) {
 	var out []string
-	err := d.withJS(ctx, func(js jetstream.JetStream) error {
+	err := d.withJS(ctx, func(ctx context.Context, js jetstream.JetStream) error {
 		names := js.KeyValueStoreNames(ctx)
 		for name := range names.Name() {
 			if job, ok := strings.CutPrefix(name, "spate_coordination_"); ok {
@@ -159,7 +179,7 @@ func (d *deployment) Jobs(ctx context.Context) ([]string, error) {
 // JobExists reports whether the job's durable bucket exists.
 func (d *deployment) JobExists(ctx context.Context, job string) (bool, error) {
 	found := false
-	err := d.withJS(ctx, func(js jetstream.JetStream) error {
+	err := d.withJS(ctx, func(ctx context.Context, js jetstream.JetStream) error {
 		durable, _ := Buckets(job)
 		_, err := js.KeyValue(ctx, durable)
 		switch {
@@ -176,7 +196,7 @@ func (d *deployment) JobExists(ctx context.Context, job string) (bool, error) {
 
 // DeleteJob deletes the job's two buckets.
 func (d *deployment) DeleteJob(ctx context.Context, job string) error {
-	return d.withJS(ctx, func(js jetstream.JetStream) error {
+	return d.withJS(ctx, func(ctx context.Context, js jetstream.JetStream) error {
 		var errs []error
 		durable, ephemeral := Buckets(job)
 		for _, b := range []string{durable, ephemeral} {
@@ -192,7 +212,7 @@ func (d *deployment) DeleteJob(ctx context.Context, job string) error {
 // refuses to change mid-job.
 func (d *deployment) RecordedTTL(ctx context.Context, job string) (time.Duration, bool, error) {
 	var ttl time.Duration
-	err := d.withJS(ctx, func(js jetstream.JetStream) error {
+	err := d.withJS(ctx, func(ctx context.Context, js jetstream.JetStream) error {
 		_, ephemeral := Buckets(job)
 		kv, err := js.KeyValue(ctx, ephemeral)
 		if errors.Is(err, jetstream.ErrBucketNotFound) {

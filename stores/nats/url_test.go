@@ -1,6 +1,7 @@
 package nats_test
 
 import (
+	"context"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/natstest"
+	spatenats "github.com/spate-go/spate/stores/nats"
 	"github.com/spate-go/spate/storeurl"
 	"github.com/spate-go/spate/storeurl/storeurltest"
 )
@@ -82,4 +84,29 @@ func TestURLRefusals(t *testing.T) {
 		assert.ErrorContains(t, err, want, raw)
 		assert.NotContains(t, err.Error(), "s3cret")
 	}
+}
+
+// A user without a permission a namespace operation needs is told which
+// at once, not after a timeout: issue 16's operator re-run saw a user
+// without JetStream permissions wait out --connect-timeout, the refused
+// subject only on nats.go's own stderr line.
+func TestURLDeploymentNamesAMissingPermission(t *testing.T) {
+	t.Parallel()
+	job := natstest.NewJob()
+	_, eph := spatenats.Buckets(job)
+	drop := "$JS.API.STREAM.INFO.KV_" + eph
+	srv := permServer(t, job, drop)
+	d, err := storeurl.Open(t.Context(), "nats://spate:pw@"+hostOf(t, srv.URL), storeurl.Options{})
+	require.NoError(t, err)
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*permFailWithin)
+	defer cancel()
+	start := time.Now()
+	_, _, err = d.RecordedTTL(ctx, job)
+	took := time.Since(start)
+	require.Error(t, err)
+	t.Logf("after %v: %v", took, err)
+	assert.Less(t, took, permFailWithin, "a missing permission must fail fast")
+	assert.True(t, spate.IsFatal(err), "a missing permission is Fatal: %v", err)
+	assert.ErrorContains(t, err, `may not publish to "`+drop+`"`)
 }
