@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 
 	"github.com/spate-go/spate/stores/redis"
 )
@@ -203,6 +204,7 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	var log *slog.Logger
 	if strings.EqualFold(l.format, "json") {
 		log = slog.New(slog.NewJSONHandler(w, opts))
+		failLog.Store(log) // every command logs to stderr: its final error is a JSON record too
 	} else {
 		log = slog.New(slog.NewTextHandler(w, opts))
 	}
@@ -223,10 +225,19 @@ func (l *logFlags) validate() error {
 	return flagErrorf("--log-format %q: want text or json", l.format)
 }
 
+// failLog, once a command chose --log-format json for stderr, is the
+// logger fail writes through, so that every stderr line is a JSON record.
+var failLog atomic.Pointer[slog.Logger]
+
 // fail prints an error for the user and returns the exit code. A message
 // that already starts with "spate: " (the library's errors do) keeps one.
+// Under --log-format json it is an ERROR record with the exit code.
 func fail(code int, format string, args ...any) int {
 	msg := strings.TrimPrefix(fmt.Sprintf(format, args...), "spate: ")
+	if l := failLog.Load(); l != nil {
+		l.Error(msg, "exit_code", code)
+		return code
+	}
 	fmt.Fprintf(os.Stderr, "spate: %s\n", msg)
 	return code
 }

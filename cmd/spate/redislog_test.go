@@ -15,8 +15,8 @@ import (
 )
 
 // End to end: a backfill against a Redis nobody serves, with --log-format
-// json, writes only JSON records to stderr, go-redis's included, and then
-// its one-line error.
+// json, writes only JSON records to stderr, go-redis's included, and its
+// final error is one too (issue 16's re-run found it plain text).
 func TestJSONLogsIncludeGoRedisLines(t *testing.T) {
 	t.Parallel()
 	ports, err := freeport.Ports(1)
@@ -30,13 +30,17 @@ func TestJSONLogsIncludeGoRedisLines(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
 	require.GreaterOrEqual(t, len(lines), 2, errOut)
 	goRedis := 0
-	for _, l := range lines[:len(lines)-1] {
+	var last map[string]any
+	for _, l := range lines {
 		var rec map[string]any
 		require.NoError(t, json.Unmarshal([]byte(l), &rec), "a stderr line is not JSON: %q", l)
 		if rec["component"] == "go-redis" {
 			goRedis++
 		}
+		last = rec
 	}
 	assert.Positive(t, goRedis, "no go-redis record in:\n%s", errOut)
-	assert.True(t, strings.HasPrefix(lines[len(lines)-1], "spate: could not connect to redis://"), lines[len(lines)-1])
+	assert.Equal(t, "ERROR", last["level"])
+	assert.True(t, strings.HasPrefix(last["msg"].(string), "could not connect to redis://"), "%v", last)
+	assert.EqualValues(t, exitFailed, last["exit_code"])
 }
