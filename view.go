@@ -418,21 +418,20 @@ func (a *actor) setAssign(inst string, val *assignmentVal, rev uint64) {
 // the restored record's own event is then dropped as an echo.
 func (a *actor) durableDelete(key string, rev uint64) error {
 	a.durableSeq++
-	if id, ok := strings.CutPrefix(key, prefixSplit); ok && rev != 0 {
-		if v := a.splits[id]; v != nil && v.prog != nil && rev <= v.progRev {
-			return nil
-		}
-	}
 	switch {
 	case key == keyPlan:
 		return errNamespaceGone("its plan record was deleted")
 	case strings.HasPrefix(key, prefixSplit):
+		id := key[len(prefixSplit):]
+		if v := a.splits[id]; rev != 0 && v != nil && v.prog != nil && rev <= v.progRev {
+			return nil // stale: the record was re-created since
+		}
 		if _, ok := a.damaged[key]; ok {
 			a.repair(key, true)
 			return nil
 		}
 		a.log.Warn("a split's progress record was deleted externally; the leader restores it from the last state seen", "key", key)
-		a.forgetProgress(key[len(prefixSplit):], rev)
+		a.forgetProgress(id, rev)
 	case strings.HasPrefix(key, prefixSpec) && a.damaged[key] != nil:
 		a.repair(key, true)
 	case strings.HasPrefix(key, prefixAssign):

@@ -11,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/conformance"
 	"github.com/spate-go/spate/stores/mem"
 )
@@ -48,5 +47,4 @@ func TestScale(t *testing.T) {
 		})
 	}
 	conformance.WriteScaleTable(os.Stdout, results)
-	_ = spate.DefaultLeaseDuration
 }

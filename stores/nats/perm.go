@@ -234,13 +234,17 @@ func subjectMatches(pattern, subject string) bool {
 }
 
 // deniedError is the Fatal error for a refused subject.
-func (p permScope) deniedError(v violation) error {
+func (p permScope) deniedError(v violation) error { return permissionError(v, p.needed(v)) }
+
+// permissionError is the Fatal error for a refused subject; grant is the
+// subject pattern to allow.
+func permissionError(v violation, grant string) error {
 	verb, what := "publish to", "publish"
 	if v.subscribe {
 		verb, what = "subscribe to", "subscribe"
 	}
 	return fmt.Errorf("permission denied: the NATS user may not %s %q: grant it %s permission on %q (the stores/nats package documentation lists every permission the driver needs): %w: %w",
-		verb, v.subject, what, p.needed(v), v.err, spate.ErrFatal)
+		verb, v.subject, what, grant, v.err, spate.ErrFatal)
 }
 
 // errPermDenied marks a context cancelled by a permission violation.

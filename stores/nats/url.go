@@ -145,12 +145,7 @@ func (d *deployment) withJS(ctx context.Context, f func(context.Context, jetstre
 	err = f(ctx, js)
 	var pd *errPermDenied
 	if err != nil && errors.As(context.Cause(ctx), &pd) {
-		verb, what := "publish to", "publish"
-		if pd.v.subscribe {
-			verb, what = "subscribe to", "subscribe"
-		}
-		return fmt.Errorf("nats: permission denied: the NATS user may not %s %q: grant it %s permission there (the stores/nats package documentation lists every permission the driver needs): %w: %w",
-			verb, pd.v.subject, what, pd.v.err, spate.ErrFatal)
+		return fmt.Errorf("nats: %w", permissionError(pd.v, pd.v.subject))
 	}
 	return err
 }
