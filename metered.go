@@ -17,7 +17,8 @@ import (
 // writes, when the store it wraps has it, and reports it only then.
 type meteredStore struct {
 	Store
-	rel         Releaser // nil: the store has no Releaser capability
+	rel         Releaser   // nil: the store has no Releaser capability
+	kw          KeyWatcher // nil: the store has no KeyWatcher capability
 	timeout     time.Duration
 	listTimeout time.Duration
 	m           *coordMetrics
@@ -26,14 +27,16 @@ type meteredStore struct {
 func newMeteredStore(st Store, timeout, listTimeout time.Duration, m *coordMetrics) *meteredStore {
 	s := &meteredStore{Store: st, timeout: timeout, listTimeout: listTimeout, m: m}
 	s.rel, _ = ReleaserOf(st)
+	s.kw, _ = KeyWatcherOf(st)
 	return s
 }
 
-// Capabilities reports the wrapped store's, with UpdateAndDelete only if
-// this wrapper passes it on.
+// Capabilities reports the wrapped store's, with UpdateAndDelete and
+// WatchKeys only if this wrapper passes them on.
 func (s *meteredStore) Capabilities() Capabilities {
 	c := s.Store.Capabilities()
 	c.UpdateAndDelete = s.rel != nil
+	c.WatchKeys = s.kw != nil
 	return c
 }
 
@@ -109,6 +112,30 @@ func (s *meteredStore) List(ctx context.Context, ks Keyspace, prefix string) ([]
 // Watch bounds only the establishment: the stream itself lives as long as
 // ctx.
 func (s *meteredStore) Watch(ctx context.Context, ks Keyspace, prefix string) (<-chan WatchEvent, error) {
+	return s.establish(ctx, ks, "watch", prefix, func(ctx context.Context) (<-chan WatchEvent, error) {
+		return s.Store.Watch(ctx, ks, prefix)
+	})
+}
+
+// WatchKeys implements [KeyWatcher] over the wrapped store's, bounded as
+// Watch is.
+func (s *meteredStore) WatchKeys(ctx context.Context, ks Keyspace, keys []string) (<-chan WatchEvent, error) {
+	if s.kw == nil {
+		return nil, fmt.Errorf("store watch-keys: the store has no KeyWatcher capability: %w", ErrFatal)
+	}
+	label := ""
+	if len(keys) > 0 {
+		label = keys[0]
+	}
+	return s.establish(ctx, ks, "watch-keys", label, func(ctx context.Context) (<-chan WatchEvent, error) {
+		return s.kw.WatchKeys(ctx, ks, keys)
+	})
+}
+
+// establish opens a stream with open, bounding only the establishment by
+// the op timeout: the stream itself lives as long as ctx.
+func (s *meteredStore) establish(ctx context.Context, ks Keyspace, op, key string,
+	open func(context.Context) (<-chan WatchEvent, error)) (<-chan WatchEvent, error) {
 	defer s.observe("watch", time.Now())
 	type result struct {
 		ch  <-chan WatchEvent
@@ -117,7 +144,7 @@ func (s *meteredStore) Watch(ctx context.Context, ks Keyspace, prefix string) (<
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan result, 1)
 	go func() {
-		ch, err := s.Store.Watch(wctx, ks, prefix)
+		ch, err := open(wctx)
 		done <- result{ch, err}
 	}()
 	timer := time.NewTimer(s.timeout)
@@ -138,7 +165,7 @@ func (s *meteredStore) Watch(ctx context.Context, ks Keyspace, prefix string) (<
 				}
 			}
 		}()
-		return nil, fmt.Errorf("store watch %s %q: not established within the op timeout (%v): %w", ks, prefix, s.timeout, ErrRetryable)
+		return nil, fmt.Errorf("store %s %s %q: not established within the op timeout (%v): %w", op, ks, key, s.timeout, ErrRetryable)
 	case <-ctx.Done():
 		cancel()
 		go func() {
@@ -147,6 +174,6 @@ func (s *meteredStore) Watch(ctx context.Context, ks Keyspace, prefix string) (<
 				}
 			}
 		}()
-		return nil, ContextError(ctx, "store", "watch")
+		return nil, ContextError(ctx, "store", op)
 	}
 }

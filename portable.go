@@ -49,6 +49,10 @@ import (
 // rules: both keys valid, the value within the cap, and neither expected
 // nor leaseExpected ever 0 (the layer answers both Lost for the first and
 // makes the call a plain Update for the second).
+//
+// A Driver may also implement [KeyWatcher]; the layer then reports
+// [Capabilities.WatchKeys] and passes the call on with 1 to
+// [MaxWatchKeys] valid keys, sorted, each listed once.
 type Driver interface {
 	Capabilities() Capabilities
 	Create(ctx context.Context, ks Keyspace, key string, value []byte) (Outcome, error)
@@ -92,10 +96,14 @@ var _ Store = (*PortableStore)(nil)
 func NewStore(d Driver) *PortableStore {
 	caps := d.Capabilities()
 	_, caps.UpdateAndDelete = d.(Releaser)
+	_, caps.WatchKeys = d.(KeyWatcher)
 	return &PortableStore{d: d, caps: caps, live: map[uint64]context.CancelCauseFunc{}}
 }
 
-var _ Releaser = (*PortableStore)(nil)
+var (
+	_ Releaser   = (*PortableStore)(nil)
+	_ KeyWatcher = (*PortableStore)(nil)
+)
 
 // OpError is the one format of a store operation's error:
 //
@@ -349,6 +357,56 @@ func (p *PortableStore) Watch(ctx context.Context, ks Keyspace, prefix string) (
 		return nil, p.fail("watch", ks, prefix, err)
 	}
 	// The stream keeps its hold, so that Close cancels it, until ctx ends.
+	context.AfterFunc(wctx, func() { p.end(h, false) })
+	return ch, nil
+}
+
+// opWatchKeys names [PortableStore.WatchKeys] in errors.
+const opWatchKeys = "watch-keys"
+
+// WatchKeys implements [KeyWatcher] when the driver does (see
+// [Capabilities.WatchKeys]); on a driver without it, it returns a Fatal
+// error. The keys reach the driver sorted and de-duplicated; an error names
+// the first key listed (or the one at fault).
+func (p *PortableStore) WatchKeys(ctx context.Context, ks Keyspace, keys []string) (<-chan WatchEvent, error) {
+	label := ""
+	if len(keys) > 0 {
+		label = keys[0]
+	}
+	var bad error
+	switch {
+	case len(keys) == 0:
+		bad = fmt.Errorf("no keys to watch: %w", ErrFatal)
+	case len(keys) > MaxWatchKeys:
+		bad = fmt.Errorf("%d keys to watch, more than MaxWatchKeys (%d): %w", len(keys), MaxWatchKeys, ErrFatal)
+	}
+	for _, k := range keys {
+		if bad != nil {
+			break
+		}
+		if err := ValidateKey(k); err != nil {
+			label, bad = k, err
+		}
+	}
+	if bad != nil {
+		return nil, OpError(p.caps.Driver, opWatchKeys, ks, label, bad)
+	}
+	kw, ok := p.d.(KeyWatcher)
+	if !ok {
+		return nil, OpError(p.caps.Driver, opWatchKeys, ks, label,
+			fmt.Errorf("the driver cannot watch a set of keys (Capabilities.WatchKeys is false): %w", ErrFatal))
+	}
+	set := slices.Compact(slices.Sorted(slices.Values(keys)))
+	wctx, h, err := p.begin(ctx, opWatchKeys, ks, label, false, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	defer p.calls.Done()
+	ch, err := kw.WatchKeys(wctx, ks, set)
+	if err != nil {
+		p.end(h, false)
+		return nil, p.fail(opWatchKeys, ks, label, err)
+	}
 	context.AfterFunc(wctx, func() { p.end(h, false) })
 	return ch, nil
 }

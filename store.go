@@ -260,6 +260,12 @@ type Capabilities struct {
 	// as one without. [NewStore] sets it when its [Driver] implements
 	// Releaser, and a wrapper that does not pass the method on clears it.
 	UpdateAndDelete bool
+	// WatchKeys reports whether the store has the optional [KeyWatcher]
+	// capability, under the same rules as UpdateAndDelete: a store that
+	// reports it implements KeyWatcher, [NewStore] sets it when its
+	// [Driver] implements KeyWatcher, and a wrapper that does not pass the
+	// method on clears it.
+	WatchKeys bool
 }
 
 // Releaser is the optional capability of a store that updates a durable key
@@ -374,4 +380,43 @@ func ContextError(ctx context.Context, driver, op string) error {
 		return fmt.Errorf("%s: %s: %w: %w", driver, op, err, ErrRetryable)
 	}
 	return nil
+}
+
+// MaxWatchKeys is the most keys one [KeyWatcher.WatchKeys] call watches.
+const MaxWatchKeys = 1024
+
+// KeyWatcher is the optional capability of a store that watches a set of
+// exact keys, natively: the store sends a watcher the changes of its keys
+// only, so what a watcher receives grows with the keys it watches, not with
+// the writes to the whole keyspace. A coordinator on a store with it
+// watches only the keys that concern it (DESIGN: a worker's work grows with
+// its own splits); on a store without it, every worker watches the whole
+// job. Find it with [KeyWatcherOf].
+type KeyWatcher interface {
+	// WatchKeys streams the changes of the keys listed, in keyspace ks:
+	// first a [WatchPut] for every listed key that is live (the snapshot),
+	// then exactly one [WatchSnapshotDone], then live puts and deletes of
+	// listed keys, expiry included.
+	// It never delivers an event of a key that is not listed.
+	// The rules of [Store.Watch] hold for each listed key: no gaps (the
+	// watcher's view of the listed keys converges to the store's, across
+	// the boundary between snapshot and live stream too), duplicates
+	// allowed across that boundary, superseded revisions may be coalesced,
+	// the latest revision of every key is delivered, and one key's events
+	// arrive in revision order. Events of different keys may interleave in
+	// any order.
+	// keys holds 1 to [MaxWatchKeys] valid keys; a key listed twice is
+	// watched once.
+	// The stream ends, errors and Close are those of [Store.Watch].
+	WatchKeys(ctx context.Context, ks Keyspace, keys []string) (<-chan WatchEvent, error)
+}
+
+// KeyWatcherOf returns st as a [KeyWatcher] if st has the capability: it
+// implements the interface and reports [Capabilities.WatchKeys].
+func KeyWatcherOf(st Store) (KeyWatcher, bool) {
+	w, ok := st.(KeyWatcher)
+	if !ok || !st.Capabilities().WatchKeys {
+		return nil, false
+	}
+	return w, true
 }

@@ -279,10 +279,12 @@ func (s *countingStore) Update(ctx context.Context, ks spate.Keyspace, key strin
 	return s.Store.Update(ctx, ks, key, v, rev)
 }
 
-// Capabilities passes the Releaser capability on when the store has it.
+// Capabilities passes the Releaser and KeyWatcher capabilities on when
+// the store has them.
 func (s *countingStore) Capabilities() spate.Capabilities {
 	c := s.Store.Capabilities()
 	_, c.UpdateAndDelete = spate.ReleaserOf(s.Store)
+	_, c.WatchKeys = spate.KeyWatcherOf(s.Store)
 	return c
 }
 
@@ -313,8 +315,27 @@ func (s *countingStore) List(ctx context.Context, ks spate.Keyspace, prefix stri
 }
 
 func (s *countingStore) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
+	return s.count(ctx, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
+		return s.Store.Watch(ctx, ks, prefix)
+	})
+}
+
+// WatchKeys counts a key watch's traffic as Watch does.
+func (s *countingStore) WatchKeys(ctx context.Context, ks spate.Keyspace, keys []string) (<-chan spate.WatchEvent, error) {
+	kw, ok := spate.KeyWatcherOf(s.Store)
+	if !ok {
+		return nil, fmt.Errorf("conformance: the store has no KeyWatcher capability: %w", spate.ErrFatal)
+	}
+	return s.count(ctx, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
+		return kw.WatchKeys(ctx, ks, keys)
+	})
+}
+
+// count opens a stream with open and counts what it delivers: snapshot
+// entries as reads, live puts and deletes as events.
+func (s *countingStore) count(ctx context.Context, open func(context.Context) (<-chan spate.WatchEvent, error)) (<-chan spate.WatchEvent, error) {
 	wctx, cancel := context.WithCancel(ctx)
-	in, err := s.Store.Watch(wctx, ks, prefix)
+	in, err := open(wctx)
 	if err != nil {
 		cancel()
 		return nil, err

@@ -379,8 +379,14 @@ func (w *releaser) UpdateAndDelete(ctx context.Context, durableKey string, value
 	return u, d, nil
 }
 
-func (w *store) Capabilities() spate.Capabilities { return w.s.Capabilities() }
-func (w *store) Close() error                     { return w.s.Close() }
+// Capabilities reports s's, with WatchKeys only if s has the capability
+// (the wrapper passes it on).
+func (w *store) Capabilities() spate.Capabilities {
+	c := w.s.Capabilities()
+	_, c.WatchKeys = spate.KeyWatcherOf(w.s)
+	return c
+}
+func (w *store) Close() error { return w.s.Close() }
 
 func (w *store) Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (o spate.Outcome, err error) {
 	err = w.inj.Apply(ctx, Call{Create, ks, key, value}, func() (e error) { o, e = w.s.Create(ctx, ks, key, value); return })
@@ -416,6 +422,23 @@ func (w *store) List(ctx context.Context, ks spate.Keyspace, prefix string) (es 
 func (w *store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
 	return w.inj.ApplyWatch(ctx, ks, prefix, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
 		return w.s.Watch(ctx, ks, prefix)
+	})
+}
+
+// WatchKeys implements [spate.KeyWatcher] when s has it: its
+// establishment runs through inj as a [Watch] of the first key, and the
+// stream can be broken like any watch's.
+func (w *store) WatchKeys(ctx context.Context, ks spate.Keyspace, keys []string) (<-chan spate.WatchEvent, error) {
+	kw, ok := spate.KeyWatcherOf(w.s)
+	if !ok {
+		return nil, fmt.Errorf("faultstore: watch-keys: the wrapped store has no KeyWatcher capability: %w", spate.ErrFatal)
+	}
+	label := ""
+	if len(keys) > 0 {
+		label = keys[0]
+	}
+	return w.inj.ApplyWatch(ctx, ks, label, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
+		return kw.WatchKeys(ctx, ks, keys)
 	})
 }
 

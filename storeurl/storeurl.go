@@ -251,6 +251,23 @@ type ownedStore struct {
 	d Deployment
 }
 
+// Capabilities reports the store's, with WatchKeys only if it has the
+// capability (the wrapper passes it on).
+func (o *ownedStore) Capabilities() spate.Capabilities {
+	c := o.Store.Capabilities()
+	_, c.WatchKeys = spate.KeyWatcherOf(o.Store)
+	return c
+}
+
+// WatchKeys implements [spate.KeyWatcher] over the store's.
+func (o *ownedStore) WatchKeys(ctx context.Context, ks spate.Keyspace, keys []string) (<-chan spate.WatchEvent, error) {
+	kw, ok := spate.KeyWatcherOf(o.Store)
+	if !ok {
+		return nil, fmt.Errorf("the store has no KeyWatcher capability: %w", spate.ErrFatal)
+	}
+	return kw.WatchKeys(ctx, ks, keys)
+}
+
 func (o *ownedStore) Close() error {
 	err := o.Store.Close()
 	_ = o.d.Close()

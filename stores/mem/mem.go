@@ -234,15 +234,24 @@ func (h *handle) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<
 	})
 }
 
+// WatchKeys implements [spate.KeyWatcher]: the backend hands a key
+// watcher only the events of its keys (an index by key, not a scan).
+func (h *handle) WatchKeys(ctx context.Context, ks spate.Keyspace, keys []string) (<-chan spate.WatchEvent, error) {
+	return h.b.opts.Faults.ApplyWatch(ctx, ks, keys[0], func(ctx context.Context) (<-chan spate.WatchEvent, error) {
+		return h.open(ctx, &watcher{ks: ks, prefix: keys[0], keys: keys})
+	})
+}
+
 func (h *handle) watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
-	w := &watcher{
-		ks:     ks,
-		prefix: prefix,
-		limit:  h.b.opts.WatchBuffer,
-		signal: make(chan struct{}, 1),
-		done:   make(chan struct{}),
-		out:    make(chan spate.WatchEvent),
-	}
+	return h.open(ctx, &watcher{ks: ks, prefix: prefix})
+}
+
+// open starts w, a prefix watcher or (keys set) a key watcher.
+func (h *handle) open(ctx context.Context, w *watcher) (<-chan spate.WatchEvent, error) {
+	w.limit = h.b.opts.WatchBuffer
+	w.signal = make(chan struct{}, 1)
+	w.done = make(chan struct{})
+	w.out = make(chan spate.WatchEvent)
 	h.mu.Lock()
 	if h.watchers == nil {
 		h.watchers = map[*watcher]struct{}{}
@@ -271,10 +280,12 @@ type backend struct {
 
 	mu       sync.Mutex
 	ks       [2]*keyspace
-	watchers map[*watcher]struct{}
-	handles  int
-	timer    *time.Timer // expires the earliest deadline
-	armed    bool
+	watchers map[*watcher]struct{} // prefix watchers
+	// byKey indexes the key watchers of each keyspace by key.
+	byKey   [2]map[string]map[*watcher]struct{}
+	handles int
+	timer   *time.Timer // expires the earliest deadline
+	armed   bool
 }
 
 type keyspace struct {
@@ -477,17 +488,49 @@ func (b *backend) subscribe(w *watcher) []spate.Entry {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.expireLocked(w.ks, b.now())
-	if b.watchers == nil {
-		b.watchers = map[*watcher]struct{}{}
+	if w.keys == nil {
+		if b.watchers == nil {
+			b.watchers = map[*watcher]struct{}{}
+		}
+		b.watchers[w] = struct{}{}
+		return b.snapshotLocked(w.ks, w.prefix)
 	}
-	b.watchers[w] = struct{}{}
-	return b.snapshotLocked(w.ks, w.prefix)
+	idx := &b.byKey[w.ks-1]
+	if *idx == nil {
+		*idx = map[string]map[*watcher]struct{}{}
+	}
+	items := b.space(w.ks).items
+	var es []spate.Entry
+	for _, k := range w.keys {
+		set := (*idx)[k]
+		if set == nil {
+			set = map[*watcher]struct{}{}
+			(*idx)[k] = set
+		}
+		set[w] = struct{}{}
+		if it, ok := items[k]; ok {
+			es = append(es, spate.Entry{Key: k, Value: slices.Clone(it.value), Revision: it.rev})
+		}
+	}
+	return es
 }
 
 func (b *backend) unsubscribe(w *watcher) {
 	b.mu.Lock()
-	delete(b.watchers, w)
-	b.mu.Unlock()
+	defer b.mu.Unlock()
+	if w.keys == nil {
+		delete(b.watchers, w)
+		return
+	}
+	idx := b.byKey[w.ks-1]
+	for _, k := range w.keys {
+		if set := idx[k]; set != nil {
+			delete(set, w)
+			if len(set) == 0 {
+				delete(idx, k)
+			}
+		}
+	}
 }
 
 func (b *backend) broadcastLocked(ks spate.Keyspace, ev spate.WatchEvent) {
@@ -496,12 +539,16 @@ func (b *backend) broadcastLocked(ks spate.Keyspace, ev spate.WatchEvent) {
 			w.push(ev)
 		}
 	}
+	for w := range b.byKey[ks-1][ev.Key] {
+		w.push(ev)
+	}
 }
 
 // watcher forwards a snapshot and then its queue of live events.
 type watcher struct {
 	ks     spate.Keyspace
-	prefix string
+	prefix string   // a key watcher's first key, for errors
+	keys   []string // a key watcher's keys (sorted, unique); nil for a prefix watcher
 	limit  int
 
 	mu     sync.Mutex
@@ -532,6 +579,14 @@ func (w *watcher) push(ev spate.WatchEvent) {
 	}
 }
 
+// op names the watch in errors.
+func (w *watcher) op() string {
+	if w.keys != nil {
+		return "watch-keys"
+	}
+	return "watch"
+}
+
 func (w *watcher) stop() { w.stopOnce.Do(func() { close(w.done) }) }
 
 func (w *watcher) run(ctx context.Context, snapshot []spate.Entry) {
@@ -558,7 +613,7 @@ func (w *watcher) run(ctx context.Context, snapshot []spate.Entry) {
 		w.queue = nil
 		w.mu.Unlock()
 		if lagged {
-			send(spate.WatchEvent{Kind: spate.WatchError, Err: spate.OpError("mem", "watch", w.ks, w.prefix, fmt.Errorf(
+			send(spate.WatchEvent{Kind: spate.WatchError, Err: spate.OpError("mem", w.op(), w.ks, w.prefix, fmt.Errorf(
 				"the watcher fell more than %d events behind: %w", w.limit, spate.ErrRetryable))})
 			return
 		}
