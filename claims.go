@@ -366,6 +366,7 @@ func (a *actor) claimDone(in claimIn, out claimOut, since uint64) error {
 	a.m.acquisitions.WithLabelValues(out.kind.acquisitionReason()).Inc()
 	t := &tenancy{epoch: next}
 	a.owned[id] = t
+	a.scopeDirty = true
 	a.renew.hold(id, next, out.leaseRev, out.sent)
 	delete(a.selfFenced, id)
 	a.upsert(id, out.rec, out.rev, live)

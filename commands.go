@@ -250,6 +250,7 @@ func (a *actor) committed(id string, t *tenancy, rec *progressRecord, rev uint64
 // it returns the lease's last revision.
 func (a *actor) leave(id string) uint64 {
 	delete(a.owned, id)
+	a.scopeDirty = true
 	a.closeCell(id)
 	return a.renew.release(id)
 }
@@ -332,6 +333,7 @@ func (a *actor) release(cmd *command) error {
 	// back outside a drain (it is leaving) claims nothing new meanwhile.
 	for _, s := range cmd.splits {
 		a.handingBack[s.id]++
+		a.scopeDirty = true
 	}
 	if !drained {
 		a.undrained++
@@ -340,6 +342,7 @@ func (a *actor) release(cmd *command) error {
 		for _, s := range cmd.splits {
 			if a.handingBack[s.id]--; a.handingBack[s.id] <= 0 {
 				delete(a.handingBack, s.id)
+				a.scopeDirty = true
 			}
 		}
 		if !drained {

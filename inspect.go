@@ -230,7 +230,8 @@ func (js *JobState) Split(id string) (SplitState, bool) {
 // RequeueSplit puts a quarantined split back into play: status runnable,
 // attempts reset, owner cleared and the epoch bumped, in one
 // compare-and-swap on its progress record, so that any zombie of an earlier
-// tenancy stays fenced. It fails if the split is not quarantined.
+// tenancy stays fenced. It fails if the split is not quarantined. It then
+// clears the job's recorded verdict (a stall is over).
 func RequeueSplit(ctx context.Context, store Store, fingerprint string, id SplitID) error {
 	key := prefixSplit + id.id
 	e, ok, err := store.Get(ctx, Durable, key)
@@ -258,6 +259,12 @@ func RequeueSplit(ctx context.Context, store Store, fingerprint string, id Split
 	}
 	if !o.Won {
 		return Retryablef("requeue: split %s changed while requeueing; try again", id)
+	}
+	// The job is no longer over: its recorded verdict goes, so that a
+	// worker that watches only its own keys does not latch it again (a
+	// running leader withdraws it too).
+	if _, err := store.Delete(ctx, Durable, keyVerdict, AnyRevision); err != nil {
+		return fmt.Errorf("requeue: split %s is runnable again, but the job's verdict record could not be cleared (its leader clears it when it runs): %w", id, err)
 	}
 	return nil
 }

@@ -21,7 +21,8 @@ type actor struct {
 	c       *StoreCoordinator
 	cfg     Config
 	st      Store
-	rel     Releaser // st's Releaser capability; nil: a release is two calls
+	rel     Releaser   // st's Releaser capability; nil: a release is two calls
+	kw      KeyWatcher // st's KeyWatcher capability; nil: every worker watches the whole job
 	log     *slog.Logger
 	m       *coordMetrics
 	self    string
@@ -88,11 +89,22 @@ type actor struct {
 	planCancel  context.CancelFunc
 	planDone    chan planResult
 
-	// Watches (watch.go).
-	watches [2]*watchState
-	rewatch *time.Timer
-	wake    *time.Timer // steps the loop when something falls due (wakeUp)
-	wakeAt  time.Time
+	// Watches (watch.go) and scoped watching (scope.go).
+	watches        [2]*watchState
+	fullView       bool // the whole-job watches' snapshots are in: the view is the whole job
+	rewatchPending bool // a re-watch is scheduled (rewatch)
+	groups         map[*keyGroup]struct{}
+	covered        [2]map[string]int // keys watched by the key groups, per keyspace, with how many groups
+	keyEvents      chan keyEvent
+	scopeDirty     bool        // the scope may have changed: rescope
+	verdict        *verdictVal // the leader's verdict as last read (scoped workers)
+	verdictAt      uint64
+	verdictRev     uint64
+	verdictBusy    bool
+	judged         *verdictVal // the verdict this worker latched from its own listing
+	rewatch        *time.Timer
+	wake           *time.Timer // steps the loop when something falls due (wakeUp)
+	wakeAt         time.Time
 
 	// I/O beside the loop.
 	renew    *renewer
@@ -138,6 +150,13 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 	}
 	a.renew = newRenewer(c.store, c.cfg, c.log, c.m, a.self, a.nonce, h.Sum64())
 	a.rel, _ = ReleaserOf(c.store)
+	a.kw, _ = KeyWatcherOf(c.store)
+	// Without KeyWatcher every worker watches the whole job from startup
+	// on (which completes both snapshots before the loop runs).
+	a.fullView = a.kw == nil
+	a.groups = map[*keyGroup]struct{}{}
+	a.covered = [2]map[string]int{{}, {}}
+	a.keyEvents = make(chan keyEvent, stepBatch)
 	return a
 }
 
@@ -166,6 +185,7 @@ func (a *actor) run(ctx context.Context) {
 				w.cancel()
 			}
 		}
+		a.closeGroups()
 		if a.planCancel != nil {
 			a.planCancel()
 		}
@@ -223,17 +243,24 @@ func (a *actor) run(ctx context.Context) {
 			err = a.onWatch(a.watches[0], ev, ok)
 		case ev, ok := <-a.watches[1].ch:
 			err = a.onWatch(a.watches[1], ev, ok)
+		case ke := <-a.keyEvents:
+			err = a.onKeyEvent(ke)
 		case <-a.rewatch.C:
 			a.reestablish()
 		case <-tick.C:
 			a.ownDirty = true // the backstop for a change no flag caught
 			a.checkSnapshots(time.Now())
+			a.checkGroups(time.Now())
 		case <-a.wake.C:
 			a.ownDirty = true // a retry fell due
 			a.wakeAt = time.Time{}
 		case <-reconcile.C:
 			reconcile.Reset(jittered(a.cfg.ReconcileInterval))
-			a.reconcile()
+			if a.wantWholeJob() {
+				a.reconcile()
+			} else {
+				a.refreshScope()
+			}
 		case <-replan.C:
 			if a.leading != nil && a.plan != nil && a.plan.Finality == finalityOpen {
 				a.planDue = true
@@ -257,6 +284,8 @@ func (a *actor) run(ctx context.Context) {
 				err = a.onWatch(a.watches[0], ev, ok)
 			case ev, ok := <-a.watches[1].ch:
 				err = a.onWatch(a.watches[1], ev, ok)
+			case ke := <-a.keyEvents:
+				err = a.onKeyEvent(ke)
 			default:
 				break batch
 			}
@@ -294,11 +323,13 @@ func (a *actor) step() error {
 		a.dirty = true
 	}
 	a.logMembership()
+	a.syncVerdict(now)
 	if a.terminal {
 		a.gauges()
 		return nil
 	}
 	if a.parting {
+		a.syncWatchMode()
 		a.detectTerminal()
 		a.gauges()
 		return nil
@@ -306,7 +337,8 @@ func (a *actor) step() error {
 	if a.leaderObs == nil && a.leading == nil && a.due(opKey{op: "elect"}, now) {
 		a.elect(now)
 	}
-	if a.leading != nil {
+	a.syncWatchMode()
+	if a.leading != nil && a.fullView {
 		if !a.settledAt.IsZero() && !now.Before(a.settledAt) {
 			a.settledAt = time.Time{}
 			a.dirty = true // a settling split may move again

@@ -205,6 +205,10 @@ func (a *actor) announce(ctx context.Context) error {
 // watchAll establishes both watches and applies their snapshots before the
 // loop starts, so that the first decisions see the whole job.
 func (a *actor) watchAll(ctx context.Context) error {
+	if a.kw != nil && a.leading == nil {
+		return a.syncGroups(ctx)
+	}
+	defer a.noteFullView()
 	for _, w := range a.watches {
 		if w.ch != nil {
 			continue

@@ -1,6 +1,12 @@
 package spate
 
-import "context"
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+)
 
 // verdict is a bounded job's terminal state.
 type verdict uint8
@@ -46,6 +52,9 @@ func judgeTerminal(final bool, planned uint64, known int, listed []*progressReco
 // job may be over, it lists the split records beside the loop and judges
 // the listing.
 func (a *actor) detectTerminal() {
+	if !a.fullView {
+		return // a scoped worker reads the leader's verdict instead
+	}
 	if a.terminal || a.terminalBusy || a.plan == nil || a.plan.Finality != finalityFinal {
 		return
 	}
@@ -98,10 +107,13 @@ func (a *actor) detectTerminal() {
 			switch v {
 			case verdictAllComplete:
 				a.terminal = true
+				a.judged = &verdictVal{Schema: SchemaVersion, FP: a.fpHash, Verdict: verdictKeyComplete, Completed: uint64(completed)}
 				a.log.Info("job complete: every split is completed", "splits", len(listed))
 				a.c.emit(AllComplete{})
 			case verdictStalled:
 				a.terminal, a.stalled = true, true
+				a.judged = &verdictVal{Schema: SchemaVersion, FP: a.fpHash, Verdict: verdictKeyStalled,
+					Completed: uint64(completed), Quarantined: uint64(quarantined), Damaged: damaged}
 				if len(damaged) > 0 {
 					a.log.Error("job stalled: the remaining splits are quarantined or have unreadable records",
 						"completed", completed, "quarantined", quarantined, "damaged", damaged, "keys", a.damagedKeys())
@@ -141,6 +153,142 @@ func (a *actor) withdrawStall(id string) {
 	}
 	a.terminal, a.stalled = false, false
 	a.terminalAt = 0
+	a.judged = nil
 	a.dirty = true
 	a.log.Info("stall withdrawn: a quarantined split is runnable again", "split", id)
+}
+
+// ----- the verdict record ----------------------------------------------------------
+
+// A worker that watches only its own keys (scope.go) cannot count the
+// job's completions, so on a store with [KeyWatcher] the leader, which
+// watches the whole job, writes the verdict it latched to the durable
+// "verdict" key, and deletes it when a requeue withdraws a stall; scoped
+// workers latch (and withdraw) what it says. A leader that stops before
+// its write lands leaves the verdict to its successor, which judges the
+// job afresh from its own listing.
+
+const (
+	verdictKeyComplete = "complete"
+	verdictKeyStalled  = "stalled"
+)
+
+// verdictVal is the durable "verdict" record.
+type verdictVal struct {
+	Schema      int      `json:"schema"`
+	FP          uint64   `json:"fp"`
+	Verdict     string   `json:"verdict"`
+	Completed   uint64   `json:"completed"`
+	Quarantined uint64   `json:"quarantined"`
+	Damaged     []string `json:"damaged,omitempty"`
+}
+
+func decodeVerdict(data []byte, fp uint64) (*verdictVal, error) {
+	var r verdictVal
+	if err := decodeStrict(data, &r, &r.Schema); err != nil {
+		return nil, recordError(Durable, keyVerdict, err)
+	}
+	if r.Verdict != verdictKeyComplete && r.Verdict != verdictKeyStalled {
+		return nil, recordError(Durable, keyVerdict, fmt.Errorf("verdict %q", r.Verdict))
+	}
+	if r.FP != fp {
+		return nil, Fatalf("record %q has fingerprint hash %d, this job's is %d: two jobs share a namespace: %w", keyVerdict, r.FP, fp, ErrUnreadableRecord)
+	}
+	return &r, nil
+}
+
+// onVerdict folds the verdict record (nil: there is none). Only a scoped
+// worker acts on it; a worker with the whole job in view judges it itself.
+func (a *actor) onVerdict(v *verdictVal) {
+	a.verdict, a.verdictAt = v, a.clock
+	if a.wantWholeJob() {
+		return
+	}
+	switch {
+	case v == nil:
+		if a.terminal && a.stalled {
+			a.terminal, a.stalled = false, false
+			a.dirty, a.ownDirty = true, true
+			a.log.Info("stall withdrawn: the leader found a quarantined split runnable again")
+		}
+	case v.Verdict == verdictKeyComplete:
+		if !a.terminal || a.stalled {
+			a.terminal, a.stalled = true, false
+			a.log.Info("job complete: the leader found every split completed", "splits", v.Completed)
+			a.c.emit(AllComplete{})
+		}
+	case !a.terminal:
+		a.terminal, a.stalled = true, true
+		if len(v.Damaged) > 0 {
+			a.log.Error("job stalled: the leader found the remaining splits quarantined or with unreadable records",
+				"completed", v.Completed, "quarantined", v.Quarantined, "damaged", v.Damaged)
+		} else {
+			a.log.Warn("job stalled: the leader found the remaining splits quarantined", "completed", v.Completed, "quarantined", v.Quarantined)
+		}
+		a.c.emit(Stalled{Completed: v.Completed, Quarantined: v.Quarantined, Damaged: slices.Clone(v.Damaged)})
+	}
+}
+
+// syncVerdict, on a leader with the whole job in view, makes the verdict
+// record say what it latched: written when a verdict latches, deleted when
+// a stall is withdrawn. A failed write is retried with backoff.
+func (a *actor) syncVerdict(now time.Time) {
+	if a.kw == nil || a.leading == nil || !a.fullView || a.verdictBusy {
+		return
+	}
+	// Compared with the record as the view holds it, not with what this
+	// leader last wrote: a record left by an earlier run (a stall since
+	// requeued while no worker ran) is corrected too.
+	var want, have []byte
+	if a.judged != nil {
+		want = encode(a.judged)
+	}
+	if a.verdict != nil {
+		have = encode(a.verdict)
+	}
+	if bytes.Equal(want, have) || !a.due(opKey{op: "verdict"}, now) {
+		return
+	}
+	judged := a.judged
+	a.verdictBusy = true
+	a.spawn(func(ctx context.Context) func() error {
+		err := writeVerdict(ctx, a.st, want)
+		return func() error {
+			a.verdictBusy = false
+			if err != nil {
+				a.log.Warn("writing the verdict record failed; retrying", "err", err)
+				a.failed(opKey{op: "verdict"})
+				return nil
+			}
+			a.verdict = judged // the watch brings the same at its revision
+			return nil
+		}
+	})
+}
+
+// writeVerdict makes the verdict record hold want (nil: deletes it).
+func writeVerdict(ctx context.Context, st Store, want []byte) error {
+	if want == nil {
+		_, err := st.Delete(ctx, Durable, keyVerdict, AnyRevision)
+		return err
+	}
+	for range 3 {
+		e, ok, err := st.Get(ctx, Durable, keyVerdict)
+		if err != nil {
+			return err
+		}
+		var o Outcome
+		switch {
+		case !ok:
+			o, err = st.Create(ctx, Durable, keyVerdict, want)
+		case bytes.Equal(e.Value, want):
+			return nil
+		default:
+			o, err = st.Update(ctx, Durable, keyVerdict, want, e.Revision)
+		}
+		if err != nil || o.Won {
+			return err
+		}
+	}
+	return Retryablef("the verdict record kept changing under the write")
 }

@@ -374,6 +374,16 @@ func (a *actor) durablePut(key string, value []byte, rev uint64, src source) err
 			return err
 		}
 		a.upsert(id, r, rev, src)
+	case key == keyVerdict:
+		if rev <= a.verdictRev {
+			return nil
+		}
+		v, err := decodeVerdict(value, a.fpHash)
+		if err != nil {
+			return err
+		}
+		a.verdictRev = rev
+		a.onVerdict(v)
 	case strings.HasPrefix(key, prefixAssign):
 		inst := key[len(prefixAssign):]
 		if e, ok := a.assigns[inst]; ok && rev <= e.rev {
@@ -434,6 +444,11 @@ func (a *actor) durableDelete(key string, rev uint64) error {
 		a.forgetProgress(id, rev)
 	case strings.HasPrefix(key, prefixSpec) && a.damaged[key] != nil:
 		a.repair(key, true)
+	case key == keyVerdict:
+		if rev == 0 || rev > a.verdictRev {
+			a.verdictRev = max(a.verdictRev, rev)
+			a.onVerdict(nil)
+		}
 	case strings.HasPrefix(key, prefixAssign):
 		inst := key[len(prefixAssign):]
 		delete(a.assigns, inst)
@@ -546,6 +561,7 @@ func (a *actor) adoptAssignment(val *assignmentVal, now time.Time) {
 	a.assignGen = val.Generation
 	a.assignSeen = true
 	a.ownDirty = true
+	a.scopeDirty = true
 	next := make(map[string]bool, len(val.Splits))
 	for _, id := range val.Splits {
 		next[id] = true
@@ -566,6 +582,7 @@ func (a *actor) adoptAssignment(val *assignmentVal, now time.Time) {
 func (a *actor) forgetAssignment() {
 	a.assignSeen = false
 	a.ownDirty = true
+	a.scopeDirty = true
 	a.assigned = map[string]bool{}
 	clear(a.awaiting)
 }

@@ -53,13 +53,17 @@ func (a *actor) openWatch(w *watchState) {
 		ch, err := a.st.Watch(wctx, w.ks, "")
 		return func() error {
 			w.opening = false
+			if err == nil && !a.wantWholeJob() {
+				cancel() // leadership went meanwhile: this worker watches its keys
+				return nil
+			}
 			if err != nil {
 				cancel()
 				if KindOf(err) == KindFatal {
 					return fmt.Errorf("watch %s: %w", w.ks, err)
 				}
 				a.log.Warn("re-watch failed; retrying", "keyspace", w.ks, "err", err)
-				a.rewatch.Reset(a.rewatchDelay())
+				a.rewatchSoon()
 				return nil
 			}
 			w.ch, w.cancel, w.collecting, w.snapshot = ch, cancel, true, nil
@@ -76,8 +80,14 @@ func (a *actor) closeWatch(w *watchState) {
 	w.ch, w.cancel, w.collecting, w.snapshot = nil, nil, false, nil
 }
 
-// reestablish reopens every watch that is down.
+// reestablish reopens what is down: the whole-job watches, or on a
+// scoped worker the key groups (at its next step).
 func (a *actor) reestablish() {
+	a.rewatchPending = false
+	if !a.wantWholeJob() {
+		a.scopeDirty = true
+		return
+	}
 	for _, w := range a.watches {
 		a.openWatch(w)
 	}
@@ -90,7 +100,7 @@ func (a *actor) checkSnapshots(now time.Time) {
 		if w.collecting && now.After(w.deadline) {
 			a.log.Warn("watch snapshot not complete in time; re-watching", "keyspace", w.ks, "budget", a.snapshotBudget())
 			a.closeWatch(w)
-			a.rewatch.Reset(a.rewatchDelay())
+			a.rewatchSoon()
 		}
 	}
 }
@@ -107,7 +117,7 @@ func (a *actor) onWatch(w *watchState, ev WatchEvent, ok bool) error {
 		if ok && KindOf(ev.Err) == KindFatal {
 			return fmt.Errorf("watch %s: %w", w.ks, ev.Err)
 		}
-		a.rewatch.Reset(a.rewatchDelay())
+		a.rewatchSoon()
 		return nil
 	}
 	if w.collecting {
@@ -118,10 +128,14 @@ func (a *actor) onWatch(w *watchState, ev WatchEvent, ok bool) error {
 			snap := w.snapshot
 			w.collecting, w.snapshot = false, nil
 			a.ownDirty = true
+			var err error
 			if w.ks == Ephemeral {
-				return a.applyEphemeral(snap, w.since)
+				err = a.applyEphemeral(snap, w.since)
+			} else {
+				err = a.applyDurable(snap, w.since, false)
 			}
-			return a.applyDurable(snap, w.since, false)
+			a.noteFullView()
+			return err
 		}
 		return nil // deletes inside a snapshot are dropped
 	}
@@ -139,6 +153,20 @@ func (a *actor) onWatch(w *watchState, ev WatchEvent, ok bool) error {
 		}
 	}
 	return nil
+}
+
+// noteFullView marks the view whole once both whole-job watches have
+// delivered their snapshots: only then may a leader act on it.
+func (a *actor) noteFullView() {
+	for _, w := range a.watches {
+		if w.ch == nil || w.collecting {
+			return
+		}
+	}
+	if !a.fullView {
+		a.fullView = true
+		a.dirty = true
+	}
 }
 
 // ----- the listing backstop -------------------------------------------------------
@@ -186,7 +214,7 @@ func (a *actor) reconcile() {
 // Its record is re-seeded from nothing (a planner's seed progress is lost:
 // the split replays from its start — duplicates, never loss).
 func (a *actor) findUnseeded() {
-	if a.leading == nil || a.plan == nil || a.plan.Finality != finalityFinal {
+	if a.leading == nil || !a.fullView || a.plan == nil || a.plan.Finality != finalityFinal {
 		return
 	}
 	for id, v := range a.splits {

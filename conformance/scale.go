@@ -33,12 +33,19 @@ type ScaleOptions struct {
 	// Progress, when set, receives a line as each phase starts (a real-time
 	// run at a large W takes minutes).
 	Progress io.Writer
+	// WholeJob hides the store's KeyWatcher capability from the fleet, so
+	// every worker watches the whole job, as on a store without it: the
+	// baseline the scoped watch is measured against.
+	WholeJob bool
 }
 
 // ScaleResult is what [MeasureScale] observed. Rates are per second of the
 // clock the fleet ran on (virtual inside a synctest bubble).
 type ScaleResult struct {
 	Workers, Splits int
+	// Watch is what a non-leader watches: "keys" (its own, the store's
+	// KeyWatcher) or "whole job".
+	Watch string
 	// Placement is the time from the fleet's start until every split was
 	// held; Placed is how many were held when the wait ended.
 	Placement time.Duration
@@ -76,13 +83,13 @@ func (r ScaleResult) EventsPerWrite() float64 {
 }
 
 // ScaleHeader is the header of [ScaleResult.Row]'s table.
-const ScaleHeader = "| workers × splits | placed | first placement | writes/s | events/s | events per write | reads/s | reads after a watch break | CPU core-s/s (total, per worker) | heap per worker | takeover | leases lost | quarantined |\n" +
-	"|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+const ScaleHeader = "| workers × splits | a worker watches | placed | first placement | writes/s | events/s | events per write | reads/s | reads after a watch break | CPU core-s/s (total, per worker) | heap per worker | takeover | leases lost | quarantined |\n" +
+	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 
 // Row formats r as one markdown table row under [ScaleHeader].
 func (r ScaleResult) Row() string {
-	return fmt.Sprintf("| %d × %d | %d | %.1fs | %.0f | %.0f | %.2f | %.0f | %d | %.3f, %.4f | %.2f MB | %.1fs | %d | %d |",
-		r.Workers, r.Splits, r.Placed, r.Placement.Seconds(), r.WritesPerSec, r.EventsPerSec, r.EventsPerWrite(),
+	return fmt.Sprintf("| %d × %d | %s | %d | %.1fs | %.0f | %.0f | %.2f | %.0f | %d | %.3f, %.4f | %.2f MB | %.1fs | %d | %d |",
+		r.Workers, r.Splits, r.Watch, r.Placed, r.Placement.Seconds(), r.WritesPerSec, r.EventsPerSec, r.EventsPerWrite(),
 		r.ReadsPerSec, r.ReadsAfterBreak, r.CPUPerSec, r.CPUPerSec/float64(r.Workers), r.HeapPerWorker/1e6,
 		r.Takeover.Seconds(), r.LeasesLost, r.Quarantined)
 }
@@ -114,7 +121,7 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 		t.Fatalf("scale: open a store: %v", err)
 	}
 	ttl := probe.Capabilities().TTL
-	probe.Close()
+	defer probe.Close()
 	if o.Placement == 0 {
 		o.Placement = 20 * ttl
 	}
@@ -122,7 +129,10 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 	// Lanes for twice a worker's share, so the survivors can take a dead
 	// worker's splits.
 	cfg.MaxInFlight = 2 * ((o.Splits + o.Workers - 1) / o.Workers)
-	res := ScaleResult{Workers: o.Workers, Splits: o.Splits}
+	res := ScaleResult{Workers: o.Workers, Splits: o.Splits, Watch: "whole job"}
+	if _, ok := spate.KeyWatcherOf(probe); ok && !o.WholeJob {
+		res.Watch = "keys"
+	}
 
 	phase := func(format string, args ...any) {
 		if o.Progress != nil {
@@ -141,7 +151,7 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 		}
 		c := cfg
 		c.InstanceID = fmt.Sprintf("w%04d", i)
-		coord, err := spate.NewStoreCoordinator(&countingStore{Store: s, c: cnt}, c, spate.WithLogger(testLogger(c.InstanceID)))
+		coord, err := spate.NewStoreCoordinator(&countingStore{Store: s, c: cnt, wholeJob: o.WholeJob}, c, spate.WithLogger(testLogger(c.InstanceID)))
 		if err != nil {
 			t.Fatalf("scale: %v", err)
 		}
@@ -266,7 +276,8 @@ func (c *scaleCounters) breaker() <-chan struct{} {
 // countingStore counts a worker's store traffic and can break its watches.
 type countingStore struct {
 	spate.Store
-	c *scaleCounters
+	c        *scaleCounters
+	wholeJob bool // hide the KeyWatcher capability
 }
 
 func (s *countingStore) Create(ctx context.Context, ks spate.Keyspace, key string, v []byte) (spate.Outcome, error) {
@@ -285,6 +296,7 @@ func (s *countingStore) Capabilities() spate.Capabilities {
 	c := s.Store.Capabilities()
 	_, c.UpdateAndDelete = spate.ReleaserOf(s.Store)
 	_, c.WatchKeys = spate.KeyWatcherOf(s.Store)
+	c.WatchKeys = c.WatchKeys && !s.wholeJob
 	return c
 }
 
@@ -323,7 +335,7 @@ func (s *countingStore) Watch(ctx context.Context, ks spate.Keyspace, prefix str
 // WatchKeys counts a key watch's traffic as Watch does.
 func (s *countingStore) WatchKeys(ctx context.Context, ks spate.Keyspace, keys []string) (<-chan spate.WatchEvent, error) {
 	kw, ok := spate.KeyWatcherOf(s.Store)
-	if !ok {
+	if !ok || s.wholeJob {
 		return nil, fmt.Errorf("conformance: the store has no KeyWatcher capability: %w", spate.ErrFatal)
 	}
 	return s.count(ctx, func(ctx context.Context) (<-chan spate.WatchEvent, error) {

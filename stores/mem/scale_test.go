@@ -21,6 +21,9 @@ var scaleWorkers = flag.String("scale", "", "comma-separated fleet sizes for Tes
 //
 //	go test ./stores/mem -run '^TestScale$' -v -args -scale 10,100,1000
 //
+// Each size runs twice: every worker watching the whole job (the
+// baseline), then each its own keys (the store's KeyWatcher).
+//
 // Without -scale it runs 5 workers as a check that the harness works.
 func TestScale(t *testing.T) {
 	sizes := []int{5}
@@ -33,12 +36,13 @@ func TestScale(t *testing.T) {
 		}
 	}
 	var results []conformance.ScaleResult
-	for _, w := range sizes {
+	for _, run := range runs(sizes) {
+		w := run.workers
 		synctest.Test(t, func(t *testing.T) {
 			mk := func(testing.TB) conformance.Harness {
 				return harness{root: mem.MustNew(mem.Options{TTL: 10 * time.Second})}
 			}
-			r := conformance.MeasureScale(t, mk, conformance.ScaleOptions{Workers: w})
+			r := conformance.MeasureScale(t, mk, conformance.ScaleOptions{Workers: w, WholeJob: run.wholeJob})
 			t.Log(r.Row())
 			results = append(results, r)
 			require.Equal(t, r.Splits, r.Placed, "every split placed")
@@ -47,4 +51,20 @@ func TestScale(t *testing.T) {
 		})
 	}
 	conformance.WriteScaleTable(os.Stdout, results)
+}
+
+type scaleRun struct {
+	workers  int
+	wholeJob bool
+}
+
+// runs pairs each fleet size with both ways of watching: every worker the
+// whole job (the baseline, as on a store without KeyWatcher), and each
+// worker its own keys.
+func runs(sizes []int) []scaleRun {
+	var out []scaleRun
+	for _, w := range sizes {
+		out = append(out, scaleRun{w, true}, scaleRun{w, false})
+	}
+	return out
 }

@@ -1,0 +1,510 @@
+package spate
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Scoped watching. On a store with the [KeyWatcher] capability a worker
+// that does not lead watches only the keys that concern it: the leader
+// key, its own presence, the plan, its own assignment, the verdict, and
+// the lease, progress record and spec of each split it is assigned or
+// holds. The leader watches the whole job (it assigns and judges it). So a
+// write reaches the leader and the split's holder, not every worker, and
+// a non-leader's work, memory and re-reads after a watch break grow with
+// its own splits (docs/architecture.md, "Scale").
+//
+// The keys are watched in groups, each one WatchKeys call: a group is
+// opened for the keys the scope gained, and keys it lost are dropped from
+// the view at once (their later events are ignored); when the dropped keys
+// outnumber the watched ones, every group is replaced by fresh ones.
+
+// keyGroup is one key watch of the scoped mode.
+type keyGroup struct {
+	ks         Keyspace
+	keys       []string
+	ch         <-chan WatchEvent // nil while being established
+	ctx        context.Context   // the stream's; done once the group is dropped
+	cancel     context.CancelFunc
+	collecting bool // between establishment and SnapshotDone
+	closed     bool
+	since      uint64
+	deadline   time.Time
+	snapshot   []Entry
+}
+
+// keyEvent is one item of a key group's stream, handed to the loop.
+type keyEvent struct {
+	g  *keyGroup
+	ev WatchEvent
+	ok bool
+}
+
+// keyVerdict is the durable key of the leader's terminal verdict.
+const keyVerdict = "verdict"
+
+// groupIDs caps the splits one group watches: three durable or two
+// ephemeral keys each, within MaxWatchKeys.
+const groupIDs = MaxWatchKeys / 4
+
+// wantWholeJob reports whether this worker watches the whole job: on a
+// store without KeyWatcher, and on the leader.
+func (a *actor) wantWholeJob() bool { return a.kw == nil || a.leading != nil }
+
+// inScope reports whether split id concerns this worker: it is assigned
+// it, holds it or is handing it back.
+func (a *actor) inScope(id string) bool {
+	if a.assigned[id] || a.handingBack[id] > 0 {
+		return true
+	}
+	_, held := a.owned[id]
+	return held
+}
+
+// splitOfKey returns the split a split or spec key names.
+func splitOfKey(key string) (string, bool) {
+	if id, ok := strings.CutPrefix(key, prefixSplit); ok {
+		return id, true
+	}
+	return strings.CutPrefix(key, prefixSpec)
+}
+
+// baseKeys are the keys every scoped worker watches in ks.
+func (a *actor) baseKeys(ks Keyspace) []string {
+	if ks == Ephemeral {
+		return []string{keyLeader, prefixWorker + a.self}
+	}
+	return []string{keyPlan, prefixAssign + a.self, keyVerdict}
+}
+
+// splitKeys are the keys of split id watched in ks.
+func splitKeys(ks Keyspace, id string) []string {
+	if ks == Ephemeral {
+		return []string{prefixSplit + id}
+	}
+	return []string{prefixSplit + id, prefixSpec + id}
+}
+
+// syncWatchMode moves between whole-job and scoped watching as leadership
+// comes and goes, and keeps the scoped key groups in step with the scope.
+func (a *actor) syncWatchMode() {
+	if a.kw == nil {
+		return
+	}
+	if a.wantWholeJob() {
+		for _, w := range a.watches {
+			if w.ch == nil && !w.opening && !a.rewatchPending {
+				a.openWatch(w)
+			}
+		}
+		if a.fullView && len(a.groups) > 0 {
+			// The whole-job watches cover every key now.
+			a.closeGroups()
+		}
+		return
+	}
+	if a.fullView || a.watches[0].ch != nil || a.watches[1].ch != nil {
+		for _, w := range a.watches {
+			a.closeWatch(w)
+		}
+		a.fullView = false
+		a.prune()
+		a.scopeDirty = true
+	}
+	if a.scopeDirty {
+		a.rescope()
+	}
+}
+
+// prune drops from the view what a scoped worker does not watch: other
+// splits, other members, other assignments and the leader's bookkeeping.
+func (a *actor) prune() {
+	for id, v := range a.splits {
+		if a.inScope(id) || a.busy[id] {
+			continue
+		}
+		if v.prog != nil {
+			a.count(v.prog.Status, -1)
+			a.nSplits--
+		}
+		delete(a.splits, id)
+	}
+	for inst := range a.presence {
+		if inst != a.self {
+			delete(a.presence, inst)
+			delete(a.caps, inst)
+		}
+	}
+	for inst := range a.assigns {
+		if inst != a.self {
+			delete(a.assigns, inst)
+		}
+	}
+	for key, d := range a.damaged {
+		if !a.inScope(d.id) {
+			delete(a.damaged, key)
+		}
+	}
+	clear(a.missing)
+	clear(a.departed)
+	clear(a.pinnedSince)
+	clear(a.landedAt)
+	clear(a.moving)
+	a.m.damaged.Set(float64(len(a.damaged)))
+}
+
+// rescope opens groups for the keys the scope gained and forgets the
+// splits it lost.
+func (a *actor) rescope() {
+	a.scopeDirty = false
+	ids := map[string]bool{}
+	for id := range a.assigned {
+		ids[id] = true
+	}
+	for id := range a.owned {
+		ids[id] = true
+	}
+	for id := range a.handingBack {
+		ids[id] = true
+	}
+	// Splits that left the scope leave the view.
+	for id, v := range a.splits {
+		if !ids[id] && !a.busy[id] {
+			if v.prog != nil {
+				a.count(v.prog.Status, -1)
+				a.nSplits--
+			}
+			delete(a.splits, id)
+		}
+	}
+	watched, stale := 0, 0
+	for _, ks := range keyspaces {
+		for key, n := range a.covered[ks-1] {
+			if id, ok := splitOfKey(key); ok && !ids[id] {
+				stale += n
+			} else {
+				watched++
+			}
+		}
+	}
+	if stale > watched+64 {
+		a.closeGroups() // mostly dropped keys: start afresh
+	}
+	for _, ks := range keyspaces {
+		cov := a.covered[ks-1]
+		var missing []string
+		for _, k := range a.baseKeys(ks) {
+			if cov[k] == 0 {
+				missing = append(missing, k)
+			}
+		}
+		for _, id := range slices.Sorted(maps.Keys(ids)) {
+			for _, k := range splitKeys(ks, id) {
+				if cov[k] == 0 {
+					missing = append(missing, k)
+				}
+			}
+		}
+		for chunk := range slices.Chunk(missing, groupIDs) {
+			a.openGroup(ks, chunk)
+		}
+	}
+}
+
+// keyspaces are the two keyspaces, in watch order.
+var keyspaces = [2]Keyspace{Ephemeral, Durable}
+
+// openGroup establishes a key watch beside the loop.
+func (a *actor) openGroup(ks Keyspace, keys []string) {
+	g := &keyGroup{ks: ks, keys: keys}
+	a.groups[g] = struct{}{}
+	for _, k := range keys {
+		a.covered[ks-1][k]++
+	}
+	since := a.mark()
+	a.spawn(func(ctx context.Context) func() error {
+		gctx, cancel := context.WithCancel(ctx)
+		ch, err := a.kw.WatchKeys(gctx, ks, keys)
+		return func() error {
+			if err != nil || g.closed {
+				cancel()
+				if err == nil {
+					return nil
+				}
+				a.dropGroup(g)
+				if KindOf(err) == KindFatal {
+					return fmt.Errorf("watch %d %s keys: %w", len(keys), ks, err)
+				}
+				a.log.Warn("key watch failed; retrying", "keyspace", ks, "keys", len(keys), "err", err)
+				a.rewatchSoon()
+				return nil
+			}
+			a.startGroup(g, gctx, ch, cancel, since)
+			return nil
+		}
+	})
+}
+
+// startGroup makes an established group's stream an input of the loop.
+func (a *actor) startGroup(g *keyGroup, ctx context.Context, ch <-chan WatchEvent, cancel context.CancelFunc, since uint64) {
+	g.ch, g.ctx, g.cancel, g.collecting, g.since = ch, ctx, cancel, true, since
+	g.deadline = time.Now().Add(a.snapshotBudget())
+	a.io.Add(1)
+	go func() {
+		defer a.io.Done()
+		for {
+			ev, ok := <-ch
+			select {
+			case a.keyEvents <- keyEvent{g: g, ev: ev, ok: ok}:
+			case <-ctx.Done():
+				for range ch {
+				}
+				return
+			}
+			if !ok {
+				return
+			}
+		}
+	}()
+}
+
+// dropGroup ends a group: its keys are no longer covered by it.
+func (a *actor) dropGroup(g *keyGroup) {
+	if g.closed {
+		return
+	}
+	g.closed = true
+	if g.cancel != nil {
+		g.cancel()
+	}
+	delete(a.groups, g)
+	cov := a.covered[g.ks-1]
+	for _, k := range g.keys {
+		if cov[k]--; cov[k] <= 0 {
+			delete(cov, k)
+		}
+	}
+}
+
+// closeGroups ends every key group.
+func (a *actor) closeGroups() {
+	for g := range a.groups {
+		a.dropGroup(g)
+	}
+}
+
+// rewatchSoon schedules a jittered re-establishment of what broke.
+func (a *actor) rewatchSoon() {
+	a.rewatchPending = true
+	a.rewatch.Reset(a.rewatchDelay())
+}
+
+// onKeyEvent handles one item of a key group's stream.
+func (a *actor) onKeyEvent(ke keyEvent) error {
+	g, ev := ke.g, ke.ev
+	if g.closed {
+		return nil // a group replaced or dropped: its late events are moot
+	}
+	if !ke.ok || ev.Kind == WatchError {
+		if ke.ok {
+			a.log.Warn("key watch broke; re-watching", "keyspace", g.ks, "keys", len(g.keys), "err", ev.Err)
+		} else {
+			a.log.Warn("key watch ended; re-watching", "keyspace", g.ks, "keys", len(g.keys))
+		}
+		a.dropGroup(g)
+		if ke.ok && KindOf(ev.Err) == KindFatal {
+			return fmt.Errorf("watch %s keys: %w", g.ks, ev.Err)
+		}
+		a.rewatchSoon()
+		return nil
+	}
+	if g.collecting {
+		switch ev.Kind {
+		case WatchPut:
+			g.snapshot = append(g.snapshot, Entry{Key: ev.Key, Value: ev.Value, Revision: ev.Revision})
+		case WatchSnapshotDone:
+			snap := g.snapshot
+			g.collecting, g.snapshot = false, nil
+			a.ownDirty = true
+			return a.applyKeys(g.ks, g.keys, snap, g.since)
+		}
+		return nil
+	}
+	if id, ok := splitOfKey(ev.Key); ok && !a.inScope(id) && !a.wantWholeJob() {
+		return nil // a split that left the scope
+	}
+	switch {
+	case ev.Kind == WatchPut && g.ks == Ephemeral:
+		return a.ephemeralPut(ev.Key, ev.Value, ev.Revision)
+	case ev.Kind == WatchPut:
+		return a.durablePut(ev.Key, ev.Value, ev.Revision, live)
+	case ev.Kind == WatchDelete && g.ks == Ephemeral:
+		a.ephemeralDelete(ev.Key, ev.Revision, false)
+	case ev.Kind == WatchDelete:
+		return a.durableDelete(ev.Key, ev.Revision)
+	}
+	return nil
+}
+
+// applyKeys folds a complete read of the listed keys of ks that started at
+// mark: a listed key the view holds from before mark that the read lacks
+// is gone.
+func (a *actor) applyKeys(ks Keyspace, keys []string, entries []Entry, mark uint64) error {
+	listed := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		listed[e.Key] = true
+	}
+	for _, k := range keys {
+		if listed[k] {
+			continue
+		}
+		if err := a.absent(ks, k, mark); err != nil {
+			return err
+		}
+	}
+	for _, e := range entries {
+		if id, ok := splitOfKey(e.Key); ok && !a.inScope(id) && !a.wantWholeJob() {
+			continue
+		}
+		var err error
+		if ks == Ephemeral {
+			err = a.ephemeralPut(e.Key, e.Value, e.Revision)
+		} else {
+			err = a.durablePut(e.Key, e.Value, e.Revision, readSince(mark))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// absent applies the absence of key from a complete read of it that
+// started at mark.
+func (a *actor) absent(ks Keyspace, key string, mark uint64) error {
+	if ks == Ephemeral {
+		switch {
+		case key == keyLeader:
+			if a.leaderObs != nil && a.leaderAt < mark {
+				a.ephemeralDelete(key, 0, true)
+			}
+		case strings.HasPrefix(key, prefixWorker):
+			if e, ok := a.presence[key[len(prefixWorker):]]; ok && e.at < mark {
+				a.ephemeralDelete(key, 0, true)
+			}
+		case strings.HasPrefix(key, prefixSplit):
+			if v := a.splits[key[len(prefixSplit):]]; v != nil && v.lease != nil && v.leaseAt < mark {
+				a.ephemeralDelete(key, 0, true)
+			}
+		}
+		return nil
+	}
+	if d := a.damaged[key]; d != nil && d.at < mark {
+		a.repair(key, true)
+		return nil
+	}
+	switch {
+	case key == keyPlan:
+		if a.plan != nil && a.planAt < mark {
+			return errNamespaceGone("a read of this worker's keys has no plan record")
+		}
+	case key == keyVerdict:
+		if a.verdict != nil && a.verdictAt < mark {
+			a.onVerdict(nil)
+		}
+	case strings.HasPrefix(key, prefixAssign):
+		if e, ok := a.assigns[key[len(prefixAssign):]]; ok && e.at < mark {
+			delete(a.assigns, key[len(prefixAssign):])
+			a.forgetAssignment()
+		}
+	case strings.HasPrefix(key, prefixSplit):
+		id := key[len(prefixSplit):]
+		if v := a.splits[id]; v != nil && v.prog != nil && v.progAt < mark {
+			a.log.Warn("a split's progress record is missing from a read; the leader restores it from the last state seen", "split", id)
+			a.forgetProgress(id, 0)
+		}
+	}
+	return nil
+}
+
+// refreshScope is the scoped worker's listing backstop: every key group is
+// replaced by a fresh one, whose snapshot re-reads this worker's keys (and
+// only those).
+func (a *actor) refreshScope() {
+	a.closeGroups()
+	a.scopeDirty = true
+}
+
+// checkGroups gives up on a group snapshot that did not complete in time.
+func (a *actor) checkGroups(now time.Time) {
+	for g := range a.groups {
+		if g.collecting && now.After(g.deadline) {
+			a.log.Warn("key watch snapshot not complete in time; re-watching", "keyspace", g.ks, "keys", len(g.keys), "budget", a.snapshotBudget())
+			a.dropGroup(g)
+			a.rewatchSoon()
+		}
+	}
+}
+
+// syncGroups establishes the base key groups at startup and applies their
+// snapshots before the loop starts, as watchAll does for the whole job.
+func (a *actor) syncGroups(ctx context.Context) error {
+	for _, ks := range keyspaces {
+		keys := a.baseKeys(ks)
+		if a.covered[ks-1][keys[0]] > 0 {
+			continue
+		}
+		gctx, cancel := context.WithCancel(ctx)
+		ch, err := a.kw.WatchKeys(gctx, ks, keys)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("watch %s keys: %w", ks, err)
+		}
+		since := a.mark()
+		var snap []Entry
+		deadline := time.NewTimer(a.snapshotBudget())
+	collect:
+		for {
+			select {
+			case ev, ok := <-ch:
+				switch {
+				case !ok || ev.Kind == WatchError:
+					cancel()
+					deadline.Stop()
+					if ok && KindOf(ev.Err) == KindFatal {
+						return fmt.Errorf("watch %s keys: %w", ks, ev.Err)
+					}
+					return Retryablef("watch %s keys: the stream broke during its snapshot", ks)
+				case ev.Kind == WatchPut:
+					snap = append(snap, Entry{Key: ev.Key, Value: ev.Value, Revision: ev.Revision})
+				case ev.Kind == WatchSnapshotDone:
+					break collect
+				}
+			case <-deadline.C:
+				cancel()
+				return Retryablef("watch %s keys: snapshot not complete within %v", ks, a.snapshotBudget())
+			case <-ctx.Done():
+				cancel()
+				deadline.Stop()
+				return ctx.Err()
+			}
+		}
+		deadline.Stop()
+		if err := a.applyKeys(ks, keys, snap, since); err != nil {
+			cancel()
+			return err
+		}
+		g := &keyGroup{ks: ks, keys: keys}
+		a.groups[g] = struct{}{}
+		for _, k := range keys {
+			a.covered[ks-1][k]++
+		}
+		a.startGroup(g, gctx, ch, cancel, since)
+		g.collecting = false
+	}
+	return nil
+}
