@@ -139,11 +139,23 @@ type recordingStore struct {
 
 // Capabilities hides the Releaser capability, deliberately: the history
 // records Updates and Deletes, so the coordinators under chaos release in
-// two calls here (the store rules check the atomic call itself).
+// two calls here (the store rules check the atomic call itself). The
+// KeyWatcher capability is passed on: watches are not part of the history,
+// and the chaos must reach workers that watch only their own keys.
 func (r *recordingStore) Capabilities() spate.Capabilities {
 	c := r.Store.Capabilities()
 	c.UpdateAndDelete = false
+	_, c.WatchKeys = spate.KeyWatcherOf(r.Store)
 	return c
+}
+
+// WatchKeys passes the store's KeyWatcher capability on.
+func (r *recordingStore) WatchKeys(ctx context.Context, ks spate.Keyspace, keys []string) (<-chan spate.WatchEvent, error) {
+	kw, ok := spate.KeyWatcherOf(r.Store)
+	if !ok {
+		return nil, fmt.Errorf("conformance: the store has no KeyWatcher capability: %w", spate.ErrFatal)
+	}
+	return kw.WatchKeys(ctx, ks, keys)
 }
 
 func splitKey(ks spate.Keyspace, key string) bool {

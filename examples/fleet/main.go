@@ -195,11 +195,25 @@ type crashable struct {
 	crashed chan struct{}
 }
 
-// Capabilities passes the store's on, the Releaser capability included.
+// Capabilities passes the store's on, the Releaser and KeyWatcher
+// capabilities included.
 func (c *crashable) Capabilities() spate.Capabilities {
 	caps := c.Store.Capabilities()
 	_, caps.UpdateAndDelete = spate.ReleaserOf(c.Store)
+	_, caps.WatchKeys = spate.KeyWatcherOf(c.Store)
 	return caps
+}
+
+// WatchKeys passes the store's KeyWatcher capability on.
+func (c *crashable) WatchKeys(ctx context.Context, ks spate.Keyspace, keys []string) (<-chan spate.WatchEvent, error) {
+	if err := c.dead(); err != nil {
+		return nil, err
+	}
+	kw, ok := spate.KeyWatcherOf(c.Store)
+	if !ok {
+		return nil, fmt.Errorf("the store has no KeyWatcher capability: %w", spate.ErrFatal)
+	}
+	return kw.WatchKeys(ctx, ks, keys)
 }
 
 // UpdateAndDelete passes the store's Releaser capability on.
