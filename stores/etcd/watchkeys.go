@@ -125,6 +125,9 @@ func (s *store) watchEach(ctx context.Context, ks spate.Keyspace, keys []string,
 			cases := make([]reflect.SelectCase, 1, len(chunk)+1)
 			cases[0] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(mctx.Done())}
 			for _, k := range chunk {
+				if mctx.Err() != nil {
+					return // do not register watches that would be cancelled at once
+				}
 				wch := s.cli.Watch(mctx, s.key(ks, k), clientv3.WithRev(rev))
 				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(wch)})
 			}

@@ -218,10 +218,12 @@ func TestWatchKeysCost(t *testing.T) {
 		ready := time.Since(start)
 		added := runtime.NumGoroutine() - before
 		cancel()
-		// Cancelled, the watch leaves nothing behind: clientv3's per-watch
-		// goroutines and the driver's end.
-		require.Eventually(t, func() bool { return runtime.NumGoroutine() <= before+2 }, 10*time.Second, 10*time.Millisecond,
-			"goroutines after cancel: %d, before the watch: %d", runtime.NumGoroutine(), before)
+		// Cancelled, the watch leaves nothing per key behind: clientv3's
+		// per-watch goroutines and the driver's end. The client's gRPC
+		// watch stream (7 goroutines, client and server side) may stay
+		// open for the client's next watch.
+		require.Eventually(t, func() bool { return runtime.NumGoroutine() <= before+10 }, 10*time.Second, 10*time.Millisecond,
+			"%d keys: goroutines after cancel: %d, before the watch: %d", n, runtime.NumGoroutine(), before)
 		_, err = s.Delete(ctx, spate.Durable, keys[n-1], spate.AnyRevision)
 		require.NoError(t, err)
 		t.Logf("%4d keys: SnapshotDone after %v, last key's change after %v, %d goroutines added",
