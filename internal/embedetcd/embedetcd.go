@@ -73,6 +73,8 @@ type Member struct {
 	TLS *TLS
 	// Logger receives the server's logs; nil discards them.
 	Logger *zap.Logger
+	// MaxTxnOps is the server's --max-txn-ops; 0 is etcd's default (128).
+	MaxTxnOps uint
 	// BcryptCost hashes passwords of auth users; 0 is etcd's default.
 	// Tests lower it to bcrypt.MinCost.
 	BcryptCost uint
@@ -126,6 +128,9 @@ func Start(m Member) (*embed.Etcd, error) {
 	cfg.InitialClusterToken = m.ClusterToken
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg.Named(m.Name))
 	cfg.Metrics = "basic"
+	if m.MaxTxnOps > 0 {
+		cfg.MaxTxnOps = m.MaxTxnOps
+	}
 	if m.BcryptCost != 0 {
 		cfg.BcryptCost = m.BcryptCost
 	}

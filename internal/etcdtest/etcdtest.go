@@ -81,6 +81,8 @@ type Options struct {
 	TickMs, ElectionMs uint
 	// Dir holds the members' data; "" means a fresh temporary directory.
 	Dir string
+	// MaxTxnOps is the members' --max-txn-ops; 0 means etcd's default (128).
+	MaxTxnOps uint
 }
 
 // Cluster is a running embedded etcd cluster.
@@ -217,6 +219,7 @@ func (c *Cluster) startMember(m *Member, initialCluster string) error {
 		ElectionMs:     c.opts.ElectionMs,
 		Logger:         c.lg,
 		BcryptCost:     uint(bcrypt.MinCost),
+		MaxTxnOps:      c.opts.MaxTxnOps,
 	}
 	if c.opts.TLS {
 		spec.TLS = &embedetcd.TLS{

@@ -35,6 +35,9 @@
 //     one revision, sorted by key.
 //   - Watch: a List at revision R (the snapshot), SnapshotDone, then an etcd
 //     watch from R+1 over the prefix, so nothing falls between them.
+//   - WatchKeys (the optional [spate.KeyWatcher] capability): the listed
+//     keys read at revision R by transactions of Gets, SnapshotDone, then
+//     one etcd watch per key from R+1 (see below).
 //   - UpdateAndDelete (the optional [spate.Releaser] capability, which the
 //     coordinator's release uses): one Txn(ModRevision(durable) ==
 //     expected → Put durable, Txn(ModRevision(ephemeral) == leaseExpected
@@ -44,6 +47,24 @@
 //
 // Each call makes one attempt. (clientv3 itself retries reads, and writes
 // that provably never reached a server, on other endpoints.)
+//
+// WatchKeys is native: the server sends the watcher the listed keys' events
+// only. The snapshot is one transaction of up to 128 Gets (etcd's default
+// --max-txn-ops; a server that allows fewer gets smaller ones), and for
+// more keys further transactions read at R too, so 1024 keys cost 8
+// linearizable reads. Then each key gets its own etcd watch from R+1, all
+// on the client's one gRPC watch stream (clientv3 multiplexes the watches
+// of one context); the driver merges them with one goroutine per 32 keys,
+// and clientv3 runs one per watch (a 200-key watch adds about 210
+// goroutines to the client). On the server each is one watcher in an index by exact key: a
+// write finds its key's watchers with a map lookup, not a scan of every
+// watcher, and writes to unlisted keys cost this watcher nothing. Opening the watches
+// takes one round trip per key (clientv3 registers them one at a time, in
+// the background while the snapshot is delivered); a watch that starts
+// behind the current revision is caught up by the server's 100 ms sync, so
+// the first changes may arrive up to ~100 ms late. A compaction past R+1, a
+// watch the server cancels or any key's watch closing ends the whole
+// stream Retryable, as for Watch.
 //
 // # Ephemeral keys and leases
 //

@@ -30,26 +30,38 @@ func (s *store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-
 	if err != nil {
 		return nil, s.classify(ctx, err)
 	}
+	return s.stream(ctx, ks, "watch", prefix, kvs, func(wctx context.Context) clientv3.WatchChan {
+		return s.cli.Watch(wctx, s.key(ks, prefix), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	}), nil
+}
+
+// stream starts the goroutine that feeds a watch's output: the snapshot,
+// SnapshotDone, then the events of the etcd watch that open starts (from the
+// revision after the snapshot's) under the stream's own context, which
+// requires a leader and ends with ctx, with Close, or when the stream ends.
+// op and label name the watch in its errors.
+func (s *store) stream(ctx context.Context, ks spate.Keyspace, op, label string, snapshot []*mvccpb.KeyValue,
+	open func(wctx context.Context) clientv3.WatchChan) <-chan spate.WatchEvent {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	s.wg.Add(1)
 	stop := context.AfterFunc(s.ctx, cancel) // Close ends the watch
-	wch := s.cli.Watch(wctx, s.key(ks, prefix), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	wch := open(wctx)
 	out := make(chan spate.WatchEvent)
 	go func() {
 		defer s.wg.Done()
 		defer close(out)
 		defer cancel()
 		defer stop()
-		s.runWatch(wctx, ks, prefix, kvs, wch, out)
+		s.runWatch(wctx, ks, op, label, snapshot, wch, out)
 	}()
-	return out, nil
+	return out
 }
 
 // runWatch feeds out from a queue: the snapshot, SnapshotDone, then live
 // events as etcd delivers them. It keeps draining etcd's channel while the
 // consumer is slow, so etcd's client never buffers without bound; the queue
 // is bounded by Options.WatchBuffer instead.
-func (s *store) runWatch(ctx context.Context, ks spate.Keyspace, prefix string, snapshot []*mvccpb.KeyValue,
+func (s *store) runWatch(ctx context.Context, ks spate.Keyspace, op, label string, snapshot []*mvccpb.KeyValue,
 	wch clientv3.WatchChan, out chan<- spate.WatchEvent) {
 	queue := make([]spate.WatchEvent, 0, len(snapshot)+1)
 	for _, kv := range snapshot {
@@ -61,7 +73,7 @@ func (s *store) runWatch(ctx context.Context, ks spate.Keyspace, prefix string, 
 	fromSnapshot := len(queue)  // queued events that belong to the snapshot
 	var final *spate.WatchEvent // the error that ends the stream, sent after the queue
 	fail := func(err error) {
-		final = &spate.WatchEvent{Kind: spate.WatchError, Err: spate.OpError("etcd", "watch", ks, prefix, err)}
+		final = &spate.WatchEvent{Kind: spate.WatchError, Err: spate.OpError("etcd", op, ks, label, err)}
 	}
 	for {
 		var (

@@ -1,0 +1,276 @@
+package etcd_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/etcdtest"
+	"github.com/spate-go/spate/stores/etcd"
+)
+
+// watchKeys opens a key watch on s, which must have the capability.
+func watchKeys(t testing.TB, ctx context.Context, s spate.Store, ks spate.Keyspace, keys []string) <-chan spate.WatchEvent {
+	t.Helper()
+	kw, ok := spate.KeyWatcherOf(s)
+	require.True(t, ok, "the etcd store has the KeyWatcher capability")
+	ch, err := kw.WatchKeys(ctx, ks, keys)
+	require.NoError(t, err)
+	return ch
+}
+
+func keyNames(format string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf(format, i)
+	}
+	return keys
+}
+
+// TestWatchKeysSnapshotIsAtOneRevision: on a server whose --max-txn-ops is
+// 4, a key watch of 10 keys reads its snapshot in transactions of at most
+// 4 Gets (halving from 128 on the server's refusal), all at the first
+// one's revision. A writer rewrites all 10 keys in one transaction, again
+// and again, meanwhile: every snapshot must hold one value for all 10.
+func TestWatchKeysSnapshotIsAtOneRevision(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t, etcdtest.Options{MaxTxnOps: 4})
+	prefix := etcdtest.FreshPrefix()
+	s, err := etcd.New(t.Context(), c.Client(t, nil), opts(prefix))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := t.Context()
+	keys := keyNames("one.k%d", 10)
+
+	raw := c.Client(t, nil)
+	// Round i writes i to k0..k3, then k4..k7, then k8..k9, a transaction
+	// each (the server allows no more than 4 operations in one), so at any
+	// one revision the values, in key order, never go up and differ by at
+	// most 1: a snapshot whose later batches read at later revisions would
+	// see later keys ahead of earlier ones.
+	writeRound := func(i int) error {
+		for from := 0; from < len(keys); from += 4 {
+			var ops []clientv3.Op
+			for _, k := range keys[from:min(from+4, len(keys))] {
+				ops = append(ops, clientv3.OpPut(prefix+"durable/"+k, strconv.Itoa(i)))
+			}
+			if _, err := raw.Txn(ctx).Then(ops...).Commit(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	require.NoError(t, writeRound(0))
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			assert.NoError(t, writeRound(i))
+		}
+	})
+	defer func() { close(stop); wg.Wait() }()
+
+	for range 20 {
+		wctx, cancel := context.WithCancel(ctx)
+		ch := watchKeys(t, wctx, s, spate.Durable, append(keys, "one.absent"))
+		var vals []int
+		var revs []uint64
+		for {
+			ev := recv(t, ch, 10*time.Second, "the snapshot")
+			if ev.Kind == spate.WatchSnapshotDone {
+				break
+			}
+			require.Equal(t, spate.WatchPut, ev.Kind)
+			v, err := strconv.Atoi(string(ev.Value))
+			require.NoError(t, err)
+			vals, revs = append(vals, v), append(revs, ev.Revision)
+		}
+		cancel()
+		require.Len(t, vals, len(keys), "every live listed key, none absent")
+		for i := 1; i < len(vals); i++ {
+			require.LessOrEqual(t, vals[i], vals[i-1],
+				"the snapshot reads every batch at one revision: values %v (revisions %v)", vals, revs)
+			require.LessOrEqual(t, vals[i-1]-vals[i], 1, "values %v", vals)
+		}
+	}
+}
+
+// TestWatchKeysCompactionBreaksRetryable: as
+// TestCompactionBreaksWatchRetryable, for a key watch of several keys (on
+// a cluster of its own: compaction would break other tests' watches).
+func TestWatchKeysCompactionBreaksRetryable(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t, etcdtest.Options{})
+	proxy := etcdtest.NewProxy(t, c.Members()[0].ClientURL.Host)
+	prefix := etcdtest.FreshPrefix()
+	ctx := t.Context()
+	watcher, err := etcd.New(ctx, c.Client(t, func(cfg *clientv3.Config) { cfg.Endpoints = []string{"http://" + proxy.Addr()} }), opts(prefix))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = watcher.Close() })
+	writer, err := etcd.New(ctx, c.Client(t, nil), opts(prefix))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = writer.Close() })
+
+	keys := keyNames("cmp.k%d", 5)
+	ch := watchKeys(t, ctx, watcher, spate.Durable, keys)
+	snapshotDone(t, ch)
+	o, err := writer.Create(ctx, spate.Durable, keys[2], []byte("0"))
+	require.NoError(t, err)
+	ev := recv(t, ch, 10*time.Second, "the create")
+	require.Equal(t, o.Revision, ev.Revision)
+
+	proxy.Block()
+	rev := o.Revision
+	for i := 1; i <= 5; i++ {
+		u, err := writer.Update(ctx, spate.Durable, keys[2], []byte(fmt.Sprint(i)), rev)
+		require.NoError(t, err)
+		require.True(t, u.Won)
+		rev = u.Revision
+	}
+	_, err = c.Client(t, nil).Compact(ctx, int64(rev))
+	require.NoError(t, err)
+	proxy.Unblock()
+
+	for {
+		ev := recv(t, ch, 30*time.Second, "the compaction error")
+		if ev.Kind == spate.WatchError {
+			requireRetryable(t, ev.Err, "compact", "watch-keys")
+			break
+		}
+		require.Equal(t, spate.WatchPut, ev.Kind)
+		require.Equal(t, keys[2], ev.Key)
+		require.Greater(t, ev.Revision, o.Revision)
+	}
+	select {
+	case _, ok := <-ch:
+		require.False(t, ok, "the error is the last event")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the key watch's channel stays open after its error")
+	}
+}
+
+// TestWatchKeysSlowWatcherIsCutRetryable: as TestSlowWatcherIsCutRetryable,
+// for a key watch: the merged events of several keys count against one
+// WatchBuffer.
+func TestWatchKeysSlowWatcherIsCutRetryable(t *testing.T) {
+	t.Parallel()
+	o := opts(etcdtest.FreshPrefix())
+	o.WatchBuffer = 3
+	s, err := etcd.New(t.Context(), etcdtest.Shared(t).Client(t, nil), o)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	lagged := make(chan struct{}, 1)
+	etcd.SetLagHook(s, func() { lagged <- struct{}{} })
+	ctx := t.Context()
+	keys := keyNames("lag.k%d", 10)
+	ch := watchKeys(t, ctx, s, spate.Durable, keys)
+	for _, k := range keys { // never read meanwhile
+		_, err := s.Create(ctx, spate.Durable, k, []byte("v"))
+		require.NoError(t, err)
+	}
+	select {
+	case <-lagged:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a key watcher 10 events behind with a buffer of 3 was not cut")
+	}
+	ev := recv(t, ch, 10*time.Second, "the lag error")
+	require.Equal(t, spate.WatchError, ev.Kind, "what was queued is dropped; the error comes first")
+	requireRetryable(t, ev.Err, "behind", "watch-keys")
+	_, ok := <-ch
+	require.False(t, ok, "the error is the last event")
+}
+
+// TestWatchKeysCost logs what key watches of 1, 200 and MaxWatchKeys keys
+// cost the client: the goroutines each adds (clientv3 runs one per etcd
+// watch, the first watch of a client opens its gRPC stream, the driver
+// runs one per 32 keys and two more) and how long until SnapshotDone and
+// until a change of its last key arrives.
+func TestWatchKeysCost(t *testing.T) {
+	s := open(t, etcdtest.FreshPrefix(), nil)
+	ctx := t.Context()
+	for _, n := range []int{1, 200, spate.MaxWatchKeys} {
+		keys := keyNames("cost.k%04d", n)
+		before := runtime.NumGoroutine()
+		start := time.Now()
+		wctx, cancel := context.WithCancel(ctx)
+		ch := watchKeys(t, wctx, s, spate.Durable, keys)
+		snapshotDone(t, ch)
+		snap := time.Since(start)
+		o, err := s.Create(ctx, spate.Durable, keys[n-1], []byte("v"))
+		require.NoError(t, err)
+		ev := recv(t, ch, 10*time.Second, "the last key's create")
+		require.Equal(t, o.Revision, ev.Revision)
+		ready := time.Since(start)
+		added := runtime.NumGoroutine() - before
+		cancel()
+		// Cancelled, the watch leaves nothing per key behind: clientv3's
+		// per-watch goroutines and the driver's end. The client's gRPC
+		// watch stream (7 goroutines, client and server side) may stay
+		// open for the client's next watch.
+		require.Eventually(t, func() bool { return runtime.NumGoroutine() <= before+10 }, 10*time.Second, 10*time.Millisecond,
+			"%d keys: goroutines after cancel: %d, before the watch: %d", n, runtime.NumGoroutine(), before)
+		_, err = s.Delete(ctx, spate.Durable, keys[n-1], spate.AnyRevision)
+		require.NoError(t, err)
+		t.Logf("%4d keys: SnapshotDone after %v, last key's change after %v, %d goroutines added",
+			n, snap.Round(time.Microsecond), ready.Round(time.Microsecond), added)
+	}
+}
+
+// BenchmarkWatchKeysEvent measures one change of a listed key reaching a
+// key watch of 1, 200 and MaxWatchKeys keys: the write, the server's
+// fan-out and the driver's merge (selects over at most 33 channels).
+func BenchmarkWatchKeysEvent(b *testing.B) {
+	for _, n := range []int{1, 200, spate.MaxWatchKeys} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			c := etcdtest.Shared(b)
+			s, err := etcd.New(b.Context(), c.Client(b, nil), opts(etcdtest.FreshPrefix()))
+			require.NoError(b, err)
+			b.Cleanup(func() { _ = s.Close() })
+			keys := keyNames("bench.k%04d", n)
+			ch := watchKeys(b, b.Context(), s, spate.Durable, keys)
+			for ev := range ch {
+				if ev.Kind == spate.WatchSnapshotDone {
+					break
+				}
+			}
+			revs := make([]uint64, n)
+			b.ResetTimer()
+			for i := range b.N {
+				j := (i * 7) % n
+				var o spate.Outcome
+				if revs[j] == 0 {
+					o, err = s.Create(b.Context(), spate.Durable, keys[j], []byte("v"))
+				} else {
+					o, err = s.Update(b.Context(), spate.Durable, keys[j], []byte("v"), revs[j])
+				}
+				if err != nil || !o.Won {
+					b.Fatalf("write: won=%t err=%v", o.Won, err)
+				}
+				revs[j] = o.Revision
+				for ev := range ch {
+					if ev.Kind == spate.WatchError {
+						b.Fatal(ev.Err)
+					}
+					if ev.Revision == o.Revision {
+						break
+					}
+				}
+			}
+		})
+	}
+}
