@@ -154,6 +154,9 @@ func (a *actor) finishElection(res electResult, newJob bool) error {
 	}
 	a.leading = &leadership{generation: res.val.Generation}
 	a.renew.setLeader(res.leaderRev, res.val.Generation)
+	if a.fullView {
+		a.inferDeparted(time.Now())
+	}
 	if newJob {
 		// A brand-new job: workers usually start together. Let them
 		// announce themselves before the first assignment, instead of

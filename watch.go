@@ -166,6 +166,36 @@ func (a *actor) noteFullView() {
 	if !a.fullView {
 		a.fullView = true
 		a.dirty = true
+		if a.leading != nil {
+			a.inferDeparted(time.Now())
+		}
+	}
+}
+
+// inferDeparted starts a rebalance-delay window, at now, for every owner
+// of a split record that has no presence and no window yet: a leader that
+// did not watch the members before it was elected (it watched only its
+// own keys, or it just started) never saw them leave, and without a
+// window would hand a departed worker's splits on at once.
+func (a *actor) inferDeparted(now time.Time) {
+	if a.cfg.RebalanceDelay == NoRebalanceDelay {
+		return
+	}
+	for _, v := range a.splits {
+		if v.prog == nil {
+			continue
+		}
+		inst := v.prog.owner()
+		if inst == "" {
+			continue
+		}
+		if _, present := a.presence[inst]; present {
+			continue
+		}
+		if _, waiting := a.departed[inst]; !waiting {
+			a.departed[inst] = now
+			a.log.Info("a split's owner is not present: its splits wait out the rebalance delay", "peer", inst, "delay", a.cfg.RebalanceDelay)
+		}
 	}
 }
 
