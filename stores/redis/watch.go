@@ -17,7 +17,7 @@ import (
 
 const (
 	// watchPoll is how often an idle watch reads the change log on its own,
-	// in case a notification was lost, and how often the subscriber pings.
+	// in case a notification was lost, and how often an idle subscriber probes its connection.
 	watchPoll = time.Second
 	// watchQueueBytes caps the changes one watch buffers from notifications
 	// (the entry cap is the smaller of watchBatch and ChangeLogLength). A
@@ -253,7 +253,12 @@ func (s *store) serve(ps *goredis.PubSub, chans []string) (confirmed bool, err e
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && silent < 2 {
 				silent++
-				if err := ps.Ping(s.ctx); err != nil {
+				// Probe the connection by subscribing to the first
+				// channel again, which the server confirms: PING would
+				// need a command the ACL user may lack (not in
+				// PushCommands), and its NOPERM would turn every watch
+				// to polling.
+				if err := ps.SSubscribe(s.ctx, chans[0]); err != nil {
 					return confirmed, err
 				}
 				continue
