@@ -176,6 +176,24 @@ end
 return out
 `
 
+// ARGV[3..] the keys, sorted and distinct. Returns the keyspace's last
+// revision followed by key, value, revision triples of the live ones: a
+// key watch's snapshot.
+const keysSnapshotBody = `
+local now = now_ms()
+local out = {redis.call('GET', SEQ) or '0'}
+for i = 3, #ARGV do
+  local k = ARGV[i]
+  local rev = current(k, now)
+  if rev then
+    out[#out + 1] = k
+    out[#out + 1] = redis.call('HGET', VAL, k)
+    out[#out + 1] = rev
+  end
+end
+return out
+`
+
 // ARGV[3] batch size. Expires up to a batch of keys past their deadline and
 // returns how many it expired.
 const sweepBody = `
@@ -258,6 +276,7 @@ var (
 	scriptRelease  = newScript(prelude + updateAndDeleteBody)
 	scriptGet      = newScript(prelude + getBody)
 	scriptSnapshot = newScript(prelude + snapshotBody)
+	scriptKeys     = newScript(prelude + keysSnapshotBody)
 	scriptSweep    = newScript(prelude + sweepBody)
 	scriptInit     = newScript(initScript)
 )
