@@ -173,3 +173,35 @@ func TestWatchKeysWithoutPushPermissionsReadsTheLog(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchKeysLagIsRetryable: a key watch whose consumer falls more than
+// its buffer behind cannot catch up from a log of its keys; it delivers
+// what it had, in order, then ends with a Retryable error.
+func TestWatchKeysLagIsRetryable(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	h := srv.NewHarness(t, testTTL, redistest.WithStoreOptions(func(o *redis.Options) {
+		o.ChangeLogLength = redis.MinChangeLogLength // also the buffer's length
+	}))
+	st := open(t, h)
+	ch, _ := watchKeys(t, st, spate.Durable, "lag.k")
+	rev := create(t, st, spate.Durable, "lag.k", "v")
+	for range 3 * redis.MinChangeLogLength {
+		rev = update(t, st, spate.Durable, "lag.k", "v", rev)
+	}
+	var last uint64
+	for {
+		ev := recv(t, ch, "events or the lag error")
+		if ev.Kind == spate.WatchError {
+			require.ErrorIs(t, ev.Err, spate.ErrRetryable)
+			t.Logf("after %d in order: %v", last, ev.Err)
+			break
+		}
+		require.Equal(t, spate.WatchPut, ev.Kind)
+		require.Greater(t, ev.Revision, last, "in revision order")
+		require.Less(t, ev.Revision, rev, "the watch fell behind before the last write")
+		last = ev.Revision
+	}
+	_, ok := <-ch
+	assert.False(t, ok, "the error is the last event")
+}
