@@ -121,7 +121,11 @@
 // filters nothing. A key watch has no log of its own keys, so when it may
 // have missed a notification (the subscriber reconnected, the watch fell
 // behind its buffer) it ends with a Retryable [spate.WatchError] and the
-// consumer re-watches, which re-reads only its keys. Without
+// consumer re-watches, which re-reads only its keys. Nor does it read the
+// log once a second as a prefix watch does, so a write by a client of an
+// older version of this driver, which does not publish on the key's
+// channel, never reaches it: upgrade every client of a job before any
+// watches keys. Without
 // [PushCommands] a key watch reads the keyspace's change log once a second
 // and keeps its keys' changes, as a prefix watch does.
 //
