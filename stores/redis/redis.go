@@ -155,6 +155,7 @@ type store struct {
 	c      goredis.UniversalClient
 	opts   Options
 	meta   string
+	anchor string // the shard channel the subscriber always holds (watch.go)
 	ks     [2]keyspaceKeys
 	loglen string
 	log    *slog.Logger
@@ -172,9 +173,10 @@ type store struct {
 }
 
 var (
-	_ spate.Store    = (*Store)(nil)
-	_ spate.Driver   = (*store)(nil)
-	_ spate.Releaser = (*store)(nil)
+	_ spate.Store      = (*Store)(nil)
+	_ spate.Driver     = (*store)(nil)
+	_ spate.Releaser   = (*store)(nil)
+	_ spate.KeyWatcher = (*store)(nil)
 )
 
 // New opens the job's keyspaces over client, which the store uses but does
@@ -204,6 +206,7 @@ func New(ctx context.Context, client goredis.UniversalClient, opts Options) (*St
 		c:      client,
 		opts:   opts,
 		meta:   p + "meta",
+		anchor: p + "hub",
 		loglen: strconv.FormatInt(opts.ChangeLogLength, 10),
 		log:    opts.Logger.With("driver", driver, "job", opts.Job),
 	}
@@ -558,7 +561,23 @@ func (s *store) snapshot(ctx context.Context, ks spate.Keyspace, prefix string) 
 		lo, hi = "["+prefix, "("+prefix+"\xff"
 	}
 	k := s.space(ks)
-	res, err := run(ctx, s.c, scriptSnapshot, k.keys, s.args(k, lo, hi)...)
+	return parseSnapshot(run(ctx, s.c, scriptSnapshot, k.keys, s.args(k, lo, hi)...))
+}
+
+// snapshotKeys returns the live keys of keys (sorted, distinct) and the
+// keyspace's last revision, read atomically.
+func (s *store) snapshotKeys(ctx context.Context, ks spate.Keyspace, keys []string) (uint64, []spate.Entry, error) {
+	k := s.space(ks)
+	args := make([]any, len(keys))
+	for i, key := range keys {
+		args[i] = key
+	}
+	return parseSnapshot(run(ctx, s.c, scriptKeys, k.keys, s.args(k, args...)...))
+}
+
+// parseSnapshot decodes a snapshot script's reply: the last revision, then
+// key, value, revision triples.
+func parseSnapshot(res any, err error) (uint64, []spate.Entry, error) {
 	if err != nil {
 		return 0, nil, wrapErr(err)
 	}

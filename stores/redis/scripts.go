@@ -28,7 +28,9 @@ import (
 // knows the log was trimmed past it. The same change is published with
 // SPUBLISH on the shard channel named like the log key (channels and keys
 // are separate namespaces; the hash tag puts both in the job's slot), so
-// watchers hear of it without reading the log.
+// watchers hear of it without reading the log, and again on the key's own
+// shard channel, K..log:<key> (same hash tag, same slot), for the watches
+// of that key alone (WatchKeys).
 //
 // Revisions travel as decimal strings formatted with %d, exact up to 2^53.
 
@@ -46,18 +48,23 @@ local function now_ms()
 end
 
 -- mint takes the next revision, logs the change under it and publishes it
--- to the keyspace's watchers (see notice in watch.go for the format). The
--- publish is a pcall: an ACL user without +spublish or the channel still
--- writes, and watchers find the change in the log.
+-- to the keyspace's watchers and, on the key's own channel (LOG..':'..key,
+-- see keyChannel in watch.go), to its key watchers (see notice in watch.go
+-- for the format). The publishes are pcalls: an ACL user without
+-- +spublish or the channels still writes, and watchers find the change in
+-- the log.
 local function mint(key, value)
   local rev = string.format('%d', redis.call('INCR', SEQ))
+  local msg
   if value then
     redis.call('XADD', LOG, 'MAXLEN', '~', LOGLEN, rev .. '-0', 'k', key, 'o', 'p', 'v', value)
-    redis.pcall('SPUBLISH', LOG, rev .. ' p ' .. #key .. ' ' .. key .. value)
+    msg = rev .. ' p ' .. #key .. ' ' .. key .. value
   else
     redis.call('XADD', LOG, 'MAXLEN', '~', LOGLEN, rev .. '-0', 'k', key, 'o', 'd')
-    redis.pcall('SPUBLISH', LOG, rev .. ' d ' .. #key .. ' ' .. key)
+    msg = rev .. ' d ' .. #key .. ' ' .. key
   end
+  redis.pcall('SPUBLISH', LOG, msg)
+  redis.pcall('SPUBLISH', LOG .. ':' .. key, msg)
   return rev
 end
 
@@ -169,6 +176,24 @@ end
 return out
 `
 
+// ARGV[3..] the keys, sorted and distinct. Returns the keyspace's last
+// revision followed by key, value, revision triples of the live ones: a
+// key watch's snapshot.
+const keysSnapshotBody = `
+local now = now_ms()
+local out = {redis.call('GET', SEQ) or '0'}
+for i = 3, #ARGV do
+  local k = ARGV[i]
+  local rev = current(k, now)
+  if rev then
+    out[#out + 1] = k
+    out[#out + 1] = redis.call('HGET', VAL, k)
+    out[#out + 1] = rev
+  end
+end
+return out
+`
+
 // ARGV[3] batch size. Expires up to a batch of keys past their deadline and
 // returns how many it expired.
 const sweepBody = `
@@ -251,6 +276,7 @@ var (
 	scriptRelease  = newScript(prelude + updateAndDeleteBody)
 	scriptGet      = newScript(prelude + getBody)
 	scriptSnapshot = newScript(prelude + snapshotBody)
+	scriptKeys     = newScript(prelude + keysSnapshotBody)
 	scriptSweep    = newScript(prelude + sweepBody)
 	scriptInit     = newScript(initScript)
 )

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,7 +18,7 @@ import (
 
 const (
 	// watchPoll is how often an idle watch reads the change log on its own,
-	// in case a notification was lost, and how often the subscriber pings.
+	// in case a notification was lost, and how often an idle subscriber probes its connection.
 	watchPoll = time.Second
 	// watchQueueBytes caps the changes one watch buffers from notifications
 	// (the entry cap is the smaller of watchBatch and ChangeLogLength). A
@@ -46,12 +47,7 @@ const (
 // a Retryable [spate.WatchError] and re-watches, as it does when a read
 // fails.
 func (s *store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
-	out := make(chan spate.WatchEvent)
-	w := &watcher{
-		s: s, out: out, ks: int(ks) - 1, log: s.space(ks).log, prefix: prefix,
-		wake:  make(chan struct{}, 1),
-		limit: min(watchBatch, int(s.opts.ChangeLogLength)),
-	}
+	w := s.newWatcher(ks, prefix, nil)
 	if err := s.register(w); err != nil {
 		return nil, err
 	}
@@ -60,6 +56,96 @@ func (s *store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-
 		s.unregister(w)
 		return nil, err
 	}
+	return s.start(ctx, w, last, snap), nil
+}
+
+// subscribeWait bounds how long WatchKeys waits for the subscriber to
+// confirm its keys' channels.
+const subscribeWait = 2 * subBackoffMax
+
+// WatchKeys implements [spate.KeyWatcher].
+//
+// Every write script also publishes its change on the key's own shard
+// channel (keyChannel; the job's hash tag puts it in the job's slot). A
+// key watch registers with the Store's subscriber (see hub), which
+// subscribes to the channels of the keys its watches want, several per
+// SSUBSCRIBE, counting the watches of each channel; once the server has
+// confirmed every channel of the watch, one script reads the listed keys
+// with the keyspace's last revision (the snapshot). So the server sends
+// this client only the listed keys' changes, and a change after the
+// snapshot is always heard. Without a log of its own keys, a watch that
+// may have missed a notification (the subscriber reconnected, its buffer
+// overflowed, a notification was unreadable) ends with a Retryable
+// [spate.WatchError]: the consumer re-watches and re-reads its keys only.
+// When the ACL user may not publish or subscribe (see [PushCommands]), a
+// key watch reads the keyspace's change log once a second instead, as a
+// prefix watch does, and keeps only its keys' changes.
+func (s *store) WatchKeys(ctx context.Context, ks spate.Keyspace, keys []string) (<-chan spate.WatchEvent, error) {
+	w := s.newWatcher(ks, keys[0], keys)
+	if err := s.register(w); err != nil {
+		return nil, err
+	}
+	if err := s.awaitSubscribed(ctx, w); err != nil {
+		s.unregister(w)
+		return nil, err
+	}
+	last, snap, err := s.snapshotKeys(ctx, ks, keys)
+	if err != nil {
+		s.unregister(w)
+		return nil, err
+	}
+	for k := range w.keys {
+		w.keys[k] = last
+	}
+	return s.start(ctx, w, last, snap), nil
+}
+
+func (s *store) newWatcher(ks spate.Keyspace, prefix string, keys []string) *watcher {
+	w := &watcher{
+		s: s, ks: int(ks) - 1, log: s.space(ks).log, prefix: prefix, op: "watch",
+		wake:  make(chan struct{}, 1),
+		limit: min(watchBatch, int(s.opts.ChangeLogLength)),
+	}
+	if keys != nil {
+		w.op = "watch-keys"
+		w.keys = make(map[string]uint64, len(keys))
+		for _, k := range keys {
+			w.keys[k] = 0
+		}
+		w.ready = make(chan struct{})
+	}
+	return w
+}
+
+// keyChannel is the shard channel that the write scripts publish key's
+// changes on besides the keyspace's (see mint in scripts.go).
+func (s *store) keyChannel(ks int, key string) string { return s.ks[ks].log + ":" + key }
+
+// awaitSubscribed waits until the server has confirmed the subscription of
+// every channel of the key watch w, so that the snapshot read next misses
+// no change. A watch that reads the log does not wait.
+func (s *store) awaitSubscribed(ctx context.Context, w *watcher) error {
+	if w.ready == nil {
+		return nil
+	}
+	t := time.NewTimer(subscribeWait)
+	defer t.Stop()
+	select {
+	case <-w.ready:
+		return nil
+	case <-ctx.Done():
+		return wrapErr(ctx.Err())
+	case <-s.ctx.Done():
+		return spate.ClosedError(driver)
+	case <-t.C:
+		return fmt.Errorf("the subscriber did not confirm the keys' channels within %v: %w", subscribeWait, spate.ErrRetryable)
+	}
+}
+
+// start runs w: it sends the snapshot, then the changes after last.
+func (s *store) start(ctx context.Context, w *watcher, last uint64, snap []spate.Entry) <-chan spate.WatchEvent {
+	out := make(chan spate.WatchEvent)
+	w.out = out
 	w.last = last
 	// The portable layer calls Close only after this call returned, so the
 	// store cannot be closing here.
@@ -76,7 +162,7 @@ func (s *store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-
 		defer cancel()
 		w.run(snap)
 	}()
-	return out, nil
+	return out
 }
 
 // change is one change-log entry, from a notification or a log read.
@@ -114,13 +200,19 @@ func notice(payload string) (*change, error) {
 	return c, nil
 }
 
-// hub is a Store's one subscriber connection, shared by all its watches:
-// it subscribes to both keyspaces' channels when the first watch opens and
-// fans each notification out to the watches of its keyspace, until Close.
+// hub is a Store's one subscriber connection, shared by all its watches.
+// It runs from the first watch until Close and always holds the anchor
+// channel, which nothing publishes on; besides it, it holds the channels
+// its watches want: a keyspace's channel while a prefix watch of it is
+// open, a key's channel while a key watch of the key is open. It hands
+// each notification to the watches of its channel.
 type hub struct {
-	mu       sync.Mutex
-	running  bool
-	watchers [2]map[*watcher]struct{}
+	mu      sync.Mutex
+	running bool
+	// subs are the channels wanted or still being let go, by name.
+	subs map[string]*sub
+	// ps is the live subscriber connection, nil while there is none.
+	ps *goredis.PubSub
 	// retry (capacity 1) ends the subscriber's wait to resubscribe: a
 	// watch opened, so the server may be back.
 	retry chan struct{}
@@ -128,6 +220,20 @@ type hub struct {
 	// or by the subscriber); watches read the change log once a second.
 	polling bool
 }
+
+// sub is one channel of the hub. SSUBSCRIBE and SUNSUBSCRIBE replies come
+// back in the order sent, one per channel, so counting the commands in
+// flight tells when the state of the last one sent is the server's.
+type sub struct {
+	keyspace bool // a keyspace's channel (prefix watches), not a key's
+	watchers map[*watcher]struct{}
+	sent     bool // the last command sent on ps for it was SSUBSCRIBE
+	inflight int  // commands sent on ps whose reply has not come
+	on       bool // subscribed on ps: confirmed, nothing in flight
+}
+
+// subscribeChunk is the most channels one SSUBSCRIBE names.
+const subscribeChunk = 512
 
 // register adds w to the hub, starting the subscriber if it is not running.
 func (s *store) register(w *watcher) error {
@@ -139,10 +245,38 @@ func (s *store) register(w *watcher) error {
 	h := &s.hub
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.watchers[w.ks] == nil {
-		h.watchers[w.ks] = map[*watcher]struct{}{}
+	if h.subs == nil {
+		h.subs = map[string]*sub{}
 	}
-	h.watchers[w.ks][w] = struct{}{}
+	w.native = w.keys != nil && !h.polling
+	switch {
+	case w.keys == nil:
+		w.chans = []string{w.log}
+	case w.native:
+		w.chans = make([]string, 0, len(w.keys))
+		for k := range w.keys {
+			w.chans = append(w.chans, s.keyChannel(w.ks, k))
+		}
+	default:
+		// A key watch that reads the log holds no channel.
+		w.ready = nil
+	}
+	for _, ch := range w.chans {
+		sb := h.subs[ch]
+		if sb == nil {
+			sb = &sub{keyspace: w.keys == nil, watchers: map[*watcher]struct{}{}}
+			h.subs[ch] = sb
+		}
+		sb.watchers[w] = struct{}{}
+		if w.native && !sb.on {
+			w.pending++
+		}
+	}
+	h.sync(s.ctx, w.chans)
+	if w.native {
+		w.waiting = true
+		h.readyIfDone(w)
+	}
 	if !h.running && !h.polling {
 		h.running = true
 		h.retry = make(chan struct{}, 1)
@@ -157,41 +291,185 @@ func (s *store) register(w *watcher) error {
 }
 
 func (s *store) unregister(w *watcher) {
-	s.hub.mu.Lock()
-	delete(s.hub.watchers[w.ks], w)
-	s.hub.mu.Unlock()
-}
-
-// fanOut hands c to every watch of keyspace ks, or, with c nil, tells them
-// to read the log because notifications may have been lost.
-func (h *hub) fanOut(ks int, c *change) {
+	h := &s.hub
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for w := range h.watchers[ks] {
-		w.push(c)
+	for _, ch := range w.chans {
+		if sb := h.subs[ch]; sb != nil {
+			delete(sb.watchers, w)
+		}
+	}
+	h.sync(s.ctx, w.chans)
+}
+
+// readyIfDone ends w's wait for its channels once none is pending.
+func (h *hub) readyIfDone(w *watcher) {
+	if w.waiting && w.pending == 0 {
+		w.waiting = false
+		close(w.ready)
 	}
 }
 
+// sync brings the subscription of chans on ps in line with their watches:
+// SSUBSCRIBE the wanted ones not sent, SUNSUBSCRIBE the others, and forget
+// a channel nobody wants once its replies are in. h.mu is held.
+func (h *hub) sync(ctx context.Context, chans []string) {
+	var on, off []string
+	for _, ch := range chans {
+		sb := h.subs[ch]
+		if sb == nil {
+			continue
+		}
+		want := len(sb.watchers) > 0
+		switch {
+		case h.ps != nil && want && !sb.sent:
+			on = append(on, ch)
+			sb.sent = true
+			sb.inflight++
+			sb.on = false
+		case h.ps != nil && !want && sb.sent:
+			off = append(off, ch)
+			sb.sent = false
+			sb.inflight++
+			sb.on = false
+		case !want && sb.inflight == 0 && !sb.sent:
+			delete(h.subs, ch)
+		}
+	}
+	var err error
+	for c := range slices.Chunk(on, subscribeChunk) {
+		if err == nil {
+			err = h.ps.SSubscribe(ctx, c...)
+		}
+	}
+	for c := range slices.Chunk(off, subscribeChunk) {
+		if err == nil {
+			err = h.ps.SUnsubscribe(ctx, c...)
+		}
+	}
+	if err != nil {
+		// The connection broke: closing it ends serve, and the next
+		// connection subscribes to every wanted channel afresh.
+		_ = h.ps.Close()
+	}
+}
+
+// reset starts the bookkeeping of a new connection ps (nil: none): nothing
+// is subscribed, every key watch still waiting waits for all its
+// channels, and with ps every wanted channel is subscribed to.
+func (h *hub) reset(ctx context.Context, ps *goredis.PubSub) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ps = ps
+	chans := make([]string, 0, len(h.subs))
+	for ch, sb := range h.subs {
+		sb.sent, sb.inflight, sb.on = false, 0, false
+		chans = append(chans, ch)
+		for w := range sb.watchers {
+			if w.waiting {
+				w.pending = len(w.chans)
+			}
+		}
+	}
+	h.sync(ctx, chans)
+}
+
+// reply accounts for the server's reply to a subscription command. It
+// reports false when the server dropped a channel on its own (its slot
+// moved).
+func (h *hub) reply(m *goredis.Subscription) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	sb := h.subs[m.Channel]
+	if sb == nil || sb.inflight == 0 {
+		return m.Kind == "ssubscribe" || sb == nil || !sb.on
+	}
+	sb.inflight--
+	if sb.inflight > 0 {
+		return true
+	}
+	sb.on = m.Kind == "ssubscribe"
+	if !sb.on {
+		if len(sb.watchers) == 0 && !sb.sent {
+			delete(h.subs, m.Channel)
+		}
+		return true
+	}
+	for w := range sb.watchers {
+		switch {
+		case sb.keyspace:
+			// Changes before this confirmation were not heard.
+			w.push(nil)
+		case w.waiting:
+			w.pending--
+			h.readyIfDone(w)
+		}
+	}
+	return true
+}
+
+// fanOut hands c to every watch of channel ch.
+func (h *hub) fanOut(ch string, c *change) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if sb := h.subs[ch]; sb != nil {
+		for w := range sb.watchers {
+			if !w.waiting {
+				w.push(c)
+			}
+		}
+	}
+}
+
+// staleAll tells every watch that notifications may have been lost: a
+// prefix watch reads the log, a key watch ends. A key watch still waiting
+// for its channels is not told; it waits for the next connection's.
 func (h *hub) staleAll() {
-	h.fanOut(0, nil)
-	h.fanOut(1, nil)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, sb := range h.subs {
+		for w := range sb.watchers {
+			if !w.waiting {
+				w.push(nil)
+			}
+		}
+	}
+}
+
+// poll makes the hub poll for good: the key watches still waiting for
+// their channels read the change log instead.
+func (h *hub) poll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.polling = true
+	for _, sb := range h.subs {
+		for w := range sb.watchers {
+			if w.waiting {
+				w.native = false
+				w.waiting = false
+				close(w.ready)
+			}
+		}
+	}
 }
 
 // subscribe runs the subscriber until Close, resubscribing on a fresh
-// connection whenever one breaks. After any break every watch reads the log.
+// connection whenever one breaks. After any break every watch reads the
+// log or, if it is a key watch, ends.
 func (s *store) subscribe() {
 	defer s.wg.Done()
-	chans := []string{s.ks[0].log, s.ks[1].log}
 	s.hub.mu.Lock()
 	retry := s.hub.retry
 	s.hub.mu.Unlock()
 	backoff := watchPoll
 	failing := false
 	for s.ctx.Err() == nil {
-		ps := s.c.SSubscribe(s.ctx, chans...)
+		ps := s.c.SSubscribe(s.ctx, s.anchor)
 		stop := context.AfterFunc(s.ctx, func() { _ = ps.Close() })
-		confirmed, err := s.serve(ps, chans)
+		s.hub.reset(s.ctx, ps)
+		confirmed, err := s.serve(ps)
 		stop()
+		s.hub.reset(s.ctx, nil)
 		_ = ps.Close()
 		s.hub.staleAll()
 		if s.ctx.Err() != nil {
@@ -200,9 +478,7 @@ func (s *store) subscribe() {
 		if err != nil && errorCode(err.Error()) == "NOPERM" {
 			s.log.Warn("the ACL user may not subscribe to the job's channels (grant +ssubscribe and &spate:*); "+
 				"watches read the change log once a second instead of hearing of changes", "err", err)
-			s.hub.mu.Lock()
-			s.hub.polling = true
-			s.hub.mu.Unlock()
+			s.hub.poll()
 			return
 		}
 		if confirmed {
@@ -233,16 +509,7 @@ func (s *store) subscribe() {
 
 // serve reads ps until it breaks or the store closes. It reports whether
 // the subscription was confirmed.
-func (s *store) serve(ps *goredis.PubSub, chans []string) (confirmed bool, err error) {
-	ksOf := func(ch string) int {
-		if ch == chans[0] {
-			return 0
-		}
-		if ch == chans[1] {
-			return 1
-		}
-		return -1
-	}
+func (s *store) serve(ps *goredis.PubSub) (confirmed bool, err error) {
 	silent := 0
 	for {
 		msg, err := ps.ReceiveTimeout(s.ctx, watchPoll)
@@ -253,7 +520,11 @@ func (s *store) serve(ps *goredis.PubSub, chans []string) (confirmed bool, err e
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && silent < 2 {
 				silent++
-				if err := ps.Ping(s.ctx); err != nil {
+				// Probe the connection by subscribing to the anchor
+				// again, which the server confirms: PING would need a
+				// command the ACL user may lack (not in PushCommands),
+				// and its NOPERM would turn every watch to polling.
+				if err := ps.SSubscribe(s.ctx, s.anchor); err != nil {
 					return confirmed, err
 				}
 				continue
@@ -263,41 +534,53 @@ func (s *store) serve(ps *goredis.PubSub, chans []string) (confirmed bool, err e
 		silent = 0
 		switch m := msg.(type) {
 		case *goredis.Subscription:
-			ks := ksOf(m.Channel)
-			switch {
-			case ks < 0:
-			case m.Kind == "ssubscribe":
-				// Changes before this confirmation were not heard.
+			if m.Channel == s.anchor {
+				if m.Kind != "ssubscribe" {
+					return confirmed, fmt.Errorf("the server ended the subscription to %s (%s)", m.Channel, m.Kind)
+				}
 				confirmed = true
-				s.hub.fanOut(ks, nil)
-			default:
+				continue
+			}
+			if !s.hub.reply(m) {
 				// The server dropped the channel (its slot moved).
 				return confirmed, fmt.Errorf("the server ended the subscription to %s (%s)", m.Channel, m.Kind)
 			}
 		case *goredis.Message:
-			ks := ksOf(m.Channel)
-			if ks < 0 {
-				continue
-			}
 			c, err := notice(m.Payload)
 			if err != nil {
-				s.log.Warn("ignoring a notification; watches read the change log instead", "channel", m.Channel, "err", err)
+				s.log.Warn("ignoring a notification; watches read the change log (or key watches end) instead",
+					"channel", m.Channel, "err", err)
 				c = nil
 			}
-			s.hub.fanOut(ks, c)
+			s.hub.fanOut(m.Channel, c)
 		}
 	}
 }
 
+// watcher is one watch: of a prefix (keys nil), or of a set of keys.
 type watcher struct {
 	s      *store
 	ctx    context.Context
 	out    chan<- spate.WatchEvent
 	ks     int // keyspace index
 	log    string
-	prefix string
+	prefix string // a key watch's first key, for errors
+	op     string // "watch" or "watch-keys", for errors
 	limit  int    // most changes buffered
-	last   uint64 // revision of the last change delivered (run)
+	last   uint64 // revision of the last change delivered (run); a native key watch's snapshot
+
+	// keys of a key watch: the last revision delivered of each (run).
+	keys map[string]uint64
+	// chans are the hub channels of the watch.
+	chans []string
+
+	// Guarded by the hub's mu. native: a key watch that hears of its
+	// keys' changes on their channels, not from the log. waiting: it waits
+	// for pending of its channels to be confirmed; ready is closed then.
+	native  bool
+	waiting bool
+	pending int
+	ready   chan struct{}
 
 	wake chan struct{} // capacity 1: something was pushed
 
@@ -342,7 +625,7 @@ func (w *watcher) send(ev spate.WatchEvent) bool {
 }
 
 func (w *watcher) fail(err error) {
-	w.send(spate.WatchEvent{Kind: spate.WatchError, Err: spate.OpError(driver, "watch", spate.Keyspace(w.ks+1), w.prefix, err)})
+	w.send(spate.WatchEvent{Kind: spate.WatchError, Err: spate.OpError(driver, w.op, spate.Keyspace(w.ks+1), w.prefix, err)})
 }
 
 // run sends the snapshot, SnapshotDone, then the changes after it.
@@ -373,6 +656,20 @@ func (w *watcher) run(snap []spate.Entry) {
 			w.pushed = false
 		}
 		w.mu.Unlock()
+		if w.native {
+			// A key watch has no log of its keys to read.
+			if stale {
+				w.fail(fmt.Errorf("notifications of the keys may have been lost (the subscriber reconnected or this watch fell behind); re-watch: %w",
+					spate.ErrRetryable))
+				return
+			}
+			for _, c := range queue {
+				if !w.deliverKey(c) {
+					return
+				}
+			}
+			continue
+		}
 		// On a tick, read the log only if nothing was heard for a whole
 		// period: while notifications flow, a lost one shows as a gap.
 		if stale || (tick && !heard) {
@@ -468,9 +765,28 @@ func (w *watcher) deliver(c *change) bool {
 		return false
 	}
 	w.last = c.rev
-	if !strings.HasPrefix(c.key, w.prefix) {
+	if w.keys != nil {
+		if _, ok := w.keys[c.key]; !ok {
+			return true
+		}
+	} else if !strings.HasPrefix(c.key, w.prefix) {
 		return true
 	}
+	return w.forward(c)
+}
+
+// deliverKey forwards a native key watch's notification unless the
+// snapshot or an earlier notification covered it.
+func (w *watcher) deliverKey(c *change) bool {
+	last, ok := w.keys[c.key]
+	if !ok || c.rev <= last {
+		return true
+	}
+	w.keys[c.key] = c.rev
+	return w.forward(c)
+}
+
+func (w *watcher) forward(c *change) bool {
 	if c.op == 'p' {
 		return w.send(spate.WatchEvent{Kind: spate.WatchPut, Key: c.key, Value: []byte(c.value), Revision: c.rev})
 	}

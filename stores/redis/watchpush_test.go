@@ -272,3 +272,28 @@ func TestUpdateAndDeleteLogsAndPushesBothChanges(t *testing.T) {
 		assert.Equal(t, c.op, last[0].Values["o"])
 	}
 }
+
+// TestIdleSubscriberKeepsPushingUnderTheDocumentedACL: an ACL user granted
+// exactly what the package doc lists (no +ping) keeps its subscriber
+// through idle periods: the subscriber's probe of an idle connection must
+// not be a command the user lacks, or every watch would fall back to
+// reading the log once a second.
+func TestIdleSubscriberKeepsPushingUnderTheDocumentedACL(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.WithUser("spate", password, aclRules("~spate:*")...))
+	var logs lockedBuffer
+	h := srv.NewHarness(t, time.Minute, login("spate", password), redistest.WithStoreOptions(func(o *redis.Options) {
+		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	}))
+	st := open(t, h)
+	ch, _ := watch(t, st, spate.Durable, "")
+	time.Sleep(2500 * time.Millisecond) // idle past the subscriber's probes
+	start := time.Now()
+	rev := create(t, st, spate.Durable, "k", "v")
+	ev := recv(t, ch, "the create")
+	require.Equal(t, spate.WatchPut, ev.Kind, ev.Err)
+	require.Equal(t, rev, ev.Revision)
+	assert.Less(t, time.Since(start), pushWait, "the create was pushed, not polled")
+	assert.NotContains(t, logs.String(), "may not subscribe")
+	assert.NotContains(t, logs.String(), "lost its connection")
+}
