@@ -144,23 +144,57 @@ func (b *bucket) read(ctx context.Context, key string) (read, error) {
 // revision or reorder a key's revisions. A reader that falls more than
 // watchBuffer messages behind the pump breaks the watch with a Retryable
 // error.
-func (s *store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (_ <-chan spate.WatchEvent, err error) {
+func (s *store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
 	b := s.b[ks-1]
+	return s.watch(ctx, b, watchSpec{
+		op:      "watch",
+		label:   prefix,
+		filters: []string{subjectFilter(b.pre, prefix)},
+		deliver: jetstream.DeliverAllPolicy,
+		match:   func(key string) bool { return strings.HasPrefix(key, prefix) },
+		keySet: func(ctx context.Context) ([]string, error) {
+			keys, err := b.keySet(ctx, prefix)
+			if err != nil {
+				return nil, classify(err)
+			}
+			return keys, nil
+		},
+	})
+}
+
+// watchSpec is what one watch covers: the consumer's filter subjects and
+// deliver policy, which keys of the delivered messages are the watch's,
+// and how to read the key set its snapshot waits for.
+type watchSpec struct {
+	op      string // "watch" or "watch-keys", in errors and logs
+	label   string // the prefix, or the first key listed, in errors and logs
+	filters []string
+	deliver jetstream.DeliverPolicy
+	match   func(key string) bool
+	// keySet returns, sorted, the keys of the watch whose subject holds a
+	// message (a value or a marker); every key that holds one for the whole
+	// call must be in it. Its errors are classified.
+	keySet func(ctx context.Context) ([]string, error)
+}
+
+// watch opens the watch of spec on bucket b: the consumer, the key set, and
+// the goroutines that run it (see Watch).
+func (s *store) watch(ctx context.Context, b *bucket, spec watchSpec) (_ <-chan spate.WatchEvent, err error) {
 	// ctx outlives the call (it bounds the watch); sctx bounds the setup.
 	sctx, end := s.guard(ctx, "", &err)
 	defer end()
 	cons, err := b.stream.OrderedConsumer(sctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{subjectFilter(b.pre, prefix)},
-		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		FilterSubjects:    spec.filters,
+		DeliverPolicy:     spec.deliver,
 		InactiveThreshold: inactiveThreshold,
 		MaxResetAttempts:  maxResets,
 	})
 	if err != nil {
 		return nil, classify(err)
 	}
-	keys, err := b.keySet(sctx, prefix)
+	keys, err := spec.keySet(sctx)
 	if err != nil {
-		return nil, classify(err)
+		return nil, err
 	}
 	pending := uint64(1)
 	if info := cons.CachedInfo(); info != nil {
@@ -174,7 +208,7 @@ func (s *store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (_ 
 	wctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.ctx, cancel)
 	w := &watch{
-		s: s, b: b, prefix: prefix, keys: keys, it: it, pending: pending,
+		s: s, b: b, spec: spec, keys: keys, it: it, pending: pending,
 		out:    make(chan spate.WatchEvent),
 		signal: make(chan struct{}, 1),
 	}
@@ -217,7 +251,7 @@ const (
 type watch struct {
 	s       *store
 	b       *bucket
-	prefix  string
+	spec    watchSpec
 	keys    []string
 	pending uint64 // messages the consumer had for the filter when made
 	it      jetstream.MessagesContext
@@ -335,13 +369,13 @@ func (w *watch) broken(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		return
 	}
-	w.s.log.Debug("nats: watch broke", "bucket", w.b.name, "prefix", w.prefix, "err", err)
+	w.s.log.Debug("nats: watch broke", "bucket", w.b.name, "op", w.spec.op, "key", w.spec.label, "err", err)
 	if pd := (*errPermDenied)(nil); errors.As(err, &pd) {
 		w.send(ctx, spate.WatchEvent{Kind: spate.WatchError,
-			Err: spate.OpError(driver, "watch", w.b.ks, w.prefix, w.s.scope.deniedError(pd.v))})
+			Err: spate.OpError(driver, w.spec.op, w.b.ks, w.spec.label, w.s.scope.deniedError(pd.v))})
 		return
 	}
-	w.send(ctx, spate.WatchEvent{Kind: spate.WatchError, Err: spate.OpError(driver, "watch", w.b.ks, w.prefix,
+	w.send(ctx, spate.WatchEvent{Kind: spate.WatchError, Err: spate.OpError(driver, w.spec.op, w.b.ks, w.spec.label,
 		fmt.Errorf("%w: %w", err, spate.ErrRetryable))})
 }
 
@@ -370,7 +404,7 @@ func (w *watch) run(ctx context.Context) {
 	}
 	for {
 		for _, m := range rest {
-			if strings.HasPrefix(m.key, w.prefix) && !w.send(ctx, m.event()) {
+			if w.spec.match(m.key) && !w.send(ctx, m.event()) {
 				return
 			}
 		}
@@ -397,7 +431,7 @@ func (w *watch) snapshot(ctx context.Context) ([]spate.Entry, []message, error) 
 	fold := func(m message) {
 		delete(unseen, m.key)
 		last = max(last, m.rev)
-		if !strings.HasPrefix(m.key, w.prefix) {
+		if !w.spec.match(m.key) {
 			return
 		}
 		if m.marker {
