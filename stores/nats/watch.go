@@ -162,6 +162,71 @@ func (s *store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-
 	})
 }
 
+var _ spate.KeyWatcher = (*store)(nil)
+
+// WatchKeys implements [spate.KeyWatcher] natively: the watch of Watch,
+// with one ordered consumer whose filter subjects are the listed keys'
+// exact subjects (the portable layer passes 1 to [spate.MaxWatchKeys] valid
+// keys, sorted, each once), so the server sends it only those keys'
+// messages. It delivers the last message of each listed subject (history
+// 1: what DeliverAll would; the server starts such a consumer at the
+// stream's first sequence and skips every subject not listed), then every
+// new one, and shares Watch's snapshot, markers, coalescing, buffer and
+// errors.
+//
+// The key set the snapshot waits for is read from the listed keys' last
+// messages, one get per key (listFanout at a time), after the consumer was
+// made. The subject index that Watch reads answers one subject filter per
+// request: the narrowest filter over a set of exact keys is usually a
+// wildcard over the whole keyspace (every split of the job), whose answer
+// grows with the bucket instead of the keys listed, or else it takes one
+// request per key anyway. The gets are as exact under concurrent writes:
+// the snapshot needs each key by itself, not all keys at one instant. A key
+// whose subject holds a message when its get runs has that message, or a
+// newer one that superseded it, still to come from a consumer made before
+// the get, so the snapshot waiting for it never waits in vain (a message
+// that vanishes, an expiry marker aging out, is settled by a get when the
+// consumer goes idle, as in Watch); a key that holds a message for the
+// whole call is found by its get. A key first written after its get is a
+// write concurrent with the watch: it reaches the snapshot or the live
+// stream, with no gap either way, since both are the one consumer.
+func (s *store) WatchKeys(ctx context.Context, ks spate.Keyspace, keys []string) (<-chan spate.WatchEvent, error) {
+	b := s.b[ks-1]
+	filters := make([]string, len(keys))
+	for i, k := range keys {
+		filters[i] = b.pre + k
+	}
+	return s.watch(ctx, b, watchSpec{
+		op:      "watch-keys",
+		label:   keys[0],
+		filters: filters,
+		deliver: jetstream.DeliverLastPerSubjectPolicy,
+		match: func(key string) bool {
+			_, ok := slices.BinarySearch(keys, key)
+			return ok
+		},
+		keySet: func(ctx context.Context) ([]string, error) {
+			return b.heldKeys(ctx, keys)
+		},
+	})
+}
+
+// heldKeys returns those of keys (sorted) whose subject holds a message, a
+// value or a marker, each read by a get.
+func (b *bucket) heldKeys(ctx context.Context, keys []string) ([]string, error) {
+	reads, err := b.readAll(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	held := make([]string, 0, len(keys))
+	for i, r := range reads {
+		if r.rev != 0 {
+			held = append(held, keys[i])
+		}
+	}
+	return held, nil
+}
+
 // watchSpec is what one watch covers: the consumer's filter subjects and
 // deliver policy, which keys of the delivered messages are the watch's,
 // and how to read the key set its snapshot waits for.
