@@ -157,3 +157,79 @@ func TestWatchKeysSnapshotNeverUnderReports(t *testing.T) {
 		require.NoError(t, <-churned)
 	}
 }
+
+// requireBreaksRetryable reads ch until it closes; its last event must be a
+// Retryable WatchError of the key watch.
+func requireBreaksRetryable(t *testing.T, ch <-chan spate.WatchEvent, ks spate.Keyspace, label string) {
+	t.Helper()
+	var last spate.WatchEvent
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				require.Equal(t, spate.WatchError, last.Kind, "a broken key watch ends with a WatchError")
+				require.ErrorIs(t, last.Err, spate.ErrRetryable)
+				require.Contains(t, last.Err.Error(), fmt.Sprintf("watch-keys %v %q", ks, label))
+				t.Logf("broke with: %v", last.Err)
+				return
+			}
+			last = ev
+		case <-time.After(15 * time.Second):
+			t.Fatalf("the key watch did not end within 15s (last event %v %q)", last.Kind, last.Key)
+		}
+	}
+}
+
+// TestWatchKeysBreaksRetryable: a key watch breaks as a prefix watch does,
+// with a Retryable WatchError as its last event, when its connection is
+// closed, and when its reader falls more than 4096 events behind (unless
+// the server coalesced the writes, and it converges).
+func TestWatchKeysBreaksRetryable(t *testing.T) {
+	t.Run("lagging reader", func(t *testing.T) {
+		h := natstest.NewHarness(t, ttl)
+		ctx := testCtx(t, 60*time.Second)
+		s, err := h.NewNATSStore(ctx)
+		require.NoError(t, err)
+		ch, err := s.WatchKeys(ctx, spate.Durable, []string{"lag.k", "lag.j"})
+		require.NoError(t, err)
+		require.Empty(t, snapshotOf(t, ch))
+		o, err := s.Create(ctx, spate.Durable, "lag.k", []byte("v"))
+		require.NoError(t, err)
+		for range 4500 {
+			o, err = s.Update(ctx, spate.Durable, "lag.k", []byte("v"), o.Revision)
+			require.NoError(t, err)
+			require.True(t, o.Won)
+		}
+		// The pump may lag the writer (under -race it does), and then the
+		// server coalesces the superseded revisions: the watch converges
+		// instead of breaking, which the contract allows.
+		for {
+			ev := recv(t, ch, "the break, or the last revision of lag.k")
+			if ev.Kind == spate.WatchError {
+				require.ErrorIs(t, ev.Err, spate.ErrRetryable)
+				require.Contains(t, ev.Err.Error(), `watch-keys durable "lag.j"`)
+				t.Logf("broke with: %v", ev.Err)
+				_, open := <-ch
+				require.False(t, open, "a WatchError is the last event")
+				return
+			}
+			require.Equal(t, "lag.k", ev.Key)
+			if ev.Revision == o.Revision {
+				t.Logf("converged: the server coalesced the writes the pump lagged behind")
+				return
+			}
+		}
+	})
+	t.Run("connection closed", func(t *testing.T) {
+		h := natstest.NewHarness(t, ttl)
+		ctx := testCtx(t, 30*time.Second)
+		nc, err := h.Conn()
+		require.NoError(t, err)
+		s := open(t, nc, spatenats.Options{Job: h.Options().Job, TTL: ttl})
+		ch, err := s.WatchKeys(ctx, spate.Ephemeral, []string{"cc.k"})
+		require.NoError(t, err)
+		require.Empty(t, snapshotOf(t, ch))
+		nc.Close()
+		requireBreaksRetryable(t, ch, spate.Ephemeral, "cc.k")
+	})
+}
