@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spate-go/spate"
@@ -254,6 +255,11 @@ func (s *store) watch(ctx context.Context, b *bucket, spec watchSpec) (_ <-chan 
 		InactiveThreshold: inactiveThreshold,
 		MaxResetAttempts:  maxResets,
 	})
+	if errors.Is(err, natsgo.ErrMaxPayload) {
+		// The request carries every filter subject: not a value too large.
+		return nil, fmt.Errorf("the consumer's %d filter subjects do not fit in one request under the server's max_payload (%d bytes): watch fewer keys: %w: %w",
+			len(spec.filters), s.js.Conn().MaxPayload(), err, spate.ErrFatal)
+	}
 	if err != nil {
 		return nil, classify(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -232,4 +233,31 @@ func TestWatchKeysBreaksRetryable(t *testing.T) {
 		nc.Close()
 		requireBreaksRetryable(t, ch, spate.Ephemeral, "cc.k")
 	})
+}
+
+// TestWatchKeysOverMaxPayload: the consumer-create request of a key watch
+// carries every listed subject. On a server whose max_payload is too small
+// for them the watch fails at once with a Fatal error that says so, not
+// as a value too large.
+func TestWatchKeysOverMaxPayload(t *testing.T) {
+	srv := natstest.Start(t, natstest.WithMaxPayload(64<<10))
+	nc := srv.Connect(t)
+	s := open(t, nc, spatenats.Options{Job: natstest.NewJob(), TTL: ttl, MaxValueSize: 32 << 10})
+	ctx := testCtx(t, 20*time.Second)
+	keys := make([]string, spate.MaxWatchKeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("mp.%04d.%s", i, strings.Repeat("x", 200))
+	}
+	start := time.Now()
+	_, err := s.WatchKeys(ctx, spate.Durable, keys)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, spate.ErrFatal)
+	assert.NotErrorIs(t, err, spate.ErrValueTooLarge)
+	assert.Contains(t, err.Error(), "max_payload")
+	assert.Less(t, time.Since(start), 5*time.Second)
+	t.Logf("%v: %v", time.Since(start).Round(time.Millisecond), err)
+	// Fewer keys fit.
+	ch, err := s.WatchKeys(ctx, spate.Durable, keys[:64])
+	require.NoError(t, err)
+	assert.Empty(t, snapshotOf(t, ch))
 }
