@@ -35,6 +35,7 @@ type config struct {
 	tls            bool
 	mutualTLS      bool
 	syncAlways     bool
+	maxPayload     int32
 	perms          *server.Permissions
 }
 
@@ -71,6 +72,10 @@ func WithTLS(mutual bool) Option {
 // WithSyncAlways makes JetStream fsync every write before acknowledging it
 // (`sync_interval: always`), as production needs.
 func WithSyncAlways() Option { return func(c *config) { c.syncAlways = true } }
+
+// WithMaxPayload caps the size of a message the server accepts
+// (`max_payload`; the default is 1 MiB).
+func WithMaxPayload(n int32) Option { return func(c *config) { c.maxPayload = n } }
 
 // Server is a running (or stopped) in-process nats-server.
 type Server struct {
@@ -136,6 +141,7 @@ func (s *Server) options() (*server.Options, error) {
 		JetStreamMaxStore:      1 << 30,
 		DisableJetStreamBanner: true,
 		SyncAlways:             s.cfg.syncAlways,
+		MaxPayload:             s.cfg.maxPayload,
 	}
 	if s.clusterName != "" {
 		o.Cluster = server.ClusterOpts{Name: s.clusterName, Host: "127.0.0.1", Port: s.clusterPort}

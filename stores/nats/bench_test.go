@@ -3,6 +3,7 @@ package nats_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -64,4 +65,71 @@ func BenchmarkStoreUpdate(b *testing.B) {
 		}
 		rev = o.Revision
 	}
+}
+
+// BenchmarkWatchKeys opens a key watch of n keys on a durable bucket of
+// 4096 live keys (the listed ones among them) and reads its snapshot, on
+// one embedded server: the cost of establishing a watch, next to a prefix
+// watch of the whole bucket.
+//
+//	go test -run '^$' -bench 'WatchKeys' ./stores/nats
+func BenchmarkWatchKeys(b *testing.B) {
+	srv := natstest.Start(b)
+	nc := srv.Connect(b)
+	ctx := context.Background()
+	s, err := spatenats.New(ctx, nc, spatenats.Options{Job: natstest.NewJob(), TTL: ttl})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	const bucket = 4096
+	keys := make([]string, bucket)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("split.%05d", i)
+		if o, err := s.Create(ctx, spate.Durable, keys[i], benchValue); err != nil || !o.Won {
+			b.Fatalf("create: %v", err)
+		}
+	}
+	snapshot := func(b *testing.B, open func(context.Context) (<-chan spate.WatchEvent, error), want int) {
+		for b.Loop() {
+			wctx, cancel := context.WithCancel(ctx)
+			ch, err := open(wctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n := 0
+			for ev := range ch {
+				if ev.Kind == spate.WatchSnapshotDone {
+					break
+				}
+				if ev.Kind != spate.WatchPut {
+					b.Fatalf("snapshot: %v %v", ev.Kind, ev.Err)
+				}
+				n++
+			}
+			cancel()
+			for range ch {
+			}
+			if n != want {
+				b.Fatalf("snapshot of %d puts, want %d", n, want)
+			}
+		}
+	}
+	for _, n := range []int{1, 64, spate.MaxWatchKeys} {
+		// Every fourth key, so that the server skips unlisted subjects.
+		listed := make([]string, n)
+		for i := range listed {
+			listed[i] = keys[4*i]
+		}
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			snapshot(b, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
+				return s.WatchKeys(ctx, spate.Durable, listed)
+			}, n)
+		})
+	}
+	b.Run(fmt.Sprintf("prefix-of-%d", bucket), func(b *testing.B) {
+		snapshot(b, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
+			return s.Watch(ctx, spate.Durable, "split.")
+		}, bucket)
+	})
 }

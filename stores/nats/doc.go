@@ -137,6 +137,28 @@
 // more than 4096 events behind, a consumer that cannot be re-created and a
 // closed connection end the watch with a Retryable [spate.WatchError].
 //
+// The store has the optional [spate.KeyWatcher] capability, natively:
+// WatchKeys is the same watch over one ordered consumer whose filter
+// subjects are the listed keys' exact subjects, so the server sends it only
+// their messages (the last of each, then every new one) and a worker's watch
+// traffic grows with the keys it watches, not with the job's writes. Its
+// snapshot waits for the listed keys that hold a message, found by one get
+// per key (16 at a time) rather than the subject index, whose single filter
+// would often cover the whole keyspace.
+//
+// The server pays at creation: it checks every pair of filter subjects for
+// overlap, so creating the consumer takes time quadratic in the keys (on one
+// embedded server: about 1 ms for 64 keys, 7 ms for 256, 0.13 s for
+// [spate.MaxWatchKeys]), and again each time the ordered consumer is
+// re-created. A watch of 1024 keys of 256 bytes reached its SnapshotDone in
+// about 0.4 s on one embedded server and 1 s on a 3-node R3 cluster. The
+// create request carries every subject: up to about 330 KB for 1024 keys of
+// 256 bytes, under the default 1 MiB max_payload; a server with a smaller
+// max_payload refuses a watch of too many keys with a Fatal error that says
+// so. Afterwards a write reaches the consumer through the stream's index of
+// consumer filters, as for any consumer, and a write of a listed key costs
+// the server up to one string comparison per listed key.
+//
 // # Listing
 //
 // List reads the key set from the stream's subject index (one request; the

@@ -83,6 +83,15 @@ func TestPermissionsSuffice(t *testing.T) {
 		if ev := <-w; ev.Kind != spate.WatchSnapshotDone {
 			t.Fatalf("%v watch: want SnapshotDone first, got %+v", ks, ev)
 		}
+		// A key watch of two keys: its consumer has several filter
+		// subjects, which nats.go creates on another API subject.
+		kw, err := s.WatchKeys(ctx, ks, []string{"p.k", "p.j"})
+		if err != nil {
+			t.Fatalf("%v watch-keys: %v", ks, err)
+		}
+		if ev := <-kw; ev.Kind != spate.WatchSnapshotDone {
+			t.Fatalf("%v watch-keys: want SnapshotDone first, got %+v", ks, ev)
+		}
 		o, err := s.Create(ctx, ks, "p.k", []byte("v1"))
 		if err != nil || !o.Won {
 			t.Fatalf("%v create: won=%t err=%v", ks, o.Won, err)
@@ -101,17 +110,19 @@ func TestPermissionsSuffice(t *testing.T) {
 			t.Fatalf("%v delete: won=%t err=%v", ks, o.Won, err)
 		}
 		// Watches coalesce: the puts may be skipped, not the delete.
-		deleted := false
-		for ev := range w {
-			if ev.Kind == spate.WatchError {
-				t.Fatalf("%v watch: %v", ks, ev.Err)
+		for _, w := range []<-chan spate.WatchEvent{w, kw} {
+			deleted := false
+			for ev := range w {
+				if ev.Kind == spate.WatchError {
+					t.Fatalf("%v watch: %v", ks, ev.Err)
+				}
+				if deleted = ev.Kind == spate.WatchDelete; deleted {
+					break
+				}
 			}
-			if deleted = ev.Kind == spate.WatchDelete; deleted {
-				break
+			if !deleted {
+				t.Fatalf("%v watch: ended without the delete", ks)
 			}
-		}
-		if !deleted {
-			t.Fatalf("%v watch: ended without the delete", ks)
 		}
 	}
 	s2 := open(t, nc, opts)

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spate-go/spate"
@@ -144,23 +145,127 @@ func (b *bucket) read(ctx context.Context, key string) (read, error) {
 // revision or reorder a key's revisions. A reader that falls more than
 // watchBuffer messages behind the pump breaks the watch with a Retryable
 // error.
-func (s *store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (_ <-chan spate.WatchEvent, err error) {
+func (s *store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
 	b := s.b[ks-1]
+	return s.watch(ctx, b, watchSpec{
+		op:      "watch",
+		label:   prefix,
+		filters: []string{subjectFilter(b.pre, prefix)},
+		deliver: jetstream.DeliverAllPolicy,
+		match:   func(key string) bool { return strings.HasPrefix(key, prefix) },
+		keySet: func(ctx context.Context) ([]string, error) {
+			keys, err := b.keySet(ctx, prefix)
+			if err != nil {
+				return nil, classify(err)
+			}
+			return keys, nil
+		},
+	})
+}
+
+var _ spate.KeyWatcher = (*store)(nil)
+
+// WatchKeys implements [spate.KeyWatcher] natively: the watch of Watch,
+// with one ordered consumer whose filter subjects are the listed keys'
+// exact subjects (the portable layer passes 1 to [spate.MaxWatchKeys] valid
+// keys, sorted, each once), so the server sends it only those keys'
+// messages. It delivers the last message of each listed subject (history
+// 1: what DeliverAll would; the server starts such a consumer at the
+// stream's first sequence and skips every subject not listed), then every
+// new one, and shares Watch's snapshot, markers, coalescing, buffer and
+// errors.
+//
+// The key set the snapshot waits for is read from the listed keys' last
+// messages, one get per key (listFanout at a time), after the consumer was
+// made. The subject index that Watch reads answers one subject filter per
+// request: the narrowest filter over a set of exact keys is usually a
+// wildcard over the whole keyspace (every split of the job), whose answer
+// grows with the bucket instead of the keys listed, or else it takes one
+// request per key anyway. The gets are as exact under concurrent writes:
+// the snapshot needs each key by itself, not all keys at one instant. A key
+// whose subject holds a message when its get runs has that message, or a
+// newer one that superseded it, still to come from a consumer made before
+// the get, so the snapshot waiting for it never waits in vain (a message
+// that vanishes, an expiry marker aging out, is settled by a get when the
+// consumer goes idle, as in Watch); a key that holds a message for the
+// whole call is found by its get. A key first written after its get is a
+// write concurrent with the watch: it reaches the snapshot or the live
+// stream, with no gap either way, since both are the one consumer.
+func (s *store) WatchKeys(ctx context.Context, ks spate.Keyspace, keys []string) (<-chan spate.WatchEvent, error) {
+	b := s.b[ks-1]
+	filters := make([]string, len(keys))
+	for i, k := range keys {
+		filters[i] = b.pre + k
+	}
+	return s.watch(ctx, b, watchSpec{
+		op:      "watch-keys",
+		label:   keys[0],
+		filters: filters,
+		deliver: jetstream.DeliverLastPerSubjectPolicy,
+		match: func(key string) bool {
+			_, ok := slices.BinarySearch(keys, key)
+			return ok
+		},
+		keySet: func(ctx context.Context) ([]string, error) {
+			return b.heldKeys(ctx, keys)
+		},
+	})
+}
+
+// heldKeys returns those of keys (sorted) whose subject holds a message, a
+// value or a marker, each read by a get.
+func (b *bucket) heldKeys(ctx context.Context, keys []string) ([]string, error) {
+	reads, err := b.readAll(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	held := make([]string, 0, len(keys))
+	for i, r := range reads {
+		if r.rev != 0 {
+			held = append(held, keys[i])
+		}
+	}
+	return held, nil
+}
+
+// watchSpec is what one watch covers: the consumer's filter subjects and
+// deliver policy, which keys of the delivered messages are the watch's,
+// and how to read the key set its snapshot waits for.
+type watchSpec struct {
+	op      string // "watch" or "watch-keys", in errors and logs
+	label   string // the prefix, or the first key listed, in errors and logs
+	filters []string
+	deliver jetstream.DeliverPolicy
+	match   func(key string) bool
+	// keySet returns, sorted, the keys of the watch whose subject holds a
+	// message (a value or a marker); every key that holds one for the whole
+	// call must be in it. Its errors are classified.
+	keySet func(ctx context.Context) ([]string, error)
+}
+
+// watch opens the watch of spec on bucket b: the consumer, the key set, and
+// the goroutines that run it (see Watch).
+func (s *store) watch(ctx context.Context, b *bucket, spec watchSpec) (_ <-chan spate.WatchEvent, err error) {
 	// ctx outlives the call (it bounds the watch); sctx bounds the setup.
 	sctx, end := s.guard(ctx, "", &err)
 	defer end()
 	cons, err := b.stream.OrderedConsumer(sctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{subjectFilter(b.pre, prefix)},
-		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		FilterSubjects:    spec.filters,
+		DeliverPolicy:     spec.deliver,
 		InactiveThreshold: inactiveThreshold,
 		MaxResetAttempts:  maxResets,
 	})
+	if errors.Is(err, natsgo.ErrMaxPayload) {
+		// The request carries every filter subject: not a value too large.
+		return nil, fmt.Errorf("the consumer's %d filter subjects do not fit in one request under the server's max_payload (%d bytes): watch fewer keys: %w: %w",
+			len(spec.filters), s.js.Conn().MaxPayload(), err, spate.ErrFatal)
+	}
 	if err != nil {
 		return nil, classify(err)
 	}
-	keys, err := b.keySet(sctx, prefix)
+	keys, err := spec.keySet(sctx)
 	if err != nil {
-		return nil, classify(err)
+		return nil, err
 	}
 	pending := uint64(1)
 	if info := cons.CachedInfo(); info != nil {
@@ -174,7 +279,7 @@ func (s *store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (_ 
 	wctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.ctx, cancel)
 	w := &watch{
-		s: s, b: b, prefix: prefix, keys: keys, it: it, pending: pending,
+		s: s, b: b, spec: spec, keys: keys, it: it, pending: pending,
 		out:    make(chan spate.WatchEvent),
 		signal: make(chan struct{}, 1),
 	}
@@ -217,7 +322,7 @@ const (
 type watch struct {
 	s       *store
 	b       *bucket
-	prefix  string
+	spec    watchSpec
 	keys    []string
 	pending uint64 // messages the consumer had for the filter when made
 	it      jetstream.MessagesContext
@@ -335,13 +440,13 @@ func (w *watch) broken(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		return
 	}
-	w.s.log.Debug("nats: watch broke", "bucket", w.b.name, "prefix", w.prefix, "err", err)
+	w.s.log.Debug("nats: watch broke", "bucket", w.b.name, "op", w.spec.op, "key", w.spec.label, "err", err)
 	if pd := (*errPermDenied)(nil); errors.As(err, &pd) {
 		w.send(ctx, spate.WatchEvent{Kind: spate.WatchError,
-			Err: spate.OpError(driver, "watch", w.b.ks, w.prefix, w.s.scope.deniedError(pd.v))})
+			Err: spate.OpError(driver, w.spec.op, w.b.ks, w.spec.label, w.s.scope.deniedError(pd.v))})
 		return
 	}
-	w.send(ctx, spate.WatchEvent{Kind: spate.WatchError, Err: spate.OpError(driver, "watch", w.b.ks, w.prefix,
+	w.send(ctx, spate.WatchEvent{Kind: spate.WatchError, Err: spate.OpError(driver, w.spec.op, w.b.ks, w.spec.label,
 		fmt.Errorf("%w: %w", err, spate.ErrRetryable))})
 }
 
@@ -370,7 +475,7 @@ func (w *watch) run(ctx context.Context) {
 	}
 	for {
 		for _, m := range rest {
-			if strings.HasPrefix(m.key, w.prefix) && !w.send(ctx, m.event()) {
+			if w.spec.match(m.key) && !w.send(ctx, m.event()) {
 				return
 			}
 		}
@@ -397,7 +502,7 @@ func (w *watch) snapshot(ctx context.Context) ([]spate.Entry, []message, error) 
 	fold := func(m message) {
 		delete(unseen, m.key)
 		last = max(last, m.rev)
-		if !strings.HasPrefix(m.key, w.prefix) {
+		if !w.spec.match(m.key) {
 			return
 		}
 		if m.marker {
