@@ -495,6 +495,25 @@ func (w *scaleWorker) close() {
 // figures as benchmark metrics (use -benchtime 1x):
 //
 //	go test -run '^$' -bench 'Scale/workers=50$' -benchtime 1x ./stores/etcd
+//
+// BenchScaleWatches runs BenchScale twice, as sub-benchmarks
+// watch=whole (every worker watching the whole job: the baseline) and
+// watch=keys (each worker its own keys, on a store with KeyWatcher), so
+// that both come from one command on one machine.
+func BenchScaleWatches(b *testing.B, mk HarnessMaker, o ScaleOptions) {
+	for _, whole := range []bool{true, false} {
+		name := "watch=keys"
+		if whole {
+			name = "watch=whole"
+		}
+		b.Run(name, func(b *testing.B) {
+			o := o
+			o.WholeJob = whole
+			BenchScale(b, mk, o)
+		})
+	}
+}
+
 func BenchScale(b *testing.B, mk HarnessMaker, o ScaleOptions) {
 	if o.Progress == nil {
 		o.Progress = os.Stderr

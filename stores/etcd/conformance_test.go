@@ -37,11 +37,16 @@ func BenchmarkConformance(b *testing.B) {
 // member in real time (conformance.MeasureScale; the server's CPU is in the
 // figures, it runs in the test process):
 //
-//	go test -run '^$' -bench 'Scale/workers=50$' -benchtime 1x -timeout 30m ./stores/etcd
+//	go test -run '^$' -bench 'Scale/workers=50/' -benchtime 1x -timeout 60m ./stores/etcd
+//
+// Each size runs with every worker watching the whole job (watch=whole,
+// the baseline) and with each its own keys (watch=keys).
 func BenchmarkScale(b *testing.B) {
 	for _, w := range []int{10, 50, 100} {
 		b.Run(fmt.Sprintf("workers=%d", w), func(b *testing.B) {
-			conformance.BenchScale(b, etcdtest.Start(b).HarnessMaker(10*time.Second), conformance.ScaleOptions{Workers: w})
+			conformance.BenchScaleWatches(b, func(t testing.TB) conformance.Harness {
+				return etcdtest.Start(t).HarnessMaker(10 * time.Second)(t)
+			}, conformance.ScaleOptions{Workers: w})
 		})
 	}
 }

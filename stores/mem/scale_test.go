@@ -2,6 +2,7 @@ package mem_test
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -15,14 +16,19 @@ import (
 	"github.com/spate-go/spate/stores/mem"
 )
 
-var scaleWorkers = flag.String("scale", "", "comma-separated fleet sizes for TestScale (e.g. 10,100,1000); empty runs a 5-worker smoke check")
+var (
+	scaleWorkers = flag.String("scale", "", "comma-separated fleet sizes for TestScale (e.g. 10,100,1000); empty runs a 5-worker smoke check")
+	scaleWatch   = flag.String("scale-watch", "both", "what TestScale's workers watch: keys, whole (the whole job: the baseline) or both")
+)
 
 // TestScale measures the fleet in virtual time (conformance.MeasureScale):
 //
 //	go test ./stores/mem -run '^TestScale$' -v -args -scale 10,100,1000
 //
 // Each size runs twice: every worker watching the whole job (the
-// baseline), then each its own keys (the store's KeyWatcher).
+// baseline), then each its own keys (the store's KeyWatcher);
+// -scale-watch keys (or whole) runs one of them (a whole-job fleet of
+// 1,000 × 100,000 does not fit in memory here).
 //
 // Without -scale it runs 5 workers as a check that the harness works.
 func TestScale(t *testing.T) {
@@ -64,7 +70,29 @@ type scaleRun struct {
 func runs(sizes []int) []scaleRun {
 	var out []scaleRun
 	for _, w := range sizes {
-		out = append(out, scaleRun{w, true}, scaleRun{w, false})
+		if *scaleWatch != "keys" {
+			out = append(out, scaleRun{w, true})
+		}
+		if *scaleWatch != "whole" {
+			out = append(out, scaleRun{w, false})
+		}
 	}
 	return out
+}
+
+// BenchmarkScale measures fleets over one in-memory store in real time
+// (TestScale runs them in virtual time):
+//
+//	go test -run '^$' -bench 'Scale/workers=50/' -benchtime 1x -timeout 60m ./stores/mem
+//
+// Each size runs with every worker watching the whole job (watch=whole,
+// the baseline) and with each its own keys (watch=keys).
+func BenchmarkScale(b *testing.B) {
+	for _, w := range []int{10, 50, 100} {
+		b.Run(fmt.Sprintf("workers=%d", w), func(b *testing.B) {
+			conformance.BenchScaleWatches(b, func(testing.TB) conformance.Harness {
+				return harness{root: mem.MustNew(mem.Options{TTL: 10 * time.Second})}
+			}, conformance.ScaleOptions{Workers: w})
+		})
+	}
 }

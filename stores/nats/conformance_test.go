@@ -91,10 +91,13 @@ func BenchmarkConformance(b *testing.B) {
 // nats-server in real time (conformance.MeasureScale; the server's CPU is
 // in the figures):
 //
-//	go test -run '^$' -bench 'Scale' -benchtime 1x -timeout 30m ./stores/nats
+//	go test -run '^$' -bench 'Scale' -benchtime 1x -timeout 60m ./stores/nats
+//
+// It runs with every worker watching the whole job (watch=whole, the
+// baseline) and with each its own keys (watch=keys).
 func BenchmarkScale(b *testing.B) {
 	b.Run("workers=50", func(b *testing.B) {
-		conformance.BenchScale(b, func(t testing.TB) conformance.Harness { return natstest.NewHarness(t, 10*time.Second) },
+		conformance.BenchScaleWatches(b, func(t testing.TB) conformance.Harness { return natstest.NewHarness(t, 10*time.Second) },
 			conformance.ScaleOptions{Workers: 50})
 	})
 }

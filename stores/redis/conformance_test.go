@@ -77,10 +77,14 @@ func TestChaos(t *testing.T) {
 // BenchmarkScale measures a fleet of 50 coordinators over one spawned
 // redis-server in real time (conformance.MeasureScale):
 //
-//	go test -run '^$' -bench 'Scale' -benchtime 1x -timeout 30m ./stores/redis
+//	go test -run '^$' -bench 'Scale' -benchtime 1x -timeout 60m ./stores/redis
+//
+// It runs with every worker watching the whole job (watch=whole, the
+// baseline) and with each its own keys (watch=keys).
 func BenchmarkScale(b *testing.B) {
 	b.Run("workers=50", func(b *testing.B) {
-		srv := redistest.Start(b)
-		conformance.BenchScale(b, srv.HarnessMaker(10*time.Second), conformance.ScaleOptions{Workers: 50})
+		conformance.BenchScaleWatches(b, func(t testing.TB) conformance.Harness {
+			return redistest.Start(t).HarnessMaker(10 * time.Second)(t)
+		}, conformance.ScaleOptions{Workers: 50})
 	})
 }
