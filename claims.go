@@ -61,6 +61,7 @@ type claimInput struct {
 	leaseOwner string // live lease owner, "" if no lease
 	leaseOurs  bool   // the live lease is this process's own leftover
 	selfFenced bool   // this process stopped the tenancy itself (store unreachable)
+	leaseFresh bool   // the lease's delete arrived moments ago (releaseSettle)
 	advanced   bool   // the current tenancy moved the watermark forward
 	hasSpec    bool
 	held       bool // this worker holds it
@@ -92,6 +93,12 @@ func claimCandidates(splits []claimInput, self string, maxAttempts int) []claimC
 			// This very process stopped the tenancy because it could not
 			// reach the store: no evidence against the split.
 			kind = claimReleased
+		case s.owner != "" && s.leaseFresh:
+			// The lease went moments ago and the record still names its
+			// owner: most likely a release whose owner-clear is still on
+			// the other watch stream. Wait for it rather than take the
+			// expired path, which loses its compare-and-swap and reads.
+			continue
 		case s.owner != "":
 			kind = claimExpired
 		case s.epoch == 0:
@@ -121,6 +128,7 @@ func claimCandidates(splits []claimInput, self string, maxAttempts int) []claimC
 
 func (a *actor) claimInputs() []claimInput {
 	out := make([]claimInput, 0, len(a.assigned))
+	now := time.Now()
 	for id := range a.assigned {
 		v := a.splits[id]
 		if v == nil || v.prog == nil || a.busy[id] || a.handingBack[id] > 0 {
@@ -131,6 +139,9 @@ func (a *actor) claimInputs() []claimInput {
 		if v.lease != nil {
 			in.leaseOwner = v.lease.Owner
 			in.leaseOurs = v.lease.Nonce == a.nonce
+		} else if until := v.leaseGoneAt.Add(a.releaseSettle()); now.Before(until) {
+			in.leaseFresh = true
+			a.wakeUp(until)
 		}
 		if e, ok := a.selfFenced[id]; ok && e == v.prog.Epoch {
 			in.selfFenced = true

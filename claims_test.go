@@ -52,6 +52,25 @@ func TestClaimAttemptsGateFlipsToQuarantineAtTheCap(t *testing.T) {
 	}
 }
 
+// A split whose lease delete arrived moments ago while its record still
+// names the owner is left alone: the owner-clear of a release is likely
+// still on the other watch stream. Once the settle passes it is an
+// expired candidate again, and a released split is a candidate at once.
+func TestFreshLeaseDeleteWaitsForTheOwnerClear(t *testing.T) {
+	in := claimInput{id: "s", status: statusRunnable, owner: "peer", epoch: 3, hasSpec: true, leaseFresh: true}
+	assert.Empty(t, claimCandidates([]claimInput{in}, "me", 4), "a fresh lease delete with the owner still set")
+	in.attempts = 3
+	assert.Empty(t, claimCandidates([]claimInput{in}, "me", 4), "not even a quarantine decision before the settle")
+	in.attempts, in.leaseFresh = 0, false
+	c := claimCandidates([]claimInput{in}, "me", 4)
+	require.Len(t, c, 1)
+	assert.Equal(t, claimExpired, c[0].kind)
+	in.owner, in.leaseFresh = "", true
+	c = claimCandidates([]claimInput{in}, "me", 4)
+	require.Len(t, c, 1, "a released split is claimed at once")
+	assert.Equal(t, claimReleased, c[0].kind)
+}
+
 func TestSpeclessSplitsAreQuarantinableButNotClaimable(t *testing.T) {
 	in := []claimInput{
 		{id: "claimable-without-spec", status: statusRunnable},

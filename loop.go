@@ -530,6 +530,17 @@ func (a *actor) waitPlanner() {
 // down.
 func (a *actor) retryDelay() time.Duration { return max(a.cfg.LeaseDuration/20, 50*time.Millisecond) }
 
+// releaseSettle is how long the claim scan leaves alone a split whose
+// lease delete a watch delivered moments ago while its record still names
+// the owner. A release is two changes on two watch streams even when one
+// UpdateAndDelete makes both, and the lease's often arrives first; taking
+// the split then as an expired one costs a lost compare-and-swap and a
+// read (4 store calls, not 2). A dead owner's takeover waits this much
+// more after a whole lease.
+func (a *actor) releaseSettle() time.Duration {
+	return min(a.cfg.LeaseDuration/20, 100*time.Millisecond)
+}
+
 // opKey names an operation that backs off after a failure: a kind, and
 // the split it is on if any.
 type opKey struct{ op, split string }

@@ -29,6 +29,9 @@ type splitView struct {
 	leaseSum uint64    // leaseHash of the lease's bytes: a heartbeat rewrites the same bytes
 	leaseRev uint64    // highest lease revision seen (put or delete)
 	leaseAt  uint64
+	// leaseGoneAt is when a watch last delivered the lease's delete (zero
+	// after a listing or snapshot found it gone): see releaseSettle.
+	leaseGoneAt time.Time
 	// pending is this worker's commit in flight, as written: its watch
 	// echo is recognised by its bytes and folded without a decode.
 	pending atomic.Pointer[pendingWrite]
@@ -241,9 +244,9 @@ func (a *actor) ephemeralDelete(key string, rev uint64, force bool) {
 			a.dirty = true
 		}
 		a.touch(id)
-		v.lease, v.leaseSum, v.leaseAt = nil, 0, a.clock
+		v.lease, v.leaseSum, v.leaseAt, v.leaseGoneAt = nil, 0, a.clock, time.Time{}
 		if !force {
-			v.leaseRev = rev
+			v.leaseRev, v.leaseGoneAt = rev, time.Now()
 		}
 		if p := v.prog; p != nil && p.Status == statusRunnable && int(p.Attempts)+1 >= a.cfg.MaxAttempts {
 			a.quarantineScan = true

@@ -222,7 +222,7 @@
 // Releaser:
 //
 //   - Releaser is the optional capability of a store that updates a durable key and deletes an ephemeral key in one atomic call. — checked by ReleaseUpdatesAndDeletes, ReleaseIsSeenAtOnce.
-//   - The coordinator hands a split back with it in one round trip (the owner cleared from the split's progress record, its lease deleted) and in two calls, Update then Delete, on a store without it. — no rule: the coordinator's use of it; the root's TestStoreCallsPerLifecycle and stores/redis TestStoreCallsPerLifecycle count the calls.
+//   - The coordinator hands a split back with it in one round trip (the owner cleared from the split's progress record, its lease deleted) and in two calls, Update then Delete, on a store without it. — no rule: the coordinator's use of it; the root's TestStoreCallsPerLifecycle and conformance.MeasureLifecycle (every driver's TestStoreCallsPerLifecycle) count the calls.
 //   - Find it with [spate.ReleaserOf]. — no rule: a reference.
 //
 // Releaser.UpdateAndDelete:

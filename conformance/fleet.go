@@ -80,6 +80,9 @@ type worker struct {
 	cfgMod      func(*spate.Config)
 	expectErr   bool // the worker is expected to fail
 	fails       int  // Fail calls made
+	// beforeRelease, when set, runs after a drain's last commit and
+	// before its ReleaseDrained (MeasureLifecycle marks the release there).
+	beforeRelease func(id string)
 
 	held    map[string]*tenancyState
 	events  []spate.Event
@@ -285,6 +288,9 @@ func (w *worker) pump() {
 			}
 			// Drain: commit everything processed, then hand back.
 			if w.commit(sid, st, false) {
+				if w.beforeRelease != nil {
+					w.beforeRelease(id)
+				}
 				_ = w.c.ReleaseDrained(w.f.ctx, sid)
 				delete(w.held, id)
 			}

@@ -274,27 +274,37 @@ func (c *scaleCounters) breaker() <-chan struct{} {
 }
 
 // countingStore counts a worker's store traffic and can break its watches.
+// With calls set it also logs every keyed call (MeasureLifecycle); with
+// plain set it hides the Releaser capability.
 type countingStore struct {
 	spate.Store
 	c        *scaleCounters
+	calls    *callLog
+	plain    bool
 	wholeJob bool // hide the KeyWatcher capability
 }
 
 func (s *countingStore) Create(ctx context.Context, ks spate.Keyspace, key string, v []byte) (spate.Outcome, error) {
 	s.c.writes.Add(1)
-	return s.Store.Create(ctx, ks, key, v)
+	o, err := s.Store.Create(ctx, ks, key, v)
+	s.calls.add("create", ks, key, o.Won, err)
+	return o, err
 }
 
 func (s *countingStore) Update(ctx context.Context, ks spate.Keyspace, key string, v []byte, rev uint64) (spate.Outcome, error) {
 	s.c.writes.Add(1)
-	return s.Store.Update(ctx, ks, key, v, rev)
+	o, err := s.Store.Update(ctx, ks, key, v, rev)
+	s.calls.add("update", ks, key, o.Won, err)
+	return o, err
 }
 
-// Capabilities passes the Releaser and KeyWatcher capabilities on when
-// the store has them.
+// Capabilities passes the Releaser capability on when the store has it
+// (and plain is not set), and the KeyWatcher capability when the store
+// has it (and wholeJob is not set).
 func (s *countingStore) Capabilities() spate.Capabilities {
 	c := s.Store.Capabilities()
 	_, c.UpdateAndDelete = spate.ReleaserOf(s.Store)
+	c.UpdateAndDelete = c.UpdateAndDelete && !s.plain
 	_, c.WatchKeys = spate.KeyWatcherOf(s.Store)
 	c.WatchKeys = c.WatchKeys && !s.wholeJob
 	return c
@@ -303,21 +313,27 @@ func (s *countingStore) Capabilities() spate.Capabilities {
 // UpdateAndDelete counts one write: the release's one round trip.
 func (s *countingStore) UpdateAndDelete(ctx context.Context, dk string, v []byte, rev uint64, ek string, leaseRev uint64) (spate.Outcome, spate.Outcome, error) {
 	r, ok := spate.ReleaserOf(s.Store)
-	if !ok {
+	if !ok || s.plain {
 		return spate.Outcome{}, spate.Outcome{}, fmt.Errorf("conformance: the store has no Releaser capability: %w", spate.ErrFatal)
 	}
 	s.c.writes.Add(1)
-	return r.UpdateAndDelete(ctx, dk, v, rev, ek, leaseRev)
+	u, d, err := r.UpdateAndDelete(ctx, dk, v, rev, ek, leaseRev)
+	s.calls.add("update-and-delete", spate.Durable, dk, u.Won && d.Won, err)
+	return u, d, err
 }
 
 func (s *countingStore) Delete(ctx context.Context, ks spate.Keyspace, key string, rev uint64) (spate.Outcome, error) {
 	s.c.writes.Add(1)
-	return s.Store.Delete(ctx, ks, key, rev)
+	o, err := s.Store.Delete(ctx, ks, key, rev)
+	s.calls.add("delete", ks, key, o.Won, err)
+	return o, err
 }
 
 func (s *countingStore) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
 	s.c.reads.Add(1)
-	return s.Store.Get(ctx, ks, key)
+	e, ok, err := s.Store.Get(ctx, ks, key)
+	s.calls.add("get", ks, key, ok, err)
+	return e, ok, err
 }
 
 func (s *countingStore) List(ctx context.Context, ks spate.Keyspace, prefix string) ([]spate.Entry, error) {

@@ -123,6 +123,27 @@ func TestLifecycleCounts(t *testing.T) {
 	}, lifecycleCounts(out))
 }
 
+func TestLifecycleFigures(t *testing.T) {
+	figs, met := lifecycleFigures(map[string]map[string]int{
+		"releaser": {"claim": 2, "takeover": 2, "commit": 1, "release": 1},
+		"plain":    {"claim": 2, "takeover": 2, "commit": 1, "release": 2},
+	})
+	assert.Equal(t, []string{"releaser 2/2/1/1", "plain 2/2/1/2"}, figs)
+	assert.True(t, met)
+
+	figs, met = lifecycleFigures(map[string]map[string]int{"plain": {"claim": 2, "takeover": 2, "commit": 1, "release": 2}})
+	assert.Equal(t, []string{"plain 2/2/1/2"}, figs, "a store without the Releaser capability runs plain only")
+	assert.True(t, met)
+
+	_, met = lifecycleFigures(map[string]map[string]int{"releaser": {"claim": 4, "takeover": 2, "commit": 1, "release": 1}})
+	assert.False(t, met, "a claim of 4 calls misses the goal")
+	figs, met = lifecycleFigures(map[string]map[string]int{"releaser": {"claim": 2, "commit": 1, "release": 1}})
+	assert.Equal(t, []string{"releaser 2/?/1/1"}, figs)
+	assert.False(t, met, "a missing step is not met")
+	_, met = lifecycleFigures(nil)
+	assert.False(t, met, "no counts is not met")
+}
+
 func TestHuman(t *testing.T) {
 	assert.Equal(t, "1.50 s", human("ns/op", 1.5e9))
 	assert.Equal(t, "2.50 ms", human("ns/op", 2.5e6))

@@ -1,0 +1,261 @@
+package conformance
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spate-go/spate"
+)
+
+// LifecycleGoals are the store calls one step of a split's lifecycle may
+// cost, per mode: "releaser" is a store with the Releaser capability,
+// "plain" one without it (or with it hidden).
+var LifecycleGoals = map[string]map[string]int{
+	"releaser": {"claim": 2, "takeover": 2, "commit": 1, "release": 1},
+	"plain":    {"claim": 2, "takeover": 2, "commit": 1, "release": 2},
+}
+
+// lifecycleSteps are the steps MeasureLifecycle reports, in order.
+var lifecycleSteps = []string{"claim", "takeover", "commit", "release"}
+
+// lifecycleAttempts bounds how often MeasureLifecycle measures a mode
+// again when a lease renewal, which runs on its own clock, or a watch
+// delivering a release's two changes out of order got into a step.
+const lifecycleAttempts = 3
+
+// MeasureLifecycle counts the store calls real coordinators make on one
+// split's keys over a store of mk, step by step, and fails t when a step
+// costs more than [LifecycleGoals] allows:
+//
+//   - claim: a split handed back is claimed by a peer with the lease
+//     create and the epoch-bumping compare-and-swap, 2 calls;
+//   - takeover: a dead owner's split is claimed with the lease create and
+//     the compare-and-swap on the record it viewed (a read only if that
+//     loses), 2 calls;
+//   - commit: one compare-and-swap;
+//   - release: a drained hand-back is one UpdateAndDelete on a store with
+//     the Releaser capability ([spate.ReleaserOf]), and the owner-clear
+//     and the lease delete, 2 calls, without it.
+//
+// Each worker's store is wrapped in a counter that passes the Releaser
+// capability on. On a store with it, the measurement runs twice: as the
+// store is ("releaser") and with the capability hidden ("plain"); on a
+// store without it, once ("plain"), and it says so. Lease renewals (an
+// update of the split's ephemeral key by its holder) are left out of the
+// counts. It logs one line per step, "lifecycle <mode> <step>=<n>", which
+// internal/perfreport reads, and the calls behind each count.
+func MeasureLifecycle(t *testing.T, mk HarnessMaker) {
+	t.Helper()
+	h := mk(t)
+	probe, err := openStore(t.Context(), h)
+	if err != nil {
+		_ = h.Close()
+		t.Fatalf("harness: open store: %v", err)
+	}
+	_, releaser := spate.ReleaserOf(probe)
+	_ = probe.Close()
+	_ = h.Close()
+	modes := []string{"releaser", "plain"}
+	if !releaser {
+		modes = []string{"plain"}
+		t.Logf("the store has no Releaser capability (spate.ReleaserOf): a release is two calls, the owner-clear and the lease delete; "+
+			"the goal of %d needs the capability", LifecycleGoals["releaser"]["release"])
+	}
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			for attempt := 1; ; attempt++ {
+				var why string
+				runBody(t, mk, func(e *env) { why = measureLifecycle(e, mode, attempt == lifecycleAttempts) })
+				if why == "" || t.Failed() {
+					return
+				}
+				t.Logf("attempt %d disturbed: %s; measuring again", attempt, why)
+			}
+		})
+	}
+}
+
+// measureLifecycle runs one lifecycle in mode and checks and logs its
+// counts. When a step missed its goal because a renewal or a late watch
+// event got into it, and last is not set, it reports why instead.
+func measureLifecycle(e *env, mode string, last bool) (disturbed string) {
+	t := e.t
+	goals := LifecycleGoals[mode]
+	f := newFleet(e, planOf("life", 2))
+	defer func() {
+		for _, w := range f.workers {
+			w.stop()
+		}
+	}()
+	logs := map[string]*callLog{}
+	wrap := func(name string) func(spate.Store) spate.Store {
+		l := &callLog{}
+		logs[name] = l
+		return func(s spate.Store) spate.Store {
+			return &countingStore{Store: s, c: &scaleCounters{brk: make(chan struct{})}, calls: l, plain: mode == "plain"}
+		}
+	}
+	settle := func() { f.hold(max(leases(f)/8, 200*time.Millisecond), "settling", func() bool { return true }) }
+
+	// a claims both splits (two, so that handing one back is never a
+	// departure), with an idle source: nothing commits unless told.
+	a := f.startPausedWith("a", wrap("a"), withPerTick(0))
+	f.launch(a)
+	f.until(10*leases(f), "a holding both splits", func() bool { return len(a.held) == 2 })
+	settle()
+
+	// commit: one compare-and-swap.
+	id := a.heldIDs()[0]
+	st := a.held[id]
+	st.watermark++
+	m := logs["a"].mark()
+	if !a.commit(spate.MustSplitID(id), st, false) {
+		t.Fatalf("a: the commit of %s did not land", id)
+	}
+	commit, _ := withoutRenewals(logs["a"].on(progressKey(id), m))
+
+	// release and claim: b joins, the leader revokes one split from a,
+	// whose source drains it (a last commit) and hands it back; b claims it.
+	marks := map[string]int{}
+	a.beforeRelease = func(id string) { marks[id] = logs["a"].mark() }
+	b := f.startPausedWith("b", wrap("b"), withPerTick(0))
+	f.launch(b)
+	f.until(10*leases(f), "one split each", func() bool { return len(a.held) == 1 && len(b.held) == 1 })
+	settle() // a plain release deletes the lease after it replies
+	moved, kept := b.heldIDs()[0], a.heldIDs()[0]
+	m, ok := marks[moved]
+	if !ok {
+		t.Fatalf("%s moved to b without a drained hand-back by a", moved)
+	}
+	release, releaseRenewals := withoutRenewals(logs["a"].on(progressKey(moved), m))
+	claim, claimWon := untilFenced(logs["b"].on(progressKey(moved), 0))
+	if !claimWon {
+		t.Fatalf("b gained %s without a winning compare-and-swap: %v", moved, claim)
+	}
+
+	// takeover: a dies holding a split; b takes it once its lease expires.
+	m = logs["b"].mark()
+	a.kill()
+	f.until(20*leases(f), "b taking over a's split", func() bool { return len(b.held) == 2 })
+	takeover, takeoverWon := untilFenced(logs["b"].on(progressKey(kept), m))
+	if !takeoverWon {
+		t.Fatalf("b gained %s without a winning compare-and-swap: %v", kept, takeover)
+	}
+
+	calls := map[string][]storeCall{"claim": claim, "takeover": takeover, "commit": commit, "release": release}
+	if !last {
+		switch {
+		case len(release) > goals["release"] && releaseRenewals > 0:
+			return fmt.Sprintf("a lease renewal landed during the release: %v", release)
+		case len(claim) > goals["claim"] && lostThenRead(claim):
+			return fmt.Sprintf("b saw the released split's lease go before its owner-clear and took the late-release path: %v", claim)
+		}
+	}
+	for _, step := range lifecycleSteps {
+		n := len(calls[step])
+		// internal/perfreport reads these lines.
+		t.Logf("lifecycle %s %s=%d", mode, step, n)
+		t.Logf("  calls of the %s: %v", step, calls[step])
+		if n > goals[step] {
+			t.Errorf("rule: a %s costs at most %d store calls (mode %s); it cost %d: %v", step, goals[step], mode, n, calls[step])
+		}
+	}
+	if mode == "releaser" && (len(release) == 0 || release[0].op != "update-and-delete") {
+		t.Errorf("rule: on a store with the Releaser capability a release is one UpdateAndDelete; it was %v", release)
+	}
+	return ""
+}
+
+func progressKey(id string) string { return "split." + id }
+
+// storeCall is one keyed call a coordinator made, as countingStore logs it.
+type storeCall struct {
+	op     string // create, update, delete, get, update-and-delete
+	ks     spate.Keyspace
+	key    string
+	result string // won, lost, found, absent or the error
+}
+
+func (c storeCall) String() string { return c.op + "/" + c.ks.String() + ":" + c.result }
+
+func (c storeCall) renewal() bool { return c.op == "update" && c.ks == spate.Ephemeral }
+
+// callLog is the keyed calls of one worker's store, in the order they
+// returned. A nil log records nothing.
+type callLog struct {
+	mu    sync.Mutex
+	calls []storeCall
+}
+
+func (l *callLog) add(op string, ks spate.Keyspace, key string, ok bool, err error) {
+	if l == nil {
+		return
+	}
+	r := map[bool]string{true: "won", false: "lost"}[ok]
+	if op == "get" {
+		r = map[bool]string{true: "found", false: "absent"}[ok]
+	}
+	if err != nil {
+		r = err.Error()
+	}
+	l.mu.Lock()
+	l.calls = append(l.calls, storeCall{op, ks, key, r})
+	l.mu.Unlock()
+}
+
+// mark is the number of calls so far.
+func (l *callLog) mark() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.calls)
+}
+
+// on is the calls on key from the mark from on.
+func (l *callLog) on(key string, from int) []storeCall {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []storeCall
+	for _, c := range l.calls[from:] {
+		if c.key == key {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// withoutRenewals drops lease renewals from calls and counts them.
+func withoutRenewals(calls []storeCall) (rest []storeCall, renewals int) {
+	for _, c := range calls {
+		if c.renewal() {
+			renewals++
+			continue
+		}
+		rest = append(rest, c)
+	}
+	return rest, renewals
+}
+
+// untilFenced is a claim's calls: up to and including the first winning
+// compare-and-swap of the progress record (the fence). Renewals start only
+// after it.
+func untilFenced(calls []storeCall) (claim []storeCall, won bool) {
+	for i, c := range calls {
+		if c.op == "update" && c.ks == spate.Durable && c.result == "won" {
+			return calls[:i+1], true
+		}
+	}
+	return calls, false
+}
+
+// lostThenRead reports whether calls hold a lost compare-and-swap of the
+// progress record followed by its read: a takeover path that found the
+// record had moved on.
+func lostThenRead(calls []storeCall) bool {
+	i := slices.IndexFunc(calls, func(c storeCall) bool {
+		return c.op == "update" && c.ks == spate.Durable && c.result == "lost"
+	})
+	return i >= 0 && slices.ContainsFunc(calls[i:], func(c storeCall) bool { return c.op == "get" && c.ks == spate.Durable })
+}
