@@ -174,6 +174,9 @@ func (a *actor) reconcileOwn(now time.Time) error {
 		// decision runs it even with every lane busy.
 		a.quarantineScan = false
 		for _, c := range claimCandidates(a.claimInputs(), a.self, a.cfg.MaxAttempts) {
+			if !a.viewLoaded(c.id) {
+				continue // its snapshot brings ownDirty
+			}
 			if !a.due(opKey{"claim", c.id}, now) {
 				if c.quarantine {
 					a.quarantineScan = true // keep the decision pending

@@ -95,6 +95,7 @@ type actor struct {
 	rewatchPending bool // a re-watch is scheduled (rewatch)
 	groups         map[*keyGroup]struct{}
 	covered        [2]map[string]int // keys watched by the key groups, per keyspace, with how many groups
+	loaded         [2]map[string]int // of those, keys whose group's snapshot is in, with how many groups
 	keyEvents      chan keyEvent
 	scopeDirty     bool        // the scope may have changed: rescope
 	verdict        *verdictVal // the leader's verdict as last read (scoped workers)
@@ -156,6 +157,7 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 	a.fullView = a.kw == nil
 	a.groups = map[*keyGroup]struct{}{}
 	a.covered = [2]map[string]int{{}, {}}
+	a.loaded = [2]map[string]int{{}, {}}
 	a.keyEvents = make(chan keyEvent, stepBatch)
 	return a
 }

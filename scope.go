@@ -31,6 +31,7 @@ type keyGroup struct {
 	ctx        context.Context   // the stream's; done once the group is dropped
 	cancel     context.CancelFunc
 	collecting bool // between establishment and SnapshotDone
+	loaded     bool // its snapshot is folded into the view
 	closed     bool
 	since      uint64
 	deadline   time.Time
@@ -282,12 +283,37 @@ func (a *actor) dropGroup(g *keyGroup) {
 		g.cancel()
 	}
 	delete(a.groups, g)
-	cov := a.covered[g.ks-1]
+	cov, ld := a.covered[g.ks-1], a.loaded[g.ks-1]
 	for _, k := range g.keys {
 		if cov[k]--; cov[k] <= 0 {
 			delete(cov, k)
 		}
+		if g.loaded {
+			if ld[k]--; ld[k] <= 0 {
+				delete(ld, k)
+			}
+		}
 	}
+}
+
+// markLoaded notes that g's snapshot is in the view.
+func (a *actor) markLoaded(g *keyGroup) {
+	g.loaded = true
+	for _, k := range g.keys {
+		a.loaded[g.ks-1][k]++
+	}
+}
+
+// viewLoaded reports whether the view holds split id as the store has it:
+// on a scoped worker, once the snapshots of the groups watching its lease
+// and its progress record are in. Until then its lease may look absent
+// while another worker still holds it, and a claim would lose.
+func (a *actor) viewLoaded(id string) bool {
+	if a.kw == nil || a.fullView {
+		return true
+	}
+	k := prefixSplit + id
+	return a.loaded[Ephemeral-1][k] > 0 && a.loaded[Durable-1][k] > 0
 }
 
 // closeGroups ends every key group.
@@ -330,6 +356,7 @@ func (a *actor) onKeyEvent(ke keyEvent) error {
 			snap := g.snapshot
 			g.collecting, g.snapshot = false, nil
 			a.ownDirty = true
+			a.markLoaded(g)
 			return a.applyKeys(g.ks, g.keys, snap, g.since)
 		}
 		return nil
@@ -505,6 +532,7 @@ func (a *actor) syncGroups(ctx context.Context) error {
 		}
 		a.startGroup(g, gctx, ch, cancel, since)
 		g.collecting = false
+		a.markLoaded(g)
 	}
 	return nil
 }
