@@ -47,6 +47,10 @@ var (
 	// that does not match its key, or another job's fingerprint. A
 	// coordinator takes only the split it belongs to out of play.
 	ErrUnreadableRecord = errors.New("spate: unreadable record")
+	// ErrSessionExpired is returned (with ErrFatal) by every call on a
+	// [Session] that expired: no KeepAlive reached the store for a TTL,
+	// and the keys bound to it are gone. Start a new session.
+	ErrSessionExpired = errors.New("spate: session expired")
 )
 
 // ErrorKind says how a caller must react to an error.

@@ -266,6 +266,9 @@ type Capabilities struct {
 	// [Driver] implements KeyWatcher, and a wrapper that does not pass the
 	// method on clears it.
 	WatchKeys bool
+	// Sessions reports whether the store has the optional [Sessioner]
+	// capability, under the same rules as UpdateAndDelete.
+	Sessions bool
 }
 
 // Releaser is the optional capability of a store that updates a durable key
@@ -419,4 +422,53 @@ func KeyWatcherOf(st Store) (KeyWatcher, bool) {
 		return nil, false
 	}
 	return w, true
+}
+
+// Sessioner is the optional capability of a store whose ephemeral keys can
+// share one lifetime, renewed by one call that writes no key: a worker
+// holding N splits keeps their leases with one [Session.KeepAlive] per
+// beat instead of N updates, and no watcher receives a renewal. A
+// coordinator on a store with it binds its split leases to a session; on
+// a store without it, it rewrites each lease. Find it with [SessionerOf].
+type Sessioner interface {
+	// NewSession starts a session whose lifetime is the store's TTL
+	// ([Capabilities.TTL]), counted from this call.
+	NewSession(ctx context.Context) (Session, error)
+}
+
+// Session is a lifetime that ephemeral keys share. A key bound to a
+// session lives as long as the session: until one TTL after the start of
+// the session's last successful KeepAlive (or of NewSession), however
+// recently the key was written; it then expires, and its expiry reaches
+// watchers as a delete, as any ephemeral key's does. Store.Update of a
+// bound key (not Session.Update) unbinds it: it then expires one TTL
+// after that write. Store.Delete, Get, List and Watch treat bound keys as
+// any ephemeral key.
+type Session interface {
+	// Create is [Store.Create] in the [Ephemeral] keyspace, the key bound
+	// to the session.
+	Create(ctx context.Context, key string, value []byte) (Outcome, error)
+	// Update is [Store.Update] in the [Ephemeral] keyspace, the key bound
+	// to the session (whatever it was bound to before).
+	Update(ctx context.Context, key string, value []byte, expected uint64) (Outcome, error)
+	// KeepAlive renews the session: when it returns nil, every key bound
+	// to it lives until at least one TTL after KeepAlive was called. It
+	// writes no key: no watcher receives an event and no revision moves.
+	// On a session that expired it returns an error matching
+	// [ErrSessionExpired] and [ErrFatal].
+	KeepAlive(ctx context.Context) error
+	// Close ends the session: the keys bound to it are deleted, and
+	// watchers receive the deletes. It is idempotent; after it every
+	// other call fails with an error matching [ErrClosed] and [ErrFatal].
+	Close() error
+}
+
+// SessionerOf returns st as a [Sessioner] if st has the capability: it
+// implements the interface and reports [Capabilities.Sessions].
+func SessionerOf(st Store) (Sessioner, bool) {
+	s, ok := st.(Sessioner)
+	if !ok || !st.Capabilities().Sessions {
+		return nil, false
+	}
+	return s, true
 }
