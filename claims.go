@@ -232,8 +232,9 @@ type claimOut struct {
 	rev      uint64
 	lease    leaseVal
 	leaseRev uint64
-	sent     time.Time // when the lease write was sent
-	err      error     // Fatal
+	sent     time.Time    // when the lease write was sent
+	sess     *sessionHold // the session the lease is bound to; nil: none
+	err      error        // Fatal
 }
 
 // readRecord is a progress record read from the store.
@@ -288,11 +289,19 @@ func (a *actor) claimIO(ctx context.Context, in claimIn) (out claimOut) {
 	out.sent = time.Now()
 	var o Outcome
 	var err error
-	if in.takeLease {
+	// On a store with sessions the lease is bound to this worker's
+	// session, which the renewer keeps alive for every lease at once.
+	out.sess = a.renew.session()
+	switch {
+	case in.takeLease && out.sess != nil:
 		// Our predecessor's lease (a reclaim) or our own leftover: take it
 		// over in place.
+		o, err = out.sess.s.Update(ctx, key, encode(out.lease), in.leaseRev)
+	case in.takeLease:
 		o, err = a.st.Update(ctx, Ephemeral, key, encode(out.lease), in.leaseRev)
-	} else {
+	case out.sess != nil:
+		o, err = out.sess.s.Create(ctx, key, encode(out.lease))
+	default:
 		o, err = a.st.Create(ctx, Ephemeral, key, encode(out.lease))
 	}
 	if err != nil {
@@ -381,7 +390,7 @@ func (a *actor) claimDone(in claimIn, out claimOut, since uint64) error {
 	t := &tenancy{epoch: next}
 	a.owned[id] = t
 	a.scopeDirty = true
-	a.renew.hold(id, next, out.leaseRev, out.sent)
+	a.renew.hold(id, next, out.leaseRev, out.sent, out.sess)
 	delete(a.selfFenced, id)
 	a.upsert(id, out.rec, out.rev, live)
 	a.openCell(id, t)

@@ -484,7 +484,7 @@ func (a *actor) releaseAtomic(id string, t *tenancy, rec *progressRecord, baseRe
 					// As on the plain path: keep the tenancy, renewed,
 					// so that Close hands it back directly.
 					if still && renewing {
-						a.renew.hold(id, h.epoch, h.rev, h.lastOK)
+						a.renew.hold(id, h.epoch, h.rev, h.lastOK, h.sess)
 					}
 					done(releaseFailed)
 					return nil

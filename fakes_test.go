@@ -371,7 +371,7 @@ func holdSplit(t testing.TB, a *actor, st *fakeStore, id string, epoch uint64, r
 	v.lease, v.leaseRev, v.leaseAt = &lv, leaseRev, a.clock
 	t2 := &tenancy{epoch: epoch}
 	a.owned[id] = t2
-	a.renew.hold(id, epoch, leaseRev, time.Now())
+	a.renew.hold(id, epoch, leaseRev, time.Now(), nil)
 	a.openCell(id, t2)
 }
 

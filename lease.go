@@ -3,6 +3,7 @@ package spate
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"hash/fnv"
 	"log/slog"
 	"maps"
@@ -35,8 +36,11 @@ type renewer struct {
 	beatRound  uint64
 	check      chan struct{} // one slot: check presence now
 
+	sessioner Sessioner // nil: every lease is renewed by its own write
+
 	mu          sync.Mutex
 	leases      map[string]*leaseHold
+	sess        *sessionHold // the session new leases bind to; nil: none open
 	presRev     uint64 // our presence record's revision as last seen (0: re-create it)
 	presWritten uint64 // the last presence revision this process wrote
 	presOff     bool   // parted: presence is no longer renewed
@@ -49,7 +53,17 @@ type renewer struct {
 type leaseHold struct {
 	epoch  uint64
 	rev    uint64
-	lastOK time.Time // when the last write that landed was sent
+	lastOK time.Time    // when the last write (or the session's keep-alive) that landed was sent
+	sess   *sessionHold // the session the lease is bound to; nil: renewed by its own write
+}
+
+// sessionHold is the store session this worker binds its split leases to
+// ([Sessioner]): one KeepAlive per beat renews them all, and a renewal
+// writes no key, so no watcher receives it. A bound lease lives as long
+// as the session: until a lease after its last keep-alive that landed.
+type sessionHold struct {
+	s      Session
+	lastOK time.Time // when the last keep-alive (or NewSession) that landed was sent
 }
 
 type leaderHold struct {
@@ -101,9 +115,76 @@ func (b *noteBox) take() []renewNote {
 }
 
 func newRenewer(st Store, cfg Config, log *slog.Logger, m *coordMetrics, self, nonce string, seed uint64) *renewer {
-	return &renewer{st: st, cfg: cfg, log: log, m: m, self: self, nonce: nonce, jitterSeed: seed,
+	r := &renewer{st: st, cfg: cfg, log: log, m: m, self: self, nonce: nonce, jitterSeed: seed,
 		check: make(chan struct{}, 1), leases: map[string]*leaseHold{},
 		notes: noteBox{sig: make(chan struct{}, 1)}}
+	r.sessioner, _ = SessionerOf(st)
+	return r
+}
+
+// session returns the session a new lease binds to, or nil.
+func (r *renewer) session() *sessionHold {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sess
+}
+
+// keepSession renews the session (or opens one when there is none), and
+// extends every lease bound to it. A session that expired takes its
+// leases with it: they are lost (self-fenced), and a new session is
+// opened at the next beat.
+func (r *renewer) keepSession(ctx context.Context) {
+	if r.sessioner == nil {
+		return
+	}
+	r.mu.Lock()
+	sh := r.sess
+	r.mu.Unlock()
+	sent := time.Now()
+	if sh == nil {
+		s, err := r.sessioner.NewSession(ctx)
+		if err != nil {
+			r.log.Debug("opening a lease session failed; leases are renewed one by one meanwhile", "err", err)
+			return
+		}
+		r.mu.Lock()
+		r.sess = &sessionHold{s: s, lastOK: sent}
+		r.mu.Unlock()
+		return
+	}
+	err := sh.s.KeepAlive(ctx)
+	switch {
+	case err == nil:
+		r.mu.Lock()
+		sh.lastOK = sent
+		for _, h := range r.leases {
+			if h.sess == sh {
+				h.lastOK = sent
+			}
+		}
+		r.mu.Unlock()
+	case errors.Is(err, ErrSessionExpired) || KindOf(err) == KindFatal:
+		r.log.Warn("the lease session expired: its leases are gone", "err", err)
+		var lost []renewNote
+		r.mu.Lock()
+		if r.sess == sh {
+			r.sess = nil
+		}
+		for id, h := range r.leases {
+			if h.sess == sh {
+				delete(r.leases, id)
+				lost = append(lost, renewNote{kind: noteLost, id: id, epoch: h.epoch, reason: "starved",
+					why: "its lease session expired: no keep-alive reached the store for a whole lease"})
+			}
+		}
+		r.mu.Unlock()
+		_ = sh.s.Close()
+		for _, n := range lost {
+			r.notes.put(n)
+		}
+	default:
+		r.log.Debug("lease session keep-alive failed; retrying next beat", "err", err)
+	}
 }
 
 // beatInterval is a third of the lease scaled by a jitter in [0.8, 1.2)
@@ -152,7 +233,7 @@ func (r *renewer) beat(ctx context.Context) {
 	}
 	var leases []due
 	for _, id := range slices.Sorted(maps.Keys(r.leases)) {
-		if h := r.leases[id]; now.Sub(h.lastOK) >= r.renewGate() {
+		if h := r.leases[id]; h.sess == nil && now.Sub(h.lastOK) >= r.renewGate() {
 			leases = append(leases, due{id, *h})
 		}
 	}
@@ -162,6 +243,7 @@ func (r *renewer) beat(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { r.renewPresence(ctx) })
 	wg.Go(func() { r.renewLeader(ctx) })
+	wg.Go(func() { r.keepSession(ctx) })
 	for _, d := range leases {
 		sem <- struct{}{}
 		wg.Go(func() {
@@ -432,10 +514,15 @@ func (r *renewer) leaderRev() uint64 {
 	return r.leader.rev
 }
 
-// hold starts renewing a split's lease, written at rev when sent.
-func (r *renewer) hold(id string, epoch, rev uint64, sent time.Time) {
+// hold starts renewing a split's lease, written at rev when sent, bound
+// to session sess (nil: renewed by its own writes). A lease bound to a
+// session lives as long as the session, so its clock is the session's.
+func (r *renewer) hold(id string, epoch, rev uint64, sent time.Time, sess *sessionHold) {
 	r.mu.Lock()
-	r.leases[id] = &leaseHold{epoch: epoch, rev: rev, lastOK: sent}
+	if sess != nil {
+		sent = sess.lastOK
+	}
+	r.leases[id] = &leaseHold{epoch: epoch, rev: rev, lastOK: sent, sess: sess}
 	r.mu.Unlock()
 }
 

@@ -27,7 +27,7 @@ func holdLeases(st *fakeStore, r *renewer, n int, sent time.Time) []string {
 	for i := range n {
 		id := fmt.Sprintf("s%03d", i)
 		rev := st.put(Ephemeral, prefixSplit+id, leaseBytes("me", "nonce-me", 1))
-		r.hold(id, 1, rev, sent)
+		r.hold(id, 1, rev, sent, nil)
 		ids = append(ids, id)
 	}
 	return ids
@@ -207,7 +207,7 @@ func TestRenewerSelfFencesAStarvedLease(t *testing.T) {
 		r := newTestRenewer(t, st, cfg)
 		old := holdLeases(st, r, 1, time.Now().Add(-cfg.LeaseDuration))
 		recent := []string{"r"}
-		r.hold("r", 3, st.put(Ephemeral, prefixSplit+"r", leaseBytes("me", "nonce-me", 3)), time.Now().Add(-cfg.LeaseDuration/2))
+		r.hold("r", 3, st.put(Ephemeral, prefixSplit+"r", leaseBytes("me", "nonce-me", 3)), time.Now().Add(-cfg.LeaseDuration/2), nil)
 		st.setFault(func(c fakeCall) fakeFault { return fakeFault{err: Retryablef("store down")} })
 		r.beat(t.Context())
 		notes := notesOf(r)
@@ -442,4 +442,143 @@ func TestNoteBoxNeverBlocks(t *testing.T) {
 	assert.Equal(t, "0", got[0].id)
 	assert.Equal(t, "999", got[999].id)
 	assert.Empty(t, b.take())
+}
+
+// ----- leases bound to a session ------------------------------------------------
+
+// fakeSessioner is the fake store with the Sessioner capability: a
+// session's writes are the store's; KeepAlive answers keepAlive.
+type fakeSessioner struct {
+	*fakeStore
+	keepAlive func() error
+	kept      int // KeepAlive calls
+	opened    int // NewSession calls
+}
+
+func (f *fakeSessioner) Capabilities() Capabilities {
+	c := f.fakeStore.Capabilities()
+	c.Sessions = true
+	return c
+}
+
+func (f *fakeSessioner) NewSession(context.Context) (Session, error) {
+	f.mu.Lock()
+	f.opened++
+	f.mu.Unlock()
+	return &fakeSession{f: f}, nil
+}
+
+type fakeSession struct{ f *fakeSessioner }
+
+func (s *fakeSession) Create(ctx context.Context, key string, value []byte) (Outcome, error) {
+	return s.f.Create(ctx, Ephemeral, key, value)
+}
+
+func (s *fakeSession) Update(ctx context.Context, key string, value []byte, expected uint64) (Outcome, error) {
+	return s.f.Update(ctx, Ephemeral, key, value, expected)
+}
+
+func (s *fakeSession) KeepAlive(context.Context) error {
+	s.f.mu.Lock()
+	s.f.kept++
+	ka := s.f.keepAlive
+	s.f.mu.Unlock()
+	if ka != nil {
+		return ka()
+	}
+	return nil
+}
+
+func (s *fakeSession) Close() error { return nil }
+
+// holdBound has the renewer hold n leases bound to its session.
+func holdBound(t *testing.T, st *fakeSessioner, r *renewer, n int) []string {
+	t.Helper()
+	sh := r.session()
+	require.NotNil(t, sh, "a session is open")
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("b%03d", i)
+		o, err := sh.s.Create(t.Context(), prefixSplit+id, leaseBytes("me", "nonce-me", 1))
+		require.NoError(t, err)
+		r.hold(id, 1, o.Revision, time.Now(), sh)
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// On a store with sessions a beat renews 50 held leases with one
+// KeepAlive and no lease write, and the leases' clocks follow the
+// session's.
+func TestRenewerKeepsBoundLeasesWithOneKeepAlive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &fakeSessioner{fakeStore: newFakeStore()}
+		r := newTestRenewer(t, st, testConfig())
+		r.beat(t.Context()) // opens the session
+		require.Equal(t, 1, st.opened)
+		ids := holdBound(t, st, r, 50)
+		time.Sleep(testConfig().LeaseDuration / 2)
+		updates := st.count("update", prefixSplit)
+		start := time.Now()
+		r.beat(t.Context())
+		assert.Equal(t, 1, st.kept, "one keep-alive per beat")
+		assert.Equal(t, updates, st.count("update", prefixSplit), "no lease is rewritten")
+		for _, id := range ids {
+			assert.False(t, lastRenewed(r, id).Before(start), "lease %s: the keep-alive renewed it", id)
+		}
+		// A whole lease of beats: nothing starves.
+		for range 6 {
+			time.Sleep(testConfig().LeaseDuration / 3)
+			r.beat(t.Context())
+		}
+		assert.Empty(t, notesOf(r))
+		assert.Equal(t, updates, st.count("update", prefixSplit), "no lease is rewritten")
+	})
+}
+
+// A session that expired takes its leases with it (each reported lost),
+// and the next beat opens a new one.
+func TestRenewerLosesBoundLeasesWithTheirSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &fakeSessioner{fakeStore: newFakeStore()}
+		r := newTestRenewer(t, st, testConfig())
+		r.beat(t.Context())
+		ids := holdBound(t, st, r, 3)
+		st.keepAlive = func() error { return fmt.Errorf("lease not found: %w: %w", ErrSessionExpired, ErrFatal) }
+		r.beat(t.Context())
+		var lost []string
+		for _, n := range notesOf(r) {
+			assert.Equal(t, noteLost, n.kind)
+			lost = append(lost, n.id)
+		}
+		assert.ElementsMatch(t, ids, lost)
+		assert.Nil(t, r.session(), "the expired session is dropped")
+		st.keepAlive = nil
+		r.beat(t.Context())
+		assert.Equal(t, 2, st.opened, "a new session is opened")
+		assert.NotNil(t, r.session())
+	})
+}
+
+// Keep-alives that fail (Retryable) for a whole lease self-fence the
+// bound leases, as failing renewals do.
+func TestRenewerStarvesBoundLeasesWhenKeepAlivesFail(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &fakeSessioner{fakeStore: newFakeStore()}
+		cfg := testConfig()
+		r := newTestRenewer(t, st, cfg)
+		r.beat(t.Context())
+		ids := holdBound(t, st, r, 2)
+		st.keepAlive = func() error { return Retryablef("store unreachable") }
+		deadline := time.Now().Add(cfg.LeaseDuration + cfg.LeaseDuration/3)
+		var lost []string
+		for time.Now().Before(deadline) && len(lost) < len(ids) {
+			time.Sleep(cfg.LeaseDuration / 3)
+			r.beat(t.Context())
+			for _, n := range notesOf(r) {
+				lost = append(lost, n.id)
+			}
+		}
+		assert.ElementsMatch(t, ids, lost, "the bound leases self-fence after a whole lease without a keep-alive")
+	})
 }

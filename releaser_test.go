@@ -134,7 +134,7 @@ func TestRenewalAfterTakeReportsNoLoss(t *testing.T) {
 	// Still held: the same renewal reports the loss.
 	holdSplit(t, a, st, "t", 1, nil)
 	h, _ = a.renew.take("t")
-	a.renew.hold("t", h.epoch, h.rev, h.lastOK)
+	a.renew.hold("t", h.epoch, h.rev, h.lastOK, nil)
 	st.remove(Ephemeral, prefixSplit+"t")
 	a.renew.renewLease(context.Background(), "t", h)
 	notes := a.renew.notes.take()

@@ -17,6 +17,10 @@ func (a *actor) startup(ctx context.Context) error {
 		{"store probe (ephemeral)", func(ctx context.Context) error { return a.probe(ctx, Ephemeral) }},
 		{"join", a.join},
 		{"announce presence", a.announce},
+		// Before the first claim, so that every lease binds to it; a store
+		// that cannot open one now gets its leases renewed one by one until
+		// a beat opens it.
+		{"lease session", func(ctx context.Context) error { a.renew.keepSession(ctx); return nil }},
 		{"watch", a.watchAll},
 	}
 	for _, p := range phases {
