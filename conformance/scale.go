@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,8 +59,12 @@ type ScaleResult struct {
 	// listed entry and one per watch-snapshot entry.
 	ReadsPerSec float64
 	// ReadsAfterBreak is the number of entries read in the lease after
-	// every worker's watches broke at once (a store restart).
-	ReadsAfterBreak int64
+	// every worker's watches broke at once (a store restart);
+	// ReadsAfterBreakMax and ReadsAfterBreakMedian are one worker's: the
+	// most any worker read (the leader's, when it watches the whole job)
+	// and the median worker's.
+	ReadsAfterBreak                           int64
+	ReadsAfterBreakMax, ReadsAfterBreakMedian int64
 	// CPUPerSec is the process's CPU-seconds per second in the window
 	// (the store's own work included when it runs in-process).
 	CPUPerSec float64
@@ -83,14 +88,14 @@ func (r ScaleResult) EventsPerWrite() float64 {
 }
 
 // ScaleHeader is the header of [ScaleResult.Row]'s table.
-const ScaleHeader = "| workers × splits | a worker watches | placed | first placement | writes/s | events/s | events per write | reads/s | reads after a watch break | CPU core-s/s (total, per worker) | heap per worker | takeover | leases lost | quarantined |\n" +
+const ScaleHeader = "| workers × splits | a worker watches | placed | first placement | writes/s | events/s | events per write | reads/s | reads after a watch break (total; max, median worker) | CPU core-s/s (total, per worker) | heap per worker | takeover | leases lost | quarantined |\n" +
 	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 
 // Row formats r as one markdown table row under [ScaleHeader].
 func (r ScaleResult) Row() string {
-	return fmt.Sprintf("| %d × %d | %s | %d | %.1fs | %.0f | %.0f | %.2f | %.0f | %d | %.3f, %.4f | %.2f MB | %.1fs | %d | %d |",
+	return fmt.Sprintf("| %d × %d | %s | %d | %.1fs | %.0f | %.0f | %.2f | %.0f | %d; %d, %d | %.3f, %.4f | %.2f MB | %.1fs | %d | %d |",
 		r.Workers, r.Splits, r.Watch, r.Placed, r.Placement.Seconds(), r.WritesPerSec, r.EventsPerSec, r.EventsPerWrite(),
-		r.ReadsPerSec, r.ReadsAfterBreak, r.CPUPerSec, r.CPUPerSec/float64(r.Workers), r.HeapPerWorker/1e6,
+		r.ReadsPerSec, r.ReadsAfterBreak, r.ReadsAfterBreakMax, r.ReadsAfterBreakMedian, r.CPUPerSec, r.CPUPerSec/float64(r.Workers), r.HeapPerWorker/1e6,
 		r.Takeover.Seconds(), r.LeasesLost, r.Quarantined)
 }
 
@@ -151,11 +156,12 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 		}
 		c := cfg
 		c.InstanceID = fmt.Sprintf("w%04d", i)
-		coord, err := spate.NewStoreCoordinator(&countingStore{Store: s, c: cnt, wholeJob: o.WholeJob}, c, spate.WithLogger(testLogger(c.InstanceID)))
+		cs := &countingStore{Store: s, c: cnt, wholeJob: o.WholeJob}
+		coord, err := spate.NewStoreCoordinator(cs, c, spate.WithLogger(testLogger(c.InstanceID)))
 		if err != nil {
 			t.Fatalf("scale: %v", err)
 		}
-		w := &scaleWorker{c: coord, st: s, every: o.CommitEvery, held: map[spate.SplitID]*scaleSplit{},
+		w := &scaleWorker{c: coord, st: s, cs: cs, every: o.CommitEvery, held: map[spate.SplitID]*scaleSplit{},
 			rng: rand.New(rand.NewPCG(uint64(i), 7)), stop: make(chan struct{}), done: make(chan struct{}), cnt: cnt}
 		fleet[i] = w
 		w.waker = spate.NewWaker()
@@ -190,6 +196,10 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 
 	phase("measuring for %v", o.Window)
 	w0, e0, r0 := cnt.writes.Load(), cnt.events.Load(), cnt.reads.Load()
+	steady0 := make([]int64, len(fleet))
+	for i, w := range fleet {
+		steady0[i] = w.cs.reads.Load()
+	}
 	cpu0, t0 := cpuTime(), time.Now()
 	time.Sleep(o.Window)
 	secs := time.Since(t0).Seconds()
@@ -197,16 +207,31 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 	res.WritesPerSec = float64(cnt.writes.Load()-w0) / secs
 	res.EventsPerSec = float64(cnt.events.Load()-e0) / secs
 	res.ReadsPerSec = float64(cnt.reads.Load()-r0) / secs
+	steadyRate := make([]float64, len(fleet)) // each worker's reads per second
+	for i, w := range fleet {
+		steadyRate[i] = float64(w.cs.reads.Load()-steady0[i]) / secs
+	}
 	res.HeapPerWorker = float64(liveHeap()-heap0) / float64(o.Workers)
 
 	// A store restart as every worker sees it: all watches break at once.
 	phase("breaking every watch")
 	r1 := cnt.reads.Load()
+	before := make([]int64, len(fleet))
+	for i, w := range fleet {
+		before[i] = w.cs.reads.Load()
+	}
 	cnt.breakAll()
 	time.Sleep(cfg.LeaseDuration)
 	// Less what the steady state reads in the same time (the listing
 	// backstop), so that the figure is the re-reads the break caused.
-	res.ReadsAfterBreak = max(0, cnt.reads.Load()-r1-int64(res.ReadsPerSec*cfg.LeaseDuration.Seconds()))
+	steady := res.ReadsPerSec * cfg.LeaseDuration.Seconds()
+	res.ReadsAfterBreak = max(0, cnt.reads.Load()-r1-int64(steady))
+	per := make([]int64, len(fleet))
+	for i, w := range fleet {
+		per[i] = max(0, w.cs.reads.Load()-before[i]-int64(steadyRate[i]*cfg.LeaseDuration.Seconds()))
+	}
+	slices.Sort(per)
+	res.ReadsAfterBreakMax, res.ReadsAfterBreakMedian = per[len(per)-1], per[len(per)/2]
 
 	// One worker dies without handing back.
 	victim := fleet[len(fleet)-1]
@@ -279,6 +304,7 @@ func (c *scaleCounters) breaker() <-chan struct{} {
 type countingStore struct {
 	spate.Store
 	c        *scaleCounters
+	reads    atomic.Int64 // this worker's reads
 	calls    *callLog
 	plain    bool
 	wholeJob bool // hide the KeyWatcher capability
@@ -296,6 +322,12 @@ func (s *countingStore) Update(ctx context.Context, ks spate.Keyspace, key strin
 	o, err := s.Store.Update(ctx, ks, key, v, rev)
 	s.calls.add("update", ks, key, o.Won, err)
 	return o, err
+}
+
+// read counts n entries read, for the fleet and for this worker.
+func (s *countingStore) read(n int64) {
+	s.c.reads.Add(n)
+	s.reads.Add(n)
 }
 
 // Capabilities passes the Releaser capability on when the store has it
@@ -330,7 +362,7 @@ func (s *countingStore) Delete(ctx context.Context, ks spate.Keyspace, key strin
 }
 
 func (s *countingStore) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
-	s.c.reads.Add(1)
+	s.read(1)
 	e, ok, err := s.Store.Get(ctx, ks, key)
 	s.calls.add("get", ks, key, ok, err)
 	return e, ok, err
@@ -338,7 +370,7 @@ func (s *countingStore) Get(ctx context.Context, ks spate.Keyspace, key string) 
 
 func (s *countingStore) List(ctx context.Context, ks spate.Keyspace, prefix string) ([]spate.Entry, error) {
 	es, err := s.Store.List(ctx, ks, prefix)
-	s.c.reads.Add(int64(max(len(es), 1)))
+	s.read(int64(max(len(es), 1)))
 	return es, err
 }
 
@@ -384,7 +416,7 @@ func (s *countingStore) count(ctx context.Context, open func(context.Context) (<
 				case ev.Kind == spate.WatchSnapshotDone:
 					snap = false
 				case snap && ev.Kind == spate.WatchPut:
-					s.c.reads.Add(1)
+					s.read(1)
 				case !snap && (ev.Kind == spate.WatchPut || ev.Kind == spate.WatchDelete):
 					s.c.events.Add(1)
 				}
@@ -412,6 +444,7 @@ func (s *countingStore) count(ctx context.Context, open func(context.Context) (<
 // lost.
 type scaleWorker struct {
 	c     *spate.StoreCoordinator
+	cs    *countingStore
 	st    spate.Store
 	waker spate.Waker
 	every time.Duration
