@@ -41,9 +41,9 @@ type renewer struct {
 	mu          sync.Mutex
 	leases      map[string]*leaseHold
 	sess        *sessionHold // the session new leases bind to; nil: none open
-	presRev     uint64 // our presence record's revision as last seen (0: re-create it)
-	presWritten uint64 // the last presence revision this process wrote
-	presOff     bool   // parted: presence is no longer renewed
+	presRev     uint64       // our presence record's revision as last seen (0: re-create it)
+	presWritten uint64       // the last presence revision this process wrote
+	presOff     bool         // parted: presence is no longer renewed
 	leader      *leaderHold
 
 	notes noteBox
