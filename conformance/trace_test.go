@@ -53,6 +53,16 @@ var alsoChecks = map[string][]string{
 	"[NewStore] sets it when its [Driver] implements Releaser, and a wrapper that does not pass the method on clears it.": {"ReleaserIsReported"},
 	"Releaser is the optional capability of a store that updates a durable key and deletes an ephemeral key in one atomic call.": {
 		"ReleaseUpdatesAndDeletes", "ReleaseIsSeenAtOnce"},
+	"WatchKeys reports whether the store has the optional [KeyWatcher] capability, under the same rules as UpdateAndDelete: a store that reports it implements KeyWatcher, [NewStore] sets it when its [Driver] implements KeyWatcher, and a wrapper that does not pass the method on clears it.": {
+		"KeyWatcherIsReported"},
+	"MaxWatchKeys is the most keys one [KeyWatcher.WatchKeys] call watches.": {"WatchKeysArgumentsAreChecked"},
+	"KeyWatcher is the optional capability of a store that watches a set of exact keys, natively: the store sends a watcher the changes of its keys only, so what a watcher receives grows with the keys it watches, not with the writes to the whole keyspace.": {
+		"WatchKeysDeliversOnlyListedKeys"},
+	"WatchKeys streams the changes of the keys listed, in keyspace ks: first a [WatchPut] for every listed key that is live (the snapshot), then exactly one [WatchSnapshotDone], then live puts and deletes of listed keys, expiry included.": {
+		"WatchKeysDeliversPutsDeletesAndExpiry"},
+	"The rules of [Store.Watch] hold for each listed key: no gaps (the watcher's view of the listed keys converges to the store's, across the boundary between snapshot and live stream too), duplicates allowed across that boundary, superseded revisions may be coalesced, the latest revision of every key is delivered, and one key's events arrive in revision order.": {
+		"WatchKeysDeliversPutsDeletesAndExpiry"},
+	"keys holds 1 to [MaxWatchKeys] valid keys; a key listed twice is watched once.": {"WatchKeysArgumentsAreChecked", "WatchKeysWatchesARepeatedKeyOnce"},
 }
 
 // unchecked says, for a sentence no rule checks, why none can.
@@ -65,6 +75,9 @@ var unchecked = map[string]string{
 	"A call in flight when Close begins has its context cancelled, and Close waits for it to return before it closes the backend, so that no call reaches a backend after Close.":                                                                                                                                                                                                                                                                                                                                                "the suite sees the Store, not the backend behind it; the root's TestPortableCloseCancelsAndWaitsForCallsInFlight and TestPortableCloseRacingCalls check it with a counting Driver.",
 	"Every driver is a [Driver] wrapped by [NewStore], whose [PortableStore] holds, once for all drivers, the closed state, the tracking of calls in flight, the argument checks, the value cap, the revision-0 rule of Update and the error format ([OpError]); the driver does the backend's part and classifies its own errors.":                                                                                                                                                                                              "it describes how drivers are built, not what a store does; the root's TestPortable tests check the PortableStore.",
 	"See [ValidateKey].": "a reference.",
+	"A coordinator on a store with it watches only the keys that concern it (DESIGN: a worker's work grows with its own splits); on a store without it, every worker watches the whole job.": "it describes the coordinator, not a store; the root's TestANonLeaderWatchesOnlyItsOwnKeys checks it.",
+	"Find it with [KeyWatcherOf].":                          "a reference.",
+	"Events of different keys may interleave in any order.": "it permits; a driver cannot break it.",
 	"expected must be a revision read from a live value (a create, update, get, listing or put event); an Update at the revision of a delete is undefined (some stores cannot tell a delete marker from a value).": "it binds the caller, and leaves undefined what it excludes.",
 	"Outcome is the result of a conditional write.":                                                      "it introduces the type.",
 	"The zero Outcome is Lost.":                                                                          "a property of the Go type, not of a driver.",
