@@ -326,12 +326,15 @@ func (a *actor) step() error {
 	}
 	a.logMembership()
 	a.syncVerdict(now)
+	// Watches are kept up in every state: a worker that latched Stalled
+	// must still see the verdict withdrawn (its listing backstop closes
+	// its key groups, and only this reopens them).
+	a.syncWatchMode()
 	if a.terminal {
 		a.gauges()
 		return nil
 	}
 	if a.parting {
-		a.syncWatchMode()
 		a.detectTerminal()
 		a.gauges()
 		return nil
@@ -339,7 +342,6 @@ func (a *actor) step() error {
 	if a.leaderObs == nil && a.leading == nil && a.due(opKey{op: "elect"}, now) {
 		a.elect(now)
 	}
-	a.syncWatchMode()
 	if a.leading != nil && a.fullView {
 		if !a.settledAt.IsZero() && !now.Before(a.settledAt) {
 			a.settledAt = time.Time{}
