@@ -3,6 +3,8 @@ package conformance
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -113,11 +115,35 @@ func keepAliveFor(e *env, sess spate.Session, ttl, d time.Duration) (time.Time, 
 // failing on a put of one of them.
 func expectDeletes(e *env, ch <-chan spate.WatchEvent, deadline time.Time, rule string, keys ...string) {
 	e.t.Helper()
+	want := map[string]bool{}
 	for _, k := range keys {
-		ev := expectEvent(e, ch, k, max(time.Until(deadline), time.Millisecond))
-		for ev.Kind == spate.WatchPut {
-			e.t.Errorf("rule: %s; %q was put (@%d) instead of deleted", rule, k, ev.Revision)
-			ev = expectEvent(e, ch, k, max(time.Until(deadline), time.Millisecond))
+		want[k] = true
+	}
+	for len(want) > 0 {
+		left := time.Until(deadline)
+		if left <= 0 {
+			e.t.Fatalf("rule: %s; no delete of %v within the bound (%v)", rule, slices.Sorted(maps.Keys(want)), deadline.Format(time.StampMilli))
+		}
+		var ev spate.WatchEvent
+		timer := time.NewTimer(left)
+		select {
+		case got, ok := <-ch:
+			timer.Stop()
+			if !ok {
+				e.t.Fatalf("watch closed while waiting for the deletes of %v", keys)
+			}
+			ev = got
+		case <-timer.C:
+			continue
+		}
+		switch {
+		case ev.Kind == spate.WatchError:
+			e.t.Fatalf("watch broke while waiting for the deletes of %v: %v", keys, ev.Err)
+		case !want[ev.Key]:
+		case ev.Kind == spate.WatchDelete:
+			delete(want, ev.Key)
+		default:
+			e.t.Errorf("rule: %s; %q was %v (@%d) instead of deleted", rule, ev.Key, ev.Kind, ev.Revision)
 		}
 	}
 }
