@@ -58,9 +58,10 @@ import (
 // [Capabilities.Sessions] and wraps each driver [Session] under the same
 // rules: its Create and Update get a valid key, a value within the cap, a
 // live context that Close cancels, and never an expected revision of 0;
-// no call reaches a session after its Close or after it reported
-// [ErrSessionExpired]; and the layer calls each session's Close exactly
-// once, at the latest when the store closes, before the driver's Close.
+// no call reaches a session after it reported [ErrSessionExpired]; and the
+// layer calls each session's Close exactly once, after every call on the
+// session has returned (those in flight have their context cancelled) and
+// at the latest when the store closes, before the driver's Close.
 type Driver interface {
 	Capabilities() Capabilities
 	Create(ctx context.Context, ks Keyspace, key string, value []byte) (Outcome, error)
@@ -509,22 +510,40 @@ type portableSession struct {
 	ds Session
 
 	mu      sync.Mutex
-	closed  bool  // Close was called (or the store's Close closed it)
+	closed  bool  // Close began (or the store's Close closed it)
 	expired error // the driver's ErrSessionExpired, once reported
+	// live holds the cancel of each of the session's calls in flight;
+	// calls counts them. Close cancels them and waits, so no call is in
+	// the driver's session when its Close runs.
+	live  map[uint64]context.CancelCauseFunc
+	calls sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// errSessionClosed is the error of a call on a closed session.
-var errSessionClosed = fmt.Errorf("session is closed: %w: %w", ErrClosed, ErrFatal)
+var (
+	// errSessionClosed is the error of a call on a closed session.
+	errSessionClosed = fmt.Errorf("session is closed: %w: %w", ErrClosed, ErrFatal)
+	// errSessionClosing is the cause of the context of a session call in
+	// flight when the session's Close began; like errClosing it carries
+	// no class.
+	errSessionClosing = fmt.Errorf("the session was closed while the call was in flight: %w", ErrClosed)
+)
 
-// closeDriver closes the driver's session, once.
+// closeDriver closes the driver's session, once: it refuses new calls,
+// cancels those in flight, waits for them, then closes.
 func (s *portableSession) closeDriver() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
+		live := s.live
+		s.live = nil
 		s.mu.Unlock()
+		for _, cancel := range live {
+			cancel(errSessionClosing)
+		}
+		s.calls.Wait()
 		s.closeErr = s.ds.Close()
 	})
 	return s.closeErr
@@ -548,19 +567,33 @@ func (s *portableSession) begin(ctx context.Context, op, key string, value []byt
 		return nil, hold{}, err
 	}
 	s.mu.Lock()
-	closed, expired := s.closed, s.expired
-	s.mu.Unlock()
 	switch {
-	case closed:
+	case s.closed:
 		err = errSessionClosed
-	case expired != nil:
-		err = expired
+	case s.expired != nil:
+		err = s.expired
+	default:
+		if s.live == nil {
+			s.live = map[uint64]context.CancelCauseFunc{}
+		}
+		s.live[h.id] = h.cancel
+		s.calls.Add(1)
 	}
+	s.mu.Unlock()
 	if err != nil {
 		p.end(h, true)
 		return nil, hold{}, OpError(p.caps.Driver, op, Ephemeral, key, err)
 	}
 	return cctx, h, nil
+}
+
+// end releases a session call's hold, in the session and in the store.
+func (s *portableSession) end(h hold) {
+	s.mu.Lock()
+	delete(s.live, h.id)
+	s.mu.Unlock()
+	s.calls.Done()
+	s.p.end(h, true)
 }
 
 // failed formats a driver session's error, remembering an expiry.
@@ -582,7 +615,7 @@ func (s *portableSession) Create(ctx context.Context, key string, value []byte) 
 	if err != nil {
 		return Outcome{}, err
 	}
-	defer s.p.end(h, true)
+	defer s.end(h)
 	o, err := s.ds.Create(ctx, key, value)
 	if err != nil {
 		return Outcome{}, s.failed(opSessionCreate, key, err)
@@ -596,7 +629,7 @@ func (s *portableSession) Update(ctx context.Context, key string, value []byte, 
 	if err != nil {
 		return Outcome{}, err
 	}
-	defer s.p.end(h, true)
+	defer s.end(h)
 	if expected == 0 {
 		return Outcome{}, nil
 	}
@@ -613,7 +646,7 @@ func (s *portableSession) KeepAlive(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer s.p.end(h, true)
+	defer s.end(h)
 	if err := s.ds.KeepAlive(ctx); err != nil {
 		return s.failed(opKeepAlive, "", err)
 	}

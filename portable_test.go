@@ -701,3 +701,27 @@ func TestPortableSessionCloseCancelsKeepAlive(t *testing.T) {
 	assert.True(t, spate.IsRetryable(err), "a call in flight at Close may have landed: %v", err)
 	assert.ErrorIs(t, err, spate.ErrClosed)
 }
+
+// TestPortableSessionCloseWaitsForItsCalls: a session's Close cancels
+// the session's calls in flight and closes the driver's session only after
+// they returned.
+func TestPortableSessionCloseWaitsForItsCalls(t *testing.T) {
+	d := &sessionDriver{}
+	s := spate.NewStore(d)
+	defer s.Close()
+	sess, err := s.NewSession(t.Context())
+	require.NoError(t, err)
+	d.block = make(chan struct{})
+	d.entered = make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() { done <- sess.KeepAlive(t.Context()) }()
+	<-d.entered
+	require.NoError(t, sess.Close())
+	err = <-done
+	assert.True(t, spate.IsRetryable(err), "a call in flight at Close may have landed: %v", err)
+	assert.ErrorIs(t, err, spate.ErrClosed)
+	d.mu.Lock()
+	returns := d.returns[len(d.returns)-2:]
+	d.mu.Unlock()
+	assert.Equal(t, []string{"call", "session-close"}, returns, "the call returned before the session closed")
+}
