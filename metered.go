@@ -14,11 +14,15 @@ import (
 // surfaces as Retryable; a write that timed out may have landed.
 //
 // It passes the [Releaser] capability on, bounded and observed like the
-// writes, when the store it wraps has it, and reports it only then.
+// writes, when the store it wraps has it, and reports it only then; so
+// too [KeyWatcher] and [Sessioner] (a session's Create and Update are
+// bounded and observed as writes, its KeepAlive as a "keep-alive" op,
+// its Close is not bounded: the driver bounds its own cleanup).
 type meteredStore struct {
 	Store
 	rel         Releaser   // nil: the store has no Releaser capability
 	kw          KeyWatcher // nil: the store has no KeyWatcher capability
+	sr          Sessioner  // nil: the store has no Sessioner capability
 	timeout     time.Duration
 	listTimeout time.Duration
 	m           *coordMetrics
@@ -28,6 +32,7 @@ func newMeteredStore(st Store, timeout, listTimeout time.Duration, m *coordMetri
 	s := &meteredStore{Store: st, timeout: timeout, listTimeout: listTimeout, m: m}
 	s.rel, _ = ReleaserOf(st)
 	s.kw, _ = KeyWatcherOf(st)
+	s.sr, _ = SessionerOf(st)
 	return s
 }
 
@@ -37,7 +42,54 @@ func (s *meteredStore) Capabilities() Capabilities {
 	c := s.Store.Capabilities()
 	c.UpdateAndDelete = s.rel != nil
 	c.WatchKeys = s.kw != nil
+	c.Sessions = s.sr != nil
 	return c
+}
+
+// NewSession implements [Sessioner] over the wrapped store's, bounded like
+// a write; the session's calls are bounded too.
+func (s *meteredStore) NewSession(ctx context.Context) (Session, error) {
+	if s.sr == nil {
+		return nil, fmt.Errorf("store new-session: the store has no Sessioner capability: %w", ErrFatal)
+	}
+	defer s.observe("put", time.Now())
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	in, err := s.sr.NewSession(ctx)
+	if err != nil {
+		return nil, timedOut(ctx, "new-session", err)
+	}
+	return &meteredSession{Session: in, s: s}, nil
+}
+
+// meteredSession bounds and observes a session's calls as meteredStore
+// does the store's.
+type meteredSession struct {
+	Session
+	s *meteredStore
+}
+
+func (m *meteredSession) Create(ctx context.Context, key string, v []byte) (Outcome, error) {
+	defer m.s.observe("put", time.Now())
+	ctx, cancel := m.s.bounded(ctx)
+	defer cancel()
+	o, err := m.Session.Create(ctx, key, v)
+	return o, timedOut(ctx, "session-create", err)
+}
+
+func (m *meteredSession) Update(ctx context.Context, key string, v []byte, exp uint64) (Outcome, error) {
+	defer m.s.observe("put", time.Now())
+	ctx, cancel := m.s.bounded(ctx)
+	defer cancel()
+	o, err := m.Session.Update(ctx, key, v, exp)
+	return o, timedOut(ctx, "session-update", err)
+}
+
+func (m *meteredSession) KeepAlive(ctx context.Context) error {
+	defer m.s.observe("keep-alive", time.Now())
+	ctx, cancel := m.s.bounded(ctx)
+	defer cancel()
+	return timedOut(ctx, "keep-alive", m.Session.KeepAlive(ctx))
 }
 
 // UpdateAndDelete implements [Releaser] over the wrapped store's.

@@ -53,6 +53,15 @@ import (
 // A Driver may also implement [KeyWatcher]; the layer then reports
 // [Capabilities.WatchKeys] and passes the call on with 1 to
 // [MaxWatchKeys] valid keys, sorted, each listed once.
+//
+// A Driver may also implement [Sessioner]; the layer then reports
+// [Capabilities.Sessions] and wraps each driver [Session] under the same
+// rules: its Create and Update get a valid key, a value within the cap, a
+// live context that Close cancels, and never an expected revision of 0;
+// no call reaches a session after it reported [ErrSessionExpired]; and the
+// layer calls each session's Close exactly once, after every call on the
+// session has returned (those in flight have their context cancelled) and
+// at the latest when the store closes, before the driver's Close.
 type Driver interface {
 	Capabilities() Capabilities
 	Create(ctx context.Context, ks Keyspace, key string, value []byte) (Outcome, error)
@@ -85,6 +94,9 @@ type PortableStore struct {
 	// errClosing.
 	live map[uint64]context.CancelCauseFunc
 	next uint64
+	// sessions holds the open sessions; Close closes them before the
+	// driver.
+	sessions map[*portableSession]struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -97,12 +109,14 @@ func NewStore(d Driver) *PortableStore {
 	caps := d.Capabilities()
 	_, caps.UpdateAndDelete = d.(Releaser)
 	_, caps.WatchKeys = d.(KeyWatcher)
+	_, caps.Sessions = d.(Sessioner)
 	return &PortableStore{d: d, caps: caps, live: map[uint64]context.CancelCauseFunc{}}
 }
 
 var (
 	_ Releaser   = (*PortableStore)(nil)
 	_ KeyWatcher = (*PortableStore)(nil)
+	_ Sessioner  = (*PortableStore)(nil)
 )
 
 // OpError is the one format of a store operation's error:
@@ -425,7 +439,235 @@ func (p *PortableStore) Close() error {
 			cancel(errClosing)
 		}
 		p.calls.Wait()
-		p.closeErr = p.d.Close()
+		p.mu.Lock()
+		sessions := p.sessions
+		p.sessions = nil
+		p.mu.Unlock()
+		var errs []error
+		for ps := range sessions {
+			errs = append(errs, ps.closeDriver())
+		}
+		if err := p.d.Close(); err != nil {
+			errs = append([]error{err}, errs...)
+		}
+		p.closeErr = errors.Join(errs...)
 	})
 	return p.closeErr
+}
+
+// The operations of a [Session], as errors name them.
+const (
+	opSessionNew    = "session-new"
+	opSessionCreate = "session-create"
+	opSessionUpdate = "session-update"
+	opKeepAlive     = "keep-alive"
+	opSessionClose  = "session-close"
+)
+
+// NewSession implements [Sessioner] when the driver does (see
+// [Capabilities.Sessions]); on a driver without it, it returns a Fatal
+// error. The Session it returns applies the store's checks to every call
+// (valid key, value cap, the revision-0 rule, a live context, the store's
+// closed state) and formats its errors with [OpError], naming the
+// [Ephemeral] keyspace and the key ("" for the session's own calls). The
+// store's Close closes every open session, and after it every session
+// call fails with [ErrClosed] and [ErrFatal].
+func (p *PortableStore) NewSession(ctx context.Context) (Session, error) {
+	sr, ok := p.d.(Sessioner)
+	if !ok {
+		return nil, OpError(p.caps.Driver, opSessionNew, Ephemeral, "",
+			fmt.Errorf("the driver has no sessions (Capabilities.Sessions is false): %w", ErrFatal))
+	}
+	ctx, h, err := p.begin(ctx, opSessionNew, Ephemeral, "", true, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	defer p.end(h, true)
+	ds, err := sr.NewSession(ctx)
+	if err != nil {
+		return nil, p.fail(opSessionNew, Ephemeral, "", err)
+	}
+	ps := &portableSession{p: p, ds: ds}
+	p.mu.Lock()
+	if p.closed {
+		// Close began while the session was being made: it will not see
+		// this one, so end it here (Close waits for this call first).
+		p.mu.Unlock()
+		_ = ps.closeDriver()
+		return nil, OpError(p.caps.Driver, opSessionNew, Ephemeral, "", errClosed)
+	}
+	if p.sessions == nil {
+		p.sessions = map[*portableSession]struct{}{}
+	}
+	p.sessions[ps] = struct{}{}
+	p.mu.Unlock()
+	return ps, nil
+}
+
+// portableSession is the [Session] of a [PortableStore] over a driver's.
+type portableSession struct {
+	p  *PortableStore
+	ds Session
+
+	mu      sync.Mutex
+	closed  bool  // Close began (or the store's Close closed it)
+	expired error // the driver's ErrSessionExpired, once reported
+	// live holds the cancel of each of the session's calls in flight;
+	// calls counts them. Close cancels them and waits, so no call is in
+	// the driver's session when its Close runs.
+	live  map[uint64]context.CancelCauseFunc
+	calls sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var (
+	// errSessionClosed is the error of a call on a closed session.
+	errSessionClosed = fmt.Errorf("session is closed: %w: %w", ErrClosed, ErrFatal)
+	// errSessionClosing is the cause of the context of a session call in
+	// flight when the session's Close began; like errClosing it carries
+	// no class.
+	errSessionClosing = fmt.Errorf("the session was closed while the call was in flight: %w", ErrClosed)
+)
+
+// closeDriver closes the driver's session, once: it refuses new calls,
+// cancels those in flight, waits for them, then closes.
+func (s *portableSession) closeDriver() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		live := s.live
+		s.live = nil
+		s.mu.Unlock()
+		for _, cancel := range live {
+			cancel(errSessionClosing)
+		}
+		s.calls.Wait()
+		s.closeErr = s.ds.Close()
+	})
+	return s.closeErr
+}
+
+// begin admits one session call: the store's checks first, then the
+// session's own state.
+func (s *portableSession) begin(ctx context.Context, op, key string, value []byte, write bool) (context.Context, hold, error) {
+	p := s.p
+	var (
+		cctx context.Context
+		h    hold
+		err  error
+	)
+	if write {
+		cctx, h, err = p.begin(ctx, op, Ephemeral, key, false, value, true)
+	} else {
+		cctx, h, err = p.begin(ctx, op, Ephemeral, "", true, nil, false)
+	}
+	if err != nil {
+		return nil, hold{}, err
+	}
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		err = errSessionClosed
+	case s.expired != nil:
+		err = s.expired
+	default:
+		if s.live == nil {
+			s.live = map[uint64]context.CancelCauseFunc{}
+		}
+		s.live[h.id] = h.cancel
+		s.calls.Add(1)
+	}
+	s.mu.Unlock()
+	if err != nil {
+		p.end(h, true)
+		return nil, hold{}, OpError(p.caps.Driver, op, Ephemeral, key, err)
+	}
+	return cctx, h, nil
+}
+
+// end releases a session call's hold, in the session and in the store.
+func (s *portableSession) end(h hold) {
+	s.mu.Lock()
+	delete(s.live, h.id)
+	s.mu.Unlock()
+	s.calls.Done()
+	s.p.end(h, true)
+}
+
+// failed formats a driver session's error, remembering an expiry.
+func (s *portableSession) failed(op, key string, err error) error {
+	err = classified(err)
+	if errors.Is(err, ErrSessionExpired) {
+		s.mu.Lock()
+		if s.expired == nil {
+			s.expired = fmt.Errorf("the session expired: %w: %w", ErrSessionExpired, ErrFatal)
+		}
+		s.mu.Unlock()
+	}
+	return OpError(s.p.caps.Driver, op, Ephemeral, key, err)
+}
+
+// Create implements [Session].
+func (s *portableSession) Create(ctx context.Context, key string, value []byte) (Outcome, error) {
+	ctx, h, err := s.begin(ctx, opSessionCreate, key, value, true)
+	if err != nil {
+		return Outcome{}, err
+	}
+	defer s.end(h)
+	o, err := s.ds.Create(ctx, key, value)
+	if err != nil {
+		return Outcome{}, s.failed(opSessionCreate, key, err)
+	}
+	return o, nil
+}
+
+// Update implements [Session]. An expected revision of 0 loses at once.
+func (s *portableSession) Update(ctx context.Context, key string, value []byte, expected uint64) (Outcome, error) {
+	ctx, h, err := s.begin(ctx, opSessionUpdate, key, value, true)
+	if err != nil {
+		return Outcome{}, err
+	}
+	defer s.end(h)
+	if expected == 0 {
+		return Outcome{}, nil
+	}
+	o, err := s.ds.Update(ctx, key, value, expected)
+	if err != nil {
+		return Outcome{}, s.failed(opSessionUpdate, key, err)
+	}
+	return o, nil
+}
+
+// KeepAlive implements [Session].
+func (s *portableSession) KeepAlive(ctx context.Context) error {
+	ctx, h, err := s.begin(ctx, opKeepAlive, "", nil, false)
+	if err != nil {
+		return err
+	}
+	defer s.end(h)
+	if err := s.ds.KeepAlive(ctx); err != nil {
+		return s.failed(opKeepAlive, "", err)
+	}
+	return nil
+}
+
+// Close implements [Session]: it closes the driver's session once; on a
+// closed store it returns nil (the store's Close closed the session).
+func (s *portableSession) Close() error {
+	p := s.p
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.calls.Add(1)
+	delete(p.sessions, s)
+	p.mu.Unlock()
+	defer p.calls.Done()
+	if err := s.closeDriver(); err != nil {
+		return OpError(p.caps.Driver, opSessionClose, Ephemeral, "", classified(err))
+	}
+	return nil
 }

@@ -480,3 +480,248 @@ func TestPortableUpdateAndDelete(t *testing.T) {
 	assert.ErrorIs(t, err, spate.ErrClosed, "the closed store comes first")
 	assert.True(t, spate.IsFatal(err))
 }
+
+// sessionDriver is a countingDriver with the Sessioner capability; its
+// sessions count their calls through the driver and record their Close in
+// d.returns, so the order of session and driver Close shows.
+type sessionDriver struct {
+	countingDriver
+	expire   atomic.Bool // KeepAlive reports the session expired
+	sessions []*fakeSession
+}
+
+func (d *sessionDriver) NewSession(ctx context.Context) (spate.Session, error) {
+	if err := d.call(ctx); err != nil {
+		return nil, err
+	}
+	fs := &fakeSession{d: d}
+	d.mu.Lock()
+	d.sessions = append(d.sessions, fs)
+	d.mu.Unlock()
+	return fs, nil
+}
+
+type fakeSession struct {
+	d      *sessionDriver
+	closes atomic.Int64
+	late   atomic.Int64 // calls after its Close
+}
+
+func (s *fakeSession) enter(ctx context.Context) error {
+	if s.closes.Load() > 0 {
+		s.late.Add(1)
+	}
+	return s.d.call(ctx)
+}
+
+func (s *fakeSession) Create(ctx context.Context, _ string, _ []byte) (spate.Outcome, error) {
+	if err := s.enter(ctx); err != nil {
+		return spate.Outcome{}, err
+	}
+	return spate.Won(1), nil
+}
+
+func (s *fakeSession) Update(ctx context.Context, _ string, _ []byte, exp uint64) (spate.Outcome, error) {
+	if err := s.enter(ctx); err != nil {
+		return spate.Outcome{}, err
+	}
+	return spate.Won(exp + 1), nil
+}
+
+func (s *fakeSession) KeepAlive(ctx context.Context) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	if s.d.expire.Load() {
+		return fmt.Errorf("gone: %w: %w", spate.ErrSessionExpired, spate.ErrFatal)
+	}
+	return nil
+}
+
+func (s *fakeSession) Close() error {
+	s.closes.Add(1)
+	s.d.mu.Lock()
+	s.d.returns = append(s.d.returns, "session-close")
+	s.d.mu.Unlock()
+	return nil
+}
+
+func TestPortableSessionCapability(t *testing.T) {
+	ctx := t.Context()
+	plain := spate.NewStore(&countingDriver{})
+	assert.False(t, plain.Capabilities().Sessions)
+	_, ok := spate.SessionerOf(plain)
+	assert.False(t, ok, "SessionerOf needs the capability reported")
+	_, err := plain.NewSession(ctx)
+	require.Error(t, err)
+	assert.True(t, spate.IsFatal(err), "%v", err)
+	assert.True(t, strings.HasPrefix(err.Error(), `fake: session-new ephemeral "": `), "%v", err)
+	require.NoError(t, plain.Close())
+
+	s := spate.NewStore(&sessionDriver{})
+	assert.True(t, s.Capabilities().Sessions, "NewStore reports the driver's capability")
+	_, ok = spate.SessionerOf(s)
+	assert.True(t, ok)
+	require.NoError(t, s.Close())
+}
+
+func TestPortableSessionChecks(t *testing.T) {
+	ctx := t.Context()
+	d := &sessionDriver{}
+	s := spate.NewStore(d)
+	sess, err := s.NewSession(ctx)
+	require.NoError(t, err)
+
+	o, err := sess.Create(ctx, "split.a", []byte("v"))
+	require.NoError(t, err)
+	assert.Equal(t, spate.Won(1), o)
+	o, err = sess.Update(ctx, "split.a", []byte("v"), 4)
+	require.NoError(t, err)
+	assert.Equal(t, spate.Won(5), o)
+	require.NoError(t, sess.KeepAlive(ctx))
+
+	n := d.calls.Load()
+	o, err = sess.Update(ctx, "split.a", nil, 0)
+	require.NoError(t, err)
+	assert.False(t, o.Won, "expected revision 0 loses")
+	for _, tc := range []struct {
+		name   string
+		err    error
+		is     error
+		prefix string
+	}{
+		{"create invalid key", func() error { _, err := sess.Create(ctx, "a..b", nil); return err }(), spate.ErrInvalidKey, `fake: session-create ephemeral "a..b": `},
+		{"update invalid key", func() error { _, err := sess.Update(ctx, "", nil, 3); return err }(), spate.ErrInvalidKey, `fake: session-update ephemeral "": `},
+		{"create too large", func() error { _, err := sess.Create(ctx, "split.a", make([]byte, 9)); return err }(), spate.ErrValueTooLarge, `fake: session-create ephemeral "split.a": `},
+		{"update too large", func() error { _, err := sess.Update(ctx, "split.a", make([]byte, 9), 3); return err }(), spate.ErrValueTooLarge, `fake: session-update ephemeral "split.a": `},
+	} {
+		require.Error(t, tc.err, tc.name)
+		assert.ErrorIs(t, tc.err, tc.is, tc.name)
+		assert.True(t, spate.IsFatal(tc.err), tc.name)
+		assert.True(t, strings.HasPrefix(tc.err.Error(), tc.prefix), "%s: %v", tc.name, tc.err)
+	}
+	dead, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = sess.Create(dead, "split.a", nil)
+	assert.True(t, spate.IsRetryable(err), "%v", err)
+	_, err = sess.Update(dead, "split.a", nil, 3)
+	assert.True(t, spate.IsRetryable(err), "%v", err)
+	err = sess.KeepAlive(dead)
+	assert.True(t, spate.IsRetryable(err), "%v", err)
+	assert.True(t, strings.HasPrefix(err.Error(), `fake: keep-alive ephemeral "": `), "%v", err)
+	_, err = s.NewSession(dead)
+	assert.True(t, spate.IsRetryable(err), "%v", err)
+	assert.Equal(t, n, d.calls.Load(), "bad arguments and dead contexts reach no driver")
+
+	d.err = errors.New("mystery")
+	err = sess.KeepAlive(ctx)
+	assert.ErrorIs(t, err, d.err)
+	assert.True(t, spate.IsFatal(err), "an unclassified error gets a class")
+	d.err = nil
+
+	// An expired session: every later call fails the same way, without the
+	// driver.
+	d.expire.Store(true)
+	err = sess.KeepAlive(ctx)
+	assert.ErrorIs(t, err, spate.ErrSessionExpired)
+	assert.True(t, spate.IsFatal(err))
+	n = d.calls.Load()
+	_, err = sess.Create(ctx, "split.b", nil)
+	assert.ErrorIs(t, err, spate.ErrSessionExpired)
+	assert.True(t, spate.IsFatal(err))
+	assert.Equal(t, n, d.calls.Load(), "an expired session calls no driver")
+
+	// Close is idempotent, and then every call is closed.
+	require.NoError(t, sess.Close())
+	require.NoError(t, sess.Close())
+	for _, err := range []error{
+		func() error { _, err := sess.Create(ctx, "split.a", nil); return err }(),
+		func() error { _, err := sess.Update(ctx, "split.a", nil, 3); return err }(),
+		sess.KeepAlive(ctx),
+	} {
+		assert.ErrorIs(t, err, spate.ErrClosed)
+		assert.True(t, spate.IsFatal(err))
+	}
+	assert.Equal(t, int64(1), d.sessions[0].closes.Load(), "the driver session closes once")
+	require.NoError(t, s.Close())
+	assert.Equal(t, int64(1), d.sessions[0].closes.Load(), "the store's Close does not close a closed session again")
+}
+
+// TestPortableSessionStoreClose: the store's Close closes every open
+// session before the driver, and after it every session call is closed and
+// reaches no driver.
+func TestPortableSessionStoreClose(t *testing.T) {
+	ctx := t.Context()
+	d := &sessionDriver{}
+	s := spate.NewStore(d)
+	a, err := s.NewSession(ctx)
+	require.NoError(t, err)
+	b, err := s.NewSession(ctx)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	d.mu.Lock()
+	returns := d.returns[len(d.returns)-3:]
+	d.mu.Unlock()
+	assert.Equal(t, []string{"session-close", "session-close", "close"}, returns, "sessions close before the driver")
+	for _, sess := range []spate.Session{a, b} {
+		for _, err := range []error{
+			func() error { _, err := sess.Create(ctx, "split.a", nil); return err }(),
+			func() error { _, err := sess.Update(ctx, "split.a", nil, 3); return err }(),
+			sess.KeepAlive(ctx),
+		} {
+			assert.ErrorIs(t, err, spate.ErrClosed)
+			assert.True(t, spate.IsFatal(err))
+			assert.Contains(t, err.Error(), "closed")
+		}
+		require.NoError(t, sess.Close(), "Close of a session of a closed store is a no-op")
+	}
+	_, err = s.NewSession(ctx)
+	assert.ErrorIs(t, err, spate.ErrClosed)
+	for _, fs := range d.sessions {
+		assert.Equal(t, int64(1), fs.closes.Load())
+		assert.Zero(t, fs.late.Load())
+	}
+	assert.Zero(t, d.late.Load(), "no call after the driver's Close")
+}
+
+// TestPortableSessionCloseCancelsKeepAlive: a KeepAlive in flight when the
+// store closes has its context cancelled, and the store waits for it.
+func TestPortableSessionCloseCancelsKeepAlive(t *testing.T) {
+	d := &sessionDriver{}
+	s := spate.NewStore(d)
+	sess, err := s.NewSession(t.Context())
+	require.NoError(t, err)
+	d.block = make(chan struct{})
+	d.entered = make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() { done <- sess.KeepAlive(t.Context()) }()
+	<-d.entered
+	require.NoError(t, s.Close())
+	err = <-done
+	assert.True(t, spate.IsRetryable(err), "a call in flight at Close may have landed: %v", err)
+	assert.ErrorIs(t, err, spate.ErrClosed)
+}
+
+// TestPortableSessionCloseWaitsForItsCalls: a session's Close cancels
+// the session's calls in flight and closes the driver's session only after
+// they returned.
+func TestPortableSessionCloseWaitsForItsCalls(t *testing.T) {
+	d := &sessionDriver{}
+	s := spate.NewStore(d)
+	defer s.Close()
+	sess, err := s.NewSession(t.Context())
+	require.NoError(t, err)
+	d.block = make(chan struct{})
+	d.entered = make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() { done <- sess.KeepAlive(t.Context()) }()
+	<-d.entered
+	require.NoError(t, sess.Close())
+	err = <-done
+	assert.True(t, spate.IsRetryable(err), "a call in flight at Close may have landed: %v", err)
+	assert.ErrorIs(t, err, spate.ErrClosed)
+	d.mu.Lock()
+	returns := d.returns[len(d.returns)-2:]
+	d.mu.Unlock()
+	assert.Equal(t, []string{"call", "session-close"}, returns, "the call returned before the session closed")
+}

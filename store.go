@@ -443,7 +443,10 @@ type Sessioner interface {
 // watchers as a delete, as any ephemeral key's does. Store.Update of a
 // bound key (not Session.Update) unbinds it: it then expires one TTL
 // after that write. Store.Delete, Get, List and Watch treat bound keys as
-// any ephemeral key.
+// any ephemeral key. Its calls check their arguments and classify their
+// errors as Store.Create and Store.Update do; the store's Close closes
+// every open session, and after it every session call but Close fails
+// with an error matching [ErrClosed] and [ErrFatal].
 type Session interface {
 	// Create is [Store.Create] in the [Ephemeral] keyspace, the key bound
 	// to the session.

@@ -141,12 +141,24 @@ type recordingStore struct {
 // records Updates and Deletes, so the coordinators under chaos release in
 // two calls here (the store rules check the atomic call itself). The
 // KeyWatcher capability is passed on: watches are not part of the history,
-// and the chaos must reach workers that watch only their own keys.
+// and the chaos must reach workers that watch only their own keys. So is
+// the Sessioner capability: sessions write ephemeral leases only, which
+// the history does not hold.
 func (r *recordingStore) Capabilities() spate.Capabilities {
 	c := r.Store.Capabilities()
 	c.UpdateAndDelete = false
 	_, c.WatchKeys = spate.KeyWatcherOf(r.Store)
+	_, c.Sessions = spate.SessionerOf(r.Store)
 	return c
+}
+
+// NewSession passes the store's Sessioner capability on.
+func (r *recordingStore) NewSession(ctx context.Context) (spate.Session, error) {
+	sr, ok := spate.SessionerOf(r.Store)
+	if !ok {
+		return nil, fmt.Errorf("conformance: the store has no Sessioner capability: %w", spate.ErrFatal)
+	}
+	return sr.NewSession(ctx)
 }
 
 // WatchKeys passes the store's KeyWatcher capability on.

@@ -21,18 +21,20 @@
 // caught.
 //
 // The rules of an optional capability ([spate.Releaser]: ReleaserIsReported
-// and the Release* rules) run on a store that has it and skip, with the
-// reason, on one that does not: a SKIP under [RunStore], a Skipped [Result]
-// under [CheckStore], never a silent pass.
+// and the Release* rules; [spate.KeyWatcher]: KeyWatcherIsReported and the
+// WatchKeys* rules; [spate.Sessioner]: SessionerIsReported and the session
+// rules) run on a store that has it and skip, with the reason, on one that
+// does not: a SKIP under [RunStore], a Skipped [Result] under [CheckStore],
+// never a silent pass.
 //
 // # Traceability
 //
 // Each store rule checks one sentence of the store contract: the
 // documentation of [spate.Store], its methods and types, and of the error
 // classes in errors.go. Below is every sentence of that contract, in its
-// order, with the rules that check it. Of its 112 sentences, 59 are quoted
-// by the 65 rules of [StoreRules], 21 restate or sum up sentences whose
-// rules check them too, and 32 no rule can check, for the reason given.
+// order, with the rules that check it. Of its 142 sentences, 73 are quoted
+// by the 81 rules of [StoreRules], 31 restate or sum up sentences whose
+// rules check them too, and 38 no rule can check, for the reason given.
 // A test keeps this list, the contract and the rules in step.
 //
 // Store:
@@ -219,6 +221,14 @@
 //   - A store that reports it implements Releaser, and a store that implements Releaser without reporting it is used as one without. — checked by ReleaserIsReported.
 //   - [spate.NewStore] sets it when its [spate.Driver] implements Releaser, and a wrapper that does not pass the method on clears it. — checked by ReleaserIsReported.
 //
+// Capabilities.WatchKeys:
+//
+//   - WatchKeys reports whether the store has the optional [spate.KeyWatcher] capability, under the same rules as UpdateAndDelete: a store that reports it implements KeyWatcher, [spate.NewStore] sets it when its [spate.Driver] implements KeyWatcher, and a wrapper that does not pass the method on clears it. — checked by KeyWatcherIsReported.
+//
+// Capabilities.Sessions:
+//
+//   - Sessions reports whether the store has the optional [spate.Sessioner] capability, under the same rules as UpdateAndDelete. — checked by SessionerIsReported.
+//
 // Releaser:
 //
 //   - Releaser is the optional capability of a store that updates a durable key and deletes an ephemeral key in one atomic call. — checked by ReleaseUpdatesAndDeletes, ReleaseIsSeenAtOnce.
@@ -239,6 +249,62 @@
 // KeyMaxLen:
 //
 //   - KeyMaxLen is the maximum store key length in bytes. — checked by ValidKeysAreAccepted, InvalidKeysRejected.
+//
+// MaxWatchKeys:
+//
+//   - MaxWatchKeys is the most keys one [spate.KeyWatcher.WatchKeys] call watches. — checked by WatchKeysArgumentsAreChecked.
+//
+// KeyWatcher:
+//
+//   - KeyWatcher is the optional capability of a store that watches a set of exact keys, natively: the store sends a watcher the changes of its keys only, so what a watcher receives grows with the keys it watches, not with the writes to the whole keyspace. — checked by WatchKeysDeliversOnlyListedKeys.
+//   - A coordinator on a store with it watches only the keys that concern it (DESIGN: a worker's work grows with its own splits); on a store without it, every worker watches the whole job. — no rule: it describes the coordinator, not a store; the root's TestANonLeaderWatchesOnlyItsOwnKeys checks it.
+//   - Find it with [spate.KeyWatcherOf]. — no rule: a reference.
+//
+// KeyWatcher.WatchKeys:
+//
+//   - WatchKeys streams the changes of the keys listed, in keyspace ks: first a [spate.WatchPut] for every listed key that is live (the snapshot), then exactly one [spate.WatchSnapshotDone], then live puts and deletes of listed keys, expiry included. — checked by WatchKeysSnapshotHoldsTheLiveListedKeys, WatchKeysDeliversPutsDeletesAndExpiry.
+//   - It never delivers an event of a key that is not listed. — checked by WatchKeysDeliversOnlyListedKeys.
+//   - The rules of [spate.Store.Watch] hold for each listed key: no gaps (the watcher's view of the listed keys converges to the store's, across the boundary between snapshot and live stream too), duplicates allowed across that boundary, superseded revisions may be coalesced, the latest revision of every key is delivered, and one key's events arrive in revision order. — checked by WatchKeysHasNoGaps, WatchKeysDeliversPutsDeletesAndExpiry.
+//   - Events of different keys may interleave in any order. — no rule: it permits; a driver cannot break it.
+//   - keys holds 1 to [spate.MaxWatchKeys] valid keys; a key listed twice is watched once. — checked by WatchKeysWatchesARepeatedKeyOnce, WatchKeysArgumentsAreChecked.
+//   - The stream ends, errors and Close are those of [spate.Store.Watch]. — checked by WatchKeysEndsLikeAWatch.
+//
+// Sessioner:
+//
+//   - Sessioner is the optional capability of a store whose ephemeral keys can share one lifetime, renewed by one call that writes no key: a worker holding N splits keeps their leases with one [spate.Session.KeepAlive] per beat instead of N updates, and no watcher receives a renewal. — checked by SessionKeysLiveWhileKeptAlive, KeepAliveWritesNothing.
+//   - A coordinator on a store with it binds its split leases to a session; on a store without it, it rewrites each lease. — no rule: the coordinator's use of it.
+//   - Find it with [spate.SessionerOf]. — no rule: a reference.
+//
+// Sessioner.NewSession:
+//
+//   - NewSession starts a session whose lifetime is the store's TTL ([spate.Capabilities.TTL]), counted from this call. — checked by ExpiredSessionFails.
+//
+// Session:
+//
+//   - Session is a lifetime that ephemeral keys share. — checked by SessionKeysLiveWhileKeptAlive.
+//   - A key bound to a session lives as long as the session: until one TTL after the start of the session's last successful KeepAlive (or of NewSession), however recently the key was written; it then expires, and its expiry reaches watchers as a delete, as any ephemeral key's does. — checked by SessionKeysLiveWhileKeptAlive.
+//   - Store.Update of a bound key (not Session.Update) unbinds it: it then expires one TTL after that write. — checked by StoreUpdateUnbinds.
+//   - Store.Delete, Get, List and Watch treat bound keys as any ephemeral key. — checked by SessionKeysLiveWhileKeptAlive, KeepAliveWritesNothing, SessionCloseDeletesItsKeys.
+//   - Its calls check their arguments and classify their errors as Store.Create and Store.Update do; the store's Close closes every open session, and after it every session call but Close fails with an error matching [spate.ErrClosed] and [spate.ErrFatal]. — checked by SessionArgumentsAndStoreClose.
+//
+// Session.Create:
+//
+//   - Create is [spate.Store.Create] in the [spate.Ephemeral] keyspace, the key bound to the session. — checked by SessionCreateAndUpdateAreFenced.
+//
+// Session.Update:
+//
+//   - Update is [spate.Store.Update] in the [spate.Ephemeral] keyspace, the key bound to the session (whatever it was bound to before). — checked by SessionCreateAndUpdateAreFenced.
+//
+// Session.KeepAlive:
+//
+//   - KeepAlive renews the session: when it returns nil, every key bound to it lives until at least one TTL after KeepAlive was called. — checked by SessionKeysLiveWhileKeptAlive.
+//   - It writes no key: no watcher receives an event and no revision moves. — checked by KeepAliveWritesNothing.
+//   - On a session that expired it returns an error matching [spate.ErrSessionExpired] and [spate.ErrFatal]. — checked by ExpiredSessionFails.
+//
+// Session.Close:
+//
+//   - Close ends the session: the keys bound to it are deleted, and watchers receive the deletes. — checked by SessionCloseDeletesItsKeys.
+//   - It is idempotent; after it every other call fails with an error matching [spate.ErrClosed] and [spate.ErrFatal]. — checked by SessionCloseDeletesItsKeys.
 //
 // The error classes (errors.go):
 //
@@ -284,4 +350,9 @@
 //
 //   - ErrUnreadableRecord is returned (with ErrFatal) for a record of the job that cannot be read: corrupt bytes, an unknown schema, an id that does not match its key, or another job's fingerprint. — no rule: the coordinator's error about the job's records; a store never returns it (the coordinator rule DamagedRecordTakesOnlyItsSplitOutOfPlay checks what follows).
 //   - A coordinator takes only the split it belongs to out of play. — no rule: a coordinator rule: DamagedRecordTakesOnlyItsSplitOutOfPlay.
+//
+// ErrSessionExpired:
+//
+//   - ErrSessionExpired is returned (with ErrFatal) by every call on a [spate.Session] that expired: no KeepAlive reached the store for a TTL, and the keys bound to it are gone. — checked by ExpiredSessionFails.
+//   - Start a new session. — no rule: it binds the caller.
 package conformance

@@ -82,7 +82,7 @@ func (sh *shared) sleep(d time.Duration) bool {
 }
 
 // mutants are every store mutant, by area.
-var mutants = slices.Concat(opMutants, argMutants, ttlMutants, watchMutants, releaseMutants, watchKeysMutants)
+var mutants = slices.Concat(opMutants, argMutants, ttlMutants, watchMutants, releaseMutants, watchKeysMutants, sessionMutants)
 
 // opMutants break writes, reads, revisions and listings.
 var opMutants = []mutant{

@@ -339,7 +339,49 @@ func (s *countingStore) Capabilities() spate.Capabilities {
 	c.UpdateAndDelete = c.UpdateAndDelete && !s.plain
 	_, c.WatchKeys = spate.KeyWatcherOf(s.Store)
 	c.WatchKeys = c.WatchKeys && !s.wholeJob
+	_, c.Sessions = spate.SessionerOf(s.Store)
 	return c
+}
+
+// NewSession passes the Sessioner capability on when the store has it;
+// the session's Create and Update count as writes, and so does its
+// KeepAlive (one round trip that renews every bound key).
+func (s *countingStore) NewSession(ctx context.Context) (spate.Session, error) {
+	sr, ok := spate.SessionerOf(s.Store)
+	if !ok {
+		return nil, fmt.Errorf("conformance: the store has no Sessioner capability: %w", spate.ErrFatal)
+	}
+	in, err := sr.NewSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &countingSession{Session: in, s: s}, nil
+}
+
+type countingSession struct {
+	spate.Session
+	s *countingStore
+}
+
+func (cs *countingSession) Create(ctx context.Context, key string, v []byte) (spate.Outcome, error) {
+	cs.s.c.writes.Add(1)
+	o, err := cs.Session.Create(ctx, key, v)
+	cs.s.calls.add("session-create", spate.Ephemeral, key, o.Won, err)
+	return o, err
+}
+
+func (cs *countingSession) Update(ctx context.Context, key string, v []byte, rev uint64) (spate.Outcome, error) {
+	cs.s.c.writes.Add(1)
+	o, err := cs.Session.Update(ctx, key, v, rev)
+	cs.s.calls.add("session-update", spate.Ephemeral, key, o.Won, err)
+	return o, err
+}
+
+func (cs *countingSession) KeepAlive(ctx context.Context) error {
+	cs.s.c.writes.Add(1)
+	err := cs.Session.KeepAlive(ctx)
+	cs.s.calls.add("keep-alive", spate.Ephemeral, "", err == nil, err)
+	return err
 }
 
 // UpdateAndDelete counts one write: the release's one round trip.

@@ -195,7 +195,7 @@ var StoreRules = slices.Concat([]Rule{
 	{Name: "UseAfterClose",
 		Contract: "After Close every method returns an error matching both [ErrClosed] and [ErrFatal].",
 		body:     testCallsAfterClose},
-}, releaseRules, watchKeysRules)
+}, releaseRules, watchKeysRules, sessionRules)
 
 // eventWait bounds waits for live watch events that need no expiry.
 const eventWait = 10 * time.Second

@@ -53,16 +53,23 @@ var alsoChecks = map[string][]string{
 	"[NewStore] sets it when its [Driver] implements Releaser, and a wrapper that does not pass the method on clears it.": {"ReleaserIsReported"},
 	"Releaser is the optional capability of a store that updates a durable key and deletes an ephemeral key in one atomic call.": {
 		"ReleaseUpdatesAndDeletes", "ReleaseIsSeenAtOnce"},
-	"WatchKeys reports whether the store has the optional [KeyWatcher] capability, under the same rules as UpdateAndDelete: a store that reports it implements KeyWatcher, [NewStore] sets it when its [Driver] implements KeyWatcher, and a wrapper that does not pass the method on clears it.": {
-		"KeyWatcherIsReported"},
 	"MaxWatchKeys is the most keys one [KeyWatcher.WatchKeys] call watches.": {"WatchKeysArgumentsAreChecked"},
 	"KeyWatcher is the optional capability of a store that watches a set of exact keys, natively: the store sends a watcher the changes of its keys only, so what a watcher receives grows with the keys it watches, not with the writes to the whole keyspace.": {
 		"WatchKeysDeliversOnlyListedKeys"},
-	"WatchKeys streams the changes of the keys listed, in keyspace ks: first a [WatchPut] for every listed key that is live (the snapshot), then exactly one [WatchSnapshotDone], then live puts and deletes of listed keys, expiry included.": {
-		"WatchKeysDeliversPutsDeletesAndExpiry"},
 	"The rules of [Store.Watch] hold for each listed key: no gaps (the watcher's view of the listed keys converges to the store's, across the boundary between snapshot and live stream too), duplicates allowed across that boundary, superseded revisions may be coalesced, the latest revision of every key is delivered, and one key's events arrive in revision order.": {
 		"WatchKeysDeliversPutsDeletesAndExpiry"},
-	"keys holds 1 to [MaxWatchKeys] valid keys; a key listed twice is watched once.": {"WatchKeysArgumentsAreChecked", "WatchKeysWatchesARepeatedKeyOnce"},
+	"Sessioner is the optional capability of a store whose ephemeral keys can share one lifetime, renewed by one call that writes no key: a worker holding N splits keeps their leases with one [Session.KeepAlive] per beat instead of N updates, and no watcher receives a renewal.": {
+		"SessionKeysLiveWhileKeptAlive", "KeepAliveWritesNothing"},
+	"NewSession starts a session whose lifetime is the store's TTL ([Capabilities.TTL]), counted from this call.": {"ExpiredSessionFails"},
+	"Session is a lifetime that ephemeral keys share.":                                                            {"SessionKeysLiveWhileKeptAlive"},
+	"Store.Delete, Get, List and Watch treat bound keys as any ephemeral key.":                                    {"SessionKeysLiveWhileKeptAlive", "KeepAliveWritesNothing", "SessionCloseDeletesItsKeys"},
+	"Update is [Store.Update] in the [Ephemeral] keyspace, the key bound to the session (whatever it was bound to before).": {
+		"SessionCreateAndUpdateAreFenced"},
+	"KeepAlive renews the session: when it returns nil, every key bound to it lives until at least one TTL after KeepAlive was called.": {
+		"SessionKeysLiveWhileKeptAlive"},
+	"It is idempotent; after it every other call fails with an error matching [ErrClosed] and [ErrFatal].": {"SessionCloseDeletesItsKeys"},
+	"ErrSessionExpired is returned (with ErrFatal) by every call on a [Session] that expired: no KeepAlive reached the store for a TTL, and the keys bound to it are gone.": {
+		"ExpiredSessionFails"},
 }
 
 // unchecked says, for a sentence no rule checks, why none can.
@@ -101,7 +108,10 @@ var unchecked = map[string]string{
 	"Refinements of the classes above.":                                                                  "a heading.",
 	"The coordinator hands a split back with it in one round trip (the owner cleared from the split's progress record, its lease deleted) and in two calls, Update then Delete, on a store without it.": "the coordinator's use of it; the root's TestStoreCallsPerLifecycle and conformance.MeasureLifecycle (every driver's TestStoreCallsPerLifecycle) count the calls.",
 	"Find it with [ReleaserOf].": "a reference.",
-	"A call that fails Retryable landed both writes or neither, never one alone.": "the suite cannot lose a reply between a driver and its server; ReleaseIsSeenAtOnce checks that the two writes are one.",
+	"A call that fails Retryable landed both writes or neither, never one alone.":                                          "the suite cannot lose a reply between a driver and its server; ReleaseIsSeenAtOnce checks that the two writes are one.",
+	"A coordinator on a store with it binds its split leases to a session; on a store without it, it rewrites each lease.": "the coordinator's use of it.",
+	"Find it with [SessionerOf].": "a reference.",
+	"Start a new session.":        "it binds the caller.",
 }
 
 // sentence is one sentence of the contract and where it stands.

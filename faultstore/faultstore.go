@@ -29,7 +29,7 @@ import (
 // Op names a store primitive.
 type Op uint8
 
-// The six primitives.
+// The six primitives, and a session's KeepAlive.
 const (
 	Create Op = iota + 1
 	Update
@@ -37,9 +37,13 @@ const (
 	Delete
 	Watch
 	List
+	// KeepAlive is [spate.Session.KeepAlive]; a session's Create and
+	// Update are a [Create] and an [Update] of their key in the
+	// [spate.Ephemeral] keyspace.
+	KeepAlive
 )
 
-var opNames = [...]string{"", "create", "update", "get", "delete", "watch", "list"}
+var opNames = [...]string{"", "create", "update", "get", "delete", "watch", "list", "keep-alive"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && o != 0 {
@@ -54,7 +58,8 @@ var ErrInjected = errors.New("faultstore: injected failure")
 
 // Rule describes one fault.
 type Rule struct {
-	// Ops the rule applies to; empty means every primitive.
+	// Ops the rule applies to; empty means every primitive, a session's
+	// KeepAlive included.
 	Ops []Op
 	// Keyspace the rule applies to; 0 means both.
 	Keyspace spate.Keyspace
@@ -347,7 +352,8 @@ func sendErr(ctx context.Context, out chan<- spate.WatchEvent, err error) {
 // If s has the [spate.Releaser] capability, so does the wrapper: its
 // UpdateAndDelete runs through inj as an [Update] of the durable key (a
 // rule that fails the durable update fails the whole call, and a Landed
-// one lands both writes), as stores/mem does.
+// one lands both writes), as stores/mem does. If s has the
+// [spate.Sessioner] capability, so does the wrapper (see its NewSession).
 func Wrap(s spate.Store, inj *Injector) spate.Store {
 	w := &store{s: s, inj: inj}
 	if r, ok := spate.ReleaserOf(s); ok {
@@ -384,9 +390,47 @@ func (w *releaser) UpdateAndDelete(ctx context.Context, durableKey string, value
 func (w *store) Capabilities() spate.Capabilities {
 	c := w.s.Capabilities()
 	_, c.WatchKeys = spate.KeyWatcherOf(w.s)
+	_, c.Sessions = spate.SessionerOf(w.s)
 	return c
 }
-func (w *store) Close() error { return w.s.Close() }
+
+// NewSession implements [spate.Sessioner] when s has it: the session's
+// Create and Update run through inj as a [Create] and an [Update] of
+// their key in the ephemeral keyspace, its KeepAlive as a [KeepAlive]
+// (with the empty key); NewSession and Close are not injected.
+func (w *store) NewSession(ctx context.Context) (spate.Session, error) {
+	sr, ok := spate.SessionerOf(w.s)
+	if !ok {
+		return nil, fmt.Errorf("faultstore: new session: the wrapped store has no Sessioner capability: %w", spate.ErrFatal)
+	}
+	s, err := sr.NewSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &session{s: s, inj: w.inj}, nil
+}
+
+type session struct {
+	s   spate.Session
+	inj *Injector
+}
+
+func (s *session) Create(ctx context.Context, key string, value []byte) (o spate.Outcome, err error) {
+	err = s.inj.Apply(ctx, Call{Create, spate.Ephemeral, key, value}, func() (e error) { o, e = s.s.Create(ctx, key, value); return })
+	return outcome(o, err)
+}
+
+func (s *session) Update(ctx context.Context, key string, value []byte, expected uint64) (o spate.Outcome, err error) {
+	err = s.inj.Apply(ctx, Call{Update, spate.Ephemeral, key, value}, func() (e error) { o, e = s.s.Update(ctx, key, value, expected); return })
+	return outcome(o, err)
+}
+
+func (s *session) KeepAlive(ctx context.Context) error {
+	return s.inj.Apply(ctx, Call{Op: KeepAlive, Keyspace: spate.Ephemeral}, func() error { return s.s.KeepAlive(ctx) })
+}
+
+func (s *session) Close() error { return s.s.Close() }
+func (w *store) Close() error   { return w.s.Close() }
 
 func (w *store) Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (o spate.Outcome, err error) {
 	err = w.inj.Apply(ctx, Call{Create, ks, key, value}, func() (e error) { o, e = w.s.Create(ctx, ks, key, value); return })

@@ -251,12 +251,22 @@ type ownedStore struct {
 	d Deployment
 }
 
-// Capabilities reports the store's, with WatchKeys only if it has the
-// capability (the wrapper passes it on).
+// Capabilities reports the store's, with WatchKeys and Sessions only if
+// it has the capability (the wrapper passes them on).
 func (o *ownedStore) Capabilities() spate.Capabilities {
 	c := o.Store.Capabilities()
 	_, c.WatchKeys = spate.KeyWatcherOf(o.Store)
+	_, c.Sessions = spate.SessionerOf(o.Store)
 	return c
+}
+
+// NewSession implements [spate.Sessioner] over the store's.
+func (o *ownedStore) NewSession(ctx context.Context) (spate.Session, error) {
+	sr, ok := spate.SessionerOf(o.Store)
+	if !ok {
+		return nil, fmt.Errorf("the store has no Sessioner capability: %w", spate.ErrFatal)
+	}
+	return sr.NewSession(ctx)
 }
 
 // WatchKeys implements [spate.KeyWatcher] over the store's.

@@ -195,13 +195,67 @@ type crashable struct {
 	crashed chan struct{}
 }
 
-// Capabilities passes the store's on, the Releaser and KeyWatcher
-// capabilities included.
+// Capabilities passes the store's on, the Releaser, KeyWatcher and
+// Sessioner capabilities included.
 func (c *crashable) Capabilities() spate.Capabilities {
 	caps := c.Store.Capabilities()
 	_, caps.UpdateAndDelete = spate.ReleaserOf(c.Store)
 	_, caps.WatchKeys = spate.KeyWatcherOf(c.Store)
+	_, caps.Sessions = spate.SessionerOf(c.Store)
 	return caps
+}
+
+// NewSession passes the store's Sessioner capability on; a crashed
+// worker's session calls fail, so its session expires as a dead
+// process's would.
+func (c *crashable) NewSession(ctx context.Context) (spate.Session, error) {
+	if err := c.dead(); err != nil {
+		return nil, err
+	}
+	sr, ok := spate.SessionerOf(c.Store)
+	if !ok {
+		return nil, fmt.Errorf("the store has no Sessioner capability: %w", spate.ErrFatal)
+	}
+	in, err := sr.NewSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &crashableSession{Session: in, c: c}, nil
+}
+
+type crashableSession struct {
+	spate.Session
+	c *crashable
+}
+
+func (s *crashableSession) Create(ctx context.Context, k string, v []byte) (spate.Outcome, error) {
+	if err := s.c.dead(); err != nil {
+		return spate.Outcome{}, err
+	}
+	return s.Session.Create(ctx, k, v)
+}
+
+func (s *crashableSession) Update(ctx context.Context, k string, v []byte, r uint64) (spate.Outcome, error) {
+	if err := s.c.dead(); err != nil {
+		return spate.Outcome{}, err
+	}
+	return s.Session.Update(ctx, k, v, r)
+}
+
+func (s *crashableSession) KeepAlive(ctx context.Context) error {
+	if err := s.c.dead(); err != nil {
+		return err
+	}
+	return s.Session.KeepAlive(ctx)
+}
+
+// Close does nothing once crashed: a dead process deletes nothing, and
+// its keys go when the session expires.
+func (s *crashableSession) Close() error {
+	if err := s.c.dead(); err != nil {
+		return nil
+	}
+	return s.Session.Close()
 }
 
 // WatchKeys passes the store's KeyWatcher capability on.

@@ -87,9 +87,40 @@
 // deleted is revoked in the background; the lease of a write that failed
 // with an error is left alone (the write may have landed on it) and expires
 // unused within one TTL. So the cluster holds about one lease per live
-// ephemeral key. The cost is two raft proposals per ephemeral write (grant,
-// transaction) and one more for the revocation, against one for a durable
-// write.
+// unbound ephemeral key. The cost is two raft proposals per ephemeral write
+// (grant, transaction) and one more for the revocation (after a TimeToLive
+// read that finds the lease empty), against one for a durable write.
+//
+// # Sessions
+//
+// The store has the optional [spate.Sessioner] capability, natively: a
+// session is one etcd lease granted with the store's TTL, plus a marker key
+// (Prefix+"session/<lease id>", outside both keyspaces) attached to it. A
+// session's Create and Update are the Create and Update transactions above,
+// putting the key on the session's lease instead of a fresh one, so a bound
+// key costs one raft proposal per write and no grant. KeepAlive is one
+// LeaseKeepAlive round trip (clientv3 KeepAliveOnce) to the leader, which
+// resets the lease to its full TTL when the request reaches it (after the
+// call began, so the bound keys live at least one TTL from the call): it
+// writes no key, moves no revision and proposes nothing to raft (with
+// --experimental-enable-lease-checkpoint-persist, a lease that was
+// checkpointed costs one checkpoint proposal on its first renewal), so a
+// worker renews N bound keys with one RPC instead of N transactions. A lease
+// the server no longer knows (expired, or revoked) makes every session call
+// fail with [spate.ErrSessionExpired] and Fatal; transport trouble is
+// Retryable, and a KeepAlive that fails Retryable may have renewed the
+// lease. The bound keys expire together when the lease does, within
+// [ExpiryLatency] of one TTL after the leader last renewed it (a leader
+// change restarts the countdown, as for any ephemeral key). Close revokes
+// the lease: one raft proposal deletes every bound key, each delete reaching
+// watchers. A session costs one lease, two raft proposals to start (grant,
+// marker) and one to end, and one keepalive RPC per renewal.
+//
+// The marker exists for the background revocation of superseded leases: it
+// revokes a lease only after a TimeToLive read finds no key attached, and a
+// session's lease always carries its marker, so rewriting or deleting a
+// key bound to a session (a [spate.Store.Update] unbinds it, putting it on a
+// fresh lease) never ends the session.
 //
 // TTL must be a whole number of seconds (lease resolution) and at least the
 // server's minimum lease TTL, which etcd sets to 1.5 election timeouts

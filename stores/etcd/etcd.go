@@ -168,9 +168,10 @@ type store struct {
 }
 
 var (
-	_ spate.Store    = (*Store)(nil)
-	_ spate.Driver   = (*store)(nil)
-	_ spate.Releaser = (*store)(nil)
+	_ spate.Store     = (*Store)(nil)
+	_ spate.Driver    = (*store)(nil)
+	_ spate.Releaser  = (*store)(nil)
+	_ spate.Sessioner = (*Store)(nil)
 )
 
 // New opens a store over client, which the caller keeps owning: Close never

@@ -22,11 +22,17 @@ import (
 //   - the write won over an older version of the key, or a delete removed
 //     the key: the key's previous lease now carries nothing and is revoked in
 //     the background (best effort; one goroutine per store, a queue of
-//     1024). If that fails or the queue is full it expires within one TTL.
+//     1024), after a TimeToLive read confirms that no key is attached to
+//     it any more (a session's lease always carries its marker key, so a
+//     rewrite or delete of a key bound to a session never revokes the
+//     session). If that fails or the queue is full it expires within one
+//     TTL.
 //
 // So at any time the store holds about one lease per live ephemeral key
 // plus those of the last TTL's failed writes. Each ephemeral write costs two
-// raft proposals (grant, transaction) and a third later (revocation).
+// raft proposals (grant, transaction) and a third later (revocation, after
+// one lease read). Sessions (session.go) are the exception: one lease
+// carries every key bound to the session.
 
 // revokeLost revokes the lease of a write that lost its condition. The
 // caller's context may be done, so cleanup uses a fresh bounded one.
@@ -55,13 +61,28 @@ func (s *store) reaper() {
 			return
 		case id := <-s.reap:
 			ctx, cancel := context.WithTimeout(s.ctx, DefaultRevokeTimeout)
-			s.revoke(ctx, id)
+			if s.unused(ctx, id) {
+				s.revoke(ctx, id)
+			}
 			cancel()
 			if s.reapHook != nil {
 				s.reapHook(id)
 			}
 		}
 	}
+}
+
+// unused reports whether a superseded lease carries no key any more: a
+// write's own lease, whose one key moved off it. A session's lease always
+// carries its marker key (and maybe other bound keys), so it is never
+// revoked here, whoever rewrote or deleted one of its keys. If the lease
+// cannot be read, it is left to expire.
+func (s *store) unused(ctx context.Context, id clientv3.LeaseID) bool {
+	ttl, err := s.cli.TimeToLive(ctx, id, clientv3.WithAttachedKeys())
+	if err != nil {
+		return false
+	}
+	return ttl.TTL > 0 && len(ttl.Keys) == 0
 }
 
 func (s *store) revoke(ctx context.Context, id clientv3.LeaseID) {

@@ -14,6 +14,12 @@
 // It has the [spate.Releaser] capability: UpdateAndDelete makes both
 // writes under that one mutex.
 //
+// It has the [spate.Sessioner] capability: a session is a deadline in the
+// same expiry heap as the keys'. A key bound to it has no deadline of its
+// own; when the session's deadline passes, the expiry that removes
+// expired keys removes its keys, each with a delete to watchers. KeepAlive
+// moves the deadline and writes nothing.
+//
 // Watches register under the same lock that mints revisions, so a watcher
 // never sees a gap or an out-of-order pair. A watcher that falls more than
 // [Options.WatchBuffer] events behind is cut off with a Retryable error and
@@ -31,6 +37,7 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -75,9 +82,11 @@ type Store struct {
 }
 
 var (
-	_ spate.Store    = (*Store)(nil)
-	_ spate.Releaser = (*Store)(nil)
-	_ spate.Releaser = (*handle)(nil)
+	_ spate.Store     = (*Store)(nil)
+	_ spate.Releaser  = (*Store)(nil)
+	_ spate.Releaser  = (*handle)(nil)
+	_ spate.Sessioner = (*Store)(nil)
+	_ spate.Sessioner = (*handle)(nil)
 )
 
 // New creates a store and returns its first handle.
@@ -297,7 +306,16 @@ type keyspace struct {
 type item struct {
 	value    []byte
 	rev      uint64
-	deadline time.Time // ephemeral only
+	deadline time.Time // ephemeral only, and only while unbound
+	sess     *session  // the session the key is bound to, or nil
+}
+
+// session is a lifetime that bound ephemeral keys share.
+type session struct {
+	deadline time.Time
+	keys     map[string]struct{} // keys bound to it (some maybe since rebound)
+	expired  bool                // its deadline passed: its keys are gone
+	ended    bool                // closed
 }
 
 func (b *backend) connect() *Store {
@@ -325,7 +343,7 @@ func (b *backend) space(ks spate.Keyspace) *keyspace { return b.ks[ks-1] }
 func (b *backend) put(ks spate.Keyspace, key string, value []byte, expected uint64, create bool) spate.Outcome {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.putLocked(ks, key, value, expected, create)
+	return b.putLocked(ks, key, value, expected, create, nil)
 }
 
 // updateAndDelete is the durable compare-and-swap and, if it wins, the
@@ -333,14 +351,17 @@ func (b *backend) put(ks spate.Keyspace, key string, value []byte, expected uint
 func (b *backend) updateAndDelete(durableKey string, value []byte, expected uint64, ephemeralKey string, leaseExpected uint64) (spate.Outcome, spate.Outcome) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	u := b.putLocked(spate.Durable, durableKey, value, expected, false)
+	u := b.putLocked(spate.Durable, durableKey, value, expected, false, nil)
 	if !u.Won {
 		return u, spate.Outcome{}
 	}
 	return u, b.delLocked(spate.Ephemeral, ephemeralKey, leaseExpected)
 }
 
-func (b *backend) putLocked(ks spate.Keyspace, key string, value []byte, expected uint64, create bool) spate.Outcome {
+// putLocked writes key; with sess (ephemeral only) the key is bound to
+// it, and without, it has a deadline of its own (a Store.Update of a
+// bound key unbinds it).
+func (b *backend) putLocked(ks spate.Keyspace, key string, value []byte, expected uint64, create bool, sess *session) spate.Outcome {
 	sp := b.space(ks)
 	now := b.now()
 	b.expireLocked(ks, now)
@@ -349,9 +370,12 @@ func (b *backend) putLocked(ks spate.Keyspace, key string, value []byte, expecte
 		return spate.Outcome{}
 	}
 	sp.rev++
-	it := &item{value: slices.Clone(value), rev: sp.rev}
+	it := &item{value: slices.Clone(value), rev: sp.rev, sess: sess}
 	sp.items[key] = it
-	if ks == spate.Ephemeral {
+	switch {
+	case sess != nil:
+		sess.keys[key] = struct{}{}
+	case ks == spate.Ephemeral:
 		it.deadline = now.Add(b.opts.TTL)
 		heap.Push(&sp.deadlines, deadline{at: it.deadline, key: key, rev: it.rev})
 		b.armLocked()
@@ -432,11 +456,31 @@ func (b *backend) expireLocked(ks spate.Keyspace, now time.Time) {
 			return
 		}
 		heap.Pop(&sp.deadlines)
-		if it, ok := sp.items[d.key]; ok && it.rev == d.rev {
+		if d.sess != nil {
+			if d.sess.live() && d.sess.deadline.Equal(d.at) {
+				d.sess.expired = true
+				b.dropLocked(d.sess)
+			}
+			continue
+		}
+		if it, ok := sp.items[d.key]; ok && it.rev == d.rev && it.sess == nil {
 			b.removeLocked(ks, d.key)
 		}
 	}
 }
+
+// dropLocked deletes the keys still bound to s, in key order.
+func (b *backend) dropLocked(s *session) {
+	items := b.space(spate.Ephemeral).items
+	for _, k := range slices.Sorted(maps.Keys(s.keys)) {
+		if it, ok := items[k]; ok && it.sess == s {
+			b.removeLocked(spate.Ephemeral, k)
+		}
+	}
+	s.keys = nil
+}
+
+func (s *session) live() bool { return !s.expired && !s.ended }
 
 // nextDeadlineLocked returns the earliest pending deadline, dropping
 // entries of keys rewritten or deleted since.
@@ -444,7 +488,11 @@ func (b *backend) nextDeadlineLocked() (time.Time, bool) {
 	sp := b.space(spate.Ephemeral)
 	for sp.deadlines.Len() > 0 {
 		d := sp.deadlines[0]
-		if it, ok := sp.items[d.key]; ok && it.rev == d.rev {
+		if d.sess != nil {
+			if d.sess.live() && d.sess.deadline.Equal(d.at) {
+				return d.at, true
+			}
+		} else if it, ok := sp.items[d.key]; ok && it.rev == d.rev && it.sess == nil {
 			return d.at, true
 		}
 		heap.Pop(&sp.deadlines)
@@ -635,10 +683,12 @@ func (w *watcher) run(ctx context.Context, snapshot []spate.Entry) {
 	}
 }
 
+// deadline is a key's (sess nil) or a session's.
 type deadline struct {
-	at  time.Time
-	key string
-	rev uint64
+	at   time.Time
+	key  string
+	rev  uint64
+	sess *session
 }
 
 type deadlineHeap []deadline
@@ -652,4 +702,111 @@ func (h *deadlineHeap) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
+}
+
+// errExpired is a call's error on a session whose deadline passed.
+var errExpired = fmt.Errorf("the session's deadline passed and its keys are gone: %w: %w", spate.ErrSessionExpired, spate.ErrFatal)
+
+// startSession starts a session with a deadline one TTL from now.
+func (b *backend) startSession() *session {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := &session{keys: map[string]struct{}{}}
+	b.renewLocked(s, b.now())
+	return s
+}
+
+// renewLocked moves s's deadline to one TTL after now.
+func (b *backend) renewLocked(s *session, now time.Time) {
+	s.deadline = now.Add(b.opts.TTL)
+	sp := b.space(spate.Ephemeral)
+	heap.Push(&sp.deadlines, deadline{at: s.deadline, sess: s})
+	b.armLocked()
+}
+
+// sessionPut is a session's Create (create) or Update.
+func (b *backend) sessionPut(s *session, key string, value []byte, expected uint64, create bool) (spate.Outcome, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expireLocked(spate.Ephemeral, b.now())
+	if s.expired {
+		return spate.Outcome{}, errExpired
+	}
+	return b.putLocked(spate.Ephemeral, key, value, expected, create, s), nil
+}
+
+// keepAlive renews s, or reports it expired. It writes nothing.
+func (b *backend) keepAlive(s *session) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	b.expireLocked(spate.Ephemeral, now)
+	if s.expired {
+		return errExpired
+	}
+	b.renewLocked(s, now)
+	return nil
+}
+
+// endSession closes s: its keys are deleted (unless it expired, which
+// deleted them).
+func (b *backend) endSession(s *session) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expireLocked(spate.Ephemeral, b.now())
+	if s.live() {
+		b.dropLocked(s)
+	}
+	s.ended = true
+}
+
+// NewSession implements [spate.Sessioner] (the driver's half; the
+// [spate.PortableStore] wraps it).
+func (h *handle) NewSession(ctx context.Context) (spate.Session, error) {
+	if err := spate.ContextError(ctx, "mem", "new session"); err != nil {
+		return nil, err
+	}
+	return &memSession{h: h, s: h.b.startSession()}, nil
+}
+
+// memSession is the driver's session.
+type memSession struct {
+	h *handle
+	s *session
+}
+
+// Create implements [spate.Session]; [Options.Faults] sees it as an
+// ephemeral Create of key.
+func (m *memSession) Create(ctx context.Context, key string, value []byte) (spate.Outcome, error) {
+	var o spate.Outcome
+	err := m.h.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.Create, Keyspace: spate.Ephemeral, Key: key, Value: value}, func() (err error) {
+		o, err = m.h.b.sessionPut(m.s, key, value, 0, true)
+		return err
+	})
+	return o, err
+}
+
+// Update implements [spate.Session]; [Options.Faults] sees it as an
+// ephemeral Update of key.
+func (m *memSession) Update(ctx context.Context, key string, value []byte, expected uint64) (spate.Outcome, error) {
+	var o spate.Outcome
+	err := m.h.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.Update, Keyspace: spate.Ephemeral, Key: key, Value: value}, func() (err error) {
+		o, err = m.h.b.sessionPut(m.s, key, value, expected, false)
+		return err
+	})
+	return o, err
+}
+
+// KeepAlive implements [spate.Session]; [Options.Faults] sees it as a
+// [faultstore.KeepAlive].
+func (m *memSession) KeepAlive(ctx context.Context) error {
+	return m.h.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.KeepAlive, Keyspace: spate.Ephemeral}, func() error {
+		return m.h.b.keepAlive(m.s)
+	})
+}
+
+// Close implements [spate.Session].
+func (m *memSession) Close() error {
+	m.h.b.endSession(m.s)
+	return nil
 }

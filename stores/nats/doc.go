@@ -92,6 +92,11 @@
 // calls (the owner-clear Update, then the guarded lease Delete), and the
 // conformance suite skips the Releaser rules, saying so.
 //
+// Nor does it have the optional [spate.Sessioner] capability: a KV bucket's
+// per-key TTL (limit markers) has no shared lifetime that one call renews,
+// so the coordinator renews each lease with its own Update, and the
+// conformance suite skips the session rules.
+//
 // A deviation the server cannot help with: an Update or guarded Delete whose
 // expected revision is exactly the revision of the key's delete or expiry
 // marker (as a watch reports it) finds the subject at that sequence and wins,

@@ -50,6 +50,12 @@
 // revision and its own change-log entry and notification, exactly as
 // Update and Delete would, so watchers of each keyspace see it as usual.
 //
+// The store does not have the optional [spate.Sessioner] capability: each
+// ephemeral key has its own deadline in the keyspace's sorted set and Redis
+// has no lifetime that keys share and one call renews, so the coordinator
+// renews each lease with its own Update, and the conformance suite skips
+// the session rules.
+//
 // Each keyspace keeps a sorted index of its live keys (prefix ranges with
 // ZRANGEBYLEX), a hash of values, a hash of revisions, a revision counter
 // (INCR), the change log (a stream, XADD with MAXLEN ~ [Options.ChangeLogLength])
