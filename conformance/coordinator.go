@@ -781,7 +781,13 @@ func scenMaybeLandedRenewal(e *env) {
 	f := newFleet(e, planOf("maybe", 1))
 	a := f.start("a", withPerTick(0))
 	f.until(10*leases(f), "a holding the split", func() bool { return len(a.held) == 1 })
-	a.inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Update}, Keyspace: spate.Ephemeral, KeyPrefix: "split.", Landed: true, Times: 2})
+	// A lease bound to a session (a store with spate.Sessioner) is renewed
+	// by the session's KeepAlive, anything else by an Update of the lease.
+	if _, ok := spate.SessionerOf(e.open()); ok {
+		a.inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.KeepAlive}, Keyspace: spate.Ephemeral, Landed: true, Times: 2})
+	} else {
+		a.inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Update}, Keyspace: spate.Ephemeral, KeyPrefix: "split.", Landed: true, Times: 2})
+	}
 	f.hold(2*leases(f), "a keeping the split", func() bool { return len(a.held) == 1 })
 	if len(a.losses) > 0 || a.saw(func(ev spate.Event) bool { _, ok := ev.(spate.Quarantined); return ok }) {
 		e.t.Errorf("rule: a maybe-landed renewal is adopted, not a loss; events %v", a.events)
