@@ -245,11 +245,11 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	phase("takeover took %v; stopping the fleet", res.Takeover.Round(time.Millisecond))
 	for _, w := range fleet {
 		res.LeasesLost += w.lost.Load()
 		res.Quarantined += w.quarantined.Load()
 	}
+	phase("takeover took %v; stopping the fleet\n%s\n%s", res.Takeover.Round(time.Millisecond), ScaleHeader, res.Row())
 	return res
 }
 
@@ -549,6 +549,11 @@ func (w *scaleWorker) run() {
 			}
 		}
 		for id, s := range w.held {
+			select {
+			case <-w.stop:
+				return // a pass of commits on an overloaded store takes long
+			default:
+			}
 			if now.Before(s.due) {
 				continue
 			}
