@@ -99,7 +99,7 @@ func newProgressRecord(id string, fp uint64, seed *SplitProgress) *progressRecor
 // before the first commit).
 func checkMonotone(id string, cur *int64, next int64) error {
 	if cur != nil && next < *cur {
-		return Fatalf("commit of split %s would move its committed watermark back from %d to %d: a source bug; stopping",
+		return Fatalf("commit of split %s would move its committed watermark back from %d to %d: a source bug (or a store whose compare-and-swap let a stale write through); stopping",
 			id, *cur, next)
 	}
 	return nil
