@@ -25,6 +25,11 @@ type Rule struct {
 	// error classes (the package documentation maps every sentence there
 	// to its rules); a coordinator rule states the guarantee in words.
 	Contract string
+	// Capability names the optional store capability the rule belongs to
+	// ("spate.Releaser", "spate.KeyWatcher", "spate.Sessioner"), or is
+	// empty for the contract every store keeps. A rule of a capability
+	// skips on a store without it.
+	Capability string
 
 	body func(*env)
 }

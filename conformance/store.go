@@ -195,7 +195,17 @@ var StoreRules = slices.Concat([]Rule{
 	{Name: "UseAfterClose",
 		Contract: "After Close every method returns an error matching both [ErrClosed] and [ErrFatal].",
 		body:     testCallsAfterClose},
-}, releaseRules, watchKeysRules, sessionRules)
+}, capability("spate.Releaser", releaseRules), capability("spate.KeyWatcher", watchKeysRules), capability("spate.Sessioner", sessionRules))
+
+// capability marks rules as those of the named optional capability.
+func capability(name string, rules []Rule) []Rule {
+	out := make([]Rule, len(rules))
+	for i, r := range rules {
+		r.Capability = name
+		out[i] = r
+	}
+	return out
+}
 
 // eventWait bounds waits for live watch events that need no expiry.
 const eventWait = 10 * time.Second
