@@ -136,7 +136,13 @@ func (a *actor) finishElection(res electResult, newJob bool) error {
 	if res.err != nil {
 		return res.err
 	}
-	if res.failed || res.won && !res.bumped {
+	// A lost election backs off too: the winner's key normally reaches the
+	// view through the watch and ends the attempts, but a worker whose
+	// watch of the leader key is down (a scoped worker between two key
+	// groups) would otherwise campaign again at once, and again, without
+	// ever letting the loop wait (in a synctest bubble, virtual time then
+	// never advanced: a chaos seed hung).
+	if res.failed || !res.won || !res.bumped {
 		a.failed(opKey{op: "elect"})
 	}
 	if !res.won {
