@@ -122,6 +122,27 @@ func newRenewer(st Store, cfg Config, log *slog.Logger, m *coordMetrics, self, n
 	return r
 }
 
+// retryWait is how long a renewal that failed Retryable waits before its
+// one retry within the beat: a lost reply or a store hiccup then costs a
+// moment, not a third of the lease.
+func (r *renewer) retryWait() time.Duration { return r.cfg.LeaseDuration / 15 }
+
+// retrySoon waits retryWait after a Retryable renewal failure and reports
+// whether to try once more (false for a Fatal error or when ctx ends).
+func (r *renewer) retrySoon(ctx context.Context, err error) bool {
+	if KindOf(err) != KindRetryable || ctx.Err() != nil {
+		return false
+	}
+	t := time.NewTimer(r.retryWait())
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // session returns the session a new lease binds to, or nil.
 func (r *renewer) session() *sessionHold {
 	r.mu.Lock()
@@ -153,6 +174,10 @@ func (r *renewer) keepSession(ctx context.Context) {
 		return
 	}
 	err := sh.s.KeepAlive(ctx)
+	if err != nil && r.retrySoon(ctx, err) {
+		sent = time.Now()
+		err = sh.s.KeepAlive(ctx)
+	}
 	switch {
 	case err == nil:
 		r.mu.Lock()
@@ -276,10 +301,17 @@ func (r *renewer) renewLease(ctx context.Context, id string, h leaseHold) {
 	lv := encode(leaseVal{Schema: SchemaVersion, Owner: r.self, Nonce: r.nonce, Epoch: h.epoch})
 	rev := h.rev
 	// At most two writes: the renewal, and once more after adopting a
-	// renewal that landed though its reply was lost.
+	// renewal that landed though its reply was lost; and one more try,
+	// a moment later, after a Retryable failure.
+	retried := false
 	for range 2 {
 		sent := time.Now()
 		o, err := r.st.Update(ctx, Ephemeral, key, lv, rev)
+		if err != nil && !retried && r.retrySoon(ctx, err) {
+			retried = true
+			sent = time.Now()
+			o, err = r.st.Update(ctx, Ephemeral, key, lv, rev)
+		}
 		if err != nil {
 			r.log.Debug("lease renewal failed; retrying next beat", "split", id, "err", err)
 			return

@@ -115,8 +115,9 @@ func TestRenewerSkipsALeaseWrittenJustNow(t *testing.T) {
 }
 
 // A renewal that landed though its reply was lost moves the revision under
-// the renewer: the next renewal loses its CAS, finds the lease still ours
-// at this epoch, adopts the revision and rewrites at once.
+// the renewer: its retry, a moment later in the same beat, loses its CAS,
+// finds the lease still ours at this epoch, adopts the revision and
+// rewrites at once.
 func TestRenewerAdoptsALandedRenewalWhoseReplyWasLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := newFakeStore()
@@ -132,21 +133,39 @@ func TestRenewerAdoptsALandedRenewalWhoseReplyWasLost(t *testing.T) {
 			}
 			return fakeFault{}
 		})
-		r.beat(t.Context())
-		landed, _ := st.entry(Ephemeral, key)
-		require.Greater(t, landed.Revision, before, "the first renewal landed")
-		require.Equal(t, before, r.leaseRev(id), "but the renewer never heard of it")
-
-		time.Sleep(time.Second)
-		sent := time.Now()
+		start := time.Now()
 		r.beat(t.Context())
 		e, _ := st.entry(Ephemeral, key)
-		assert.Greater(t, e.Revision, landed.Revision, "the adopted lease was rewritten at once")
+		assert.Greater(t, e.Revision, before+1, "the lost-reply write landed, and the adopted lease was rewritten")
 		assert.Equal(t, e.Revision, r.leaseRev(id))
-		assert.Equal(t, sent, lastRenewed(r, id))
-		assert.Equal(t, 3, st.count("update", key), "the lost-reply write, the lost CAS, the rewrite")
+		assert.Equal(t, start.Add(r.retryWait()), lastRenewed(r, id), "renewed in the same beat, after the retry wait")
+		assert.Equal(t, 3, st.count("update", key), "the lost-reply write, the retry's lost CAS, the rewrite")
 		assert.Empty(t, notesOf(r), "adopting costs nothing: no loss")
 		assert.Equal(t, 1.0, testutil.ToFloat64(r.m.writes.WithLabelValues("conflict")))
+	})
+}
+
+// A renewal that fails Retryable is tried once more within the beat, a
+// moment later: one failure costs retryWait, not a third of the lease.
+func TestRenewerRetriesAFailedRenewalWithinTheBeat(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newFakeStore()
+		r := newTestRenewer(t, st, testConfig())
+		ids := holdLeases(st, r, 1, time.Now().Add(-r.renewGate()))
+		id, key := ids[0], prefixSplit+ids[0]
+		fail := 1
+		st.setFault(func(c fakeCall) fakeFault {
+			if c.op == "update" && c.key == key && fail > 0 {
+				fail--
+				return fakeFault{err: Retryablef("store unreachable")}
+			}
+			return fakeFault{}
+		})
+		start := time.Now()
+		r.beat(t.Context())
+		assert.Equal(t, 2, st.count("update", key))
+		assert.Equal(t, start.Add(r.retryWait()), lastRenewed(r, id))
+		assert.Empty(t, notesOf(r))
 	})
 }
 
