@@ -364,17 +364,7 @@ func (a *actor) onKeyEvent(ke keyEvent) error {
 	if id, ok := splitOfKey(ev.Key); ok && !a.inScope(id) && !a.wantWholeJob() {
 		return nil // a split that left the scope
 	}
-	switch {
-	case ev.Kind == WatchPut && g.ks == Ephemeral:
-		return a.ephemeralPut(ev.Key, ev.Value, ev.Revision)
-	case ev.Kind == WatchPut:
-		return a.durablePut(ev.Key, ev.Value, ev.Revision, live)
-	case ev.Kind == WatchDelete && g.ks == Ephemeral:
-		a.ephemeralDelete(ev.Key, ev.Revision, false)
-	case ev.Kind == WatchDelete:
-		return a.durableDelete(ev.Key, ev.Revision)
-	}
-	return nil
+	return a.applyLive(g.ks, ev)
 }
 
 // applyKeys folds a complete read of the listed keys of ks that started at

@@ -139,14 +139,20 @@ func (a *actor) onWatch(w *watchState, ev WatchEvent, ok bool) error {
 		}
 		return nil // deletes inside a snapshot are dropped
 	}
+	return a.applyLive(w.ks, ev)
+}
+
+// applyLive folds one live put or delete of keyspace ks, from a whole-job
+// watch or a key group.
+func (a *actor) applyLive(ks Keyspace, ev WatchEvent) error {
 	switch ev.Kind {
 	case WatchPut:
-		if w.ks == Ephemeral {
+		if ks == Ephemeral {
 			return a.ephemeralPut(ev.Key, ev.Value, ev.Revision)
 		}
 		return a.durablePut(ev.Key, ev.Value, ev.Revision, live)
 	case WatchDelete:
-		if w.ks == Ephemeral {
+		if ks == Ephemeral {
 			a.ephemeralDelete(ev.Key, ev.Revision, false)
 		} else {
 			return a.durableDelete(ev.Key, ev.Revision)
