@@ -27,11 +27,9 @@ import (
 type keyGroup struct {
 	ks         Keyspace
 	keys       []string
-	ch         <-chan WatchEvent // nil while being established
-	ctx        context.Context   // the stream's; done once the group is dropped
-	cancel     context.CancelFunc
-	collecting bool // between establishment and SnapshotDone
-	loaded     bool // its snapshot is folded into the view
+	cancel     context.CancelFunc // ends the stream; nil while being established
+	collecting bool               // between establishment and SnapshotDone
+	loaded     bool               // its snapshot is folded into the view
 	closed     bool
 	since      uint64
 	deadline   time.Time
@@ -252,7 +250,7 @@ func (a *actor) openGroup(ks Keyspace, keys []string) {
 
 // startGroup makes an established group's stream an input of the loop.
 func (a *actor) startGroup(g *keyGroup, ctx context.Context, ch <-chan WatchEvent, cancel context.CancelFunc, since uint64) {
-	g.ch, g.ctx, g.cancel, g.collecting, g.since = ch, ctx, cancel, true, since
+	g.cancel, g.collecting, g.since = cancel, true, since
 	g.deadline = time.Now().Add(a.snapshotBudget())
 	a.io.Add(1)
 	go func() {
