@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -80,25 +81,39 @@ func (c *Cluster) Connect(t testing.TB, extra ...natsgo.Option) *natsgo.Conn {
 	return nc
 }
 
-// WaitMetaLeader waits until the running nodes have a JetStream meta leader
-// that sees every running node online with JetStream (so that it can place
-// replicated streams) and every running node is current with it.
+// WaitMetaLeader waits until the running nodes are fully routed to each
+// other and have a JetStream meta leader that sees every running node
+// online with JetStream (so that it can place replicated streams) and
+// every running node is current with it.
+//
+// A meta leader is not enough by itself: the meta group's traffic can flow
+// while some of the pooled route connections that carry client accounts
+// are still being made, and until they are, a stream's interest (or a
+// client inbox's) has not reached every node. A publish from a client on
+// one node to a stream led on another then finds no responders, and a
+// consumer's messages to a client inbox are dropped until its heartbeats
+// are missed and it is re-created: a fresh cluster that is not yet a
+// cluster.
 func (c *Cluster) WaitMetaLeader(t testing.TB) {
 	t.Helper()
-	Eventually(t, 30*time.Second, "JetStream meta leader with every node online", func() bool {
-		running, online, current := 0, 0, true
+	Eventually(t, 30*time.Second, "every node routed to every other and a JetStream meta leader with every node online", func() bool {
+		var up []*server.Server
 		for _, s := range c.Nodes {
-			srv := s.Raw()
-			if srv == nil {
-				continue
+			if srv := s.Raw(); srv != nil {
+				up = append(up, srv)
 			}
-			running++
+		}
+		online, current := 0, true
+		for _, srv := range up {
+			if srv.NumRemotes() != len(up)-1 || srv.NumRoutes() < (len(up)-1)*server.DEFAULT_ROUTE_POOL_SIZE {
+				return false
+			}
 			if srv.JetStreamIsLeader() {
 				online = len(srv.JetStreamClusterPeers())
 			}
 			current = current && srv.JetStreamIsCurrent()
 		}
-		return online == running && current
+		return online == len(up) && current
 	})
 }
 

@@ -168,6 +168,12 @@ func (s *Server) start(t testing.TB) {
 	if err != nil {
 		t.Fatalf("natstest: new server %s: %v", s.name, err)
 	}
+	if os.Getenv("NATSTEST_LOG") != "" {
+		// The servers' own logs on stderr, to debug a test.
+		o.NoLog = false
+		o.Debug = os.Getenv("NATSTEST_LOG") == "debug"
+		srv.ConfigureLogger()
+	}
 	go srv.Start()
 	if !srv.ReadyForConnections(readyWait) {
 		srv.Shutdown()
