@@ -372,7 +372,8 @@ func (c *StoreCoordinator) DeclineRevoke(ctx context.Context, split SplitID) err
 // Close stops the actor and hands back, directly, every split it still held
 // (bounded by 2×OpTimeout): a lease is deleted only if it still carries this
 // process's owner and nonce, an owner is cleared only at this tenancy's
-// epoch. Close is idempotent, as every Close in spate is: a later call
+// epoch. On a store with sessions ([Sessioner]) it then closes the lease
+// session, so nothing bound to it outlives the process by a TTL. Close is idempotent, as every Close in spate is: a later call
 // (Close or Abandon) waits for the first to finish and returns nil.
 func (c *StoreCoordinator) Close() error {
 	if !c.shutdown() {
@@ -381,6 +382,7 @@ func (c *StoreCoordinator) Close() error {
 	defer close(c.closedAll)
 	if c.act != nil {
 		c.directRelease(nil)
+		c.act.renew.endSession()
 	}
 	return nil
 }

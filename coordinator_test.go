@@ -435,3 +435,73 @@ func TestFixedFleetOf5x200HandsNothingOff(t *testing.T) {
 		assert.Equal(t, 200, held())
 	})
 }
+
+// sessionSpy is a store with sessions whose sessions count their Close.
+type sessionSpy struct {
+	spate.Store
+	mu     sync.Mutex
+	opened int
+	closed int
+}
+
+func (s *sessionSpy) NewSession(ctx context.Context) (spate.Session, error) {
+	ss, err := s.Store.(spate.Sessioner).NewSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.opened++
+	s.mu.Unlock()
+	return &spySession{Session: ss, spy: s}, nil
+}
+
+func (s *sessionSpy) counts() (opened, closed int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.opened, s.closed
+}
+
+type spySession struct {
+	spate.Session
+	spy  *sessionSpy
+	once sync.Once
+}
+
+func (s *spySession) Close() error {
+	s.once.Do(func() {
+		s.spy.mu.Lock()
+		s.spy.closed++
+		s.spy.mu.Unlock()
+	})
+	return s.Session.Close()
+}
+
+// A graceful Close ends the lease session after the hand-back; Abandon,
+// which stands for a death, leaves it to expire.
+func TestCloseEndsTheLeaseSession(t *testing.T) {
+	for _, graceful := range []bool{true, false} {
+		t.Run(fmt.Sprintf("graceful=%t", graceful), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := mem.MustNew(mem.Options{TTL: testLease})
+				defer s.Close()
+				spy := &sessionSpy{Store: s}
+				_, ok := spate.SessionerOf(spy)
+				require.True(t, ok, "the spy has sessions")
+				a := startTW(t, spy, "a", plan("sess", 3), nil)
+				pumpUntil(t, 20*testLease, "a holding everything", func() bool { return len(a.held) == 3 }, a)
+				opened, closed := spy.counts()
+				require.Equal(t, 1, opened, "one session for the worker's leases")
+				require.Zero(t, closed)
+				if graceful {
+					require.NoError(t, a.c.Close())
+					_, closed = spy.counts()
+					assert.Equal(t, 1, closed, "Close ends the session")
+				} else {
+					require.NoError(t, a.c.Abandon())
+					_, closed = spy.counts()
+					assert.Zero(t, closed, "Abandon leaves the session to expire")
+				}
+			})
+		})
+	}
+}

@@ -212,6 +212,24 @@ func (r *renewer) keepSession(ctx context.Context) {
 	}
 }
 
+// endSession closes the lease session at a graceful shutdown, after the
+// hand-back: the store deletes at once what is still bound to it (a lease
+// the hand-back could not delete in its budget) and frees the session
+// itself (on etcd, its lease and marker key), instead of a TTL later.
+// The renewer has stopped; Abandon never calls this.
+func (r *renewer) endSession() {
+	r.mu.Lock()
+	sh := r.sess
+	r.sess = nil
+	r.mu.Unlock()
+	if sh == nil {
+		return
+	}
+	if err := sh.s.Close(); err != nil {
+		r.log.Debug("closing the lease session failed; it expires within a lease", "err", err)
+	}
+}
+
 // beatInterval is a third of the lease scaled by a jitter in [0.8, 1.2)
 // derived from this process's seed and the round, so workers drift apart
 // instead of herding.
