@@ -172,9 +172,14 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 		go w.run()
 	}
 	defer func() {
+		// All at once, as a fleet-wide SIGTERM: closed one by one, every
+		// Close handed its splits to the survivors, which claimed them
+		// only to hand them back in turn (minutes at W=50 on etcd).
+		var wg sync.WaitGroup
 		for _, w := range fleet {
-			w.close()
+			wg.Go(w.close)
 		}
+		wg.Wait()
 	}()
 
 	held := func() int {
@@ -184,8 +189,12 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 		}
 		return n
 	}
-	for held() < o.Splits && time.Since(start) < o.Placement {
+	for next := 5 * time.Second; held() < o.Splits && time.Since(start) < o.Placement; {
 		time.Sleep(100 * time.Millisecond)
+		if el := time.Since(start); el >= next {
+			phase("placing: %d of %d splits held after %v", held(), o.Splits, el.Round(time.Second))
+			next += 5 * time.Second
+		}
 	}
 	res.Placement, res.Placed = time.Since(start), held()
 	phase("%d of %d splits held after %v; settling for a lease", res.Placed, o.Splits, res.Placement.Round(time.Millisecond))
