@@ -60,6 +60,15 @@
 // and a lagging follower can return a stale value. With it off the stream
 // leader answers every read.
 //
+// [New] returns once each bucket's stream answers a publish sent through
+// the connection's server. A stream just created is led by one server and
+// its interest reaches the others of a cluster a little later; a publish
+// through them meanwhile finds no responders. New's probe publishes to
+// the key spate-ready-probe expecting a sequence no key can hold, so the
+// stream refuses it and stores nothing; it waits out no responders for at
+// most five seconds, then fails Retryable (no stream leader, or no
+// quorum). It needs the publish permission the writes need anyway.
+//
 // # Revisions and compare-and-swap
 //
 // Revisions are the bucket's stream sequences: bucket-wide, strictly
