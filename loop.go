@@ -72,6 +72,7 @@ type actor struct {
 	leading        *leadership
 	electing       bool
 	publishing     bool
+	publishAfter   time.Time // no assignment computation before (publishPace)
 	dirty          bool
 	quarantineScan bool
 	parting        bool
@@ -353,7 +354,11 @@ func (a *actor) step() error {
 			a.wakeUp(a.leading.settleUntil)
 		}
 		if a.dirty && !now.Before(a.leading.settleUntil) && a.due(opKey{op: "publish"}, now) {
-			a.publish(now)
+			if now.Before(a.publishAfter) {
+				a.wakeUp(a.publishAfter)
+			} else {
+				a.publish(now)
+			}
 		}
 	}
 	if err := a.reconcileOwn(now); err != nil {
