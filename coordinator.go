@@ -373,8 +373,9 @@ func (c *StoreCoordinator) DeclineRevoke(ctx context.Context, split SplitID) err
 // (bounded by 2×OpTimeout): a lease is deleted only if it still carries this
 // process's owner and nonce, an owner is cleared only at this tenancy's
 // epoch. On a store with sessions ([Sessioner]) it then closes the lease
-// session, so nothing bound to it outlives the process by a TTL. Close is idempotent, as every Close in spate is: a later call
-// (Close or Abandon) waits for the first to finish and returns nil.
+// session, so nothing bound to it outlives the process by a TTL. Close is
+// idempotent, as every Close in spate is: a later call (Close or Abandon)
+// waits for the first to finish and returns nil.
 func (c *StoreCoordinator) Close() error {
 	if !c.shutdown() {
 		return nil

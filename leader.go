@@ -341,10 +341,6 @@ type assignWrite struct {
 // publishConcurrency bounds the assignment writes in flight.
 const publishConcurrency = 16
 
-// publish computes the desired assignment and writes, beside the loop, the
-// records that changed. It runs only when an input changed (the dirty
-// flag), one publish at a time, and no sooner than publishPace times its
-// last computation's duration after that computation began.
 // publishPace bounds the share of the leader's loop that computing the
 // assignment may take: after a computation that took d, the next starts
 // no sooner than publishPace×d after it began, so at most about 1 in
@@ -356,6 +352,10 @@ const publishConcurrency = 16
 // A small job's computation takes microseconds, so it is not delayed.
 const publishPace = 10
 
+// publish computes the desired assignment and writes, beside the loop, the
+// records that changed. It runs only when an input changed (the dirty
+// flag), one publish at a time, and no sooner than publishPace times its
+// last computation's duration after that computation began.
 func (a *actor) publish(now time.Time) {
 	if a.publishing {
 		return
