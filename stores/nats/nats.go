@@ -321,12 +321,8 @@ func (s *store) awaitStream(ctx context.Context, b *bucket) error {
 			return fmt.Errorf("nats: open: bucket %s: its stream found no responders through this server for %v (no stream leader, or the cluster lacks a quorum): %w: %w",
 				b.name, readyWait, err, spate.ErrRetryable)
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !pause(ctx, delay) {
 			return fmt.Errorf("nats: open: bucket %s: waiting for its stream to answer: %w", b.name, classify(ctx.Err()))
-		case <-t.C:
 		}
 	}
 }
@@ -503,13 +499,21 @@ func (s *store) publish(ctx context.Context, b *bucket, key string, value []byte
 		if time.Now().Add(delay).After(deadline) {
 			return 0, fmt.Errorf("another write of the key stayed in flight for %v: %w", inFlightWait, err)
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !pause(ctx, delay) {
 			return 0, fmt.Errorf("%w (another write of the key was in flight: %w)", ctx.Err(), err)
-		case <-t.C:
 		}
+	}
+}
+
+// pause waits d, or until ctx ends: it reports whether the wait ran out.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
