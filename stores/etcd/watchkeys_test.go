@@ -6,12 +6,15 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/etcdtest"
@@ -273,4 +276,82 @@ func BenchmarkWatchKeysEvent(b *testing.B) {
 			}
 		})
 	}
+}
+
+// wireEvents counts the watch events a client receives over gRPC, before
+// clientv3 or the driver sees them.
+type wireEvents struct{ n atomic.Int64 }
+
+func (w *wireEvents) interceptor(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	cs, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &countingStream{ClientStream: cs, w: w}, nil
+}
+
+type countingStream struct {
+	grpc.ClientStream
+	w *wireEvents
+}
+
+func (s *countingStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if wr, ok := m.(*etcdserverpb.WatchResponse); ok && err == nil {
+		s.w.n.Add(int64(len(wr.Events)))
+	}
+	return err
+}
+
+// TestWatchKeysIsNative: the server itself filters a key watch. Over the
+// wire, the client receives only the listed keys' events (one live put),
+// although 300 changes of unlisted keys, some extending a listed key's
+// bytes ("wk.a0", "wk.a.1"), were written while the watch was open. A
+// driver that watched a common prefix and filtered on the client would
+// receive them all.
+func TestWatchKeysIsNative(t *testing.T) {
+	var wire wireEvents
+	prefix := etcdtest.FreshPrefix()
+	s := open(t, prefix, func(cfg *clientv3.Config) {
+		cfg.DialOptions = append(cfg.DialOptions, grpc.WithStreamInterceptor(wire.interceptor))
+	})
+	ctx := t.Context()
+	raw := etcdtest.Shared(t).Client(t, nil)
+	unlisted := func(round int) {
+		for i := range 300 {
+			k := fmt.Sprintf("wk.a%03d", i)
+			if i%2 == 1 {
+				k = fmt.Sprintf("wk.a.%03d", i)
+			}
+			_, err := raw.Put(ctx, prefix+"durable/"+k, strconv.Itoa(round))
+			require.NoError(t, err)
+		}
+	}
+	unlisted(0)
+	for _, k := range []string{"wk.a", "wk.b"} {
+		o, err := s.Create(ctx, spate.Durable, k, []byte("v"))
+		require.NoError(t, err)
+		require.True(t, o.Won)
+	}
+	ch := watchKeys(t, ctx, s, spate.Durable, []string{"wk.b", "wk.a"})
+	snap := 0
+	for ev := recv(t, ch, 10*time.Second, "the snapshot"); ev.Kind != spate.WatchSnapshotDone; ev = recv(t, ch, 10*time.Second, "the snapshot") {
+		require.Equal(t, spate.WatchPut, ev.Kind)
+		snap++
+	}
+	require.Equal(t, 2, snap)
+	require.Zero(t, wire.n.Load(), "the snapshot is read, not watched")
+
+	unlisted(1)
+	en, ok, err := s.Get(ctx, spate.Durable, "wk.a")
+	require.NoError(t, err)
+	require.True(t, ok)
+	o, err := s.Update(ctx, spate.Durable, "wk.a", []byte("v2"), en.Revision)
+	require.NoError(t, err)
+	require.True(t, o.Won)
+	ev := recv(t, ch, 10*time.Second, "the live put of wk.a")
+	require.Equal(t, spate.WatchPut, ev.Kind)
+	require.Equal(t, "wk.a", ev.Key)
+	require.Equal(t, o.Revision, ev.Revision)
+	assert.Equal(t, int64(1), wire.n.Load(), "events received over the wire")
 }
