@@ -58,13 +58,19 @@ type ScaleResult struct {
 	// ReadsPerSec counts entries read in the window: one per Get, one per
 	// listed entry and one per watch-snapshot entry.
 	ReadsPerSec float64
-	// ReadsAfterBreak is the number of entries read in the lease after
-	// every worker's watches broke at once (a store restart);
+	// ReadsAfterBreak is the number of entries the fleet re-read because
+	// every worker's watches broke at once (a store restart): counted
+	// exactly, as the snapshot entries of the first re-opening of each
+	// watch the break ended (the same keyspace and prefix, or the same
+	// keys), within a lease. A watch re-opened later by the periodic
+	// refresh, or one opened on a new set of keys, is not counted.
 	// ReadsAfterBreakMax and ReadsAfterBreakMedian are one worker's: the
-	// most any worker read (the leader's, when it watches the whole job)
-	// and the median worker's.
+	// most any worker re-read (the leader's, when it watches the whole
+	// job) and the median worker's. OwnKeysMedian is the median worker's
+	// number of keys watched when the break came, for comparison.
 	ReadsAfterBreak                           int64
 	ReadsAfterBreakMax, ReadsAfterBreakMedian int64
+	OwnKeysMedian                             int64
 	// CPUPerSec is the process's CPU-seconds per second in the window
 	// (the store's own work included when it runs in-process).
 	CPUPerSec float64
@@ -88,14 +94,14 @@ func (r ScaleResult) EventsPerWrite() float64 {
 }
 
 // ScaleHeader is the header of [ScaleResult.Row]'s table.
-const ScaleHeader = "| workers × splits | a worker watches | placed | first placement | writes/s | events/s | events per write | reads/s | reads after a watch break (total; max, median worker) | CPU core-s/s (total, per worker) | heap per worker | takeover | leases lost | quarantined |\n" +
+const ScaleHeader = "| workers × splits | a worker watches | placed | first placement | writes/s | events/s | events per write | reads/s | re-read after a watch break (total; max, median worker; median worker's watched keys) | CPU core-s/s (total, per worker) | heap per worker | takeover | leases lost | quarantined |\n" +
 	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 
 // Row formats r as one markdown table row under [ScaleHeader].
 func (r ScaleResult) Row() string {
-	return fmt.Sprintf("| %d × %d | %s | %d | %.1fs | %.0f | %.0f | %.2f | %.0f | %d; %d, %d | %.3f, %.4f | %.2f MB | %.1fs | %d | %d |",
+	return fmt.Sprintf("| %d × %d | %s | %d | %.1fs | %.0f | %.0f | %.2f | %.0f | %d; %d, %d; %d | %.3f, %.4f | %.2f MB | %.1fs | %d | %d |",
 		r.Workers, r.Splits, r.Watch, r.Placed, r.Placement.Seconds(), r.WritesPerSec, r.EventsPerSec, r.EventsPerWrite(),
-		r.ReadsPerSec, r.ReadsAfterBreak, r.ReadsAfterBreakMax, r.ReadsAfterBreakMedian, r.CPUPerSec, r.CPUPerSec/float64(r.Workers), r.HeapPerWorker/1e6,
+		r.ReadsPerSec, r.ReadsAfterBreak, r.ReadsAfterBreakMax, r.ReadsAfterBreakMedian, r.OwnKeysMedian, r.CPUPerSec, r.CPUPerSec/float64(r.Workers), r.HeapPerWorker/1e6,
 		r.Takeover.Seconds(), r.LeasesLost, r.Quarantined)
 }
 
@@ -205,10 +211,6 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 
 	phase("measuring for %v", o.Window)
 	w0, e0, r0 := cnt.writes.Load(), cnt.events.Load(), cnt.reads.Load()
-	steady0 := make([]int64, len(fleet))
-	for i, w := range fleet {
-		steady0[i] = w.cs.reads.Load()
-	}
 	cpu0, t0 := cpuTime(), time.Now()
 	time.Sleep(o.Window)
 	secs := time.Since(t0).Seconds()
@@ -216,31 +218,26 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 	res.WritesPerSec = float64(cnt.writes.Load()-w0) / secs
 	res.EventsPerSec = float64(cnt.events.Load()-e0) / secs
 	res.ReadsPerSec = float64(cnt.reads.Load()-r0) / secs
-	steadyRate := make([]float64, len(fleet)) // each worker's reads per second
-	for i, w := range fleet {
-		steadyRate[i] = float64(w.cs.reads.Load()-steady0[i]) / secs
-	}
 	res.HeapPerWorker = float64(liveHeap()-heap0) / float64(o.Workers)
 
 	// A store restart as every worker sees it: all watches break at once.
 	phase("breaking every watch")
-	r1 := cnt.reads.Load()
 	before := make([]int64, len(fleet))
+	watched := make([]int64, len(fleet))
 	for i, w := range fleet {
-		before[i] = w.cs.reads.Load()
+		before[i], watched[i] = w.cs.rereads.Load(), w.cs.watchedKeys()
 	}
 	cnt.breakAll()
 	time.Sleep(cfg.LeaseDuration)
-	// Less what the steady state reads in the same time (the listing
-	// backstop), so that the figure is the re-reads the break caused.
-	steady := res.ReadsPerSec * cfg.LeaseDuration.Seconds()
-	res.ReadsAfterBreak = max(0, cnt.reads.Load()-r1-int64(steady))
 	per := make([]int64, len(fleet))
 	for i, w := range fleet {
-		per[i] = max(0, w.cs.reads.Load()-before[i]-int64(steadyRate[i]*cfg.LeaseDuration.Seconds()))
+		per[i] = w.cs.rereads.Load() - before[i]
+		res.ReadsAfterBreak += per[i]
 	}
 	slices.Sort(per)
+	slices.Sort(watched)
 	res.ReadsAfterBreakMax, res.ReadsAfterBreakMedian = per[len(per)-1], per[len(per)/2]
+	res.OwnKeysMedian = watched[len(watched)/2]
 
 	// One worker dies without handing back.
 	victim := fleet[len(fleet)-1]
@@ -314,6 +311,10 @@ type countingStore struct {
 	spate.Store
 	c        *scaleCounters
 	reads    atomic.Int64 // this worker's reads
+	rereads  atomic.Int64 // snapshot entries of watches re-opened after a break
+	wmu      sync.Mutex
+	live     map[string]int64 // open watches by identity: keys watched
+	broken   map[string]bool  // watches a break ended, not yet re-opened
 	calls    *callLog
 	plain    bool
 	wholeJob bool // hide the KeyWatcher capability
@@ -426,7 +427,7 @@ func (s *countingStore) List(ctx context.Context, ks spate.Keyspace, prefix stri
 }
 
 func (s *countingStore) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
-	return s.count(ctx, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
+	return s.count(ctx, fmt.Sprintf("%v prefix %q", ks, prefix), 0, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
 		return s.Store.Watch(ctx, ks, prefix)
 	})
 }
@@ -437,14 +438,55 @@ func (s *countingStore) WatchKeys(ctx context.Context, ks spate.Keyspace, keys [
 	if !ok || s.wholeJob {
 		return nil, fmt.Errorf("conformance: the store has no KeyWatcher capability: %w", spate.ErrFatal)
 	}
-	return s.count(ctx, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
+	return s.count(ctx, fmt.Sprintf("%v keys %q", ks, keys), int64(len(keys)), func(ctx context.Context) (<-chan spate.WatchEvent, error) {
 		return kw.WatchKeys(ctx, ks, keys)
 	})
 }
 
+// watchedKeys is the number of keys this worker's open watches list (a
+// prefix watch counts as none).
+func (s *countingStore) watchedKeys() int64 {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	var n int64
+	for _, k := range s.live {
+		n += k
+	}
+	return n
+}
+
+// opened records a watch opened under id, which lists nkeys keys, and
+// says whether it re-opens one that a break ended.
+func (s *countingStore) opened(id string, nkeys int64) (reopen bool) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.live == nil {
+		s.live, s.broken = map[string]int64{}, map[string]bool{}
+	}
+	s.live[id] += nkeys
+	reopen = s.broken[id]
+	delete(s.broken, id)
+	return reopen
+}
+
+// closed records the end of a watch opened under id; broke says a break
+// ended it.
+func (s *countingStore) closed(id string, nkeys int64, broke bool) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.live[id] -= nkeys; s.live[id] <= 0 {
+		delete(s.live, id)
+	}
+	if broke {
+		s.broken[id] = true
+	}
+}
+
 // count opens a stream with open and counts what it delivers: snapshot
-// entries as reads, live puts and deletes as events.
-func (s *countingStore) count(ctx context.Context, open func(context.Context) (<-chan spate.WatchEvent, error)) (<-chan spate.WatchEvent, error) {
+// entries as reads, live puts and deletes as events. id names what the
+// stream watches, and nkeys how many keys it lists: a stream that
+// re-opens one a break ended counts its snapshot as re-reads too.
+func (s *countingStore) count(ctx context.Context, id string, nkeys int64, open func(context.Context) (<-chan spate.WatchEvent, error)) (<-chan spate.WatchEvent, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	in, err := open(wctx)
 	if err != nil {
@@ -452,8 +494,11 @@ func (s *countingStore) count(ctx context.Context, open func(context.Context) (<
 		return nil, err
 	}
 	brk := s.c.breaker()
+	reopen := s.opened(id, nkeys)
 	out := make(chan spate.WatchEvent)
 	go func() {
+		broke := false
+		defer func() { s.closed(id, nkeys, broke) }()
 		defer close(out)
 		defer cancel()
 		snap := true
@@ -468,6 +513,9 @@ func (s *countingStore) count(ctx context.Context, open func(context.Context) (<
 					snap = false
 				case snap && ev.Kind == spate.WatchPut:
 					s.read(1)
+					if reopen {
+						s.rereads.Add(1)
+					}
 				case !snap && (ev.Kind == spate.WatchPut || ev.Kind == spate.WatchDelete):
 					s.c.events.Add(1)
 				}
@@ -477,6 +525,7 @@ func (s *countingStore) count(ctx context.Context, open func(context.Context) (<
 					return
 				}
 			case <-brk:
+				broke = true
 				select {
 				case out <- spate.WatchEvent{Kind: spate.WatchError, Err: spate.Retryablef("scale: simulated store restart")}:
 				case <-ctx.Done():
@@ -631,6 +680,7 @@ func BenchScale(b *testing.B, mk HarnessMaker, o ScaleOptions) {
 	b.ReportMetric(r.EventsPerWrite(), "events/write")
 	b.ReportMetric(r.ReadsPerSec, "reads/s")
 	b.ReportMetric(float64(r.ReadsAfterBreak), "reads-after-break")
+	b.ReportMetric(float64(r.ReadsAfterBreakMedian), "reads-after-break/median-worker")
 	b.ReportMetric(r.CPUPerSec/float64(r.Workers), "cpu-s/s/worker")
 	b.ReportMetric(r.HeapPerWorker/1e6, "heap-MB/worker")
 	b.ReportMetric(r.Placement.Seconds(), "placement-s")

@@ -54,6 +54,7 @@ func TestScale(t *testing.T) {
 			require.Equal(t, r.Splits, r.Placed, "every split placed")
 			require.Positive(t, r.EventsPerSec, "the fleet saw watch events")
 			require.Positive(t, r.Takeover, "the dead worker's splits were taken over")
+			require.Positive(t, r.ReadsAfterBreakMedian, "the median worker re-read what it watched after the break")
 		})
 	}
 	conformance.WriteScaleTable(os.Stdout, results)
