@@ -38,6 +38,12 @@ type ScaleOptions struct {
 	// every worker watches the whole job, as on a store without it: the
 	// baseline the scoped watch is measured against.
 	WholeJob bool
+	// OnWindow, when set, is called as the steady-state window starts
+	// (true) and ends (false), for instance to profile it. Inside a
+	// synctest bubble, start a CPU profile from a goroutine outside the
+	// bubble: the profiler's own goroutine never blocks durably, so
+	// started inside, it would stop virtual time.
+	OnWindow func(start bool)
 }
 
 // ScaleResult is what [MeasureScale] observed. Rates are per second of the
@@ -211,8 +217,14 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 
 	phase("measuring for %v", o.Window)
 	w0, e0, r0 := cnt.writes.Load(), cnt.events.Load(), cnt.reads.Load()
+	if o.OnWindow != nil {
+		o.OnWindow(true)
+	}
 	cpu0, t0 := cpuTime(), time.Now()
 	time.Sleep(o.Window)
+	if o.OnWindow != nil {
+		o.OnWindow(false)
+	}
 	secs := time.Since(t0).Seconds()
 	res.CPUPerSec = (cpuTime() - cpu0).Seconds() / secs
 	res.WritesPerSec = float64(cnt.writes.Load()-w0) / secs
@@ -568,6 +580,15 @@ type scaleSplit struct {
 func (w *scaleWorker) run() {
 	defer close(w.done)
 	ctx := context.Background()
+	// Each worker ticks at its own phase, as processes started apart do:
+	// inside a synctest bubble, tickers started together fire at the same
+	// instant, and every worker's due commits would land on the leader's
+	// watch in one burst.
+	select {
+	case <-w.stop:
+		return
+	case <-time.After(time.Duration(w.rng.Int64N(int64(w.every / 10)))):
+	}
 	tick := time.NewTicker(w.every / 10)
 	defer tick.Stop()
 	for {

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 var (
 	scaleWorkers = flag.String("scale", "", "comma-separated fleet sizes for TestScale (e.g. 10,100,1000); empty runs a 5-worker smoke check")
+	scaleProfile = flag.String("scale-cpuprofile", "", "write a CPU profile of the last TestScale run's steady-state window to this file")
 	scaleWatch   = flag.String("scale-watch", "both", "what TestScale's workers watch: keys, whole (the whole job: the baseline) or both")
 )
 
@@ -42,13 +44,22 @@ func TestScale(t *testing.T) {
 		}
 	}
 	var results []conformance.ScaleResult
-	for _, run := range runs(sizes) {
+	var prof *windowProfiler
+	if *scaleProfile != "" {
+		prof = startWindowProfiler(t, *scaleProfile)
+	}
+	all := runs(sizes)
+	for i, run := range all {
 		w := run.workers
 		synctest.Test(t, func(t *testing.T) {
 			mk := func(testing.TB) conformance.Harness {
 				return harness{root: mem.MustNew(mem.Options{TTL: 10 * time.Second})}
 			}
-			r := conformance.MeasureScale(t, mk, conformance.ScaleOptions{Workers: w, WholeJob: run.wholeJob})
+			o := conformance.ScaleOptions{Workers: w, WholeJob: run.wholeJob}
+			if prof != nil && i == len(all)-1 {
+				o.OnWindow = prof.window
+			}
+			r := conformance.MeasureScale(t, mk, o)
 			t.Log(r.Row())
 			results = append(results, r)
 			require.Equal(t, r.Splits, r.Placed, "every split placed")
@@ -58,6 +69,38 @@ func TestScale(t *testing.T) {
 		})
 	}
 	conformance.WriteScaleTable(os.Stdout, results)
+}
+
+// windowProfiler profiles a scale run's steady-state window from a
+// goroutine outside the synctest bubble (conformance.ScaleOptions.OnWindow).
+type windowProfiler struct {
+	req chan bool
+	ack chan error
+}
+
+func startWindowProfiler(t *testing.T, path string) *windowProfiler {
+	p := &windowProfiler{req: make(chan bool), ack: make(chan error)}
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	go func() {
+		for start := range p.req {
+			if start {
+				p.ack <- pprof.StartCPUProfile(f)
+			} else {
+				pprof.StopCPUProfile()
+				p.ack <- f.Close()
+			}
+		}
+	}()
+	t.Cleanup(func() { close(p.req) })
+	return p
+}
+
+func (p *windowProfiler) window(start bool) {
+	p.req <- start
+	if err := <-p.ack; err != nil {
+		panic(fmt.Sprintf("scale CPU profile: %v", err))
+	}
 }
 
 type scaleRun struct {
