@@ -366,7 +366,10 @@ func (a *actor) publish(now time.Time) {
 	}
 	// Pace the next computation by this one's cost (see publishPace).
 	started := time.Now()
-	defer func() { a.publishAfter = started.Add(publishPace * time.Since(started)) }()
+	defer func() {
+		a.computeTook = time.Since(started)
+		a.publishAfter = started.Add(publishPace * a.computeTook)
+	}()
 	in, inFlight := assignInput(leaderView{now: now, pinnedSince: a.pinnedSince, pinFor: a.pinFor(),
 		landedAt: a.landedAt, moving: a.moving, settleFor: a.pinFor(),
 		splits: a.splits, presence: a.presence, caps: a.caps,
@@ -485,7 +488,8 @@ func (a *actor) publishDone(writes []*assignWrite, moves map[string]string, memb
 		}
 	}
 	if changed && moved > 0 {
-		a.log.Info("assignment published", "members", members, "moved", moved, "generation", gen)
+		a.log.Info("assignment published", "members", members, "moved", moved, "generation", gen,
+			"computed_in", a.computeTook.Round(time.Microsecond))
 	}
 }
 

@@ -72,7 +72,8 @@ type actor struct {
 	leading        *leadership
 	electing       bool
 	publishing     bool
-	publishAfter   time.Time // no assignment computation before (publishPace)
+	publishAfter   time.Time     // no assignment computation before (publishPace)
+	computeTook    time.Duration // the last assignment computation's duration
 	dirty          bool
 	quarantineScan bool
 	parting        bool
