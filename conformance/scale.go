@@ -65,11 +65,11 @@ type ScaleResult struct {
 	// listed entry and one per watch-snapshot entry.
 	ReadsPerSec float64
 	// ReadsAfterBreak is the number of entries the fleet re-read because
-	// every worker's watches broke at once (a store restart): counted
-	// exactly, as the snapshot entries of the first re-opening of each
-	// watch the break ended (the same keyspace and prefix, or the same
-	// keys), within a lease. A watch re-opened later by the periodic
-	// refresh, or one opened on a new set of keys, is not counted.
+	// every worker's watches broke at once (a store restart), within a
+	// lease: counted exactly, as the snapshot entries of the first
+	// re-opening of each prefix watch the break ended, and of each key
+	// whose key watch it ended, the first time a snapshot holds that key
+	// again (whatever group it is watched in then).
 	// ReadsAfterBreakMax and ReadsAfterBreakMedian are one worker's: the
 	// most any worker re-read (the leader's, when it watches the whole
 	// job) and the median worker's. OwnKeysMedian is the median worker's
@@ -323,10 +323,11 @@ type countingStore struct {
 	spate.Store
 	c        *scaleCounters
 	reads    atomic.Int64 // this worker's reads
-	rereads  atomic.Int64 // snapshot entries of watches re-opened after a break
+	rereads  atomic.Int64 // snapshot entries re-read because a break ended their watch
 	wmu      sync.Mutex
 	live     map[string]int64 // open watches by identity: keys watched
-	broken   map[string]bool  // watches a break ended, not yet re-opened
+	broken   map[string]bool  // prefix watches a break ended, not yet re-opened
+	lostKeys map[string]bool  // keys ("<ks> <key>") whose key watch a break ended, not yet re-read
 	calls    *callLog
 	plain    bool
 	wholeJob bool // hide the KeyWatcher capability
@@ -439,7 +440,7 @@ func (s *countingStore) List(ctx context.Context, ks spate.Keyspace, prefix stri
 }
 
 func (s *countingStore) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
-	return s.count(ctx, fmt.Sprintf("%v prefix %q", ks, prefix), 0, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
+	return s.count(ctx, ks, fmt.Sprintf("%v prefix %q", ks, prefix), nil, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
 		return s.Store.Watch(ctx, ks, prefix)
 	})
 }
@@ -450,7 +451,7 @@ func (s *countingStore) WatchKeys(ctx context.Context, ks spate.Keyspace, keys [
 	if !ok || s.wholeJob {
 		return nil, fmt.Errorf("conformance: the store has no KeyWatcher capability: %w", spate.ErrFatal)
 	}
-	return s.count(ctx, fmt.Sprintf("%v keys %q", ks, keys), int64(len(keys)), func(ctx context.Context) (<-chan spate.WatchEvent, error) {
+	return s.count(ctx, ks, fmt.Sprintf("%v keys %q", ks, keys), keys, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
 		return kw.WatchKeys(ctx, ks, keys)
 	})
 }
@@ -467,38 +468,64 @@ func (s *countingStore) watchedKeys() int64 {
 	return n
 }
 
-// opened records a watch opened under id, which lists nkeys keys, and
-// says whether it re-opens one that a break ended.
-func (s *countingStore) opened(id string, nkeys int64) (reopen bool) {
+// opened records a watch opened under id, which lists keys (nil for a
+// prefix watch), and says whether it re-opens a prefix watch that a
+// break ended.
+func (s *countingStore) opened(id string, keys []string) (reopen bool) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.live == nil {
-		s.live, s.broken = map[string]int64{}, map[string]bool{}
+		s.live, s.broken, s.lostKeys = map[string]int64{}, map[string]bool{}, map[string]bool{}
 	}
-	s.live[id] += nkeys
+	s.live[id] += int64(len(keys))
+	if keys != nil {
+		return false
+	}
 	reopen = s.broken[id]
 	delete(s.broken, id)
 	return reopen
 }
 
 // closed records the end of a watch opened under id; broke says a break
-// ended it.
-func (s *countingStore) closed(id string, nkeys int64, broke bool) {
+// ended it: a prefix watch is then re-read when re-opened, a key watch's
+// keys each when a later snapshot first holds it.
+func (s *countingStore) closed(ks spate.Keyspace, id string, keys []string, broke bool) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if s.live[id] -= nkeys; s.live[id] <= 0 {
+	if s.live[id] -= int64(len(keys)); s.live[id] <= 0 {
 		delete(s.live, id)
 	}
-	if broke {
+	if !broke {
+		return
+	}
+	if keys == nil {
 		s.broken[id] = true
 	}
+	for _, k := range keys {
+		s.lostKeys[fmt.Sprintf("%v %s", ks, k)] = true
+	}
+}
+
+// reread says whether a snapshot entry of key in ks re-reads a key whose
+// key watch a break ended (the first snapshot to hold it since).
+func (s *countingStore) reread(ks spate.Keyspace, key string) bool {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	k := fmt.Sprintf("%v %s", ks, key)
+	if !s.lostKeys[k] {
+		return false
+	}
+	delete(s.lostKeys, k)
+	return true
 }
 
 // count opens a stream with open and counts what it delivers: snapshot
 // entries as reads, live puts and deletes as events. id names what the
-// stream watches, and nkeys how many keys it lists: a stream that
-// re-opens one a break ended counts its snapshot as re-reads too.
-func (s *countingStore) count(ctx context.Context, id string, nkeys int64, open func(context.Context) (<-chan spate.WatchEvent, error)) (<-chan spate.WatchEvent, error) {
+// stream watches, and keys what it lists (nil: a prefix). A snapshot entry
+// that re-reads what a break took away (a re-opened prefix watch's, or a
+// key whose key watch broke) counts as a re-read too, whatever group the
+// key is watched in now.
+func (s *countingStore) count(ctx context.Context, ks spate.Keyspace, id string, keys []string, open func(context.Context) (<-chan spate.WatchEvent, error)) (<-chan spate.WatchEvent, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	in, err := open(wctx)
 	if err != nil {
@@ -506,11 +533,11 @@ func (s *countingStore) count(ctx context.Context, id string, nkeys int64, open 
 		return nil, err
 	}
 	brk := s.c.breaker()
-	reopen := s.opened(id, nkeys)
+	reopen := s.opened(id, keys)
 	out := make(chan spate.WatchEvent)
 	go func() {
 		broke := false
-		defer func() { s.closed(id, nkeys, broke) }()
+		defer func() { s.closed(ks, id, keys, broke) }()
 		defer close(out)
 		defer cancel()
 		snap := true
@@ -525,7 +552,7 @@ func (s *countingStore) count(ctx context.Context, id string, nkeys int64, open 
 					snap = false
 				case snap && ev.Kind == spate.WatchPut:
 					s.read(1)
-					if reopen {
+					if reopen || keys != nil && s.reread(ks, ev.Key) {
 						s.rereads.Add(1)
 					}
 				case !snap && (ev.Kind == spate.WatchPut || ev.Kind == spate.WatchDelete):
