@@ -237,7 +237,7 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 	before := make([]int64, len(fleet))
 	watched := make([]int64, len(fleet))
 	for i, w := range fleet {
-		before[i], watched[i] = w.cs.rereads.Load(), w.cs.watchedKeys()
+		before[i], watched[i] = w.cs.rereads.Load(), w.cs.watching.Load()
 	}
 	cnt.breakAll()
 	time.Sleep(cfg.LeaseDuration)
@@ -324,10 +324,10 @@ type countingStore struct {
 	c        *scaleCounters
 	reads    atomic.Int64 // this worker's reads
 	rereads  atomic.Int64 // snapshot entries re-read because a break ended their watch
+	watching atomic.Int64 // keys listed by this worker's open key watches
 	wmu      sync.Mutex
-	live     map[string]int64 // open watches by identity: keys watched
-	broken   map[string]bool  // prefix watches a break ended, not yet re-opened
-	lostKeys map[string]bool  // keys ("<ks> <key>") whose key watch a break ended, not yet re-read
+	broken   [2]map[string]bool // by keyspace: prefixes whose watch a break ended, not yet re-opened
+	lostKeys [2]map[string]bool // by keyspace: keys whose key watch a break ended, not yet re-read
 	calls    *callLog
 	plain    bool
 	wholeJob bool // hide the KeyWatcher capability
@@ -440,7 +440,7 @@ func (s *countingStore) List(ctx context.Context, ks spate.Keyspace, prefix stri
 }
 
 func (s *countingStore) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
-	return s.count(ctx, ks, fmt.Sprintf("%v prefix %q", ks, prefix), nil, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
+	return s.count(ctx, ks, prefix, nil, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
 		return s.Store.Watch(ctx, ks, prefix)
 	})
 }
@@ -451,58 +451,43 @@ func (s *countingStore) WatchKeys(ctx context.Context, ks spate.Keyspace, keys [
 	if !ok || s.wholeJob {
 		return nil, fmt.Errorf("conformance: the store has no KeyWatcher capability: %w", spate.ErrFatal)
 	}
-	return s.count(ctx, ks, fmt.Sprintf("%v keys %q", ks, keys), keys, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
+	return s.count(ctx, ks, "", keys, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
 		return kw.WatchKeys(ctx, ks, keys)
 	})
 }
 
-// watchedKeys is the number of keys this worker's open watches list (a
-// prefix watch counts as none).
-func (s *countingStore) watchedKeys() int64 {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	var n int64
-	for _, k := range s.live {
-		n += k
-	}
-	return n
-}
-
-// opened records a watch opened under id, which lists keys (nil for a
-// prefix watch), and says whether it re-opens a prefix watch that a
-// break ended.
-func (s *countingStore) opened(id string, keys []string) (reopen bool) {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if s.live == nil {
-		s.live, s.broken, s.lostKeys = map[string]int64{}, map[string]bool{}, map[string]bool{}
-	}
-	s.live[id] += int64(len(keys))
+// opened records a watch of prefix in ks, or of keys (non-nil) in ks,
+// and says whether it re-opens a prefix watch that a break ended.
+func (s *countingStore) opened(ks spate.Keyspace, prefix string, keys []string) (reopen bool) {
+	s.watching.Add(int64(len(keys)))
 	if keys != nil {
 		return false
 	}
-	reopen = s.broken[id]
-	delete(s.broken, id)
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	reopen = s.broken[ks-1][prefix]
+	delete(s.broken[ks-1], prefix)
 	return reopen
 }
 
-// closed records the end of a watch opened under id; broke says a break
-// ended it: a prefix watch is then re-read when re-opened, a key watch's
-// keys each when a later snapshot first holds it.
-func (s *countingStore) closed(ks spate.Keyspace, id string, keys []string, broke bool) {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if s.live[id] -= int64(len(keys)); s.live[id] <= 0 {
-		delete(s.live, id)
-	}
+// closed records the end of a watch opened as opened was told; broke says
+// a break ended it: a prefix watch is then re-read when re-opened, a key
+// watch's keys each when a later snapshot first holds it.
+func (s *countingStore) closed(ks spate.Keyspace, prefix string, keys []string, broke bool) {
+	s.watching.Add(-int64(len(keys)))
 	if !broke {
 		return
 	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.broken[ks-1] == nil {
+		s.broken[ks-1], s.lostKeys[ks-1] = map[string]bool{}, map[string]bool{}
+	}
 	if keys == nil {
-		s.broken[id] = true
+		s.broken[ks-1][prefix] = true
 	}
 	for _, k := range keys {
-		s.lostKeys[fmt.Sprintf("%v %s", ks, k)] = true
+		s.lostKeys[ks-1][k] = true
 	}
 }
 
@@ -511,21 +496,20 @@ func (s *countingStore) closed(ks spate.Keyspace, id string, keys []string, brok
 func (s *countingStore) reread(ks spate.Keyspace, key string) bool {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	k := fmt.Sprintf("%v %s", ks, key)
-	if !s.lostKeys[k] {
+	if !s.lostKeys[ks-1][key] {
 		return false
 	}
-	delete(s.lostKeys, k)
+	delete(s.lostKeys[ks-1], key)
 	return true
 }
 
 // count opens a stream with open and counts what it delivers: snapshot
-// entries as reads, live puts and deletes as events. id names what the
-// stream watches, and keys what it lists (nil: a prefix). A snapshot entry
+// entries as reads, live puts and deletes as events. The stream watches
+// prefix in ks, or keys (non-nil) in ks. A snapshot entry
 // that re-reads what a break took away (a re-opened prefix watch's, or a
 // key whose key watch broke) counts as a re-read too, whatever group the
 // key is watched in now.
-func (s *countingStore) count(ctx context.Context, ks spate.Keyspace, id string, keys []string, open func(context.Context) (<-chan spate.WatchEvent, error)) (<-chan spate.WatchEvent, error) {
+func (s *countingStore) count(ctx context.Context, ks spate.Keyspace, prefix string, keys []string, open func(context.Context) (<-chan spate.WatchEvent, error)) (<-chan spate.WatchEvent, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	in, err := open(wctx)
 	if err != nil {
@@ -533,11 +517,11 @@ func (s *countingStore) count(ctx context.Context, ks spate.Keyspace, id string,
 		return nil, err
 	}
 	brk := s.c.breaker()
-	reopen := s.opened(id, keys)
+	reopen := s.opened(ks, prefix, keys)
 	out := make(chan spate.WatchEvent)
 	go func() {
 		broke := false
-		defer func() { s.closed(ks, id, keys, broke) }()
+		defer func() { s.closed(ks, prefix, keys, broke) }()
 		defer close(out)
 		defer cancel()
 		snap := true
