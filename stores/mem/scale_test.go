@@ -87,14 +87,23 @@ func startWindowProfiler(t *testing.T, path string) *windowProfiler {
 	f, err := os.Create(path)
 	require.NoError(t, err)
 	go func() {
+		on := false
 		for start := range p.req {
 			if start {
-				p.ack <- pprof.StartCPUProfile(f)
+				err := pprof.StartCPUProfile(f)
+				on = err == nil
+				p.ack <- err
 			} else {
 				pprof.StopCPUProfile()
+				on = false
 				p.ack <- f.Close()
 			}
 		}
+		if on { // the run failed inside its window
+			pprof.StopCPUProfile()
+		}
+		_ = f.Close() // a no-op error if the window closed it
+
 	}()
 	t.Cleanup(func() { close(p.req) })
 	return p
