@@ -505,6 +505,36 @@ func (s *store) publish(ctx context.Context, b *bucket, key string, value []byte
 	}
 }
 
+// goneWait bounds how long a request about an opened bucket's stream waits
+// out the answer that the stream does not exist.
+const goneWait = 5 * time.Second
+
+// onStream runs op, a JetStream API request about b's stream, and sends it
+// again while the answer is "stream not found", for at most goneWait. New
+// has seen the stream, so that answer is taken as final only when it
+// persists. A cluster gives it for a stream it has while its JetStream
+// meta leader changes: a new leader that has not yet applied the stream's
+// assignment answers that there is none (a CI run on a loaded 3-node R3
+// cluster failed a key watch's snapshot read so). When the answer persists
+// the bucket was deleted under the job, and the error, still matching
+// jetstream.ErrStreamNotFound, is classified Fatal.
+func onStream[T any](ctx context.Context, b *bucket, op func() (T, error)) (T, error) {
+	deadline := time.Now().Add(goneWait)
+	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 250*time.Millisecond) {
+		v, err := op()
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return v, err
+		}
+		if time.Now().Add(delay).After(deadline) {
+			return v, fmt.Errorf("bucket %s: the server has said its stream does not exist for %v: it was deleted under the job: %w", b.name, goneWait, err)
+		}
+		if !pause(ctx, delay) {
+			// Not the server's final word: Retryable, as ctx's end is.
+			return v, fmt.Errorf("%w (bucket %s: waiting out a stream-not-found answer: %v)", ctx.Err(), b.name, err)
+		}
+	}
+}
+
 // pause waits d, or until ctx ends: it reports whether the wait ran out.
 func pause(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -538,7 +568,9 @@ func (s *store) Create(ctx context.Context, ks spate.Keyspace, key string, value
 		if !isConflict(err) {
 			return spate.Outcome{}, classify(err)
 		}
-		m, err := b.stream.GetLastMsgForSubject(ctx, b.pre+key)
+		m, err := onStream(ctx, b, func() (*jetstream.RawStreamMsg, error) {
+			return b.stream.GetLastMsgForSubject(ctx, b.pre+key)
+		})
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 			expected = 0 // the marker aged out meanwhile

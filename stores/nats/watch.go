@@ -51,7 +51,9 @@ func subjectFilter(pre, prefix string) string {
 // the stream, the index cannot miss a key whose message was superseded
 // while it was being read.
 func (b *bucket) keySet(ctx context.Context, prefix string) ([]string, error) {
-	info, err := b.stream.Info(ctx, jetstream.WithSubjectFilter(subjectFilter(b.pre, prefix)))
+	info, err := onStream(ctx, b, func() (*jetstream.StreamInfo, error) {
+		return b.stream.Info(ctx, jetstream.WithSubjectFilter(subjectFilter(b.pre, prefix)))
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +99,9 @@ func (b *bucket) readAll(ctx context.Context, keys []string) ([]read, error) {
 }
 
 func (b *bucket) read(ctx context.Context, key string) (read, error) {
-	m, err := b.stream.GetLastMsgForSubject(ctx, b.pre+key)
+	m, err := onStream(ctx, b, func() (*jetstream.RawStreamMsg, error) {
+		return b.stream.GetLastMsgForSubject(ctx, b.pre+key)
+	})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return read{}, nil
 	}
@@ -249,11 +253,13 @@ func (s *store) watch(ctx context.Context, b *bucket, spec watchSpec) (_ <-chan 
 	// ctx outlives the call (it bounds the watch); sctx bounds the setup.
 	sctx, end := s.guard(ctx, "", &err)
 	defer end()
-	cons, err := b.stream.OrderedConsumer(sctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    spec.filters,
-		DeliverPolicy:     spec.deliver,
-		InactiveThreshold: inactiveThreshold,
-		MaxResetAttempts:  maxResets,
+	cons, err := onStream(sctx, b, func() (jetstream.Consumer, error) {
+		return b.stream.OrderedConsumer(sctx, jetstream.OrderedConsumerConfig{
+			FilterSubjects:    spec.filters,
+			DeliverPolicy:     spec.deliver,
+			InactiveThreshold: inactiveThreshold,
+			MaxResetAttempts:  maxResets,
+		})
 	})
 	if errors.Is(err, natsgo.ErrMaxPayload) {
 		// The request carries every filter subject: not a value too large.
@@ -459,7 +465,7 @@ func (m message) event() spate.WatchEvent {
 }
 
 func (w *watch) run(ctx context.Context) {
-	state, rest, err := w.snapshot(ctx)
+	state, rest, high, err := w.snapshot(ctx)
 	if err != nil {
 		w.broken(ctx, err)
 		return
@@ -475,6 +481,17 @@ func (w *watch) run(ctx context.Context) {
 	}
 	for {
 		for _, m := range rest {
+			// The consumer delivers in stream order, so a message at or
+			// below the newest revision already folded or sent is one
+			// delivered again: nats.go's ordered consumer, re-made after
+			// a reset, can start before it (seen once on a loaded R3
+			// cluster: a key's snapshot revision came again as a live
+			// event). Sending it would repeat a change.
+			if m.rev <= high {
+				w.s.log.Debug("nats: watch dropped a message delivered again", "bucket", w.b.name, "op", w.spec.op, "key", m.key, "rev", m.rev, "newest", high)
+				continue
+			}
+			high = m.rev
 			if w.spec.match(m.key) && !w.send(ctx, m.event()) {
 				return
 			}
@@ -490,9 +507,10 @@ func (w *watch) run(ctx context.Context) {
 
 // snapshot folds the consumer's messages until every key of the key set has
 // been through the fold and the consumer has caught up (see Watch). It
-// returns the live entries sorted by key and the messages of the last batch
-// that came after the point where it stopped.
-func (w *watch) snapshot(ctx context.Context) ([]spate.Entry, []message, error) {
+// returns the live entries sorted by key, the messages of the last batch
+// that came after the point where it stopped, and the newest revision it
+// folded.
+func (w *watch) snapshot(ctx context.Context) ([]spate.Entry, []message, uint64, error) {
 	unseen := make(map[string]bool, len(w.keys))
 	for _, k := range w.keys {
 		unseen[k] = true
@@ -537,11 +555,11 @@ func (w *watch) snapshot(ctx context.Context) ([]spate.Entry, []message, error) 
 			}
 		}
 		if len(batch) == 0 && stopped != nil {
-			return nil, nil, stopped
+			return nil, nil, 0, stopped
 		}
 		if idle {
 			if err := w.settle(ctx, unseen, last, fold); err != nil {
-				return nil, nil, err
+				return nil, nil, 0, err
 			}
 			done = len(unseen) == 0
 		}
@@ -551,7 +569,7 @@ func (w *watch) snapshot(ctx context.Context) ([]spate.Entry, []message, error) 
 		out = append(out, e)
 	}
 	slices.SortFunc(out, func(a, b spate.Entry) int { return strings.Compare(a.Key, b.Key) })
-	return out, rest, nil
+	return out, rest, last, nil
 }
 
 // settle looks up the key-set keys the idle consumer has not delivered: an

@@ -1,0 +1,101 @@
+package nats_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/natstest"
+	spatenats "github.com/spate-go/spate/stores/nats"
+)
+
+// TestStreamNotFoundIsWaitedOut: a cluster whose JetStream meta leader is
+// changing can answer "stream not found" for a stream it has. The driver
+// sends a read again while that answer lasts, for a few seconds: here the
+// bucket's stream is deleted and made again 300 ms later, and a Get and a
+// List issued in the gap return the new, empty stream's answer, not an
+// error.
+func TestStreamNotFoundIsWaitedOut(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := srv.Connect(t)
+	job := natstest.NewJob()
+	s := open(t, nc, spatenats.Options{Job: job, TTL: 2 * time.Second})
+	ctx := testCtx(t, 20*time.Second)
+	o, err := s.Create(ctx, spate.Durable, "gone.k", []byte("v"))
+	require.NoError(t, err)
+	require.True(t, o.Won)
+
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	dname, _ := spatenats.Buckets(job)
+	st, err := js.Stream(ctx, "KV_"+dname)
+	require.NoError(t, err)
+	cfg := st.CachedInfo().Config
+	require.NoError(t, js.DeleteStream(ctx, cfg.Name))
+	// Proof the gap is real: the server says the stream does not exist.
+	_, err = js.Stream(ctx, cfg.Name)
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
+
+	recreated := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_, err := js.CreateStream(ctx, cfg)
+		recreated <- err
+	}()
+	start := time.Now()
+	_, ok, err := s.Get(ctx, spate.Durable, "gone.k")
+	waited := time.Since(start)
+	require.NoError(t, err, "a Get in the gap waits the stream-not-found answer out")
+	require.False(t, ok, "the re-made stream is empty")
+	require.NoError(t, <-recreated)
+	assert.GreaterOrEqual(t, waited, 250*time.Millisecond, "the Get answered before the stream was made again")
+	entries, err := s.List(ctx, spate.Durable, "gone.")
+	require.NoError(t, err)
+	require.Empty(t, entries)
+}
+
+// TestDeletedBucketIsFatal: a bucket deleted under an open store makes
+// reads fail Fatal once the server has said for a few seconds that its
+// stream does not exist, with an error that names the bucket and says it
+// was deleted; a watch on it fails the same way.
+func TestDeletedBucketIsFatal(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := srv.Connect(t)
+	job := natstest.NewJob()
+	s := open(t, nc, spatenats.Options{Job: job, TTL: 2 * time.Second})
+	ctx := testCtx(t, 30*time.Second)
+	o, err := s.Create(ctx, spate.Ephemeral, "gone.k", []byte("v"))
+	require.NoError(t, err)
+	require.True(t, o.Won)
+
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, ename := spatenats.Buckets(job)
+	require.NoError(t, js.DeleteStream(ctx, "KV_"+ename))
+
+	start := time.Now()
+	_, _, err = s.Get(ctx, spate.Ephemeral, "gone.k")
+	waited := time.Since(start)
+	require.Error(t, err)
+	require.ErrorIs(t, err, spate.ErrFatal)
+	require.NotErrorIs(t, err, spate.ErrRetryable)
+	require.ErrorContains(t, err, ename)
+	require.ErrorContains(t, err, "deleted")
+	assert.GreaterOrEqual(t, waited, 4*time.Second, "the answer was taken as final before it had persisted")
+
+	_, err = s.Watch(ctx, spate.Ephemeral, "gone.")
+	require.ErrorIs(t, err, spate.ErrFatal)
+	require.ErrorContains(t, err, "deleted")
+
+	// A caller's deadline ends the wait Retryable: the server's answer was
+	// not yet final.
+	short := testCtx(t, 200*time.Millisecond)
+	_, err = s.List(short, spate.Ephemeral, "gone.")
+	require.ErrorIs(t, err, spate.ErrRetryable)
+	require.False(t, errors.Is(err, spate.ErrFatal), "got %v", err)
+}
