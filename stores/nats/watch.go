@@ -310,12 +310,39 @@ func (s *store) watch(ctx context.Context, b *bucket, spec watchSpec) (_ <-chan 
 		cancel()
 		pump.Wait()
 		it.Stop()
+		w.dropConsumer(cons)
 	}()
 	return w.out, nil
 }
 
+// dropConsumer deletes the ended watch's consumer from the server.
+// Stopping nats.go's iterator leaves the consumer there until its
+// inactive threshold (a minute): a fleet whose workers re-open their key
+// watches every reconcile interval would leave the server about six idle
+// consumers per open watch, each with up to MaxWatchKeys filter
+// subjects. Best effort, within the permissions the driver documents
+// (nats.go deletes the consumers it replaces the same way): a store being
+// closed skips it, and a failure leaves the consumer to the threshold.
+func (w *watch) dropConsumer(cons jetstream.Consumer) {
+	if w.s.ctx.Err() != nil {
+		return
+	}
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(w.s.ctx, dropWait)
+	defer cancel()
+	if err := w.b.stream.DeleteConsumer(ctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		w.s.log.Debug("nats: could not delete an ended watch's consumer; the server drops it after its inactive threshold",
+			"bucket", w.b.name, "consumer", info.Name, "threshold", inactiveThreshold, "err", err)
+	}
+}
+
 // Tuning of Watch.
 const (
+	// dropWait bounds the deletion of an ended watch's consumer.
+	dropWait = 2 * time.Second
 	// watchBuffer is how many live messages a watch holds for a slow
 	// reader before it breaks with a Retryable error (as the memory store
 	// does).
@@ -483,10 +510,11 @@ func (w *watch) run(ctx context.Context) {
 		for _, m := range rest {
 			// The consumer delivers in stream order, so a message at or
 			// below the newest revision already folded or sent is one
-			// delivered again: nats.go's ordered consumer, re-made after
-			// a reset, can start before it (seen once on a loaded R3
-			// cluster: a key's snapshot revision came again as a live
-			// event). Sending it would repeat a change.
+			// delivered again. nats.go re-makes a reset consumer after
+			// the last message it delivered, so this should not happen,
+			// but it was seen once on a loaded R3 cluster (a key's
+			// snapshot revision came again as a live event; the cause
+			// is not known). Sending it would repeat a change.
 			if m.rev <= high {
 				w.s.log.Debug("nats: watch dropped a message delivered again", "bucket", w.b.name, "op", w.spec.op, "key", m.key, "rev", m.rev, "newest", high)
 				continue
