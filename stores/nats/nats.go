@@ -512,10 +512,11 @@ const goneWait = 5 * time.Second
 // onStream runs op, a JetStream API request about b's stream, and sends it
 // again while the answer is "stream not found", for at most goneWait. New
 // has seen the stream, so that answer is taken as final only when it
-// persists. A cluster gives it for a stream it has while its JetStream
-// meta leader changes: a new leader that has not yet applied the stream's
-// assignment answers that there is none (a CI run on a loaded 3-node R3
-// cluster failed a key watch's snapshot read so). When the answer persists
+// persists. A CI run on a loaded 3-node R3 cluster got it for a stream
+// the test had just written to, and failed a key watch's snapshot read.
+// The cause was not caught. nats-server answers so from a meta leader
+// that holds no assignment for the stream, as a new meta leader would
+// before it has applied the stream's creation. When the answer persists
 // the bucket was deleted under the job, and the error, still matching
 // jetstream.ErrStreamNotFound, is classified Fatal.
 func onStream[T any](ctx context.Context, b *bucket, op func() (T, error)) (T, error) {

@@ -301,6 +301,7 @@ func (s *store) watch(ctx context.Context, b *bucket, spec watchSpec) (_ <-chan 
 	}
 	go func() {
 		defer s.wg.Done()
+		defer w.dropConsumer(cons) // after the reader has seen the end
 		defer close(w.out)
 		defer stop()
 		defer unwatch()
@@ -310,7 +311,6 @@ func (s *store) watch(ctx context.Context, b *bucket, spec watchSpec) (_ <-chan 
 		cancel()
 		pump.Wait()
 		it.Stop()
-		w.dropConsumer(cons)
 	}()
 	return w.out, nil
 }
