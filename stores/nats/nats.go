@@ -8,6 +8,7 @@ import (
 	"math"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -143,6 +144,9 @@ type bucket struct {
 	name   string // KV bucket name
 	stream jetstream.Stream
 	pre    string // subject prefix of keys: "$KV.<name>."
+	// goneSince is when (Unix ns) requests about the stream began to be
+	// answered "stream not found" without a break, or 0 (see onStream).
+	goneSince atomic.Int64
 }
 
 // New opens the store of opts.Job over nc, creating the job's buckets or
@@ -505,14 +509,16 @@ func (s *store) publish(ctx context.Context, b *bucket, key string, value []byte
 	}
 }
 
-// goneWait bounds how long a request about an opened bucket's stream waits
-// out the answer that the stream does not exist.
+// goneWait is how long the server must keep saying that an opened
+// bucket's stream does not exist before the driver believes it.
 const goneWait = 5 * time.Second
 
 // onStream runs op, a JetStream API request about b's stream, and sends it
-// again while the answer is "stream not found", for at most goneWait. New
-// has seen the stream, so that answer is taken as final only when it
-// persists. A CI run on a loaded 3-node R3 cluster got it for a stream
+// again while the answer is "stream not found", until ctx ends (then the
+// error is Retryable). New has seen the stream, so that answer is taken as
+// final only when it persists: once every request about the bucket has
+// had it for goneWait, across calls (an op timeout may be shorter than
+// goneWait), the error is Fatal at once. A CI run on a loaded 3-node R3 cluster got it for a stream
 // the test had just written to, and failed a key watch's snapshot read.
 // The cause was not caught. nats-server answers so from a meta leader
 // that holds no assignment for the stream, as a new meta leader would
@@ -520,14 +526,19 @@ const goneWait = 5 * time.Second
 // the bucket was deleted under the job, and the error, still matching
 // jetstream.ErrStreamNotFound, is classified Fatal.
 func onStream[T any](ctx context.Context, b *bucket, op func() (T, error)) (T, error) {
-	deadline := time.Now().Add(goneWait)
 	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 250*time.Millisecond) {
 		v, err := op()
 		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			if b.goneSince.Load() != 0 {
+				b.goneSince.Store(0)
+			}
 			return v, err
 		}
-		if time.Now().Add(delay).After(deadline) {
-			return v, fmt.Errorf("bucket %s: the server has said its stream does not exist for %v: it was deleted under the job: %w", b.name, goneWait, err)
+		now := time.Now().UnixNano()
+		b.goneSince.CompareAndSwap(0, now)
+		if since := b.goneSince.Load(); since != 0 && time.Duration(now-since) >= goneWait {
+			return v, fmt.Errorf("bucket %s: the server has said for %v that its stream does not exist: it was deleted under the job: %w",
+				b.name, time.Duration(now-since).Round(time.Millisecond), err)
 		}
 		if !pause(ctx, delay) {
 			// Not the server's final word: Retryable, as ctx's end is.

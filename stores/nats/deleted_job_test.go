@@ -1,0 +1,93 @@
+package nats_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/natstest"
+	spatenats "github.com/spate-go/spate/stores/nats"
+)
+
+// twoSplits is a job of two splits.
+type twoSplits struct{}
+
+func (twoSplits) Fingerprint() string { return "deleted-bucket:v1" }
+func (twoSplits) Plan(context.Context, spate.PlanContext) (spate.SplitPlan, error) {
+	var splits []spate.PlannedSplit
+	for i := range 2 {
+		splits = append(splits, spate.NewPlannedSplit(spate.NewSplitSpec(spate.MustSplitID(fmt.Sprintf("db-%d", i)), []byte("x"))))
+	}
+	return spate.NewSplitPlan(splits, spate.PlanFinal), nil
+}
+
+// TestCoordinatorStopsWhenItsBucketIsDeleted: a worker whose durable bucket
+// is deleted mid-job stops with a Fatal error that says so, rather than
+// running on against a store that no longer holds its job. At the
+// product's defaults it stops about 22 s after the deletion: its watch
+// breaks once nats.go has given up re-making its consumer, and the
+// re-watch is then refused Fatal. (With the wait for a persisting answer
+// kept per call, an op timeout shorter than it made every call Retryable
+// and the worker ran on; this test caught that.)
+func TestCoordinatorStopsWhenItsBucketIsDeleted(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc := srv.Connect(t)
+	job := natstest.NewJob()
+	// The product's defaults.
+	s := open(t, nc, spatenats.Options{Job: job, TTL: spate.DefaultLeaseDuration})
+	cfg := spate.Config{InstanceID: "w"}
+	var logw io.Writer = io.Discard
+	if os.Getenv("SPATE_TEST_LOG") != "" {
+		logw = os.Stderr
+	}
+	c, err := spate.NewStoreCoordinator(s, cfg, spate.WithLogger(slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	waker := spate.NewWaker()
+	c.SetWaker(waker)
+	require.NoError(t, c.Start(twoSplits{}))
+	held := 0
+	for deadline := time.Now().Add(30 * time.Second); held < 2; {
+		require.True(t, time.Now().Before(deadline), "the worker never held its splits")
+		select {
+		case <-waker.C():
+		case <-time.After(50 * time.Millisecond):
+		}
+		evs, err := c.Poll()
+		require.NoError(t, err)
+		for _, ev := range evs {
+			if _, ok := ev.(spate.Gained); ok {
+				held++
+			}
+		}
+	}
+
+	ctx := testCtx(t, 10*time.Second)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	dname, _ := spatenats.Buckets(job)
+	require.NoError(t, js.DeleteStream(ctx, "KV_"+dname))
+	deleted := time.Now()
+
+	var failure error
+	for failure == nil {
+		require.Less(t, time.Since(deleted), time.Minute, "the worker still runs a minute after its bucket was deleted")
+		select {
+		case <-waker.C():
+		case <-time.After(100 * time.Millisecond):
+		}
+		_, failure = c.Poll()
+	}
+	t.Logf("stopped %v after the deletion: %v", time.Since(deleted).Round(time.Millisecond), failure)
+	require.ErrorIs(t, failure, spate.ErrFatal)
+	require.ErrorContains(t, failure, "deleted")
+}
