@@ -580,18 +580,14 @@ func (s *store) Create(ctx context.Context, ks spate.Keyspace, key string, value
 		if !isConflict(err) {
 			return spate.Outcome{}, classify(err)
 		}
-		m, err := onStream(ctx, b, func() (*jetstream.RawStreamMsg, error) {
-			return b.stream.GetLastMsgForSubject(ctx, b.pre+key)
-		})
+		r, err := b.read(ctx, key)
 		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			expected = 0 // the marker aged out meanwhile
 		case err != nil:
-			return spate.Outcome{}, fmt.Errorf("read: %w", classify(err))
-		case !isMarker(m.Header):
+			return spate.Outcome{}, fmt.Errorf("read: %w", err)
+		case r.live:
 			return spate.Outcome{}, nil
 		default:
-			expected = m.Sequence
+			expected = r.rev // the marker's, or 0: it aged out meanwhile
 		}
 	}
 	return spate.Outcome{}, fmt.Errorf("the key's delete marker changed under %d attempts: %w", createAttempts, spate.ErrRetryable)
