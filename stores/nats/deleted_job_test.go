@@ -3,13 +3,10 @@ package nats_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
@@ -45,11 +42,7 @@ func TestCoordinatorStopsWhenItsBucketIsDeleted(t *testing.T) {
 	// The product's defaults.
 	s := open(t, nc, spatenats.Options{Job: job, TTL: spate.DefaultLeaseDuration})
 	cfg := spate.Config{InstanceID: "w"}
-	var logw io.Writer = io.Discard
-	if os.Getenv("SPATE_TEST_LOG") != "" {
-		logw = os.Stderr
-	}
-	c, err := spate.NewStoreCoordinator(s, cfg, spate.WithLogger(slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	c, err := spate.NewStoreCoordinator(s, cfg, spate.WithLogger(slog.New(slog.DiscardHandler)))
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	waker := spate.NewWaker()
@@ -71,11 +64,8 @@ func TestCoordinatorStopsWhenItsBucketIsDeleted(t *testing.T) {
 		}
 	}
 
-	ctx := testCtx(t, 10*time.Second)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	dname, _ := spatenats.Buckets(job)
-	require.NoError(t, js.DeleteStream(ctx, "KV_"+dname))
+	js, streams := jobStreams(t, nc, job)
+	require.NoError(t, js.DeleteStream(testCtx(t, 10*time.Second), streams[0]))
 	deleted := time.Now()
 
 	var failure error

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
@@ -23,15 +22,11 @@ func TestEndedWatchDeletesItsConsumer(t *testing.T) {
 	job := natstest.NewJob()
 	s := open(t, nc, spatenats.Options{Job: job, TTL: 2 * time.Second})
 	ctx := testCtx(t, 20*time.Second)
-	o, err := s.Create(ctx, spate.Durable, "dc.k", []byte("v"))
-	require.NoError(t, err)
-	require.True(t, o.Won)
+	mustCreate(t, ctx, s, spate.Durable, "dc.k")
 
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	dname, _ := spatenats.Buckets(job)
+	js, streams := jobStreams(t, nc, job)
 	consumers := func() int {
-		st, err := js.Stream(ctx, "KV_"+dname)
+		st, err := js.Stream(ctx, streams[0])
 		require.NoError(t, err)
 		return st.CachedInfo().State.Consumers
 	}

@@ -14,26 +14,22 @@ import (
 	spatenats "github.com/spate-go/spate/stores/nats"
 )
 
-// TestStreamNotFoundIsWaitedOut: a cluster whose JetStream meta leader is
-// changing can answer "stream not found" for a stream it has. The driver
-// sends a read again while that answer lasts, for a few seconds: here the
-// bucket's stream is deleted and made again 300 ms later, and a Get and a
-// List issued in the gap return the new, empty stream's answer, not an
-// error.
+// TestStreamNotFoundIsWaitedOut: a loaded R3 cluster once answered
+// "stream not found" for a stream a test had just written to. The driver
+// sends a read again while that answer lasts (until it has lasted a few
+// seconds): here the bucket's stream is deleted and made again 300 ms
+// later, and a Get and a List issued in the gap return the new, empty
+// stream's answer, not an error.
 func TestStreamNotFoundIsWaitedOut(t *testing.T) {
 	srv := natstest.Start(t)
 	nc := srv.Connect(t)
 	job := natstest.NewJob()
 	s := open(t, nc, spatenats.Options{Job: job, TTL: 2 * time.Second})
 	ctx := testCtx(t, 20*time.Second)
-	o, err := s.Create(ctx, spate.Durable, "gone.k", []byte("v"))
-	require.NoError(t, err)
-	require.True(t, o.Won)
+	mustCreate(t, ctx, s, spate.Durable, "gone.k")
 
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	dname, _ := spatenats.Buckets(job)
-	st, err := js.Stream(ctx, "KV_"+dname)
+	js, streams := jobStreams(t, nc, job)
+	st, err := js.Stream(ctx, streams[0])
 	require.NoError(t, err)
 	cfg := st.CachedInfo().Config
 	require.NoError(t, js.DeleteStream(ctx, cfg.Name))
@@ -72,26 +68,23 @@ func TestDeletedBucketIsFatal(t *testing.T) {
 	job := natstest.NewJob()
 	s := open(t, nc, spatenats.Options{Job: job, TTL: 2 * time.Second})
 	ctx := testCtx(t, 30*time.Second)
-	o, err := s.Create(ctx, spate.Ephemeral, "gone.k", []byte("v"))
-	require.NoError(t, err)
-	require.True(t, o.Won)
+	mustCreate(t, ctx, s, spate.Ephemeral, "gone.k")
 
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	js, streams := jobStreams(t, nc, job)
+	require.NoError(t, js.DeleteStream(ctx, streams[1]))
 	_, ename := spatenats.Buckets(job)
-	require.NoError(t, js.DeleteStream(ctx, "KV_"+ename))
 
 	// Calls shorter than the wait end Retryable: the server's answer is
 	// not yet final.
 	start := time.Now()
 	for range 3 {
 		short := testCtx(t, 200*time.Millisecond)
-		_, err = s.List(short, spate.Ephemeral, "gone.")
+		_, err := s.List(short, spate.Ephemeral, "gone.")
 		require.ErrorIs(t, err, spate.ErrRetryable)
 		require.False(t, errors.Is(err, spate.ErrFatal), "got %v", err)
 	}
 
-	_, _, err = s.Get(ctx, spate.Ephemeral, "gone.k")
+	_, _, err := s.Get(ctx, spate.Ephemeral, "gone.k")
 	waited := time.Since(start)
 	require.Error(t, err)
 	require.ErrorIs(t, err, spate.ErrFatal)

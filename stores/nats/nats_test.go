@@ -36,6 +36,28 @@ func open(t *testing.T, nc *natsgo.Conn, opts spatenats.Options) *spatenats.Stor
 	return s
 }
 
+// jobStreams returns a JetStream handle on nc and the names of job's two
+// streams by keyspace ([0] durable, [1] ephemeral), for tests that reach
+// behind the driver.
+func jobStreams(t *testing.T, nc *natsgo.Conn, job string) (jetstream.JetStream, [2]string) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	dname, ename := spatenats.Buckets(job)
+	return js, [2]string{"KV_" + dname, "KV_" + ename}
+}
+
+// mustCreate creates key in ks and fails the test unless the write wins.
+func mustCreate(t *testing.T, ctx context.Context, s spate.Store, ks spate.Keyspace, key string) {
+	t.Helper()
+	o, err := s.Create(ctx, ks, key, []byte("v"))
+	if err != nil || !o.Won {
+		t.Fatalf("create %v %q: won=%t err=%v", ks, key, o.Won, err)
+	}
+}
+
 // roundTrip writes and reads one key in each keyspace.
 func roundTrip(t *testing.T, s spate.Store) {
 	t.Helper()

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
@@ -25,13 +24,11 @@ func TestOpenProbeStoresNothing(t *testing.T) {
 	second := open(t, srv.Connect(t), opts)
 
 	ctx := testCtx(t, 10*time.Second)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	dname, ename := spatenats.Buckets(job)
-	for _, name := range []string{dname, ename} {
-		st, err := js.Stream(ctx, "KV_"+name)
+	js, streams := jobStreams(t, nc, job)
+	for _, name := range streams {
+		st, err := js.Stream(ctx, name)
 		require.NoError(t, err)
-		require.Zerof(t, st.CachedInfo().State.Msgs, "bucket %s after two opens", name)
+		require.Zerof(t, st.CachedInfo().State.Msgs, "stream %s after two opens", name)
 	}
 	for _, s := range []spate.Store{first, second} {
 		for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {

@@ -2,7 +2,6 @@ package nats
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -121,5 +120,4 @@ func TestWatchDropsRedeliveredMessages(t *testing.T) {
 	cancel()
 	f.Stop()
 	<-done
-	require.False(t, errors.Is(ctx.Err(), context.DeadlineExceeded))
 }
