@@ -103,7 +103,6 @@ func startWindowProfiler(t *testing.T, path string) *windowProfiler {
 			pprof.StopCPUProfile()
 		}
 		_ = f.Close() // a no-op error if the window closed it
-
 	}()
 	t.Cleanup(func() { close(p.req) })
 	return p
