@@ -86,7 +86,7 @@ func nextProgress(prev *progressRecord, t *tenancy, p SplitProgress) *progressRe
 		rec.AdvancedEpoch = t.epoch
 	}
 	wm := p.Watermark
-	rec.Watermark, rec.State, rec.Completed = &wm, p.State, p.Completed
+	rec.Watermark, rec.State, rec.Completed, rec.Output = &wm, p.State, p.Completed, p.Output
 	if p.Completed {
 		rec.Status = statusCompleted
 	}
@@ -158,7 +158,7 @@ func lostCommitVerdict(cur *progressRecord, self string, epoch uint64, p SplitPr
 		return verdictFenced
 	case cur.owner() != self || cur.Epoch != epoch || cur.Status != statusRunnable && !cur.Completed:
 		return verdictFenced
-	case cur.Watermark != nil && *cur.Watermark == p.Watermark && cur.Completed == p.Completed && bytes.Equal(cur.State, p.State):
+	case cur.Watermark != nil && *cur.Watermark == p.Watermark && cur.Completed == p.Completed && bytes.Equal(cur.State, p.State) && bytes.Equal(cur.Output, p.Output):
 		return verdictLanded
 	case cur.Completed:
 		return verdictLanded

@@ -21,7 +21,10 @@ type progressRecord struct {
 	Watermark     *int64 `json:"watermark"`
 	State         []byte `json:"state"`
 	Completed     bool   `json:"completed"`
-	WrittenAtMs   int64  `json:"written_at_ms"`
+	// Output is the sink's committable (SplitProgress.Output), absent for
+	// at-least-once sinks and in records of earlier versions.
+	Output      []byte `json:"output,omitempty"`
+	WrittenAtMs int64  `json:"written_at_ms"`
 }
 
 func decodeProgress(key, id string, data []byte, fp uint64) (*progressRecord, error) {
@@ -53,7 +56,7 @@ func (r *progressRecord) progress() *SplitProgress {
 	if st == nil {
 		st = []byte{}
 	}
-	return &SplitProgress{Watermark: *r.Watermark, State: st, Completed: r.Completed}
+	return &SplitProgress{Watermark: *r.Watermark, State: st, Completed: r.Completed, Output: r.Output}
 }
 
 func (r *progressRecord) owner() string {
@@ -86,6 +89,7 @@ func newProgressRecord(id string, fp uint64, seed *SplitProgress) *progressRecor
 		w := seed.Watermark
 		r.Watermark = &w
 		r.State = seed.State
+		r.Output = seed.Output
 		r.Completed = seed.Completed
 		if seed.Completed {
 			r.Status = statusCompleted

@@ -268,6 +268,12 @@ type SplitProgress struct {
 	// Completed marks the split fully delivered and committed. It is
 	// terminal: a completed split is never offered again.
 	Completed bool
+	// Output is the sink's committable: what of the split's output the
+	// watermark covers (for a staging sink, the staged bytes to publish).
+	// It is opaque to spate and the stores, and written by the same fenced
+	// compare-and-swap as the watermark, so output a commit lists becomes
+	// visible only if that commit won. Nil for at-least-once sinks.
+	Output []byte
 }
 
 // NewSplitProgress returns in-progress state.

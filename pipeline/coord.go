@@ -102,6 +102,15 @@ type tenancy struct {
 	fenced    bool
 	completed bool
 	handedOff bool
+	// stageOpen: the staging sink holds an open stage for the tenancy.
+	stageOpen bool
+	// unpublished is the committable of a won commit whose publish
+	// failed; it is published again on the next poll.
+	unpublished []byte
+	// completing is terminal progress held back until what the split's
+	// output lists is published: a completed split is never opened again,
+	// so nobody would finish a publish its completion left pending.
+	completing *spate.SplitProgress
 	// progress is the resume cache: the Gained carry, then every
 	// acknowledged commit (even a deferred one: acknowledged data is
 	// durable in the sink, so resuming past it loses nothing).
@@ -149,6 +158,9 @@ type CoordinationDriver[C spate.SplitCoordinator] struct {
 	opts   driverOptions
 	issuer *AckIssuer
 	stop   *StopSignal
+	// stage, when set, is the staging sink whose committables ride in
+	// the commits (exactly-once output).
+	stage StagingSink
 
 	nextPartition uint32
 	nextLane      uint32
@@ -188,6 +200,23 @@ func NewCoordinationDriver[C spate.SplitCoordinator](coord C, opts ...DriverOpti
 	}
 	coord.SetWaker(d.waker)
 	return d
+}
+
+// StageOutput makes the driver's commits carry sink's committable and
+// publish it once they win (see [StagingSink]). Call it before the first
+// poll.
+func (d *CoordinationDriver[C]) StageOutput(sink StagingSink) error {
+	if sink == nil {
+		return errors.New("pipeline: StageOutput: nil sink")
+	}
+	if d.stage != nil && d.stage != sink {
+		return errors.New("pipeline: StageOutput: the driver already stages into another sink; a commit carries one committable")
+	}
+	if len(d.held) > 0 {
+		return errors.New("pipeline: StageOutput: called after splits were gained; wire the sink before the first poll")
+	}
+	d.stage = sink
+	return nil
 }
 
 // Coordinator returns the wrapped coordinator.
@@ -388,6 +417,9 @@ func (d *CoordinationDriver[C]) reofferPoison() {
 func (d *CoordinationDriver[C]) openStaged(src SplitSource) ([]Lane, error) {
 	var lanes []Lane
 	var opened []*tenancy
+	if err := d.openStages(); err != nil {
+		return nil, err
+	}
 	for _, t := range d.staged {
 		t.lane = LaneID(d.nextLane)
 		d.nextLane++
@@ -406,6 +438,7 @@ func (d *CoordinationDriver[C]) openStaged(src SplitSource) ([]Lane, error) {
 				src.CloseSplit(o.spec.ID)
 				o.opened = false
 			}
+			d.closeStages(d.staged)
 			return nil, fmt.Errorf("open split %s: %w", t.spec.ID, err)
 		}
 		t.opened = true
@@ -501,6 +534,7 @@ func (d *CoordinationDriver[C]) retire(src SplitSource, t *tenancy, fenced bool)
 	t.state = tenancyRetired
 	t.fenced = t.fenced || fenced
 	delete(d.held, t.spec.ID)
+	d.closeStages([]*tenancy{t})
 	if i := slices.Index(d.staged, t); i >= 0 {
 		d.staged = slices.Delete(d.staged, i, i+1)
 	}
@@ -548,6 +582,23 @@ func (d *CoordinationDriver[C]) commitTenancy(src SplitSource, t *tenancy, p spa
 		d.opts.log.Error("a draining split's progress claimed completion; committing it as in progress", "split", t.spec.ID)
 		p.Completed = false
 	}
+	var complete *spate.SplitProgress
+	if d.stage != nil && t.stageOpen {
+		out, pending, err := d.prepare(t, p.Watermark)
+		if err != nil {
+			if errors.Is(err, spate.ErrFatal) {
+				return err
+			}
+			return d.deferCommit(t, nil, err)
+		}
+		p.Output = out
+		if p.Completed && pending {
+			// Completion waits until the output it covers is published.
+			c := p
+			complete = &c
+			p.Completed = false
+		}
+	}
 	ctx, cancel := d.ctx()
 	err := spate.CommitAt(ctx, d.coord, t.spec.ID, t.epoch, p)
 	cancel()
@@ -557,6 +608,12 @@ func (d *CoordinationDriver[C]) commitTenancy(src SplitSource, t *tenancy, p spa
 		if p.Completed {
 			t.completed = true
 			d.retire(src, t, false)
+			return nil
+		}
+		if d.stage != nil && t.stageOpen {
+			t.completing = complete
+			d.publish(t, p.Output)
+			return d.finishCompletion(src, t)
 		}
 		return nil
 	case errors.Is(err, spate.ErrFenced):
@@ -564,21 +621,29 @@ func (d *CoordinationDriver[C]) commitTenancy(src SplitSource, t *tenancy, p spa
 		d.retire(src, t, true)
 		return nil
 	case spate.IsRetryable(err):
-		// Not a warning per split and tick: with the store refusing writes
-		// that was thousands of lines. The pipeline's controller retries the
-		// deferred positions and warns, rate-limited, for all of them.
-		d.opts.log.Debug("commit deferred; it rides the split's next commit", "split", t.spec.ID, "error", err)
-		t.progress = &p
-		if d.collecting {
-			d.deferred = append(d.deferred, t.partition)
-			if d.deferredErr == nil {
-				d.deferredErr = fmt.Errorf("commit split %s: %w", t.spec.ID, err)
-			}
-		}
-		return nil
+		return d.deferCommit(t, &p, err)
 	default:
 		return fmt.Errorf("commit split %s: %w", t.spec.ID, err)
 	}
+}
+
+// deferCommit keeps a commit that could not land for the split's next
+// commit (p, when given, is the acknowledged progress: the resume cache).
+func (d *CoordinationDriver[C]) deferCommit(t *tenancy, p *spate.SplitProgress, err error) error {
+	// Not a warning per split and tick: with the store refusing writes
+	// that was thousands of lines. The pipeline's controller retries the
+	// deferred positions and warns, rate-limited, for all of them.
+	d.opts.log.Debug("commit deferred; it rides the split's next commit", "split", t.spec.ID, "error", err)
+	if p != nil {
+		t.progress = p
+	}
+	if d.collecting {
+		d.deferred = append(d.deferred, t.partition)
+		if d.deferredErr == nil {
+			d.deferredErr = fmt.Errorf("commit split %s: %w", t.spec.ID, err)
+		}
+	}
+	return nil
 }
 
 // TakeDeferred implements [CommitDeferrer]: the partitions whose commit
@@ -596,6 +661,15 @@ func (d *CoordinationDriver[C]) sweep(src SplitSource) error {
 	var firstErr error
 	for _, t := range d.sortedHeld() {
 		if t.state != tenancyLive || !t.opened || t.fenced || t.completed {
+			continue
+		}
+		if t.unpublished != nil {
+			d.publish(t, t.unpublished)
+		}
+		if t.completing != nil {
+			if err := d.finishCompletion(src, t); err != nil {
+				firstErr = pickError(firstErr, err)
+			}
 			continue
 		}
 		p, err := src.Sweep(t.spec.ID)
@@ -633,6 +707,16 @@ func (d *CoordinationDriver[C]) advanceDrains(src SplitSource) error {
 			d.opts.log.Error("a drain's final progress claimed completion; committing it as in progress", "split", t.spec.ID)
 			final.Completed = false
 		}
+		if d.stage != nil && t.stageOpen {
+			out, _, perr := d.prepare(t, final.Watermark)
+			if perr != nil {
+				if errors.Is(perr, spate.ErrFatal) {
+					firstErr = pickError(firstErr, perr)
+				}
+				continue // stay draining; asked again on the next poll
+			}
+			final.Output = out
+		}
 		ctx, cancel := d.ctx()
 		err = spate.CommitAt(ctx, d.coord, t.spec.ID, t.epoch, final)
 		cancel()
@@ -640,6 +724,11 @@ func (d *CoordinationDriver[C]) advanceDrains(src SplitSource) error {
 		case err == nil:
 			t.progress = &final
 			t.handedOff = true
+			if d.stage != nil && t.stageOpen {
+				// Best effort: the next owner publishes what the record
+				// lists before it writes anything.
+				d.publish(t, final.Output)
+			}
 			ctx, cancel := d.ctx()
 			if err := spate.ReleaseDrained(ctx, d.coord, t.spec.ID); err != nil {
 				d.opts.log.Warn("drained hand-back failed; the lease expires and a peer takes over", "split", t.spec.ID, "error", err)

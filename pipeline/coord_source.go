@@ -32,6 +32,13 @@ func NewCoordinatedSource[C spate.SplitCoordinator](coord C, splits SplitSource,
 	return &CoordinatedSource[C]{Driver: NewCoordinationDriver(coord, opts...), Splits: splits, Planner: planner}
 }
 
+// StageOutput makes the source's commits carry sink's committable and
+// publish it once they win: exactly-once output. [Build] calls it for a
+// staging sink; call it before Run when assembling with [New].
+func (s *CoordinatedSource[C]) StageOutput(sink StagingSink) error {
+	return s.Driver.StageOutput(sink)
+}
+
 // Open implements [Source].
 func (s *CoordinatedSource[C]) Open(ctx SourceCtx) error {
 	s.Driver.Open(ctx)

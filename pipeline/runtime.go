@@ -136,8 +136,12 @@ type SinkSpec struct {
 }
 
 // Build assembles a runtime whose chains run stages and fan every record
-// out to each sink.
+// out to each sink. A [StagingSink] among sinks is wired to src, which must
+// then carry its committables ([CoordinatedSource] does).
 func Build(cfg Config, src Source, stages []Stage, sinks []SinkSpec, opts ...Option) (*Runtime, error) {
+	if err := wireStaging(src, sinks); err != nil {
+		return nil, err
+	}
 	budget := NewInflightBudget(cfg.WithDefaults().MaxInflightBytes)
 	rts := make([]*SinkRuntime, len(sinks))
 	for i, s := range sinks {

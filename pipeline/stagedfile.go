@@ -1,0 +1,696 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/spate-go/spate"
+)
+
+// StagedFileSink is the exactly-once file sink: a [StagingSink] that
+// writes each split's output to one file named by the split,
+// DIR/<split>.out, whoever owns the split, so a takeover appends where the
+// split's output already is.
+//
+// A tenancy stages its lines in a file of its own under DIR/.spate/stage/
+// (never read by anyone but a later owner). At each commit the staged
+// bytes below the watermark are fsynced, and the committable lists them:
+// the published length and CRC-32C of DIR/<split>.out, and the staged
+// range with its checksum. Once that commit won, the range is copied to
+// the published file at exactly the committed length and fsynced. A
+// published file therefore only ever grows, by committed ranges, written at
+// offsets the commits fixed: publishing again (a retry, a new owner
+// finishing a crashed one's publish, a zombie waking up) writes the same
+// bytes at the same place.
+//
+// A zombie (a process frozen past its lease) keeps its file descriptors,
+// but the only file it may still write through them is its own staging
+// file, past its committed ranges: nothing is published by renaming or
+// truncating a file a writer may hold, and a new owner copies the ranges
+// the committed record lists and never writes the old owner's staging
+// file (it deletes it). Its commits are fenced, so nothing it stages after
+// its last won commit is ever listed.
+//
+// Output is visible within a commit interval of being acknowledged, one
+// file per split (no small files accumulate). A reader may see a committed
+// range while it is being appended; a run interrupted at any point leaves
+// every published file a prefix of its split's committed output, which the
+// next owner completes.
+//
+// Damage is detected and costs only its split (the driver sets the split
+// aside with the error as the reason): a published file truncated,
+// deleted, replaced, altered (its CRC no longer the committed one) or
+// holding bytes no commit lists; a staging file listed by the committed
+// record deleted or altered before its range was published; a published
+// name already present when the split has no committed output. A marker
+// DIR/.spate/job refuses a second job pointed at the same destination.
+//
+// Write stages without fsync; durability is at Prepare. Records of one
+// split must reach the sink in offset order (the runtime shards by
+// partition, so they do).
+type StagedFileSink struct {
+	dir string
+	// Format renders one record onto buf (default: key, tab, value,
+	// newline). Set it before the first write.
+	Format func(buf []byte, r Record) []byte
+
+	mu      sync.Mutex
+	stages  map[PartitionID]*fileStage
+	retired map[PartitionID]bool
+}
+
+// fileStage is one tenancy's staging file and its split's published file.
+type fileStage struct {
+	mu     sync.Mutex
+	closed bool
+	split  spate.SplitID
+
+	stageRel  string // relative to the destination, as committables name it
+	stagePath string
+	stageDir  string
+	f         *os.File
+	size      int64 // bytes staged
+	synced    int64 // bytes of f known durable
+	// marks maps records past the last prepared cut to where their bytes
+	// end in the staging file, in offset order.
+	marks []stageMark
+
+	finalRel  string
+	finalPath string
+	out       *os.File // the published file, opened at the first publish
+	finalLen  int64    // published bytes
+	finalCRC  uint32   // CRC-32C of the published bytes
+
+	// from..to is the prepared, unpublished range of the staging file;
+	// rangeCRC its checksum.
+	from, to int64
+	rangeCRC uint32
+}
+
+type stageMark struct{ off, end int64 }
+
+// stagedCommit is the committable: what of the split's output a commit
+// covers.
+type stagedCommit struct {
+	V     int    `json:"v"`
+	File  string `json:"file"`
+	Len   int64  `json:"len"`
+	CRC   uint32 `json:"crc"`
+	Stage string `json:"stage,omitempty"`
+	From  int64  `json:"from,omitempty"`
+	To    int64  `json:"to,omitempty"`
+	RCRC  uint32 `json:"rcrc,omitempty"`
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+const (
+	stagedMetaDir  = ".spate"
+	stagedJobFile  = "job"
+	stagedStageDir = "stage"
+	stagedSuffix   = ".out"
+)
+
+// NewStagedFileSink writes the output of job to dir (created if absent).
+// dir must hold no other job's output: its marker dir/.spate/job names the
+// job that owns it, and a different job is refused. An empty job skips
+// the marker.
+func NewStagedFileSink(dir, job string) (*StagedFileSink, error) {
+	stageRoot := filepath.Join(dir, stagedMetaDir, stagedStageDir)
+	if err := os.MkdirAll(stageRoot, 0o755); err != nil {
+		return nil, fmt.Errorf("file sink: cannot create the destination %s: %w (is it writable?)", dir, err)
+	}
+	if job != "" {
+		if err := claimDestination(dir, job); err != nil {
+			return nil, err
+		}
+	}
+	return &StagedFileSink{dir: dir, Format: formatLine, stages: map[PartitionID]*fileStage{}, retired: map[PartitionID]bool{}}, nil
+}
+
+// claimDestination writes or checks the destination's job marker.
+func claimDestination(dir, job string) error {
+	path := filepath.Join(dir, stagedMetaDir, stagedJobFile)
+	want := []byte(job + "\n")
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err == nil {
+		_, werr := f.Write(want)
+		if werr == nil {
+			werr = f.Sync()
+		}
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr == nil {
+			werr = syncDir(filepath.Dir(path))
+		}
+		if werr != nil {
+			return fmt.Errorf("file sink: cannot write the destination's job marker %s: %w (is %s writable?)", path, werr, dir)
+		}
+		return nil
+	}
+	if !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("file sink: cannot write the destination's job marker %s: %w (is %s writable?)", path, err, dir)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("file sink: cannot read the destination's job marker %s: %w", path, err)
+	}
+	if !bytes.Equal(got, want) {
+		return fmt.Errorf("file sink: the destination %s holds the output of job %q (its marker %s), not of job %q: give each job its own destination, or delete that job's output first",
+			dir, string(bytes.TrimSpace(got)), path, job)
+	}
+	return nil
+}
+
+// Path is the published file of split.
+func (s *StagedFileSink) Path(split spate.SplitID) string {
+	return filepath.Join(s.dir, split.String()+stagedSuffix)
+}
+
+// Destination implements [SinkDestination].
+func (s *StagedFileSink) Destination() string { return s.dir }
+
+// OpenStage implements [StagingSink]: it checks the split's published file
+// against the committed output, finishes the publish the record lists,
+// discards every other staged file of the split and opens a staging file
+// for the tenancy.
+func (s *StagedFileSink) OpenStage(ctx context.Context, t StageTenancy, committed []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	fs := &fileStage{
+		split:     t.Split,
+		finalRel:  t.Split.String() + stagedSuffix,
+		finalPath: s.Path(t.Split),
+		stageDir:  filepath.Join(s.dir, stagedMetaDir, stagedStageDir, t.Split.String()),
+	}
+	fs.stageRel = filepath.ToSlash(filepath.Join(stagedMetaDir, stagedStageDir, t.Split.String(), strconv.FormatUint(uint64(t.Epoch), 10)+".stage"))
+	fs.stagePath = filepath.Join(s.dir, filepath.FromSlash(fs.stageRel))
+	if err := s.recover(fs, committed); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(fs.stageDir, 0o755); err != nil {
+		return fmt.Errorf("cannot create the staging directory %s: %w", fs.stageDir, err)
+	}
+	// Discard what the committed record does not list: every staging file
+	// of earlier tenancies (their listed ranges are published now).
+	entries, err := os.ReadDir(fs.stageDir)
+	if err != nil {
+		return fmt.Errorf("cannot list the staging directory %s: %w", fs.stageDir, err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(fs.stageDir, e.Name())); err != nil {
+			return fmt.Errorf("cannot discard the unlisted staging file %s: %w", filepath.Join(fs.stageDir, e.Name()), err)
+		}
+	}
+	f, err := os.OpenFile(fs.stagePath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("cannot create the staging file %s: %w", fs.stagePath, err)
+	}
+	if err := syncDir(fs.stageDir); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("cannot make the staging file %s durable: %w", fs.stagePath, err)
+	}
+	fs.f = f
+	s.mu.Lock()
+	s.stages[t.Partition] = fs
+	delete(s.retired, t.Partition)
+	s.mu.Unlock()
+	return nil
+}
+
+// recover brings the split's published file to the committed output:
+// it verifies the published prefix and publishes the listed range.
+func (s *StagedFileSink) recover(fs *fileStage, committed []byte) error {
+	size, err := fileSize(fs.finalPath)
+	if err != nil {
+		return fmt.Errorf("cannot read the published file %s: %w", fs.finalPath, err)
+	}
+	if committed == nil {
+		if size > 0 {
+			return fmt.Errorf("%s already holds %d bytes, but split %s has no committed output: another job, or an earlier run into the same destination, wrote it; point the job at an empty destination or move the file away",
+				fs.finalPath, size, fs.split)
+		}
+		return nil
+	}
+	c, err := decodeStagedCommit(committed)
+	if err != nil {
+		return fmt.Errorf("the committed output of split %s is not this sink's: %w", fs.split, err)
+	}
+	if c.File != fs.finalRel {
+		return fmt.Errorf("the committed output of split %s names %q, not %q: the record was written by another sink", fs.split, c.File, fs.finalRel)
+	}
+	if size < c.Len {
+		return fmt.Errorf("%s holds %d bytes but %d are committed: it was truncated or deleted under the job; restore it, or delete the job and its output and run again", fs.finalPath, size, c.Len)
+	}
+	crc, err := crcOf(fs.finalPath, 0, c.Len)
+	if err != nil {
+		return fmt.Errorf("cannot read the published file %s: %w", fs.finalPath, err)
+	}
+	if crc != c.CRC {
+		return fmt.Errorf("%s was altered under the job: its first %d bytes no longer match the committed checksum; restore it, or delete the job and its output and run again", fs.finalPath, c.Len)
+	}
+	fs.finalLen, fs.finalCRC = c.Len, c.CRC
+	n := c.To - c.From
+	if n <= 0 {
+		if size > c.Len {
+			return fmt.Errorf("%s holds %d bytes past the %d committed: something other than this job's commits wrote it; move it away, or delete the job and its output and run again", fs.finalPath, size-c.Len, c.Len)
+		}
+		return nil
+	}
+	if size > c.Len+n {
+		return fmt.Errorf("%s holds %d bytes past the %d committed: something other than this job's commits wrote it; move it away, or delete the job and its output and run again", fs.finalPath, size-c.Len-n, c.Len+n)
+	}
+	stagePath := filepath.Join(s.dir, filepath.FromSlash(c.Stage))
+	data, rerr := readRange(stagePath, c.From, c.To)
+	if rerr == nil && crc32.Checksum(data, castagnoli) != c.RCRC {
+		rerr = fmt.Errorf("its bytes %d..%d no longer match the committed checksum", c.From, c.To)
+	}
+	if rerr != nil {
+		// Published already? (The previous owner's publish landed before
+		// its staging file went.)
+		if size == c.Len+n {
+			if got, err := crcOf(fs.finalPath, c.Len, c.Len+n); err == nil && got == c.RCRC {
+				fs.finalLen, fs.finalCRC = c.Len+n, crc32Combine(c.CRC, fs.finalPath, c.Len, c.Len+n)
+				return nil
+			}
+		}
+		return fmt.Errorf("the staging file %s that split %s's committed record lists is damaged (%v) and %s lacks its bytes: the committed output cannot be completed; delete the job and its output and run again",
+			stagePath, fs.split, rerr, fs.finalPath)
+	}
+	if err := fs.publishBytes(c.Len, data); err != nil {
+		return err
+	}
+	fs.finalLen, fs.finalCRC = c.Len+n, crc32.Update(c.CRC, castagnoli, data)
+	return nil
+}
+
+// crc32Combine extends crc (of a file's first bytes) over path[from:to).
+// Used only on the rare path where a range was found already published.
+func crc32Combine(crc uint32, path string, from, to int64) uint32 {
+	data, err := readRange(path, from, to)
+	if err != nil {
+		return crc
+	}
+	return crc32.Update(crc, castagnoli, data)
+}
+
+// publishBytes writes data to the published file at off and fsyncs it.
+func (fs *fileStage) publishBytes(off int64, data []byte) error {
+	if fs.out == nil {
+		f, err := os.OpenFile(fs.finalPath, os.O_WRONLY|os.O_CREATE, 0o644)
+		if err != nil {
+			return fmt.Errorf("cannot open the published file %s: %w", fs.finalPath, err)
+		}
+		if err := syncDir(filepath.Dir(fs.finalPath)); err != nil {
+			_ = f.Close()
+			return fmt.Errorf("cannot make the published file %s durable: %w", fs.finalPath, err)
+		}
+		fs.out = f
+	}
+	// The file must still be the one this tenancy opened, at the length
+	// the commit fixed (or partly past it: an interrupted publish).
+	st, err := os.Stat(fs.finalPath)
+	if err != nil {
+		return fmt.Errorf("the published file %s is gone (%v): it was deleted under the job; restore it, or delete the job and its output and run again", fs.finalPath, err)
+	}
+	if ost, err := fs.out.Stat(); err != nil || !os.SameFile(st, ost) {
+		return fmt.Errorf("the published file %s was replaced under the job; restore it, or delete the job and its output and run again", fs.finalPath)
+	}
+	if st.Size() < off {
+		return fmt.Errorf("%s holds %d bytes but %d are committed: it was truncated under the job; restore it, or delete the job and its output and run again", fs.finalPath, st.Size(), off)
+	}
+	if st.Size() > off+int64(len(data)) {
+		return fmt.Errorf("%s holds %d bytes past the %d committed: something other than this job's commits wrote it", fs.finalPath, st.Size()-off-int64(len(data)), off+int64(len(data)))
+	}
+	if _, err := fs.out.WriteAt(data, off); err != nil {
+		return fmt.Errorf("cannot publish to %s: %w", fs.finalPath, err)
+	}
+	if err := fs.out.Sync(); err != nil {
+		return fmt.Errorf("cannot make %s durable: %w", fs.finalPath, err)
+	}
+	return nil
+}
+
+func (s *StagedFileSink) stage(p PartitionID) (*fileStage, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stages[p], s.retired[p]
+}
+
+// Write implements [Sink]: it stages the records.
+func (s *StagedFileSink) Write(ctx context.Context, shard int, records []Record) error {
+	return s.WriteChunks(ctx, shard, [][]Record{records})
+}
+
+// WriteChunks implements [ChunkedSink]: each run of one partition's
+// records is appended to its tenancy's staging file. Records of a
+// partition whose tenancy ended are dropped: they are never committed
+// under it.
+func (s *StagedFileSink) WriteChunks(ctx context.Context, shard int, chunks [][]Record) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, records := range chunks {
+		for i := 0; i < len(records); {
+			j := i + 1
+			for j < len(records) && records[j].Partition == records[i].Partition {
+				j++
+			}
+			if err := s.writeRun(records[i].Partition, records[i:j]); err != nil {
+				return err
+			}
+			i = j
+		}
+	}
+	return nil
+}
+
+func (s *StagedFileSink) writeRun(p PartitionID, records []Record) error {
+	fs, retired := s.stage(p)
+	if fs == nil {
+		if retired {
+			return nil
+		}
+		return fmt.Errorf("file sink: partition %d: %w (%w)", p, ErrNoStage, spate.ErrFatal)
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.closed {
+		return nil
+	}
+	if n := len(fs.marks); n > 0 && records[0].Offset < fs.marks[n-1].off {
+		return fmt.Errorf("file sink: split %s: record offset %d after %d: a staging sink needs a split's records in offset order (%w)",
+			fs.split, records[0].Offset, fs.marks[n-1].off, spate.ErrFatal)
+	}
+	pb := fileBufs.Get().(*[]byte)
+	buf := (*pb)[:0]
+	defer func() {
+		if cap(buf) <= 2*fileWriteChunk {
+			*pb = buf[:0]
+			fileBufs.Put(pb)
+		}
+	}()
+	base, marks := fs.size, len(fs.marks)
+	written := int64(0)
+	var err error
+	for i := range records {
+		if i > 0 && records[i].Offset < records[i-1].Offset {
+			err = fmt.Errorf("record offset %d after %d: a staging sink needs a split's records in offset order (%w)", records[i].Offset, records[i-1].Offset, spate.ErrFatal)
+			break
+		}
+		buf = s.Format(buf, records[i])
+		fs.marks = append(fs.marks, stageMark{off: records[i].Offset, end: base + written + int64(len(buf))})
+		if len(buf) >= fileWriteChunk {
+			n, werr := fs.f.WriteAt(buf, base+written)
+			written += int64(n)
+			buf = buf[:0]
+			if werr != nil {
+				err = werr
+				break
+			}
+		}
+	}
+	if err == nil && len(buf) > 0 {
+		n, werr := fs.f.WriteAt(buf, base+written)
+		written += int64(n)
+		err = werr
+	}
+	if err != nil {
+		fs.marks = fs.marks[:marks]
+		if written > 0 {
+			if terr := fs.f.Truncate(base); terr != nil {
+				return fmt.Errorf("file sink: stage split %s in %s: %w (rollback failed: %v)", fs.split, fs.stagePath, err, terr)
+			}
+		}
+		return fmt.Errorf("file sink: stage split %s in %s: %w", fs.split, fs.stagePath, err)
+	}
+	fs.size = base + written
+	return nil
+}
+
+// Prepare implements [StagingSink]: it fsyncs the staging file and lists
+// the staged range of the records below watermark.
+func (s *StagedFileSink) Prepare(ctx context.Context, p PartitionID, watermark int64) ([]byte, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	fs, _ := s.stage(p)
+	if fs == nil {
+		return nil, false, fmt.Errorf("file sink: partition %d has no open stage", p)
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	cut := fs.to
+	i, _ := slices.BinarySearchFunc(fs.marks, watermark, func(m stageMark, w int64) int {
+		if m.off < w {
+			return -1
+		}
+		return 1
+	})
+	if i > 0 {
+		cut = max(cut, fs.marks[i-1].end)
+	}
+	if cut > fs.synced {
+		size := fs.size
+		if err := fs.f.Sync(); err != nil {
+			return nil, false, fmt.Errorf("file sink: cannot make the staging file %s durable: %w", fs.stagePath, err)
+		}
+		fs.synced = size
+	}
+	if cut > fs.to {
+		data, err := readRangeFile(fs.f, fs.to, cut)
+		if err != nil {
+			return nil, false, fmt.Errorf("file sink: cannot read back the staging file %s: %w", fs.stagePath, err)
+		}
+		fs.rangeCRC = crc32.Update(fs.rangeCRC, castagnoli, data)
+		fs.to = cut
+	}
+	fs.marks = fs.marks[:copy(fs.marks, fs.marks[i:])]
+	return fs.committable(), fs.to > fs.from, nil
+}
+
+func (fs *fileStage) committable() []byte {
+	c := stagedCommit{V: 1, File: fs.finalRel, Len: fs.finalLen, CRC: fs.finalCRC}
+	if fs.to > fs.from {
+		c.Stage, c.From, c.To, c.RCRC = fs.stageRel, fs.from, fs.to, fs.rangeCRC
+	}
+	b, _ := json.Marshal(c)
+	return b
+}
+
+// Publish implements [StagingSink]: it copies the listed range to the
+// published file at the committed length and fsyncs it.
+func (s *StagedFileSink) Publish(ctx context.Context, p PartitionID, committable []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c, err := decodeStagedCommit(committable)
+	if err != nil {
+		return err
+	}
+	fs, _ := s.stage(p)
+	if fs == nil {
+		return fmt.Errorf("file sink: partition %d has no open stage", p)
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	n := c.To - c.From
+	if n <= 0 || c.Len+n <= fs.finalLen {
+		return nil // nothing listed, or published already
+	}
+	if c.Len != fs.finalLen || c.Stage != fs.stageRel {
+		return fmt.Errorf("file sink: split %s: the committable lists %s[%d:%d) at %d, but %d bytes are published: not this tenancy's", fs.split, c.Stage, c.From, c.To, c.Len, fs.finalLen)
+	}
+	data, err := readRangeFile(fs.f, c.From, c.To)
+	if err != nil {
+		return fmt.Errorf("file sink: cannot read the staging file %s: %w", fs.stagePath, err)
+	}
+	if crc32.Checksum(data, castagnoli) != c.RCRC {
+		return fmt.Errorf("file sink: the staging file %s was altered under the job (bytes %d..%d no longer match the committed checksum); the split's output cannot be published: delete the job and its output and run again",
+			fs.stagePath, c.From, c.To)
+	}
+	if err := fs.publishBytes(c.Len, data); err != nil {
+		return fmt.Errorf("file sink: %w", err)
+	}
+	fs.finalLen, fs.finalCRC = c.Len+n, crc32.Update(c.CRC, castagnoli, data)
+	fs.from = c.To
+	if fs.to > c.To {
+		rest, err := readRangeFile(fs.f, c.To, fs.to)
+		if err != nil {
+			return fmt.Errorf("file sink: cannot read back the staging file %s: %w", fs.stagePath, err)
+		}
+		fs.rangeCRC = crc32.Checksum(rest, castagnoli)
+	} else {
+		fs.rangeCRC = 0
+	}
+	return nil
+}
+
+// CloseStage implements [StagingSink]. A completed split's staging
+// directory is removed.
+func (s *StagedFileSink) CloseStage(p PartitionID, completed bool) {
+	s.mu.Lock()
+	fs := s.stages[p]
+	delete(s.stages, p)
+	s.retired[p] = true
+	s.mu.Unlock()
+	if fs == nil {
+		return
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.close()
+	if completed {
+		_ = os.RemoveAll(fs.stageDir)
+	}
+}
+
+func (fs *fileStage) close() {
+	fs.closed = true
+	if fs.f != nil {
+		_ = fs.f.Close()
+		fs.f = nil
+	}
+	if fs.out != nil {
+		_ = fs.out.Close()
+		fs.out = nil
+	}
+}
+
+// Close closes every open file; staged output stays for the next owner.
+func (s *StagedFileSink) Close() error {
+	s.mu.Lock()
+	stages := s.stages
+	s.stages = map[PartitionID]*fileStage{}
+	s.mu.Unlock()
+	for _, fs := range stages {
+		fs.mu.Lock()
+		fs.close()
+		fs.mu.Unlock()
+	}
+	return nil
+}
+
+// RemoveStaging removes what is left under dir/.spate/stage once a job
+// completed: staging files nobody lists (a zombie's, written after its
+// last commit). Call it only after the job completed.
+func RemoveStaging(dir string) error {
+	root := filepath.Join(dir, stagedMetaDir, stagedStageDir)
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	var first error
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(root, e.Name())); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func decodeStagedCommit(b []byte) (stagedCommit, error) {
+	var c stagedCommit
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return c, fmt.Errorf("file sink: committable %.64q: %w", b, err)
+	}
+	if c.V != 1 || c.File == "" || c.Len < 0 || c.From < 0 || c.To < c.From || (c.To > c.From && c.Stage == "") {
+		return c, fmt.Errorf("file sink: committable %.64q is not a version-1 file committable", b)
+	}
+	if !filepath.IsLocal(filepath.FromSlash(c.File)) || (c.Stage != "" && !filepath.IsLocal(filepath.FromSlash(c.Stage))) {
+		return c, fmt.Errorf("file sink: committable %.64q names a file outside the destination", b)
+	}
+	return c, nil
+}
+
+func fileSize(path string) (int64, error) {
+	st, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+func readRange(path string, from, to int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readRangeFile(f, from, to)
+}
+
+func readRangeFile(f *os.File, from, to int64) ([]byte, error) {
+	data := make([]byte, to-from)
+	n, err := f.ReadAt(data, from)
+	if err == io.EOF && int64(n) == to-from {
+		err = nil
+	}
+	if err != nil {
+		if err == io.EOF {
+			return nil, fmt.Errorf("it holds %d bytes, fewer than %d", from+int64(n), to)
+		}
+		return nil, err
+	}
+	return data, nil
+}
+
+// crcOf is the CRC-32C of path[from:to), read in pieces.
+func crcOf(path string, from, to int64) (uint32, error) {
+	if to <= from {
+		return 0, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	var crc uint32
+	for off := from; off < to; {
+		n := min(int64(len(buf)), to-off)
+		m, err := f.ReadAt(buf[:n], off)
+		crc = crc32.Update(crc, castagnoli, buf[:m])
+		off += int64(m)
+		if err != nil && !(err == io.EOF && off == to) {
+			if err == io.EOF {
+				return 0, fmt.Errorf("it ends at %d, before %d", off, to)
+			}
+			return 0, err
+		}
+	}
+	return crc, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,203 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/spate-go/spate"
+)
+
+// StagingSink is a [Sink] whose output becomes visible only through the
+// split's fenced commit: exactly-once output. It is the two-phase sink
+// contract.
+//
+//  1. Write stages: it puts a tenancy's records where no reader looks
+//     (a staging file, an upload nobody completed). A nil return means
+//     staged, not yet durable.
+//  2. At a commit the [CoordinationDriver] calls Prepare, which makes the
+//     staged bytes of the records below the watermark durable and returns
+//     a small committable listing them. The committable rides in the
+//     split's progress record ([spate.SplitProgress.Output]) by the same
+//     compare-and-swap as the watermark.
+//  3. Only after that compare-and-swap won does the driver call Publish,
+//     which makes what the committable lists visible, idempotently.
+//  4. A new owner's OpenStage first finishes what the committed record
+//     lists (idempotently: a zombie or a crashed owner may have published
+//     some or all of it), then discards staged output the record does not
+//     list.
+//
+// A process frozen past its lease (a zombie) can still stage, but its
+// commits are fenced, so nothing it stages is ever listed, and it can
+// never change a published byte: what it may still hold open is never
+// published by rename or truncation (see [StagedFileSink]).
+//
+// [Build] wires a staging sink to a [CoordinatedSource] by itself; at most
+// one sink of a pipeline stages (one committable per commit). A sink that
+// cannot stage (a plain [Sink]) is at-least-once: a takeover replays the
+// uncommitted tail into it.
+//
+// The driver calls OpenStage, Prepare, Publish and CloseStage from the
+// controller goroutine; Write runs on the shard writers concurrently with
+// them.
+type StagingSink interface {
+	Sink
+	// OpenStage begins a tenancy of a split. committed is the Output of
+	// the split's committed progress (nil before its first commit). An
+	// error sets the split aside (the driver reports it as poison with the
+	// error as the reason), so it must name the damaged file or object
+	// and the fix.
+	OpenStage(ctx context.Context, t StageTenancy, committed []byte) error
+	// Prepare makes durable what the tenancy staged for its records with
+	// an offset below watermark, and returns the committable listing that
+	// and everything listed before and not yet published. pending reports
+	// that the committable lists something unpublished. An error marked
+	// [spate.ErrFatal] stops the pipeline; any other defers the commit to
+	// the next one.
+	Prepare(ctx context.Context, partition PartitionID, watermark int64) (committable []byte, pending bool, err error)
+	// Publish makes visible what committable (from Prepare) lists. It is
+	// called once the commit that carried committable won, and again if
+	// it failed; it must be idempotent.
+	Publish(ctx context.Context, partition PartitionID, committable []byte) error
+	// CloseStage ends the tenancy. completed reports the split's
+	// completion committed (with nothing left to publish): its staging
+	// area can go. Staged output of a tenancy closed otherwise stays for
+	// the next owner to finish or discard.
+	CloseStage(partition PartitionID, completed bool)
+}
+
+// StageTenancy names one tenancy of a split for a [StagingSink].
+type StageTenancy struct {
+	Split     spate.SplitID
+	Epoch     spate.LeaseEpoch
+	Partition PartitionID
+}
+
+// ErrNoStage is returned by a staging sink's Write for a record whose
+// partition has no open stage: the sink was not wired to the coordinated
+// source (see [Build]).
+var ErrNoStage = errors.New("no open stage for the record's partition: a staging sink must be wired to a coordinated source (pipeline.Build does it; with pipeline.New, call CoordinatedSource.StageOutput)")
+
+// stagingWirer is implemented by sources that carry a staging sink's
+// committable in their commits ([CoordinatedSource]).
+type stagingWirer interface {
+	StageOutput(StagingSink) error
+}
+
+// wireStaging finds the staging sink among sinks and hands it to src.
+func wireStaging(src Source, sinks []SinkSpec) error {
+	var staging []string
+	var found StagingSink
+	for _, s := range sinks {
+		if ss, ok := s.Sink.(StagingSink); ok {
+			staging = append(staging, s.Name)
+			found = ss
+		}
+	}
+	switch {
+	case len(staging) == 0:
+		return nil
+	case len(staging) > 1:
+		return fmt.Errorf("pipeline: sinks %v all stage, but a commit carries one committable: make at most one of them a staging sink", staging)
+	}
+	w, ok := src.(stagingWirer)
+	if !ok {
+		return fmt.Errorf("pipeline: sink %q stages its output (exactly-once), which needs a coordinated source to carry its committable; this source (%T) cannot", staging[0], src)
+	}
+	return w.StageOutput(found)
+}
+
+// openStages opens the staging sink's stage of every staged tenancy. A
+// tenancy whose stage cannot open (its committed output is damaged, the
+// destination refuses it) is set aside: the split is failed with the
+// sink's error as the reason, which costs an attempt and, past the limit,
+// quarantines it, while the other splits go on.
+func (d *CoordinationDriver[C]) openStages() error {
+	if d.stage == nil {
+		return nil
+	}
+	kept := d.staged[:0]
+	for _, t := range d.staged {
+		if t.stageOpen {
+			kept = append(kept, t)
+			continue
+		}
+		var committed []byte
+		if t.progress != nil {
+			committed = t.progress.Output
+		}
+		ctx, cancel := d.ctx()
+		err := d.stage.OpenStage(ctx, StageTenancy{Split: t.spec.ID, Epoch: t.epoch, Partition: t.partition}, committed)
+		cancel()
+		if err == nil {
+			t.stageOpen = true
+			kept = append(kept, t)
+			continue
+		}
+		reason := fmt.Sprintf("output: %v", err)
+		d.opts.log.Error("the split's output cannot be staged; setting the split aside", "split", t.spec.ID, "error", err)
+		ctx, cancel = d.ctx()
+		ferr := d.coord.Fail(ctx, t.spec.ID, reason)
+		cancel()
+		if ferr != nil && !errors.Is(ferr, spate.ErrFenced) {
+			d.refused = append(d.refused, poisonReport{split: t.spec.ID, reason: reason})
+		}
+		t.state = tenancyRetired
+		delete(d.held, t.spec.ID)
+		delete(d.byPartition, t.partition)
+	}
+	clear(d.staged[len(kept):])
+	d.staged = kept
+	return nil
+}
+
+// closeStages closes the open stages of ts.
+func (d *CoordinationDriver[C]) closeStages(ts []*tenancy) {
+	for _, t := range ts {
+		if d.stage != nil && t.stageOpen {
+			d.stage.CloseStage(t.partition, t.completed)
+			t.stageOpen = false
+		}
+	}
+}
+
+// prepare asks the staging sink for the committable of t at watermark.
+func (d *CoordinationDriver[C]) prepare(t *tenancy, watermark int64) ([]byte, bool, error) {
+	ctx, cancel := d.ctx()
+	defer cancel()
+	out, pending, err := d.stage.Prepare(ctx, t.partition, watermark)
+	if err != nil {
+		return nil, false, fmt.Errorf("prepare the output of split %s: %w", t.spec.ID, err)
+	}
+	return out, pending, nil
+}
+
+// publish publishes a won commit's committable; a failure keeps it for a
+// retry on the next poll (the committed record lists it, so a new owner
+// would publish it too).
+func (d *CoordinationDriver[C]) publish(t *tenancy, committable []byte) {
+	ctx, cancel := d.ctx()
+	err := d.stage.Publish(ctx, t.partition, committable)
+	cancel()
+	if err != nil {
+		d.opts.log.Warn("publishing committed output failed; it is retried (a new owner publishes it too)", "split", t.spec.ID, "error", err)
+		t.unpublished = committable
+		return
+	}
+	t.unpublished = nil
+}
+
+// finishCompletion commits a completion that waited for its output to be
+// published, once it is.
+func (d *CoordinationDriver[C]) finishCompletion(src SplitSource, t *tenancy) error {
+	c := t.completing
+	if c == nil || t.unpublished != nil {
+		return nil
+	}
+	t.completing = nil
+	err := d.commitTenancy(src, t, *c)
+	if !t.completed && t.state != tenancyRetired && t.completing == nil {
+		t.completing = c // the completion did not land: retried on the next poll
+	}
+	return err
+}
