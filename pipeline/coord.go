@@ -111,6 +111,8 @@ type tenancy struct {
 	// output lists is published: a completed split is never opened again,
 	// so nobody would finish a publish its completion left pending.
 	completing *spate.SplitProgress
+	// noSpace counts publishes that failed on a full destination.
+	noSpace int
 	// progress is the resume cache: the Gained carry, then every
 	// acknowledged commit (even a deferred one: acknowledged data is
 	// durable in the sink, so resuming past it loses nothing).
@@ -612,7 +614,9 @@ func (d *CoordinationDriver[C]) commitTenancy(src SplitSource, t *tenancy, p spa
 		}
 		if d.stage != nil && t.stageOpen {
 			t.completing = complete
-			d.publish(t, p.Output)
+			if err := d.publish(t, p.Output); err != nil {
+				return err
+			}
 			return d.finishCompletion(src, t)
 		}
 		return nil
@@ -664,7 +668,10 @@ func (d *CoordinationDriver[C]) sweep(src SplitSource) error {
 			continue
 		}
 		if t.unpublished != nil {
-			d.publish(t, t.unpublished)
+			if err := d.publish(t, t.unpublished); err != nil {
+				firstErr = pickError(firstErr, err)
+				continue
+			}
 		}
 		if t.completing != nil {
 			if err := d.finishCompletion(src, t); err != nil {
@@ -727,7 +734,7 @@ func (d *CoordinationDriver[C]) advanceDrains(src SplitSource) error {
 			if d.stage != nil && t.stageOpen {
 				// Best effort: the next owner publishes what the record
 				// lists before it writes anything.
-				d.publish(t, final.Output)
+				_ = d.publish(t, final.Output)
 			}
 			ctx, cancel := d.ctx()
 			if err := spate.ReleaseDrained(ctx, d.coord, t.spec.ID); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 
 	"github.com/spate-go/spate"
 )
@@ -172,19 +173,30 @@ func (d *CoordinationDriver[C]) prepare(t *tenancy, watermark int64) ([]byte, bo
 	return out, pending, nil
 }
 
+// publishNoSpaceAttempts bounds the publishes of one committable that
+// fail with "no space left on device": past it the pipeline fails, naming
+// the destination, instead of retrying while the disk stays full.
+const publishNoSpaceAttempts = 5
+
 // publish publishes a won commit's committable; a failure keeps it for a
 // retry on the next poll (the committed record lists it, so a new owner
-// would publish it too).
-func (d *CoordinationDriver[C]) publish(t *tenancy, committable []byte) {
+// would publish it too). Only a destination that stays full is an error.
+func (d *CoordinationDriver[C]) publish(t *tenancy, committable []byte) error {
 	ctx, cancel := d.ctx()
 	err := d.stage.Publish(ctx, t.partition, committable)
 	cancel()
-	if err != nil {
-		d.opts.log.Warn("publishing committed output failed; it is retried (a new owner publishes it too)", "split", t.spec.ID, "error", err)
-		t.unpublished = committable
-		return
+	if err == nil {
+		t.unpublished, t.noSpace = nil, 0
+		return nil
 	}
-	t.unpublished = nil
+	t.unpublished = committable
+	if errors.Is(err, syscall.ENOSPC) {
+		if t.noSpace++; t.noSpace >= publishNoSpaceAttempts {
+			return spate.Fatalf("publishing the output of split %s failed %d times: %v; free space on the destination and run again (what is committed resumes, nothing is lost)", t.spec.ID, t.noSpace, err)
+		}
+	}
+	d.opts.log.Warn("publishing committed output failed; it is retried (a new owner publishes it too)", "split", t.spec.ID, "error", err)
+	return nil
 }
 
 // finishCompletion commits a completion that waited for its output to be
@@ -196,6 +208,9 @@ func (d *CoordinationDriver[C]) finishCompletion(src SplitSource, t *tenancy) er
 	}
 	t.completing = nil
 	err := d.commitTenancy(src, t, *c)
+	if err != nil && isFatal(err) {
+		return err
+	}
 	if !t.completed && t.state != tenancyRetired && t.completing == nil {
 		t.completing = c // the completion did not land: retried on the next poll
 	}

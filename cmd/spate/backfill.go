@@ -53,8 +53,12 @@ files are followed (the output names the link), and --src may itself be a link;
 a link to a directory, or one whose target is missing, is refused. Other special
 files (devices, pipes, sockets) are skipped.
 
-Output: DST/<instance>-<shard>.out, one line per input line:
-"<path relative to SRC>:<byte offset of the line>\t<line>".
+Output: DST/<split>.out, one file per split whoever copied it, one line per
+input line: "<path relative to SRC>:<byte offset of the line>\t<line>",
+exactly once. A worker stages lines under DST/.spate/stage and publishes them
+only after the commit that lists them won, so a killed or frozen worker
+leaves no duplicate and no torn line under the final names. DST/.spate/job
+names the job that owns DST; another job is refused.
 
 The default store is an embedded etcd on --embed-addr with its data in
 --data-dir; more spate backfill processes (other terminals) join it. Run it
@@ -368,12 +372,12 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	oc := &observedCoord{StoreCoordinator: coord, obs: obs}
 	splits := &observedSplits{Source: filesource.NewSource(in.objs), obs: obs}
 	source := pipeline.NewCoordinatedSource(oc, splits, planner, pipeline.StallDrains(true), pipeline.DriverLogger(log))
-	fileSink, err := pipeline.NewFileSink(dst, instance) // creates --dst
+	fileSink, err := pipeline.NewStagedFileSink(dst, job) // creates --dst
 	if err != nil {
 		_ = coord.Close()
 		return fail(exitFailed, "%v", err)
 	}
-	sink := &outputSink{FileSink: fileSink, obs: obs}
+	sink := &outputSink{StagedFileSink: fileSink, obs: obs}
 	pcfg := pipeline.Config{
 		Name:           "backfill",
 		Threads:        f.threads,
@@ -416,6 +420,13 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	ms.stop()
 
 	complete, stalled := obs.verdict()
+	if complete {
+		// Staging files nobody lists (a frozen worker's, written after its
+		// last commit) go once the job is complete.
+		if err := pipeline.RemoveStaging(dst); err != nil {
+			log.Warn("could not remove leftover staging files; they hold nothing committed", "dir", dst, "error", err)
+		}
+	}
 	code := f.finish(con, job, in, dst, obs, final, complete, stalled, sigs.signal(), report, runErr, closeErr, started)
 	hist.record("exit", map[string]any{"code": code})
 
@@ -500,9 +511,9 @@ func (f *backfillFlags) finish(con *console, job string, in *input, dst string, 
 		gained, resumed, completedHere, lost, handed)
 	con.plain("  records    %s lines (%s of input) written to %s\n", count(recs), bytesStr(inBytes), dst)
 	if verified != nil {
-		con.plain("  replayed   %s duplicate lines in %s (at-least-once: the uncommitted tails of taken-over splits)\n", count(verified.Duplicates), dst)
+		con.plain("  duplicates %s lines in %s (exactly-once: the output lists only what won commits covered)\n", count(verified.Duplicates), dst)
 	} else {
-		con.plain("  replayed   not counted (counted by the verification of a completed job; see spate verify)\n")
+		con.plain("  duplicates not counted (counted by the verification of a completed job; see spate verify)\n")
 	}
 	con.plain("  elapsed    %v: %s lines/s, %s/s\n", elapsed.Round(10*time.Millisecond),
 		count(int64(rate(recs, elapsed))), bytesStr(int64(rate(inBytes, elapsed))))

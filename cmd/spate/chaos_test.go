@@ -201,13 +201,14 @@ func processChaos(t *testing.T, seed uint64) (map[string]int, int) {
 	}
 
 	var vs []string
-	// (a) every input line reached the output.
+	// (a) every input line reached the output exactly once.
 	res, err := verifyOutput(ctxT(t, time.Minute), filesource.Dir(src), dst)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !res.OK() {
-		vs = append(vs, fmt.Sprintf("(a) %d of %d input lines are missing from the output", res.Missing, res.InputLines))
+		vs = append(vs, fmt.Sprintf("(a) not exactly once: of %d input lines %d are missing, %d duplicated; %d damaged, %d foreign, %d malformed output lines",
+			res.InputLines, res.Missing, res.Duplicates, res.Damaged, res.Foreign, res.Malformed))
 	}
 	// (b), (e) from the histories.
 	var all []histEvent
@@ -232,8 +233,8 @@ func processChaos(t *testing.T, seed uint64) (map[string]int, int) {
 		}
 		t.Logf("histories kept in %s", to)
 	}
-	t.Logf("seed %d: faults %v; %d workers ran; %d history events; %d record versions observed; %d replayed duplicates",
-		seed, faults, len(workers), len(all), obs.Versions(), res.Duplicates)
+	t.Logf("seed %d: faults %v; %d workers ran; %d history events; %d record versions observed; %d missing, %d duplicates",
+		seed, faults, len(workers), len(all), obs.Versions(), res.Missing, res.Duplicates)
 	return faults, len(vs)
 }
 

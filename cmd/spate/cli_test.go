@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -90,7 +91,7 @@ func TestBackfillOverEmbeddedEtcdResumesAfterSIGINT(t *testing.T) {
 		t.Fatalf("run 2 did not resume a partly completed job:\n%s", hout)
 	}
 	for _, out := range []string{hout, jout} {
-		if !strings.Contains(out, "summary: job") || !strings.Contains(out, " complete\n") || !strings.Contains(out, "verified: all "+count(int64(lines))+" input lines") {
+		if !strings.Contains(out, "summary: job") || !strings.Contains(out, " complete\n") || !strings.Contains(out, "verified exactly once: all "+count(int64(lines))+" input lines") {
 			t.Fatalf("run 2 did not complete and verify:\n%s", out)
 		}
 	}
@@ -244,10 +245,10 @@ func TestBackfillSIGTERMDrainsAndHandsBack(t *testing.T) {
 	}
 	code, out, errOut := runSpate(t, dir, "", 90*time.Second, args...)
 	expectCode(t, "second run", code, 0, out, errOut)
-	if !strings.Contains(out, "verified: all "+count(int64(lines))+" input lines") {
+	if !strings.Contains(out, "verified exactly once: all "+count(int64(lines))+" input lines") {
 		t.Fatalf("the second run did not verify:\n%s", out)
 	}
-	if !strings.Contains(out, ", 0 replayed duplicates") {
+	if !strings.Contains(out, ", 0 duplicates") {
 		t.Fatalf("rule: a resume after a graceful stop replays nothing (the final commit lands before the splits are handed back):\n%s", out)
 	}
 }
@@ -271,7 +272,7 @@ func TestDemo(t *testing.T) {
 	code, out, errOut := runSpate(t, t.TempDir(), "", 120*time.Second, "demo")
 	t.Logf("spate demo took %v", time.Since(began).Round(100*time.Millisecond))
 	expectCode(t, "demo", code, 0, out, errOut)
-	for _, want := range []string{"SIGKILL worker-2", "TAKEOVER", "verified: all", "PASS"} {
+	for _, want := range []string{"SIGKILL worker-2", "TAKEOVER", "verified exactly once: all", "PASS"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("demo output lacks %q:\n%s", want, out)
 		}
@@ -361,7 +362,7 @@ func TestQuarantinedSplitInspectAndRequeue(t *testing.T) {
 	}
 	code, out, errOut = runSpate(t, dir, "", 90*time.Second, args...)
 	expectCode(t, "backfill after the requeue", code, 0, out, errOut)
-	if !strings.Contains(out, "verified: all "+count(int64(lines))+" input lines") {
+	if !strings.Contains(out, "verified exactly once: all "+count(int64(lines))+" input lines") {
 		t.Fatalf("the job did not finish and verify after the requeue:\n%s", out)
 	}
 }
@@ -516,7 +517,7 @@ func TestBackfillMemStore(t *testing.T) {
 	code, out, errOut := runSpate(t, dir, "", 60*time.Second, "backfill", "--src", src, "--dst", filepath.Join(dir, "dst"),
 		"--store", "mem://", "--lease", "1s", "--split-bytes", "8192")
 	expectCode(t, "mem backfill", code, 0, out, errOut)
-	if !strings.Contains(out, "verified: all "+count(int64(lines))+" input lines") {
+	if !strings.Contains(out, "verified exactly once: all "+count(int64(lines))+" input lines") {
 		t.Fatalf("not verified:\n%s", out)
 	}
 }
@@ -534,7 +535,7 @@ func TestBackfillFromABucketURL(t *testing.T) {
 	code, out, errOut := runSpate(t, dir, "", 60*time.Second, "backfill", "--src", srcURL, "--dst", dst,
 		"--store", "mem://", "--lease", "1s", "--split-bytes", "8192")
 	expectCode(t, "bucket backfill", code, 0, out, errOut)
-	if !strings.Contains(out, "verified: all "+count(int64(lines))+" input lines") {
+	if !strings.Contains(out, "verified exactly once: all "+count(int64(lines))+" input lines") {
 		t.Fatalf("not verified:\n%s", out)
 	}
 	code, out, errOut = runSpate(t, dir, "", 30*time.Second, "verify", "--src", srcURL, "--dst", dst)
@@ -596,7 +597,7 @@ func TestBackfillOutOfSpaceSIGINTExitsPromptly(t *testing.T) {
 	dir, src, dst := fullDst(t)
 	p := start(t, dir, "", "backfill", "--src", src, "--dst", dst,
 		"--store", "mem://", "--instance", "w1", "--lease", "1s", "--split-bytes", "8192")
-	p.stderr.waitFor(t, p, "sink write failed; retrying", 20*time.Second)
+	p.stderr.waitFor(t, p, "publishing committed output failed; it is retried", 20*time.Second)
 	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
@@ -613,8 +614,9 @@ func TestBackfillOutOfSpaceSIGINTExitsPromptly(t *testing.T) {
 }
 
 // fullDst returns a test directory, a corpus under it, and a --dst whose
-// shard files for --instance w1 are /dev/full, which fails every write
-// with ENOSPC, so no real disk is filled.
+// published files (one per split of the job at --split-bytes 8192) are
+// /dev/full, which fails every write with ENOSPC, so no real disk is
+// filled. Lines are staged, committed, and fail to publish.
 func fullDst(t *testing.T) (dir, src, dst string) {
 	t.Helper()
 	if _, err := os.Stat("/dev/full"); err != nil {
@@ -627,8 +629,12 @@ func fullDst(t *testing.T) (dir, src, dst string) {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for shard := range 2 {
-		if err := os.Symlink("/dev/full", filepath.Join(dst, fmt.Sprintf("w1-%d.out", shard))); err != nil {
+	members, err := filesource.ListFiles(context.Background(), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, group := range filesource.Pack(members, 8192, 16) {
+		if err := os.Symlink("/dev/full", filepath.Join(dst, filesource.SplitID(group).String()+".out")); err != nil {
 			t.Fatal(err)
 		}
 	}

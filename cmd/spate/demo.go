@@ -34,8 +34,9 @@ const demoAbout = `A self-contained proof of spate on this machine, in under a m
   3. runs several worker processes of this binary (spate backfill) over it as one job;
   4. kills one worker with SIGKILL in the middle of the job;
   5. shows the survivors take its splits over and resume them from their last commit;
-  6. verifies that every input line reached the output, and counts the replayed
-     duplicates (at-least-once delivery: the dead worker's uncommitted tails).
+  6. verifies that every input line reached the output exactly once: the dead
+     worker's staged but uncommitted lines never became visible, and the
+     survivors resumed its splits from the last commit into the same files.
 
 Exits 0 only if the job completed and the verification passed.`
 
@@ -370,7 +371,7 @@ func (f *demoFlags) run() (code int) {
 	} else {
 		fmt.Printf("  verification  %s\n", r.report())
 		if !r.OK() && failure == "" {
-			failure = "verification failed: input lines are missing from the output"
+			failure = "verification failed: the output is not every input line exactly once"
 		}
 		if r.InputLines != lines && failure == "" {
 			failure = fmt.Sprintf("the verification counted %d input lines, the corpus has %d", r.InputLines, lines)
@@ -386,7 +387,7 @@ func (f *demoFlags) run() (code int) {
 		}
 		return exitFailed
 	}
-	fmt.Println("PASS: every input line reached the output despite the killed worker")
+	fmt.Println("PASS: every input line reached the output exactly once despite the killed worker")
 	return exitOK
 }
 

@@ -19,13 +19,17 @@
 // one job that any number of processes share. The elected leader packs the
 // files into splits (--split-bytes, --split-files; both are part of the
 // job's identity), the workers lease them (--lanes at a time), and progress
-// is committed with fenced compare-and-swap writes every --commit-interval,
-// only behind output that is durable (fsynced). A worker that dies loses its
-// leases after --lease, and a peer resumes its splits from their last
-// commit: lines written after that commit are written again (at-least-once
-// delivery; the verification counts them as replayed duplicates).
+// is committed with fenced compare-and-swap writes every --commit-interval.
+// Output is exactly once: a worker stages its lines under --dst/.spate/stage,
+// fsyncs them at each commit, and the commit lists them in the split's
+// progress record by the same compare-and-swap as the watermark; only after
+// that commit won are they copied into the split's published file. A worker
+// that dies (or freezes) loses its leases after --lease, and a peer resumes
+// its splits from their last commit: it first finishes the publish the
+// record lists, then discards what the dead worker staged past it.
 //
-// Output goes to --dst/<instance>-<shard>.out, one line per input line:
+// Output goes to --dst/<split>.out (one file per split, whoever copied it;
+// --dst/.spate/job names the job that owns --dst), one line per input line:
 // "<path relative to --src>:<byte offset of the line's first byte>" TAB
 // "<line>". The key identifies every input line, so spate verify (and a
 // backfill whose job completed, unless --verify=false) can check that every

@@ -82,7 +82,7 @@ func TestBackfillFollowsSymlinkedInputs(t *testing.T) {
 	code, out, errOut := runSpate(t, dir, "", 60*time.Second, "backfill", "--src", root, "--dst", dst,
 		"--store", "mem://", "--lease", "1s", "--quiet")
 	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
-	assert.Contains(t, out, "verified: all "+count(int64(lines))+" input lines (3 files")
+	assert.Contains(t, out, "verified exactly once: all "+count(int64(lines))+" input lines (3 files")
 	outs, err := filepath.Glob(filepath.Join(dst, "*.out"))
 	require.NoError(t, err)
 	require.NotEmpty(t, outs)

@@ -26,7 +26,7 @@ func TestNATSStore(t *testing.T) {
 		"--lease", "2s", "--split-bytes", "16384"}, storeArgs...)
 	code, out, errOut := runSpate(t, dir, "", 90*time.Second, args...)
 	expectCode(t, "backfill over nats", code, 0, out, errOut)
-	if !strings.Contains(out, "verified: all "+count(int64(lines))+" input lines") {
+	if !strings.Contains(out, "verified exactly once: all "+count(int64(lines))+" input lines") {
 		t.Fatalf("not verified:\n%s", out)
 	}
 	code, out, errOut = runSpate(t, dir, "", 60*time.Second, args...)

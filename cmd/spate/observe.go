@@ -426,10 +426,11 @@ func (s *observedSplits) OpenSplit(op pipeline.SplitOpening) (pipeline.Lane, err
 	return s.Source.OpenSplit(op)
 }
 
-// outputSink writes through a FileSink and reports every durable write to
-// the observer.
+// outputSink writes through a StagedFileSink and reports every staged
+// write to the observer. The staging methods are promoted, so Build wires
+// it to the coordinated source.
 type outputSink struct {
-	*pipeline.FileSink
+	*pipeline.StagedFileSink
 	obs *observer
 }
 
@@ -437,11 +438,11 @@ func (s *outputSink) Write(ctx context.Context, shard int, records []pipeline.Re
 	return s.WriteChunks(ctx, shard, [][]pipeline.Record{records})
 }
 
-// WriteChunks must be overridden too: the embedded FileSink's would be
-// promoted, and the runtime prefers it to Write, so durable writes would
-// go unobserved.
+// WriteChunks must be overridden too: the embedded sink's would be
+// promoted, and the runtime prefers it to Write, so writes would go
+// unobserved.
 func (s *outputSink) WriteChunks(ctx context.Context, shard int, chunks [][]pipeline.Record) error {
-	if err := s.FileSink.WriteChunks(ctx, shard, chunks); err != nil {
+	if err := s.StagedFileSink.WriteChunks(ctx, shard, chunks); err != nil {
 		return err
 	}
 	for _, records := range chunks {

@@ -18,7 +18,7 @@ import (
 	"github.com/spate-go/spate/pipeline/filesource"
 )
 
-// outputSuffix names the backfill's output files: DST/<instance>-<shard>.out.
+// outputSuffix names the backfill's output files: DST/<split>.out.
 const outputSuffix = ".out"
 
 // verifyResult compares a source directory with a backfill's output.
@@ -36,8 +36,15 @@ type verifyResult struct {
 	MissingLines []string // the first few missing lines' keys
 }
 
-// OK reports whether every input line reached the output intact.
-func (r verifyResult) OK() bool { return r.Missing == 0 }
+// OK reports whether every input line reached the output intact and
+// exactly once, and the output holds nothing else.
+func (r verifyResult) OK() bool {
+	return r.Missing == 0 && r.Duplicates == 0 && r.Damaged == 0 && r.Foreign == 0 && r.Malformed == 0
+}
+
+// Complete reports whether every input line reached the output intact,
+// duplicates allowed (an at-least-once sink's guarantee).
+func (r verifyResult) Complete() bool { return r.Missing == 0 }
 
 // outLine is one output line: the input offset it names and a hash of its
 // text.
@@ -183,13 +190,18 @@ func inputLines(ctx context.Context, src filesource.Objects, name string) ([]out
 // report renders a verification for people.
 func (r verifyResult) report() string {
 	var b strings.Builder
-	if r.OK() {
-		fmt.Fprintf(&b, "verified: all %s input lines (%d files, %s) are in the output", count(r.InputLines), r.InputFiles, bytesStr(r.InputBytes))
-	} else {
+	switch {
+	case r.OK():
+		fmt.Fprintf(&b, "verified exactly once: all %s input lines (%d files, %s) are in the output once", count(r.InputLines), r.InputFiles, bytesStr(r.InputBytes))
+	case r.Missing > 0:
 		fmt.Fprintf(&b, "VERIFICATION FAILED: %s of %s input lines are missing from the output (first: %s)",
 			count(r.Missing), count(r.InputLines), strings.Join(r.MissingLines, ", "))
+	case r.Duplicates > 0:
+		fmt.Fprintf(&b, "VERIFICATION FAILED: not exactly once: all %s input lines are in the output, %s of them more than once", count(r.InputLines), count(r.Duplicates))
+	default:
+		fmt.Fprintf(&b, "VERIFICATION FAILED: all %s input lines are in the output once, but it holds other lines too", count(r.InputLines))
 	}
-	fmt.Fprintf(&b, "; %s output lines in %d files, %s replayed duplicates", count(r.OutputLines), r.OutputFiles, count(r.Duplicates))
+	fmt.Fprintf(&b, "; %s output lines in %d files, %s duplicates", count(r.OutputLines), r.OutputFiles, count(r.Duplicates))
 	if r.Damaged > 0 {
 		fmt.Fprintf(&b, ", %s damaged (torn by a killed writer, each also delivered intact unless counted missing)", count(r.Damaged))
 	}
@@ -201,9 +213,10 @@ func (r verifyResult) report() string {
 
 func runVerify(args []string) int {
 	fs := newFlagSet("verify", "--src DIR|URL --dst DIR",
-		"Checks that every line of every file under --src is in the output files (*.out) under --dst,\nand counts replayed duplicates. Exits 0 only if no line is missing.")
+		"Checks that every line of every file under --src is in the output files (*.out) under --dst\nexactly once. Exits 0 only if no line is missing, none is there twice, and the output holds\nnothing else (with --allow-duplicates: only if no line is missing).")
 	src := fs.String("src", "", "the backfill's source: a directory or a bucket URL")
 	dst := fs.String("dst", "", "the backfill's output directory")
+	allowDups := fs.Bool("allow-duplicates", false, "accept duplicates (the output of an at-least-once sink): fail only on a missing line")
 	pos, code, ok := parseArgs(fs, args)
 	if !ok {
 		return code
@@ -225,6 +238,9 @@ func runVerify(args []string) int {
 		return fail(exitFailed, "verify: %v", err)
 	}
 	fmt.Println(r.report())
+	if *allowDups && r.Complete() {
+		return exitOK
+	}
 	if !r.OK() {
 		return exitFailed
 	}
