@@ -546,7 +546,7 @@ func (f *backfillFlags) explainStalled(con *console, job string, ids []string, d
 		if len(lines) == 0 {
 			lines = ids
 		}
-		con.plain("\nthe job cannot finish: %d split(s) are quarantined (their input failed on every attempt):\n", len(ids))
+		con.plain("\nthe job cannot finish: %d split(s) are quarantined (their input, or their output under --dst, failed on every attempt; the reasons name the file and the fix):\n", len(ids))
 		for _, l := range lines {
 			con.plain("  %s\n", l)
 		}
