@@ -93,9 +93,11 @@ type fileStage struct {
 	finalCRC  uint32   // CRC-32C of the published bytes
 
 	// from..to is the prepared, unpublished range of the staging file;
-	// rangeCRC its checksum.
+	// rangeCRC its checksum; pending its bytes, read back once at Prepare
+	// and kept for the publish, so a commit reads the staging file once.
 	from, to int64
 	rangeCRC uint32
+	pending  []byte
 }
 
 type stageMark struct{ off, end int64 }
@@ -282,8 +284,8 @@ func (s *StagedFileSink) recover(fs *fileStage, committed []byte) error {
 		// Published already? (The previous owner's publish landed before
 		// its staging file went.)
 		if size == c.Len+n {
-			if got, err := crcOf(fs.finalPath, c.Len, c.Len+n); err == nil && got == c.RCRC {
-				fs.finalLen, fs.finalCRC = c.Len+n, crc32Combine(c.CRC, fs.finalPath, c.Len, c.Len+n)
+			if got, err := readRange(fs.finalPath, c.Len, c.Len+n); err == nil && crc32.Checksum(got, castagnoli) == c.RCRC {
+				fs.finalLen, fs.finalCRC = c.Len+n, crc32.Update(c.CRC, castagnoli, got)
 				return nil
 			}
 		}
@@ -295,16 +297,6 @@ func (s *StagedFileSink) recover(fs *fileStage, committed []byte) error {
 	}
 	fs.finalLen, fs.finalCRC = c.Len+n, crc32.Update(c.CRC, castagnoli, data)
 	return nil
-}
-
-// crc32Combine extends crc (of a file's first bytes) over path[from:to).
-// Used only on the rare path where a range was found already published.
-func crc32Combine(crc uint32, path string, from, to int64) uint32 {
-	data, err := readRange(path, from, to)
-	if err != nil {
-		return crc
-	}
-	return crc32.Update(crc, castagnoli, data)
 }
 
 // publishBytes writes data to the published file at off and fsyncs it.
@@ -476,6 +468,7 @@ func (s *StagedFileSink) Prepare(ctx context.Context, p PartitionID, watermark i
 			return nil, false, fmt.Errorf("file sink: cannot read back the staging file %s: %w", fs.stagePath, err)
 		}
 		fs.rangeCRC = crc32.Update(fs.rangeCRC, castagnoli, data)
+		fs.pending = append(fs.pending, data...)
 		fs.to = cut
 	}
 	fs.marks = fs.marks[:copy(fs.marks, fs.marks[i:])]
@@ -514,28 +507,20 @@ func (s *StagedFileSink) Publish(ctx context.Context, p PartitionID, committable
 	if c.Len != fs.finalLen || c.Stage != fs.stageRel {
 		return fmt.Errorf("file sink: split %s: the committable lists %s[%d:%d) at %d, but %d bytes are published: not this tenancy's", fs.split, c.Stage, c.From, c.To, c.Len, fs.finalLen)
 	}
-	data, err := readRangeFile(fs.f, c.From, c.To)
-	if err != nil {
-		return fmt.Errorf("file sink: cannot read the staging file %s: %w", fs.stagePath, err)
+	if c.From != fs.from || c.To > fs.to {
+		return fmt.Errorf("file sink: split %s: the committable lists %s[%d:%d), but %d..%d is prepared: not this tenancy's", fs.split, c.Stage, c.From, c.To, fs.from, fs.to)
 	}
+	data := fs.pending[:n]
 	if crc32.Checksum(data, castagnoli) != c.RCRC {
-		return fmt.Errorf("file sink: the staging file %s was altered under the job (bytes %d..%d no longer match the committed checksum); the split's output cannot be published: delete the job and its output and run again",
-			fs.stagePath, c.From, c.To)
+		return fmt.Errorf("file sink: split %s: the committable's checksum does not match the bytes prepared for it: not this tenancy's", fs.split)
 	}
 	if err := fs.publishBytes(c.Len, data); err != nil {
 		return fmt.Errorf("file sink: %w", err)
 	}
 	fs.finalLen, fs.finalCRC = c.Len+n, crc32.Update(c.CRC, castagnoli, data)
 	fs.from = c.To
-	if fs.to > c.To {
-		rest, err := readRangeFile(fs.f, c.To, fs.to)
-		if err != nil {
-			return fmt.Errorf("file sink: cannot read back the staging file %s: %w", fs.stagePath, err)
-		}
-		fs.rangeCRC = crc32.Checksum(rest, castagnoli)
-	} else {
-		fs.rangeCRC = 0
-	}
+	fs.pending = fs.pending[:copy(fs.pending, fs.pending[n:])]
+	fs.rangeCRC = crc32.Checksum(fs.pending, castagnoli)
 	return nil
 }
 
