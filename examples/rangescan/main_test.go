@@ -57,7 +57,7 @@ func (c counting) BeginRevoke(split spate.SplitID) bool {
 // The 40-split custom job of a new library user, 3 workers and no failure
 // at all: the output holds every id exactly once, although the leader
 // still moves started splits as others complete (logged).
-func TestRangeScanFixedFleetIsExactlyOnceWithNoMoves(t *testing.T) {
+func TestRangeScanFixedFleetIsExactlyOnce(t *testing.T) {
 	stores := map[string]func(t *testing.T) string{
 		"mem": func(*testing.T) string { return "mem://" },
 		"redis": func(t *testing.T) string {

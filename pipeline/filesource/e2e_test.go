@@ -23,6 +23,23 @@ import (
 
 const e2eLease = 2 * time.Second
 
+// e2eConfig is the coordinator configuration of an end-to-end worker.
+func e2eConfig(name string, maxInFlight int) spate.Config {
+	return spate.Config{
+		InstanceID: name,
+		// Leases long enough that a loaded machine (-race, two cores) does
+		// not let a healthy owner's lease lapse: the tests below count every
+		// repeat, and a spurious takeover would add some.
+		LeaseDuration:     e2eLease, // the store's TTL
+		OpTimeout:         200 * time.Millisecond,
+		ReplanInterval:    e2eLease,
+		ReconcileInterval: 200 * time.Millisecond,
+		DrainDeadline:     5 * time.Second,
+		RebalanceDelay:    spate.NoRebalanceDelay,
+		MaxInFlight:       maxInFlight,
+	}
+}
+
 // worker is one pipeline instance of the end-to-end test.
 type worker struct {
 	name  string
@@ -40,19 +57,7 @@ func startWorker(t *testing.T, name string, store spate.Store, in string, popts 
 func startWorkerWith(t *testing.T, name string, store spate.Store, in string, popts filesource.PlannerOptions, maxInFlight int, reg prometheus.Registerer) *worker {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg := spate.Config{
-		InstanceID: name,
-		// Leases long enough that a loaded machine (-race, two cores) does
-		// not let a healthy owner's lease lapse: the tests below count every
-		// repeat, and a spurious takeover would add some.
-		LeaseDuration:     e2eLease, // the store's TTL
-		OpTimeout:         200 * time.Millisecond,
-		ReplanInterval:    e2eLease,
-		ReconcileInterval: 200 * time.Millisecond,
-		DrainDeadline:     5 * time.Second,
-		RebalanceDelay:    spate.NoRebalanceDelay,
-		MaxInFlight:       maxInFlight,
-	}
+	cfg := e2eConfig(name, maxInFlight)
 	copts := []spate.CoordinatorOption{spate.WithLogger(quiet)}
 	if reg != nil {
 		copts = append(copts, spate.WithRegisterer(reg))

@@ -52,16 +52,7 @@ func (s slowStaged) WriteChunks(ctx context.Context, shard int, chunks [][]pipel
 func startStaged(t *testing.T, name string, store spate.Store, in, dst string, popts filesource.PlannerOptions) *stagedWorker {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	coord, err := spate.NewStoreCoordinator(store, spate.Config{
-		InstanceID:        name,
-		LeaseDuration:     e2eLease,
-		OpTimeout:         200 * time.Millisecond,
-		ReplanInterval:    e2eLease,
-		ReconcileInterval: 200 * time.Millisecond,
-		DrainDeadline:     5 * time.Second,
-		RebalanceDelay:    spate.NoRebalanceDelay,
-		MaxInFlight:       4,
-	}, spate.WithLogger(quiet))
+	coord, err := spate.NewStoreCoordinator(store, e2eConfig(name, 4), spate.WithLogger(quiet))
 	require.NoError(t, err)
 	sink, err := pipeline.NewStagedFileSink(dst, "e2e")
 	require.NoError(t, err)
