@@ -57,6 +57,13 @@ type assignIn struct {
 	// hash), never the leader's, so that a failover does not re-break ties
 	// and churn the fleet.
 	Seed uint64
+	// Steady: membership and lane budgets are those of the last balanced
+	// assignment. A split then stays with its live owner whatever the
+	// loads: moving a split under way to even out the weight left as other
+	// splits complete costs a drain for little. Only splits nobody holds
+	// yet (the fill pass's) may move. A join, a departure or a changed
+	// budget clears it, and the improve pass may move any split again.
+	Steady bool
 }
 
 // maxImprovingMoves bounds the improve pass as a termination backstop.
@@ -73,7 +80,8 @@ const maxImprovingMoves = 4096
 //  4. local optimality: no single split can move to a member with spare
 //     budget and lower the sum of squared loads by a move the hysteresis
 //     allows (see moveLimit), unless a split is pinned: moves in flight
-//     hold the improve pass back; settling splits are not moved;
+//     hold the improve pass back; settling splits are not moved, and when
+//     Steady, neither is any split its live owner keeps;
 //  5. totality: a split is left out only when every lane is full.
 //
 // It runs three passes: sticky (a live owner with budget keeps its split,
@@ -129,7 +137,11 @@ func computeAssignment(in assignIn) map[string][]string {
 	unplaced := make([]int, 0, len(pool))
 	for i := range pool {
 		if o, ok := idx[pool[i].Owner]; ok && st.count[o] < st.budget[o] {
-			st.place(o, i, &pool[i])
+			if in.Steady && !pool[i].Pinned {
+				st.fix(o, i, &pool[i])
+			} else {
+				st.place(o, i, &pool[i])
+			}
 			continue
 		}
 		unplaced = append(unplaced, i)
@@ -208,7 +220,7 @@ type assignState struct {
 	nameHash []uint64
 	unproven []bool
 	held     [][]heldSplit // the splits the improve pass may move
-	fixed    [][]int       // settling splits: placed, never moved (pool indexes)
+	fixed    [][]int       // settling or steady splits: placed, never moved (pool indexes)
 }
 
 func satAdd(a, b uint64) uint64 {
@@ -221,14 +233,19 @@ func satAdd(a, b uint64) uint64 {
 
 func (st *assignState) place(o, i int, p *poolSplit) {
 	if p.Settling {
-		st.fixed[o] = append(st.fixed[o], i)
-		st.load[o] = satAdd(st.load[o], p.w)
-		st.count[o]++
+		st.fix(o, i, p)
 		return
 	}
 	h := heldSplit{w: p.w, hash: p.hash, pool: i}
 	at, _ := slices.BinarySearchFunc(st.held[o], h, heldLess)
 	st.held[o] = slices.Insert(st.held[o], at, h)
+	st.load[o] = satAdd(st.load[o], p.w)
+	st.count[o]++
+}
+
+// fix places a split the improve pass must not move.
+func (st *assignState) fix(o, i int, p *poolSplit) {
+	st.fixed[o] = append(st.fixed[o], i)
 	st.load[o] = satAdd(st.load[o], p.w)
 	st.count[o]++
 }

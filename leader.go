@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -379,7 +380,15 @@ func (a *actor) publish(now time.Time) {
 		a.settledAt = next // the improve pass may move it again then: publish anew
 		a.wakeUp(next)
 	}
+	// Held splits move only when the fleet changed since the improve pass
+	// last ran (a join, a departure, a member proven, a budget changed):
+	// never to even out the weight left as splits complete.
+	fleet := fleetSignature(in.Members)
+	in.Steady = fleet == a.balancedFleet
 	result := computeAssignment(in)
+	if !slices.ContainsFunc(in.Splits, func(s assignSplit) bool { return s.Pinned }) {
+		a.balancedFleet = fleet // the improve pass ran on this fleet
+	}
 	moves := movesOf(in, result)
 
 	// Previous assignee of each split, for the "moved" count: departed
@@ -539,6 +548,16 @@ func trackPins(pinnedSince, landedAt map[string]time.Time, moving, inFlight map[
 // movesOf is the splits out sends away from a live holder, by
 // destination: moves between workers, which settle once they land (a
 // first placement, or a dead holder's split, is not a move).
+// fleetSignature identifies the members and budgets an assignment was
+// balanced for: ids, budgets and whether each is proven.
+func fleetSignature(members []assignMember) string {
+	var b strings.Builder
+	for _, m := range members {
+		fmt.Fprintf(&b, "%q/%d/%t;", m.ID, max(m.Budget, 1), m.Unproven)
+	}
+	return b.String()
+}
+
 func movesOf(in assignIn, out map[string][]string) map[string]string {
 	owner := make(map[string]string, len(in.Splits))
 	for _, s := range in.Splits {

@@ -436,3 +436,42 @@ func inputOf(v leaderView) assignIn {
 	in, _ := assignInput(v)
 	return in
 }
+
+// The leader moves held splits only when the fleet changed since its last
+// balanced publish: a fleet whose loads shift as splits complete keeps
+// every held split where it is, and a join balances again.
+func TestPublishMovesHeldSplitsOnlyWhenTheFleetChanges(t *testing.T) {
+	st := newFakeStore()
+	a := newTestActor(t, st, testConfig())
+	a.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
+	a.leading = &leadership{generation: 3}
+	a.presence = present("me", "peer")
+	hold := map[string]string{"s1": "me", "s2": "me", "s3": "me", "s4": "peer", "s5": "peer", "s6": "peer"}
+	for id, o := range hold {
+		v := a.view(id)
+		v.prog = rec(id, 1, o)
+		v.spec = &specRecord{Schema: SchemaVersion, ID: id, Weight: 1, Descriptor: []byte{}}
+	}
+	publish := func() map[string][]string {
+		a.publish(time.Now())
+		settleIO(t, a)
+		out := map[string][]string{}
+		for inst, e := range a.assigns {
+			out[inst] = e.val.Splits
+		}
+		return out
+	}
+	require.Equal(t, map[string][]string{"me": {"s1", "s2", "s3"}, "peer": {"s4", "s5", "s6"}}, publish())
+
+	// peer's splits complete: me holds 3, peer nothing. Unsteady, one of
+	// me's would move (gap 3); steady, none does.
+	for _, id := range []string{"s4", "s5", "s6"} {
+		a.splits[id].prog.Completed = true
+	}
+	require.Equal(t, map[string][]string{"me": {"s1", "s2", "s3"}, "peer": {}}, publish(), "no held split moves in a steady fleet")
+
+	// A member joins (proven): the fleet changed, so the improve pass runs.
+	a.presence["third"] = presenceEntry{rev: 9}
+	got := publish()
+	assert.Len(t, got["me"], 1, "a join balances the held splits again: %v", got)
+}

@@ -67,6 +67,7 @@ type actor struct {
 	landedAt       map[string]time.Time       // the leader's moves that landed, when (settling)
 	moving         map[string]bool            // moves in flight that left a live holder
 	settledAt      time.Time                  // when the next settling split may move again
+	balancedFleet  string                     // members and budgets the improve pass last ran on (fleetSignature)
 	missing        map[string]*progressRecord // progress records deleted externally, as last seen
 	damaged        map[string]*damagedRecord  // unreadable records by key (damage.go)
 	leading        *leadership
