@@ -535,6 +535,9 @@ func (a *actor) decline(id string) error {
 		delete(a.revocations, id) // nothing to comply with: the split stays
 		return nil
 	}
+	if r.forcing {
+		return nil // already forced
+	}
 	a.log.Debug("revocation declined by the source; forcing it", "split", id)
 	return a.force(id)
 }

@@ -13,13 +13,23 @@ type revocation struct {
 	started      time.Time
 	lastProgress time.Time
 	cancelled    bool // the leader named the split here again
+	// forcing: the hand-back is forced (declined, or past its deadline) and
+	// its release is under way for tenancy t. The entry stays until that
+	// tenancy ends, so the revocation is not asked of the source again: a
+	// declined revocation re-asked on every pass was a hot loop of
+	// hundreds of RevokeRequested per revocation.
+	forcing bool
+	t       *tenancy
 }
 
 func (a *actor) beginRevocation(id string, now time.Time) {
 	if r, ok := a.revocations[id]; ok {
+		if r.forcing {
+			return // asked once; the release is under way
+		}
 		r.cancelled = false // keeps its original anchor: past-deadline forces at once
 	} else {
-		a.revocations[id] = &revocation{started: now, lastProgress: now}
+		a.revocations[id] = &revocation{started: now, lastProgress: now, t: a.owned[id]}
 	}
 	a.m.revocations.WithLabelValues("requested").Inc()
 	a.log.Debug("drain started", "split", id)
@@ -30,7 +40,7 @@ func (a *actor) beginRevocation(id string, now time.Time) {
 // here again.
 func (a *actor) withdrawRevocations(now time.Time) {
 	for id, r := range a.revocations {
-		if _, held := a.owned[id]; !r.cancelled && held && a.assigned[id] {
+		if _, held := a.owned[id]; !r.cancelled && !r.forcing && held && a.assigned[id] {
 			r.cancelled = true
 			r.lastProgress = now
 			a.m.revocations.WithLabelValues("cancelled").Inc()
@@ -52,9 +62,12 @@ func revocationDue(r *revocation, deadline time.Duration, now time.Time) bool {
 func (a *actor) serviceRevocations(now time.Time) error {
 	for _, id := range slices.Sorted(maps.Keys(a.revocations)) {
 		r := a.revocations[id]
-		if _, held := a.owned[id]; !held {
-			a.settle(id, "forced")
+		if t, held := a.owned[id]; !held || r.t != nil && t != r.t {
+			a.settle(id, "forced") // its tenancy ended
 			continue
+		}
+		if r.forcing {
+			continue // the release is under way
 		}
 		if a.busy[id] || a.committing(id) || !revocationDue(r, a.cfg.DrainDeadline, now) {
 			continue
@@ -74,9 +87,24 @@ func (a *actor) serviceRevocations(now time.Time) error {
 // force releases a revoked split now (owner cleared: the next claim is
 // attempt-free; being revoked is not poison evidence).
 func (a *actor) force(id string) error {
-	a.settle(id, "forced")
+	if r, ok := a.revocations[id]; ok {
+		if r.forcing {
+			return nil
+		}
+		r.forcing = true
+		if !r.cancelled {
+			a.m.revocations.WithLabelValues("forced").Inc()
+		}
+	}
 	return a.onSplit(id, func() error {
 		return a.releaseSplit(id, func(r releaseResult) {
+			if rv, ok := a.revocations[id]; ok && rv.forcing {
+				if _, held := a.owned[id]; held && r == releaseFailed {
+					rv.forcing = false // still held: forced again when due, not asked again
+				} else {
+					delete(a.revocations, id)
+				}
+			}
 			if r != releaseFenced && r != releaseNotHeld {
 				a.m.losses.WithLabelValues("revoked").Inc()
 				a.c.emit(Lost{Split: SplitID{id: id}})
@@ -93,8 +121,8 @@ func (a *actor) settle(id, outcome string) {
 		return
 	}
 	delete(a.revocations, id)
-	if r.cancelled {
-		return
+	if r.cancelled || r.forcing {
+		return // counted already
 	}
 	a.m.revocations.WithLabelValues(outcome).Inc()
 	if outcome == "drained" {
