@@ -58,30 +58,30 @@ type SplitSource interface {
 	// CloseSplit ends a tenancy: detach, never block. No EncodeCommit or
 	// Sweep follows for that tenancy.
 	CloseSplit(split spate.SplitID)
-	// TakeFinishing returns the splits whose lanes decided end of input,
-	// or whose drain began (BeginRevoke), since the last call: a latency
-	// hint, which has their partitions committed promptly rather than at
-	// the next commit tick.
+	// TakeFinishing returns the splits whose lanes decided end of input
+	// since the last call: a latency hint, which has their partitions
+	// committed promptly rather than at the next commit tick.
 	TakeFinishing() []spate.SplitID
-	// BeginRevoke stops the split's intake at a safe boundary, keeping its
-	// commit state, and returns true; false declines (the coordinator then
-	// forces the hand-back and the uncommitted tail replays). While
-	// draining, EncodeCommit must not report completion.
+	// BeginRevoke is asked once when the coordinator wants the split back
+	// (a rebalance). True drains it: the driver stops polling the split's
+	// lane at the next batch boundary, waits until every record the lane
+	// emitted is acknowledged, commits that watermark (EncodeCommit, which
+	// may report completion) and hands the split back, so the next owner
+	// reads nothing twice. Return false only when the source cannot stop
+	// between two batches: the coordinator then forces the hand-back and
+	// the uncommitted tail is read again by the next owner (duplicates
+	// for an at-least-once sink). [BaseSplitSource] drains.
 	BeginRevoke(split spate.SplitID) bool
-	// DrainReady returns the final, non-terminal progress of a draining
-	// split once everything it emitted is acknowledged, else nil. It is
-	// asked on every poll until it answers.
-	DrainReady(split spate.SplitID) (*spate.SplitProgress, error)
 }
 
-// BaseSplitSource supplies neutral optional methods: accept every resume,
-// no finishing hints, decline revocations.
+// BaseSplitSource supplies the optional methods' defaults: accept every
+// resume, no finishing hints, and drain every revocation (see
+// [SplitSource.BeginRevoke]).
 type BaseSplitSource struct{}
 
 func (BaseSplitSource) ValidateResume(spate.SplitSpec, spate.SplitProgress) error { return nil }
 func (BaseSplitSource) TakeFinishing() []spate.SplitID                            { return nil }
-func (BaseSplitSource) BeginRevoke(spate.SplitID) bool                            { return false }
-func (BaseSplitSource) DrainReady(spate.SplitID) (*spate.SplitProgress, error)    { return nil, nil }
+func (BaseSplitSource) BeginRevoke(spate.SplitID) bool                            { return true }
 
 type tenancyState uint8
 
@@ -113,6 +113,13 @@ type tenancy struct {
 	completing *spate.SplitProgress
 	// noSpace counts publishes that failed on a full destination.
 	noSpace int
+	// gate is the lane as the runtime polls it: the driver stops it to
+	// drain a revocation (drain.go).
+	gate *gatedLane
+	// acked is the highest acknowledged watermark handed to Commit; won
+	// the watermark of the last commit that landed (both start at the
+	// resume watermark).
+	acked, won int64
 	// progress is the resume cache: the Gained carry, then every
 	// acknowledged commit (even a deferred one: acknowledged data is
 	// durable in the sink, so resuming past it loses nothing).
@@ -171,7 +178,8 @@ type CoordinationDriver[C spate.SplitCoordinator] struct {
 	staged        []*tenancy
 	lost          []LaneID
 	retired       []LaneID
-	retiredSet    []*tenancy // retired tenancies kept until their lane event is delivered
+	retiredSet    []*tenancy    // retired tenancies kept until their lane event is delivered
+	chase         []PartitionID // draining partitions to commit promptly
 	allComplete   bool
 	stalled       *spate.Stalled
 	everHeld      bool
@@ -351,18 +359,17 @@ func (d *CoordinationDriver[C]) PollEvents(src SplitSource, timeout time.Duratio
 		}
 		break
 	}
-	if finishing := src.TakeFinishing(); len(finishing) > 0 {
-		var parts []PartitionID
-		for _, s := range finishing {
-			// A draining split's drain ends at a commit of all it emitted:
-			// it is chased like a finishing one, not left to the tick.
-			if t := d.held[s]; t != nil && (t.state == tenancyLive || t.state == tenancyDraining) && !t.fenced {
-				parts = append(parts, t.partition)
-			}
+	// A draining split's drain ends at a commit of all it emitted: it is
+	// chased like a finishing one, not left to the tick.
+	parts := d.chase
+	d.chase = nil
+	for _, s := range src.TakeFinishing() {
+		if t := d.held[s]; t != nil && (t.state == tenancyLive || t.state == tenancyDraining) && !t.fenced {
+			parts = append(parts, t.partition)
 		}
-		if len(parts) > 0 {
-			return CommitReadyEvent(parts...), nil
-		}
+	}
+	if len(parts) > 0 {
+		return CommitReadyEvent(parts...), nil
 	}
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
@@ -444,8 +451,14 @@ func (d *CoordinationDriver[C]) openStaged(src SplitSource) ([]Lane, error) {
 			return nil, fmt.Errorf("open split %s: %w", t.spec.ID, err)
 		}
 		t.opened = true
+		var from int64
+		if t.progress != nil {
+			from = t.progress.Watermark
+		}
+		t.gate = newGatedLane(lane, from)
+		t.acked, t.won = from, from
 		opened = append(opened, t)
-		lanes = append(lanes, lane)
+		lanes = append(lanes, t.gate)
 	}
 	d.staged = nil
 	return lanes, nil
@@ -501,8 +514,7 @@ func (d *CoordinationDriver[C]) apply(src SplitSource, ev spate.Event) error {
 		if t.state == tenancyDraining && !t.fenced {
 			return nil // already draining
 		}
-		if t.state == tenancyLive && t.opened && !t.fenced && !t.completed && src.BeginRevoke(e.Split) {
-			t.state = tenancyDraining
+		if d.beginDrain(src, t) {
 			return nil
 		}
 		ctx, cancel := d.ctx()
@@ -567,6 +579,7 @@ func (d *CoordinationDriver[C]) Commit(src SplitSource, positions []Watermark) e
 		if t == nil || t.state == tenancyRetired || t.fenced || t.completed {
 			continue
 		}
+		t.acked = max(t.acked, w.Offset)
 		p, err := src.EncodeCommit(t.spec.ID, w.Offset)
 		if err != nil {
 			firstErr = pickError(firstErr, fmt.Errorf("encode commit of split %s: %w", t.spec.ID, err))
@@ -580,10 +593,6 @@ func (d *CoordinationDriver[C]) Commit(src SplitSource, positions []Watermark) e
 }
 
 func (d *CoordinationDriver[C]) commitTenancy(src SplitSource, t *tenancy, p spate.SplitProgress) error {
-	if t.state == tenancyDraining && p.Completed {
-		d.opts.log.Error("a draining split's progress claimed completion; committing it as in progress", "split", t.spec.ID)
-		p.Completed = false
-	}
 	var complete *spate.SplitProgress
 	if d.stage != nil && t.stageOpen {
 		out, pending, err := d.prepare(t, p.Watermark)
@@ -607,6 +616,7 @@ func (d *CoordinationDriver[C]) commitTenancy(src SplitSource, t *tenancy, p spa
 	switch {
 	case err == nil:
 		t.progress = &p
+		t.won = max(t.won, p.Watermark)
 		if p.Completed {
 			t.completed = true
 			d.retire(src, t, false)
@@ -688,66 +698,6 @@ func (d *CoordinationDriver[C]) sweep(src SplitSource) error {
 			if err := d.commitTenancy(src, t, *p); err != nil {
 				firstErr = pickError(firstErr, err)
 			}
-		}
-	}
-	return firstErr
-}
-
-// advanceDrains finishes draining revocations whose final progress is
-// ready: a final commit, then a drained hand-back.
-func (d *CoordinationDriver[C]) advanceDrains(src SplitSource) error {
-	var firstErr error
-	for _, t := range d.sortedHeld() {
-		if t.state != tenancyDraining || t.fenced {
-			continue
-		}
-		p, err := src.DrainReady(t.spec.ID)
-		if err != nil {
-			firstErr = pickError(firstErr, err)
-			continue
-		}
-		if p == nil {
-			continue
-		}
-		final := *p
-		if final.Completed {
-			d.opts.log.Error("a drain's final progress claimed completion; committing it as in progress", "split", t.spec.ID)
-			final.Completed = false
-		}
-		if d.stage != nil && t.stageOpen {
-			out, _, perr := d.prepare(t, final.Watermark)
-			if perr != nil {
-				if errors.Is(perr, spate.ErrFatal) {
-					firstErr = pickError(firstErr, perr)
-				}
-				continue // stay draining; asked again on the next poll
-			}
-			final.Output = out
-		}
-		ctx, cancel := d.ctx()
-		err = spate.CommitAt(ctx, d.coord, t.spec.ID, t.epoch, final)
-		cancel()
-		switch {
-		case err == nil:
-			t.progress = &final
-			t.handedOff = true
-			if d.stage != nil && t.stageOpen {
-				// Best effort: the next owner publishes what the record
-				// lists before it writes anything.
-				_ = d.publish(t, final.Output)
-			}
-			ctx, cancel := d.ctx()
-			if err := spate.ReleaseDrained(ctx, d.coord, t.spec.ID); err != nil {
-				d.opts.log.Warn("drained hand-back failed; the lease expires and a peer takes over", "split", t.spec.ID, "error", err)
-			}
-			cancel()
-			d.retire(src, t, false)
-		case errors.Is(err, spate.ErrFenced):
-			d.retire(src, t, true)
-		case spate.IsRetryable(err):
-			// Stay draining; DrainReady is asked again on the next poll.
-		default:
-			firstErr = pickError(firstErr, fmt.Errorf("final drain commit of split %s: %w", t.spec.ID, err))
 		}
 	}
 	return firstErr

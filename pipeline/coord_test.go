@@ -11,6 +11,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline"
+	"github.com/stretchr/testify/require"
 )
 
 // fakeCoord is a hand-written SplitCoordinator: Poll hands out queued
@@ -88,34 +89,52 @@ func (c *fakeCoord) DeclineRevoke(_ context.Context, s spate.SplitID) error {
 	return nil
 }
 
+// nopLane emits its records (offsets from, from+1, ...) in one batch on
+// its first poll, then nothing. polls counts the polls that reached it.
 type nopLane struct {
-	id   pipeline.LaneID
-	part pipeline.PartitionID
+	id      pipeline.LaneID
+	part    pipeline.PartitionID
+	issuer  *pipeline.AckIssuer
+	from    int64
+	records int
+	polls   *int
 }
 
-func (l nopLane) ID() pipeline.LaneID             { return l.id }
-func (l nopLane) Partition() pipeline.PartitionID { return l.part }
-func (l nopLane) Poll(int, time.Duration) (*pipeline.Batch, error) {
-	return nil, nil
+func (l *nopLane) ID() pipeline.LaneID             { return l.id }
+func (l *nopLane) Partition() pipeline.PartitionID { return l.part }
+func (l *nopLane) Poll(int, time.Duration) (*pipeline.Batch, error) {
+	*l.polls++
+	if l.records == 0 {
+		return nil, nil
+	}
+	b := &pipeline.Batch{}
+	for i := range l.records {
+		b.Payloads = append(b.Payloads, pipeline.RawPayload{Value: []byte("r"), Partition: l.part, Offset: l.from + int64(i)})
+	}
+	b.Ack = l.issuer.Issue(l.part, l.from+int64(l.records)-1)
+	l.from += int64(l.records)
+	l.records = 0
+	return b, nil
 }
 
 // fakeSplits is a SplitSource that records its calls.
 type fakeSplits struct {
-	opens       []pipeline.SplitOpening
-	failOpen    func(spate.SplitID) error
-	closed      []string
-	completeAt  map[string]int64
-	sweep       map[string]*spate.SplitProgress
-	finishing   []spate.SplitID
-	acceptDrain bool
-	begun       []string
-	drainReady  map[string]*spate.SplitProgress
-	validate    func(spate.SplitSpec, spate.SplitProgress) error
-	encoded     []int64
+	opens        []pipeline.SplitOpening
+	failOpen     func(spate.SplitID) error
+	closed       []string
+	completeAt   map[string]int64
+	sweep        map[string]*spate.SplitProgress
+	finishing    []spate.SplitID
+	declineDrain bool
+	begun        []string
+	validate     func(spate.SplitSpec, spate.SplitProgress) error
+	encoded      []int64
+	emit         map[string]int // records a split's lane emits on its first poll
+	polls        map[string]*int
 }
 
 func newFakeSplits() *fakeSplits {
-	return &fakeSplits{completeAt: map[string]int64{}, sweep: map[string]*spate.SplitProgress{}, drainReady: map[string]*spate.SplitProgress{}}
+	return &fakeSplits{completeAt: map[string]int64{}, sweep: map[string]*spate.SplitProgress{}, emit: map[string]int{}, polls: map[string]*int{}}
 }
 
 func (f *fakeSplits) OpenSplit(o pipeline.SplitOpening) (pipeline.Lane, error) {
@@ -125,7 +144,13 @@ func (f *fakeSplits) OpenSplit(o pipeline.SplitOpening) (pipeline.Lane, error) {
 		}
 	}
 	f.opens = append(f.opens, o)
-	return nopLane{id: o.Lane, part: o.Partition}, nil
+	var from int64
+	if o.Progress != nil {
+		from = o.Progress.Watermark
+	}
+	n := new(int)
+	f.polls[o.Spec.ID.String()] = n
+	return &nopLane{id: o.Lane, part: o.Partition, issuer: o.Issuer, from: from, records: f.emit[o.Spec.ID.String()], polls: n}, nil
 }
 
 func (f *fakeSplits) ValidateResume(s spate.SplitSpec, p spate.SplitProgress) error {
@@ -154,10 +179,7 @@ func (f *fakeSplits) TakeFinishing() []spate.SplitID {
 }
 func (f *fakeSplits) BeginRevoke(s spate.SplitID) bool {
 	f.begun = append(f.begun, s.String())
-	return f.acceptDrain
-}
-func (f *fakeSplits) DrainReady(s spate.SplitID) (*spate.SplitProgress, error) {
-	return f.drainReady[s.String()], nil
+	return !f.declineDrain
 }
 
 func sid(s string) spate.SplitID { return spate.MustSplitID(s) }
@@ -537,62 +559,67 @@ func TestDriverResumeValidation(t *testing.T) {
 }
 
 // 66
+// A revocation drains: the lane is not polled again, the driver waits for
+// every emitted record to be acknowledged, commits that watermark and
+// hands the split back (or completes it, if that commit completes it).
 func TestDriverDrainingTenancies(t *testing.T) {
-	setup := func(t *testing.T) (*driverFixture, pipeline.PartitionID, pipeline.LaneID) {
+	// a's lane emits records 0..4 (watermark 5) before the revocation.
+	setup := func(t *testing.T) (*driverFixture, pipeline.PartitionID, pipeline.Lane) {
 		f := newDriverFixture(t)
-		f.src.acceptDrain = true
+		f.src.emit["a"] = 5
 		f.coord.push(gained("a", 1), gained("b", 1))
 		add := f.expect(pipeline.LanesAdded)
+		lane := add.Lanes[0]
+		b, err := lane.Poll(100, 0)
+		require.NoError(t, err)
+		require.Len(t, b.Payloads, 5)
+		b.Ack.Release()
 		f.coord.push(spate.RevokeRequested{Split: sid("a")})
-		f.expect(pipeline.Idle)
-		return f, f.partitionOf("a"), add.Lanes[0].ID()
-	}
-	t.Run("stays commit-eligible; completion stripped", func(t *testing.T) {
-		f, pa, _ := setup(t)
-		f.src.completeAt["a"] = 5
-		if err := f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 5}}); err != nil {
-			t.Fatal(err)
-		}
-		got := f.coord.commits["a"]
-		if len(got) != 1 || got[0].Completed {
-			t.Fatalf("commits %v: draining commits must land without completion", got)
-		}
-	})
-	t.Run("a drain's finishing hint is chased like a finishing split's", func(t *testing.T) {
-		f, pa, _ := setup(t)
-		f.src.finishing = []spate.SplitID{sid("a")}
 		ev := f.expect(pipeline.CommitReady)
-		if !slices.Equal(ev.Partitions, []pipeline.PartitionID{pa}) {
-			t.Fatalf("partitions %v: a draining split waits for a commit of what it emitted, so it is chased", ev.Partitions)
+		require.Equal(t, []pipeline.PartitionID{f.partitionOf("a")}, ev.Partitions, "a drain is chased, not left to the commit tick")
+		return f, f.partitionOf("a"), lane
+	}
+	watermarks := func(ps []spate.SplitProgress) []int64 {
+		var out []int64
+		for _, p := range ps {
+			out = append(out, p.Watermark)
 		}
-	})
-	t.Run("a completed drain releases exactly one split barrier-less", func(t *testing.T) {
+		return out
+	}
+	t.Run("the lane is not polled once draining", func(t *testing.T) {
 		f, _, lane := setup(t)
-		p := spate.NewSplitProgress(7, nil)
-		f.src.drainReady["a"] = &p
-		ev := f.expect(pipeline.LanesRetired)
-		if ev.LaneIDs[0] != lane || !slices.Equal(f.coord.releaseDrained, []spate.SplitID{sid("a")}) {
-			t.Fatalf("retired %v released %v", ev.LaneIDs, f.coord.releaseDrained)
-		}
+		polls := *f.src.polls["a"]
+		b, err := lane.Poll(100, 0)
+		require.NoError(t, err)
+		require.Nil(t, b)
+		require.Equal(t, polls, *f.src.polls["a"], "the source's lane was polled after the drain began")
+	})
+	t.Run("hands back only once everything emitted is acknowledged", func(t *testing.T) {
+		f, pa, lane := setup(t)
+		require.NoError(t, f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 3}}))
 		f.expect(pipeline.Idle)
-		if len(f.coord.releaseDrained) != 1 {
-			t.Fatal("released more than once")
-		}
+		require.Empty(t, f.coord.releaseDrained, "records 3 and 4 are not acknowledged yet")
+		require.NoError(t, f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 5}}))
+		ev := f.expect(pipeline.LanesRetired)
+		require.Equal(t, []pipeline.LaneID{lane.ID()}, ev.LaneIDs)
+		require.Equal(t, []spate.SplitID{sid("a")}, f.coord.releaseDrained)
+		require.Equal(t, []int64{3, 5}, watermarks(f.coord.commits["a"]), "no extra commit: the last one covered all it emitted")
+		f.expect(pipeline.Idle)
+		require.Len(t, f.coord.releaseDrained, 1, "released more than once")
 	})
-	t.Run("a fenced final commit turns the drain into a revoke", func(t *testing.T) {
-		f, _, lane := setup(t)
-		p := spate.NewSplitProgress(7, nil)
-		f.src.drainReady["a"] = &p
-		f.coord.commitErr = func(spate.SplitID, spate.SplitProgress) error { return spate.Fencedf("gone") }
-		ev := f.expect(pipeline.LanesRevoked)
-		if ev.LaneIDs[0] != lane || len(f.coord.releaseDrained) != 0 {
-			t.Fatal("a fenced drain must revoke, not hand back")
-		}
+	t.Run("a drain that reaches the split's end completes it", func(t *testing.T) {
+		f, pa, lane := setup(t)
+		f.src.completeAt["a"] = 5
+		require.NoError(t, f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 5}}))
+		ev := f.expect(pipeline.LanesRetired)
+		require.Equal(t, []pipeline.LaneID{lane.ID()}, ev.LaneIDs)
+		got := f.coord.commits["a"]
+		require.Len(t, got, 1)
+		require.True(t, got[0].Completed)
+		require.Empty(t, f.coord.releaseDrained, "a completed split is not handed back")
 	})
-	t.Run("a retryable final commit keeps the drain pending", func(t *testing.T) {
-		f, _, _ := setup(t)
-		p := spate.NewSplitProgress(7, nil)
-		f.src.drainReady["a"] = &p
+	t.Run("a deferred commit is made by the drain", func(t *testing.T) {
+		f, pa, _ := setup(t)
 		fail := true
 		f.coord.commitErr = func(spate.SplitID, spate.SplitProgress) error {
 			if fail {
@@ -600,15 +627,37 @@ func TestDriverDrainingTenancies(t *testing.T) {
 			}
 			return nil
 		}
+		require.NoError(t, f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 5}}))
 		f.expect(pipeline.Idle)
+		require.Empty(t, f.coord.releaseDrained)
 		fail = false
 		f.expect(pipeline.LanesRetired)
+		require.Equal(t, []int64{5}, watermarks(f.coord.commits["a"]))
+		require.Equal(t, []spate.SplitID{sid("a")}, f.coord.releaseDrained)
+	})
+	t.Run("a fenced final commit turns the drain into a revoke", func(t *testing.T) {
+		f, pa, lane := setup(t)
+		f.coord.commitErr = func(spate.SplitID, spate.SplitProgress) error { return spate.Fencedf("gone") }
+		require.NoError(t, f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 5}}))
+		ev := f.expect(pipeline.LanesRevoked)
+		require.Equal(t, []pipeline.LaneID{lane.ID()}, ev.LaneIDs)
+		require.Empty(t, f.coord.releaseDrained, "a fenced drain must revoke, not hand back")
+	})
+	t.Run("a lane that emitted nothing hands back at once", func(t *testing.T) {
+		f := newDriverFixture(t)
+		f.coord.push(gained("b", 1))
+		f.expect(pipeline.LanesAdded)
+		f.coord.push(spate.RevokeRequested{Split: sid("b")})
+		f.expect(pipeline.LanesRetired)
+		require.Equal(t, []spate.SplitID{sid("b")}, f.coord.releaseDrained)
+		require.Empty(t, f.coord.commits["b"])
 	})
 }
 
 // 67
 func TestDriverRevocationDeclines(t *testing.T) {
-	f := newDriverFixture(t) // declines by default
+	f := newDriverFixture(t)
+	f.src.declineDrain = true
 	f.coord.push(gained("a", 1))
 	f.expect(pipeline.LanesAdded)
 	f.coord.push(spate.RevokeRequested{Split: sid("a")}, spate.RevokeRequested{Split: sid("zz")})
@@ -618,11 +667,13 @@ func TestDriverRevocationDeclines(t *testing.T) {
 	}
 
 	g := newDriverFixture(t)
-	g.src.acceptDrain = true
+	g.src.emit["a"] = 1
 	g.coord.push(gained("a", 1))
-	g.expect(pipeline.LanesAdded)
+	lane := g.expect(pipeline.LanesAdded).Lanes[0]
+	b, _ := lane.Poll(10, 0)
+	b.Ack.Release()
 	g.coord.push(spate.RevokeRequested{Split: sid("a")})
-	g.expect(pipeline.Idle)
+	g.expect(pipeline.CommitReady)
 	g.coord.push(spate.RevokeRequested{Split: sid("a")})
 	g.expect(pipeline.Idle)
 	if len(g.coord.declines) != 0 || len(g.src.begun) != 1 {
@@ -631,7 +682,6 @@ func TestDriverRevocationDeclines(t *testing.T) {
 
 	// An unopened tenancy declines without consulting the source.
 	h := newDriverFixture(t)
-	h.src.acceptDrain = true
 	h.coord.push(gained("a", 1), spate.RevokeRequested{Split: sid("a")})
 	h.expect(pipeline.LanesAdded)
 	if len(h.src.begun) != 0 || !slices.Equal(h.coord.declines, []spate.SplitID{sid("a")}) {

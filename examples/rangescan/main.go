@@ -185,6 +185,9 @@ type options struct {
 	// atLeastOnce writes through the plain FileSink (one file per worker
 	// and shard): a moved or taken-over split replays its uncommitted tail.
 	atLeastOnce bool
+	// late workers join the fleet lateAfter after the others start.
+	late      int
+	lateAfter time.Duration
 	// wrap lets a test wrap each worker's source (to count calls).
 	wrap func(pipeline.SplitSource) pipeline.SplitSource
 	log  *slog.Logger
@@ -197,10 +200,10 @@ func run(ctx context.Context, o options) ([]pipeline.ExitReport, error) {
 		return nil, err
 	}
 	defer dep.Close()
-	reports := make([]pipeline.ExitReport, o.workers)
-	errs := make([]error, o.workers)
+	reports := make([]pipeline.ExitReport, o.workers+o.late)
+	errs := make([]error, o.workers+o.late)
 	var wg sync.WaitGroup
-	for i := range o.workers {
+	for i := range o.workers + o.late {
 		st, err := dep.Open(ctx, o.job, o.lease)
 		if err != nil {
 			return nil, err
@@ -237,7 +240,15 @@ func run(ctx context.Context, o options) ([]pipeline.ExitReport, error) {
 		if err != nil {
 			return nil, err
 		}
-		wg.Go(func() { reports[i], errs[i] = rt.Run(ctx) })
+		wg.Go(func() {
+			if i >= o.workers {
+				select {
+				case <-time.After(o.lateAfter):
+				case <-ctx.Done():
+				}
+			}
+			reports[i], errs[i] = rt.Run(ctx)
+		})
 	}
 	wg.Wait()
 	return reports, errors.Join(errs...)

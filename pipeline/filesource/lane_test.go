@@ -111,37 +111,3 @@ func TestLaneCutsEveryLineWholeFromItsBuffer(t *testing.T) {
 		})
 	}
 }
-
-// A revoked split is reported finishing: its drain waits for a commit of
-// everything it emitted, which the hint has the runtime make at once.
-func TestRevokedSplitIsReportedFinishing(t *testing.T) {
-	dir := t.TempDir()
-	corpus(t, dir, map[string]string{"a": "one\ntwo\n"})
-	members, _ := filesource.ListFiles(context.Background(), dir)
-	spec, _ := filesource.SplitFor(members)
-	src := filesource.NewSource(filesource.Dir(dir))
-	l := openLane(t, src, spec, nil, pipeline.NewCheckpointer(nil), nil)
-	b, err := l.Poll(1, 0)
-	if err != nil || b == nil {
-		t.Fatalf("poll: %v %v", b, err)
-	}
-	b.Ack.Release()
-	if got := src.TakeFinishing(); len(got) != 0 {
-		t.Fatalf("finishing %v before the revocation", got)
-	}
-	if !src.BeginRevoke(spec.ID) {
-		t.Fatal("the revocation was declined")
-	}
-	if got := src.TakeFinishing(); len(got) != 1 || got[0] != spec.ID {
-		t.Fatalf("finishing %v, want the revoked split", got)
-	}
-	if p, _ := src.DrainReady(spec.ID); p != nil {
-		t.Fatalf("drain ready at %d before its emitted line was committed", p.Watermark)
-	}
-	if _, err := src.EncodeCommit(spec.ID, 4); err != nil {
-		t.Fatal(err)
-	}
-	if p, _ := src.DrainReady(spec.ID); p == nil || p.Watermark != 4 || p.Completed {
-		t.Fatalf("drain progress %+v, want 4, not completed", p)
-	}
-}

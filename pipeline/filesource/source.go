@@ -29,8 +29,7 @@ type splitState struct {
 	lane  *lane
 	total int64
 	// acked is the highest watermark EncodeCommit saw (or the resume point).
-	acked    int64
-	draining bool
+	acked int64
 }
 
 // NewSource reads the objects of objs (the planner's input).
@@ -114,7 +113,7 @@ func (s *Source) state(id spate.SplitID) *splitState {
 }
 
 // EncodeCommit reports completion once the watermark covers the whole
-// split (and the split is not draining).
+// split.
 func (s *Source) EncodeCommit(id spate.SplitID, watermark int64) (spate.SplitProgress, error) {
 	st := s.state(id)
 	if st == nil {
@@ -122,9 +121,8 @@ func (s *Source) EncodeCommit(id spate.SplitID, watermark int64) (spate.SplitPro
 	}
 	s.mu.Lock()
 	st.acked = max(st.acked, watermark)
-	draining := st.draining
 	s.mu.Unlock()
-	if watermark >= st.total && !draining {
+	if watermark >= st.total {
 		return spate.CompletedProgress(st.total, nil), nil
 	}
 	return spate.NewSplitProgress(watermark, nil), nil
@@ -138,7 +136,7 @@ func (s *Source) Sweep(id spate.SplitID) (*spate.SplitProgress, error) {
 		return nil, nil
 	}
 	s.mu.Lock()
-	done := st.acked >= st.total && !st.draining
+	done := st.acked >= st.total
 	s.mu.Unlock()
 	if done {
 		p := spate.CompletedProgress(st.total, nil)
@@ -167,40 +165,10 @@ func (s *Source) TakeFinishing() []spate.SplitID {
 	return out
 }
 
-// BeginRevoke stops the lane's intake after its last emitted line. The
-// split is also reported finishing: its drain ends at a commit of all it
-// emitted (DrainReady), which the hint has made at once rather than at
-// the next commit tick.
-func (s *Source) BeginRevoke(id spate.SplitID) bool {
-	st := s.state(id)
-	if st == nil {
-		return false
-	}
-	st.lane.stopIntake()
-	s.mu.Lock()
-	st.draining = true
-	s.finishing = append(s.finishing, id)
-	s.mu.Unlock()
-	return true
-}
-
-// DrainReady returns the final progress once every emitted line is
-// acknowledged.
-func (s *Source) DrainReady(id spate.SplitID) (*spate.SplitProgress, error) {
-	st := s.state(id)
-	if st == nil {
-		return nil, nil
-	}
-	emitted := st.lane.emittedEnd()
-	s.mu.Lock()
-	acked := st.acked
-	s.mu.Unlock()
-	if acked < emitted {
-		return nil, nil
-	}
-	p := spate.NewSplitProgress(emitted, nil)
-	return &p, nil
-}
+// BeginRevoke accepts every revocation: the driver stops polling the
+// lane between two batches and commits what it emitted once acknowledged,
+// and a line is never cut, so any batch boundary is a clean one.
+func (s *Source) BeginRevoke(spate.SplitID) bool { return true }
 
 // Unfinished reports whether the split's lane has input left to read.
 func (s *Source) Unfinished(id spate.SplitID) bool {
@@ -496,23 +464,11 @@ func (l *lane) failLocked(err error) {
 	}
 }
 
-func (l *lane) stopIntake() {
-	l.mu.Lock()
-	l.stopped = true
-	l.mu.Unlock()
-}
-
 func (l *lane) close() {
 	l.mu.Lock()
 	l.stopped = true
 	l.closeFile()
 	l.mu.Unlock()
-}
-
-func (l *lane) emittedEnd() int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.emitted
 }
 
 func (l *lane) unfinished() bool {
