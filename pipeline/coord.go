@@ -120,6 +120,9 @@ type tenancy struct {
 	// the watermark of the last commit that landed (both start at the
 	// resume watermark).
 	acked, won int64
+	// releasing: the tenancy is being handed back (Release): its commit is
+	// final, so a sink rolling parts covers all that was acknowledged.
+	releasing bool
 	// progress is the resume cache: the Gained carry, then every
 	// acknowledged commit (even a deferred one: acknowledged data is
 	// durable in the sink, so resuming past it loses nothing).
@@ -595,12 +598,26 @@ func (d *CoordinationDriver[C]) Commit(src SplitSource, positions []Watermark) e
 func (d *CoordinationDriver[C]) commitTenancy(src SplitSource, t *tenancy, p spate.SplitProgress) error {
 	var complete *spate.SplitProgress
 	if d.stage != nil && t.stageOpen {
-		out, pending, err := d.prepare(t, p.Watermark)
+		final := p.Completed || t.state == tenancyDraining || t.releasing
+		out, covered, pending, err := d.prepare(t, p.Watermark, final)
 		if err != nil {
 			if errors.Is(err, spate.ErrFatal) {
 				return err
 			}
 			return d.deferCommit(t, nil, err)
+		}
+		if covered < p.Watermark {
+			// The sink rolls its output in parts and cut none this time:
+			// commit what its parts cover (nothing, if no part was cut).
+			if covered <= t.won {
+				return nil
+			}
+			short, err := src.EncodeCommit(t.spec.ID, covered)
+			if err != nil {
+				return fmt.Errorf("encode commit of split %s: %w", t.spec.ID, err)
+			}
+			p = short
+			p.Completed = false
 		}
 		p.Output = out
 		if p.Completed && pending {
@@ -730,7 +747,7 @@ func (d *CoordinationDriver[C]) Fail(src SplitSource, split spate.SplitID, reaso
 }
 
 // Release hands back every held split (shutdown). Best effort.
-func (d *CoordinationDriver[C]) Release(ctx context.Context) error {
+func (d *CoordinationDriver[C]) Release(ctx context.Context, src SplitSource) error {
 	ids := make([]spate.SplitID, 0, len(d.held))
 	for id := range d.held {
 		ids = append(ids, id)
@@ -739,5 +756,24 @@ func (d *CoordinationDriver[C]) Release(ctx context.Context) error {
 		return nil
 	}
 	slices.SortFunc(ids, spate.SplitID.Compare)
+	if d.stage != nil && src != nil {
+		// A sink that rolls its output in parts may hold acknowledged
+		// records no commit covers yet: a final commit covers them, so the
+		// next owner does not read them again.
+		for _, id := range ids {
+			t := d.held[id]
+			if t.state == tenancyRetired || !t.stageOpen || t.fenced || t.completed || t.acked <= t.won {
+				continue
+			}
+			p, err := src.EncodeCommit(id, t.acked)
+			if err != nil {
+				continue
+			}
+			t.releasing = true
+			if err := d.commitTenancy(src, t, p); err != nil {
+				d.opts.log.Warn("final commit before the hand-back failed; the next owner reads the uncommitted tail again", "split", id, "error", err)
+			}
+		}
+	}
 	return d.coord.Release(ctx, ids...)
 }

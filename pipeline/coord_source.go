@@ -97,5 +97,5 @@ func (s *CoordinatedSource[C]) StopReading() error {
 
 // Close implements [SourceCloser]: whatever is still held is handed back.
 func (s *CoordinatedSource[C]) Close(ctx context.Context) error {
-	return s.Driver.Release(ctx)
+	return s.Driver.Release(ctx, s.Splits)
 }

@@ -498,7 +498,7 @@ func TestDriverReleaseHandsBackEverything(t *testing.T) {
 	f := newDriverFixture(t)
 	f.coord.push(gained("a", 1), gained("b", 1))
 	f.expect(pipeline.LanesAdded)
-	if err := f.d.Release(context.Background()); err != nil {
+	if err := f.d.Release(context.Background(), f.src); err != nil {
 		t.Fatal(err)
 	}
 	if len(f.coord.releases) != 1 || len(f.coord.releases[0]) != 2 {

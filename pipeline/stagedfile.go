@@ -434,8 +434,15 @@ func (s *StagedFileSink) writeRun(p PartitionID, records []Record) error {
 }
 
 // Prepare implements [StagingSink]: it fsyncs the staging file and lists
-// the staged range of the records below watermark.
-func (s *StagedFileSink) Prepare(ctx context.Context, p PartitionID, watermark int64) ([]byte, bool, error) {
+// the staged range of the records below watermark. It always covers the
+// watermark (final makes no difference): a published file grows by
+// every commit.
+func (s *StagedFileSink) Prepare(ctx context.Context, p PartitionID, watermark int64, final bool) ([]byte, int64, bool, error) {
+	out, pending, err := s.prepare(ctx, p, watermark)
+	return out, watermark, pending, err
+}
+
+func (s *StagedFileSink) prepare(ctx context.Context, p PartitionID, watermark int64) ([]byte, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}

@@ -67,7 +67,7 @@ func write(t *testing.T, s *StagedFileSink, p PartitionID, from, to int64) {
 
 func prepare(t *testing.T, s *StagedFileSink, p PartitionID, w int64) []byte {
 	t.Helper()
-	c, _, err := s.Prepare(context.Background(), p, w)
+	c, _, _, err := s.Prepare(context.Background(), p, w, false)
 	require.NoError(t, err)
 	return c
 }
@@ -80,7 +80,7 @@ func TestStagedFileSinkPublishesOnlyWhatACommitLists(t *testing.T) {
 	write(t, s, 0, 0, 10)
 	requireExactly(t, s, stageSplit, 0) // staged, nothing visible
 
-	c, pending, err := s.Prepare(context.Background(), 0, 5)
+	c, _, pending, err := s.Prepare(context.Background(), 0, 5, false)
 	require.NoError(t, err)
 	require.True(t, pending)
 	requireExactly(t, s, stageSplit, 0) // prepared, the commit has not won
@@ -89,7 +89,7 @@ func TestStagedFileSinkPublishesOnlyWhatACommitLists(t *testing.T) {
 	require.NoError(t, s.Publish(context.Background(), 0, c), "a second publish is a no-op")
 	requireExactly(t, s, stageSplit, 5)
 
-	c, pending, err = s.Prepare(context.Background(), 0, 5)
+	c, _, pending, err = s.Prepare(context.Background(), 0, 5, false)
 	require.NoError(t, err)
 	require.False(t, pending, "nothing new below the watermark")
 	require.NoError(t, s.Publish(context.Background(), 0, c))

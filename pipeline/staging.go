@@ -51,11 +51,16 @@ type StagingSink interface {
 	OpenStage(ctx context.Context, t StageTenancy, committed []byte) error
 	// Prepare makes durable what the tenancy staged for its records with
 	// an offset below watermark, and returns the committable listing that
-	// and everything listed before and not yet published. pending reports
-	// that the committable lists something unpublished. An error marked
-	// [spate.ErrFatal] stops the pipeline; any other defers the commit to
-	// the next one.
-	Prepare(ctx context.Context, partition PartitionID, watermark int64) (committable []byte, pending bool, err error)
+	// and everything listed before and not yet published. covered is the
+	// watermark the committable covers: watermark itself, or, for a sink
+	// that rolls its output in parts (an object store), the watermark of
+	// the last part it cut, when the bytes staged since are too few or
+	// too recent to make a part of their own; the driver then commits
+	// covered. With final set (the split completes, or is handed back)
+	// covered must be watermark. pending reports that the committable
+	// lists something unpublished. An error marked [spate.ErrFatal] stops
+	// the pipeline; any other defers the commit to the next one.
+	Prepare(ctx context.Context, partition PartitionID, watermark int64, final bool) (committable []byte, covered int64, pending bool, err error)
 	// Publish makes visible what committable (from Prepare) lists. It is
 	// called once the commit that carried committable won, and again if
 	// it failed; it must be idempotent.
@@ -162,15 +167,19 @@ func (d *CoordinationDriver[C]) closeStages(ts []*tenancy) {
 	}
 }
 
-// prepare asks the staging sink for the committable of t at watermark.
-func (d *CoordinationDriver[C]) prepare(t *tenancy, watermark int64) ([]byte, bool, error) {
+// prepare asks the staging sink for the committable of t at watermark,
+// and the watermark it covers.
+func (d *CoordinationDriver[C]) prepare(t *tenancy, watermark int64, final bool) ([]byte, int64, bool, error) {
 	ctx, cancel := d.ctx()
 	defer cancel()
-	out, pending, err := d.stage.Prepare(ctx, t.partition, watermark)
+	out, covered, pending, err := d.stage.Prepare(ctx, t.partition, watermark, final)
 	if err != nil {
-		return nil, false, fmt.Errorf("prepare the output of split %s: %w", t.spec.ID, err)
+		return nil, 0, false, fmt.Errorf("prepare the output of split %s: %w", t.spec.ID, err)
 	}
-	return out, pending, nil
+	if covered > watermark || final && covered != watermark {
+		return nil, 0, false, spate.Fatalf("prepare the output of split %s: the sink covered watermark %d of %d (final %t): a staging sink covers at most the watermark, and all of it when final", t.spec.ID, covered, watermark, final)
+	}
+	return out, covered, pending, nil
 }
 
 // publishNoSpaceAttempts bounds the publishes of one committable that

@@ -3,6 +3,7 @@ package filesource_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -12,10 +13,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gocloud.dev/blob"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/faultstore"
+	"github.com/spate-go/spate/internal/s3test"
 	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/blobsink"
 	"github.com/spate-go/spate/pipeline/filesource"
 	"github.com/spate-go/spate/stores/mem"
 )
@@ -25,16 +29,24 @@ import (
 // separate processes would.
 type stagedWorker struct {
 	name  string
-	sink  *pipeline.StagedFileSink
+	sink  stagedSink
 	coord *spate.StoreCoordinator
 	rt    *pipeline.Runtime
 	done  chan pipeline.ExitReport
 }
 
-// slowStaged is a StagedFileSink whose every write first takes 3ms, so a
+// stagedSink is what the workers write through: the file or the blob
+// staging sink.
+type stagedSink interface {
+	pipeline.StagingSink
+	pipeline.ChunkedSink
+	Close() error
+}
+
+// slowStaged is a staging sink whose every write first takes 3ms, so a
 // job runs long enough to kill a worker in its middle. Write and
 // WriteChunks are both overridden; the staging methods are promoted.
-type slowStaged struct{ *pipeline.StagedFileSink }
+type slowStaged struct{ stagedSink }
 
 func (s slowStaged) Write(ctx context.Context, shard int, records []pipeline.Record) error {
 	return s.WriteChunks(ctx, shard, [][]pipeline.Record{records})
@@ -46,16 +58,15 @@ func (s slowStaged) WriteChunks(ctx context.Context, shard int, chunks [][]pipel
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return s.StagedFileSink.WriteChunks(ctx, shard, chunks)
+	return s.stagedSink.WriteChunks(ctx, shard, chunks)
 }
 
-func startStaged(t *testing.T, name string, store spate.Store, in, dst string, popts filesource.PlannerOptions) *stagedWorker {
+func startStaged(t *testing.T, name string, store spate.Store, in string, newSink func() stagedSink, popts filesource.PlannerOptions) *stagedWorker {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	coord, err := spate.NewStoreCoordinator(store, e2eConfig(name, 4), spate.WithLogger(quiet))
 	require.NoError(t, err)
-	sink, err := pipeline.NewStagedFileSink(dst, "e2e")
-	require.NoError(t, err)
+	sink := newSink()
 	pcfg := testConfig()
 	pcfg.Name = name
 	pcfg.MaxRecords = 16
@@ -133,8 +144,83 @@ func exactlyOnce(lines map[string]string, seen map[string]int) (missing, dups, a
 // over after its leases expired, have finished the job. The published
 // output holds every input line exactly once: nothing the zombie staged
 // after its last won commit is visible, and nothing it committed is lost.
+// It runs to a directory (StagedFileSink) and to a bucket over the S3 wire
+// protocol (blobsink, gofakes3 through s3blob).
 func TestStagedOutputIsExactlyOnceThroughAZombie(t *testing.T) {
-	in, dst := t.TempDir(), t.TempDir()
+	t.Run("dir", func(t *testing.T) {
+		dst := t.TempDir()
+		newSink := func() stagedSink {
+			sink, err := pipeline.NewStagedFileSink(dst, "e2e")
+			require.NoError(t, err)
+			return sink
+		}
+		zombieRun(t, newSink, func() map[string]int { return publishedLines(t, dst) })
+		// Only published files under the final names; a completed job
+		// leaves no staging behind but the zombie's (removed by
+		// RemoveStaging).
+		entries, err := os.ReadDir(dst)
+		require.NoError(t, err)
+		for _, e := range entries {
+			if e.Name() == ".spate" {
+				continue
+			}
+			require.True(t, strings.HasSuffix(e.Name(), ".out"), "unexpected %s in the destination", e.Name())
+		}
+		require.NoError(t, pipeline.RemoveStaging(dst))
+		left, err := os.ReadDir(filepath.Join(dst, ".spate", "stage"))
+		require.NoError(t, err)
+		require.Empty(t, left)
+	})
+	t.Run("s3", func(t *testing.T) {
+		b := s3test.Open(t, s3test.Start(t).Bucket(t, "out", ""))
+		newSink := func() stagedSink {
+			sink, err := blobsink.New(context.Background(), b, "s3://out/", "e2e")
+			require.NoError(t, err)
+			sink.RollSize = 4 << 10 // parts of a few KiB: several per split
+			return sink
+		}
+		zombieRun(t, newSink, func() map[string]int { return publishedBlobLines(t, b) })
+		require.NoError(t, blobsink.RemoveStaging(context.Background(), b))
+		it := b.List(&blob.ListOptions{})
+		for {
+			obj, err := it.Next(context.Background())
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			require.NoError(t, err)
+			if obj.Key == ".spate/job" {
+				continue
+			}
+			require.True(t, strings.HasSuffix(obj.Key, ".out") && !strings.HasPrefix(obj.Key, ".spate/"), "unexpected %s in the bucket", obj.Key)
+		}
+	})
+}
+
+// publishedBlobLines counts every line of the parts in b by key.
+func publishedBlobLines(t *testing.T, b *blob.Bucket) map[string]int {
+	t.Helper()
+	seen := map[string]int{}
+	it := b.List(&blob.ListOptions{})
+	for {
+		obj, err := it.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			return seen
+		}
+		require.NoError(t, err)
+		if strings.HasPrefix(obj.Key, ".spate/") || !strings.HasSuffix(obj.Key, ".out") {
+			continue
+		}
+		data, err := b.ReadAll(context.Background(), obj.Key)
+		require.NoError(t, err)
+		for _, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+			key, _, _ := strings.Cut(line, "\t")
+			seen[key]++
+		}
+	}
+}
+
+func zombieRun(t *testing.T, newSink func() stagedSink, published func() map[string]int) {
+	in := t.TempDir()
 	lines := corpus(t, in, genCorpus(t, in, 48, 400, 3))
 	popts := filesource.PlannerOptions{TargetBytes: 16 << 10, MaxFiles: 4}
 
@@ -148,14 +234,14 @@ func TestStagedOutputIsExactlyOnceThroughAZombie(t *testing.T) {
 	inj := faultstore.New()
 	zh := handle()
 	defer zh.Close()
-	zombie := startStaged(t, "zombie", faultstore.Wrap(zh, inj), in, dst, popts)
-	waitFor(t, "zombie output", func() bool { return len(publishedLines(t, dst)) > len(lines)/10 })
+	zombie := startStaged(t, "zombie", faultstore.Wrap(zh, inj), in, newSink, popts)
+	waitFor(t, "zombie output", func() bool { return len(published()) > len(lines)/10 })
 	h1, h2 := handle(), handle()
 	defer h1.Close()
 	defer h2.Close()
 	survivors := []*stagedWorker{
-		startStaged(t, "survivor-1", h1, in, dst, popts),
-		startStaged(t, "survivor-2", h2, in, dst, popts),
+		startStaged(t, "survivor-1", h1, in, newSink, popts),
+		startStaged(t, "survivor-2", h2, in, newSink, popts),
 	}
 	observer := handle()
 	defer observer.Close()
@@ -195,25 +281,10 @@ func TestStagedOutputIsExactlyOnceThroughAZombie(t *testing.T) {
 	for _, s := range final.Splits {
 		require.Equal(t, spate.StatusCompleted, s.Status, "split %s", s.ID)
 	}
-	seen := publishedLines(t, dst)
+	seen := published()
 	missing, dups, alien := exactlyOnce(lines, seen)
 	t.Logf("%d lines; the zombie held %d splits when cut off; published: %d missing, %d duplicates, %d alien", len(lines), zombieHeld, missing, dups, alien)
 	require.Zero(t, missing, "lines missing from the published output")
 	require.Zero(t, dups, "duplicate lines in the published output")
 	require.Zero(t, alien, "lines in the published output that are not in the input")
-
-	// Only published files under the final names; a completed job leaves
-	// no staging behind but the zombie's (removed by RemoveStaging).
-	entries, err := os.ReadDir(dst)
-	require.NoError(t, err)
-	for _, e := range entries {
-		if e.Name() == ".spate" {
-			continue
-		}
-		require.True(t, strings.HasSuffix(e.Name(), ".out"), "unexpected %s in the destination", e.Name())
-	}
-	require.NoError(t, pipeline.RemoveStaging(dst))
-	left, err := os.ReadDir(filepath.Join(dst, ".spate", "stage"))
-	require.NoError(t, err)
-	require.Empty(t, left)
 }
