@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -687,4 +688,60 @@ func TestDriverRevocationDeclines(t *testing.T) {
 	if len(h.src.begun) != 0 || !slices.Equal(h.coord.declines, []spate.SplitID{sid("a")}) {
 		t.Fatalf("begun %v declines %v", h.src.begun, h.coord.declines)
 	}
+}
+
+// fakeStaging is a StagingSink whose Prepare covers what cover says.
+type fakeStaging struct {
+	cover     func(w int64, final bool) int64
+	prepares  []string
+	published []string
+}
+
+func (f *fakeStaging) Write(context.Context, int, []pipeline.Record) error { return nil }
+func (f *fakeStaging) OpenStage(context.Context, pipeline.StageTenancy, []byte) error {
+	return nil
+}
+func (f *fakeStaging) Prepare(_ context.Context, _ pipeline.PartitionID, w int64, final bool) ([]byte, int64, bool, error) {
+	f.prepares = append(f.prepares, fmt.Sprintf("%d/%t", w, final))
+	c := f.cover(w, final)
+	return []byte(fmt.Sprint(c)), c, true, nil
+}
+func (f *fakeStaging) Publish(_ context.Context, _ pipeline.PartitionID, c []byte) error {
+	f.published = append(f.published, string(c))
+	return nil
+}
+func (f *fakeStaging) CloseStage(pipeline.PartitionID, bool) {}
+
+// A staging sink that covers less than the watermark (it rolls parts)
+// has the driver commit what it covers, nothing when that is no more than
+// the last commit, and the whole acknowledged watermark at the hand-back.
+func TestDriverCommitsWhatTheStagingSinkCovers(t *testing.T) {
+	f := newDriverFixture(t)
+	cut := int64(0)
+	stage := &fakeStaging{cover: func(w int64, final bool) int64 {
+		if final {
+			return w
+		}
+		return min(cut, w)
+	}}
+	require.NoError(t, f.d.StageOutput(stage))
+	f.coord.push(gained("a", 1))
+	f.expect(pipeline.LanesAdded)
+	pa := f.partitionOf("a")
+
+	require.NoError(t, f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 5}}))
+	require.Empty(t, f.coord.commits["a"], "no part cut: nothing to commit")
+	cut = 6
+	require.NoError(t, f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 8}}))
+	got := f.coord.commits["a"]
+	require.Len(t, got, 1)
+	require.Equal(t, int64(6), got[0].Watermark, "the commit covers what the sink's parts cover")
+	require.Equal(t, []byte("6"), got[0].Output)
+	require.Equal(t, []string{"6"}, stage.published)
+
+	require.NoError(t, f.d.Release(context.Background(), f.src))
+	got = f.coord.commits["a"]
+	require.Len(t, got, 2)
+	require.Equal(t, int64(8), got[1].Watermark, "the hand-back's final commit covers all acknowledged")
+	require.Equal(t, []string{"5/false", "8/false", "8/true"}, stage.prepares)
 }
