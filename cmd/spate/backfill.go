@@ -70,7 +70,7 @@ interrupted by SIGINT/SIGTERM after a graceful hand-back.`
 
 func (f *backfillFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.src, "src", "", "source: a directory (links to regular files are followed), or a bucket URL (file:///path, s3://bucket?region=…&prefix=…) (required)")
-	fs.StringVar(&f.dst, "dst", "", "destination directory (required)")
+	fs.StringVar(&f.dst, "dst", "", "destination directory, or bucket URL such as s3://bucket?region=… (required)")
 	fs.StringVar(&f.job, "job", "", "job name (default: derived from the source)")
 	fs.StringVar(&f.instance, "instance", "", "this worker's id, unique among live workers (default: host name and a random suffix); a stable id reclaims its splits at once after a crash")
 	fs.IntVar(&f.lanes, "lanes", spate.DefaultMaxInFlight, "splits this worker holds at once")
@@ -91,7 +91,7 @@ func (f *backfillFlags) register(fs *flag.FlagSet) {
 
 func runBackfill(args []string) int {
 	var f backfillFlags
-	fs := newFlagSet("backfill", "--src DIR|URL --dst DIR [flags]", backfillAbout)
+	fs := newFlagSet("backfill", "--src DIR|URL --dst DIR|URL [flags]", backfillAbout)
 	f.register(fs)
 	f.store.register(fs)
 	f.log.register(fs, "warn")
@@ -271,11 +271,13 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	}
 	defer in.close()
 	src := in.location
-	dst, err := filepath.Abs(f.dst)
+	out, err := openOutput(context.Background(), f.dst)
 	if err != nil {
-		return usageError(fs, "--dst: %v", err)
+		return usageError(fs, "--dst %s: %v", f.dst, err)
 	}
-	if in.dir != "" && (within(dst, in.dir) || within(in.dir, dst) || within(dst, in.realDir()) || within(in.realDir(), dst)) {
+	defer out.close()
+	dst := out.location
+	if in.dir != "" && out.dir != "" && (within(dst, in.dir) || within(in.dir, dst) || within(dst, in.realDir()) || within(in.realDir(), dst)) {
 		return usageError(fs, "--src and --dst must not contain each other (the output would become input)")
 	}
 	if f.store.url == "" && in.dir != "" {
@@ -372,12 +374,12 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	oc := &observedCoord{StoreCoordinator: coord, obs: obs}
 	splits := &observedSplits{Source: filesource.NewSource(in.objs), obs: obs}
 	source := pipeline.NewCoordinatedSource(oc, splits, planner, pipeline.StallDrains(true), pipeline.DriverLogger(log))
-	fileSink, err := pipeline.NewStagedFileSink(dst, job) // creates --dst
+	fileSink, err := out.sink(context.Background(), job) // creates --dst
 	if err != nil {
 		_ = coord.Close()
 		return fail(exitFailed, "%v", err)
 	}
-	sink := &outputSink{StagedFileSink: fileSink, obs: obs}
+	sink := &outputSink{stagingSink: fileSink, obs: obs}
 	pcfg := pipeline.Config{
 		Name:           "backfill",
 		Threads:        f.threads,
@@ -423,11 +425,11 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	if complete {
 		// Staging files nobody lists (a frozen worker's, written after its
 		// last commit) go once the job is complete.
-		if err := pipeline.RemoveStaging(dst); err != nil {
+		if err := out.removeStaging(context.Background()); err != nil {
 			log.Warn("could not remove leftover staging files; they hold nothing committed", "dir", dst, "error", err)
 		}
 	}
-	code := f.finish(con, job, in, dst, obs, final, complete, stalled, sigs.signal(), report, runErr, closeErr, started)
+	code := f.finish(con, job, in, out, obs, final, complete, stalled, sigs.signal(), report, runErr, closeErr, started)
 	hist.record("exit", map[string]any{"code": code})
 
 	if conn.hosted() {
@@ -468,8 +470,9 @@ func (f *backfillFlags) config(instance string) spate.Config {
 
 // finish prints the outcome and the summary, runs the verification and
 // returns the exit code.
-func (f *backfillFlags) finish(con *console, job string, in *input, dst string, obs *observer, final jobSummary, complete bool,
+func (f *backfillFlags) finish(con *console, job string, in *input, out *destination, obs *observer, final jobSummary, complete bool,
 	stalled *spate.Stalled, sig os.Signal, report pipeline.ExitReport, runErr, closeErr error, started time.Time) int {
+	dst := out.location
 	elapsed := time.Since(started)
 	code := exitOK
 	var outcome string
@@ -490,7 +493,7 @@ func (f *backfillFlags) finish(con *console, job string, in *input, dst string, 
 	}
 	var verified *verifyResult
 	if code == exitOK && f.verify {
-		r, err := verifyOutput(context.Background(), in.objs, dst)
+		r, err := verifyOutput(context.Background(), in.objs, out)
 		if err != nil {
 			con.line("verification could not run: %v", err)
 			code = exitFailed

@@ -202,7 +202,7 @@ func processChaos(t *testing.T, seed uint64) (map[string]int, int) {
 
 	var vs []string
 	// (a) every input line reached the output exactly once.
-	res, err := verifyOutput(ctxT(t, time.Minute), filesource.Dir(src), dst)
+	res, err := verifyOutput(ctxT(t, time.Minute), filesource.Dir(src), &destination{location: dst, dir: dst})
 	if err != nil {
 		t.Fatal(err)
 	}

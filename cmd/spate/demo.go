@@ -365,7 +365,7 @@ func (f *demoFlags) run() (code int) {
 	if final.exists && !final.completedAll && failure == "" {
 		failure = "the job did not complete"
 	}
-	r, verr := verifyOutput(context.Background(), filesource.Dir(src), dst)
+	r, verr := verifyOutput(context.Background(), filesource.Dir(src), &destination{location: dst, dir: dst})
 	if verr != nil {
 		failure = fmt.Sprintf("verification could not run: %v", verr)
 	} else {

@@ -29,7 +29,13 @@
 // record lists, then discards what the dead worker staged past it.
 //
 // Output goes to --dst/<split>.out (one file per split, whoever copied it;
-// --dst/.spate/job names the job that owns --dst), one line per input line:
+// --dst/.spate/job names the job that owns --dst). --dst may be a bucket
+// URL (s3://bucket?region=…&prefix=out/, file:///path, and with the build
+// tags gs:// and azblob://): a split's output is then a sequence of parts,
+// <split>/NNNNNNNN.out, each staged under .spate/stage/ once 8 MiB or 10 s
+// of lines accumulated (or the split ends) and copied to its name after the
+// commit listing it won (see package pipeline/blobsink). One line per
+// input line:
 // "<path relative to --src>:<byte offset of the line's first byte>" TAB
 // "<line>". The key identifies every input line, so spate verify (and a
 // backfill whose job completed, unless --verify=false) can check that every

@@ -426,11 +426,11 @@ func (s *observedSplits) OpenSplit(op pipeline.SplitOpening) (pipeline.Lane, err
 	return s.Source.OpenSplit(op)
 }
 
-// outputSink writes through a StagedFileSink and reports every staged
+// outputSink writes through a staging sink and reports every staged
 // write to the observer. The staging methods are promoted, so Build wires
 // it to the coordinated source.
 type outputSink struct {
-	*pipeline.StagedFileSink
+	stagingSink
 	obs *observer
 }
 
@@ -442,7 +442,7 @@ func (s *outputSink) Write(ctx context.Context, shard int, records []pipeline.Re
 // promoted, and the runtime prefers it to Write, so writes would go
 // unobserved.
 func (s *outputSink) WriteChunks(ctx context.Context, shard int, chunks [][]pipeline.Record) error {
-	if err := s.StagedFileSink.WriteChunks(ctx, shard, chunks); err != nil {
+	if err := s.stagingSink.WriteChunks(ctx, shard, chunks); err != nil {
 		return err
 	}
 	for _, records := range chunks {

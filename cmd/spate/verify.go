@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,18 +56,15 @@ type outLine struct {
 // "<path>:<offset>\t<line>" (the file sink's format over the file source's
 // records): path is the input file relative to src, offset the byte offset
 // of the line's first byte. Memory is 16 bytes per output line.
-func verifyOutput(ctx context.Context, src filesource.Objects, dst string) (verifyResult, error) {
+func verifyOutput(ctx context.Context, src filesource.Objects, out *destination) (verifyResult, error) {
 	var r verifyResult
 	seen := map[string][]outLine{} // input path -> output lines naming it
-	outs, err := filepath.Glob(filepath.Join(dst, "*"+outputSuffix))
+	err := out.eachOutput(ctx, func(name string, rd io.Reader) error {
+		r.OutputFiles++
+		return scanOutput(name, rd, seen, &r)
+	})
 	if err != nil {
 		return r, err
-	}
-	for _, p := range outs {
-		r.OutputFiles++
-		if err := scanOutput(p, seen, &r); err != nil {
-			return r, err
-		}
 	}
 	members, err := src.List(ctx)
 	if err != nil {
@@ -126,12 +121,7 @@ func lineHash(b []byte) uint64 {
 	return h.Sum64()
 }
 
-func scanOutput(path string, seen map[string][]outLine, r *verifyResult) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
+func scanOutput(path string, f io.Reader, seen map[string][]outLine, r *verifyResult) error {
 	br := bufio.NewReaderSize(f, 256<<10)
 	for {
 		line, err := br.ReadBytes('\n')
@@ -212,10 +202,10 @@ func (r verifyResult) report() string {
 }
 
 func runVerify(args []string) int {
-	fs := newFlagSet("verify", "--src DIR|URL --dst DIR",
-		"Checks that every line of every file under --src is in the output files (*.out) under --dst\nexactly once. Exits 0 only if no line is missing, none is there twice, and the output holds\nnothing else (with --allow-duplicates: only if no line is missing).")
+	fs := newFlagSet("verify", "--src DIR|URL --dst DIR|URL",
+		"Checks that every line of every file under --src is in the output files (*.out) under --dst\n(a directory, or a bucket URL such as s3://bucket?region=…) exactly once. Exits 0 only if no line is missing, none is there twice, and the output holds\nnothing else (with --allow-duplicates: only if no line is missing).")
 	src := fs.String("src", "", "the backfill's source: a directory or a bucket URL")
-	dst := fs.String("dst", "", "the backfill's output directory")
+	dst := fs.String("dst", "", "the backfill's output directory or bucket URL")
 	allowDups := fs.Bool("allow-duplicates", false, "accept duplicates (the output of an at-least-once sink): fail only on a missing line")
 	pos, code, ok := parseArgs(fs, args)
 	if !ok {
@@ -233,7 +223,12 @@ func runVerify(args []string) int {
 		return usageError(fs, "--src %s: %v", *src, err)
 	}
 	defer in.close()
-	r, err := verifyOutput(context.Background(), in.objs, *dst)
+	out, err := openOutput(context.Background(), *dst)
+	if err != nil {
+		return usageError(fs, "--dst %s: %v", *dst, err)
+	}
+	defer out.close()
+	r, err := verifyOutput(context.Background(), in.objs, out)
 	if err != nil {
 		return fail(exitFailed, "verify: %v", err)
 	}
