@@ -554,7 +554,7 @@ func (f *backfillFlags) explainStalled(con *console, job string, ids []string, d
 			con.plain("  %s\n", l)
 		}
 		con.plain("see them with:        spate inspect %s\n", args)
-		con.plain("fix the input, then:  spate requeue SPLIT %s\n", args)
+		con.plain("fix what the reason names, then:  spate requeue SPLIT %s\n", args)
 	}
 	if len(damaged) > 0 {
 		con.plain("\nthe job cannot finish: %d split(s) have a record the store holds but nobody can read:\n", len(damaged))

@@ -251,6 +251,11 @@ func (o *observer) command(ev string, ids []spate.SplitID, reason string, err er
 		if ev == "release" && err == nil {
 			o.handedBack++
 		}
+		if ev == "fail" && reason != "" {
+			// The reason a quarantine summary names: a damaged output's
+			// reason comes from the driver's Fail, not from a lane.
+			o.info(id).poison = reason
+		}
 		o.mu.Unlock()
 		fields := map[string]any{"split": id.String(), "epoch": uint64(epoch), "outcome": outcome(err)}
 		if reason != "" {
