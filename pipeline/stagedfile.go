@@ -80,10 +80,12 @@ type fileStage struct {
 	stagePath string
 	stageDir  string
 	f         *os.File
-	size      int64 // bytes staged
-	synced    int64 // bytes of f known durable
+	size      int64  // bytes staged
+	pcrc      uint32 // CRC-32C of the staged bytes [0, size)
+	synced    int64  // bytes of f known durable
 	// marks maps records past the last prepared cut to where their bytes
-	// end in the staging file, in offset order.
+	// end in the staging file, and the staging file's CRC there, in offset
+	// order.
 	marks []stageMark
 
 	finalRel  string
@@ -93,14 +95,19 @@ type fileStage struct {
 	finalCRC  uint32   // CRC-32C of the published bytes
 
 	// from..to is the prepared, unpublished range of the staging file;
-	// rangeCRC its checksum; pending its bytes, read back once at Prepare
-	// and kept for the publish, so a commit reads the staging file once.
-	from, to int64
-	rangeCRC uint32
-	pending  []byte
+	// rangeCRC its checksum, fromCRC and toCRC the staging file's CRC of
+	// [0, from) and [0, to). Checksums are extended by combination
+	// (crcCombine), so a commit never reads back what it staged, and the
+	// publish copies the range inside the kernel (copy_file_range).
+	from, to       int64
+	rangeCRC       uint32
+	fromCRC, toCRC uint32
 }
 
-type stageMark struct{ off, end int64 }
+type stageMark struct {
+	off, end int64
+	pcrc     uint32 // the staging file's CRC of [0, end)
+}
 
 // stagedCommit is the committable: what of the split's output a commit
 // covers.
@@ -301,6 +308,21 @@ func (s *StagedFileSink) recover(fs *fileStage, committed []byte) error {
 
 // publishBytes writes data to the published file at off and fsyncs it.
 func (fs *fileStage) publishBytes(off int64, data []byte) error {
+	return fs.publish(off, int64(len(data)), func() error {
+		_, err := fs.out.WriteAt(data, off)
+		return err
+	})
+}
+
+// publishRange copies the staging file's [from, from+n) to the published
+// file at off, inside the kernel, and fsyncs it.
+func (fs *fileStage) publishRange(off, from, n int64) error {
+	return fs.publish(off, n, func() error { return copyRange(fs.out, off, fs.f, from, n) })
+}
+
+// publish checks the published file, writes n bytes at off with write and
+// fsyncs it.
+func (fs *fileStage) publish(off, n int64, write func() error) error {
 	if fs.out == nil {
 		f, err := os.OpenFile(fs.finalPath, os.O_WRONLY|os.O_CREATE, 0o644)
 		if err != nil {
@@ -324,10 +346,10 @@ func (fs *fileStage) publishBytes(off int64, data []byte) error {
 	if st.Size() < off {
 		return fmt.Errorf("%s holds %d bytes but %d are committed: it was truncated under the job; restore it, or delete the job and its output and run again", fs.finalPath, st.Size(), off)
 	}
-	if st.Size() > off+int64(len(data)) {
-		return fmt.Errorf("%s holds %d bytes past the %d committed: something other than this job's commits wrote it", fs.finalPath, st.Size()-off-int64(len(data)), off+int64(len(data)))
+	if st.Size() > off+n {
+		return fmt.Errorf("%s holds %d bytes past the %d committed: something other than this job's commits wrote it", fs.finalPath, st.Size()-off-n, off+n)
 	}
-	if _, err := fs.out.WriteAt(data, off); err != nil {
+	if err := write(); err != nil {
 		return fmt.Errorf("cannot publish to %s: %w", fs.finalPath, err)
 	}
 	if err := fs.out.Sync(); err != nil {
@@ -395,7 +417,7 @@ func (s *StagedFileSink) writeRun(p PartitionID, records []Record) error {
 			fileBufs.Put(pb)
 		}
 	}()
-	base, marks := fs.size, len(fs.marks)
+	base, marks, pcrc := fs.size, len(fs.marks), fs.pcrc
 	written := int64(0)
 	var err error
 	for i := range records {
@@ -403,8 +425,10 @@ func (s *StagedFileSink) writeRun(p PartitionID, records []Record) error {
 			err = fmt.Errorf("record offset %d after %d: a staging sink needs a split's records in offset order (%w)", records[i].Offset, records[i-1].Offset, spate.ErrFatal)
 			break
 		}
+		at := len(buf)
 		buf = s.Format(buf, records[i])
-		fs.marks = append(fs.marks, stageMark{off: records[i].Offset, end: base + written + int64(len(buf))})
+		pcrc = crc32.Update(pcrc, castagnoli, buf[at:])
+		fs.marks = append(fs.marks, stageMark{off: records[i].Offset, end: base + written + int64(len(buf)), pcrc: pcrc})
 		if len(buf) >= fileWriteChunk {
 			n, werr := fs.f.WriteAt(buf, base+written)
 			written += int64(n)
@@ -429,7 +453,7 @@ func (s *StagedFileSink) writeRun(p PartitionID, records []Record) error {
 		}
 		return fmt.Errorf("file sink: stage split %s in %s: %w", fs.split, fs.stagePath, err)
 	}
-	fs.size = base + written
+	fs.size, fs.pcrc = base+written, pcrc
 	return nil
 }
 
@@ -452,15 +476,15 @@ func (s *StagedFileSink) prepare(ctx context.Context, p PartitionID, watermark i
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	cut := fs.to
+	cut, cutCRC := fs.to, fs.toCRC
 	i, _ := slices.BinarySearchFunc(fs.marks, watermark, func(m stageMark, w int64) int {
 		if m.off < w {
 			return -1
 		}
 		return 1
 	})
-	if i > 0 {
-		cut = max(cut, fs.marks[i-1].end)
+	if i > 0 && fs.marks[i-1].end > cut {
+		cut, cutCRC = fs.marks[i-1].end, fs.marks[i-1].pcrc
 	}
 	if cut > fs.synced {
 		size := fs.size
@@ -470,13 +494,8 @@ func (s *StagedFileSink) prepare(ctx context.Context, p PartitionID, watermark i
 		fs.synced = size
 	}
 	if cut > fs.to {
-		data, err := readRangeFile(fs.f, fs.to, cut)
-		if err != nil {
-			return nil, false, fmt.Errorf("file sink: cannot read back the staging file %s: %w", fs.stagePath, err)
-		}
-		fs.rangeCRC = crc32.Update(fs.rangeCRC, castagnoli, data)
-		fs.pending = append(fs.pending, data...)
-		fs.to = cut
+		fs.to, fs.toCRC = cut, cutCRC
+		fs.rangeCRC = crcRange(fs.fromCRC, fs.toCRC, fs.from, fs.to)
 	}
 	fs.marks = fs.marks[:copy(fs.marks, fs.marks[i:])]
 	return fs.committable(), fs.to > fs.from, nil
@@ -517,17 +536,15 @@ func (s *StagedFileSink) Publish(ctx context.Context, p PartitionID, committable
 	if c.From != fs.from || c.To > fs.to {
 		return fmt.Errorf("file sink: split %s: the committable lists %s[%d:%d), but %d..%d is prepared: not this tenancy's", fs.split, c.Stage, c.From, c.To, fs.from, fs.to)
 	}
-	data := fs.pending[:n]
-	if crc32.Checksum(data, castagnoli) != c.RCRC {
-		return fmt.Errorf("file sink: split %s: the committable's checksum does not match the bytes prepared for it: not this tenancy's", fs.split)
+	if c.To == fs.to && c.RCRC != fs.rangeCRC {
+		return fmt.Errorf("file sink: split %s: the committable's checksum does not match the range prepared for it: not this tenancy's", fs.split)
 	}
-	if err := fs.publishBytes(c.Len, data); err != nil {
+	if err := fs.publishRange(c.Len, c.From, n); err != nil {
 		return fmt.Errorf("file sink: %w", err)
 	}
-	fs.finalLen, fs.finalCRC = c.Len+n, crc32.Update(c.CRC, castagnoli, data)
-	fs.from = c.To
-	fs.pending = fs.pending[:copy(fs.pending, fs.pending[n:])]
-	fs.rangeCRC = crc32.Checksum(fs.pending, castagnoli)
+	fs.finalLen, fs.finalCRC = c.Len+n, crcCombine(c.CRC, c.RCRC, n)
+	fs.from, fs.fromCRC = c.To, crcCombine(fs.fromCRC, c.RCRC, n)
+	fs.rangeCRC = crcRange(fs.fromCRC, fs.toCRC, fs.from, fs.to)
 	return nil
 }
 
@@ -685,4 +702,25 @@ func syncDir(dir string) error {
 		err = cerr
 	}
 	return err
+}
+
+// copyRangeRW copies src[from, from+n) to dst at off through a buffer.
+func copyRangeRW(dst *os.File, off int64, src *os.File, from, n int64) error {
+	buf := make([]byte, min(n, fileWriteChunk))
+	for n > 0 {
+		k, err := src.ReadAt(buf[:min(n, int64(len(buf)))], from)
+		if k > 0 {
+			if _, werr := dst.WriteAt(buf[:k], off); werr != nil {
+				return werr
+			}
+			from, off, n = from+int64(k), off+int64(k), n-int64(k)
+		}
+		if err != nil && n > 0 {
+			if errors.Is(err, io.EOF) {
+				return errors.New("the staging file is shorter than its committed range")
+			}
+			return err
+		}
+	}
+	return nil
 }
