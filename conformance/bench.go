@@ -44,7 +44,7 @@ func RunBenchmarks(b *testing.B, newHarness HarnessMaker) {
 // benchStore opens one store over a fresh harness, closed with b.
 func benchStore(b *testing.B, mk HarnessMaker) spate.Store {
 	h := mk(b)
-	b.Cleanup(func() { h.Close() })
+	b.Cleanup(func() { closeHarness(b, h) })
 	s, err := h.NewStore(context.Background())
 	if err != nil {
 		b.Fatal(err)
@@ -121,7 +121,7 @@ func benchWorker(b *testing.B, h Harness, n int) (*spate.StoreCoordinator, spate
 
 func benchFencedCommit(b *testing.B, mk HarnessMaker) {
 	h := mk(b)
-	defer h.Close()
+	defer closeHarness(b, h)
 	c, _, held := benchWorker(b, h, 1)
 	ctx := context.Background()
 	var wm int64
@@ -135,7 +135,7 @@ func benchFencedCommit(b *testing.B, mk HarnessMaker) {
 
 func benchReleaseReclaim(b *testing.B, mk HarnessMaker) {
 	h := mk(b)
-	defer h.Close()
+	defer closeHarness(b, h)
 	// Two splits, so handing one back is never the worker's departure.
 	c, w, held := benchWorker(b, h, 2)
 	ctx := context.Background()
@@ -211,7 +211,7 @@ func benchTakeover(b *testing.B, mk HarnessMaker) {
 		total += time.Since(died)
 		sb.Close()
 		s.Close()
-		h.Close()
+		closeHarness(b, h)
 	}
 	avg := total / time.Duration(b.N)
 	b.ReportMetric(avg.Seconds(), "takeover-s")
@@ -274,7 +274,7 @@ func spreadCommits(b *testing.B, n, total int, commit func(lane int, k int64) er
 // one coordinator holding the n splits.
 func benchCoordinatorCommits(b *testing.B, mk HarnessMaker, n int) {
 	h := mk(b)
-	defer h.Close()
+	defer closeHarness(b, h)
 	c, _, held := benchWorker(b, h, n)
 	ctx := context.Background()
 	spreadCommits(b, n, b.N, func(lane int, k int64) error {

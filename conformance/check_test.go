@@ -93,3 +93,24 @@ func TestCheckStoreRefusesVirtualTime(t *testing.T) {
 	err := conformance.CheckStore(t.Context(), mutantHarness(mutants, "none"), conformance.VirtualTime())
 	require.ErrorContains(t, err, "VirtualTime needs a testing.T")
 }
+
+// failingCloseHarness is a working harness whose Close fails, as one does
+// whose cleanup the server denies (a NOPERM on DeleteJob).
+type failingCloseHarness struct{ conformance.Harness }
+
+func (failingCloseHarness) Close() error { return errors.New("NOPERM this user has no permissions to run the 'scan' command") }
+
+// A harness that fails to clean up fails the rule, naming the error: its
+// namespace may be left on the server.
+func TestAHarnessThatCannotCloseFailsTheRule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		inner := mutantHarness(mutants, "none")
+		rule := "CreateIsCreateIfAbsent"
+		err := conformance.CheckStore(t.Context(), func(t testing.TB) conformance.Harness {
+			return failingCloseHarness{inner(t)}
+		}, conformance.Select(func(r string) bool { return r == "Store/"+rule }))
+		re, ok := errors.AsType[*conformance.RuleError](err)
+		require.True(t, ok, "want a *RuleError, got %v", err)
+		assert.Contains(t, re.Error(), "harness: close: NOPERM")
+	})
+}

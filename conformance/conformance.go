@@ -178,12 +178,21 @@ func run(t *testing.T, o options, name string, mk HarnessMaker, body func(e *env
 // returns the checks to run once it is done, outside any bubble.
 func runBody(tb testing.TB, mk HarnessMaker, body func(e *env)) []func(testing.TB) {
 	h := mk(tb)
-	tb.Cleanup(func() { _ = h.Close() })
+	tb.Cleanup(func() { closeHarness(tb, h) })
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
 	e := &env{t: tb, h: h, mk: mk, ctx: ctx}
 	body(e)
 	return e.after
+}
+
+// closeHarness closes h and fails tb if that fails: a harness that cannot
+// clean up leaves its namespace behind on the server (a denied DeleteJob,
+// say), and that is the deployment's problem to see.
+func closeHarness(tb testing.TB, h Harness) {
+	if err := h.Close(); err != nil {
+		tb.Errorf("harness: close: %v (what the rule wrote may be left on the server)", err)
+	}
 }
 
 // recvTimeout receives one watch event or fails after d.

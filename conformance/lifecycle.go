@@ -52,12 +52,12 @@ func MeasureLifecycle(t *testing.T, mk HarnessMaker) {
 	h := mk(t)
 	probe, err := openStore(t.Context(), h)
 	if err != nil {
-		_ = h.Close()
+		closeHarness(t, h)
 		t.Fatalf("harness: open store: %v", err)
 	}
 	_, releaser := spate.ReleaserOf(probe)
 	_ = probe.Close()
-	_ = h.Close()
+	closeHarness(t, h)
 	modes := []string{"releaser", "plain"}
 	if !releaser {
 		modes = []string{"plain"}

@@ -131,7 +131,7 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 	}
 	ctx := context.Background()
 	h := mk(t)
-	defer h.Close()
+	defer closeHarness(t, h)
 	cnt := &scaleCounters{brk: make(chan struct{})}
 	probe, err := h.NewStore(ctx)
 	if err != nil {

@@ -57,7 +57,7 @@ func scenConcurrentCommitters(e *env) {
 			h := e.h
 			if i > 0 {
 				h = e.mk(e.t)
-				defer h.Close()
+				defer closeHarness(e.t, h)
 			}
 			raw, err := openStore(e.ctx, h)
 			require.NoError(e.t, err, "harness: open store")
