@@ -386,8 +386,12 @@ func (a *actor) publish(now time.Time) {
 	fleet := fleetSignature(in.Members)
 	in.Steady = fleet == a.balancedFleet
 	result := computeAssignment(in)
-	if !slices.ContainsFunc(in.Splits, func(s assignSplit) bool { return s.Pinned }) {
-		a.balancedFleet = fleet // the improve pass ran on this fleet
+	// The fleet counts as balanced once the improve pass ran on it with
+	// nothing held back: no move in flight (pinned) and none settling (a
+	// settling split is not moved, so a newcomer could be left short of
+	// its share until it settles; the publish due then must still balance).
+	if !slices.ContainsFunc(in.Splits, func(s assignSplit) bool { return s.Pinned || s.Settling }) {
+		a.balancedFleet = fleet
 	}
 	moves := movesOf(in, result)
 
