@@ -170,15 +170,18 @@
 // command the scripts call, and reads the change log once. A server with
 // EVAL renamed, an ACL user denied any of [RequiredCommands] or the job's
 // keys, or a wrong password is a Fatal error naming what is missing. The
-// smallest sufficient ACL:
+// ACL that grants everything the driver does ([ACLRules]):
 //
-//	ACL SETUSER spate on >secret ~spate:* &spate:* +eval +evalsha +xread +time +incr +get +xadd +zadd +zrem +zrangebylex +zrangebyscore +zscore +hget +hset +hdel +spublish +ssubscribe
+//	ACL SETUSER spate on >secret ~spate:* &spate:* +eval +evalsha +xread +time +incr +get +xadd +zadd +zrem +zrangebylex +zrangebyscore +zscore +hget +hset +hdel +spublish +ssubscribe +sunsubscribe +info +config|get +scan +exists +del
 //
-// The channel rule (&spate:*) and [PushCommands] (+spublish, +ssubscribe)
-// are optional, and new with the push-based watch: with an ACL user set up
-// for an older version of the driver, New and every write still succeed,
-// the store logs a warning, and its watches (key watches too) read the
-// change log once a second instead of hearing of changes.
+// Only [RequiredCommands] and the key rule are needed to run a job. The
+// channel rule (&spate:*) and [PushCommands] make watches push-based:
+// without them New and every write still succeed, the store logs a
+// warning naming the denied command, and its watches (key watches too)
+// read the change log once a second instead of hearing of changes.
+// [CheckCommands] let New verify the server's persistence settings (an
+// unverified one is reported unmet), and [NamespaceCommands] serve the
+// job operations (listing and deleting jobs).
 //
 // TLS is the client's business: set TLSConfig on the go-redis options.
 //

@@ -3,8 +3,11 @@ package redis_test
 import (
 	"bytes"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -60,4 +63,33 @@ func TestAppendfsyncEverysecIsReported(t *testing.T) {
 	unmet := st.Capabilities().UnmetSettings
 	require.Len(t, unmet, 1)
 	assert.Contains(t, unmet[0], "appendfsync everysec")
+}
+
+// A user denied INFO cannot see the server's persistence: the settings are
+// reported unmet as not verified (naming the grant), not passed over. On
+// main before this, such a user passed RequiredSettingsAreMet on a server
+// with appendonly no.
+func TestUnverifiablePersistenceIsUnmet(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.WithUser("noinfo", "pw", append(redis.ACLRules(), "-info")...))
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), Username: "noinfo", Password: "pw", ContextTimeoutEnabled: true})
+	defer c.Close()
+	st, err := redis.New(t.Context(), c, redis.Options{Job: "persist", TTL: testTTL})
+	require.NoError(t, err)
+	defer st.Close()
+	unmet := st.Capabilities().UnmetSettings
+	require.Len(t, unmet, 1)
+	assert.Contains(t, unmet[0], "not verified: INFO is denied")
+	assert.Contains(t, unmet[0], "+info")
+}
+
+// The ACL the documentation prints is ACLRules, word for word.
+func TestTheDocumentedACLIsACLRules(t *testing.T) {
+	want := "ACL SETUSER spate on >secret " + strings.Join(redis.ACLRules(), " ")
+	for _, f := range []string{"doc.go", "redis.go"} {
+		src, err := os.ReadFile(f)
+		require.NoError(t, err)
+		assert.Contains(t, string(src), "//\t"+want+"\n", "%s prints another ACL than ACLRules", f)
+	}
+	assert.Contains(t, want, "+sunsubscribe", "the watches' subscriber drops channels with SUNSUBSCRIBE")
 }

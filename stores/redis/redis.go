@@ -75,14 +75,10 @@ type Options struct {
 
 // RequiredCommands are the commands the connection's ACL user must be
 // allowed, on the keys "spate:{Job}:*": EVAL and EVALSHA run the scripts,
-// XREAD reads the change log, and the scripts call the rest. For example
-// (with [PushCommands] and the channel rule &spate:*):
-//
-//	ACL SETUSER spate on >secret ~spate:* &spate:* +eval +evalsha +xread +time +incr +get +xadd +zadd +zrem +zrangebylex +zrangebyscore +zscore +hget +hset +hdel +spublish +ssubscribe
-//
-// New checks every one of them and fails with a Fatal error naming those
-// that are denied. A ClusterClient also needs +cluster|slots to read the
-// slot map.
+// XREAD reads the change log, and the scripts call the rest. New checks
+// every one of them and fails with a Fatal error naming those that are
+// denied. A ClusterClient also needs +cluster|slots to read the slot map.
+// The ACL that grants everything the driver uses is [ACLRules].
 var RequiredCommands = []string{
 	"eval", "evalsha", "xread",
 	"time", "incr", "get", "xadd", "zadd", "zrem", "zrangebylex", "zrangebyscore", "zscore", "hget", "hset", "hdel",
@@ -90,11 +86,56 @@ var RequiredCommands = []string{
 
 // PushCommands are the commands that push changes to watches, allowed on
 // the shard channels "spate:{Job}:*" (ACL rule &spate:*): the scripts
-// publish every change with SPUBLISH and a store's watches share one
-// SSUBSCRIBE connection. They are optional: without them a store logs a
-// warning and its watches read the change log once a second, so changes
-// reach them up to about two seconds late.
-var PushCommands = []string{"spublish", "ssubscribe"}
+// publish every change with SPUBLISH, and a store's watches share one
+// connection that subscribes with SSUBSCRIBE and drops a key's channel
+// with SUNSUBSCRIBE. They are optional: without them a store logs a
+// warning naming the denied command, and its watches read the change log
+// once a second, so changes reach them up to about two seconds late.
+var PushCommands = []string{"spublish", "ssubscribe", "sunsubscribe"}
+
+// CheckCommands are the commands of New's server checks: INFO for the
+// version, the eviction policy and the append-only file, CONFIG GET for
+// appendfsync. Without them the store still opens, but the settings it
+// could not read are reported unmet (Capabilities.UnmetSettings), which
+// fails the conformance rule RequiredSettingsAreMet. Note that CONFIG GET
+// can read every setting, requirepass included: grant it to a user you
+// trust with that, or accept the unverified settings.
+var CheckCommands = []string{"info", "config|get"}
+
+// NamespaceCommands are the commands of the deployment's job operations
+// (storeurl: Jobs, JobExists, DeleteJob, RecordedTTL; spate jobs, delete
+// and conformance): SCAN to find a job's keys, EXISTS, DEL and HGET.
+var NamespaceCommands = []string{"scan", "exists", "del", "hget"}
+
+// ACLRules are the ACL rules of a user that may do everything the driver
+// does: its keys and channels, and [RequiredCommands], [PushCommands],
+// [CheckCommands] and [NamespaceCommands]. As one command:
+//
+//	ACL SETUSER spate on >secret ~spate:* &spate:* +eval +evalsha +xread +time +incr +get +xadd +zadd +zrem +zrangebylex +zrangebyscore +zscore +hget +hset +hdel +spublish +ssubscribe +sunsubscribe +info +config|get +scan +exists +del
+func ACLRules() []string {
+	rules := []string{"~spate:*", "&spate:*"}
+	seen := map[string]bool{}
+	for _, set := range [][]string{RequiredCommands, PushCommands, CheckCommands, NamespaceCommands} {
+		for _, c := range set {
+			if !seen[c] {
+				seen[c] = true
+				rules = append(rules, "+"+c)
+			}
+		}
+	}
+	return rules
+}
+
+// deniedCommand returns the command a NOPERM error names ("... to run the
+// 'sunsubscribe' command"), or def.
+func deniedCommand(msg, def string) string {
+	if _, rest, ok := strings.Cut(msg, "'"); ok {
+		if n, _, ok := strings.Cut(rest, "'"); ok && n != "" {
+			return strings.ToLower(n)
+		}
+	}
+	return def
+}
 
 var jobSyntax = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
@@ -277,8 +318,8 @@ func (s *store) startupCheck(ctx context.Context) error {
 	}
 	if strs[3] != "push" {
 		s.hub.polling = true
-		s.log.Warn("the ACL user may not publish on the job's channels (grant +spublish, +ssubscribe and &spate:*); "+
-			"watches read the change log once a second instead of hearing of changes", "err", strs[3])
+		s.log.Warn(fmt.Sprintf("the ACL user may not publish on the job's channels (grant +%s, or &spate:* if it lacks the channel rule); "+
+			"watches read the change log once a second instead of hearing of changes", deniedCommand(strs[3], "spublish")), "err", strs[3])
 	}
 	// Watches read the change log with XREAD, outside any script.
 	err = s.c.XRead(ctx, &goredis.XReadArgs{
@@ -306,13 +347,7 @@ func (s *store) startupError(ctx context.Context, cmd string, err error) error {
 			return fmt.Errorf("redis: job %q: ACL user %s lacks access to the job's keys (spate:{%s}:*; grant ~spate:* or narrower): %w: %w",
 				s.opts.Job, s.whoami(ctx), s.opts.Job, err, spate.ErrFatal)
 		}
-		name := cmd
-		if _, rest, ok := strings.Cut(msg, "'"); ok {
-			if n, _, ok := strings.Cut(rest, "'"); ok {
-				name = n
-			}
-		}
-		name = strings.ToLower(name)
+		name := deniedCommand(msg, strings.ToLower(cmd))
 		why := "the driver runs every operation as a Lua script and needs +eval, +evalsha and +xread"
 		if strings.HasPrefix(name, "cluster") {
 			why = "a ClusterClient reads the slot map with it"

@@ -30,6 +30,15 @@ func init() {
 	storeurl.Register("rediss", storeurl.OpenerFunc(openURL))
 }
 
+// goredisParams are the URL parameters go-redis's ParseURL takes (v9):
+// checked here so that an unknown one is refused naming them, as every
+// scheme's are.
+var goredisParams = []string{"client_name", "conn_max_idle_time", "conn_max_lifetime", "conn_max_lifetime_jitter", "db",
+	"dial_timeout", "idle_timeout", "max_active_conns", "max_concurrent_dials", "max_conn_age", "max_idle_conns",
+	"max_retries", "max_retry_backoff", "min_idle_conns", "min_retry_backoff", "pipeline_pool_size",
+	"pipeline_read_buffer_size", "pipeline_write_buffer_size", "pool_fifo", "pool_size", "pool_timeout", "protocol",
+	"read_timeout", "skip_verify", "write_timeout"}
+
 func openURL(_ context.Context, c *storeurl.Config) (storeurl.Deployment, error) {
 	if len(c.Hosts) != 1 {
 		return nil, c.Errorf("a Redis URL names one server (redis://host:port[/db]); for Cluster or Sentinel use the Go API")
@@ -40,6 +49,9 @@ func openURL(_ context.Context, c *storeurl.Config) (storeurl.Deployment, error)
 	// go-redis parses the rest: the address, the database and its own
 	// parameters. The credentials stay out of what it sees, so its errors
 	// cannot quote them.
+	if err := c.CheckParams(goredisParams...); err != nil {
+		return nil, err
+	}
 	bare := c.Scheme + "://" + c.Hosts[0] + c.Path
 	if len(c.Params) > 0 {
 		bare += "?" + c.Params.Encode()

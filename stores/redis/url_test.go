@@ -60,7 +60,8 @@ func TestURLRefusals(t *testing.T) {
 	for raw, want := range map[string]string{
 		"redis://a:1,b:2":              "names one server",
 		"redis://h:1?ca_file=" + "":    "", // an empty parameter is no parameter
-		"redis://a:s3cret@h:1?bogus=1": "unexpected option",
+		"redis://a:s3cret@h:1?bogus=1": `unknown parameter "bogus" (redis:// takes client_name, `,
+		"redis://h:1/2?pool_size=3&protocol=2&read_timeout=2s": "", // go-redis's own parameters pass
 		"redis://a:s3cret@h:1/notadb":  "invalid database number",
 	} {
 		d, err := storeurl.Open(t.Context(), raw, storeurl.Options{})

@@ -32,6 +32,13 @@ func (s *store) checkServerVersion(ctx context.Context) error {
 		if errorCode(msg) == "NOPERM" || strings.HasPrefix(msg, "ERR unknown command") {
 			s.log.Warn("cannot read the server version (INFO is denied or renamed); skipping the version check",
 				"min_version", MinServerVersion, "error", msg)
+			// Unverified is unmet: a server whose persistence nobody could
+			// read must not pass for one that has it.
+			s.unmet = []string{fmt.Sprintf("appendonly yes and appendfsync always (not verified: INFO is denied or renamed: %s; "+
+				"grant the driver's user +info and +config|get, as the documented ACL does)", msg)}
+			for _, u := range s.unmet {
+				s.log.Warn("cannot verify a setting the driver's durability depends on", "setting", u)
+			}
 			return nil
 		}
 		return s.startupError(ctx, "info", err)

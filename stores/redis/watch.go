@@ -476,8 +476,8 @@ func (s *store) subscribe() {
 			return
 		}
 		if err != nil && errorCode(err.Error()) == "NOPERM" {
-			s.log.Warn("the ACL user may not subscribe to the job's channels (grant +ssubscribe and &spate:*); "+
-				"watches read the change log once a second instead of hearing of changes", "err", err)
+			s.log.Warn(fmt.Sprintf("the ACL user may not use the job's channels (grant +%s; the push commands are %s, on the channels &spate:*); "+
+				"watches read the change log once a second instead of hearing of changes", deniedCommand(err.Error(), "ssubscribe"), strings.Join(PushCommands, ", ")), "err", err)
 			s.hub.poll()
 			return
 		}

@@ -15,7 +15,11 @@
 //
 // The server runs on a free loopback port with its own temporary
 // directory, configured entirely by command-line arguments, and is killed
-// (with its whole process group) when the test that started it ends.
+// (with its whole process group) when the test that started it ends. It
+// runs with the settings the driver requires of a production server
+// (appendonly yes, appendfsync always), so the conformance suite's
+// RequiredSettingsAreMet rule passes; [InMemory] drops them for speed, and
+// that rule then fails, as it should.
 package redistest
 
 import (
@@ -31,11 +35,27 @@ type Server struct {
 	s *server.Server
 }
 
+// Option configures a spawned server.
+type Option func(*options)
+
+type options struct{ inMemory bool }
+
+// InMemory starts the server without persistence (no append-only file):
+// faster, but not what the driver requires of a production server.
+func InMemory() Option { return func(o *options) { o.inMemory = true } }
+
 // Start spawns a server and kills it when t ends (t.Cleanup). Without a
 // redis-server binary it fails t under CI=true and skips t otherwise.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	return &Server{s: server.Start(t)}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.inMemory {
+		return &Server{s: server.Start(t)}
+	}
+	return &Server{s: server.Start(t, server.WithAOF())}
 }
 
 // Addr is the server's host:port, for go-redis's Options.Addr. The client
