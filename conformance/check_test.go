@@ -98,7 +98,9 @@ func TestCheckStoreRefusesVirtualTime(t *testing.T) {
 // whose cleanup the server denies (a NOPERM on DeleteJob).
 type failingCloseHarness struct{ conformance.Harness }
 
-func (failingCloseHarness) Close() error { return errors.New("NOPERM this user has no permissions to run the 'scan' command") }
+func (failingCloseHarness) Close() error {
+	return errors.New("NOPERM this user has no permissions to run the 'scan' command")
+}
 
 // A harness that fails to clean up fails the rule, naming the error: its
 // namespace may be left on the server.

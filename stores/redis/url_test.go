@@ -58,11 +58,11 @@ func TestURLDeploymentTLSAndACL(t *testing.T) {
 func TestURLRefusals(t *testing.T) {
 	t.Parallel()
 	for raw, want := range map[string]string{
-		"redis://a:1,b:2":              "names one server",
-		"redis://h:1?ca_file=" + "":    "", // an empty parameter is no parameter
-		"redis://a:s3cret@h:1?bogus=1": `unknown parameter "bogus" (redis:// takes client_name, `,
+		"redis://a:1,b:2":                                      "names one server",
+		"redis://h:1?ca_file=" + "":                            "", // an empty parameter is no parameter
+		"redis://a:s3cret@h:1?bogus=1":                         `unknown parameter "bogus" (redis:// takes client_name, `,
 		"redis://h:1/2?pool_size=3&protocol=2&read_timeout=2s": "", // go-redis's own parameters pass
-		"redis://a:s3cret@h:1/notadb":  "invalid database number",
+		"redis://a:s3cret@h:1/notadb":                          "invalid database number",
 	} {
 		d, err := storeurl.Open(t.Context(), raw, storeurl.Options{})
 		if want == "" {
