@@ -55,6 +55,9 @@ type Config struct {
 	// without waiting out their leases. Default: "spate-" and 32 random hex
 	// digits, new per process.
 	InstanceID string
+	// generatedID: InstanceID was generated, so no later process can use
+	// it: the leader holds no rebalance delay for it once it departs.
+	generatedID bool
 	// MaxAttempts is the number of delivery attempts after which a split is
 	// quarantined. An attempt is spent on evidence against the split: an
 	// explicit Fail, or a tenancy that ended without a graceful release
@@ -116,6 +119,7 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.InstanceID == "" {
 		c.InstanceID = "spate-" + randomHex()
+		c.generatedID = true
 	}
 	return c
 }

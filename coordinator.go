@@ -124,6 +124,7 @@ func NewStoreCoordinator(store Store, cfg Config, opts ...CoordinatorOption) (*S
 	if o.logger == nil {
 		o.logger = slog.Default()
 	}
+	warnLostCapabilities(o.logger.With("instance", cfg.InstanceID), store)
 	m, err := newCoordMetrics(o.reg, o.labels)
 	if err != nil {
 		return nil, err
