@@ -81,7 +81,10 @@ type Config struct {
 	StartupMaxAttempts int
 	// RebalanceDelay withholds a departed instance's splits so that a pod
 	// bounce reclaims its own work; a returning instance cancels it. Default
-	// 20s. Set [NoRebalanceDelay] to reassign immediately.
+	// 20s. Set [NoRebalanceDelay] to reassign immediately. It applies only
+	// to a stable InstanceID: a worker whose id was generated can never
+	// come back, and its splits are reassigned as soon as its leases
+	// expire.
 	RebalanceDelay time.Duration
 	// DrainDeadline bounds a cooperative revocation: after it the release
 	// is forced (and the uncommitted tail replays). For a revocation the
