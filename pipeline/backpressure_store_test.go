@@ -53,7 +53,7 @@ func testUncommittedCeiling(t *testing.T, refuse func(*fakeSource, bool)) {
 	refuse(h.src, false)
 	waitFor(t, "reading to resume once commits land", func() bool { return h.consumed.Load() > plateau+3*most })
 	h.rt.Stop()
-	if r := wait(); r.State != pipeline.Completed {
+	if r := wait(); r.State != pipeline.Stopped {
 		t.Fatalf("state %v: %v", r.State, r.Failure)
 	}
 }
@@ -158,7 +158,7 @@ func TestReadingStopsWhileCommitsFailAtTheDefaultCeiling(t *testing.T) {
 			waitFor(t, "reading to resume once commits land", func() bool { return h.consumed.Load() > n0+grew+1000 })
 			h.rt.Stop()
 			r := wait()
-			require.Equal(t, pipeline.Completed, r.State, "%v", r.Failure)
+			require.Equal(t, pipeline.Stopped, r.State, "%v", r.Failure)
 		})
 	}
 }

@@ -83,6 +83,7 @@ type controllerSignal struct {
 
 type controllerReport struct {
 	failure         *FatalError
+	drained         bool // the source reported Drained: the run ended its input
 	finalWatermarks []Watermark
 	closeBy         time.Time
 	unresolved      int64
@@ -459,6 +460,7 @@ func (c *controller) run() {
 	}
 	c.toMain <- controllerSignal{finished: &controllerReport{
 		failure:         c.failure,
+		drained:         drainedExit,
 		finalWatermarks: final,
 		closeBy:         deadline,
 	}}

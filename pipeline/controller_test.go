@@ -28,7 +28,7 @@ func TestCommitReadyChasesTheFinalCommit(t *testing.T) {
 	// chase commits them at the fast cadence.
 	waitFor(t, "the chased commit", committedAtLeast(h.src, 0, 20))
 	h.rt.Stop()
-	if r := wait(); r.State != pipeline.Completed {
+	if r := wait(); r.State != pipeline.Stopped {
 		t.Fatalf("state %v: %v", r.State, r.Failure)
 	}
 	i := h.log.indexAfter("commit-ready-delivered", 0)
@@ -49,7 +49,7 @@ func TestRetiredLanesLeaveQuietly(t *testing.T) {
 	waitFor(t, "the retirement", func() bool { return h.log.indexAfter("retire-delivered", 0) >= 0 })
 	h.rt.Stop()
 	r := wait()
-	if r.State != pipeline.Completed {
+	if r.State != pipeline.Stopped {
 		t.Fatalf("state %v: %v", r.State, r.Failure)
 	}
 	if len(r.FinalWatermarks) != 1 || r.FinalWatermarks[0] != wm(1, 10) {
@@ -69,7 +69,7 @@ func TestAssignmentWhileLiveRevokesFirst(t *testing.T) {
 	waitFor(t, "the second assignment's data", committedAtLeast(h.src, 1, 510))
 	h.rt.Stop()
 	r := wait()
-	if r.State != pipeline.Completed {
+	if r.State != pipeline.Stopped {
 		t.Fatalf("state %v: %v", r.State, r.Failure)
 	}
 	if o, _ := h.src.committed(0); o != 20 {
@@ -165,7 +165,7 @@ func TestRetryableSourceErrorsAreTolerated(t *testing.T) {
 	wait := h.run()
 	waitFor(t, "passes that fail retryably", func() bool { return h.src.polls.Load() >= 10 })
 	h.rt.Stop()
-	if r := wait(); r.State != pipeline.Completed {
+	if r := wait(); r.State != pipeline.Stopped {
 		t.Fatalf("state %v: %v", r.State, r.Failure)
 	}
 }
@@ -202,7 +202,7 @@ func TestContextCancellationDrains(t *testing.T) {
 	waitFor(t, "consumption", func() bool { return h.consumed.Load() == 20 })
 	cancel()
 	r := <-done
-	if r.State != pipeline.Completed || len(r.FinalWatermarks) != 1 || r.FinalWatermarks[0] != wm(0, 20) || !h.drained.Load() {
+	if r.State != pipeline.Stopped || len(r.FinalWatermarks) != 1 || r.FinalWatermarks[0] != wm(0, 20) || !h.drained.Load() {
 		t.Fatalf("report %+v", r)
 	}
 }

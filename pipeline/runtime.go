@@ -17,16 +17,24 @@ import (
 type ExitState uint8
 
 const (
-	// Completed: a stop or a drained source ended the run cleanly. For a
-	// Drained exit it means every record was acknowledged and committed.
+	// Completed: the source drained (its input ended: a bounded job is
+	// done) and every record was acknowledged and committed.
 	Completed ExitState = iota
 	// Failed: a component failed; see [ExitReport.Failure].
 	Failed
+	// Stopped: a stop ([Runtime.Stop], a cancelled context, a signal)
+	// ended the run cleanly before the input ended: what was read was
+	// committed, and the rest is left for a later run (a coordinated
+	// source hands its splits back).
+	Stopped
 )
 
 func (s ExitState) String() string {
-	if s == Completed {
+	switch s {
+	case Completed:
 		return "completed"
+	case Stopped:
+		return "stopped"
 	}
 	return "failed"
 }
@@ -34,7 +42,7 @@ func (s ExitState) String() string {
 // ExitReport is the outcome of [Runtime.Run].
 type ExitReport struct {
 	State ExitState
-	// Failure is the first fatal error, nil when Completed.
+	// Failure is the first fatal error, nil unless Failed.
 	Failure *FatalError
 	// SinkDrain is what the sink drain did (nil if it never ran).
 	SinkDrain *DrainReport
@@ -46,15 +54,15 @@ type ExitReport struct {
 	UnresolvedAcks int64
 }
 
-// ExitCode is 0 for Completed and 1 for Failed.
+// ExitCode is 0 for Completed and Stopped and 1 for Failed.
 func (r ExitReport) ExitCode() int {
-	if r.State == Completed {
+	if r.State != Failed {
 		return 0
 	}
 	return 1
 }
 
-// Err is the failure as an error, nil when Completed.
+// Err is the failure as an error, nil unless Failed.
 func (r ExitReport) Err() error {
 	if r.Failure == nil {
 		return nil
@@ -316,8 +324,10 @@ loop:
 	if finished.failure != nil {
 		report.State = Failed
 		report.Failure = finished.failure
+	} else if !finished.drained {
+		report.State = Stopped
 	}
-	if report.State == Completed {
+	if report.State != Failed {
 		for _, e := range exits {
 			if e.panic != nil {
 				report.State = Failed

@@ -24,7 +24,7 @@ func TestHappyPathCommitsAndCompletes(t *testing.T) {
 	waitFor(t, "watermark 30 committed", committedAtLeast(h.src, 0, 30))
 	h.rt.Stop()
 	r := wait()
-	if r.State != pipeline.Completed {
+	if r.State != pipeline.Stopped {
 		t.Fatalf("state %v (%v), want Completed", r.State, r.Failure)
 	}
 	if !slices.Equal(r.FinalWatermarks, []pipeline.Watermark{wm(0, 30)}) {
@@ -48,7 +48,7 @@ func TestCommitTickFlushesChainsWithoutAnIdleLull(t *testing.T) {
 	base := h.flushes.Load()
 	waitFor(t, "three flushes from the commit tick", func() bool { return h.flushes.Load() >= base+3 })
 	h.rt.Stop()
-	if r := wait(); r.State != pipeline.Completed {
+	if r := wait(); r.State != pipeline.Stopped {
 		t.Fatalf("state %v: %v", r.State, r.Failure)
 	}
 }
@@ -69,7 +69,7 @@ func TestRevocationDrainsFlushesAndCommits(t *testing.T) {
 	})
 	h.rt.Stop()
 	r := wait()
-	if r.State != pipeline.Completed {
+	if r.State != pipeline.Stopped {
 		t.Fatalf("state %v: %v", r.State, r.Failure)
 	}
 	if got := h.consumed.Load(); got != consumedAtRevoke {
@@ -98,7 +98,7 @@ func TestRevocationFlushesParkedAcksBeforeCommitting(t *testing.T) {
 	}
 	waitFor(t, "the revoke's commit", committedAtLeast(h.src, 0, 20))
 	h.rt.Stop()
-	if r := wait(); r.State != pipeline.Completed {
+	if r := wait(); r.State != pipeline.Stopped {
 		t.Fatalf("state %v: %v", r.State, r.Failure)
 	}
 	if o, _ := h.src.committed(0); o != 20 {
@@ -117,7 +117,7 @@ func TestBlockedChainPausesThenResumes(t *testing.T) {
 		return len(h.src.pauses) >= 1 && len(h.src.resumes) >= 1
 	})
 	h.rt.Stop()
-	if r := wait(); r.State != pipeline.Completed {
+	if r := wait(); r.State != pipeline.Stopped {
 		t.Fatalf("state %v: %v", r.State, r.Failure)
 	}
 	h.src.mu.Lock()
@@ -134,7 +134,7 @@ func TestShutdownDuringPermanentlyBlockedBatch(t *testing.T) {
 	waitFor(t, "the pause a blocked batch causes", func() bool { return h.src.pauseCount() > 0 })
 	h.rt.Stop()
 	r := wait()
-	if r.State != pipeline.Completed || h.consumed.Load() != 0 {
+	if r.State != pipeline.Stopped || h.consumed.Load() != 0 {
 		t.Fatalf("state %v consumed %d", r.State, h.consumed.Load())
 	}
 	if _, ok := h.src.committed(0); ok {
@@ -206,7 +206,7 @@ func TestPendingCeilingIsAHardBound(t *testing.T) {
 	h.held.releaseAll()
 	waitFor(t, "everything committed", committedAtLeast(h.src, 0, 60))
 	h.rt.Stop()
-	if r := wait(); r.State != pipeline.Completed {
+	if r := wait(); r.State != pipeline.Stopped {
 		t.Fatalf("state %v: %v", r.State, r.Failure)
 	}
 }
@@ -249,7 +249,7 @@ func TestCeilingGatesOnlyItsOwnPartition(t *testing.T) {
 		return committedAtLeast(h.src, 0, 60)() && committedAtLeast(h.src, 1, 110)()
 	})
 	h.rt.Stop()
-	if r := wait(); r.State != pipeline.Completed {
+	if r := wait(); r.State != pipeline.Stopped {
 		t.Fatalf("state %v: %v", r.State, r.Failure)
 	}
 }
@@ -265,7 +265,7 @@ func TestShutdownFlushesTheChainBeforeExit(t *testing.T) {
 	before := h.flushes.Load()
 	h.rt.Stop()
 	r := wait()
-	if r.State != pipeline.Completed || h.flushes.Load() <= before {
+	if r.State != pipeline.Stopped || h.flushes.Load() <= before {
 		t.Fatalf("state %v flushes %d -> %d", r.State, before, h.flushes.Load())
 	}
 	if !slices.Equal(r.FinalWatermarks, []pipeline.Watermark{wm(0, 5)}) || !h.drained.Load() {
@@ -367,7 +367,7 @@ func TestStopReadsOnUntilTheSourceIsDone(t *testing.T) {
 	stopAt.Store(atStop)
 	h.rt.Stop()
 	r := wait()
-	if r.State != pipeline.Completed {
+	if r.State != pipeline.Stopped {
 		t.Fatalf("state %v: %v", r.State, r.Failure)
 	}
 	if asked.Load() == 0 {
@@ -403,7 +403,7 @@ func TestRevocationWaitRenewsAndYieldsToAStop(t *testing.T) {
 	start := time.Now()
 	h.rt.Stop()
 	r := wait()
-	if r.State != pipeline.Completed {
+	if r.State != pipeline.Stopped {
 		t.Fatalf("state %v: %v", r.State, r.Failure)
 	}
 	if time.Since(start) > 15*time.Second {

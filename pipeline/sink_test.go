@@ -205,7 +205,7 @@ func TestDownSinkDoesNotWedgeTheDrain(t *testing.T) {
 	start := time.Now()
 	rt.Stop()
 	r := wait()
-	if r.State != pipeline.Completed || r.SinkDrain == nil || r.SinkDrain.Abandoned == 0 {
+	if r.State != pipeline.Stopped || r.SinkDrain == nil || r.SinkDrain.Abandoned == 0 {
 		t.Fatalf("report %+v drain %+v", r, r.SinkDrain)
 	}
 	if time.Since(start) > 15*time.Second {

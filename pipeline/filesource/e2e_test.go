@@ -361,7 +361,7 @@ func TestGracefulStopHandsBackUnfinishedSplits(t *testing.T) {
 	})
 	leaving.rt.Stop()
 	r := leaving.wait(t)
-	if r.State != pipeline.Completed || r.UnresolvedAcks != 0 {
+	if r.State != pipeline.Stopped || r.UnresolvedAcks != 0 {
 		t.Fatalf("the stopped pipeline: %+v", r)
 	}
 	if r2 := staying.wait(t); r2.State != pipeline.Completed || r2.UnresolvedAcks != 0 {

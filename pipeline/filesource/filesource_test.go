@@ -418,7 +418,7 @@ func TestBackfillResumesAfterAStop(t *testing.T) {
 	}
 	cancel()
 	r1 := <-done
-	if r1.State != pipeline.Completed || r1.UnresolvedAcks != 0 {
+	if r1.State != pipeline.Stopped || r1.UnresolvedAcks != 0 {
 		t.Fatalf("run 1: %+v", r1)
 	}
 	store.mu.Lock()
