@@ -256,6 +256,12 @@ func (a *actor) syncVerdict(now time.Time) {
 		return func() error {
 			a.verdictBusy = false
 			if err != nil {
+				if a.ctx.Err() != nil || a.stopping {
+					// The coordinator is closing: the write was cancelled,
+					// and a successor leader judges the job afresh.
+					a.log.Debug("verdict record not written: the coordinator is closing", "err", err)
+					return nil
+				}
 				a.log.Warn("writing the verdict record failed; retrying", "err", err)
 				a.failed(opKey{op: "verdict"})
 				return nil
