@@ -338,6 +338,9 @@ func testWatchNoGaps(e *env) {
 		e.t.Logf("%s: %d keys in the snapshot (%d live before the watch), %d live events (%d written after SnapshotDone)",
 			ks, len(inSnapshot), len(before), live, lastPhaseEvents)
 	}
+	// Writes landing while the watch is being set up (a live stream
+	// subscribed after the snapshot read loses them).
+	boundaryCheck(e, writer, "gapb.", func([]string) <-chan spate.WatchEvent { return mustWatch(e, s, spate.Durable, "gapb.") }, true, false)
 }
 
 // testCancelledWatch: a live watch (its snapshot read, a live event seen)
@@ -543,6 +546,9 @@ func testWatchOrder(e *env) {
 		require.GreaterOrEqual(e.t, most, 2, "the watcher saw no key change twice (events %v): the rule checked no order", events)
 		e.t.Logf("%s: live events per key %v for 61 writes each", ks, events)
 	}
+	// Writes landing while the watch is being set up (a live stream that
+	// starts before the snapshot replays older revisions after it).
+	boundaryCheck(e, writer, "wob.", func([]string) <-chan spate.WatchEvent { return mustWatch(e, s, spate.Durable, "wob.") }, false, true)
 }
 
 // lagWrites is how many changes the lagging-watcher rule makes while its

@@ -449,6 +449,9 @@ func testWatchKeysNoGaps(e *env) {
 		timer.Stop()
 		e.t.Logf("%s: %d snapshot puts, %d live events (%d written after SnapshotDone), %d unlisted keys written and none delivered", ks, inSnap, live, lastPhase, n)
 	}
+	// Writes landing while the key watch is being set up: no gap, and no
+	// revision older than one already delivered.
+	boundaryCheck(e, writer, "wkb.", func(keys []string) <-chan spate.WatchEvent { return mustWatchKeys(e, kw, spate.Durable, keys...) }, true, true)
 }
 
 // testWatchKeysRepeated: with wkr.k listed twice, its snapshot put and each

@@ -1,0 +1,141 @@
+package conformance_test
+
+import (
+	"context"
+	"runtime"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/stores/mem"
+)
+
+// Two broken watches that only writes landing while the watch is being set
+// up can reveal, each built for the whole watch and for key watches.
+func init() {
+	mutants = append(mutants,
+		// The snapshot is read first and the live stream subscribed only
+		// after it (a round trip later): writes in between are never
+		// delivered.
+		mutant{name: "subscribe-after-snapshot", breaks: []string{"WatchHasNoGaps"},
+			wrap: func(_ *shared, s *mem.Store) spate.Store {
+				return &hooked{Store: s, watch: func(ctx context.Context, ks spate.Keyspace, p string) (<-chan spate.WatchEvent, error) {
+					return subscribeAfterSnapshot(ctx, func() ([]spate.Entry, error) { return s.List(ctx, ks, p) },
+						func() (<-chan spate.WatchEvent, error) { return s.Watch(ctx, ks, p) })
+				}}
+			}},
+		mutant{name: "watchkeys-subscribe-after-snapshot", breaks: []string{"WatchKeysHasNoGaps"},
+			wrap: func(_ *shared, s *mem.Store) spate.Store {
+				return &keyWatching{hooked: &hooked{Store: s}, wk: func(ctx context.Context, ks spate.Keyspace, keys []string) (<-chan spate.WatchEvent, error) {
+					return subscribeAfterSnapshot(ctx, func() ([]spate.Entry, error) { return getAll(ctx, s, ks, keys) },
+						func() (<-chan spate.WatchEvent, error) { return s.WatchKeys(ctx, ks, keys) })
+				}}
+			}},
+		// The live stream starts before the snapshot is read: after
+		// SnapshotDone it replays revisions older than the ones the
+		// snapshot delivered.
+		mutant{name: "live-stream-rewinds", breaks: []string{"WatchKeepsEachKeysRevisionOrder"},
+			wrap: func(_ *shared, s *mem.Store) spate.Store {
+				return &hooked{Store: s, watch: func(ctx context.Context, ks spate.Keyspace, p string) (<-chan spate.WatchEvent, error) {
+					return rewindingLive(ctx, func() ([]spate.Entry, error) { return s.List(ctx, ks, p) },
+						func() (<-chan spate.WatchEvent, error) { return s.Watch(ctx, ks, p) })
+				}}
+			}},
+		mutant{name: "watchkeys-live-stream-rewinds", breaks: []string{"WatchKeysHasNoGaps"},
+			wrap: func(_ *shared, s *mem.Store) spate.Store {
+				return &keyWatching{hooked: &hooked{Store: s}, wk: func(ctx context.Context, ks spate.Keyspace, keys []string) (<-chan spate.WatchEvent, error) {
+					return rewindingLive(ctx, func() ([]spate.Entry, error) { return getAll(ctx, s, ks, keys) },
+						func() (<-chan spate.WatchEvent, error) { return s.WatchKeys(ctx, ks, keys) })
+				}}
+			}},
+	)
+}
+
+func getAll(ctx context.Context, s *mem.Store, ks spate.Keyspace, keys []string) ([]spate.Entry, error) {
+	var out []spate.Entry
+	for _, k := range keys {
+		e, ok, err := s.Get(ctx, ks, k)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// boundaryRelay sends snap as the snapshot, then SnapshotDone, then what live
+// delivers after its own SnapshotDone (skipLiveSnapshot) or all of it but
+// its SnapshotDone.
+func boundaryRelay(ctx context.Context, snap []spate.Entry, live <-chan spate.WatchEvent, skipLiveSnapshot bool) <-chan spate.WatchEvent {
+	out := make(chan spate.WatchEvent)
+	go func() {
+		defer close(out)
+		send := func(ev spate.WatchEvent) bool {
+			select {
+			case out <- ev:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		for _, e := range snap {
+			if !send(spate.WatchEvent{Kind: spate.WatchPut, Key: e.Key, Value: e.Value, Revision: e.Revision}) {
+				return
+			}
+		}
+		if !send(spate.WatchEvent{Kind: spate.WatchSnapshotDone}) {
+			return
+		}
+		inSnapshot := true
+		for ev := range live {
+			if ev.Kind == spate.WatchSnapshotDone {
+				inSnapshot = false
+				continue
+			}
+			if skipLiveSnapshot && inSnapshot {
+				continue
+			}
+			if !send(ev) {
+				for range live {
+				}
+				return
+			}
+		}
+	}()
+	return out
+}
+
+func subscribeAfterSnapshot(ctx context.Context, snapshot func() ([]spate.Entry, error), live func() (<-chan spate.WatchEvent, error)) (<-chan spate.WatchEvent, error) {
+	snap, err := snapshot()
+	if err != nil {
+		return nil, err
+	}
+	pause() // the round trip between the two
+	ch, err := live()
+	if err != nil {
+		return nil, err
+	}
+	return boundaryRelay(ctx, snap, ch, true), nil
+}
+
+func rewindingLive(ctx context.Context, snapshot func() ([]spate.Entry, error), live func() (<-chan spate.WatchEvent, error)) (<-chan spate.WatchEvent, error) {
+	ch, err := live()
+	if err != nil {
+		return nil, err
+	}
+	pause()
+	snap, err := snapshot()
+	if err != nil {
+		return nil, err
+	}
+	return boundaryRelay(ctx, snap, ch, false), nil
+}
+
+// pause stands for a round trip to the server: it lets other goroutines
+// (the rule's writer) run, without sleeping (the suite runs these mutants
+// in a synctest bubble, where a sleep would wait for the writer to stop).
+func pause() {
+	for range 200 {
+		runtime.Gosched()
+	}
+}
