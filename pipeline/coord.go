@@ -39,7 +39,9 @@ type SplitOpening struct {
 // SplitSource is what a coordinated source implements for the
 // [CoordinationDriver]. All methods are called from the controller
 // goroutine; lanes run on driver goroutines, so state shared with them
-// needs locking. Embed [BaseSplitSource] for the optional methods.
+// needs locking. Embed [BaseSplitSource] for the optional methods, and
+// implement [StopReader] if a lane can read on through a graceful stop.
+// examples/rangescan is a complete one in about 135 lines.
 type SplitSource interface {
 	// OpenSplit builds the lane of a tenancy. It must not block.
 	OpenSplit(o SplitOpening) (Lane, error)

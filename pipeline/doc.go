@@ -70,18 +70,33 @@
 //
 // # Delivery
 //
-// At least once. A watermark never passes data that is unacknowledged or
-// failed, across revocations, failures and shutdown; anything written but
-// not committed replays after a restart or under a new owner.
+// At least once through a plain [Sink]: a watermark never passes data that
+// is unacknowledged or failed, across revocations, failures and shutdown;
+// anything written but not committed replays after a restart or under a
+// new owner. Exactly once through a [StagingSink] ([StagedFileSink], or
+// pipeline/blobsink for buckets) wired to a [CoordinatedSource]: its
+// committable rides in the split's fenced commit, so only output a won
+// commit lists is ever published. In steady state nothing replays either
+// way: a revocation drains (see [SplitSource.BeginRevoke]).
 //
 // # Coordinated sources
 //
 // [CoordinationDriver] adapts a [spate.SplitCoordinator] to the source
 // contract for a [SplitSource]: each split tenancy is one lane on a fresh
 // partition, commits go through the coordinator's fenced commit, and
-// revocations drain cooperatively. [CoordinatedSource] packages the whole
-// source; the filesource subpackage is a complete example over a directory
-// of files.
+// revocations drain: the driver stops polling the revoked split's lane
+// between two batches, commits what it emitted once acknowledged, and
+// hands the split back. [CoordinatedSource] packages the whole source.
+//
+// Writing your own: a planner ([spate.SplitPlanner]: Fingerprint, Plan), a
+// [SplitSource] (OpenSplit, EncodeCommit, Sweep, CloseSplit; embed
+// [BaseSplitSource] for the rest) and a [Lane] that reads its split from
+// the resume watermark and reports end of input (Sweep's completion) once
+// it has emitted everything. A source whose lanes can read on through a
+// graceful stop implements [StopReader]. examples/rangescan is such a
+// source in about 135 lines (a range scan of ids over a table-like input,
+// exactly once through a StagedFileSink); the filesource subpackage is a
+// complete one over a directory of files.
 //
 // # Observability
 //
