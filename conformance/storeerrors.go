@@ -171,7 +171,11 @@ func testValidKeys(e *env) {
 		listed := listMap(e, s, ks, "")
 		assert.Equal(e.t, revs, listed, "rule: every key of the syntax is listed as itself; %s", ks)
 		for _, k := range keys {
-			o := mustUpdate(e, s, ks, k, "w", revs[k])
+			// rewrite: on a loaded machine with a short TTL an ephemeral
+			// key may have expired since its create; that is no failure
+			// of its syntax.
+			o, err := rewrite(e.ctx, s, ks, k, []byte("w"), revs[k])
+			require.NoError(e.t, err, "rule: every key of the syntax is accepted; %s update of %q", ks, k)
 			assert.True(e.t, o.Won, "rule: every key of the syntax is accepted; %s update of %q lost", ks, k)
 			assert.True(e.t, mustDelete(e, s, ks, k, o.Revision).Won, "rule: every key of the syntax is accepted; %s delete of %q lost", ks, k)
 		}

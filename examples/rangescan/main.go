@@ -188,6 +188,8 @@ type options struct {
 	// late workers join the fleet lateAfter after the others start.
 	late      int
 	lateAfter time.Duration
+	// started is told each worker's instance id as it is made.
+	started func(instance string)
 	// wrap lets a test wrap each worker's source (to count calls).
 	wrap func(pipeline.SplitSource) pipeline.SplitSource
 	log  *slog.Logger
@@ -209,14 +211,18 @@ func run(ctx context.Context, o options) ([]pipeline.ExitReport, error) {
 			return nil, err
 		}
 		defer st.Close()
-		name := fmt.Sprintf("worker-%d", i)
+		// The library's defaults: a generated instance id, so a worker that
+		// dies never holds its splits back for a rebalance delay.
 		cfg := spate.TimingsForLease(o.lease)
-		cfg.InstanceID = name
-		coord, err := spate.NewStoreCoordinator(st, cfg, spate.WithLogger(o.log.With("worker", name)))
+		coord, err := spate.NewStoreCoordinator(st, cfg, spate.WithLogger(o.log))
 		if err != nil {
 			return nil, err
 		}
 		defer coord.Close()
+		name := coord.InstanceID()
+		if o.started != nil {
+			o.started(name)
+		}
 		var src pipeline.SplitSource = &scanSource{lanes: map[spate.SplitID]*scanLane{}}
 		if o.wrap != nil {
 			src = o.wrap(src)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -79,4 +80,13 @@ func TestREADMESnippetsAreTheCodeRun(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, checked, 8, "the README's conformance snippets were not found")
+}
+
+// The README's count of store rules is the suite's.
+func TestREADMECountsTheStoreRules(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`// (\d+) store rules`).FindSubmatch(readme)
+	require.NotNil(t, m, "the README no longer counts the store rules")
+	require.Equal(t, strconv.Itoa(len(conformance.StoreRules)), string(m[1]))
 }
