@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -82,9 +83,9 @@ type Config struct {
 	// RebalanceDelay withholds a departed instance's splits so that a pod
 	// bounce reclaims its own work; a returning instance cancels it. Default
 	// 20s. Set [NoRebalanceDelay] to reassign immediately. It applies only
-	// to a stable InstanceID: a worker whose id was generated can never
-	// come back, and its splits are reassigned as soon as its leases
-	// expire.
+	// to a stable InstanceID: a worker whose id was generated (one of the
+	// form spate-<32 hex digits>) can never come back, and its splits are
+	// reassigned as soon as its leases expire.
 	RebalanceDelay time.Duration
 	// DrainDeadline bounds a cooperative revocation: after it the release
 	// is forced (and the uncommitted tail replays). For a revocation the
@@ -121,10 +122,31 @@ func (c Config) WithDefaults() Config {
 		c.StartupMaxAttempts = DefaultStartupMaxAttempts
 	}
 	if c.InstanceID == "" {
-		c.InstanceID = "spate-" + randomHex()
+		c.InstanceID = generatedIDPrefix + randomHex()
 		c.generatedID = true
 	}
 	return c
+}
+
+// generatedIDPrefix starts every generated instance id: the prefix and 32
+// lowercase hex digits.
+const generatedIDPrefix = "spate-"
+
+// isGeneratedID reports whether id has the form of a generated instance id
+// (spate- and 32 lowercase hex digits). A leader that never saw the
+// worker's presence record (it was elected after the worker died) tells a
+// one-off worker by it, so its splits wait out no rebalance delay.
+func isGeneratedID(id string) bool {
+	hex, ok := strings.CutPrefix(id, generatedIDPrefix)
+	if !ok || len(hex) != 32 {
+		return false
+	}
+	for _, c := range hex {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // randomHex returns 32 random hex digits (128 bits).

@@ -233,7 +233,7 @@ func (a *actor) ephemeralDelete(key string, rev uint64, force bool) {
 		a.dirty = true
 		a.membersDirty = true
 		switch {
-		case inst != a.self && old.oneOff:
+		case inst != a.self && (old.oneOff || isGeneratedID(inst)):
 			// Its id was generated: no process can come back under it, so
 			// its splits are free at once, not after the rebalance delay.
 			a.log.Info("a worker departed; its id was generated, so its splits are reassigned without the rebalance delay", "peer", inst)

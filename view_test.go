@@ -505,3 +505,18 @@ func TestAGeneratedIDIsAnnouncedOneOff(t *testing.T) {
 	stable := Config{InstanceID: "pod-0"}.WithDefaults()
 	require.False(t, stable.generatedID)
 }
+
+// A leader elected after a worker died never saw its presence record: it
+// tells a generated id by its form, and opens no window for it either.
+func TestInferDepartedSkipsGeneratedIDs(t *testing.T) {
+	a := newTestActor(t, nil, testConfig())
+	gen := Config{}.WithDefaults().InstanceID
+	require.True(t, isGeneratedID(gen))
+	require.False(t, isGeneratedID("pod-0"))
+	require.False(t, isGeneratedID("spate-XYZ"))
+	a.view("s1").prog = rec("s1", 1, gen)
+	a.view("s2").prog = rec("s2", 1, "pod-0")
+	a.inferDeparted(time.Now())
+	assert.NotContains(t, a.departed, gen)
+	assert.Contains(t, a.departed, "pod-0")
+}

@@ -202,6 +202,9 @@ func (a *actor) inferDeparted(now time.Time) {
 		if _, present := a.presence[inst]; present {
 			continue
 		}
+		if isGeneratedID(inst) {
+			continue // a generated id never comes back: no delay
+		}
 		if _, waiting := a.departed[inst]; !waiting {
 			a.departed[inst] = now
 			a.log.Info("a split's owner is not present: its splits wait out the rebalance delay", "peer", inst, "delay", a.cfg.RebalanceDelay)
