@@ -1,7 +1,11 @@
 package spate
 
 import (
+	"bytes"
+	"context"
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -180,4 +184,38 @@ func TestDetectTerminalGates(t *testing.T) {
 	assert.False(t, b.terminal)
 	assert.Zero(t, b.terminalAt, "a failed check leaves no record of having checked")
 	assert.Contains(t, b.retry, opKey{op: "terminal"})
+}
+
+// A verdict write that fails because the coordinator is closing (its
+// context cancelled) is no warning: 6 of 21 clean exits logged "writing
+// the verdict record failed ... context canceled". A failure while the
+// coordinator runs is still a warning, retried.
+func TestAVerdictWriteCutByCloseIsNoWarning(t *testing.T) {
+	for _, closing := range []bool{false, true} {
+		st := newFakeStore()
+		a := newTestActor(t, st, testConfig())
+		var logs bytes.Buffer
+		a.log = slog.New(slog.NewTextHandler(&logs, nil))
+		a.kw = stubKeyWatcher{} // a scoped fleet: the leader records its verdict
+		a.leading = &leadership{generation: 1}
+		a.fullView = true
+		a.judged = &verdictVal{Schema: SchemaVersion, FP: testFPHash, Verdict: "complete", Completed: 1}
+		st.fault = func(fakeCall) fakeFault { return fakeFault{err: Retryablef("fake: context canceled")} }
+		a.syncVerdict(time.Now())
+		if closing {
+			a.stopping = true
+		}
+		settleIO(t, a)
+		if closing {
+			assert.NotContains(t, logs.String(), "level=WARN", "a write cut by the close is no warning")
+		} else {
+			assert.Contains(t, logs.String(), "writing the verdict record failed; retrying")
+		}
+	}
+}
+
+type stubKeyWatcher struct{}
+
+func (stubKeyWatcher) WatchKeys(context.Context, Keyspace, []string) (<-chan WatchEvent, error) {
+	return nil, Fatalf("stub")
 }
