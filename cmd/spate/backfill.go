@@ -17,6 +17,7 @@ import (
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/embedetcd"
 	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/blobsink"
 	"github.com/spate-go/spate/pipeline/filesource"
 )
 
@@ -30,6 +31,8 @@ type backfillFlags struct {
 	lease          time.Duration
 	maxAttempts    int
 	commitInterval time.Duration
+	rollSize       int64         // bucket --dst: staged bytes that make a part
+	rollInterval   time.Duration // bucket --dst: age that makes a part
 	drainTimeout   time.Duration
 	rebalanceDelay time.Duration
 	splitBytes     int64
@@ -81,6 +84,8 @@ func (f *backfillFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", 15*time.Second, "how long a graceful stop may take to flush and commit")
 	fs.DurationVar(&f.rebalanceDelay, "rebalance-delay", 0, "how long a departed worker's splits wait for it to come back (0: reassign at once)")
 	fs.Int64Var(&f.splitBytes, "split-bytes", 64<<20, "target bytes per split (part of the job's identity)")
+	fs.Int64Var(&f.rollSize, "roll-size", blobsink.DefaultRollSize, "bucket --dst: the staged bytes of a split that make an output part")
+	fs.DurationVar(&f.rollInterval, "roll-interval", blobsink.DefaultRollInterval, "bucket --dst: a split's output becomes a part at most this long after it was read (latency against object count)")
 	fs.IntVar(&f.splitFiles, "split-files", 16, "maximum files per split (part of the job's identity)")
 	fs.Float64Var(&f.rate, "rate", 0, "write at most this many lines per second (0: unlimited)")
 	fs.StringVar(&f.history, "history", "", "append a JSON-lines history of what this worker saw to this file")
@@ -374,7 +379,7 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	oc := &observedCoord{StoreCoordinator: coord, obs: obs}
 	splits := &observedSplits{Source: filesource.NewSource(in.objs), obs: obs}
 	source := pipeline.NewCoordinatedSource(oc, splits, planner, pipeline.StallDrains(true), pipeline.DriverLogger(log))
-	fileSink, err := out.sink(context.Background(), job) // creates --dst
+	fileSink, err := out.sink(context.Background(), job, f.rollSize, f.rollInterval) // creates --dst
 	if err != nil {
 		_ = coord.Close()
 		return fail(exitFailed, "%v", err)

@@ -167,6 +167,13 @@ func (f *backfillFlags) validate(fs *flag.FlagSet, pos []string) error {
 			return nil
 		},
 		func() error { return positive("drain-timeout", f.drainTimeout) },
+		func() error { return positive("roll-interval", f.rollInterval) },
+		func() error {
+			if f.rollSize <= 0 {
+				return flagErrorf("--roll-size %d: must be positive", f.rollSize)
+			}
+			return nil
+		},
 		func() error {
 			if f.rebalanceDelay < 0 {
 				return flagErrorf("--rebalance-delay %v: must not be negative (0 reassigns at once)", f.rebalanceDelay)

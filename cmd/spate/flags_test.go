@@ -48,6 +48,8 @@ func TestBackfillRejectsBadFlagsBeforeCreatingAnything(t *testing.T) {
 		{"lanes zero", append(base, "--lanes", "0"), "--lanes 0: must be at least 1"},
 		{"max attempts zero", append(base, "--max-attempts", "0"), "--max-attempts 0"},
 		{"drain timeout zero", append(base, "--drain-timeout", "0s"), "--drain-timeout 0s"},
+		{"roll size zero", append(base, "--roll-size", "0"), "--roll-size 0: must be positive"},
+		{"roll interval zero", append(base, "--roll-interval", "0s"), "--roll-interval 0s"},
 		{"rebalance delay negative", append(base, "--rebalance-delay", "-1s"), "--rebalance-delay -1s"},
 		{"bad job", append(base, "--job", "a/b"), "--job"},
 		{"bad instance", append(base, "--instance", "a b"), "--instance"},

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"gocloud.dev/blob"
 
@@ -56,10 +57,16 @@ func openOutput(ctx context.Context, dst string) (*destination, error) {
 }
 
 // sink creates the destination's staging sink for job (creating a
-// directory, claiming the destination for the job).
-func (o *destination) sink(ctx context.Context, job string) (stagingSink, error) {
+// directory, claiming the destination for the job); a bucket's parts roll
+// at rollSize bytes or rollInterval.
+func (o *destination) sink(ctx context.Context, job string, rollSize int64, rollInterval time.Duration) (stagingSink, error) {
 	if o.bucket != nil {
-		return blobsink.New(ctx, o.bucket, o.location, job)
+		s, err := blobsink.New(ctx, o.bucket, o.location, job)
+		if err != nil {
+			return nil, err
+		}
+		s.RollSize, s.RollInterval = rollSize, rollInterval
+		return s, nil
 	}
 	return pipeline.NewStagedFileSink(o.dir, job)
 }
