@@ -392,7 +392,7 @@ const MaxWatchKeys = 1024
 // exact keys, natively: the store sends a watcher the changes of its keys
 // only, so what a watcher receives grows with the keys it watches, not with
 // the writes to the whole keyspace. A coordinator on a store with it
-// watches only the keys that concern it (DESIGN: a worker's work grows with
+// watches only the keys that concern it (so that a worker's work grows with
 // its own splits); on a store without it, every worker watches the whole
 // job. Find it with [KeyWatcherOf].
 type KeyWatcher interface {

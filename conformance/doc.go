@@ -257,7 +257,7 @@
 // KeyWatcher:
 //
 //   - KeyWatcher is the optional capability of a store that watches a set of exact keys, natively: the store sends a watcher the changes of its keys only, so what a watcher receives grows with the keys it watches, not with the writes to the whole keyspace. — checked by WatchKeysDeliversOnlyListedKeys.
-//   - A coordinator on a store with it watches only the keys that concern it (DESIGN: a worker's work grows with its own splits); on a store without it, every worker watches the whole job. — no rule: it describes the coordinator, not a store; the root's TestANonLeaderWatchesOnlyItsOwnKeys checks it.
+//   - A coordinator on a store with it watches only the keys that concern it (so that a worker's work grows with its own splits); on a store without it, every worker watches the whole job. — no rule: it describes the coordinator, not a store; the root's TestANonLeaderWatchesOnlyItsOwnKeys checks it.
 //   - Find it with [spate.KeyWatcherOf]. — no rule: a reference.
 //
 // KeyWatcher.WatchKeys:
