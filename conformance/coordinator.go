@@ -253,7 +253,7 @@ func num(m map[string]any, k string) int64 {
 
 func leases(f *fleet) time.Duration { return f.cfg.LeaseDuration }
 
-// ----- §7.3 multi-worker scenarios ---------------------------------------------
+// ----- multi-worker scenarios ---------------------------------------------------
 
 // scenTwoWorkersPartition: two racing workers partition eight splits into
 // a disjoint 4/4, hold it through a two-lease settle, resume from the
@@ -754,7 +754,7 @@ func scenQueue(e *env) {
 	f.until(10*leases(f), "b picking one up", func() bool { return len(b.held) == 1 && len(a.held) == 2 })
 }
 
-// ----- §7.4 fault injection ----------------------------------------------------
+// ----- fault injection ----------------------------------------------------------
 
 // scenFailedPublish: the plan publish after seeding fails; the next replan
 // recounts the seeded records, publishes final, and the job completes.
@@ -883,7 +883,7 @@ func scenBrokenWatches(e *env) {
 	f.checkCommitHistory()
 }
 
-// ----- §7.5 leader failover ------------------------------------------------------
+// ----- leader failover ------------------------------------------------------------
 
 // scenLeaderDies: the leader dies after planning an open phase; the
 // survivor takes over leadership, continues the cursor, seals the plan and
