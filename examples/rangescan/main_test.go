@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +22,33 @@ type opens struct {
 	mu     sync.Mutex
 	n      map[spate.SplitID]int
 	begins map[spate.SplitID]int
+}
+
+// totalBegins is the BeginRevoke calls over every split.
+func (o *opens) totalBegins() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, b := range o.begins {
+		n += b
+	}
+	return n
+}
+
+// runVerified runs the job to its end, requires every worker to end
+// Completed, and counts the output's missing, duplicate and alien ids.
+func runVerified(t *testing.T, o options) (missing, dups, alien int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	reports, err := run(ctx, o)
+	require.NoError(t, err)
+	for i, r := range reports {
+		require.Equal(t, pipeline.Completed, r.State, "worker %d: %+v", i, r)
+	}
+	missing, dups, alien, err = verify(o.dst, o.ids)
+	require.NoError(t, err)
+	return missing, dups, alien
 }
 
 // reasked lists the splits asked BeginRevoke more often than they had
@@ -55,9 +81,8 @@ func (o *opens) moves() int {
 // of it: the tenancies it opened and its BeginRevoke calls.
 type counting struct {
 	pipeline.SplitSource
-	opens  *opens
-	begins *atomic.Int64
-	pace   time.Duration // a pause before each poll of a lane (0: none)
+	opens *opens
+	pace  time.Duration // a pause before each poll of a lane (0: none)
 }
 
 func (c counting) OpenSplit(o pipeline.SplitOpening) (pipeline.Lane, error) {
@@ -83,7 +108,6 @@ func (l pacedLane) Poll(n int, timeout time.Duration) (*pipeline.Batch, error) {
 }
 
 func (c counting) BeginRevoke(split spate.SplitID) bool {
-	c.begins.Add(1)
 	c.opens.mu.Lock()
 	if c.opens.begins == nil {
 		c.opens.begins = map[spate.SplitID]int{}
@@ -110,33 +134,24 @@ func TestRangeScanFixedFleetIsExactlyOnce(t *testing.T) {
 	}
 	for name, url := range stores {
 		t.Run(name, func(t *testing.T) {
-			var begins atomic.Int64
 			opened := &opens{n: map[spate.SplitID]int{}}
 			dst := t.TempDir()
 			o := options{
 				store: url(t), job: "rangescan", dst: dst, ids: 1_000_000, splits: 40, workers: 3, lease: 3 * time.Second,
 				atLeastOnce: strings.HasSuffix(name, "at-least-once"),
 				wrap: func(s pipeline.SplitSource) pipeline.SplitSource {
-					return counting{SplitSource: s, opens: opened, begins: &begins}
+					return counting{SplitSource: s, opens: opened}
 				},
 				log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			reports, err := run(ctx, o)
-			require.NoError(t, err)
-			for i, r := range reports {
-				require.Equal(t, pipeline.Completed, r.State, "worker %d: %+v", i, r)
-			}
-			missing, dups, alien, err := verify(dst, o.ids)
-			require.NoError(t, err)
+			missing, dups, alien := runVerified(t, o)
 			t.Logf("%s: %d ids, 40 splits, 3 workers: %d missing, %d duplicates, %d alien; %d moves of started splits, %d BeginRevoke calls",
-				name, o.ids, missing, dups, alien, opened.moves(), begins.Load())
+				name, o.ids, missing, dups, alien, opened.moves(), opened.totalBegins())
 			require.Zero(t, missing)
 			require.Zero(t, dups)
 			require.Zero(t, alien)
 			require.Zero(t, opened.moves(), "a split under way moved in a fixed fleet")
-			require.Zero(t, begins.Load(), "a revocation was asked in a fixed fleet")
+			require.Zero(t, opened.totalBegins(), "a revocation was asked in a fixed fleet")
 		})
 	}
 }
@@ -148,7 +163,6 @@ func TestRangeScanFixedFleetIsExactlyOnce(t *testing.T) {
 // is handed back), so the new owner reads nothing twice: 0 duplicates even
 // without a staging sink.
 func TestRangeScanJoinDrainsWithoutDuplicates(t *testing.T) {
-	var begins atomic.Int64
 	opened := &opens{n: map[spate.SplitID]int{}}
 	dst := t.TempDir()
 	o := options{
@@ -157,25 +171,17 @@ func TestRangeScanJoinDrainsWithoutDuplicates(t *testing.T) {
 		store: "mem://", job: "rangescan", dst: dst, ids: 1_000_000, splits: 24, workers: 3, lease: 3 * time.Second,
 		late: 1, lateAfter: 1500 * time.Millisecond, atLeastOnce: true,
 		wrap: func(s pipeline.SplitSource) pipeline.SplitSource {
-			return counting{SplitSource: s, opens: opened, begins: &begins, pace: 6 * time.Millisecond}
+			return counting{SplitSource: s, opens: opened, pace: 6 * time.Millisecond}
 		},
 		log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	reports, err := run(ctx, o)
-	require.NoError(t, err)
-	for i, r := range reports {
-		require.Equal(t, pipeline.Completed, r.State, "worker %d: %+v", i, r)
-	}
-	missing, dups, alien, err := verify(dst, o.ids)
-	require.NoError(t, err)
+	missing, dups, alien := runVerified(t, o)
 	t.Logf("%d ids, 24 splits, 3 workers + 1 joining: %d missing, %d duplicates, %d alien; %d moves of started splits, %d BeginRevoke calls",
-		o.ids, missing, dups, alien, opened.moves(), begins.Load())
+		o.ids, missing, dups, alien, opened.moves(), opened.totalBegins())
 	require.Zero(t, missing)
 	require.Zero(t, dups, "a drained move replayed ids")
 	require.Zero(t, alien)
 	require.Positive(t, opened.moves(), "the join moved no split under way: the test proved nothing")
-	require.Positive(t, begins.Load())
+	require.Positive(t, opened.totalBegins())
 	require.Empty(t, opened.reasked(), "a revocation was asked of the source more than once")
 }

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -36,7 +35,7 @@ func TestMain(m *testing.M) {
 		started: func(id string) { fmt.Println("instance", id) },
 		// Slowed down, so that the job lasts long enough for a kill.
 		wrap: func(s pipeline.SplitSource) pipeline.SplitSource {
-			return counting{SplitSource: s, opens: &opens{n: map[spate.SplitID]int{}}, begins: new(atomic.Int64), pace: time.Millisecond}
+			return counting{SplitSource: s, opens: &opens{n: map[spate.SplitID]int{}}, pace: time.Millisecond}
 		},
 	}
 	reports, err := run(context.Background(), o)
