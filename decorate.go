@@ -30,31 +30,25 @@ import (
 // lacks the method of, naming it.
 func Decorate(inner, wrapper Store) Store {
 	d := decorated{Store: wrapper}
-	if r, ok := wrapper.(Releaser); ok {
-		d.r = r
-	} else if r, ok := ReleaserOf(inner); ok {
-		d.r = r
+	if r, ok := ReleaserOf(inner); ok {
+		d.r = pick(wrapper, r)
 	}
-	if w, ok := wrapper.(KeyWatcher); ok {
-		d.w = w
-	} else if w, ok := KeyWatcherOf(inner); ok {
-		d.w = w
+	if w, ok := KeyWatcherOf(inner); ok {
+		d.w = pick(wrapper, w)
 	}
-	if s, ok := wrapper.(Sessioner); ok {
-		d.s = s
-	} else if s, ok := SessionerOf(inner); ok {
-		d.s = s
-	}
-	if _, ok := ReleaserOf(inner); !ok {
-		d.r = nil
-	}
-	if _, ok := KeyWatcherOf(inner); !ok {
-		d.w = nil
-	}
-	if _, ok := SessionerOf(inner); !ok {
-		d.s = nil
+	if s, ok := SessionerOf(inner); ok {
+		d.s = pick(wrapper, s)
 	}
 	return d
+}
+
+// pick is wrapper's own implementation of the capability T if it has one,
+// else inner's.
+func pick[T any](wrapper Store, inner T) T {
+	if own, ok := wrapper.(T); ok {
+		return own
+	}
+	return inner
 }
 
 // decorated implements every optional interface and reports only those it
