@@ -56,9 +56,6 @@ type Config struct {
 	// without waiting out their leases. Default: "spate-" and 32 random hex
 	// digits, new per process.
 	InstanceID string
-	// generatedID: InstanceID was generated, so no later process can use
-	// it: the leader holds no rebalance delay for it once it departs.
-	generatedID bool
 	// MaxAttempts is the number of delivery attempts after which a split is
 	// quarantined. An attempt is spent on evidence against the split: an
 	// explicit Fail, or a tenancy that ended without a graceful release
@@ -123,7 +120,6 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.InstanceID == "" {
 		c.InstanceID = generatedIDPrefix + randomHex()
-		c.generatedID = true
 	}
 	return c
 }
@@ -133,9 +129,9 @@ func (c Config) WithDefaults() Config {
 const generatedIDPrefix = "spate-"
 
 // isGeneratedID reports whether id has the form of a generated instance id
-// (spate- and 32 lowercase hex digits). A leader that never saw the
-// worker's presence record (it was elected after the worker died) tells a
-// one-off worker by it, so its splits wait out no rebalance delay.
+// (spate- and 32 lowercase hex digits): no process can come back under
+// it, so the leader holds no rebalance delay for it once it departs,
+// whether or not it ever saw the worker's presence.
 func isGeneratedID(id string) bool {
 	hex, ok := strings.CutPrefix(id, generatedIDPrefix)
 	if !ok || len(hex) != 32 {

@@ -441,7 +441,7 @@ func (r *renewer) renewLeader(ctx context.Context) {
 }
 
 func (r *renewer) presenceValue() []byte {
-	return encode(workerVal{Schema: SchemaVersion, Nonce: r.nonce, MaxInFlight: r.cfg.MaxInFlight, OneOff: r.cfg.generatedID})
+	return encode(workerVal{Schema: SchemaVersion, Nonce: r.nonce, MaxInFlight: r.cfg.MaxInFlight})
 }
 
 // renewPresence rewrites this worker's presence record. A record that

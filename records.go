@@ -82,9 +82,6 @@ type workerVal struct {
 	Schema      int    `json:"schema"`
 	Nonce       string `json:"nonce"`
 	MaxInFlight int    `json:"max_in_flight"`
-	// OneOff: the instance id was generated, so no process can come back
-	// under it; its splits need no rebalance delay once it departs.
-	OneOff bool `json:"one_off,omitempty"`
 }
 
 // assignmentVal is the durable "assign.{instance}" key: an instruction, not

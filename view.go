@@ -46,7 +46,6 @@ type presenceEntry struct {
 	rev      uint64
 	at       uint64
 	unproven bool // not yet seen renewing (a later revision than first seen); never self
-	oneOff   bool // its id was generated: it cannot come back (no rebalance delay)
 }
 
 type assignEntry struct {
@@ -129,7 +128,7 @@ func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 		if known && old.unproven {
 			a.dirty = true // it may now be given a share of held splits
 		}
-		a.presence[inst] = presenceEntry{rev: rev, at: a.clock, unproven: unproven, oneOff: old.oneOff}
+		a.presence[inst] = presenceEntry{rev: rev, at: a.clock, unproven: unproven}
 		if _, ok := a.departed[inst]; ok {
 			delete(a.departed, inst) // a returning instance cancels its window
 			a.dirty = true
@@ -137,12 +136,7 @@ func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 		w, err := decodeWorker(key, value)
 		if err != nil {
 			a.log.Warn("unreadable presence record; the member keeps the default lane budget", "key", key, "err", err)
-		} else if w.OneOff {
-			e := a.presence[inst]
-			e.oneOff = true
-			a.presence[inst] = e
-		}
-		if w != nil && w.MaxInFlight > 0 && a.caps[inst] != w.MaxInFlight {
+		} else if w.MaxInFlight > 0 && a.caps[inst] != w.MaxInFlight {
 			a.caps[inst] = w.MaxInFlight
 			a.dirty = true
 		}
@@ -233,7 +227,7 @@ func (a *actor) ephemeralDelete(key string, rev uint64, force bool) {
 		a.dirty = true
 		a.membersDirty = true
 		switch {
-		case inst != a.self && (old.oneOff || isGeneratedID(inst)):
+		case inst != a.self && isGeneratedID(inst):
 			// Its id was generated: no process can come back under it, so
 			// its splits are free at once, not after the rebalance delay.
 			a.log.Info("a worker departed; its id was generated, so its splits are reassigned without the rebalance delay", "peer", inst)

@@ -488,22 +488,15 @@ func TestAStaleDeleteDoesNotForgetARestoredRecord(t *testing.T) {
 // A member whose id was generated cannot come back: its departure opens no
 // rebalance-delay window, so its splits are reassigned at once. Before,
 // takeover waited the 20 s delay on a 3 s lease (22.8 s measured).
-func TestAOneOffMemberDepartsWithoutADelay(t *testing.T) {
+func TestAGeneratedMemberDepartsWithoutADelay(t *testing.T) {
 	a := newTestActor(t, nil, testConfig())
-	require.NoError(t, a.ephemeralPut(prefixWorker+"gen", encode(workerVal{Schema: SchemaVersion, Nonce: "n", MaxInFlight: 2, OneOff: true}), 3))
+	gen := Config{}.WithDefaults().InstanceID
+	require.NoError(t, a.ephemeralPut(prefixWorker+gen, workerBytes("n", 2), 3))
 	require.NoError(t, a.ephemeralPut(prefixWorker+"pod-0", workerBytes("m", 2), 4))
-	a.ephemeralDelete(prefixWorker+"gen", 5, false)
+	a.ephemeralDelete(prefixWorker+gen, 5, false)
 	a.ephemeralDelete(prefixWorker+"pod-0", 6, false)
-	assert.NotContains(t, a.departed, "gen", "a generated id never comes back: no window")
+	assert.NotContains(t, a.departed, gen, "a generated id never comes back: no window")
 	assert.Contains(t, a.departed, "pod-0", "a stable id may come back: its splits wait out the window")
-}
-
-// A worker left to generate its id says so in its presence record.
-func TestAGeneratedIDIsAnnouncedOneOff(t *testing.T) {
-	gen := Config{}.WithDefaults()
-	require.True(t, gen.generatedID)
-	stable := Config{InstanceID: "pod-0"}.WithDefaults()
-	require.False(t, stable.generatedID)
 }
 
 // A leader elected after a worker died never saw its presence record: it
