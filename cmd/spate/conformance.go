@@ -11,13 +11,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/conformance"
+	"github.com/spate-go/spate/conformance/live"
 )
 
 const conformanceAbout = `Runs the store conformance suite, the same one every spate driver's tests run,
@@ -31,55 +31,9 @@ Every harness uses a fresh namespace (job conformance-<random>) and deletes it
 afterwards. Prints a table of rules with the rule broken for each failure; exits
 0 only if every rule passed.`
 
-// cliHarness is a conformance harness over one namespace of the store.
-type cliHarness struct {
-	t    testing.TB
-	conn *connector
-	ns   string
-	ttl  time.Duration
-
-	mu     sync.Mutex
-	stores []spate.Store
-	closed bool
-}
-
-func (h *cliHarness) NewStore(ctx context.Context) (spate.Store, error) {
-	st, err := h.conn.dep.Open(ctx, h.ns, h.ttl)
-	if err != nil {
-		return nil, err
-	}
-	h.mu.Lock()
-	h.stores = append(h.stores, st)
-	h.mu.Unlock()
-	return st, nil
-}
-
-// Close closes the stores left open and deletes the namespace. Idempotent.
-func (h *cliHarness) Close() error {
-	h.mu.Lock()
-	stores := h.stores
-	h.stores = nil
-	done := h.closed
-	h.closed = true
-	h.mu.Unlock()
-	for _, st := range stores {
-		_ = st.Close()
-	}
-	if done {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := h.conn.dep.DeleteJob(ctx, h.ns)
-	if err != nil {
-		h.t.Logf("%s namespace %s: %v", cleanupFailed, h.ns, err)
-	}
-	return err
-}
-
-// cleanupFailed marks the log line of a namespace the harness could not
-// delete; the run collects them.
-const cleanupFailed = "cleanup: could not delete"
+// cleanupFailed marks the failure of a rule whose namespace the harness
+// (conformance/live) could not delete; the run collects them.
+const cleanupFailed = "harness: close: delete the namespace"
 
 // ruleResult is one row of the rule table.
 type ruleResult struct {
@@ -226,11 +180,7 @@ func runConformance(args []string) int {
 	defer cancelRun()
 	sigs := watchSignals(func(os.Signal) { cancelRun() }, nil)
 	defer sigs.stop()
-	mk := func(t testing.TB) conformance.Harness {
-		h := &cliHarness{t: t, conn: conn, ns: "conformance-" + randomHex()[:12], ttl: *ttl}
-		t.Cleanup(func() { _ = h.Close() })
-		return h
-	}
+	mk := live.Over(conn.dep, *ttl)
 	tty := isTerminal(os.Stdout)
 	results := map[string]ruleResult{}
 	var mu sync.Mutex
