@@ -368,28 +368,43 @@ func (s *Sink) WriteChunks(ctx context.Context, shard int, chunks [][]pipeline.R
 		format = formatLine
 	}
 	for _, records := range chunks {
-		for _, r := range records {
-			st, retired := s.stage(r.Partition)
-			if st == nil {
-				if retired {
-					continue
-				}
-				return fmt.Errorf("blob sink: partition %d: %w (%w)", r.Partition, pipeline.ErrNoStage, spate.ErrFatal)
+		for i := 0; i < len(records); {
+			j := i + 1
+			for j < len(records) && records[j].Partition == records[i].Partition {
+				j++
 			}
-			st.mu.Lock()
-			if !st.closed {
-				if n := len(st.marks); n > 0 && r.Offset < st.marks[n-1].off {
-					st.mu.Unlock()
-					return fmt.Errorf("blob sink: split %s: record offset %d after %d: a staging sink needs a split's records in offset order (%w)", st.split, r.Offset, st.marks[n-1].off, spate.ErrFatal)
-				}
-				if len(st.buf) == 0 {
-					st.oldest = s.now()
-				}
-				st.buf = format(st.buf, r)
-				st.marks = append(st.marks, mark{off: r.Offset, end: int64(len(st.buf))})
+			if err := s.writeRun(records[i].Partition, records[i:j], format); err != nil {
+				return err
 			}
-			st.mu.Unlock()
+			i = j
 		}
+	}
+	return nil
+}
+
+// writeRun stages a run of one partition's records under one lock.
+func (s *Sink) writeRun(p pipeline.PartitionID, records []pipeline.Record, format func([]byte, pipeline.Record) []byte) error {
+	st, retired := s.stage(p)
+	if st == nil {
+		if retired {
+			return nil
+		}
+		return fmt.Errorf("blob sink: partition %d: %w (%w)", p, pipeline.ErrNoStage, spate.ErrFatal)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return nil
+	}
+	for _, r := range records {
+		if n := len(st.marks); n > 0 && r.Offset < st.marks[n-1].off {
+			return fmt.Errorf("blob sink: split %s: record offset %d after %d: a staging sink needs a split's records in offset order (%w)", st.split, r.Offset, st.marks[n-1].off, spate.ErrFatal)
+		}
+		if len(st.buf) == 0 {
+			st.oldest = s.now()
+		}
+		st.buf = format(st.buf, r)
+		st.marks = append(st.marks, mark{off: r.Offset, end: int64(len(st.buf))})
 	}
 	return nil
 }
