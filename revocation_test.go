@@ -156,6 +156,15 @@ func TestADeclinedRevocationIsAskedOnce(t *testing.T) {
 	require.NoError(t, a.reconcileOwn(t0))
 	require.Equal(t, []Event{RevokeRequested{Split: MustSplitID("s")}}, events(t, a))
 
+	// Hold the forced release's write until the passes are done, so they
+	// all see the split held and not assigned here.
+	gate := make(chan struct{})
+	st.fault = func(c fakeCall) fakeFault {
+		if c.key == prefixSplit+"s" && c.op != "get" {
+			<-gate
+		}
+		return fakeFault{}
+	}
 	require.NoError(t, send(t, a, &command{kind: cmdDecline, split: MustSplitID("s")}))
 	require.Contains(t, a.owned, "s", "the forced release is under way, not landed")
 	for i := range 5 {
@@ -166,6 +175,7 @@ func TestADeclinedRevocationIsAskedOnce(t *testing.T) {
 		require.NoError(t, send(t, a, &command{kind: cmdDecline, split: MustSplitID("s")}))
 	}
 	assert.Empty(t, events(t, a), "nothing more is asked while the release is under way")
+	close(gate)
 	settleIO(t, a)
 	assert.NotContains(t, a.owned, "s")
 	assert.Equal(t, []string{"s"}, lostSplits(events(t, a)))
