@@ -181,6 +181,9 @@ func check(ctx context.Context, suite string, rules []Rule, mk HarnessMaker, opt
 		var wg sync.WaitGroup
 		defer wg.Wait()
 		for _, j := range jobs {
+			if ctx.Err() != nil {
+				return
+			}
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
@@ -200,14 +203,17 @@ func check(ctx context.Context, suite string, rules []Rule, mk HarnessMaker, opt
 	select {
 	case <-done:
 	case <-ctx.Done():
-		for _, j := range jobs {
-			mu.Lock()
-			seen := reported[j.t.name]
-			mu.Unlock()
-			if !seen {
-				j.t.Errorf("the run ended before the rule did: %v", context.Cause(ctx))
-				report(j)
-			}
+	}
+	// Both arms can be ready at once when the context ends: the scheduling
+	// goroutine then returns early and closes done. Either way, a rule
+	// that was never reported did not finish, and fails.
+	for _, j := range jobs {
+		mu.Lock()
+		seen := reported[j.t.name]
+		mu.Unlock()
+		if !seen {
+			j.t.Errorf("the run ended before the rule did: %v", context.Cause(ctx))
+			report(j)
 		}
 	}
 	mu.Lock()

@@ -70,7 +70,12 @@ func (r boundaryResult) inWindow() int {
 // boundaryRun runs one attempt. fixed keys exist (created here) before the
 // watch; created are the keys the writer creates, in order. open opens the
 // watch over all of them.
-func boundaryRun(e *env, w spate.Store, fixed, created []string, open func() <-chan spate.WatchEvent) boundaryResult {
+//
+// late are keys created only once the writer ran out of its bound and the
+// watch's SnapshotDone arrived: one create each, never coalesced, so the
+// watcher is sure of live events to count even when every bounded write
+// landed before its snapshot was read.
+func boundaryRun(e *env, w spate.Store, fixed, created, late []string, open func() <-chan spate.WatchEvent) boundaryResult {
 	revs := map[string]uint64{}
 	for _, k := range fixed {
 		revs[k] = mustCreate(e, w, spate.Durable, k, "0")
@@ -83,7 +88,8 @@ func boundaryRun(e *env, w spate.Store, fixed, created []string, open func() <-c
 	var clock atomic.Int64
 	stop := make(chan struct{})
 	started := make(chan struct{})
-	asking := make(chan struct{}) // the watch is being asked for: write on
+	asking := make(chan struct{})  // the watch is being asked for: write on
+	snapped := make(chan struct{}) // the watcher received SnapshotDone
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		next := 0
@@ -94,7 +100,14 @@ func boundaryRun(e *env, w spate.Store, fixed, created []string, open func() <-c
 				close(started)
 			}
 		}()
-		for i := 0; i < boundaryMaxWrites; i++ {
+		for i := 0; i < boundaryMaxWrites+len(late); i++ {
+			if i == boundaryMaxWrites {
+				select {
+				case <-snapped:
+				case <-stop:
+					return
+				}
+			}
 			if i == 8 {
 				close(started)
 				select {
@@ -111,9 +124,14 @@ func boundaryRun(e *env, w spate.Store, fixed, created []string, open func() <-c
 			runtime.Gosched() // let the watcher's setup run between writes
 			start := clock.Add(1)
 			var bw boundaryWrite
-			if i%2 == 0 && next < len(created) {
-				k := created[next]
-				next++
+			if i >= boundaryMaxWrites || (i%2 == 0 && next < len(created)) {
+				var k string
+				if i >= boundaryMaxWrites {
+					k = late[i-boundaryMaxWrites]
+				} else {
+					k = created[next]
+					next++
+				}
 				o, err := w.Create(e.ctx, spate.Durable, k, []byte("v"))
 				if err != nil || !o.Won {
 					mu.Lock()
@@ -163,6 +181,7 @@ func boundaryRun(e *env, w spate.Store, fixed, created []string, open func() <-c
 			r.events = append(r.events, ev)
 			if ev.Kind == spate.WatchSnapshotDone && r.snapDone == 0 {
 				r.snapDone = clock.Add(1)
+				close(snapped)
 			}
 			if r.snapDone == 0 {
 				// Let the writer run while the snapshot streams in: a store
@@ -239,11 +258,15 @@ func boundaryCheck(e *env, w spate.Store, prefix string, open func(keys []string
 		for i := range 4 {
 			fixed = append(fixed, fmt.Sprintf("%s%d.f%d", prefix, attempt, i))
 		}
+		var late []string
 		for i := range 400 {
 			created = append(created, fmt.Sprintf("%s%d.n%03d", prefix, attempt, i))
 		}
-		all := append(append([]string{}, fixed...), created...)
-		r := boundaryRun(e, w, fixed, created, func() <-chan spate.WatchEvent { return open(all) })
+		for i := range 60 {
+			late = append(late, fmt.Sprintf("%s%d.l%02d", prefix, attempt, i))
+		}
+		all := append(append(append([]string{}, fixed...), created...), late...)
+		r := boundaryRun(e, w, fixed, created, late, func() <-chan spate.WatchEvent { return open(all) })
 		if r.err != nil {
 			e.t.Fatalf("boundary: %v", r.err)
 		}
