@@ -148,29 +148,37 @@ func NewStagedFileSink(dir, job string) (*StagedFileSink, error) {
 	return &StagedFileSink{dir: dir, Format: formatLine, stages: map[PartitionID]*fileStage{}, retired: map[PartitionID]bool{}}, nil
 }
 
-// claimDestination writes or checks the destination's job marker.
+// claimDestination writes or checks the destination's job marker. The
+// marker appears whole or not at all: it is written and fsynced under a
+// name of its own, then hard-linked to its place, which fails if a marker
+// is already there. (Creating the marker in place with O_EXCL and writing
+// it after let a worker started at the same moment read it empty.)
 func claimDestination(dir, job string) error {
 	path := filepath.Join(dir, stagedMetaDir, stagedJobFile)
 	want := []byte(job + "\n")
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err == nil {
-		_, werr := f.Write(want)
-		if werr == nil {
-			werr = f.Sync()
-		}
-		if cerr := f.Close(); werr == nil {
-			werr = cerr
-		}
+	tmp, err := os.CreateTemp(filepath.Dir(path), stagedJobFile+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("file sink: cannot write the destination's job marker %s: %w (is %s writable?)", path, err, dir)
+	}
+	defer os.Remove(tmp.Name())
+	_, werr := tmp.Write(want)
+	if werr == nil {
+		werr = tmp.Sync()
+	}
+	if cerr := tmp.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Link(tmp.Name(), path)
 		if werr == nil {
 			werr = syncDir(filepath.Dir(path))
 		}
-		if werr != nil {
-			return fmt.Errorf("file sink: cannot write the destination's job marker %s: %w (is %s writable?)", path, werr, dir)
-		}
+	}
+	if werr == nil {
 		return nil
 	}
-	if !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("file sink: cannot write the destination's job marker %s: %w (is %s writable?)", path, err, dir)
+	if !errors.Is(werr, fs.ErrExist) {
+		return fmt.Errorf("file sink: cannot write the destination's job marker %s: %w (is %s writable?)", path, werr, dir)
 	}
 	got, err := os.ReadFile(path)
 	if err != nil {

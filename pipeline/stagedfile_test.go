@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -320,4 +321,27 @@ func TestStagedFileSinkRefusesUnwiredAndDisorderedRecords(t *testing.T) {
 
 	s.CloseStage(0, false)
 	require.NoError(t, s.Write(context.Background(), 0, stageRecords(0, 8, 9)), "records of an ended tenancy are dropped")
+}
+
+// Workers of one job started at the same moment all open the destination:
+// none may see the job marker half written and take it for another job's;
+// a worker of another job is still refused.
+func TestStagedFileSinkClaimsTheDestinationAtomically(t *testing.T) {
+	for round := range 20 {
+		dir := filepath.Join(t.TempDir(), fmt.Sprint(round))
+		var wg sync.WaitGroup
+		errs := make([]error, 8)
+		for i := range errs {
+			wg.Go(func() { _, errs[i] = NewStagedFileSink(dir, "job-a") })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			require.NoError(t, err, "round %d, worker %d", round, i)
+		}
+		_, err := NewStagedFileSink(dir, "job-b")
+		require.ErrorContains(t, err, `holds the output of job "job-a"`)
+		left, err := filepath.Glob(filepath.Join(dir, ".spate", "job.tmp-*"))
+		require.NoError(t, err)
+		require.Empty(t, left, "temporary markers left behind")
+	}
 }
