@@ -25,6 +25,7 @@ type fakeCoord struct {
 	pollErr        error
 	commits        map[string][]spate.SplitProgress
 	commitErr      func(split spate.SplitID, p spate.SplitProgress) error
+	commitGate     func(split spate.SplitID) error // called before the lock
 	failErr        func(split spate.SplitID) error
 	fails          []string
 	releases       [][]spate.SplitID
@@ -54,6 +55,11 @@ func (c *fakeCoord) Poll() ([]spate.Event, error) {
 }
 
 func (c *fakeCoord) Commit(_ context.Context, s spate.SplitID, p spate.SplitProgress) error {
+	if c.commitGate != nil {
+		if err := c.commitGate(s); err != nil {
+			return err
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.commitErr != nil {
@@ -692,6 +698,7 @@ func TestDriverRevocationDeclines(t *testing.T) {
 
 // fakeStaging is a StagingSink whose Prepare covers what cover says.
 type fakeStaging struct {
+	mu        sync.Mutex
 	cover     func(w int64, final bool) int64
 	prepares  []string
 	published []string
@@ -702,11 +709,15 @@ func (f *fakeStaging) OpenStage(context.Context, pipeline.StageTenancy, []byte) 
 	return nil
 }
 func (f *fakeStaging) Prepare(_ context.Context, _ pipeline.PartitionID, w int64, final bool) ([]byte, int64, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.prepares = append(f.prepares, fmt.Sprintf("%d/%t", w, final))
 	c := f.cover(w, final)
 	return []byte(fmt.Sprint(c)), c, true, nil
 }
 func (f *fakeStaging) Publish(_ context.Context, _ pipeline.PartitionID, c []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.published = append(f.published, string(c))
 	return nil
 }
@@ -744,4 +755,51 @@ func TestDriverCommitsWhatTheStagingSinkCovers(t *testing.T) {
 	require.Len(t, got, 2)
 	require.Equal(t, int64(8), got[1].Watermark, "the hand-back's final commit covers all acknowledged")
 	require.Equal(t, []string{"5/false", "8/false", "8/true"}, stage.prepares)
+}
+
+// One Commit call commits its splits side by side, not one after another:
+// each of four commits here waits until all four are in flight, which
+// one-at-a-time commits never reach. Every split's prepare, commit,
+// publish and completion still happen, each once.
+func TestDriverCommitsSplitsConcurrently(t *testing.T) {
+	f := newDriverFixture(t)
+	stage := &fakeStaging{cover: func(w int64, _ bool) int64 { return w }}
+	require.NoError(t, f.d.StageOutput(stage))
+	names := []string{"a", "b", "c", "d"}
+	var evs []spate.Event
+	for _, n := range names {
+		evs = append(evs, gained(n, 1))
+	}
+	f.coord.push(evs...)
+	f.expect(pipeline.LanesAdded)
+	var (
+		arrived sync.WaitGroup
+		all     = make(chan struct{})
+	)
+	arrived.Add(len(names))
+	go func() { arrived.Wait(); close(all) }()
+	f.coord.commitGate = func(spate.SplitID) error {
+		arrived.Done()
+		select {
+		case <-all:
+			return nil
+		case <-time.After(10 * time.Second):
+			return spate.Fatalf("the commits ran one at a time: not all %d were ever in flight together", len(names))
+		}
+	}
+	var ws []pipeline.Watermark
+	for _, n := range names {
+		ws = append(ws, pipeline.Watermark{Partition: f.partitionOf(n), Offset: 7})
+	}
+	require.NoError(t, f.d.Commit(f.src, ws))
+	f.coord.commitGate = nil
+	for _, n := range names {
+		got := f.coord.commits[n]
+		require.Len(t, got, 1, "split %s", n)
+		require.Equal(t, int64(7), got[0].Watermark)
+	}
+	stage.mu.Lock()
+	defer stage.mu.Unlock()
+	require.Len(t, stage.prepares, len(names))
+	require.Len(t, stage.published, len(names))
 }

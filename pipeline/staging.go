@@ -38,9 +38,11 @@ import (
 // cannot stage (a plain [Sink]) is at-least-once: a takeover replays the
 // uncommitted tail into it.
 //
-// The driver calls OpenStage, Prepare, Publish and CloseStage from the
-// controller goroutine; Write runs on the shard writers concurrently with
-// them.
+// The driver calls OpenStage and CloseStage from the controller goroutine.
+// It commits several splits at once, so Prepare and Publish of different
+// partitions may run concurrently with each other; one partition's calls
+// never overlap and keep their order. Write runs on the shard writers
+// concurrently with all of them.
 type StagingSink interface {
 	Sink
 	// OpenStage begins a tenancy of a split. committed is the Output of
