@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // JobState is a point-in-time picture of a job, read from its store without
@@ -67,6 +68,9 @@ type SplitState struct {
 	LeaseOwner string
 	// Revision is the progress record's store revision.
 	Revision uint64
+	// WrittenAt is when the progress record was last written (a claim, a
+	// commit, a release), by the writer's clock; zero when unknown.
+	WrittenAt time.Time
 	// Damage, when set, says which of the split's records cannot be read
 	// and why (it matches [ErrUnreadableRecord]); DamageFix says what an
 	// operator can do. A damaged split is out of play: no worker runs it
@@ -165,6 +169,9 @@ func InspectJob(ctx context.Context, store Store, fingerprint string) (*JobState
 			}
 			s.Status, s.Owner, s.Epoch, s.Attempts, s.Progress =
 				SplitStatus(r.Status), r.owner(), LeaseEpoch(r.Epoch), r.Attempts, r.progress()
+			if r.WrittenAtMs > 0 {
+				s.WrittenAt = time.UnixMilli(r.WrittenAtMs)
+			}
 		case strings.HasPrefix(e.Key, prefixSpec):
 			id := e.Key[len(prefixSpec):]
 			r, err := decodeSpec(e.Key, id, e.Value, fp)

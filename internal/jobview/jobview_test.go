@@ -1,0 +1,314 @@
+package jobview_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/jobview"
+	"github.com/spate-go/spate/stores/mem"
+)
+
+// xss is markup a store can hold where the view shows text: the plan's
+// fingerprint is free text a planner chooses.
+const xss = `fp<script>window.__xss=1</script><img src=x onerror="window.__xss=2">`
+
+type planner struct{ n int }
+
+func (p planner) Fingerprint() string { return xss }
+
+func (p planner) Plan(context.Context, spate.PlanContext) (spate.SplitPlan, error) {
+	var ss []spate.PlannedSplit
+	for i := range p.n {
+		id := spate.MustSplitID(fmt.Sprintf("part-%02d", i))
+		ss = append(ss, spate.NewPlannedSplit(spate.NewSplitSpec(id, nil).WithWeight(1000)))
+	}
+	return spate.NewSplitPlan(ss, spate.PlanFinal), nil
+}
+
+// worker is one coordinator of the test's job, on its own store handle.
+type worker struct {
+	c    *spate.StoreCoordinator
+	held map[spate.SplitID]spate.LeaseEpoch
+}
+
+func startWorker(t *testing.T, store *mem.Store, id string, n int) *worker {
+	t.Helper()
+	h, err := store.Connect()
+	require.NoError(t, err)
+	cfg := spate.TimingsForLease(time.Second)
+	cfg.InstanceID = id
+	cfg.RebalanceDelay = spate.NoRebalanceDelay
+	c, err := spate.NewStoreCoordinator(h, cfg, spate.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	c.SetWaker(spate.NewWaker())
+	require.NoError(t, c.Start(planner{n: n}))
+	t.Cleanup(func() { _ = c.Abandon(); _ = h.Close() })
+	return &worker{c: c, held: map[spate.SplitID]spate.LeaseEpoch{}}
+}
+
+// poll folds the worker's events until cond holds.
+func (w *worker) pollUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		require.True(t, time.Now().Before(deadline), "timed out waiting until %s", what)
+		evs, err := w.c.Poll()
+		require.NoError(t, err)
+		for _, ev := range evs {
+			switch e := ev.(type) {
+			case spate.Gained:
+				w.held[e.Split.ID] = e.Epoch
+			case spate.Lost:
+				delete(w.held, e.Split)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type opener struct{ store *mem.Store }
+
+func (o opener) Jobs(context.Context) ([]string, error) { return []string{"job-a"}, nil }
+func (o opener) Open(_ context.Context, job string) (spate.Store, error) {
+	if job != "job-a" {
+		return nil, fmt.Errorf("no job %q", job)
+	}
+	return o.store.Connect()
+}
+
+func newView(t *testing.T, store *mem.Store, cfg jobview.Config) *httptest.Server {
+	cfg.Opener = opener{store}
+	cfg.Store = "mem (test)"
+	cfg.Log = slog.New(slog.DiscardHandler)
+	v := jobview.New(cfg)
+	srv := httptest.NewServer(v)
+	t.Cleanup(func() { srv.Close(); _ = v.Close() })
+	return srv
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+// The job page is a complete snapshot: every split's row, the plan, the
+// members; what the store holds is escaped; the view writes nothing.
+func TestJobPageIsAnEscapedReadOnlySnapshot(t *testing.T) {
+	store := mem.MustNew(mem.Options{TTL: time.Second})
+	t.Cleanup(func() { _ = store.Close() })
+	w := startWorker(t, store, "w1", 4)
+	w.pollUntil(t, "w1 holds every split", func() bool { return len(w.held) == 4 })
+	srv := newView(t, store, jobview.Config{})
+
+	code, body := get(t, srv.URL+"/")
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `href="/jobs/job-a"`)
+
+	code, body = get(t, srv.URL+"/jobs/job-a")
+	require.Equal(t, http.StatusOK, code)
+	for i := range 4 {
+		assert.Contains(t, body, fmt.Sprintf(`id="s-part-%02d"`, i))
+	}
+	assert.Contains(t, body, "w1")
+	assert.NotContains(t, body, "<script>window.__xss", "store values must be escaped")
+	assert.NotContains(t, body, `<img src=x`, "store values must be escaped")
+	assert.Contains(t, body, "&lt;script&gt;window.__xss=1&lt;/script&gt;")
+
+	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete} {
+		req, err := http.NewRequest(m, srv.URL+"/jobs/job-a", nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, m)
+	}
+	code, _ = get(t, srv.URL+"/jobs/no%3Cjob%3E")
+	assert.Equal(t, http.StatusNotFound, code, "an invalid job name is refused")
+}
+
+// A token, when set, is asked of every request.
+func TestTokenIsRequired(t *testing.T) {
+	store := mem.MustNew(mem.Options{TTL: time.Second})
+	t.Cleanup(func() { _ = store.Close() })
+	srv := newView(t, store, jobview.Config{Token: "s3cret"})
+	code, body := get(t, srv.URL+"/")
+	assert.Equal(t, http.StatusUnauthorized, code)
+	assert.NotContains(t, body, "s3cret")
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+	req.SetBasicAuth("ops", "s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+
+	require.NoError(t, jobview.CheckAddr("127.0.0.1:8089", ""))
+	require.NoError(t, jobview.CheckAddr("[::1]:8089", ""))
+	require.ErrorIs(t, jobview.CheckAddr("0.0.0.0:8089", ""), jobview.ErrNotLoopback)
+	require.ErrorIs(t, jobview.CheckAddr(":8089", ""), jobview.ErrNotLoopback)
+	require.NoError(t, jobview.CheckAddr("0.0.0.0:8089", "s3cret"))
+}
+
+// A commit reaches an open event stream as a change of that split's row
+// alone, under an event id that is a store revision; a reconnect at the
+// current revision is sent nothing until the next change.
+func TestEventsCarryChangesUnderStoreRevisions(t *testing.T) {
+	store := mem.MustNew(mem.Options{TTL: time.Second})
+	t.Cleanup(func() { _ = store.Close() })
+	w := startWorker(t, store, "w1", 4)
+	w.pollUntil(t, "w1 holds every split", func() bool { return len(w.held) == 4 })
+	srv := newView(t, store, jobview.Config{})
+	code, body := get(t, srv.URL+"/jobs/job-a")
+	require.Equal(t, http.StatusOK, code)
+	i := strings.Index(body, `data-rev="`)
+	require.Positive(t, i)
+	rev := body[i+len(`data-rev="`):]
+	rev = rev[:strings.IndexByte(rev, '"')]
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/jobs/job-a/events?since="+rev, nil)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	events := make(chan [2]string, 16)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<20)
+		var id string
+		for sc.Scan() {
+			line := sc.Text()
+			if v, ok := strings.CutPrefix(line, "id: "); ok {
+				id = v
+			}
+			if v, ok := strings.CutPrefix(line, "data: "); ok {
+				events <- [2]string{id, v}
+			}
+		}
+		close(events)
+	}()
+	split := spate.MustSplitID("part-02")
+	require.NoError(t, w.c.CommitAt(t.Context(), split, w.held[split], spate.NewSplitProgress(600, nil)))
+	for {
+		select {
+		case ev, ok := <-events:
+			require.True(t, ok, "the stream ended")
+			if !strings.Contains(ev[1], `"watermark":600`) {
+				continue
+			}
+			assert.NotContains(t, ev[1], `"reset":true`, "a page at the current revision gets changes, not the whole view")
+			assert.Contains(t, ev[1], `"id":"part-02"`)
+			assert.NotContains(t, ev[1], `"id":"part-01"`, "an unchanged split is not sent")
+			assert.Greater(t, ev[0], "", "the event id is the store revision")
+			assert.NotEqual(t, rev, ev[0])
+			return
+		case <-time.After(10 * time.Second):
+			t.Fatal("no event carried the commit")
+		}
+	}
+}
+
+// chromium is the browser the view's browser test drives: Debian's, which
+// .ci/run installs. Under CI=true its absence fails the test.
+func chromium(t *testing.T) string {
+	for _, p := range []string{os.Getenv("SPATE_CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser"} {
+		if p == "" {
+			continue
+		}
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("no chromium (apt-get install -y chromium): the job view's browser test cannot run")
+	}
+	t.Skip("no chromium; install Debian's chromium to run the job view's browser test")
+	return ""
+}
+
+// In a real headless browser: the page shows the running job; a commit in
+// the store changes its row without a reload; a worker killed has its
+// splits taken over, and the timeline says so; the markup the store holds
+// stays inert; a screenshot is saved.
+func TestJobPageInABrowser(t *testing.T) {
+	bin := chromium(t)
+	store := mem.MustNew(mem.Options{TTL: time.Second})
+	t.Cleanup(func() { _ = store.Close() })
+	w1 := startWorker(t, store, "w1", 6)
+	w1.pollUntil(t, "w1 holds every split", func() bool { return len(w1.held) == 6 })
+	srv := newView(t, store, jobview.Config{})
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin),
+		chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true),
+		chromedp.WindowSize(1280, 1000))
+	actx, cancel := chromedp.NewExecAllocator(t.Context(), opts...)
+	defer cancel()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancel = context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/jobs/job-a"),
+		chromedp.WaitVisible(`#s-part-03`),
+		chromedp.WaitVisible(`//span[@id="live"][starts-with(text(),"live")]`),
+	))
+	stateText, err := chromedp.Run(ctx, chromedp.Text(`#sum-state`))
+	require.NoError(t, err)
+	assert.Equal(t, "running", stateText)
+
+	// A commit changes its row without a reload.
+	split := spate.MustSplitID("part-03")
+	start := time.Now()
+	require.NoError(t, w1.c.CommitAt(t.Context(), split, w1.held[split], spate.NewSplitProgress(500, nil)))
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(`//tr[@id="s-part-03"]/td[6][contains(., "50%")]`)))
+	t.Logf("a commit reached the open page %v after it was written", time.Since(start).Round(time.Millisecond))
+
+	// A second worker joins; the first is killed; its splits are taken over.
+	w2 := startWorker(t, store, "w2", 6)
+	require.NoError(t, w1.c.Abandon())
+	w2.pollUntil(t, "w2 took over every split", func() bool { return len(w2.held) == 6 })
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.WaitVisible(`//ul[@id="timeline"]/li[contains(., "takeover")][contains(., "w2")]`),
+		chromedp.WaitVisible(`//tr[@id="s-part-03"]/td[3][text()="w2"]`),
+	))
+
+	// The markup the store holds is text: nothing ran.
+	xssRan, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.__xss !== undefined`))
+	require.NoError(t, err)
+	assert.False(t, xssRan, "markup from the store ran in the page")
+
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	dir := os.Getenv("SPATE_SCREENSHOTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ui-job.png"), png, 0o644))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(`a[href="/jobs/job-a"]`)))
+	png, err = chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ui-jobs.png"), png, 0o644))
+}

@@ -1,0 +1,257 @@
+package jobview
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/spate-go/spate"
+)
+
+// view is one read of a job, as the page shows it.
+type view struct {
+	Job     string
+	Plan    plan
+	Leader  string
+	Summary summary
+	Members []member
+	Splits  []row // sorted by id
+	byID    map[string]row
+}
+
+type plan struct {
+	Generation  uint64
+	Final       bool
+	Planned     uint64
+	Fingerprint string
+}
+
+type summary struct {
+	State       string  `json:"state"` // running, complete, stalled, planning
+	Splits      int     `json:"splits"`
+	Completed   int     `json:"completed"`
+	Leased      int     `json:"leased"`
+	Runnable    int     `json:"runnable"`
+	Quarantined int     `json:"quarantined"`
+	Damaged     int     `json:"damaged"`
+	BytesTotal  int64   `json:"bytes_total"`
+	BytesDone   int64   `json:"bytes_done"`
+	Rate        float64 `json:"rate"` // committed bytes per second, over the live splits
+	ETA         string  `json:"eta"`
+}
+
+type member struct {
+	Instance string `json:"instance"`
+	Leader   bool   `json:"leader"`
+	Lanes    int    `json:"lanes"`
+	Held     int    `json:"held"`     // splits it holds a live lease on
+	Assigned int    `json:"assigned"` // splits the leader assigned it
+	Left     int64  `json:"left"`     // bytes left on what it holds
+	Rate     int64  `json:"rate"`     // bytes per second over what it holds
+}
+
+// row is one split's line. Its fields are comparable: a changed row is
+// one that differs.
+type row struct {
+	ID        string `json:"id"`
+	State     string `json:"state"` // leased, runnable, completed, quarantined, damaged
+	Owner     string `json:"owner"`
+	Lease     string `json:"lease"`
+	Epoch     uint64 `json:"epoch"`
+	Attempts  uint32 `json:"attempts"`
+	Watermark int64  `json:"watermark"`
+	Weight    uint64 `json:"weight"`
+	Left      int64  `json:"left"` // -1: unknown
+	Percent   int    `json:"percent"`
+	Rate      int64  `json:"rate"` // bytes per second
+	ETA       string `json:"eta"`
+	// Written is when its record was last written, in Unix milliseconds
+	// (0: unknown); the page shows its age. An age in the row itself
+	// would change every read and send every row each time.
+	Written int64  `json:"written"`
+	Damage  string `json:"damage,omitempty"`
+}
+
+// buildView folds a job's state into its view. rates carries each split's
+// last watermark and rate from one read to the next.
+func buildView(job string, js *spate.JobState, now time.Time, rates map[string]rate) *view {
+	v := &view{Job: job, byID: make(map[string]row, len(js.Splits)),
+		Plan: plan{Generation: js.Plan.Generation, Final: js.Plan.Finality == spate.PlanFinal, Planned: js.Plan.Planned, Fingerprint: js.Plan.Fingerprint}}
+	if js.Leader != nil {
+		v.Leader = js.Leader.Instance
+	}
+	members := map[string]*member{}
+	for _, m := range js.Members {
+		members[m.Instance] = &member{Instance: m.Instance, Leader: m.Instance == v.Leader, Lanes: m.MaxInFlight, Assigned: len(js.Assignments[m.Instance])}
+	}
+	s := &v.Summary
+	seen := make(map[string]bool, len(js.Splits))
+	for _, sp := range js.Splits {
+		id := sp.ID.String()
+		seen[id] = true
+		r := row{ID: id, State: string(sp.Status), Owner: sp.Owner, Lease: sp.LeaseOwner, Epoch: uint64(sp.Epoch),
+			Attempts: sp.Attempts, Weight: sp.Weight, Left: -1}
+		if sp.Progress != nil {
+			r.Watermark = sp.Progress.Watermark
+		}
+		switch {
+		case sp.Damage != nil:
+			r.State, r.Damage = string(spate.StatusDamaged), sp.Damage.Error()
+			s.Damaged++
+		case sp.Status == spate.StatusCompleted:
+			s.Completed++
+		case sp.Status == spate.StatusQuarantined:
+			s.Quarantined++
+		case sp.LeaseOwner != "":
+			r.State = "leased"
+			s.Leased++
+		default:
+			s.Runnable++
+		}
+		w := int64(max(sp.Weight, 1))
+		s.BytesTotal += w
+		switch {
+		case sp.Status == spate.StatusCompleted:
+			r.Left, r.Percent = 0, 100
+			s.BytesDone += w
+		case sp.HasSpec || sp.Weight > 0:
+			r.Left = max(int64(sp.Weight)-r.Watermark, 0)
+			s.BytesDone += min(r.Watermark, w)
+			if sp.Weight > 0 {
+				r.Percent = int(min(100, 100*r.Watermark/int64(sp.Weight)))
+			}
+		}
+		if !sp.WrittenAt.IsZero() {
+			r.Written = sp.WrittenAt.UnixMilli()
+		}
+		// The rate: bytes committed between the last two watermarks seen.
+		rt, ok := rates[id]
+		switch {
+		case !ok || r.Watermark < rt.wm:
+			rt = rate{at: now, wm: r.Watermark}
+		case r.Watermark > rt.wm:
+			if dt := now.Sub(rt.at).Seconds(); dt > 0 {
+				rt.bps = float64(r.Watermark-rt.wm) / dt
+			}
+			rt.at, rt.wm = now, r.Watermark
+		case now.Sub(rt.at) > time.Minute:
+			rt.bps = 0
+		}
+		rates[id] = rt
+		if r.State == "leased" {
+			r.Rate = int64(rt.bps)
+			s.Rate += rt.bps
+			if rt.bps > 0 && r.Left > 0 {
+				r.ETA = age(time.Duration(float64(r.Left) / rt.bps * float64(time.Second)))
+			}
+			if m := members[r.Lease]; m != nil {
+				m.Held++
+				m.Rate += r.Rate
+				if r.Left > 0 {
+					m.Left += r.Left
+				}
+			}
+		}
+		v.Splits = append(v.Splits, r)
+		v.byID[id] = r
+	}
+	for id := range rates {
+		if !seen[id] {
+			delete(rates, id)
+		}
+	}
+	s.Splits = len(js.Splits)
+	switch {
+	case v.Plan.Final && s.Splits > 0 && s.Completed == s.Splits:
+		s.State = "complete"
+	case !v.Plan.Final:
+		s.State = "planning"
+	case s.Leased == 0 && s.Runnable == 0 && s.Completed < s.Splits:
+		s.State = "stalled"
+	default:
+		s.State = "running"
+	}
+	if left := s.BytesTotal - s.BytesDone; s.Rate > 0 && left > 0 {
+		s.ETA = age(time.Duration(float64(left) / s.Rate * float64(time.Second)))
+	}
+	for _, id := range slices.Sorted(func(yield func(string) bool) {
+		for k := range members {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		v.Members = append(v.Members, *members[id])
+	}
+	return v
+}
+
+// age renders a duration as an operator reads it: 850ms, 12s, 3m4s, 2h5m.
+func age(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60)
+	default:
+		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+}
+
+// bytesStr renders a byte count in binary units.
+func bytesStr(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// chart is the progress chart's polyline, drawn by the page as inline SVG
+// in a 600×120 box: done and total bytes over the time kept.
+type chart struct {
+	Done  string `json:"done"`  // SVG points
+	Total string `json:"total"` // SVG points
+	Span  string `json:"span"`  // the time the chart covers
+}
+
+const chartW, chartH = 600.0, 120.0
+
+func chartOf(hs []sample) chart {
+	if len(hs) == 0 {
+		return chart{}
+	}
+	t0, t1 := hs[0].At, hs[len(hs)-1].At
+	span := t1.Sub(t0).Seconds()
+	var top int64 = 1
+	for _, s := range hs {
+		top = max(top, s.Total)
+	}
+	var c chart
+	pt := func(s sample, v int64) string {
+		x := chartW
+		if span > 0 {
+			x = s.At.Sub(t0).Seconds() / span * chartW
+		}
+		return fmt.Sprintf("%.1f,%.1f ", x, chartH-float64(v)/float64(top)*chartH)
+	}
+	if len(hs) == 1 {
+		c.Done = fmt.Sprintf("0,%.1f ", chartH-float64(hs[0].Done)/float64(top)*chartH)
+		c.Total = fmt.Sprintf("0,%.1f ", chartH-float64(hs[0].Total)/float64(top)*chartH)
+	}
+	for _, s := range hs {
+		c.Done += pt(s, s.Done)
+		c.Total += pt(s, s.Total)
+	}
+	c.Span = age(t1.Sub(t0))
+	return c
+}
