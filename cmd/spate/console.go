@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/spate-go/spate/internal/humanize"
 )
 
 // console owns the process's human output. Event lines go to stdout with the
@@ -191,18 +193,7 @@ func bar(f float64, width int) string {
 }
 
 // bytesStr renders a byte count with a binary unit.
-func bytesStr(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+var bytesStr = humanize.Bytes
 
 // count renders an integer with thousands separators.
 func count(n int64) string {

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/humanize"
 	"github.com/spate-go/spate/storeurl"
 )
 
@@ -76,7 +77,7 @@ type Server struct {
 var pageFS embed.FS
 
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
-	"bytes": bytesStr,
+	"bytes": humanize.Bytes,
 	"pct": func(done, total int64) int {
 		if total <= 0 {
 			return 0
@@ -89,7 +90,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		}
 		return age(time.Since(time.UnixMilli(ms))) + " ago"
 	},
-	"rate": func(bps float64) string { return bytesStr(int64(bps)) + "/s" },
+	"rate": func(bps float64) string { return humanize.Bytes(int64(bps)) + "/s" },
 }).ParseFS(pageFS, "page.tmpl"))
 
 // New returns a view over cfg.Opener's jobs.

@@ -202,20 +202,6 @@ func age(d time.Duration) string {
 	}
 }
 
-// bytesStr renders a byte count in binary units.
-func bytesStr(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
-
 // chart is the progress chart's polyline, drawn by the page as inline SVG
 // in a 600×120 box: done and total bytes over the time kept.
 type chart struct {
