@@ -40,14 +40,11 @@ func runJobs(args []string) int {
 	if err != nil {
 		return fail(exitUsage, "%v", err)
 	}
-	conn, err := sf.connect(context.Background(), log, connectExisting)
+	conn, err := sf.connectShared(log)
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}
 	defer conn.close()
-	if err := conn.shared(); err != nil {
-		return fail(exitFailed, "%v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), sf.connectTimeout)
 	jobs, err := conn.dep.Jobs(ctx)
 	timedOutNow := timedOut(ctx)

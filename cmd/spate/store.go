@@ -196,6 +196,21 @@ func (c *connector) shared() error {
 	return nil
 }
 
+// connectShared connects, for a command that reads what other processes
+// run (jobs, ui), to a store they can reach: the embedded default only
+// from its existing data directory, never an in-process store.
+func (f *storeFlags) connectShared(log *slog.Logger) (*connector, error) {
+	conn, err := f.connect(context.Background(), log, connectExisting)
+	if err != nil {
+		return nil, err
+	}
+	if err := conn.shared(); err != nil {
+		conn.close()
+		return nil, err
+	}
+	return conn, nil
+}
+
 // open opens a store over namespace ns (a job) with ephemeral TTL ttl,
 // retrying Retryable failures until the connect timeout: every attempt,
 // dial and startup check included, ends by then (or by ctx's deadline, if

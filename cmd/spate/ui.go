@@ -102,14 +102,11 @@ func runUI(args []string) int {
 	if err != nil {
 		return fail(exitUsage, "%v", err)
 	}
-	conn, err := sf.connect(context.Background(), log, connectExisting)
+	conn, err := sf.connectShared(log)
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}
 	defer conn.close()
-	if err := conn.shared(); err != nil {
-		return fail(exitFailed, "%v", err)
-	}
 	view := jobview.New(jobview.Config{
 		Opener: uiOpener{conn: conn, timeout: sf.connectTimeout, lease: 15 * time.Second},
 		Store:  conn.describe, Token: token, Log: log,
