@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spate-go/spate"
@@ -29,7 +30,7 @@ type hub struct {
 	cur      *view
 	rev      uint64 // the store revision the current view includes
 	err      error  // the last read's error, shown on the page
-	subs     map[chan []byte]struct{}
+	subs     map[chan event]struct{}
 	history  []sample // done vs total over time, for the chart
 	timeline []entry  // gains, losses, takeovers, quarantines; newest last
 	rates    map[string]rate
@@ -69,7 +70,7 @@ const (
 func newHub(job string, st spate.Store, log *slog.Logger, refresh time.Duration) *hub {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &hub{job: job, st: st, log: log, refresh: refresh, now: time.Now,
-		subs: map[chan []byte]struct{}{}, rates: map[string]rate{},
+		subs: map[chan event]struct{}{}, rates: map[string]rate{},
 		ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
 	go h.run(ctx)
 	return h
@@ -86,39 +87,39 @@ func (h *hub) close() {
 // rates move without a write).
 func (h *hub) run(ctx context.Context) {
 	defer close(h.done)
-	changed := make(chan uint64, 1)
+	var seen atomic.Uint64 // the highest revision the watches delivered
+	changed := make(chan struct{}, 1)
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
-		go h.watch(ctx, ks, changed)
+		go h.watch(ctx, ks, &seen, changed)
 	}
 	h.read(ctx, 0)
 	close(h.ready)
 	tick := time.NewTicker(h.refresh)
 	defer tick.Stop()
 	var (
-		dirty   bool
-		seenRev uint64
-		idle    int
+		dirty bool
+		idle  int
 	)
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case rev := <-changed:
+		case <-changed:
 			dirty = true
-			seenRev = max(seenRev, rev)
 		case <-tick.C:
 			idle++
 			if dirty || idle >= 8 {
 				dirty, idle = false, 0
-				h.read(ctx, seenRev)
+				h.read(ctx, seen.Load())
 			}
 		}
 	}
 }
 
-// watch follows one keyspace of the job and reports the revisions it
-// sees on changed; a broken watch is opened again after a pause.
-func (h *hub) watch(ctx context.Context, ks spate.Keyspace, changed chan uint64) {
+// watch follows one keyspace of the job: it raises seen to the revisions
+// it sees and signals changed. A broken watch is opened again after a
+// pause.
+func (h *hub) watch(ctx context.Context, ks spate.Keyspace, seen *atomic.Uint64, changed chan<- struct{}) {
 	for ctx.Err() == nil {
 		ch, err := h.st.Watch(ctx, ks, "")
 		if err != nil {
@@ -132,22 +133,25 @@ func (h *hub) watch(ctx context.Context, ks spate.Keyspace, changed chan uint64)
 				if ev.Kind == spate.WatchSnapshotDone {
 					continue
 				}
+				raise(seen, ev.Revision)
 				select {
-				case changed <- ev.Revision:
-				default:
-					// A change is already queued; keep the higher revision.
-					select {
-					case old := <-changed:
-						changed <- max(old, ev.Revision)
-					default:
-						changed <- ev.Revision
-					}
+				case changed <- struct{}{}:
+				default: // a change is already signalled
 				}
 			}
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
+		}
+	}
+}
+
+// raise sets v to rev if rev is higher.
+func raise(v *atomic.Uint64, rev uint64) {
+	for cur := v.Load(); rev > cur; cur = v.Load() {
+		if v.CompareAndSwap(cur, rev) {
+			return
 		}
 	}
 }
@@ -180,19 +184,16 @@ func (h *hub) read(ctx context.Context, rev uint64) {
 	if prev == nil {
 		msg.Reset = true
 	}
-	for _, r := range next.Splits {
-		if prev == nil {
-			continue
-		}
-		old, ok := prev.byID[r.ID]
-		if !ok || old != r {
-			msg.Splits = append(msg.Splits, r)
-		}
-		if ok {
-			msg.Timeline = append(msg.Timeline, transitions(old, r, now)...)
-		}
-	}
 	if prev != nil {
+		for _, r := range next.Splits {
+			old, ok := prev.byID[r.ID]
+			if !ok || old != r {
+				msg.Splits = append(msg.Splits, r)
+			}
+			if ok {
+				msg.Timeline = append(msg.Timeline, transitions(old, r, now)...)
+			}
+		}
 		for id := range prev.byID {
 			if _, ok := next.byID[id]; !ok {
 				msg.Removed = append(msg.Removed, id)
@@ -216,10 +217,10 @@ func (h *hub) read(ctx context.Context, rev uint64) {
 	if prev != nil && len(msg.Splits) == 0 && len(msg.Removed) == 0 && prev.Summary == next.Summary && slices.Equal(prev.Members, next.Members) {
 		return // nothing a page shows changed
 	}
-	b, _ := json.Marshal(msg)
+	ev := msg.event()
 	for sub := range h.subs {
 		select {
-		case sub <- b:
+		case sub <- ev:
 		default:
 			// A page too slow to take its updates is dropped; its browser
 			// reconnects and gets the whole view again.
@@ -258,11 +259,11 @@ func transitions(old, r row, now time.Time) []entry {
 // subscribe registers a page. since is the revision the page already
 // shows ("" for none): a page at the current revision gets only what
 // follows, any other the whole view first.
-func (h *hub) subscribe(since string) (chan []byte, []byte) {
+func (h *hub) subscribe(since string) (chan event, *event) {
 	<-h.ready
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	ch := make(chan []byte, 64)
+	ch := make(chan event, 64)
 	h.subs[ch] = struct{}{}
 	cur := strconv.FormatUint(h.rev, 10)
 	if h.cur == nil || since == cur {
@@ -270,11 +271,11 @@ func (h *hub) subscribe(since string) (chan []byte, []byte) {
 	}
 	msg := update{Rev: cur, Reset: true, Summary: h.cur.Summary, Members: h.cur.Members,
 		Splits: h.cur.Splits, Chart: chartOf(h.history), Timeline: h.timeline}
-	b, _ := json.Marshal(msg)
-	return ch, b
+	ev := msg.event()
+	return ch, &ev
 }
 
-func (h *hub) unsubscribe(ch chan []byte) {
+func (h *hub) unsubscribe(ch chan event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if _, ok := h.subs[ch]; ok {
@@ -291,7 +292,19 @@ func (h *hub) snapshot() (*view, string, []sample, []entry, error) {
 	return h.cur, strconv.FormatUint(h.rev, 10), slices.Clone(h.history), slices.Clone(h.timeline), h.err
 }
 
-// update is one server-sent event: the rows that changed since the last.
+// event is one server-sent event: its id (a store revision) and data.
+type event struct {
+	id   string
+	data []byte
+}
+
+func (u update) event() event {
+	b, _ := json.Marshal(u)
+	return event{id: u.Rev, data: b}
+}
+
+// update is one server-sent event's data: the rows that changed since
+// the last.
 type update struct {
 	Rev      string   `json:"rev"`
 	Reset    bool     `json:"reset,omitempty"` // Splits is every row: drop the others

@@ -19,6 +19,7 @@
 package jobview
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"embed"
@@ -26,6 +27,8 @@ import (
 	"fmt"
 	"html/template"
 	"log/slog"
+	"maps"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -261,8 +264,8 @@ func (s *Server) jobPage(w http.ResponseWriter, r *http.Request) {
 		d.Matching = len(match)
 		d.Rows = match[:min(len(match), s.cfg.RowLimit)]
 		d.Shown = len(d.Rows)
-		d.States = sortedKeys(states)
-		d.Owners = sortedKeys(owners)
+		d.States = slices.Sorted(maps.Keys(states))
+		d.Owners = slices.Sorted(maps.Keys(owners))
 	}
 	for i := len(tl) - 1; i >= 0 && len(d.Timeline) < 50; i-- {
 		d.Timeline = append(d.Timeline, tl[i])
@@ -281,17 +284,8 @@ func sortRows(rs []row, by string) {
 	}
 }
 
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
-
 func (s *Server) render(w http.ResponseWriter, name string, data any) {
-	var b strings.Builder
+	var b bytes.Buffer
 	if err := pages.ExecuteTemplate(&b, name, data); err != nil {
 		s.cfg.Log.Error("job view: cannot render the page", "page", name, "error", err)
 		http.Error(w, "cannot render the page", http.StatusInternalServerError)
@@ -299,7 +293,7 @@ func (s *Server) render(w http.ResponseWriter, name string, data any) {
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	_, _ = w.Write([]byte(b.String()))
+	_, _ = b.WriteTo(w)
 }
 
 // events streams a job's changes as server-sent events.
@@ -326,8 +320,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
-	send := func(b []byte) error {
-		if _, err := fmt.Fprintf(w, "id: %s\ndata: %s\n\n", revOf(b), b); err != nil {
+	send := func(ev event) error {
+		if _, err := fmt.Fprintf(w, "id: %s\ndata: %s\n\n", ev.id, ev.data); err != nil {
 			return err
 		}
 		fl.Flush()
@@ -335,7 +329,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 	_, _ = fmt.Fprint(w, "retry: 1000\n\n")
 	fl.Flush()
-	if first != nil && send(first) != nil {
+	if first != nil && send(*first) != nil {
 		return
 	}
 	ping := time.NewTicker(15 * time.Second)
@@ -344,11 +338,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			return
-		case b, ok := <-ch:
+		case ev, ok := <-ch:
 			if !ok {
 				return // too slow: the browser reconnects
 			}
-			if send(b) != nil {
+			if send(ev) != nil {
 				return
 			}
 		case <-ping.C:
@@ -360,40 +354,22 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// revOf reads an update's revision without decoding the rest.
-func revOf(b []byte) string {
-	const k = `{"rev":"`
-	s := string(b)
-	if !strings.HasPrefix(s, k) {
-		return ""
-	}
-	s = s[len(k):]
-	if i := strings.IndexByte(s, '"'); i >= 0 {
-		return s[:i]
-	}
-	return ""
-}
-
 // ErrNotLoopback is returned by [CheckAddr] for an address that is not on
 // the loopback interface while no token is set.
 var ErrNotLoopback = errors.New("the job view listens on loopback only unless it has a token")
 
-// CheckAddr refuses to serve the view beyond this machine without a token.
+// CheckAddr refuses to serve the view beyond this machine without a
+// token: addr's host must be a loopback address or localhost.
 func CheckAddr(addr string, token string) error {
-	host := addr
-	if i := strings.LastIndexByte(addr, ':'); i >= 0 {
-		host = addr[:i]
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q: want host:port (%v)", addr, err)
 	}
-	host = strings.Trim(host, "[]")
-	switch host {
-	case "127.0.0.1", "::1", "localhost":
-		return nil
-	}
-	if strings.HasPrefix(host, "127.") {
+	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
 		return nil
 	}
 	if token == "" {
-		return fmt.Errorf("%w: %s is reachable from other machines; listen on 127.0.0.1, or set --token (from a file or the environment, never a URL)", ErrNotLoopback, addr)
+		return fmt.Errorf("%w: %s is reachable from other machines; listen on 127.0.0.1, or give it a token (--token-file or SPATE_UI_TOKEN, never a URL)", ErrNotLoopback, addr)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package jobview
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -174,13 +175,7 @@ func buildView(job string, js *spate.JobState, now time.Time, rates map[string]r
 	if left := s.BytesTotal - s.BytesDone; s.Rate > 0 && left > 0 {
 		s.ETA = age(time.Duration(float64(left) / s.Rate * float64(time.Second)))
 	}
-	for _, id := range slices.Sorted(func(yield func(string) bool) {
-		for k := range members {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, id := range slices.Sorted(maps.Keys(members)) {
 		v.Members = append(v.Members, *members[id])
 	}
 	return v
