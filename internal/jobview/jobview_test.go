@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -142,8 +143,16 @@ func TestJobPageIsAnEscapedReadOnlySnapshot(t *testing.T) {
 		resp.Body.Close()
 		assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, m)
 	}
-	code, _ = get(t, srv.URL+"/jobs/no%3Cjob%3E")
-	assert.Equal(t, http.StatusNotFound, code, "an invalid job name is refused")
+	resp, err := http.Get(srv.URL + "/jobs/no%3Cjob%3E")
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "an invalid job name is refused")
+	assert.Contains(t, string(b), "must be 1-64 characters", "refused by its name, before any store is opened")
+	// The refusal quotes the name, so it must never be taken for a page.
+	assert.True(t, strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain"), resp.Header.Get("Content-Type"))
+	assert.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"))
 }
 
 // A token, when set, is asked of every request.
@@ -168,9 +177,10 @@ func TestTokenIsRequired(t *testing.T) {
 	require.NoError(t, jobview.CheckAddr("0.0.0.0:8089", "s3cret"))
 }
 
-// A commit reaches an open event stream as a change of that split's row
-// alone, under an event id that is a store revision; a reconnect at the
-// current revision is sent nothing until the next change.
+// A commit reaches a stream opened at the page's revision as a change of
+// that split's row alone, under an event id that is a later store
+// revision; a stream opened at a stale revision starts with the whole
+// view.
 func TestEventsCarryChangesUnderStoreRevisions(t *testing.T) {
 	store := mem.MustNew(mem.Options{TTL: time.Second})
 	t.Cleanup(func() { _ = store.Close() })
@@ -219,13 +229,41 @@ func TestEventsCarryChangesUnderStoreRevisions(t *testing.T) {
 			assert.NotContains(t, ev[1], `"reset":true`, "a page at the current revision gets changes, not the whole view")
 			assert.Contains(t, ev[1], `"id":"part-02"`)
 			assert.NotContains(t, ev[1], `"id":"part-01"`, "an unchanged split is not sent")
-			assert.Greater(t, ev[0], "", "the event id is the store revision")
-			assert.NotEqual(t, rev, ev[0])
+			got, err := strconv.ParseUint(ev[0], 10, 64)
+			require.NoError(t, err, "the event id is a store revision")
+			was, err := strconv.ParseUint(rev, 10, 64)
+			require.NoError(t, err)
+			assert.Greater(t, got, was, "the commit's event is at a later revision than the page")
+			staleGetsTheWholeView(t, srv.URL+"/jobs/job-a/events?since=1")
 			return
 		case <-time.After(10 * time.Second):
 			t.Fatal("no event carried the commit")
 		}
 	}
+}
+
+// staleGetsTheWholeView checks that a stream opened at a revision other
+// than the view's starts with the whole view (a reset).
+func staleGetsTheWholeView(t *testing.T, url string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			assert.Contains(t, data, `"reset":true`, "a stale page gets the whole view first")
+			for i := range 4 {
+				assert.Contains(t, data, fmt.Sprintf(`"id":"part-%02d"`, i))
+			}
+			return
+		}
+	}
+	t.Fatalf("the stream ended without an event: %v", sc.Err())
 }
 
 // chromium is the browser the view's browser test drives: Debian's, which
