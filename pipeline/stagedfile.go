@@ -152,43 +152,63 @@ func NewStagedFileSink(dir, job string) (*StagedFileSink, error) {
 // marker appears whole or not at all: it is written and fsynced under a
 // name of its own, then hard-linked to its place, which fails if a marker
 // is already there. (Creating the marker in place with O_EXCL and writing
-// it after let a worker started at the same moment read it empty.)
+// it after let a worker started at the same moment read it empty.) A
+// marker already there (every worker but the first, every restart) is
+// only read.
 func claimDestination(dir, job string) error {
 	path := filepath.Join(dir, stagedMetaDir, stagedJobFile)
 	want := []byte(job + "\n")
-	tmp, err := os.CreateTemp(filepath.Dir(path), stagedJobFile+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("file sink: cannot write the destination's job marker %s: %w (is %s writable?)", path, err, dir)
+	err := checkJobMarker(dir, path, want)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
 	}
-	defer os.Remove(tmp.Name())
-	_, werr := tmp.Write(want)
-	if werr == nil {
-		werr = tmp.Sync()
-	}
-	if cerr := tmp.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Link(tmp.Name(), path)
-		if werr == nil {
-			werr = syncDir(filepath.Dir(path))
+	if err := writeJobMarker(path, want); !errors.Is(err, fs.ErrExist) {
+		if err != nil {
+			return fmt.Errorf("file sink: cannot write the destination's job marker %s: %w (is %s writable?)", path, err, dir)
 		}
-	}
-	if werr == nil {
 		return nil
 	}
-	if !errors.Is(werr, fs.ErrExist) {
-		return fmt.Errorf("file sink: cannot write the destination's job marker %s: %w (is %s writable?)", path, werr, dir)
-	}
+	return checkJobMarker(dir, path, want) // another worker linked it first
+}
+
+// checkJobMarker checks the marker at path names the job want names; an
+// absent marker is fs.ErrNotExist.
+func checkJobMarker(dir, path string, want []byte) error {
 	got, err := os.ReadFile(path)
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return err
+	case err != nil:
 		return fmt.Errorf("file sink: cannot read the destination's job marker %s: %w", path, err)
-	}
-	if !bytes.Equal(got, want) {
+	case !bytes.Equal(got, want):
 		return fmt.Errorf("file sink: the destination %s holds the output of job %q (its marker %s), not of job %q: give each job its own destination, or delete that job's output first",
-			dir, string(bytes.TrimSpace(got)), path, job)
+			dir, string(bytes.TrimSpace(got)), path, bytes.TrimSpace(want))
 	}
 	return nil
+}
+
+// writeJobMarker writes the marker whole under a temporary name and links
+// it to path: fs.ErrExist if a marker is already there.
+func writeJobMarker(path string, want []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), stagedJobFile+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(want)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
 }
 
 // Path is the published file of split.
