@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -403,13 +404,19 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 		_ = coord.Close()
 		return fail(exitUsage, "%v", err)
 	}
-	ms, err := serveMetrics(f.metricsAddr, rt.Handler(metricsHandler(reg)))
+	var jv *jobViewMount
+	var mh http.Handler = rt.Handler(metricsHandler(reg))
+	if f.metricsAddr != "" {
+		jv = mountJobView(mh, f.metricsAddr, job, st, conn.describe, log)
+		mh = jv
+	}
+	ms, err := serveMetrics(f.metricsAddr, mh)
 	if err != nil {
 		_ = coord.Close()
 		return fail(exitFailed, "--metrics-addr: %v", err)
 	}
 	if ms != nil {
-		con.line("metrics: http://%s/metrics (health: /healthz, /readyz)", ms.addr)
+		con.line("metrics: http://%s/metrics (health: /healthz, /readyz; job view: /ui/)", ms.addr)
 	}
 
 	stopProgress := f.progress(con, st, obs, started)
@@ -425,6 +432,7 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	closeErr := coord.Close()
 	_ = fileSink.Close()
 	ms.stop()
+	jv.close()
 
 	complete, stalled := obs.verdict()
 	if complete {

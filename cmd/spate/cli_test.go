@@ -62,6 +62,16 @@ func TestBackfillOverEmbeddedEtcdResumesAfterSIGINT(t *testing.T) {
 	if body := httpGet(t, "http://"+addr+"/metrics"); !strings.Contains(body, "spate_pipeline_") {
 		t.Fatalf("/metrics has no pipeline series")
 	}
+	// The job view at /ui on the same address: the jobs list names this
+	// job, and its page lists the splits with the completed one.
+	list := httpGet(t, "http://"+addr+"/ui/")
+	jobPath := regexp.MustCompile(`href="(/ui/jobs/[^"]+)"`).FindStringSubmatch(list)
+	if jobPath == nil {
+		t.Fatalf("GET /ui/: no job link in:\n%.2000s", list)
+	}
+	if page := httpGet(t, "http://"+addr+jobPath[1]); !strings.Contains(page, "f1") || !strings.Contains(page, "completed") {
+		t.Fatalf("GET %s: no split rows in:\n%.3000s", jobPath[1], page)
+	}
 	if err := run1.cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}

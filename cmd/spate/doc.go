@@ -218,7 +218,11 @@
 //
 // --metrics-addr serves Prometheus /metrics (the spate_coordination_* and
 // spate_pipeline_* series, Go and process collectors), /healthz and /readyz
-// on backfill, demo and conformance.
+// on backfill, demo and conformance. On backfill it also serves the job's
+// live view (what `spate ui` shows, for this worker's job) at /ui/: open on
+// a loopback address; beyond loopback only with SPATE_UI_TOKEN set, which
+// the browser then asks for as a password (without it /ui answers 403 and
+// the metrics stay served).
 //
 // # Exit codes
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -141,3 +142,70 @@ func runUI(args []string) int {
 	}
 	return exitOK
 }
+
+// jobViewMount serves one job's view at /ui of a long-running command's
+// --metrics-addr, beside /metrics, /healthz and /readyz. The view reads
+// the store the command already holds open (no second connection, never
+// a write). Safe by default, as `spate ui` is: on a loopback address it
+// is open; beyond loopback it needs SPATE_UI_TOKEN, and without one /ui
+// answers 403 saying so while the metrics stay served.
+type jobViewMount struct {
+	next http.Handler
+	view *jobview.Server
+	deny string // why /ui is refused on this address, or ""
+}
+
+func mountJobView(next http.Handler, addr, job string, st spate.Store, describe string, log *slog.Logger) *jobViewMount {
+	token := os.Getenv("SPATE_UI_TOKEN")
+	m := &jobViewMount{next: next}
+	if err := jobview.CheckAddr(addr, token); err != nil {
+		m.deny = fmt.Sprintf("the job view is not served on %s: %v (set SPATE_UI_TOKEN, or serve --metrics-addr on loopback)", addr, err)
+		return m
+	}
+	m.view = jobview.New(jobview.Config{
+		Opener: oneJob{job: job, st: spate.Decorate(st, unclosed{st})},
+		Store:  describe, Base: "/ui", Token: token, Log: log,
+	})
+	return m
+}
+
+func (m *jobViewMount) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/ui" && !strings.HasPrefix(r.URL.Path, "/ui/") {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	if m.view == nil {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		http.Error(w, m.deny, http.StatusForbidden)
+		return
+	}
+	m.view.ServeHTTP(w, r)
+}
+
+// close stops the view's readers (nil-safe).
+func (m *jobViewMount) close() {
+	if m != nil && m.view != nil {
+		_ = m.view.Close()
+	}
+}
+
+// oneJob is the view's opener over the one job this process runs.
+type oneJob struct {
+	job string
+	st  spate.Store
+}
+
+func (o oneJob) Jobs(context.Context) ([]string, error) { return []string{o.job}, nil }
+
+func (o oneJob) Open(_ context.Context, job string) (spate.Store, error) {
+	if job != o.job {
+		return nil, fmt.Errorf("this worker serves the view of job %s only, not %s (spate ui --store URL shows every job)", o.job, job)
+	}
+	return o.st, nil
+}
+
+// unclosed lends a store the command closes itself: the view's Close of
+// it does nothing.
+type unclosed struct{ spate.Store }
+
+func (unclosed) Close() error { return nil }
