@@ -112,118 +112,36 @@ func InspectJob(ctx context.Context, store Store, fingerprint string) (*JobState
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: the store has no plan record: %w", ErrNoJob, ErrFatal)
+		return nil, noPlanError()
 	}
-	var plan planRecord
-	if err := decodeStrict(pe.Value, &plan, &plan.Schema); err != nil {
-		return nil, recordError(Durable, keyPlan, err)
-	}
-	if fingerprint == "" {
-		fingerprint = plan.Fingerprint
-	}
-	p, err := decodePlan(keyPlan, pe.Value, fingerprint)
-	if err != nil {
+	f := NewJobFollower(fingerprint)
+	if err := f.setPlan(pe.Value, false); err != nil {
 		return nil, err
 	}
-	fp := FingerprintHash(fingerprint)
-	js := &JobState{
-		Plan:        PlanState{Fingerprint: p.Fingerprint, Generation: p.Generation, Planned: p.Planned},
-		Assignments: map[string][]string{},
-	}
-	if p.Finality == finalityFinal {
-		js.Plan.Finality = PlanFinal
-	}
-	if p.PlannerState != nil {
-		js.Plan.PlannerState = *p.PlannerState
-	}
-	dur, err := store.List(ctx, Durable, "")
-	if err != nil {
-		return nil, err
-	}
-	eph, err := store.List(ctx, Ephemeral, "")
-	if err != nil {
-		return nil, err
-	}
-	splits := map[string]*SplitState{}
-	get := func(id string) *SplitState {
-		s := splits[id]
-		if s == nil {
-			s = &SplitState{ID: SplitID{id: id}}
-			splits[id] = s
+	for _, ks := range []Keyspace{Durable, Ephemeral} {
+		es, err := store.List(ctx, ks, "")
+		if err != nil {
+			return nil, err
 		}
-		return s
-	}
-	for _, e := range dur {
-		switch {
-		case strings.HasPrefix(e.Key, prefixSplit):
-			id := e.Key[len(prefixSplit):]
-			r, err := decodeProgress(e.Key, id, e.Value, fp)
-			s := get(id)
-			s.Revision = e.Revision
-			if err != nil {
-				if !isDamage(err) {
-					return nil, err
-				}
-				s.Status, s.Damage, s.DamageFix = StatusDamaged, err, damageFix(e.Key)
-				continue
+		for _, e := range es {
+			if ks == Durable && e.Key == keyPlan {
+				continue // read above
 			}
-			s.Status, s.Owner, s.Epoch, s.Attempts, s.Progress =
-				SplitStatus(r.Status), r.owner(), LeaseEpoch(r.Epoch), r.Attempts, r.progress()
-			if r.WrittenAtMs > 0 {
-				s.WrittenAt = time.UnixMilli(r.WrittenAtMs)
-			}
-		case strings.HasPrefix(e.Key, prefixSpec):
-			id := e.Key[len(prefixSpec):]
-			r, err := decodeSpec(e.Key, id, e.Value, fp)
-			s := get(id)
-			if err != nil {
-				if !isDamage(err) {
-					return nil, err
-				}
-				if s.Damage == nil {
-					s.Damage, s.DamageFix = err, damageFix(e.Key)
-				}
-				continue
-			}
-			s.Weight, s.HasSpec = r.Weight, true
-		case strings.HasPrefix(e.Key, prefixAssign):
-			if a, err := decodeAssignment(e.Key, e.Value); err == nil {
-				js.Assignments[e.Key[len(prefixAssign):]] = a.Splits
+			if _, err := f.Apply(ks, WatchEvent{Kind: WatchPut, Key: e.Key, Value: e.Value, Revision: e.Revision}); err != nil {
+				return nil, err
 			}
 		}
 	}
-	for _, e := range eph {
-		switch {
-		case e.Key == keyLeader:
-			if l, err := decodeLeader(e.Value); err == nil {
-				js.Leader = &LeaderState{Instance: l.Owner, Generation: l.Generation}
-			}
-		case strings.HasPrefix(e.Key, prefixWorker):
-			m := MemberState{Instance: e.Key[len(prefixWorker):]}
-			if w, err := decodeWorker(e.Key, e.Value); err == nil {
-				m.MaxInFlight = w.MaxInFlight
-			}
-			js.Members = append(js.Members, m)
-		case strings.HasPrefix(e.Key, prefixSplit):
-			if l, err := decodeLease(e.Key, e.Value); err == nil {
-				if s, ok := splits[e.Key[len(prefixSplit):]]; ok {
-					s.LeaseOwner = l.Owner
-				}
-			}
-		}
-	}
-	for _, s := range splits {
-		if s.Status == "" {
-			if s.Damage == nil {
-				continue // a spec without its progress record: seeding in flight
-			}
-			s.Status = StatusDamaged
-		}
-		js.Splits = append(js.Splits, *s)
-	}
-	slices.SortFunc(js.Splits, func(a, b SplitState) int { return a.ID.Compare(b.ID) })
-	return js, nil
+	return f.State()
 }
+
+// noPlanError is InspectJob's error for a store without a plan record.
+func noPlanError() error {
+	return fmt.Errorf("%w: the store has no plan record: %w", ErrNoJob, ErrFatal)
+}
+
+func keySplit(id string) string { return prefixSplit + id }
+func keySpec(id string) string  { return prefixSpec + id }
 
 // Split returns one split of the state.
 func (js *JobState) Split(id string) (SplitState, bool) {

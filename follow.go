@@ -1,0 +1,290 @@
+package spate
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// JobFollower keeps a job's state current from its records one at a
+// time, as a watch of the job's two keyspaces delivers them: a live view
+// pays for what changed, not for the job's size. [InspectJob] is a
+// follower fed by one listing of each keyspace, so both read records the
+// same way (strictly; an unreadable split record shows as damage on its
+// split).
+//
+// A follower is not safe for concurrent use.
+type JobFollower struct {
+	fingerprint string // the one wanted; "" takes the plan's
+	plan        *PlanState
+	planErr     error
+	fp          uint64
+	leader      *LeaderState
+	members     map[string]MemberState
+	assignments map[string][]string
+	splits      map[string]*followedSplit
+}
+
+// followedSplit is one split's raw records and what they decode to.
+type followedSplit struct {
+	progress, spec []byte // nil: absent
+	revision       uint64
+	lease          string
+	state          SplitState
+	visible        bool // a progress record or damage: InspectJob lists it
+}
+
+// Touched says what one record changed.
+type Touched struct {
+	// Split is the id of the split whose state the record is part of, ""
+	// for a record of the job as a whole.
+	Split string
+	// Job is set when the plan, the leader, the members or the
+	// assignments changed (a new plan re-reads every split: Job, not
+	// each Split, is set then).
+	Job bool
+}
+
+// NewJobFollower returns a follower of a job with no records yet.
+// fingerprint, when non-empty, must match the job's plan (as for
+// [InspectJob]).
+func NewJobFollower(fingerprint string) *JobFollower {
+	return &JobFollower{
+		fingerprint: fingerprint,
+		members:     map[string]MemberState{},
+		assignments: map[string][]string{},
+		splits:      map[string]*followedSplit{},
+	}
+}
+
+// Apply folds one watch event of keyspace ks: a put (value at revision)
+// or a delete of key. Other event kinds touch nothing. It returns what
+// the record touched, and an error only for a record that is not the
+// damage of one split (the plan's, which [JobFollower.State] reports
+// too).
+func (f *JobFollower) Apply(ks Keyspace, ev WatchEvent) (Touched, error) {
+	switch ev.Kind {
+	case WatchPut, WatchDelete:
+	default:
+		return Touched{}, nil
+	}
+	del := ev.Kind == WatchDelete
+	key := ev.Key
+	if ks == Durable {
+		switch {
+		case key == keyPlan:
+			return Touched{Job: true}, f.setPlan(ev.Value, del)
+		case strings.HasPrefix(key, prefixSplit):
+			id := key[len(prefixSplit):]
+			s := f.split(id)
+			s.progress, s.revision = nil, 0
+			if !del {
+				s.progress, s.revision = ev.Value, ev.Revision
+			}
+			return Touched{Split: id}, f.decode(id, s)
+		case strings.HasPrefix(key, prefixSpec):
+			id := key[len(prefixSpec):]
+			s := f.split(id)
+			s.spec = nil
+			if !del {
+				s.spec = ev.Value
+			}
+			return Touched{Split: id}, f.decode(id, s)
+		case strings.HasPrefix(key, prefixAssign):
+			inst := key[len(prefixAssign):]
+			delete(f.assignments, inst)
+			if !del {
+				if a, err := decodeAssignment(key, ev.Value); err == nil {
+					f.assignments[inst] = a.Splits
+				}
+			}
+			return Touched{Job: true}, nil
+		}
+		return Touched{}, nil
+	}
+	switch {
+	case key == keyLeader:
+		f.leader = nil
+		if !del {
+			if l, err := decodeLeader(ev.Value); err == nil {
+				f.leader = &LeaderState{Instance: l.Owner, Generation: l.Generation}
+			}
+		}
+		return Touched{Job: true}, nil
+	case strings.HasPrefix(key, prefixWorker):
+		inst := key[len(prefixWorker):]
+		delete(f.members, inst)
+		if !del {
+			m := MemberState{Instance: inst}
+			if w, err := decodeWorker(key, ev.Value); err == nil {
+				m.MaxInFlight = w.MaxInFlight
+			}
+			f.members[inst] = m
+		}
+		return Touched{Job: true}, nil
+	case strings.HasPrefix(key, prefixSplit):
+		id := key[len(prefixSplit):]
+		s := f.split(id)
+		s.lease = ""
+		if !del {
+			if l, err := decodeLease(key, ev.Value); err == nil {
+				s.lease = l.Owner
+			}
+		}
+		s.state.LeaseOwner = s.lease
+		f.gc(id, s)
+		return Touched{Split: id}, nil
+	}
+	return Touched{}, nil
+}
+
+func (f *JobFollower) split(id string) *followedSplit {
+	s := f.splits[id]
+	if s == nil {
+		s = &followedSplit{}
+		f.splits[id] = s
+	}
+	return s
+}
+
+// gc forgets a split none of whose records is left.
+func (f *JobFollower) gc(id string, s *followedSplit) {
+	if s.progress == nil && s.spec == nil && s.lease == "" {
+		delete(f.splits, id)
+	}
+}
+
+func (f *JobFollower) setPlan(value []byte, del bool) error {
+	f.plan, f.planErr = nil, nil
+	if !del {
+		var plan planRecord
+		if err := decodeStrict(value, &plan, &plan.Schema); err != nil {
+			f.planErr = recordError(Durable, keyPlan, err)
+		} else {
+			want := f.fingerprint
+			if want == "" {
+				want = plan.Fingerprint
+			}
+			p, err := decodePlan(keyPlan, value, want)
+			if err != nil {
+				f.planErr = err
+			} else {
+				ps := &PlanState{Fingerprint: p.Fingerprint, Generation: p.Generation, Planned: p.Planned}
+				if p.Finality == finalityFinal {
+					ps.Finality = PlanFinal
+				}
+				if p.PlannerState != nil {
+					ps.PlannerState = *p.PlannerState
+				}
+				f.plan = ps
+			}
+		}
+	}
+	// The fingerprint hash is what a split record is checked against: a
+	// new one (the first plan) re-reads every split.
+	fp := uint64(0)
+	if f.plan != nil {
+		fp = FingerprintHash(f.plan.Fingerprint)
+	}
+	if fp == f.fp {
+		return f.planErr
+	}
+	f.fp = fp
+	var firstErr error
+	for id, s := range f.splits {
+		if err := f.decode(id, s); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	if f.planErr != nil {
+		return f.planErr
+	}
+	return firstErr
+}
+
+// decode reads s's records into its state, as InspectJob shows it.
+func (f *JobFollower) decode(id string, s *followedSplit) error {
+	defer f.gc(id, s)
+	st := SplitState{ID: SplitID{id: id}, Revision: s.revision, LeaseOwner: s.lease}
+	s.state, s.visible = st, false
+	if f.plan == nil {
+		return nil // read once the plan is
+	}
+	if s.progress != nil {
+		r, err := decodeProgress(keySplit(id), id, s.progress, f.fp)
+		switch {
+		case err != nil && !isDamage(err):
+			return err
+		case err != nil:
+			st.Status, st.Damage, st.DamageFix = StatusDamaged, err, damageFix(keySplit(id))
+		default:
+			st.Status, st.Owner, st.Epoch, st.Attempts, st.Progress =
+				SplitStatus(r.Status), r.owner(), LeaseEpoch(r.Epoch), r.Attempts, r.progress()
+			if r.WrittenAtMs > 0 {
+				st.WrittenAt = time.UnixMilli(r.WrittenAtMs)
+			}
+		}
+	}
+	if s.spec != nil {
+		r, err := decodeSpec(keySpec(id), id, s.spec, f.fp)
+		switch {
+		case err != nil && !isDamage(err):
+			return err
+		case err != nil:
+			if st.Damage == nil {
+				st.Damage, st.DamageFix = err, damageFix(keySpec(id))
+			}
+		default:
+			st.Weight, st.HasSpec = r.Weight, true
+		}
+	}
+	if st.Status == "" && st.Damage != nil {
+		st.Status = StatusDamaged
+	}
+	// A spec without its progress record is seeding in flight: not shown.
+	s.state, s.visible = st, st.Status != ""
+	return nil
+}
+
+// Split returns one split's state, as [InspectJob] would list it.
+func (f *JobFollower) Split(id string) (SplitState, bool) {
+	s := f.splits[id]
+	if s == nil || !s.visible {
+		return SplitState{}, false
+	}
+	return s.state, true
+}
+
+// Meta is the job's state without its splits: plan, leader, members
+// (sorted) and assignments. Its cost grows with the members, not the
+// splits. It fails as [InspectJob] does while the plan is missing or
+// unreadable.
+func (f *JobFollower) Meta() (*JobState, error) {
+	if f.planErr != nil {
+		return nil, f.planErr
+	}
+	if f.plan == nil {
+		return nil, noPlanError()
+	}
+	js := &JobState{Plan: *f.plan, Leader: f.leader, Assignments: maps.Clone(f.assignments)}
+	for _, inst := range slices.Sorted(maps.Keys(f.members)) {
+		js.Members = append(js.Members, f.members[inst])
+	}
+	return js, nil
+}
+
+// State is the whole job, splits sorted by id.
+func (f *JobFollower) State() (*JobState, error) {
+	js, err := f.Meta()
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range f.splits {
+		if s.visible {
+			js.Splits = append(js.Splits, s.state)
+		}
+	}
+	slices.SortFunc(js.Splits, func(a, b SplitState) int { return a.ID.Compare(b.ID) })
+	return js, nil
+}
