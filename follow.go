@@ -1,9 +1,12 @@
 package spate
 
 import (
+	"errors"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -24,15 +27,20 @@ type JobFollower struct {
 	members     map[string]MemberState
 	assignments map[string][]string
 	splits      map[string]*followedSplit
+	deferred    bool // split records are kept raw until Decode
 }
 
 // followedSplit is one split's raw records and what they decode to.
 type followedSplit struct {
 	progress, spec []byte // nil: absent
 	revision       uint64
-	lease          string
-	state          SplitState
-	visible        bool // a progress record or damage: InspectJob lists it
+	// The spec as read, kept: a commit rewrites the progress record only.
+	specRead   bool
+	specWeight uint64
+	specErr    error
+	lease      string
+	state      SplitState
+	visible    bool // a progress record or damage: InspectJob lists it
 }
 
 // Touched says what one record changed.
@@ -86,7 +94,7 @@ func (f *JobFollower) Apply(ks Keyspace, ev WatchEvent) (Touched, error) {
 		case strings.HasPrefix(key, prefixSpec):
 			id := key[len(prefixSpec):]
 			s := f.split(id)
-			s.spec = nil
+			s.spec, s.specRead = nil, false
 			if !del {
 				s.spec = ev.Value
 			}
@@ -193,6 +201,7 @@ func (f *JobFollower) setPlan(value []byte, del bool) error {
 	f.fp = fp
 	var firstErr error
 	for id, s := range f.splits {
+		s.specRead = false
 		if err := f.decode(id, s); err != nil && firstErr == nil {
 			firstErr = err
 		}
@@ -206,6 +215,15 @@ func (f *JobFollower) setPlan(value []byte, del bool) error {
 // decode reads s's records into its state, as InspectJob shows it.
 func (f *JobFollower) decode(id string, s *followedSplit) error {
 	defer f.gc(id, s)
+	if f.deferred {
+		return nil // read by Decode
+	}
+	return f.read(id, s)
+}
+
+// read is decode without forgetting an empty split: safe to run for
+// different splits at once.
+func (f *JobFollower) read(id string, s *followedSplit) error {
 	st := SplitState{ID: SplitID{id: id}, Revision: s.revision, LeaseOwner: s.lease}
 	s.state, s.visible = st, false
 	if f.plan == nil {
@@ -227,8 +245,17 @@ func (f *JobFollower) decode(id string, s *followedSplit) error {
 		}
 	}
 	if s.spec != nil {
-		r, err := decodeSpec(keySpec(id), id, s.spec, f.fp)
-		switch {
+		if !s.specRead {
+			s.specWeight, s.specErr = 0, nil
+			r, err := decodeSpec(keySpec(id), id, s.spec, f.fp)
+			if err != nil {
+				s.specErr = err
+			} else {
+				s.specWeight = r.Weight
+			}
+			s.specRead = true
+		}
+		switch err := s.specErr; {
 		case err != nil && !isDamage(err):
 			return err
 		case err != nil:
@@ -236,7 +263,7 @@ func (f *JobFollower) decode(id string, s *followedSplit) error {
 				st.Damage, st.DamageFix = err, damageFix(keySpec(id))
 			}
 		default:
-			st.Weight, st.HasSpec = r.Weight, true
+			st.Weight, st.HasSpec = s.specWeight, true
 		}
 	}
 	if st.Status == "" && st.Damage != nil {
@@ -245,6 +272,35 @@ func (f *JobFollower) decode(id string, s *followedSplit) error {
 	// A spec without its progress record is seeding in flight: not shown.
 	s.state, s.visible = st, st.Status != ""
 	return nil
+}
+
+// Defer makes Apply keep split records unread until [JobFollower.Decode],
+// which reads them on every core: for folding a snapshot of a large job
+// (each record is decoded strictly, which is most of the cost).
+func (f *JobFollower) Defer() { f.deferred = true }
+
+// Decode reads the records Apply kept since [JobFollower.Defer], and ends
+// it; it returns the first error Apply would have.
+func (f *JobFollower) Decode() error {
+	if !f.deferred {
+		return nil
+	}
+	f.deferred = false
+	ids := slices.Collect(maps.Keys(f.splits))
+	workers := min(runtime.GOMAXPROCS(0), max(len(ids)/256, 1))
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(ids); i += workers {
+				if err := f.read(ids[i], f.splits[ids[i]]); err != nil && errs[w] == nil {
+					errs[w] = err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // Split returns one split's state, as [InspectJob] would list it.

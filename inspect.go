@@ -118,6 +118,7 @@ func InspectJob(ctx context.Context, store Store, fingerprint string) (*JobState
 	if err := f.setPlan(pe.Value, false); err != nil {
 		return nil, err
 	}
+	f.Defer()
 	for _, ks := range []Keyspace{Durable, Ephemeral} {
 		es, err := store.List(ctx, ks, "")
 		if err != nil {
@@ -131,6 +132,9 @@ func InspectJob(ctx context.Context, store Store, fingerprint string) (*JobState
 				return nil, err
 			}
 		}
+	}
+	if err := f.Decode(); err != nil {
+		return nil, err
 	}
 	return f.State()
 }

@@ -4,21 +4,25 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/spate-go/spate"
 )
 
-// A hub is the one reader of one job that every open page of it shares:
-// one watch per keyspace of the job's store, one read of the job per
-// refresh, whatever the number of pages. It folds each read into the
-// job's view, diffs it against the last and sends subscribers only the
-// rows that changed.
+// A hub is the one reader of one job that every open page of it shares.
+// It watches the job's two keyspaces once, folds each record into a
+// [spate.JobFollower] and, at most once per refresh, turns the splits
+// that changed into rows: the summary and members are kept by adding and
+// taking away the changed rows' shares, so a refresh costs what changed,
+// not the job's size or the number of pages. Subscribers get only the
+// changed rows.
 type hub struct {
 	job     string
 	st      spate.Store
@@ -26,18 +30,31 @@ type hub struct {
 	refresh time.Duration
 	now     func() time.Time
 
-	mu       sync.Mutex
-	cur      *view
-	rev      uint64 // the store revision the current view includes
-	err      error  // the last read's error, shown on the page
-	subs     map[chan event]struct{}
-	history  []sample // done vs total over time, for the chart
-	timeline []entry  // gains, losses, takeovers, quarantines; newest last
-	rates    map[string]rate
-	ready    chan struct{} // closed after the first read
+	mu           sync.Mutex
+	meta         *spate.JobState // plan, leader, members, assignments
+	rows         map[string]row
+	leased       map[string]bool // the ids of the leased rows
+	sum          summary         // counts and sums; state and ETA derived
+	members      []member
+	summaryShown summary // the last summary sent
+	sorted       []row   // rows by id, for pages; nil when stale
+	rev          uint64  // the store revision the rows include
+	err          error   // why the job cannot be shown, or nil
+	subs         map[chan event]struct{}
+	history      []sample // done vs total over time, for the chart
+	timeline     []entry  // gains, losses, takeovers, quarantines; newest last
+	recent       []change // the last updates' changed ids, for resuming pages
+	rates        map[string]rate
+	ready        chan struct{} // closed after the first read
 
 	cancel context.CancelFunc
 	done   chan struct{}
+}
+
+// change is one sent update: its revision and the splits it changed.
+type change struct {
+	rev uint64
+	ids []string
 }
 
 // sample is one point of the progress chart.
@@ -70,6 +87,7 @@ const (
 func newHub(job string, st spate.Store, log *slog.Logger, refresh time.Duration) *hub {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &hub{job: job, st: st, log: log, refresh: refresh, now: time.Now,
+		rows: map[string]row{}, leased: map[string]bool{},
 		subs: map[chan event]struct{}{}, rates: map[string]rate{},
 		ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
 	go h.run(ctx)
@@ -82,64 +100,101 @@ func (h *hub) close() {
 	_ = h.st.Close()
 }
 
-// run watches the job and re-reads it, at most once per refresh, after
-// anything changed; every few refreshes it re-reads anyway (ages and
-// rates move without a write).
-func (h *hub) run(ctx context.Context) {
-	defer close(h.done)
-	var seen atomic.Uint64 // the highest revision the watches delivered
-	changed := make(chan struct{}, 1)
-	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
-		go h.watch(ctx, ks, &seen, changed)
-	}
-	h.read(ctx, 0)
-	close(h.ready)
-	tick := time.NewTicker(h.refresh)
-	defer tick.Stop()
-	var (
-		dirty bool
-		idle  int
-	)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-changed:
-			dirty = true
-		case <-tick.C:
-			idle++
-			if dirty || idle >= 8 {
-				dirty, idle = false, 0
-				h.read(ctx, seen.Load())
-			}
-		}
-	}
+const (
+	maxRecent    = 256  // updates remembered for a page that resumes
+	maxResetRows = 2000 // beyond this a stale page reloads instead of taking every row
+)
+
+// watched is one event of one keyspace's watch.
+type watched struct {
+	ks spate.Keyspace
+	ev spate.WatchEvent
 }
 
-// watch follows one keyspace of the job: it raises seen to the revisions
-// it sees and signals changed. A broken watch is opened again after a
-// pause.
-func (h *hub) watch(ctx context.Context, ks spate.Keyspace, seen *atomic.Uint64, changed chan<- struct{}) {
+// run follows the job: both keyspaces' watches feed one follower; once
+// both snapshots are in, the view is built whole, then kept by the
+// changes. A broken watch starts both again from fresh snapshots.
+func (h *hub) run(ctx context.Context) {
+	defer close(h.done)
+	tick := time.NewTicker(h.refresh)
+	defer tick.Stop()
+	readyOnce := sync.OnceFunc(func() { close(h.ready) })
+	defer readyOnce()
 	for ctx.Err() == nil {
-		ch, err := h.st.Watch(ctx, ks, "")
-		if err != nil {
-			h.log.Warn("job view: cannot watch the job; retrying", "job", h.job, "error", err)
-		} else {
-			for ev := range ch {
-				if ev.Kind == spate.WatchError {
-					h.log.Warn("job view: the job's watch broke; reopening it", "job", h.job, "error", ev.Err)
-					break
-				}
-				if ev.Kind == spate.WatchSnapshotDone {
+		wctx, wcancel := context.WithCancel(ctx)
+		in := make(chan watched, 1024)
+		for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
+			go h.watch(wctx, ks, in)
+		}
+		f := spate.NewJobFollower("")
+		f.Defer() // the snapshots are read on every core at once
+		var (
+			snapshots int
+			dirty     = map[string]bool{}
+			metaDirty bool
+			idle      int
+			rev       uint64
+		)
+	follow:
+		for {
+			select {
+			case <-ctx.Done():
+				break follow
+			case w := <-in:
+				switch w.ev.Kind {
+				case spate.WatchError:
+					h.log.Warn("job view: the job's watch broke; reading it again", "job", h.job, "error", w.ev.Err)
+					if snapshots < 2 {
+						// Nothing read yet: a page says why, rather than wait.
+						h.mu.Lock()
+						h.err = fmt.Errorf("cannot watch the job: %w", w.ev.Err)
+						h.mu.Unlock()
+						readyOnce()
+					}
+					break follow
+				case spate.WatchSnapshotDone:
+					if snapshots++; snapshots == 2 {
+						if err := f.Decode(); err != nil {
+							h.log.Debug("job view: a record cannot be read", "job", h.job, "error", err)
+						}
+						h.rebuild(f, rev)
+						readyOnce()
+						clear(dirty)
+						metaDirty = false
+					}
 					continue
 				}
-				raise(seen, ev.Revision)
-				select {
-				case changed <- struct{}{}:
-				default: // a change is already signalled
+				rev = max(rev, w.ev.Revision)
+				touched, err := f.Apply(w.ks, w.ev)
+				if err != nil && !errors.Is(err, spate.ErrNoJob) {
+					h.log.Debug("job view: a record cannot be read", "job", h.job, "key", w.ev.Key, "error", err)
+				}
+				if touched.Split != "" {
+					dirty[touched.Split] = true
+				}
+				metaDirty = metaDirty || touched.Job
+			case <-tick.C:
+				if snapshots < 2 {
+					continue
+				}
+				// Rates and ETAs move without a write: every few refreshes
+				// the leased rows (a fleet's lanes, not the job) are redone.
+				if idle++; idle >= 8 {
+					idle = 0
+					h.mu.Lock()
+					for id := range h.leased {
+						dirty[id] = true
+					}
+					h.mu.Unlock()
+				}
+				if len(dirty) > 0 || metaDirty {
+					h.update(f, dirty, rev, metaDirty)
+					clear(dirty)
+					metaDirty = false
 				}
 			}
 		}
+		wcancel()
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
@@ -147,75 +202,179 @@ func (h *hub) watch(ctx context.Context, ks spate.Keyspace, seen *atomic.Uint64,
 	}
 }
 
-// raise sets v to rev if rev is higher.
-func raise(v *atomic.Uint64, rev uint64) {
-	for cur := v.Load(); rev > cur; cur = v.Load() {
-		if v.CompareAndSwap(cur, rev) {
+// watch follows one keyspace of the job into in; its last event is the
+// watch's error (or nothing, once ctx ends).
+func (h *hub) watch(ctx context.Context, ks spate.Keyspace, in chan<- watched) {
+	ch, err := h.st.Watch(ctx, ks, "")
+	if err != nil {
+		ch = nil
+		select {
+		case in <- watched{ks, spate.WatchEvent{Kind: spate.WatchError, Err: err}}:
+		case <-ctx.Done():
+		}
+		return
+	}
+	for ev := range ch {
+		select {
+		case in <- watched{ks, ev}:
+		case <-ctx.Done():
 			return
 		}
 	}
 }
 
-// read reads the job, folds it into the view and broadcasts the change.
-func (h *hub) read(ctx context.Context, rev uint64) {
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	js, err := spate.InspectJob(rctx, h.st, "")
-	cancel()
+// rebuild makes the view whole from f: the first paint, and after a
+// broken watch. Subscribers get every row again.
+func (h *hub) rebuild(f *spate.JobFollower, rev uint64) {
+	js, err := f.State()
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.err = err
 	if err != nil {
-		if ctx.Err() != nil {
-			return
-		}
 		if !errors.Is(err, spate.ErrNoJob) {
 			h.log.Warn("job view: cannot read the job", "job", h.job, "error", err)
 		}
-		h.err = err
 		return
 	}
-	h.err = nil
+	prev := h.rows
+	h.meta = js
+	h.rows = make(map[string]row, len(js.Splits))
+	h.leased = map[string]bool{}
+	h.sum = summary{}
+	var changed []row
+	var timeline []entry
 	for _, sp := range js.Splits {
 		rev = max(rev, sp.Revision)
+		r := rowOf(sp, now, h.rates)
+		h.add(r)
+		if old, ok := prev[r.ID]; ok {
+			timeline = append(timeline, transitions(old, r, now)...)
+		}
+		changed = append(changed, r)
 	}
-	next := buildView(h.job, js, now, h.rates)
-	prev := h.cur
-	msg := update{Rev: strconv.FormatUint(max(rev, h.rev), 10), Summary: next.Summary, Members: next.Members}
-	if prev == nil {
-		msg.Reset = true
+	for id := range h.rates {
+		if _, ok := h.rows[id]; !ok {
+			delete(h.rates, id)
+		}
 	}
-	if prev != nil {
-		for _, r := range next.Splits {
-			old, ok := prev.byID[r.ID]
-			if !ok || old != r {
-				msg.Splits = append(msg.Splits, r)
+	h.sorted = changed // js.Splits are sorted by id
+	h.rev = max(rev, h.rev)
+	// A page behind this revision cannot be told what changed; one at it
+	// or later can.
+	h.recent = []change{{rev: h.rev}}
+	h.publish(now, update{Reset: true, Splits: changed, Timeline: timeline}, nil)
+}
+
+// update turns the dirty splits into rows, keeps the summary by their
+// shares, and sends the rows that changed.
+func (h *hub) update(f *spate.JobFollower, dirty map[string]bool, rev uint64, metaDirty bool) {
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if metaDirty || h.meta == nil {
+		meta, err := f.Meta()
+		h.err = err
+		if err != nil {
+			return
+		}
+		if h.meta == nil || h.meta.Plan.Fingerprint != meta.Plan.Fingerprint {
+			// A plan appeared, or changed whole: read every split.
+			h.mu.Unlock()
+			h.rebuild(f, rev)
+			h.mu.Lock()
+			return
+		}
+		h.meta = meta
+	}
+	var msg update
+	var ids []string
+	for id := range dirty {
+		old, had := h.rows[id]
+		sp, ok := f.Split(id)
+		switch {
+		case !ok && !had:
+			continue
+		case !ok:
+			h.remove(old)
+			delete(h.rates, id)
+			msg.Removed = append(msg.Removed, id)
+		default:
+			rev = max(rev, sp.Revision)
+			r := rowOf(sp, now, h.rates)
+			if had && r == old {
+				continue
 			}
-			if ok {
+			if had {
+				h.remove(old)
 				msg.Timeline = append(msg.Timeline, transitions(old, r, now)...)
 			}
+			h.add(r)
+			msg.Splits = append(msg.Splits, r)
 		}
-		for id := range prev.byID {
-			if _, ok := next.byID[id]; !ok {
-				msg.Removed = append(msg.Removed, id)
-			}
-		}
+		ids = append(ids, id)
 	}
+	h.rev = max(rev, h.rev)
+	if len(ids) > 0 {
+		h.sorted = nil
+	}
+	slices.SortFunc(msg.Splits, func(a, b row) int { return strings.Compare(a.ID, b.ID) })
+	h.publish(now, msg, ids)
+}
+
+func (h *hub) add(r row) {
+	h.rows[r.ID] = r
+	h.sum.count(r, 1)
+	if r.State == "leased" {
+		h.leased[r.ID] = true
+	}
+}
+
+func (h *hub) remove(r row) {
+	delete(h.rows, r.ID)
+	delete(h.leased, r.ID)
+	h.sum.count(r, -1)
+}
+
+// publish completes msg with the summary, members and chart, records it
+// and sends it to the subscribers when a page would show a change.
+// h.mu is held.
+func (h *hub) publish(now time.Time, msg update, ids []string) {
+	leader := ""
+	if h.meta.Leader != nil {
+		leader = h.meta.Leader.Instance
+	}
+	members := membersOf(h.meta, leader, func(yield func(row)) {
+		for id := range h.leased {
+			yield(h.rows[id])
+		}
+	})
+	sum := h.sum.finished(h.meta.Plan.Finality == spate.PlanFinal)
 	h.timeline = append(h.timeline, msg.Timeline...)
 	if n := len(h.timeline) - maxTimeline; n > 0 {
 		h.timeline = slices.Delete(h.timeline, 0, n)
 	}
-	s := sample{At: now, Done: next.Summary.BytesDone, Total: next.Summary.BytesTotal}
+	s := sample{At: now, Done: sum.BytesDone, Total: sum.BytesTotal}
 	if len(h.history) == 0 || h.history[len(h.history)-1] != s {
 		h.history = append(h.history, s)
 		if n := len(h.history) - maxHistory; n > 0 {
 			h.history = slices.Delete(h.history, 0, n)
 		}
 	}
-	msg.Chart = chartOf(h.history)
-	h.cur = next
-	h.rev = max(rev, h.rev)
-	if prev != nil && len(msg.Splits) == 0 && len(msg.Removed) == 0 && prev.Summary == next.Summary && slices.Equal(prev.Members, next.Members) {
+	if !msg.Reset && len(msg.Splits) == 0 && len(msg.Removed) == 0 && sum == h.summaryShown && slices.Equal(members, h.members) {
 		return // nothing a page shows changed
+	}
+	h.summaryShown, h.members = sum, members
+	if msg.Reset && len(msg.Splits) > maxResetRows {
+		msg.Splits, msg.Reload = nil, true
+	}
+	msg.Rev = strconv.FormatUint(h.rev, 10)
+	msg.Summary, msg.Members, msg.Chart = sum, members, chartOf(h.history)
+	if len(ids) > 0 {
+		h.recent = append(h.recent, change{rev: h.rev, ids: ids})
+		if n := len(h.recent) - maxRecent; n > 0 {
+			h.recent = slices.Delete(h.recent, 0, n)
+		}
 	}
 	ev := msg.event()
 	for sub := range h.subs {
@@ -223,7 +382,7 @@ func (h *hub) read(ctx context.Context, rev uint64) {
 		case sub <- ev:
 		default:
 			// A page too slow to take its updates is dropped; its browser
-			// reconnects and gets the whole view again.
+			// reconnects and resumes, or gets the whole view again.
 			close(sub)
 			delete(h.subs, sub)
 		}
@@ -258,7 +417,8 @@ func transitions(old, r row, now time.Time) []entry {
 
 // subscribe registers a page. since is the revision the page already
 // shows ("" for none): a page at the current revision gets only what
-// follows, any other the whole view first.
+// follows; one a few updates behind gets the rows changed since; any
+// other the whole view first (or, for a large job, word to reload).
 func (h *hub) subscribe(since string) (chan event, *event) {
 	<-h.ready
 	h.mu.Lock()
@@ -266,13 +426,46 @@ func (h *hub) subscribe(since string) (chan event, *event) {
 	ch := make(chan event, 64)
 	h.subs[ch] = struct{}{}
 	cur := strconv.FormatUint(h.rev, 10)
-	if h.cur == nil || since == cur {
+	if h.meta == nil || since == cur {
 		return ch, nil
 	}
-	msg := update{Rev: cur, Reset: true, Summary: h.cur.Summary, Members: h.cur.Members,
-		Splits: h.cur.Splits, Chart: chartOf(h.history), Timeline: h.timeline}
+	msg := update{Rev: cur, Summary: h.summaryShown, Members: h.members, Chart: chartOf(h.history)}
+	if at, err := strconv.ParseUint(since, 10, 64); err == nil && at < h.rev && len(h.recent) > 0 && h.recent[0].rev <= at {
+		// Resume: the rows changed after at, as they are now.
+		ids := map[string]bool{}
+		for _, c := range h.recent {
+			if c.rev > at {
+				for _, id := range c.ids {
+					ids[id] = true
+				}
+			}
+		}
+		for _, id := range slices.Sorted(maps.Keys(ids)) {
+			if r, ok := h.rows[id]; ok {
+				msg.Splits = append(msg.Splits, r)
+			} else {
+				msg.Removed = append(msg.Removed, id)
+			}
+		}
+		ev := msg.event()
+		return ch, &ev
+	}
+	msg.Reset, msg.Timeline = true, h.timeline
+	if len(h.rows) > maxResetRows {
+		msg.Reload = true
+	} else {
+		msg.Splits = h.sortedRows()
+	}
 	ev := msg.event()
 	return ch, &ev
+}
+
+// sortedRows is every row by id; h.mu is held.
+func (h *hub) sortedRows() []row {
+	if h.sorted == nil {
+		h.sorted = slices.SortedFunc(maps.Values(h.rows), func(a, b row) int { return strings.Compare(a.ID, b.ID) })
+	}
+	return h.sorted
 }
 
 func (h *hub) unsubscribe(ch chan event) {
@@ -284,12 +477,22 @@ func (h *hub) unsubscribe(ch chan event) {
 	}
 }
 
-// snapshot is what a page is rendered from.
+// snapshot is what a page is rendered from (nil before the job has a
+// plan).
 func (h *hub) snapshot() (*view, string, []sample, []entry, error) {
 	<-h.ready
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.cur, strconv.FormatUint(h.rev, 10), slices.Clone(h.history), slices.Clone(h.timeline), h.err
+	var v *view
+	if h.meta != nil {
+		m := h.meta.Plan
+		v = &view{Job: h.job, Summary: h.summaryShown, Members: h.members, Splits: h.sortedRows(),
+			Plan: plan{Generation: m.Generation, Final: m.Finality == spate.PlanFinal, Planned: m.Planned, Fingerprint: m.Fingerprint}}
+		if h.meta.Leader != nil {
+			v.Leader = h.meta.Leader.Instance
+		}
+	}
+	return v, strconv.FormatUint(h.rev, 10), slices.Clone(h.history), slices.Clone(h.timeline), h.err
 }
 
 // event is one server-sent event: its id (a store revision) and data.
@@ -307,7 +510,8 @@ func (u update) event() event {
 // the last.
 type update struct {
 	Rev      string   `json:"rev"`
-	Reset    bool     `json:"reset,omitempty"` // Splits is every row: drop the others
+	Reset    bool     `json:"reset,omitempty"`  // Splits is every row: drop the others
+	Reload   bool     `json:"reload,omitempty"` // too many rows to send: reload the page
 	Summary  summary  `json:"summary"`
 	Members  []member `json:"members"`
 	Splits   []row    `json:"splits,omitempty"`

@@ -235,11 +235,65 @@ func TestEventsCarryChangesUnderStoreRevisions(t *testing.T) {
 			require.NoError(t, err)
 			assert.Greater(t, got, was, "the commit's event is at a later revision than the page")
 			staleGetsTheWholeView(t, srv.URL+"/jobs/job-a/events?since=1")
+			// A page a few updates behind (the one rendered before both
+			// commits) resumes: it gets the rows changed since, no reset.
+			split3 := spate.MustSplitID("part-03")
+			require.NoError(t, w.c.CommitAt(t.Context(), split3, w.held[split3], spate.NewSplitProgress(300, nil)))
+			for ev := range events {
+				if strings.Contains(ev[1], `"id":"part-03"`) {
+					break
+				}
+			}
+			first := firstEvent(t, srv.URL+"/jobs/job-a/events?since="+rev)
+			assert.NotContains(t, first, `"reset":true`, "a page a few updates behind got the whole view")
+			assert.Contains(t, first, `"id":"part-02"`)
+			assert.Contains(t, first, `"id":"part-03"`)
+			assert.NotContains(t, first, `"id":"part-01"`, "a split unchanged since the page was sent")
 			return
 		case <-time.After(10 * time.Second):
 			t.Fatal("no event carried the commit")
 		}
 	}
+}
+
+// firstEvent is the data of the first event of a stream.
+func firstEvent(t *testing.T, url string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			return data
+		}
+	}
+	t.Fatalf("the stream ended without an event: %v", sc.Err())
+	return ""
+}
+
+// A stale page of a job too large to send whole is told to reload (and
+// is rendered afresh, its first 500 rows), not sent every row.
+func TestAStalePageOfALargeJobReloads(t *testing.T) {
+	store := mem.MustNew(mem.Options{TTL: time.Second})
+	t.Cleanup(func() { _ = store.Close() })
+	w := startWorker(t, store, "w1", 2500)
+	w.pollUntil(t, "w1 holds splits", func() bool { return len(w.held) > 0 })
+	srv := newView(t, store, jobview.Config{})
+	var body string
+	require.Eventually(t, func() bool {
+		_, body = get(t, srv.URL+"/jobs/job-a")
+		return strings.Contains(body, "2500 splits") || strings.Count(body, `id="s-part-`) == 500
+	}, 10*time.Second, 50*time.Millisecond)
+	assert.Equal(t, 500, strings.Count(body, `id="s-part-`), "the page renders its row limit")
+	first := firstEvent(t, srv.URL+"/jobs/job-a/events?since=1")
+	assert.Contains(t, first, `"reload":true`)
+	assert.NotContains(t, first, `"splits":[`, "a large job's every row was sent")
+	assert.Less(t, len(first), 64<<10)
 }
 
 // staleGetsTheWholeView checks that a stream opened at a revision other

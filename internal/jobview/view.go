@@ -17,7 +17,6 @@ type view struct {
 	Summary summary
 	Members []member
 	Splits  []row // sorted by id
-	byID    map[string]row
 }
 
 type plan struct {
@@ -71,114 +70,124 @@ type row struct {
 	// would change every read and send every row each time.
 	Written int64  `json:"written"`
 	Damage  string `json:"damage,omitempty"`
+	done    int64  // its share of the summary's bytes done
 }
 
-// buildView folds a job's state into its view. rates carries each split's
-// last watermark and rate from one read to the next.
-func buildView(job string, js *spate.JobState, now time.Time, rates map[string]rate) *view {
-	v := &view{Job: job, byID: make(map[string]row, len(js.Splits)),
-		Plan: plan{Generation: js.Plan.Generation, Final: js.Plan.Finality == spate.PlanFinal, Planned: js.Plan.Planned, Fingerprint: js.Plan.Fingerprint}}
-	if js.Leader != nil {
-		v.Leader = js.Leader.Instance
+// rowOf is a split's row. rates carries each split's last watermark and
+// rate from one read of it to the next.
+func rowOf(sp spate.SplitState, now time.Time, rates map[string]rate) row {
+	id := sp.ID.String()
+	r := row{ID: id, State: string(sp.Status), Owner: sp.Owner, Lease: sp.LeaseOwner, Epoch: uint64(sp.Epoch),
+		Attempts: sp.Attempts, Weight: sp.Weight, Left: -1}
+	if sp.Progress != nil {
+		r.Watermark = sp.Progress.Watermark
 	}
-	members := map[string]*member{}
-	for _, m := range js.Members {
-		members[m.Instance] = &member{Instance: m.Instance, Leader: m.Instance == v.Leader, Lanes: m.MaxInFlight, Assigned: len(js.Assignments[m.Instance])}
-	}
-	s := &v.Summary
-	seen := make(map[string]bool, len(js.Splits))
-	for _, sp := range js.Splits {
-		id := sp.ID.String()
-		seen[id] = true
-		r := row{ID: id, State: string(sp.Status), Owner: sp.Owner, Lease: sp.LeaseOwner, Epoch: uint64(sp.Epoch),
-			Attempts: sp.Attempts, Weight: sp.Weight, Left: -1}
-		if sp.Progress != nil {
-			r.Watermark = sp.Progress.Watermark
-		}
-		switch {
-		case sp.Damage != nil:
-			r.State, r.Damage = string(spate.StatusDamaged), sp.Damage.Error()
-			s.Damaged++
-		case sp.Status == spate.StatusCompleted:
-			s.Completed++
-		case sp.Status == spate.StatusQuarantined:
-			s.Quarantined++
-		case sp.LeaseOwner != "":
-			r.State = "leased"
-			s.Leased++
-		default:
-			s.Runnable++
-		}
-		w := int64(max(sp.Weight, 1))
-		s.BytesTotal += w
-		switch {
-		case sp.Status == spate.StatusCompleted:
-			r.Left, r.Percent = 0, 100
-			s.BytesDone += w
-		case sp.HasSpec || sp.Weight > 0:
-			r.Left = max(int64(sp.Weight)-r.Watermark, 0)
-			s.BytesDone += min(r.Watermark, w)
-			if sp.Weight > 0 {
-				r.Percent = int(min(100, 100*r.Watermark/int64(sp.Weight)))
-			}
-		}
-		if !sp.WrittenAt.IsZero() {
-			r.Written = sp.WrittenAt.UnixMilli()
-		}
-		// The rate: bytes committed between the last two watermarks seen.
-		rt, ok := rates[id]
-		switch {
-		case !ok || r.Watermark < rt.wm:
-			rt = rate{at: now, wm: r.Watermark}
-		case r.Watermark > rt.wm:
-			if dt := now.Sub(rt.at).Seconds(); dt > 0 {
-				rt.bps = float64(r.Watermark-rt.wm) / dt
-			}
-			rt.at, rt.wm = now, r.Watermark
-		case now.Sub(rt.at) > time.Minute:
-			rt.bps = 0
-		}
-		rates[id] = rt
-		if r.State == "leased" {
-			r.Rate = int64(rt.bps)
-			s.Rate += rt.bps
-			if rt.bps > 0 && r.Left > 0 {
-				r.ETA = age(time.Duration(float64(r.Left) / rt.bps * float64(time.Second)))
-			}
-			if m := members[r.Lease]; m != nil {
-				m.Held++
-				m.Rate += r.Rate
-				if r.Left > 0 {
-					m.Left += r.Left
-				}
-			}
-		}
-		v.Splits = append(v.Splits, r)
-		v.byID[id] = r
-	}
-	for id := range rates {
-		if !seen[id] {
-			delete(rates, id)
-		}
-	}
-	s.Splits = len(js.Splits)
 	switch {
-	case v.Plan.Final && s.Splits > 0 && s.Completed == s.Splits:
+	case sp.Damage != nil:
+		r.State, r.Damage = string(spate.StatusDamaged), sp.Damage.Error()
+	case sp.Status == spate.StatusCompleted, sp.Status == spate.StatusQuarantined:
+	case sp.LeaseOwner != "":
+		r.State = "leased"
+	}
+	w := int64(max(sp.Weight, 1))
+	switch {
+	case sp.Status == spate.StatusCompleted:
+		r.Left, r.Percent = 0, 100
+		r.done = w
+	case sp.HasSpec || sp.Weight > 0:
+		r.Left = max(int64(sp.Weight)-r.Watermark, 0)
+		r.done = min(r.Watermark, w)
+		if sp.Weight > 0 {
+			r.Percent = int(min(100, 100*r.Watermark/int64(sp.Weight)))
+		}
+	}
+	if !sp.WrittenAt.IsZero() {
+		r.Written = sp.WrittenAt.UnixMilli()
+	}
+	// The rate: bytes committed between the last two watermarks seen.
+	rt, ok := rates[id]
+	switch {
+	case !ok || r.Watermark < rt.wm:
+		rt = rate{at: now, wm: r.Watermark}
+	case r.Watermark > rt.wm:
+		if dt := now.Sub(rt.at).Seconds(); dt > 0 {
+			rt.bps = float64(r.Watermark-rt.wm) / dt
+		}
+		rt.at, rt.wm = now, r.Watermark
+	case now.Sub(rt.at) > time.Minute:
+		rt.bps = 0
+	}
+	rates[id] = rt
+	if r.State == "leased" {
+		r.Rate = int64(rt.bps)
+		if rt.bps > 0 && r.Left > 0 {
+			r.ETA = age(time.Duration(float64(r.Left) / rt.bps * float64(time.Second)))
+		}
+	}
+	return r
+}
+
+// count adds (sign 1) or takes away (sign -1) r's share of the summary's
+// counts and sums: a changed row costs the summary O(1).
+func (s *summary) count(r row, sign int) {
+	switch r.State {
+	case string(spate.StatusDamaged):
+		s.Damaged += sign
+	case string(spate.StatusCompleted):
+		s.Completed += sign
+	case string(spate.StatusQuarantined):
+		s.Quarantined += sign
+	case "leased":
+		s.Leased += sign
+		s.Rate += float64(sign) * float64(r.Rate) // integers: exact, no drift
+	default:
+		s.Runnable += sign
+	}
+	s.Splits += sign
+	s.BytesTotal += int64(sign) * int64(max(r.Weight, 1))
+	s.BytesDone += int64(sign) * r.done
+}
+
+// finished is s with its state and ETA derived from its counts.
+func (s summary) finished(final bool) summary {
+	switch {
+	case final && s.Splits > 0 && s.Completed == s.Splits:
 		s.State = "complete"
-	case !v.Plan.Final:
+	case !final:
 		s.State = "planning"
 	case s.Leased == 0 && s.Runnable == 0 && s.Completed < s.Splits:
 		s.State = "stalled"
 	default:
 		s.State = "running"
 	}
+	s.ETA = ""
 	if left := s.BytesTotal - s.BytesDone; s.Rate > 0 && left > 0 {
 		s.ETA = age(time.Duration(float64(left) / s.Rate * float64(time.Second)))
 	}
-	for _, id := range slices.Sorted(maps.Keys(members)) {
-		v.Members = append(v.Members, *members[id])
+	return s
+}
+
+// membersOf is the members' lines: from the job's meta, and the leased
+// rows (what each holds, its bytes left and rate).
+func membersOf(meta *spate.JobState, leader string, leased func(func(row))) []member {
+	members := map[string]*member{}
+	for _, m := range meta.Members {
+		members[m.Instance] = &member{Instance: m.Instance, Leader: m.Instance == leader, Lanes: m.MaxInFlight, Assigned: len(meta.Assignments[m.Instance])}
 	}
-	return v
+	leased(func(r row) {
+		if m := members[r.Lease]; m != nil {
+			m.Held++
+			m.Rate += r.Rate
+			if r.Left > 0 {
+				m.Left += r.Left
+			}
+		}
+	})
+	out := make([]member, 0, len(members))
+	for _, id := range slices.Sorted(maps.Keys(members)) {
+		out = append(out, *members[id])
+	}
+	return out
 }
 
 // age renders a duration as an operator reads it: 850ms, 12s, 3m4s, 2h5m.
