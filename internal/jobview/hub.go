@@ -42,6 +42,8 @@ type hub struct {
 	err          error   // why the job cannot be shown, or nil
 	subs         map[chan event]struct{}
 	history      []sample // done vs total over time, for the chart
+	chart        chart    // the history drawn, at chartAt
+	chartAt      time.Time
 	timeline     []entry  // gains, losses, takeovers, quarantines; newest last
 	recent       []change // the last updates' changed ids, for resuming pages
 	rates        map[string]rate
@@ -355,11 +357,21 @@ func (h *hub) publish(now time.Time, msg update, ids []string) {
 		h.timeline = slices.Delete(h.timeline, 0, n)
 	}
 	s := sample{At: now, Done: sum.BytesDone, Total: sum.BytesTotal}
-	if len(h.history) == 0 || h.history[len(h.history)-1] != s {
+	// One point per second at most: the chart spans maxHistory seconds
+	// and the newest point follows the job in between.
+	switch last := len(h.history) - 1; {
+	case last >= 0 && now.Sub(h.history[last].At) < time.Second:
+		h.history[last].Done, h.history[last].Total = s.Done, s.Total
+	case last < 0 || h.history[last] != s:
 		h.history = append(h.history, s)
 		if n := len(h.history) - maxHistory; n > 0 {
 			h.history = slices.Delete(h.history, 0, n)
 		}
+	}
+	// The chart's points move with its span: redrawn at most once a
+	// second (600 points), not at every update.
+	if msg.Reset || h.chartAt.IsZero() || now.Sub(h.chartAt) >= time.Second {
+		h.chart, h.chartAt = chartOf(h.history), now
 	}
 	if !msg.Reset && len(msg.Splits) == 0 && len(msg.Removed) == 0 && sum == h.summaryShown && slices.Equal(members, h.members) {
 		return // nothing a page shows changed
@@ -369,7 +381,7 @@ func (h *hub) publish(now time.Time, msg update, ids []string) {
 		msg.Splits, msg.Reload = nil, true
 	}
 	msg.Rev = strconv.FormatUint(h.rev, 10)
-	msg.Summary, msg.Members, msg.Chart = sum, members, chartOf(h.history)
+	msg.Summary, msg.Members, msg.Chart = sum, members, h.chart
 	if len(ids) > 0 {
 		h.recent = append(h.recent, change{rev: h.rev, ids: ids})
 		if n := len(h.recent) - maxRecent; n > 0 {
@@ -429,7 +441,7 @@ func (h *hub) subscribe(since string) (chan event, *event) {
 	if h.meta == nil || since == cur {
 		return ch, nil
 	}
-	msg := update{Rev: cur, Summary: h.summaryShown, Members: h.members, Chart: chartOf(h.history)}
+	msg := update{Rev: cur, Summary: h.summaryShown, Members: h.members, Chart: h.chart}
 	if at, err := strconv.ParseUint(since, 10, 64); err == nil && at < h.rev && len(h.recent) > 0 && h.recent[0].rev <= at {
 		// Resume: the rows changed after at, as they are now.
 		ids := map[string]bool{}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/spate-go/spate"
@@ -226,22 +227,24 @@ func chartOf(hs []sample) chart {
 	for _, s := range hs {
 		top = max(top, s.Total)
 	}
-	var c chart
-	pt := func(s sample, v int64) string {
+	y := func(v int64) float64 { return chartH - float64(v)/float64(top)*chartH }
+	done := make([]byte, 0, 12*len(hs)+12)
+	total := make([]byte, 0, 12*len(hs)+12)
+	pt := func(b []byte, x, y float64) []byte {
+		b = strconv.AppendFloat(b, x, 'f', 1, 64)
+		b = append(b, ',')
+		b = strconv.AppendFloat(b, y, 'f', 1, 64)
+		return append(b, ' ')
+	}
+	if len(hs) == 1 {
+		done, total = pt(done, 0, y(hs[0].Done)), pt(total, 0, y(hs[0].Total))
+	}
+	for _, s := range hs {
 		x := chartW
 		if span > 0 {
 			x = s.At.Sub(t0).Seconds() / span * chartW
 		}
-		return fmt.Sprintf("%.1f,%.1f ", x, chartH-float64(v)/float64(top)*chartH)
+		done, total = pt(done, x, y(s.Done)), pt(total, x, y(s.Total))
 	}
-	if len(hs) == 1 {
-		c.Done = fmt.Sprintf("0,%.1f ", chartH-float64(hs[0].Done)/float64(top)*chartH)
-		c.Total = fmt.Sprintf("0,%.1f ", chartH-float64(hs[0].Total)/float64(top)*chartH)
-	}
-	for _, s := range hs {
-		c.Done += pt(s, s.Done)
-		c.Total += pt(s, s.Total)
-	}
-	c.Span = age(t1.Sub(t0))
-	return c
+	return chart{Done: string(done), Total: string(total), Span: age(t1.Sub(t0))}
 }
