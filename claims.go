@@ -328,6 +328,7 @@ func (a *actor) claimIO(ctx context.Context, in claimIn) (out claimOut) {
 		// split with a chatty zombie could dodge its cap.
 		if charged(out.kind, base.advanced()) {
 			rec.Attempts++
+			rec.LastFailure = deathText(base.owner(), base.Epoch)
 		}
 		rec.WrittenAtMs = nowMs()
 		start := time.Now()
@@ -463,6 +464,7 @@ func (a *actor) quarantine(c claimCandidate) {
 		rec.Status = statusQuarant
 		rec.Owner = nil
 		rec.Attempts++
+		rec.LastFailure = deathText(cur.owner(), cur.Epoch)
 		rec.WrittenAtMs = nowMs()
 		o, err := a.st.Update(ctx, Durable, key, encode(rec), e.Revision)
 		return func() error {

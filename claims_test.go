@@ -175,6 +175,7 @@ func storeCallsPerLifecycle(t *testing.T, atomic bool) {
 	require.Contains(t, a.owned, "dead")
 	r, _ = storedProgress(t, st, "dead")
 	assert.Equal(t, uint32(1), r.Attempts, "the takeover of a dead owner's split without progress is charged")
+	assert.Equal(t, deathText("peer", 3), r.LastFailure, "the charged attempt names the tenancy that died")
 
 	// "gone" was released, but the view has not seen the owner-clear yet:
 	// the takeover loses its compare-and-swap, reads, and is not charged.
@@ -185,4 +186,5 @@ func storeCallsPerLifecycle(t *testing.T, atomic bool) {
 	require.Contains(t, a.owned, "gone")
 	r, _ = storedProgress(t, st, "gone")
 	assert.Equal(t, uint32(0), r.Attempts, "a split whose release the view had not seen is not charged")
+	assert.Empty(t, r.LastFailure)
 }

@@ -271,6 +271,7 @@ func (a *actor) failSplit(cmd *command) error {
 	rec := v.prog.clone()
 	rec.Attempts++
 	rec.Owner = nil
+	rec.LastFailure = failureText(cmd.reason)
 	quarantined := int(rec.Attempts) >= a.cfg.MaxAttempts
 	if quarantined {
 		rec.Status = statusQuarant

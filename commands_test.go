@@ -2,7 +2,9 @@ package spate
 
 import (
 	"errors"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -251,6 +253,27 @@ func TestFailAtTheCapQuarantinesAndFencesZombies(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []Quarantined{{Split: MustSplitID("s"), Attempts: uint32(a.cfg.MaxAttempts)}}, quarantined)
+	assert.Equal(t, "poison", got.LastFailure, "the record keeps why the split was set aside")
+}
+
+// A recorded failure reason is bounded and valid UTF-8, whatever the
+// source passed; a death without progress records its own.
+func TestFailureReasonsAreBoundedAndNamed(t *testing.T) {
+	long := strings.Repeat("é", 400) + "\xff<script>"
+	got := failureText(long)
+	assert.LessOrEqual(t, len(got), maxFailureLen)
+	assert.True(t, utf8.ValidString(got))
+	assert.True(t, strings.HasSuffix(got, "…"))
+	assert.Equal(t, "bad \uFFFD?", failureText("bad \uFFFD\xff"))
+	assert.Contains(t, deathText("w-2", 7), "w-2 at epoch 7")
+
+	st := newFakeStore()
+	a := newTestActor(t, st, testConfig())
+	holdSplit(t, a, st, "s", 2, nil)
+	require.NoError(t, send(t, a, &command{kind: cmdFail, split: MustSplitID("s"), reason: long}))
+	r, _ := storedProgress(t, st, "s")
+	assert.Equal(t, got, r.LastFailure)
+	assert.Equal(t, uint32(1), r.Attempts)
 }
 
 func TestFailLosingItsCASIsFenced(t *testing.T) {

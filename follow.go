@@ -237,8 +237,8 @@ func (f *JobFollower) read(id string, s *followedSplit) error {
 		case err != nil:
 			st.Status, st.Damage, st.DamageFix = StatusDamaged, err, damageFix(keySplit(id))
 		default:
-			st.Status, st.Owner, st.Epoch, st.Attempts, st.Progress =
-				SplitStatus(r.Status), r.owner(), LeaseEpoch(r.Epoch), r.Attempts, r.progress()
+			st.Status, st.Owner, st.Epoch, st.Attempts, st.Progress, st.LastFailure =
+				SplitStatus(r.Status), r.owner(), LeaseEpoch(r.Epoch), r.Attempts, r.progress(), r.LastFailure
 			if r.WrittenAtMs > 0 {
 				st.WrittenAt = time.UnixMilli(r.WrittenAtMs)
 			}

@@ -60,6 +60,11 @@ type SplitState struct {
 	Owner    string // durable owner; "" after a graceful end or before the first claim
 	Epoch    LeaseEpoch
 	Attempts uint32
+	// LastFailure is why the split's last attempt was charged: the reason
+	// its source gave [SplitCoordinator.Fail], or the death of a tenancy
+	// that made no progress. Empty when none was charged since it was
+	// planned or requeued. A quarantined split's is why it was set aside.
+	LastFailure string
 	// Progress is the committed progress, nil before the first commit.
 	Progress *SplitProgress
 	Weight   uint64 // 0 when the spec is missing
@@ -179,6 +184,7 @@ func RequeueSplit(ctx context.Context, store Store, fingerprint string, id Split
 	}
 	r.Status = statusRunnable
 	r.Attempts = 0
+	r.LastFailure = ""
 	r.Owner = nil
 	r.Epoch++
 	r.WrittenAtMs = nowMs()

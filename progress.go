@@ -1,6 +1,10 @@
 package spate
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
 
 // progressRecord is the durable "split.{id}" key: the fence. Every ownership
 // change bumps Epoch; every commit is a compare-and-swap on its revision.
@@ -25,6 +29,36 @@ type progressRecord struct {
 	// at-least-once sinks and in records of earlier versions.
 	Output      []byte `json:"output,omitempty"`
 	WrittenAtMs int64  `json:"written_at_ms"`
+	// LastFailure is why the last attempt was charged (a source's Fail
+	// reason, or a tenancy that ended without a release or progress), at
+	// most maxFailureLen bytes; absent when no attempt was charged.
+	LastFailure string `json:"last_failure,omitempty"`
+}
+
+// maxFailureLen bounds a recorded failure reason: records stay small.
+const maxFailureLen = 512
+
+// failureText is reason as a record keeps it: valid UTF-8, at most
+// maxFailureLen bytes, cut at a rune boundary.
+func failureText(reason string) string {
+	reason = strings.ToValidUTF8(reason, "?")
+	if len(reason) <= maxFailureLen {
+		return reason
+	}
+	cut := maxFailureLen - len("…")
+	for cut > 0 && !utf8.RuneStart(reason[cut]) {
+		cut--
+	}
+	return reason[:cut] + "…"
+}
+
+// deathText is the failure of a tenancy that ended without a release and
+// without advancing the watermark.
+func deathText(owner string, epoch uint64) string {
+	if owner == "" {
+		owner = "its owner"
+	}
+	return fmt.Sprintf("the tenancy of %s at epoch %d ended without a release and without progress (the worker died, hung past its lease, or the split crashes it)", owner, epoch)
 }
 
 func decodeProgress(key, id string, data []byte, fp uint64) (*progressRecord, error) {

@@ -342,10 +342,16 @@ func TestQuarantinedSplitInspectAndRequeue(t *testing.T) {
 	if bad.Attempts != 2 {
 		t.Fatalf("the quarantined split has %d attempts, want 2 (--max-attempts)", bad.Attempts)
 	}
+	if !strings.Contains(bad.LastFailure, "the input changed since it was planned") {
+		t.Fatalf("the quarantined split's record does not say why it was set aside: %q", bad.LastFailure)
+	}
 	code, text, errOut := runSpate(t, dir, "", 60*time.Second, append([]string{"inspect"}, storeArgs...)...)
 	expectCode(t, "inspect", code, 0, text, errOut)
 	if !regexp.MustCompile(bad.ID + `\s+quarantined\s`).MatchString(text) {
 		t.Fatalf("inspect's table does not show %s quarantined:\n%s", bad.ID, text)
+	}
+	if !strings.Contains(text, bad.ID+" after 2 attempts: "+bad.LastFailure) {
+		t.Fatalf("inspect does not give the quarantine's reason:\n%s", text)
 	}
 
 	// Requeue, declined.

@@ -180,6 +180,9 @@ type splitJSON struct {
 	Weight     uint64 `json:"weight"`
 	LeaseOwner string `json:"lease_owner"`
 	Revision   uint64 `json:"revision"`
+	// LastFailure is why the split's last attempt was charged (a
+	// quarantined split's is why it was set aside); empty if none was.
+	LastFailure string `json:"last_failure,omitempty"`
 	// Damage says which record cannot be read and why; DamageFix what to
 	// do about it. Both empty unless the state is damaged.
 	Damage    string `json:"damage,omitempty"`
@@ -215,7 +218,7 @@ func inspectionOf(job, store string, js *spate.JobState) inspection {
 	}
 	for _, sp := range js.Splits {
 		j := splitJSON{ID: sp.ID.String(), Status: string(sp.Status), State: splitState(sp), Owner: sp.Owner, Epoch: uint64(sp.Epoch),
-			Attempts: sp.Attempts, Weight: sp.Weight, LeaseOwner: sp.LeaseOwner, Revision: sp.Revision}
+			Attempts: sp.Attempts, Weight: sp.Weight, LeaseOwner: sp.LeaseOwner, Revision: sp.Revision, LastFailure: sp.LastFailure}
 		if r, ok := remainingBytes(sp); ok {
 			j.Remaining = &r
 		}
@@ -326,6 +329,11 @@ func printInspection(w io.Writer, in inspection) {
 	_ = tw.Flush()
 	if s.Quarantined > 0 {
 		fmt.Fprintf(w, "\n%d split(s) quarantined: fix their input, then spate requeue SPLIT --job %s\n", s.Quarantined, in.Job)
+		for _, sp := range in.Splits {
+			if sp.Status == string(spate.StatusQuarantined) {
+				fmt.Fprintf(w, "  %s after %d attempts: %s\n", sp.ID, sp.Attempts, orUnknown(sp.LastFailure))
+			}
+		}
 	}
 	if s.Damaged > 0 {
 		fmt.Fprintf(w, "\n%d split(s) damaged: a record cannot be read, and the split is out of play until it is fixed\n", s.Damaged)
@@ -427,6 +435,7 @@ func runRequeue(args []string) int {
 		wm = fmt.Sprintf("committed up to byte %d of %d", sp.Progress.Watermark, sp.Weight)
 	}
 	fmt.Printf("split %s of job %s: quarantined after %d attempts at epoch %d, %s\n", id, job, sp.Attempts, sp.Epoch, wm)
+	fmt.Printf("  why: %s\n", orUnknown(sp.LastFailure))
 	if !*yes {
 		if ok, code := confirm(fmt.Sprintf("requeue it (runnable again, attempts reset, epoch %d)?", sp.Epoch+1), "requeued"); !ok {
 			return code
@@ -447,4 +456,13 @@ func runRequeue(args []string) int {
 		fmt.Printf("no worker of job %s is running: run spate backfill again to finish the job\n", job)
 	}
 	return exitOK
+}
+
+// orUnknown is a recorded failure reason, or what to say when a record of
+// an earlier version carries none.
+func orUnknown(reason string) string {
+	if reason == "" {
+		return "not recorded (a record written by an earlier version)"
+	}
+	return reason
 }

@@ -135,6 +135,21 @@ func TestJobPageIsAnEscapedReadOnlySnapshot(t *testing.T) {
 	assert.NotContains(t, body, `<img src=x`, "store values must be escaped")
 	assert.Contains(t, body, "&lt;script&gt;window.__xss=1&lt;/script&gt;")
 
+	// A split its source fails until it is quarantined: the page lists it
+	// with the reason it was set aside (escaped) and its requeue command.
+	poison := spate.MustSplitID("part-00")
+	for range spate.DefaultMaxAttempts {
+		w.pollUntil(t, "w1 holds part-00", func() bool { _, ok := w.held[poison]; return ok })
+		require.NoError(t, w.c.Fail(t.Context(), poison, "bad row "+xss))
+		delete(w.held, poison)
+	}
+	require.Eventually(t, func() bool {
+		_, body = get(t, srv.URL+"/jobs/job-a")
+		return strings.Contains(body, "spate requeue part-00 --job job-a")
+	}, 10*time.Second, 50*time.Millisecond, "the quarantined split never showed")
+	assert.Contains(t, body, "bad row fp&lt;script&gt;window.__xss=1&lt;/script&gt;", "the quarantine's reason, escaped")
+	assert.NotContains(t, body, "<script>window.__xss", "store values must be escaped")
+
 	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete} {
 		req, err := http.NewRequest(m, srv.URL+"/jobs/job-a", nil)
 		require.NoError(t, err)

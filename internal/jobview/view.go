@@ -71,7 +71,10 @@ type row struct {
 	// would change every read and send every row each time.
 	Written int64  `json:"written"`
 	Damage  string `json:"damage,omitempty"`
-	done    int64  // its share of the summary's bytes done
+	// Reason is why its last attempt was charged (a quarantined split's
+	// is why it was set aside).
+	Reason string `json:"reason,omitempty"`
+	done   int64  // its share of the summary's bytes done
 }
 
 // rowOf is a split's row. rates carries each split's last watermark and
@@ -79,7 +82,7 @@ type row struct {
 func rowOf(sp spate.SplitState, now time.Time, rates map[string]rate) row {
 	id := sp.ID.String()
 	r := row{ID: id, State: string(sp.Status), Owner: sp.Owner, Lease: sp.LeaseOwner, Epoch: uint64(sp.Epoch),
-		Attempts: sp.Attempts, Weight: sp.Weight, Left: -1}
+		Attempts: sp.Attempts, Weight: sp.Weight, Left: -1, Reason: sp.LastFailure}
 	if sp.Progress != nil {
 		r.Watermark = sp.Progress.Watermark
 	}
