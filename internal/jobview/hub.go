@@ -44,8 +44,10 @@ type hub struct {
 	history      []sample // done vs total over time, for the chart
 	chart        chart    // the history drawn, at chartAt
 	chartAt      time.Time
-	timeline     []entry  // gains, losses, takeovers, quarantines; newest last
-	recent       []change // the last updates' changed ids, for resuming pages
+	timeline     []entry            // gains, losses, takeovers, quarantines; newest last
+	splitHist    map[string][]entry // each split's own timeline, for its page
+	workerRates  []workerSample     // each member's rate over time, for the chart
+	recent       []change           // the last updates' changed ids, for resuming pages
 	rates        map[string]rate
 	ready        chan struct{} // closed after the first read
 
@@ -82,14 +84,21 @@ type rate struct {
 }
 
 const (
-	maxHistory  = 600 // chart points kept
-	maxTimeline = 500 // timeline entries kept
+	maxHistory      = 600 // chart points kept
+	maxTimeline     = 500 // timeline entries kept
+	maxSplitHistory = 50  // entries kept of each split's own timeline
 )
+
+// workerSample is each member's rate at one point of the chart.
+type workerSample struct {
+	At    time.Time
+	Rates map[string]int64
+}
 
 func newHub(job string, st spate.Store, log *slog.Logger, refresh time.Duration) *hub {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &hub{job: job, st: st, log: log, refresh: refresh, now: time.Now,
-		rows: map[string]row{}, leased: map[string]bool{},
+		rows: map[string]row{}, leased: map[string]bool{}, splitHist: map[string][]entry{},
 		subs: map[chan event]struct{}{}, rates: map[string]rate{},
 		ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
 	go h.run(ctx)
@@ -356,22 +365,39 @@ func (h *hub) publish(now time.Time, msg update, ids []string) {
 	if n := len(h.timeline) - maxTimeline; n > 0 {
 		h.timeline = slices.Delete(h.timeline, 0, n)
 	}
+	for _, e := range msg.Timeline {
+		hs := append(h.splitHist[e.Split], e)
+		if n := len(hs) - maxSplitHistory; n > 0 {
+			hs = slices.Delete(hs, 0, n)
+		}
+		h.splitHist[e.Split] = hs
+	}
+	for _, id := range msg.Removed {
+		delete(h.splitHist, id)
+	}
 	s := sample{At: now, Done: sum.BytesDone, Total: sum.BytesTotal}
 	// One point per second at most: the chart spans maxHistory seconds
 	// and the newest point follows the job in between.
+	ws := workerSample{At: now, Rates: map[string]int64{}}
+	for _, m := range members {
+		ws.Rates[m.Instance] = m.Rate
+	}
 	switch last := len(h.history) - 1; {
 	case last >= 0 && now.Sub(h.history[last].At) < time.Second:
 		h.history[last].Done, h.history[last].Total = s.Done, s.Total
-	case last < 0 || h.history[last] != s:
+		h.workerRates[len(h.workerRates)-1].Rates = ws.Rates
+	case last < 0 || h.history[last] != s || !maps.Equal(h.workerRates[len(h.workerRates)-1].Rates, ws.Rates):
 		h.history = append(h.history, s)
+		h.workerRates = append(h.workerRates, ws)
 		if n := len(h.history) - maxHistory; n > 0 {
 			h.history = slices.Delete(h.history, 0, n)
+			h.workerRates = slices.Delete(h.workerRates, 0, n)
 		}
 	}
 	// The chart's points move with its span: redrawn at most once a
 	// second (600 points), not at every update.
 	if msg.Reset || h.chartAt.IsZero() || now.Sub(h.chartAt) >= time.Second {
-		h.chart, h.chartAt = chartOf(h.history), now
+		h.chart, h.chartAt = chartOf(h.history, h.workerRates), now
 	}
 	if !msg.Reset && len(msg.Splits) == 0 && len(msg.Removed) == 0 && sum == h.summaryShown && slices.Equal(members, h.members) {
 		return // nothing a page shows changed
@@ -381,7 +407,7 @@ func (h *hub) publish(now time.Time, msg update, ids []string) {
 		msg.Splits, msg.Reload = nil, true
 	}
 	msg.Rev = strconv.FormatUint(h.rev, 10)
-	msg.Summary, msg.Members, msg.Chart = sum, members, h.chart
+	msg.Summary, msg.Members, msg.Chart, msg.Leader = sum, members, h.chart, leader
 	if len(ids) > 0 {
 		h.recent = append(h.recent, change{rev: h.rev, ids: ids})
 		if n := len(h.recent) - maxRecent; n > 0 {
@@ -442,6 +468,9 @@ func (h *hub) subscribe(since string) (chan event, *event) {
 		return ch, nil
 	}
 	msg := update{Rev: cur, Summary: h.summaryShown, Members: h.members, Chart: h.chart}
+	if h.meta.Leader != nil {
+		msg.Leader = h.meta.Leader.Instance
+	}
 	if at, err := strconv.ParseUint(since, 10, 64); err == nil && at < h.rev && len(h.recent) > 0 && h.recent[0].rev <= at {
 		// Resume: the rows changed after at, as they are now.
 		ids := map[string]bool{}
@@ -491,7 +520,7 @@ func (h *hub) unsubscribe(ch chan event) {
 
 // snapshot is what a page is rendered from (nil before the job has a
 // plan).
-func (h *hub) snapshot() (*view, string, []sample, []entry, error) {
+func (h *hub) snapshot() (*view, string, chart, []entry, error) {
 	<-h.ready
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -504,7 +533,7 @@ func (h *hub) snapshot() (*view, string, []sample, []entry, error) {
 			v.Leader = h.meta.Leader.Instance
 		}
 	}
-	return v, strconv.FormatUint(h.rev, 10), slices.Clone(h.history), slices.Clone(h.timeline), h.err
+	return v, strconv.FormatUint(h.rev, 10), h.chart, slices.Clone(h.timeline), h.err
 }
 
 // event is one server-sent event: its id (a store revision) and data.
@@ -526,8 +555,23 @@ type update struct {
 	Reload   bool     `json:"reload,omitempty"` // too many rows to send: reload the page
 	Summary  summary  `json:"summary"`
 	Members  []member `json:"members"`
+	Leader   string   `json:"leader"`
 	Splits   []row    `json:"splits,omitempty"`
 	Removed  []string `json:"removed,omitempty"`
 	Timeline []entry  `json:"timeline,omitempty"`
 	Chart    chart    `json:"chart"`
+}
+
+// splitPage is one split's row and its own timeline, newest first; ok is
+// false for a split the job does not hold.
+func (h *hub) splitPage(id string) (r row, hist []entry, rev string, ok bool) {
+	<-h.ready
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r, ok = h.rows[id]
+	hs := h.splitHist[id]
+	for i := len(hs) - 1; i >= 0; i-- {
+		hist = append(hist, hs[i])
+	}
+	return r, hist, strconv.FormatUint(h.rev, 10), ok
 }

@@ -149,6 +149,21 @@ func TestJobPageIsAnEscapedReadOnlySnapshot(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond, "the quarantined split never showed")
 	assert.Contains(t, body, "bad row fp&lt;script&gt;window.__xss=1&lt;/script&gt;", "the quarantine's reason, escaped")
 	assert.NotContains(t, body, "<script>window.__xss", "store values must be escaped")
+	assert.Contains(t, body, `href="/jobs/job-a/splits/part-00"`, "a split's row links to its page")
+
+	// The split's own page: its row in full, its history as this view saw
+	// it, the reason and the requeue command.
+	code, body = get(t, srv.URL+"/jobs/job-a/splits/part-00")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, "<td>quarantined</td>")
+	assert.Contains(t, body, "bad row fp&lt;script&gt;window.__xss=1&lt;/script&gt;")
+	assert.NotContains(t, body, "<script>window.__xss", "store values must be escaped")
+	assert.Contains(t, body, "spate requeue part-00 --job job-a")
+	assert.Regexp(t, `<li>[0-9:.]+ quarantined `, body, "the split's history records its quarantine")
+	code, _ = get(t, srv.URL+"/jobs/job-a/splits/part-99")
+	assert.Equal(t, http.StatusNotFound, code, "a split the job does not hold")
+	code, _ = get(t, srv.URL+"/jobs/job-a/splits/no%3Cid%3E")
+	assert.Equal(t, http.StatusNotFound, code, "an invalid split id")
 
 	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete} {
 		req, err := http.NewRequest(m, srv.URL+"/jobs/job-a", nil)
@@ -244,6 +259,8 @@ func TestEventsCarryChangesUnderStoreRevisions(t *testing.T) {
 			assert.NotContains(t, ev[1], `"reset":true`, "a page at the current revision gets changes, not the whole view")
 			assert.Contains(t, ev[1], `"id":"part-02"`)
 			assert.NotContains(t, ev[1], `"id":"part-01"`, "an unchanged split is not sent")
+			assert.Contains(t, ev[1], `"leader":"w1"`, "the leader line is live")
+			assert.Contains(t, ev[1], `"workers":[{"name":"w1"`, "the throughput chart has a line per worker")
 			got, err := strconv.ParseUint(ev[0], 10, 64)
 			require.NoError(t, err, "the event id is a store revision")
 			was, err := strconv.ParseUint(rev, 10, 64)
@@ -400,7 +417,14 @@ func TestJobPageInABrowser(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.WaitVisible(`//ul[@id="timeline"]/li[contains(., "takeover")][contains(., "w2")]`),
 		chromedp.WaitVisible(`//tr[@id="s-part-03"]/td[3][text()="w2"]`),
+		chromedp.WaitVisible(`//b[@id="sum-leader"][text()="w2"]`),
 	))
+	linked, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('#s-part-03 td a[href="/jobs/job-a/splits/part-03"]') !== null`))
+	require.NoError(t, err)
+	assert.True(t, linked, "a row updated live lost its link to the split's page")
+	lines, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#wchart-lines polyline').length`))
+	require.NoError(t, err)
+	assert.Positive(t, lines, "the throughput chart drew no worker's line")
 
 	// The markup the store holds is text: nothing ran.
 	xssRan, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.__xss !== undefined`))

@@ -112,6 +112,7 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("GET /{$}", s.jobs)
 	s.mux.HandleFunc("GET /jobs/{job}", s.jobPage)
 	s.mux.HandleFunc("GET /jobs/{job}/events", s.events)
+	s.mux.HandleFunc("GET /jobs/{job}/splits/{split}", s.splitPage)
 	return s
 }
 
@@ -234,8 +235,8 @@ func (s *Server) jobPage(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return
 	}
-	v, rev, hist, tl, err := h.snapshot()
-	d := jobData{Base: s.cfg.Base, Store: s.cfg.Store, Job: job, Rev: rev, V: v, Chart: chartOf(hist)}
+	v, rev, ch, tl, err := h.snapshot()
+	d := jobData{Base: s.cfg.Base, Store: s.cfg.Store, Job: job, Rev: rev, V: v, Chart: ch}
 	if err != nil {
 		d.Err = err.Error()
 	}
@@ -372,4 +373,32 @@ func CheckAddr(addr string, token string) error {
 		return fmt.Errorf("%w: %s is reachable from other machines; listen on 127.0.0.1, or give it a token (--token-file or SPATE_UI_TOKEN, never a URL)", ErrNotLoopback, addr)
 	}
 	return nil
+}
+
+type splitData struct {
+	Base, Store, Job, Rev string
+	Row                   row
+	History               []entry
+}
+
+// splitPage is one split's page: its row in full and its own timeline
+// (what this view has seen of it), with the command that requeues it
+// when it is quarantined.
+func (s *Server) splitPage(w http.ResponseWriter, r *http.Request) {
+	job, id := r.PathValue("job"), r.PathValue("split")
+	if _, err := spate.NewSplitID(id); err != nil {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	h, err := s.hubOf(r.Context(), job)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	row, hist, rev, ok := h.splitPage(id)
+	if !ok {
+		http.Error(w, fmt.Sprintf("job %s has no split %s", job, id), http.StatusNotFound)
+		return
+	}
+	s.render(w, "split", splitData{Base: s.cfg.Base, Store: s.cfg.Store, Job: job, Rev: rev, Row: row, History: hist})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/humanize"
 )
 
 // view is one read of a job, as the page shows it.
@@ -210,44 +211,87 @@ func age(d time.Duration) string {
 	}
 }
 
-// chart is the progress chart's polyline, drawn by the page as inline SVG
-// in a 600×120 box: done and total bytes over the time kept.
+// chart is the progress chart's polylines, drawn by the page as inline
+// SVG in 600×120 boxes: done and total bytes over the time kept, and each
+// member's committed-bytes rate over the same time.
 type chart struct {
-	Done  string `json:"done"`  // SVG points
-	Total string `json:"total"` // SVG points
-	Span  string `json:"span"`  // the time the chart covers
+	Done    string   `json:"done"`  // SVG points
+	Total   string   `json:"total"` // SVG points
+	Span    string   `json:"span"`  // the time the chart covers
+	Workers []series `json:"workers"`
+	Peak    string   `json:"peak"` // the rate at the top of the workers' chart
 }
 
-const chartW, chartH = 600.0, 120.0
+// series is one member's line of the workers' chart.
+type series struct {
+	Name   string `json:"name"`
+	Color  string `json:"color"`
+	Points string `json:"points"`
+}
 
-func chartOf(hs []sample) chart {
+const (
+	chartW, chartH = 600.0, 120.0
+	maxSeries      = 8 // members drawn; the others are left out
+)
+
+// palette colours the members' lines (Tableau 10, readable on white).
+var palette = [maxSeries]string{"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#9c755f"}
+
+func chartOf(hs []sample, ws []workerSample) chart {
 	if len(hs) == 0 {
 		return chart{}
 	}
 	t0, t1 := hs[0].At, hs[len(hs)-1].At
 	span := t1.Sub(t0).Seconds()
-	var top int64 = 1
-	for _, s := range hs {
-		top = max(top, s.Total)
+	xOf := func(at time.Time) float64 {
+		if span <= 0 {
+			return chartW
+		}
+		return at.Sub(t0).Seconds() / span * chartW
 	}
-	y := func(v int64) float64 { return chartH - float64(v)/float64(top)*chartH }
-	done := make([]byte, 0, 12*len(hs)+12)
-	total := make([]byte, 0, 12*len(hs)+12)
 	pt := func(b []byte, x, y float64) []byte {
 		b = strconv.AppendFloat(b, x, 'f', 1, 64)
 		b = append(b, ',')
 		b = strconv.AppendFloat(b, y, 'f', 1, 64)
 		return append(b, ' ')
 	}
+	var top int64 = 1
+	for _, s := range hs {
+		top = max(top, s.Total)
+	}
+	y := func(v, top int64) float64 { return chartH - float64(v)/float64(top)*chartH }
+	done := make([]byte, 0, 12*len(hs)+12)
+	total := make([]byte, 0, 12*len(hs)+12)
 	if len(hs) == 1 {
-		done, total = pt(done, 0, y(hs[0].Done)), pt(total, 0, y(hs[0].Total))
+		done, total = pt(done, 0, y(hs[0].Done, top)), pt(total, 0, y(hs[0].Total, top))
 	}
 	for _, s := range hs {
-		x := chartW
-		if span > 0 {
-			x = s.At.Sub(t0).Seconds() / span * chartW
-		}
-		done, total = pt(done, x, y(s.Done)), pt(total, x, y(s.Total))
+		x := xOf(s.At)
+		done, total = pt(done, x, y(s.Done, top)), pt(total, x, y(s.Total, top))
 	}
-	return chart{Done: string(done), Total: string(total), Span: age(t1.Sub(t0))}
+	c := chart{Done: string(done), Total: string(total), Span: age(t1.Sub(t0))}
+
+	// The members' rates, on a scale of the highest seen.
+	names := map[string]bool{}
+	var peak int64 = 1
+	for _, w := range ws {
+		for n, r := range w.Rates {
+			names[n] = true
+			peak = max(peak, r)
+		}
+	}
+	for i, n := range slices.Sorted(maps.Keys(names)) {
+		if i == maxSeries {
+			break
+		}
+		b := make([]byte, 0, 12*len(ws)+12)
+		for _, w := range ws {
+			if r, ok := w.Rates[n]; ok {
+				b = pt(b, xOf(w.At), y(r, peak))
+			}
+		}
+		c.Workers = append(c.Workers, series{Name: n, Color: palette[i], Points: string(b)})
+	}
+	c.Peak = humanize.Bytes(peak) + "/s"
+	return c
 }
