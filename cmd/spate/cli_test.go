@@ -59,8 +59,30 @@ func TestBackfillOverEmbeddedEtcdResumesAfterSIGINT(t *testing.T) {
 			t.Fatalf("GET %s: no %q in:\n%.2000s", path, want, body)
 		}
 	}
-	if body := httpGet(t, "http://"+addr+"/metrics"); !strings.Contains(body, "spate_pipeline_") {
+	body := httpGet(t, "http://"+addr+"/metrics")
+	if !strings.Contains(body, "spate_pipeline_") {
 		t.Fatalf("/metrics has no pipeline series")
+	}
+	// Every series the Grafana dashboard in docs/ queries is one a worker
+	// serves.
+	dash, err := os.ReadFile("../../docs/grafana/spate-job.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	queried := map[string]bool{}
+	for _, m := range regexp.MustCompile(`spate_[a-z_]+`).FindAllString(string(dash), -1) {
+		for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+			m = strings.TrimSuffix(m, suffix)
+		}
+		queried[m] = true
+	}
+	if len(queried) < 10 {
+		t.Fatalf("the dashboard queries %d series: not the dashboard this test knows", len(queried))
+	}
+	for m := range queried {
+		if !strings.Contains(body, "# TYPE "+m+" ") {
+			t.Errorf("the Grafana dashboard queries %s, which /metrics does not serve", m)
+		}
 	}
 	// The job view at /ui on the same address: the jobs list names this
 	// job, and its page lists the splits with the completed one.
