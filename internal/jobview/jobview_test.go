@@ -443,3 +443,37 @@ func TestJobPageInABrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "ui-jobs.png"), png, 0o644))
 }
+
+// A worker that dies after a commit listing staged output leaves that
+// output committed but unpublished until a new owner takes the split
+// over: the view shows it pending, on the job's page and the split's.
+func TestPendingPublishesShowUntilATakeover(t *testing.T) {
+	store := mem.MustNew(mem.Options{TTL: time.Second})
+	t.Cleanup(func() { _ = store.Close() })
+	w1 := startWorker(t, store, "w1", 2)
+	w1.pollUntil(t, "w1 holds every split", func() bool { return len(w1.held) == 2 })
+	split := spate.MustSplitID("part-01")
+	require.NoError(t, w1.c.CommitAt(t.Context(), split, w1.held[split],
+		spate.SplitProgress{Watermark: 400, Output: []byte(`{"file":"part-01.out","len":400}`)}))
+	srv := newView(t, store, jobview.Config{})
+	_, body := get(t, srv.URL+"/jobs/job-a")
+	assert.Contains(t, body, `id="sum-pending">0<`, "a live owner's output is not pending")
+
+	require.NoError(t, w1.c.Abandon())
+	require.Eventually(t, func() bool {
+		_, body = get(t, srv.URL+"/jobs/job-a")
+		return strings.Contains(body, `id="sum-pending">1<`)
+	}, 10*time.Second, 50*time.Millisecond, "the dead owner's listed output never showed pending:\n%.3000s", body)
+	assert.Contains(t, body, "runnable · publish pending")
+	_, page := get(t, srv.URL+"/jobs/job-a/splits/part-01")
+	assert.Contains(t, page, "<b>publish pending</b>")
+	_, page = get(t, srv.URL+"/jobs/job-a/splits/part-00")
+	assert.NotContains(t, page, "<b>publish pending</b>", "a split whose record lists no output")
+
+	w2 := startWorker(t, store, "w2", 2)
+	w2.pollUntil(t, "w2 took over", func() bool { return len(w2.held) == 2 })
+	require.Eventually(t, func() bool {
+		_, body = get(t, srv.URL+"/jobs/job-a")
+		return strings.Contains(body, `id="sum-pending">0<`)
+	}, 10*time.Second, 50*time.Millisecond, "the takeover did not clear the pending publish")
+}

@@ -36,6 +36,7 @@ type summary struct {
 	Runnable    int     `json:"runnable"`
 	Quarantined int     `json:"quarantined"`
 	Damaged     int     `json:"damaged"`
+	Pending     int     `json:"pending"` // splits whose listed output awaits a new owner's publish
 	BytesTotal  int64   `json:"bytes_total"`
 	BytesDone   int64   `json:"bytes_done"`
 	Rate        float64 `json:"rate"` // committed bytes per second, over the live splits
@@ -75,7 +76,13 @@ type row struct {
 	// Reason is why its last attempt was charged (a quarantined split's
 	// is why it was set aside).
 	Reason string `json:"reason,omitempty"`
-	done   int64  // its share of the summary's bytes done
+	// Pending: the split's record lists staged output its owner may not
+	// have published: the owner died (its lease is gone, its ownership
+	// was not handed back) after the commit that lists it. Whoever takes
+	// the split over publishes it first; until then the output is
+	// committed but not visible.
+	Pending bool  `json:"pending,omitempty"`
+	done    int64 // its share of the summary's bytes done
 }
 
 // rowOf is a split's row. rates carries each split's last watermark and
@@ -109,6 +116,8 @@ func rowOf(sp spate.SplitState, now time.Time, rates map[string]rate) row {
 	if !sp.WrittenAt.IsZero() {
 		r.Written = sp.WrittenAt.UnixMilli()
 	}
+	r.Pending = sp.Status == spate.StatusRunnable && sp.Damage == nil && sp.LeaseOwner == "" && sp.Owner != "" &&
+		sp.Progress != nil && len(sp.Progress.Output) > 0
 	// The rate: bytes committed between the last two watermarks seen.
 	rt, ok := rates[id]
 	switch {
@@ -147,6 +156,9 @@ func (s *summary) count(r row, sign int) {
 		s.Rate += float64(sign) * float64(r.Rate) // integers: exact, no drift
 	default:
 		s.Runnable += sign
+	}
+	if r.Pending {
+		s.Pending += sign
 	}
 	s.Splits += sign
 	s.BytesTotal += int64(sign) * int64(max(r.Weight, 1))
