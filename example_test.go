@@ -115,3 +115,62 @@ func Example() {
 	// ids-400-500 completed 500
 	// ids-500-600 completed 600
 }
+
+// A JobFollower keeps a job's state from a watch of its records: the
+// snapshot first, then each change, each costing what it changed. Here a
+// worker plans the job and leaves; the follower reads it from the
+// durable keyspace's watch.
+func ExampleJobFollower() {
+	store := mem.MustNew(mem.Options{TTL: time.Second})
+	defer store.Close()
+	cfg := spate.TimingsForLease(time.Second)
+	cfg.InstanceID = "worker-0"
+	c, err := spate.NewStoreCoordinator(store, cfg, spate.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		panic(err)
+	}
+	c.SetWaker(spate.InertWaker())
+	if err := c.Start(rangePlanner{}); err != nil {
+		panic(err)
+	}
+	for { // wait for the plan's six splits
+		js, err := spate.InspectJob(context.Background(), store, "")
+		if err == nil && len(js.Splits) == 6 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := c.Close(); err != nil {
+		panic(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events, err := store.Watch(ctx, spate.Durable, "")
+	if err != nil {
+		panic(err)
+	}
+	f := spate.NewJobFollower("example:ids:v1")
+	f.Defer() // decode the snapshot on every core at once
+	for ev := range events {
+		if ev.Kind == spate.WatchSnapshotDone {
+			break
+		}
+		if _, err := f.Apply(spate.Durable, ev); err != nil {
+			panic(err)
+		}
+	}
+	if err := f.Decode(); err != nil {
+		panic(err)
+	}
+	js, err := f.State()
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("plan:", js.Plan.Finality, js.Plan.Planned, "splits")
+	s, _ := f.Split("ids-200-300")
+	fmt.Println(s.ID, s.Status, s.Weight, s.Attempts)
+	// Output:
+	// plan: final 6 splits
+	// ids-200-300 runnable 1 0
+}
