@@ -41,12 +41,11 @@ type hub struct {
 	rev          uint64  // the store revision the rows include
 	err          error   // why the job cannot be shown, or nil
 	subs         map[chan event]struct{}
-	history      []sample // done vs total over time, for the chart
+	history      []sample // done vs total, and each member's rate, over time
 	chart        chart    // the history drawn, at chartAt
 	chartAt      time.Time
 	timeline     []entry            // gains, losses, takeovers, quarantines; newest last
 	splitHist    map[string][]entry // each split's own timeline, for its page
-	workerRates  []workerSample     // each member's rate over time, for the chart
 	recent       []change           // the last updates' changed ids, for resuming pages
 	rates        map[string]rate
 	ready        chan struct{} // closed after the first read
@@ -61,10 +60,17 @@ type change struct {
 	ids []string
 }
 
-// sample is one point of the progress chart.
+// sample is one point of the charts: bytes done and total, and each
+// member's committed rate.
 type sample struct {
 	At          time.Time
 	Done, Total int64
+	Rates       map[string]int64
+}
+
+// sameValues reports whether s and o chart the same values.
+func (s sample) sameValues(o sample) bool {
+	return s.Done == o.Done && s.Total == o.Total && maps.Equal(s.Rates, o.Rates)
 }
 
 // entry is one line of the job's timeline.
@@ -89,20 +95,21 @@ const (
 	maxSplitHistory = 50  // entries kept of each split's own timeline
 )
 
-// workerSample is each member's rate at one point of the chart.
-type workerSample struct {
-	At    time.Time
-	Rates map[string]int64
-}
-
+// newHub starts following job on st.
 func newHub(job string, st spate.Store, log *slog.Logger, refresh time.Duration) *hub {
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &hub{job: job, st: st, log: log, refresh: refresh, now: time.Now,
-		rows: map[string]row{}, leased: map[string]bool{}, splitHist: map[string][]entry{},
-		subs: map[chan event]struct{}{}, rates: map[string]rate{},
-		ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	h := emptyHub(job, log)
+	h.st, h.refresh, h.cancel = st, refresh, cancel
 	go h.run(ctx)
 	return h
+}
+
+// emptyHub is a hub that has read nothing and follows nothing yet.
+func emptyHub(job string, log *slog.Logger) *hub {
+	return &hub{job: job, log: log, now: time.Now,
+		rows: map[string]row{}, leased: map[string]bool{}, splitHist: map[string][]entry{},
+		subs: map[chan event]struct{}{}, rates: map[string]rate{},
+		ready: make(chan struct{}), done: make(chan struct{})}
 }
 
 func (h *hub) close() {
@@ -237,10 +244,14 @@ func (h *hub) watch(ctx context.Context, ks spate.Keyspace, in chan<- watched) {
 // rebuild makes the view whole from f: the first paint, and after a
 // broken watch. Subscribers get every row again.
 func (h *hub) rebuild(f *spate.JobFollower, rev uint64) {
-	js, err := f.State()
-	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.rebuildLocked(f, rev, h.now())
+}
+
+// rebuildLocked is rebuild with h.mu held.
+func (h *hub) rebuildLocked(f *spate.JobFollower, rev uint64, now time.Time) {
+	js, err := f.State()
 	h.err = err
 	if err != nil {
 		if !errors.Is(err, spate.ErrNoJob) {
@@ -291,9 +302,7 @@ func (h *hub) update(f *spate.JobFollower, dirty map[string]bool, rev uint64, me
 		}
 		if h.meta == nil || h.meta.Plan.Fingerprint != meta.Plan.Fingerprint {
 			// A plan appeared, or changed whole: read every split.
-			h.mu.Unlock()
-			h.rebuild(f, rev)
-			h.mu.Lock()
+			h.rebuildLocked(f, rev, now)
 			return
 		}
 		h.meta = meta
@@ -355,9 +364,11 @@ func (h *hub) publish(now time.Time, msg update, ids []string) {
 	if h.meta.Leader != nil {
 		leader = h.meta.Leader.Instance
 	}
-	members := membersOf(h.meta, leader, func(yield func(row)) {
+	members := membersOf(h.meta, leader, func(yield func(row) bool) {
 		for id := range h.leased {
-			yield(h.rows[id])
+			if !yield(h.rows[id]) {
+				return
+			}
 		}
 	})
 	sum := h.sum.finished(h.meta.Plan.Finality == spate.PlanFinal)
@@ -375,29 +386,26 @@ func (h *hub) publish(now time.Time, msg update, ids []string) {
 	for _, id := range msg.Removed {
 		delete(h.splitHist, id)
 	}
-	s := sample{At: now, Done: sum.BytesDone, Total: sum.BytesTotal}
+	s := sample{At: now, Done: sum.BytesDone, Total: sum.BytesTotal, Rates: make(map[string]int64, len(members))}
+	for _, m := range members {
+		s.Rates[m.Instance] = m.Rate
+	}
 	// One point per second at most: the chart spans maxHistory seconds
 	// and the newest point follows the job in between.
-	ws := workerSample{At: now, Rates: map[string]int64{}}
-	for _, m := range members {
-		ws.Rates[m.Instance] = m.Rate
-	}
 	switch last := len(h.history) - 1; {
 	case last >= 0 && now.Sub(h.history[last].At) < time.Second:
-		h.history[last].Done, h.history[last].Total = s.Done, s.Total
-		h.workerRates[len(h.workerRates)-1].Rates = ws.Rates
-	case last < 0 || h.history[last] != s || !maps.Equal(h.workerRates[len(h.workerRates)-1].Rates, ws.Rates):
+		s.At = h.history[last].At
+		h.history[last] = s
+	case last < 0 || !s.sameValues(h.history[last]):
 		h.history = append(h.history, s)
-		h.workerRates = append(h.workerRates, ws)
 		if n := len(h.history) - maxHistory; n > 0 {
 			h.history = slices.Delete(h.history, 0, n)
-			h.workerRates = slices.Delete(h.workerRates, 0, n)
 		}
 	}
 	// The chart's points move with its span: redrawn at most once a
 	// second (600 points), not at every update.
 	if msg.Reset || h.chartAt.IsZero() || now.Sub(h.chartAt) >= time.Second {
-		h.chart, h.chartAt = chartOf(h.history, h.workerRates), now
+		h.chart, h.chartAt = chartOf(h.history), now
 	}
 	if !msg.Reset && len(msg.Splits) == 0 && len(msg.Removed) == 0 && sum == h.summaryShown && slices.Equal(members, h.members) {
 		return // nothing a page shows changed

@@ -131,11 +131,7 @@ func (j *benchJob) follower(b *testing.B) *spate.JobFollower {
 	return f
 }
 
-func benchHub() *hub {
-	return &hub{job: "bench", log: slog.New(slog.NewTextHandler(io.Discard, nil)), now: time.Now,
-		rows: map[string]row{}, leased: map[string]bool{}, subs: map[chan event]struct{}{},
-		rates: map[string]rate{}, ready: make(chan struct{})}
-}
+func benchHub() *hub { return emptyHub("bench", slog.New(slog.NewTextHandler(io.Discard, nil))) }
 
 var benchSizes = []int{1_000, 10_000, 100_000}
 

@@ -81,12 +81,6 @@ var pageFS embed.FS
 
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"bytes": humanize.Bytes,
-	"pct": func(done, total int64) int {
-		if total <= 0 {
-			return 0
-		}
-		return int(100 * done / total)
-	},
 	"ago": func(ms int64) string {
 		if ms == 0 {
 			return ""

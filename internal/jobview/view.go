@@ -2,6 +2,7 @@ package jobview
 
 import (
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"strconv"
@@ -186,12 +187,12 @@ func (s summary) finished(final bool) summary {
 
 // membersOf is the members' lines: from the job's meta, and the leased
 // rows (what each holds, its bytes left and rate).
-func membersOf(meta *spate.JobState, leader string, leased func(func(row))) []member {
+func membersOf(meta *spate.JobState, leader string, leased iter.Seq[row]) []member {
 	members := map[string]*member{}
 	for _, m := range meta.Members {
 		members[m.Instance] = &member{Instance: m.Instance, Leader: m.Instance == leader, Lanes: m.MaxInFlight, Assigned: len(meta.Assignments[m.Instance])}
 	}
-	leased(func(r row) {
+	for r := range leased {
 		if m := members[r.Lease]; m != nil {
 			m.Held++
 			m.Rate += r.Rate
@@ -199,7 +200,7 @@ func membersOf(meta *spate.JobState, leader string, leased func(func(row))) []me
 				m.Left += r.Left
 			}
 		}
-	})
+	}
 	out := make([]member, 0, len(members))
 	for _, id := range slices.Sorted(maps.Keys(members)) {
 		out = append(out, *members[id])
@@ -249,7 +250,7 @@ const (
 // palette colours the members' lines (Tableau 10, readable on white).
 var palette = [maxSeries]string{"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#9c755f"}
 
-func chartOf(hs []sample, ws []workerSample) chart {
+func chartOf(hs []sample) chart {
 	if len(hs) == 0 {
 		return chart{}
 	}
@@ -286,7 +287,7 @@ func chartOf(hs []sample, ws []workerSample) chart {
 	// The members' rates, on a scale of the highest seen.
 	names := map[string]bool{}
 	var peak int64 = 1
-	for _, w := range ws {
+	for _, w := range hs {
 		for n, r := range w.Rates {
 			names[n] = true
 			peak = max(peak, r)
@@ -296,8 +297,8 @@ func chartOf(hs []sample, ws []workerSample) chart {
 		if i == maxSeries {
 			break
 		}
-		b := make([]byte, 0, 12*len(ws)+12)
-		for _, w := range ws {
+		b := make([]byte, 0, 12*len(hs)+12)
+		for _, w := range hs {
 			if r, ok := w.Rates[n]; ok {
 				b = pt(b, xOf(w.At), y(r, peak))
 			}
