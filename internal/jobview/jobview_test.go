@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -219,20 +220,69 @@ func TestEventsCarryChangesUnderStoreRevisions(t *testing.T) {
 	srv := newView(t, store, jobview.Config{})
 	code, body := get(t, srv.URL+"/jobs/job-a")
 	require.Equal(t, http.StatusOK, code)
-	i := strings.Index(body, `data-rev="`)
-	require.Positive(t, i)
-	rev := body[i+len(`data-rev="`):]
-	rev = rev[:strings.IndexByte(rev, '"')]
+	rev := pageRev(t, body)
 
+	events, _ := stream(t, srv.URL+"/jobs/job-a/events?since="+rev)
+	split := spate.MustSplitID("part-02")
+	require.NoError(t, w.c.CommitAt(t.Context(), split, w.held[split], spate.NewSplitProgress(600, nil)))
+	ev := waitEvent(t, events, `"watermark":600`)
+	assert.NotContains(t, ev.data, `"reset":true`, "a page at the current revision gets changes, not the whole view")
+	assert.Contains(t, ev.data, `"id":"part-02"`)
+	assert.NotContains(t, ev.data, `"id":"part-01"`, "an unchanged split is not sent")
+	assert.Contains(t, ev.data, `"leader":"w1"`, "the leader line is live")
+	assert.Contains(t, ev.data, `"workers":[{"name":"w1"`, "the throughput chart has a line per worker")
+	got, err := strconv.ParseUint(ev.id, 10, 64)
+	require.NoError(t, err, "the event id is a store revision")
+	was, err := strconv.ParseUint(rev, 10, 64)
+	require.NoError(t, err)
+	assert.Greater(t, got, was, "the commit's event is at a later revision than the page")
+
+	// A stream opened at a stale revision starts with the whole view.
+	stale := firstEvent(t, srv.URL+"/jobs/job-a/events?since=1")
+	assert.Contains(t, stale, `"reset":true`, "a stale page gets the whole view first")
+	for i := range 4 {
+		assert.Contains(t, stale, fmt.Sprintf(`"id":"part-%02d"`, i))
+	}
+
+	// A page a few updates behind (the one rendered before both commits)
+	// resumes: it gets the rows changed since, no reset.
+	split3 := spate.MustSplitID("part-03")
+	require.NoError(t, w.c.CommitAt(t.Context(), split3, w.held[split3], spate.NewSplitProgress(300, nil)))
+	waitEvent(t, events, `"id":"part-03"`)
+	first := firstEvent(t, srv.URL+"/jobs/job-a/events?since="+rev)
+	assert.NotContains(t, first, `"reset":true`, "a page a few updates behind got the whole view")
+	assert.Contains(t, first, `"id":"part-02"`)
+	assert.Contains(t, first, `"id":"part-03"`)
+	assert.NotContains(t, first, `"id":"part-01"`, "a split unchanged since the page was sent")
+}
+
+// pageRev is the store revision a rendered job page shows.
+func pageRev(t *testing.T, body string) string {
+	t.Helper()
+	m := regexp.MustCompile(`data-rev="([0-9]+)"`).FindStringSubmatch(body)
+	require.NotNil(t, m, "the page carries no revision")
+	return m[1]
+}
+
+// sse is one server-sent event: its id and data.
+type sse struct{ id, data string }
+
+// stream opens url's event stream. Its events arrive on the channel,
+// which closes when the stream ends; the stream ends at cancel, or with
+// the test.
+func stream(t *testing.T, url string) (<-chan sse, context.CancelFunc) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/jobs/job-a/events?since="+rev, nil)
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	require.NoError(t, err)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
-	defer resp.Body.Close()
 	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
-	events := make(chan [2]string, 16)
+	ch := make(chan sse, 16)
 	go func() {
+		defer close(ch)
+		defer resp.Body.Close()
 		sc := bufio.NewScanner(resp.Body)
 		sc.Buffer(nil, 1<<20)
 		var id string
@@ -242,70 +292,41 @@ func TestEventsCarryChangesUnderStoreRevisions(t *testing.T) {
 				id = v
 			}
 			if v, ok := strings.CutPrefix(line, "data: "); ok {
-				events <- [2]string{id, v}
-			}
-		}
-		close(events)
-	}()
-	split := spate.MustSplitID("part-02")
-	require.NoError(t, w.c.CommitAt(t.Context(), split, w.held[split], spate.NewSplitProgress(600, nil)))
-	for {
-		select {
-		case ev, ok := <-events:
-			require.True(t, ok, "the stream ended")
-			if !strings.Contains(ev[1], `"watermark":600`) {
-				continue
-			}
-			assert.NotContains(t, ev[1], `"reset":true`, "a page at the current revision gets changes, not the whole view")
-			assert.Contains(t, ev[1], `"id":"part-02"`)
-			assert.NotContains(t, ev[1], `"id":"part-01"`, "an unchanged split is not sent")
-			assert.Contains(t, ev[1], `"leader":"w1"`, "the leader line is live")
-			assert.Contains(t, ev[1], `"workers":[{"name":"w1"`, "the throughput chart has a line per worker")
-			got, err := strconv.ParseUint(ev[0], 10, 64)
-			require.NoError(t, err, "the event id is a store revision")
-			was, err := strconv.ParseUint(rev, 10, 64)
-			require.NoError(t, err)
-			assert.Greater(t, got, was, "the commit's event is at a later revision than the page")
-			staleGetsTheWholeView(t, srv.URL+"/jobs/job-a/events?since=1")
-			// A page a few updates behind (the one rendered before both
-			// commits) resumes: it gets the rows changed since, no reset.
-			split3 := spate.MustSplitID("part-03")
-			require.NoError(t, w.c.CommitAt(t.Context(), split3, w.held[split3], spate.NewSplitProgress(300, nil)))
-			for ev := range events {
-				if strings.Contains(ev[1], `"id":"part-03"`) {
-					break
+				select {
+				case ch <- sse{id, v}:
+				case <-ctx.Done():
+					return
 				}
 			}
-			first := firstEvent(t, srv.URL+"/jobs/job-a/events?since="+rev)
-			assert.NotContains(t, first, `"reset":true`, "a page a few updates behind got the whole view")
-			assert.Contains(t, first, `"id":"part-02"`)
-			assert.Contains(t, first, `"id":"part-03"`)
-			assert.NotContains(t, first, `"id":"part-01"`, "a split unchanged since the page was sent")
-			return
-		case <-time.After(10 * time.Second):
-			t.Fatal("no event carried the commit")
+		}
+	}()
+	return ch, cancel
+}
+
+// waitEvent is the first event on ch whose data holds want ("": any),
+// within 10 s.
+func waitEvent(t *testing.T, ch <-chan sse, want string) sse {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case ev, ok := <-ch:
+			require.True(t, ok, "the event stream ended")
+			if strings.Contains(ev.data, want) {
+				return ev
+			}
+		case <-deadline:
+			t.Fatalf("no event carried %q within 10s", want)
 		}
 	}
 }
 
-// firstEvent is the data of the first event of a stream.
+// firstEvent is the data of the first event of url's stream.
 func firstEvent(t *testing.T, url string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	ch, cancel := stream(t, url)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-			return data
-		}
-	}
-	t.Fatalf("the stream ended without an event: %v", sc.Err())
-	return ""
+	return waitEvent(t, ch, "").data
 }
 
 // A stale page of a job too large to send whole is told to reload (and
@@ -326,30 +347,6 @@ func TestAStalePageOfALargeJobReloads(t *testing.T) {
 	assert.Contains(t, first, `"reload":true`)
 	assert.NotContains(t, first, `"splits":[`, "a large job's every row was sent")
 	assert.Less(t, len(first), 64<<10)
-}
-
-// staleGetsTheWholeView checks that a stream opened at a revision other
-// than the view's starts with the whole view (a reset).
-func staleGetsTheWholeView(t *testing.T, url string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-			assert.Contains(t, data, `"reset":true`, "a stale page gets the whole view first")
-			for i := range 4 {
-				assert.Contains(t, data, fmt.Sprintf(`"id":"part-%02d"`, i))
-			}
-			return
-		}
-	}
-	t.Fatalf("the stream ended without an event: %v", sc.Err())
 }
 
 // chromium is the browser the view's browser test drives: Debian's, which

@@ -1,10 +1,8 @@
 package jobview_test
 
 import (
-	"bufio"
 	"context"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -70,44 +68,12 @@ func TestTheViewFollowsAJobOnEveryStore(t *testing.T) {
 				_, body = get(t, srv.URL+"/jobs/job-a")
 				return strings.Count(body, `id="s-part-`) == 4 && strings.Contains(body, ">w1<")
 			}, 10*time.Second, 50*time.Millisecond, "the page never listed the 4 leased splits:\n%.3000s", body)
-			i := strings.Index(body, `data-rev="`)
-			require.Positive(t, i)
-			rev := body[i+len(`data-rev="`):]
-			rev = rev[:strings.IndexByte(rev, '"')]
-
-			ctx, cancel := context.WithCancel(t.Context())
-			defer cancel()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/jobs/job-a/events?since="+rev, nil)
-			resp, err := http.DefaultClient.Do(req)
-			require.NoError(t, err)
-			defer resp.Body.Close()
-			got := make(chan string, 16)
-			go func() {
-				sc := bufio.NewScanner(resp.Body)
-				sc.Buffer(nil, 1<<20)
-				for sc.Scan() {
-					if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-						got <- d
-					}
-				}
-				close(got)
-			}()
+			events, _ := stream(t, srv.URL+"/jobs/job-a/events?since="+pageRev(t, body))
 			split := spate.MustSplitID("part-01")
 			require.NoError(t, w.c.CommitAt(t.Context(), split, w.held[split], spate.NewSplitProgress(700, nil)))
-			deadline := time.After(10 * time.Second)
-			for {
-				select {
-				case d, ok := <-got:
-					require.True(t, ok, "the event stream ended")
-					if strings.Contains(d, `"watermark":700`) {
-						require.Contains(t, d, `"id":"part-01"`)
-						require.NotContains(t, d, `"id":"part-02"`, "an unchanged split was sent")
-						return
-					}
-				case <-deadline:
-					t.Fatal("no event carried the commit")
-				}
-			}
+			ev := waitEvent(t, events, `"watermark":700`)
+			require.Contains(t, ev.data, `"id":"part-01"`)
+			require.NotContains(t, ev.data, `"id":"part-02"`, "an unchanged split was sent")
 		})
 	}
 }
