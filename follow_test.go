@@ -35,6 +35,18 @@ func flatten(js *spate.JobState) []flat {
 	return out
 }
 
+// startRangeWorker starts worker w-1 of rangePlanner's job on st.
+func startRangeWorker(t *testing.T, st spate.Store, waker spate.Waker) *spate.StoreCoordinator {
+	t.Helper()
+	cfg := spate.TimingsForLease(time.Second)
+	cfg.InstanceID = "w-1"
+	c, err := spate.NewStoreCoordinator(st, cfg, spate.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	c.SetWaker(waker)
+	require.NoError(t, c.Start(rangePlanner{}))
+	return c
+}
+
 // follow feeds f from watches of both keyspaces of st until ctx ends;
 // each event is applied under mu.
 func follow(ctx context.Context, t *testing.T, st spate.Store, f *spate.JobFollower, mu *sync.Mutex) {
@@ -63,13 +75,7 @@ func TestJobFollowerMatchesInspectJob(t *testing.T) {
 	var mu sync.Mutex
 	follow(ctx, t, st, f, &mu)
 
-	cfg := spate.TimingsForLease(time.Second)
-	cfg.InstanceID = "w-1"
-	c, err := spate.NewStoreCoordinator(st, cfg, spate.WithLogger(slog.New(slog.DiscardHandler)))
-	require.NoError(t, err)
-	waker := spate.NewWaker()
-	c.SetWaker(waker)
-	require.NoError(t, c.Start(rangePlanner{}))
+	c := startRangeWorker(t, st, spate.NewWaker())
 	same := func(what string) {
 		t.Helper()
 		var last string
@@ -158,12 +164,7 @@ func TestJobFollowerMatchesInspectJob(t *testing.T) {
 func TestJobFollowerReadsSplitsOnceThePlanArrives(t *testing.T) {
 	st := mem.MustNew(mem.Options{TTL: time.Second})
 	defer st.Close()
-	cfg := spate.TimingsForLease(time.Second)
-	cfg.InstanceID = "w-1"
-	c, err := spate.NewStoreCoordinator(st, cfg, spate.WithLogger(slog.New(slog.DiscardHandler)))
-	require.NoError(t, err)
-	c.SetWaker(spate.InertWaker())
-	require.NoError(t, c.Start(rangePlanner{}))
+	c := startRangeWorker(t, st, spate.InertWaker())
 	require.Eventually(t, func() bool {
 		js, err := spate.InspectJob(t.Context(), st, "")
 		return err == nil && len(js.Splits) == 6
