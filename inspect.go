@@ -112,17 +112,9 @@ var ErrNoJob = errors.New("no job here")
 // job's) is shown on its split (Damage, DamageFix) rather than refusing
 // the job. An unreadable plan record is a Fatal error naming its key.
 func InspectJob(ctx context.Context, store Store, fingerprint string) (*JobState, error) {
-	pe, ok, err := store.Get(ctx, Durable, keyPlan)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, noPlanError()
-	}
+	// Two listings, no separate read of the plan: the follower reads the
+	// split records once the plan is in, whichever comes first.
 	f := NewJobFollower(fingerprint)
-	if err := f.setPlan(pe.Value, false); err != nil {
-		return nil, err
-	}
 	f.Defer()
 	for _, ks := range []Keyspace{Durable, Ephemeral} {
 		es, err := store.List(ctx, ks, "")
@@ -130,9 +122,6 @@ func InspectJob(ctx context.Context, store Store, fingerprint string) (*JobState
 			return nil, err
 		}
 		for _, e := range es {
-			if ks == Durable && e.Key == keyPlan {
-				continue // read above
-			}
 			if _, err := f.Apply(ks, WatchEvent{Kind: WatchPut, Key: e.Key, Value: e.Value, Revision: e.Revision}); err != nil {
 				return nil, err
 			}
