@@ -489,6 +489,12 @@ func (h *hub) subscribe(since string) (chan event, *event) {
 				}
 			}
 		}
+		if len(ids) > maxResetRows {
+			// More changed than a reset would send: reload instead.
+			msg.Reset, msg.Reload, msg.Timeline = true, true, h.timeline
+			ev := msg.event()
+			return ch, &ev
+		}
 		for _, id := range slices.Sorted(maps.Keys(ids)) {
 			if r, ok := h.rows[id]; ok {
 				msg.Splits = append(msg.Splits, r)
