@@ -16,7 +16,7 @@ import (
 // holds. The leader watches the whole job (it assigns and judges it). So a
 // write reaches the leader and the split's holder, not every worker, and
 // a non-leader's work, memory and re-reads after a watch break grow with
-// its own splits (docs/architecture.md, "Scale").
+// its own splits (docs/coordinator.md, "Scale").
 //
 // The keys are watched in groups, each one WatchKeys call: a group is
 // opened for the keys the scope gained, and keys it lost are dropped from
