@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,7 +73,7 @@ type StoreCoordinator struct {
 
 	relMu sync.Mutex // serialises direct releases after the actor exited
 
-	// The fenced commit on the caller's goroutine (fence.go).
+	// The fenced commit on the caller's goroutine (commit.go).
 	cells   sync.Map     // split id → *fenceCell, for the splits held
 	fastMu  sync.RWMutex // held shared by commits in flight; the exiting actor waits for them
 	fastOff atomic.Bool  // the actor exited: every commit takes the loop's path
@@ -307,69 +305,6 @@ func (c *StoreCoordinator) deadErr() error {
 	return Fatalf("coordinator: stopped unexpectedly")
 }
 
-// Commit implements [SplitCoordinator].
-func (c *StoreCoordinator) Commit(ctx context.Context, split SplitID, p SplitProgress) error {
-	if done, err := c.commitHere(ctx, split, 0, p); done {
-		return err
-	}
-	return c.do(ctx, &command{kind: cmdCommit, split: split, progress: p})
-}
-
-// CommitAt implements [EpochCommitter].
-func (c *StoreCoordinator) CommitAt(ctx context.Context, split SplitID, epoch LeaseEpoch, p SplitProgress) error {
-	if done, err := c.commitHere(ctx, split, epoch, p); done {
-		return err
-	}
-	return c.do(ctx, &command{kind: cmdCommit, split: split, epoch: epoch, progress: p})
-}
-
-// Fail implements [SplitCoordinator].
-func (c *StoreCoordinator) Fail(ctx context.Context, split SplitID, reason string) error {
-	return c.do(ctx, &command{kind: cmdFail, split: split, reason: reason})
-}
-
-// Release implements [SplitCoordinator]. It is best effort: when the actor
-// is alive but slow it returns nil (the queued release may still run; the
-// leases expire otherwise); when the actor is gone it releases directly.
-func (c *StoreCoordinator) Release(ctx context.Context, splits ...SplitID) error {
-	err := c.do(ctx, &command{kind: cmdRelease, splits: splits})
-	if err == nil {
-		return nil
-	}
-	select {
-	case <-c.done:
-		if c.act != nil {
-			c.directRelease(splits)
-		}
-	default:
-		c.log.Warn("release did not complete; the leases will expire instead", "splits", len(splits), "err", err)
-	}
-	return nil
-}
-
-// Depart implements [Departer].
-func (c *StoreCoordinator) Depart(ctx context.Context) error {
-	return c.do(ctx, &command{kind: cmdDepart})
-}
-
-// ReleaseDrained implements [DrainReleaser]. Errors are logged, not
-// returned: the leader forces the release at the drain deadline anyway.
-func (c *StoreCoordinator) ReleaseDrained(ctx context.Context, splits ...SplitID) error {
-	if err := c.do(ctx, &command{kind: cmdReleaseDrained, splits: splits}); err != nil {
-		c.log.Warn("drained release did not complete; the revocation deadline will force it", "splits", len(splits), "err", err)
-	}
-	return nil
-}
-
-// DeclineRevoke implements [RevokeDecliner]. Errors are logged, not
-// returned: the drain deadline forces the release anyway.
-func (c *StoreCoordinator) DeclineRevoke(ctx context.Context, split SplitID) error {
-	if err := c.do(ctx, &command{kind: cmdDecline, split: split}); err != nil {
-		c.log.Warn("revocation decline did not reach the actor; the drain deadline will force it", "split", split, "err", err)
-	}
-	return nil
-}
-
 // Close stops the actor and hands back, directly, every split it still held
 // (bounded by 2×OpTimeout): a lease is deleted only if it still carries this
 // process's owner and nonce, an owner is cleared only at this tenancy's
@@ -419,62 +354,30 @@ func (c *StoreCoordinator) shutdown() (first bool) {
 	return true
 }
 
-// directRelease hands splits back without the actor (it has exited; nil
-// means every split it still held), and deletes this process's presence
-// and leader keys, so peers take over at once instead of waiting out the
-// TTL. Concurrent calls (Close racing a Release) are serialised.
-func (c *StoreCoordinator) directRelease(splits []SplitID) {
-	c.relMu.Lock()
-	defer c.relMu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*c.cfg.OpTimeout)
-	defer cancel()
-	a := c.act
-	if splits == nil {
-		for _, id := range slices.Sorted(maps.Keys(a.owned)) {
-			splits = append(splits, SplitID{id: id})
-		}
+// handle takes a command the source sent through the handle (commit, fail,
+// release, decline, depart) on the loop. Each is taken at once; the store write runs
+// beside it (one in flight per split, in order), and the reply goes back
+// when the write's answer has been folded into the view.
+func (a *actor) handle(cmd *command) error {
+	switch cmd.kind {
+	case cmdCommit:
+		return a.onSplit(cmd.split.id, func() error { return a.startCommit(cmd, false, 0) })
+	case cmdFail:
+		return a.onSplit(cmd.split.id, func() error { return a.failSplit(cmd) })
+	case cmdRelease, cmdReleaseDrained:
+		return a.release(cmd)
+	case cmdDecline:
+		err := a.decline(cmd.split.id)
+		cmd.reply <- nil
+		return err
+	case cmdDepart:
+		a.part()
+		cmd.reply <- nil
 	}
-	for _, s := range splits {
-		t, ok := a.owned[s.id]
-		if !ok {
-			continue
-		}
-		// As the loop releases: owner cleared first, then the lease, so a
-		// peer that sees the lease vanish finds the split released, not
-		// expired (which would cost it an attempt).
-		key := prefixSplit + s.id
-		if e, ok, err := c.store.Get(ctx, Durable, key); err == nil && ok {
-			if r, err := decodeProgress(key, s.id, e.Value, a.fpHash); err == nil && r.owner() == a.self && r.Epoch == t.epoch {
-				r.Owner = nil
-				r.WrittenAtMs = nowMs()
-				if o, err := c.store.Update(ctx, Durable, key, encode(r), e.Revision); err == nil && o.Won {
-					c.m.releases.Inc()
-				}
-			}
-		}
-		deleteOwnLease(ctx, c.store, s.id, a.leave(s.id), a.self, c.nonce, t.epoch)
-	}
-	for _, key := range []string{prefixWorker + a.self, keyLeader} {
-		e, ok, err := c.store.Get(ctx, Ephemeral, key)
-		if err != nil || !ok {
-			continue
-		}
-		if ours(key, e.Value, a.self, c.nonce) {
-			_, _ = c.store.Delete(ctx, Ephemeral, key, e.Revision)
-		}
-	}
-	if ctx.Err() != nil {
-		c.log.Warn("direct release ran out of time; unreleased leases will expire", "budget", 2*c.cfg.OpTimeout)
-	}
+	return nil
 }
 
-// ours reports whether an ephemeral presence or leader value was written
-// by this process.
-func ours(key string, v []byte, self, nonce string) bool {
-	if key == keyLeader {
-		l, err := decodeLeader(v)
-		return err == nil && l.Owner == self && l.Nonce == nonce
-	}
-	w, err := decodeWorker(key, v)
-	return err == nil && w.Nonce == nonce
+// notHeld is the Fenced error of a call for a split this worker does not hold.
+func notHeld(id string) error {
+	return Fencedf("split %s is not held by this worker; nothing was written", id)
 }

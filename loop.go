@@ -92,7 +92,7 @@ type actor struct {
 	planCancel  context.CancelFunc
 	planDone    chan planResult
 
-	// Watches (watch.go) and scoped watching (scope.go).
+	// Watches (watch.go) and scoped watching (watchscope.go).
 	watches        [2]*watchState
 	fullView       bool // the whole-job watches' snapshots are in: the view is the whole job
 	rewatchPending bool // a re-watch is scheduled (rewatch)
@@ -115,7 +115,7 @@ type actor struct {
 	results  mailbox
 	io       sync.WaitGroup
 	busy     map[string]bool           // splits with a write of the loop's in flight
-	cells    map[string]*fenceCell     // held splits' commit fences (fence.go)
+	cells    map[string]*fenceCell     // held splits' commit fences (commit.go)
 	later    map[string][]func() error // work waiting for a busy split
 	stopping bool                      // the loop has exited: no new I/O
 	retry    map[opKey]time.Time       // failed operations: not before then
@@ -477,7 +477,7 @@ func (a *actor) splitIO(id string, io func(ctx context.Context) func() error) {
 // the one in flight has finished. Per-split writes stay ordered, and each
 // fences on the revision its predecessor left.
 // A held split's fence cell is reserved for the loop meanwhile, so that
-// no commit on the caller's goroutine (fence.go) runs beside it.
+// no commit on the caller's goroutine (commit.go) runs beside it.
 func (a *actor) onSplit(id string, start func() error) error {
 	if a.busy[id] || !a.reserve(id) {
 		a.later[id] = append(a.later[id], start)

@@ -1,10 +1,20 @@
 package spate
 
 import (
+	"context"
 	"maps"
 	"slices"
 	"time"
 )
+
+// DeclineRevoke implements [RevokeDecliner]. Errors are logged, not
+// returned: the drain deadline forces the release anyway.
+func (c *StoreCoordinator) DeclineRevoke(ctx context.Context, split SplitID) error {
+	if err := c.do(ctx, &command{kind: cmdDecline, split: split}); err != nil {
+		c.log.Warn("revocation decline did not reach the actor; the drain deadline will force it", "split", split, "err", err)
+	}
+	return nil
+}
 
 // revocation is a cooperative revocation in progress on this worker: the
 // leader no longer names a held split here, the source was asked to drain
@@ -129,4 +139,20 @@ func (a *actor) settle(id, outcome string) {
 		a.m.drainDur.Observe(time.Since(r.started).Seconds())
 		a.log.Debug("drain finished", "split", id, "took", time.Since(r.started))
 	}
+}
+
+func (a *actor) decline(id string) error {
+	r, ok := a.revocations[id]
+	if !ok {
+		return nil
+	}
+	if r.cancelled {
+		delete(a.revocations, id) // nothing to comply with: the split stays
+		return nil
+	}
+	if r.forcing {
+		return nil // already forced
+	}
+	a.log.Debug("revocation declined by the source; forcing it", "split", id)
+	return a.force(id)
 }

@@ -160,7 +160,7 @@ func (a *actor) withdrawStall(id string) {
 
 // ----- the verdict record ----------------------------------------------------------
 
-// A worker that watches only its own keys (scope.go) cannot count the
+// A worker that watches only its own keys (watchscope.go) cannot count the
 // job's completions, so on a store with [KeyWatcher] the leader, which
 // watches the whole job, writes the verdict it latched to the durable
 // "verdict" key, and deletes it when a requeue withdraws a stall; scoped
