@@ -146,7 +146,7 @@ func (a *actor) claimInputs() []claimInput {
 		if v.lease != nil {
 			in.leaseOwner = v.lease.Owner
 			in.leaseOurs = v.lease.Nonce == a.nonce
-		} else if until := v.leaseGoneAt.Add(a.releaseSettle()); now.Before(until) {
+		} else if until := v.leaseGoneAt.Add(a.c.tm.releaseSettle); now.Before(until) {
 			in.leaseFresh = true
 			a.wakeUp(until)
 		}

@@ -199,7 +199,7 @@ func (c *StoreCoordinator) commitHere(ctx context.Context, split SplitID, epoch 
 		return a.onSplit(id, func() error { return a.commitDone(cmd, t, out, 0, false, 0) })
 	})
 	c.fastMu.RUnlock()
-	timer := time.NewTimer(3 * c.cfg.OpTimeout)
+	timer := time.NewTimer(c.tm.command)
 	defer timer.Stop()
 	return true, c.await(ctx, cmd, timer)
 }

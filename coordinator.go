@@ -60,7 +60,8 @@ const commandQueueDepth = 64
 // controller goroutine to drive it.
 type StoreCoordinator struct {
 	cfg   Config
-	store Store // the metered store
+	tm    timings // derived from cfg once (timings.go)
+	store Store   // the metered store
 	log   *slog.Logger
 	m     *coordMetrics
 	nonce string
@@ -127,9 +128,11 @@ func NewStoreCoordinator(store Store, cfg Config, opts ...CoordinatorOption) (*S
 	if err != nil {
 		return nil, err
 	}
+	tm := deriveTimings(cfg)
 	c := &StoreCoordinator{
 		cfg:   cfg,
-		store: newMeteredStore(store, cfg.OpTimeout, max(3*cfg.OpTimeout, cfg.LeaseDuration/3), m),
+		tm:    tm,
+		store: newMeteredStore(store, cfg.OpTimeout, tm.list, m),
 		log:   slog.New(newThrottle(o.logger.Handler(), warnEvery)).With("instance", cfg.InstanceID),
 		m:     m,
 		nonce: randomHex(),
@@ -256,7 +259,7 @@ func (c *StoreCoordinator) do(ctx context.Context, cmd *command) error {
 		return err
 	}
 	cmd.reply = make(chan error, 1)
-	timer := time.NewTimer(3 * c.cfg.OpTimeout)
+	timer := time.NewTimer(c.tm.command)
 	defer timer.Stop()
 	select {
 	case c.cmds <- cmd:
@@ -290,7 +293,7 @@ func (c *StoreCoordinator) await(ctx context.Context, cmd *command, timer *time.
 }
 
 func (c *StoreCoordinator) slowErr() error {
-	return Retryablef("coordinator: no answer within %v: the store may be slow or unreachable", 3*c.cfg.OpTimeout)
+	return Retryablef("coordinator: no answer within %v: the store may be slow or unreachable", c.tm.command)
 }
 
 func (c *StoreCoordinator) deadErr() error {

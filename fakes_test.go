@@ -259,7 +259,7 @@ func newTestActor(t testing.TB, st Store, cfg Config) *actor {
 	t.Helper()
 	m, err := newCoordMetrics(nil, nil)
 	require.NoError(t, err)
-	c := &StoreCoordinator{cfg: cfg, store: st, log: slog.New(slog.DiscardHandler), m: m, nonce: "nonce-me",
+	c := &StoreCoordinator{cfg: cfg, tm: deriveTimings(cfg), store: st, log: slog.New(slog.DiscardHandler), m: m, nonce: "nonce-me",
 		cmds: make(chan *command, commandQueueDepth), done: make(chan struct{}), closedAll: make(chan struct{}), started: true}
 	a := newActor(c, nil, testFP)
 	c.act = a

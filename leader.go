@@ -19,17 +19,12 @@ type leadership struct {
 	settleCap   time.Time // the settle window never runs past this
 }
 
-// settleQuiet is how long a new job's membership must stay unchanged
-// before the first assignment: long enough for workers started together
-// to announce themselves, short enough that a lone worker starts at once.
-func (a *actor) settleQuiet() time.Duration { return min(time.Second, a.cfg.LeaseDuration/10) }
-
 // memberArrived extends a new job's settle window: the first assignment
 // waits until membership has been quiet for settleQuiet, at most until
 // the cap (a third of the lease after the election).
 func (a *actor) memberArrived(now time.Time) {
 	if l := a.leading; l != nil && now.Before(l.settleCap) {
-		l.settleUntil = minTime(now.Add(a.settleQuiet()), l.settleCap)
+		l.settleUntil = minTime(now.Add(a.c.tm.settleQuiet), l.settleCap)
 	}
 }
 
@@ -172,8 +167,8 @@ func (a *actor) finishElection(res electResult, newJob bool) error {
 		// waits until membership has been quiet for settleQuiet (about a
 		// second), at most a third of the lease.
 		now := time.Now()
-		a.leading.settleCap = now.Add(a.cfg.LeaseDuration / 3)
-		a.leading.settleUntil = minTime(now.Add(a.settleQuiet()), a.leading.settleCap)
+		a.leading.settleCap = now.Add(a.c.tm.settleCap)
+		a.leading.settleUntil = minTime(now.Add(a.c.tm.settleQuiet), a.leading.settleCap)
 	}
 	a.dirty = true
 	a.m.leader.Set(1)
@@ -371,12 +366,12 @@ func (a *actor) publish(now time.Time) {
 		a.computeTook = time.Since(started)
 		a.publishAfter = started.Add(publishPace * a.computeTook)
 	}()
-	in, inFlight := assignInput(leaderView{now: now, pinnedSince: a.pinnedSince, pinFor: a.pinFor(),
-		landedAt: a.landedAt, moving: a.moving, settleFor: a.pinFor(),
+	in, inFlight := assignInput(leaderView{now: now, pinnedSince: a.pinnedSince, pinFor: a.c.tm.pin,
+		landedAt: a.landedAt, moving: a.moving, settleFor: a.c.tm.pin,
 		splits: a.splits, presence: a.presence, caps: a.caps,
 		assigns: a.assigns, departed: a.departed, delay: a.cfg.RebalanceDelay,
 		maxInFlight: a.cfg.MaxInFlight, seed: a.fpHash})
-	if next := trackPins(a.pinnedSince, a.landedAt, a.moving, inFlight, now, a.pinFor()); !next.IsZero() {
+	if next := trackPins(a.pinnedSince, a.landedAt, a.moving, inFlight, now, a.c.tm.pin); !next.IsZero() {
 		a.settledAt = next // the improve pass may move it again then: publish anew
 		a.wakeUp(next)
 	}
@@ -505,12 +500,6 @@ func (a *actor) publishDone(writes []*assignWrite, moves map[string]string, memb
 			"computed_in", a.computeTook.Round(time.Microsecond))
 	}
 }
-
-// pinFor bounds how long a move may stay in flight, pinned to its
-// destination: long enough for the holder to drain it (DrainDeadline) and
-// the destination to notice and claim it; a destination that has not
-// claimed it by then is passed over.
-func (a *actor) pinFor() time.Duration { return a.cfg.DrainDeadline + a.cfg.LeaseDuration }
 
 // trackPins remembers since when each move in flight has been seen, so
 // that its pin can expire (an expired move stays recorded while it is

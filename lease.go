@@ -28,6 +28,7 @@ const renewConcurrency = 32
 type renewer struct {
 	st         Store
 	cfg        Config
+	tm         timings
 	log        *slog.Logger
 	m          *coordMetrics
 	self       string
@@ -115,17 +116,12 @@ func (b *noteBox) take() []renewNote {
 }
 
 func newRenewer(st Store, cfg Config, log *slog.Logger, m *coordMetrics, self, nonce string, seed uint64) *renewer {
-	r := &renewer{st: st, cfg: cfg, log: log, m: m, self: self, nonce: nonce, jitterSeed: seed,
+	r := &renewer{st: st, cfg: cfg, tm: deriveTimings(cfg), log: log, m: m, self: self, nonce: nonce, jitterSeed: seed,
 		check: make(chan struct{}, 1), leases: map[string]*leaseHold{},
 		notes: noteBox{sig: make(chan struct{}, 1)}}
 	r.sessioner, _ = SessionerOf(st)
 	return r
 }
-
-// retryWait is how long a renewal that failed Retryable waits before its
-// one retry within the beat: a lost reply or a store hiccup then costs a
-// moment, not a third of the lease.
-func (r *renewer) retryWait() time.Duration { return r.cfg.LeaseDuration / 15 }
 
 // retrySoon waits retryWait after a Retryable renewal failure and reports
 // whether to try once more (false for a Fatal error or when ctx ends).
@@ -133,7 +129,7 @@ func (r *renewer) retrySoon(ctx context.Context, err error) bool {
 	if KindOf(err) != KindRetryable || ctx.Err() != nil {
 		return false
 	}
-	t := time.NewTimer(r.retryWait())
+	t := time.NewTimer(r.tm.renewRetry)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -240,13 +236,8 @@ func (r *renewer) beatInterval() time.Duration {
 	h := fnv.New64a()
 	h.Write(b[:])
 	j := 0.8 + 0.4*float64(mix64(h.Sum64()^r.jitterSeed)>>11)/float64(1<<53)
-	return time.Duration(float64(r.cfg.LeaseDuration/3) * j)
+	return time.Duration(float64(r.tm.beat) * j)
 }
-
-// renewGate skips a lease renewal written less than this long ago, so a
-// split claimed just before a beat is not rewritten at once. With beats every
-// 0.8–1.2 × lease/3, a lease is rewritten at least every ~0.63 lease.
-func (r *renewer) renewGate() time.Duration { return r.cfg.LeaseDuration / 3 * 7 / 10 }
 
 func (r *renewer) run(ctx context.Context) {
 	t := time.NewTimer(r.beatInterval())
@@ -276,7 +267,7 @@ func (r *renewer) beat(ctx context.Context) {
 	}
 	var leases []due
 	for _, id := range slices.Sorted(maps.Keys(r.leases)) {
-		if h := r.leases[id]; h.sess == nil && now.Sub(h.lastOK) >= r.renewGate() {
+		if h := r.leases[id]; h.sess == nil && now.Sub(h.lastOK) >= r.tm.renewGate {
 			leases = append(leases, due{id, *h})
 		}
 	}

@@ -55,7 +55,7 @@ func TestRenewerRenewsLeasesConcurrently(t *testing.T) {
 				st := newFakeStore()
 				cfg := testConfig()
 				r := newTestRenewer(t, st, cfg)
-				ids := holdLeases(st, r, c.n, time.Now().Add(-r.renewGate()))
+				ids := holdLeases(st, r, c.n, time.Now().Add(-r.tm.renewGate))
 				st.delay = rtt
 
 				start := time.Now()
@@ -105,7 +105,7 @@ func TestRenewerSkipsALeaseWrittenJustNow(t *testing.T) {
 		st := newFakeStore()
 		r := newTestRenewer(t, st, testConfig())
 		holdLeases(st, r, 1, time.Now())
-		time.Sleep(r.renewGate() - time.Millisecond)
+		time.Sleep(r.tm.renewGate - time.Millisecond)
 		r.beat(t.Context())
 		assert.Zero(t, st.count("update", prefixSplit), "a lease written less than the gate ago is not rewritten")
 		time.Sleep(time.Millisecond)
@@ -122,7 +122,7 @@ func TestRenewerAdoptsALandedRenewalWhoseReplyWasLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := newFakeStore()
 		r := newTestRenewer(t, st, testConfig())
-		ids := holdLeases(st, r, 1, time.Now().Add(-r.renewGate()))
+		ids := holdLeases(st, r, 1, time.Now().Add(-r.tm.renewGate))
 		id, key := ids[0], prefixSplit+ids[0]
 		before := r.leaseRev(id)
 		lost := 1
@@ -138,7 +138,7 @@ func TestRenewerAdoptsALandedRenewalWhoseReplyWasLost(t *testing.T) {
 		e, _ := st.entry(Ephemeral, key)
 		assert.Greater(t, e.Revision, before+1, "the lost-reply write landed, and the adopted lease was rewritten")
 		assert.Equal(t, e.Revision, r.leaseRev(id))
-		assert.Equal(t, start.Add(r.retryWait()), lastRenewed(r, id), "renewed in the same beat, after the retry wait")
+		assert.Equal(t, start.Add(r.tm.renewRetry), lastRenewed(r, id), "renewed in the same beat, after the retry wait")
 		assert.Equal(t, 3, st.count("update", key), "the lost-reply write, the retry's lost CAS, the rewrite")
 		assert.Empty(t, notesOf(r), "adopting costs nothing: no loss")
 		assert.Equal(t, 1.0, testutil.ToFloat64(r.m.writes.WithLabelValues("conflict")))
@@ -151,7 +151,7 @@ func TestRenewerRetriesAFailedRenewalWithinTheBeat(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := newFakeStore()
 		r := newTestRenewer(t, st, testConfig())
-		ids := holdLeases(st, r, 1, time.Now().Add(-r.renewGate()))
+		ids := holdLeases(st, r, 1, time.Now().Add(-r.tm.renewGate))
 		id, key := ids[0], prefixSplit+ids[0]
 		fail := 1
 		st.setFault(func(c fakeCall) fakeFault {
@@ -164,7 +164,7 @@ func TestRenewerRetriesAFailedRenewalWithinTheBeat(t *testing.T) {
 		start := time.Now()
 		r.beat(t.Context())
 		assert.Equal(t, 2, st.count("update", key))
-		assert.Equal(t, start.Add(r.retryWait()), lastRenewed(r, id))
+		assert.Equal(t, start.Add(r.tm.renewRetry), lastRenewed(r, id))
 		assert.Empty(t, notesOf(r))
 	})
 }
@@ -193,7 +193,7 @@ func TestRenewerReportsALeaseItNoLongerHas(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				st := newFakeStore()
 				r := newTestRenewer(t, st, testConfig())
-				ids := holdLeases(st, r, 2, time.Now().Add(-r.renewGate()))
+				ids := holdLeases(st, r, 2, time.Now().Add(-r.tm.renewGate))
 				c.now(st, prefixSplit+ids[0])
 				r.beat(t.Context())
 				notes := notesOf(r)
@@ -415,7 +415,7 @@ func TestBeatIntervalJitter(t *testing.T) {
 		}
 	}
 	assert.Greater(t, differ, 900, "workers with different seeds drift apart instead of herding")
-	assert.Equal(t, cfg.LeaseDuration/3*7/10, r1.renewGate())
+	assert.Equal(t, cfg.LeaseDuration/3*7/10, r1.tm.renewGate)
 }
 
 // ----- the loop's side ----------------------------------------------------------

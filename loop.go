@@ -165,13 +165,6 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 	return a
 }
 
-// tickInterval is how often the loop wakes with no event, for the
-// decisions that fall due on time alone (drain deadlines, delay windows,
-// the settle window, a snapshot that never completes).
-func (a *actor) tickInterval() time.Duration {
-	return max(min(a.cfg.LeaseDuration/6, a.cfg.DrainDeadline/4), 10*time.Millisecond)
-}
-
 // stepBatch bounds the events served between two steps.
 const stepBatch = 64
 
@@ -215,7 +208,7 @@ func (a *actor) run(ctx context.Context) {
 		}
 		return
 	}
-	tick := time.NewTicker(a.tickInterval())
+	tick := time.NewTicker(a.c.tm.tick)
 	// The listing backstop runs every ReconcileInterval, jittered by a
 	// quarter either way so that a fleet started together does not list
 	// the store together.
@@ -535,30 +528,13 @@ func (a *actor) waitPlanner() {
 	}
 }
 
-// retryDelay is how long an operation that failed on a store error waits
-// before the loop tries it again: a failed write's answer is itself an
-// event, and retrying on it at once would spin against a store that is
-// down.
-func (a *actor) retryDelay() time.Duration { return max(a.cfg.LeaseDuration/20, 50*time.Millisecond) }
-
-// releaseSettle is how long the claim scan leaves alone a split whose
-// lease delete a watch delivered moments ago while its record still names
-// the owner. A release is two changes on two watch streams even when one
-// UpdateAndDelete makes both, and the lease's often arrives first; taking
-// the split then as an expired one costs a lost compare-and-swap and a
-// read (4 store calls, not 2). A dead owner's takeover waits this much
-// more after a whole lease.
-func (a *actor) releaseSettle() time.Duration {
-	return min(a.cfg.LeaseDuration/20, 100*time.Millisecond)
-}
-
 // opKey names an operation that backs off after a failure: a kind, and
 // the split it is on if any.
 type opKey struct{ op, split string }
 
 // failed holds the operation key back for retryDelay.
 func (a *actor) failed(key opKey) {
-	at := time.Now().Add(a.retryDelay())
+	at := time.Now().Add(a.c.tm.retry)
 	a.retry[key] = at
 	a.wakeUp(at)
 }

@@ -173,9 +173,9 @@ func TestStopIOFoldsWhatIsInFlight(t *testing.T) {
 func TestRetryBackoff(t *testing.T) {
 	cfg := testConfig()
 	a := newTestActor(t, nil, cfg)
-	assert.Equal(t, max(cfg.LeaseDuration/20, 50*time.Millisecond), a.retryDelay())
+	assert.Equal(t, max(cfg.LeaseDuration/20, 50*time.Millisecond), a.c.tm.retry)
 	cfg.LeaseDuration = 300 * time.Millisecond
-	assert.Equal(t, 50*time.Millisecond, newTestActor(t, nil, cfg).retryDelay(), "the floor holds for short leases")
+	assert.Equal(t, 50*time.Millisecond, newTestActor(t, nil, cfg).c.tm.retry, "the floor holds for short leases")
 
 	now := time.Now()
 	x, y := opKey{"claim", "x"}, opKey{"claim", "y"}
@@ -200,7 +200,7 @@ func TestTickInterval(t *testing.T) {
 		cfg := testConfig()
 		cfg.LeaseDuration, cfg.DrainDeadline = c.lease, c.drain
 		a := newTestActor(t, nil, cfg)
-		assert.Equal(t, c.want, a.tickInterval(), fmt.Sprintf("lease %v drain %v", c.lease, c.drain))
+		assert.Equal(t, c.want, a.c.tm.tick, fmt.Sprintf("lease %v drain %v", c.lease, c.drain))
 	}
 }
 

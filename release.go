@@ -278,7 +278,7 @@ func (a *actor) part() {
 func (c *StoreCoordinator) directRelease(splits []SplitID) {
 	c.relMu.Lock()
 	defer c.relMu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*c.cfg.OpTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), c.tm.directRelease)
 	defer cancel()
 	a := c.act
 	if splits == nil {
@@ -316,7 +316,7 @@ func (c *StoreCoordinator) directRelease(splits []SplitID) {
 		}
 	}
 	if ctx.Err() != nil {
-		c.log.Warn("direct release ran out of time; unreleased leases will expire", "budget", 2*c.cfg.OpTimeout)
+		c.log.Warn("direct release ran out of time; unreleased leases will expire", "budget", c.tm.directRelease)
 	}
 }
 

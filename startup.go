@@ -233,7 +233,7 @@ func (a *actor) syncWatch(ctx context.Context, w *watchState) error {
 	}
 	w.ch, w.cancel, w.collecting, w.snapshot = ch, cancel, true, nil
 	w.since = a.mark()
-	deadline := time.NewTimer(a.snapshotBudget())
+	deadline := time.NewTimer(a.c.tm.snapshotBudget)
 	defer deadline.Stop()
 	for w.collecting {
 		select {
@@ -246,7 +246,7 @@ func (a *actor) syncWatch(ctx context.Context, w *watchState) error {
 			}
 		case <-deadline.C:
 			a.closeWatch(w)
-			return Retryablef("watch %s: snapshot not complete within %v", w.ks, a.snapshotBudget())
+			return Retryablef("watch %s: snapshot not complete within %v", w.ks, a.c.tm.snapshotBudget)
 		case <-ctx.Done():
 			return ctx.Err()
 		}

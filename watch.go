@@ -11,22 +11,11 @@ import (
 // broken watch.
 const rewatchDelay = 200 * time.Millisecond
 
-// rewatchJitter bounds the random part of the wait: when a store restarts,
-// every worker's watch breaks at once, and their re-snapshots are spread
-// over this window instead of arriving together. A quarter lease, at most
-// 5 s: with a tenth (1 s at a 10 s lease), 50 workers' ~100 NATS key
-// watches re-opened faster than the server could set them up (5-69 per
-// run outlasted the op timeout) and the leader's whole-job snapshot was
-// given up in 5 of 6 runs; with a quarter, 0-2 and none in 3 runs.
-func (a *actor) rewatchJitter() time.Duration {
-	return min(a.cfg.LeaseDuration/4, 5*time.Second)
-}
-
 // rewatchDelay is the wait before one re-watch: rewatchDelay plus a random
 // share of rewatchJitter. Meanwhile the renewer keeps the leases and the
 // fence cells keep commits going; only the view waits.
 func (a *actor) rewatchDelay() time.Duration {
-	return rewatchDelay + rand.N(a.rewatchJitter())
+	return rewatchDelay + rand.N(a.c.tm.rewatchJitter)
 }
 
 // watchState is one keyspace's watch.
@@ -40,9 +29,6 @@ type watchState struct {
 	deadline   time.Time // the snapshot must be complete by then
 	snapshot   []Entry
 }
-
-// snapshotBudget bounds how long a watch snapshot may take to arrive.
-func (a *actor) snapshotBudget() time.Duration { return 3 * a.cfg.OpTimeout }
 
 // openWatch establishes w's stream beside the loop; its snapshot then
 // arrives through the loop's select like any event.
@@ -71,7 +57,7 @@ func (a *actor) openWatch(w *watchState) {
 				return nil
 			}
 			w.ch, w.cancel, w.collecting, w.snapshot = ch, cancel, true, nil
-			w.since, w.deadline = since, time.Now().Add(a.snapshotBudget())
+			w.since, w.deadline = since, time.Now().Add(a.c.tm.snapshotBudget)
 			return nil
 		}
 	})
@@ -102,7 +88,7 @@ func (a *actor) reestablish() {
 func (a *actor) checkSnapshots(now time.Time) {
 	for _, w := range a.watches {
 		if w.collecting && now.After(w.deadline) {
-			a.log.Warn("watch snapshot not complete in time; re-watching", "keyspace", w.ks, "budget", a.snapshotBudget())
+			a.log.Warn("watch snapshot not complete in time; re-watching", "keyspace", w.ks, "budget", a.c.tm.snapshotBudget)
 			a.closeWatch(w)
 			a.rewatchSoon()
 		}

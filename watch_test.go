@@ -15,7 +15,7 @@ func rewatchFires(a *actor) bool {
 	select {
 	case <-a.rewatch.C:
 		return true
-	case <-time.After(rewatchDelay + a.rewatchJitter() + time.Millisecond):
+	case <-time.After(rewatchDelay + a.c.tm.rewatchJitter + time.Millisecond):
 		return false
 	}
 }
@@ -26,7 +26,7 @@ func openTestWatch(a *actor, w *watchState) (cancelled *bool) {
 	c := false
 	w.ch, w.cancel, w.collecting, w.snapshot = make(chan WatchEvent), func() { c = true }, true, nil
 	w.since = a.mark()
-	w.deadline = time.Now().Add(a.snapshotBudget())
+	w.deadline = time.Now().Add(a.c.tm.snapshotBudget)
 	return &c
 }
 

@@ -251,7 +251,7 @@ func (a *actor) openGroup(ks Keyspace, keys []string) {
 // startGroup makes an established group's stream an input of the loop.
 func (a *actor) startGroup(g *keyGroup, ctx context.Context, ch <-chan WatchEvent, cancel context.CancelFunc, since uint64) {
 	g.cancel, g.collecting, g.since = cancel, true, since
-	g.deadline = time.Now().Add(a.snapshotBudget())
+	g.deadline = time.Now().Add(a.c.tm.snapshotBudget)
 	a.io.Add(1)
 	go func() {
 		defer a.io.Done()
@@ -458,7 +458,7 @@ func (a *actor) refreshScope() {
 func (a *actor) checkGroups(now time.Time) {
 	for g := range a.groups {
 		if g.collecting && now.After(g.deadline) {
-			a.log.Warn("key watch snapshot not complete in time; re-watching", "keyspace", g.ks, "keys", len(g.keys), "budget", a.snapshotBudget())
+			a.log.Warn("key watch snapshot not complete in time; re-watching", "keyspace", g.ks, "keys", len(g.keys), "budget", a.c.tm.snapshotBudget)
 			a.dropGroup(g)
 			a.rewatchSoon()
 		}
@@ -481,7 +481,7 @@ func (a *actor) syncGroups(ctx context.Context) error {
 		}
 		since := a.mark()
 		var snap []Entry
-		deadline := time.NewTimer(a.snapshotBudget())
+		deadline := time.NewTimer(a.c.tm.snapshotBudget)
 	collect:
 		for {
 			select {
@@ -501,7 +501,7 @@ func (a *actor) syncGroups(ctx context.Context) error {
 				}
 			case <-deadline.C:
 				cancel()
-				return Retryablef("watch %s keys: snapshot not complete within %v", ks, a.snapshotBudget())
+				return Retryablef("watch %s keys: snapshot not complete within %v", ks, a.c.tm.snapshotBudget)
 			case <-ctx.Done():
 				cancel()
 				deadline.Stop()
