@@ -137,8 +137,8 @@ func (a *actor) claimInputs() []claimInput {
 			// record reads were 5% of CPU at 50 workers on etcd).
 			continue
 		}
-		v := a.splits[id]
-		if v == nil || v.prog == nil || a.busy[id] || a.handingBack[id] > 0 {
+		v := a.job.splits[id]
+		if v == nil || v.prog == nil || a.io.busy[id] || a.handingBack[id] > 0 {
 			continue
 		}
 		in := claimInput{id: id, status: v.prog.Status, owner: v.prog.owner(), epoch: v.prog.Epoch,
@@ -253,7 +253,7 @@ type readRecord struct {
 // key first, then the progress-record compare-and-swap that bumps the
 // epoch (the real fence).
 func (a *actor) claim(c claimCandidate) {
-	v := a.splits[c.id]
+	v := a.job.splits[c.id]
 	in := claimIn{id: c.id, kind: c.kind, prog: v.prog.clone(), progRev: v.progRev}
 	if v.lease != nil && v.lease.Owner == a.self {
 		in.takeLease, in.leaseRev = true, v.leaseRev
@@ -391,19 +391,19 @@ func (a *actor) claimDone(in claimIn, out claimOut, since uint64) error {
 		return nil
 	}
 	id := in.id
-	v := a.splits[id]
+	v := a.job.splits[id]
 	next := out.rec.Epoch
 	a.m.acquisitions.WithLabelValues(out.kind.acquisitionReason()).Inc()
 	t := &tenancy{epoch: next}
 	a.owned[id] = t
-	a.scopeDirty = true
+	a.w.scopeDirty = true
 	a.renew.hold(id, next, out.leaseRev, out.sent, out.sess)
 	delete(a.selfFenced, id)
 	a.upsert(id, out.rec, out.rev, live)
 	a.openCell(id, t)
 	if out.leaseRev > v.leaseRev {
 		lv := out.lease
-		v.lease, v.leaseRev, v.leaseAt = &lv, out.leaseRev, a.clock
+		v.lease, v.leaseRev, v.leaseAt = &lv, out.leaseRev, a.job.clock
 	}
 	if v.progRev > out.rev && (v.prog.Epoch != next || v.prog.owner() != a.self) {
 		// The view already holds a later write: a peer fenced this claim
@@ -430,7 +430,7 @@ func (a *actor) claimDone(in claimIn, out claimOut, since uint64) error {
 // advanced, is no longer a quarantine. It writes only the progress record,
 // bumping the epoch to fence any zombie.
 func (a *actor) quarantine(c claimCandidate) {
-	v := a.splits[c.id]
+	v := a.job.splits[c.id]
 	viewRev := v.progRev
 	since := a.mark()
 	key := prefixSplit + c.id
@@ -535,7 +535,7 @@ func (a *actor) dropLeaseAsync(id string, rev, epoch uint64) {
 			return nil
 		}
 		return func() error {
-			if v := a.splits[id]; v != nil && v.lease != nil && v.leaseRev == drev {
+			if v := a.job.splits[id]; v != nil && v.lease != nil && v.leaseRev == drev {
 				v.lease = nil
 				a.dirty = true
 			}

@@ -66,23 +66,23 @@ type fenceCell struct {
 // openCell makes a split just claimed committable on the caller's
 // goroutine.
 func (a *actor) openCell(id string, t *tenancy) {
-	v := a.splits[id]
+	v := a.job.splits[id]
 	c := &fenceCell{open: true, t: t, v: v, rec: v.prog, rev: v.progRev}
-	a.cells[id] = c
+	a.io.cells[id] = c
 	a.c.cells.Store(id, c)
 }
 
 // closeCell ends a tenancy's fast path; a commit already in flight
 // finishes and reports to the loop as usual.
 func (a *actor) closeCell(id string) {
-	c := a.cells[id]
+	c := a.io.cells[id]
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	c.open = false
 	c.mu.Unlock()
-	delete(a.cells, id)
+	delete(a.io.cells, id)
 	a.c.cells.CompareAndDelete(id, c)
 }
 
@@ -91,7 +91,7 @@ func (a *actor) closeCell(id string) {
 // meanwhile. A commit that landed before its report arrived is folded
 // into the view first, so the loop's write fences on it.
 func (a *actor) reserve(id string) bool {
-	c := a.cells[id]
+	c := a.io.cells[id]
 	if c == nil {
 		return true
 	}
@@ -104,7 +104,7 @@ func (a *actor) reserve(id string) bool {
 	c.busy, c.wanted, c.held = true, false, true
 	rec, rev := c.rec, c.rev
 	c.mu.Unlock()
-	if v := a.splits[id]; v != nil && rev > v.progRev {
+	if v := a.job.splits[id]; v != nil && rev > v.progRev {
 		a.upsert(id, rec, rev, live)
 	}
 	return true
@@ -113,11 +113,11 @@ func (a *actor) reserve(id string) bool {
 // unreserve hands split id's cell back once the loop's write is done,
 // at the state the view holds now.
 func (a *actor) unreserve(id string) {
-	c := a.cells[id]
+	c := a.io.cells[id]
 	if c == nil || !c.held {
 		return
 	}
-	v := a.splits[id]
+	v := a.job.splits[id]
 	c.held = false
 	c.mu.Lock()
 	c.busy = false
@@ -130,7 +130,7 @@ func (a *actor) unreserve(id string) {
 // cellSaw keeps a held split's cell at the newest record the view holds;
 // back says the view adopted a lower revision (the store went back in time).
 func (a *actor) cellSaw(id string, r *progressRecord, rev uint64, back bool) {
-	c := a.cells[id]
+	c := a.io.cells[id]
 	if c == nil {
 		return
 	}
@@ -143,7 +143,7 @@ func (a *actor) cellSaw(id string, r *progressRecord, rev uint64, back bool) {
 
 // committing reports whether a commit is in flight on split id's cell.
 func (a *actor) committing(id string) bool {
-	c := a.cells[id]
+	c := a.io.cells[id]
 	if c == nil {
 		return false
 	}
@@ -158,7 +158,7 @@ func (a *actor) closeCells() {
 	a.c.fastOff.Store(true)
 	a.c.fastMu.Lock()
 	a.c.fastMu.Unlock() //nolint:staticcheck // a barrier: wait for the readers in flight
-	for id := range a.cells {
+	for id := range a.io.cells {
 		a.closeCell(id)
 	}
 }
@@ -183,7 +183,7 @@ func (c *StoreCoordinator) commitHere(ctx context.Context, split SplitID, epoch 
 	a, id := c.act, split.id
 	pw := cell.v.pending.Load()
 	if out.won {
-		a.results.put(func() error {
+		a.io.results.put(func() error {
 			cell.v.pending.CompareAndSwap(pw, nil)
 			a.committed(id, t, out.rec, out.rev)
 			return a.next(id)
@@ -194,7 +194,7 @@ func (c *StoreCoordinator) commitHere(ctx context.Context, split SplitID, epoch 
 	// A lost compare-and-swap or a failed write: the loop judges it
 	// (adopt, retry once, or fenced), exactly as for its own commits.
 	cmd := &command{kind: cmdCommit, split: split, epoch: epoch, progress: p, reply: make(chan error, 1)}
-	a.results.put(func() error {
+	a.io.results.put(func() error {
 		cell.v.pending.CompareAndSwap(pw, nil)
 		return a.onSplit(id, func() error { return a.commitDone(cmd, t, out, 0, false, 0) })
 	})
@@ -259,7 +259,7 @@ func (a *actor) startCommit(cmd *command, confirmed bool, try int) error {
 		cmd.reply <- Fencedf("split %s: the tenancy at epoch %d ended (this worker now holds epoch %d); nothing was written", id, cmd.epoch, t.epoch)
 		return nil
 	}
-	v := a.splits[id]
+	v := a.job.splits[id]
 	check := !confirmed && checkMonotone(id, v.prog.Watermark, p.Watermark) != nil
 	rec := nextProgress(v.prog, t, p)
 	baseRev := v.progRev
@@ -400,7 +400,7 @@ func (a *actor) commitDone(cmd *command, t *tenancy, out commitOut, since uint64
 		if _, still := a.owned[id]; !still {
 			return reply(notHeld(id))
 		}
-		if err := checkMonotone(id, a.splits[id].prog.Watermark, p.Watermark); err != nil {
+		if err := checkMonotone(id, a.job.splits[id].prog.Watermark, p.Watermark); err != nil {
 			return fatal(err)
 		}
 		return a.startCommit(cmd, true, try)

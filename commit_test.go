@@ -57,8 +57,8 @@ func TestCommitLandsOnTheCallersGoroutine(t *testing.T) {
 	assert.Greater(t, rev2, rev)
 
 	settleIO(t, a)
-	assert.Equal(t, rev2, a.splits["s"].progRev, "the loop folds the commits' reports into the view")
-	assert.Equal(t, int64(11), *a.splits["s"].prog.Watermark)
+	assert.Equal(t, rev2, a.job.splits["s"].progRev, "the loop folds the commits' reports into the view")
+	assert.Equal(t, int64(11), *a.job.splits["s"].prog.Watermark)
 }
 
 func TestCompletingOrRegressingCommitsTakeTheLoopsPath(t *testing.T) {
@@ -111,7 +111,7 @@ func TestLoopWriteWaitsForTheCommitInFlight(t *testing.T) {
 			assert.Equal(t, uint32(1), r.Attempts)
 			assert.Nil(t, r.Owner)
 			return
-		case <-a.results.sig:
+		case <-a.io.results.sig:
 			require.NoError(t, a.runResults())
 		case <-time.After(10 * time.Second):
 			t.Fatal("the failure report was never answered")
@@ -169,7 +169,7 @@ func TestLostCommitOnTheCallersGoroutineIsFencedAndLost(t *testing.T) {
 			assert.Equal(t, []string{"s"}, lostSplits(events(t, a)))
 			assert.NotContains(t, a.owned, "s")
 			return
-		case <-a.results.sig:
+		case <-a.io.results.sig:
 			require.NoError(t, a.runResults())
 		case <-time.After(10 * time.Second):
 			t.Fatal("the lost commit was never answered")
@@ -199,7 +199,7 @@ func TestCommitAfterALostReplyIsNotFenced(t *testing.T) {
 			select {
 			case err := <-committed:
 				return err
-			case <-a.results.sig:
+			case <-a.io.results.sig:
 				require.NoError(t, a.runResults())
 			case <-time.After(10 * time.Second):
 				t.Fatal("the commit was never answered")
@@ -238,7 +238,7 @@ func TestFatalCommitIsStickyBeforeItsReply(t *testing.T) {
 		select {
 		case err = <-cmd.reply:
 			done = true
-		case <-a.results.sig:
+		case <-a.io.results.sig:
 			if lerr := a.runResults(); lerr != nil {
 				require.True(t, IsFatal(lerr), "%v", lerr)
 			}
@@ -310,7 +310,7 @@ func TestCommitWritesTheRecordAtTheViewedRevision(t *testing.T) {
 	assert.Equal(t, int64(10), *r.Watermark)
 	assert.Equal(t, []byte("x"), r.State)
 	assert.Equal(t, uint64(3), r.Epoch, "a commit never changes the epoch")
-	assert.Equal(t, rev, a.splits["s"].progRev, "the view folds the commit's own write")
+	assert.Equal(t, rev, a.job.splits["s"].progRev, "the view folds the commit's own write")
 	assert.Contains(t, a.owned, "s")
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.writes.WithLabelValues("ok")))
 }
@@ -354,7 +354,7 @@ func TestCommitAdoptsALandedCommitWhoseReplyWasLost(t *testing.T) {
 	assert.Equal(t, landedRev, rev, "the second commit wrote nothing: it adopted the landed one")
 	assert.Equal(t, int64(5), *r.Watermark)
 	assert.Contains(t, a.owned, "s", "the split is still held")
-	assert.Equal(t, landedRev, a.splits["s"].progRev)
+	assert.Equal(t, landedRev, a.job.splits["s"].progRev)
 	assert.Empty(t, lostSplits(events(t, a)))
 }
 
@@ -371,7 +371,7 @@ func TestCommitRetriesOnTopOfAnEarlierLandedCommit(t *testing.T) {
 	require.NoError(t, send(t, a, &command{kind: cmdCommit, split: MustSplitID("s"), progress: NewSplitProgress(8, nil)}))
 	r, rev := storedProgress(t, st, "s")
 	assert.Equal(t, int64(8), *r.Watermark)
-	assert.Equal(t, rev, a.splits["s"].progRev)
+	assert.Equal(t, rev, a.job.splits["s"].progRev)
 	assert.Contains(t, a.owned, "s")
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.writes.WithLabelValues("conflict")))
 }
@@ -406,7 +406,7 @@ func TestCommitBelowTheViewedWatermark(t *testing.T) {
 		require.NoError(t, a.handle(cmd))
 		var loopErr error
 		for loopErr == nil && len(cmd.reply) == 0 {
-			<-a.results.sig
+			<-a.io.results.sig
 			loopErr = a.runResults()
 		}
 		require.Error(t, loopErr, "a regression stops the loop")
@@ -431,7 +431,7 @@ func TestCommitBelowTheViewedWatermark(t *testing.T) {
 		require.NoError(t, send(t, a, &command{kind: cmdCommit, split: MustSplitID("s"), progress: NewSplitProgress(4, nil)}))
 		got, rev := storedProgress(t, st, "s")
 		assert.Equal(t, int64(4), *got.Watermark)
-		assert.Equal(t, rev, a.splits["s"].progRev)
+		assert.Equal(t, rev, a.job.splits["s"].progRev)
 	})
 }
 
@@ -447,7 +447,7 @@ func TestCompletingCommitLeavesTheSplit(t *testing.T) {
 	assert.NotContains(t, a.owned, "s")
 	_, ok := st.entry(Ephemeral, prefixSplit+"s")
 	assert.False(t, ok, "the completed split's lease is deleted")
-	assert.Equal(t, 1, a.nCompleted)
+	assert.Equal(t, 1, a.job.nCompleted)
 	assert.Empty(t, lostSplits(events(t, a)), "completing is no loss")
 	err := send(t, a, &command{kind: cmdCommit, split: MustSplitID("s"), progress: CompletedProgress(9, nil)})
 	assert.True(t, IsFenced(err), "a commit after completion is fenced: %v", err)

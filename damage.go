@@ -65,7 +65,7 @@ func (a *actor) damage(id, key string, rev uint64, err error) {
 		d = &damagedRecord{id: id, key: key}
 		a.damaged[key] = d
 	}
-	d.err, d.at = err, a.clock
+	d.err, d.at = err, a.job.clock
 	v := a.view(id)
 	if key == prefixSplit+id {
 		if v.prog != nil {
@@ -73,7 +73,7 @@ func (a *actor) damage(id, key string, rev uint64, err error) {
 				a.dropLost(id, "damaged", "its progress record became unreadable")
 			}
 			a.count(v.prog.Status, -1)
-			a.nSplits--
+			a.job.nSplits--
 			d.last = v.prog
 			v.prog = nil
 		}
@@ -84,10 +84,10 @@ func (a *actor) damage(id, key string, rev uint64, err error) {
 			delete(a.missing, id) // the key exists: nothing to restore
 		}
 		if rev > v.progRev {
-			v.progRev, v.progAt = rev, a.clock
+			v.progRev, v.progAt = rev, a.job.clock
 		}
 	}
-	a.durableSeq++
+	a.job.durableSeq++
 	a.dirty = true
 	if !seen {
 		a.m.damaged.Set(float64(len(a.damaged)))
@@ -105,7 +105,7 @@ func (a *actor) repair(key string, deleted bool) {
 	}
 	delete(a.damaged, key)
 	a.m.damaged.Set(float64(len(a.damaged)))
-	a.durableSeq++
+	a.job.durableSeq++
 	a.dirty = true
 	if deleted && key == prefixSplit+d.id && d.last != nil {
 		a.missing[d.id] = d.last // the leader restores it (restoreMissing)

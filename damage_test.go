@@ -15,7 +15,7 @@ func TestUnreadableRecordTakesOnlyItsSplitOutOfPlay(t *testing.T) {
 	a := newTestActor(t, st, testConfig())
 	holdSplit(t, a, st, "bad", 2, nil)
 	holdSplit(t, a, st, "good", 2, nil)
-	require.Equal(t, 2, a.nSplits)
+	require.Equal(t, 2, a.job.nSplits)
 
 	rev := st.put(Durable, prefixSplit+"bad", []byte(`{"not":"ours"}`))
 	require.NoError(t, a.durablePut(prefixSplit+"bad", []byte(`{"not":"ours"}`), rev, live),
@@ -25,7 +25,7 @@ func TestUnreadableRecordTakesOnlyItsSplitOutOfPlay(t *testing.T) {
 	assert.NotContains(t, a.owned, "bad")
 	assert.Contains(t, a.owned, "good", "every other split keeps running")
 	assert.Equal(t, []string{"bad"}, a.damagedSplits())
-	assert.Equal(t, 1, a.nSplits, "a damaged split is not counted as in play")
+	assert.Equal(t, 1, a.job.nSplits, "a damaged split is not counted as in play")
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.damaged))
 	for _, in := range a.claimInputs() {
 		assert.NotEqual(t, "bad", in.id, "a damaged split is never claimed")
@@ -57,8 +57,8 @@ func TestRewrittenRecordPutsItsSplitBackInPlay(t *testing.T) {
 	rev = st.put(Durable, prefixSplit+"s", encode(good))
 	require.NoError(t, a.durablePut(prefixSplit+"s", encode(good), rev, live))
 	assert.Empty(t, a.damaged)
-	assert.Equal(t, 1, a.nSplits)
-	assert.Equal(t, uint64(3), a.splits["s"].prog.Epoch)
+	assert.Equal(t, 1, a.job.nSplits)
+	assert.Equal(t, uint64(3), a.job.splits["s"].prog.Epoch)
 	assert.Equal(t, 0.0, testutil.ToFloat64(a.m.damaged))
 }
 
@@ -92,12 +92,12 @@ func TestListingWithoutTheDamagedRecordRepairsIt(t *testing.T) {
 
 func TestJobWithADamagedSplitEndsStalledNamingIt(t *testing.T) {
 	a, st := completeView(t, 2)
-	a.plan.Planned = 3
+	a.job.plan.Planned = 3
 	rev := st.put(Durable, prefixSplit+"c", []byte("garbage"))
 	require.NoError(t, a.durablePut(prefixSplit+"c", []byte("garbage"), rev, live))
 	a.detectTerminal()
 	settleIO(t, a)
-	assert.True(t, a.terminal)
+	assert.True(t, a.verdicts.terminal)
 	assert.Equal(t, []Event{Stalled{Completed: 2, Damaged: []string{"c"}}}, events(t, a))
 }
 
@@ -105,7 +105,7 @@ func TestJobWithADamagedSplitEndsStalledNamingIt(t *testing.T) {
 // blocks completion like a damaged progress record.
 func TestJobWithADamagedSpecEndsStalled(t *testing.T) {
 	a, st := completeView(t, 2)
-	a.plan.Planned = 3
+	a.job.plan.Planned = 3
 	r := rec("c", 0, "")
 	a.upsert("c", r, st.put(Durable, prefixSplit+"c", encode(r)), live)
 	require.NoError(t, a.durablePut(prefixSpec+"c", []byte("garbage"), st.put(Durable, prefixSpec+"c", []byte("garbage")), live))
@@ -143,7 +143,7 @@ func TestVanishedPlanStopsTheWorkerNamingLikelyCauses(t *testing.T) {
 	a := newTestActor(t, newFakeStore(), testConfig())
 	a.setPlan(&planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Planned: 1}, 3)
 
-	err := a.onWatch(a.watches[1], WatchEvent{Kind: WatchDelete, Key: keyPlan, Revision: 9}, true)
+	err := a.onWatch(a.w.streams[1], WatchEvent{Kind: WatchDelete, Key: keyPlan, Revision: 9}, true)
 	require.Error(t, err)
 	assert.True(t, IsFatal(err))
 	for _, want := range []string{"gone from the store", "FLUSHALL", "without persistence", "backup"} {

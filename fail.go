@@ -23,7 +23,7 @@ func (a *actor) failSplit(cmd *command) error {
 		return nil
 	}
 	a.m.failures.Inc()
-	v := a.splits[id]
+	v := a.job.splits[id]
 	rec := v.prog.clone()
 	rec.Attempts++
 	rec.Owner = nil

@@ -37,7 +37,7 @@ func TestFailAtTheCapQuarantinesAndFencesZombies(t *testing.T) {
 	got, _ := storedProgress(t, st, "s")
 	assert.Equal(t, statusQuarant, got.Status)
 	assert.Equal(t, uint64(3), got.Epoch, "quarantine bumps the epoch")
-	assert.Equal(t, 1, a.nQuarant)
+	assert.Equal(t, 1, a.job.nQuarant)
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.quarantines))
 	var quarantined []Quarantined
 	for _, e := range events(t, a) {

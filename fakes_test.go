@@ -265,12 +265,12 @@ func newTestActor(t testing.TB, st Store, cfg Config) *actor {
 	c.act = a
 	ctx, cancel := context.WithCancel(context.Background())
 	a.ctx = ctx
-	a.rewatch = time.NewTimer(time.Hour)
-	a.rewatch.Stop()
+	a.w.rewatch = time.NewTimer(time.Hour)
+	a.w.rewatch.Stop()
 	t.Cleanup(func() {
 		cancel()
-		a.io.Wait() // no I/O goroutine outlives its test
-		a.rewatch.Stop()
+		a.io.wg.Wait() // no I/O goroutine outlives its test
+		a.w.rewatch.Stop()
 	})
 	return a
 }
@@ -288,7 +288,7 @@ func events(t testing.TB, a *actor) []Event {
 func pumpOnce(t testing.TB, a *actor) {
 	t.Helper()
 	select {
-	case <-a.results.sig:
+	case <-a.io.results.sig:
 		require.NoError(t, a.runResults())
 	case <-time.After(10 * time.Second):
 		t.Fatal("no I/O result arrived")
@@ -302,7 +302,7 @@ func settleIO(t testing.TB, a *actor) {
 	for {
 		done := make(chan struct{})
 		go func() {
-			a.io.Wait()
+			a.io.wg.Wait()
 			close(done)
 		}()
 		select {
@@ -311,10 +311,10 @@ func settleIO(t testing.TB, a *actor) {
 			t.Fatal("I/O did not settle")
 		}
 		select {
-		case <-a.results.sig:
+		case <-a.io.results.sig:
 		default:
 		}
-		ks := a.results.take()
+		ks := a.io.results.take()
 		if len(ks) == 0 {
 			return
 		}
@@ -335,7 +335,7 @@ func send(t testing.TB, a *actor, cmd *command) error {
 		select {
 		case err := <-cmd.reply:
 			return err
-		case <-a.results.sig:
+		case <-a.io.results.sig:
 			require.NoError(t, a.runResults())
 		case <-time.After(10 * time.Second):
 			t.Fatal("the command was never answered")
@@ -368,7 +368,7 @@ func holdSplit(t testing.TB, a *actor, st *fakeStore, id string, epoch uint64, r
 	a.upsert(id, r, rev, live)
 	v := a.view(id)
 	v.spec = &specRecord{Schema: SchemaVersion, ID: id, FP: testFPHash, Weight: 1, Descriptor: []byte{}}
-	v.lease, v.leaseRev, v.leaseAt = &lv, leaseRev, a.clock
+	v.lease, v.leaseRev, v.leaseAt = &lv, leaseRev, a.job.clock
 	t2 := &tenancy{epoch: epoch}
 	a.owned[id] = t2
 	a.renew.hold(id, epoch, leaseRev, time.Now(), nil)

@@ -53,12 +53,12 @@ type electResult struct {
 // elect tries, beside the loop, to take the leader key and fence the plan
 // generation past its predecessor's.
 func (a *actor) elect(now time.Time) {
-	if a.plan == nil || a.electing {
+	if a.job.plan == nil || a.electing {
 		return
 	}
 	a.electing = true
-	snap, snapRev := *a.plan, a.planRev
-	newJob := len(a.assigns) == 0 && a.plan.Generation == 0
+	snap, snapRev := *a.job.plan, a.job.planRev
+	newJob := len(a.job.assigns) == 0 && a.job.plan.Generation == 0
 	a.spawn(func(ctx context.Context) func() error {
 		res := a.runElection(ctx, snap, snapRev)
 		return func() error {
@@ -144,8 +144,8 @@ func (a *actor) finishElection(res electResult, newJob bool) error {
 	if !res.won {
 		return nil
 	}
-	a.leaderObs, a.leaderRev, a.leaderAt = &res.val, max(a.leaderRev, res.leaderRev), a.clock
-	if !res.bumped || a.parting || a.terminal {
+	a.job.leaderObs, a.job.leaderRev, a.job.leaderAt = &res.val, max(a.job.leaderRev, res.leaderRev), a.job.clock
+	if !res.bumped || a.parting || a.verdicts.terminal {
 		why := res.demote
 		if why == "" {
 			why = "parting"
@@ -156,7 +156,7 @@ func (a *actor) finishElection(res electResult, newJob bool) error {
 	}
 	a.leading = &leadership{generation: res.val.Generation}
 	a.renew.setLeader(res.leaderRev, res.val.Generation)
-	if a.fullView {
+	if a.w.fullView {
 		a.inferDeparted(time.Now())
 	}
 	if newJob {
@@ -177,7 +177,7 @@ func (a *actor) finishElection(res electResult, newJob bool) error {
 	// is complete (and its publish proves the seeding finished); re-running
 	// it could only add splits a final plan must not grow by (a file
 	// rewritten since, say).
-	a.planDue = a.plan.Finality != finalityFinal
+	a.planning.due = a.job.plan.Finality != finalityFinal
 	return nil
 }
 
@@ -195,9 +195,9 @@ func (a *actor) demote(why string) {
 func (a *actor) dropLeadership() uint64 {
 	a.leading = nil
 	a.m.leader.Set(0)
-	a.planDue = false
-	if a.planCancel != nil {
-		a.planCancel()
+	a.planning.due = false
+	if a.planning.cancel != nil {
+		a.planning.cancel()
 	}
 	return a.renew.clearLeader()
 }
@@ -217,6 +217,21 @@ func (a *actor) deleteKey(ks Keyspace, key string, rev uint64) {
 }
 
 // ----- assignment publishing ----------------------------------------------------
+
+// publishState is the leader's assignment publishing: the pace of its
+// computations, the write in flight, and the moves it published, until
+// they land and settle.
+type publishState struct {
+	busy  bool          // an assignment write is in flight
+	after time.Time     // no assignment computation before (publishPace)
+	took  time.Duration // the last assignment computation's duration
+
+	pinnedSince map[string]time.Time // moves in flight, since when
+	landedAt    map[string]time.Time // moves that landed, when (settling)
+	moving      map[string]bool      // moves in flight that left a live holder
+	settledAt   time.Time            // when the next settling split may move again
+	balanced    string               // members and budgets the improve pass last ran on (fleetSignature)
+}
 
 // leaderView is what the assignment input is built from.
 type leaderView struct {
@@ -353,40 +368,40 @@ const publishPace = 10
 // flag), one publish at a time, and no sooner than publishPace times its
 // last computation's duration after that computation began.
 func (a *actor) publish(now time.Time) {
-	if a.publishing {
+	if a.pub.busy {
 		return
 	}
 	a.dirty = false
-	if a.plan == nil || len(a.presence) == 0 {
+	if a.job.plan == nil || len(a.job.presence) == 0 {
 		return
 	}
 	// Pace the next computation by this one's cost (see publishPace).
 	started := time.Now()
 	defer func() {
-		a.computeTook = time.Since(started)
-		a.publishAfter = started.Add(publishPace * a.computeTook)
+		a.pub.took = time.Since(started)
+		a.pub.after = started.Add(publishPace * a.pub.took)
 	}()
-	in, inFlight := assignInput(leaderView{now: now, pinnedSince: a.pinnedSince, pinFor: a.c.tm.pin,
-		landedAt: a.landedAt, moving: a.moving, settleFor: a.c.tm.pin,
-		splits: a.splits, presence: a.presence, caps: a.caps,
-		assigns: a.assigns, departed: a.departed, delay: a.cfg.RebalanceDelay,
+	in, inFlight := assignInput(leaderView{now: now, pinnedSince: a.pub.pinnedSince, pinFor: a.c.tm.pin,
+		landedAt: a.pub.landedAt, moving: a.pub.moving, settleFor: a.c.tm.pin,
+		splits: a.job.splits, presence: a.job.presence, caps: a.job.caps,
+		assigns: a.job.assigns, departed: a.departed, delay: a.cfg.RebalanceDelay,
 		maxInFlight: a.cfg.MaxInFlight, seed: a.fpHash})
-	if next := trackPins(a.pinnedSince, a.landedAt, a.moving, inFlight, now, a.c.tm.pin); !next.IsZero() {
-		a.settledAt = next // the improve pass may move it again then: publish anew
+	if next := trackPins(a.pub.pinnedSince, a.pub.landedAt, a.pub.moving, inFlight, now, a.c.tm.pin); !next.IsZero() {
+		a.pub.settledAt = next // the improve pass may move it again then: publish anew
 		a.wakeUp(next)
 	}
 	// Held splits move only when the fleet changed since the improve pass
 	// last ran (a join, a departure, a member proven, a budget changed):
 	// never to even out the weight left as splits complete.
 	fleet := fleetSignature(in.Members)
-	in.Steady = fleet == a.balancedFleet
+	in.Steady = fleet == a.pub.balanced
 	result := computeAssignment(in)
 	// The fleet counts as balanced once the improve pass ran on it with
 	// nothing held back: no move in flight (pinned) and none settling (a
 	// settling split is not moved, so a newcomer could be left short of
 	// its share until it settles; the publish due then must still balance).
 	if !slices.ContainsFunc(in.Splits, func(s assignSplit) bool { return s.Pinned || s.Settling }) {
-		a.balancedFleet = fleet
+		a.pub.balanced = fleet
 	}
 	moves := movesOf(in, result)
 
@@ -394,8 +409,8 @@ func (a *actor) publish(now time.Time) {
 	// instances' records first, then live members' override them.
 	prev := map[string]string{}
 	for _, live := range []bool{false, true} {
-		for inst, e := range a.assigns {
-			if _, present := a.presence[inst]; present == live {
+		for inst, e := range a.job.assigns {
+			if _, present := a.job.presence[inst]; present == live {
 				for _, id := range e.val.Splits {
 					prev[id] = inst
 				}
@@ -412,7 +427,7 @@ func (a *actor) publish(now time.Time) {
 				moved++
 			}
 		}
-		cached, ok := a.assigns[inst]
+		cached, ok := a.job.assigns[inst]
 		if ok && cached.val.Generation == gen && slices.Equal(cached.val.Splits, ids) {
 			continue // steady state writes nothing
 		}
@@ -423,17 +438,17 @@ func (a *actor) publish(now time.Time) {
 		writes = append(writes, w)
 	}
 	// Records of instances neither present nor inside a delay window go.
-	for _, inst := range slices.Sorted(maps.Keys(a.assigns)) {
-		_, present := a.presence[inst]
+	for _, inst := range slices.Sorted(maps.Keys(a.job.assigns)) {
+		_, present := a.job.presence[inst]
 		_, waiting := a.departed[inst]
 		if !present && !waiting {
-			writes = append(writes, &assignWrite{inst: inst, rev: a.assigns[inst].rev, delete: true})
+			writes = append(writes, &assignWrite{inst: inst, rev: a.job.assigns[inst].rev, delete: true})
 		}
 	}
 	if len(writes) == 0 {
 		return
 	}
-	a.publishing = true
+	a.pub.busy = true
 	members := len(result)
 	a.spawn(func(ctx context.Context) func() error {
 		sem := make(chan struct{}, publishConcurrency)
@@ -455,7 +470,7 @@ func (a *actor) publish(now time.Time) {
 		}
 		wg.Wait()
 		return func() error {
-			a.publishing = false
+			a.pub.busy = false
 			a.publishDone(writes, moves, members, moved, gen)
 			return nil
 		}
@@ -470,8 +485,8 @@ func (a *actor) publishDone(writes []*assignWrite, moves map[string]string, memb
 			a.log.Warn("assignment write failed; the next change or reconcile retries", "member", w.inst, "err", w.err)
 		case w.delete:
 			if w.o.Won {
-				if e, ok := a.assigns[w.inst]; ok && e.rev == w.rev {
-					delete(a.assigns, w.inst)
+				if e, ok := a.job.assigns[w.inst]; ok && e.rev == w.rev {
+					delete(a.job.assigns, w.inst)
 				}
 				changed = true
 			}
@@ -480,8 +495,8 @@ func (a *actor) publishDone(writes []*assignWrite, moves map[string]string, memb
 			// already: forget our cached copy only if it is the one the
 			// write expected, and let the watch or the next reconcile
 			// bring the record in before publishing again.
-			if e, ok := a.assigns[w.inst]; ok && e.rev == w.rev {
-				delete(a.assigns, w.inst)
+			if e, ok := a.job.assigns[w.inst]; ok && e.rev == w.rev {
+				delete(a.job.assigns, w.inst)
 			}
 			a.failed(opKey{op: "publish"})
 			a.dirty = true
@@ -490,14 +505,14 @@ func (a *actor) publishDone(writes []*assignWrite, moves map[string]string, memb
 			a.setAssign(w.inst, w.val, w.o.Revision)
 			for _, id := range w.val.Splits {
 				if moves[id] == w.inst {
-					a.moving[id] = true // published: it settles once it lands
+					a.pub.moving[id] = true // published: it settles once it lands
 				}
 			}
 		}
 	}
 	if changed && moved > 0 {
 		a.log.Info("assignment published", "members", members, "moved", moved, "generation", gen,
-			"computed_in", a.computeTook.Round(time.Microsecond))
+			"computed_in", a.pub.took.Round(time.Microsecond))
 	}
 }
 
@@ -580,7 +595,7 @@ func (a *actor) restoreMissing(now time.Time) {
 		return // the step's common case: nothing to sort
 	}
 	for _, id := range slices.Sorted(maps.Keys(a.missing)) {
-		if a.busy[id] || !a.due(opKey{"restore", id}, now) {
+		if a.io.busy[id] || !a.due(opKey{"restore", id}, now) {
 			continue
 		}
 		rec := a.missing[id].clone()

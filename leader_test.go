@@ -307,9 +307,9 @@ func isLive(live map[string]presenceEntry, id string) bool {
 func TestPublishWritesOnlyChangedRecords(t *testing.T) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
-	a.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
+	a.job.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
 	a.leading = &leadership{generation: 3}
-	a.presence = present("me", "peer")
+	a.job.presence = present("me", "peer")
 	for _, id := range []string{"s1", "s2", "s3", "s4"} {
 		v := a.view(id)
 		v.prog = rec(id, 0, "")
@@ -317,8 +317,8 @@ func TestPublishWritesOnlyChangedRecords(t *testing.T) {
 	}
 	a.publish(time.Now())
 	settleIO(t, a)
-	require.False(t, a.publishing)
-	require.Len(t, a.assigns, 2)
+	require.False(t, a.pub.busy)
+	require.Len(t, a.job.assigns, 2)
 	total := 0
 	for _, inst := range []string{"me", "peer"} {
 		e, ok := st.entry(Durable, prefixAssign+inst)
@@ -326,7 +326,7 @@ func TestPublishWritesOnlyChangedRecords(t *testing.T) {
 		got, err := decodeAssignment(e.Key, e.Value)
 		require.NoError(t, err)
 		assert.Equal(t, uint64(3), got.Generation)
-		assert.Equal(t, a.assigns[inst].val.Splits, got.Splits)
+		assert.Equal(t, a.job.assigns[inst].val.Splits, got.Splits)
 		total += len(got.Splits)
 	}
 	assert.Equal(t, 4, total, "every pooled split is assigned once")
@@ -338,12 +338,12 @@ func TestPublishWritesOnlyChangedRecords(t *testing.T) {
 
 	// A member leaves for good (no delay window): its record is deleted and
 	// its splits go to the remaining member.
-	delete(a.presence, "peer")
+	delete(a.job.presence, "peer")
 	a.publish(time.Now())
 	settleIO(t, a)
 	_, ok := st.entry(Durable, prefixAssign+"peer")
 	assert.False(t, ok, "the record of an instance neither present nor inside a delay window is deleted")
-	assert.Len(t, a.assigns["me"].val.Splits, 4)
+	assert.Len(t, a.job.assigns["me"].val.Splits, 4)
 }
 
 // An election that wins the leader key fences the plan generation past
@@ -352,20 +352,20 @@ func TestElectionBumpsTheGenerationAndLeads(t *testing.T) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
 	p := &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityOpen, Generation: 4}
-	a.plan, a.planRev = p, st.put(Durable, keyPlan, encode(p))
-	a.assigns["peer"] = assigned(4, "s")
+	a.job.plan, a.job.planRev = p, st.put(Durable, keyPlan, encode(p))
+	a.job.assigns["peer"] = assigned(4, "s")
 	a.elect(time.Now())
 	settleIO(t, a)
 	require.NotNil(t, a.leading)
 	assert.Equal(t, uint64(5), a.leading.generation)
-	assert.Equal(t, uint64(5), a.plan.Generation)
+	assert.Equal(t, uint64(5), a.job.plan.Generation)
 	stored, err := decodePlan(keyPlan, func() []byte { e, _ := st.entry(Durable, keyPlan); return e.Value }(), testFP)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(5), stored.Generation)
 	e, ok := st.entry(Ephemeral, keyLeader)
 	require.True(t, ok)
 	assert.Equal(t, e.Revision, a.renew.leaderRev(), "the renewer keeps the won leader key alive")
-	assert.True(t, a.planDue, "an open plan is re-run by a new leader")
+	assert.True(t, a.planning.due, "an open plan is re-run by a new leader")
 	assert.True(t, a.leading.settleUntil.IsZero(), "a job with assignments already is no new job: no settle window")
 }
 
@@ -375,14 +375,14 @@ func TestElectionGivesUpWhenASuccessorHoldsTheGeneration(t *testing.T) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
 	p := &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityOpen, Generation: 1}
-	a.plan, a.planRev = p, st.put(Durable, keyPlan, encode(p))
+	a.job.plan, a.job.planRev = p, st.put(Durable, keyPlan, encode(p))
 	successor := *p
 	successor.Generation = 2
 	st.put(Durable, keyPlan, encode(&successor)) // lands after the snapshot the election starts from
 	a.elect(time.Now())
 	settleIO(t, a)
 	assert.Nil(t, a.leading)
-	assert.Equal(t, uint64(2), a.plan.Generation, "the election folds the plan it read")
+	assert.Equal(t, uint64(2), a.job.plan.Generation, "the election folds the plan it read")
 	_, ok := st.entry(Ephemeral, keyLeader)
 	assert.False(t, ok, "the won leader key is deleted again")
 	assert.False(t, a.due(opKey{op: "elect"}, time.Now()), "a failed election backs off")
@@ -396,9 +396,9 @@ func TestElectionGivesUpWhenASuccessorHoldsTheGeneration(t *testing.T) {
 func TestPublishKeepsARecordFoldedWhileItsLosingWriteWasInFlight(t *testing.T) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
-	a.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
+	a.job.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
 	a.leading = &leadership{generation: 3}
-	a.presence = present("me", "peer")
+	a.job.presence = present("me", "peer")
 	for _, id := range []string{"s1", "s2"} {
 		v := a.view(id)
 		v.prog = rec(id, 0, "")
@@ -417,13 +417,13 @@ func TestPublishKeepsARecordFoldedWhileItsLosingWriteWasInFlight(t *testing.T) {
 		return fakeFault{}
 	})
 	a.publish(time.Now())
-	a.io.Wait()
+	a.io.wg.Wait()
 	require.NotZero(t, lateRev)
 	require.NoError(t, a.durablePut(prefixAssign+"peer", encode(late), lateRev, live)) // the watch delivers it
-	require.Equal(t, lateRev, a.assigns["peer"].rev)
+	require.Equal(t, lateRev, a.job.assigns["peer"].rev)
 	require.NoError(t, a.runResults()) // publishDone
 
-	e, ok := a.assigns["peer"]
+	e, ok := a.job.assigns["peer"]
 	assert.True(t, ok && e.rev == lateRev, "the record folded at revision %d was forgotten by the lost write's answer: %+v", lateRev, e)
 
 	a.publish(time.Now())
@@ -443,9 +443,9 @@ func inputOf(v leaderView) assignIn {
 func TestPublishMovesHeldSplitsOnlyWhenTheFleetChanges(t *testing.T) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
-	a.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
+	a.job.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
 	a.leading = &leadership{generation: 3}
-	a.presence = present("me", "peer")
+	a.job.presence = present("me", "peer")
 	hold := map[string]string{"s1": "me", "s2": "me", "s3": "me", "s4": "peer", "s5": "peer", "s6": "peer"}
 	for id, o := range hold {
 		v := a.view(id)
@@ -456,7 +456,7 @@ func TestPublishMovesHeldSplitsOnlyWhenTheFleetChanges(t *testing.T) {
 		a.publish(time.Now())
 		settleIO(t, a)
 		out := map[string][]string{}
-		for inst, e := range a.assigns {
+		for inst, e := range a.job.assigns {
 			out[inst] = e.val.Splits
 		}
 		return out
@@ -466,12 +466,12 @@ func TestPublishMovesHeldSplitsOnlyWhenTheFleetChanges(t *testing.T) {
 	// peer's splits complete: me holds 3, peer nothing. Unsteady, one of
 	// me's would move (gap 3); steady, none does.
 	for _, id := range []string{"s4", "s5", "s6"} {
-		a.splits[id].prog.Completed = true
+		a.job.splits[id].prog.Completed = true
 	}
 	require.Equal(t, map[string][]string{"me": {"s1", "s2", "s3"}, "peer": {}}, publish(), "no held split moves in a steady fleet")
 
 	// A member joins (proven): the fleet changed, so the improve pass runs.
-	a.presence["third"] = presenceEntry{rev: 9}
+	a.job.presence["third"] = presenceEntry{rev: 9}
 	got := publish()
 	assert.Len(t, got["me"], 1, "a join balances the held splits again: %v", got)
 }

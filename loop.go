@@ -32,24 +32,7 @@ type actor struct {
 	planner SplitPlanner
 	ctx     context.Context
 
-	// The view of the job (view.go).
-	splits      map[string]*splitView
-	nSplits     int // splits with a progress record
-	nCompleted  int
-	nQuarant    int
-	presence    map[string]presenceEntry
-	caps        map[string]int
-	loggedPeers map[string]bool
-	joinLogged  bool
-	leaderObs   *leaderVal
-	leaderRev   uint64
-	leaderAt    uint64 // clock of the last change to leaderObs
-	plan        *planRecord
-	planRev     uint64
-	planAt      uint64 // clock of the last change to plan
-	assigns     map[string]assignEntry
-	durableSeq  uint64 // bumps on every durable change (gates terminal listing)
-	clock       uint64 // bumps when a read of the store starts (see mark)
+	job jobView // the view of the job (view.go)
 
 	// This worker.
 	owned          map[string]*tenancy
@@ -63,57 +46,37 @@ type actor struct {
 	awaiting       map[string]time.Time
 	revocations    map[string]*revocation
 	departed       map[string]time.Time
-	pinnedSince    map[string]time.Time       // the leader's moves in flight, since when
-	landedAt       map[string]time.Time       // the leader's moves that landed, when (settling)
-	moving         map[string]bool            // moves in flight that left a live holder
-	settledAt      time.Time                  // when the next settling split may move again
-	balancedFleet  string                     // members and budgets the improve pass last ran on (fleetSignature)
 	missing        map[string]*progressRecord // progress records deleted externally, as last seen
 	damaged        map[string]*damagedRecord  // unreadable records by key (damage.go)
 	leading        *leadership
 	electing       bool
-	publishing     bool
-	publishAfter   time.Time     // no assignment computation before (publishPace)
-	computeTook    time.Duration // the last assignment computation's duration
+	pub            publishState // the leader's assignment publishing (leader.go)
 	dirty          bool
 	quarantineScan bool
 	parting        bool
-	terminal       bool
-	stalled        bool // the latched verdict is Stalled (withdrawn by a requeue)
-	terminalAt     uint64
-	terminalBusy   bool
+	verdicts       verdictState // the job's terminal verdict (terminal.go)
 	reconciling    bool
 	ownDirty       bool // something the own-split reconcile reads changed
 	membersDirty   bool // the presence set changed since the last membership log
 
-	// Planning (planner.go).
-	planDue     bool
-	planRunning bool
-	planCancel  context.CancelFunc
-	planDone    chan planResult
+	planning planning // planner runs (planner.go)
 
-	// Watches (watch.go) and scoped watching (watchscope.go).
-	watches        [2]*watchState
-	fullView       bool // the whole-job watches' snapshots are in: the view is the whole job
-	rewatchPending bool // a re-watch is scheduled (rewatch)
-	groups         map[*keyGroup]struct{}
-	covered        [2]map[string]int // keys watched by the key groups, per keyspace, with how many groups
-	loaded         [2]map[string]int // of those, keys whose group's snapshot is in, with how many groups
-	keyEvents      chan keyEvent
-	scopeDirty     bool        // the scope may have changed: rescope
-	verdict        *verdictVal // the leader's verdict as last read (scoped workers)
-	verdictAt      uint64
-	verdictRev     uint64
-	verdictBusy    bool
-	judged         *verdictVal // the verdict this worker latched from its own listing
-	rewatch        *time.Timer
-	wake           *time.Timer // steps the loop when something falls due (wakeUp)
-	wakeAt         time.Time
+	w watchSet // the watches (watch.go) and scoped watching (watchscope.go)
 
-	// I/O beside the loop.
-	renew    *renewer
+	wake   *time.Timer // steps the loop when something falls due (wakeUp)
+	wakeAt time.Time
+
+	renew *renewer // the renewer beside the loop (lease.go)
+	io    loopIO   // the store calls beside the loop
+}
+
+// loopIO is the store calls the loop runs beside itself (spawn, splitIO):
+// their continuations come back through results; one split's writes run
+// one at a time and in order (busy, later), and an operation that failed
+// backs off (retry).
+type loopIO struct {
+	wg       sync.WaitGroup
 	results  mailbox
-	io       sync.WaitGroup
 	busy     map[string]bool           // splits with a write of the loop's in flight
 	cells    map[string]*fenceCell     // held splits' commit fences (commit.go)
 	later    map[string][]func() error // work waiting for a busy split
@@ -127,29 +90,27 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 	a := &actor{
 		c: c, cfg: c.cfg, st: c.store, log: c.log, m: c.m,
 		self: c.cfg.InstanceID, nonce: c.nonce, fp: fp, fpHash: FingerprintHash(fp), planner: planner,
-		splits:      map[string]*splitView{},
-		presence:    map[string]presenceEntry{},
-		caps:        map[string]int{},
-		loggedPeers: map[string]bool{},
-		assigns:     map[string]assignEntry{},
+		job: jobView{splits: map[string]*splitView{}, presence: map[string]presenceEntry{}, caps: map[string]int{},
+			loggedPeers: map[string]bool{}, assigns: map[string]assignEntry{}},
 		owned:       map[string]*tenancy{},
 		selfFenced:  map[string]uint64{},
 		assigned:    map[string]bool{},
 		awaiting:    map[string]time.Time{},
 		revocations: map[string]*revocation{},
 		departed:    map[string]time.Time{},
-		pinnedSince: map[string]time.Time{},
-		landedAt:    map[string]time.Time{},
-		moving:      map[string]bool{},
+		pub:         publishState{pinnedSince: map[string]time.Time{}, landedAt: map[string]time.Time{}, moving: map[string]bool{}},
 		missing:     map[string]*progressRecord{},
 		damaged:     map[string]*damagedRecord{},
-		planDone:    make(chan planResult, 1),
-		watches:     [2]*watchState{{ks: Ephemeral}, {ks: Durable}},
-		busy:        map[string]bool{},
-		cells:       map[string]*fenceCell{},
-		later:       map[string][]func() error{},
-		results:     mailbox{sig: make(chan struct{}, 1)},
-		retry:       map[opKey]time.Time{},
+		planning:    planning{done: make(chan planResult, 1)},
+		w: watchSet{
+			streams:   [2]*watchState{{ks: Ephemeral}, {ks: Durable}},
+			groups:    map[*keyGroup]struct{}{},
+			covered:   [2]map[string]int{{}, {}},
+			loaded:    [2]map[string]int{{}, {}},
+			keyEvents: make(chan keyEvent, stepBatch),
+		},
+		io: loopIO{busy: map[string]bool{}, cells: map[string]*fenceCell{}, later: map[string][]func() error{},
+			results: mailbox{sig: make(chan struct{}, 1)}, retry: map[opKey]time.Time{}},
 		handingBack: map[string]int{},
 	}
 	a.renew = newRenewer(c.store, c.cfg, c.log, c.m, a.self, a.nonce, h.Sum64())
@@ -157,11 +118,7 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 	a.kw, _ = KeyWatcherOf(c.store)
 	// Without KeyWatcher every worker watches the whole job from startup
 	// on (which completes both snapshots before the loop runs).
-	a.fullView = a.kw == nil
-	a.groups = map[*keyGroup]struct{}{}
-	a.covered = [2]map[string]int{{}, {}}
-	a.loaded = [2]map[string]int{{}, {}}
-	a.keyEvents = make(chan keyEvent, stepBatch)
+	a.w.fullView = a.kw == nil
 	return a
 }
 
@@ -170,22 +127,22 @@ const stepBatch = 64
 
 func (a *actor) run(ctx context.Context) {
 	a.ctx = ctx
-	a.rewatch = time.NewTimer(time.Hour)
-	a.rewatch.Stop()
+	a.w.rewatch = time.NewTimer(time.Hour)
+	a.w.rewatch.Stop()
 	a.wake = time.NewTimer(time.Hour)
 	a.wake.Stop()
 	defer a.wake.Stop()
 	renewCtx, stopRenew := context.WithCancel(ctx)
 	renewDone := make(chan struct{})
 	defer func() {
-		for _, w := range a.watches {
+		for _, w := range a.w.streams {
 			if w.cancel != nil {
 				w.cancel()
 			}
 		}
 		a.closeGroups()
-		if a.planCancel != nil {
-			a.planCancel()
+		if a.planning.cancel != nil {
+			a.planning.cancel()
 		}
 		stopRenew()
 		<-renewDone
@@ -217,7 +174,7 @@ func (a *actor) run(ctx context.Context) {
 	defer tick.Stop()
 	defer reconcile.Stop()
 	defer replan.Stop()
-	defer a.rewatch.Stop()
+	defer a.w.rewatch.Stop()
 
 	if err := a.step(); err != nil {
 		a.die(err)
@@ -231,19 +188,19 @@ func (a *actor) run(ctx context.Context) {
 		case cmd := <-a.c.cmds:
 			a.ownDirty = true
 			err = a.handle(cmd)
-		case <-a.results.sig:
+		case <-a.io.results.sig:
 			a.ownDirty = true
 			err = a.runResults()
 		case <-a.renew.notes.sig:
 			a.ownDirty = true
 			err = a.onRenewNotes(a.renew.notes.take())
-		case ev, ok := <-a.watches[0].ch:
-			err = a.onWatch(a.watches[0], ev, ok)
-		case ev, ok := <-a.watches[1].ch:
-			err = a.onWatch(a.watches[1], ev, ok)
-		case ke := <-a.keyEvents:
+		case ev, ok := <-a.w.streams[0].ch:
+			err = a.onWatch(a.w.streams[0], ev, ok)
+		case ev, ok := <-a.w.streams[1].ch:
+			err = a.onWatch(a.w.streams[1], ev, ok)
+		case ke := <-a.w.keyEvents:
 			err = a.onKeyEvent(ke)
-		case <-a.rewatch.C:
+		case <-a.w.rewatch.C:
 			a.reestablish()
 		case <-tick.C:
 			a.ownDirty = true // the backstop for a change no flag caught
@@ -260,10 +217,10 @@ func (a *actor) run(ctx context.Context) {
 				a.refreshScope()
 			}
 		case <-replan.C:
-			if a.leading != nil && a.plan != nil && a.plan.Finality == finalityOpen {
-				a.planDue = true
+			if a.leading != nil && a.job.plan != nil && a.job.plan.Finality == finalityOpen {
+				a.planning.due = true
 			}
-		case res := <-a.planDone:
+		case res := <-a.planning.done:
 			err = a.finishPlan(res)
 		}
 		// Serve what else is ready before deciding: a step is O(assigned)
@@ -275,14 +232,14 @@ func (a *actor) run(ctx context.Context) {
 			case cmd := <-a.c.cmds:
 				a.ownDirty = true
 				err = a.handle(cmd)
-			case <-a.results.sig:
+			case <-a.io.results.sig:
 				a.ownDirty = true
 				err = a.runResults()
-			case ev, ok := <-a.watches[0].ch:
-				err = a.onWatch(a.watches[0], ev, ok)
-			case ev, ok := <-a.watches[1].ch:
-				err = a.onWatch(a.watches[1], ev, ok)
-			case ke := <-a.keyEvents:
+			case ev, ok := <-a.w.streams[0].ch:
+				err = a.onWatch(a.w.streams[0], ev, ok)
+			case ev, ok := <-a.w.streams[1].ch:
+				err = a.onWatch(a.w.streams[1], ev, ok)
+			case ke := <-a.w.keyEvents:
 				err = a.onKeyEvent(ke)
 			default:
 				break batch
@@ -326,7 +283,7 @@ func (a *actor) step() error {
 	// must still see the verdict withdrawn (its listing backstop closes
 	// its key groups, and only this reopens them).
 	a.syncWatchMode()
-	if a.terminal {
+	if a.verdicts.terminal {
 		a.gauges()
 		return nil
 	}
@@ -335,12 +292,12 @@ func (a *actor) step() error {
 		a.gauges()
 		return nil
 	}
-	if a.leaderObs == nil && a.leading == nil && a.due(opKey{op: "elect"}, now) {
+	if a.job.leaderObs == nil && a.leading == nil && a.due(opKey{op: "elect"}, now) {
 		a.elect(now)
 	}
-	if a.leading != nil && a.fullView {
-		if !a.settledAt.IsZero() && !now.Before(a.settledAt) {
-			a.settledAt = time.Time{}
+	if a.leading != nil && a.w.fullView {
+		if !a.pub.settledAt.IsZero() && !now.Before(a.pub.settledAt) {
+			a.pub.settledAt = time.Time{}
 			a.dirty = true // a settling split may move again
 		}
 		a.restoreMissing(now)
@@ -349,8 +306,8 @@ func (a *actor) step() error {
 			a.wakeUp(a.leading.settleUntil)
 		}
 		if a.dirty && !now.Before(a.leading.settleUntil) && a.due(opKey{op: "publish"}, now) {
-			if now.Before(a.publishAfter) {
-				a.wakeUp(a.publishAfter)
+			if now.Before(a.pub.after) {
+				a.wakeUp(a.pub.after)
 			} else {
 				a.publish(now)
 			}
@@ -371,10 +328,10 @@ func (a *actor) step() error {
 
 func (a *actor) gauges() {
 	a.m.splitsOwned.Set(float64(len(a.owned)))
-	a.m.splitsCompleted.Set(float64(a.nCompleted))
-	a.m.splitsQuarantined.Set(float64(a.nQuarant))
-	live := len(a.presence)
-	if _, ok := a.presence[a.self]; !ok && !a.parting {
+	a.m.splitsCompleted.Set(float64(a.job.nCompleted))
+	a.m.splitsQuarantined.Set(float64(a.job.nQuarant))
+	live := len(a.job.presence)
+	if _, ok := a.job.presence[a.self]; !ok && !a.parting {
 		live++ // self always counts
 	}
 	a.m.liveWorkers.Set(float64(live))
@@ -421,18 +378,18 @@ func (m *mailbox) take() []func() error {
 // spawn runs io on its own goroutine and the continuation it returns on
 // the loop. io must not touch the actor's state; the continuation may.
 func (a *actor) spawn(io func(ctx context.Context) func() error) {
-	if a.stopping {
+	if a.io.stopping {
 		return
 	}
-	a.io.Add(1)
+	a.io.wg.Add(1)
 	go func() {
-		defer a.io.Done()
-		a.results.put(io(a.ctx))
+		defer a.io.wg.Done()
+		a.io.results.put(io(a.ctx))
 	}()
 }
 
 func (a *actor) runResults() error {
-	for _, k := range a.results.take() {
+	for _, k := range a.io.results.take() {
 		if k == nil {
 			continue
 		}
@@ -446,14 +403,14 @@ func (a *actor) runResults() error {
 // splitIO is spawn for a write on one split: the split is busy until the
 // continuation has run, and work queued behind it (onSplit) runs then.
 func (a *actor) splitIO(id string, io func(ctx context.Context) func() error) {
-	if a.stopping {
+	if a.io.stopping {
 		return
 	}
-	a.busy[id] = true
+	a.io.busy[id] = true
 	a.spawn(func(ctx context.Context) func() error {
 		k := io(ctx)
 		return func() error {
-			delete(a.busy, id)
+			delete(a.io.busy, id)
 			if k != nil {
 				if err := k(); err != nil {
 					a.unreserve(id)
@@ -472,12 +429,12 @@ func (a *actor) splitIO(id string, io func(ctx context.Context) func() error) {
 // A held split's fence cell is reserved for the loop meanwhile, so that
 // no commit on the caller's goroutine (commit.go) runs beside it.
 func (a *actor) onSplit(id string, start func() error) error {
-	if a.busy[id] || !a.reserve(id) {
-		a.later[id] = append(a.later[id], start)
+	if a.io.busy[id] || !a.reserve(id) {
+		a.io.later[id] = append(a.io.later[id], start)
 		return nil
 	}
 	err := start()
-	if !a.busy[id] {
+	if !a.io.busy[id] {
 		a.unreserve(id)
 	}
 	return err
@@ -485,16 +442,16 @@ func (a *actor) onSplit(id string, start func() error) error {
 
 // next runs the work queued on split id once nothing is in flight on it.
 func (a *actor) next(id string) error {
-	for !a.busy[id] && len(a.later[id]) > 0 {
+	for !a.io.busy[id] && len(a.io.later[id]) > 0 {
 		if !a.reserve(id) {
 			return nil // a commit is in flight: its report calls next
 		}
-		f := a.later[id][0]
-		if a.later[id] = a.later[id][1:]; len(a.later[id]) == 0 {
-			delete(a.later, id)
+		f := a.io.later[id][0]
+		if a.io.later[id] = a.io.later[id][1:]; len(a.io.later[id]) == 0 {
+			delete(a.io.later, id)
 		}
 		err := f()
-		if !a.busy[id] {
+		if !a.io.busy[id] {
 			a.unreserve(id)
 		}
 		if err != nil {
@@ -508,21 +465,21 @@ func (a *actor) next(id string) error {
 // what it learned, so that Close knows of a claim that landed as the loop
 // stopped. Nothing new starts.
 func (a *actor) stopIO() {
-	a.stopping = true
-	a.io.Wait()
+	a.io.stopping = true
+	a.io.wg.Wait()
 	_ = a.runResults()
 }
 
 // waitPlanner lets a planner run that ignores its cancelled context finish
 // on its own: Close waits for it at most OpTimeout.
 func (a *actor) waitPlanner() {
-	if !a.planRunning {
+	if !a.planning.running {
 		return
 	}
 	t := time.NewTimer(a.cfg.OpTimeout)
 	defer t.Stop()
 	select {
-	case <-a.planDone:
+	case <-a.planning.done:
 	case <-t.C:
 		a.log.Warn("the planner did not return within the op timeout of its cancellation; leaving it behind", "timeout", a.cfg.OpTimeout)
 	}
@@ -535,7 +492,7 @@ type opKey struct{ op, split string }
 // failed holds the operation key back for retryDelay.
 func (a *actor) failed(key opKey) {
 	at := time.Now().Add(a.c.tm.retry)
-	a.retry[key] = at
+	a.io.retry[key] = at
 	a.wakeUp(at)
 }
 
@@ -551,13 +508,13 @@ func (a *actor) wakeUp(t time.Time) {
 
 // due reports whether the operation key may run at now.
 func (a *actor) due(key opKey, now time.Time) bool {
-	at, ok := a.retry[key]
+	at, ok := a.io.retry[key]
 	if !ok {
 		return true
 	}
 	if now.Before(at) {
 		return false
 	}
-	delete(a.retry, key)
+	delete(a.io.retry, key)
 	return true
 }

@@ -84,7 +84,7 @@ func TestSplitIORunsQueuedWorkInOrder(t *testing.T) {
 			}
 		}
 		write("s", "w1")
-		require.True(t, a.busy["s"])
+		require.True(t, a.io.busy["s"])
 		require.NoError(t, a.onSplit("s", step("q1", nil)))
 		require.NoError(t, a.onSplit("s", step("q2", func() { write("s", "w2") })))
 		require.NoError(t, a.onSplit("s", step("q3", nil)))
@@ -102,15 +102,15 @@ func TestSplitIORunsQueuedWorkInOrder(t *testing.T) {
 		require.NoError(t, a.runResults())
 		assert.Equal(t, []string{"t-now", "other done", "w1 done", "q1", "q2"}, trace,
 			"after w1: q1, then q2, which starts w2; q3 waits for w2")
-		assert.True(t, a.busy["s"])
-		assert.Len(t, a.later["s"], 1)
+		assert.True(t, a.io.busy["s"])
+		assert.Len(t, a.io.later["s"], 1)
 
 		close(gate["w2"])
 		synctest.Wait()
 		require.NoError(t, a.runResults())
 		assert.Equal(t, []string{"t-now", "other done", "w1 done", "q1", "q2", "w2 done", "q3"}, trace)
-		assert.Empty(t, a.busy)
-		assert.Empty(t, a.later)
+		assert.Empty(t, a.io.busy)
+		assert.Empty(t, a.io.later)
 	})
 }
 
@@ -126,7 +126,7 @@ func TestSplitIOErrorsReachTheLoop(t *testing.T) {
 		synctest.Wait()
 		assert.ErrorIs(t, a.runResults(), boom)
 		assert.False(t, ran, "work queued behind a failed continuation does not run")
-		assert.False(t, a.busy["s"])
+		assert.False(t, a.io.busy["s"])
 
 		a.splitIO("t", func(context.Context) func() error { return nil })
 		require.NoError(t, a.onSplit("t", func() error { return boom }))
@@ -164,7 +164,7 @@ func TestStopIOFoldsWhatIsInFlight(t *testing.T) {
 		a.splitIO("t", func(context.Context) func() error { started = true; return nil })
 		synctest.Wait()
 		assert.False(t, started)
-		assert.False(t, a.busy["t"], "a refused write does not leave its split busy")
+		assert.False(t, a.io.busy["t"], "a refused write does not leave its split busy")
 	})
 }
 
@@ -181,10 +181,10 @@ func TestRetryBackoff(t *testing.T) {
 	x, y := opKey{"claim", "x"}, opKey{"claim", "y"}
 	assert.True(t, a.due(x, now), "an operation that never failed is due")
 	a.failed(x)
-	at := a.retry[x]
+	at := a.io.retry[x]
 	assert.False(t, a.due(x, at.Add(-time.Nanosecond)), "a failed operation waits out the retry delay")
 	assert.True(t, a.due(x, at), "and is due once it has")
-	assert.NotContains(t, a.retry, x, "being due clears the hold")
+	assert.NotContains(t, a.io.retry, x, "being due clears the hold")
 	assert.True(t, a.due(y, now), "another split's operation is not held back")
 }
 
@@ -213,8 +213,8 @@ func TestStepExpiresDelayWindowsAndStopsWhenTerminal(t *testing.T) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
 	p := &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityOpen}
-	a.plan, a.planRev = p, st.put(Durable, keyPlan, encode(p))
-	a.terminal = true
+	a.job.plan, a.job.planRev = p, st.put(Durable, keyPlan, encode(p))
+	a.verdicts.terminal = true
 	a.departed["gone"] = time.Now().Add(-a.cfg.RebalanceDelay)
 	a.departed["recent"] = time.Now()
 	require.NoError(t, a.step())
@@ -225,7 +225,7 @@ func TestStepExpiresDelayWindowsAndStopsWhenTerminal(t *testing.T) {
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.idle))
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.liveWorkers), "self counts as live")
 
-	a.terminal = false
+	a.verdicts.terminal = false
 	require.NoError(t, a.step())
 	assert.True(t, a.electing, "no leader seen: stand for election")
 	settleIO(t, a)

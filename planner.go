@@ -51,6 +51,15 @@ type planResult struct {
 	created int
 }
 
+// planning is the actor's planner runs: at most one at a time, beside the
+// loop; its result arrives through the loop's select.
+type planning struct {
+	due     bool               // a run is due: startPlan starts it
+	running bool               // a run is in flight
+	cancel  context.CancelFunc // cancels the run in flight (leadership lost, close)
+	done    chan planResult    // the run's result, into the loop
+}
+
 // planSeedConcurrency bounds the seeding writes in flight. The workers
 // place splits only as fast as they are seeded: at 8, 100 workers on one
 // embedded etcd waited 33-37 s for 10,000 splits, each worker claiming
@@ -72,16 +81,16 @@ type planRun struct {
 // compare-and-swap on the plan revision captured now, so it cannot race the
 // actor's decisions.
 func (a *actor) startPlan() {
-	if !a.planDue || a.planRunning || a.plan == nil {
+	if !a.planning.due || a.planning.running || a.job.plan == nil {
 		return
 	}
-	a.planDue = false
-	a.planRunning = true
-	snap, rev := *a.plan, a.planRev
+	a.planning.due = false
+	a.planning.running = true
+	snap, rev := *a.job.plan, a.job.planRev
 	ctx, cancel := context.WithCancel(a.ctx)
-	a.planCancel = cancel
+	a.planning.cancel = cancel
 	run := planRun{st: a.st, planner: a.planner, fpHash: a.fpHash, m: a.m}
-	done := a.planDone
+	done := a.planning.done
 	go func() {
 		defer cancel()
 		done <- run.run(ctx, snap, rev)
@@ -219,8 +228,8 @@ func nonNil(b []byte) []byte {
 }
 
 func (a *actor) finishPlan(res planResult) error {
-	a.planRunning = false
-	a.planCancel = nil
+	a.planning.running = false
+	a.planning.cancel = nil
 	switch res.outcome {
 	case planFatal:
 		a.m.replans.WithLabelValues("error").Inc()
@@ -237,7 +246,7 @@ func (a *actor) finishPlan(res planResult) error {
 		} else {
 			a.m.replans.WithLabelValues("noop").Inc()
 		}
-		wasFinal := a.plan != nil && a.plan.Finality == finalityFinal
+		wasFinal := a.job.plan != nil && a.job.plan.Finality == finalityFinal
 		a.setPlan(res.plan, res.rev)
 		if !wasFinal && res.plan.Finality == finalityFinal {
 			a.log.Info("plan is final", "planned", res.plan.Planned)

@@ -243,17 +243,17 @@ func TestPlanRunCancelled(t *testing.T) {
 
 func TestFinishPlan(t *testing.T) {
 	a := newTestActor(t, nil, testConfig())
-	a.plan, a.planRev = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityOpen}, 3
-	a.planRunning = true
+	a.job.plan, a.job.planRev = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityOpen}, 3
+	a.planning.running = true
 
 	require.NoError(t, a.finishPlan(planResult{outcome: planError, err: Retryablef("x")}))
-	assert.False(t, a.planRunning)
-	assert.Equal(t, finalityOpen, a.plan.Finality)
+	assert.False(t, a.planning.running)
+	assert.Equal(t, finalityOpen, a.job.plan.Finality)
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.replans.WithLabelValues("error")))
 
 	final := &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Planned: 5}
 	require.NoError(t, a.finishPlan(planResult{outcome: planOK, plan: final, rev: 9}))
-	assert.Same(t, final, a.plan)
+	assert.Same(t, final, a.job.plan)
 	assert.True(t, a.dirty)
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.replans.WithLabelValues("ok")))
 
@@ -266,24 +266,24 @@ func TestFinishPlan(t *testing.T) {
 }
 
 // startPlan runs the planner off the loop and hands the result back
-// through planDone.
+// through planning.done.
 func TestStartPlanRunsOffTheLoop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := newFakeStore()
 		a := newTestActor(t, st, testConfig())
 		a.planner = fixedPlan(NewSplitPlan([]PlannedSplit{planned("a", 1)}, PlanFinal))
 		p := &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityOpen}
-		a.plan, a.planRev = p, st.put(Durable, keyPlan, encode(p))
+		a.job.plan, a.job.planRev = p, st.put(Durable, keyPlan, encode(p))
 		a.startPlan()
-		assert.False(t, a.planRunning, "nothing due: nothing runs")
-		a.planDue = true
+		assert.False(t, a.planning.running, "nothing due: nothing runs")
+		a.planning.due = true
 		a.startPlan()
-		require.True(t, a.planRunning)
+		require.True(t, a.planning.running)
 		a.startPlan() // one run at a time
-		res := <-a.planDone
+		res := <-a.planning.done
 		require.NoError(t, a.finishPlan(res))
-		assert.Equal(t, finalityFinal, a.plan.Finality)
-		assert.Equal(t, uint64(1), a.plan.Planned)
+		assert.Equal(t, finalityFinal, a.job.plan.Finality)
+		assert.Equal(t, uint64(1), a.job.plan.Planned)
 		assert.Equal(t, 1, st.count("update", keyPlan), "exactly one run")
 	})
 }

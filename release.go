@@ -67,7 +67,7 @@ func (a *actor) release(cmd *command) error {
 	// back outside a drain (it is leaving) claims nothing new meanwhile.
 	for _, s := range cmd.splits {
 		a.handingBack[s.id]++
-		a.scopeDirty = true
+		a.w.scopeDirty = true
 	}
 	if !drained {
 		a.undrained++
@@ -76,7 +76,7 @@ func (a *actor) release(cmd *command) error {
 		for _, s := range cmd.splits {
 			if a.handingBack[s.id]--; a.handingBack[s.id] <= 0 {
 				delete(a.handingBack, s.id)
-				a.scopeDirty = true
+				a.w.scopeDirty = true
 			}
 		}
 		if !drained {
@@ -137,12 +137,12 @@ func (a *actor) releaseSplit(id string, done func(releaseResult)) error {
 		done(releaseNotHeld)
 		return nil
 	}
-	v := a.splits[id]
+	v := a.job.splits[id]
 	rec := v.prog.clone()
 	rec.Owner = nil
 	rec.WrittenAtMs = nowMs()
 	baseRev := v.progRev
-	if a.rel != nil && !a.stopping {
+	if a.rel != nil && !a.io.stopping {
 		a.releaseAtomic(id, t, rec, baseRev, done)
 		return nil
 	}
@@ -157,7 +157,7 @@ func (a *actor) releaseSplit(id string, done func(releaseResult)) error {
 				// claim is the conservative kind, but the split is not
 				// pinned here.
 				a.m.writes.WithLabelValues("error").Inc()
-				if a.stopping || a.ctx.Err() != nil {
+				if a.io.stopping || a.ctx.Err() != nil {
 					// The coordinator is closing and cancelled the write:
 					// keep the tenancy, so that Close hands it back
 					// directly.
@@ -214,7 +214,7 @@ func (a *actor) releaseAtomic(id string, t *tenancy, rec *progressRecord, baseRe
 			switch {
 			case err != nil:
 				a.m.writes.WithLabelValues("error").Inc()
-				if a.stopping || a.ctx.Err() != nil {
+				if a.io.stopping || a.ctx.Err() != nil {
 					// As on the plain path: keep the tenancy, renewed,
 					// so that Close hands it back directly.
 					if still && renewing {
@@ -240,7 +240,7 @@ func (a *actor) releaseAtomic(id string, t *tenancy, rec *progressRecord, baseRe
 				a.upsert(id, rec, u.Revision, live)
 				switch {
 				case d.Won:
-					if v := a.splits[id]; v != nil && v.lease != nil && v.leaseRev == leaseRev {
+					if v := a.job.splits[id]; v != nil && v.lease != nil && v.leaseRev == leaseRev {
 						v.lease = nil
 						a.dirty = true
 					}

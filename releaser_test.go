@@ -196,7 +196,7 @@ func TestAtomicReleaseIsNotLostToItsOwnEvents(t *testing.T) {
 	holdSplit(t, a, st, "s", 1, nil)
 	cmd := &command{kind: cmdRelease, splits: []SplitID{MustSplitID("s")}, reply: make(chan error, 1)}
 	require.NoError(t, a.handle(cmd))
-	a.io.Wait() // the call has landed; its answer is not folded yet
+	a.io.wg.Wait() // the call has landed; its answer is not folded yet
 	_, leased := st.entry(Ephemeral, prefixSplit+"s")
 	require.False(t, leased)
 

@@ -79,7 +79,7 @@ func (a *actor) serviceRevocations(now time.Time) error {
 		if r.forcing {
 			continue // the release is under way
 		}
-		if a.busy[id] || a.committing(id) || !revocationDue(r, a.cfg.DrainDeadline, now) {
+		if a.io.busy[id] || a.committing(id) || !revocationDue(r, a.cfg.DrainDeadline, now) {
 			continue
 		}
 		if r.cancelled {

@@ -84,7 +84,7 @@ func TestServiceRevocations(t *testing.T) {
 	a.revocations["gone"] = &revocation{started: t0, lastProgress: t0}
 	a.revocations["busy"] = &revocation{started: t0, lastProgress: t0}
 	a.revocations["young"] = &revocation{started: t0, lastProgress: t0}
-	a.busy["busy"] = true
+	a.io.busy["busy"] = true
 	now := t0.Add(a.cfg.DrainDeadline)
 	a.revocations["young"].started = now.Add(-time.Millisecond)
 

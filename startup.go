@@ -28,18 +28,18 @@ func (a *actor) startup(ctx context.Context) error {
 			return err
 		}
 	}
-	peers := slices.Sorted(maps.Keys(a.presence))
+	peers := slices.Sorted(maps.Keys(a.job.presence))
 	peers = slices.DeleteFunc(peers, func(p string) bool { return p == a.self })
 	for _, p := range peers {
-		a.loggedPeers[p] = true
+		a.job.loggedPeers[p] = true
 	}
-	a.loggedPeers[a.self] = true
+	a.job.loggedPeers[a.self] = true
 	if len(peers) > 0 {
 		a.log.Info("joined a fleet already running", "peers", peers)
 	} else {
-		a.log.Info("joined the job", "generation", a.plan.Generation)
+		a.log.Info("joined the job", "generation", a.job.plan.Generation)
 	}
-	a.joinLogged = true
+	a.job.joinLogged = true
 	a.membersDirty = true
 	return nil
 }
@@ -163,7 +163,7 @@ func (a *actor) join(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		a.plan, a.planRev = p, e.Revision
+		a.job.plan, a.job.planRev = p, e.Revision
 		return nil
 	}
 	p := &planRecord{Schema: SchemaVersion, Fingerprint: a.fp, Finality: finalityOpen, UpdatedAtMs: nowMs()}
@@ -174,7 +174,7 @@ func (a *actor) join(ctx context.Context) error {
 	if !o.Won {
 		return Retryablef("join: lost the race to create the plan record; re-reading")
 	}
-	a.plan, a.planRev = p, o.Revision
+	a.job.plan, a.job.planRev = p, o.Revision
 	return nil
 }
 
@@ -213,7 +213,7 @@ func (a *actor) watchAll(ctx context.Context) error {
 		return a.syncGroups(ctx)
 	}
 	defer a.noteFullView()
-	for _, w := range a.watches {
+	for _, w := range a.w.streams {
 		if w.ch != nil {
 			continue
 		}

@@ -136,7 +136,7 @@ func TestJoin(t *testing.T) {
 		a := newTestActor(t, st, testConfig())
 		require.NoError(t, a.join(t.Context()))
 		p, rev := storedPlan(t, st)
-		assert.Equal(t, rev, a.planRev)
+		assert.Equal(t, rev, a.job.planRev)
 		assert.Equal(t, testFP, p.Fingerprint)
 		assert.Equal(t, finalityOpen, p.Finality)
 		assert.Zero(t, p.Generation)
@@ -147,8 +147,8 @@ func TestJoin(t *testing.T) {
 		rev := st.put(Durable, keyPlan, encode(p))
 		a := newTestActor(t, st, testConfig())
 		require.NoError(t, a.join(t.Context()))
-		assert.Equal(t, *p, *a.plan)
-		assert.Equal(t, rev, a.planRev)
+		assert.Equal(t, *p, *a.job.plan)
+		assert.Equal(t, rev, a.job.planRev)
 		assert.Zero(t, st.count("create", keyPlan))
 	})
 	t.Run("a diverging fingerprint is Fatal and writes nothing", func(t *testing.T) {
@@ -158,7 +158,7 @@ func TestJoin(t *testing.T) {
 		err := a.join(t.Context())
 		assert.True(t, IsFatal(err))
 		assert.ErrorContains(t, err, "job:other")
-		assert.Nil(t, a.plan)
+		assert.Nil(t, a.job.plan)
 		assert.Zero(t, st.count("create", "")+st.count("update", ""))
 	})
 }
@@ -199,11 +199,11 @@ func TestStartupSeesTheWholeJob(t *testing.T) {
 		st.put(Ephemeral, prefixWorker+"peer", workerBytes("np", 2))
 		a := newTestActor(t, st, testConfig())
 		require.NoError(t, a.startup(a.ctx))
-		assert.Equal(t, 1, a.nSplits)
-		assert.Contains(t, a.presence, "peer")
-		assert.Contains(t, a.presence, "me", "our own announced presence came back through the watch")
-		assert.True(t, a.joinLogged)
-		for _, w := range a.watches {
+		assert.Equal(t, 1, a.job.nSplits)
+		assert.Contains(t, a.job.presence, "peer")
+		assert.Contains(t, a.job.presence, "me", "our own announced presence came back through the watch")
+		assert.True(t, a.job.joinLogged)
+		for _, w := range a.w.streams {
 			assert.NotNil(t, w.ch)
 			assert.False(t, w.collecting)
 		}

@@ -7,7 +7,7 @@ package spate
 // it returns the lease's last revision.
 func (a *actor) leave(id string) uint64 {
 	delete(a.owned, id)
-	a.scopeDirty = true
+	a.w.scopeDirty = true
 	a.closeCell(id)
 	return a.renew.release(id)
 }

@@ -8,6 +8,22 @@ import (
 	"time"
 )
 
+// verdictState is the job's terminal verdict as this worker knows it:
+// what it judged from its own listings, and, for a worker that watches
+// only its own keys, the leader's verdict record.
+type verdictState struct {
+	terminal bool        // a verdict is latched (AllComplete or Stalled emitted)
+	stalled  bool        // the latched verdict is Stalled (withdrawn by a requeue)
+	listedAt uint64      // durableSeq at the last terminal listing (0: list again)
+	listing  bool        // a terminal listing is in flight
+	judged   *verdictVal // the verdict latched from this worker's own listing
+
+	record    *verdictVal // the leader's verdict record as last read (scoped workers)
+	recordAt  uint64      // loop clock when record was set
+	recordRev uint64      // the record's store revision
+	syncing   bool        // the leader's write of the record is in flight
+}
+
 // verdict is a bounded job's terminal state.
 type verdict uint8
 
@@ -52,31 +68,31 @@ func judgeTerminal(final bool, planned uint64, known int, listed []*progressReco
 // job may be over, it lists the split records beside the loop and judges
 // the listing.
 func (a *actor) detectTerminal() {
-	if !a.fullView {
+	if !a.w.fullView {
 		return // a scoped worker reads the leader's verdict instead
 	}
-	if a.terminal || a.terminalBusy || a.plan == nil || a.plan.Finality != finalityFinal {
+	if a.verdicts.terminal || a.verdicts.listing || a.job.plan == nil || a.job.plan.Finality != finalityFinal {
 		return
 	}
 	// Splits out of play (damage.go) count toward the planned total, and a
 	// damaged spec leaves a runnable record that nobody can claim.
 	known, stuck := a.knownSplits()
-	if uint64(known) < a.plan.Planned || a.nCompleted+a.nQuarant+stuck != a.nSplits {
+	if uint64(known) < a.job.plan.Planned || a.job.nCompleted+a.job.nQuarant+stuck != a.job.nSplits {
 		return
 	}
-	if a.terminalAt != 0 && a.terminalAt == a.durableSeq {
+	if a.verdicts.listedAt != 0 && a.verdicts.listedAt == a.job.durableSeq {
 		return // nothing changed since the last authoritative check
 	}
-	a.terminalBusy = true
-	a.terminalAt = a.durableSeq
+	a.verdicts.listing = true
+	a.verdicts.listedAt = a.job.durableSeq
 	since := a.mark()
 	a.spawn(func(ctx context.Context) func() error {
 		entries, err := a.st.List(ctx, Durable, prefixSplit)
 		return func() error {
-			a.terminalBusy = false
+			a.verdicts.listing = false
 			if err != nil {
 				a.log.Debug("terminal check deferred: listing failed", "err", err)
-				a.terminalAt = 0
+				a.verdicts.listedAt = 0
 				a.failed(opKey{op: "terminal"})
 				return nil
 			}
@@ -98,21 +114,21 @@ func (a *actor) detectTerminal() {
 				}
 				listed = append(listed, r)
 			}
-			a.terminalAt = a.durableSeq
-			if a.terminal {
+			a.verdicts.listedAt = a.job.durableSeq
+			if a.verdicts.terminal {
 				return nil
 			}
 			known, _ := a.knownSplits()
-			v, completed, quarantined := judgeTerminal(a.plan.Finality == finalityFinal, a.plan.Planned, known, listed, len(damaged))
+			v, completed, quarantined := judgeTerminal(a.job.plan.Finality == finalityFinal, a.job.plan.Planned, known, listed, len(damaged))
 			switch v {
 			case verdictAllComplete:
-				a.terminal = true
-				a.judged = &verdictVal{Schema: SchemaVersion, FP: a.fpHash, Verdict: verdictKeyComplete, Completed: uint64(completed)}
+				a.verdicts.terminal = true
+				a.verdicts.judged = &verdictVal{Schema: SchemaVersion, FP: a.fpHash, Verdict: verdictKeyComplete, Completed: uint64(completed)}
 				a.log.Info("job complete: every split is completed", "splits", len(listed))
 				a.c.emit(AllComplete{})
 			case verdictStalled:
-				a.terminal, a.stalled = true, true
-				a.judged = &verdictVal{Schema: SchemaVersion, FP: a.fpHash, Verdict: verdictKeyStalled,
+				a.verdicts.terminal, a.verdicts.stalled = true, true
+				a.verdicts.judged = &verdictVal{Schema: SchemaVersion, FP: a.fpHash, Verdict: verdictKeyStalled,
 					Completed: uint64(completed), Quarantined: uint64(quarantined), Damaged: damaged}
 				if len(damaged) > 0 {
 					a.log.Error("job stalled: the remaining splits are quarantined or have unreadable records",
@@ -131,9 +147,9 @@ func (a *actor) detectTerminal() {
 // whose progress record is unreadable, and of those whose readable record
 // is runnable but whose spec is unreadable (nobody can claim them).
 func (a *actor) knownSplits() (known, stuck int) {
-	known = a.nSplits
+	known = a.job.nSplits
 	for _, id := range a.damagedSplits() {
-		switch v := a.splits[id]; {
+		switch v := a.job.splits[id]; {
 		case v == nil || v.prog == nil:
 			known++
 		case v.prog.Status == statusRunnable:
@@ -148,12 +164,12 @@ func (a *actor) knownSplits() (known, stuck int) {
 // again, so the split is assigned and claimed without a restart. A later
 // verdict is judged afresh. AllComplete is never withdrawn.
 func (a *actor) withdrawStall(id string) {
-	if !a.terminal || !a.stalled {
+	if !a.verdicts.terminal || !a.verdicts.stalled {
 		return
 	}
-	a.terminal, a.stalled = false, false
-	a.terminalAt = 0
-	a.judged = nil
+	a.verdicts.terminal, a.verdicts.stalled = false, false
+	a.verdicts.listedAt = 0
+	a.verdicts.judged = nil
 	a.dirty = true
 	a.log.Info("stall withdrawn: a quarantined split is runnable again", "split", id)
 }
@@ -200,25 +216,25 @@ func decodeVerdict(data []byte, fp uint64) (*verdictVal, error) {
 // onVerdict folds the verdict record (nil: there is none). Only a scoped
 // worker acts on it; a worker with the whole job in view judges it itself.
 func (a *actor) onVerdict(v *verdictVal) {
-	a.verdict, a.verdictAt = v, a.clock
+	a.verdicts.record, a.verdicts.recordAt = v, a.job.clock
 	if a.wantWholeJob() {
 		return
 	}
 	switch {
 	case v == nil:
-		if a.terminal && a.stalled {
-			a.terminal, a.stalled = false, false
+		if a.verdicts.terminal && a.verdicts.stalled {
+			a.verdicts.terminal, a.verdicts.stalled = false, false
 			a.dirty, a.ownDirty = true, true
 			a.log.Info("stall withdrawn: the leader found a quarantined split runnable again")
 		}
 	case v.Verdict == verdictKeyComplete:
-		if !a.terminal || a.stalled {
-			a.terminal, a.stalled = true, false
+		if !a.verdicts.terminal || a.verdicts.stalled {
+			a.verdicts.terminal, a.verdicts.stalled = true, false
 			a.log.Info("job complete: the leader found every split completed", "splits", v.Completed)
 			a.c.emit(AllComplete{})
 		}
-	case !a.terminal:
-		a.terminal, a.stalled = true, true
+	case !a.verdicts.terminal:
+		a.verdicts.terminal, a.verdicts.stalled = true, true
 		if len(v.Damaged) > 0 {
 			a.log.Error("job stalled: the leader found the remaining splits quarantined or with unreadable records",
 				"completed", v.Completed, "quarantined", v.Quarantined, "damaged", v.Damaged)
@@ -233,30 +249,30 @@ func (a *actor) onVerdict(v *verdictVal) {
 // record say what it latched: written when a verdict latches, deleted when
 // a stall is withdrawn. A failed write is retried with backoff.
 func (a *actor) syncVerdict(now time.Time) {
-	if a.kw == nil || a.leading == nil || !a.fullView || a.verdictBusy {
+	if a.kw == nil || a.leading == nil || !a.w.fullView || a.verdicts.syncing {
 		return
 	}
 	// Compared with the record as the view holds it, not with what this
 	// leader last wrote: a record left by an earlier run (a stall since
 	// requeued while no worker ran) is corrected too.
 	var want, have []byte
-	if a.judged != nil {
-		want = encode(a.judged)
+	if a.verdicts.judged != nil {
+		want = encode(a.verdicts.judged)
 	}
-	if a.verdict != nil {
-		have = encode(a.verdict)
+	if a.verdicts.record != nil {
+		have = encode(a.verdicts.record)
 	}
 	if bytes.Equal(want, have) || !a.due(opKey{op: "verdict"}, now) {
 		return
 	}
-	judged := a.judged
-	a.verdictBusy = true
+	judged := a.verdicts.judged
+	a.verdicts.syncing = true
 	a.spawn(func(ctx context.Context) func() error {
 		err := writeVerdict(ctx, a.st, want)
 		return func() error {
-			a.verdictBusy = false
+			a.verdicts.syncing = false
 			if err != nil {
-				if a.ctx.Err() != nil || a.stopping {
+				if a.ctx.Err() != nil || a.io.stopping {
 					// The coordinator is closing: the write was cancelled,
 					// and a successor leader judges the job afresh.
 					a.log.Debug("verdict record not written: the coordinator is closing", "err", err)
@@ -266,7 +282,7 @@ func (a *actor) syncVerdict(now time.Time) {
 				a.failed(opKey{op: "verdict"})
 				return nil
 			}
-			a.verdict = judged // the watch brings the same at its revision
+			a.verdicts.record = judged // the watch brings the same at its revision
 			return nil
 		}
 	})

@@ -99,7 +99,7 @@ func TestJudgeTerminalProperty(t *testing.T) {
 func completeView(t *testing.T, n int) (*actor, *fakeStore) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
-	a.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Planned: uint64(n)}
+	a.job.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Planned: uint64(n)}
 	for i := range n {
 		id := string(rune('a' + i))
 		r := rec(id, 1, "")
@@ -113,10 +113,10 @@ func TestDetectTerminalLatchesAllCompleteOnAListing(t *testing.T) {
 	a, st := completeView(t, 3)
 	a.detectTerminal()
 	settleIO(t, a)
-	assert.True(t, a.terminal)
+	assert.True(t, a.verdicts.terminal)
 	assert.Equal(t, []Event{AllComplete{}}, events(t, a))
 	assert.Equal(t, 1, st.count("list", prefixSplit))
-	a.terminal = false // a second check with nothing changed lists nothing
+	a.verdicts.terminal = false // a second check with nothing changed lists nothing
 	a.detectTerminal()
 	settleIO(t, a)
 	assert.Equal(t, 1, st.count("list", prefixSplit), "nothing changed since the last authoritative check")
@@ -126,11 +126,11 @@ func TestDetectTerminalLatchesAllCompleteOnAListing(t *testing.T) {
 // however complete the view looks.
 func TestDetectTerminalNoVerdictWhenTheListingLacksAKnownSplit(t *testing.T) {
 	a, st := completeView(t, 3)
-	a.plan.Planned = 2
+	a.job.plan.Planned = 2
 	st.remove(Durable, prefixSplit+"b")
 	a.detectTerminal()
 	settleIO(t, a)
-	assert.False(t, a.terminal)
+	assert.False(t, a.verdicts.terminal)
 	assert.Empty(t, events(t, a))
 }
 
@@ -141,9 +141,9 @@ func TestDetectTerminalNoVerdictOnARunnableSplitOnlyTheListingShows(t *testing.T
 	st.put(Durable, prefixSplit+"z", encode(rec("z", 0, "")))
 	a.detectTerminal()
 	settleIO(t, a)
-	assert.False(t, a.terminal)
+	assert.False(t, a.verdicts.terminal)
 	assert.Empty(t, events(t, a))
-	assert.Equal(t, 3, a.nSplits, "the listing folded the split into the view")
+	assert.Equal(t, 3, a.job.nSplits, "the listing folded the split into the view")
 }
 
 func TestDetectTerminalStalled(t *testing.T) {
@@ -151,21 +151,21 @@ func TestDetectTerminalStalled(t *testing.T) {
 	q := rec("q", 4, "")
 	q.Status, q.Attempts = statusQuarant, 4
 	a.upsert("q", q, st.put(Durable, prefixSplit+"q", encode(q)), live)
-	a.plan.Planned = 3
+	a.job.plan.Planned = 3
 	a.detectTerminal()
 	settleIO(t, a)
-	assert.True(t, a.terminal)
+	assert.True(t, a.verdicts.terminal)
 	assert.Equal(t, []Event{Stalled{Completed: 2, Quarantined: 1}}, events(t, a))
 }
 
 func TestDetectTerminalGates(t *testing.T) {
 	a, st := completeView(t, 2)
-	a.plan.Finality = finalityOpen
+	a.job.plan.Finality = finalityOpen
 	a.detectTerminal()
-	a.plan.Finality = finalityFinal
-	a.plan.Planned = 3
+	a.job.plan.Finality = finalityFinal
+	a.job.plan.Planned = 3
 	a.detectTerminal()
-	a.plan.Planned = 2
+	a.job.plan.Planned = 2
 	a.upsert("r", rec("r", 0, ""), st.put(Durable, prefixSplit+"r", encode(rec("r", 0, ""))), live)
 	a.detectTerminal()
 	settleIO(t, a)
@@ -181,9 +181,9 @@ func TestDetectTerminalGates(t *testing.T) {
 	})
 	b.detectTerminal()
 	settleIO(t, b)
-	assert.False(t, b.terminal)
-	assert.Zero(t, b.terminalAt, "a failed check leaves no record of having checked")
-	assert.Contains(t, b.retry, opKey{op: "terminal"})
+	assert.False(t, b.verdicts.terminal)
+	assert.Zero(t, b.verdicts.listedAt, "a failed check leaves no record of having checked")
+	assert.Contains(t, b.io.retry, opKey{op: "terminal"})
 }
 
 // A verdict write that fails because the coordinator is closing (its
@@ -198,12 +198,12 @@ func TestAVerdictWriteCutByCloseIsNoWarning(t *testing.T) {
 		a.log = slog.New(slog.NewTextHandler(&logs, nil))
 		a.kw = stubKeyWatcher{} // a scoped fleet: the leader records its verdict
 		a.leading = &leadership{generation: 1}
-		a.fullView = true
-		a.judged = &verdictVal{Schema: SchemaVersion, FP: testFPHash, Verdict: "complete", Completed: 1}
+		a.w.fullView = true
+		a.verdicts.judged = &verdictVal{Schema: SchemaVersion, FP: testFPHash, Verdict: "complete", Completed: 1}
 		st.fault = func(fakeCall) fakeFault { return fakeFault{err: Retryablef("fake: context canceled")} }
 		a.syncVerdict(time.Now())
 		if closing {
-			a.stopping = true
+			a.io.stopping = true
 		}
 		settleIO(t, a)
 		if closing {

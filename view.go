@@ -11,6 +11,31 @@ import (
 	"time"
 )
 
+// jobView is this worker's view of the job, folded from watch events,
+// listings, re-reads and the results of its own writes (upsert is the
+// only place a split's progress state changes). Every value carries the
+// store revision it was read at; the loop clock orders reads against
+// changes (see mark).
+type jobView struct {
+	splits      map[string]*splitView
+	nSplits     int // splits with a progress record
+	nCompleted  int
+	nQuarant    int
+	presence    map[string]presenceEntry
+	caps        map[string]int
+	loggedPeers map[string]bool
+	joinLogged  bool
+	leaderObs   *leaderVal
+	leaderRev   uint64
+	leaderAt    uint64 // clock of the last change to leaderObs
+	plan        *planRecord
+	planRev     uint64
+	planAt      uint64 // clock of the last change to plan
+	assigns     map[string]assignEntry
+	durableSeq  uint64 // bumps on every durable change (gates terminal listing)
+	clock       uint64 // bumps when a read of the store starts (see mark)
+}
+
 // The local view is how the actor sees the job: folded from watch events,
 // listings and the results of its own writes. Every value carries the store
 // revision it was read at, and the loop clock at which it was last set
@@ -82,15 +107,15 @@ func readSince(mark uint64) source { return source{read: true, since: mark} }
 // mark starts a read of the store: values set after it are newer than
 // anything the read can return.
 func (a *actor) mark() uint64 {
-	a.clock++
-	return a.clock
+	a.job.clock++
+	return a.job.clock
 }
 
 func (a *actor) view(id string) *splitView {
-	v := a.splits[id]
+	v := a.job.splits[id]
 	if v == nil {
 		v = &splitView{}
-		a.splits[id] = v
+		a.job.splits[id] = v
 	}
 	return v
 }
@@ -100,20 +125,20 @@ func (a *actor) view(id string) *splitView {
 func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 	switch {
 	case key == keyLeader:
-		if rev <= a.leaderRev {
+		if rev <= a.job.leaderRev {
 			return nil
 		}
 		l, err := decodeLeader(value)
 		if err != nil {
 			return err
 		}
-		a.leaderObs, a.leaderRev, a.leaderAt = l, rev, a.clock
+		a.job.leaderObs, a.job.leaderRev, a.job.leaderAt = l, rev, a.job.clock
 		if a.leading != nil && l.Nonce != a.nonce {
 			a.demote("the leader key now belongs to " + l.Owner)
 		}
 	case strings.HasPrefix(key, prefixWorker):
 		inst := key[len(prefixWorker):]
-		old, known := a.presence[inst]
+		old, known := a.job.presence[inst]
 		if known && rev <= old.rev {
 			return nil
 		}
@@ -128,7 +153,7 @@ func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 		if known && old.unproven {
 			a.dirty = true // it may now be given a share of held splits
 		}
-		a.presence[inst] = presenceEntry{rev: rev, at: a.clock, unproven: unproven}
+		a.job.presence[inst] = presenceEntry{rev: rev, at: a.job.clock, unproven: unproven}
 		if _, ok := a.departed[inst]; ok {
 			delete(a.departed, inst) // a returning instance cancels its window
 			a.dirty = true
@@ -136,8 +161,8 @@ func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 		w, err := decodeWorker(key, value)
 		if err != nil {
 			a.log.Warn("unreadable presence record; the member keeps the default lane budget", "key", key, "err", err)
-		} else if w.MaxInFlight > 0 && a.caps[inst] != w.MaxInFlight {
-			a.caps[inst] = w.MaxInFlight
+		} else if w.MaxInFlight > 0 && a.job.caps[inst] != w.MaxInFlight {
+			a.job.caps[inst] = w.MaxInFlight
 			a.dirty = true
 		}
 		if inst == a.self && w != nil && w.Nonce != a.nonce {
@@ -152,7 +177,7 @@ func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 		if v.lease != nil && leaseHash(value) == v.leaseSum {
 			// A heartbeat: same holder, same tenancy, a later revision.
 			// Nothing to decide, nothing to decode.
-			v.leaseRev, v.leaseAt = rev, a.clock
+			v.leaseRev, v.leaseAt = rev, a.job.clock
 			return nil
 		}
 		a.touch(id)
@@ -174,7 +199,7 @@ func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 		if v.lease == nil || v.lease.Owner != l.Owner {
 			a.dirty = true
 		}
-		v.lease, v.leaseSum, v.leaseRev, v.leaseAt = l, leaseHash(value), rev, a.clock
+		v.lease, v.leaseSum, v.leaseRev, v.leaseAt = l, leaseHash(value), rev, a.job.clock
 	}
 	return nil
 }
@@ -205,12 +230,12 @@ func (a *actor) touch(id string) {
 func (a *actor) ephemeralDelete(key string, rev uint64, force bool) {
 	switch {
 	case key == keyLeader:
-		if !force && rev <= a.leaderRev {
+		if !force && rev <= a.job.leaderRev {
 			return
 		}
-		a.leaderObs, a.leaderAt = nil, a.clock
+		a.job.leaderObs, a.job.leaderAt = nil, a.job.clock
 		if !force {
-			a.leaderRev = rev
+			a.job.leaderRev = rev
 		}
 		if a.leading != nil && (force || rev > a.renew.leaderRev()) {
 			a.log.Warn("leadership lease expired")
@@ -218,12 +243,12 @@ func (a *actor) ephemeralDelete(key string, rev uint64, force bool) {
 		}
 	case strings.HasPrefix(key, prefixWorker):
 		inst := key[len(prefixWorker):]
-		old, ok := a.presence[inst]
+		old, ok := a.job.presence[inst]
 		if !ok || !force && rev <= old.rev {
 			return
 		}
-		delete(a.presence, inst)
-		delete(a.caps, inst)
+		delete(a.job.presence, inst)
+		delete(a.job.caps, inst)
 		a.dirty = true
 		a.membersDirty = true
 		switch {
@@ -249,7 +274,7 @@ func (a *actor) ephemeralDelete(key string, rev uint64, force bool) {
 			a.dirty = true
 		}
 		a.touch(id)
-		v.lease, v.leaseSum, v.leaseAt, v.leaseGoneAt = nil, 0, a.clock, time.Time{}
+		v.lease, v.leaseSum, v.leaseAt, v.leaseGoneAt = nil, 0, a.job.clock, time.Time{}
 		if !force {
 			v.leaseRev, v.leaseGoneAt = rev, time.Now()
 		}
@@ -267,16 +292,16 @@ func (a *actor) applyEphemeral(entries []Entry, mark uint64) error {
 	for _, e := range entries {
 		listed[e.Key] = true
 	}
-	if a.leaderObs != nil && !listed[keyLeader] && a.leaderAt < mark {
+	if a.job.leaderObs != nil && !listed[keyLeader] && a.job.leaderAt < mark {
 		a.ephemeralDelete(keyLeader, 0, true)
 	}
-	for _, inst := range slices.Sorted(maps.Keys(a.presence)) {
-		if !listed[prefixWorker+inst] && a.presence[inst].at < mark {
+	for _, inst := range slices.Sorted(maps.Keys(a.job.presence)) {
+		if !listed[prefixWorker+inst] && a.job.presence[inst].at < mark {
 			a.ephemeralDelete(prefixWorker+inst, 0, true)
 		}
 	}
-	for _, id := range slices.Sorted(maps.Keys(a.splits)) {
-		v := a.splits[id]
+	for _, id := range slices.Sorted(maps.Keys(a.job.splits)) {
+		v := a.job.splits[id]
 		if v.lease != nil && !listed[prefixSplit+id] && v.leaseAt < mark {
 			a.ephemeralDelete(prefixSplit+id, 0, true)
 		}
@@ -298,7 +323,7 @@ func (a *actor) applyDurable(entries []Entry, mark uint64, complete bool) error 
 		for _, e := range entries {
 			listed[e.Key] = true
 		}
-		if a.plan != nil && !listed[keyPlan] && a.planAt < mark {
+		if a.job.plan != nil && !listed[keyPlan] && a.job.planAt < mark {
 			return errNamespaceGone(fmt.Sprintf("a listing of the durable keyspace (%d records) has no plan record", len(entries)))
 		}
 		for key, d := range a.damaged {
@@ -306,15 +331,15 @@ func (a *actor) applyDurable(entries []Entry, mark uint64, complete bool) error 
 				a.repair(key, true)
 			}
 		}
-		for id, v := range a.splits {
+		for id, v := range a.job.splits {
 			if v.prog != nil && !listed[prefixSplit+id] && v.progAt < mark {
 				a.log.Warn("a split's progress record is missing from a listing; the leader restores it from the last state seen", "split", id)
 				a.forgetProgress(id, 0)
 			}
 		}
-		for inst, e := range a.assigns {
+		for inst, e := range a.job.assigns {
 			if !listed[prefixAssign+inst] && e.at < mark {
-				delete(a.assigns, inst)
+				delete(a.job.assigns, inst)
 				if inst == a.self {
 					a.forgetAssignment()
 				}
@@ -343,7 +368,7 @@ func errNamespaceGone(how string) error {
 func (a *actor) durablePut(key string, value []byte, rev uint64, src source) error {
 	switch {
 	case key == keyPlan:
-		if rev <= a.planRev {
+		if rev <= a.job.planRev {
 			return nil
 		}
 		p, err := decodePlan(key, value, a.fp)
@@ -368,7 +393,7 @@ func (a *actor) durablePut(key string, value []byte, rev uint64, src source) err
 		a.touch(id)
 	case strings.HasPrefix(key, prefixSplit):
 		id := key[len(prefixSplit):]
-		if v := a.splits[id]; v != nil {
+		if v := a.job.splits[id]; v != nil {
 			if rev == v.progRev || rev < v.progRev && !src.read {
 				return nil // an echo of what the view holds, or a stale one: skip the decode
 			}
@@ -383,18 +408,18 @@ func (a *actor) durablePut(key string, value []byte, rev uint64, src source) err
 		}
 		a.upsert(id, r, rev, src)
 	case key == keyVerdict:
-		if rev <= a.verdictRev {
+		if rev <= a.verdicts.recordRev {
 			return nil
 		}
 		v, err := decodeVerdict(value, a.fpHash)
 		if err != nil {
 			return err
 		}
-		a.verdictRev = rev
+		a.verdicts.recordRev = rev
 		a.onVerdict(v)
 	case strings.HasPrefix(key, prefixAssign):
 		inst := key[len(prefixAssign):]
-		if e, ok := a.assigns[inst]; ok && rev <= e.rev {
+		if e, ok := a.job.assigns[inst]; ok && rev <= e.rev {
 			return nil
 		}
 		val, err := decodeAssignment(key, value)
@@ -408,21 +433,21 @@ func (a *actor) durablePut(key string, value []byte, rev uint64, src source) err
 }
 
 func (a *actor) setPlan(p *planRecord, rev uint64) {
-	if rev <= a.planRev {
+	if rev <= a.job.planRev {
 		return
 	}
-	a.plan, a.planRev, a.planAt = p, rev, a.clock
-	a.durableSeq++
+	a.job.plan, a.job.planRev, a.job.planAt = p, rev, a.job.clock
+	a.job.durableSeq++
 	if a.leading != nil && p.Generation > a.leading.generation {
 		a.demote(fmt.Sprintf("a successor bumped the plan generation to %d", p.Generation))
 	}
 }
 
 func (a *actor) setAssign(inst string, val *assignmentVal, rev uint64) {
-	if e, ok := a.assigns[inst]; ok && rev <= e.rev {
+	if e, ok := a.job.assigns[inst]; ok && rev <= e.rev {
 		return
 	}
-	a.assigns[inst] = assignEntry{val: val, rev: rev, at: a.clock}
+	a.job.assigns[inst] = assignEntry{val: val, rev: rev, at: a.job.clock}
 	if inst == a.self {
 		a.adoptAssignment(val, time.Now())
 	}
@@ -435,13 +460,13 @@ func (a *actor) setAssign(inst string, val *assignmentVal, rev uint64) {
 // would leave the split without a record in this view for good, since
 // the restored record's own event is then dropped as an echo.
 func (a *actor) durableDelete(key string, rev uint64) error {
-	a.durableSeq++
+	a.job.durableSeq++
 	switch {
 	case key == keyPlan:
 		return errNamespaceGone("its plan record was deleted")
 	case strings.HasPrefix(key, prefixSplit):
 		id := key[len(prefixSplit):]
-		if v := a.splits[id]; rev != 0 && v != nil && v.prog != nil && rev <= v.progRev {
+		if v := a.job.splits[id]; rev != 0 && v != nil && v.prog != nil && rev <= v.progRev {
 			return nil // stale: the record was re-created since
 		}
 		if _, ok := a.damaged[key]; ok {
@@ -453,13 +478,13 @@ func (a *actor) durableDelete(key string, rev uint64) error {
 	case strings.HasPrefix(key, prefixSpec) && a.damaged[key] != nil:
 		a.repair(key, true)
 	case key == keyVerdict:
-		if rev == 0 || rev > a.verdictRev {
-			a.verdictRev = max(a.verdictRev, rev)
+		if rev == 0 || rev > a.verdicts.recordRev {
+			a.verdicts.recordRev = max(a.verdicts.recordRev, rev)
 			a.onVerdict(nil)
 		}
 	case strings.HasPrefix(key, prefixAssign):
 		inst := key[len(prefixAssign):]
-		delete(a.assigns, inst)
+		delete(a.job.assigns, inst)
 		if inst == a.self {
 			a.forgetAssignment()
 		}
@@ -491,10 +516,10 @@ func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
 			"split", id, "seen", v.progRev, "now", rev)
 	}
 	prev, back := v.prog, rev < v.progRev
-	a.durableSeq++
+	a.job.durableSeq++
 	delete(a.missing, id)
 	if prev == nil {
-		a.nSplits++
+		a.job.nSplits++
 		a.dirty = true
 	} else {
 		if prev.owner() != r.owner() || prev.Status != r.Status {
@@ -503,7 +528,7 @@ func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
 		a.count(prev.Status, -1)
 	}
 	a.count(r.Status, +1)
-	v.prog, v.progRev, v.progAt = r, rev, a.clock
+	v.prog, v.progRev, v.progAt = r, rev, a.job.clock
 	a.touch(id)
 	a.cellSaw(id, r, rev, back)
 	if t, held := a.owned[id]; held && r.Epoch > t.epoch {
@@ -532,7 +557,7 @@ func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
 // absence from a listing): the view then holds it as the record's last
 // revision, so no value older than the delete brings the record back.
 func (a *actor) forgetProgress(id string, rev uint64) {
-	v := a.splits[id]
+	v := a.job.splits[id]
 	if v == nil || v.prog == nil {
 		return
 	}
@@ -541,9 +566,9 @@ func (a *actor) forgetProgress(id string, rev uint64) {
 	}
 	a.touch(id)
 	a.count(v.prog.Status, -1)
-	a.nSplits--
+	a.job.nSplits--
 	a.missing[id] = v.prog
-	v.prog, v.progAt = nil, a.clock
+	v.prog, v.progAt = nil, a.job.clock
 	v.progRev = max(v.progRev, rev)
 	a.dirty = true
 }
@@ -551,9 +576,9 @@ func (a *actor) forgetProgress(id string, rev uint64) {
 func (a *actor) count(status string, d int) {
 	switch status {
 	case statusCompleted:
-		a.nCompleted += d
+		a.job.nCompleted += d
 	case statusQuarant:
-		a.nQuarant += d
+		a.job.nQuarant += d
 	}
 }
 
@@ -569,7 +594,7 @@ func (a *actor) adoptAssignment(val *assignmentVal, now time.Time) {
 	a.assignGen = val.Generation
 	a.assignSeen = true
 	a.ownDirty = true
-	a.scopeDirty = true
+	a.w.scopeDirty = true
 	next := make(map[string]bool, len(val.Splits))
 	for _, id := range val.Splits {
 		next[id] = true
@@ -590,7 +615,7 @@ func (a *actor) adoptAssignment(val *assignmentVal, now time.Time) {
 func (a *actor) forgetAssignment() {
 	a.assignSeen = false
 	a.ownDirty = true
-	a.scopeDirty = true
+	a.w.scopeDirty = true
 	a.assigned = map[string]bool{}
 	clear(a.awaiting)
 }
@@ -613,20 +638,20 @@ func expireDeparted(departed map[string]time.Time, delay time.Duration, now time
 // logMembership announces peers joining and leaving, diffed from the
 // presence set so a re-snapshot does not re-announce everyone.
 func (a *actor) logMembership() {
-	if !a.joinLogged || !a.membersDirty {
+	if !a.job.joinLogged || !a.membersDirty {
 		return
 	}
 	a.membersDirty = false
-	for inst := range a.presence {
-		if !a.loggedPeers[inst] {
-			a.loggedPeers[inst] = true
-			a.log.Info("peer joined", "peer", inst, "live", len(a.presence))
+	for inst := range a.job.presence {
+		if !a.job.loggedPeers[inst] {
+			a.job.loggedPeers[inst] = true
+			a.log.Info("peer joined", "peer", inst, "live", len(a.job.presence))
 		}
 	}
-	for inst := range a.loggedPeers {
-		if _, ok := a.presence[inst]; !ok && inst != a.self {
-			delete(a.loggedPeers, inst)
-			a.log.Info("peer left", "peer", inst, "live", len(a.presence))
+	for inst := range a.job.loggedPeers {
+		if _, ok := a.job.presence[inst]; !ok && inst != a.self {
+			delete(a.job.loggedPeers, inst)
+			a.log.Info("peer left", "peer", inst, "live", len(a.job.presence))
 		}
 	}
 }

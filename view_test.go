@@ -26,8 +26,8 @@ func recAt(id string, watermark int64) *progressRecord {
 func TestUpsertRevisionGuard(t *testing.T) {
 	a := newTestActor(t, nil, testConfig())
 	a.upsert("s", recAt("s", 10), 10, live)
-	v := a.splits["s"]
-	require.Equal(t, 1, a.nSplits)
+	v := a.job.splits["s"]
+	require.Equal(t, 1, a.job.nSplits)
 	require.True(t, a.dirty, "a new split is an assignment input change")
 
 	a.upsert("s", recAt("s", 5), 5, live)
@@ -64,7 +64,7 @@ func TestUpsertRevisionGuard(t *testing.T) {
 	later := a.mark()
 	a.upsert("s", recAt("s", 16), 16, readSince(later))
 	assert.Equal(t, int64(16), watermarkOf(v))
-	assert.Equal(t, 1, a.nSplits, "one split throughout")
+	assert.Equal(t, 1, a.job.nSplits, "one split throughout")
 }
 
 func TestDurablePutSkipsAnEchoOfTheHeldRevision(t *testing.T) {
@@ -82,14 +82,14 @@ func TestUpsertCountsStatusesAndEmitsQuarantinedOncePerTransition(t *testing.T) 
 	q := rec("old", 3, "")
 	q.Status = statusQuarant
 	a.upsert("old", q, 1, live)
-	assert.Equal(t, 1, a.nQuarant)
+	assert.Equal(t, 1, a.job.nQuarant)
 	assert.Empty(t, events(t, a), "a split first seen quarantined is no transition")
 
 	a.upsert("s", rec("s", 1, "peer"), 2, live)
 	done := rec("s", 1, "peer")
 	done.Status, done.Completed = statusCompleted, true
 	a.upsert("s", done, 3, live)
-	assert.Equal(t, 1, a.nCompleted)
+	assert.Equal(t, 1, a.job.nCompleted)
 
 	r := rec("r", 1, "")
 	a.upsert("r", r, 4, live)
@@ -100,12 +100,12 @@ func TestUpsertCountsStatusesAndEmitsQuarantinedOncePerTransition(t *testing.T) 
 	q3 := *q2
 	a.upsert("r", &q3, 6, live) // rewritten, still quarantined
 	assert.Equal(t, []Event{Quarantined{Split: MustSplitID("r"), Attempts: 4}}, events(t, a))
-	assert.Equal(t, 2, a.nQuarant)
-	assert.Equal(t, 3, a.nSplits)
+	assert.Equal(t, 2, a.job.nQuarant)
+	assert.Equal(t, 3, a.job.nSplits)
 
 	// Back to runnable (an operator's reset): the counts follow.
 	a.upsert("r", rec("r", 3, ""), 7, live)
-	assert.Equal(t, 1, a.nQuarant)
+	assert.Equal(t, 1, a.job.nQuarant)
 }
 
 func TestUpsertFlagsAQuarantineScanAtTheAttemptCap(t *testing.T) {
@@ -165,50 +165,50 @@ func TestApplyEphemeralKeepsEntriesTouchedAfterTheMark(t *testing.T) {
 		{Key: prefixWorker + "fresh", Value: workerBytes("n4", 1), Revision: 8},
 	}, mark))
 
-	assert.NotContains(t, a.presence, "old", "unlisted and older than the read: gone")
+	assert.NotContains(t, a.job.presence, "old", "unlisted and older than the read: gone")
 	assert.Contains(t, a.departed, "old", "a vanished peer starts its rebalance-delay window")
 	assert.False(t, a.departed["old"].Before(before))
-	assert.NotContains(t, a.caps, "old")
-	assert.Contains(t, a.presence, "new", "changed after the read started: kept")
-	assert.Equal(t, uint64(7), a.presence["listed"].rev)
-	assert.Equal(t, 5, a.caps["listed"], "a listed record is folded")
-	assert.Contains(t, a.presence, "fresh")
-	assert.Nil(t, a.splits["x"].lease, "an older lease the read does not list is gone")
-	assert.Equal(t, uint64(3), a.splits["x"].leaseRev, "a forced absence keeps the revision seen")
-	assert.NotNil(t, a.splits["y"].lease, "a lease put after the mark is kept")
-	assert.Nil(t, a.leaderObs, "an older leader key the read does not list is gone")
+	assert.NotContains(t, a.job.caps, "old")
+	assert.Contains(t, a.job.presence, "new", "changed after the read started: kept")
+	assert.Equal(t, uint64(7), a.job.presence["listed"].rev)
+	assert.Equal(t, 5, a.job.caps["listed"], "a listed record is folded")
+	assert.Contains(t, a.job.presence, "fresh")
+	assert.Nil(t, a.job.splits["x"].lease, "an older lease the read does not list is gone")
+	assert.Equal(t, uint64(3), a.job.splits["x"].leaseRev, "a forced absence keeps the revision seen")
+	assert.NotNil(t, a.job.splits["y"].lease, "a lease put after the mark is kept")
+	assert.Nil(t, a.job.leaderObs, "an older leader key the read does not list is gone")
 
 	// A leader key seen after the mark survives a read that missed it.
 	mark2 := a.mark()
 	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("peer", "np", 2), 9))
 	require.NoError(t, a.applyEphemeral(nil, mark2))
-	assert.NotNil(t, a.leaderObs)
-	assert.NotContains(t, a.presence, "new", "the entry kept by the first read predates the second, which misses it: gone")
-	assert.Nil(t, a.splits["y"].lease)
+	assert.NotNil(t, a.job.leaderObs)
+	assert.NotContains(t, a.job.presence, "new", "the entry kept by the first read predates the second, which misses it: gone")
+	assert.Nil(t, a.job.splits["y"].lease)
 }
 
 func TestEphemeralPresenceLifecycle(t *testing.T) {
 	a := newTestActor(t, nil, testConfig())
 	require.NoError(t, a.ephemeralPut(prefixWorker+"p", workerBytes("n", 6), 3))
 	assert.True(t, a.dirty)
-	assert.Equal(t, 6, a.caps["p"])
-	assert.True(t, a.presence["p"].unproven, "a member first seen may be a dead process's record")
+	assert.Equal(t, 6, a.job.caps["p"])
+	assert.True(t, a.job.presence["p"].unproven, "a member first seen may be a dead process's record")
 	a.dirty = false
 	require.NoError(t, a.ephemeralPut(prefixWorker+"p", workerBytes("n", 6), 3))
 	assert.False(t, a.dirty, "a stale renewal changes nothing")
 	require.NoError(t, a.ephemeralPut(prefixWorker+"p", workerBytes("n", 6), 4))
 	assert.True(t, a.dirty, "its first renewal proves it alive: it may now be given held splits")
-	assert.False(t, a.presence["p"].unproven)
+	assert.False(t, a.job.presence["p"].unproven)
 	a.dirty = false
 	require.NoError(t, a.ephemeralPut(prefixWorker+"p", workerBytes("n", 6), 5))
 	assert.False(t, a.dirty, "a renewal of a known member with an unchanged cap changes nothing")
 	require.NoError(t, a.ephemeralPut(prefixWorker+"p", []byte("garbage"), 6))
-	assert.Equal(t, 6, a.caps["p"], "an unreadable presence record keeps the member, at its last cap")
+	assert.Equal(t, 6, a.job.caps["p"], "an unreadable presence record keeps the member, at its last cap")
 
 	a.ephemeralDelete(prefixWorker+"p", 4, false)
-	assert.Contains(t, a.presence, "p", "a delete at or below the held revision is stale")
+	assert.Contains(t, a.job.presence, "p", "a delete at or below the held revision is stale")
 	a.ephemeralDelete(prefixWorker+"p", 7, false)
-	assert.NotContains(t, a.presence, "p")
+	assert.NotContains(t, a.job.presence, "p")
 	assert.Contains(t, a.departed, "p")
 	require.NoError(t, a.ephemeralPut(prefixWorker+"p", workerBytes("n2", 6), 8))
 	assert.NotContains(t, a.departed, "p", "a returning instance cancels its window")
@@ -235,7 +235,7 @@ func TestEphemeralLeaseOfAHeldSplit(t *testing.T) {
 	holdSplit(t, a, st, "ours", 2, nil)
 	holdSplit(t, a, st, "twin", 2, nil)
 	holdSplit(t, a, st, "peer", 2, nil)
-	rev := a.splits["ours"].leaseRev
+	rev := a.job.splits["ours"].leaseRev
 
 	require.NoError(t, a.ephemeralPut(prefixSplit+"ours", leaseBytes("me", "nonce-me", 2), rev+100))
 	assert.Contains(t, a.owned, "ours", "our own renewal's echo")
@@ -265,8 +265,8 @@ func TestEphemeralDeleteOfAHeldLease(t *testing.T) {
 	assert.NotContains(t, a.owned, "s")
 	assert.Equal(t, uint64(2), a.selfFenced["s"], "an expired lease is a self-fence at its epoch, forgiven once")
 	assert.Equal(t, []string{"s"}, lostSplits(events(t, a)))
-	assert.Nil(t, a.splits["s"].lease)
-	assert.Equal(t, rev+11, a.splits["s"].leaseRev)
+	assert.Nil(t, a.job.splits["s"].lease)
+	assert.Equal(t, rev+11, a.job.splits["s"].leaseRev)
 }
 
 func TestEphemeralLeaderKey(t *testing.T) {
@@ -275,16 +275,16 @@ func TestEphemeralLeaderKey(t *testing.T) {
 	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("me", "nonce-me", 2), 5))
 	assert.NotNil(t, a.leading, "our own leader key")
 	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("me", "nonce-me", 2), 4))
-	assert.Equal(t, uint64(5), a.leaderRev)
+	assert.Equal(t, uint64(5), a.job.leaderRev)
 	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("peer", "np", 3), 6))
 	assert.Nil(t, a.leading, "the leader key now belongs to another: demoted")
-	assert.Equal(t, "peer", a.leaderObs.Owner)
+	assert.Equal(t, "peer", a.job.leaderObs.Owner)
 
 	a.leading = &leadership{generation: 3}
 	a.renew.setLeader(8, 3)
 	a.ephemeralDelete(keyLeader, 7, false)
 	assert.NotNil(t, a.leading, "a delete older than our own leader write does not end leadership")
-	assert.Nil(t, a.leaderObs)
+	assert.Nil(t, a.job.leaderObs)
 	a.ephemeralDelete(keyLeader, 9, false)
 	assert.Nil(t, a.leading, "the leader key expired")
 	assert.Zero(t, a.renew.leaderRev(), "the renewer stops renewing it")
@@ -302,12 +302,12 @@ func TestApplyDurableCompleteDropsOnlyOlderAssignments(t *testing.T) {
 	require.Contains(t, a.awaiting, "s")
 
 	require.NoError(t, a.applyDurable(nil, mark, false))
-	assert.Len(t, a.assigns, 3, "a partial read deletes nothing")
+	assert.Len(t, a.job.assigns, 3, "a partial read deletes nothing")
 
 	require.NoError(t, a.applyDurable(nil, mark, true))
-	assert.NotContains(t, a.assigns, "old")
-	assert.NotContains(t, a.assigns, "me")
-	assert.Contains(t, a.assigns, "new", "written after the read started: kept")
+	assert.NotContains(t, a.job.assigns, "old")
+	assert.NotContains(t, a.job.assigns, "me")
+	assert.Contains(t, a.job.assigns, "new", "written after the read started: kept")
 	assert.False(t, a.assignSeen, "our own record gone: no instruction (which is not an empty one)")
 	assert.Empty(t, a.assigned)
 	assert.Empty(t, a.awaiting)
@@ -325,15 +325,15 @@ func TestApplyDurableFoldsEntries(t *testing.T) {
 		{Key: prefixAssign + "peer", Value: encode(&assignmentVal{Schema: SchemaVersion, Splits: []string{"s"}}), Revision: 4},
 		{Key: prefixAssign + "bad", Value: []byte("{}"), Revision: 5},
 	}, mark, true))
-	assert.Equal(t, uint64(1), a.planRev)
-	assert.Equal(t, uint64(3), a.splits["s"].spec.Weight)
-	assert.Equal(t, uint64(3), a.splits["s"].progRev)
-	assert.Contains(t, a.assigns, "peer")
-	assert.NotContains(t, a.assigns, "bad", "an unreadable assignment is ignored, never read as an empty one")
+	assert.Equal(t, uint64(1), a.job.planRev)
+	assert.Equal(t, uint64(3), a.job.splits["s"].spec.Weight)
+	assert.Equal(t, uint64(3), a.job.splits["s"].progRev)
+	assert.Contains(t, a.job.assigns, "peer")
+	assert.NotContains(t, a.job.assigns, "bad", "an unreadable assignment is ignored, never read as an empty one")
 
 	other := &specRecord{Schema: SchemaVersion, ID: "s", FP: testFPHash, Weight: 9, Descriptor: []byte("e")}
 	require.NoError(t, a.durablePut(prefixSpec+"s", encode(other), 9, live))
-	assert.Equal(t, uint64(3), a.splits["s"].spec.Weight, "a spec is immutable: the first copy wins")
+	assert.Equal(t, uint64(3), a.job.splits["s"].spec.Weight, "a spec is immutable: the first copy wins")
 
 	wrongJob := *p
 	wrongJob.Fingerprint = "another:job"
@@ -351,10 +351,10 @@ func TestAPlanFromASuccessorDemotes(t *testing.T) {
 	p3.Generation = 3
 	require.NoError(t, a.durablePut(keyPlan, encode(&p3), 6, live))
 	assert.Nil(t, a.leading)
-	seq := a.durableSeq
+	seq := a.job.durableSeq
 	require.NoError(t, a.durablePut(keyPlan, encode(p), 6, live))
-	assert.Equal(t, uint64(3), a.plan.Generation, "a plan at or below the held revision is stale")
-	assert.Equal(t, seq, a.durableSeq)
+	assert.Equal(t, uint64(3), a.job.plan.Generation, "a plan at or below the held revision is stale")
+	assert.Equal(t, seq, a.job.durableSeq)
 }
 
 func TestAdoptAssignment(t *testing.T) {
@@ -411,7 +411,7 @@ func TestAHeartbeatOfAnotherWorkersLeaseIsFoldedWithoutWork(t *testing.T) {
 	a.assigned = map[string]bool{"mine": true}
 	lease := leaseBytes("peer", "n-peer", 1)
 	require.NoError(t, a.ephemeralPut(prefixSplit+"theirs", lease, 10))
-	v := a.splits["theirs"]
+	v := a.job.splits["theirs"]
 	require.Equal(t, "peer", v.lease.Owner)
 	assert.False(t, a.ownDirty, "another worker's split is no work for this one")
 
@@ -445,11 +445,11 @@ func TestAHeartbeatOfAnotherWorkersLeaseIsFoldedWithoutWork(t *testing.T) {
 // The membership log runs when the presence set changes, not on every step.
 func TestMembershipIsLoggedOnlyWhenPresenceChanges(t *testing.T) {
 	a := newTestActor(t, nil, testConfig())
-	a.joinLogged = true
+	a.job.joinLogged = true
 	require.NoError(t, a.ephemeralPut(prefixWorker+"peer", workerBytes("n-peer", 4), 5))
 	require.True(t, a.membersDirty)
 	a.logMembership()
-	assert.True(t, a.loggedPeers["peer"])
+	assert.True(t, a.job.loggedPeers["peer"])
 	assert.False(t, a.membersDirty)
 
 	require.NoError(t, a.ephemeralPut(prefixWorker+"peer", workerBytes("n-peer", 4), 6))
@@ -457,7 +457,7 @@ func TestMembershipIsLoggedOnlyWhenPresenceChanges(t *testing.T) {
 	a.ephemeralDelete(prefixWorker+"peer", 7, false)
 	assert.True(t, a.membersDirty)
 	a.logMembership()
-	assert.False(t, a.loggedPeers["peer"])
+	assert.False(t, a.job.loggedPeers["peer"])
 }
 
 // A record deleted and restored while this worker re-read it: the re-read
@@ -471,18 +471,18 @@ func TestAStaleDeleteDoesNotForgetARestoredRecord(t *testing.T) {
 	since := a.mark()
 	a.upsert("s", recAt("s", 1), 30, readSince(since)) // the restored record, re-read
 	require.NoError(t, a.durableDelete(prefixSplit+"s", 20))
-	require.NotNil(t, a.splits["s"].prog, "a delete older than the record held is stale")
+	require.NotNil(t, a.job.splits["s"].prog, "a delete older than the record held is stale")
 	require.NoError(t, a.durablePut(prefixSplit+"s", encode(recAt("s", 1)), 30, live))
-	assert.Equal(t, uint64(30), a.splits["s"].progRev)
+	assert.Equal(t, uint64(30), a.job.splits["s"].progRev)
 
 	// A real delete: the record is gone, a value older than the delete
 	// does not bring it back, and a re-creation does.
 	require.NoError(t, a.durableDelete(prefixSplit+"s", 40))
-	require.Nil(t, a.splits["s"].prog)
+	require.Nil(t, a.job.splits["s"].prog)
 	a.upsert("s", recAt("s", 1), 30, live)
-	assert.Nil(t, a.splits["s"].prog, "a value older than the delete is stale")
+	assert.Nil(t, a.job.splits["s"].prog, "a value older than the delete is stale")
 	a.upsert("s", recAt("s", 1), 50, live)
-	assert.NotNil(t, a.splits["s"].prog, "a re-created record is adopted")
+	assert.NotNil(t, a.job.splits["s"].prog, "a re-created record is adopted")
 }
 
 // A member whose id was generated cannot come back: its departure opens no

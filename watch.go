@@ -7,6 +7,22 @@ import (
 	"time"
 )
 
+// watchSet is how this worker follows the job: the two whole-job watch
+// streams (one per keyspace), or, for a worker that watches only its own
+// splits' keys (watchscope.go), the key groups over them.
+type watchSet struct {
+	streams        [2]*watchState // the whole-job watches, by keyspace
+	fullView       bool           // the whole-job watches' snapshots are in: the view is the whole job
+	rewatchPending bool           // a re-watch is scheduled (rewatch)
+	rewatch        *time.Timer
+
+	groups     map[*keyGroup]struct{}
+	covered    [2]map[string]int // keys watched by the key groups, per keyspace, with how many groups
+	loaded     [2]map[string]int // of those, keys whose group's snapshot is in, with how many groups
+	keyEvents  chan keyEvent
+	scopeDirty bool // the scope may have changed: rescope
+}
+
 // rewatchDelay is the least the actor waits before re-establishing a
 // broken watch.
 const rewatchDelay = 200 * time.Millisecond
@@ -73,12 +89,12 @@ func (a *actor) closeWatch(w *watchState) {
 // reestablish reopens what is down: the whole-job watches, or on a
 // scoped worker the key groups (at its next step).
 func (a *actor) reestablish() {
-	a.rewatchPending = false
+	a.w.rewatchPending = false
 	if !a.wantWholeJob() {
-		a.scopeDirty = true
+		a.w.scopeDirty = true
 		return
 	}
-	for _, w := range a.watches {
+	for _, w := range a.w.streams {
 		a.openWatch(w)
 	}
 }
@@ -86,7 +102,7 @@ func (a *actor) reestablish() {
 // checkSnapshots gives up on a snapshot that did not complete in time and
 // opens the watch again.
 func (a *actor) checkSnapshots(now time.Time) {
-	for _, w := range a.watches {
+	for _, w := range a.w.streams {
 		if w.collecting && now.After(w.deadline) {
 			a.log.Warn("watch snapshot not complete in time; re-watching", "keyspace", w.ks, "budget", a.c.tm.snapshotBudget)
 			a.closeWatch(w)
@@ -154,13 +170,13 @@ func (a *actor) applyLive(ks Keyspace, ev WatchEvent) error {
 // noteFullView marks the view whole once both whole-job watches have
 // delivered their snapshots: only then may a leader act on it.
 func (a *actor) noteFullView() {
-	for _, w := range a.watches {
+	for _, w := range a.w.streams {
 		if w.ch == nil || w.collecting {
 			return
 		}
 	}
-	if !a.fullView {
-		a.fullView = true
+	if !a.w.fullView {
+		a.w.fullView = true
 		a.dirty = true
 		if a.leading != nil {
 			a.inferDeparted(time.Now())
@@ -177,7 +193,7 @@ func (a *actor) inferDeparted(now time.Time) {
 	if a.cfg.RebalanceDelay == NoRebalanceDelay {
 		return
 	}
-	for _, v := range a.splits {
+	for _, v := range a.job.splits {
 		if v.prog == nil {
 			continue
 		}
@@ -185,7 +201,7 @@ func (a *actor) inferDeparted(now time.Time) {
 		if inst == "" {
 			continue
 		}
-		if _, present := a.presence[inst]; present {
+		if _, present := a.job.presence[inst]; present {
 			continue
 		}
 		if isGeneratedID(inst) {
@@ -243,10 +259,10 @@ func (a *actor) reconcile() {
 // Its record is re-seeded from nothing (a planner's seed progress is lost:
 // the split replays from its start — duplicates, never loss).
 func (a *actor) findUnseeded() {
-	if a.leading == nil || !a.fullView || a.plan == nil || a.plan.Finality != finalityFinal {
+	if a.leading == nil || !a.w.fullView || a.job.plan == nil || a.job.plan.Finality != finalityFinal {
 		return
 	}
-	for id, v := range a.splits {
+	for id, v := range a.job.splits {
 		if v.spec != nil && v.prog == nil && a.missing[id] == nil && !a.splitDamaged(id) {
 			a.log.Warn("a planned split has a spec but no progress record; re-seeding it", "split", id)
 			a.missing[id] = newProgressRecord(id, a.fpHash, nil)

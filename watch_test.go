@@ -13,7 +13,7 @@ import (
 // jittered re-watch delay.
 func rewatchFires(a *actor) bool {
 	select {
-	case <-a.rewatch.C:
+	case <-a.w.rewatch.C:
 		return true
 	case <-time.After(rewatchDelay + a.c.tm.rewatchJitter + time.Millisecond):
 		return false
@@ -35,39 +35,39 @@ func openTestWatch(a *actor, w *watchState) (cancelled *bool) {
 func TestWatchSnapshotIsAppliedWhole(t *testing.T) {
 	a := newTestActor(t, nil, testConfig())
 	require.NoError(t, a.ephemeralPut(prefixWorker+"stale", workerBytes("n", 1), 1))
-	w := a.watches[0]
+	w := a.w.streams[0]
 	openTestWatch(a, w)
 	require.NoError(t, a.onWatch(w, WatchEvent{Kind: WatchPut, Key: prefixWorker + "p", Value: workerBytes("n", 1), Revision: 5}, true))
 	require.NoError(t, a.onWatch(w, WatchEvent{Kind: WatchDelete, Key: prefixWorker + "q", Revision: 6}, true))
-	assert.NotContains(t, a.presence, "p", "nothing is applied before SnapshotDone")
-	assert.Contains(t, a.presence, "stale")
+	assert.NotContains(t, a.job.presence, "p", "nothing is applied before SnapshotDone")
+	assert.Contains(t, a.job.presence, "stale")
 	require.NoError(t, a.onWatch(w, WatchEvent{Kind: WatchSnapshotDone}, true))
 	assert.False(t, w.collecting)
 	assert.Nil(t, w.snapshot)
-	assert.Contains(t, a.presence, "p")
-	assert.NotContains(t, a.presence, "stale", "the snapshot is authoritative for what predates it")
+	assert.Contains(t, a.job.presence, "p")
+	assert.NotContains(t, a.job.presence, "stale", "the snapshot is authoritative for what predates it")
 
 	// A durable snapshot applies without deleting assignments (a watch
 	// snapshot is not the reconcile listing).
-	d := a.watches[1]
+	d := a.w.streams[1]
 	a.setAssign("peer", &assignmentVal{Schema: SchemaVersion, Splits: []string{}}, 1)
 	openTestWatch(a, d)
 	require.NoError(t, a.onWatch(d, WatchEvent{Kind: WatchPut, Key: prefixSplit + "s", Value: encode(rec("s", 0, "")), Revision: 9}, true))
 	require.NoError(t, a.onWatch(d, WatchEvent{Kind: WatchSnapshotDone}, true))
-	assert.Equal(t, 1, a.nSplits)
-	assert.Contains(t, a.assigns, "peer")
+	assert.Equal(t, 1, a.job.nSplits)
+	assert.Contains(t, a.job.assigns, "peer")
 }
 
 // After the snapshot, events apply one by one.
 func TestWatchLiveEvents(t *testing.T) {
 	a := newTestActor(t, nil, testConfig())
-	e, d := a.watches[0], a.watches[1]
+	e, d := a.w.streams[0], a.w.streams[1]
 	require.NoError(t, a.onWatch(e, WatchEvent{Kind: WatchPut, Key: prefixWorker + "p", Value: workerBytes("n", 3), Revision: 2}, true))
-	assert.Equal(t, 3, a.caps["p"])
+	assert.Equal(t, 3, a.job.caps["p"])
 	require.NoError(t, a.onWatch(e, WatchEvent{Kind: WatchDelete, Key: prefixWorker + "p", Revision: 3}, true))
-	assert.NotContains(t, a.presence, "p")
+	assert.NotContains(t, a.job.presence, "p")
 	require.NoError(t, a.onWatch(d, WatchEvent{Kind: WatchPut, Key: prefixSplit + "s", Value: encode(rec("s", 0, "")), Revision: 4}, true))
-	assert.Equal(t, uint64(4), a.splits["s"].progRev)
+	assert.Equal(t, uint64(4), a.job.splits["s"].progRev)
 	require.NoError(t, a.onWatch(d, WatchEvent{Kind: WatchPut, Key: prefixAssign + "me", Value: encode(&assignmentVal{Schema: SchemaVersion, Splits: []string{"s"}}), Revision: 5}, true))
 	assert.True(t, a.assigned["s"])
 	require.NoError(t, a.onWatch(d, WatchEvent{Kind: WatchDelete, Key: prefixAssign + "me", Revision: 6}, true))
@@ -81,7 +81,7 @@ func TestWatchLiveEvents(t *testing.T) {
 func TestWatchBreaks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := newTestActor(t, nil, testConfig())
-		w := a.watches[0]
+		w := a.w.streams[0]
 
 		cancelled := openTestWatch(a, w)
 		require.NoError(t, a.onWatch(w, WatchEvent{Kind: WatchError, Err: Retryablef("compacted")}, true))
@@ -109,7 +109,7 @@ func TestWatchBreaks(t *testing.T) {
 func TestCheckSnapshots(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := newTestActor(t, nil, testConfig())
-		w := a.watches[1]
+		w := a.w.streams[1]
 		cancelled := openTestWatch(a, w)
 		a.checkSnapshots(w.deadline)
 		assert.NotNil(t, w.ch, "at the deadline it is still in time")
@@ -125,7 +125,7 @@ func TestOpenWatch(t *testing.T) {
 		st := newFakeStore()
 		st.put(Ephemeral, prefixWorker+"peer", workerBytes("n", 2))
 		a := newTestActor(t, st, testConfig())
-		w := a.watches[0]
+		w := a.w.streams[0]
 		a.openWatch(w)
 		a.openWatch(w) // one establishment at a time
 		settleIO(t, a)
@@ -136,10 +136,10 @@ func TestOpenWatch(t *testing.T) {
 			ev, ok := <-w.ch
 			require.NoError(t, a.onWatch(w, ev, ok))
 		}
-		assert.Contains(t, a.presence, "peer")
+		assert.Contains(t, a.job.presence, "peer")
 
 		// A failed re-watch is retried later; a Fatal one stops the loop.
-		d := a.watches[1]
+		d := a.w.streams[1]
 		st.setFault(func(c fakeCall) fakeFault {
 			if c.op == "watch" {
 				return fakeFault{err: Retryablef("unreachable")}
@@ -155,7 +155,7 @@ func TestOpenWatch(t *testing.T) {
 		st.setFault(func(c fakeCall) fakeFault { return fakeFault{err: Fatalf("forbidden")} })
 		a.openWatch(d)
 		synctest.Wait()
-		<-a.results.sig
+		<-a.io.results.sig
 		err := a.runResults()
 		assert.True(t, IsFatal(err), "%v", err)
 	})
@@ -177,10 +177,10 @@ func TestReconcile(t *testing.T) {
 	settleIO(t, a)
 	assert.False(t, a.reconciling)
 	assert.Equal(t, 2, st.count("list", ""), "one listing per keyspace")
-	assert.NotContains(t, a.presence, "ghost")
-	assert.Contains(t, a.presence, "peer")
-	assert.NotContains(t, a.assigns, "ghost")
-	assert.Equal(t, 1, a.nSplits)
+	assert.NotContains(t, a.job.presence, "ghost")
+	assert.Contains(t, a.job.presence, "peer")
+	assert.NotContains(t, a.job.assigns, "ghost")
+	assert.Equal(t, 1, a.job.nSplits)
 	assert.True(t, a.dirty)
 
 	// A failed listing is logged and applies nothing.
@@ -192,5 +192,5 @@ func TestReconcile(t *testing.T) {
 	})
 	a.reconcile()
 	settleIO(t, a)
-	assert.Contains(t, a.presence, "peer", "a failed listing deletes nothing")
+	assert.Contains(t, a.job.presence, "peer", "a failed listing deletes nothing")
 }

@@ -95,26 +95,26 @@ func (a *actor) syncWatchMode() {
 		return
 	}
 	if a.wantWholeJob() {
-		for _, w := range a.watches {
-			if w.ch == nil && !w.opening && !a.rewatchPending {
+		for _, w := range a.w.streams {
+			if w.ch == nil && !w.opening && !a.w.rewatchPending {
 				a.openWatch(w)
 			}
 		}
-		if a.fullView && len(a.groups) > 0 {
+		if a.w.fullView && len(a.w.groups) > 0 {
 			// The whole-job watches cover every key now.
 			a.closeGroups()
 		}
 		return
 	}
-	if a.fullView || a.watches[0].ch != nil || a.watches[1].ch != nil {
-		for _, w := range a.watches {
+	if a.w.fullView || a.w.streams[0].ch != nil || a.w.streams[1].ch != nil {
+		for _, w := range a.w.streams {
 			a.closeWatch(w)
 		}
-		a.fullView = false
+		a.w.fullView = false
 		a.prune()
-		a.scopeDirty = true
+		a.w.scopeDirty = true
 	}
-	if a.scopeDirty {
+	if a.w.scopeDirty {
 		a.rescope()
 	}
 }
@@ -122,25 +122,25 @@ func (a *actor) syncWatchMode() {
 // prune drops from the view what a scoped worker does not watch: other
 // splits, other members, other assignments and the leader's bookkeeping.
 func (a *actor) prune() {
-	for id, v := range a.splits {
-		if a.inScope(id) || a.busy[id] {
+	for id, v := range a.job.splits {
+		if a.inScope(id) || a.io.busy[id] {
 			continue
 		}
 		if v.prog != nil {
 			a.count(v.prog.Status, -1)
-			a.nSplits--
+			a.job.nSplits--
 		}
-		delete(a.splits, id)
+		delete(a.job.splits, id)
 	}
-	for inst := range a.presence {
+	for inst := range a.job.presence {
 		if inst != a.self {
-			delete(a.presence, inst)
-			delete(a.caps, inst)
+			delete(a.job.presence, inst)
+			delete(a.job.caps, inst)
 		}
 	}
-	for inst := range a.assigns {
+	for inst := range a.job.assigns {
 		if inst != a.self {
-			delete(a.assigns, inst)
+			delete(a.job.assigns, inst)
 		}
 	}
 	for key, d := range a.damaged {
@@ -150,16 +150,16 @@ func (a *actor) prune() {
 	}
 	clear(a.missing)
 	clear(a.departed)
-	clear(a.pinnedSince)
-	clear(a.landedAt)
-	clear(a.moving)
+	clear(a.pub.pinnedSince)
+	clear(a.pub.landedAt)
+	clear(a.pub.moving)
 	a.m.damaged.Set(float64(len(a.damaged)))
 }
 
 // rescope opens groups for the keys the scope gained and forgets the
 // splits it lost.
 func (a *actor) rescope() {
-	a.scopeDirty = false
+	a.w.scopeDirty = false
 	ids := map[string]bool{}
 	for id := range a.assigned {
 		ids[id] = true
@@ -171,18 +171,18 @@ func (a *actor) rescope() {
 		ids[id] = true
 	}
 	// Splits that left the scope leave the view.
-	for id, v := range a.splits {
-		if !ids[id] && !a.busy[id] {
+	for id, v := range a.job.splits {
+		if !ids[id] && !a.io.busy[id] {
 			if v.prog != nil {
 				a.count(v.prog.Status, -1)
-				a.nSplits--
+				a.job.nSplits--
 			}
-			delete(a.splits, id)
+			delete(a.job.splits, id)
 		}
 	}
 	watched, stale := 0, 0
 	for _, ks := range keyspaces {
-		for key, n := range a.covered[ks-1] {
+		for key, n := range a.w.covered[ks-1] {
 			if id, ok := splitOfKey(key); ok && !ids[id] {
 				stale += n
 			} else {
@@ -194,7 +194,7 @@ func (a *actor) rescope() {
 		a.closeGroups() // mostly dropped keys: start afresh
 	}
 	for _, ks := range keyspaces {
-		cov := a.covered[ks-1]
+		cov := a.w.covered[ks-1]
 		var missing []string
 		for _, k := range a.baseKeys(ks) {
 			if cov[k] == 0 {
@@ -220,9 +220,9 @@ var keyspaces = [2]Keyspace{Ephemeral, Durable}
 // openGroup establishes a key watch beside the loop.
 func (a *actor) openGroup(ks Keyspace, keys []string) {
 	g := &keyGroup{ks: ks, keys: keys}
-	a.groups[g] = struct{}{}
+	a.w.groups[g] = struct{}{}
 	for _, k := range keys {
-		a.covered[ks-1][k]++
+		a.w.covered[ks-1][k]++
 	}
 	since := a.mark()
 	a.spawn(func(ctx context.Context) func() error {
@@ -252,13 +252,13 @@ func (a *actor) openGroup(ks Keyspace, keys []string) {
 func (a *actor) startGroup(g *keyGroup, ctx context.Context, ch <-chan WatchEvent, cancel context.CancelFunc, since uint64) {
 	g.cancel, g.collecting, g.since = cancel, true, since
 	g.deadline = time.Now().Add(a.c.tm.snapshotBudget)
-	a.io.Add(1)
+	a.io.wg.Add(1)
 	go func() {
-		defer a.io.Done()
+		defer a.io.wg.Done()
 		for {
 			ev, ok := <-ch
 			select {
-			case a.keyEvents <- keyEvent{g: g, ev: ev, ok: ok}:
+			case a.w.keyEvents <- keyEvent{g: g, ev: ev, ok: ok}:
 			case <-ctx.Done():
 				for range ch {
 				}
@@ -280,8 +280,8 @@ func (a *actor) dropGroup(g *keyGroup) {
 	if g.cancel != nil {
 		g.cancel()
 	}
-	delete(a.groups, g)
-	cov, ld := a.covered[g.ks-1], a.loaded[g.ks-1]
+	delete(a.w.groups, g)
+	cov, ld := a.w.covered[g.ks-1], a.w.loaded[g.ks-1]
 	for _, k := range g.keys {
 		if cov[k]--; cov[k] <= 0 {
 			delete(cov, k)
@@ -298,7 +298,7 @@ func (a *actor) dropGroup(g *keyGroup) {
 func (a *actor) markLoaded(g *keyGroup) {
 	g.loaded = true
 	for _, k := range g.keys {
-		a.loaded[g.ks-1][k]++
+		a.w.loaded[g.ks-1][k]++
 	}
 }
 
@@ -307,24 +307,24 @@ func (a *actor) markLoaded(g *keyGroup) {
 // and its progress record are in. Until then its lease may look absent
 // while another worker still holds it, and a claim would lose.
 func (a *actor) viewLoaded(id string) bool {
-	if a.kw == nil || a.fullView {
+	if a.kw == nil || a.w.fullView {
 		return true
 	}
 	k := prefixSplit + id
-	return a.loaded[Ephemeral-1][k] > 0 && a.loaded[Durable-1][k] > 0
+	return a.w.loaded[Ephemeral-1][k] > 0 && a.w.loaded[Durable-1][k] > 0
 }
 
 // closeGroups ends every key group.
 func (a *actor) closeGroups() {
-	for g := range a.groups {
+	for g := range a.w.groups {
 		a.dropGroup(g)
 	}
 }
 
 // rewatchSoon schedules a jittered re-establishment of what broke.
 func (a *actor) rewatchSoon() {
-	a.rewatchPending = true
-	a.rewatch.Reset(a.rewatchDelay())
+	a.w.rewatchPending = true
+	a.w.rewatch.Reset(a.rewatchDelay())
 }
 
 // onKeyEvent handles one item of a key group's stream.
@@ -404,15 +404,15 @@ func (a *actor) absent(ks Keyspace, key string, mark uint64) error {
 	if ks == Ephemeral {
 		switch {
 		case key == keyLeader:
-			if a.leaderObs != nil && a.leaderAt < mark {
+			if a.job.leaderObs != nil && a.job.leaderAt < mark {
 				a.ephemeralDelete(key, 0, true)
 			}
 		case strings.HasPrefix(key, prefixWorker):
-			if e, ok := a.presence[key[len(prefixWorker):]]; ok && e.at < mark {
+			if e, ok := a.job.presence[key[len(prefixWorker):]]; ok && e.at < mark {
 				a.ephemeralDelete(key, 0, true)
 			}
 		case strings.HasPrefix(key, prefixSplit):
-			if v := a.splits[key[len(prefixSplit):]]; v != nil && v.lease != nil && v.leaseAt < mark {
+			if v := a.job.splits[key[len(prefixSplit):]]; v != nil && v.lease != nil && v.leaseAt < mark {
 				a.ephemeralDelete(key, 0, true)
 			}
 		}
@@ -424,21 +424,21 @@ func (a *actor) absent(ks Keyspace, key string, mark uint64) error {
 	}
 	switch {
 	case key == keyPlan:
-		if a.plan != nil && a.planAt < mark {
+		if a.job.plan != nil && a.job.planAt < mark {
 			return errNamespaceGone("a read of this worker's keys has no plan record")
 		}
 	case key == keyVerdict:
-		if a.verdict != nil && a.verdictAt < mark {
+		if a.verdicts.record != nil && a.verdicts.recordAt < mark {
 			a.onVerdict(nil)
 		}
 	case strings.HasPrefix(key, prefixAssign):
-		if e, ok := a.assigns[key[len(prefixAssign):]]; ok && e.at < mark {
-			delete(a.assigns, key[len(prefixAssign):])
+		if e, ok := a.job.assigns[key[len(prefixAssign):]]; ok && e.at < mark {
+			delete(a.job.assigns, key[len(prefixAssign):])
 			a.forgetAssignment()
 		}
 	case strings.HasPrefix(key, prefixSplit):
 		id := key[len(prefixSplit):]
-		if v := a.splits[id]; v != nil && v.prog != nil && v.progAt < mark {
+		if v := a.job.splits[id]; v != nil && v.prog != nil && v.progAt < mark {
 			a.log.Warn("a split's progress record is missing from a read; the leader restores it from the last state seen", "split", id)
 			a.forgetProgress(id, 0)
 		}
@@ -451,12 +451,12 @@ func (a *actor) absent(ks Keyspace, key string, mark uint64) error {
 // only those).
 func (a *actor) refreshScope() {
 	a.closeGroups()
-	a.scopeDirty = true
+	a.w.scopeDirty = true
 }
 
 // checkGroups gives up on a group snapshot that did not complete in time.
 func (a *actor) checkGroups(now time.Time) {
-	for g := range a.groups {
+	for g := range a.w.groups {
 		if g.collecting && now.After(g.deadline) {
 			a.log.Warn("key watch snapshot not complete in time; re-watching", "keyspace", g.ks, "keys", len(g.keys), "budget", a.c.tm.snapshotBudget)
 			a.dropGroup(g)
@@ -470,7 +470,7 @@ func (a *actor) checkGroups(now time.Time) {
 func (a *actor) syncGroups(ctx context.Context) error {
 	for _, ks := range keyspaces {
 		keys := a.baseKeys(ks)
-		if a.covered[ks-1][keys[0]] > 0 {
+		if a.w.covered[ks-1][keys[0]] > 0 {
 			continue
 		}
 		gctx, cancel := context.WithCancel(ctx)
@@ -514,9 +514,9 @@ func (a *actor) syncGroups(ctx context.Context) error {
 			return err
 		}
 		g := &keyGroup{ks: ks, keys: keys}
-		a.groups[g] = struct{}{}
+		a.w.groups[g] = struct{}{}
 		for _, k := range keys {
-			a.covered[ks-1][k]++
+			a.w.covered[ks-1][k]++
 		}
 		a.startGroup(g, gctx, ch, cancel, since)
 		g.collecting = false
