@@ -136,6 +136,9 @@ func (c *controller) fail(fe *FatalError) {
 	}
 }
 
+// run is the controller's life, in three phases: open the source, serve
+// it (serve: one pass per turn, until a stop's reading ends, a failure or
+// the source's drain) and the drain sequence (drain).
 func (c *controller) run() {
 	c.assignment = map[LaneID]assignedLane{}
 	c.threadLoad = make([]int, len(c.controls))
@@ -157,215 +160,257 @@ func (c *controller) run() {
 		c.fail(fatalf("source", "source open failed: %v", err))
 	}
 	opened := c.failure == nil
+	drainedExit, stopping := c.serve()
+	c.drain(stopSignal, opened, drainedExit, stopping)
+}
 
-	lastCommit := c.now()
+// serving is what the serve loop keeps from one pass to the next.
+type serving struct {
+	lastCommit time.Time // the last commit tick
 	// Partitions whose final acks are chased at FastCommitPoll, each with its
 	// own deadline: one shared deadline re-armed by every hint would pin the
 	// controller at the fast cadence while any partition stays stalled.
-	fastCommit := map[PartitionID]time.Time{}
+	fastCommit map[PartitionID]time.Time
 	// Hinted partitions past their window: committed on any pass that
 	// harvested an advance for them, until their lanes leave. The value is
 	// the position the chase last sent (nil: none yet), so a retryably failed
 	// commit is retried on the next advance or the tick.
-	afterWindow := map[PartitionID]*int64{}
-	drainedExit := false
-	var stopping *stopTimes
+	afterWindow map[PartitionID]*int64
+	stopping    *stopTimes // a graceful stop's times, once one began
+}
 
+// serve runs the controller's passes until the stop's reading ends, the
+// pipeline fails or the source drains (drained).
+func (c *controller) serve() (drained bool, stopping *stopTimes) {
+	sv := &serving{lastCommit: c.now(), fastCommit: map[PartitionID]time.Time{}, afterWindow: map[PartitionID]*int64{}}
 	for c.failure == nil {
-		if stopping == nil && c.stop.isSet() {
-			trigger, ok := c.stop.triggeredAt()
-			if !ok {
-				trigger = c.stopNow()
-			}
-			st := newStopTimes(trigger, c.cfg.DrainTimeout, c.cfg.StopReserve)
-			stopping = &st
-			c.m.setState(StateDraining)
-		}
-		if stopping != nil && (!c.stopNow().Before(stopping.reserveAt) || !c.src.ReadingOnStop()) {
+		revokeBudget, ended := c.stopPhase(sv)
+		if ended {
 			break
 		}
-		// A revocation during the stop's reading drains its lanes by the
-		// reserve, which the hand-back, the drain and the close run after.
-		revokeBudget := c.cfg.DrainTimeout
-		if stopping != nil {
-			revokeBudget = stopBudget(c.stopNow(), stopping.reserveAt, c.cfg.DrainTimeout)
-		}
-
-		// Driver requests.
-		for {
-			ev, ok := c.events.TryPop()
-			if !ok {
-				break
-			}
-			c.handleDriverEvent(ev)
-		}
-		if c.sinkFatal != nil {
-			if fe := c.sinkFatal(); fe != nil {
-				c.fail(fe)
-			}
-		}
+		c.serveDrivers()
 		if c.failure != nil {
 			break
 		}
-
 		c.m.inflight.WithLabelValues(compPipeline, compPipeline).Set(float64(c.budget.Usage()))
-
 		// Harvest every pass: advances retire batches from the drivers'
 		// pending gates, so a gated lane reopens within one pass.
 		c.harvest()
-
-		// The commit tick.
-		if now := c.now(); now.Sub(lastCommit) >= c.cfg.CommitInterval {
-			lastCommit = now
-			// Seal partial chain buffers so a below-target chunk cannot hold
-			// its records' acks (and the watermark) under sustained load.
-			for _, q := range c.controls {
-				q.Push(controlMsg{kind: ctlFlushNow})
-			}
-			c.commitCycle(nil, false)
-			// A watermark stalled behind a failed batch is permanent; past
-			// the limit a sink leg is broken for good: fail and replay.
-			cpNow := c.cp.Now()
-			for _, sp := range c.cp.StalledPartitions() {
-				if age := cpNow.Sub(sp.Since); age > c.cfg.StalledFailAfter {
-					c.fail(fatalf("checkpoint", "%s", c.withSinkFailures(fmt.Sprintf(
-						"partition %d watermark stalled behind a failed batch for %v (limit %v); a sink leg is permanently failing",
-						sp.Partition, age, c.cfg.StalledFailAfter))))
-					break
-				}
-			}
-		}
+		c.commitTick(sv)
 		if c.failure != nil {
 			break
 		}
-
-		// Partitions at their uncommitted-bytes ceiling are committed now,
-		// not at the tick, while the store takes commits.
-		if len(c.commitWanted) > 0 {
-			if !c.commitFailing {
-				c.commitCycle(c.commitWanted, false)
-			}
-			clear(c.commitWanted)
-		}
+		c.commitCeiling()
 		if c.failure != nil {
 			break
 		}
+		if c.pollSource(sv, revokeBudget) {
+			return true, sv.stopping
+		}
+		c.chase(sv)
+	}
+	return false, sv.stopping
+}
 
-		pollTimeout := c.cfg.EventPollTimeout
-		if len(fastCommit) > 0 {
-			pollTimeout = min(pollTimeout, FastCommitPoll)
+// stopPhase notes a graceful stop once it is requested and reports
+// whether its reading has ended; revokeBudget is how long a revocation's
+// drain may take now (a revocation during the stop's reading drains its
+// lanes by the reserve, which the hand-back, the drain and the close run
+// after).
+func (c *controller) stopPhase(sv *serving) (revokeBudget time.Duration, ended bool) {
+	if sv.stopping == nil && c.stop.isSet() {
+		trigger, ok := c.stop.triggeredAt()
+		if !ok {
+			trigger = c.stopNow()
 		}
-		ev, err := c.src.PollEvents(pollTimeout)
-		switch {
-		case err != nil && isFatal(err):
-			c.fail(fatalf("source", "poll_events failed: %v", err))
-		case err != nil:
-			if ok, suppressed := c.pollWarn.allow(c.now(), commitWarnEvery); ok {
-				c.log.Warn("retryable source control-plane error", "error", err, "suppressed_warnings", suppressed)
-			}
-		default:
-			switch ev.Kind {
-			case LanesAssigned:
-				c.handleAssign(ev.Lanes, revokeBudget)
-				// A new epoch may hand back a hinted partition id; its new
-				// lanes have not hinted.
-				clear(fastCommit)
-				clear(afterWindow)
-				if stopping != nil {
-					c.m.setState(StateDraining)
-				}
-			case LanesRevoked:
-				c.handleRevoke(ev.LaneIDs, ev.Barrier, revokeBudget)
-			case LanesRetired:
-				c.handleRetired(ev.LaneIDs)
-			case LanesAdded:
-				c.handleAdded(ev.Lanes)
-			case CommitReady:
-				// Chasing is useless while the tail sits in a chain: flush the
-				// owning threads first.
-				threads := map[int]bool{}
-				for _, p := range ev.Partitions {
-					for _, a := range c.assignment {
-						if a.partition == p {
-							threads[a.thread] = true
-						}
-					}
-				}
-				for t := range threads {
-					c.controls[t].Push(controlMsg{kind: ctlFlushNow})
-				}
-				// Each hinted partition gets its own window; a repeated hint
-				// does not extend it.
-				until := c.now().Add(c.cfg.ChaseWindow)
-				for _, p := range ev.Partitions {
-					if _, ok := fastCommit[p]; !ok {
-						fastCommit[p] = until
-					}
-				}
-			case Drained:
-				c.log.Info("source drained; starting the graceful completion drain")
-				drainedExit = true
-			}
-		}
-		if drainedExit {
+		st := newStopTimes(trigger, c.cfg.DrainTimeout, c.cfg.StopReserve)
+		sv.stopping = &st
+		c.m.setState(StateDraining)
+	}
+	if sv.stopping != nil && (!c.stopNow().Before(sv.stopping.reserveAt) || !c.src.ReadingOnStop()) {
+		return 0, true
+	}
+	if sv.stopping != nil {
+		return stopBudget(c.stopNow(), sv.stopping.reserveAt, c.cfg.DrainTimeout), false
+	}
+	return c.cfg.DrainTimeout, false
+}
+
+// serveDrivers takes the drivers' requests and the sinks' fatal errors.
+func (c *controller) serveDrivers() {
+	// Driver requests.
+	for {
+		ev, ok := c.events.TryPop()
+		if !ok {
 			break
 		}
+		c.handleDriverEvent(ev)
+	}
+	if c.sinkFatal != nil {
+		if fe := c.sinkFatal(); fe != nil {
+			c.fail(fe)
+		}
+	}
+}
 
-		// Chase fast-commit partitions: commit just them, standing down once
-		// their lanes leave the assignment.
-		if (len(fastCommit) > 0 || len(afterWindow) > 0) && c.failure == nil {
-			now := c.now()
-			for p, until := range fastCommit {
-				if !now.Before(until) {
-					delete(fastCommit, p)
-					if _, ok := afterWindow[p]; !ok {
-						afterWindow[p] = nil
+// commitTick commits every advanced partition once per CommitInterval.
+func (c *controller) commitTick(sv *serving) {
+	if now := c.now(); now.Sub(sv.lastCommit) >= c.cfg.CommitInterval {
+		sv.lastCommit = now
+		// Seal partial chain buffers so a below-target chunk cannot hold
+		// its records' acks (and the watermark) under sustained load.
+		for _, q := range c.controls {
+			q.Push(controlMsg{kind: ctlFlushNow})
+		}
+		c.commitCycle(nil, false)
+		// A watermark stalled behind a failed batch is permanent; past
+		// the limit a sink leg is broken for good: fail and replay.
+		cpNow := c.cp.Now()
+		for _, sp := range c.cp.StalledPartitions() {
+			if age := cpNow.Sub(sp.Since); age > c.cfg.StalledFailAfter {
+				c.fail(fatalf("checkpoint", "%s", c.withSinkFailures(fmt.Sprintf(
+					"partition %d watermark stalled behind a failed batch for %v (limit %v); a sink leg is permanently failing",
+					sp.Partition, age, c.cfg.StalledFailAfter))))
+				return
+			}
+		}
+	}
+}
+
+// commitCeiling commits the partitions at their uncommitted-bytes ceiling
+// now, not at the tick, while the store takes commits.
+func (c *controller) commitCeiling() {
+	if len(c.commitWanted) > 0 {
+		if !c.commitFailing {
+			c.commitCycle(c.commitWanted, false)
+		}
+		clear(c.commitWanted)
+	}
+}
+
+// pollSource serves one event of the source's control plane (waiting at
+// most EventPollTimeout, less while a chase is on) and reports whether the
+// source drained.
+func (c *controller) pollSource(sv *serving, revokeBudget time.Duration) (drained bool) {
+	pollTimeout := c.cfg.EventPollTimeout
+	if len(sv.fastCommit) > 0 {
+		pollTimeout = min(pollTimeout, FastCommitPoll)
+	}
+	ev, err := c.src.PollEvents(pollTimeout)
+	switch {
+	case err != nil && isFatal(err):
+		c.fail(fatalf("source", "poll_events failed: %v", err))
+	case err != nil:
+		if ok, suppressed := c.pollWarn.allow(c.now(), commitWarnEvery); ok {
+			c.log.Warn("retryable source control-plane error", "error", err, "suppressed_warnings", suppressed)
+		}
+	default:
+		switch ev.Kind {
+		case LanesAssigned:
+			c.handleAssign(ev.Lanes, revokeBudget)
+			// A new epoch may hand back a hinted partition id; its new
+			// lanes have not hinted.
+			clear(sv.fastCommit)
+			clear(sv.afterWindow)
+			if sv.stopping != nil {
+				c.m.setState(StateDraining)
+			}
+		case LanesRevoked:
+			c.handleRevoke(ev.LaneIDs, ev.Barrier, revokeBudget)
+		case LanesRetired:
+			c.handleRetired(ev.LaneIDs)
+		case LanesAdded:
+			c.handleAdded(ev.Lanes)
+		case CommitReady:
+			// Chasing is useless while the tail sits in a chain: flush the
+			// owning threads first.
+			threads := map[int]bool{}
+			for _, p := range ev.Partitions {
+				for _, a := range c.assignment {
+					if a.partition == p {
+						threads[a.thread] = true
 					}
 				}
 			}
-			// An ack that resolved while PollEvents waited is not in this
-			// pass's first harvest.
-			if len(afterWindow) > 0 {
-				c.harvest()
+			for t := range threads {
+				c.controls[t].Push(controlMsg{kind: ctlFlushNow})
 			}
-			chasing := map[PartitionID]bool{}
-			for p := range fastCommit {
-				chasing[p] = true
-			}
-			for p, sent := range afterWindow {
-				if o, ok := c.pendingCommit[p]; ok && (sent == nil || *sent != o) {
-					chasing[p] = true
+			// Each hinted partition gets its own window; a repeated hint
+			// does not extend it.
+			until := c.now().Add(c.cfg.ChaseWindow)
+			for _, p := range ev.Partitions {
+				if _, ok := sv.fastCommit[p]; !ok {
+					sv.fastCommit[p] = until
 				}
 			}
-			// While commits fail the tick retries them: a chase at
-			// FastCommitPoll would hammer a store that refuses writes.
-			if len(chasing) > 0 && !c.commitFailing {
-				c.commitCycle(chasing, false)
-				for p := range chasing {
-					if _, ok := afterWindow[p]; ok {
-						if o, ok := c.pendingCommit[p]; ok {
-							afterWindow[p] = &o
-						}
-					}
-				}
+		case Drained:
+			c.log.Info("source drained; starting the graceful completion drain")
+			return true
+		}
+	}
+	return false
+}
+
+// chase commits the fast-commit partitions (just them), standing down
+// once their lanes leave the assignment.
+func (c *controller) chase(sv *serving) {
+	if len(sv.fastCommit) == 0 && len(sv.afterWindow) == 0 || c.failure != nil {
+		return
+	}
+	now := c.now()
+	for p, until := range sv.fastCommit {
+		if !now.Before(until) {
+			delete(sv.fastCommit, p)
+			if _, ok := sv.afterWindow[p]; !ok {
+				sv.afterWindow[p] = nil
 			}
-			// Stand down when the unit of work is done (its lanes left), not
-			// because its acks look quiet for an instant.
-			live := c.livePartitions()
-			for p := range fastCommit {
-				if !live[p] {
-					delete(fastCommit, p)
-				}
-			}
-			for p := range afterWindow {
-				if !live[p] {
-					delete(afterWindow, p)
+		}
+	}
+	// An ack that resolved while PollEvents waited is not in this
+	// pass's first harvest.
+	if len(sv.afterWindow) > 0 {
+		c.harvest()
+	}
+	chasing := map[PartitionID]bool{}
+	for p := range sv.fastCommit {
+		chasing[p] = true
+	}
+	for p, sent := range sv.afterWindow {
+		if o, ok := c.pendingCommit[p]; ok && (sent == nil || *sent != o) {
+			chasing[p] = true
+		}
+	}
+	// While commits fail the tick retries them: a chase at
+	// FastCommitPoll would hammer a store that refuses writes.
+	if len(chasing) > 0 && !c.commitFailing {
+		c.commitCycle(chasing, false)
+		for p := range chasing {
+			if _, ok := sv.afterWindow[p]; ok {
+				if o, ok := c.pendingCommit[p]; ok {
+					sv.afterWindow[p] = &o
 				}
 			}
 		}
 	}
+	// Stand down when the unit of work is done (its lanes left), not
+	// because its acks look quiet for an instant.
+	live := c.livePartitions()
+	for p := range sv.fastCommit {
+		if !live[p] {
+			delete(sv.fastCommit, p)
+		}
+	}
+	for p := range sv.afterWindow {
+		if !live[p] {
+			delete(sv.afterWindow, p)
+		}
+	}
+}
 
-	// ---- The drain sequence (stop, failure or Drained) ----
+// drain is the drain sequence (after a stop, a failure or the source's
+// drain): the drivers stop and flush, the sinks drain, the final commit
+// lands and the controller reports to main.
+func (c *controller) drain(stopSignal *StopSignal, opened, drainedExit bool, stopping *stopTimes) {
 	// Set the drivers' flag: a driver retrying a blocked batch watches only
 	// that, and main joins drivers without a timeout.
 	c.shutdown.Store(true)
@@ -424,8 +469,14 @@ func (c *controller) run() {
 		c.log.Error("sink drain did not report before the deadline")
 	}
 	t.Stop()
+	c.finalCommit(drainedExit)
+	c.report(drainedExit, deadline)
+}
 
-	// The final harvest and commit: only durably written batches advanced.
+// finalCommit is the drain's last harvest and commit: only durably written
+// batches advanced. After the source's drain it fails the run if anything
+// stayed unacknowledged or uncommitted.
+func (c *controller) finalCommit(drainedExit bool) {
 	c.commitCycle(nil, true)
 	finalFlushFailed := false
 	if err := c.src.FlushCommits(); err != nil {
@@ -453,7 +504,10 @@ func (c *controller) run() {
 			c.m.setState(StateFailed)
 		}
 	}
+}
 
+// report hands main the run's outcome and the committed watermarks.
+func (c *controller) report(drainedExit bool, deadline time.Time) {
 	final := make([]Watermark, 0, len(c.committed))
 	for _, p := range slices.Sorted(maps.Keys(c.committed)) {
 		final = append(final, Watermark{Partition: p, Offset: c.committed[p]})
