@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/driver"
 )
 
 func TestSplitIDValidation(t *testing.T) {
@@ -60,7 +61,7 @@ func TestErrorKinds(t *testing.T) {
 		{context.Canceled, spate.KindRetryable},
 		{fmt.Errorf("op: %w", context.DeadlineExceeded), spate.KindRetryable},
 		{errors.New("unclassified"), spate.KindFatal},
-		{spate.ClosedError("mem"), spate.KindFatal},
+		{driver.ClosedError("mem"), spate.KindFatal},
 	}
 	for _, c := range cases {
 		got := spate.KindOf(c.err)

@@ -78,11 +78,12 @@ import (
 //
 // # Drivers
 //
-// Every driver is a [Driver] wrapped by [NewStore], whose [PortableStore]
-// holds, once for all drivers, the closed state, the tracking of calls in
-// flight, the argument checks, the value cap, the revision-0 rule of
-// Update and the error format ([OpError]); the driver does the backend's
-// part and classifies its own errors.
+// Every driver is a [github.com/spate-go/spate/driver.Driver] wrapped by
+// driver.NewStore, whose PortableStore holds, once for all drivers, the
+// closed state, the tracking of calls in flight, the argument checks, the
+// value cap, the revision-0 rule of Update and the error format
+// (driver.OpError); the driver does the backend's part and classifies its
+// own errors.
 type Store interface {
 	// Capabilities reports what the driver promises. It never blocks.
 	Capabilities() Capabilities
@@ -257,13 +258,13 @@ type Capabilities struct {
 	// UpdateAndDelete reports whether the store has the optional
 	// [Releaser] capability. A store that reports it implements Releaser,
 	// and a store that implements Releaser without reporting it is used
-	// as one without. [NewStore] sets it when its [Driver] implements
+	// as one without. driver.NewStore sets it when its Driver implements
 	// Releaser, and a wrapper that does not pass the method on clears it.
 	UpdateAndDelete bool
 	// WatchKeys reports whether the store has the optional [KeyWatcher]
 	// capability, under the same rules as UpdateAndDelete: a store that
-	// reports it implements KeyWatcher, [NewStore] sets it when its
-	// [Driver] implements KeyWatcher, and a wrapper that does not pass the
+	// reports it implements KeyWatcher, driver.NewStore sets it when its
+	// Driver implements KeyWatcher, and a wrapper that does not pass the
 	// method on clears it.
 	WatchKeys bool
 	// Sessions reports whether the store has the optional [Sessioner]
@@ -368,19 +369,12 @@ func ValidateValue(value []byte, maxSize int) error {
 	return nil
 }
 
-// ClosedError is the error of a closed store or deployment outside the six
-// primitives (a driver's own methods), naming the driver; the primitives
-// of a closed [PortableStore] name the call too.
-func ClosedError(driver string) error {
-	return fmt.Errorf("%s: store is closed: %w: %w", driver, ErrClosed, ErrFatal)
-}
-
-// ContextError classifies a context failure as Retryable, keeping the
-// context's own error for errors.Is(err, context.Canceled). It returns nil
-// when ctx is live.
-func ContextError(ctx context.Context, driver, op string) error {
+// contextError classifies a context failure as Retryable, keeping the
+// context's own error for errors.Is(err, context.Canceled); nil when ctx
+// is live. (Drivers have driver.ContextError.)
+func contextError(ctx context.Context, who, op string) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%s: %s: %w: %w", driver, op, err, ErrRetryable)
+		return fmt.Errorf("%s: %s: %w: %w", who, op, err, ErrRetryable)
 	}
 	return nil
 }

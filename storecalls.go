@@ -226,6 +226,6 @@ func (s *meteredStore) establish(ctx context.Context, ks Keyspace, op, key strin
 				}
 			}
 		}()
-		return nil, ContextError(ctx, "store", op)
+		return nil, contextError(ctx, "store", op)
 	}
 }

@@ -66,7 +66,7 @@
 //   - Close releases what the driver started (never a client the caller passed in), ends every open watch (its channel closes) and is idempotent. — checked by CloseEndsEveryWatchAndIsIdempotent.
 //   - After Close every method returns an error matching both [spate.ErrClosed] and [spate.ErrFatal]. — checked by UseAfterClose.
 //   - A call in flight when Close begins has its context cancelled, and Close waits for it to return before it closes the backend, so that no call reaches a backend after Close. — no rule: the suite sees the Store, not the backend behind it; the root's TestPortableCloseCancelsAndWaitsForCallsInFlight and TestPortableCloseRacingCalls check it with a counting Driver.
-//   - Every driver is a [spate.Driver] wrapped by [spate.NewStore], whose [spate.PortableStore] holds, once for all drivers, the closed state, the tracking of calls in flight, the argument checks, the value cap, the revision-0 rule of Update and the error format ([spate.OpError]); the driver does the backend's part and classifies its own errors. — no rule: it describes how drivers are built, not what a store does; the root's TestPortable tests check the PortableStore.
+//   - Every driver is a [github.com/spate-go/spate/driver.Driver] wrapped by driver.NewStore, whose PortableStore holds, once for all drivers, the closed state, the tracking of calls in flight, the argument checks, the value cap, the revision-0 rule of Update and the error format (driver.OpError); the driver does the backend's part and classifies its own errors. — no rule: it describes how drivers are built, not what a store does; the root's TestPortable tests check the PortableStore.
 //
 // Store.Capabilities:
 //
@@ -219,11 +219,11 @@
 //
 //   - UpdateAndDelete reports whether the store has the optional [spate.Releaser] capability. — checked by ReleaserIsReported.
 //   - A store that reports it implements Releaser, and a store that implements Releaser without reporting it is used as one without. — checked by ReleaserIsReported.
-//   - [spate.NewStore] sets it when its [spate.Driver] implements Releaser, and a wrapper that does not pass the method on clears it. — checked by ReleaserIsReported.
+//   - driver.NewStore sets it when its Driver implements Releaser, and a wrapper that does not pass the method on clears it. — checked by ReleaserIsReported.
 //
 // Capabilities.WatchKeys:
 //
-//   - WatchKeys reports whether the store has the optional [spate.KeyWatcher] capability, under the same rules as UpdateAndDelete: a store that reports it implements KeyWatcher, [spate.NewStore] sets it when its [spate.Driver] implements KeyWatcher, and a wrapper that does not pass the method on clears it. — checked by KeyWatcherIsReported.
+//   - WatchKeys reports whether the store has the optional [spate.KeyWatcher] capability, under the same rules as UpdateAndDelete: a store that reports it implements KeyWatcher, driver.NewStore sets it when its Driver implements KeyWatcher, and a wrapper that does not pass the method on clears it. — checked by KeyWatcherIsReported.
 //
 // Capabilities.Sessions:
 //

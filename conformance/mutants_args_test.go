@@ -11,6 +11,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/conformance"
+	"github.com/spate-go/spate/driver"
 	"github.com/spate-go/spate/stores/mem"
 )
 
@@ -258,21 +259,21 @@ var argMutants = []mutant{
 				create: func(ctx context.Context, ks spate.Keyspace, k string, v []byte) (spate.Outcome, error) {
 					o, err := sib.Create(ctx, ks, k, v)
 					if closed.Load() {
-						return spate.Outcome{}, spate.ClosedError("mem")
+						return spate.Outcome{}, driver.ClosedError("mem")
 					}
 					return o, err
 				},
 				update: func(ctx context.Context, ks spate.Keyspace, k string, v []byte, exp uint64) (spate.Outcome, error) {
 					o, err := sib.Update(ctx, ks, k, v, exp)
 					if closed.Load() {
-						return spate.Outcome{}, spate.ClosedError("mem")
+						return spate.Outcome{}, driver.ClosedError("mem")
 					}
 					return o, err
 				},
 				del: func(ctx context.Context, ks spate.Keyspace, k string, exp uint64) (spate.Outcome, error) {
 					o, err := sib.Delete(ctx, ks, k, exp)
 					if closed.Load() {
-						return spate.Outcome{}, spate.ClosedError("mem")
+						return spate.Outcome{}, driver.ClosedError("mem")
 					}
 					return o, err
 				}}, &closed)
@@ -282,7 +283,7 @@ var argMutants = []mutant{
 			var closed atomic.Bool
 			return afterClose(s, &hooked{pre: func(context.Context, spate.Keyspace) error {
 				if closed.Load() {
-					return fmt.Errorf("%w: %w", spate.ClosedError("mem"), spate.ErrRetryable)
+					return fmt.Errorf("%w: %w", driver.ClosedError("mem"), spate.ErrRetryable)
 				}
 				return nil
 			}}, &closed)

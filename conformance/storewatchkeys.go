@@ -18,7 +18,7 @@ import (
 // StoreRules ends with them.
 var watchKeysRules = []Rule{
 	{Name: "KeyWatcherIsReported",
-		Contract: "WatchKeys reports whether the store has the optional [KeyWatcher] capability, under the same rules as UpdateAndDelete: a store that reports it implements KeyWatcher, [NewStore] sets it when its [Driver] implements KeyWatcher, and a wrapper that does not pass the method on clears it.",
+		Contract: "WatchKeys reports whether the store has the optional [KeyWatcher] capability, under the same rules as UpdateAndDelete: a store that reports it implements KeyWatcher, driver.NewStore sets it when its Driver implements KeyWatcher, and a wrapper that does not pass the method on clears it.",
 		body:     testKeyWatcherReported},
 	{Name: "WatchKeysSnapshotHoldsTheLiveListedKeys",
 		Contract: "WatchKeys streams the changes of the keys listed, in keyspace ks: first a [WatchPut] for every listed key that is live (the snapshot), then exactly one [WatchSnapshotDone], then live puts and deletes of listed keys, expiry included.",

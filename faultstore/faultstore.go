@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/driver"
 )
 
 // Op names a store primitive.
@@ -244,7 +245,7 @@ func (i *Injector) Apply(ctx context.Context, c Call, do func() error) error {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return spate.ContextError(ctx, "faultstore", op.String())
+			return driver.ContextError(ctx, "faultstore", op.String())
 		}
 	}
 	var injected error

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/driver"
 )
 
 // Defaults and limits of [Options].
@@ -135,14 +136,14 @@ func validatePrefix(p string) error {
 }
 
 // Store is a [spate.Store] over an etcd v3 cluster. It is safe for
-// concurrent use. The portable layer ([spate.PortableStore]) does the
+// concurrent use. The portable layer ([driver.PortableStore]) does the
 // argument checks and the closed state; the driver below it does the rest.
 type Store struct {
-	*spate.PortableStore
+	*driver.PortableStore
 	s *store
 }
 
-// store is the etcd [spate.Driver].
+// store is the etcd [driver.Driver].
 type store struct {
 	cli      *clientv3.Client
 	prefix   string
@@ -169,7 +170,7 @@ type store struct {
 
 var (
 	_ spate.Store     = (*Store)(nil)
-	_ spate.Driver    = (*store)(nil)
+	_ driver.Driver   = (*store)(nil)
 	_ spate.Releaser  = (*store)(nil)
 	_ spate.Sessioner = (*Store)(nil)
 )
@@ -210,10 +211,10 @@ func New(ctx context.Context, client *clientv3.Client, opts Options) (*Store, er
 		return nil, err
 	}
 	s.wg.Go(s.reaper)
-	return &Store{PortableStore: spate.NewStore(s), s: s}, nil
+	return &Store{PortableStore: driver.NewStore(s), s: s}, nil
 }
 
-// Capabilities implements [spate.Driver].
+// Capabilities implements [driver.Driver].
 func (s *store) Capabilities() spate.Capabilities {
 	return spate.Capabilities{
 		Driver:               "etcd",
@@ -283,7 +284,7 @@ func revision(expected uint64) (int64, bool) {
 	return int64(expected), true
 }
 
-// Create implements [spate.Driver]: a transaction that puts the key only if
+// Create implements [driver.Driver]: a transaction that puts the key only if
 // its CreateRevision is 0 (absent). On the ephemeral keyspace the put carries
 // a lease granted just before, so the key expires one TTL later.
 func (s *store) Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (spate.Outcome, error) {
@@ -295,7 +296,7 @@ func (s *store) Create(ctx context.Context, ks spate.Keyspace, key string, value
 	return s.put(ctx, ks, full, value, cond)
 }
 
-// Update implements [spate.Driver]: a transaction that puts the key only if
+// Update implements [driver.Driver]: a transaction that puts the key only if
 // its ModRevision equals expected. On the ephemeral keyspace the put moves
 // the key onto a fresh lease, which re-arms its TTL.
 func (s *store) Update(ctx context.Context, ks spate.Keyspace, key string, value []byte, expected uint64) (spate.Outcome, error) {
@@ -342,7 +343,7 @@ func (s *store) put(ctx context.Context, ks spate.Keyspace, full string, value [
 	return spate.Won(uint64(resp.Header.Revision)), nil
 }
 
-// Get implements [spate.Driver] with a linearizable read.
+// Get implements [driver.Driver] with a linearizable read.
 func (s *store) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
 	if err := s.live(); err != nil {
 		return spate.Entry{}, false, err
@@ -358,7 +359,7 @@ func (s *store) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.E
 	return spate.Entry{Key: key, Value: value(kv), Revision: uint64(kv.ModRevision)}, true, nil
 }
 
-// Delete implements [spate.Driver]. A guarded delete is a transaction on
+// Delete implements [driver.Driver]. A guarded delete is a transaction on
 // ModRevision; an unguarded one always wins. The outcome's revision is the
 // delete's own revision (0 when an unguarded delete found nothing).
 func (s *store) Delete(ctx context.Context, ks spate.Keyspace, key string, expected uint64) (spate.Outcome, error) {
@@ -454,7 +455,7 @@ func (s *store) UpdateAndDelete(ctx context.Context, durableKey string, value []
 	return u, spate.Won(uint64(resp.Header.Revision)), nil
 }
 
-// List implements [spate.Driver]: a prefix range read at one revision, in
+// List implements [driver.Driver]: a prefix range read at one revision, in
 // pages of 1000 keys.
 func (s *store) List(ctx context.Context, ks spate.Keyspace, prefix string) ([]spate.Entry, error) {
 	if err := s.live(); err != nil {

@@ -18,7 +18,7 @@ const sessionTag = "session/"
 var _ spate.Sessioner = (*store)(nil)
 
 // NewSession implements [spate.Sessioner] (the driver's half; the
-// [spate.PortableStore] wraps it): one lease granted with the store's TTL
+// [driver.PortableStore] wraps it): one lease granted with the store's TTL
 // and a marker key attached to it. The marker keeps the lease from ever
 // carrying no key, so the background revocation of superseded leases
 // (which revokes a lease only once nothing is attached to it) never takes

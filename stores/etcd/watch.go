@@ -8,9 +8,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/driver"
 )
 
-// Watch implements [spate.Driver]. It lists the prefix at one revision R (the
+// Watch implements [driver.Driver]. It lists the prefix at one revision R (the
 // snapshot), then opens an etcd watch from R+1, so every change after the
 // listing arrives and none falls between. Events carry the ModRevision of
 // the change; a delete (explicit, or a lease expiring) carries the delete's
@@ -73,7 +74,7 @@ func (s *store) runWatch(ctx context.Context, ks spate.Keyspace, op, label strin
 	fromSnapshot := len(queue)  // queued events that belong to the snapshot
 	var final *spate.WatchEvent // the error that ends the stream, sent after the queue
 	fail := func(err error) {
-		final = &spate.WatchEvent{Kind: spate.WatchError, Err: spate.OpError("etcd", op, ks, label, err)}
+		final = &spate.WatchEvent{Kind: spate.WatchError, Err: driver.OpError("etcd", op, ks, label, err)}
 	}
 	for {
 		var (

@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/driver"
 	"github.com/spate-go/spate/faultstore"
 )
 
@@ -74,10 +75,10 @@ type Options struct {
 }
 
 // Store is a handle on an in-memory store. It is safe for concurrent use.
-// The portable layer ([spate.PortableStore]) does the argument checks and
+// The portable layer ([driver.PortableStore]) does the argument checks and
 // the closed state; the handle below it does the rest.
 type Store struct {
-	*spate.PortableStore
+	*driver.PortableStore
 	h *handle
 }
 
@@ -130,7 +131,7 @@ func (s *Store) Connect() (*Store, error) {
 	return c, err
 }
 
-// handle is one handle's [spate.Driver]: its watches over the shared data.
+// handle is one handle's [driver.Driver]: its watches over the shared data.
 type handle struct {
 	b *backend
 
@@ -138,7 +139,7 @@ type handle struct {
 	watchers map[*watcher]struct{}
 }
 
-// Capabilities implements [spate.Driver].
+// Capabilities implements [driver.Driver].
 func (h *handle) Capabilities() spate.Capabilities {
 	lat := time.Duration(0)
 	if h.b.opts.Now != nil {
@@ -169,7 +170,7 @@ func (h *handle) Close() error {
 	return nil
 }
 
-// Create implements [spate.Driver].
+// Create implements [driver.Driver].
 func (h *handle) Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (spate.Outcome, error) {
 	var o spate.Outcome
 	err := h.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.Create, Keyspace: ks, Key: key, Value: value}, func() error {
@@ -179,7 +180,7 @@ func (h *handle) Create(ctx context.Context, ks spate.Keyspace, key string, valu
 	return o, err
 }
 
-// Update implements [spate.Driver].
+// Update implements [driver.Driver].
 func (h *handle) Update(ctx context.Context, ks spate.Keyspace, key string, value []byte, expected uint64) (spate.Outcome, error) {
 	var o spate.Outcome
 	err := h.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.Update, Keyspace: ks, Key: key, Value: value}, func() error {
@@ -203,7 +204,7 @@ func (h *handle) UpdateAndDelete(ctx context.Context, durableKey string, value [
 	return u, d, err
 }
 
-// Get implements [spate.Driver].
+// Get implements [driver.Driver].
 func (h *handle) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
 	var (
 		e  spate.Entry
@@ -216,7 +217,7 @@ func (h *handle) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.
 	return e, ok, err
 }
 
-// Delete implements [spate.Driver].
+// Delete implements [driver.Driver].
 func (h *handle) Delete(ctx context.Context, ks spate.Keyspace, key string, expected uint64) (spate.Outcome, error) {
 	var o spate.Outcome
 	err := h.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.Delete, Keyspace: ks, Key: key}, func() error {
@@ -226,7 +227,7 @@ func (h *handle) Delete(ctx context.Context, ks spate.Keyspace, key string, expe
 	return o, err
 }
 
-// List implements [spate.Driver].
+// List implements [driver.Driver].
 func (h *handle) List(ctx context.Context, ks spate.Keyspace, prefix string) ([]spate.Entry, error) {
 	var es []spate.Entry
 	err := h.b.opts.Faults.Apply(ctx, faultstore.Call{Op: faultstore.List, Keyspace: ks, Key: prefix}, func() error {
@@ -236,7 +237,7 @@ func (h *handle) List(ctx context.Context, ks spate.Keyspace, prefix string) ([]
 	return es, err
 }
 
-// Watch implements [spate.Driver].
+// Watch implements [driver.Driver].
 func (h *handle) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
 	return h.b.opts.Faults.ApplyWatch(ctx, ks, prefix, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
 		return h.watch(ctx, ks, prefix)
@@ -323,7 +324,7 @@ func (b *backend) connect() *Store {
 	b.handles++
 	b.mu.Unlock()
 	h := &handle{b: b}
-	return &Store{PortableStore: spate.NewStore(h), h: h}
+	return &Store{PortableStore: driver.NewStore(h), h: h}
 }
 
 // release drops one handle; the last one stops the expiry timer.
@@ -661,7 +662,7 @@ func (w *watcher) run(ctx context.Context, snapshot []spate.Entry) {
 		w.queue = nil
 		w.mu.Unlock()
 		if lagged {
-			send(spate.WatchEvent{Kind: spate.WatchError, Err: spate.OpError("mem", w.op(), w.ks, w.prefix, fmt.Errorf(
+			send(spate.WatchEvent{Kind: spate.WatchError, Err: driver.OpError("mem", w.op(), w.ks, w.prefix, fmt.Errorf(
 				"the watcher fell more than %d events behind: %w", w.limit, spate.ErrRetryable))})
 			return
 		}
@@ -761,9 +762,9 @@ func (b *backend) endSession(s *session) {
 }
 
 // NewSession implements [spate.Sessioner] (the driver's half; the
-// [spate.PortableStore] wraps it).
+// [driver.PortableStore] wraps it).
 func (h *handle) NewSession(ctx context.Context) (spate.Session, error) {
-	if err := spate.ContextError(ctx, "mem", "new session"); err != nil {
+	if err := driver.ContextError(ctx, "mem", "new session"); err != nil {
 		return nil, err
 	}
 	return &memSession{h: h, s: h.b.startSession()}, nil

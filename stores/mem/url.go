@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/driver"
 	"github.com/spate-go/spate/storeurl"
 )
 
@@ -45,7 +46,7 @@ func (d *deployment) Open(_ context.Context, job string, ttl time.Duration) (spa
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return nil, spate.ClosedError("mem")
+		return nil, driver.ClosedError("mem")
 	}
 	s := d.jobs[job]
 	if s == nil {

@@ -14,6 +14,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/driver"
 	"github.com/spate-go/spate/internal/version"
 )
 
@@ -24,7 +25,7 @@ import (
 // are Retryable. The dial is bounded by ctx's deadline when it has one.
 // The caller owns the returned connection.
 func Connect(ctx context.Context, servers string, opts ...natsgo.Option) (*natsgo.Conn, error) {
-	if err := spate.ContextError(ctx, driver, "connect"); err != nil {
+	if err := driver.ContextError(ctx, driverName, "connect"); err != nil {
 		return nil, err
 	}
 	if dl, ok := ctx.Deadline(); ok {

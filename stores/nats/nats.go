@@ -15,9 +15,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/driver"
 )
 
-const driver = "nats"
+const driverName = "nats"
 
 // Limits and defaults of [Options].
 const (
@@ -105,14 +106,14 @@ func Buckets(job string) (durable, ephemeral string) {
 }
 
 // Store is a spate store over one job's JetStream KV buckets. It is safe for
-// concurrent use. The portable layer ([spate.PortableStore]) does the
+// concurrent use. The portable layer ([driver.PortableStore]) does the
 // argument checks and the closed state; the driver below it does the rest.
 type Store struct {
-	*spate.PortableStore
+	*driver.PortableStore
 	s *store
 }
 
-// store is the NATS [spate.Driver].
+// store is the NATS [driver.Driver].
 type store struct {
 	js   jetstream.JetStream
 	opts Options
@@ -134,8 +135,8 @@ type store struct {
 }
 
 var (
-	_ spate.Store  = (*Store)(nil)
-	_ spate.Driver = (*store)(nil)
+	_ spate.Store   = (*Store)(nil)
+	_ driver.Driver = (*store)(nil)
 )
 
 // bucket is one keyspace's stream.
@@ -162,7 +163,7 @@ func New(ctx context.Context, nc *natsgo.Conn, opts Options) (_ *Store, err erro
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	if err := spate.ContextError(ctx, driver, "open"); err != nil {
+	if err := driver.ContextError(ctx, driverName, "open"); err != nil {
 		return nil, err
 	}
 	if err := checkConn(nc); err != nil {
@@ -200,7 +201,7 @@ func New(ctx context.Context, nc *natsgo.Conn, opts Options) (_ *Store, err erro
 		s.b[ks-1] = b
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	return &Store{PortableStore: spate.NewStore(s), s: s}, nil
+	return &Store{PortableStore: driver.NewStore(s), s: s}, nil
 }
 
 // checkConn refuses a connection that cannot serve: closed is Fatal, a
@@ -372,7 +373,7 @@ func checkAdopt(ks spate.Keyspace, name string, got, want jetstream.StreamConfig
 	return nil
 }
 
-// Capabilities implements [spate.Driver].
+// Capabilities implements [driver.Driver].
 func (s *store) Capabilities() spate.Capabilities {
 	return capabilities(s.opts)
 }
@@ -390,7 +391,7 @@ func capabilities(o Options) spate.Capabilities {
 			o.Replicas, (o.Replicas-1)/2)
 	}
 	return spate.Capabilities{
-		Driver:               driver,
+		Driver:               driverName,
 		TTL:                  o.TTL,
 		TTLFloor:             TTLFloor,
 		ExpiryLatency:        ExpiryLatency,
@@ -559,7 +560,7 @@ func pause(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// Create implements [spate.Driver]. A deleted or expired key's subject
+// Create implements [driver.Driver]. A deleted or expired key's subject
 // holds a marker; Create then re-reads it and publishes at the marker's
 // sequence, so Lost is only returned after a read saw a live value. This is
 // one compare-and-set found by a read, not a retry of a failed call: the
@@ -593,7 +594,7 @@ func (s *store) Create(ctx context.Context, ks spate.Keyspace, key string, value
 	return spate.Outcome{}, fmt.Errorf("the key's delete marker changed under %d attempts: %w", createAttempts, spate.ErrRetryable)
 }
 
-// Update implements [spate.Driver]. The portable layer never passes
+// Update implements [driver.Driver]. The portable layer never passes
 // expected 0, which would mean "absent" to the server.
 func (s *store) Update(ctx context.Context, ks spate.Keyspace, key string, value []byte, expected uint64) (_ spate.Outcome, err error) {
 	b := s.b[ks-1]
@@ -609,7 +610,7 @@ func (s *store) Update(ctx context.Context, ks spate.Keyspace, key string, value
 	return spate.Outcome{}, classify(err)
 }
 
-// Get implements [spate.Driver].
+// Get implements [driver.Driver].
 func (s *store) Get(ctx context.Context, ks spate.Keyspace, key string) (_ spate.Entry, _ bool, err error) {
 	b := s.b[ks-1]
 	ctx, end := s.guard(ctx, "", &err)
@@ -622,7 +623,7 @@ func (s *store) get(ctx context.Context, b *bucket, key string) (spate.Entry, bo
 	return r.entry, r.live, err
 }
 
-// Delete implements [spate.Driver]: it publishes a delete marker, guarded by
+// Delete implements [driver.Driver]: it publishes a delete marker, guarded by
 // the expected last sequence when expected is not AnyRevision, and returns
 // the marker's sequence.
 func (s *store) Delete(ctx context.Context, ks spate.Keyspace, key string, expected uint64) (_ spate.Outcome, err error) {
@@ -645,7 +646,7 @@ func (s *store) Delete(ctx context.Context, ks spate.Keyspace, key string, expec
 	return spate.Outcome{}, classify(err)
 }
 
-// List implements [spate.Driver]: the key set from the stream's subject
+// List implements [driver.Driver]: the key set from the stream's subject
 // index (one request), then one get per key, up to listFanout at a time:
 // 1 + N round trips. Keys whose subject holds a delete or limit marker are
 // dropped by their get.

@@ -78,7 +78,7 @@ func openURL(_ context.Context, c *storeurl.Config) (storeurl.Deployment, error)
 	desc := fmt.Sprintf("nats at %s (buckets R%d)", strings.Join(servers, ","), replicas)
 	return &deployment{servers: strings.Join(servers, ","), replicas: replicas, opts: opts, log: c.Logger,
 		dialTimeout: c.DialTimeout,
-		info: storeurl.Info{Driver: driver, Description: desc, TLS: c.TLS != nil || c.Scheme == "tls",
+		info: storeurl.Info{Driver: driverName, Description: desc, TLS: c.TLS != nil || c.Scheme == "tls",
 			MinTTL: TTLFloor}}, nil
 }
 

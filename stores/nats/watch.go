@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/driver"
 )
 
 // Tuning of the ordered consumers behind Watch.
@@ -118,7 +119,7 @@ func (b *bucket) read(ctx context.Context, key string) (read, error) {
 	return read{entry: spate.Entry{Key: key, Value: v, Revision: m.Sequence}, live: true, rev: m.Sequence}, nil
 }
 
-// Watch implements [spate.Driver].
+// Watch implements [driver.Driver].
 //
 // A watch is one ordered consumer over the key's subjects that delivers every
 // message still in the stream (history 1: each key's current value or
@@ -476,10 +477,10 @@ func (w *watch) broken(ctx context.Context, err error) {
 	w.s.log.Debug("nats: watch broke", "bucket", w.b.name, "op", w.spec.op, "key", w.spec.label, "err", err)
 	if pd := (*errPermDenied)(nil); errors.As(err, &pd) {
 		w.send(ctx, spate.WatchEvent{Kind: spate.WatchError,
-			Err: spate.OpError(driver, w.spec.op, w.b.ks, w.spec.label, w.s.scope.deniedError(pd.v))})
+			Err: driver.OpError(driverName, w.spec.op, w.b.ks, w.spec.label, w.s.scope.deniedError(pd.v))})
 		return
 	}
-	w.send(ctx, spate.WatchEvent{Kind: spate.WatchError, Err: spate.OpError(driver, w.spec.op, w.b.ks, w.spec.label,
+	w.send(ctx, spate.WatchEvent{Kind: spate.WatchError, Err: driver.OpError(driverName, w.spec.op, w.b.ks, w.spec.label,
 		fmt.Errorf("%w: %w", err, spate.ErrRetryable))})
 }
 

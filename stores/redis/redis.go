@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/driver"
 )
 
 // Defaults and limits of [Options].
@@ -39,7 +40,7 @@ const (
 )
 
 const (
-	driver       = "redis"
+	driverName   = "redis"
 	layout       = "1" // version of the key layout, recorded per job
 	sweepBatch   = 512 // keys one sweep script expires at most
 	watchBatch   = 512 // log entries one XREAD returns at most
@@ -184,14 +185,14 @@ type keyspaceKeys struct {
 }
 
 // Store is a coordination store over one job's keys in Redis. It is safe for
-// concurrent use. The portable layer ([spate.PortableStore]) does the
+// concurrent use. The portable layer ([driver.PortableStore]) does the
 // argument checks and the closed state; the driver below it does the rest.
 type Store struct {
-	*spate.PortableStore
+	*driver.PortableStore
 	s *store
 }
 
-// store is the Redis [spate.Driver].
+// store is the Redis [driver.Driver].
 type store struct {
 	c      goredis.UniversalClient
 	opts   Options
@@ -215,7 +216,7 @@ type store struct {
 
 var (
 	_ spate.Store      = (*Store)(nil)
-	_ spate.Driver     = (*store)(nil)
+	_ driver.Driver    = (*store)(nil)
 	_ spate.Releaser   = (*store)(nil)
 	_ spate.KeyWatcher = (*store)(nil)
 )
@@ -249,7 +250,7 @@ func New(ctx context.Context, client goredis.UniversalClient, opts Options) (*St
 		meta:   p + "meta",
 		anchor: p + "hub",
 		loglen: strconv.FormatInt(opts.ChangeLogLength, 10),
-		log:    opts.Logger.With("driver", driver, "job", opts.Job),
+		log:    opts.Logger.With("driver", driverName, "job", opts.Job),
 	}
 	for i, name := range []string{"d:", "e:"} {
 		k := keyspaceKeys{ttl: "0"}
@@ -269,7 +270,7 @@ func New(ctx context.Context, client goredis.UniversalClient, opts Options) (*St
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(1)
 	go s.sweepLoop()
-	return &Store{PortableStore: spate.NewStore(s), s: s}, nil
+	return &Store{PortableStore: driver.NewStore(s), s: s}, nil
 }
 
 // startupCheck proves that the server is new enough and runs our scripts
@@ -414,10 +415,10 @@ func (s *store) warnIfContextIgnored() {
 	}
 }
 
-// Capabilities implements [spate.Driver].
+// Capabilities implements [driver.Driver].
 func (s *store) Capabilities() spate.Capabilities {
 	return spate.Capabilities{
-		Driver:               driver,
+		Driver:               driverName,
 		TTL:                  s.opts.TTL,
 		TTLFloor:             TTLFloor,
 		ExpiryLatency:        s.opts.SweepInterval + ExpirySlack,
@@ -459,21 +460,21 @@ func (s *store) args(k *keyspaceKeys, rest ...any) []any {
 	return append([]any{k.ttl, s.loglen}, rest...)
 }
 
-// Create implements [spate.Driver].
+// Create implements [driver.Driver].
 func (s *store) Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (spate.Outcome, error) {
 	k := s.space(ks)
 	res, err := run(ctx, s.c, scriptCreate, k.keys, s.args(k, key, value)...)
 	return outcome(res, err)
 }
 
-// Update implements [spate.Driver].
+// Update implements [driver.Driver].
 func (s *store) Update(ctx context.Context, ks spate.Keyspace, key string, value []byte, expected uint64) (spate.Outcome, error) {
 	k := s.space(ks)
 	res, err := run(ctx, s.c, scriptUpdate, k.keys, s.args(k, key, value, strconv.FormatUint(expected, 10))...)
 	return outcome(res, err)
 }
 
-// Delete implements [spate.Driver].
+// Delete implements [driver.Driver].
 func (s *store) Delete(ctx context.Context, ks spate.Keyspace, key string, expected uint64) (spate.Outcome, error) {
 	k := s.space(ks)
 	res, err := run(ctx, s.c, scriptDelete, k.keys, s.args(k, key, strconv.FormatUint(expected, 10))...)
@@ -555,7 +556,7 @@ func parseRev(v any) (uint64, error) {
 	return 0, fmt.Errorf("not a revision: %v", v)
 }
 
-// Get implements [spate.Driver].
+// Get implements [driver.Driver].
 func (s *store) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
 	k := s.space(ks)
 	res, err := run(ctx, s.c, scriptGet, k.keys, s.args(k, key)...)
@@ -580,7 +581,7 @@ func (s *store) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.E
 	return spate.Entry{Key: key, Value: []byte(value), Revision: rev}, true, nil
 }
 
-// List implements [spate.Driver].
+// List implements [driver.Driver].
 func (s *store) List(ctx context.Context, ks spate.Keyspace, prefix string) ([]spate.Entry, error) {
 	_, es, err := s.snapshot(ctx, ks, prefix)
 	return es, err

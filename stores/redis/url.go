@@ -75,7 +75,7 @@ func openURL(_ context.Context, c *storeurl.Config) (storeurl.Deployment, error)
 		desc += "/" + strconv.Itoa(o.DB)
 	}
 	return &deployment{opts: o, ns: goredis.NewClient(o), log: c.Logger,
-		info: storeurl.Info{Driver: driver, Description: desc, TLS: o.TLSConfig != nil, MinTTL: TTLFloor}}, nil
+		info: storeurl.Info{Driver: driverName, Description: desc, TLS: o.TLSConfig != nil, MinTTL: TTLFloor}}, nil
 }
 
 // deployment is a Redis primary reached by URL.

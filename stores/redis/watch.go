@@ -14,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/driver"
 )
 
 const (
@@ -29,7 +30,7 @@ const (
 	subBackoffMax = 5 * time.Second
 )
 
-// Watch implements [spate.Driver].
+// Watch implements [driver.Driver].
 //
 // One script reads the live keys under prefix together with the keyspace's
 // last revision. Every write script publishes its change on the keyspace's
@@ -136,7 +137,7 @@ func (s *store) awaitSubscribed(ctx context.Context, w *watcher) error {
 	case <-ctx.Done():
 		return wrapErr(ctx.Err())
 	case <-s.ctx.Done():
-		return spate.ClosedError(driver)
+		return driver.ClosedError(driverName)
 	case <-t.C:
 		return fmt.Errorf("the subscriber did not confirm the keys' channels within %v: %w", subscribeWait, spate.ErrRetryable)
 	}
@@ -240,7 +241,7 @@ func (s *store) register(w *watcher) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return spate.ClosedError(driver)
+		return driver.ClosedError(driverName)
 	}
 	h := &s.hub
 	h.mu.Lock()
@@ -625,7 +626,7 @@ func (w *watcher) send(ev spate.WatchEvent) bool {
 }
 
 func (w *watcher) fail(err error) {
-	w.send(spate.WatchEvent{Kind: spate.WatchError, Err: spate.OpError(driver, w.op, spate.Keyspace(w.ks+1), w.prefix, err)})
+	w.send(spate.WatchEvent{Kind: spate.WatchError, Err: driver.OpError(driverName, w.op, spate.Keyspace(w.ks+1), w.prefix, err)})
 }
 
 // run sends the snapshot, SnapshotDone, then the changes after it.

@@ -1,4 +1,4 @@
-package spate
+package driver
 
 import (
 	"context"
@@ -6,23 +6,25 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+
+	"github.com/spate-go/spate"
 )
 
 // Driver is the backend half of a store: what a driver package implements
-// and [NewStore] turns into a [Store] (as Go CDK's blob.Bucket wraps a
+// and [NewStore] turns into a [spate.Store] (as Go CDK's blob.Bucket wraps a
 // driver.Bucket). The portable layer does everything the six primitives
 // share, once, so a Driver does only the backend's part:
 //
 //   - it is never called after Close has begun, and Close is called exactly
 //     once, after every other call has returned;
-//   - every call has a valid keyspace and a valid key ([ValidateKey]; a
-//     valid prefix, [ValidatePrefix], for Watch and List), a context that
+//   - every call has a valid keyspace and a valid key ([spate.ValidateKey]; a
+//     valid prefix, [spate.ValidatePrefix], for Watch and List), a context that
 //     was live when the call began, and, for Create and Update, a value
-//     within [Capabilities.MaxValueSize];
+//     within [spate.Capabilities.MaxValueSize];
 //   - Update is never called with expected revision 0 (no live key has it;
-//     the layer answers Lost);
+//     the layer answers spate.Lost);
 //   - a call's context, and the context a watch's stream runs on, is
-//     cancelled when Close begins (its cause matches [ErrClosed]), so a
+//     cancelled when Close begins (its cause matches [spate.ErrClosed]), so a
 //     driver need not track its calls to end them.
 //
 // A driver's own methods that touch the driver run under
@@ -32,11 +34,11 @@ import (
 // snapshot for its lifetime.
 //
 // A Driver classifies its own errors: each error it returns, and each
-// [WatchError] it sends, wraps [ErrRetryable] or [ErrFatal] (see [Store]
+// [spate.WatchError] it sends, wraps [spate.ErrRetryable] or [spate.ErrFatal] (see [spate.Store]
 // for which). The layer adds the driver, the operation, the keyspace and
 // the key in front of a returned error ([OpError]), so a driver's message
 // starts with what went wrong, not with its own name; a returned error the
-// driver left unclassified gets the class [KindOf] gives it. A WatchError
+// driver left unclassified gets the class [spate.KindOf] gives it. A spate.WatchError
 // reaches the caller as the driver sent it, so the driver formats it with
 // [OpError] itself. A Driver makes one attempt per call: retries live in
 // the coordinator.
@@ -44,39 +46,39 @@ import (
 // Close releases what the driver started and ends its watches; the layer
 // calls it once, so it need not be idempotent.
 //
-// A Driver may also implement [Releaser]; the layer then reports
-// [Capabilities.UpdateAndDelete] and passes the call on under the same
+// A Driver may also implement [spate.Releaser]; the layer then reports
+// [spate.Capabilities.UpdateAndDelete] and passes the call on under the same
 // rules: both keys valid, the value within the cap, and neither expected
-// nor leaseExpected ever 0 (the layer answers both Lost for the first and
+// nor leaseExpected ever 0 (the layer answers both spate.Lost for the first and
 // makes the call a plain Update for the second).
 //
-// A Driver may also implement [KeyWatcher]; the layer then reports
-// [Capabilities.WatchKeys] and passes the call on with 1 to
-// [MaxWatchKeys] valid keys, sorted, each listed once.
+// A Driver may also implement [spate.KeyWatcher]; the layer then reports
+// [spate.Capabilities.WatchKeys] and passes the call on with 1 to
+// [spate.MaxWatchKeys] valid keys, sorted, each listed once.
 //
-// A Driver may also implement [Sessioner]; the layer then reports
-// [Capabilities.Sessions] and wraps each driver [Session] under the same
+// A Driver may also implement [spate.Sessioner]; the layer then reports
+// [spate.Capabilities.Sessions] and wraps each driver [spate.Session] under the same
 // rules: its Create and Update get a valid key, a value within the cap, a
 // live context that Close cancels, and never an expected revision of 0;
-// no call reaches a session after it reported [ErrSessionExpired]; and the
+// no call reaches a session after it reported [spate.ErrSessionExpired]; and the
 // layer calls each session's Close exactly once, after every call on the
 // session has returned (those in flight have their context cancelled) and
 // at the latest when the store closes, before the driver's Close.
 type Driver interface {
-	Capabilities() Capabilities
-	Create(ctx context.Context, ks Keyspace, key string, value []byte) (Outcome, error)
-	Update(ctx context.Context, ks Keyspace, key string, value []byte, expected uint64) (Outcome, error)
-	Get(ctx context.Context, ks Keyspace, key string) (Entry, bool, error)
-	Delete(ctx context.Context, ks Keyspace, key string, expected uint64) (Outcome, error)
-	Watch(ctx context.Context, ks Keyspace, prefix string) (<-chan WatchEvent, error)
-	List(ctx context.Context, ks Keyspace, prefix string) ([]Entry, error)
+	Capabilities() spate.Capabilities
+	Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (spate.Outcome, error)
+	Update(ctx context.Context, ks spate.Keyspace, key string, value []byte, expected uint64) (spate.Outcome, error)
+	Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error)
+	Delete(ctx context.Context, ks spate.Keyspace, key string, expected uint64) (spate.Outcome, error)
+	Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error)
+	List(ctx context.Context, ks spate.Keyspace, prefix string) ([]spate.Entry, error)
 	Close() error
 }
 
-// PortableStore is the [Store] over a [Driver]: closed state, argument
+// PortableStore is the [spate.Store] over a [Driver]: closed state, argument
 // checks, the value cap, the revision-0 rule and the error format live
 // here, once, for every driver. Driver packages return it embedded in
-// their own Store type, which adds the driver's own methods.
+// their own spate.Store type, which adds the driver's own methods.
 //
 // It tracks the calls in flight: Close refuses new calls, cancels the
 // context of those in flight (and of every watch), waits for them to
@@ -84,7 +86,7 @@ type Driver interface {
 // after Close.
 type PortableStore struct {
 	d    Driver
-	caps Capabilities
+	caps spate.Capabilities
 
 	mu     sync.Mutex
 	closed bool
@@ -102,21 +104,21 @@ type PortableStore struct {
 	closeErr  error
 }
 
-var _ Store = (*PortableStore)(nil)
+var _ spate.Store = (*PortableStore)(nil)
 
-// NewStore wraps d into a [Store]. It calls d.Capabilities once.
+// NewStore wraps d into a [spate.Store]. It calls d.Capabilities once.
 func NewStore(d Driver) *PortableStore {
 	caps := d.Capabilities()
-	_, caps.UpdateAndDelete = d.(Releaser)
-	_, caps.WatchKeys = d.(KeyWatcher)
-	_, caps.Sessions = d.(Sessioner)
+	_, caps.UpdateAndDelete = d.(spate.Releaser)
+	_, caps.WatchKeys = d.(spate.KeyWatcher)
+	_, caps.Sessions = d.(spate.Sessioner)
 	return &PortableStore{d: d, caps: caps, live: map[uint64]context.CancelCauseFunc{}}
 }
 
 var (
-	_ Releaser   = (*PortableStore)(nil)
-	_ KeyWatcher = (*PortableStore)(nil)
-	_ Sessioner  = (*PortableStore)(nil)
+	_ spate.Releaser   = (*PortableStore)(nil)
+	_ spate.KeyWatcher = (*PortableStore)(nil)
+	_ spate.Sessioner  = (*PortableStore)(nil)
 )
 
 // OpError is the one format of a store operation's error:
@@ -124,24 +126,24 @@ var (
 //	<driver>: <op> <keyspace> "<key>": <err>
 //
 // [PortableStore] puts it in front of every error it returns; drivers use
-// it for the [WatchError] events they send, which reach the caller as
+// it for the [spate.WatchError] events they send, which reach the caller as
 // they are. err keeps its class.
-func OpError(driver, op string, ks Keyspace, key string, err error) error {
+func OpError(driver, op string, ks spate.Keyspace, key string, err error) error {
 	return fmt.Errorf("%s: %s %s %q: %w", driver, op, ks, key, err)
 }
 
 var (
 	// errClosed is the error of a call made after Close began.
-	errClosed = fmt.Errorf("store is closed: %w: %w", ErrClosed, ErrFatal)
+	errClosed = fmt.Errorf("store is closed: %w: %w", spate.ErrClosed, spate.ErrFatal)
 	// errClosing is the cause of the context of a call in flight when
 	// Close began. It carries no class: the call may have landed a write,
 	// so the driver's error for it stays Retryable.
-	errClosing = fmt.Errorf("the store was closed while the call was in flight: %w", ErrClosed)
+	errClosing = fmt.Errorf("the store was closed while the call was in flight: %w", spate.ErrClosed)
 )
 
-// Capabilities implements [Store]: the driver's, as reported when the
+// Capabilities implements [spate.Store]: the driver's, as reported when the
 // store was made (each caller gets its own copy of the lists).
-func (p *PortableStore) Capabilities() Capabilities {
+func (p *PortableStore) Capabilities() spate.Capabilities {
 	c := p.caps
 	c.RequiredSettings = slices.Clone(c.RequiredSettings)
 	c.UnmetSettings = slices.Clone(c.UnmetSettings)
@@ -169,21 +171,21 @@ func (p *PortableStore) Do(op string, f func() error) error {
 // live. Bad arguments are Fatal, a dead ctx Retryable. On success it
 // returns the call's context, which Close cancels, and the hold that
 // p.end releases.
-func (p *PortableStore) begin(ctx context.Context, op string, ks Keyspace, key string, isPrefix bool, value []byte, write bool) (context.Context, hold, error) {
+func (p *PortableStore) begin(ctx context.Context, op string, ks spate.Keyspace, key string, isPrefix bool, value []byte, write bool) (context.Context, hold, error) {
 	var err error
 	switch {
 	case !ks.Valid():
-		err = fmt.Errorf("invalid keyspace: %w", ErrFatal)
+		err = fmt.Errorf("invalid keyspace: %w", spate.ErrFatal)
 	case isPrefix:
-		err = ValidatePrefix(key)
+		err = spate.ValidatePrefix(key)
 	default:
-		err = ValidateKey(key)
+		err = spate.ValidateKey(key)
 	}
 	if err == nil && write {
-		err = ValidateValue(value, p.caps.MaxValueSize)
+		err = spate.ValidateValue(value, p.caps.MaxValueSize)
 	}
 	if err == nil && ctx.Err() != nil {
-		err = fmt.Errorf("%w: %w", ctx.Err(), ErrRetryable)
+		err = fmt.Errorf("%w: %w", ctx.Err(), spate.ErrRetryable)
 	}
 	var (
 		cctx context.Context
@@ -229,77 +231,77 @@ func (p *PortableStore) end(h hold, done bool) {
 }
 
 // fail formats a driver's error and makes sure it carries a class.
-func (p *PortableStore) fail(op string, ks Keyspace, key string, err error) error {
+func (p *PortableStore) fail(op string, ks spate.Keyspace, key string, err error) error {
 	return OpError(p.caps.Driver, op, ks, key, classified(err))
 }
 
-// classified returns err with a class: its own, or the one [KindOf] gives.
+// classified returns err with a class: its own, or the one [spate.KindOf] gives.
 func classified(err error) error {
-	if errors.Is(err, ErrRetryable) || errors.Is(err, ErrFatal) {
+	if errors.Is(err, spate.ErrRetryable) || errors.Is(err, spate.ErrFatal) {
 		return err
 	}
-	if KindOf(err) == KindRetryable {
-		return fmt.Errorf("%w: %w", err, ErrRetryable)
+	if spate.KindOf(err) == spate.KindRetryable {
+		return fmt.Errorf("%w: %w", err, spate.ErrRetryable)
 	}
-	return fmt.Errorf("%w: %w", err, ErrFatal)
+	return fmt.Errorf("%w: %w", err, spate.ErrFatal)
 }
 
-// Create implements [Store].
-func (p *PortableStore) Create(ctx context.Context, ks Keyspace, key string, value []byte) (Outcome, error) {
+// Create implements [spate.Store].
+func (p *PortableStore) Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (spate.Outcome, error) {
 	ctx, h, err := p.begin(ctx, "create", ks, key, false, value, true)
 	if err != nil {
-		return Outcome{}, err
+		return spate.Outcome{}, err
 	}
 	defer p.end(h, true)
 	o, err := p.d.Create(ctx, ks, key, value)
 	if err != nil {
-		return Outcome{}, p.fail("create", ks, key, err)
+		return spate.Outcome{}, p.fail("create", ks, key, err)
 	}
 	return o, nil
 }
 
-// Update implements [Store]. An expected revision of 0 loses at once: no
+// Update implements [spate.Store]. An expected revision of 0 loses at once: no
 // live key has it.
-func (p *PortableStore) Update(ctx context.Context, ks Keyspace, key string, value []byte, expected uint64) (Outcome, error) {
+func (p *PortableStore) Update(ctx context.Context, ks spate.Keyspace, key string, value []byte, expected uint64) (spate.Outcome, error) {
 	ctx, h, err := p.begin(ctx, "update", ks, key, false, value, true)
 	if err != nil {
-		return Outcome{}, err
+		return spate.Outcome{}, err
 	}
 	defer p.end(h, true)
 	if expected == 0 {
-		return Outcome{}, nil
+		return spate.Outcome{}, nil
 	}
 	o, err := p.d.Update(ctx, ks, key, value, expected)
 	if err != nil {
-		return Outcome{}, p.fail("update", ks, key, err)
+		return spate.Outcome{}, p.fail("update", ks, key, err)
 	}
 	return o, nil
 }
 
-// Get implements [Store].
-func (p *PortableStore) Get(ctx context.Context, ks Keyspace, key string) (Entry, bool, error) {
+// Get implements [spate.Store].
+func (p *PortableStore) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
 	ctx, h, err := p.begin(ctx, "get", ks, key, false, nil, false)
 	if err != nil {
-		return Entry{}, false, err
+		return spate.Entry{}, false, err
 	}
 	defer p.end(h, true)
 	e, ok, err := p.d.Get(ctx, ks, key)
 	if err != nil {
-		return Entry{}, false, p.fail("get", ks, key, err)
+		return spate.Entry{}, false, p.fail("get", ks, key, err)
 	}
 	return e, ok, nil
 }
 
-// Delete implements [Store].
-func (p *PortableStore) Delete(ctx context.Context, ks Keyspace, key string, expected uint64) (Outcome, error) {
+// Delete implements [spate.Store].
+func (p *PortableStore) Delete(ctx context.Context, ks spate.Keyspace, key string, expected uint64) (spate.Outcome, error) {
 	ctx, h, err := p.begin(ctx, "delete", ks, key, false, nil, false)
 	if err != nil {
-		return Outcome{}, err
+		return spate.Outcome{}, err
 	}
 	defer p.end(h, true)
 	o, err := p.d.Delete(ctx, ks, key, expected)
 	if err != nil {
-		return Outcome{}, p.fail("delete", ks, key, err)
+		return spate.Outcome{}, p.fail("delete", ks, key, err)
 	}
 	return o, nil
 }
@@ -307,43 +309,43 @@ func (p *PortableStore) Delete(ctx context.Context, ks Keyspace, key string, exp
 // opUpdateAndDelete names [PortableStore.UpdateAndDelete] in errors.
 const opUpdateAndDelete = "update-and-delete"
 
-// UpdateAndDelete implements [Releaser] when the driver does (see
-// [Capabilities.UpdateAndDelete]); on a driver without it, it returns a
+// UpdateAndDelete implements [spate.Releaser] when the driver does (see
+// [spate.Capabilities.UpdateAndDelete]); on a driver without it, it returns a
 // Fatal error and writes nothing. An expected revision of 0 loses both at
 // once, and a leaseExpected of 0 makes the call a plain Update. Errors
 // name the durable key, or the ephemeral key when it is the invalid one.
 func (p *PortableStore) UpdateAndDelete(ctx context.Context, durableKey string, value []byte, expected uint64,
-	ephemeralKey string, leaseExpected uint64) (Outcome, Outcome, error) {
-	ctx, h, err := p.begin(ctx, opUpdateAndDelete, Durable, durableKey, false, value, true)
+	ephemeralKey string, leaseExpected uint64) (spate.Outcome, spate.Outcome, error) {
+	ctx, h, err := p.begin(ctx, opUpdateAndDelete, spate.Durable, durableKey, false, value, true)
 	if err != nil {
-		return Outcome{}, Outcome{}, err
+		return spate.Outcome{}, spate.Outcome{}, err
 	}
 	defer p.end(h, true)
-	if err := ValidateKey(ephemeralKey); err != nil {
-		return Outcome{}, Outcome{}, OpError(p.caps.Driver, opUpdateAndDelete, Ephemeral, ephemeralKey, err)
+	if err := spate.ValidateKey(ephemeralKey); err != nil {
+		return spate.Outcome{}, spate.Outcome{}, OpError(p.caps.Driver, opUpdateAndDelete, spate.Ephemeral, ephemeralKey, err)
 	}
-	r, ok := p.d.(Releaser)
+	r, ok := p.d.(spate.Releaser)
 	if !ok {
-		return Outcome{}, Outcome{}, OpError(p.caps.Driver, opUpdateAndDelete, Durable, durableKey,
-			fmt.Errorf("the driver cannot update and delete in one call (Capabilities.UpdateAndDelete is false): %w", ErrFatal))
+		return spate.Outcome{}, spate.Outcome{}, OpError(p.caps.Driver, opUpdateAndDelete, spate.Durable, durableKey,
+			fmt.Errorf("the driver cannot update and delete in one call (spate.Capabilities.UpdateAndDelete is false): %w", spate.ErrFatal))
 	}
 	if expected == 0 {
-		return Outcome{}, Outcome{}, nil
+		return spate.Outcome{}, spate.Outcome{}, nil
 	}
-	var u, d Outcome
-	if leaseExpected == AnyRevision {
-		u, err = p.d.Update(ctx, Durable, durableKey, value, expected)
+	var u, d spate.Outcome
+	if leaseExpected == spate.AnyRevision {
+		u, err = p.d.Update(ctx, spate.Durable, durableKey, value, expected)
 	} else {
 		u, d, err = r.UpdateAndDelete(ctx, durableKey, value, expected, ephemeralKey, leaseExpected)
 	}
 	if err != nil {
-		return Outcome{}, Outcome{}, p.fail(opUpdateAndDelete, Durable, durableKey, err)
+		return spate.Outcome{}, spate.Outcome{}, p.fail(opUpdateAndDelete, spate.Durable, durableKey, err)
 	}
 	return u, d, nil
 }
 
-// List implements [Store].
-func (p *PortableStore) List(ctx context.Context, ks Keyspace, prefix string) ([]Entry, error) {
+// List implements [spate.Store].
+func (p *PortableStore) List(ctx context.Context, ks spate.Keyspace, prefix string) ([]spate.Entry, error) {
 	ctx, h, err := p.begin(ctx, "list", ks, prefix, true, nil, false)
 	if err != nil {
 		return nil, err
@@ -356,10 +358,10 @@ func (p *PortableStore) List(ctx context.Context, ks Keyspace, prefix string) ([
 	return es, nil
 }
 
-// Watch implements [Store]. The driver's stream gets a context that ends
+// Watch implements [spate.Store]. The driver's stream gets a context that ends
 // with ctx or when Close begins, and goes to the caller as the driver sends
 // it (no forwarding hop that would hold an event back).
-func (p *PortableStore) Watch(ctx context.Context, ks Keyspace, prefix string) (<-chan WatchEvent, error) {
+func (p *PortableStore) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
 	wctx, h, err := p.begin(ctx, "watch", ks, prefix, true, nil, false)
 	if err != nil {
 		return nil, err
@@ -378,11 +380,11 @@ func (p *PortableStore) Watch(ctx context.Context, ks Keyspace, prefix string) (
 // opWatchKeys names [PortableStore.WatchKeys] in errors.
 const opWatchKeys = "watch-keys"
 
-// WatchKeys implements [KeyWatcher] when the driver does (see
-// [Capabilities.WatchKeys]); on a driver without it, it returns a Fatal
+// WatchKeys implements [spate.KeyWatcher] when the driver does (see
+// [spate.Capabilities.WatchKeys]); on a driver without it, it returns a Fatal
 // error. The keys reach the driver sorted and de-duplicated; an error names
 // the first key listed (or the one at fault).
-func (p *PortableStore) WatchKeys(ctx context.Context, ks Keyspace, keys []string) (<-chan WatchEvent, error) {
+func (p *PortableStore) WatchKeys(ctx context.Context, ks spate.Keyspace, keys []string) (<-chan spate.WatchEvent, error) {
 	label := ""
 	if len(keys) > 0 {
 		label = keys[0]
@@ -390,25 +392,25 @@ func (p *PortableStore) WatchKeys(ctx context.Context, ks Keyspace, keys []strin
 	var bad error
 	switch {
 	case len(keys) == 0:
-		bad = fmt.Errorf("no keys to watch: %w", ErrFatal)
-	case len(keys) > MaxWatchKeys:
-		bad = fmt.Errorf("%d keys to watch, more than MaxWatchKeys (%d): %w", len(keys), MaxWatchKeys, ErrFatal)
+		bad = fmt.Errorf("no keys to watch: %w", spate.ErrFatal)
+	case len(keys) > spate.MaxWatchKeys:
+		bad = fmt.Errorf("%d keys to watch, more than spate.MaxWatchKeys (%d): %w", len(keys), spate.MaxWatchKeys, spate.ErrFatal)
 	}
 	for _, k := range keys {
 		if bad != nil {
 			break
 		}
-		if err := ValidateKey(k); err != nil {
+		if err := spate.ValidateKey(k); err != nil {
 			label, bad = k, err
 		}
 	}
 	if bad != nil {
 		return nil, OpError(p.caps.Driver, opWatchKeys, ks, label, bad)
 	}
-	kw, ok := p.d.(KeyWatcher)
+	kw, ok := p.d.(spate.KeyWatcher)
 	if !ok {
 		return nil, OpError(p.caps.Driver, opWatchKeys, ks, label,
-			fmt.Errorf("the driver cannot watch a set of keys (Capabilities.WatchKeys is false): %w", ErrFatal))
+			fmt.Errorf("the driver cannot watch a set of keys (spate.Capabilities.WatchKeys is false): %w", spate.ErrFatal))
 	}
 	set := slices.Compact(slices.Sorted(slices.Values(keys)))
 	wctx, h, err := p.begin(ctx, opWatchKeys, ks, label, false, nil, false)
@@ -425,7 +427,7 @@ func (p *PortableStore) WatchKeys(ctx context.Context, ks Keyspace, keys []strin
 	return ch, nil
 }
 
-// Close implements [Store]: it refuses new calls, cancels the calls in
+// Close implements [spate.Store]: it refuses new calls, cancels the calls in
 // flight and every watch's context, waits for the calls to return, then
 // closes the driver, once. Later calls return what the first returned.
 func (p *PortableStore) Close() error {
@@ -455,7 +457,7 @@ func (p *PortableStore) Close() error {
 	return p.closeErr
 }
 
-// The operations of a [Session], as errors name them.
+// The operations of a [spate.Session], as errors name them.
 const (
 	opSessionNew    = "session-new"
 	opSessionCreate = "session-create"
@@ -464,28 +466,28 @@ const (
 	opSessionClose  = "session-close"
 )
 
-// NewSession implements [Sessioner] when the driver does (see
-// [Capabilities.Sessions]); on a driver without it, it returns a Fatal
-// error. The Session it returns applies the store's checks to every call
+// NewSession implements [spate.Sessioner] when the driver does (see
+// [spate.Capabilities.Sessions]); on a driver without it, it returns a Fatal
+// error. The spate.Session it returns applies the store's checks to every call
 // (valid key, value cap, the revision-0 rule, a live context, the store's
 // closed state) and formats its errors with [OpError], naming the
-// [Ephemeral] keyspace and the key ("" for the session's own calls). The
+// [spate.Ephemeral] keyspace and the key ("" for the session's own calls). The
 // store's Close closes every open session, and after it every session
-// call fails with [ErrClosed] and [ErrFatal].
-func (p *PortableStore) NewSession(ctx context.Context) (Session, error) {
-	sr, ok := p.d.(Sessioner)
+// call fails with [spate.ErrClosed] and [spate.ErrFatal].
+func (p *PortableStore) NewSession(ctx context.Context) (spate.Session, error) {
+	sr, ok := p.d.(spate.Sessioner)
 	if !ok {
-		return nil, OpError(p.caps.Driver, opSessionNew, Ephemeral, "",
-			fmt.Errorf("the driver has no sessions (Capabilities.Sessions is false): %w", ErrFatal))
+		return nil, OpError(p.caps.Driver, opSessionNew, spate.Ephemeral, "",
+			fmt.Errorf("the driver has no sessions (spate.Capabilities.Sessions is false): %w", spate.ErrFatal))
 	}
-	ctx, h, err := p.begin(ctx, opSessionNew, Ephemeral, "", true, nil, false)
+	ctx, h, err := p.begin(ctx, opSessionNew, spate.Ephemeral, "", true, nil, false)
 	if err != nil {
 		return nil, err
 	}
 	defer p.end(h, true)
 	ds, err := sr.NewSession(ctx)
 	if err != nil {
-		return nil, p.fail(opSessionNew, Ephemeral, "", err)
+		return nil, p.fail(opSessionNew, spate.Ephemeral, "", err)
 	}
 	ps := &portableSession{p: p, ds: ds}
 	p.mu.Lock()
@@ -494,7 +496,7 @@ func (p *PortableStore) NewSession(ctx context.Context) (Session, error) {
 		// this one, so end it here (Close waits for this call first).
 		p.mu.Unlock()
 		_ = ps.closeDriver()
-		return nil, OpError(p.caps.Driver, opSessionNew, Ephemeral, "", errClosed)
+		return nil, OpError(p.caps.Driver, opSessionNew, spate.Ephemeral, "", errClosed)
 	}
 	if p.sessions == nil {
 		p.sessions = map[*portableSession]struct{}{}
@@ -504,14 +506,14 @@ func (p *PortableStore) NewSession(ctx context.Context) (Session, error) {
 	return ps, nil
 }
 
-// portableSession is the [Session] of a [PortableStore] over a driver's.
+// portableSession is the [spate.Session] of a [PortableStore] over a driver's.
 type portableSession struct {
 	p  *PortableStore
-	ds Session
+	ds spate.Session
 
 	mu      sync.Mutex
 	closed  bool  // Close began (or the store's Close closed it)
-	expired error // the driver's ErrSessionExpired, once reported
+	expired error // the driver's spate.ErrSessionExpired, once reported
 	// live holds the cancel of each of the session's calls in flight;
 	// calls counts them. Close cancels them and waits, so no call is in
 	// the driver's session when its Close runs.
@@ -524,11 +526,11 @@ type portableSession struct {
 
 var (
 	// errSessionClosed is the error of a call on a closed session.
-	errSessionClosed = fmt.Errorf("session is closed: %w: %w", ErrClosed, ErrFatal)
+	errSessionClosed = fmt.Errorf("session is closed: %w: %w", spate.ErrClosed, spate.ErrFatal)
 	// errSessionClosing is the cause of the context of a session call in
 	// flight when the session's Close began; like errClosing it carries
 	// no class.
-	errSessionClosing = fmt.Errorf("the session was closed while the call was in flight: %w", ErrClosed)
+	errSessionClosing = fmt.Errorf("the session was closed while the call was in flight: %w", spate.ErrClosed)
 )
 
 // closeDriver closes the driver's session, once: it refuses new calls,
@@ -559,9 +561,9 @@ func (s *portableSession) begin(ctx context.Context, op, key string, value []byt
 		err  error
 	)
 	if write {
-		cctx, h, err = p.begin(ctx, op, Ephemeral, key, false, value, true)
+		cctx, h, err = p.begin(ctx, op, spate.Ephemeral, key, false, value, true)
 	} else {
-		cctx, h, err = p.begin(ctx, op, Ephemeral, "", true, nil, false)
+		cctx, h, err = p.begin(ctx, op, spate.Ephemeral, "", true, nil, false)
 	}
 	if err != nil {
 		return nil, hold{}, err
@@ -582,7 +584,7 @@ func (s *portableSession) begin(ctx context.Context, op, key string, value []byt
 	s.mu.Unlock()
 	if err != nil {
 		p.end(h, true)
-		return nil, hold{}, OpError(p.caps.Driver, op, Ephemeral, key, err)
+		return nil, hold{}, OpError(p.caps.Driver, op, spate.Ephemeral, key, err)
 	}
 	return cctx, h, nil
 }
@@ -599,48 +601,48 @@ func (s *portableSession) end(h hold) {
 // failed formats a driver session's error, remembering an expiry.
 func (s *portableSession) failed(op, key string, err error) error {
 	err = classified(err)
-	if errors.Is(err, ErrSessionExpired) {
+	if errors.Is(err, spate.ErrSessionExpired) {
 		s.mu.Lock()
 		if s.expired == nil {
-			s.expired = fmt.Errorf("the session expired: %w: %w", ErrSessionExpired, ErrFatal)
+			s.expired = fmt.Errorf("the session expired: %w: %w", spate.ErrSessionExpired, spate.ErrFatal)
 		}
 		s.mu.Unlock()
 	}
-	return OpError(s.p.caps.Driver, op, Ephemeral, key, err)
+	return OpError(s.p.caps.Driver, op, spate.Ephemeral, key, err)
 }
 
-// Create implements [Session].
-func (s *portableSession) Create(ctx context.Context, key string, value []byte) (Outcome, error) {
+// Create implements [spate.Session].
+func (s *portableSession) Create(ctx context.Context, key string, value []byte) (spate.Outcome, error) {
 	ctx, h, err := s.begin(ctx, opSessionCreate, key, value, true)
 	if err != nil {
-		return Outcome{}, err
+		return spate.Outcome{}, err
 	}
 	defer s.end(h)
 	o, err := s.ds.Create(ctx, key, value)
 	if err != nil {
-		return Outcome{}, s.failed(opSessionCreate, key, err)
+		return spate.Outcome{}, s.failed(opSessionCreate, key, err)
 	}
 	return o, nil
 }
 
-// Update implements [Session]. An expected revision of 0 loses at once.
-func (s *portableSession) Update(ctx context.Context, key string, value []byte, expected uint64) (Outcome, error) {
+// Update implements [spate.Session]. An expected revision of 0 loses at once.
+func (s *portableSession) Update(ctx context.Context, key string, value []byte, expected uint64) (spate.Outcome, error) {
 	ctx, h, err := s.begin(ctx, opSessionUpdate, key, value, true)
 	if err != nil {
-		return Outcome{}, err
+		return spate.Outcome{}, err
 	}
 	defer s.end(h)
 	if expected == 0 {
-		return Outcome{}, nil
+		return spate.Outcome{}, nil
 	}
 	o, err := s.ds.Update(ctx, key, value, expected)
 	if err != nil {
-		return Outcome{}, s.failed(opSessionUpdate, key, err)
+		return spate.Outcome{}, s.failed(opSessionUpdate, key, err)
 	}
 	return o, nil
 }
 
-// KeepAlive implements [Session].
+// KeepAlive implements [spate.Session].
 func (s *portableSession) KeepAlive(ctx context.Context) error {
 	ctx, h, err := s.begin(ctx, opKeepAlive, "", nil, false)
 	if err != nil {
@@ -653,7 +655,7 @@ func (s *portableSession) KeepAlive(ctx context.Context) error {
 	return nil
 }
 
-// Close implements [Session]: it closes the driver's session once; on a
+// Close implements [spate.Session]: it closes the driver's session once; on a
 // closed store it returns nil (the store's Close closed the session).
 func (s *portableSession) Close() error {
 	p := s.p
@@ -667,7 +669,24 @@ func (s *portableSession) Close() error {
 	p.mu.Unlock()
 	defer p.calls.Done()
 	if err := s.closeDriver(); err != nil {
-		return OpError(p.caps.Driver, opSessionClose, Ephemeral, "", classified(err))
+		return OpError(p.caps.Driver, opSessionClose, spate.Ephemeral, "", classified(err))
+	}
+	return nil
+}
+
+// ClosedError is the error of a closed store or deployment outside the six
+// primitives (a driver's own methods), naming the driver; the primitives
+// of a closed [PortableStore] name the call too.
+func ClosedError(driver string) error {
+	return fmt.Errorf("%s: store is closed: %w: %w", driver, spate.ErrClosed, spate.ErrFatal)
+}
+
+// ContextError classifies a context failure as Retryable, keeping the
+// context's own error for errors.Is(err, context.Canceled). It returns nil
+// when ctx is live.
+func ContextError(ctx context.Context, driver, op string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %s: %w: %w", driver, op, err, spate.ErrRetryable)
 	}
 	return nil
 }

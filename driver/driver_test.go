@@ -1,4 +1,4 @@
-package spate_test
+package driver_test
 
 import (
 	"context"
@@ -14,9 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/driver"
 )
 
-// countingDriver is a spate.Driver that counts its calls, records any that
+// countingDriver is a driver.Driver that counts its calls, records any that
 // arrive after its Close began, and can hold calls until released.
 type countingDriver struct {
 	calls  atomic.Int64 // the six primitives
@@ -165,7 +166,7 @@ func allCalls(ctx context.Context, s spate.Store, ks spate.Keyspace, key string,
 
 func TestPortableRejectsBadInputWithoutCallingTheDriver(t *testing.T) {
 	d := &countingDriver{}
-	s := spate.NewStore(d)
+	s := driver.NewStore(d)
 	ctx := t.Context()
 
 	for _, ks := range []spate.Keyspace{0, 3, 255} {
@@ -246,7 +247,7 @@ func TestPortableFormatsAndClassifiesDriverErrors(t *testing.T) {
 		{"bare context error", context.DeadlineExceeded, false},
 	} {
 		d := &countingDriver{err: tc.err}
-		s := spate.NewStore(d)
+		s := driver.NewStore(d)
 		for op, err := range allCalls(ctx, s, spate.Ephemeral, "split.a", []byte("v")) {
 			require.Error(t, err, "%s: %s", tc.name, op)
 			assert.ErrorIs(t, err, tc.err, "%s: %s keeps the driver's error", tc.name, op)
@@ -261,7 +262,7 @@ func TestPortableFormatsAndClassifiesDriverErrors(t *testing.T) {
 
 func TestPortableNoDriverCallAfterClose(t *testing.T) {
 	d := &countingDriver{}
-	s := spate.NewStore(d)
+	s := driver.NewStore(d)
 	ctx := t.Context()
 	require.NoError(t, s.Close())
 	require.NoError(t, s.Close(), "Close is idempotent")
@@ -290,7 +291,7 @@ func TestPortableNoDriverCallAfterClose(t *testing.T) {
 // cause, and the driver's Close comes only after it returned.
 func TestPortableCloseCancelsAndWaitsForCallsInFlight(t *testing.T) {
 	d := &countingDriver{block: make(chan struct{}), entered: make(chan struct{}, 1)}
-	s := spate.NewStore(d)
+	s := driver.NewStore(d)
 	done := make(chan error, 1)
 	go func() {
 		_, _, err := s.Get(context.Background(), spate.Durable, "plan")
@@ -314,7 +315,7 @@ func TestPortableCloseCancelsAndWaitsForCallsInFlight(t *testing.T) {
 func TestPortableCloseRacingCalls(t *testing.T) {
 	for round := range 50 {
 		d := &countingDriver{}
-		s := spate.NewStore(d)
+		s := driver.NewStore(d)
 		ctx := t.Context()
 		var wg sync.WaitGroup
 		start := make(chan struct{})
@@ -353,7 +354,7 @@ func TestPortableCloseRacingCalls(t *testing.T) {
 func TestPortableWatch(t *testing.T) {
 	t.Run("Close ends the stream", func(t *testing.T) {
 		d := &countingDriver{}
-		s := spate.NewStore(d)
+		s := driver.NewStore(d)
 		ch, err := s.Watch(t.Context(), spate.Durable, "split.")
 		require.NoError(t, err)
 		ev := <-ch
@@ -365,7 +366,7 @@ func TestPortableWatch(t *testing.T) {
 	})
 	t.Run("the consumer's ctx ends the stream", func(t *testing.T) {
 		d := &countingDriver{}
-		s := spate.NewStore(d)
+		s := driver.NewStore(d)
 		ctx, cancel := context.WithCancel(t.Context())
 		ch, err := s.Watch(ctx, spate.Durable, "split.")
 		require.NoError(t, err)
@@ -376,7 +377,7 @@ func TestPortableWatch(t *testing.T) {
 	})
 	t.Run("events pass straight through", func(t *testing.T) {
 		d := &countingDriver{}
-		s := spate.NewStore(d)
+		s := driver.NewStore(d)
 		ch, err := s.Watch(t.Context(), spate.Durable, "split.")
 		require.NoError(t, err)
 		d.mu.Lock()
@@ -416,7 +417,7 @@ func TestPortableUpdateAndDelete(t *testing.T) {
 	ctx := t.Context()
 
 	// Without the capability: not reported, and the call is Fatal.
-	plain := spate.NewStore(&countingDriver{})
+	plain := driver.NewStore(&countingDriver{})
 	assert.False(t, plain.Capabilities().UpdateAndDelete)
 	_, ok := spate.ReleaserOf(plain)
 	assert.False(t, ok, "ReleaserOf needs the capability reported, not only the method")
@@ -427,7 +428,7 @@ func TestPortableUpdateAndDelete(t *testing.T) {
 	require.NoError(t, plain.Close())
 
 	d := &releasingDriver{}
-	s := spate.NewStore(d)
+	s := driver.NewStore(d)
 	assert.True(t, s.Capabilities().UpdateAndDelete, "NewStore reports the driver's capability")
 	r, ok := spate.ReleaserOf(s)
 	require.True(t, ok)
@@ -548,7 +549,7 @@ func (s *fakeSession) Close() error {
 
 func TestPortableSessionCapability(t *testing.T) {
 	ctx := t.Context()
-	plain := spate.NewStore(&countingDriver{})
+	plain := driver.NewStore(&countingDriver{})
 	assert.False(t, plain.Capabilities().Sessions)
 	_, ok := spate.SessionerOf(plain)
 	assert.False(t, ok, "SessionerOf needs the capability reported")
@@ -558,7 +559,7 @@ func TestPortableSessionCapability(t *testing.T) {
 	assert.True(t, strings.HasPrefix(err.Error(), `fake: session-new ephemeral "": `), "%v", err)
 	require.NoError(t, plain.Close())
 
-	s := spate.NewStore(&sessionDriver{})
+	s := driver.NewStore(&sessionDriver{})
 	assert.True(t, s.Capabilities().Sessions, "NewStore reports the driver's capability")
 	_, ok = spate.SessionerOf(s)
 	assert.True(t, ok)
@@ -568,7 +569,7 @@ func TestPortableSessionCapability(t *testing.T) {
 func TestPortableSessionChecks(t *testing.T) {
 	ctx := t.Context()
 	d := &sessionDriver{}
-	s := spate.NewStore(d)
+	s := driver.NewStore(d)
 	sess, err := s.NewSession(ctx)
 	require.NoError(t, err)
 
@@ -653,7 +654,7 @@ func TestPortableSessionChecks(t *testing.T) {
 func TestPortableSessionStoreClose(t *testing.T) {
 	ctx := t.Context()
 	d := &sessionDriver{}
-	s := spate.NewStore(d)
+	s := driver.NewStore(d)
 	a, err := s.NewSession(ctx)
 	require.NoError(t, err)
 	b, err := s.NewSession(ctx)
@@ -688,7 +689,7 @@ func TestPortableSessionStoreClose(t *testing.T) {
 // store closes has its context cancelled, and the store waits for it.
 func TestPortableSessionCloseCancelsKeepAlive(t *testing.T) {
 	d := &sessionDriver{}
-	s := spate.NewStore(d)
+	s := driver.NewStore(d)
 	sess, err := s.NewSession(t.Context())
 	require.NoError(t, err)
 	d.block = make(chan struct{})
@@ -707,7 +708,7 @@ func TestPortableSessionCloseCancelsKeepAlive(t *testing.T) {
 // they returned.
 func TestPortableSessionCloseWaitsForItsCalls(t *testing.T) {
 	d := &sessionDriver{}
-	s := spate.NewStore(d)
+	s := driver.NewStore(d)
 	defer s.Close()
 	sess, err := s.NewSession(t.Context())
 	require.NoError(t, err)
