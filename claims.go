@@ -124,8 +124,6 @@ func claimCandidates(splits []claimInput, self string, maxAttempts int) []claimC
 	return out
 }
 
-// ----- on the loop ---------------------------------------------------------------
-
 func (a *actor) claimInputs() []claimInput {
 	out := make([]claimInput, 0, len(a.assigned))
 	now := time.Now()
@@ -542,4 +540,40 @@ func (a *actor) dropLeaseAsync(id string, rev, epoch uint64) {
 			return nil
 		}
 	})
+}
+
+// adoptAssignment replaces this worker's instruction, unless a deposed
+// leader's late write would walk it backwards.
+func (a *actor) adoptAssignment(val *assignmentVal, now time.Time) {
+	if a.assignSeen && val.Generation < a.assignGen {
+		a.log.Debug("ignoring an assignment from an older generation", "generation", val.Generation, "seen", a.assignGen)
+		return
+	}
+	a.assignGen = val.Generation
+	a.assignSeen = true
+	a.ownDirty = true
+	a.w.scopeDirty = true
+	next := make(map[string]bool, len(val.Splits))
+	for _, id := range val.Splits {
+		next[id] = true
+		if _, held := a.owned[id]; !held {
+			if _, ok := a.awaiting[id]; !ok {
+				a.awaiting[id] = now
+			}
+		}
+	}
+	for id := range a.awaiting {
+		if !next[id] {
+			delete(a.awaiting, id)
+		}
+	}
+	a.assigned = next
+}
+
+func (a *actor) forgetAssignment() {
+	a.assignSeen = false
+	a.ownDirty = true
+	a.w.scopeDirty = true
+	a.assigned = map[string]bool{}
+	clear(a.awaiting)
 }

@@ -50,7 +50,7 @@ type actor struct {
 	damaged        map[string]*damagedRecord  // unreadable records by key (damage.go)
 	leading        *leadership
 	electing       bool
-	pub            publishState // the leader's assignment publishing (leader.go)
+	pub            publishState // the leader's assignment publishing (publish.go)
 	dirty          bool
 	quarantineScan bool
 	parting        bool
