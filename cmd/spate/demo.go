@@ -98,11 +98,42 @@ type demoWorker struct {
 	killed atomic.Bool
 }
 
+// demoRun is one run of the demo: what its phases share.
+type demoRun struct {
+	f        *demoFlags
+	start    time.Time
+	tmp      string
+	src, dst string
+	storeURL string
+	lines    int64 // the corpus's lines
+	st       spate.Store
+	closers  []func() // undone in reverse when the run ends
+	workers  []*demoWorker
+	victim   *demoWorker
+	lineCh   chan demoLine
+	sigs     *interrupts
+
+	// What the follow phase saw.
+	victimHeld   map[string]int64 // split -> committed watermark at the kill
+	killedAt     time.Time
+	takenOver    map[string]string // split -> survivor
+	takeoverDone time.Time
+	lastProgress time.Time
+	failure      string
+}
+
+// demoLine is one line of a worker's output.
+type demoLine struct {
+	who, text string
+}
+
+const demoJob = "demo"
+
+// run is the demo, in phases: set up the store, the corpus and the
+// observer (setUp), start the workers (startWorkers), follow the job and
+// kill one worker mid-run (follow), then judge it (verdict).
 func (f *demoFlags) run() (code int) {
-	start := time.Now()
-	say := func(who, format string, args ...any) {
-		fmt.Printf("%6.1fs  %-9s %s\n", time.Since(start).Seconds(), who, fmt.Sprintf(format, args...))
-	}
+	d := &demoRun{f: f, start: time.Now(), takenOver: map[string]string{}}
 	if _, err := f.log.logger(os.Stderr); err != nil {
 		return fail(exitUsage, "%v", err)
 	}
@@ -110,262 +141,305 @@ func (f *demoFlags) run() (code int) {
 	if err != nil {
 		return fail(exitFailed, "demo: find this binary: %v", err)
 	}
-	tmp, err := os.MkdirTemp("", "spate-demo-")
-	if err != nil {
+	if d.tmp, err = os.MkdirTemp("", "spate-demo-"); err != nil {
 		return fail(exitFailed, "demo: %v", err)
 	}
 	defer func() {
 		if f.keep || code != exitOK {
-			fmt.Printf("\nthe demo's files (corpus, output, worker logs and histories) are in %s\n", tmp)
+			fmt.Printf("\nthe demo's files (corpus, output, worker logs and histories) are in %s\n", d.tmp)
 			return
 		}
-		_ = os.RemoveAll(tmp)
+		_ = os.RemoveAll(d.tmp)
 	}()
-	src, dst := filepath.Join(tmp, "src"), filepath.Join(tmp, "dst")
+	defer func() {
+		for i := len(d.closers) - 1; i >= 0; i-- {
+			d.closers[i]()
+		}
+	}()
+	d.src, d.dst = filepath.Join(d.tmp, "src"), filepath.Join(d.tmp, "dst")
 
 	fmt.Println("spate demo: one backfill job, shared by worker processes over a coordination store")
 	fmt.Println()
+	if code, ok := d.setUp(); !ok {
+		return code
+	}
+	if code, ok := d.startWorkers(exe); !ok {
+		return code
+	}
+	d.follow()
+	for _, w := range d.workers {
+		<-w.exited
+	}
+	return d.verdict(time.Since(d.start))
+}
 
-	// The store.
+// say prints one line of the demo's narrative.
+func (d *demoRun) say(who, format string, args ...any) {
+	fmt.Printf("%6.1fs  %-9s %s\n", time.Since(d.start).Seconds(), who, fmt.Sprintf(format, args...))
+}
+
+// setUp starts the embedded etcd and the metrics server, generates the
+// corpus and opens the observer's store client.
+func (d *demoRun) setUp() (code int, ok bool) {
+	f := d.f
 	var ready atomic.Bool
 	reg := newRegistry()
 	ms, err := serveMetrics(f.metrics, healthHandler(reg, ready.Load))
 	if err != nil {
-		return fail(exitFailed, "--metrics-addr: %v", err)
+		return fail(exitFailed, "--metrics-addr: %v", err), false
 	}
-	defer ms.stop()
+	d.closers = append(d.closers, ms.stop)
 	ports, err := freeLoopbackPorts(2)
 	if err != nil {
-		return fail(exitFailed, "demo: %v", err)
+		return fail(exitFailed, "demo: %v", err), false
 	}
 	clientAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	srv, err := embedetcd.Start(embedetcd.Member{
-		Dir:       filepath.Join(tmp, "etcd"),
+		Dir:       filepath.Join(d.tmp, "etcd"),
 		ClientURL: url.URL{Scheme: "http", Host: clientAddr},
 		PeerURL:   url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(ports[1])},
 	})
 	if err != nil {
-		return fail(exitFailed, "demo: start the embedded etcd: %v", err)
+		return fail(exitFailed, "demo: start the embedded etcd: %v", err), false
 	}
-	defer srv.Close()
-	storeURL := "etcd://" + clientAddr
-	say("demo", "store: embedded etcd at %s (production raft timing, data in %s)", clientAddr, filepath.Join(tmp, "etcd"))
+	d.closers = append(d.closers, func() { srv.Close() })
+	d.storeURL = "etcd://" + clientAddr
+	d.say("demo", "store: embedded etcd at %s (production raft timing, data in %s)", clientAddr, filepath.Join(d.tmp, "etcd"))
 
-	// The corpus.
-	lines, size, err := generateCorpus(src, f.files)
+	lines, size, err := generateCorpus(d.src, f.files)
 	if err != nil {
-		return fail(exitFailed, "demo: corpus: %v", err)
+		return fail(exitFailed, "demo: corpus: %v", err), false
 	}
-	say("demo", "corpus: %d files, %s lines, %s in %s", f.files, count(lines), bytesStr(size), src)
+	d.lines = lines
+	d.say("demo", "corpus: %d files, %s lines, %s in %s", f.files, count(lines), bytesStr(size), d.src)
 
 	// The observer's store client.
 	log, _ := f.log.logger(os.Stderr)
-	conn, err := (&storeFlags{url: storeURL}).connect(context.Background(), log, connectStart)
+	conn, err := (&storeFlags{url: d.storeURL}).connect(context.Background(), log, connectStart)
 	if err != nil {
-		return fail(exitFailed, "demo: %v", err)
+		return fail(exitFailed, "demo: %v", err), false
 	}
-	defer conn.close()
-	const job = "demo"
-	st, err := conn.open(context.Background(), job, f.lease, 10*time.Second)
+	d.closers = append(d.closers, conn.close)
+	st, err := conn.open(context.Background(), demoJob, f.lease, 10*time.Second)
 	if err != nil {
-		return fail(exitFailed, "demo: open the store: %v", err)
+		return fail(exitFailed, "demo: open the store: %v", err), false
 	}
-	defer st.Close()
+	d.closers = append(d.closers, func() { _ = st.Close() })
+	d.st = st
 	ready.Store(true)
+	return 0, true
+}
 
-	// The workers.
-	workerArgs := func(name string) []string {
-		return []string{"backfill", "--src", src, "--dst", dst, "--store", storeURL, "--job", job,
-			"--instance", name, "--lease", f.lease.String(), "--lanes", "3", "--rate", strconv.FormatFloat(f.rate, 'f', -1, 64),
-			"--split-bytes", strconv.Itoa(256 << 10), "--split-files", "4", "--commit-interval", "500ms",
-			"--verify=false", "--history", filepath.Join(tmp, name+".history.jsonl"),
-			"--log-format", f.log.format, "--log-level", f.log.level}
-	}
-	say("demo", "each worker runs: spate %s", strings.Join(workerArgs("worker-N"), " "))
-	say("demo", "lease %v: a dead worker's splits are taken over within a lease (plus etcd's expiry scan, <= 0.5s)", f.lease)
+// workerArgs is the command line of one worker.
+func (d *demoRun) workerArgs(name string) []string {
+	f := d.f
+	return []string{"backfill", "--src", d.src, "--dst", d.dst, "--store", d.storeURL, "--job", demoJob,
+		"--instance", name, "--lease", f.lease.String(), "--lanes", "3", "--rate", strconv.FormatFloat(f.rate, 'f', -1, 64),
+		"--split-bytes", strconv.Itoa(256 << 10), "--split-files", "4", "--commit-interval", "500ms",
+		"--verify=false", "--history", filepath.Join(d.tmp, name+".history.jsonl"),
+		"--log-format", f.log.format, "--log-level", f.log.level}
+}
+
+// startWorkers starts the worker processes and gathers their output
+// lines on d.lineCh; a signal to the demo kills them.
+func (d *demoRun) startWorkers(exe string) (code int, ok bool) {
+	f := d.f
+	d.say("demo", "each worker runs: spate %s", strings.Join(d.workerArgs("worker-N"), " "))
+	d.say("demo", "lease %v: a dead worker's splits are taken over within a lease (plus etcd's expiry scan, <= 0.5s)", f.lease)
 	fmt.Println()
 
-	type line struct {
-		who, text string
-	}
-	lineCh := make(chan line, 256)
+	d.lineCh = make(chan demoLine, 256)
 	var readers sync.WaitGroup
-	workers := make([]*demoWorker, f.workers)
-	for i := range workers {
+	d.workers = make([]*demoWorker, f.workers)
+	for i := range d.workers {
 		name := fmt.Sprintf("worker-%d", i+1)
-		w, err := startDemoWorker(exe, name, workerArgs(name), filepath.Join(tmp, name+".log"))
+		w, err := startDemoWorker(exe, name, d.workerArgs(name), filepath.Join(d.tmp, name+".log"))
 		if err != nil {
-			for _, o := range workers[:i] {
+			for _, o := range d.workers[:i] {
 				o.kill()
 			}
-			return fail(exitFailed, "demo: start %s: %v", name, err)
+			return fail(exitFailed, "demo: start %s: %v", name, err), false
 		}
-		workers[i] = w.demoWorker
+		d.workers[i] = w.demoWorker
 		stdout := w.stdout
 		readers.Go(func() {
 			sc := bufio.NewScanner(stdout)
 			for sc.Scan() {
-				lineCh <- line{who: name, text: sc.Text()}
+				d.lineCh <- demoLine{who: name, text: sc.Text()}
 			}
 		})
-		say(name, "started (pid %d)", w.cmd.Process.Pid)
+		d.say(name, "started (pid %d)", w.cmd.Process.Pid)
 	}
-	defer func() {
-		for _, w := range workers {
-			w.kill()
-		}
-	}()
+	d.closers = append(d.closers, d.killAll)
 	go func() {
 		readers.Wait()
-		close(lineCh)
+		close(d.lineCh)
 	}()
-	sigs := watchSignals(func(os.Signal) {
-		for _, w := range workers {
-			w.kill()
-		}
-	}, nil)
-	defer sigs.stop()
+	d.sigs = watchSignals(func(os.Signal) { d.killAll() }, nil)
+	d.closers = append(d.closers, d.sigs.stop)
+	d.victim = d.workers[1]
+	return 0, true
+}
 
-	victim := workers[1]
-	var victimHeld map[string]int64 // split -> committed watermark at the kill
-	killedAt := time.Time{}
-	takenOver := map[string]string{} // split -> survivor
-	var takeoverDone time.Time
+// killAll kills every worker.
+func (d *demoRun) killAll() {
+	for _, w := range d.workers {
+		w.kill()
+	}
+}
+
+var (
+	demoEventLine  = regexp.MustCompile(`^\s*[0-9.]+s  (.*)$`)
+	demoGainedLine = regexp.MustCompile(`^gained (\S+) \(epoch (\d+)\)`)
+	// demoShown are the worker event lines the demo repeats.
+	demoShown = []string{"gained ", "completed ", "lost ", "handed ", "the job ", "QUARANTINED", "rebalance", "commit of ", "failed ", "received "}
+)
+
+// follow repeats the workers' event lines, reports progress, kills the
+// victim once the job is 30% committed and it holds a split it has
+// partly committed, and notes the takeovers, until every worker's output
+// ends (or 55 s pass).
+func (d *demoRun) follow() {
 	deadline := time.NewTimer(55 * time.Second)
 	defer deadline.Stop()
 	poll := time.NewTicker(250 * time.Millisecond)
 	defer poll.Stop()
-	lastProgress := time.Time{}
-	eventLine := regexp.MustCompile(`^\s*[0-9.]+s  (.*)$`)
-	gainedLine := regexp.MustCompile(`^gained (\S+) \(epoch (\d+)\)`)
-	shown := []string{"gained ", "completed ", "lost ", "handed ", "the job ", "QUARANTINED", "rebalance", "commit of ", "failed ", "received "}
-	failure := ""
-	linesOpen := true
-
-	for linesOpen {
+	for {
 		select {
-		case l, ok := <-lineCh:
+		case l, ok := <-d.lineCh:
 			if !ok {
-				linesOpen = false
-				break
+				return
 			}
-			m := eventLine.FindStringSubmatch(l.text)
-			if m == nil {
-				if strings.HasPrefix(l.text, "summary: ") {
-					say(l.who, "%s", l.text)
-				}
-				continue
-			}
-			text := m[1]
-			if !slices.ContainsFunc(shown, func(p string) bool { return strings.HasPrefix(text, p) }) {
-				continue
-			}
-			say(l.who, "%s", text)
-			if g := gainedLine.FindStringSubmatch(text); g != nil && victimHeld != nil && l.who != victim.name {
-				if wm, held := victimHeld[g[1]]; held && takenOver[g[1]] == "" {
-					takenOver[g[1]] = l.who
-					from := "from the start (it had committed nothing)"
-					if wm > 0 {
-						from = fmt.Sprintf("from byte %s, the last position %s committed", count(wm), victim.name)
-					}
-					say("demo", "^ TAKEOVER %.1fs after the kill: %s resumes %s %s", time.Since(killedAt).Seconds(), l.who, g[1], from)
-					if len(takenOver) == len(victimHeld) {
-						takeoverDone = time.Now()
-					}
-				}
-			}
+			d.onLine(l)
 		case <-poll.C:
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			s, js, err := readJob(ctx, st)
-			cancel()
-			if err != nil || !s.exists || s.total == 0 {
-				continue
-			}
-			frac := float64(s.done) / float64(s.total)
-			if time.Since(lastProgress) >= 2*time.Second {
-				lastProgress = time.Now()
-				say("demo", "progress %3.0f%%: %d/%d splits completed, %s of %s committed, %d workers present", 100*frac,
-					s.completed, s.splits, bytesStr(s.done), bytesStr(s.total), len(js.Members))
-			}
-			if victimHeld == nil && frac >= 0.3 {
-				held := map[string]int64{}
-				midway := false
-				for _, sp := range js.Splits {
-					if sp.Status != spate.StatusRunnable || sp.LeaseOwner != victim.name {
-						continue
-					}
-					wm := int64(0)
-					if sp.Progress != nil {
-						wm = sp.Progress.Watermark
-					}
-					held[sp.ID.String()] = wm
-					midway = midway || wm > 0
-				}
-				if s.completedAll {
-					failure = "the job finished before the kill: the demo could not show a takeover (try a lower --rate)"
-					continue
-				}
-				if len(held) == 0 || (!midway && frac < 0.6) {
-					continue // wait until the victim holds a split it has partly committed
-				}
-				victim.kill()
-				killedAt = time.Now()
-				victimHeld = held
-				var parts []string
-				for _, id := range slices.Sorted(maps.Keys(held)) {
-					parts = append(parts, fmt.Sprintf("%s (committed to byte %s)", id, count(held[id])))
-				}
-				say("demo", "SIGKILL %s (pid %d) at %.0f%%: it dies holding %d split(s): %s", victim.name, victim.cmd.Process.Pid,
-					100*frac, len(held), strings.Join(parts, ", "))
-				say("demo", "nothing hands them back: the survivors wait out the lease, then take them over")
-			}
+			d.onPoll()
 		case <-deadline.C:
-			failure = "the demo did not finish within 55s"
-			for _, w := range workers {
-				w.kill()
-			}
+			d.failure = "the demo did not finish within 55s"
+			d.killAll()
 		}
 	}
-	for _, w := range workers {
-		<-w.exited
-	}
-	elapsed := time.Since(start)
-	fmt.Println()
+}
 
-	// The verdict.
+// onLine repeats a worker's event line and notes a takeover of a split
+// the victim died holding.
+func (d *demoRun) onLine(l demoLine) {
+	m := demoEventLine.FindStringSubmatch(l.text)
+	if m == nil {
+		if strings.HasPrefix(l.text, "summary: ") {
+			d.say(l.who, "%s", l.text)
+		}
+		return
+	}
+	text := m[1]
+	if !slices.ContainsFunc(demoShown, func(p string) bool { return strings.HasPrefix(text, p) }) {
+		return
+	}
+	d.say(l.who, "%s", text)
+	g := demoGainedLine.FindStringSubmatch(text)
+	if g == nil || d.victimHeld == nil || l.who == d.victim.name {
+		return
+	}
+	if wm, held := d.victimHeld[g[1]]; held && d.takenOver[g[1]] == "" {
+		d.takenOver[g[1]] = l.who
+		from := "from the start (it had committed nothing)"
+		if wm > 0 {
+			from = fmt.Sprintf("from byte %s, the last position %s committed", count(wm), d.victim.name)
+		}
+		d.say("demo", "^ TAKEOVER %.1fs after the kill: %s resumes %s %s", time.Since(d.killedAt).Seconds(), l.who, g[1], from)
+		if len(d.takenOver) == len(d.victimHeld) {
+			d.takeoverDone = time.Now()
+		}
+	}
+}
+
+// onPoll reads the job: progress every 2 s, and the kill once due.
+func (d *demoRun) onPoll() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	s, js, err := readJob(ctx, d.st)
+	cancel()
+	if err != nil || !s.exists || s.total == 0 {
+		return
+	}
+	frac := float64(s.done) / float64(s.total)
+	if time.Since(d.lastProgress) >= 2*time.Second {
+		d.lastProgress = time.Now()
+		d.say("demo", "progress %3.0f%%: %d/%d splits completed, %s of %s committed, %d workers present", 100*frac,
+			s.completed, s.splits, bytesStr(s.done), bytesStr(s.total), len(js.Members))
+	}
+	if d.victimHeld != nil || frac < 0.3 {
+		return
+	}
+	held := map[string]int64{}
+	midway := false
+	for _, sp := range js.Splits {
+		if sp.Status != spate.StatusRunnable || sp.LeaseOwner != d.victim.name {
+			continue
+		}
+		wm := int64(0)
+		if sp.Progress != nil {
+			wm = sp.Progress.Watermark
+		}
+		held[sp.ID.String()] = wm
+		midway = midway || wm > 0
+	}
+	if s.completedAll {
+		d.failure = "the job finished before the kill: the demo could not show a takeover (try a lower --rate)"
+		return
+	}
+	if len(held) == 0 || (!midway && frac < 0.6) {
+		return // wait until the victim holds a split it has partly committed
+	}
+	d.victim.kill()
+	d.killedAt = time.Now()
+	d.victimHeld = held
+	var parts []string
+	for _, id := range slices.Sorted(maps.Keys(held)) {
+		parts = append(parts, fmt.Sprintf("%s (committed to byte %s)", id, count(held[id])))
+	}
+	d.say("demo", "SIGKILL %s (pid %d) at %.0f%%: it dies holding %d split(s): %s", d.victim.name, d.victim.cmd.Process.Pid,
+		100*frac, len(held), strings.Join(parts, ", "))
+	d.say("demo", "nothing hands them back: the survivors wait out the lease, then take them over")
+}
+
+// verdict prints the result and verifies the output: exitOK only if the
+// job completed, a worker was killed and taken over, and every input line
+// is in the output exactly once.
+func (d *demoRun) verdict(elapsed time.Duration) int {
+	fmt.Println()
+	failure := d.failure
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	final, _, err := readJob(ctx, st)
+	final, _, err := readJob(ctx, d.st)
 	if err != nil {
 		failure = fmt.Sprintf("read the job's final state: %v", err)
 	}
-	for _, w := range workers {
-		if w == victim {
+	for _, w := range d.workers {
+		if w == d.victim {
 			continue
 		}
 		if w.err != nil && failure == "" {
 			failure = fmt.Sprintf("%s failed: %v (see %s)", w.name, w.err, w.logf.Name())
 		}
 	}
-	if sigs.signal() != nil {
+	if d.sigs.signal() != nil {
 		failure = "interrupted"
 	}
-	if victimHeld == nil && failure == "" {
+	if d.victimHeld == nil && failure == "" {
 		failure = "no worker was killed: the demo could not show a takeover"
 	}
 	fmt.Println("result")
-	fmt.Printf("  job           %s: %d/%d splits completed, %d quarantined\n", job, final.completed, final.splits, final.quarantined)
-	if victimHeld != nil {
+	fmt.Printf("  job           %s: %d/%d splits completed, %d quarantined\n", demoJob, final.completed, final.splits, final.quarantined)
+	if d.victimHeld != nil {
 		after := "not all of them"
-		if !takeoverDone.IsZero() {
-			after = fmt.Sprintf("all of them within %.1fs of the kill", takeoverDone.Sub(killedAt).Seconds())
+		if !d.takeoverDone.IsZero() {
+			after = fmt.Sprintf("all of them within %.1fs of the kill", d.takeoverDone.Sub(d.killedAt).Seconds())
 		}
-		fmt.Printf("  takeover      the survivors took over the %d split(s) %s died holding: %s\n", len(victimHeld), victim.name, after)
+		fmt.Printf("  takeover      the survivors took over the %d split(s) %s died holding: %s\n", len(d.victimHeld), d.victim.name, after)
 	}
 	if final.exists && !final.completedAll && failure == "" {
 		failure = "the job did not complete"
 	}
-	r, verr := verifyOutput(context.Background(), filesource.Dir(src), &destination{location: dst, dir: dst})
+	r, verr := verifyOutput(context.Background(), filesource.Dir(d.src), &destination{location: d.dst, dir: d.dst})
 	if verr != nil {
 		failure = fmt.Sprintf("verification could not run: %v", verr)
 	} else {
@@ -373,14 +447,14 @@ func (f *demoFlags) run() (code int) {
 		if !r.OK() && failure == "" {
 			failure = "verification failed: the output is not every input line exactly once"
 		}
-		if r.InputLines != lines && failure == "" {
-			failure = fmt.Sprintf("the verification counted %d input lines, the corpus has %d", r.InputLines, lines)
+		if r.InputLines != d.lines && failure == "" {
+			failure = fmt.Sprintf("the verification counted %d input lines, the corpus has %d", r.InputLines, d.lines)
 		}
 	}
 	fmt.Printf("  elapsed       %.1fs\n", elapsed.Seconds())
 	if failure != "" {
 		fmt.Printf("FAIL: %s\n", failure)
-		for _, w := range workers {
+		for _, w := range d.workers {
 			if tail := fileTail(w.logf.Name(), 15); tail != "" {
 				fmt.Printf("\n--- %s stderr (last lines) ---\n%s\n", w.name, tail)
 			}
