@@ -31,7 +31,13 @@ import (
 // the re-read), an epoch that is not the held one, a cell reserved by
 // the loop, and every commit whose compare-and-swap did not win.
 
-// Commit implements [SplitCoordinator].
+// Commit is [StoreCoordinator.CommitAt] for whichever tenancy of split
+// this worker holds when the commit arrives. It is not part of
+// [SplitCoordinator]: a source must use CommitAt, since a tenancy can end
+// and the split be gained again between its last Poll and its commit, and
+// a plain Commit would then land the old tenancy's progress on the new
+// one. It serves a caller that holds each split once and never races a
+// re-gain (a tool, a test).
 func (c *StoreCoordinator) Commit(ctx context.Context, split SplitID, p SplitProgress) error {
 	if done, err := c.commitHere(ctx, split, 0, p); done {
 		return err
@@ -39,7 +45,7 @@ func (c *StoreCoordinator) Commit(ctx context.Context, split SplitID, p SplitPro
 	return c.do(ctx, &command{kind: cmdCommit, split: split, progress: p})
 }
 
-// CommitAt implements [EpochCommitter].
+// CommitAt implements [SplitCoordinator].
 func (c *StoreCoordinator) CommitAt(ctx context.Context, split SplitID, epoch LeaseEpoch, p SplitProgress) error {
 	if done, err := c.commitHere(ctx, split, epoch, p); done {
 		return err

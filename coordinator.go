@@ -43,8 +43,7 @@ func WithMetricLabels(l prometheus.Labels) CoordinatorOption {
 const commandQueueDepth = 64
 
 // StoreCoordinator is a [SplitCoordinator] over any [Store] that keeps the
-// store contract. It implements [DrainReleaser], [RevokeDecliner],
-// [EpochCommitter] and [Departer] too.
+// store contract.
 //
 // One goroutine per coordinator (the actor) owns the local view of the job
 // and every decision; store I/O runs beside it, so it never waits on the
@@ -87,13 +86,7 @@ type StoreCoordinator struct {
 	failure error
 }
 
-var (
-	_ SplitCoordinator = (*StoreCoordinator)(nil)
-	_ DrainReleaser    = (*StoreCoordinator)(nil)
-	_ RevokeDecliner   = (*StoreCoordinator)(nil)
-	_ EpochCommitter   = (*StoreCoordinator)(nil)
-	_ Departer         = (*StoreCoordinator)(nil)
-)
+var _ SplitCoordinator = (*StoreCoordinator)(nil)
 
 // NewStoreCoordinator validates cfg against store and returns a coordinator
 // ready for SetWaker and Start. The store's TTL must equal

@@ -78,14 +78,14 @@ func Example() {
 						// took the split over: nothing was written.
 						var lo, hi int64
 						fmt.Sscanf(string(e.Split.Descriptor), "%d:%d", &lo, &hi)
-						err := c.Commit(context.Background(), e.Split.ID, spate.CompletedProgress(hi, nil))
+						err := c.CommitAt(context.Background(), e.Split.ID, e.Epoch, spate.CompletedProgress(hi, nil))
 						if err == nil {
 							mu.Lock()
 							done = append(done, e.Split.ID.String())
 							mu.Unlock()
 						}
 					case spate.RevokeRequested:
-						_ = spate.DeclineRevoke(context.Background(), c, e.Split)
+						_ = c.DeclineRevoke(context.Background(), e.Split)
 					case spate.AllComplete:
 						return
 					}

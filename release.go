@@ -34,12 +34,12 @@ func (c *StoreCoordinator) Release(ctx context.Context, splits ...SplitID) error
 	return nil
 }
 
-// Depart implements [Departer].
+// Depart implements [SplitCoordinator].
 func (c *StoreCoordinator) Depart(ctx context.Context) error {
 	return c.do(ctx, &command{kind: cmdDepart})
 }
 
-// ReleaseDrained implements [DrainReleaser]. Errors are logged, not
+// ReleaseDrained implements [SplitCoordinator]. Errors are logged, not
 // returned: the leader forces the release at the drain deadline anyway.
 func (c *StoreCoordinator) ReleaseDrained(ctx context.Context, splits ...SplitID) error {
 	if err := c.do(ctx, &command{kind: cmdReleaseDrained, splits: splits}); err != nil {

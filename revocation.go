@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// DeclineRevoke implements [RevokeDecliner]. Errors are logged, not
+// DeclineRevoke implements [SplitCoordinator]. Errors are logged, not
 // returned: the drain deadline forces the release anyway.
 func (c *StoreCoordinator) DeclineRevoke(ctx context.Context, split SplitID) error {
 	if err := c.do(ctx, &command{kind: cmdDecline, split: split}); err != nil {

@@ -123,32 +123,6 @@ func TestWakerCoalescesAndNeverBlocks(t *testing.T) {
 	require.Nil(t, inert.C(), "an inert waker has no channel")
 }
 
-func TestSeamDefaults(t *testing.T) {
-	c := &minimal{}
-	id := spate.MustSplitID("s-0")
-	err := spate.ReleaseDrained(context.Background(), c, id)
-	require.NoError(t, err, "ReleaseDrained falls back to Release: err=%v released=%d", err, c.released)
-	require.Equal(t, 1, c.released, "ReleaseDrained falls back to Release: err=%v released=%d", err, c.released)
-	err = spate.DeclineRevoke(context.Background(), c, id)
-	require.NoError(t, err, "DeclineRevoke defaults to a no-op: %v", err)
-}
-
-// minimal implements only the required methods.
-type minimal struct{ released int }
-
-func (m *minimal) SetWaker(spate.Waker)                              {}
-func (m *minimal) Start(spate.SplitPlanner) error                    { return nil }
-func (m *minimal) Poll() ([]spate.Event, error)                      { return nil, nil }
-func (m *minimal) Close() error                                      { return nil }
-func (m *minimal) Fail(context.Context, spate.SplitID, string) error { return nil }
-func (m *minimal) Commit(_ context.Context, id spate.SplitID, _ spate.SplitProgress) error {
-	return spate.Fencedf("split %s is owned by a peer", id)
-}
-func (m *minimal) Release(_ context.Context, ids ...spate.SplitID) error {
-	m.released += len(ids)
-	return nil
-}
-
 func TestValidateKey(t *testing.T) {
 	for _, ok := range []string{"plan", "split.abc-1", "_probe.x", "a.b.c"} {
 		err := spate.ValidateKey(ok)

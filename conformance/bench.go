@@ -141,7 +141,7 @@ func benchReleaseReclaim(b *testing.B, mk HarnessMaker) {
 	ctx := context.Background()
 	id := held[0]
 	for b.Loop() {
-		if err := spate.ReleaseDrained(ctx, c, id); err != nil {
+		if err := c.ReleaseDrained(ctx, id); err != nil {
 			b.Fatalf("release: %v", err)
 		}
 		for gained := false; !gained; {

@@ -1114,7 +1114,7 @@ func scenDepart(e *env) {
 	// The placement may have revoked splits from a (b started late); only
 	// what happens after the departure counts.
 	revokes, losses := len(a.revokes), len(a.losses)
-	if err := spate.Depart(e.ctx, a.c); err != nil {
+	if err := a.c.Depart(e.ctx); err != nil {
 		e.t.Fatalf("depart: %v", err)
 	}
 	f.hold(2*leases(f), "a keeping its splits", func() bool { return len(a.held) == 2 })

@@ -317,7 +317,7 @@ func (w *worker) commit(id spate.SplitID, st *tenancyState, completed bool) bool
 	w.f.attempts[id.String()] = append(w.f.attempts[id.String()],
 		commitRecord{worker: w.name, epoch: st.gained.Epoch, watermark: st.watermark, completed: completed})
 	w.f.mu.Unlock()
-	err := spate.CommitAt(w.f.ctx, w.c, id, st.gained.Epoch, p)
+	err := w.c.CommitAt(w.f.ctx, id, st.gained.Epoch, p)
 	switch {
 	case err == nil:
 		st.committed = st.watermark

@@ -631,7 +631,7 @@ func (w *scaleWorker) run() {
 				if s, ok := w.held[e.Split]; ok {
 					s.wm++
 					_ = w.c.CommitAt(ctx, e.Split, s.epoch, spate.NewSplitProgress(s.wm, nil))
-					_ = spate.ReleaseDrained(ctx, w.c, e.Split)
+					_ = w.c.ReleaseDrained(ctx, e.Split)
 					delete(w.held, e.Split)
 				}
 			case spate.Quarantined:

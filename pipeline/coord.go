@@ -530,7 +530,7 @@ func (d *CoordinationDriver[C]) apply(src SplitSource, ev spate.Event) error {
 		}
 		ctx, cancel := d.ctx()
 		defer cancel()
-		if err := spate.DeclineRevoke(ctx, d.coord, e.Split); err != nil {
+		if err := d.coord.DeclineRevoke(ctx, e.Split); err != nil {
 			d.opts.log.Warn("decline of a revocation failed; the coordinator forces it at its deadline", "split", e.Split, "error", err)
 		}
 	case spate.Lost:
@@ -676,7 +676,7 @@ func (d *CoordinationDriver[C]) commitTenancy(src SplitSource, t *tenancy, p spa
 		}
 	}
 	ctx, cancel := d.ctx()
-	err := spate.CommitAt(ctx, d.coord, t.spec.ID, t.epoch, p)
+	err := d.coord.CommitAt(ctx, t.spec.ID, t.epoch, p)
 	cancel()
 	switch {
 	case err == nil:

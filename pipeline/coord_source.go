@@ -92,7 +92,7 @@ func (s *CoordinatedSource[C]) ReadingOnStop() bool {
 func (s *CoordinatedSource[C]) StopReading() error {
 	ctx, cancel := s.Driver.ctx()
 	defer cancel()
-	return spate.Depart(ctx, s.Driver.Coordinator())
+	return s.Driver.Coordinator().Depart(ctx)
 }
 
 // Close implements [SourceCloser]: whatever is still held is handed back.

@@ -54,7 +54,7 @@ func (c *fakeCoord) Poll() ([]spate.Event, error) {
 	return evs, c.pollErr
 }
 
-func (c *fakeCoord) Commit(_ context.Context, s spate.SplitID, p spate.SplitProgress) error {
+func (c *fakeCoord) CommitAt(_ context.Context, s spate.SplitID, _ spate.LeaseEpoch, p spate.SplitProgress) error {
 	if c.commitGate != nil {
 		if err := c.commitGate(s); err != nil {
 			return err
@@ -95,6 +95,8 @@ func (c *fakeCoord) DeclineRevoke(_ context.Context, s spate.SplitID) error {
 	c.declines = append(c.declines, s)
 	return nil
 }
+
+func (c *fakeCoord) Depart(context.Context) error { return nil }
 
 // nopLane emits its records (offsets from, from+1, ...) in one batch on
 // its first poll, then nothing. polls counts the polls that reached it.

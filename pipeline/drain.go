@@ -129,7 +129,7 @@ func (d *CoordinationDriver[C]) advanceDrains(src SplitSource) error {
 		}
 		t.handedOff = true
 		ctx, cancel := d.ctx()
-		err := spate.ReleaseDrained(ctx, d.coord, t.spec.ID)
+		err := d.coord.ReleaseDrained(ctx, t.spec.ID)
 		cancel()
 		if err != nil && !errors.Is(err, spate.ErrFenced) {
 			d.opts.log.Warn("drained hand-back failed; the lease expires and a peer takes over, resuming where this drain committed", "split", t.spec.ID, "error", err)

@@ -359,8 +359,8 @@ func (o *observer) quarantinedSplits() []string {
 	return out
 }
 
-// observedCoord is the StoreCoordinator with every event and command seen
-// by the observer. It keeps DrainReleaser and RevokeDecliner.
+// observedCoord is the StoreCoordinator with every event, commit and
+// hand-back seen by the observer.
 type observedCoord struct {
 	*spate.StoreCoordinator
 	obs *observer
@@ -372,12 +372,6 @@ func (c *observedCoord) Poll() ([]spate.Event, error) {
 		c.obs.event(ev)
 	}
 	return evs, err
-}
-
-func (c *observedCoord) Commit(ctx context.Context, split spate.SplitID, p spate.SplitProgress) error {
-	err := c.StoreCoordinator.Commit(ctx, split, p)
-	c.obs.commit(split, 0, p, err)
-	return err
 }
 
 func (c *observedCoord) CommitAt(ctx context.Context, split spate.SplitID, epoch spate.LeaseEpoch, p spate.SplitProgress) error {
@@ -404,12 +398,7 @@ func (c *observedCoord) ReleaseDrained(ctx context.Context, splits ...spate.Spli
 	return err
 }
 
-var (
-	_ spate.SplitCoordinator = (*observedCoord)(nil)
-	_ spate.DrainReleaser    = (*observedCoord)(nil)
-	_ spate.RevokeDecliner   = (*observedCoord)(nil)
-	_ spate.EpochCommitter   = (*observedCoord)(nil)
-)
+var _ spate.SplitCoordinator = (*observedCoord)(nil)
 
 // observedSplits is the file source with lane openings and poison reports
 // seen by the observer.

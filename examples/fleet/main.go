@@ -105,7 +105,10 @@ func runWorker(name string, c *spate.StoreCoordinator, out *seen, start time.Tim
 		panic(err)
 	}
 	defer c.Close()
-	type tenancy struct{ next, committed int64 }
+	type tenancy struct {
+		epoch           spate.LeaseEpoch
+		next, committed int64
+	}
 	held := map[spate.SplitID]*tenancy{}
 	completed := 0
 	ctx := context.Background()
@@ -129,7 +132,7 @@ func runWorker(name string, c *spate.StoreCoordinator, out *seen, start time.Tim
 		for _, ev := range events {
 			switch e := ev.(type) {
 			case spate.Gained:
-				t := &tenancy{}
+				t := &tenancy{epoch: e.Epoch}
 				from := "the start"
 				if e.Progress != nil {
 					t.next, t.committed = e.Progress.Watermark, e.Progress.Watermark
@@ -142,7 +145,7 @@ func runWorker(name string, c *spate.StoreCoordinator, out *seen, start time.Tim
 				say("lost %s", e.Split)
 			case spate.RevokeRequested:
 				if t, ok := held[e.Split]; ok {
-					if c.Commit(ctx, e.Split, spate.NewSplitProgress(t.next, nil)) == nil {
+					if c.CommitAt(ctx, e.Split, t.epoch, spate.NewSplitProgress(t.next, nil)) == nil {
 						_ = c.ReleaseDrained(ctx, e.Split)
 						say("handed %s back at record %d (rebalance)", e.Split, t.next)
 					}
@@ -173,12 +176,12 @@ func runWorker(name string, c *spate.StoreCoordinator, out *seen, start time.Tim
 			t.next++
 			switch {
 			case t.next == records:
-				if err := c.Commit(ctx, id, spate.CompletedProgress(t.next, nil)); err == nil {
+				if err := c.CommitAt(ctx, id, t.epoch, spate.CompletedProgress(t.next, nil)); err == nil {
 					completed++
 				}
 				delete(held, id)
 			case t.next-t.committed >= commitEvery:
-				if err := c.Commit(ctx, id, spate.NewSplitProgress(t.next, nil)); err == nil {
+				if err := c.CommitAt(ctx, id, t.epoch, spate.NewSplitProgress(t.next, nil)); err == nil {
 					t.committed = t.next
 				} else if spate.IsFenced(err) {
 					delete(held, id)

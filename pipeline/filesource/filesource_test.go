@@ -292,7 +292,7 @@ func (c *localCoord) Poll() ([]spate.Event, error) {
 	return evs, nil
 }
 
-func (c *localCoord) Commit(_ context.Context, s spate.SplitID, p spate.SplitProgress) error {
+func (c *localCoord) CommitAt(_ context.Context, s spate.SplitID, _ spate.LeaseEpoch, p spate.SplitProgress) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.held[s] {
@@ -321,6 +321,14 @@ func (c *localCoord) Release(_ context.Context, ids ...spate.SplitID) error {
 	}
 	return nil
 }
+
+func (c *localCoord) ReleaseDrained(ctx context.Context, ids ...spate.SplitID) error {
+	return c.Release(ctx, ids...)
+}
+
+func (c *localCoord) DeclineRevoke(context.Context, spate.SplitID) error { return nil }
+
+func (c *localCoord) Depart(context.Context) error { return nil }
 
 func (c *localCoord) Close() error { return nil }
 
