@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/spate-go/spate"
@@ -30,12 +32,8 @@ func corpus(t *testing.T, dir string, files map[string]string) map[string]string
 	lines := map[string]string{}
 	for name, content := range files {
 		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
 		off := 0
 		for off < len(content) {
 			end := strings.IndexByte(content[off:], '\n')
@@ -73,49 +71,34 @@ func TestPlannerIsDeterministicAndPacksByBytes(t *testing.T) {
 	corpus(t, dir, map[string]string{"a": strings.Repeat("x\n", 50), "b": strings.Repeat("y\n", 50), "c": strings.Repeat("z\n", 200), "d": "", "e": "q\n"})
 	p := filesource.NewPlanner(filesource.Dir(dir), filesource.PlannerOptions{TargetBytes: 250, MaxFiles: 2})
 	plan, err := p.Plan(context.Background(), spate.PlanContext{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if plan.Finality != spate.PlanFinal {
-		t.Fatal("a directory backfill plan is final")
-	}
+	require.NoError(t, err)
+	require.Equal(t, spate.PlanFinal, plan.Finality, "a directory backfill plan is final")
 	var groups [][]string
 	for _, s := range plan.Splits {
 		d, err := filesource.DecodeDescriptor(s.Spec.Descriptor)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		var names []string
 		for _, f := range d.Files {
 			names = append(names, f.Name)
 		}
 		groups = append(groups, names)
-		if s.Spec.Weight != uint64(max(d.Total(), 1)) {
-			t.Fatalf("weight %d for %d bytes", s.Spec.Weight, d.Total())
-		}
-		if id := s.Spec.ID.String(); len(id) > spate.SplitIDMaxLen || !strings.HasPrefix(id, "f1") {
-			t.Fatalf("id %q", id)
-		}
+		require.Equal(t, uint64(max(d.Total(), 1)), s.Spec.Weight, "weight %d for %d bytes", s.Spec.Weight, d.Total())
+		id := s.Spec.ID.String()
+		require.LessOrEqual(t, len(id), spate.SplitIDMaxLen, "id %q", id)
+		require.True(t, strings.HasPrefix(id, "f1"), "id %q", id)
 	}
 	want := [][]string{{"a", "b"}, {"c"}, {"d", "e"}}
-	if fmt.Sprint(groups) != fmt.Sprint(want) {
-		t.Fatalf("packing %v, want %v", groups, want)
-	}
+	require.Equal(t, fmt.Sprint(want), fmt.Sprint(groups), "packing %v, want %v", groups, want)
 	again, _ := p.Plan(context.Background(), spate.PlanContext{})
 	for i := range plan.Splits {
-		if plan.Splits[i].Spec.ID != again.Splits[i].Spec.ID {
-			t.Fatal("unchanged files must plan the same ids")
-		}
+		require.Equal(t, plan.Splits[i].Spec.ID, again.Splits[i].Spec.ID, "unchanged files must plan the same ids")
 	}
 	// An overwritten file is new work.
 	later := time.Now().Add(time.Hour)
-	if err := os.Chtimes(filepath.Join(dir, "c"), later, later); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Chtimes(filepath.Join(dir, "c"), later, later))
 	changed, _ := p.Plan(context.Background(), spate.PlanContext{})
-	if changed.Splits[1].Spec.ID == plan.Splits[1].Spec.ID || changed.Splits[0].Spec.ID != plan.Splits[0].Spec.ID {
-		t.Fatal("only the changed file's split id may change")
-	}
+	require.NotEqual(t, plan.Splits[1].Spec.ID, changed.Splits[1].Spec.ID, "only the changed file's split id may change")
+	require.Equal(t, plan.Splits[0].Spec.ID, changed.Splits[0].Spec.ID, "only the changed file's split id may change")
 }
 
 // openLane opens a lane of spec on src; poison defaults to failing t.
@@ -125,9 +108,7 @@ func openLane(t *testing.T, src *filesource.Source, spec spate.SplitSpec, progre
 		poison = func(r string) { t.Errorf("poison: %s", r) }
 	}
 	l, err := src.OpenSplit(pipeline.SplitOpening{Spec: spec, Progress: progress, Issuer: cp.Issuer(), Waker: spate.InertWaker(), Poison: poison})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return l
 }
 
@@ -139,9 +120,7 @@ func readUntilDone(t *testing.T, src *filesource.Source, id spate.SplitID, l pip
 	var out []pipeline.RawPayload
 	for range 100000 {
 		b, err := l.Poll(max, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if b == nil {
 			if !src.Unfinished(id) {
 				return out
@@ -155,7 +134,7 @@ func readUntilDone(t *testing.T, src *filesource.Source, id spate.SplitID, l pip
 		}
 		b.Ack.Release()
 	}
-	t.Fatal("lane never ended")
+	require.Fail(t, "lane never ended")
 	return nil
 }
 
@@ -171,36 +150,25 @@ func TestLaneResumesAfterTheLastCommittedLine(t *testing.T) {
 	src := filesource.NewSource(filesource.Dir(dir))
 	cp := pipeline.NewCheckpointer(nil)
 	all := readUntilDone(t, src, spec.ID, openLane(t, src, spec, nil, cp, nil), 2)
-	if len(all) != len(lines) {
-		t.Fatalf("read %d lines, want %d", len(all), len(lines))
-	}
+	require.Len(t, all, len(lines), "read %d lines, want %d", len(all), len(lines))
 	for i, p := range all {
-		if lines[string(p.Key)] != string(p.Value) {
-			t.Fatalf("line %q = %q, want %q", p.Key, p.Value, lines[string(p.Key)])
-		}
-		if i > 0 && p.Offset <= all[i-1].Offset {
-			t.Fatal("offsets must increase")
+		require.Equal(t, lines[string(p.Key)], string(p.Value), "line %q = %q, want %q", p.Key, p.Value, lines[string(p.Key)])
+		if i > 0 {
+			require.Greater(t, p.Offset, all[i-1].Offset, "offsets must increase")
 		}
 	}
 	total := int64(len("one\ntwo\n" + "three\n\nfour" + "five\n"))
-	if all[len(all)-1].Offset+1 != total {
-		t.Fatalf("last watermark %d, want the split size %d", all[len(all)-1].Offset+1, total)
-	}
+	require.Equal(t, total, all[len(all)-1].Offset+1, "last watermark %d, want the split size %d", all[len(all)-1].Offset+1, total)
 	for i := range all {
 		w := all[i].Offset + 1 // a watermark a commit can carry
 		p := spate.NewSplitProgress(w, nil)
-		if err := src.ValidateResume(spec, p); err != nil {
-			t.Fatalf("resume at %d rejected: %v", w, err)
-		}
+		require.NoError(t, src.ValidateResume(spec, p), "resume at %d rejected", w)
 		src.CloseSplit(spec.ID)
 		rest := readUntilDone(t, src, spec.ID, openLane(t, src, spec, &p, cp, nil), 3)
-		if !slices.EqualFunc(rest, all[i+1:], func(a, b pipeline.RawPayload) bool { return string(a.Key) == string(b.Key) }) {
-			t.Fatalf("resume at %d read %d lines, want the %d after it", w, len(rest), len(all)-i-1)
-		}
+		require.True(t, slices.EqualFunc(rest, all[i+1:], func(a, b pipeline.RawPayload) bool { return string(a.Key) == string(b.Key) }),
+			"resume at %d read %d lines, want the %d after it", w, len(rest), len(all)-i-1)
 	}
-	if err := src.ValidateResume(spec, spate.NewSplitProgress(2, nil)); err == nil {
-		t.Fatal("a watermark inside a line must be rejected")
-	}
+	require.Error(t, src.ValidateResume(spec, spate.NewSplitProgress(2, nil)), "a watermark inside a line must be rejected")
 }
 
 func TestMissingFileIsPoison(t *testing.T) {
@@ -213,12 +181,10 @@ func TestMissingFileIsPoison(t *testing.T) {
 	var reasons []string
 	l := openLane(t, src, spec, nil, pipeline.NewCheckpointer(nil), func(r string) { reasons = append(reasons, r) })
 	got := readUntilDone(t, src, spec.ID, l, 10)
-	if len(got) != 1 || len(reasons) != 1 || !strings.Contains(reasons[0], "b") {
-		t.Fatalf("lines %d reasons %v", len(got), reasons)
-	}
-	if src.Unfinished(spec.ID) {
-		t.Fatal("a poisoned lane has nothing left to read")
-	}
+	require.Len(t, got, 1, "lines %d reasons %v", len(got), reasons)
+	require.Len(t, reasons, 1, "lines %d reasons %v", len(got), reasons)
+	require.Contains(t, reasons[0], "b", "lines %d reasons %v", len(got), reasons)
+	require.False(t, src.Unfinished(spec.ID), "a poisoned lane has nothing left to read")
 }
 
 // localCoord is a single-instance coordinator in the shape of the seed's
@@ -341,9 +307,7 @@ func outputLines(t *testing.T, fs *pipeline.FileSink, shards int) map[string]int
 		if os.IsNotExist(err) {
 			continue
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
@@ -377,26 +341,18 @@ func TestBackfillDeliversEveryLine(t *testing.T) {
 	sink, _ := pipeline.NewFileSink(outDir, "out")
 	defer sink.Close()
 	rt, err := pipeline.Build(testConfig(), src, nil, []pipeline.SinkSpec{{Name: "file", Sink: sink, Options: sinkOpts()}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	r, err := rt.Run(t.Context())
-	if err != nil || r.State != pipeline.Completed || r.UnresolvedAcks != 0 {
-		t.Fatalf("report %+v err %v", r, err)
-	}
+	require.NoError(t, err, "report %+v", r)
+	require.Equal(t, pipeline.Completed, r.State, "report %+v err %v", r, err)
+	require.Zero(t, r.UnresolvedAcks, "report %+v err %v", r, err)
 	seen := outputLines(t, sink, 2)
 	for key := range lines {
-		if seen[key] == 0 {
-			t.Fatalf("line %s never reached the output", key)
-		}
+		require.NotZero(t, seen[key], "line %s never reached the output", key)
 	}
-	if len(seen) != len(lines) {
-		t.Fatalf("output has %d distinct lines, input %d", len(seen), len(lines))
-	}
+	require.Len(t, seen, len(lines), "output has %d distinct lines, input %d", len(seen), len(lines))
 	for key, n := range seen {
-		if n != 1 {
-			t.Fatalf("line %s written %d times in a clean single run", key, n)
-		}
+		require.Equal(t, 1, n, "line %s written %d times in a clean single run", key, n)
 	}
 }
 
@@ -426,9 +382,8 @@ func TestBackfillResumesAfterAStop(t *testing.T) {
 	}
 	cancel()
 	r1 := <-done
-	if r1.State != pipeline.Stopped || r1.UnresolvedAcks != 0 {
-		t.Fatalf("run 1: %+v", r1)
-	}
+	require.Equal(t, pipeline.Stopped, r1.State, "run 1: %+v", r1)
+	require.Zero(t, r1.UnresolvedAcks, "run 1: %+v", r1)
 	store.mu.Lock()
 	committed := map[spate.SplitID]spate.SplitProgress{}
 	for k, v := range store.progress {
@@ -446,14 +401,12 @@ func TestBackfillResumesAfterAStop(t *testing.T) {
 	rt2, _ := pipeline.Build(cfg, filesource.New(filesource.Dir(in), c2, filesource.PlannerOptions{TargetBytes: 8 << 10, MaxFiles: 4}), nil,
 		[]pipeline.SinkSpec{{Name: "file", Sink: sink, Options: sinkOpts()}})
 	r2, err := rt2.Run(t.Context())
-	if err != nil || r2.State != pipeline.Completed || r2.UnresolvedAcks != 0 {
-		t.Fatalf("run 2: %+v %v", r2, err)
-	}
+	require.NoError(t, err, "run 2: %+v", r2)
+	require.Equal(t, pipeline.Completed, r2.State, "run 2: %+v %v", r2, err)
+	require.Zero(t, r2.UnresolvedAcks, "run 2: %+v %v", r2, err)
 	both := outputLines(t, sink, 2)
 	for key := range lines {
-		if both[key] == 0 {
-			t.Fatalf("line %s never reached the output", key)
-		}
+		require.NotZero(t, both[key], "line %s never reached the output", key)
 	}
 	// A line covered by run 1's committed watermark is never written again.
 	for _, spec := range specs {
@@ -471,8 +424,8 @@ func TestBackfillResumesAfterAStop(t *testing.T) {
 				}
 				o, _ := strconv.ParseInt(off, 10, 64)
 				end := base + o + int64(len(lines[key]))
-				if end < p.Watermark && both[key] != firstRun[key] {
-					t.Fatalf("committed line %s re-emitted by the resumed run", key)
+				if end < p.Watermark {
+					require.Equal(t, firstRun[key], both[key], "committed line %s re-emitted by the resumed run", key)
 				}
 			}
 			base += f.Size
@@ -489,14 +442,13 @@ func TestBadDescriptorsAndEscapingNamesAreRefused(t *testing.T) {
 		`{"v":2,"files":[]}`,
 		`{"v":1,"files":[{"name":"a","size":1,"mtime":0,"extra":true}]`,
 	} {
-		if _, err := filesource.DecodeDescriptor([]byte(bad)); !spate.IsFatal(err) {
-			t.Errorf("descriptor %s: %v, want Fatal", bad, err)
-		}
+		_, err := filesource.DecodeDescriptor([]byte(bad))
+		assert.True(t, spate.IsFatal(err), "descriptor %s: %v, want Fatal", bad, err)
 	}
 	dir := t.TempDir()
 	for _, name := range []string{"../outside", "/etc/passwd", "a/../../b"} {
-		if _, _, err := filesource.Dir(dir).Open(context.Background(), name, 0); err == nil {
-			t.Errorf("Dir opened %q, which leaves its root", name)
-		}
+		_, _, err := filesource.Dir(dir).Open(context.Background(), name, 0)
+		assert.Error(t, err, "Dir opened %q, which leaves its root", name)
+
 	}
 }
