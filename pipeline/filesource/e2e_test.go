@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/faultstore"
@@ -63,13 +64,9 @@ func startWorkerWith(t *testing.T, name string, store spate.Store, in string, po
 		copts = append(copts, spate.WithRegisterer(reg))
 	}
 	coord, err := spate.NewStoreCoordinator(store, cfg, copts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	out, err := pipeline.NewFileSink(filepath.Join(t.TempDir(), name), "out")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	pcfg := testConfig()
 	pcfg.Name = name
 	pcfg.MaxRecords = 16
@@ -82,9 +79,7 @@ func startWorkerWith(t *testing.T, name string, store spate.Store, in string, po
 	sopts.BatchMaxRecords = 8
 	rt, err := pipeline.Build(pcfg, filesource.New(filesource.Dir(in), coord, popts), nil,
 		[]pipeline.SinkSpec{{Name: "file", Sink: slow, Options: sopts}}, pipeline.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	w := &worker{name: name, out: out, coord: coord, rt: rt, done: make(chan pipeline.ExitReport, 1)}
 	go func() {
 		r, _ := rt.Run(context.Background())
@@ -101,7 +96,7 @@ func (w *worker) wait(t *testing.T) pipeline.ExitReport {
 		_ = w.out.Close()
 		return r
 	case <-time.After(60 * time.Second):
-		t.Fatalf("%s did not finish", w.name)
+		require.Fail(t, fmt.Sprintf("%s did not finish", w.name))
 		return pipeline.ExitReport{}
 	}
 }
@@ -144,9 +139,7 @@ func TestThreePipelinesBackfillWhileOneIsKilled(t *testing.T) {
 
 	// Where every line sits, from the same packing the planner does.
 	members, err := filesource.ListFiles(context.Background(), in)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	span := map[string]lineSpan{}
 	nsplits := 0
 	for _, group := range filesource.Pack(members, popts.TargetBytes, popts.MaxFiles) {
@@ -173,9 +166,7 @@ func TestThreePipelinesBackfillWhileOneIsKilled(t *testing.T) {
 	defer store.Close()
 	handle := func() *mem.Store {
 		h, err := store.Connect()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return h
 	}
 	inj := faultstore.New()
@@ -202,9 +193,7 @@ func TestThreePipelinesBackfillWhileOneIsKilled(t *testing.T) {
 	observer := handle()
 	defer observer.Close()
 	snap, err := spate.InspectJob(context.Background(), observer, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	victimHeld := map[spate.SplitID]int64{}
 	completedAtKill := 0
 	for _, s := range snap.Splits {
@@ -219,30 +208,21 @@ func TestThreePipelinesBackfillWhileOneIsKilled(t *testing.T) {
 			victimHeld[s.ID] = w
 		}
 	}
-	if len(victimHeld) == 0 {
-		t.Fatal("the victim held no split at the kill; the test cannot show a takeover")
-	}
-	if completedAtKill == nsplits {
-		t.Fatal("the job finished before the kill")
-	}
+	require.NotEmpty(t, victimHeld, "the victim held no split at the kill; the test cannot show a takeover")
+	require.NotEqual(t, nsplits, completedAtKill, "the job finished before the kill")
 	t.Logf("kill: victim held %d splits; %d of %d splits completed", len(victimHeld), completedAtKill, nsplits)
 	victim.rt.Stop()
 	victim.wait(t)
 
 	for _, w := range survivors {
 		r := w.wait(t)
-		if r.State != pipeline.Completed || r.UnresolvedAcks != 0 {
-			t.Fatalf("%s: %+v", w.name, r)
-		}
+		require.Equal(t, pipeline.Completed, r.State, "%s: %+v", w.name, r)
+		require.Zero(t, r.UnresolvedAcks, "%s: %+v", w.name, r)
 	}
 	final, err := spate.InspectJob(context.Background(), observer, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, s := range final.Splits {
-		if s.Status != spate.StatusCompleted {
-			t.Fatalf("split %s ended %s", s.ID, s.Status)
-		}
+		require.Equal(t, spate.StatusCompleted, s.Status, "split %s ended %s", s.ID, s.Status)
 	}
 
 	seen := map[string]int{}
@@ -254,33 +234,27 @@ func TestThreePipelinesBackfillWhileOneIsKilled(t *testing.T) {
 	dups := 0
 	for key := range lines {
 		n := seen[key]
-		if n == 0 {
-			t.Fatalf("line %s never reached the output", key)
-		}
+		require.NotZero(t, n, "line %s never reached the output", key)
 		if n == 1 {
 			continue
 		}
 		dups += n - 1
 		sp := span[key]
 		w, held := victimHeld[sp.split]
-		if !held || sp.end <= w {
-			t.Fatalf("line %s (split %s, end %d) written %d times, outside the victim's uncommitted tail (held %v, committed %d)",
-				key, sp.split, sp.end, n, held, w)
-		}
+		require.True(t, held, "line %s (split %s, end %d) written %d times, outside the victim's uncommitted tail (held %v, committed %d)",
+			key, sp.split, sp.end, n, held, w)
+		require.Greater(t, sp.end, w, "line %s (split %s, end %d) written %d times, outside the victim's uncommitted tail (held %v, committed %d)",
+			key, sp.split, sp.end, n, held, w)
 	}
 	t.Logf("%d lines, %d duplicate writes, all in the victim's uncommitted tail", len(lines), dups)
-	if len(seen) != len(lines) {
-		t.Fatal(fmt.Sprintf("output has %d distinct lines, the input %d", len(seen), len(lines)))
-	}
+	require.Len(t, seen, len(lines), "output has %d distinct lines, the input %d", len(seen), len(lines))
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
+		require.False(t, time.Now().After(deadline), "timed out waiting for %s", what)
 		time.Sleep(5 * time.Millisecond)
 	}
 }
@@ -308,17 +282,14 @@ func TestJoiningPipelineTakesSplitsWithoutDuplicates(t *testing.T) {
 	seen := map[string]int{}
 	for _, w := range []*worker{first, second} {
 		r := w.wait(t)
-		if r.State != pipeline.Completed || r.UnresolvedAcks != 0 {
-			t.Fatalf("%s: %+v", w.name, r)
-		}
+		require.Equal(t, pipeline.Completed, r.State, "%s: %+v", w.name, r)
+		require.Zero(t, r.UnresolvedAcks, "%s: %+v", w.name, r)
 		for key, n := range outputLines(t, w.out, 2) {
 			seen[key] += n
 		}
 	}
 	for key := range lines {
-		if seen[key] != 1 {
-			t.Fatalf("line %s written %d times; a cooperative rebalance must neither lose nor repeat lines", key, seen[key])
-		}
+		require.Equal(t, 1, seen[key], "line %s written %d times; a cooperative rebalance must neither lose nor repeat lines", key, seen[key])
 	}
 	drained := counter(t, reg, "spate_coordination_revocations_total", "outcome", "drained")
 	forced := counter(t, reg, "spate_coordination_revocations_total", "outcome", "forced")
@@ -326,20 +297,14 @@ func TestJoiningPipelineTakesSplitsWithoutDuplicates(t *testing.T) {
 	// Forced revocations of splits gained but not yet opened carry no data
 	// and may happen in the endgame churn; the exactly-once check above is
 	// what proves the opened ones drained.
-	if drained == 0 {
-		t.Fatal("the second worker got no split through a drained revocation")
-	}
+	require.NotZero(t, drained, "the second worker got no split through a drained revocation")
 }
 
 func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
 	t.Helper()
 	v, ok, err := promtest.Value(reg, name, label, value)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !ok {
-		t.Fatalf("no series %s{%s=%q}", name, label, value)
-	}
+	require.NoError(t, err)
+	require.True(t, ok, "no series %s{%s=%q}", name, label, value)
 	return v
 }
 
@@ -361,12 +326,11 @@ func TestGracefulStopHandsBackUnfinishedSplits(t *testing.T) {
 	})
 	leaving.rt.Stop()
 	r := leaving.wait(t)
-	if r.State != pipeline.Stopped || r.UnresolvedAcks != 0 {
-		t.Fatalf("the stopped pipeline: %+v", r)
-	}
-	if r2 := staying.wait(t); r2.State != pipeline.Completed || r2.UnresolvedAcks != 0 {
-		t.Fatalf("the staying pipeline: %+v", r2)
-	}
+	require.Equal(t, pipeline.Stopped, r.State, "the stopped pipeline: %+v", r)
+	require.Zero(t, r.UnresolvedAcks, "the stopped pipeline: %+v", r)
+	r2 := staying.wait(t)
+	require.Equal(t, pipeline.Completed, r2.State, "the staying pipeline: %+v", r2)
+	require.Zero(t, r2.UnresolvedAcks, "the staying pipeline: %+v", r2)
 	seen := map[string]int{}
 	for _, w := range []*worker{leaving, staying} {
 		for key, n := range outputLines(t, w.out, 2) {
@@ -375,10 +339,9 @@ func TestGracefulStopHandsBackUnfinishedSplits(t *testing.T) {
 	}
 	dups := 0
 	for key := range lines {
-		if seen[key] == 0 {
-			t.Fatalf("line %s never reached the output", key)
-		}
+		require.NotZero(t, seen[key], "line %s never reached the output", key)
 		dups += seen[key] - 1
+
 	}
 	t.Logf("%d lines, %d repeated writes after the hand-back", len(lines), dups)
 }
