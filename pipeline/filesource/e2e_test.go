@@ -341,7 +341,6 @@ func TestGracefulStopHandsBackUnfinishedSplits(t *testing.T) {
 	for key := range lines {
 		require.NotZero(t, seen[key], "line %s never reached the output", key)
 		dups += seen[key] - 1
-
 	}
 	t.Logf("%d lines, %d repeated writes after the hand-back", len(lines), dups)
 }

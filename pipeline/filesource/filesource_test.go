@@ -449,6 +449,5 @@ func TestBadDescriptorsAndEscapingNamesAreRefused(t *testing.T) {
 	for _, name := range []string{"../outside", "/etc/passwd", "a/../../b"} {
 		_, _, err := filesource.Dir(dir).Open(context.Background(), name, 0)
 		assert.Error(t, err, "Dir opened %q, which leaves its root", name)
-
 	}
 }
