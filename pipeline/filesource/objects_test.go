@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/spate-go/spate/pipeline"
 	"github.com/spate-go/spate/pipeline/filesource"
 )
@@ -73,13 +75,9 @@ func TestTransientReadErrorsAreRetried(t *testing.T) {
 	dir := t.TempDir()
 	genCorpus(t, dir, 6, 40, 7)
 	members, err := filesource.ListFiles(context.Background(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	spec, err := filesource.SplitFor(members)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	clean := filesource.NewSource(filesource.Dir(dir))
 	want := keys(readUntilDone(t, clean, spec.ID, openLane(t, clean, spec, nil, pipeline.NewCheckpointer(nil), nil), 3))
 	longest := 0
@@ -89,12 +87,8 @@ func TestTransientReadErrorsAreRetried(t *testing.T) {
 	flaky := &flakyObjects{Objects: filesource.Dir(dir), failEvery: 3, cutAfter: 2*longest + 17}
 	src := filesource.NewSource(flaky)
 	got := keys(readUntilDone(t, src, spec.ID, openLane(t, src, spec, nil, pipeline.NewCheckpointer(nil), nil), 3))
-	if !slices.Equal(got, want) {
-		t.Fatalf("through a flaky input the lane read %d lines, want the same %d as a clean read", len(got), len(want))
-	}
-	if flaky.opens < 2*len(members) {
-		t.Fatalf("only %d opens: the faults were not exercised", flaky.opens)
-	}
+	require.True(t, slices.Equal(got, want), "through a flaky input the lane read %d lines, want the same %d as a clean read", len(got), len(want))
+	require.GreaterOrEqual(t, flaky.opens, 2*len(members), "only %d opens: the faults were not exercised", flaky.opens)
 }
 
 // An input that never answers is poison after a bounded number of tries,
@@ -107,12 +101,11 @@ func TestPersistentReadErrorsArePoison(t *testing.T) {
 	src := filesource.NewSource(&flakyObjects{Objects: filesource.Dir(dir), failEvery: 1})
 	var reasons []string
 	l := openLane(t, src, spec, nil, pipeline.NewCheckpointer(nil), func(r string) { reasons = append(reasons, r) })
-	if got := readUntilDone(t, src, spec.ID, l, 10); len(got) != 0 {
-		t.Fatalf("read %d lines from an input that never opens", len(got))
-	}
-	if len(reasons) != 1 || !strings.Contains(reasons[0], "in a row failed") || !strings.Contains(reasons[0], "connection reset") {
-		t.Fatalf("poison reasons %q", reasons)
-	}
+	got := readUntilDone(t, src, spec.ID, l, 10)
+	require.Empty(t, got, "read %d lines from an input that never opens", len(got))
+	require.Len(t, reasons, 1, "poison reasons %q", reasons)
+	require.Contains(t, reasons[0], "in a row failed", "poison reasons %q", reasons)
+	require.Contains(t, reasons[0], "connection reset", "poison reasons %q", reasons)
 }
 
 // A file that shrank after planning is poison (not retried forever, and
@@ -122,19 +115,14 @@ func TestShrunkFileIsPoison(t *testing.T) {
 	corpus(t, dir, map[string]string{"a": "one\ntwo\nthree\n"})
 	members, _ := filesource.ListFiles(context.Background(), dir)
 	spec, _ := filesource.SplitFor(members)
-	if err := os.Truncate(filepath.Join(dir, "a"), 6); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Truncate(filepath.Join(dir, "a"), 6))
 	src := filesource.NewSource(filesource.Dir(dir))
 	var reasons []string
 	l := openLane(t, src, spec, nil, pipeline.NewCheckpointer(nil), func(r string) { reasons = append(reasons, r) })
 	got := keys(readUntilDone(t, src, spec.ID, l, 10))
-	if len(got) != 0 {
-		t.Fatalf("emitted %q from a file that no longer matches its plan", got)
-	}
-	if len(reasons) != 1 || !strings.Contains(reasons[0], "planned 14") {
-		t.Fatalf("poison reasons %q", reasons)
-	}
+	require.Empty(t, got, "emitted %q from a file that no longer matches its plan", got)
+	require.Len(t, reasons, 1, "poison reasons %q", reasons)
+	require.Contains(t, reasons[0], "planned 14", "poison reasons %q", reasons)
 }
 
 // A file that shrinks while its lane reads it (past what the lane has
@@ -153,26 +141,18 @@ func TestFileShrinkingMidReadIsPoison(t *testing.T) {
 	var reasons []string
 	l := openLane(t, src, spec, nil, pipeline.NewCheckpointer(nil), func(r string) { reasons = append(reasons, r) })
 	b, err := l.Poll(1, 0)
-	if err != nil || b == nil || string(b.Payloads[0].Value) != "line-00000" {
-		t.Fatalf("first poll: %v %v", b, err)
-	}
+	require.NoError(t, err, "first poll: %v", b)
+	require.NotNil(t, b, "first poll: %v %v", b, err)
+	require.Equal(t, "line-00000", string(b.Payloads[0].Value), "first poll: %v %v", b, err)
 	b.Ack.Release()
-	if err := os.Truncate(filepath.Join(dir, "a"), 600000+3); err != nil { // inside line 54545
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Truncate(filepath.Join(dir, "a"), 600000+3)) // inside line 54545
 	got := readUntilDone(t, src, spec.ID, l, 500)
-	if len(got) == 0 {
-		t.Fatal("the buffered lines before the cut were not emitted")
-	}
+	require.NotEmpty(t, got, "the buffered lines before the cut were not emitted")
 	for _, p := range got {
-		if len(p.Value) != len("line-00000") {
-			t.Fatalf("the cut-off tail %q was emitted as a line", p.Value)
-		}
+		require.Len(t, p.Value, len("line-00000"), "the cut-off tail %q was emitted as a line", p.Value)
 	}
-	if last := string(got[len(got)-1].Value); last >= "line-54545" {
-		t.Fatalf("read up to %s, past the cut", last)
-	}
-	if len(reasons) != 1 || !strings.Contains(reasons[0], "planned 880000") {
-		t.Fatalf("poison reasons %q", reasons)
-	}
+	last := string(got[len(got)-1].Value)
+	require.Less(t, last, "line-54545", "read up to %s, past the cut", last)
+	require.Len(t, reasons, 1, "poison reasons %q", reasons)
+	require.Contains(t, reasons[0], "planned 880000", "poison reasons %q", reasons)
 }
