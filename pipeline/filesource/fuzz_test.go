@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline/filesource"
 )
@@ -22,23 +24,15 @@ func FuzzDecodeDescriptor(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d, err := filesource.DecodeDescriptor(data)
 		if err != nil {
-			if !spate.IsFatal(err) {
-				t.Fatalf("unclassified error: %v", err)
-			}
+			require.True(t, spate.IsFatal(err), "unclassified error: %v", err)
 			return
 		}
 		again, err := json.Marshal(d)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		d2, err := filesource.DecodeDescriptor(again)
-		if err != nil {
-			t.Fatalf("a decoded descriptor does not decode again: %v", err)
-		}
+		require.NoError(t, err, "a decoded descriptor does not decode again")
 		a, _ := json.Marshal(d2)
-		if string(a) != string(again) {
-			t.Fatalf("re-encoding does not round-trip: %s vs %s", a, again)
-		}
+		require.Equal(t, string(again), string(a), "re-encoding does not round-trip: %s vs %s", a, again)
 		_ = d.Total() // never panics, whatever the sizes
 	})
 }

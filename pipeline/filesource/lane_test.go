@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/spate-go/spate/pipeline"
 	"github.com/spate-go/spate/pipeline/filesource"
 )
@@ -56,13 +58,9 @@ func TestLaneCutsEveryLineWholeFromItsBuffer(t *testing.T) {
 	}
 	corpus(t, dir, files)
 	members, err := filesource.ListFiles(context.Background(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	spec, err := filesource.SplitFor(members)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, max := range []int{1, 7, 512, 1 << 20} {
 		t.Run(fmt.Sprint("max=", max), func(t *testing.T) {
 			src := filesource.NewSource(filesource.Dir(dir))
@@ -70,44 +68,32 @@ func TestLaneCutsEveryLineWholeFromItsBuffer(t *testing.T) {
 			i := 0
 			var offset int64
 			for polls := 0; ; polls++ {
-				if polls > 1_000_000 {
-					t.Fatal("lane never ended")
-				}
+				require.LessOrEqual(t, polls, 1_000_000, "lane never ended")
 				b, err := l.Poll(max, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				if b == nil {
 					if !src.Unfinished(spec.ID) {
 						break
 					}
 					continue
 				}
-				if len(b.Payloads) > max {
-					t.Fatalf("a poll of at most %d returned %d lines", max, len(b.Payloads))
-				}
+				require.LessOrEqual(t, len(b.Payloads), max, "a poll of at most %d returned %d lines", max, len(b.Payloads))
 				// Checked before the next poll, which may reuse the memory.
 				for _, p := range b.Payloads {
-					if i >= len(want) {
-						t.Fatalf("more lines than the %d written", len(want))
-					}
-					if string(p.Key) != want[i].key || string(p.Value) != want[i].value {
-						t.Fatalf("line %d: %q (%d bytes), want %q (%d bytes)", i, p.Key, len(p.Value), want[i].key, len(want[i].value))
-					}
+					require.Less(t, i, len(want), "more lines than the %d written", len(want))
+					require.Equal(t, want[i].key, string(p.Key), "line %d: %q (%d bytes), want %q (%d bytes)", i, p.Key, len(p.Value), want[i].key, len(want[i].value))
+					// True, not Equal: a value can be 700 KiB, too long to print.
+					require.True(t, string(p.Value) == want[i].value, "line %d: %q (%d bytes), want %q (%d bytes)", i, p.Key, len(p.Value), want[i].key, len(want[i].value))
 					offset += int64(len(p.Value)) + 1
 					if i == len(want)-1 {
 						offset-- // no newline
 					}
-					if p.Offset != offset-1 {
-						t.Fatalf("line %d: offset %d, want %d", i, p.Offset, offset-1)
-					}
+					require.Equal(t, offset-1, p.Offset, "line %d: offset %d, want %d", i, p.Offset, offset-1)
 					i++
 				}
 				b.Ack.Release()
 			}
-			if i != len(want) {
-				t.Fatalf("read %d lines, want %d", i, len(want))
-			}
+			require.Equal(t, len(want), i, "read %d lines, want %d", i, len(want))
 		})
 	}
 }
