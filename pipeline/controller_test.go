@@ -2,11 +2,11 @@ package pipeline_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline"
@@ -28,13 +28,11 @@ func TestCommitReadyChasesTheFinalCommit(t *testing.T) {
 	// chase commits them at the fast cadence.
 	waitFor(t, "the chased commit", committedAtLeast(h.src, 0, 20))
 	h.rt.Stop()
-	if r := wait(); r.State != pipeline.Stopped {
-		t.Fatalf("state %v: %v", r.State, r.Failure)
-	}
+	r := wait()
+	require.Equal(t, pipeline.Stopped, r.State, "state %v: %v", r.State, r.Failure)
 	i := h.log.indexAfter("commit-ready-delivered", 0)
-	if i < 0 || h.log.indexAfter("flush", i) < 0 {
-		t.Fatal("the hint must flush the owning driver")
-	}
+	require.GreaterOrEqual(t, i, 0, "the hint must flush the owning driver")
+	require.GreaterOrEqual(t, h.log.indexAfter("flush", i), 0, "the hint must flush the owning driver")
 }
 
 // Retired lanes leave without a barrier, flush or commit, and their
@@ -49,12 +47,8 @@ func TestRetiredLanesLeaveQuietly(t *testing.T) {
 	waitFor(t, "the retirement", func() bool { return h.log.indexAfter("retire-delivered", 0) >= 0 })
 	h.rt.Stop()
 	r := wait()
-	if r.State != pipeline.Stopped {
-		t.Fatalf("state %v: %v", r.State, r.Failure)
-	}
-	if len(r.FinalWatermarks) != 1 || r.FinalWatermarks[0] != wm(1, 10) {
-		t.Fatalf("final %v: a retired partition leaves the report", r.FinalWatermarks)
-	}
+	require.Equal(t, pipeline.Stopped, r.State, "state %v: %v", r.State, r.Failure)
+	require.Equal(t, []pipeline.Watermark{wm(1, 10)}, r.FinalWatermarks, "final %v: a retired partition leaves the report", r.FinalWatermarks)
 }
 
 // An assignment that arrives while lanes are live revokes them first
@@ -69,15 +63,10 @@ func TestAssignmentWhileLiveRevokesFirst(t *testing.T) {
 	waitFor(t, "the second assignment's data", committedAtLeast(h.src, 1, 510))
 	h.rt.Stop()
 	r := wait()
-	if r.State != pipeline.Stopped {
-		t.Fatalf("state %v: %v", r.State, r.Failure)
-	}
-	if o, _ := h.src.committed(0); o != 20 {
-		t.Fatalf("the defensive revoke must commit the old lanes: %d", o)
-	}
-	if len(r.FinalWatermarks) != 1 || r.FinalWatermarks[0] != wm(1, 510) {
-		t.Fatalf("final %v", r.FinalWatermarks)
-	}
+	require.Equal(t, pipeline.Stopped, r.State, "state %v: %v", r.State, r.Failure)
+	o, _ := h.src.committed(0)
+	require.Equal(t, int64(20), o, "the defensive revoke must commit the old lanes: %d", o)
+	require.Equal(t, []pipeline.Watermark{wm(1, 510)}, r.FinalWatermarks, "final %v", r.FinalWatermarks)
 }
 
 // LanesAdded may not bring back a partition admitted in this epoch.
@@ -88,9 +77,9 @@ func TestAddedLanesReusingAPartitionFail(t *testing.T) {
 		waitUntil(func() bool { return h.consumed.Load() == 10 }),
 		add(laneSpec{id: 1, part: 0, batches: 1}))
 	r := h.run()()
-	if r.State != pipeline.Failed || r.Failure.Component != "checkpoint" || !strings.Contains(r.Failure.Reason, "reused partition 0") {
-		t.Fatalf("report %+v", r.Failure)
-	}
+	require.Equal(t, pipeline.Failed, r.State, "report %+v", r.Failure)
+	require.Equal(t, "checkpoint", r.Failure.Component, "report %+v", r.Failure)
+	require.Contains(t, r.Failure.Reason, "reused partition 0", "report %+v", r.Failure)
 }
 
 // The controller publishes lanes_active and the pipeline state; a second
@@ -105,29 +94,22 @@ func TestMetricsAreOwnedAndRegisteredOnce(t *testing.T) {
 	cfg := testConfig()
 	cfg.Threads = 4
 	rt, err := pipeline.New(cfg, h.src, chains, pipeline.SinkHooks{}, nil, pipeline.WithRegisterer(reg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pipeline.New(cfg, h.src, chains, pipeline.SinkHooks{}, nil, pipeline.WithRegisterer(reg)); err == nil {
-		t.Fatal("a second pipeline on one registry must be refused")
-	}
+	require.NoError(t, err)
+	_, err = pipeline.New(cfg, h.src, chains, pipeline.SinkHooks{}, nil, pipeline.WithRegisterer(reg))
+	require.Error(t, err, "a second pipeline on one registry must be refused")
 	h.rt = rt
 	wait := h.run()
 	waitFor(t, "consumption", func() bool { return h.consumed.Load() == 20 })
-	if v := gathered(t, reg, "spate_source_lanes_active", "component", "source"); v != 2 {
-		t.Fatalf("lanes_active %v", v)
-	}
-	if v := gathered(t, reg, "spate_pipeline_state", "state", "running"); v != 1 {
-		t.Fatalf("state running = %v", v)
-	}
-	if v := gathered(t, reg, "spate_pipeline_threads", "component", "pipeline"); v != 4 {
-		t.Fatalf("threads %v", v)
-	}
+	v := gathered(t, reg, "spate_source_lanes_active", "component", "source")
+	require.Equal(t, float64(2), v, "lanes_active %v", v)
+	v = gathered(t, reg, "spate_pipeline_state", "state", "running")
+	require.Equal(t, float64(1), v, "state running = %v", v)
+	v = gathered(t, reg, "spate_pipeline_threads", "component", "pipeline")
+	require.Equal(t, float64(4), v, "threads %v", v)
 	h.rt.Stop()
 	wait()
-	if v := gathered(t, reg, "spate_pipeline_state", "state", "draining"); v != 1 {
-		t.Fatalf("state draining = %v after a stop", v)
-	}
+	v = gathered(t, reg, "spate_pipeline_state", "state", "draining")
+	require.Equal(t, float64(1), v, "state draining = %v after a stop", v)
 }
 
 var _ = context.Background
@@ -145,14 +127,12 @@ func TestSourceErrorsFailTheRun(t *testing.T) {
 			h := newHarness(t, testConfig(), modeOK, 0, assign(lane(0, 0, 1)))
 			tc.set(h.src)
 			r := h.run()()
-			if r.State != pipeline.Failed || r.Failure.Component != "source" || !strings.Contains(r.Failure.Reason, tc.want) {
-				t.Fatalf("report %+v", r.Failure)
-			}
-			if !h.drained.Load() {
-				t.Fatal("a failed run still drains the sink")
-			}
-			if tc.name == "open" && h.src.stopReading.Load() != 0 {
-				t.Fatal("a source that never opened has nothing to hand back")
+			require.Equal(t, pipeline.Failed, r.State, "report %+v", r.Failure)
+			require.Equal(t, "source", r.Failure.Component, "report %+v", r.Failure)
+			require.Contains(t, r.Failure.Reason, tc.want, "report %+v", r.Failure)
+			require.True(t, h.drained.Load(), "a failed run still drains the sink")
+			if tc.name == "open" {
+				require.Zero(t, h.src.stopReading.Load(), "a source that never opened has nothing to hand back")
 			}
 		})
 	}
@@ -165,9 +145,8 @@ func TestRetryableSourceErrorsAreTolerated(t *testing.T) {
 	wait := h.run()
 	waitFor(t, "passes that fail retryably", func() bool { return h.src.polls.Load() >= 10 })
 	h.rt.Stop()
-	if r := wait(); r.State != pipeline.Stopped {
-		t.Fatalf("state %v: %v", r.State, r.Failure)
-	}
+	r := wait()
+	require.Equal(t, pipeline.Stopped, r.State, "state %v: %v", r.State, r.Failure)
 }
 
 // A reference that is never released is detectable: the exit report
@@ -182,15 +161,11 @@ func TestLeakedAckIsDetected(t *testing.T) {
 	done := make(chan pipeline.ExitReport, 1)
 	go func() { r, _ := h.rt.Run(context.Background()); done <- r }()
 	r := <-done
-	if r.UnresolvedAcks != 1 {
-		t.Fatalf("unresolved = %d, want the one leaked reference", r.UnresolvedAcks)
-	}
-	if r.State != pipeline.Failed || !strings.Contains(r.Failure.Reason, "unacknowledged") {
-		t.Fatalf("report %+v", r.Failure)
-	}
-	if o, _ := h.src.committed(0); o != 10 {
-		t.Fatalf("committed %d: the watermark must stop in front of the leaked batch (10)", o)
-	}
+	require.Equal(t, int64(1), r.UnresolvedAcks, "unresolved = %d, want the one leaked reference", r.UnresolvedAcks)
+	require.Equal(t, pipeline.Failed, r.State, "report %+v", r.Failure)
+	require.Contains(t, r.Failure.Reason, "unacknowledged", "report %+v", r.Failure)
+	o, _ := h.src.committed(0)
+	require.Equal(t, int64(10), o, "committed %d: the watermark must stop in front of the leaked batch (10)", o)
 }
 
 // Cancelling Run's context is a graceful drain.
@@ -202,9 +177,9 @@ func TestContextCancellationDrains(t *testing.T) {
 	waitFor(t, "consumption", func() bool { return h.consumed.Load() == 20 })
 	cancel()
 	r := <-done
-	if r.State != pipeline.Stopped || len(r.FinalWatermarks) != 1 || r.FinalWatermarks[0] != wm(0, 20) || !h.drained.Load() {
-		t.Fatalf("report %+v", r)
-	}
+	require.Equal(t, pipeline.Stopped, r.State, "report %+v", r)
+	require.Equal(t, []pipeline.Watermark{wm(0, 20)}, r.FinalWatermarks, "report %+v", r)
+	require.True(t, h.drained.Load(), "report %+v", r)
 }
 
 // The lag a source publishes through its context appears in the
@@ -223,13 +198,9 @@ func TestSourcePublishesLag(t *testing.T) {
 	rt, err := pipeline.New(testConfig(), lagSource{h.src}, func(int) pipeline.Chain {
 		return &fakeChain{log: h.log, consumed: &h.consumed, flushes: &h.flushes, held: &h.held}
 	}, pipeline.SinkHooks{}, nil, pipeline.WithRegisterer(reg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rt.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if v := gathered(t, reg, "spate_source_lag_records", "partition", "3"); v != 42 {
-		t.Fatalf("lag %v", v)
-	}
+	require.NoError(t, err)
+	_, err = rt.Run(context.Background())
+	require.NoError(t, err)
+	v := gathered(t, reg, "spate_source_lag_records", "partition", "3")
+	require.Equal(t, float64(42), v, "lag %v", v)
 }
