@@ -1,10 +1,11 @@
 package pipeline_test
 
 import (
-	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate/pipeline"
 )
@@ -24,18 +25,12 @@ func TestHappyPathCommitsAndCompletes(t *testing.T) {
 	waitFor(t, "watermark 30 committed", committedAtLeast(h.src, 0, 30))
 	h.rt.Stop()
 	r := wait()
-	if r.State != pipeline.Stopped {
-		t.Fatalf("state %v (%v), want Completed", r.State, r.Failure)
-	}
-	if !slices.Equal(r.FinalWatermarks, []pipeline.Watermark{wm(0, 30)}) {
-		t.Fatalf("final watermarks %v, want [{0 30}]", r.FinalWatermarks)
-	}
-	if !h.drained.Load() || r.SinkDrain == nil {
-		t.Fatal("the sink drain did not run")
-	}
-	if !h.src.opened.Load() || h.src.flushCommits.Load() < 1 {
-		t.Fatalf("open=%v flush_commits=%d", h.src.opened.Load(), h.src.flushCommits.Load())
-	}
+	require.Equal(t, pipeline.Stopped, r.State, "state %v (%v), want Completed", r.State, r.Failure)
+	require.Equal(t, []pipeline.Watermark{wm(0, 30)}, r.FinalWatermarks, "final watermarks %v, want [{0 30}]", r.FinalWatermarks)
+	require.True(t, h.drained.Load(), "the sink drain did not run")
+	require.NotNil(t, r.SinkDrain, "the sink drain did not run")
+	require.True(t, h.src.opened.Load(), "open=%v flush_commits=%d", h.src.opened.Load(), h.src.flushCommits.Load())
+	require.GreaterOrEqual(t, h.src.flushCommits.Load(), int32(1), "open=%v flush_commits=%d", h.src.opened.Load(), h.src.flushCommits.Load())
 }
 
 // 2
@@ -48,9 +43,8 @@ func TestCommitTickFlushesChainsWithoutAnIdleLull(t *testing.T) {
 	base := h.flushes.Load()
 	waitFor(t, "three flushes from the commit tick", func() bool { return h.flushes.Load() >= base+3 })
 	h.rt.Stop()
-	if r := wait(); r.State != pipeline.Stopped {
-		t.Fatalf("state %v: %v", r.State, r.Failure)
-	}
+	r := wait()
+	require.Equal(t, pipeline.Stopped, r.State, "state %v: %v", r.State, r.Failure)
 }
 
 // ★3
@@ -69,15 +63,11 @@ func TestRevocationDrainsFlushesAndCommits(t *testing.T) {
 	})
 	h.rt.Stop()
 	r := wait()
-	if r.State != pipeline.Stopped {
-		t.Fatalf("state %v: %v", r.State, r.Failure)
-	}
-	if got := h.consumed.Load(); got != consumedAtRevoke {
-		t.Fatalf("consumed %d after the revoke, %d at it", got, consumedAtRevoke)
-	}
-	if o, _ := h.src.committed(0); o != consumedAtRevoke {
-		t.Fatalf("committed %d, want %d", o, consumedAtRevoke)
-	}
+	require.Equal(t, pipeline.Stopped, r.State, "state %v: %v", r.State, r.Failure)
+	got := h.consumed.Load()
+	require.Equal(t, consumedAtRevoke, got, "consumed %d after the revoke, %d at it", got, consumedAtRevoke)
+	o, _ := h.src.committed(0)
+	require.Equal(t, consumedAtRevoke, o, "committed %d, want %d", o, consumedAtRevoke)
 }
 
 // ★4
@@ -93,17 +83,15 @@ func TestRevocationFlushesParkedAcksBeforeCommitting(t *testing.T) {
 	wait := h.run()
 	waitFor(t, "revoke delivered", func() bool { return h.log.indexAfter("revoke-delivered", 0) >= 0 })
 	before := h.log.indexAfter("revoke-delivered", 0)
-	if i := h.log.indexAfter("commit", 0); i >= 0 && i < before {
-		t.Fatal("something committed before the revoke")
+	if i := h.log.indexAfter("commit", 0); i >= 0 {
+		require.GreaterOrEqual(t, i, before, "something committed before the revoke")
 	}
 	waitFor(t, "the revoke's commit", committedAtLeast(h.src, 0, 20))
 	h.rt.Stop()
-	if r := wait(); r.State != pipeline.Stopped {
-		t.Fatalf("state %v: %v", r.State, r.Failure)
-	}
-	if o, _ := h.src.committed(0); o != 20 {
-		t.Fatalf("committed %d, want 20", o)
-	}
+	r := wait()
+	require.Equal(t, pipeline.Stopped, r.State, "state %v: %v", r.State, r.Failure)
+	o, _ := h.src.committed(0)
+	require.Equal(t, int64(20), o, "committed %d, want 20", o)
 }
 
 // ★5
@@ -117,14 +105,12 @@ func TestBlockedChainPausesThenResumes(t *testing.T) {
 		return len(h.src.pauses) >= 1 && len(h.src.resumes) >= 1
 	})
 	h.rt.Stop()
-	if r := wait(); r.State != pipeline.Stopped {
-		t.Fatalf("state %v: %v", r.State, r.Failure)
-	}
+	r := wait()
+	require.Equal(t, pipeline.Stopped, r.State, "state %v: %v", r.State, r.Failure)
 	h.src.mu.Lock()
 	defer h.src.mu.Unlock()
-	if !slices.Equal(h.src.pauses[0], []pipeline.LaneID{0}) || !slices.Equal(h.src.resumes[0], []pipeline.LaneID{0}) {
-		t.Fatalf("pauses %v resumes %v, want [[0]] each", h.src.pauses, h.src.resumes)
-	}
+	require.Equal(t, []pipeline.LaneID{0}, h.src.pauses[0], "pauses %v resumes %v, want [[0]] each", h.src.pauses, h.src.resumes)
+	require.Equal(t, []pipeline.LaneID{0}, h.src.resumes[0], "pauses %v resumes %v, want [[0]] each", h.src.pauses, h.src.resumes)
 }
 
 // ★6
@@ -134,38 +120,32 @@ func TestShutdownDuringPermanentlyBlockedBatch(t *testing.T) {
 	waitFor(t, "the pause a blocked batch causes", func() bool { return h.src.pauseCount() > 0 })
 	h.rt.Stop()
 	r := wait()
-	if r.State != pipeline.Stopped || h.consumed.Load() != 0 {
-		t.Fatalf("state %v consumed %d", r.State, h.consumed.Load())
-	}
-	if _, ok := h.src.committed(0); ok {
-		t.Fatal("an abandoned batch was committed")
-	}
+	require.Equal(t, pipeline.Stopped, r.State, "state %v consumed %d", r.State, h.consumed.Load())
+	require.Zero(t, h.consumed.Load(), "state %v consumed %d", r.State, h.consumed.Load())
+	_, ok := h.src.committed(0)
+	require.False(t, ok, "an abandoned batch was committed")
 }
 
 // ★7
 func TestFatalChainFailsPipelineAndStallsWatermark(t *testing.T) {
 	h := newHarness(t, testConfig(), modeFatalAt, 2, assign(lane(0, 0, 3)))
 	r := h.run()()
-	if r.State != pipeline.Failed || r.Failure.Component != "fake-chain" {
-		t.Fatalf("report %+v, want Failed by fake-chain", r)
+	require.Equal(t, pipeline.Failed, r.State, "report %+v, want Failed by fake-chain", r)
+	require.Equal(t, "fake-chain", r.Failure.Component, "report %+v, want Failed by fake-chain", r)
+	if o, ok := h.src.committed(0); ok {
+		require.LessOrEqual(t, o, int64(10), "committed %d, past the failed batch", o)
 	}
-	if o, ok := h.src.committed(0); ok && o > 10 {
-		t.Fatalf("committed %d, past the failed batch", o)
-	}
-	if !h.drained.Load() {
-		t.Fatal("the sink drain did not run")
-	}
+	require.True(t, h.drained.Load(), "the sink drain did not run")
 }
 
 // ★8
 func TestChainPanicFailsPipeline(t *testing.T) {
 	h := newHarness(t, testConfig(), modePanicAt, 2, assign(lane(0, 0, 3)))
 	r := h.run()()
-	if r.State != pipeline.Failed || !contains(r.Failure.Reason, "panicked") {
-		t.Fatalf("report %+v, want a panicked failure", r)
-	}
-	if o, ok := h.src.committed(0); ok && o > 10 {
-		t.Fatalf("committed %d past the panicked batch", o)
+	require.Equal(t, pipeline.Failed, r.State, "report %+v, want a panicked failure", r)
+	require.Contains(t, r.Failure.Reason, "panicked", "report %+v, want a panicked failure", r)
+	if o, ok := h.src.committed(0); ok {
+		require.LessOrEqual(t, o, int64(10), "committed %d past the panicked batch", o)
 	}
 }
 
@@ -175,9 +155,9 @@ func TestPermanentWatermarkStallFailsPipeline(t *testing.T) {
 	cfg.StalledFailAfter = 50 * time.Millisecond
 	h := newHarness(t, cfg, modeFailAckAt, 1, assign(lane(0, 0, 3)))
 	r := h.run()()
-	if r.State != pipeline.Failed || r.Failure.Component != "checkpoint" || !contains(r.Failure.Reason, "stalled") {
-		t.Fatalf("report %+v, want a checkpoint stall", r.Failure)
-	}
+	require.Equal(t, pipeline.Failed, r.State, "report %+v, want a checkpoint stall", r.Failure)
+	require.Equal(t, "checkpoint", r.Failure.Component, "report %+v, want a checkpoint stall", r.Failure)
+	require.Contains(t, r.Failure.Reason, "stalled", "report %+v, want a checkpoint stall", r.Failure)
 }
 
 // ★10
@@ -191,14 +171,11 @@ func TestPendingCeilingIsAHardBound(t *testing.T) {
 	// every poll.
 	deadline := time.Now().Add(400 * time.Millisecond)
 	for time.Now().Before(deadline) {
-		if n := h.held.count(); n != 3 {
-			t.Fatalf("%d batches entered the chain past a ceiling of 3", n)
-		}
+		n := h.held.count()
+		require.Equal(t, 3, n, "%d batches entered the chain past a ceiling of 3", n)
 		time.Sleep(5 * time.Millisecond)
 	}
-	if h.src.pauseCount() != 0 {
-		t.Fatal("the ceiling paused the source")
-	}
+	require.Zero(t, h.src.pauseCount(), "the ceiling paused the source")
 	for h.consumed.Load() < 60 {
 		h.held.releaseAll()
 		time.Sleep(time.Millisecond)
@@ -206,9 +183,8 @@ func TestPendingCeilingIsAHardBound(t *testing.T) {
 	h.held.releaseAll()
 	waitFor(t, "everything committed", committedAtLeast(h.src, 0, 60))
 	h.rt.Stop()
-	if r := wait(); r.State != pipeline.Stopped {
-		t.Fatalf("state %v: %v", r.State, r.Failure)
-	}
+	r := wait()
+	require.Equal(t, pipeline.Stopped, r.State, "state %v: %v", r.State, r.Failure)
 }
 
 // 11
@@ -219,9 +195,8 @@ func TestStalledPartitionPlateausAtTheCeiling(t *testing.T) {
 	wait := h.run()
 	waitFor(t, "30 records", func() bool { return h.consumed.Load() == 30 })
 	time.Sleep(200 * time.Millisecond) // many passes: the plateau must hold
-	if n := h.consumed.Load(); n != 30 {
-		t.Fatalf("consumed %d past the plateau of 30", n)
-	}
+	n := h.consumed.Load()
+	require.Equal(t, int64(30), n, "consumed %d past the plateau of 30", n)
 	h.rt.Stop()
 	wait()
 }
@@ -237,9 +212,7 @@ func TestCeilingGatesOnlyItsOwnPartition(t *testing.T) {
 		add(laneSpec{id: 1, part: 1, batches: 1, first: 100}))
 	wait := h.run()
 	waitFor(t, "the added partition's batch", func() bool { return h.held.count() == 4 })
-	if h.src.pauseCount() != 0 {
-		t.Fatal("the ceiling paused the source")
-	}
+	require.Zero(t, h.src.pauseCount(), "the ceiling paused the source")
 	for h.consumed.Load() < 70 {
 		h.held.releaseAll()
 		time.Sleep(time.Millisecond)
@@ -249,9 +222,8 @@ func TestCeilingGatesOnlyItsOwnPartition(t *testing.T) {
 		return committedAtLeast(h.src, 0, 60)() && committedAtLeast(h.src, 1, 110)()
 	})
 	h.rt.Stop()
-	if r := wait(); r.State != pipeline.Stopped {
-		t.Fatalf("state %v: %v", r.State, r.Failure)
-	}
+	r := wait()
+	require.Equal(t, pipeline.Stopped, r.State, "state %v: %v", r.State, r.Failure)
 }
 
 // ★13
@@ -265,12 +237,10 @@ func TestShutdownFlushesTheChainBeforeExit(t *testing.T) {
 	before := h.flushes.Load()
 	h.rt.Stop()
 	r := wait()
-	if r.State != pipeline.Stopped || h.flushes.Load() <= before {
-		t.Fatalf("state %v flushes %d -> %d", r.State, before, h.flushes.Load())
-	}
-	if !slices.Equal(r.FinalWatermarks, []pipeline.Watermark{wm(0, 5)}) || !h.drained.Load() {
-		t.Fatalf("final %v drained %v", r.FinalWatermarks, h.drained.Load())
-	}
+	require.Equal(t, pipeline.Stopped, r.State, "state %v flushes %d -> %d", r.State, before, h.flushes.Load())
+	require.Greater(t, h.flushes.Load(), before, "state %v flushes %d -> %d", r.State, before, h.flushes.Load())
+	require.Equal(t, []pipeline.Watermark{wm(0, 5)}, r.FinalWatermarks, "final %v drained %v", r.FinalWatermarks, h.drained.Load())
+	require.True(t, h.drained.Load(), "final %v drained %v", r.FinalWatermarks, h.drained.Load())
 }
 
 // ★14
@@ -281,24 +251,20 @@ func TestDrainedSourceCompletesOnItsOwn(t *testing.T) {
 		waitUntil(func() bool { return h.consumed.Load() == 30 }),
 		drained())
 	r := h.run()()
-	if r.State != pipeline.Completed || !slices.Equal(r.FinalWatermarks, []pipeline.Watermark{wm(0, 30)}) {
-		t.Fatalf("report %+v", r)
-	}
-	if !h.drained.Load() || h.src.flushCommits.Load() < 1 {
-		t.Fatal("sink drain or final flush missing")
-	}
-	if h.src.stopReading.Load() != 0 {
-		t.Fatal("a Drained exit has nothing to hand back")
-	}
+	require.Equal(t, pipeline.Completed, r.State, "report %+v", r)
+	require.Equal(t, []pipeline.Watermark{wm(0, 30)}, r.FinalWatermarks, "report %+v", r)
+	require.True(t, h.drained.Load(), "sink drain or final flush missing")
+	require.GreaterOrEqual(t, h.src.flushCommits.Load(), int32(1), "sink drain or final flush missing")
+	require.Zero(t, h.src.stopReading.Load(), "a Drained exit has nothing to hand back")
 }
 
 // 15
 func TestDrainedBeforeAnyData(t *testing.T) {
 	h := newHarness(t, testConfig(), modeOK, 0, drained())
 	r := h.run()()
-	if r.State != pipeline.Completed || len(r.FinalWatermarks) != 0 || !h.drained.Load() {
-		t.Fatalf("report %+v", r)
-	}
+	require.Equal(t, pipeline.Completed, r.State, "report %+v", r)
+	require.Empty(t, r.FinalWatermarks, "report %+v", r)
+	require.True(t, h.drained.Load(), "report %+v", r)
 }
 
 // ★16
@@ -309,12 +275,10 @@ func TestDrainedWithUnacknowledgedBatchesFails(t *testing.T) {
 		waitUntil(func() bool { return h.held.count() == 2 }),
 		drained())
 	r := h.run()()
-	if r.State != pipeline.Failed || r.Failure.Component != "source" || !contains(r.Failure.Reason, "unacknowledged") {
-		t.Fatalf("report %+v", r.Failure)
-	}
-	if len(r.FinalWatermarks) != 0 {
-		t.Fatalf("final watermarks %v", r.FinalWatermarks)
-	}
+	require.Equal(t, pipeline.Failed, r.State, "report %+v", r.Failure)
+	require.Equal(t, "source", r.Failure.Component, "report %+v", r.Failure)
+	require.Contains(t, r.Failure.Reason, "unacknowledged", "report %+v", r.Failure)
+	require.Empty(t, r.FinalWatermarks, "final watermarks %v", r.FinalWatermarks)
 }
 
 // ★17
@@ -326,12 +290,10 @@ func TestDrainedWhileCommitsFailRetryably(t *testing.T) {
 		drained())
 	h.src.failCommits.Store(true)
 	r := h.run()()
-	if r.State != pipeline.Failed || r.Failure.Component != "source" || !contains(r.Failure.Reason, "did not persist") {
-		t.Fatalf("report %+v", r.Failure)
-	}
-	if len(r.FinalWatermarks) != 0 {
-		t.Fatalf("final watermarks %v", r.FinalWatermarks)
-	}
+	require.Equal(t, pipeline.Failed, r.State, "report %+v", r.Failure)
+	require.Equal(t, "source", r.Failure.Component, "report %+v", r.Failure)
+	require.Contains(t, r.Failure.Reason, "did not persist", "report %+v", r.Failure)
+	require.Empty(t, r.FinalWatermarks, "final watermarks %v", r.FinalWatermarks)
 }
 
 // ★19
@@ -339,9 +301,8 @@ func TestControllerPanicFailsTheRun(t *testing.T) {
 	h := newHarness(t, testConfig(), modeBlockForever, 0,
 		assign(lane(0, 0, 1)), step{kind: stepPanic})
 	r := h.run()()
-	if r.State != pipeline.Failed || r.Failure.Component != "controller" {
-		t.Fatalf("report %+v", r.Failure)
-	}
+	require.Equal(t, pipeline.Failed, r.State, "report %+v", r.Failure)
+	require.Equal(t, "controller", r.Failure.Component, "report %+v", r.Failure)
 }
 
 // A graceful stop reads on while the source says so, then hands back.
@@ -367,25 +328,15 @@ func TestStopReadsOnUntilTheSourceIsDone(t *testing.T) {
 	stopAt.Store(atStop)
 	h.rt.Stop()
 	r := wait()
-	if r.State != pipeline.Stopped {
-		t.Fatalf("state %v: %v", r.State, r.Failure)
-	}
-	if asked.Load() == 0 {
-		t.Fatal("the stop ended its reading without asking the source")
-	}
-	if h.consumed.Load() < atStop+100 {
-		t.Fatalf("the stop did not read on: %d at the stop, %d at the end", atStop, h.consumed.Load())
-	}
-	if h.src.stopReading.Load() != 1 {
-		t.Fatalf("StopReading called %d times, want 1", h.src.stopReading.Load())
-	}
+	require.Equal(t, pipeline.Stopped, r.State, "state %v: %v", r.State, r.Failure)
+	require.NotZero(t, asked.Load(), "the stop ended its reading without asking the source")
+	require.GreaterOrEqual(t, h.consumed.Load(), atStop+100, "the stop did not read on: %d at the stop, %d at the end", atStop, h.consumed.Load())
+	require.Equal(t, int32(1), h.src.stopReading.Load(), "StopReading called %d times, want 1", h.src.stopReading.Load())
 	i := h.log.indexAfter("stop_reading", 0)
-	if i < 0 || h.log.indexAfter("flush_commits", i) < 0 {
-		t.Fatal("the hand-back must precede the final commit flush")
-	}
-	if len(r.FinalWatermarks) != 1 || r.FinalWatermarks[0].Offset < atStop+100 {
-		t.Fatalf("final %v: the reading's data must be committed", r.FinalWatermarks)
-	}
+	require.GreaterOrEqual(t, i, 0, "the hand-back must precede the final commit flush")
+	require.GreaterOrEqual(t, h.log.indexAfter("flush_commits", i), 0, "the hand-back must precede the final commit flush")
+	require.Len(t, r.FinalWatermarks, 1, "final %v: the reading's data must be committed", r.FinalWatermarks)
+	require.GreaterOrEqual(t, r.FinalWatermarks[0].Offset, atStop+100, "final %v: the reading's data must be committed", r.FinalWatermarks)
 }
 
 // A revocation wait renews what the source holds and, once a stop must be
@@ -403,10 +354,6 @@ func TestRevocationWaitRenewsAndYieldsToAStop(t *testing.T) {
 	start := time.Now()
 	h.rt.Stop()
 	r := wait()
-	if r.State != pipeline.Stopped {
-		t.Fatalf("state %v: %v", r.State, r.Failure)
-	}
-	if time.Since(start) > 15*time.Second {
-		t.Fatal("the revocation wait ignored the stop")
-	}
+	require.Equal(t, pipeline.Stopped, r.State, "state %v: %v", r.State, r.Failure)
+	require.LessOrEqual(t, time.Since(start), 15*time.Second, "the revocation wait ignored the stop")
 }
