@@ -580,29 +580,6 @@ func TestBackfillFromABucketURL(t *testing.T) {
 	expectCode(t, "verify against the bucket", code, 0, out, errOut)
 }
 
-// Usage errors exit 2 and say what is wrong.
-func TestUsageErrors(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"nope"}, `unknown command "nope"`},
-		{[]string{"backfill"}, "--src is required"},
-		{[]string{"backfill", "--src", dir, "--dst", filepath.Join(dir, "out")}, "must not contain each other"},
-		{[]string{"backfill", "--src", dir, "--dst", filepath.Join(t.TempDir(), "out"), "--store", "bogus://x"}, `unknown scheme "bogus"`},
-		{[]string{"requeue"}, "SPLIT is required"},
-		{[]string{"backfill", "--src", "gopher://bucket", "--dst", filepath.Join(t.TempDir(), "out"), "--store", "mem://"}, "bucket schemes in this build: file, s3"},
-		{[]string{"backfill", "--src", filepath.Join(dir, "absent"), "--dst", filepath.Join(t.TempDir(), "out"), "--store", "mem://"}, "is not a directory (nor a bucket URL"},
-	} {
-		code, out, errOut := runSpate(t, dir, "", 30*time.Second, tc.args...)
-		if code == 0 || !strings.Contains(out+errOut, tc.want) {
-			t.Errorf("spate %v: exit %d, want non-zero with %q:\n%s%s", tc.args, code, tc.want, out, errOut)
-		}
-	}
-}
-
 // A --dst that is out of space (its shard files are /dev/full, which
 // fails every write with ENOSPC, so no real disk is filled) fails the
 // backfill quickly with an error naming the destination, instead of

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -77,44 +76,6 @@ func TestBackfillRejectsBadFlagsBeforeCreatingAnything(t *testing.T) {
 			assert.NoDirExists(t, filepath.Join(dir, ".spate"))
 		})
 	}
-}
-
-// The other commands refuse bad flags the same way.
-func TestOtherCommandsRejectBadFlags(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"inspect", "extra"}, `spate inspect: unexpected argument "extra"`},
-		{[]string{"inspect", "--lease", "100ms"}, "spate inspect: --lease 100ms"},
-		{[]string{"inspect", "--connect-timeout", "0s"}, "spate inspect: --connect-timeout 0s"},
-		{[]string{"requeue"}, "spate requeue: SPLIT is required"},
-		{[]string{"requeue", "s1", "--job", "a/b"}, "spate requeue: --job"},
-		{[]string{"verify", "--dst", dir}, "spate verify: --src is required"},
-		{[]string{"demo", "--workers", "1"}, "spate demo: --workers 1"},
-		{[]string{"demo", "--lease", "1500ms"}, "spate demo: --lease 1.5s"},
-		{[]string{"conformance", "--parallel", "0"}, "spate conformance: --parallel 0"},
-		{[]string{"conformance", "--ttl", "0s"}, "spate conformance: --ttl 0s"},
-	} {
-		code, out, errOut := runSpate(t, dir, "", 30*time.Second, tc.args...)
-		assert.Equal(t, exitUsage, code, "spate %v\nstdout:\n%s\nstderr:\n%s", tc.args, out, errOut)
-		assert.Equal(t, 1, strings.Count(errOut, "\n"), "spate %v: want one line:\n%s", tc.args, errOut)
-		assert.Contains(t, errOut, tc.want, "spate %v", tc.args)
-	}
-	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	assert.Empty(t, entries, "a refused command created files")
-}
-
-// -h still prints the whole help, on stdout, and exits 0.
-func TestHelpPrintsTheFlags(t *testing.T) {
-	t.Parallel()
-	code, out, errOut := runSpate(t, t.TempDir(), "", 30*time.Second, "backfill", "-h")
-	assert.Equal(t, exitOK, code, errOut)
-	assert.Contains(t, out, "Usage: spate backfill")
-	assert.Contains(t, out, "-commit-interval")
 }
 
 // The coordinator's timings come from spate.TimingsForLease, the flags set
