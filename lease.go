@@ -47,7 +47,7 @@ type renewer struct {
 	presOff     bool         // parted: presence is no longer renewed
 	leader      *leaderHold
 
-	notes noteBox
+	notes *signalQueue[renewNote]
 }
 
 // leaseHold is one held split's lease as the renewer keeps it.
@@ -90,35 +90,10 @@ type renewNote struct {
 	err    error
 }
 
-// noteBox is an unbounded queue with a one-slot signal.
-type noteBox struct {
-	mu  sync.Mutex
-	q   []renewNote
-	sig chan struct{}
-}
-
-func (b *noteBox) put(n renewNote) {
-	b.mu.Lock()
-	b.q = append(b.q, n)
-	b.mu.Unlock()
-	select {
-	case b.sig <- struct{}{}:
-	default:
-	}
-}
-
-func (b *noteBox) take() []renewNote {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	q := b.q
-	b.q = nil
-	return q
-}
-
 func newRenewer(st Store, cfg Config, log *slog.Logger, m *coordMetrics, self, nonce string, seed uint64) *renewer {
 	r := &renewer{st: st, cfg: cfg, tm: deriveTimings(cfg), log: log, m: m, self: self, nonce: nonce, jitterSeed: seed,
 		check: make(chan struct{}, 1), leases: map[string]*leaseHold{},
-		notes: noteBox{sig: make(chan struct{}, 1)}}
+		notes: newSignalQueue[renewNote]()}
 	r.sessioner, _ = SessionerOf(st)
 	return r
 }

@@ -450,8 +450,8 @@ func TestOnRenewNotes(t *testing.T) {
 
 // The renewer's notes reach the loop through a box whose sender never
 // blocks, however many notes pile up.
-func TestNoteBoxNeverBlocks(t *testing.T) {
-	b := noteBox{sig: make(chan struct{}, 1)}
+func TestRenewerNotesNeverBlock(t *testing.T) {
+	b := newSignalQueue[renewNote]()
 	for i := range 1000 {
 		b.put(renewNote{kind: noteLost, id: fmt.Sprint(i)})
 	}

@@ -76,7 +76,7 @@ type actor struct {
 // backs off (retry).
 type loopIO struct {
 	wg       sync.WaitGroup
-	results  mailbox
+	results  *signalQueue[func() error]
 	busy     map[string]bool           // splits with a write of the loop's in flight
 	cells    map[string]*fenceCell     // held splits' commit fences (commit.go)
 	later    map[string][]func() error // work waiting for a busy split
@@ -110,7 +110,7 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 			keyEvents: make(chan keyEvent, stepBatch),
 		},
 		io: loopIO{busy: map[string]bool{}, cells: map[string]*fenceCell{}, later: map[string][]func() error{},
-			results: mailbox{sig: make(chan struct{}, 1)}, retry: map[opKey]time.Time{}},
+			results: newSignalQueue[func() error](), retry: map[opKey]time.Time{}},
 		handingBack: map[string]int{},
 	}
 	a.renew = newRenewer(c.store, c.cfg, c.log, c.m, a.self, a.nonce, h.Sum64())
@@ -348,32 +348,6 @@ func b2f(b bool) float64 {
 }
 
 // ----- I/O beside the loop -------------------------------------------------
-
-// mailbox is an unbounded queue with a one-slot signal: its senders never
-// block on a busy receiver.
-type mailbox struct {
-	mu  sync.Mutex
-	q   []func() error
-	sig chan struct{}
-}
-
-func (m *mailbox) put(f func() error) {
-	m.mu.Lock()
-	m.q = append(m.q, f)
-	m.mu.Unlock()
-	select {
-	case m.sig <- struct{}{}:
-	default:
-	}
-}
-
-func (m *mailbox) take() []func() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	q := m.q
-	m.q = nil
-	return q
-}
 
 // spawn runs io on its own goroutine and the continuation it returns on
 // the loop. io must not touch the actor's state; the continuation may.
