@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 )
 
@@ -12,67 +13,44 @@ func TestDrainBarrier(t *testing.T) {
 	t.Run("completes when every party arrives", func(t *testing.T) {
 		b := NewDrainBarrier(2)
 		b.Arrive()
-		if b.Wait(time.Millisecond) {
-			t.Fatal("barrier completed with a party missing")
-		}
-		if b.Remaining() != 1 {
-			t.Fatalf("remaining = %d, want 1", b.Remaining())
-		}
+		require.False(t, b.Wait(time.Millisecond), "barrier completed with a party missing")
+		require.Equal(t, 1, b.Remaining(), "remaining = %d, want 1", b.Remaining())
 		go b.Arrive()
-		if !b.Wait(5 * time.Second) {
-			t.Fatal("barrier did not complete after every party arrived")
-		}
-		if !b.Wait(0) {
-			t.Fatal("waiting after completion must return true at once")
-		}
+		require.True(t, b.Wait(5*time.Second), "barrier did not complete after every party arrived")
+		require.True(t, b.Wait(0), "waiting after completion must return true at once")
 	})
 	t.Run("zero parties is complete", func(t *testing.T) {
-		if !NewDrainBarrier(0).Wait(0) {
-			t.Fatal("a zero-party barrier must be complete")
-		}
+		require.True(t, NewDrainBarrier(0).Wait(0), "a zero-party barrier must be complete")
 	})
 	t.Run("extra arrivals are ignored", func(t *testing.T) {
 		b := NewDrainBarrier(1)
 		b.Arrive()
 		b.Arrive()
-		if !b.Done() || b.Remaining() != 0 {
-			t.Fatal("barrier state broken by an extra arrival")
-		}
+		require.True(t, b.Done(), "barrier state broken by an extra arrival")
+		require.Zero(t, b.Remaining(), "barrier state broken by an extra arrival")
 	})
 }
 
 func TestAckRefResolvesExactlyOnceOnLastRelease(t *testing.T) {
 	cp := NewCheckpointer(nil)
-	if err := cp.BeginEpoch([]PartitionID{0}, 1); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cp.BeginEpoch([]PartitionID{0}, 1))
 	a := cp.Issuer().Issue(0, 9)
 	a.Clone()
 	a.Clone()
 	a.Release()
 	a.Release()
-	if _, err := cp.drain(); err != nil {
-		t.Fatal(err)
-	}
-	if got := cp.TakeWatermarks(); len(got) != 0 {
-		t.Fatalf("watermark advanced before the last release: %v", got)
-	}
+	_, err := cp.drain()
+	require.NoError(t, err)
+	got := cp.TakeWatermarks()
+	require.Empty(t, got, "watermark advanced before the last release: %v", got)
 	a.Release()
-	if _, err := cp.drain(); err != nil {
-		t.Fatal(err)
-	}
-	if got := cp.TakeWatermarks(); len(got) != 1 || got[0].Offset != 10 {
-		t.Fatalf("watermarks = %v, want [{0 10}]", got)
-	}
-	if cp.Unresolved() != 0 {
-		t.Fatalf("unresolved = %d after the last release", cp.Unresolved())
-	}
-	defer func() {
-		if recover() == nil {
-			t.Fatal("a release past the last reference must panic")
-		}
-	}()
-	a.Release()
+	_, err = cp.drain()
+	require.NoError(t, err)
+	got = cp.TakeWatermarks()
+	require.Len(t, got, 1, "watermarks = %v, want [{0 10}]", got)
+	require.Equal(t, int64(10), got[0].Offset, "watermarks = %v, want [{0 10}]", got)
+	require.Zero(t, cp.Unresolved(), "unresolved = %d after the last release", cp.Unresolved())
+	require.Panics(t, a.Release, "a release past the last reference must panic")
 }
 
 func TestAckRefAnyFailurePoisonsTheBatch(t *testing.T) {
@@ -83,12 +61,10 @@ func TestAckRefAnyFailurePoisonsTheBatch(t *testing.T) {
 	a.Abandon() // one holder lost its data
 	a.Release() // the other delivered
 	_, _ = cp.drain()
-	if got := cp.TakeWatermarks(); len(got) != 0 {
-		t.Fatalf("a failed batch advanced the watermark: %v", got)
-	}
-	if st := cp.StalledPartitions(); len(st) != 1 {
-		t.Fatalf("stalled = %v, want partition 0", st)
-	}
+	got := cp.TakeWatermarks()
+	require.Empty(t, got, "a failed batch advanced the watermark: %v", got)
+	st := cp.StalledPartitions()
+	require.Len(t, st, 1, "stalled = %v, want partition 0", st)
 }
 
 func TestAckSetDefaultsToFailure(t *testing.T) {
@@ -100,35 +76,27 @@ func TestAckSetDefaultsToFailure(t *testing.T) {
 	delivered.AddOnce(a)
 	delivered.AddOnce(a) // once per chunk
 	abandoned.AddOnce(b)
-	if delivered.Len() != 1 {
-		t.Fatalf("AddOnce held a batch twice")
-	}
+	require.Equal(t, 1, delivered.Len(), "AddOnce held a batch twice")
 	var moved AckSet
 	moved.Absorb(&delivered)
-	if delivered.Len() != 0 || moved.Len() != 1 {
-		t.Fatal("Absorb must move every reference")
-	}
+	require.Zero(t, delivered.Len(), "Absorb must move every reference")
+	require.Equal(t, 1, moved.Len(), "Absorb must move every reference")
 	a.Release()
 	b.Release()
 	moved.Deliver()
 	abandoned.Abandon()
 	_, _ = cp.drain()
 	got := cp.TakeWatermarks()
-	if len(got) != 1 || got[0].Partition != 0 {
-		t.Fatalf("watermarks = %v, want only partition 0", got)
-	}
-	if cp.Unresolved() != 0 {
-		t.Fatalf("unresolved = %d", cp.Unresolved())
-	}
+	require.Len(t, got, 1, "watermarks = %v, want only partition 0", got)
+	require.Equal(t, PartitionID(0), got[0].Partition, "watermarks = %v, want only partition 0", got)
+	require.Zero(t, cp.Unresolved(), "unresolved = %d", cp.Unresolved())
 }
 
 func TestTracker(t *testing.T) {
 	now := time.Unix(100, 0)
 	reg := func(tr *partitionTracker, offs ...int64) {
 		for _, o := range offs {
-			if err := tr.register(tr.nextSeq, o); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, tr.register(tr.nextSeq, o))
 		}
 	}
 	t.Run("out of order waits for the head", func(t *testing.T) {
@@ -136,14 +104,13 @@ func TestTracker(t *testing.T) {
 		reg(&tr, 9, 19, 29)
 		tr.resolve(2, AckDelivered)
 		tr.resolve(1, AckDelivered)
-		if _, _, moved := tr.advance(now); moved {
-			t.Fatal("advanced past a pending head")
-		}
+		_, _, moved := tr.advance(now)
+		require.False(t, moved, "advanced past a pending head")
 		tr.resolve(0, AckDelivered)
 		off, retired, moved := tr.advance(now)
-		if !moved || off != 30 || retired != 3 {
-			t.Fatalf("advance = %d,%d,%v want 30,3,true", off, retired, moved)
-		}
+		require.True(t, moved, "advance = %d,%d,%v want 30,3,true", off, retired, moved)
+		require.Equal(t, int64(30), off, "advance = %d,%d,%v want 30,3,true", off, retired, moved)
+		require.Equal(t, uint64(3), retired, "advance = %d,%d,%v want 30,3,true", off, retired, moved)
 	})
 	t.Run("a failure at the head stalls for good and commits up to it", func(t *testing.T) {
 		var tr partitionTracker
@@ -152,43 +119,32 @@ func TestTracker(t *testing.T) {
 		tr.resolve(1, AckFailed)
 		tr.resolve(2, AckDelivered)
 		off, _, moved := tr.advance(now)
-		if !moved || off != 10 || !tr.stalled {
-			t.Fatalf("advance = %d,%v stalled=%v; want 10,true,true", off, moved, tr.stalled)
-		}
-		if _, _, moved := tr.advance(now.Add(time.Hour)); moved || !tr.stalledSince.Equal(now) {
-			t.Fatal("a stall must be permanent and keep its first time")
-		}
+		require.True(t, moved, "advance = %d,%v stalled=%v; want 10,true,true", off, moved, tr.stalled)
+		require.Equal(t, int64(10), off, "advance = %d,%v stalled=%v; want 10,true,true", off, moved, tr.stalled)
+		require.True(t, tr.stalled, "advance = %d,%v stalled=%v; want 10,true,true", off, moved, tr.stalled)
+		_, _, moved = tr.advance(now.Add(time.Hour))
+		require.False(t, moved, "a stall must be permanent and keep its first time")
+		require.True(t, tr.stalledSince.Equal(now), "a stall must be permanent and keep its first time")
 	})
 	t.Run("a failure behind a pending batch stalls only at the head", func(t *testing.T) {
 		var tr partitionTracker
 		reg(&tr, 9, 19)
 		tr.resolve(1, AckFailed)
 		tr.advance(now)
-		if tr.stalled {
-			t.Fatal("stalled before the failed batch reached the head")
-		}
+		require.False(t, tr.stalled, "stalled before the failed batch reached the head")
 		tr.resolve(0, AckDelivered)
 		tr.advance(now)
-		if !tr.stalled {
-			t.Fatal("not stalled once the failed batch is the head")
-		}
+		require.True(t, tr.stalled, "not stalled once the failed batch is the head")
 	})
 	t.Run("outcomes", func(t *testing.T) {
 		var tr partitionTracker
 		reg(&tr, 0)
-		if tr.resolve(0, AckDelivered) != resolveApplied || tr.resolve(0, AckDelivered) != resolveDuplicate {
-			t.Fatal("applied then duplicate expected")
-		}
+		require.Equal(t, resolveApplied, tr.resolve(0, AckDelivered), "applied then duplicate expected")
+		require.Equal(t, resolveDuplicate, tr.resolve(0, AckDelivered), "applied then duplicate expected")
 		tr.advance(now)
-		if tr.resolve(0, AckDelivered) != resolveAlreadyAdvanced {
-			t.Fatal("already advanced expected")
-		}
-		if tr.resolve(5, AckDelivered) != resolveUnregistered {
-			t.Fatal("unregistered expected")
-		}
-		if err := tr.register(7, 0); err == nil {
-			t.Fatal("a registration gap must be an error")
-		}
+		require.Equal(t, resolveAlreadyAdvanced, tr.resolve(0, AckDelivered), "already advanced expected")
+		require.Equal(t, resolveUnregistered, tr.resolve(5, AckDelivered), "unregistered expected")
+		require.Error(t, tr.register(7, 0), "a registration gap must be an error")
 	})
 }
 
@@ -200,9 +156,7 @@ func TestTrackerMatchesModel(t *testing.T) {
 		var tr partitionTracker
 		status := make([]int, n) // 0 pending, 1 delivered, 2 failed
 		for i := range n {
-			if err := tr.register(uint64(i), int64(i*10+9)); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, tr.register(uint64(i), int64(i*10+9)))
 		}
 		order := rapid.Permutation(seq(n)).Draw(t, "order")
 		var last int64 = -1
@@ -227,18 +181,12 @@ func TestTrackerMatchesModel(t *testing.T) {
 					want = int64((prefix-1)*10 + 9 + 1)
 				}
 				if moved {
-					if off < last {
-						t.Fatalf("watermark regressed %d -> %d", last, off)
-					}
+					require.GreaterOrEqual(t, off, last, "watermark regressed %d -> %d", last, off)
 					last = off
 				}
-				if last != want && !(want == -1 && last == -1) {
-					t.Fatalf("watermark %d, model %d (statuses %v)", last, want, status)
-				}
+				require.Equal(t, want, last, "watermark %d, model %d (statuses %v)", last, want, status)
 				stalledModel := prefix < n && status[prefix] == 2
-				if tr.stalled != stalledModel {
-					t.Fatalf("stalled %v, model %v", tr.stalled, stalledModel)
-				}
+				require.Equal(t, stalledModel, tr.stalled, "stalled %v, model %v", tr.stalled, stalledModel)
 			}
 		}
 	})
@@ -263,33 +211,25 @@ func TestCheckpointer(t *testing.T) {
 		_, _ = cp.drain()
 		cp.TakeWatermarks()
 		g, _ := cp.Gate(0)
-		if g.Advanced.Load() != 3 || g.Epoch != 1 {
-			t.Fatalf("advanced = %d epoch %d", g.Advanced.Load(), g.Epoch)
-		}
+		require.Equal(t, uint64(3), g.Advanced.Load(), "advanced = %d epoch %d", g.Advanced.Load(), g.Epoch)
+		require.Equal(t, uint32(1), g.Epoch, "advanced = %d epoch %d", g.Advanced.Load(), g.Epoch)
 		_ = cp.BeginEpoch([]PartitionID{0}, 2)
 		g2, _ := cp.Gate(0)
-		if g2.Advanced.Load() != 0 || g2.Advanced == g.Advanced {
-			t.Fatal("a new epoch must bring fresh counters")
-		}
+		require.Zero(t, g2.Advanced.Load(), "a new epoch must bring fresh counters")
+		require.NotSame(t, g.Advanced, g2.Advanced, "a new epoch must bring fresh counters")
 	})
 	t.Run("take watermarks is empty until progress and after", func(t *testing.T) {
 		cp := NewCheckpointer(nil)
 		_ = cp.BeginEpoch([]PartitionID{0, 1}, 1)
-		if len(cp.TakeWatermarks()) != 0 {
-			t.Fatal("watermarks before any ack")
-		}
+		require.Empty(t, cp.TakeWatermarks(), "watermarks before any ack")
 		is := cp.Issuer()
 		a0, a1 := is.Issue(0, 5), is.Issue(1, 7)
 		a1.Release()
 		a0.Release()
 		_, _ = cp.drain()
 		got := cp.TakeWatermarks()
-		if len(got) != 2 || got[0] != (Watermark{0, 6}) || got[1] != (Watermark{1, 8}) {
-			t.Fatalf("watermarks = %v", got)
-		}
-		if len(cp.TakeWatermarks()) != 0 {
-			t.Fatal("a second take must be empty")
-		}
+		require.Equal(t, []Watermark{{0, 6}, {1, 8}}, got, "watermarks = %v", got)
+		require.Empty(t, cp.TakeWatermarks(), "a second take must be empty")
 	})
 	t.Run("stale epoch acks are discarded", func(t *testing.T) {
 		cp := NewCheckpointer(nil)
@@ -298,12 +238,8 @@ func TestCheckpointer(t *testing.T) {
 		_ = cp.BeginEpoch([]PartitionID{0}, 2)
 		old.Release()
 		st, _ := cp.drain()
-		if st.staleEpoch != 2 {
-			t.Fatalf("stale = %d, want registration and resolution", st.staleEpoch)
-		}
-		if len(cp.TakeWatermarks()) != 0 {
-			t.Fatal("a stale ack advanced a new epoch's watermark")
-		}
+		require.Equal(t, 2, st.staleEpoch, "stale = %d, want registration and resolution", st.staleEpoch)
+		require.Empty(t, cp.TakeWatermarks(), "a stale ack advanced a new epoch's watermark")
 	})
 	t.Run("a mid-flight revoke discards later acks", func(t *testing.T) {
 		cp := NewCheckpointer(nil)
@@ -313,42 +249,29 @@ func TestCheckpointer(t *testing.T) {
 		cp.Revoke([]PartitionID{0})
 		a.Release()
 		st, _ := cp.drain()
-		if st.staleEpoch != 1 || cp.Tracks(0) {
-			t.Fatalf("stats %v", st)
-		}
+		require.Equal(t, 1, st.staleEpoch, "stats %v", st)
+		require.False(t, cp.Tracks(0), "stats %v", st)
 	})
 	t.Run("extend keeps in-flight acks and rejects reuse", func(t *testing.T) {
 		cp := NewCheckpointer(nil)
 		_ = cp.BeginEpoch([]PartitionID{0}, 1)
 		a := cp.Issuer().Issue(0, 3)
-		if err := cp.ExtendEpoch([]PartitionID{1}); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, cp.ExtendEpoch([]PartitionID{1}))
 		a.Release()
 		_, _ = cp.drain()
-		if got := cp.TakeWatermarks(); len(got) != 1 || got[0].Offset != 4 {
-			t.Fatalf("in-flight ack lost by extend: %v", got)
-		}
-		if err := cp.ExtendEpoch([]PartitionID{2, 1}); err == nil {
-			t.Fatal("extend must reject a live partition")
-		}
-		if cp.Tracks(2) {
-			t.Fatal("a rejected extend must change nothing")
-		}
+		got := cp.TakeWatermarks()
+		require.Len(t, got, 1, "in-flight ack lost by extend: %v", got)
+		require.Equal(t, int64(4), got[0].Offset, "in-flight ack lost by extend: %v", got)
+		require.Error(t, cp.ExtendEpoch([]PartitionID{2, 1}), "extend must reject a live partition")
+		require.False(t, cp.Tracks(2), "a rejected extend must change nothing")
 		cp.Revoke([]PartitionID{1})
-		if err := cp.ExtendEpoch([]PartitionID{1}); err == nil {
-			t.Fatal("extend must reject a partition revoked in this epoch")
-		}
-		if cp.Epoch() != 1 {
-			t.Fatal("extend changed the epoch")
-		}
+		require.Error(t, cp.ExtendEpoch([]PartitionID{1}), "extend must reject a partition revoked in this epoch")
+		require.Equal(t, uint32(1), cp.Epoch(), "extend changed the epoch")
 	})
 	t.Run("an epoch regression is an error", func(t *testing.T) {
 		cp := NewCheckpointer(nil)
 		_ = cp.BeginEpoch(nil, 3)
-		if err := cp.BeginEpoch(nil, 3); err == nil {
-			t.Fatal("an equal epoch must be rejected")
-		}
+		require.Error(t, cp.BeginEpoch(nil, 3), "an equal epoch must be rejected")
 	})
 	t.Run("cross-goroutine issuing", func(t *testing.T) {
 		cp := NewCheckpointer(nil)
@@ -369,15 +292,12 @@ func TestCheckpointer(t *testing.T) {
 		applied := 0
 		for applied < 200 && time.Now().Before(deadline) {
 			st, err := cp.drain()
-			if err != nil || st.unknown != 0 {
-				t.Fatalf("drain: %v %v", err, st)
-			}
+			require.NoError(t, err, "drain: %v", st)
+			require.Zero(t, st.unknown, "drain: %v %v", err, st)
 			applied += st.applied
 			time.Sleep(time.Millisecond)
 		}
-		if applied != 200 {
-			t.Fatalf("applied %d of 200", applied)
-		}
+		require.Equal(t, 200, applied, "applied %d of 200", applied)
 	})
 }
 
@@ -416,9 +336,9 @@ func TestCheckpointerEpochChurn(t *testing.T) {
 			case 4:
 				_, _ = cp.drain()
 				for _, w := range cp.TakeWatermarks() {
-					if e, ok := delivered[w.Partition][w.Offset]; !ok || e != epoch {
-						t.Fatalf("watermark %v not backed by a delivered batch of epoch %d (got epoch %d, %v)", w, epoch, e, ok)
-					}
+					e, ok := delivered[w.Partition][w.Offset]
+					require.True(t, ok, "watermark %v not backed by a delivered batch of epoch %d (got epoch %d, %v)", w, epoch, e, ok)
+					require.Equal(t, epoch, e, "watermark %v not backed by a delivered batch of epoch %d (got epoch %d, %v)", w, epoch, e, ok)
 				}
 			}
 		}
@@ -432,71 +352,45 @@ func TestWatermarkController(t *testing.T) {
 	now := time.Unix(0, 0)
 	clock := func() time.Time { return now }
 	p := newBPParams(100, 0.8, 0.5, 10*time.Millisecond)
-	if p.high != 80 || p.low != 50 {
-		t.Fatalf("params %+v", p)
-	}
+	require.Equal(t, int64(80), p.high, "params %+v", p)
+	require.Equal(t, int64(50), p.low, "params %+v", p)
 	w := newWatermarkController(p, clock)
-	if w.tick(79, true) != bpNone {
-		t.Fatal("paused below the high mark")
-	}
-	if w.tick(80, true) != bpPause {
-		t.Fatal("the high mark must pause")
-	}
-	if w.tick(10, true) != bpNone {
-		t.Fatal("resumed before min pause")
-	}
+	require.Equal(t, bpNone, w.tick(79, true), "paused below the high mark")
+	require.Equal(t, bpPause, w.tick(80, true), "the high mark must pause")
+	require.Equal(t, bpNone, w.tick(10, true), "resumed before min pause")
 	now = now.Add(10 * time.Millisecond)
-	if w.tick(51, true) != bpNone || w.tick(50, false) != bpNone {
-		t.Fatal("resumed above the low mark or with full queues")
-	}
+	require.Equal(t, bpNone, w.tick(51, true), "resumed above the low mark or with full queues")
+	require.Equal(t, bpNone, w.tick(50, false), "resumed above the low mark or with full queues")
 	w.onSendRejected()
-	if w.tick(0, true) != bpNone {
-		t.Fatal("a rejection while paused must hold the pause one tick")
-	}
-	if w.tick(0, true) != bpNone {
-		t.Fatal("a rejection while paused restarts the min-pause timer")
-	}
+	require.Equal(t, bpNone, w.tick(0, true), "a rejection while paused must hold the pause one tick")
+	require.Equal(t, bpNone, w.tick(0, true), "a rejection while paused restarts the min-pause timer")
 	now = now.Add(10 * time.Millisecond)
-	if w.tick(0, true) != bpResume {
-		t.Fatal("must resume once low, queues low and min pause passed")
-	}
+	require.Equal(t, bpResume, w.tick(0, true), "must resume once low, queues low and min pause passed")
 	w.onSendRejected()
-	if w.tick(0, true) != bpPause {
-		t.Fatal("a rejection pauses on the next tick")
-	}
+	require.Equal(t, bpPause, w.tick(0, true), "a rejection pauses on the next tick")
 }
 
 func TestInflightBudgetSaturates(t *testing.T) {
 	b := NewInflightBudget(10)
 	b.Add(5)
 	b.Sub(8)
-	if b.Usage() != 0 {
-		t.Fatalf("usage went below zero: %d", b.Usage())
-	}
+	require.Zero(t, b.Usage(), "usage went below zero: %d", b.Usage())
 }
 
 func TestStopArithmetic(t *testing.T) {
 	trigger := time.Unix(1000, 0)
 	st := newStopTimes(trigger, 25*time.Second, DefaultStopReserve)
-	if !st.deadline.Equal(trigger.Add(25*time.Second)) || !st.reserveAt.Equal(trigger.Add(20*time.Second)) {
-		t.Fatalf("stop times %+v", st)
-	}
+	require.True(t, st.deadline.Equal(trigger.Add(25*time.Second)), "stop times %+v", st)
+	require.True(t, st.reserveAt.Equal(trigger.Add(20*time.Second)), "stop times %+v", st)
 	short := newStopTimes(trigger, 3*time.Second, DefaultStopReserve)
-	if !short.reserveAt.Equal(trigger) {
-		t.Fatal("the reserve never precedes the trigger")
-	}
+	require.True(t, short.reserveAt.Equal(trigger), "the reserve never precedes the trigger")
 	now := trigger
-	if stopBudget(now, now.Add(4*time.Second), 10*time.Second) != 4*time.Second ||
-		stopBudget(now, now.Add(20*time.Second), 10*time.Second) != 10*time.Second ||
-		stopBudget(now.Add(time.Minute), now, time.Second) != 0 {
-		t.Fatal("stop budget")
-	}
+	require.Equal(t, 4*time.Second, stopBudget(now, now.Add(4*time.Second), 10*time.Second), "stop budget")
+	require.Equal(t, 10*time.Second, stopBudget(now, now.Add(20*time.Second), 10*time.Second), "stop budget")
+	require.Zero(t, stopBudget(now.Add(time.Minute), now, time.Second), "stop budget")
 	dl := now.Add(10 * time.Second)
-	if !lanesDeadline(now, dl, time.Second).Equal(dl.Add(-time.Second)) || !lanesDeadline(now, dl, 0).Equal(dl) {
-		t.Fatal("lanes deadline")
-	}
+	require.True(t, lanesDeadline(now, dl, time.Second).Equal(dl.Add(-time.Second)), "lanes deadline")
+	require.True(t, lanesDeadline(now, dl, 0).Equal(dl), "lanes deadline")
 	late := dl.Add(-500 * time.Millisecond)
-	if !lanesDeadline(late, dl, time.Second).Equal(late) {
-		t.Fatal("lanes deadline never before now")
-	}
+	require.True(t, lanesDeadline(late, dl, time.Second).Equal(late), "lanes deadline never before now")
 }
