@@ -186,11 +186,9 @@ func (a *actor) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case cmd := <-a.c.cmds:
-			a.ownDirty = true
-			err = a.handle(cmd)
+			err = a.onCommand(cmd)
 		case <-a.io.results.sig:
-			a.ownDirty = true
-			err = a.runResults()
+			err = a.onResults()
 		case <-a.renew.notes.sig:
 			a.ownDirty = true
 			err = a.onRenewNotes(a.renew.notes.take())
@@ -226,23 +224,10 @@ func (a *actor) run(ctx context.Context) {
 		// Serve what else is ready before deciding: a step is O(assigned)
 		// and need not run once per commit. Nothing on the loop blocks,
 		// so a batch is short.
-	batch:
 		for i := 0; i < stepBatch && err == nil; i++ {
-			select {
-			case cmd := <-a.c.cmds:
-				a.ownDirty = true
-				err = a.handle(cmd)
-			case <-a.io.results.sig:
-				a.ownDirty = true
-				err = a.runResults()
-			case ev, ok := <-a.w.streams[0].ch:
-				err = a.onWatch(a.w.streams[0], ev, ok)
-			case ev, ok := <-a.w.streams[1].ch:
-				err = a.onWatch(a.w.streams[1], ev, ok)
-			case ke := <-a.w.keyEvents:
-				err = a.onKeyEvent(ke)
-			default:
-				break batch
+			var served bool
+			if served, err = a.serveReady(); !served {
+				break
 			}
 		}
 		if err == nil {
@@ -345,6 +330,38 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// serveReady serves one ready command, I/O result, watch event or key
+// event without waiting (the events a batch drains before a step);
+// served is false when none is ready.
+func (a *actor) serveReady() (served bool, err error) {
+	select {
+	case cmd := <-a.c.cmds:
+		return true, a.onCommand(cmd)
+	case <-a.io.results.sig:
+		return true, a.onResults()
+	case ev, ok := <-a.w.streams[0].ch:
+		return true, a.onWatch(a.w.streams[0], ev, ok)
+	case ev, ok := <-a.w.streams[1].ch:
+		return true, a.onWatch(a.w.streams[1], ev, ok)
+	case ke := <-a.w.keyEvents:
+		return true, a.onKeyEvent(ke)
+	default:
+		return false, nil
+	}
+}
+
+// onCommand takes a command of the handle.
+func (a *actor) onCommand(cmd *command) error {
+	a.ownDirty = true
+	return a.handle(cmd)
+}
+
+// onResults runs the continuations of the I/O beside the loop.
+func (a *actor) onResults() error {
+	a.ownDirty = true
+	return a.runResults()
 }
 
 // ----- I/O beside the loop -------------------------------------------------
