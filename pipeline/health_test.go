@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 )
 
@@ -11,27 +12,18 @@ func TestHealthState(t *testing.T) {
 	now := time.Unix(0, 0)
 	h := newHealthState(2, func() time.Time { return now })
 	h.setSinksConnected(true)
-	if h.Ready() {
-		t.Fatal("ready needs an assignment too")
-	}
+	require.False(t, h.Ready(), "ready needs an assignment too")
 	h.setAssignmentReceived()
-	if !h.Ready() || !h.Live() {
-		t.Fatal("ready and live expected")
-	}
+	require.True(t, h.Ready(), "ready and live expected")
+	require.True(t, h.Live(), "ready and live expected")
 	now = now.Add(HeartbeatStale + time.Second)
 	h.beat(0)
-	if h.Live() {
-		t.Fatal("a stale heartbeat must fail liveness")
-	}
+	require.False(t, h.Live(), "a stale heartbeat must fail liveness")
 	h.beat(1)
 	h.reportWatermark(WatermarkStuck+time.Second, false)
-	if !h.Live() {
-		t.Fatal("a stuck watermark counts only while data flows")
-	}
+	require.True(t, h.Live(), "a stuck watermark counts only while data flows")
 	h.reportWatermark(WatermarkStuck+time.Second, true)
-	if h.Live() {
-		t.Fatal("a stuck watermark with data flowing fails liveness")
-	}
+	require.False(t, h.Live(), "a stuck watermark with data flowing fails liveness")
 }
 
 // The backpressure controller against its rules: transitions alternate,
@@ -57,14 +49,14 @@ func TestWatermarkControllerProperties(t *testing.T) {
 			low := rapid.Bool().Draw(t, "queuesLow")
 			switch tr := w.tick(usage, low); tr {
 			case bpPause, bpResume:
-				if tr == last {
-					t.Fatalf("transition %v twice in a row", tr)
-				}
+				require.NotEqual(t, last, tr, "transition %v twice in a row", tr)
 				last = tr
 				if tr == bpPause {
 					pausedAt = now
-				} else if usage > p.low || !low || now.Sub(pausedAt) < p.minPause {
-					t.Fatalf("resumed at usage %d queuesLow %v after %v", usage, low, now.Sub(pausedAt))
+				} else {
+					require.LessOrEqual(t, usage, p.low, "resumed at usage %d queuesLow %v after %v", usage, low, now.Sub(pausedAt))
+					require.True(t, low, "resumed at usage %d queuesLow %v after %v", usage, low, now.Sub(pausedAt))
+					require.GreaterOrEqual(t, now.Sub(pausedAt), p.minPause, "resumed at usage %d queuesLow %v after %v", usage, low, now.Sub(pausedAt))
 				}
 			}
 		}
@@ -78,9 +70,7 @@ func TestWatermarkControllerProperties(t *testing.T) {
 				}
 				now = now.Add(p.minPause)
 			}
-			if !resumed {
-				t.Fatal("a paused controller must resume once pressure is gone")
-			}
+			require.True(t, resumed, "a paused controller must resume once pressure is gone")
 		}
 	})
 }

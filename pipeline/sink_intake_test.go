@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // blockingSink blocks its first write until release is closed and records
@@ -53,15 +55,13 @@ func TestBatchGrowsWhileTheWriterIsBusy(t *testing.T) {
 		t.Helper()
 		ch := &chunk{records: make([]Record, records), bytes: int64(records)}
 		budget.Add(ch.bytes)
-		if !s.trySend(0, ch) {
-			t.Fatal("the queue refused a chunk")
-		}
+		require.True(t, s.trySend(0, ch), "the queue refused a chunk")
 	}
 	send(1)
 	select {
 	case <-sink.started:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the first write never started")
+		require.Fail(t, "the first write never started")
 	}
 	// Four groups of chunks, each well past the linger of the one before.
 	for range 4 {
@@ -72,24 +72,18 @@ func TestBatchGrowsWhileTheWriterIsBusy(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for s.depth[0].Load() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d chunks still queued behind the busy writer: the intake stopped taking them", s.depth[0].Load())
-		}
+		require.False(t, time.Now().After(deadline), "%d chunks still queued behind the busy writer: the intake stopped taking them", s.depth[0].Load())
 		time.Sleep(time.Millisecond)
 	}
 	close(sink.release)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if r := s.drain(ctx); r.Abandoned > 0 || r.Overran {
-		t.Fatalf("drain: %+v", r)
-	}
+	r := s.drain(ctx)
+	require.Zero(t, r.Abandoned, "drain: %+v", r)
+	require.False(t, r.Overran, "drain: %+v", r)
 	got := sink.writes()
-	if len(got) != 2 || got[0] != 1 || got[1] != 40 {
-		t.Fatalf("writes of %v records, want [1 40]: the slow write's successor takes everything queued behind it", got)
-	}
-	if budget.Usage() != 0 {
-		t.Fatalf("%d bytes still counted in flight", budget.Usage())
-	}
+	require.Equal(t, []int{1, 40}, got, "writes of %v records, want [1 40]: the slow write's successor takes everything queued behind it", got)
+	require.Zero(t, budget.Usage(), "%d bytes still counted in flight", budget.Usage())
 }
 
 // While a write is under way, a lingered batch takes in at most a queue's
@@ -114,52 +108,41 @@ func TestBatchTakesAQueueWorthWhileTheWriterIsBusy(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for s.depth[0].Load() != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("queue depth %d, want %d", s.depth[0].Load(), want)
-			}
+			require.False(t, time.Now().After(deadline), "queue depth %d, want %d", s.depth[0].Load(), want)
 			time.Sleep(time.Millisecond)
 		}
 	}
-	if !send(1) {
-		t.Fatal("the queue refused the first chunk")
-	}
+	require.True(t, send(1), "the queue refused the first chunk")
 	select {
 	case <-sink.started:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the first write never started")
+		require.Fail(t, "the first write never started")
 	}
 	for range queue {
-		if !send(2) {
-			t.Fatal("the queue refused a chunk")
-		}
+		require.True(t, send(2), "the queue refused a chunk")
 	}
 	waitDepth(0)                      // the next batch took a queue's worth
 	time.Sleep(20 * time.Millisecond) // and lingered: it is due
 	for range queue {
-		if !send(2) {
-			t.Fatal("the queue refused a chunk")
-		}
+		require.True(t, send(2), "the queue refused a chunk")
 	}
 	time.Sleep(50 * time.Millisecond)
 	waitDepth(queue) // left queued behind the due batch
-	if send(2) {
-		t.Fatal("the queue took a chunk past its capacity")
-	}
+	require.False(t, send(2), "the queue took a chunk past its capacity")
 	close(sink.release)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if r := s.drain(ctx); r.Abandoned > 0 || r.Overran {
-		t.Fatalf("drain: %+v", r)
-	}
+	r := s.drain(ctx)
+	require.Zero(t, r.Abandoned, "drain: %+v", r)
+	require.False(t, r.Overran, "drain: %+v", r)
 	got := sink.writes()
 	total := 0
 	for _, n := range got {
 		total += n
 	}
-	if len(got) < 3 || got[0] != 1 || got[1] != 2*queue || total != 1+4*queue {
-		t.Fatalf("writes of %v records, want [1 %d ...] totalling %d", got, 2*queue, 1+4*queue)
-	}
-	if budget.Usage() != 0 {
-		t.Fatalf("%d bytes still counted in flight", budget.Usage())
-	}
+	require.GreaterOrEqual(t, len(got), 3, "writes of %v records, want [1 %d ...] totalling %d", got, 2*queue, 1+4*queue)
+	require.Equal(t, 1, got[0], "writes of %v records, want [1 %d ...] totalling %d", got, 2*queue, 1+4*queue)
+	require.Equal(t, 2*queue, got[1], "writes of %v records, want [1 %d ...] totalling %d", got, 2*queue, 1+4*queue)
+	require.Equal(t, 1+4*queue, total, "writes of %v records, want [1 %d ...] totalling %d", got, 2*queue, 1+4*queue)
+	require.Zero(t, budget.Usage(), "%d bytes still counted in flight", budget.Usage())
 }
