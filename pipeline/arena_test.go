@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/spate-go/spate/pipeline"
 )
 
@@ -121,21 +123,16 @@ func TestRecycledArenasNeverAliasLiveRecords(t *testing.T) {
 				[]pipeline.SinkSpec{{Name: "check", Sink: sink, Options: pipeline.SinkOptions{Shards: 2, QueueCapacity: 4,
 					ChunkTargetBytes: 4 << 10, Linger: time.Millisecond, RetryInitial: time.Millisecond}}},
 				pipeline.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			r, err := rt.Run(ctx)
-			if err != nil || r.State != pipeline.Completed {
-				t.Fatalf("run: %v %v", r.State, err)
-			}
+			require.NoError(t, err, "run: %v", r.State)
+			require.Equal(t, pipeline.Completed, r.State, "run: %v %v", r.State, err)
 			if n := cs.bad.Load(); n > 0 {
 				t.Fatalf("%d records showed bytes that were not theirs; first: %s", n, *cs.firstBad.Load())
 			}
-			if len(cs.seen) != lanes*perLane {
-				t.Fatalf("the sink accepted %d distinct records, want %d", len(cs.seen), lanes*perLane)
-			}
+			require.Len(t, cs.seen, lanes*perLane, "the sink accepted %d distinct records, want %d", len(cs.seen), lanes*perLane)
 		})
 	}
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate/pipeline"
 )
@@ -36,26 +38,19 @@ func TestNoSpaceLeftFailsThePipelineAfterBoundedRetries(t *testing.T) {
 	_, wait := startReal(t, testConfig(), src, nil, nil, pipeline.SinkSpec{Name: "file", Sink: sink, Options: opts})
 	r := wait()
 	took := time.Since(start)
-	if r.State != pipeline.Failed || r.Failure == nil {
-		t.Fatalf("state %v, failure %v", r.State, r.Failure)
-	}
+	require.Equal(t, pipeline.Failed, r.State, "state %v, failure %v", r.State, r.Failure)
+	require.NotNil(t, r.Failure, "state %v, failure %v", r.State, r.Failure)
 	for _, want := range []string{"no space left on device", "/data/out", `sink "file"`, "5 attempts"} {
-		if !strings.Contains(r.Failure.Error(), want) {
-			t.Errorf("failure %q does not mention %q", r.Failure.Error(), want)
-		}
+		assert.Contains(t, r.Failure.Error(), want, "failure %q does not mention %q", r.Failure.Error(), want)
 	}
 	// 100+200+400+800ms of backoff (±20%), then the drain: well under the
 	// 3s drain timeout plus the stall limit the run would otherwise need.
-	if took > 4*time.Second {
-		t.Fatalf("the run took %v to fail", took)
-	}
+	require.LessOrEqual(t, took, 4*time.Second, "the run took %v to fail", took)
 	// Each of two shards tries its batch at most 5 times; once the sink
 	// failed nothing more is written.
-	if n := sink.writes.Load(); n > 2*5 {
-		t.Fatalf("%d writes; at most 10 expected", n)
-	}
-	if _, ok := src.committed(0); ok {
-		t.Fatal("a batch that was never written was committed")
-	}
+	n := sink.writes.Load()
+	require.LessOrEqual(t, n, int32(2*5), "%d writes; at most 10 expected", n)
+	_, ok := src.committed(0)
+	require.False(t, ok, "a batch that was never written was committed")
 	t.Logf("failed in %v after %d writes: %v", took, sink.writes.Load(), r.Failure)
 }
