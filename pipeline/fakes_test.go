@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline"
 )
@@ -478,9 +481,7 @@ func newHarnessWith(t *testing.T, cfg pipeline.Config, opts []pipeline.Option, m
 		},
 	}
 	rt, err := pipeline.New(cfg, h.src, chains, sinks, nil, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	h.rt = rt
 	return h
 }
@@ -496,12 +497,10 @@ func (h *harness) run() func() pipeline.ExitReport {
 	return func() pipeline.ExitReport {
 		select {
 		case r := <-ch:
-			if r.r.UnresolvedAcks != 0 {
-				h.t.Errorf("%d acknowledgment handles leaked", r.r.UnresolvedAcks)
-			}
+			assert.Zero(h.t, r.r.UnresolvedAcks, "%d acknowledgment handles leaked", r.r.UnresolvedAcks)
 			return r.r
 		case <-time.After(30 * time.Second):
-			h.t.Fatal("Run did not return within 30s")
+			require.Fail(h.t, "Run did not return within 30s")
 			return pipeline.ExitReport{}
 		}
 	}
@@ -511,9 +510,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
+		require.False(t, time.Now().After(deadline), "timed out waiting for %s", what)
 		time.Sleep(time.Millisecond)
 	}
 }
