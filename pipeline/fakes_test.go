@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -544,5 +543,3 @@ func drained() step                { return step{kind: stepDrained} }
 func wm(p, o int) pipeline.Watermark {
 	return pipeline.Watermark{Partition: pipeline.PartitionID(p), Offset: int64(o)}
 }
-
-func contains(s, sub string) bool { return strings.Contains(s, sub) }
