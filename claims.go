@@ -440,7 +440,7 @@ func (a *actor) quarantine(c claimCandidate) {
 		}
 		if err != nil || !ok {
 			return func() error {
-				if KindOf(err) == KindFatal {
+				if kindOf(err) == kindFatal {
 					return err
 				}
 				a.failed(opKey{"claim", c.id})

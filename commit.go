@@ -388,7 +388,7 @@ func (a *actor) commitDone(cmd *command, t *tenancy, out commitOut, since uint64
 			a.damage(id, prefixSplit+id, 0, out.err)
 			return reply(Fencedf("split %s: its progress record became unreadable (%v); nothing was written", id, out.err))
 		}
-		if KindOf(out.err) == KindFatal {
+		if kindOf(out.err) == kindFatal {
 			return fatal(out.err)
 		}
 		if checked {

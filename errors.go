@@ -12,7 +12,7 @@ import (
 //
 //	fmt.Errorf("etcd: update %q: %w: %w", key, err, spate.ErrRetryable)
 //
-// Never match error strings; use errors.Is or [KindOf].
+// Never match error strings; use errors.Is, or [IsRetryable], [IsFenced] and [IsFatal].
 var (
 	// ErrFenced: a fenced write lost, so this instance no longer owns the
 	// split and nothing was written. Callers intercept it and treat the split
@@ -53,115 +53,124 @@ var (
 	ErrSessionExpired = errors.New("spate: session expired")
 )
 
-// ErrorKind says how a caller must react to an error.
-type ErrorKind uint8
+// errorKind says how a caller must react to an error.
+type errorKind uint8
 
 const (
-	// KindNone is the kind of a nil error.
-	KindNone ErrorKind = iota
-	// KindFenced: the split is no longer owned; nothing was written.
-	KindFenced
-	// KindRetryable: transient; the operation may succeed if retried.
-	KindRetryable
-	// KindFatal: unrecoverable; stop.
-	KindFatal
+	// kindNone is the kind of a nil error.
+	kindNone errorKind = iota
+	// kindFenced: the split is no longer owned; nothing was written.
+	kindFenced
+	// kindRetryable: transient; the operation may succeed if retried.
+	kindRetryable
+	// kindFatal: unrecoverable; stop.
+	kindFatal
 )
 
-func (k ErrorKind) String() string {
+func (k errorKind) String() string {
 	switch k {
-	case KindNone:
+	case kindNone:
 		return "none"
-	case KindFenced:
+	case kindFenced:
 		return "fenced"
-	case KindRetryable:
+	case kindRetryable:
 		return "retryable"
-	case KindFatal:
+	case kindFatal:
 		return "fatal"
 	}
-	return fmt.Sprintf("ErrorKind(%d)", uint8(k))
+	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-func (k ErrorKind) sentinel() error {
+func (k errorKind) sentinel() error {
 	switch k {
-	case KindFenced:
+	case kindFenced:
 		return ErrFenced
-	case KindRetryable:
+	case kindRetryable:
 		return ErrRetryable
-	case KindNone:
+	case kindNone:
 		return nil
 	}
 	return ErrFatal
 }
 
-// Error is a coordination error with a kind and a human-readable reason.
-// It wraps its cause, if any.
-type Error struct {
-	Kind   ErrorKind
-	Reason string
-	Err    error
+// classError is an error made by Fatalf, Retryablef or Fencedf: a class
+// and a reason, wrapping its cause if any.
+type classError struct {
+	kind   errorKind
+	reason string
+	err    error
 }
 
-func (e *Error) Error() string {
-	s := "spate: " + e.Kind.String()
-	if e.Reason != "" {
-		s += ": " + e.Reason
+func (e *classError) Error() string {
+	s := "spate: " + e.kind.String()
+	if e.reason != "" {
+		s += ": " + e.reason
 	}
 	return s
 }
 
 // Unwrap returns the cause.
-func (e *Error) Unwrap() error { return e.Err }
+func (e *classError) Unwrap() error { return e.err }
 
-// Is matches the sentinel of e's kind, so errors.Is(err, ErrFenced) holds
-// for a fenced *Error.
-func (e *Error) Is(target error) bool { return target != nil && target == e.Kind.sentinel() }
+// Is matches the sentinel of e's class, so errors.Is(err, ErrFenced) holds
+// for an error made by Fencedf.
+func (e *classError) Is(target error) bool { return target != nil && target == e.kind.sentinel() }
 
-func newError(kind ErrorKind, format string, args []any) error {
+func newError(kind errorKind, format string, args []any) error {
 	cause := fmt.Errorf(format, args...)
-	return &Error{Kind: kind, Reason: cause.Error(), Err: errors.Unwrap(cause)}
+	return &classError{kind: kind, reason: cause.Error(), err: errors.Unwrap(cause)}
 }
 
-// Fatalf returns a Fatal *Error. %w verbs wrap their operands.
-func Fatalf(format string, args ...any) error { return newError(KindFatal, format, args) }
+// Fatalf returns a Fatal error: errors.Is(err, ErrFatal) holds. %w verbs
+// wrap their operands.
+func Fatalf(format string, args ...any) error { return newError(kindFatal, format, args) }
 
-// Retryablef returns a Retryable *Error. %w verbs wrap their operands.
-func Retryablef(format string, args ...any) error { return newError(KindRetryable, format, args) }
+// Retryablef returns a Retryable error: errors.Is(err, ErrRetryable)
+// holds. %w verbs wrap their operands.
+func Retryablef(format string, args ...any) error { return newError(kindRetryable, format, args) }
 
-// Fencedf returns a Fenced *Error. %w verbs wrap their operands.
-func Fencedf(format string, args ...any) error { return newError(KindFenced, format, args) }
+// Fencedf returns a Fenced error: errors.Is(err, ErrFenced) holds. %w
+// verbs wrap their operands.
+func Fencedf(format string, args ...any) error { return newError(kindFenced, format, args) }
 
-// KindOf classifies any error. A *Error reports its own kind; otherwise the
+// kindOf classifies any error. An error of Fatalf, Retryablef or Fencedf
+// reports its own class; otherwise the
 // sentinels decide (ErrFenced, then ErrRetryable, then ErrFatal); a
 // cancelled or expired context is Retryable; anything else unclassified is
 // Fatal, because an error nobody classified cannot be assumed transient.
-func KindOf(err error) ErrorKind {
+func kindOf(err error) errorKind {
 	if err == nil {
-		return KindNone
+		return kindNone
 	}
-	if e, ok := errors.AsType[*Error](err); ok {
-		if e.Kind == KindNone {
-			return KindFatal
+	if e, ok := errors.AsType[*classError](err); ok {
+		if e.kind == kindNone {
+			return kindFatal
 		}
-		return e.Kind
+		return e.kind
 	}
 	switch {
 	case errors.Is(err, ErrFenced):
-		return KindFenced
+		return kindFenced
 	case errors.Is(err, ErrFatal):
-		return KindFatal
+		return kindFatal
 	case errors.Is(err, ErrRetryable),
 		errors.Is(err, context.Canceled),
 		errors.Is(err, context.DeadlineExceeded):
-		return KindRetryable
+		return kindRetryable
 	}
-	return KindFatal
+	return kindFatal
 }
 
-// IsRetryable reports whether err is transient.
-func IsRetryable(err error) bool { return KindOf(err) == KindRetryable }
+// IsRetryable reports whether err is transient: it matches ErrRetryable
+// (and neither ErrFenced nor ErrFatal), or it is a bare cancelled or
+// expired context.
+func IsRetryable(err error) bool { return kindOf(err) == kindRetryable }
 
-// IsFenced reports whether err means "no longer owned; nothing written".
-func IsFenced(err error) bool { return KindOf(err) == KindFenced }
+// IsFenced reports whether err means "no longer owned; nothing written":
+// it matches ErrFenced.
+func IsFenced(err error) bool { return kindOf(err) == kindFenced }
 
-// IsFatal reports whether err is unrecoverable.
-func IsFatal(err error) bool { return KindOf(err) == KindFatal }
+// IsFatal reports whether err is unrecoverable: it matches ErrFatal, or
+// nobody classified it (an error nobody classified cannot be assumed
+// transient). A nil error is none of the three.
+func IsFatal(err error) bool { return kindOf(err) == kindFatal }

@@ -83,7 +83,7 @@ func FuzzSplitID(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		id, err := NewSplitID(s)
 		if err != nil {
-			if KindOf(err) != KindFatal {
+			if kindOf(err) != kindFatal {
 				t.Fatalf("invalid id %q: error %v is not Fatal", s, err)
 			}
 			return

@@ -90,7 +90,7 @@ func (a *actor) runElection(ctx context.Context, plan planRecord, planRev uint64
 		next.UpdatedAtMs = nowMs()
 		o, err := a.st.Update(ctx, Durable, keyPlan, encode(&next), planRev)
 		if err != nil {
-			if KindOf(err) == KindRetryable {
+			if kindOf(err) == kindRetryable {
 				continue
 			}
 			res.err = err

@@ -101,7 +101,7 @@ func newRenewer(st Store, cfg Config, log *slog.Logger, m *coordMetrics, self, n
 // retrySoon waits retryWait after a Retryable renewal failure and reports
 // whether to try once more (false for a Fatal error or when ctx ends).
 func (r *renewer) retrySoon(ctx context.Context, err error) bool {
-	if KindOf(err) != KindRetryable || ctx.Err() != nil {
+	if kindOf(err) != kindRetryable || ctx.Err() != nil {
 		return false
 	}
 	t := time.NewTimer(r.tm.renewRetry)
@@ -159,7 +159,7 @@ func (r *renewer) keepSession(ctx context.Context) {
 			}
 		}
 		r.mu.Unlock()
-	case errors.Is(err, ErrSessionExpired) || KindOf(err) == KindFatal:
+	case errors.Is(err, ErrSessionExpired) || kindOf(err) == kindFatal:
 		r.log.Warn("the lease session expired: its leases are gone", "err", err)
 		var lost []renewNote
 		r.mu.Lock()

@@ -115,7 +115,7 @@ func (p planRun) run(ctx context.Context, snap planRecord, rev uint64) (res plan
 		return err
 	}()
 	if err != nil {
-		if ctx.Err() != nil || KindOf(err) == KindRetryable {
+		if ctx.Err() != nil || kindOf(err) == kindRetryable {
 			return planResult{outcome: planError, err: err}
 		}
 		return planResult{outcome: planFatal, err: fmt.Errorf("planner: %w", err)}
@@ -127,7 +127,7 @@ func (p planRun) run(ctx context.Context, snap planRecord, rev uint64) (res plan
 	}
 	created, err := p.seed(ctx, plan.Splits, snap.Generation)
 	if err != nil {
-		if KindOf(err) == KindFatal {
+		if kindOf(err) == kindFatal {
 			return planResult{outcome: planFatal, err: err}
 		}
 		return planResult{outcome: planError, err: err, created: created}
@@ -175,7 +175,7 @@ func (p planRun) seed(ctx context.Context, splits []PlannedSplit, gen uint64) (i
 	var mu sync.Mutex
 	setErr := func(err error) {
 		mu.Lock()
-		if firstErr == nil || KindOf(err) == KindFatal && KindOf(firstErr) != KindFatal {
+		if firstErr == nil || kindOf(err) == kindFatal && kindOf(firstErr) != kindFatal {
 			firstErr = err
 		}
 		mu.Unlock()

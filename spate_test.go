@@ -25,8 +25,8 @@ func TestSplitIDValidation(t *testing.T) {
 		if !assert.Error(t, err, "NewSplitID(%q) accepted an invalid id", bad) {
 			continue
 		}
-		assert.Equal(t, spate.KindFatal, spate.KindOf(err), "NewSplitID(%q): error %v is %v, want Fatal", bad, err, spate.KindOf(err))
-		assert.ErrorIs(t, err, spate.ErrFatal, "NewSplitID(%q): error %v is %v, want Fatal", bad, err, spate.KindOf(err))
+		assert.True(t, spate.IsFatal(err), "NewSplitID(%q): error %v, want Fatal", bad, err)
+		assert.ErrorIs(t, err, spate.ErrFatal, "NewSplitID(%q): error %v, want Fatal", bad, err)
 	}
 	var zero spate.SplitID
 	assert.True(t, zero.IsZero(), "zero SplitID should report IsZero")
@@ -42,30 +42,44 @@ func TestSplitIDText(t *testing.T) {
 	require.Equal(t, "good-id", id.String(), "a failed UnmarshalText changed the id to %q", id)
 }
 
-func TestErrorKinds(t *testing.T) {
+func TestErrorClasses(t *testing.T) {
 	fenced := spate.Fencedf("split %s is owned by a peer at epoch %d", "s-0", 2)
-	assert.Equal(t, spate.KindFenced, spate.KindOf(fenced))
+	assert.True(t, spate.IsFenced(fenced))
 	assert.True(t, errors.Is(fenced, spate.ErrFenced), "a fenced error matches ErrFenced")
 	assert.False(t, errors.Is(fenced, spate.ErrFatal), "a fenced error matches ErrFenced only")
 	assert.Contains(t, fenced.Error(), "owned by a peer", "error text keeps the reason")
-	assert.Equal(t, spate.KindRetryable, spate.KindOf(spate.Retryablef("timeout")))
-	assert.Equal(t, spate.KindFatal, spate.KindOf(spate.Fatalf("no CAS")))
+	assert.True(t, spate.IsRetryable(spate.Retryablef("timeout")))
+	assert.True(t, spate.IsFatal(spate.Fatalf("no CAS")))
+	// class is the one predicate of the three that holds ("" for none).
+	class := func(err error) string {
+		var held []string
+		for name, is := range map[string]func(error) bool{"fenced": spate.IsFenced, "retryable": spate.IsRetryable, "fatal": spate.IsFatal} {
+			if is(err) {
+				held = append(held, name)
+			}
+		}
+		require.LessOrEqual(t, len(held), 1, "%v is %v at once", err, held)
+		if len(held) == 0 {
+			return ""
+		}
+		return held[0]
+	}
 	cases := []struct {
 		err  error
-		want spate.ErrorKind
+		want string
 	}{
-		{nil, spate.KindNone},
-		{fmt.Errorf("etcd: put %q: %w: %w", "k", errors.New("io"), spate.ErrRetryable), spate.KindRetryable},
-		{fmt.Errorf("nats: %w: %w", errors.New("bad creds"), spate.ErrFatal), spate.KindFatal},
-		{fmt.Errorf("wrapped: %w", spate.Fencedf("x")), spate.KindFenced},
-		{context.Canceled, spate.KindRetryable},
-		{fmt.Errorf("op: %w", context.DeadlineExceeded), spate.KindRetryable},
-		{errors.New("unclassified"), spate.KindFatal},
-		{driver.ClosedError("mem"), spate.KindFatal},
+		{nil, ""},
+		{fmt.Errorf("etcd: put %q: %w: %w", "k", errors.New("io"), spate.ErrRetryable), "retryable"},
+		{fmt.Errorf("nats: %w: %w", errors.New("bad creds"), spate.ErrFatal), "fatal"},
+		{fmt.Errorf("wrapped: %w", spate.Fencedf("x")), "fenced"},
+		{context.Canceled, "retryable"},
+		{fmt.Errorf("op: %w", context.DeadlineExceeded), "retryable"},
+		{errors.New("unclassified"), "fatal"},
+		{driver.ClosedError("mem"), "fatal"},
 	}
 	for _, c := range cases {
-		got := spate.KindOf(c.err)
-		assert.Equal(t, c.want, got, "KindOf(%v) = %v, want %v", c.err, got, c.want)
+		got := class(c.err)
+		assert.Equal(t, c.want, got, "class of %v = %q, want %q", c.err, got, c.want)
 	}
 	wrapped := spate.Retryablef("store unreachable: %w", context.DeadlineExceeded)
 	assert.ErrorIs(t, wrapped, context.DeadlineExceeded, "a %%w cause must stay reachable: %v", wrapped)

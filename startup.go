@@ -56,7 +56,7 @@ func (a *actor) budgeted(ctx context.Context, name string, f func(context.Contex
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if KindOf(err) != KindRetryable {
+		if kindOf(err) != kindRetryable {
 			return err
 		}
 		if attempt >= a.cfg.StartupMaxAttempts {

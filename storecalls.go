@@ -115,7 +115,7 @@ func (s *meteredStore) bounded(ctx context.Context) (context.Context, context.Ca
 
 // timedOut classifies an expired per-operation deadline as Retryable.
 func timedOut(ctx context.Context, op string, err error) error {
-	if err != nil && ctx.Err() == context.DeadlineExceeded && KindOf(err) != KindRetryable {
+	if err != nil && ctx.Err() == context.DeadlineExceeded && kindOf(err) != kindRetryable {
 		return fmt.Errorf("store %s: no answer within the op timeout: %w: %w", op, err, ErrRetryable)
 	}
 	return err

@@ -65,7 +65,7 @@ func (a *actor) openWatch(w *watchState) {
 			}
 			if err != nil {
 				cancel()
-				if KindOf(err) == KindFatal {
+				if kindOf(err) == kindFatal {
 					return fmt.Errorf("watch %s: %w", w.ks, err)
 				}
 				a.log.Warn("re-watch failed; retrying", "keyspace", w.ks, "err", err)
@@ -120,7 +120,7 @@ func (a *actor) onWatch(w *watchState, ev WatchEvent, ok bool) error {
 			a.log.Warn("watch ended; re-watching", "keyspace", w.ks)
 		}
 		a.closeWatch(w)
-		if ok && KindOf(ev.Err) == KindFatal {
+		if ok && kindOf(ev.Err) == kindFatal {
 			return fmt.Errorf("watch %s: %w", w.ks, ev.Err)
 		}
 		a.rewatchSoon()

@@ -235,7 +235,7 @@ func (a *actor) openGroup(ks Keyspace, keys []string) {
 					return nil
 				}
 				a.dropGroup(g)
-				if KindOf(err) == KindFatal {
+				if kindOf(err) == kindFatal {
 					return fmt.Errorf("watch %d %s keys: %w", len(keys), ks, err)
 				}
 				a.log.Warn("key watch failed; retrying", "keyspace", ks, "keys", len(keys), "err", err)
@@ -340,7 +340,7 @@ func (a *actor) onKeyEvent(ke keyEvent) error {
 			a.log.Warn("key watch ended; re-watching", "keyspace", g.ks, "keys", len(g.keys))
 		}
 		a.dropGroup(g)
-		if ke.ok && KindOf(ev.Err) == KindFatal {
+		if ke.ok && kindOf(ev.Err) == kindFatal {
 			return fmt.Errorf("watch %s keys: %w", g.ks, ev.Err)
 		}
 		a.rewatchSoon()
@@ -490,7 +490,7 @@ func (a *actor) syncGroups(ctx context.Context) error {
 				case !ok || ev.Kind == WatchError:
 					cancel()
 					deadline.Stop()
-					if ok && KindOf(ev.Err) == KindFatal {
+					if ok && kindOf(ev.Err) == kindFatal {
 						return fmt.Errorf("watch %s keys: %w", ks, ev.Err)
 					}
 					return Retryablef("watch %s keys: the stream broke during its snapshot", ks)

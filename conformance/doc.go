@@ -311,7 +311,7 @@
 //   - The error classes. — no rule: a heading.
 //   - Every error spate returns satisfies errors.Is with exactly one of ErrFenced, ErrRetryable or ErrFatal. — checked by ErrorsAreRetryableOrFatal.
 //   - Store drivers keep the backend's error and add the class: — checked by ErrorsKeepTheirCause.
-//   - Never match error strings; use errors.Is or [spate.KindOf]. — no rule: it binds the caller.
+//   - Never match error strings; use errors.Is, or [spate.IsRetryable], [spate.IsFenced] and [spate.IsFatal]. — no rule: it binds the caller.
 //
 // ErrFenced:
 //

@@ -38,8 +38,8 @@ import (
 // for which). The layer adds the driver, the operation, the keyspace and
 // the key in front of a returned error ([OpError]), so a driver's message
 // starts with what went wrong, not with its own name; a returned error the
-// driver left unclassified gets the class [spate.KindOf] gives it. A spate.WatchError
-// reaches the caller as the driver sent it, so the driver formats it with
+// driver left unclassified is Fatal (a bare context error: Retryable), as
+// [spate.IsFatal] says. A spate.WatchError reaches the caller as the driver sent it, so the driver formats it with
 // [OpError] itself. A Driver makes one attempt per call: retries live in
 // the coordinator.
 //
@@ -235,12 +235,13 @@ func (p *PortableStore) fail(op string, ks spate.Keyspace, key string, err error
 	return OpError(p.caps.Driver, op, ks, key, classified(err))
 }
 
-// classified returns err with a class: its own, or the one [spate.KindOf] gives.
+// classified returns err with a class: its own, or the one spate gives an
+// unclassified error (Retryable for a bare context error, else Fatal).
 func classified(err error) error {
 	if errors.Is(err, spate.ErrRetryable) || errors.Is(err, spate.ErrFatal) {
 		return err
 	}
-	if spate.KindOf(err) == spate.KindRetryable {
+	if spate.IsRetryable(err) {
 		return fmt.Errorf("%w: %w", err, spate.ErrRetryable)
 	}
 	return fmt.Errorf("%w: %w", err, spate.ErrFatal)

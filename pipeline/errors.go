@@ -27,7 +27,7 @@ func fatalf(component, format string, args ...any) *FatalError {
 // backstop (a Fenced error is handled where it arises — the commit that
 // lost its split — and one that reaches the control loop means a
 // component lost track of what it owns); everything else is logged and
-// tolerated. An error that nobody classified is fatal (spate.KindOf).
+// tolerated. An error that nobody classified is fatal (spate.IsFatal).
 func isFatal(err error) bool {
 	if err == nil {
 		return false
@@ -36,6 +36,5 @@ func isFatal(err error) bool {
 	if errors.As(err, &fe) {
 		return true
 	}
-	k := spate.KindOf(err)
-	return k == spate.KindFatal || k == spate.KindFenced
+	return spate.IsFatal(err) || spate.IsFenced(err)
 }

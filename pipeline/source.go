@@ -40,7 +40,7 @@ type Lane interface {
 	Partition() PartitionID
 	// Poll returns a batch, or (nil, nil) when nothing is ready. When idle
 	// it blocks up to timeout and never spins; timeout may be zero. An error
-	// whose class is Fatal (see [spate.KindOf]) stops the pipeline; any
+	// whose class is Fatal (see [spate.IsFatal]) stops the pipeline; any
 	// other error is logged and the lane is polled again later.
 	Poll(maxRecords int, timeout time.Duration) (*Batch, error)
 }
@@ -64,7 +64,7 @@ type SourceCtx struct {
 // goroutine calls these methods, one at a time, so an implementation needs
 // no locking for its control plane (lanes run elsewhere).
 //
-// Error classes: a Fatal error (see [spate.KindOf]; an unclassified error
+// Error classes: a Fatal error (see [spate.IsFatal]; an unclassified error
 // counts as Fatal) stops the pipeline; any other error is logged and
 // tolerated. Embed [BaseSource] for the optional methods' defaults.
 type Source interface {

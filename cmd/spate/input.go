@@ -77,11 +77,8 @@ func openInput(ctx context.Context, src string) (*input, error) {
 	// Listed once here, so that a link spate cannot follow is refused
 	// before anything starts rather than by the planner.
 	if _, err := objs.List(ctx); err != nil {
-		var se *spate.Error
-		if errors.As(err, &se) {
-			return nil, errors.New(se.Reason) // for people: without the error's kind
-		}
-		return nil, err
+		// For people: the reason, without the class spate's errors start with.
+		return nil, errors.New(strings.TrimPrefix(err.Error(), "spate: fatal: "))
 	}
 	return &input{objs: objs, location: abs, dir: abs, close: func() error { return nil }}, nil
 }

@@ -93,7 +93,7 @@ func requireFatal(t *testing.T, err error, mentions ...string) {
 	t.Helper()
 	require.Error(t, err)
 	require.True(t, errors.Is(err, spate.ErrFatal), "want a Fatal error, got %v", err)
-	require.Equal(t, spate.KindFatal, spate.KindOf(err), "error %v", err)
+	require.True(t, spate.IsFatal(err), "error %v", err)
 	for _, m := range mentions {
 		require.Contains(t, err.Error(), m, "the error must name the problem")
 	}
@@ -104,7 +104,7 @@ func requireRetryable(t *testing.T, err error, mentions ...string) {
 	t.Helper()
 	require.Error(t, err)
 	require.True(t, errors.Is(err, spate.ErrRetryable), "want a Retryable error, got %v", err)
-	require.Equal(t, spate.KindRetryable, spate.KindOf(err), "error %v", err)
+	require.True(t, spate.IsRetryable(err), "error %v", err)
 	for _, m := range mentions {
 		require.Contains(t, err.Error(), m)
 	}

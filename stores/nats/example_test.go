@@ -24,7 +24,7 @@ func ExampleNew() {
 	if err != nil {
 		// Fatal: bad credentials, TLS or credentials file; Retryable:
 		// the servers are unreachable for now.
-		log.Fatalf("connect (%v): %v", spate.KindOf(err), err)
+		log.Fatalf("connect (retryable %t): %v", spate.IsRetryable(err), err)
 	}
 	defer nc.Close()
 	store, err := spatenats.New(ctx, nc, spatenats.Options{
@@ -33,7 +33,7 @@ func ExampleNew() {
 		Replicas: 3,
 	})
 	if err != nil {
-		log.Fatalf("open (%v): %v", spate.KindOf(err), err)
+		log.Fatalf("open (retryable %t): %v", spate.IsRetryable(err), err)
 	}
 	defer store.Close()
 	fmt.Println(store.Capabilities().LinearizableFailover)

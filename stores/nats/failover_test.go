@@ -69,7 +69,7 @@ func TestFailoverCASIsLinearizable(t *testing.T) {
 			ch, err := watcher.Watch(wctx, spate.Durable, "ctr")
 			if err != nil {
 				wcancel()
-				if spate.KindOf(err) != spate.KindRetryable {
+				if !spate.IsRetryable(err) {
 					t.Errorf("re-watch during a failover must fail Retryable: %v", err)
 					return
 				}
@@ -93,7 +93,7 @@ func TestFailoverCASIsLinearizable(t *testing.T) {
 					default:
 					}
 				case spate.WatchError:
-					if spate.KindOf(ev.Err) != spate.KindRetryable {
+					if !spate.IsRetryable(ev.Err) {
 						t.Errorf("a broken watch is Retryable: %v", ev.Err)
 					}
 					watchBreaks.Add(1)
@@ -128,7 +128,7 @@ func TestFailoverCASIsLinearizable(t *testing.T) {
 						t.Errorf("client %d: the counter vanished", cl)
 						return
 					}
-					if spate.KindOf(err) != spate.KindRetryable {
+					if !spate.IsRetryable(err) {
 						t.Errorf("client %d: a failover error must be Retryable: %v", cl, err)
 						return
 					}
@@ -146,7 +146,7 @@ func TestFailoverCASIsLinearizable(t *testing.T) {
 				switch {
 				case err != nil:
 					unknown.Add(1)
-					if spate.KindOf(err) != spate.KindRetryable {
+					if !spate.IsRetryable(err) {
 						t.Errorf("client %d: a failover error must be Retryable: %v", cl, err)
 						return
 					}

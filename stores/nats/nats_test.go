@@ -81,8 +81,8 @@ func requireFatal(t *testing.T, what string, err error, says ...string) {
 	if err == nil {
 		t.Fatalf("%s: want a Fatal error, got none", what)
 	}
-	if spate.KindOf(err) != spate.KindFatal || errors.Is(err, spate.ErrRetryable) {
-		t.Fatalf("%s: want Fatal, got %v (kind %v)", what, err, spate.KindOf(err))
+	if !spate.IsFatal(err) || errors.Is(err, spate.ErrRetryable) {
+		t.Fatalf("%s: want Fatal, got %v", what, err)
 	}
 	for _, s := range says {
 		if !strings.Contains(err.Error(), s) {
@@ -93,8 +93,8 @@ func requireFatal(t *testing.T, what string, err error, says ...string) {
 
 func requireRetryable(t *testing.T, what string, err error) {
 	t.Helper()
-	if err == nil || spate.KindOf(err) != spate.KindRetryable {
-		t.Fatalf("%s: want Retryable, got %v (kind %v)", what, err, spate.KindOf(err))
+	if err == nil || !spate.IsRetryable(err) {
+		t.Fatalf("%s: want Retryable, got %v", what, err)
 	}
 }
 

@@ -115,7 +115,7 @@ func TestStartupRejectsWhatTheDriverCannotUse(t *testing.T) {
 				_ = st.Close()
 				t.Fatalf("New succeeded; want a Fatal error naming %q", c.want)
 			}
-			if !errors.Is(err, spate.ErrFatal) || spate.KindOf(err) != spate.KindFatal {
+			if !errors.Is(err, spate.ErrFatal) || !spate.IsFatal(err) {
 				t.Errorf("New error is not Fatal: %v", err)
 			}
 			for _, w := range c.want {
@@ -144,7 +144,7 @@ func TestUnreachableServerIsRetryable(t *testing.T) {
 		_ = st.Close()
 		t.Fatal("New against a closed port succeeded")
 	}
-	if !errors.Is(err, spate.ErrRetryable) || spate.KindOf(err) != spate.KindRetryable {
+	if !errors.Is(err, spate.ErrRetryable) || !spate.IsRetryable(err) {
 		t.Errorf("New against a closed port: want Retryable, got %v", err)
 	}
 	t.Logf("New: %v", err)
