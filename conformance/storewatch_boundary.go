@@ -21,7 +21,8 @@ import (
 //     SnapshotDone (out of revision order).
 //
 // boundaryRun opens a watch while a writer writes back to back, and keeps
-// writing until the watch's SnapshotDone arrived and a while after. Every
+// writing until the watch call has returned (past its bound of writes,
+// updates only) and its SnapshotDone arrived, and a while after. Every
 // other write creates a key written once (a lost create is never
 // superseded, so a gap shows as a key never delivered); the rest update a
 // few fixed keys (so a rewind shows as an older revision after a newer
@@ -90,6 +91,7 @@ func boundaryRun(e *env, w spate.Store, fixed, created, late []string, open func
 	started := make(chan struct{})
 	asking := make(chan struct{})  // the watch is being asked for: write on
 	snapped := make(chan struct{}) // the watcher received SnapshotDone
+	opened := make(chan struct{})  // the watch call returned
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		next := 0
@@ -102,6 +104,35 @@ func boundaryRun(e *env, w spate.Store, fixed, created, late []string, open func
 		}()
 		for i := 0; i < boundaryMaxWrites+len(late); i++ {
 			if i == boundaryMaxWrites {
+				// Past the bound only updates of the fixed keys, and only
+				// until the watch call has returned: the writes span the
+				// whole of the watch's setup however slow it is (a writer
+				// that ran out first, under load, let a setup defect slip
+				// through a run that looked exercised).
+				for j := i; ; j++ {
+					select {
+					case <-opened:
+					case <-stop:
+						return
+					default:
+						runtime.Gosched()
+						k := fixed[j%len(fixed)]
+						start := clock.Add(1)
+						o, err := w.Update(e.ctx, spate.Durable, k, []byte(fmt.Sprint(j)), revs[k])
+						if err != nil || !o.Won {
+							mu.Lock()
+							werr = fmt.Errorf("update %s: won=%t err=%v", k, o.Won, err)
+							mu.Unlock()
+							return
+						}
+						revs[k] = o.Revision
+						mu.Lock()
+						writes = append(writes, boundaryWrite{key: k, rev: o.Revision, start: start, end: clock.Add(1)})
+						mu.Unlock()
+						continue
+					}
+					break
+				}
 				select {
 				case <-snapped:
 				case <-stop:
@@ -162,6 +193,7 @@ func boundaryRun(e *env, w spate.Store, fixed, created, late []string, open func
 	r := boundaryResult{asked: clock.Add(1)}
 	close(asking)
 	ch := open()
+	close(opened)
 	deadline := time.After(30 * time.Second)
 	var after int
 	stopped := false
