@@ -3,6 +3,7 @@ package conformance
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,7 +77,11 @@ func (r boundaryResult) inWindow() int {
 // watch's SnapshotDone arrived: one create each, never coalesced, so the
 // watcher is sure of live events to count even when every bounded write
 // landed before its snapshot was read.
-func boundaryRun(e *env, w spate.Store, fixed, created, late []string, open func() <-chan spate.WatchEvent) boundaryResult {
+//
+// spare are keys the writer creates past its bound, between updates of the
+// fixed keys, while the watch call has not returned: a create there that
+// a defect loses is never superseded either.
+func boundaryRun(e *env, w spate.Store, fixed, created, late, spare []string, open func() <-chan spate.WatchEvent) boundaryResult {
 	revs := map[string]uint64{}
 	for _, k := range fixed {
 		revs[k] = mustCreate(e, w, spate.Durable, k, "0")
@@ -95,6 +100,29 @@ func boundaryRun(e *env, w spate.Store, fixed, created, late []string, open func
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		next := 0
+		// write makes one write (an update of a fixed key, or a create)
+		// and records it; false when it failed, werr saying why.
+		write := func(k string, create bool, v string) bool {
+			start := clock.Add(1)
+			var o spate.Outcome
+			var err error
+			if create {
+				o, err = w.Create(e.ctx, spate.Durable, k, []byte(v))
+			} else {
+				o, err = w.Update(e.ctx, spate.Durable, k, []byte(v), revs[k])
+			}
+			if err != nil || !o.Won {
+				mu.Lock()
+				werr = fmt.Errorf("write %s: won=%t err=%v", k, o.Won, err)
+				mu.Unlock()
+				return false
+			}
+			revs[k] = o.Revision
+			mu.Lock()
+			writes = append(writes, boundaryWrite{key: k, rev: o.Revision, start: start, end: clock.Add(1)})
+			mu.Unlock()
+			return true
+		}
 		defer func() {
 			select {
 			case <-started:
@@ -104,31 +132,29 @@ func boundaryRun(e *env, w spate.Store, fixed, created, late []string, open func
 		}()
 		for i := 0; i < boundaryMaxWrites+len(late); i++ {
 			if i == boundaryMaxWrites {
-				// Past the bound only updates of the fixed keys, and only
-				// until the watch call has returned: the writes span the
-				// whole of the watch's setup however slow it is (a writer
-				// that ran out first, under load, let a setup defect slip
-				// through a run that looked exercised).
-				for j := i; ; j++ {
+				// Past the bound the writer goes on until the watch call
+				// has returned (creates of spare keys while they last,
+				// between updates of the fixed keys), so that its writes
+				// span the whole of the watch's setup however slow it is:
+				// a writer that ran out first, under load, let a setup
+				// defect slip through a run that looked exercised.
+				for j, s := i, 0; ; j++ {
 					select {
 					case <-opened:
 					case <-stop:
 						return
 					default:
 						runtime.Gosched()
-						k := fixed[j%len(fixed)]
-						start := clock.Add(1)
-						o, err := w.Update(e.ctx, spate.Durable, k, []byte(fmt.Sprint(j)), revs[k])
-						if err != nil || !o.Won {
-							mu.Lock()
-							werr = fmt.Errorf("update %s: won=%t err=%v", k, o.Won, err)
-							mu.Unlock()
+						ok := false
+						if j%2 == 0 && s < len(spare) {
+							s++
+							ok = write(spare[s-1], true, "v")
+						} else {
+							ok = write(fixed[j%len(fixed)], false, fmt.Sprint(j))
+						}
+						if !ok {
 							return
 						}
-						revs[k] = o.Revision
-						mu.Lock()
-						writes = append(writes, boundaryWrite{key: k, rev: o.Revision, start: start, end: clock.Add(1)})
-						mu.Unlock()
 						continue
 					}
 					break
@@ -153,40 +179,19 @@ func boundaryRun(e *env, w spate.Store, fixed, created, late []string, open func
 			default:
 			}
 			runtime.Gosched() // let the watcher's setup run between writes
-			start := clock.Add(1)
-			var bw boundaryWrite
-			if i >= boundaryMaxWrites || (i%2 == 0 && next < len(created)) {
-				var k string
-				if i >= boundaryMaxWrites {
-					k = late[i-boundaryMaxWrites]
-				} else {
-					k = created[next]
-					next++
-				}
-				o, err := w.Create(e.ctx, spate.Durable, k, []byte("v"))
-				if err != nil || !o.Won {
-					mu.Lock()
-					werr = fmt.Errorf("create %s: won=%t err=%v", k, o.Won, err)
-					mu.Unlock()
-					return
-				}
-				bw = boundaryWrite{key: k, rev: o.Revision}
-			} else {
-				k := fixed[(i/2)%len(fixed)]
-				o, err := w.Update(e.ctx, spate.Durable, k, []byte(fmt.Sprint(i)), revs[k])
-				if err != nil || !o.Won {
-					mu.Lock()
-					werr = fmt.Errorf("update %s: won=%t err=%v", k, o.Won, err)
-					mu.Unlock()
-					return
-				}
-				revs[k] = o.Revision
-				bw = boundaryWrite{key: k, rev: o.Revision}
+			ok := false
+			switch {
+			case i >= boundaryMaxWrites:
+				ok = write(late[i-boundaryMaxWrites], true, "v")
+			case i%2 == 0 && next < len(created):
+				next++
+				ok = write(created[next-1], true, "v")
+			default:
+				ok = write(fixed[(i/2)%len(fixed)], false, fmt.Sprint(i))
 			}
-			bw.start, bw.end = start, clock.Add(1)
-			mu.Lock()
-			writes = append(writes, bw)
-			mu.Unlock()
+			if !ok {
+				return
+			}
 		}
 	})
 	<-started
@@ -297,8 +302,12 @@ func boundaryCheck(e *env, w spate.Store, prefix string, open func(keys []string
 		for i := range 60 {
 			late = append(late, fmt.Sprintf("%s%d.l%02d", prefix, attempt, i))
 		}
-		all := append(append(append([]string{}, fixed...), created...), late...)
-		r := boundaryRun(e, w, fixed, created, late, func() <-chan spate.WatchEvent { return open(all) })
+		var spare []string
+		for i := range 400 {
+			spare = append(spare, fmt.Sprintf("%s%d.s%03d", prefix, attempt, i))
+		}
+		all := slices.Concat(fixed, created, late, spare)
+		r := boundaryRun(e, w, fixed, created, late, spare, func() <-chan spate.WatchEvent { return open(all) })
 		if r.err != nil {
 			e.t.Fatalf("boundary: %v", r.err)
 		}

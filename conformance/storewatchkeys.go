@@ -309,9 +309,20 @@ func testWatchKeysNoGaps(e *env) {
 		names = append(names, k)
 		listed[k] = true
 	}
+	// A rule that fails stops its writers and waits for them, so that none
+	// is left sleeping (in the suite's synctest bubble, a goroutine left
+	// blocked when the rule ends is a deadlock).
+	var writers []func()
+	defer func() {
+		for _, stop := range writers {
+			stop()
+		}
+	}()
 	for _, ks := range keyspaces {
 		started, snapSeen := make(chan struct{}), make(chan struct{})
 		done := make(chan error, 1)
+		stopW := make(chan struct{})
+		writers = append(writers, func() { close(stopW); <-done })
 		lastPhase := 0
 		go func() {
 			defer close(done)
@@ -323,6 +334,8 @@ func testWatchKeysNoGaps(e *env) {
 				case 2 * n / 3:
 					select {
 					case <-snapSeen:
+					case <-stopW:
+						return
 					case <-e.ctx.Done():
 						done <- e.ctx.Err()
 						return
@@ -331,7 +344,11 @@ func testWatchKeysNoGaps(e *env) {
 				if i > n/3 && i < 2*n/3 {
 					// Spaced out, so that the second phase overlaps the
 					// watch's establishment, however quick.
-					time.Sleep(time.Millisecond)
+					select {
+					case <-time.After(time.Millisecond):
+					case <-stopW:
+						return
+					}
 				}
 				k := names[i%keys]
 				var o spate.Outcome
