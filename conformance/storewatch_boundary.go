@@ -123,6 +123,34 @@ func boundaryRun(e *env, w spate.Store, fixed, created, late, spare []string, op
 			mu.Unlock()
 			return true
 		}
+		// writeUntilOpened goes on past the bound until the watch call has
+		// returned (creates of spare keys while they last, between updates
+		// of the fixed keys), so that the writes span the whole of the
+		// watch's setup however slow it is: a writer that ran out first,
+		// under load, let a setup defect slip through a run that looked
+		// exercised. False: stopped, or a write failed.
+		writeUntilOpened := func(j int) bool {
+			for s := 0; ; j++ {
+				select {
+				case <-opened:
+					return true
+				case <-stop:
+					return false
+				default:
+				}
+				runtime.Gosched()
+				var ok bool
+				if j%2 == 0 && s < len(spare) {
+					s++
+					ok = write(spare[s-1], true, "v")
+				} else {
+					ok = write(fixed[j%len(fixed)], false, fmt.Sprint(j))
+				}
+				if !ok {
+					return false
+				}
+			}
+		}
 		defer func() {
 			select {
 			case <-started:
@@ -132,32 +160,8 @@ func boundaryRun(e *env, w spate.Store, fixed, created, late, spare []string, op
 		}()
 		for i := 0; i < boundaryMaxWrites+len(late); i++ {
 			if i == boundaryMaxWrites {
-				// Past the bound the writer goes on until the watch call
-				// has returned (creates of spare keys while they last,
-				// between updates of the fixed keys), so that its writes
-				// span the whole of the watch's setup however slow it is:
-				// a writer that ran out first, under load, let a setup
-				// defect slip through a run that looked exercised.
-				for j, s := i, 0; ; j++ {
-					select {
-					case <-opened:
-					case <-stop:
-						return
-					default:
-						runtime.Gosched()
-						ok := false
-						if j%2 == 0 && s < len(spare) {
-							s++
-							ok = write(spare[s-1], true, "v")
-						} else {
-							ok = write(fixed[j%len(fixed)], false, fmt.Sprint(j))
-						}
-						if !ok {
-							return
-						}
-						continue
-					}
-					break
+				if !writeUntilOpened(i) {
+					return
 				}
 				select {
 				case <-snapped:
