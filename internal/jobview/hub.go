@@ -489,21 +489,19 @@ func (h *hub) subscribe(since string) (chan event, *event) {
 				}
 			}
 		}
-		if len(ids) > maxResetRows {
-			// More changed than a reset would send: reload instead.
-			msg.Reset, msg.Reload, msg.Timeline = true, true, h.timeline
+		// More changed than a reset may send: the reset below instead
+		// (every row, or word to reload for a job over the row limit).
+		if len(ids) <= maxResetRows {
+			for _, id := range slices.Sorted(maps.Keys(ids)) {
+				if r, ok := h.rows[id]; ok {
+					msg.Splits = append(msg.Splits, r)
+				} else {
+					msg.Removed = append(msg.Removed, id)
+				}
+			}
 			ev := msg.event()
 			return ch, &ev
 		}
-		for _, id := range slices.Sorted(maps.Keys(ids)) {
-			if r, ok := h.rows[id]; ok {
-				msg.Splits = append(msg.Splits, r)
-			} else {
-				msg.Removed = append(msg.Removed, id)
-			}
-		}
-		ev := msg.event()
-		return ch, &ev
 	}
 	msg.Reset, msg.Timeline = true, h.timeline
 	if len(h.rows) > maxResetRows {
