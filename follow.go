@@ -52,6 +52,10 @@ type Touched struct {
 	// assignments changed (a new plan re-reads every split: Job, not
 	// each Split, is set then).
 	Job bool
+	// Member is the instance whose presence record was written or
+	// deleted: a live member rewrites it every heartbeat, so a watcher
+	// sees each member's beats here.
+	Member string
 }
 
 // NewJobFollower returns a follower of a job with no records yet.
@@ -130,7 +134,7 @@ func (f *JobFollower) Apply(ks Keyspace, ev WatchEvent) (Touched, error) {
 			}
 			f.members[inst] = m
 		}
-		return Touched{Job: true}, nil
+		return Touched{Job: true, Member: inst}, nil
 	case strings.HasPrefix(key, prefixSplit):
 		id := key[len(prefixSplit):]
 		s := f.split(id)
@@ -336,11 +340,17 @@ func (f *JobFollower) State() (*JobState, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, s := range f.splits {
+	// Sorted by id, not by state: a state is large to move.
+	ids := make([]string, 0, len(f.splits))
+	for id, s := range f.splits {
 		if s.visible {
-			js.Splits = append(js.Splits, s.state)
+			ids = append(ids, id)
 		}
 	}
-	slices.SortFunc(js.Splits, func(a, b SplitState) int { return a.ID.Compare(b.ID) })
+	slices.Sort(ids)
+	js.Splits = make([]SplitState, len(ids))
+	for i, id := range ids {
+		js.Splits[i] = f.splits[id].state
+	}
 	return js, nil
 }

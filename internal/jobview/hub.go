@@ -48,7 +48,8 @@ type hub struct {
 	splitHist    map[string][]entry // each split's own timeline, for its page
 	recent       []change           // the last updates' changed ids, for resuming pages
 	rates        map[string]rate
-	ready        chan struct{} // closed after the first read
+	beats        map[string]beat // each member's last heartbeat seen
+	ready        chan struct{}   // closed after the first read
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -82,6 +83,15 @@ type entry struct {
 	From  string    `json:"from,omitempty"`
 }
 
+// beat is when the view last saw a member's presence record written.
+// A record read in a snapshot says only that the member was present
+// then (seen is false): the record holds no time, and the view knows of
+// no beat before it opened.
+type beat struct {
+	at   time.Time
+	seen bool // at is a live write the watch delivered
+}
+
 // rate is a split's committed-bytes rate, from its last two watermarks.
 type rate struct {
 	at  time.Time
@@ -108,7 +118,7 @@ func newHub(job string, st spate.Store, log *slog.Logger, refresh time.Duration)
 func emptyHub(job string, log *slog.Logger) *hub {
 	return &hub{job: job, log: log, now: time.Now,
 		rows: map[string]row{}, leased: map[string]bool{}, splitHist: map[string][]entry{},
-		subs: map[chan event]struct{}{}, rates: map[string]rate{},
+		subs: map[chan event]struct{}{}, rates: map[string]rate{}, beats: map[string]beat{},
 		ready: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -138,71 +148,99 @@ func (h *hub) run(ctx context.Context) {
 	defer tick.Stop()
 	readyOnce := sync.OnceFunc(func() { close(h.ready) })
 	defer readyOnce()
+	kss := [2]spate.Keyspace{spate.Durable, spate.Ephemeral}
 	for ctx.Err() == nil {
 		wctx, wcancel := context.WithCancel(ctx)
-		in := make(chan watched, 1024)
-		for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
-			go h.watch(wctx, ks, in)
+		// Both watches are read here, not forwarded: a large job's
+		// snapshot is one hop per record, not two.
+		var chs [2]<-chan spate.WatchEvent
+		for i, ks := range kss {
+			chs[i] = h.watch(wctx, ks)
 		}
 		f := spate.NewJobFollower("")
 		f.Defer() // the snapshots are read on every core at once
 		var (
+			live      = map[spate.Keyspace]bool{} // its snapshot is in
 			snapshots int
 			dirty     = map[string]bool{}
 			metaDirty bool
 			idle      int
 			rev       uint64
 		)
+		// apply folds one event; false: the watches must start again.
+		apply := func(w watched) bool {
+			switch w.ev.Kind {
+			case spate.WatchError:
+				h.log.Warn("job view: the job's watch broke; reading it again", "job", h.job, "error", w.ev.Err)
+				if snapshots < 2 {
+					// Nothing read yet: a page says why, rather than wait.
+					h.mu.Lock()
+					h.err = fmt.Errorf("cannot watch the job: %w", w.ev.Err)
+					h.mu.Unlock()
+					readyOnce()
+				}
+				return false
+			case spate.WatchSnapshotDone:
+				live[w.ks] = true
+				if snapshots++; snapshots == 2 {
+					if err := f.Decode(); err != nil {
+						h.log.Debug("job view: a record cannot be read", "job", h.job, "error", err)
+					}
+					h.rebuild(f, rev)
+					readyOnce()
+					clear(dirty)
+					metaDirty = false
+				}
+				return true
+			}
+			rev = max(rev, w.ev.Revision)
+			touched, err := f.Apply(w.ks, w.ev)
+			if err != nil && !errors.Is(err, spate.ErrNoJob) {
+				h.log.Debug("job view: a record cannot be read", "job", h.job, "key", w.ev.Key, "error", err)
+			}
+			if touched.Split != "" {
+				dirty[touched.Split] = true
+			}
+			metaDirty = metaDirty || touched.Job
+			if touched.Member != "" {
+				h.beat(touched.Member, w.ev.Kind == spate.WatchPut, live[w.ks])
+			}
+			return true
+		}
+		// received is one watch's event; a closed watch is a broken one.
+		received := func(i int, ev spate.WatchEvent, ok bool) watched {
+			if !ok {
+				ev = spate.WatchEvent{Kind: spate.WatchError, Err: errors.New("the watch ended")}
+			}
+			return watched{kss[i], ev}
+		}
 	follow:
 		for {
 			select {
 			case <-ctx.Done():
 				break follow
-			case w := <-in:
-				switch w.ev.Kind {
-				case spate.WatchError:
-					h.log.Warn("job view: the job's watch broke; reading it again", "job", h.job, "error", w.ev.Err)
-					if snapshots < 2 {
-						// Nothing read yet: a page says why, rather than wait.
-						h.mu.Lock()
-						h.err = fmt.Errorf("cannot watch the job: %w", w.ev.Err)
-						h.mu.Unlock()
-						readyOnce()
-					}
+			case ev, ok := <-chs[0]:
+				if !apply(received(0, ev, ok)) {
 					break follow
-				case spate.WatchSnapshotDone:
-					if snapshots++; snapshots == 2 {
-						if err := f.Decode(); err != nil {
-							h.log.Debug("job view: a record cannot be read", "job", h.job, "error", err)
-						}
-						h.rebuild(f, rev)
-						readyOnce()
-						clear(dirty)
-						metaDirty = false
-					}
-					continue
 				}
-				rev = max(rev, w.ev.Revision)
-				touched, err := f.Apply(w.ks, w.ev)
-				if err != nil && !errors.Is(err, spate.ErrNoJob) {
-					h.log.Debug("job view: a record cannot be read", "job", h.job, "key", w.ev.Key, "error", err)
+			case ev, ok := <-chs[1]:
+				if !apply(received(1, ev, ok)) {
+					break follow
 				}
-				if touched.Split != "" {
-					dirty[touched.Split] = true
-				}
-				metaDirty = metaDirty || touched.Job
 			case <-tick.C:
 				if snapshots < 2 {
 					continue
 				}
 				// Rates and ETAs move without a write: every few refreshes
 				// the leased rows (a fleet's lanes, not the job) are redone.
+				// So do the members' heartbeat ages.
 				if idle++; idle >= 8 {
 					idle = 0
 					h.mu.Lock()
 					for id := range h.leased {
 						dirty[id] = true
 					}
+					metaDirty = metaDirty || len(h.beats) > 0
 					h.mu.Unlock()
 				}
 				if len(dirty) > 0 || metaDirty {
@@ -220,24 +258,33 @@ func (h *hub) run(ctx context.Context) {
 	}
 }
 
-// watch follows one keyspace of the job into in; its last event is the
-// watch's error (or nothing, once ctx ends).
-func (h *hub) watch(ctx context.Context, ks spate.Keyspace, in chan<- watched) {
+// watch opens a watch of one keyspace of the job; a watch that cannot
+// open is one whose first event is its error.
+func (h *hub) watch(ctx context.Context, ks spate.Keyspace) <-chan spate.WatchEvent {
 	ch, err := h.st.Watch(ctx, ks, "")
 	if err != nil {
-		ch = nil
-		select {
-		case in <- watched{ks, spate.WatchEvent{Kind: spate.WatchError, Err: err}}:
-		case <-ctx.Done():
-		}
-		return
+		failed := make(chan spate.WatchEvent, 1)
+		failed <- spate.WatchEvent{Kind: spate.WatchError, Err: err}
+		return failed
 	}
-	for ev := range ch {
-		select {
-		case in <- watched{ks, ev}:
-		case <-ctx.Done():
-			return
-		}
+	return ch
+}
+
+// beat records that inst's presence record was written (put) or
+// deleted; live says the write is one the watch saw happen, not one read
+// in a snapshot. A snapshot read again after a broken watch keeps the
+// beat already seen.
+func (h *hub) beat(inst string, put, live bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, had := h.beats[inst]
+	switch {
+	case !put:
+		delete(h.beats, inst)
+	case live:
+		h.beats[inst] = beat{at: h.now(), seen: true}
+	case !had:
+		h.beats[inst] = beat{at: h.now()}
 	}
 }
 
@@ -264,8 +311,11 @@ func (h *hub) rebuildLocked(f *spate.JobFollower, rev uint64, now time.Time) {
 	h.rows = make(map[string]row, len(js.Splits))
 	h.leased = map[string]bool{}
 	h.sum = summary{}
-	var changed []row
+	changed := make([]row, 0, len(js.Splits))
 	var timeline []entry
+	if len(h.rates) == 0 {
+		h.rates = make(map[string]rate, len(js.Splits))
+	}
 	for _, sp := range js.Splits {
 		rev = max(rev, sp.Revision)
 		r := rowOf(sp, now, h.rates)
@@ -364,7 +414,7 @@ func (h *hub) publish(now time.Time, msg update, ids []string) {
 	if h.meta.Leader != nil {
 		leader = h.meta.Leader.Instance
 	}
-	members := membersOf(h.meta, leader, func(yield func(row) bool) {
+	members := membersOf(h.meta, leader, h.beats, now, func(yield func(row) bool) {
 		for id := range h.leased {
 			if !yield(h.rows[id]) {
 				return

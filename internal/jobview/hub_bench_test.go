@@ -32,6 +32,7 @@ func (p benchPlanner) Plan(context.Context, spate.PlanContext) (spate.SplitPlan,
 // worker holding 8 of them; commits are the successive progress records
 // of one held split, written by that worker.
 type benchJob struct {
+	st       *mem.Store // the job's store, kept open
 	dur, eph []spate.Entry
 	split    string
 	commits  []spate.Entry // one split's progress record after each commit
@@ -50,7 +51,6 @@ func seedJob(b *testing.B, n int) *benchJob {
 	}
 	ctx := context.Background()
 	st := mem.MustNew(mem.Options{TTL: time.Second})
-	defer st.Close()
 	cfg := spate.TimingsForLease(time.Second)
 	cfg.InstanceID = "w-1"
 	cfg.RebalanceDelay = spate.NoRebalanceDelay
@@ -80,7 +80,7 @@ func seedJob(b *testing.B, n int) *benchJob {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	j := &benchJob{split: held.String()}
+	j := &benchJob{st: st, split: held.String()}
 	for i := range 64 {
 		if err := c.Commit(ctx, held, spate.SplitProgress{Watermark: int64(i+1) * 1000}); err != nil {
 			b.Fatal(err)
@@ -242,6 +242,41 @@ func BenchmarkViewFirstPaint(b *testing.B) {
 				if rec.Code != 200 {
 					b.Fatalf("GET: %d %s", rec.Code, rec.Body)
 				}
+			}
+		})
+	}
+}
+
+// benchOpener opens the bench job's store.
+type benchOpener struct{ st *mem.Store }
+
+func (o benchOpener) Jobs(context.Context) ([]string, error) { return []string{"bench"}, nil }
+func (o benchOpener) Open(context.Context, string) (spate.Store, error) {
+	return o.st.Connect()
+}
+
+// BenchmarkViewColdPage is the whole wait of the first page of a job
+// nobody watched yet, as a browser sees it: a new server's GET of the job
+// page opens the job's watches, folds both snapshots, builds the view
+// and renders the page.
+func BenchmarkViewColdPage(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("splits=%d", n), func(b *testing.B) {
+			j := seedJob(b, n)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				s := New(Config{Opener: benchOpener{j.st}, Store: "mem://", Log: slog.New(slog.DiscardHandler)})
+				rec := httptest.NewRecorder()
+				s.ServeHTTP(rec, httptest.NewRequest("GET", "/jobs/bench", nil))
+				if rec.Code != 200 {
+					b.Fatalf("GET: %d %s", rec.Code, rec.Body)
+				}
+				b.StopTimer()
+				if err := s.Close(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
 			}
 		})
 	}

@@ -417,6 +417,8 @@ func TestJobPageInABrowser(t *testing.T) {
 		chromedp.WaitVisible(`//ul[@id="timeline"]/li[contains(., "takeover")][contains(., "w2")]`),
 		chromedp.WaitVisible(`//tr[@id="s-part-03"]/td[3][text()="w2"]`),
 		chromedp.WaitVisible(`//b[@id="sum-leader"][text()="w2"]`),
+		// w2 joined after the page opened: its heartbeats are seen live.
+		chromedp.WaitVisible(`//table[@id="members"]//tr[td[1][text()="w2"]]/td[8][contains(text(),"s")][not(starts-with(text(),">"))]`),
 	))
 	linked, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('#s-part-03 td a[href="/jobs/job-a/splits/part-03"]') !== null`))
 	require.NoError(t, err)

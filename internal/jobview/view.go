@@ -52,6 +52,10 @@ type member struct {
 	Assigned int    `json:"assigned"` // splits the leader assigned it
 	Left     int64  `json:"left"`     // bytes left on what it holds
 	Rate     int64  `json:"rate"`     // bytes per second over what it holds
+	// Beat is the age of its last heartbeat the view saw: "2s"; or, for
+	// a member seen only in the view's first read, ">12s" (no beat seen
+	// since the view opened 12 s ago); "" when unknown.
+	Beat string `json:"beat"`
 }
 
 // row is one split's line. Its fields are comparable: a changed row is
@@ -187,10 +191,11 @@ func (s summary) finished(final bool) summary {
 
 // membersOf is the members' lines: from the job's meta, and the leased
 // rows (what each holds, its bytes left and rate).
-func membersOf(meta *spate.JobState, leader string, leased iter.Seq[row]) []member {
+func membersOf(meta *spate.JobState, leader string, beats map[string]beat, now time.Time, leased iter.Seq[row]) []member {
 	members := map[string]*member{}
 	for _, m := range meta.Members {
-		members[m.Instance] = &member{Instance: m.Instance, Leader: m.Instance == leader, Lanes: m.MaxInFlight, Assigned: len(meta.Assignments[m.Instance])}
+		members[m.Instance] = &member{Instance: m.Instance, Leader: m.Instance == leader, Lanes: m.MaxInFlight, Assigned: len(meta.Assignments[m.Instance]),
+			Beat: beatAge(beats, m.Instance, now)}
 	}
 	for r := range leased {
 		if m := members[r.Lease]; m != nil {
@@ -206,6 +211,23 @@ func membersOf(meta *spate.JobState, leader string, leased iter.Seq[row]) []memb
 		out = append(out, *members[id])
 	}
 	return out
+}
+
+// beatAge is a member's Beat: whole seconds, so that the members' lines
+// change once a second, not at every update.
+func beatAge(beats map[string]beat, inst string, now time.Time) string {
+	b, ok := beats[inst]
+	if !ok {
+		return ""
+	}
+	d := now.Sub(b.at).Truncate(time.Second)
+	switch {
+	case !b.seen:
+		return ">" + age(d)
+	case d < time.Second:
+		return "<1s"
+	}
+	return age(d)
 }
 
 // age renders a duration as an operator reads it: 850ms, 12s, 3m4s, 2h5m.

@@ -435,13 +435,30 @@ func (b *backend) list(ks spate.Keyspace, prefix string) []spate.Entry {
 }
 
 func (b *backend) snapshotLocked(ks spate.Keyspace, prefix string) []spate.Entry {
-	var es []spate.Entry
-	for k, it := range b.space(ks).items {
+	// The keys sorted, then their entries: a string sorts cheaper than
+	// an entry; the values are copied into one allocation, each capped so
+	// that an append to one cannot reach the next.
+	items := b.space(ks).items
+	var keys []string
+	size := 0
+	for k, it := range items {
 		if strings.HasPrefix(k, prefix) {
-			es = append(es, spate.Entry{Key: k, Value: slices.Clone(it.value), Revision: it.rev})
+			keys = append(keys, k)
+			size += len(it.value)
 		}
 	}
-	slices.SortFunc(es, func(a, b spate.Entry) int { return strings.Compare(a.Key, b.Key) })
+	slices.Sort(keys)
+	es := make([]spate.Entry, len(keys))
+	arena := make([]byte, 0, size)
+	for i, k := range keys {
+		it := items[k]
+		es[i] = spate.Entry{Key: k, Revision: it.rev}
+		if it.value != nil {
+			n := len(arena)
+			arena = append(arena, it.value...)
+			es[i].Value = arena[n:len(arena):len(arena)]
+		}
+	}
 	return es
 }
 

@@ -1,0 +1,47 @@
+package jobview
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/spate-go/spate"
+)
+
+// A member's line shows the age of the last heartbeat the view saw; one
+// read only in the view's first snapshot says how long none has been
+// seen; a beat read again in a snapshot after a broken watch does not
+// pass for a new one; a member that parts has no line to age.
+func TestMembersShowTheirLastHeartbeat(t *testing.T) {
+	h := emptyHub("job", slog.New(slog.DiscardHandler))
+	t0 := time.Unix(1_000_000, 0)
+	now := t0
+	h.now = func() time.Time { return now }
+	js := &spate.JobState{Members: []spate.MemberState{{Instance: "w1"}, {Instance: "w2"}, {Instance: "w3"}}}
+	beats := func() map[string]string {
+		out := map[string]string{}
+		for _, m := range membersOf(js, "w1", h.beats, now, func(func(row) bool) {}) {
+			out[m.Instance] = m.Beat
+		}
+		return out
+	}
+
+	h.beat("w1", true, false) // both read in the first snapshot
+	h.beat("w2", true, false)
+	now = t0.Add(1500 * time.Millisecond)
+	h.beat("w1", true, true)  // w1 beats, live
+	h.beat("w2", true, false) // w2 only read again after a broken watch
+	now = t0.Add(2 * time.Second)
+	assert.Equal(t, map[string]string{"w1": "<1s", "w2": ">2s", "w3": ""}, beats())
+
+	now = t0.Add(75 * time.Second) // w1 stalled since its beat
+	assert.Equal(t, map[string]string{"w1": "1m13s", "w2": ">1m15s", "w3": ""}, beats())
+
+	h.beat("w1", true, true)
+	assert.Equal(t, "<1s", beats()["w1"])
+	h.beat("w1", false, true) // parted
+	assert.Empty(t, beats()["w1"])
+	assert.NotContains(t, h.beats, "w1")
+}
