@@ -115,6 +115,13 @@ func runUI(args []string) int {
 	defer view.Close()
 	var h http.Handler = view
 	if *job != "" {
+		// The job is read from the start: its first page is then served
+		// from a view already built.
+		fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := view.Follow(fctx, *job); err != nil {
+			log.Warn("ui: cannot open the job yet; its page will say why", "job", *job, "error", err)
+		}
+		cancel()
 		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/" {
 				http.Redirect(w, r, "/jobs/"+*job, http.StatusFound)

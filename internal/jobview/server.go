@@ -169,6 +169,14 @@ func (s *Server) Close() error {
 }
 
 // hubOf returns job's reader, starting it on first use.
+// Follow starts reading job now, so that its first page does not wait
+// for the job's first read (about a second for 100,000 splits): for a
+// server started for one job.
+func (s *Server) Follow(ctx context.Context, job string) error {
+	_, err := s.hubOf(ctx, job)
+	return err
+}
+
 func (s *Server) hubOf(ctx context.Context, job string) (*hub, error) {
 	if err := storeurl.ValidateJob(job); err != nil {
 		return nil, err

@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/stores/mem"
 )
 
 // A member's line shows the age of the last heartbeat the view saw; one
@@ -44,4 +46,26 @@ func TestMembersShowTheirLastHeartbeat(t *testing.T) {
 	h.beat("w1", false, true) // parted
 	assert.Empty(t, beats()["w1"])
 	assert.NotContains(t, h.beats, "w1")
+}
+
+// A server started for one job reads it before any page asks; a job the
+// opener cannot open is an error, and no view of it is kept.
+func TestFollowReadsTheJobAhead(t *testing.T) {
+	store := mem.MustNew(mem.Options{TTL: time.Second})
+	t.Cleanup(func() { _ = store.Close() })
+	s := New(Config{Opener: benchOpener{store}, Store: "mem://", Log: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { _ = s.Close() })
+	require.NoError(t, s.Follow(t.Context(), "bench"))
+	s.mu.Lock()
+	h := s.hubs["bench"]
+	s.mu.Unlock()
+	require.NotNil(t, h, "Follow kept no view of the job")
+	select {
+	case <-h.ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the followed job was not read ahead of any page")
+	}
+	err := s.Follow(t.Context(), "bad/name")
+	require.Error(t, err)
+	assert.NotContains(t, s.hubs, "bad/name")
 }
