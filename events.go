@@ -4,8 +4,8 @@ import "fmt"
 
 // Event is an ownership or job-state change returned by
 // [SplitCoordinator.Poll]. The concrete types are [Gained], [Lost],
-// [RevokeRequested], [Quarantined], [AllComplete] and [Stalled]; use a type
-// switch.
+// [RevokeRequested], [Quarantined], [PlanFinalized], [AllComplete] and
+// [Stalled]; use a type switch.
 //
 // Events for one split are ordered: a split is Gained before it can be Lost,
 // and a re-Gained split always carries a higher [LeaseEpoch] than the
@@ -61,6 +61,15 @@ type Quarantined struct {
 	Attempts uint32
 }
 
+// PlanFinalized means the job's plan is final: no split will be added to it.
+// Each coordinator delivers it once, when it first reads the final plan
+// record (a bounded job's at once; an open job's when its planner turns it
+// Final). A source that follows growing input (a file tail) reads to the
+// end of what it has and completes its splits from then on.
+type PlanFinalized struct {
+	Planned uint64 // the splits in the final plan
+}
+
 // AllComplete means the plan is final and every split committed completed.
 // An instance that owns nothing must keep polling until a terminal event
 // arrives: it stands by to cover an owner that dies at the finish line.
@@ -82,6 +91,7 @@ func (Gained) isEvent()          {}
 func (Lost) isEvent()            {}
 func (RevokeRequested) isEvent() {}
 func (Quarantined) isEvent()     {}
+func (PlanFinalized) isEvent()   {}
 func (AllComplete) isEvent()     {}
 func (Stalled) isEvent()         {}
 
@@ -97,7 +107,8 @@ func (e RevokeRequested) String() string { return fmt.Sprintf("RevokeRequested(%
 func (e Quarantined) String() string {
 	return fmt.Sprintf("Quarantined(%s attempts=%d)", e.Split, e.Attempts)
 }
-func (AllComplete) String() string { return "AllComplete" }
+func (e PlanFinalized) String() string { return fmt.Sprintf("PlanFinalized(planned=%d)", e.Planned) }
+func (AllComplete) String() string     { return "AllComplete" }
 func (e Stalled) String() string {
 	if len(e.Damaged) > 0 {
 		return fmt.Sprintf("Stalled(completed=%d quarantined=%d damaged=%v)", e.Completed, e.Quarantined, e.Damaged)

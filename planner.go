@@ -74,6 +74,9 @@ type planRun struct {
 	planner SplitPlanner
 	fpHash  uint64
 	m       *coordMetrics
+	// known are the splits whose records the leader's view holds: a seed
+	// of one would be a create-if-absent that loses.
+	known map[string]struct{}
 }
 
 // startPlan launches a due planner run off the actor goroutine. Every write
@@ -89,7 +92,15 @@ func (a *actor) startPlan() {
 	snap, rev := *a.job.plan, a.job.planRev
 	ctx, cancel := context.WithCancel(a.ctx)
 	a.planning.cancel = cancel
-	run := planRun{st: a.st, planner: a.planner, fpHash: a.fpHash, m: a.m}
+	// The splits this leader's view already holds are not seeded again:
+	// a replan of an open plan writes what is new, not the whole plan.
+	known := make(map[string]struct{}, len(a.job.splits))
+	for id, sv := range a.job.splits {
+		if sv.prog != nil && sv.spec != nil {
+			known[id] = struct{}{}
+		}
+	}
+	run := planRun{st: a.st, planner: a.planner, fpHash: a.fpHash, m: a.m, known: known}
 	done := a.planning.done
 	go func() {
 		defer cancel()
@@ -125,7 +136,7 @@ func (p planRun) run(ctx context.Context, snap planRecord, rev uint64) (res plan
 			return planResult{outcome: planFatal, err: Fatalf("planner returned a split with a zero SplitID")}
 		}
 	}
-	created, err := p.seed(ctx, plan.Splits, snap.Generation)
+	created, tried, err := p.seed(ctx, plan.Splits, snap.Generation)
 	if err != nil {
 		if kindOf(err) == kindFatal {
 			return planResult{outcome: planFatal, err: err}
@@ -134,13 +145,17 @@ func (p planRun) run(ctx context.Context, snap planRecord, rev uint64) (res plan
 	}
 	// Recount from a listing, never locally: a crash or a failed publish
 	// between seeding and publishing would otherwise desynchronise terminal
-	// detection for good.
-	entries, err := p.st.List(ctx, Durable, prefixSplit)
-	if err != nil {
-		return planResult{outcome: planError, err: err, created: created}
-	}
+	// detection for good. A run that had nothing to seed, under a plan
+	// whose count the view agrees with, has nothing to recount: an open
+	// plan's replans then cost what changed, not a listing of the job.
 	next := snap
-	next.Planned = uint64(len(entries))
+	if tried > 0 || uint64(len(p.known)) != snap.Planned {
+		entries, err := p.st.List(ctx, Durable, prefixSplit)
+		if err != nil {
+			return planResult{outcome: planError, err: err, created: created}
+		}
+		next.Planned = uint64(len(entries))
+	}
 	// Decision: Final is sticky. A later run that reports Open cannot reopen
 	// a final plan (terminal detection may already have fired).
 	if plan.Finality == PlanFinal || snap.Finality == finalityFinal {
@@ -167,10 +182,11 @@ func (p planRun) run(ctx context.Context, snap planRecord, rev uint64) (res plan
 	return planResult{outcome: out, plan: &next, rev: o.Revision, created: created}
 }
 
-// seed writes each planned split, spec first then progress, both
-// create-if-absent: a seed never overwrites an existing record.
-func (p planRun) seed(ctx context.Context, splits []PlannedSplit, gen uint64) (int, error) {
-	var created atomic.Int64
+// seed writes each planned split the view does not hold, spec first then
+// progress, both create-if-absent: a seed never overwrites an existing
+// record. It returns the splits it created and the splits it tried.
+func (p planRun) seed(ctx context.Context, splits []PlannedSplit, gen uint64) (created, tried int, err error) {
+	var won atomic.Int64
 	var firstErr error
 	var mu sync.Mutex
 	setErr := func(err error) {
@@ -189,6 +205,10 @@ func (p planRun) seed(ctx context.Context, splits []PlannedSplit, gen uint64) (i
 			continue // first occurrence wins
 		}
 		seen[id] = true
+		if _, ok := p.known[id]; ok {
+			continue // seeded before: its records exist
+		}
+		tried++
 		spec := encode(&specRecord{Schema: SchemaVersion, ID: id, FP: p.fpHash, Generation: gen,
 			Weight: s.Spec.EffectiveWeight(), Descriptor: nonNil(s.Spec.Descriptor)})
 		prog := encode(newProgressRecord(id, p.fpHash, s.Seed))
@@ -208,7 +228,7 @@ func (p planRun) seed(ctx context.Context, splits []PlannedSplit, gen uint64) (i
 				return
 			}
 			if o.Won {
-				created.Add(1)
+				won.Add(1)
 				p.m.planned.Inc()
 			}
 		})
@@ -217,7 +237,7 @@ func (p planRun) seed(ctx context.Context, splits []PlannedSplit, gen uint64) (i
 	if firstErr == nil && ctx.Err() != nil {
 		firstErr = Retryablef("planning cancelled: %w", ctx.Err())
 	}
-	return int(created.Load()), firstErr
+	return int(won.Load()), tried, firstErr
 }
 
 func nonNil(b []byte) []byte {

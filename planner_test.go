@@ -3,6 +3,8 @@ package spate
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"testing/synctest"
 
@@ -178,7 +180,7 @@ func TestPlanRunFailures(t *testing.T) {
 				}
 				return fakeFault{}
 			}, want: planFatal, wantMsg: "seeding spec b"},
-		{name: "listing error", planner: fixedPlan(NewSplitPlan(nil, PlanFinal)),
+		{name: "listing error", planner: fixedPlan(NewSplitPlan([]PlannedSplit{planned("a", 1)}, PlanFinal)),
 			fault: func(c fakeCall) fakeFault {
 				if c.op == "list" {
 					return fakeFault{err: Retryablef("down")}
@@ -286,4 +288,43 @@ func TestStartPlanRunsOffTheLoop(t *testing.T) {
 		assert.Equal(t, uint64(1), a.job.plan.Planned)
 		assert.Equal(t, 1, st.count("update", keyPlan), "exactly one run")
 	})
+}
+
+// A replan of an open plan writes what is new: the splits the leader's
+// view holds are not seeded again, and a run with nothing to seed, under
+// a count the view agrees with, lists nothing; the plan record is the one
+// other write.
+func TestPlanRunWritesOnlyWhatIsNew(t *testing.T) {
+	st := newFakeStore()
+	var splits []PlannedSplit
+	for i := range 100 {
+		splits = append(splits, planned(fmt.Sprintf("s%03d", i), 1))
+	}
+	run, snap, rev := newPlanRun(t, st, fixedPlan(NewSplitPlan(splits, PlanOpen)), planRecord{})
+	res := run.run(context.Background(), snap, rev)
+	require.Equal(t, planOK, res.outcome, "%v", res.err)
+	require.Equal(t, 100, res.created)
+
+	calls := map[string]int{}
+	st.setFault(func(c fakeCall) fakeFault { calls[c.op]++; return fakeFault{} })
+	run.known = map[string]struct{}{}
+	for _, s := range splits {
+		run.known[s.Spec.ID.String()] = struct{}{}
+	}
+	grown := append(slices.Clone(splits), planned("new-1", 1), planned("new-2", 1))
+	run.planner = fixedPlan(NewSplitPlan(grown, PlanOpen))
+	res = run.run(context.Background(), *res.plan, res.rev)
+	require.Equal(t, planOK, res.outcome, "%v", res.err)
+	assert.Equal(t, 2, res.created)
+	assert.Equal(t, uint64(102), res.plan.Planned)
+	assert.Equal(t, 4, calls["create"], "two new splits: a spec and a progress record each")
+	assert.Equal(t, 1, calls["update"], "one plan record")
+
+	clear(calls)
+	run.known["new-1"], run.known["new-2"] = struct{}{}, struct{}{}
+	res = run.run(context.Background(), *res.plan, res.rev)
+	require.Equal(t, planNoop, res.outcome, "%v", res.err)
+	assert.Equal(t, uint64(102), res.plan.Planned)
+	assert.Zero(t, calls["create"])
+	assert.Zero(t, calls["list"], "nothing new: no listing of the job")
 }

@@ -29,6 +29,7 @@ type jobView struct {
 	leaderRev   uint64
 	leaderAt    uint64 // clock of the last change to leaderObs
 	plan        *planRecord
+	finalSent   bool // PlanFinalized was emitted
 	planRev     uint64
 	planAt      uint64 // clock of the last change to plan
 	assigns     map[string]assignEntry
@@ -438,6 +439,10 @@ func (a *actor) setPlan(p *planRecord, rev uint64) {
 	}
 	a.job.plan, a.job.planRev, a.job.planAt = p, rev, a.job.clock
 	a.job.durableSeq++
+	if p.Finality == finalityFinal && !a.job.finalSent {
+		a.job.finalSent = true
+		a.c.emit(PlanFinalized{Planned: p.Planned})
+	}
 	if a.leading != nil && p.Generation > a.leading.generation {
 		a.demote(fmt.Sprintf("a successor bumped the plan generation to %d", p.Generation))
 	}

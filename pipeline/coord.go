@@ -76,6 +76,14 @@ type SplitSource interface {
 	BeginRevoke(split spate.SplitID) bool
 }
 
+// PlanFinalizer is implemented by split sources whose splits follow
+// growing input (a file tail) and so cannot end on their own: the driver
+// calls PlanFinalized once the job's plan is final, and from then on the
+// source completes each split at the end of its input.
+type PlanFinalizer interface {
+	PlanFinalized()
+}
+
 // BaseSplitSource supplies the optional methods' defaults: accept every
 // resume, no finishing hints, and drain every revocation (see
 // [SplitSource.BeginRevoke]).
@@ -541,6 +549,10 @@ func (d *CoordinationDriver[C]) apply(src SplitSource, ev spate.Event) error {
 		d.opts.log.Warn("split quarantined", "split", e.Split, "attempts", e.Attempts)
 		if t := d.held[e.Split]; t != nil {
 			d.retire(src, t, false)
+		}
+	case spate.PlanFinalized:
+		if f, ok := src.(PlanFinalizer); ok {
+			f.PlanFinalized()
 		}
 	case spate.AllComplete:
 		if !d.allComplete && !d.everHeld {
