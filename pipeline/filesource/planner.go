@@ -15,7 +15,8 @@
 // 16 bytes of a SHA-256 over the packing version and every member's name,
 // size and modification time: the same objects always make the same splits,
 // an overwritten object becomes new work, and a packing change orphans old
-// progress on purpose. The plan is final: objects added later are not seen.
+// progress on purpose. The plan is final: objects added later are not seen,
+// unless the job follows its input (see Following).
 //
 // # Offsets and watermarks
 //
@@ -54,6 +55,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/spate-go/spate"
 )
@@ -69,10 +71,14 @@ type Member struct {
 	MTime int64  `json:"mtime"` // modification time, Unix nanoseconds
 }
 
-// Descriptor is a split's payload: its members in read order.
+// Descriptor is a split's payload: its members in read order, or, for a
+// followed file's split, the file.
 type Descriptor struct {
 	Version int      `json:"v"`
 	Files   []Member `json:"files"`
+	// Tail is the followed file of a tail split (see [PlannerOptions]
+	// Follow); Files is empty then.
+	Tail *Tail `json:"tail,omitempty"`
 }
 
 // Total is the split's size in bytes.
@@ -98,6 +104,9 @@ func DecodeDescriptor(b []byte) (Descriptor, error) {
 			return d, spate.Fatalf("filesource: bad descriptor: member %d has name %q and size %d", i, m.Name, m.Size)
 		}
 	}
+	if d.Tail != nil && (len(d.Files) > 0 || d.Tail.Name == "") {
+		return d, spate.Fatalf("filesource: bad descriptor: a tail split names the file %q and %d members", d.Tail.Name, len(d.Files))
+	}
 	return d, nil
 }
 
@@ -108,6 +117,19 @@ type PlannerOptions struct {
 	// MaxFiles caps a split's members (it keeps descriptors small).
 	// Default 16.
 	MaxFiles int
+	// Follow makes the job continuous: the plan stays Open, every replan
+	// discovers the input's new files, and each file of a local directory
+	// is followed as it grows, by a tail split of its own (see the package
+	// documentation, "Following"). An object of a bucket, which cannot
+	// grow, is a bounded split of its own. Part of the job's identity.
+	Follow bool
+	// UntilIdle, with Follow, turns the plan Final at the first replan
+	// that finds the input unchanged (no new file, no file grown or
+	// shrunk) for at least this long; the job then completes. 0: the job
+	// runs until it is stopped.
+	UntilIdle time.Duration
+	// Now is the clock of UntilIdle (default time.Now).
+	Now func() time.Time
 }
 
 // Planner enumerates an input's objects into splits. It implements
@@ -125,21 +147,30 @@ func NewPlanner(objs Objects, opts PlannerOptions) *Planner {
 	if opts.MaxFiles <= 0 {
 		opts.MaxFiles = 16
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	return &Planner{objs: objs, opts: opts}
 }
 
 // Fingerprint derives the job identity from the configuration only: the
 // input's location and the packing options.
 func (p *Planner) Fingerprint() string {
+	if p.opts.Follow {
+		return "filesource:v" + strconv.Itoa(PackingVersion) + ":" + p.objs.Location() + ":follow"
+	}
 	return "filesource:v" + strconv.Itoa(PackingVersion) + ":" + p.objs.Location() +
 		":target=" + strconv.FormatInt(p.opts.TargetBytes, 10) + ":files=" + strconv.Itoa(p.opts.MaxFiles)
 }
 
-// Plan lists the input and packs it. The plan is final.
-func (p *Planner) Plan(ctx context.Context, _ spate.PlanContext) (spate.SplitPlan, error) {
+// Plan lists the input and packs it. The plan is final, unless Follow.
+func (p *Planner) Plan(ctx context.Context, pc spate.PlanContext) (spate.SplitPlan, error) {
 	members, err := p.objs.List(ctx)
 	if err != nil {
 		return spate.SplitPlan{}, err
+	}
+	if p.opts.Follow {
+		return p.planFollow(members, pc)
 	}
 	var splits []spate.PlannedSplit
 	for _, group := range Pack(members, p.opts.TargetBytes, p.opts.MaxFiles) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -19,14 +20,17 @@ import (
 // [pipeline.SplitSource] and [pipeline.StopReader].
 type Source struct {
 	objs Objects
+	log  *slog.Logger
 	mu   sync.Mutex
 	// splits holds the open tenancies by split id.
 	splits    map[spate.SplitID]*splitState
 	finishing []spate.SplitID
+	final     bool // the plan is final: tail lanes end at their file's end
 }
 
 type splitState struct {
 	lane  *lane
+	tail  *tailLane // a followed file's lane (lane is nil then)
 	total int64
 	// acked is the highest watermark EncodeCommit saw (or the resume point).
 	acked int64
@@ -34,7 +38,45 @@ type splitState struct {
 
 // NewSource reads the objects of objs (the planner's input).
 func NewSource(objs Objects) *Source {
-	return &Source{objs: objs, splits: map[spate.SplitID]*splitState{}}
+	return &Source{objs: objs, log: slog.Default(), splits: map[spate.SplitID]*splitState{}}
+}
+
+// WithLogger has the source log to log (what happened to a followed file:
+// a rename, a truncation, a deletion). The default is slog.Default().
+func (s *Source) WithLogger(log *slog.Logger) *Source {
+	s.log = log
+	return s
+}
+
+// PlanFinalized implements [pipeline.PlanFinalizer]: from now on each
+// followed file's split completes at the end of the file.
+func (s *Source) PlanFinalized() {
+	s.mu.Lock()
+	s.final = true
+	var tails []*tailLane
+	for _, st := range s.splits {
+		if st.tail != nil {
+			tails = append(tails, st.tail)
+		}
+	}
+	s.mu.Unlock()
+	for _, t := range tails {
+		t.setFinal()
+	}
+}
+
+// Lag is the bytes the followed files that this source's lanes hold
+// have beyond what was read: a continuous job's backlog here.
+func (s *Source) Lag() (bytes int64, files int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.splits {
+		if st.tail != nil {
+			bytes += st.tail.lag()
+			files++
+		}
+	}
+	return bytes, files
 }
 
 // New assembles a coordinated backfill of objs over coord. For a directory:
@@ -49,6 +91,12 @@ func New[C spate.SplitCoordinator](objs Objects, coord C, popts PlannerOptions, 
 func (s *Source) ValidateResume(spec spate.SplitSpec, p spate.SplitProgress) error {
 	d, err := DecodeDescriptor(spec.Descriptor)
 	if err != nil {
+		return err
+	}
+	if d.Tail != nil {
+		// Checked by the lane when it opens the file: where the file is
+		// now, and whether it was truncated, decide the resume point.
+		_, err := decodeTailState(p.State)
 		return err
 	}
 	total := d.Total()
@@ -90,6 +138,9 @@ func (s *Source) OpenSplit(o pipeline.SplitOpening) (pipeline.Lane, error) {
 	if o.Progress != nil {
 		start = o.Progress.Watermark
 	}
+	if d.Tail != nil {
+		return s.openTail(o, *d.Tail, start)
+	}
 	l := &lane{
 		id: o.Lane, part: o.Partition, split: o.Spec.ID, objs: s.objs, files: d.Files,
 		issuer: o.Issuer, poison: o.Poison, pos: start, emitted: start,
@@ -102,6 +153,37 @@ func (s *Source) OpenSplit(o pipeline.SplitOpening) (pipeline.Lane, error) {
 	}
 	s.mu.Lock()
 	s.splits[o.Spec.ID] = &splitState{lane: l, total: d.Total(), acked: start}
+	s.mu.Unlock()
+	return l, nil
+}
+
+// openTail builds a followed file's lane.
+func (s *Source) openTail(o pipeline.SplitOpening, t Tail, start int64) (pipeline.Lane, error) {
+	dir, ok := s.objs.(LocalDir)
+	if !ok {
+		return nil, spate.Fatalf("filesource: split %s follows the file %s, but the input %s is not a local directory", o.Spec.ID, t.Name, s.objs.Location())
+	}
+	var ts tailState
+	if o.Progress != nil {
+		var err error
+		if ts, err = decodeTailState(o.Progress.State); err != nil {
+			return nil, err
+		}
+	}
+	l := &tailLane{
+		id: o.Lane, part: o.Partition, split: o.Spec.ID, root: dir.LocalRoot(), want: t,
+		issuer: o.Issuer, poison: o.Poison, log: s.log, name: t.Name,
+		pos: start, base: ts.Base, bases: []baseFrom{{from: 0, base: ts.Base}},
+	}
+	l.onExhausted = func() {
+		s.mu.Lock()
+		s.finishing = append(s.finishing, o.Spec.ID)
+		s.mu.Unlock()
+		o.Waker.Wake()
+	}
+	s.mu.Lock()
+	l.final = s.final
+	s.splits[o.Spec.ID] = &splitState{tail: l, acked: start}
 	s.mu.Unlock()
 	return l, nil
 }
@@ -122,6 +204,9 @@ func (s *Source) EncodeCommit(id spate.SplitID, watermark int64) (spate.SplitPro
 	s.mu.Lock()
 	st.acked = max(st.acked, watermark)
 	s.mu.Unlock()
+	if st.tail != nil {
+		return st.tail.progress(watermark), nil
+	}
 	if watermark >= st.total {
 		return spate.CompletedProgress(st.total, nil), nil
 	}
@@ -136,8 +221,16 @@ func (s *Source) Sweep(id spate.SplitID) (*spate.SplitProgress, error) {
 		return nil, nil
 	}
 	s.mu.Lock()
+	acked := st.acked
 	done := st.acked >= st.total
 	s.mu.Unlock()
+	if st.tail != nil {
+		if !st.tail.complete(acked) {
+			return nil, nil
+		}
+		p := st.tail.progress(acked)
+		return &p, nil
+	}
 	if done {
 		p := spate.CompletedProgress(st.total, nil)
 		return &p, nil
@@ -151,7 +244,11 @@ func (s *Source) CloseSplit(id spate.SplitID) {
 	st := s.splits[id]
 	delete(s.splits, id)
 	s.mu.Unlock()
-	if st != nil {
+	switch {
+	case st == nil:
+	case st.tail != nil:
+		st.tail.close()
+	default:
 		st.lane.close()
 	}
 }
@@ -171,9 +268,11 @@ func (s *Source) TakeFinishing() []spate.SplitID {
 func (s *Source) BeginRevoke(spate.SplitID) bool { return true }
 
 // Unfinished reports whether the split's lane has input left to read.
+// A followed file's split is never unfinished at a stop: it hands back
+// at the next line, and a later run follows the file from there.
 func (s *Source) Unfinished(id spate.SplitID) bool {
 	st := s.state(id)
-	return st != nil && st.lane.unfinished()
+	return st != nil && st.lane != nil && st.lane.unfinished()
 }
 
 // lane reads one split's lines.

@@ -1,0 +1,402 @@
+package filesource
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/pipeline"
+)
+
+// tailState is a tail split's resume state beside its watermark. Base is
+// the split offset of the file's byte 0: 0 until the file is first
+// truncated, then the split offset where its new content starts (split
+// offsets never go back, so a watermark stays monotonic through a
+// truncation). Size is the file's size when the commit was made: the
+// commit's lag is Size-(Watermark-Base).
+type tailState struct {
+	Base int64 `json:"base,omitempty"`
+	Size int64 `json:"size,omitempty"`
+}
+
+func decodeTailState(b []byte) (tailState, error) {
+	var st tailState
+	if len(b) == 0 {
+		return st, nil
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("filesource: bad tail state %q: %w", b, err)
+	}
+	if st.Base < 0 {
+		return st, fmt.Errorf("filesource: bad tail state %q", b)
+	}
+	return st, nil
+}
+
+// growthPoll is how often a lane at the end of its file looks for more.
+const growthPoll = 50 * time.Millisecond
+
+// tailLane follows one file as it grows. It reads whole lines only: a last
+// line still being written waits for its newline, unless the file ends
+// for good (the plan is final, the file was deleted or truncated), when
+// it is emitted as it is.
+type tailLane struct {
+	id          pipeline.LaneID
+	part        pipeline.PartitionID
+	split       spate.SplitID
+	root        string
+	want        Tail
+	issuer      *pipeline.AckIssuer
+	poison      func(string)
+	onExhausted func()
+	log         *slog.Logger
+
+	mu      sync.Mutex
+	f       *os.File
+	name    string // where the file was found: the want's name, or its new name
+	pos     int64  // split offset of the next byte not yet emitted
+	base    int64  // split offset of the file's byte 0
+	bases   []baseFrom
+	buf     []byte // buf[r:w]: the file's bytes from pos on, read, not emitted
+	r, w    int
+	size    int64 // the file's size when last seen
+	grewAt  time.Time
+	checked time.Time
+	keys    []byte
+	pays    []pipeline.RawPayload
+	final   bool // the plan is final: end at the end of the file
+	started bool
+	done    bool // the file ended for good: every byte emitted
+	stopped bool
+	failed  bool
+}
+
+// baseFrom: watermarks from from on resume with base.
+type baseFrom struct{ from, base int64 }
+
+func (l *tailLane) ID() pipeline.LaneID             { return l.id }
+func (l *tailLane) Partition() pipeline.PartitionID { return l.part }
+
+// Poll reads up to maxRecords whole lines.
+func (l *tailLane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, error) {
+	l.mu.Lock()
+	if l.stopped || l.done || l.failed {
+		l.mu.Unlock()
+		time.Sleep(timeout)
+		return nil, nil
+	}
+	if !l.started {
+		l.started = true
+		if err := l.open(); err != nil {
+			l.failLocked(err)
+			l.mu.Unlock()
+			return nil, nil
+		}
+		if l.done {
+			l.mu.Unlock()
+			l.onExhausted()
+			return nil, nil
+		}
+	}
+	l.pays, l.keys = l.pays[:0], l.keys[:0]
+	if l.r > 0 {
+		l.w = copy(l.buf, l.buf[l.r:l.w])
+		l.r = 0
+	}
+	for len(l.pays) < maxRecords {
+		if i := bytes.IndexByte(l.buf[l.r:l.w], '\n'); i >= 0 {
+			l.emit(i+1, i)
+			continue
+		}
+		if l.w == len(l.buf) {
+			if len(l.pays) > 0 {
+				break // this batch's values fill the buffer
+			}
+			grown := make([]byte, 2*len(l.buf)) // a line longer than the buffer
+			copy(grown, l.buf[:l.w])
+			l.buf = grown
+		}
+		n, err := l.f.Read(l.buf[l.w:])
+		l.w += n
+		if n > 0 {
+			l.grewAt = time.Now()
+			continue
+		}
+		if err != nil && err != io.EOF {
+			l.failLocked(fmt.Errorf("read %s: %w", l.name, err))
+			break
+		}
+		// At the end of what the file holds now.
+		if len(l.pays) > 0 || time.Since(l.checked) < growthPoll {
+			break
+		}
+		l.checked = time.Now()
+		if ended, err := l.atEnd(); err != nil {
+			l.failLocked(err)
+			break
+		} else if ended {
+			break
+		}
+	}
+	if len(l.pays) == 0 {
+		done := l.done
+		l.mu.Unlock()
+		if done {
+			l.onExhausted()
+			return nil, nil
+		}
+		time.Sleep(min(timeout, growthPoll))
+		return nil, nil
+	}
+	pays := l.pays
+	last := pays[len(pays)-1].Offset
+	l.mu.Unlock()
+	return &pipeline.Batch{Payloads: pays, Ack: l.issuer.Issue(l.part, last)}, nil
+}
+
+// atEnd looks at the file once the lane has read all it holds: a final
+// plan or a deleted file ends the split; a file smaller than what was read
+// was truncated, and is read again from its start. It reports whether the
+// split ended.
+func (l *tailLane) atEnd() (bool, error) {
+	info, err := l.f.Stat()
+	if err != nil {
+		return false, fmt.Errorf("stat %s: %w", l.name, err)
+	}
+	read := l.pos - l.base + int64(l.w-l.r) // file offset of the next byte to read
+	l.size = info.Size()
+	switch nlink, ok := links(info); {
+	case info.Size() < read:
+		l.log.Warn("a followed file was truncated: it is read again from its start; lines written to it after the last read and before the truncation were not read",
+			"file", l.name, "split", l.split, "read_bytes", read, "size", info.Size())
+		l.flushPartial()
+		l.base = l.pos
+		l.bases = append(l.bases, baseFrom{from: l.pos, base: l.base})
+		if _, err := l.f.Seek(0, io.SeekStart); err != nil {
+			return false, fmt.Errorf("seek %s: %w", l.name, err)
+		}
+		return false, nil
+	case l.final:
+		l.flushPartial()
+		l.done = true
+		return true, nil
+	case ok && nlink == 0:
+		l.log.Warn("a followed file was deleted: its split completes at the end of what it held", "file", l.name, "split", l.split)
+		l.flushPartial()
+		l.done = true
+		return true, nil
+	}
+	return false, nil
+}
+
+// flushPartial emits the bytes after the last newline as a line: the file
+// ended without one.
+func (l *tailLane) flushPartial() {
+	if n := l.w - l.r; n > 0 {
+		l.emit(n, n)
+	}
+}
+
+// open finds the file (by its identity, where its name now holds
+// another), and seeks to the resume point. A file that is gone ends the
+// split (there is nothing left to read); a file smaller than the resume
+// point was truncated while nobody held the split, and is read from its
+// start.
+func (l *tailLane) open() error {
+	f, err := l.find()
+	if errors.Is(err, fs.ErrNotExist) {
+		l.log.Warn("a followed file is gone (deleted while no worker held its split): the split completes at its last commit; any lines after it were not read",
+			"file", l.want.Name, "split", l.split, "watermark", l.pos)
+		l.done = true
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	l.f = f
+	info, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("stat %s: %w", l.name, err)
+	}
+	l.size = info.Size()
+	off := l.pos - l.base
+	if info.Size() < off {
+		l.log.Warn("a followed file was truncated while no worker held its split: it is read again from its start",
+			"file", l.name, "split", l.split, "resume_offset", off, "size", info.Size())
+		l.base = l.pos
+		l.bases = append(l.bases, baseFrom{from: l.pos, base: l.base})
+		off = 0
+	} else if off > 0 {
+		// The resume point must start a line.
+		var b [1]byte
+		if _, err := f.ReadAt(b[:], off-1); err != nil {
+			return fmt.Errorf("resume check of %s: %w", l.name, err)
+		}
+		if b[0] != '\n' {
+			return fmt.Errorf("%w: resume offset %d of %s is not on a line boundary", errDrift, off, l.name)
+		}
+	}
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		return fmt.Errorf("seek %s: %w", l.name, err)
+	}
+	l.buf = make([]byte, laneBufSize)
+	l.grewAt = time.Now()
+	return nil
+}
+
+// find opens the wanted file: at its name if the file there is the one,
+// else wherever under the root it was renamed to.
+func (l *tailLane) find() (*os.File, error) {
+	open := func(name string) (*os.File, bool, error) {
+		f, err := os.Open(filepath.Join(l.root, filepath.FromSlash(name)))
+		if err != nil {
+			return nil, false, err
+		}
+		id, err := identifyOpen(f)
+		if err != nil {
+			f.Close()
+			return nil, false, err
+		}
+		if id != l.want.FileID {
+			f.Close()
+			return nil, false, nil
+		}
+		l.name = name
+		return f, true, nil
+	}
+	f, ok, err := open(l.want.Name)
+	switch {
+	case ok:
+		return f, nil
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return nil, err
+	}
+	// Renamed: look for it by identity.
+	var found string
+	werr := filepath.WalkDir(l.root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || found != "" || !d.Type().IsRegular() {
+			return nil
+		}
+		if id, ierr := identify(path); ierr == nil && id == l.want.FileID {
+			rel, rerr := filepath.Rel(l.root, path)
+			if rerr == nil {
+				found = filepath.ToSlash(rel)
+			}
+		}
+		return nil
+	})
+	if werr != nil {
+		return nil, werr
+	}
+	if found == "" {
+		return nil, fs.ErrNotExist
+	}
+	if f, ok, err = open(found); err != nil || !ok {
+		return nil, fs.ErrNotExist // gone again meanwhile
+	}
+	l.log.Info("a followed file was renamed; following it at its new name", "file", l.want.Name, "now", found, "split", l.split)
+	return f, nil
+}
+
+// emit cuts the next line (n bytes, value of them the line's own).
+func (l *tailLane) emit(n, value int) {
+	off := l.pos - l.base
+	need := len(l.want.Name) + 42
+	if len(l.keys)+need > cap(l.keys) {
+		l.keys = make([]byte, 0, max(2*cap(l.keys), 16<<10, need))
+	}
+	k := len(l.keys)
+	l.keys = append(l.keys, l.want.Name...)
+	if l.base > 0 {
+		l.keys = append(l.keys, '~')
+		l.keys = strconv.AppendInt(l.keys, l.base, 10)
+	}
+	l.keys = append(l.keys, ':')
+	l.keys = strconv.AppendInt(l.keys, off, 10)
+	l.pos += int64(n)
+	l.pays = append(l.pays, pipeline.RawPayload{
+		Key:       l.keys[k:len(l.keys):len(l.keys)],
+		Value:     l.buf[l.r : l.r+value : l.r+value],
+		Partition: l.part,
+		Offset:    l.pos - 1,
+	})
+	l.r += n
+}
+
+// baseFor is the base a commit at watermark resumes with.
+func (l *tailLane) baseFor(watermark int64) int64 {
+	b := int64(0)
+	for _, e := range l.bases {
+		if e.from <= watermark {
+			b = e.base
+		}
+	}
+	return b
+}
+
+// progress is the split's progress at watermark: complete once the file
+// ended for good and every byte of it is acknowledged.
+func (l *tailLane) progress(watermark int64) spate.SplitProgress {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st, _ := json.Marshal(tailState{Base: l.baseFor(watermark), Size: l.size})
+	if l.done && watermark >= l.pos {
+		return spate.CompletedProgress(watermark, st)
+	}
+	return spate.NewSplitProgress(watermark, st)
+}
+
+// complete reports whether the split ended with every byte acknowledged
+// up to acked.
+func (l *tailLane) complete(acked int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.done && acked >= l.pos
+}
+
+func (l *tailLane) setFinal() {
+	l.mu.Lock()
+	l.final = true
+	l.checked = time.Time{}
+	l.mu.Unlock()
+}
+
+// lag is the bytes the file holds beyond what was emitted, and how long
+// the file has been growing without being read to its end (0 when read).
+func (l *tailLane) lag() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return max(l.size-(l.pos-l.base), 0)
+}
+
+func (l *tailLane) failLocked(err error) {
+	l.failed = true
+	l.closeLocked()
+	if l.poison != nil {
+		l.poison(fmt.Sprintf("split %s: %v", l.split, err))
+	}
+}
+
+func (l *tailLane) closeLocked() {
+	if l.f != nil {
+		l.f.Close()
+		l.f = nil
+	}
+}
+
+func (l *tailLane) close() {
+	l.mu.Lock()
+	l.stopped = true
+	l.closeLocked()
+	l.mu.Unlock()
+}
