@@ -38,6 +38,9 @@ type backfillFlags struct {
 	rebalanceDelay time.Duration
 	splitBytes     int64
 	splitFiles     int
+	follow         bool          // a continuous job: discover and follow
+	untilIdle      time.Duration // --follow: complete once the input is idle this long
+	discover       time.Duration // --follow: the replan interval (0: the lease)
 	rate           float64
 	history        string
 	verify         bool
@@ -68,6 +71,17 @@ The default store is an embedded etcd on --embed-addr with its data in
 --data-dir; more spate backfill processes (other terminals) join it. Run it
 again to resume an interrupted job; on a finished job it says so and exits 0.
 
+With --follow the job is continuous: the plan stays open, the leader lists --src
+every --discover for new files, and each file of a directory is followed as it
+grows, by a split of its own named by the file's identity: a renamed file keeps
+its split (a new file at its path gets another), a truncated file is read again
+from its start, and a deleted file's split completes at the end of what it held;
+each is logged with the file's name. A bucket's new objects are copied once
+each. The job runs until SIGINT/SIGTERM (exit 0 after a graceful hand-back; a
+later run resumes it), or with --until-idle D until no file was added, grown or
+shrunk for D: the plan turns final, every file is read to its end, and the job
+completes. Check a followed job's output with spate verify --expect.
+
 Exit: 0 job complete (and verified); 1 error or failed verification; 3 job
 stalled on quarantined splits (see spate inspect, spate requeue); 130/143
 interrupted by SIGINT/SIGTERM after a graceful hand-back.`
@@ -88,6 +102,9 @@ func (f *backfillFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.rollSize, "roll-size", blobsink.DefaultRollSize, "bucket --dst: the staged bytes of a split that make an output part")
 	fs.DurationVar(&f.rollInterval, "roll-interval", blobsink.DefaultRollInterval, "bucket --dst: a split's output becomes a part at most this long after it was read (latency against object count)")
 	fs.IntVar(&f.splitFiles, "split-files", 16, "maximum files per split (part of the job's identity)")
+	fs.BoolVar(&f.follow, "follow", false, "a continuous job: new files are discovered every --discover and each file is followed as it grows (renames, truncations and deletions included); runs until SIGINT/SIGTERM, or --until-idle (part of the job's identity)")
+	fs.DurationVar(&f.untilIdle, "until-idle", 0, "--follow: once no file was added, grown or shrunk for this long, the plan turns final and the job completes (0: run until stopped)")
+	fs.DurationVar(&f.discover, "discover", 0, "--follow: how often the leader lists --src for new files (at least --lease; 0: --lease)")
 	fs.Float64Var(&f.rate, "rate", 0, "write at most this many lines per second (0: unlimited)")
 	fs.StringVar(&f.history, "history", "", "append a JSON-lines history of what this worker saw to this file")
 	fs.BoolVar(&f.verify, "verify", true, "when the job completes, check that every input line is in --dst (turn off when workers write to different --dst)")
@@ -180,6 +197,8 @@ type jobSummary struct {
 	remaining                         int64              // bytes not yet committed, of the splits whose size is known
 	leader                            string
 	completedAll, stalled, consistent bool
+	followed                          int   // followed files whose split is not complete
+	lag                               int64 // bytes they held beyond their last commits
 }
 
 func summarize(js *spate.JobState) jobSummary {
@@ -189,6 +208,12 @@ func summarize(js *spate.JobState) jobSummary {
 		s.leader = js.Leader.Instance
 	}
 	for _, sp := range js.Splits {
+		if sp.Progress != nil && sp.Status != spate.StatusCompleted {
+			if lag, ok := filesource.TailLag(*sp.Progress); ok {
+				s.followed++
+				s.lag += lag
+			}
+		}
 		w := int64(max(sp.Weight, 1))
 		s.total += w
 		switch {
@@ -335,7 +360,7 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	}
 	defer st.Close()
 
-	popts := filesource.PlannerOptions{TargetBytes: f.splitBytes, MaxFiles: f.splitFiles}
+	popts := filesource.PlannerOptions{TargetBytes: f.splitBytes, MaxFiles: f.splitFiles, Follow: f.follow, UntilIdle: f.untilIdle}
 	planner := filesource.NewPlanner(in.objs, popts)
 	before, _, err := readJob(runCtx, st)
 	if err != nil {
@@ -347,7 +372,7 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	case !before.exists:
 		con.line("new job: %s -> %s", src, dst)
 	case before.fingerprint != planner.Fingerprint():
-		return fail(exitUsage, "job %s on this store belongs to another source or other split options:\n  the job:  %s\n  this run: %s\nuse another --job, or the job's own --src/--split-bytes/--split-files", job, before.fingerprint, planner.Fingerprint())
+		return fail(exitUsage, "job %s on this store belongs to another source or other split options:\n  the job:  %s\n  this run: %s\nuse another --job, or the job's own --src/--split-bytes/--split-files/--follow", job, before.fingerprint, planner.Fingerprint())
 	case before.completedAll:
 		con.line("job %s is already complete: all %d splits (%s) are committed completed; nothing to do", job, before.splits, bytesStr(before.total))
 		return exitOK
@@ -378,7 +403,7 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	}
 	obs := newObserver(con, hist)
 	oc := &observedCoord{StoreCoordinator: coord, obs: obs}
-	splits := &observedSplits{Source: filesource.NewSource(in.objs), obs: obs}
+	splits := &observedSplits{Source: filesource.NewSource(in.objs).WithLogger(log), obs: obs}
 	source := pipeline.NewCoordinatedSource(oc, splits, planner, pipeline.StallDrains(true), pipeline.DriverLogger(log))
 	fileSink, err := out.sink(context.Background(), job, f.rollSize, f.rollInterval) // creates --dst
 	if err != nil {
@@ -478,6 +503,10 @@ func (f *backfillFlags) config(instance string) spate.Config {
 	if cfg.RebalanceDelay <= 0 {
 		cfg.RebalanceDelay = spate.NoRebalanceDelay
 	}
+	if f.follow {
+		// A continuous job discovers new input at every replan.
+		cfg.ReplanInterval = max(f.discover, f.lease)
+	}
 	return cfg
 }
 
@@ -498,6 +527,9 @@ func (f *backfillFlags) finish(con *console, job string, in *input, out *destina
 	case runErr != nil:
 		outcome = "FAILED"
 		code = exitFailed
+	case sig != nil && f.follow:
+		// A continuous job ends by a signal: its normal end.
+		outcome = fmt.Sprintf("stopped (%v) after a graceful hand-back; the job goes on without this worker, and resumes where it was when spate backfill --follow runs again", sig)
 	case sig != nil:
 		outcome = fmt.Sprintf("interrupted (%v); the job goes on without this worker, or resumes when spate backfill runs again", sig)
 		code = signalCode(sig)
@@ -505,7 +537,7 @@ func (f *backfillFlags) finish(con *console, job string, in *input, out *destina
 		outcome = "stopped"
 	}
 	var verified *verifyResult
-	if code == exitOK && f.verify {
+	if code == exitOK && f.verify && !f.follow {
 		r, err := verifyOutput(context.Background(), in.objs, out)
 		if err != nil {
 			con.line("verification could not run: %v", err)
@@ -528,6 +560,8 @@ func (f *backfillFlags) finish(con *console, job string, in *input, out *destina
 	con.plain("  records    %s lines (%s of input) written to %s\n", count(recs), bytesStr(inBytes), dst)
 	if verified != nil {
 		con.plain("  duplicates %s lines in %s (exactly-once: the output lists only what won commits covered)\n", count(verified.Duplicates), dst)
+	} else if f.follow {
+		con.plain("  duplicates not counted here: a followed input's files may have been renamed, truncated or deleted under the job; check with spate verify --expect FILE\n")
 	} else {
 		con.plain("  duplicates not counted (counted by the verification of a completed job; see spate verify)\n")
 	}
@@ -607,8 +641,14 @@ func (f *backfillFlags) progress(con *console, st spate.Store, obs *observer, st
 				continue
 			}
 			frac := float64(s.done) / float64(s.total)
-			if con.tty {
+			following := fmt.Sprintf("following %d files (%d splits, %d completed): %s behind the input as of the last commits; %s",
+				s.followed, s.splits, s.completed, bytesStr(s.lag), here)
+			if con.tty && f.follow {
+				con.setStatus(fitWidth(following, con.columns()))
+			} else if con.tty {
 				con.setStatus(progressStatus(con.columns(), frac, s, here))
+			} else if !con.quiet && f.follow {
+				con.event("%s", following)
 			} else if !con.quiet {
 				con.event("progress %.0f%%: %d/%d splits completed, %s of %s committed; %s", 100*frac,
 					s.completed, s.splits, bytesStr(s.done), bytesStr(s.total), here)

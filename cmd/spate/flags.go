@@ -191,6 +191,19 @@ func (f *backfillFlags) validate(fs *flag.FlagSet, pos []string) error {
 		func() error { return atLeast("split-bytes", f.splitBytes, 1) },
 		func() error { return atLeast("split-files", int64(f.splitFiles), 1) },
 		func() error {
+			switch {
+			case !f.follow && explicitlySet(fs, "until-idle"):
+				return flagErrorf("--until-idle needs --follow")
+			case !f.follow && explicitlySet(fs, "discover"):
+				return flagErrorf("--discover needs --follow")
+			case f.untilIdle < 0:
+				return flagErrorf("--until-idle %v: must not be negative (0 runs until stopped)", f.untilIdle)
+			case f.discover != 0 && f.discover < f.lease:
+				return flagErrorf("--discover %v is shorter than --lease %v: the leader lists --src at most once per lease", f.discover, f.lease)
+			}
+			return nil
+		},
+		func() error {
 			if math.IsNaN(f.rate) || math.IsInf(f.rate, 0) || f.rate < 0 {
 				return flagErrorf("--rate %v: must be 0 (unlimited) or a positive number of lines per second", f.rate)
 			}

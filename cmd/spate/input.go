@@ -95,6 +95,10 @@ type dirInput struct {
 	root               string
 }
 
+// LocalRoot implements filesource.LocalDir: a directory's files can be
+// followed (spate backfill --follow).
+func (d dirInput) LocalRoot() string { return d.root }
+
 // List lists the files as filesource.Dir does, following links to regular
 // files.
 func (d dirInput) List(ctx context.Context) ([]filesource.Member, error) {

@@ -137,6 +137,9 @@ func describeFiles(files []filesource.Member, total int64) string {
 	case 0:
 		return "no files"
 	case 1:
+		if files[0].Size < 0 {
+			return "follows " + files[0].Name
+		}
 		return fmt.Sprintf("%s, %s", files[0].Name, bytesStr(total))
 	}
 	return fmt.Sprintf("%d files %s..%s, %s", len(files), files[0].Name, files[len(files)-1].Name, bytesStr(total))
@@ -149,6 +152,9 @@ func (o *observer) event(ev spate.Event) {
 		o.mu.Lock()
 		s := o.info(e.Split.ID)
 		s.files, s.total, s.epoch = d.Files, d.Total(), e.Epoch
+		if d.Tail != nil {
+			s.files = []filesource.Member{{Name: d.Tail.Name, Size: -1}} // followed: no size
+		}
 		o.gained++
 		from := "from the start"
 		var resume any
@@ -157,10 +163,14 @@ func (o *observer) event(ev spate.Event) {
 			if e.Progress.Watermark > 0 {
 				o.resumed++
 				from = fmt.Sprintf("resuming at byte %s of %s", count(e.Progress.Watermark), count(s.total))
+				if d.Tail != nil {
+					from = fmt.Sprintf("resuming at byte %s", count(e.Progress.Watermark))
+				}
 			}
 		}
+		desc := describeFiles(s.files, s.total)
 		o.mu.Unlock()
-		o.con.event("gained %s (epoch %d) [%s], %s", e.Split.ID, e.Epoch, describeFiles(d.Files, d.Total()), from)
+		o.con.event("gained %s (epoch %d) [%s], %s", e.Split.ID, e.Epoch, desc, from)
 		o.hist.record("gained", map[string]any{"split": e.Split.ID.String(), "epoch": uint64(e.Epoch), "resume": resume})
 	case spate.Lost:
 		o.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -201,10 +202,78 @@ func (r verifyResult) report() string {
 	return b.String()
 }
 
+// verifyExpected checks the output against a record of every line that
+// was written to a followed input, whose files may have been renamed,
+// truncated or deleted since: each line of expect (its text) must be in
+// the output exactly as many times as expect holds it, and the output must
+// hold no other line. Memory is 16 bytes per distinct line.
+func verifyExpected(ctx context.Context, expect io.Reader, out *destination) (verifyResult, error) {
+	r := verifyResult{InputFiles: 1}
+	want := map[uint64]int64{}
+	br := bufio.NewReaderSize(expect, 256<<10)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 {
+			r.InputLines++
+			r.InputBytes += int64(len(line))
+			want[lineHash(bytes.TrimSuffix(line, []byte{'\n'}))]++
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return r, fmt.Errorf("read --expect: %w", err)
+		}
+	}
+	got := map[uint64]int64{}
+	err := out.eachOutput(ctx, func(name string, rd io.Reader) error {
+		r.OutputFiles++
+		br := bufio.NewReaderSize(rd, 256<<10)
+		for {
+			line, err := br.ReadBytes('\n')
+			if len(line) > 0 {
+				r.OutputLines++
+				_, value, ok := bytes.Cut(bytes.TrimSuffix(line, []byte{'\n'}), []byte{'\t'})
+				if !ok {
+					r.Malformed++
+				} else {
+					got[lineHash(value)]++
+				}
+			}
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("read %s: %w", name, err)
+			}
+		}
+	})
+	if err != nil {
+		return r, err
+	}
+	for h, n := range want {
+		switch g := got[h]; {
+		case g < n:
+			r.Missing += n - g
+		case g > n:
+			r.Duplicates += g - n
+		}
+		delete(got, h)
+	}
+	for _, n := range got {
+		r.Foreign += n
+	}
+	if r.Missing > 0 {
+		r.MissingLines = []string{"(lines of --expect; keys are not compared)"}
+	}
+	return r, nil
+}
+
 func runVerify(args []string) int {
-	fs := newFlagSet("verify", "--src DIR|URL --dst DIR|URL",
-		"Checks that every line of every file under --src is in the output files (*.out) under --dst\n(a directory, or a bucket URL such as s3://bucket?region=…) exactly once. Exits 0 only if no line is missing, none is there twice, and the output holds\nnothing else (with --allow-duplicates: only if no line is missing).")
+	fs := newFlagSet("verify", "--src DIR|URL --dst DIR|URL | --expect FILE --dst DIR|URL",
+		"Checks that every line of every file under --src is in the output files (*.out) under --dst\n(a directory, or a bucket URL such as s3://bucket?region=…) exactly once. Exits 0 only if no line is missing, none is there twice, and the output holds\nnothing else (with --allow-duplicates: only if no line is missing).\n\nWith --expect, the output is checked against FILE, a record of every line written to a\nfollowed input (spate backfill --follow), whose files may since have been renamed,\ntruncated or deleted: each line of FILE must be in the output as often as FILE has it,\nand nothing else.")
 	src := fs.String("src", "", "the backfill's source: a directory or a bucket URL")
+	expect := fs.String("expect", "", "instead of --src: a file holding every line that was written to the input, one per line")
 	dst := fs.String("dst", "", "the backfill's output directory or bucket URL")
 	allowDups := fs.Bool("allow-duplicates", false, "accept duplicates (the output of an at-least-once sink): fail only on a missing line")
 	pos, code, ok := parseArgs(fs, args)
@@ -213,10 +282,21 @@ func runVerify(args []string) int {
 	}
 	if err := checkFlags(
 		func() error { return noPositional(pos) },
-		func() error { return required("src", *src, "the backfill's source directory (or bucket URL)") },
+		func() error {
+			if *expect != "" {
+				if *src != "" {
+					return flagErrorf("--src and --expect: give one (the input, or a record of what was written to it)")
+				}
+				return nil
+			}
+			return required("src", *src, "the backfill's source directory (or bucket URL)")
+		},
 		func() error { return required("dst", *dst, "the backfill's output directory") },
 	); err != nil {
 		return usageError(fs, "%v", err)
+	}
+	if *expect != "" {
+		return verifyAgainst(*expect, *dst, *allowDups)
 	}
 	in, err := openInput(context.Background(), *src)
 	if err != nil {
@@ -234,6 +314,32 @@ func runVerify(args []string) int {
 	}
 	fmt.Println(r.report())
 	if *allowDups && r.Complete() {
+		return exitOK
+	}
+	if !r.OK() {
+		return exitFailed
+	}
+	return exitOK
+}
+
+// verifyAgainst is spate verify --expect.
+func verifyAgainst(expect, dst string, allowDups bool) int {
+	f, err := os.Open(expect)
+	if err != nil {
+		return fail(exitUsage, "--expect: %v", err)
+	}
+	defer f.Close()
+	out, err := openOutput(context.Background(), dst)
+	if err != nil {
+		return fail(exitUsage, "--dst %s: %v", dst, err)
+	}
+	defer out.close()
+	r, err := verifyExpected(context.Background(), f, out)
+	if err != nil {
+		return fail(exitFailed, "verify: %v", err)
+	}
+	fmt.Println(r.report())
+	if allowDups && r.Complete() {
 		return exitOK
 	}
 	if !r.OK() {

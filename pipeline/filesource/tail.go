@@ -400,3 +400,17 @@ func (l *tailLane) close() {
 	l.closeLocked()
 	l.mu.Unlock()
 }
+
+// TailLag is a followed file's lag as its split's last commit recorded
+// it: the bytes the file held beyond the commit's watermark. ok is false
+// for progress that is not a followed file's (a bounded split's).
+func TailLag(p spate.SplitProgress) (lag int64, ok bool) {
+	if len(p.State) == 0 {
+		return 0, false
+	}
+	st, err := decodeTailState(p.State)
+	if err != nil || st.Size == 0 && st.Base == 0 {
+		return 0, false
+	}
+	return max(st.Size-(p.Watermark-st.Base), 0), true
+}
