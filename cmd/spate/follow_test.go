@@ -244,10 +244,13 @@ func TestFollowWorkersKilledAndStoppedAreExactlyOnce(t *testing.T) {
 			}
 			const lease = 2 * time.Second
 			job := "follow-" + st.name
+			var started []*proc // every worker process, the killed ones too
 			worker := func(i int) *proc {
-				return start(t, dir, "", append([]string{"backfill", "--follow", "--until-idle", "5s",
+				p := start(t, dir, "", append([]string{"backfill", "--follow", "--until-idle", "5s",
 					"--src", src, "--dst", dst, "--job", job, "--instance", fmt.Sprintf("w%d", i),
 					"--lease", lease.String()}, storeArgs...)...)
+				started = append(started, p)
+				return p
 			}
 			ws := []*proc{worker(0), worker(1), worker(2)}
 			out := watchOutput(dst)
@@ -337,7 +340,7 @@ func TestFollowWorkersKilledAndStoppedAreExactlyOnce(t *testing.T) {
 			}
 			out.close()
 			all := ""
-			for _, w := range ws {
+			for _, w := range started {
 				all += w.stdout.String() + w.stderr.String()
 			}
 			require.True(t, rotated && truncated, "the run was too short to rotate and truncate")

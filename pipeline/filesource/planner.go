@@ -44,6 +44,42 @@
 // failed open or read (a dropped connection to a bucket) is retried from the
 // start of the line being read, up to a few times in a row, before the split
 // is reported poison; a line cut short by a failed read is never emitted.
+//
+// # Following
+//
+// With [PlannerOptions] Follow the job is continuous. Its plan stays Open,
+// and the leader lists the input again at every replan. Each file of a
+// local directory ([LocalDir]) becomes a tail split of its own, named by
+// the file's identity ([FileID]: device, inode and birth time), not its
+// path. An object of a bucket, which cannot grow, becomes a bounded split
+// of its own, so a new object is new work and nothing else is. Only what
+// is new is written to the store at a replan, and the cursor is a few
+// bytes: a digest of the listing and when it last changed.
+//
+// A tail split's lane reads its file's whole lines and, at the file's end,
+// waits for more: it looks every 50ms. A last line without its newline
+// waits for it. The split's watermark and key offsets go on as the file
+// grows, and its output follows within about a commit interval. What
+// happens to a followed file is defined, and logged with its name:
+//
+//   - Renamed (a rotation: rename, then a new file at the path): the lane
+//     keeps reading the renamed file, which keeps its split; a new owner
+//     finds it by its identity. The new file at the path is new work,
+//     discovered at the next replan.
+//   - Truncated (copy-truncate): the lane reads the file again from its
+//     start; the split's offsets go on from where they were (the file's
+//     base offset rides in the progress state, and a key names it:
+//     "name~base:offset"). Lines written after the lane's last read and
+//     before the truncation cannot be read by anyone, and the warning
+//     says so. A copy left in the input is a file of its own.
+//   - Deleted: the lane reads what the open file still holds and the
+//     split completes; a file deleted while no worker held its split
+//     completes at its last commit.
+//
+// The job ends when the plan turns Final: with UntilIdle, at the first
+// replan that finds the input unchanged for that long. The coordinator
+// then reports [spate.PlanFinalized], and each tail lane completes at the
+// end of its file (its last line emitted even without a newline).
 package filesource
 
 import (
