@@ -81,7 +81,8 @@ type Config struct {
 	// PollTimeout is a lane poll's wait when every lane was idle, and the
 	// drivers' park and pause step. Default 10ms.
 	PollTimeout time.Duration
-	// IdleFlush flushes a chain this long after its last data. Default 100ms.
+	// IdleFlush flushes a chain this long after its last data, or after
+	// its first data since the last flush. Default 100ms.
 	IdleFlush time.Duration
 	// BlockedRetry is the wait between pushes of a blocked batch. Default 2ms.
 	// A chain that can wait for its full sink queue to take a chunk (the

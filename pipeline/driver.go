@@ -127,6 +127,7 @@ type driver struct {
 	gates            map[PartitionID]*gateState
 	nextLane         int
 	lastData         time.Time
+	bufferedSince    time.Time // the first data since the last flush
 	flushedSinceData bool
 	pauseStarted     time.Time
 	emptyPolls       int
@@ -227,8 +228,12 @@ func (d *driver) run() (exit driverExit) {
 		default:
 			d.emptyPolls = 0
 			d.lastData = end
+			if d.flushedSinceData {
+				d.bufferedSince = end
+			}
 			d.flushedSinceData = false
 			d.onBatch(batch)
+			d.idleFlush()
 		}
 	}
 }
@@ -520,8 +525,15 @@ func (d *driver) safeFlush() (out PushOutcome) {
 	return out
 }
 
+// idleFlush flushes the chain once its data has been idle for IdleFlush,
+// or has waited that long in its buffers: a trickle of records (a
+// followed file) is then never held until the next commit tick, which
+// would put a whole commit interval into its latency.
 func (d *driver) idleFlush() {
-	if d.flushedSinceData || time.Since(d.lastData) < d.cfg.IdleFlush {
+	if d.flushedSinceData {
+		return
+	}
+	if now := time.Now(); now.Sub(d.lastData) < d.cfg.IdleFlush && now.Sub(d.bufferedSince) < d.cfg.IdleFlush {
 		return
 	}
 	d.flushOnce()

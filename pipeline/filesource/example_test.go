@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spate-go/spate"
@@ -56,6 +58,71 @@ func Example() {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fmt.Println(sc.Text())
+	}
+	// Output:
+	// completed <nil>
+	// a.log:0	alpha
+	// a.log:6	beta
+	// b.log:0	gamma
+}
+
+// A continuous job: the directory is followed. A line appended to a.log
+// while the job runs, and a file created in the directory, are copied
+// too; once the input has been idle for UntilIdle the plan turns final,
+// each followed file is read to its end, and the run completes. The
+// staged file sink publishes each split's lines to OUT/<split>.out,
+// exactly once.
+func Example_follow() {
+	in, _ := os.MkdirTemp("", "in")
+	out, _ := os.MkdirTemp("", "out")
+	defer os.RemoveAll(in)
+	defer os.RemoveAll(out)
+	_ = os.WriteFile(filepath.Join(in, "a.log"), []byte("alpha\n"), 0o644)
+
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	store := mem.MustNew(mem.Options{TTL: time.Second})
+	defer store.Close()
+	coord, err := spate.NewStoreCoordinator(store, spate.Config{
+		InstanceID: "worker-1", LeaseDuration: time.Second, OpTimeout: 100 * time.Millisecond,
+		// An open plan is planned again every ReplanInterval: new files
+		// are found that often.
+		ReplanInterval: time.Second, ReconcileInterval: 100 * time.Millisecond, RebalanceDelay: spate.NoRebalanceDelay,
+	}, spate.WithLogger(quiet))
+	if err != nil {
+		panic(err)
+	}
+	defer coord.Close()
+
+	sink, _ := pipeline.NewStagedFileSink(out, "follow")
+	defer sink.Close()
+	objs := filesource.Dir(in)
+	src := pipeline.NewCoordinatedSource(coord, filesource.NewSource(objs).WithLogger(quiet),
+		filesource.NewPlanner(objs, filesource.PlannerOptions{Follow: true, UntilIdle: time.Second}))
+	rt, err := pipeline.Build(pipeline.Config{Name: "follow", CommitInterval: 50 * time.Millisecond}, src, nil,
+		[]pipeline.SinkSpec{{Name: "file", Sink: sink, Options: pipeline.SinkOptions{Linger: 5 * time.Millisecond}}},
+		pipeline.WithLogger(quiet))
+	if err != nil {
+		panic(err)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		f, _ := os.OpenFile(filepath.Join(in, "a.log"), os.O_APPEND|os.O_WRONLY, 0)
+		_, _ = f.WriteString("beta\n")
+		_ = f.Close()
+		_ = os.WriteFile(filepath.Join(in, "b.log"), []byte("gamma\n"), 0o644)
+	}()
+	report, err := rt.Run(context.Background())
+	fmt.Println(report.State, err)
+
+	var lines []string
+	outs, _ := filepath.Glob(filepath.Join(out, "*.out"))
+	for _, path := range outs {
+		data, _ := os.ReadFile(path)
+		lines = append(lines, strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")...)
+	}
+	slices.Sort(lines)
+	for _, l := range lines {
+		fmt.Println(l)
 	}
 	// Output:
 	// completed <nil>
