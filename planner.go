@@ -148,6 +148,9 @@ func (p planRun) run(ctx context.Context, snap planRecord, rev uint64) (res plan
 	// detection for good. A run that had nothing to seed, under a plan
 	// whose count the view agrees with, has nothing to recount: an open
 	// plan's replans then cost what changed, not a listing of the job.
+	// (A run that seeded still lists: the view may lag the store, and a
+	// count below the records' could let terminal detection fire before
+	// a record the view has not seen yet.)
 	next := snap
 	if tried > 0 || uint64(len(p.known)) != snap.Planned {
 		entries, err := p.st.List(ctx, Durable, prefixSplit)
