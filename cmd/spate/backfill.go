@@ -273,6 +273,9 @@ func remainingBytes(sp spate.SplitState) (int64, bool) {
 	var wm int64
 	if sp.Progress != nil {
 		wm = sp.Progress.Watermark
+		if lag, ok := filesource.TailLag(*sp.Progress); ok {
+			return lag, true // a followed file: what it held beyond the commit
+		}
 	}
 	return max(int64(sp.Weight)-wm, 0), true
 }

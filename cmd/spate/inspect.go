@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/pipeline/filesource"
 	"github.com/spate-go/spate/storeurl"
 )
 
@@ -159,8 +160,13 @@ type summaryJSON struct {
 	BytesCommitted int64 `json:"bytes_committed"`
 	// BytesRemaining is what is left to commit (the lag), over the splits
 	// whose size is known.
-	BytesRemaining int64  `json:"bytes_remaining"`
-	State          string `json:"state"` // complete, stalled, running, planning
+	BytesRemaining int64 `json:"bytes_remaining"`
+	// Followed counts the followed files (spate backfill --follow) whose
+	// split is not complete; Lag is the bytes they held beyond their last
+	// commits, as those commits recorded it.
+	Followed int    `json:"followed,omitempty"`
+	Lag      int64  `json:"lag,omitempty"`
+	State    string `json:"state"` // complete, stalled, running, following (an open plan), planning
 }
 
 type splitJSON struct {
@@ -169,9 +175,14 @@ type splitJSON struct {
 	// State is the status, or leased for a runnable split a live worker
 	// holds.
 	State string `json:"state"`
-	// Remaining is the bytes left to commit (size less watermark); null
-	// when the split's size is unknown.
-	Remaining  *int64 `json:"remaining"`
+	// Remaining is the bytes left to commit (size less watermark; for a
+	// followed file, what it held beyond the last commit); null when the
+	// split's size is unknown.
+	Remaining *int64 `json:"remaining"`
+	// Behind, for a followed file with bytes left at its last commit, is
+	// how long ago that commit was: the oldest unread byte is at least
+	// this old.
+	Behind     string `json:"behind,omitempty"`
 	Owner      string `json:"owner"`
 	Epoch      uint64 `json:"epoch"`
 	Attempts   uint32 `json:"attempts"`
@@ -196,7 +207,8 @@ func inspectionOf(job, store string, js *spate.JobState) inspection {
 		Plan:        planJSON{Fingerprint: js.Plan.Fingerprint, Generation: js.Plan.Generation, Finality: js.Plan.Finality.String(), Planned: js.Plan.Planned},
 		Assignments: js.Assignments,
 		Summary: summaryJSON{Splits: s.splits, Completed: s.completed, Leased: s.leased, Runnable: s.runnable,
-			Quarantined: s.quarantined, Damaged: len(s.damaged), BytesTotal: s.total, BytesCommitted: s.done, BytesRemaining: s.remaining},
+			Quarantined: s.quarantined, Damaged: len(s.damaged), BytesTotal: s.total, BytesCommitted: s.done, BytesRemaining: s.remaining,
+			Followed: s.followed, Lag: s.lag},
 		Members: []memberJSON{},
 		Splits:  []splitJSON{},
 	}
@@ -205,6 +217,8 @@ func inspectionOf(job, store string, js *spate.JobState) inspection {
 		out.Summary.State = "complete"
 	case s.stalled:
 		out.Summary.State = "stalled"
+	case !s.final && s.splits > 0:
+		out.Summary.State = "following" // an open plan: a continuous job
 	case !s.final:
 		out.Summary.State = "planning"
 	default:
@@ -221,6 +235,9 @@ func inspectionOf(job, store string, js *spate.JobState) inspection {
 			Attempts: sp.Attempts, Weight: sp.Weight, LeaseOwner: sp.LeaseOwner, Revision: sp.Revision, LastFailure: sp.LastFailure}
 		if r, ok := remainingBytes(sp); ok {
 			j.Remaining = &r
+			if _, tail := filesource.TailLag(derefProgress(sp.Progress)); tail && r > 0 && !sp.WrittenAt.IsZero() {
+				j.Behind = time.Since(sp.WrittenAt).Round(time.Second).String()
+			}
 		}
 		if sp.Damage != nil {
 			j.Damage, j.DamageFix = sp.Damage.Error(), sp.DamageFix
@@ -310,8 +327,12 @@ func printInspection(w io.Writer, in inspection) {
 		fmt.Fprintf(w, ", %d damaged", s.Damaged)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "bytes     %s of %s committed (%.0f%%), %s remaining\n",
-		bytesStr(s.BytesCommitted), bytesStr(s.BytesTotal), pct, bytesStr(s.BytesRemaining))
+	if s.Followed > 0 || s.State == "following" {
+		fmt.Fprintf(w, "follow    %d files followed, %s behind the input as of their last commits\n", s.Followed, bytesStr(s.Lag))
+	} else {
+		fmt.Fprintf(w, "bytes     %s of %s committed (%.0f%%), %s remaining\n",
+			bytesStr(s.BytesCommitted), bytesStr(s.BytesTotal), pct, bytesStr(s.BytesRemaining))
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SPLIT\tSTATE\tOWNER\tEPOCH\tATTEMPTS\tWATERMARK\tREMAINING\tLEASE")
@@ -323,6 +344,9 @@ func printInspection(w io.Writer, in inspection) {
 		rem := "?"
 		if sp.Remaining != nil {
 			rem = bytesStr(*sp.Remaining)
+		}
+		if sp.Behind != "" {
+			rem += " (" + sp.Behind + " behind)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", sp.ID, sp.State, dash(sp.Owner), sp.Epoch, sp.Attempts, wm, rem, dash(sp.LeaseOwner))
 	}
@@ -465,4 +489,11 @@ func orUnknown(reason string) string {
 		return "not recorded (a record written by an earlier version)"
 	}
 	return reason
+}
+
+func derefProgress(p *spate.SplitProgress) spate.SplitProgress {
+	if p == nil {
+		return spate.SplitProgress{}
+	}
+	return *p
 }

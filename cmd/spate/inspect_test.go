@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -110,4 +111,36 @@ func TestInspectionShowsDamagedSplitsWithTheirFix(t *testing.T) {
 	assert.Contains(t, out.String(), "0 quarantined, 1 damaged")
 	assert.Regexp(t, regexp.MustCompile(`(?m)^b\s+damaged\s`), out.String())
 	assert.Contains(t, out.String(), "fix: delete the key")
+}
+
+// A continuous job's inspection shows each followed file's lag as its
+// last commit recorded it (the file's size then, less the watermark), how
+// long ago that commit was when bytes were left, and the job's total.
+func TestInspectionShowsAFollowedJobsLag(t *testing.T) {
+	tail := func(id string, wm int64, state string, at time.Time) spate.SplitState {
+		return spate.SplitState{ID: spate.MustSplitID(id), Status: spate.StatusRunnable, LeaseOwner: "w1", Owner: "w1",
+			Weight: 10, HasSpec: true, WrittenAt: at,
+			Progress: &spate.SplitProgress{Watermark: wm, State: []byte(state)}}
+	}
+	js := &spate.JobState{
+		Plan: spate.PlanState{Fingerprint: "fp", Finality: spate.PlanOpen, Planned: 2},
+		Splits: []spate.SplitState{
+			tail("t-behind", 400, `{"size":1000}`, time.Now().Add(-30*time.Second)),
+			tail("t-level", 300, `{"base":100,"size":200}`, time.Now()), // truncated once: 200 of 200 read
+		},
+	}
+	in := inspectionOf("job", "store", js)
+	assert.Equal(t, "following", in.Summary.State)
+	assert.Equal(t, 2, in.Summary.Followed)
+	assert.Equal(t, int64(600), in.Summary.Lag)
+	require.Len(t, in.Splits, 2)
+	assert.Equal(t, ptr(int64(600)), in.Splits[0].Remaining)
+	assert.Equal(t, "30s", in.Splits[0].Behind)
+	assert.Equal(t, ptr(int64(0)), in.Splits[1].Remaining)
+	assert.Empty(t, in.Splits[1].Behind)
+
+	var out bytes.Buffer
+	printInspection(&out, in)
+	assert.Contains(t, out.String(), "follow    2 files followed, 600 B behind the input as of their last commits")
+	assert.Regexp(t, `(?m)^t-behind\s+leased\s.*600 B \(30s behind\)`, out.String())
 }
