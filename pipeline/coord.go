@@ -130,6 +130,13 @@ type tenancy struct {
 	// the watermark of the last commit that landed (both start at the
 	// resume watermark).
 	acked, won int64
+	// short is the watermark of a commit whose sink covered less of it
+	// (a part not rolled yet); shortAt when it was tried. The sweep tries
+	// it again, so that the rest is committed once the sink rolls it, even
+	// if no new data ever advances the watermark (a followed file gone
+	// quiet).
+	short   int64
+	shortAt time.Time
 	// releasing: the tenancy is being handed back (Release): its commit is
 	// final, so a sink rolling parts covers all that was acknowledged.
 	releasing bool
@@ -646,6 +653,10 @@ func (d *CoordinationDriver[C]) Commit(src SplitSource, positions []Watermark) e
 	return firstErr
 }
 
+// shortCommitRetry is how often the sweep tries again a commit that its
+// sink covered only in part.
+const shortCommitRetry = 100 * time.Millisecond
+
 // commitConcurrency bounds the splits one Commit call commits at once.
 const commitConcurrency = 16
 
@@ -666,7 +677,11 @@ func (d *CoordinationDriver[C]) commitTenancy(src SplitSource, t *tenancy, p spa
 		}
 		if covered < p.Watermark {
 			// The sink rolls its output in parts and cut none this time:
-			// commit what its parts cover (nothing, if no part was cut).
+			// commit what its parts cover (nothing, if no part was cut);
+			// the sweep asks again for the rest.
+			d.commitMu.Lock()
+			t.short, t.shortAt = max(t.short, p.Watermark), time.Now()
+			d.commitMu.Unlock()
 			if covered <= t.won {
 				return nil
 			}
@@ -771,6 +786,17 @@ func (d *CoordinationDriver[C]) sweep(src SplitSource) error {
 				firstErr = pickError(firstErr, err)
 			}
 			continue
+		}
+		if t.short > t.won && time.Since(t.shortAt) >= shortCommitRetry {
+			// A commit the sink covered only in part: try the rest.
+			sp, err := src.EncodeCommit(t.spec.ID, t.short)
+			if err == nil {
+				err = d.commitTenancy(src, t, sp)
+			}
+			if err != nil {
+				firstErr = pickError(firstErr, err)
+				continue
+			}
 		}
 		p, err := src.Sweep(t.spec.ID)
 		if err != nil {

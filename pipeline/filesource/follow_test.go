@@ -3,6 +3,7 @@ package filesource_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,10 +16,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gocloud.dev/blob"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/faultstore"
+	"github.com/spate-go/spate/internal/s3test"
 	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/blobsink"
 	"github.com/spate-go/spate/pipeline/filesource"
 	"github.com/spate-go/spate/stores/mem"
 )
@@ -123,7 +127,48 @@ func publishedValues(t *testing.T, dst string) map[string]int {
 // Once the input is idle the plan turns final, every split completes, and
 // the published output holds every line written exactly once.
 func TestFollowedDirectoryIsCopiedExactlyOnce(t *testing.T) {
-	in, dst := t.TempDir(), t.TempDir()
+	t.Run("dir", func(t *testing.T) {
+		dst := t.TempDir()
+		followRun(t, func() stagedSink {
+			sink, err := pipeline.NewStagedFileSink(dst, "follow")
+			require.NoError(t, err)
+			return sink
+		}, func() map[string]int { return publishedValues(t, dst) })
+	})
+	t.Run("s3", func(t *testing.T) {
+		b := s3test.Open(t, s3test.Start(t).Bucket(t, "out", ""))
+		followRun(t, func() stagedSink {
+			sink, err := blobsink.New(context.Background(), b, "s3://out/", "follow")
+			require.NoError(t, err)
+			sink.RollInterval = 300 * time.Millisecond // parts within a commit or so of the lines
+			return sink
+		}, func() map[string]int {
+			byValue := map[string]int{}
+			it := b.List(&blob.ListOptions{})
+			for {
+				obj, err := it.Next(context.Background())
+				if errors.Is(err, io.EOF) {
+					return byValue
+				}
+				require.NoError(t, err)
+				if strings.HasPrefix(obj.Key, ".spate/") || !strings.HasSuffix(obj.Key, ".out") {
+					continue
+				}
+				data, err := b.ReadAll(context.Background(), obj.Key)
+				require.NoError(t, err)
+				for _, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+					_, v, _ := strings.Cut(line, "\t")
+					byValue[v]++
+				}
+			}
+		})
+	})
+}
+
+// followRun is the followed-directory run over one kind of staging sink;
+// published counts the published lines by their text.
+func followRun(t *testing.T, newSink func() stagedSink, publishedNow func() map[string]int) {
+	in := t.TempDir()
 	w := newWriter(t, in)
 	defer w.close()
 	w.add("a.log", "a", 50)
@@ -139,11 +184,6 @@ func TestFollowedDirectoryIsCopiedExactlyOnce(t *testing.T) {
 		return h
 	}
 	popts := filesource.PlannerOptions{Follow: true, UntilIdle: 3 * time.Second}
-	newSink := func() stagedSink {
-		sink, err := pipeline.NewStagedFileSink(dst, "follow")
-		require.NoError(t, err)
-		return sink
-	}
 	inj := faultstore.New()
 	zh := handle()
 	defer zh.Close()
@@ -153,7 +193,7 @@ func TestFollowedDirectoryIsCopiedExactlyOnce(t *testing.T) {
 		defer h.Close()
 		workers = append(workers, startFollower(t, name, h, in, newSink, popts))
 	}
-	published := func(line string) bool { return publishedValues(t, dst)[line] > 0 }
+	published := func(line string) bool { return publishedNow()[line] > 0 }
 
 	// Growth is followed within a commit, new files within a replan.
 	waitFor(t, "the first lines published", func() bool { return published(lineText("a", 50)) })
@@ -223,7 +263,7 @@ func TestFollowedDirectoryIsCopiedExactlyOnce(t *testing.T) {
 	}
 
 	ledger := w.ledger()
-	seen := publishedValues(t, dst)
+	seen := publishedNow()
 	missing, dups, alien := 0, 0, 0
 	for l := range ledger {
 		switch n := seen[l]; {
