@@ -364,3 +364,42 @@ func TestFollowWorkersKilledAndStoppedAreExactlyOnce(t *testing.T) {
 		})
 	}
 }
+
+// A continuous job ends by a signal: the worker hands its splits back,
+// prints its summary and exits 0. A later run resumes each followed file
+// where its last commit left it, copies what was appended meanwhile, and
+// with --until-idle completes: every line once.
+func TestFollowStopsOnASignalAndResumes(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t, etcdtest.Options{})
+	storeArgs := []string{"--store", "etcd://" + c.Members()[0].ClientURL.Host}
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	in := newFollowInput(t, src)
+	in.add("a.log", "a", 100)
+	args := append([]string{"backfill", "--follow", "--src", src, "--dst", dst, "--job", "follow-signal",
+		"--instance", "w0", "--lease", "2s"}, storeArgs...)
+	first := start(t, dir, "", args...)
+	out := watchOutput(dst)
+	require.Eventually(t, func() bool { return out.has(fmt.Sprintf("a-%07d %s", 100, strings.Repeat("y", 100%50))) },
+		time.Minute, 50*time.Millisecond, "the first lines were not published:\n%s\n%s", first.stdout.String(), first.stderr.String())
+	require.NoError(t, first.cmd.Process.Signal(syscall.SIGINT))
+	code := first.wait(t, time.Minute)
+	expectCode(t, "the interrupted follower", code, 0, first.stdout.String(), first.stderr.String())
+	require.Contains(t, first.stdout.String(), "stopped (interrupt) after a graceful hand-back")
+
+	in.add("a.log", "a", 50)
+	in.add("b.log", "b", 20)
+	in.closeAll()
+	second := start(t, dir, "", append(args, "--until-idle", "3s")...)
+	code = second.wait(t, 2*time.Minute)
+	expectCode(t, "the resumed follower", code, 0, second.stdout.String(), second.stderr.String())
+	require.Regexp(t, `gained \S+ \(epoch \d+\) \[follows a.log\], resuming at byte`, second.stdout.String())
+	out.close()
+
+	expect := filepath.Join(dir, "expect.txt")
+	n := in.ledger(expect)
+	vcode, vout, verr := runSpate(t, dir, "", time.Minute, "verify", "--expect", expect, "--dst", dst)
+	expectCode(t, "verify", vcode, 0, vout, verr)
+	require.Contains(t, vout, "exactly once: all "+count(int64(n))+" input lines")
+}

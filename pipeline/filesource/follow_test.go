@@ -184,14 +184,15 @@ func followRun(t *testing.T, newSink func() stagedSink, publishedNow func() map[
 		return h
 	}
 	popts := filesource.PlannerOptions{Follow: true, UntilIdle: 3 * time.Second}
+	events := &recorded{} // what the sources logged
 	inj := faultstore.New()
 	zh := handle()
 	defer zh.Close()
-	workers := []*stagedWorker{startFollower(t, "w1", faultstore.Wrap(zh, inj), in, newSink, popts)}
+	workers := []*stagedWorker{startFollower(t, "w1", faultstore.Wrap(zh, inj), in, newSink, popts, events)}
 	for _, name := range []string{"w2", "w3"} {
 		h := handle()
 		defer h.Close()
-		workers = append(workers, startFollower(t, name, h, in, newSink, popts))
+		workers = append(workers, startFollower(t, name, h, in, newSink, popts, events))
 	}
 	published := func(line string) bool { return publishedNow()[line] > 0 }
 
@@ -225,7 +226,7 @@ func followRun(t *testing.T, newSink func() stagedSink, publishedNow func() map[
 	inj.Partition()
 	h4 := handle()
 	defer h4.Close()
-	workers = append(workers, startFollower(t, "w4", h4, in, newSink, popts))
+	workers = append(workers, startFollower(t, "w4", h4, in, newSink, popts, events))
 
 	// Truncation: once t.log's lines are all published, it is truncated
 	// and written again.
@@ -278,7 +279,7 @@ func followRun(t *testing.T, newSink func() stagedSink, publishedNow func() map[
 			alien++
 		}
 	}
-	for _, want := range []string{"was truncated", "was deleted"} {
+	for _, want := range []string{"was truncated", "was deleted", "was renamed"} {
 		assert.True(t, events.has(want), "no warning that a followed file %s", want)
 	}
 	t.Logf("%d lines written to %d files; %d splits; published: %d missing, %d duplicates, %d alien", len(ledger), 6, len(final.Splits), missing, dups, alien)
@@ -314,9 +315,7 @@ func (r *recorded) has(part string) bool {
 	return false
 }
 
-var events = &recorded{}
-
-func startFollower(t *testing.T, name string, store spate.Store, in string, newSink func() stagedSink, popts filesource.PlannerOptions) *stagedWorker {
+func startFollower(t *testing.T, name string, store spate.Store, in string, newSink func() stagedSink, popts filesource.PlannerOptions, events *recorded) *stagedWorker {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	coord, err := spate.NewStoreCoordinator(store, e2eConfig(name, 8), spate.WithLogger(quiet))

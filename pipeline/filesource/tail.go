@@ -70,11 +70,11 @@ type tailLane struct {
 	buf     []byte // buf[r:w]: the file's bytes from pos on, read, not emitted
 	r, w    int
 	size    int64 // the file's size when last seen
-	grewAt  time.Time
 	checked time.Time
 	keys    []byte
 	pays    []pipeline.RawPayload
 	final   bool // the plan is final: end at the end of the file
+	outside bool // the file was moved out of the root
 	started bool
 	done    bool // the file ended for good: every byte emitted
 	stopped bool
@@ -129,7 +129,6 @@ func (l *tailLane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch,
 		n, err := l.f.Read(l.buf[l.w:])
 		l.w += n
 		if n > 0 {
-			l.grewAt = time.Now()
 			continue
 		}
 		if err != nil && err != io.EOF {
@@ -196,7 +195,49 @@ func (l *tailLane) atEnd() (bool, error) {
 		l.done = true
 		return true, nil
 	}
+	l.checkName()
 	return false, nil
+}
+
+// checkName notices that the followed file no longer is at its name (it
+// was renamed: a rotation), says so once, and follows it under its new
+// name; the file at the old name, if any, is new work for the planner.
+func (l *tailLane) checkName() {
+	if l.outside {
+		return
+	}
+	id, err := identify(filepath.Join(l.root, filepath.FromSlash(l.name)))
+	if err == nil && id == l.want.FileID {
+		return
+	}
+	now, ok := l.lookup()
+	if !ok {
+		// Moved out of the root: read on from the open file, and look no
+		// more (a walk of the root at every look would cost the root).
+		l.outside = true
+		l.log.Warn("a followed file was moved out of the input: its split goes on reading the open file", "file", l.name, "split", l.split)
+		return
+	}
+	l.log.Warn("a followed file was renamed (a rotation?): its split goes on reading it under its new name; a new file at the old name is new work",
+		"file", l.name, "now", now, "split", l.split)
+	l.name = now
+}
+
+// lookup finds the wanted file under the root by its identity.
+func (l *tailLane) lookup() (string, bool) {
+	var found string
+	_ = filepath.WalkDir(l.root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || found != "" || !d.Type().IsRegular() {
+			return nil
+		}
+		if id, ierr := identify(path); ierr == nil && id == l.want.FileID {
+			if rel, rerr := filepath.Rel(l.root, path); rerr == nil {
+				found = filepath.ToSlash(rel)
+			}
+		}
+		return nil
+	})
+	return found, found != ""
 }
 
 // flushPartial emits the bytes after the last newline as a line: the file
@@ -250,7 +291,6 @@ func (l *tailLane) open() error {
 		return fmt.Errorf("seek %s: %w", l.name, err)
 	}
 	l.buf = make([]byte, laneBufSize)
-	l.grewAt = time.Now()
 	return nil
 }
 
@@ -282,23 +322,8 @@ func (l *tailLane) find() (*os.File, error) {
 		return nil, err
 	}
 	// Renamed: look for it by identity.
-	var found string
-	werr := filepath.WalkDir(l.root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || found != "" || !d.Type().IsRegular() {
-			return nil
-		}
-		if id, ierr := identify(path); ierr == nil && id == l.want.FileID {
-			rel, rerr := filepath.Rel(l.root, path)
-			if rerr == nil {
-				found = filepath.ToSlash(rel)
-			}
-		}
-		return nil
-	})
-	if werr != nil {
-		return nil, werr
-	}
-	if found == "" {
+	found, ok := l.lookup()
+	if !ok {
 		return nil, fs.ErrNotExist
 	}
 	if f, ok, err = open(found); err != nil || !ok {
@@ -371,8 +396,7 @@ func (l *tailLane) setFinal() {
 	l.mu.Unlock()
 }
 
-// lag is the bytes the file holds beyond what was emitted, and how long
-// the file has been growing without being read to its end (0 when read).
+// lag is the bytes the file held beyond what was emitted, when last seen.
 func (l *tailLane) lag() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
