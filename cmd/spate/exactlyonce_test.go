@@ -24,22 +24,7 @@ import (
 // every input line exactly once: 0 missing, 0 duplicates.
 func TestBackfillWorkersKilledAndStoppedAreExactlyOnce(t *testing.T) {
 	t.Parallel()
-	stores := []struct {
-		name string
-		args func(t *testing.T) []string
-	}{
-		{"etcd", func(t *testing.T) []string {
-			c := etcdtest.Start(t, etcdtest.Options{})
-			return []string{"--store", "etcd://" + c.Members()[0].ClientURL.Host}
-		}},
-		{"redis", func(t *testing.T) []string {
-			return []string{"--store", "redis://" + redistest.Start(t, redistest.WithAOF()).Addr()}
-		}},
-		{"nats", func(t *testing.T) []string {
-			srv := natstest.Start(t, natstest.WithTLS(false))
-			return []string{"--store", srv.URL, "--ca-file", srv.CAFile}
-		}},
-	}
+	stores := storeCases("etcd", "redis", "nats")
 	const lease = 2 * time.Second
 	for _, st := range stores {
 		for _, to := range []string{"dir", "s3"} {
@@ -99,4 +84,33 @@ func TestBackfillWorkersKilledAndStoppedAreExactlyOnce(t *testing.T) {
 			})
 		}
 	}
+}
+
+// storeCase is a live store a process test runs against: its name and
+// the flags that reach it (the server started for the test).
+type storeCase struct {
+	name string
+	args func(t *testing.T) []string
+}
+
+// storeCases are the named live stores, in the order named.
+func storeCases(names ...string) []storeCase {
+	all := map[string]func(t *testing.T) []string{
+		"etcd": func(t *testing.T) []string {
+			c := etcdtest.Start(t, etcdtest.Options{})
+			return []string{"--store", "etcd://" + c.Members()[0].ClientURL.Host}
+		},
+		"redis": func(t *testing.T) []string {
+			return []string{"--store", "redis://" + redistest.Start(t, redistest.WithAOF()).Addr()}
+		},
+		"nats": func(t *testing.T) []string {
+			srv := natstest.Start(t, natstest.WithTLS(false))
+			return []string{"--store", srv.URL, "--ca-file", srv.CAFile}
+		},
+	}
+	var out []storeCase
+	for _, n := range names {
+		out = append(out, storeCase{name: n, args: all[n]})
+	}
+	return out
 }

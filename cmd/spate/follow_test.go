@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate/internal/etcdtest"
-	"github.com/spate-go/spate/internal/redistest"
 )
 
 // followChaosFor is how long the chaos phase of the --follow test runs:
@@ -220,18 +219,7 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 // first phase, before any fault), and over the whole run.
 func TestFollowWorkersKilledAndStoppedAreExactlyOnce(t *testing.T) {
 	t.Parallel()
-	stores := []struct {
-		name string
-		args func(t *testing.T) []string
-	}{
-		{"etcd", func(t *testing.T) []string {
-			c := etcdtest.Start(t, etcdtest.Options{})
-			return []string{"--store", "etcd://" + c.Members()[0].ClientURL.Host}
-		}},
-		{"redis", func(t *testing.T) []string {
-			return []string{"--store", "redis://" + redistest.Start(t, redistest.WithAOF()).Addr()}
-		}},
-	}
+	stores := storeCases("etcd", "redis")
 	chaos := followChaosFor(t)
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {

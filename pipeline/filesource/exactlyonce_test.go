@@ -99,7 +99,10 @@ func (w *stagedWorker) wait(t *testing.T) pipeline.ExitReport {
 
 // publishedLines counts every line of the published files, DST/*.out, by
 // key (path:offset).
-func publishedLines(t *testing.T, dst string) map[string]int {
+func publishedLines(t *testing.T, dst string) map[string]int { return publishedDirBy(t, dst, lineKey) }
+
+// publishedDirBy counts every line of DST/*.out by what part says of it.
+func publishedDirBy(t *testing.T, dst string, part func(string) string) map[string]int {
 	t.Helper()
 	seen := map[string]int{}
 	outs, err := filepath.Glob(filepath.Join(dst, "*.out"))
@@ -110,13 +113,23 @@ func publishedLines(t *testing.T, dst string) map[string]int {
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
-			key, _, _ := strings.Cut(sc.Text(), "\t")
-			seen[key]++
+			seen[part(sc.Text())]++
 		}
 		require.NoError(t, sc.Err())
 		f.Close()
 	}
 	return seen
+}
+
+// lineKey and lineValue are an output line's key (path:offset) and text.
+func lineKey(line string) string {
+	k, _, _ := strings.Cut(line, "\t")
+	return k
+}
+
+func lineValue(line string) string {
+	_, v, _ := strings.Cut(line, "\t")
+	return v
 }
 
 // exactlyOnce reports the lines of input missing from seen and the
@@ -198,6 +211,12 @@ func TestStagedOutputIsExactlyOnceThroughAZombie(t *testing.T) {
 
 // publishedBlobLines counts every line of the parts in b by key.
 func publishedBlobLines(t *testing.T, b *blob.Bucket) map[string]int {
+	return publishedBlobBy(t, b, lineKey)
+}
+
+// publishedBlobBy counts every line of the parts in b by what part says
+// of it.
+func publishedBlobBy(t *testing.T, b *blob.Bucket, part func(string) string) map[string]int {
 	t.Helper()
 	seen := map[string]int{}
 	it := b.List(&blob.ListOptions{})
@@ -213,8 +232,7 @@ func publishedBlobLines(t *testing.T, b *blob.Bucket) map[string]int {
 		data, err := b.ReadAll(context.Background(), obj.Key)
 		require.NoError(t, err)
 		for _, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
-			key, _, _ := strings.Cut(line, "\t")
-			seen[key]++
+			seen[part(line)]++
 		}
 	}
 }

@@ -1,9 +1,7 @@
 package filesource_test
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"gocloud.dev/blob"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/faultstore"
@@ -101,23 +98,7 @@ func (w *writer) ledger() map[string]bool {
 
 // publishedValues counts every published line of DST/*.out by its text.
 func publishedValues(t *testing.T, dst string) map[string]int {
-	t.Helper()
-	seen := map[string]int{}
-	outs, err := filepath.Glob(filepath.Join(dst, "*.out"))
-	require.NoError(t, err)
-	for _, path := range outs {
-		f, err := os.Open(path)
-		require.NoError(t, err)
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			_, v, _ := strings.Cut(sc.Text(), "\t")
-			seen[v]++
-		}
-		require.NoError(t, sc.Err())
-		f.Close()
-	}
-	return seen
+	return publishedDirBy(t, dst, lineValue)
 }
 
 // A followed directory is copied exactly once while it changes and its
@@ -142,26 +123,7 @@ func TestFollowedDirectoryIsCopiedExactlyOnce(t *testing.T) {
 			require.NoError(t, err)
 			sink.RollInterval = 300 * time.Millisecond // parts within a commit or so of the lines
 			return sink
-		}, func() map[string]int {
-			byValue := map[string]int{}
-			it := b.List(&blob.ListOptions{})
-			for {
-				obj, err := it.Next(context.Background())
-				if errors.Is(err, io.EOF) {
-					return byValue
-				}
-				require.NoError(t, err)
-				if strings.HasPrefix(obj.Key, ".spate/") || !strings.HasSuffix(obj.Key, ".out") {
-					continue
-				}
-				data, err := b.ReadAll(context.Background(), obj.Key)
-				require.NoError(t, err)
-				for _, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
-					_, v, _ := strings.Cut(line, "\t")
-					byValue[v]++
-				}
-			}
-		})
+		}, func() map[string]int { return publishedBlobBy(t, b, lineValue) })
 	})
 }
 
