@@ -199,6 +199,9 @@ type jobSummary struct {
 	completedAll, stalled, consistent bool
 	followed                          int   // followed files whose split is not complete
 	lag                               int64 // bytes they held beyond their last commits
+	// behind is the age of the oldest of those commits that left bytes
+	// unread: the oldest unread byte is at least this old.
+	behind time.Duration
 }
 
 func summarize(js *spate.JobState) jobSummary {
@@ -212,6 +215,9 @@ func summarize(js *spate.JobState) jobSummary {
 			if lag, ok := filesource.TailLag(*sp.Progress); ok {
 				s.followed++
 				s.lag += lag
+				if lag > 0 && !sp.WrittenAt.IsZero() {
+					s.behind = max(s.behind, time.Since(sp.WrittenAt))
+				}
 			}
 		}
 		w := int64(max(sp.Weight, 1))
@@ -644,8 +650,8 @@ func (f *backfillFlags) progress(con *console, st spate.Store, obs *observer, st
 				continue
 			}
 			frac := float64(s.done) / float64(s.total)
-			following := fmt.Sprintf("following %d files (%d splits, %d completed): %s behind the input as of the last commits; %s",
-				s.followed, s.splits, s.completed, bytesStr(s.lag), here)
+			following := fmt.Sprintf("following %d files (%d splits, %d completed): %s%s behind the input as of the last commits; %s",
+				s.followed, s.splits, s.completed, bytesStr(s.lag), behindStr(s.behind), here)
 			if con.tty && f.follow {
 				con.setStatus(fitWidth(following, con.columns()))
 			} else if con.tty {
@@ -696,4 +702,13 @@ func (f *backfillFlags) waitForOthers(con *console, conn *connector, sigs *inter
 			return
 		}
 	}
+}
+
+// behindStr renders how far behind a followed input is in time, "" when
+// nothing is.
+func behindStr(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (at least %v)", d.Round(time.Second))
 }

@@ -349,6 +349,24 @@ func TestFollowWorkersKilledAndStoppedAreExactlyOnce(t *testing.T) {
 			t.Logf("%s: write-to-publish latency at steady state: p50 %v, p99 %v (%d lines); over the whole run: p50 %v, p99 %v, max %v (%d lines)",
 				st.name, quantile(steady, 0.5).Round(time.Millisecond), quantile(steady, 0.99).Round(time.Millisecond), len(steady),
 				quantile(whole, 0.5).Round(time.Millisecond), quantile(whole, 0.99).Round(time.Millisecond), whole[len(whole)-1].Round(time.Millisecond), len(whole))
+			// A new file is found at the leader's next listing (--discover,
+			// the lease by default): its first line's latency.
+			var firsts []time.Duration
+			in.mu.Lock()
+			out.mu.Lock()
+			for line, at := range in.written {
+				if strings.HasPrefix(line, "n") && strings.Contains(line, "-0000001 ") {
+					if seen, ok := out.seen[line]; ok {
+						firsts = append(firsts, seen.Sub(at))
+					}
+				}
+			}
+			out.mu.Unlock()
+			in.mu.Unlock()
+			slices.Sort(firsts)
+			require.NotEmpty(t, firsts)
+			t.Logf("%s: a new file's first line published p50 %v, max %v after it was written (%d files; discovery every %v)",
+				st.name, quantile(firsts, 0.5).Round(time.Millisecond), firsts[len(firsts)-1].Round(time.Millisecond), len(firsts), lease)
 		})
 	}
 }

@@ -164,9 +164,12 @@ type summaryJSON struct {
 	// Followed counts the followed files (spate backfill --follow) whose
 	// split is not complete; Lag is the bytes they held beyond their last
 	// commits, as those commits recorded it.
-	Followed int    `json:"followed,omitempty"`
-	Lag      int64  `json:"lag,omitempty"`
-	State    string `json:"state"` // complete, stalled, running, following (an open plan), planning
+	Followed int   `json:"followed,omitempty"`
+	Lag      int64 `json:"lag,omitempty"`
+	// Behind is the age of the oldest last commit that left a followed
+	// file's bytes unread: the oldest unread byte is at least this old.
+	Behind string `json:"behind,omitempty"`
+	State  string `json:"state"` // complete, stalled, running, following (an open plan), planning
 }
 
 type splitJSON struct {
@@ -211,6 +214,9 @@ func inspectionOf(job, store string, js *spate.JobState) inspection {
 			Followed: s.followed, Lag: s.lag},
 		Members: []memberJSON{},
 		Splits:  []splitJSON{},
+	}
+	if s.behind > 0 {
+		out.Summary.Behind = s.behind.Round(time.Second).String()
 	}
 	switch {
 	case s.completedAll:
@@ -328,7 +334,11 @@ func printInspection(w io.Writer, in inspection) {
 	}
 	fmt.Fprintln(w)
 	if s.Followed > 0 || s.State == "following" {
-		fmt.Fprintf(w, "follow    %d files followed, %s behind the input as of their last commits\n", s.Followed, bytesStr(s.Lag))
+		behind := ""
+		if s.Behind != "" {
+			behind = " (at least " + s.Behind + ")"
+		}
+		fmt.Fprintf(w, "follow    %d files followed, %s%s behind the input as of their last commits\n", s.Followed, bytesStr(s.Lag), behind)
 	} else {
 		fmt.Fprintf(w, "bytes     %s of %s committed (%.0f%%), %s remaining\n",
 			bytesStr(s.BytesCommitted), bytesStr(s.BytesTotal), pct, bytesStr(s.BytesRemaining))

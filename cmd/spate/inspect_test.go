@@ -141,6 +141,7 @@ func TestInspectionShowsAFollowedJobsLag(t *testing.T) {
 
 	var out bytes.Buffer
 	printInspection(&out, in)
-	assert.Contains(t, out.String(), "follow    2 files followed, 600 B behind the input as of their last commits")
+	assert.Equal(t, "30s", in.Summary.Behind, "the oldest commit that left bytes unread")
+	assert.Contains(t, out.String(), "follow    2 files followed, 600 B (at least 30s) behind the input as of their last commits")
 	assert.Regexp(t, `(?m)^t-behind\s+leased\s.*600 B \(30s behind\)`, out.String())
 }
