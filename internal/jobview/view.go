@@ -10,6 +10,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/humanize"
+	"github.com/spate-go/spate/pipeline/filesource"
 )
 
 // view is one read of a job, as the page shows it.
@@ -107,7 +108,23 @@ func rowOf(sp spate.SplitState, now time.Time, rates map[string]rate) row {
 		r.State = "leased"
 	}
 	w := int64(max(sp.Weight, 1))
+	lag, followed := int64(0), false
+	if sp.Progress != nil {
+		lag, followed = filesource.TailLag(*sp.Progress)
+	}
 	switch {
+	case followed:
+		// A followed file (spate backfill --follow): its size is what its
+		// last commit saw, and what is left is its lag then.
+		w = max(r.Watermark+lag, 1)
+		r.Weight, r.done = uint64(w), min(r.Watermark, w)
+		r.Left, r.Percent = lag, 100
+		if sp.Status != spate.StatusCompleted && lag > 0 {
+			r.Percent = int(100 * r.Watermark / w)
+		}
+		if sp.Status == spate.StatusCompleted {
+			r.Left = 0
+		}
 	case sp.Status == spate.StatusCompleted:
 		r.Left, r.Percent = 0, 100
 		r.done = w

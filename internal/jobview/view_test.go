@@ -69,3 +69,22 @@ func TestFollowReadsTheJobAhead(t *testing.T) {
 	require.Error(t, err)
 	assert.NotContains(t, s.hubs, "bad/name")
 }
+
+// A followed file's row (spate backfill --follow) is sized by what its
+// last commit saw of the file: bytes left are its lag, not its size when
+// it was found less the watermark.
+func TestAFollowedFilesRowShowsItsLag(t *testing.T) {
+	now := time.Now()
+	sp := spate.SplitState{ID: spate.MustSplitID("t1abc"), Status: spate.StatusRunnable, LeaseOwner: "w1", Owner: "w1",
+		Weight: 10, HasSpec: true, Progress: &spate.SplitProgress{Watermark: 400, State: []byte(`{"size":1000}`)}}
+	r := rowOf(sp, now, map[string]rate{})
+	assert.Equal(t, int64(600), r.Left)
+	assert.Equal(t, uint64(1000), r.Weight)
+	assert.Equal(t, 40, r.Percent)
+	assert.Equal(t, int64(400), r.done)
+
+	sp.Status, sp.Progress = spate.StatusCompleted, &spate.SplitProgress{Watermark: 1000, Completed: true, State: []byte(`{"size":1000}`)}
+	r = rowOf(sp, now, map[string]rate{})
+	assert.Equal(t, int64(0), r.Left)
+	assert.Equal(t, 100, r.Percent)
+}
