@@ -63,7 +63,7 @@ func deathText(owner string, epoch uint64) string {
 
 func decodeProgress(key, id string, data []byte, fp uint64) (*progressRecord, error) {
 	var r progressRecord
-	if err := decodeStrict(data, &r, &r.Schema); err != nil {
+	if err := decodeRecord(data, &r, &r.Schema); err != nil {
 		return nil, recordError(Durable, key, err)
 	}
 	if err := checkIdentity(key, id, r.ID, fp, r.FP); err != nil {

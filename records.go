@@ -115,8 +115,25 @@ func decodeStrict(data []byte, v any, schema *int) error {
 	if dec.More() {
 		return fmt.Errorf("trailing data after the record")
 	}
-	if *schema != SchemaVersion {
-		return fmt.Errorf("schema %d, this version reads schema %d (versions do not interoperate: use a new job name)", *schema, SchemaVersion)
+	return checkSchema(*schema)
+}
+
+// decodeRecord is decodeStrict for a record the scanner reads: scanned
+// when it is in the form this package writes, decoded strictly otherwise.
+func decodeRecord[R any, P interface {
+	*R
+	scan([]byte) bool
+}](data []byte, r P, schema *int) error {
+	if r.scan(data) {
+		return checkSchema(*schema)
+	}
+	*r = *new(R)
+	return decodeStrict(data, r, schema)
+}
+
+func checkSchema(schema int) error {
+	if schema != SchemaVersion {
+		return fmt.Errorf("schema %d, this version reads schema %d (versions do not interoperate: use a new job name)", schema, SchemaVersion)
 	}
 	return nil
 }
@@ -144,7 +161,7 @@ func decodePlan(key string, data []byte, fingerprint string) (*planRecord, error
 
 func decodeSpec(key, id string, data []byte, fp uint64) (*specRecord, error) {
 	var r specRecord
-	if err := decodeStrict(data, &r, &r.Schema); err != nil {
+	if err := decodeRecord(data, &r, &r.Schema); err != nil {
 		return nil, recordError(Durable, key, err)
 	}
 	if err := checkIdentity(key, id, r.ID, fp, r.FP); err != nil {

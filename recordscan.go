@@ -1,0 +1,305 @@
+package spate
+
+import (
+	"encoding/base64"
+	"strconv"
+	"unicode/utf8"
+)
+
+// The progress and spec records are read far more often than any other:
+// at every watch event, and 2 × N of them when a view of a job of N splits
+// opens. encoding/json's strict decoder spends most of that time on
+// reflection and buffering. recordScanner reads the one form this package
+// writes (json.Marshal of the record's struct) without either, and gives up
+// on anything else: a key it does not know exactly or sees twice, a string
+// with an escape or a control byte, a number with a fraction or an
+// exponent, anything after the object. A record it gives up on is decoded
+// by decodeStrict, which decides, so the scanner never accepts what
+// decodeStrict refuses, and never reads a value decodeStrict would read
+// differently (TestRecordScannerAgreesWithTheStrictDecoder checks both on
+// mutated records).
+type recordScanner struct {
+	b []byte
+	i int
+}
+
+func (s *recordScanner) space() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+func (s *recordScanner) byte(c byte) bool {
+	if s.i < len(s.b) && s.b[s.i] == c {
+		s.i++
+		return true
+	}
+	return false
+}
+
+func (s *recordScanner) word(w string) bool {
+	if len(s.b)-s.i >= len(w) && string(s.b[s.i:s.i+len(w)]) == w {
+		s.i += len(w)
+		return true
+	}
+	return false
+}
+
+// raw is a string's bytes, in place: only a string that needs no
+// unquoting (no escape, no control byte, valid UTF-8) is taken.
+func (s *recordScanner) raw() ([]byte, bool) {
+	if !s.byte('"') {
+		return nil, false
+	}
+	start, ascii := s.i, true
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch {
+		case c == '"':
+			v := s.b[start:s.i]
+			s.i++
+			return v, ascii || utf8.Valid(v)
+		case c == '\\' || c < ' ':
+			return nil, false
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
+		s.i++
+	}
+	return nil, false
+}
+
+func (s *recordScanner) str() (string, bool) {
+	v, ok := s.raw()
+	return string(v), ok
+}
+
+// digits is an integer in JSON's grammar with no fraction or exponent.
+func (s *recordScanner) digits() ([]byte, bool) {
+	start := s.i
+	s.byte('-')
+	first := s.i
+	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+		s.i++
+	}
+	n := s.i - first
+	if n == 0 || (n > 1 && s.b[first] == '0') {
+		return nil, false
+	}
+	if s.i < len(s.b) {
+		switch s.b[s.i] {
+		case '.', 'e', 'E':
+			return nil, false
+		}
+	}
+	return s.b[start:s.i], true
+}
+
+func (s *recordScanner) uint(bits int) (uint64, bool) {
+	d, ok := s.digits()
+	if !ok {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(d), 10, bits) // refuses a sign
+	return v, err == nil
+}
+
+func (s *recordScanner) int(bits int) (int64, bool) {
+	d, ok := s.digits()
+	if !ok {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(string(d), 10, bits)
+	return v, err == nil
+}
+
+func (s *recordScanner) bool() (bool, bool) {
+	switch {
+	case s.word("true"):
+		return true, true
+	case s.word("false"):
+		return false, true
+	}
+	return false, false
+}
+
+// bytes is a []byte field as encoding/json reads one: a base64 string
+// ("" is an empty, non-nil slice).
+func (s *recordScanner) bytes() ([]byte, bool) {
+	v, ok := s.raw()
+	if !ok {
+		return nil, false
+	}
+	out := make([]byte, base64.StdEncoding.DecodedLen(len(v)))
+	n, err := base64.StdEncoding.Decode(out, v)
+	return out[:n], err == nil
+}
+
+// object reads one object and nothing after it. bitOf names a key's bit
+// (0 for a key it does not know: the scanner gives up, as it does on a key
+// seen twice); read reads the value of the field of that bit. A null value
+// is not read: it leaves the field as it is, which for a new record is
+// what encoding/json leaves (the zero value, or nil).
+func (s *recordScanner) object(bitOf func(key []byte) uint32, read func(bit uint32) bool) bool {
+	var seen uint32
+	s.space()
+	if !s.byte('{') {
+		return false
+	}
+	s.space()
+	if !s.byte('}') {
+		for {
+			key, ok := s.raw()
+			if !ok {
+				return false
+			}
+			bit := bitOf(key)
+			if bit == 0 || seen&bit != 0 {
+				return false
+			}
+			seen |= bit
+			s.space()
+			if !s.byte(':') {
+				return false
+			}
+			s.space()
+			if !s.word("null") && !read(bit) {
+				return false
+			}
+			s.space()
+			if s.byte(',') {
+				s.space()
+				continue
+			}
+			if s.byte('}') {
+				break
+			}
+			return false
+		}
+	}
+	s.space()
+	return s.i == len(s.b)
+}
+
+// scan reads data into r, a new record, if data is in the scanner's form.
+func (r *progressRecord) scan(data []byte) bool {
+	s := recordScanner{b: data}
+	return s.object(func(key []byte) uint32 {
+		switch string(key) {
+		case "schema":
+			return 1 << 0
+		case "id":
+			return 1 << 1
+		case "fp":
+			return 1 << 2
+		case "epoch":
+			return 1 << 3
+		case "status":
+			return 1 << 4
+		case "owner":
+			return 1 << 5
+		case "attempts":
+			return 1 << 6
+		case "advanced_epoch":
+			return 1 << 7
+		case "watermark":
+			return 1 << 8
+		case "state":
+			return 1 << 9
+		case "completed":
+			return 1 << 10
+		case "output":
+			return 1 << 11
+		case "written_at_ms":
+			return 1 << 12
+		case "last_failure":
+			return 1 << 13
+		}
+		return 0
+	}, func(bit uint32) (ok bool) {
+		switch bit {
+		case 1 << 0:
+			var v int64
+			v, ok = s.int(strconv.IntSize)
+			r.Schema = int(v)
+		case 1 << 1:
+			r.ID, ok = s.str()
+		case 1 << 2:
+			r.FP, ok = s.uint(64)
+		case 1 << 3:
+			r.Epoch, ok = s.uint(64)
+		case 1 << 4:
+			r.Status, ok = s.str()
+		case 1 << 5:
+			var v string
+			v, ok = s.str()
+			r.Owner = &v
+		case 1 << 6:
+			var v uint64
+			v, ok = s.uint(32)
+			r.Attempts = uint32(v)
+		case 1 << 7:
+			r.AdvancedEpoch, ok = s.uint(64)
+		case 1 << 8:
+			var v int64
+			v, ok = s.int(64)
+			r.Watermark = &v
+		case 1 << 9:
+			r.State, ok = s.bytes()
+		case 1 << 10:
+			r.Completed, ok = s.bool()
+		case 1 << 11:
+			r.Output, ok = s.bytes()
+		case 1 << 12:
+			r.WrittenAtMs, ok = s.int(64)
+		case 1 << 13:
+			r.LastFailure, ok = s.str()
+		}
+		return ok
+	})
+}
+
+// scan reads data into r, a new record, if data is in the scanner's form.
+func (r *specRecord) scan(data []byte) bool {
+	s := recordScanner{b: data}
+	return s.object(func(key []byte) uint32 {
+		switch string(key) {
+		case "schema":
+			return 1 << 0
+		case "id":
+			return 1 << 1
+		case "fp":
+			return 1 << 2
+		case "generation":
+			return 1 << 3
+		case "weight":
+			return 1 << 4
+		case "descriptor":
+			return 1 << 5
+		}
+		return 0
+	}, func(bit uint32) (ok bool) {
+		switch bit {
+		case 1 << 0:
+			var v int64
+			v, ok = s.int(strconv.IntSize)
+			r.Schema = int(v)
+		case 1 << 1:
+			r.ID, ok = s.str()
+		case 1 << 2:
+			r.FP, ok = s.uint(64)
+		case 1 << 3:
+			r.Generation, ok = s.uint(64)
+		case 1 << 4:
+			r.Weight, ok = s.uint(64)
+		case 1 << 5:
+			r.Descriptor, ok = s.bytes()
+		}
+		return ok
+	})
+}
