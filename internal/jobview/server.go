@@ -168,15 +168,16 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// hubOf returns job's reader, starting it on first use.
 // Follow starts reading job now, so that its first page does not wait
-// for the job's first read (about a second for 100,000 splits): for a
-// server started for one job.
+// for the job's first read (BenchmarkViewColdPage: about 0.6 s for
+// 100,000 splits on stores/mem, 2 cores): for a server started for one
+// job.
 func (s *Server) Follow(ctx context.Context, job string) error {
 	_, err := s.hubOf(ctx, job)
 	return err
 }
 
+// hubOf returns job's reader, starting it on first use.
 func (s *Server) hubOf(ctx context.Context, job string) (*hub, error) {
 	if err := storeurl.ValidateJob(job); err != nil {
 		return nil, err
