@@ -137,7 +137,7 @@ const (
 // the marker.
 func NewStagedFileSink(dir, job string) (*StagedFileSink, error) {
 	stageRoot := filepath.Join(dir, stagedMetaDir, stagedStageDir)
-	if err := os.MkdirAll(stageRoot, 0o755); err != nil {
+	if err := mkdirDurable(stageRoot); err != nil {
 		return nil, fmt.Errorf("file sink: cannot create the destination %s: %w (is it writable?)", dir, err)
 	}
 	if job != "" {
@@ -238,7 +238,7 @@ func (s *StagedFileSink) OpenStage(ctx context.Context, t StageTenancy, committe
 	if err := s.recover(fs, committed); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(fs.stageDir, 0o755); err != nil {
+	if err := mkdirDurable(fs.stageDir); err != nil {
 		return fmt.Errorf("cannot create the staging directory %s: %w", fs.stageDir, err)
 	}
 	// Discard what the committed record does not list: every staging file
@@ -720,7 +720,44 @@ func crcOf(path string, from, to int64) (uint32, error) {
 	return crc, nil
 }
 
-func syncDir(dir string) error {
+// mkdirDurable is os.MkdirAll whose new directories survive a power
+// loss: each one created is fsynced into its parent, from the top down. A
+// committed record names a staging file by its path; a directory on that
+// path that a crash could take away would lose a committed range.
+func mkdirDurable(dir string) error {
+	dir = filepath.Clean(dir)
+	var missing []string
+	for d := dir; ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err == nil {
+			if !st.IsDir() {
+				return fmt.Errorf("%s is not a directory", d)
+			}
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		d := missing[i]
+		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		if err := syncDir(filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncDir fsyncs a directory, making the entries created in it durable
+// (a variable so that a test can see which directories were synced).
+var syncDir = func(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

@@ -345,3 +345,47 @@ func TestStagedFileSinkClaimsTheDestinationAtomically(t *testing.T) {
 		require.Empty(t, left, "temporary markers left behind")
 	}
 }
+
+// Every directory on the path of a committed file is durable before a
+// commit can name the file: each one the sink creates is fsynced into its
+// parent, and the staging file into its directory. (Not parallel: it
+// watches the package's syncDir.)
+func TestStagedFileSinkMakesTheDirectoriesItCreatesDurable(t *testing.T) {
+	var mu sync.Mutex
+	var synced []string
+	real := syncDir
+	syncDir = func(dir string) error {
+		mu.Lock()
+		synced = append(synced, dir)
+		mu.Unlock()
+		return real(dir)
+	}
+	defer func() { syncDir = real }()
+
+	root := t.TempDir()
+	dst := filepath.Join(root, "out", "job")
+	s, err := NewStagedFileSink(dst, "")
+	require.NoError(t, err)
+	defer s.Close()
+	meta := filepath.Join(dst, ".spate")
+	stageRoot := filepath.Join(meta, "stage")
+	assert.Equal(t, []string{root, filepath.Join(root, "out"), dst, meta}, synced,
+		"each new directory of the destination, fsynced into its parent, top down")
+
+	synced = nil
+	openStage(t, s, 1, 0, nil)
+	splitDir := filepath.Join(stageRoot, stageSplit.String())
+	assert.Equal(t, []string{stageRoot, splitDir}, synced,
+		"the split's staging directory into the staging root, then the staging file into it")
+
+	synced = nil
+	s.CloseStage(0, false)
+	openStage(t, s, 2, 0, nil)
+	assert.Equal(t, []string{splitDir}, synced, "an existing directory is not synced again")
+
+	// A path through a file is refused with the file named.
+	file := filepath.Join(root, "plain")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	_, err = NewStagedFileSink(filepath.Join(file, "dst"), "")
+	require.ErrorContains(t, err, file)
+}
