@@ -4,8 +4,9 @@
 # Runs TestFollowWorkersKilledAndStoppedAreExactlyOnce (cmd/spate) with its
 # chaos phase lasting CHAOS (default 60s) instead of the test suite's 20s,
 # on etcd (embedded, in the test process) and on a redis-server the test
-# spawns. For each store, three `spate backfill --follow --until-idle 5s`
-# processes share one job while the test:
+# spawns, to a directory; and on etcd to a bucket of an in-process S3
+# server (gofakes3). For each, three `spate backfill --follow --until-idle
+# 5s` processes share one job while the test:
 #
 #   - appends lines to the followed files (10 s of steady state first,
 #     with no fault: the latency figures of that phase are the steady
@@ -18,7 +19,7 @@
 #
 # Once the input is idle the plan turns final, the workers exit 0, and
 # `spate verify --expect` checks the output against the ledger of every
-# line written: it must find each exactly once. The test logs, per store,
+# line written: it must find each exactly once. The test logs, per run,
 # the lines, the kills and stops, the verification, and the latency from a
 # line's write to its publication (p50, p99) at steady state and overall.
 #

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -14,8 +15,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gocloud.dev/blob"
 
 	"github.com/spate-go/spate/internal/etcdtest"
+	"github.com/spate-go/spate/internal/s3test"
 )
 
 // followChaosFor is how long the chaos phase of the --follow test runs:
@@ -107,19 +110,23 @@ func (in *followInput) ledger(path string) int {
 }
 
 // outputWatch reads the published output as it grows (the staged file
-// sink only appends to DST/<split>.out) and records when each line was
-// first seen.
+// sink only appends to DST/<split>.out; the bucket sink only adds
+// immutable parts) and records when each line was first seen.
 type outputWatch struct {
-	dst  string
-	mu   sync.Mutex
-	seen map[string]time.Time
-	offs map[string]int64
-	stop chan struct{}
-	done chan struct{}
+	dst    string
+	bucket *blob.Bucket // a bucket destination; nil: a directory
+	mu     sync.Mutex
+	seen   map[string]time.Time
+	offs   map[string]int64
+	stop   chan struct{}
+	done   chan struct{}
 }
 
-func watchOutput(dst string) *outputWatch {
+func watchOutput(t *testing.T, dst string) *outputWatch {
 	w := &outputWatch{dst: dst, seen: map[string]time.Time{}, offs: map[string]int64{}, stop: make(chan struct{}), done: make(chan struct{})}
+	if strings.HasPrefix(dst, "s3://") {
+		w.bucket = s3test.Open(t, dst)
+	}
 	go func() {
 		defer close(w.done)
 		for {
@@ -134,7 +141,53 @@ func watchOutput(dst string) *outputWatch {
 	return w
 }
 
+// record notes a published line's value as seen now, if it is new.
+func (w *outputWatch) record(line string, now time.Time) {
+	_, v, _ := strings.Cut(strings.TrimSuffix(line, "\n"), "\t")
+	w.mu.Lock()
+	if _, ok := w.seen[v]; !ok {
+		w.seen[v] = now
+	}
+	w.mu.Unlock()
+}
+
+// scanBucket reads each published part once: parts never change.
+func (w *outputWatch) scanBucket() {
+	ctx := context.Background()
+	it := w.bucket.List(nil)
+	now := time.Now()
+	for {
+		obj, err := it.Next(ctx)
+		if err != nil {
+			return // io.EOF, or a listing error: the next scan lists again
+		}
+		if strings.HasPrefix(obj.Key, ".spate/") || !strings.HasSuffix(obj.Key, ".out") {
+			continue
+		}
+		w.mu.Lock()
+		_, read := w.offs[obj.Key]
+		w.mu.Unlock()
+		if read {
+			continue
+		}
+		data, err := w.bucket.ReadAll(ctx, obj.Key)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(data)) {
+			w.record(line, now)
+		}
+		w.mu.Lock()
+		w.offs[obj.Key] = int64(len(data))
+		w.mu.Unlock()
+	}
+}
+
 func (w *outputWatch) scan() {
+	if w.bucket != nil {
+		w.scanBucket()
+		return
+	}
 	outs, _ := filepath.Glob(filepath.Join(w.dst, "*.out"))
 	now := time.Now()
 	for _, path := range outs {
@@ -153,12 +206,7 @@ func (w *outputWatch) scan() {
 					break // a line not yet whole is read at the next scan
 				}
 				off += int64(len(line))
-				_, v, _ := strings.Cut(strings.TrimSuffix(line, "\n"), "\t")
-				w.mu.Lock()
-				if _, ok := w.seen[v]; !ok {
-					w.seen[v] = now
-				}
-				w.mu.Unlock()
+				w.record(line, now)
 			}
 		}
 		f.Close()
@@ -216,22 +264,33 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 // idle, --until-idle ends the job, and spate verify --expect finds every
 // line ever written exactly once, on etcd and on Redis. The latency of a
 // line from its write to its publication is logged: at steady state (the
-// first phase, before any fault), and over the whole run.
+// first phase, before any fault), and over the whole run. The output is a
+// directory on both stores, and a bucket of the in-process S3 server on
+// etcd.
 func TestFollowWorkersKilledAndStoppedAreExactlyOnce(t *testing.T) {
 	t.Parallel()
 	stores := storeCases("etcd", "redis")
 	chaos := followChaosFor(t)
-	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
+	type run struct {
+		st storeCase
+		to string
+	}
+	runs := []run{{stores[0], "dir"}, {stores[1], "dir"}, {stores[0], "s3"}}
+	for _, r := range runs {
+		st := r.st
+		t.Run(st.name+"/"+r.to, func(t *testing.T) {
 			storeArgs := st.args(t)
 			dir := t.TempDir()
 			src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+			if r.to == "s3" {
+				dst = s3test.Start(t).Bucket(t, "out", "")
+			}
 			in := newFollowInput(t, src)
 			for i := range 3 {
 				in.add(fmt.Sprintf("f%d.log", i), fmt.Sprintf("f%d", i), 200)
 			}
 			const lease = 2 * time.Second
-			job := "follow-" + st.name
+			job := "follow-" + st.name + "-" + r.to
 			var started []*proc // every worker process, the killed ones too
 			worker := func(i int) *proc {
 				p := start(t, dir, "", append([]string{"backfill", "--follow", "--until-idle", "5s",
@@ -241,7 +300,7 @@ func TestFollowWorkersKilledAndStoppedAreExactlyOnce(t *testing.T) {
 				return p
 			}
 			ws := []*proc{worker(0), worker(1), worker(2)}
-			out := watchOutput(dst)
+			out := watchOutput(t, dst)
 
 			// Steady state first: lines appended to followed files, no fault.
 			rng := rand.New(rand.NewPCG(1, uint64(len(st.name))))
@@ -304,7 +363,7 @@ func TestFollowWorkersKilledAndStoppedAreExactlyOnce(t *testing.T) {
 					truncated = true
 					live = slices.DeleteFunc(live, func(n string) bool { return n == "f1.log" })
 					last := "f1-" + fmt.Sprintf("%07d", in.n["f1"])
-					require.Eventually(t, func() bool {
+					published := func() bool {
 						out.mu.Lock()
 						defer out.mu.Unlock()
 						for l := range out.seen {
@@ -313,7 +372,14 @@ func TestFollowWorkersKilledAndStoppedAreExactlyOnce(t *testing.T) {
 							}
 						}
 						return false
-					}, time.Minute, 50*time.Millisecond, "f1.log's lines were not published before its truncation")
+					}
+					// The other files go on growing meanwhile: a bucket
+					// publishes a part per roll interval (10 s), longer
+					// than --until-idle, which would end the job.
+					for deadline := time.Now().Add(time.Minute); !published(); {
+						require.True(t, time.Now().Before(deadline), "f1.log's lines were not published before its truncation")
+						write(200 * time.Millisecond)
+					}
 					in.reopen("f1.log")
 					require.NoError(t, os.Truncate(filepath.Join(src, "f1.log"), 0))
 					in.add("f1.log", "f1b", 30)
@@ -339,15 +405,15 @@ func TestFollowWorkersKilledAndStoppedAreExactlyOnce(t *testing.T) {
 			expect := filepath.Join(dir, "expect.txt")
 			n := in.ledger(expect)
 			code, vout, verr := runSpate(t, dir, "", time.Minute, "verify", "--expect", expect, "--dst", dst)
-			t.Logf("%s: %d lines; %d kills, %d stops; %s", st.name, n, killed, stopped, strings.TrimSpace(vout))
+			t.Logf("%s/%s: %d lines; %d kills, %d stops; %s", st.name, r.to, n, killed, stopped, strings.TrimSpace(vout))
 			expectCode(t, "verify", code, 0, vout, verr)
 			require.Contains(t, vout, "exactly once: all "+count(int64(n))+" input lines")
 
 			steady := latencies(in, out, steadyFrom, steadyTo)
 			whole := latencies(in, out, steadyFrom, time.Now())
 			require.NotEmpty(t, steady)
-			t.Logf("%s: write-to-publish latency at steady state: p50 %v, p99 %v (%d lines); over the whole run: p50 %v, p99 %v, max %v (%d lines)",
-				st.name, quantile(steady, 0.5).Round(time.Millisecond), quantile(steady, 0.99).Round(time.Millisecond), len(steady),
+			t.Logf("%s/%s: write-to-publish latency at steady state: p50 %v, p99 %v (%d lines); over the whole run: p50 %v, p99 %v, max %v (%d lines)",
+				st.name, r.to, quantile(steady, 0.5).Round(time.Millisecond), quantile(steady, 0.99).Round(time.Millisecond), len(steady),
 				quantile(whole, 0.5).Round(time.Millisecond), quantile(whole, 0.99).Round(time.Millisecond), whole[len(whole)-1].Round(time.Millisecond), len(whole))
 			// A new file is found at the leader's next listing (--discover,
 			// the lease by default): its first line's latency.
@@ -365,8 +431,8 @@ func TestFollowWorkersKilledAndStoppedAreExactlyOnce(t *testing.T) {
 			in.mu.Unlock()
 			slices.Sort(firsts)
 			require.NotEmpty(t, firsts)
-			t.Logf("%s: a new file's first line published p50 %v, max %v after it was written (%d files; discovery every %v)",
-				st.name, quantile(firsts, 0.5).Round(time.Millisecond), firsts[len(firsts)-1].Round(time.Millisecond), len(firsts), lease)
+			t.Logf("%s/%s: a new file's first line published p50 %v, max %v after it was written (%d files; discovery every %v)",
+				st.name, r.to, quantile(firsts, 0.5).Round(time.Millisecond), firsts[len(firsts)-1].Round(time.Millisecond), len(firsts), lease)
 		})
 	}
 }
@@ -386,7 +452,7 @@ func TestFollowStopsOnASignalAndResumes(t *testing.T) {
 	args := append([]string{"backfill", "--follow", "--src", src, "--dst", dst, "--job", "follow-signal",
 		"--instance", "w0", "--lease", "2s"}, storeArgs...)
 	first := start(t, dir, "", args...)
-	out := watchOutput(dst)
+	out := watchOutput(t, dst)
 	require.Eventually(t, func() bool { return out.has(fmt.Sprintf("a-%07d %s", 100, strings.Repeat("y", 100%50))) },
 		time.Minute, 50*time.Millisecond, "the first lines were not published:\n%s\n%s", first.stdout.String(), first.stderr.String())
 	require.NoError(t, first.cmd.Process.Signal(syscall.SIGINT))
