@@ -2,6 +2,7 @@ package spate
 
 import (
 	"encoding/base64"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 )
@@ -140,13 +141,13 @@ func (s *recordScanner) bytes() ([]byte, bool) {
 	return out[:n], err == nil
 }
 
-// object reads one object and nothing after it. bitOf names a key's bit
-// (0 for a key it does not know: the scanner gives up, as it does on a key
-// seen twice); read reads the value of the field of that bit. A null value
-// is not read: it leaves the field as it is, which for a new record is
-// what encoding/json leaves (the zero value, or nil).
-func (s *recordScanner) object(bitOf func(key []byte) uint32, read func(bit uint32) bool) bool {
-	var seen uint32
+// object reads one object and nothing after it. keys are the names of
+// the fields, each read by read(its index); a key not among them gives
+// up, as does a key seen twice. A null value is not read: it leaves the
+// field as it is, which for a new record is what encoding/json leaves (the
+// zero value, or nil).
+func (s *recordScanner) object(keys []string, read func(i int) bool) bool {
+	var seen uint64
 	s.space()
 	if !s.byte('{') {
 		return false
@@ -158,17 +159,17 @@ func (s *recordScanner) object(bitOf func(key []byte) uint32, read func(bit uint
 			if !ok {
 				return false
 			}
-			bit := bitOf(key)
-			if bit == 0 || seen&bit != 0 {
+			i := slices.Index(keys, string(key))
+			if i < 0 || seen&(1<<i) != 0 {
 				return false
 			}
-			seen |= bit
+			seen |= 1 << i
 			s.space()
 			if !s.byte(':') {
 				return false
 			}
 			s.space()
-			if !s.word("null") && !read(bit) {
+			if !s.word("null") && !read(i) {
 				return false
 			}
 			s.space()
@@ -186,118 +187,79 @@ func (s *recordScanner) object(bitOf func(key []byte) uint32, read func(bit uint
 	return s.i == len(s.b)
 }
 
+// record is object for a record whose first three keys are "schema",
+// "id" and "fp", read into schema, id and fp; read reads the others.
+func (s *recordScanner) record(keys []string, schema *int, id *string, fp *uint64, read func(i int) bool) bool {
+	return s.object(keys, func(i int) (ok bool) {
+		switch i {
+		case 0:
+			var v int64
+			v, ok = s.int(strconv.IntSize)
+			*schema = int(v)
+		case 1:
+			*id, ok = s.str()
+		case 2:
+			*fp, ok = s.uint(64)
+		default:
+			ok = read(i)
+		}
+		return ok
+	})
+}
+
+var progressKeys = []string{"schema", "id", "fp", "epoch", "status", "owner", "attempts", "advanced_epoch",
+	"watermark", "state", "completed", "output", "written_at_ms", "last_failure"}
+
 // scan reads data into r, a new record, if data is in the scanner's form.
 func (r *progressRecord) scan(data []byte) bool {
 	s := recordScanner{b: data}
-	return s.object(func(key []byte) uint32 {
-		switch string(key) {
-		case "schema":
-			return 1 << 0
-		case "id":
-			return 1 << 1
-		case "fp":
-			return 1 << 2
-		case "epoch":
-			return 1 << 3
-		case "status":
-			return 1 << 4
-		case "owner":
-			return 1 << 5
-		case "attempts":
-			return 1 << 6
-		case "advanced_epoch":
-			return 1 << 7
-		case "watermark":
-			return 1 << 8
-		case "state":
-			return 1 << 9
-		case "completed":
-			return 1 << 10
-		case "output":
-			return 1 << 11
-		case "written_at_ms":
-			return 1 << 12
-		case "last_failure":
-			return 1 << 13
-		}
-		return 0
-	}, func(bit uint32) (ok bool) {
-		switch bit {
-		case 1 << 0:
-			var v int64
-			v, ok = s.int(strconv.IntSize)
-			r.Schema = int(v)
-		case 1 << 1:
-			r.ID, ok = s.str()
-		case 1 << 2:
-			r.FP, ok = s.uint(64)
-		case 1 << 3:
+	return s.record(progressKeys, &r.Schema, &r.ID, &r.FP, func(i int) (ok bool) {
+		switch i {
+		case 3:
 			r.Epoch, ok = s.uint(64)
-		case 1 << 4:
+		case 4:
 			r.Status, ok = s.str()
-		case 1 << 5:
+		case 5:
 			var v string
 			v, ok = s.str()
 			r.Owner = &v
-		case 1 << 6:
+		case 6:
 			var v uint64
 			v, ok = s.uint(32)
 			r.Attempts = uint32(v)
-		case 1 << 7:
+		case 7:
 			r.AdvancedEpoch, ok = s.uint(64)
-		case 1 << 8:
+		case 8:
 			var v int64
 			v, ok = s.int(64)
 			r.Watermark = &v
-		case 1 << 9:
+		case 9:
 			r.State, ok = s.bytes()
-		case 1 << 10:
+		case 10:
 			r.Completed, ok = s.bool()
-		case 1 << 11:
+		case 11:
 			r.Output, ok = s.bytes()
-		case 1 << 12:
+		case 12:
 			r.WrittenAtMs, ok = s.int(64)
-		case 1 << 13:
+		case 13:
 			r.LastFailure, ok = s.str()
 		}
 		return ok
 	})
 }
 
+var specKeys = []string{"schema", "id", "fp", "generation", "weight", "descriptor"}
+
 // scan reads data into r, a new record, if data is in the scanner's form.
 func (r *specRecord) scan(data []byte) bool {
 	s := recordScanner{b: data}
-	return s.object(func(key []byte) uint32 {
-		switch string(key) {
-		case "schema":
-			return 1 << 0
-		case "id":
-			return 1 << 1
-		case "fp":
-			return 1 << 2
-		case "generation":
-			return 1 << 3
-		case "weight":
-			return 1 << 4
-		case "descriptor":
-			return 1 << 5
-		}
-		return 0
-	}, func(bit uint32) (ok bool) {
-		switch bit {
-		case 1 << 0:
-			var v int64
-			v, ok = s.int(strconv.IntSize)
-			r.Schema = int(v)
-		case 1 << 1:
-			r.ID, ok = s.str()
-		case 1 << 2:
-			r.FP, ok = s.uint(64)
-		case 1 << 3:
+	return s.record(specKeys, &r.Schema, &r.ID, &r.FP, func(i int) (ok bool) {
+		switch i {
+		case 3:
 			r.Generation, ok = s.uint(64)
-		case 1 << 4:
+		case 4:
 			r.Weight, ok = s.uint(64)
-		case 1 << 5:
+		case 5:
 			r.Descriptor, ok = s.bytes()
 		}
 		return ok
