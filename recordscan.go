@@ -80,7 +80,9 @@ func (s *recordScanner) str() (string, bool) {
 	return string(v), ok
 }
 
-// digits is an integer in JSON's grammar with no fraction or exponent.
+// digits is an integer in JSON's grammar: an optional sign, then 0 or
+// digits with no leading zero. A fraction or an exponent is left unread,
+// so the object gives up at it (it is neither "," nor "}").
 func (s *recordScanner) digits() ([]byte, bool) {
 	start := s.i
 	s.byte('-')
@@ -91,12 +93,6 @@ func (s *recordScanner) digits() ([]byte, bool) {
 	n := s.i - first
 	if n == 0 || (n > 1 && s.b[first] == '0') {
 		return nil, false
-	}
-	if s.i < len(s.b) {
-		switch s.b[s.i] {
-		case '.', 'e', 'E':
-			return nil, false
-		}
 	}
 	return s.b[start:s.i], true
 }
