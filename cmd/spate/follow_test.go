@@ -117,7 +117,7 @@ type outputWatch struct {
 	bucket *blob.Bucket // a bucket destination; nil: a directory
 	mu     sync.Mutex
 	seen   map[string]time.Time
-	offs   map[string]int64
+	offs   map[string]int64 // per file, the bytes read; per part, its length once read
 	stop   chan struct{}
 	done   chan struct{}
 }
