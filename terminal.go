@@ -231,6 +231,7 @@ func (a *actor) onVerdict(v *verdictVal) {
 		if !a.verdicts.terminal || a.verdicts.stalled {
 			a.verdicts.terminal, a.verdicts.stalled = true, false
 			a.log.Info("job complete: the leader found every split completed", "splits", v.Completed)
+			a.planFinalized(v.Completed)
 			a.c.emit(AllComplete{})
 		}
 	case !a.verdicts.terminal:
@@ -241,6 +242,7 @@ func (a *actor) onVerdict(v *verdictVal) {
 		} else {
 			a.log.Warn("job stalled: the leader found the remaining splits quarantined", "completed", v.Completed, "quarantined", v.Quarantined)
 		}
+		a.planFinalized(v.Completed + v.Quarantined + uint64(len(v.Damaged)))
 		a.c.emit(Stalled{Completed: v.Completed, Quarantined: v.Quarantined, Damaged: slices.Clone(v.Damaged)})
 	}
 }

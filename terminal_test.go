@@ -219,3 +219,22 @@ type stubKeyWatcher struct{}
 func (stubKeyWatcher) WatchKeys(context.Context, Keyspace, []string) (<-chan WatchEvent, error) {
 	return nil, Fatalf("stub")
 }
+
+// A scoped worker may read the leader's verdict before the plan record
+// (two watches): PlanFinalized still comes first, once. Seen in CI as a
+// late joiner that heard AllComplete and never PlanFinalized.
+func TestAVerdictReadBeforeThePlanFinalizesItFirst(t *testing.T) {
+	for _, v := range []*verdictVal{
+		{Schema: SchemaVersion, FP: testFPHash, Verdict: verdictKeyComplete, Completed: 3},
+		{Schema: SchemaVersion, FP: testFPHash, Verdict: verdictKeyStalled, Completed: 2, Quarantined: 1},
+	} {
+		a := newTestActor(t, newFakeStore(), testConfig())
+		a.kw = stubKeyWatcher{} // scoped: it acts on the leader's verdict
+		a.onVerdict(v)
+		got := events(t, a)
+		require.Len(t, got, 2, "%v", got)
+		assert.Equal(t, PlanFinalized{Planned: 3}, got[0], "the verdict implies the final plan: it is told first")
+		a.setPlan(&planRecord{Schema: SchemaVersion, Finality: finalityFinal, Planned: 3}, 9)
+		assert.Empty(t, events(t, a), "the plan read later finalizes nothing again")
+	}
+}

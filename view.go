@@ -433,15 +433,24 @@ func (a *actor) durablePut(key string, value []byte, rev uint64, src source) err
 	return nil
 }
 
+// planFinalized emits PlanFinalized, once: on reading the final plan, or
+// on a terminal verdict read before the plan (a scoped worker's watch of
+// the verdict record may deliver it first; a verdict implies a final plan).
+func (a *actor) planFinalized(planned uint64) {
+	if !a.job.finalSent {
+		a.job.finalSent = true
+		a.c.emit(PlanFinalized{Planned: planned})
+	}
+}
+
 func (a *actor) setPlan(p *planRecord, rev uint64) {
 	if rev <= a.job.planRev {
 		return
 	}
 	a.job.plan, a.job.planRev, a.job.planAt = p, rev, a.job.clock
 	a.job.durableSeq++
-	if p.Finality == finalityFinal && !a.job.finalSent {
-		a.job.finalSent = true
-		a.c.emit(PlanFinalized{Planned: p.Planned})
+	if p.Finality == finalityFinal {
+		a.planFinalized(p.Planned)
 	}
 	if a.leading != nil && p.Generation > a.leading.generation {
 		a.demote(fmt.Sprintf("a successor bumped the plan generation to %d", p.Generation))
