@@ -53,8 +53,27 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	return c
 }
 
-// Shutdown stops every node.
+// settleWait bounds how long [Cluster.Shutdown] waits for the nodes to
+// settle before it stops them.
+const settleWait = 15 * time.Second
+
+// Shutdown stops every node. It first waits, up to settleWait, until every
+// running node reports itself healthy (the meta layer and each stream
+// assigned to it current). A node restarted mid-test may still be creating
+// the streams assigned to it; a stream created after its server's shutdown
+// began is never stopped, and its file store's goroutines outlive the
+// server (what the package's leak check reports).
 func (c *Cluster) Shutdown() {
+	deadline := time.Now().Add(settleWait)
+	for _, s := range c.Nodes {
+		srv := s.Raw()
+		for srv != nil && time.Now().Before(deadline) {
+			if srv.Healthz(&server.HealthzOptions{}).StatusCode == 200 {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	for _, s := range c.Nodes {
 		s.Shutdown()
 	}
