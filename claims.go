@@ -125,10 +125,10 @@ func claimCandidates(splits []claimInput, self string, maxAttempts int) []claimC
 }
 
 func (a *actor) claimInputs() []claimInput {
-	out := make([]claimInput, 0, len(a.assigned))
+	out := make([]claimInput, 0, len(a.worker.assigned))
 	now := time.Now()
-	for id := range a.assigned {
-		if _, held := a.owned[id]; held {
+	for id := range a.worker.assigned {
+		if _, held := a.worker.owned[id]; held {
 			// Never a candidate (claimCandidates skips held splits), so
 			// its records are not touched: a worker holding its whole
 			// assignment scans map keys, not a record per split (the
@@ -136,7 +136,7 @@ func (a *actor) claimInputs() []claimInput {
 			continue
 		}
 		v := a.job.splits[id]
-		if v == nil || v.prog == nil || a.io.busy[id] || a.handingBack[id] > 0 {
+		if v == nil || v.prog == nil || a.io.busy[id] || a.worker.handingBack[id] > 0 {
 			continue
 		}
 		in := claimInput{id: id, status: v.prog.Status, owner: v.prog.owner(), epoch: v.prog.Epoch,
@@ -148,7 +148,7 @@ func (a *actor) claimInputs() []claimInput {
 			in.leaseFresh = true
 			a.wakeUp(until)
 		}
-		if e, ok := a.selfFenced[id]; ok && e == v.prog.Epoch {
+		if e, ok := a.worker.selfFenced[id]; ok && e == v.prog.Epoch {
 			in.selfFenced = true
 		}
 		out = append(out, in)
@@ -161,14 +161,14 @@ func (a *actor) claimInputs() []claimInput {
 // and starts revoking held splits it is no longer assigned.
 func (a *actor) reconcileOwn(now time.Time) error {
 	a.withdrawRevocations(now)
-	if !a.ownDirty && !a.quarantineScan {
+	if !a.worker.ownDirty && !a.worker.quarantineScan {
 		// Nothing this worker holds or is assigned changed since the last
 		// scan (touch, and the loop's non-watch inputs): an event about
 		// someone else's split costs no O(own) work.
 		return nil
 	}
-	a.ownDirty = false
-	if len(a.owned)+a.claiming < a.cfg.MaxInFlight || a.quarantineScan {
+	a.worker.ownDirty = false
+	if len(a.worker.owned)+a.worker.claiming < a.cfg.MaxInFlight || a.worker.quarantineScan {
 		// Decision: only a worker entitled to claim a split — the leader
 		// assigned it here — may quarantine it, and on the same evidence a
 		// takeover needs (quarantineIO re-reads the record). A peer that
@@ -176,14 +176,14 @@ func (a *actor) reconcileOwn(now time.Time) error {
 		// alive or whose progress record's update has not reached it yet.
 		// The scan covers the assigned splits; a pending quarantine
 		// decision runs it even with every lane busy.
-		a.quarantineScan = false
+		a.worker.quarantineScan = false
 		for _, c := range claimCandidates(a.claimInputs(), a.self, a.cfg.MaxAttempts) {
 			if !a.viewLoaded(c.id) {
 				continue // its snapshot brings ownDirty
 			}
-			if !a.due(opKey{"claim", c.id}, now) {
+			if !a.io.due(opKey{"claim", c.id}, now) {
 				if c.quarantine {
-					a.quarantineScan = true // keep the decision pending
+					a.worker.quarantineScan = true // keep the decision pending
 				}
 				continue
 			}
@@ -191,21 +191,21 @@ func (a *actor) reconcileOwn(now time.Time) error {
 				a.quarantine(c)
 				continue
 			}
-			if a.assigned[c.id] && len(a.owned)+a.claiming < a.cfg.MaxInFlight && a.undrained == 0 {
+			if a.worker.assigned[c.id] && len(a.worker.owned)+a.worker.claiming < a.cfg.MaxInFlight && a.worker.undrained == 0 {
 				a.claim(c)
 			}
 		}
 	}
 	// No instruction is not an instruction to hold nothing.
-	if !a.assignSeen {
+	if !a.worker.assignSeen {
 		return nil
 	}
 	var revoke []string
-	for id := range a.owned {
-		if a.assigned[id] {
+	for id := range a.worker.owned {
+		if a.worker.assigned[id] {
 			continue
 		}
-		if r, ok := a.revocations[id]; ok && !r.cancelled {
+		if r, ok := a.worker.revocations[id]; ok && !r.cancelled {
 			continue
 		}
 		revoke = append(revoke, id)
@@ -256,12 +256,12 @@ func (a *actor) claim(c claimCandidate) {
 	if v.lease != nil && v.lease.Owner == a.self {
 		in.takeLease, in.leaseRev = true, v.leaseRev
 	}
-	a.claiming++
-	since := a.mark()
+	a.worker.claiming++
+	since := a.job.mark()
 	a.splitIO(c.id, func(ctx context.Context) func() error {
 		out := a.claimIO(ctx, in)
 		return func() error {
-			a.claiming--
+			a.worker.claiming--
 			return a.claimDone(in, out, since)
 		}
 	})
@@ -393,10 +393,10 @@ func (a *actor) claimDone(in claimIn, out claimOut, since uint64) error {
 	next := out.rec.Epoch
 	a.m.acquisitions.WithLabelValues(out.kind.acquisitionReason()).Inc()
 	t := &tenancy{epoch: next}
-	a.owned[id] = t
+	a.worker.owned[id] = t
 	a.w.scopeDirty = true
 	a.renew.hold(id, next, out.leaseRev, out.sent, out.sess)
-	delete(a.selfFenced, id)
+	delete(a.worker.selfFenced, id)
 	a.upsert(id, out.rec, out.rev, live)
 	a.openCell(id, t)
 	if out.leaseRev > v.leaseRev {
@@ -409,14 +409,14 @@ func (a *actor) claimDone(in claimIn, out claimOut, since uint64) error {
 		a.dropLost(id, "fenced", fmt.Sprintf("a claimant fenced it at epoch %d", v.prog.Epoch))
 		return nil
 	}
-	if at, ok := a.awaiting[id]; ok {
+	if at, ok := a.worker.awaiting[id]; ok {
 		a.m.assignLatency.Observe(time.Since(at).Seconds())
-		delete(a.awaiting, id)
+		delete(a.worker.awaiting, id)
 	}
 	a.log.Debug("split claimed", "split", id, "epoch", next, "kind", out.kind.String())
 	a.c.emit(Gained{Split: SplitSpec{ID: SplitID{id: id}, Descriptor: v.spec.Descriptor, Weight: v.spec.Weight},
 		Epoch: LeaseEpoch(next), Progress: out.rec.progress()})
-	if a.parting {
+	if a.worker.parting {
 		return a.releaseSplit(id, func(releaseResult) {})
 	}
 	return nil
@@ -430,7 +430,7 @@ func (a *actor) claimDone(in claimIn, out claimOut, since uint64) error {
 func (a *actor) quarantine(c claimCandidate) {
 	v := a.job.splits[c.id]
 	viewRev := v.progRev
-	since := a.mark()
+	since := a.job.mark()
 	key := prefixSplit + c.id
 	a.splitIO(c.id, func(ctx context.Context) func() error {
 		e, ok, err := a.st.Get(ctx, Durable, key)
@@ -471,7 +471,7 @@ func (a *actor) quarantine(c claimCandidate) {
 			case err != nil:
 				a.m.writes.WithLabelValues("error").Inc()
 				a.failed(opKey{"claim", c.id})
-				a.quarantineScan = true // retry, or a worker at its budget never revisits it
+				a.worker.quarantineScan = true // retry, or a worker at its budget never revisits it
 			case !o.Won:
 				a.m.writes.WithLabelValues("conflict").Inc()
 				a.failed(opKey{"claim", c.id})
@@ -545,35 +545,14 @@ func (a *actor) dropLeaseAsync(id string, rev, epoch uint64) {
 // adoptAssignment replaces this worker's instruction, unless a deposed
 // leader's late write would walk it backwards.
 func (a *actor) adoptAssignment(val *assignmentVal, now time.Time) {
-	if a.assignSeen && val.Generation < a.assignGen {
-		a.log.Debug("ignoring an assignment from an older generation", "generation", val.Generation, "seen", a.assignGen)
+	if !a.worker.adopt(val, now) {
+		a.log.Debug("ignoring an assignment from an older generation", "generation", val.Generation, "seen", a.worker.assignGen)
 		return
 	}
-	a.assignGen = val.Generation
-	a.assignSeen = true
-	a.ownDirty = true
 	a.w.scopeDirty = true
-	next := make(map[string]bool, len(val.Splits))
-	for _, id := range val.Splits {
-		next[id] = true
-		if _, held := a.owned[id]; !held {
-			if _, ok := a.awaiting[id]; !ok {
-				a.awaiting[id] = now
-			}
-		}
-	}
-	for id := range a.awaiting {
-		if !next[id] {
-			delete(a.awaiting, id)
-		}
-	}
-	a.assigned = next
 }
 
 func (a *actor) forgetAssignment() {
-	a.assignSeen = false
-	a.ownDirty = true
+	a.worker.forget()
 	a.w.scopeDirty = true
-	a.assigned = map[string]bool{}
-	clear(a.awaiting)
 }

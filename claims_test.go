@@ -132,7 +132,7 @@ func storeCallsPerLifecycle(t *testing.T, atomic bool) {
 	seed := func(id string, r *progressRecord) {
 		rev := st.put(Durable, prefixSplit+id, encode(r))
 		a.upsert(id, r, rev, live)
-		a.view(id).spec = &specRecord{Schema: SchemaVersion, ID: id, FP: testFPHash, Weight: 1, Descriptor: []byte{}}
+		a.job.view(id).spec = &specRecord{Schema: SchemaVersion, ID: id, FP: testFPHash, Weight: 1, Descriptor: []byte{}}
 	}
 	mode := "plain"
 	if atomic {
@@ -151,7 +151,7 @@ func storeCallsPerLifecycle(t *testing.T, atomic bool) {
 	holdSplit(t, a, st, "keep", 1, nil)
 	seed("fresh", rec("fresh", 0, ""))
 	assert.Equal(t, 2, cost("claim", func() { a.claim(claimCandidate{id: "fresh", kind: claimCreate}) }), "claim")
-	require.Contains(t, a.owned, "fresh")
+	require.Contains(t, a.worker.owned, "fresh")
 
 	assert.Equal(t, 1, cost("commit", func() {
 		require.NoError(t, a.c.Commit(context.Background(), MustSplitID("fresh"), NewSplitProgress(5, nil)))
@@ -163,7 +163,7 @@ func storeCallsPerLifecycle(t *testing.T, atomic bool) {
 		settleIO(t, a)
 		require.NoError(t, <-cmd.reply)
 	}), why)
-	require.NotContains(t, a.owned, "fresh")
+	require.NotContains(t, a.worker.owned, "fresh")
 	_, leased := st.entry(Ephemeral, prefixSplit+"fresh")
 	assert.False(t, leased, "the release deleted the lease")
 	r, _ := storedProgress(t, st, "fresh")
@@ -172,7 +172,7 @@ func storeCallsPerLifecycle(t *testing.T, atomic bool) {
 	// A peer died holding "dead": its owner is set and its lease is gone.
 	seed("dead", rec("dead", 3, "peer"))
 	assert.Equal(t, 2, cost("takeover", func() { a.claim(claimCandidate{id: "dead", kind: claimExpired}) }), "takeover")
-	require.Contains(t, a.owned, "dead")
+	require.Contains(t, a.worker.owned, "dead")
 	r, _ = storedProgress(t, st, "dead")
 	assert.Equal(t, uint32(1), r.Attempts, "the takeover of a dead owner's split without progress is charged")
 	assert.Equal(t, deathText("peer", 3), r.LastFailure, "the charged attempt names the tenancy that died")
@@ -183,7 +183,7 @@ func storeCallsPerLifecycle(t *testing.T, atomic bool) {
 	st.put(Durable, prefixSplit+"gone", encode(rec("gone", 3, "")))
 	assert.Equal(t, 4, cost("late release", func() { a.claim(claimCandidate{id: "gone", kind: claimExpired}) }),
 		"lease write, lost compare-and-swap, the read, the compare-and-swap on top")
-	require.Contains(t, a.owned, "gone")
+	require.Contains(t, a.worker.owned, "gone")
 	r, _ = storedProgress(t, st, "gone")
 	assert.Equal(t, uint32(0), r.Attempts, "a split whose release the view had not seen is not charged")
 	assert.Empty(t, r.LastFailure)

@@ -135,8 +135,8 @@ func (a *actor) unreserve(id string) {
 
 // cellSaw keeps a held split's cell at the newest record the view holds;
 // back says the view adopted a lower revision (the store went back in time).
-func (a *actor) cellSaw(id string, r *progressRecord, rev uint64, back bool) {
-	c := a.io.cells[id]
+func (l *loopIO) cellSaw(id string, r *progressRecord, rev uint64, back bool) {
+	c := l.cells[id]
 	if c == nil {
 		return
 	}
@@ -148,8 +148,8 @@ func (a *actor) cellSaw(id string, r *progressRecord, rev uint64, back bool) {
 }
 
 // committing reports whether a commit is in flight on split id's cell.
-func (a *actor) committing(id string) bool {
-	c := a.io.cells[id]
+func (l *loopIO) committing(id string) bool {
+	c := l.cells[id]
 	if c == nil {
 		return false
 	}
@@ -256,7 +256,7 @@ type commitOut struct {
 // never became durable.
 func (a *actor) startCommit(cmd *command, confirmed bool, try int) error {
 	id, p := cmd.split.id, cmd.progress
-	t, held := a.owned[id]
+	t, held := a.worker.owned[id]
 	if !held {
 		cmd.reply <- notHeld(id)
 		return nil
@@ -269,7 +269,7 @@ func (a *actor) startCommit(cmd *command, confirmed bool, try int) error {
 	check := !confirmed && checkMonotone(id, v.prog.Watermark, p.Watermark) != nil
 	rec := nextProgress(v.prog, t, p)
 	baseRev := v.progRev
-	since := a.mark()
+	since := a.job.mark()
 	a.splitIO(id, func(ctx context.Context) func() error {
 		out := a.commitIO(ctx, v, id, rec, baseRev, check)
 		return func() error {
@@ -403,7 +403,7 @@ func (a *actor) commitDone(cmd *command, t *tenancy, out commitOut, since uint64
 		a.upsert(id, out.cur, out.rev, readSince(since))
 	}
 	if checked {
-		if _, still := a.owned[id]; !still {
+		if _, still := a.worker.owned[id]; !still {
 			return reply(notHeld(id))
 		}
 		if err := checkMonotone(id, a.job.splits[id].prog.Watermark, p.Watermark); err != nil {
@@ -427,19 +427,19 @@ func (a *actor) commitDone(cmd *command, t *tenancy, out commitOut, since uint64
 			return a.startCommit(cmd, true, 1)
 		}
 	}
-	if t2, still := a.owned[id]; still && t2 == t {
+	if t2, still := a.worker.owned[id]; still && t2 == t {
 		a.dropLost(id, "fenced", "a commit lost its compare-and-swap")
 	}
 	return reply(Fencedf("split %s: the commit lost its compare-and-swap (another owner took it); nothing was written", id))
 }
 
 func (a *actor) committed(id string, t *tenancy, rec *progressRecord, rev uint64) {
-	if r, ok := a.revocations[id]; ok {
+	if r, ok := a.worker.revocations[id]; ok {
 		r.lastProgress = time.Now()
 	}
 	a.upsert(id, rec, rev, live)
 	if rec.Completed {
-		if t2, ok := a.owned[id]; ok && t2 == t {
+		if t2, ok := a.worker.owned[id]; ok && t2 == t {
 			leaseRev := a.leave(id)
 			a.settle(id, "drained")
 			a.dropLeaseAsync(id, leaseRev, t.epoch)

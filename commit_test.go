@@ -112,7 +112,7 @@ func TestLoopWriteWaitsForTheCommitInFlight(t *testing.T) {
 			assert.Nil(t, r.Owner)
 			return
 		case <-a.io.results.sig:
-			require.NoError(t, a.runResults())
+			require.NoError(t, a.io.runResults())
 		case <-time.After(10 * time.Second):
 			t.Fatal("the failure report was never answered")
 		}
@@ -167,10 +167,10 @@ func TestLostCommitOnTheCallersGoroutineIsFencedAndLost(t *testing.T) {
 			r, _ := storedProgress(t, st, "s")
 			assert.Equal(t, "peer", r.owner(), "nothing of the fenced commit was written")
 			assert.Equal(t, []string{"s"}, lostSplits(events(t, a)))
-			assert.NotContains(t, a.owned, "s")
+			assert.NotContains(t, a.worker.owned, "s")
 			return
 		case <-a.io.results.sig:
-			require.NoError(t, a.runResults())
+			require.NoError(t, a.io.runResults())
 		case <-time.After(10 * time.Second):
 			t.Fatal("the lost commit was never answered")
 		}
@@ -200,7 +200,7 @@ func TestCommitAfterALostReplyIsNotFenced(t *testing.T) {
 			case err := <-committed:
 				return err
 			case <-a.io.results.sig:
-				require.NoError(t, a.runResults())
+				require.NoError(t, a.io.runResults())
 			case <-time.After(10 * time.Second):
 				t.Fatal("the commit was never answered")
 			}
@@ -212,7 +212,7 @@ func TestCommitAfterALostReplyIsNotFenced(t *testing.T) {
 	require.NoError(t, answer(NewSplitProgress(12, nil)), "the landed write is this tenancy's own: retry on top of it")
 	r, _ := storedProgress(t, st, "s")
 	assert.Equal(t, int64(12), *r.Watermark)
-	assert.Contains(t, a.owned, "s")
+	assert.Contains(t, a.worker.owned, "s")
 }
 
 // A Fatal commit is sticky before its caller hears of it: the next commit,
@@ -239,7 +239,7 @@ func TestFatalCommitIsStickyBeforeItsReply(t *testing.T) {
 		case err = <-cmd.reply:
 			done = true
 		case <-a.io.results.sig:
-			if lerr := a.runResults(); lerr != nil {
+			if lerr := a.io.runResults(); lerr != nil {
 				require.True(t, IsFatal(lerr), "%v", lerr)
 			}
 		case <-time.After(10 * time.Second):
@@ -311,7 +311,7 @@ func TestCommitWritesTheRecordAtTheViewedRevision(t *testing.T) {
 	assert.Equal(t, []byte("x"), r.State)
 	assert.Equal(t, uint64(3), r.Epoch, "a commit never changes the epoch")
 	assert.Equal(t, rev, a.job.splits["s"].progRev, "the view folds the commit's own write")
-	assert.Contains(t, a.owned, "s")
+	assert.Contains(t, a.worker.owned, "s")
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.writes.WithLabelValues("ok")))
 }
 
@@ -353,7 +353,7 @@ func TestCommitAdoptsALandedCommitWhoseReplyWasLost(t *testing.T) {
 	r, rev := storedProgress(t, st, "s")
 	assert.Equal(t, landedRev, rev, "the second commit wrote nothing: it adopted the landed one")
 	assert.Equal(t, int64(5), *r.Watermark)
-	assert.Contains(t, a.owned, "s", "the split is still held")
+	assert.Contains(t, a.worker.owned, "s", "the split is still held")
 	assert.Equal(t, landedRev, a.job.splits["s"].progRev)
 	assert.Empty(t, lostSplits(events(t, a)))
 }
@@ -372,7 +372,7 @@ func TestCommitRetriesOnTopOfAnEarlierLandedCommit(t *testing.T) {
 	r, rev := storedProgress(t, st, "s")
 	assert.Equal(t, int64(8), *r.Watermark)
 	assert.Equal(t, rev, a.job.splits["s"].progRev)
-	assert.Contains(t, a.owned, "s")
+	assert.Contains(t, a.worker.owned, "s")
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.writes.WithLabelValues("conflict")))
 }
 
@@ -384,7 +384,7 @@ func TestCommitLostToAnotherOwnerIsFencedAndEmitsLost(t *testing.T) {
 
 	err := send(t, a, &command{kind: cmdCommit, split: MustSplitID("s"), progress: NewSplitProgress(8, nil)})
 	assert.True(t, IsFenced(err), "got %v", err)
-	assert.NotContains(t, a.owned, "s")
+	assert.NotContains(t, a.worker.owned, "s")
 	assert.Equal(t, []string{"s"}, lostSplits(events(t, a)))
 	assert.Zero(t, a.renew.leaseRev("s"), "the renewer stops renewing a lost split")
 	r, _ := storedProgress(t, st, "s")
@@ -407,7 +407,7 @@ func TestCommitBelowTheViewedWatermark(t *testing.T) {
 		var loopErr error
 		for loopErr == nil && len(cmd.reply) == 0 {
 			<-a.io.results.sig
-			loopErr = a.runResults()
+			loopErr = a.io.runResults()
 		}
 		require.Error(t, loopErr, "a regression stops the loop")
 		assert.True(t, IsFatal(loopErr))
@@ -444,7 +444,7 @@ func TestCompletingCommitLeavesTheSplit(t *testing.T) {
 	r, _ := storedProgress(t, st, "s")
 	assert.Equal(t, statusCompleted, r.Status)
 	assert.True(t, r.Completed)
-	assert.NotContains(t, a.owned, "s")
+	assert.NotContains(t, a.worker.owned, "s")
 	_, ok := st.entry(Ephemeral, prefixSplit+"s")
 	assert.False(t, ok, "the completed split's lease is deleted")
 	assert.Equal(t, 1, a.job.nCompleted)

@@ -60,28 +60,28 @@ func (a *actor) readable(id, key string, rev uint64, decodeErr error) (ok bool, 
 // damage takes split id out of play because key, one of its records,
 // cannot be read (err); rev is the damaged value's revision (0 if unknown).
 func (a *actor) damage(id, key string, rev uint64, err error) {
-	d, seen := a.damaged[key]
+	d, seen := a.records.damaged[key]
 	if !seen {
 		d = &damagedRecord{id: id, key: key}
-		a.damaged[key] = d
+		a.records.damaged[key] = d
 	}
 	d.err, d.at = err, a.job.clock
-	v := a.view(id)
+	v := a.job.view(id)
 	if key == prefixSplit+id {
 		if v.prog != nil {
-			if _, held := a.owned[id]; held {
+			if _, held := a.worker.owned[id]; held {
 				a.dropLost(id, "damaged", "its progress record became unreadable")
 			}
-			a.count(v.prog.Status, -1)
+			a.job.count(v.prog.Status, -1)
 			a.job.nSplits--
 			d.last = v.prog
 			v.prog = nil
 		}
-		if m := a.missing[id]; m != nil {
+		if m := a.records.missing[id]; m != nil {
 			if d.last == nil {
 				d.last = m
 			}
-			delete(a.missing, id) // the key exists: nothing to restore
+			delete(a.records.missing, id) // the key exists: nothing to restore
 		}
 		if rev > v.progRev {
 			v.progRev, v.progAt = rev, a.job.clock
@@ -90,7 +90,7 @@ func (a *actor) damage(id, key string, rev uint64, err error) {
 	a.job.durableSeq++
 	a.dirty = true
 	if !seen {
-		a.m.damaged.Set(float64(len(a.damaged)))
+		a.m.damaged.Set(float64(len(a.records.damaged)))
 		a.log.Error("a record of the job is unreadable; its split is out of play until the record is fixed, the rest of the job runs",
 			"split", id, "key", key, "err", err, "fix", damageFix(key))
 	}
@@ -99,36 +99,44 @@ func (a *actor) damage(id, key string, rev uint64, err error) {
 // repair puts key's split back in play: a readable value arrived for it
 // (the caller folds it next) or it was deleted (deleted says so).
 func (a *actor) repair(key string, deleted bool) {
-	d, ok := a.damaged[key]
+	d, ok := a.records.damaged[key]
 	if !ok {
 		return
 	}
-	delete(a.damaged, key)
-	a.m.damaged.Set(float64(len(a.damaged)))
+	delete(a.records.damaged, key)
+	a.m.damaged.Set(float64(len(a.records.damaged)))
 	a.job.durableSeq++
 	a.dirty = true
 	if deleted && key == prefixSplit+d.id && d.last != nil {
-		a.missing[d.id] = d.last // the leader restores it (restoreMissing)
+		a.records.missing[d.id] = d.last // the leader restores it (restoreMissing)
 	}
 	a.log.Info("a damaged record was repaired; its split is back in play", "split", d.id, "key", key, "deleted", deleted)
 }
 
+// recordState is what the view knows of records that are not there to be
+// read: unreadable ones, by key, and progress records deleted from outside
+// the coordinator, as last seen.
+type recordState struct {
+	damaged map[string]*damagedRecord  // unreadable records by key
+	missing map[string]*progressRecord // deleted progress records, by split id, for the leader to restore
+}
+
 // splitDamaged reports whether one of split id's records is damaged.
-func (a *actor) splitDamaged(id string) bool {
-	if len(a.damaged) == 0 {
+func (r *recordState) splitDamaged(id string) bool {
+	if len(r.damaged) == 0 {
 		return false
 	}
-	return a.damaged[prefixSplit+id] != nil || a.damaged[prefixSpec+id] != nil
+	return r.damaged[prefixSplit+id] != nil || r.damaged[prefixSpec+id] != nil
 }
 
 // damagedSplits is the sorted ids of the splits out of play.
-func (a *actor) damagedSplits() []string {
+func (r *recordState) damagedSplits() []string {
 	ids := map[string]bool{}
-	for _, d := range a.damaged {
+	for _, d := range r.damaged {
 		ids[d.id] = true
 	}
 	return slices.Sorted(maps.Keys(ids))
 }
 
 // damagedKeys is the sorted keys of the damaged records.
-func (a *actor) damagedKeys() []string { return slices.Sorted(maps.Keys(a.damaged)) }
+func (r *recordState) damagedKeys() []string { return slices.Sorted(maps.Keys(r.damaged)) }

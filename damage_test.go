@@ -22,22 +22,22 @@ func TestUnreadableRecordTakesOnlyItsSplitOutOfPlay(t *testing.T) {
 		"one unreadable record does not stop the worker")
 
 	assert.Equal(t, []string{"bad"}, lostSplits(events(t, a)), "its tenancy is lost")
-	assert.NotContains(t, a.owned, "bad")
-	assert.Contains(t, a.owned, "good", "every other split keeps running")
-	assert.Equal(t, []string{"bad"}, a.damagedSplits())
+	assert.NotContains(t, a.worker.owned, "bad")
+	assert.Contains(t, a.worker.owned, "good", "every other split keeps running")
+	assert.Equal(t, []string{"bad"}, a.records.damagedSplits())
 	assert.Equal(t, 1, a.job.nSplits, "a damaged split is not counted as in play")
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.damaged))
 	for _, in := range a.claimInputs() {
 		assert.NotEqual(t, "bad", in.id, "a damaged split is never claimed")
 	}
-	d := a.damaged[prefixSplit+"bad"]
+	d := a.records.damaged[prefixSplit+"bad"]
 	require.NotNil(t, d)
 	assert.True(t, errors.Is(d.err, ErrUnreadableRecord))
 	assert.Contains(t, d.err.Error(), prefixSplit+"bad", "the cause names the key")
 
 	// The same damage seen again (a listing, a re-watch) is not news.
-	require.NoError(t, a.applyDurable([]Entry{{Key: prefixSplit + "bad", Value: []byte(`{"not":"ours"}`), Revision: rev}}, a.mark(), false))
-	assert.Len(t, a.damaged, 1)
+	require.NoError(t, a.applyDurable([]Entry{{Key: prefixSplit + "bad", Value: []byte(`{"not":"ours"}`), Revision: rev}}, a.job.mark(), false))
+	assert.Len(t, a.records.damaged, 1)
 
 	// A commit on the damaged split is fenced; one on the good split lands.
 	err := send(t, a, &command{kind: cmdCommit, split: MustSplitID("bad"), progress: NewSplitProgress(1, nil)})
@@ -51,12 +51,12 @@ func TestRewrittenRecordPutsItsSplitBackInPlay(t *testing.T) {
 	holdSplit(t, a, st, "s", 2, nil)
 	rev := st.put(Durable, prefixSplit+"s", []byte("garbage"))
 	require.NoError(t, a.durablePut(prefixSplit+"s", []byte("garbage"), rev, live))
-	require.Len(t, a.damaged, 1)
+	require.Len(t, a.records.damaged, 1)
 
 	good := rec("s", 3, "")
 	rev = st.put(Durable, prefixSplit+"s", encode(good))
 	require.NoError(t, a.durablePut(prefixSplit+"s", encode(good), rev, live))
-	assert.Empty(t, a.damaged)
+	assert.Empty(t, a.records.damaged)
 	assert.Equal(t, 1, a.job.nSplits)
 	assert.Equal(t, uint64(3), a.job.splits["s"].prog.Epoch)
 	assert.Equal(t, 0.0, testutil.ToFloat64(a.m.damaged))
@@ -75,9 +75,9 @@ func TestDeletedDamagedRecordIsRestoredFromTheLastStateSeen(t *testing.T) {
 
 	st.remove(Durable, prefixSplit+"s")
 	a.durableDelete(prefixSplit+"s", 0)
-	assert.Empty(t, a.damaged)
-	require.Contains(t, a.missing, "s")
-	assert.Equal(t, int64(40), *a.missing["s"].Watermark, "restored from the last readable state")
+	assert.Empty(t, a.records.damaged)
+	require.Contains(t, a.records.missing, "s")
+	assert.Equal(t, int64(40), *a.records.missing["s"].Watermark, "restored from the last readable state")
 }
 
 // A damaged record that a listing no longer shows was deleted while the
@@ -85,9 +85,9 @@ func TestDeletedDamagedRecordIsRestoredFromTheLastStateSeen(t *testing.T) {
 func TestListingWithoutTheDamagedRecordRepairsIt(t *testing.T) {
 	a := newTestActor(t, newFakeStore(), testConfig())
 	require.NoError(t, a.durablePut(prefixSpec+"s", []byte("garbage"), 3, live))
-	require.Equal(t, []string{"s"}, a.damagedSplits())
-	require.NoError(t, a.applyDurable(nil, a.mark(), true))
-	assert.Empty(t, a.damaged)
+	require.Equal(t, []string{"s"}, a.records.damagedSplits())
+	require.NoError(t, a.applyDurable(nil, a.job.mark(), true))
+	assert.Empty(t, a.records.damaged)
 }
 
 func TestJobWithADamagedSplitEndsStalledNamingIt(t *testing.T) {
@@ -151,13 +151,29 @@ func TestVanishedPlanStopsTheWorkerNamingLikelyCauses(t *testing.T) {
 	}
 
 	// A whole-keyspace listing, started after the plan was seen, without it.
-	err = a.applyDurable([]Entry{{Key: prefixSplit + "s", Value: encode(rec("s", 0, "")), Revision: 10}}, a.mark(), true)
+	err = a.applyDurable([]Entry{{Key: prefixSplit + "s", Value: encode(rec("s", 0, "")), Revision: 10}}, a.job.mark(), true)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "has no plan record")
 
 	// A listing that started before the plan arrived proves nothing.
 	b := newTestActor(t, newFakeStore(), testConfig())
-	mark := b.mark()
+	mark := b.job.mark()
 	b.setPlan(&planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Planned: 1}, 3)
 	require.NoError(t, b.applyDurable(nil, mark, true))
+}
+
+func TestRecordStateNamesEachDamagedSplitOnce(t *testing.T) {
+	r := recordState{damaged: map[string]*damagedRecord{}, missing: map[string]*progressRecord{}}
+	assert.False(t, r.splitDamaged("s"))
+	assert.Empty(t, r.damagedSplits())
+
+	r.damaged[prefixSplit+"s"] = &damagedRecord{id: "s"}
+	r.damaged[prefixSpec+"s"] = &damagedRecord{id: "s"}
+	r.damaged[prefixSpec+"a"] = &damagedRecord{id: "a"}
+
+	assert.True(t, r.splitDamaged("s"))
+	assert.True(t, r.splitDamaged("a"), "a damaged spec takes its split out of play")
+	assert.False(t, r.splitDamaged("b"))
+	assert.Equal(t, []string{"a", "s"}, r.damagedSplits(), "sorted, each split once")
+	assert.Equal(t, []string{prefixSpec + "a", prefixSpec + "s", prefixSplit + "s"}, r.damagedKeys())
 }

@@ -17,7 +17,7 @@ func (c *StoreCoordinator) Fail(ctx context.Context, split SplitID, reason strin
 // cap it quarantines it instead (epoch bumped to fence any zombie).
 func (a *actor) failSplit(cmd *command) error {
 	id := cmd.split.id
-	t, held := a.owned[id]
+	t, held := a.worker.owned[id]
 	if !held {
 		cmd.reply <- notHeld(id)
 		return nil
@@ -45,7 +45,7 @@ func (a *actor) failSplit(cmd *command) error {
 			}
 			if !o.Won {
 				a.m.writes.WithLabelValues("conflict").Inc()
-				if t2, still := a.owned[id]; still && t2 == t {
+				if t2, still := a.worker.owned[id]; still && t2 == t {
 					a.dropLost(id, "fenced", "a failure report lost its compare-and-swap")
 				}
 				cmd.reply <- Fencedf("split %s: the failure report lost its compare-and-swap; nothing was written", id)

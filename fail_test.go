@@ -21,7 +21,7 @@ func TestFailConsumesAnAttemptAndHandsTheSplitBack(t *testing.T) {
 	assert.Nil(t, r.Owner)
 	assert.Equal(t, uint64(2), r.Epoch, "below the cap the epoch stays")
 	assert.Equal(t, statusRunnable, r.Status)
-	assert.NotContains(t, a.owned, "s")
+	assert.NotContains(t, a.worker.owned, "s")
 	_, ok := st.entry(Ephemeral, prefixSplit+"s")
 	assert.False(t, ok, "the lease is dropped")
 	assert.Empty(t, lostSplits(events(t, a)), "the source asked for it: no Lost")

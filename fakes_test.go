@@ -289,7 +289,7 @@ func pumpOnce(t testing.TB, a *actor) {
 	t.Helper()
 	select {
 	case <-a.io.results.sig:
-		require.NoError(t, a.runResults())
+		require.NoError(t, a.io.runResults())
 	case <-time.After(10 * time.Second):
 		t.Fatal("no I/O result arrived")
 	}
@@ -336,7 +336,7 @@ func send(t testing.TB, a *actor, cmd *command) error {
 		case err := <-cmd.reply:
 			return err
 		case <-a.io.results.sig:
-			require.NoError(t, a.runResults())
+			require.NoError(t, a.io.runResults())
 		case <-time.After(10 * time.Second):
 			t.Fatal("the command was never answered")
 		}
@@ -366,11 +366,11 @@ func holdSplit(t testing.TB, a *actor, st *fakeStore, id string, epoch uint64, r
 	lv := leaseVal{Schema: SchemaVersion, Owner: a.self, Nonce: a.nonce, Epoch: epoch}
 	leaseRev := st.put(Ephemeral, prefixSplit+id, encode(lv))
 	a.upsert(id, r, rev, live)
-	v := a.view(id)
+	v := a.job.view(id)
 	v.spec = &specRecord{Schema: SchemaVersion, ID: id, FP: testFPHash, Weight: 1, Descriptor: []byte{}}
 	v.lease, v.leaseRev, v.leaseAt = &lv, leaseRev, a.job.clock
 	t2 := &tenancy{epoch: epoch}
-	a.owned[id] = t2
+	a.worker.owned[id] = t2
 	a.renew.hold(id, epoch, leaseRev, time.Now(), nil)
 	a.openCell(id, t2)
 }

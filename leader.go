@@ -8,6 +8,14 @@ import (
 	"time"
 )
 
+// leaderState is this worker's part in leading the job: the term it leads
+// (if any), an election in flight, and the term's assignment publishing.
+type leaderState struct {
+	term     *leadership  // the term this worker leads; nil: it does not lead
+	electing bool         // an election attempt is in flight
+	pub      publishState // the assignment publishing of the term (publish.go)
+}
+
 // leadership is this worker's tenure as the planner leader. The leader
 // key's revision lives with the renewer, which keeps it alive.
 type leadership struct {
@@ -19,9 +27,9 @@ type leadership struct {
 // memberArrived extends a new job's settle window: the first assignment
 // waits until membership has been quiet for settleQuiet, at most until
 // the cap (a third of the lease after the election).
-func (a *actor) memberArrived(now time.Time) {
-	if l := a.leading; l != nil && now.Before(l.settleCap) {
-		l.settleUntil = minTime(now.Add(a.c.tm.settleQuiet), l.settleCap)
+func (l *leadership) memberArrived(now time.Time, quiet time.Duration) {
+	if now.Before(l.settleCap) {
+		l.settleUntil = minTime(now.Add(quiet), l.settleCap)
 	}
 }
 
@@ -50,16 +58,16 @@ type electResult struct {
 // elect tries, beside the loop, to take the leader key and fence the plan
 // generation past its predecessor's.
 func (a *actor) elect(now time.Time) {
-	if a.job.plan == nil || a.electing {
+	if a.job.plan == nil || a.leader.electing {
 		return
 	}
-	a.electing = true
+	a.leader.electing = true
 	snap, snapRev := *a.job.plan, a.job.planRev
 	newJob := len(a.job.assigns) == 0 && a.job.plan.Generation == 0
 	a.spawn(func(ctx context.Context) func() error {
 		res := a.runElection(ctx, snap, snapRev)
 		return func() error {
-			a.electing = false
+			a.leader.electing = false
 			return a.finishElection(res, newJob)
 		}
 	})
@@ -142,7 +150,7 @@ func (a *actor) finishElection(res electResult, newJob bool) error {
 		return nil
 	}
 	a.job.leaderObs, a.job.leaderRev, a.job.leaderAt = &res.val, max(a.job.leaderRev, res.leaderRev), a.job.clock
-	if !res.bumped || a.parting || a.verdicts.terminal {
+	if !res.bumped || a.worker.parting || a.verdicts.terminal {
 		why := res.demote
 		if why == "" {
 			why = "parting"
@@ -151,7 +159,7 @@ func (a *actor) finishElection(res electResult, newJob bool) error {
 		a.deleteKey(Ephemeral, keyLeader, res.leaderRev)
 		return nil
 	}
-	a.leading = &leadership{generation: res.val.Generation}
+	a.leader.term = &leadership{generation: res.val.Generation}
 	a.renew.setLeader(res.leaderRev, res.val.Generation)
 	if a.w.fullView {
 		a.inferDeparted(time.Now())
@@ -164,8 +172,8 @@ func (a *actor) finishElection(res electResult, newJob bool) error {
 		// waits until membership has been quiet for settleQuiet (about a
 		// second), at most a third of the lease.
 		now := time.Now()
-		a.leading.settleCap = now.Add(a.c.tm.settleCap)
-		a.leading.settleUntil = minTime(now.Add(a.c.tm.settleQuiet), a.leading.settleCap)
+		a.leader.term.settleCap = now.Add(a.c.tm.settleCap)
+		a.leader.term.settleUntil = minTime(now.Add(a.c.tm.settleQuiet), a.leader.term.settleCap)
 	}
 	a.dirty = true
 	a.m.leader.Set(1)
@@ -181,7 +189,7 @@ func (a *actor) finishElection(res electResult, newJob bool) error {
 // demote gives leadership up: a guarded delete of the leader key (best
 // effort, beside the loop).
 func (a *actor) demote(why string) {
-	if a.leading == nil {
+	if a.leader.term == nil {
 		return
 	}
 	a.log.Warn("leadership lost", "why", why)
@@ -190,7 +198,7 @@ func (a *actor) demote(why string) {
 }
 
 func (a *actor) dropLeadership() uint64 {
-	a.leading = nil
+	a.leader.term = nil
 	a.m.leader.Set(0)
 	a.planning.due = false
 	if a.planning.cancel != nil {
@@ -234,14 +242,14 @@ const publishPace = 10
 // completed; a view older than the store's last commit costs a replay,
 // never a loss).
 func (a *actor) restoreMissing(now time.Time) {
-	if len(a.missing) == 0 {
+	if len(a.records.missing) == 0 {
 		return // the step's common case: nothing to sort
 	}
-	for _, id := range slices.Sorted(maps.Keys(a.missing)) {
-		if a.io.busy[id] || !a.due(opKey{"restore", id}, now) {
+	for _, id := range slices.Sorted(maps.Keys(a.records.missing)) {
+		if a.io.busy[id] || !a.io.due(opKey{"restore", id}, now) {
 			continue
 		}
-		rec := a.missing[id].clone()
+		rec := a.records.missing[id].clone()
 		rec.Owner = nil
 		rec.Epoch++
 		rec.WrittenAtMs = nowMs()

@@ -22,8 +22,8 @@ func TestElectionBumpsTheGenerationAndLeads(t *testing.T) {
 	a.job.assigns["peer"] = assigned(4, "s")
 	a.elect(time.Now())
 	settleIO(t, a)
-	require.NotNil(t, a.leading)
-	assert.Equal(t, uint64(5), a.leading.generation)
+	require.NotNil(t, a.leader.term)
+	assert.Equal(t, uint64(5), a.leader.term.generation)
 	assert.Equal(t, uint64(5), a.job.plan.Generation)
 	stored, err := decodePlan(keyPlan, func() []byte { e, _ := st.entry(Durable, keyPlan); return e.Value }(), testFP)
 	require.NoError(t, err)
@@ -32,7 +32,7 @@ func TestElectionBumpsTheGenerationAndLeads(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, e.Revision, a.renew.leaderRev(), "the renewer keeps the won leader key alive")
 	assert.True(t, a.planning.due, "an open plan is re-run by a new leader")
-	assert.True(t, a.leading.settleUntil.IsZero(), "a job with assignments already is no new job: no settle window")
+	assert.True(t, a.leader.term.settleUntil.IsZero(), "a job with assignments already is no new job: no settle window")
 }
 
 // A racing successor that already fenced a higher generation makes the
@@ -47,9 +47,9 @@ func TestElectionGivesUpWhenASuccessorHoldsTheGeneration(t *testing.T) {
 	st.put(Durable, keyPlan, encode(&successor)) // lands after the snapshot the election starts from
 	a.elect(time.Now())
 	settleIO(t, a)
-	assert.Nil(t, a.leading)
+	assert.Nil(t, a.leader.term)
 	assert.Equal(t, uint64(2), a.job.plan.Generation, "the election folds the plan it read")
 	_, ok := st.entry(Ephemeral, keyLeader)
 	assert.False(t, ok, "the won leader key is deleted again")
-	assert.False(t, a.due(opKey{op: "elect"}, time.Now()), "a failed election backs off")
+	assert.False(t, a.io.due(opKey{op: "elect"}, time.Now()), "a failed election backs off")
 }

@@ -491,11 +491,11 @@ func (a *actor) onRenewNotes(notes []renewNote) error {
 		case noteFatal:
 			return n.err
 		case noteDemote:
-			if a.leading != nil {
+			if a.leader.term != nil {
 				a.demote(n.why)
 			}
 		case noteLost:
-			if t, held := a.owned[n.id]; held && t.epoch == n.epoch {
+			if t, held := a.worker.owned[n.id]; held && t.epoch == n.epoch {
 				a.dropLost(n.id, n.reason, n.why)
 			}
 		}

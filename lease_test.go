@@ -426,22 +426,22 @@ func TestOnRenewNotes(t *testing.T) {
 	holdSplit(t, a, st, "s", 3, nil)
 	holdSplit(t, a, st, "t", 3, nil)
 	require.NoError(t, a.onRenewNotes([]renewNote{{kind: noteLost, id: "s", epoch: 2, reason: "fenced"}}))
-	assert.Contains(t, a.owned, "s", "a note about an earlier tenancy is ignored")
+	assert.Contains(t, a.worker.owned, "s", "a note about an earlier tenancy is ignored")
 	require.NoError(t, a.onRenewNotes([]renewNote{
 		{kind: noteLost, id: "s", epoch: 3, reason: "starved", why: "self-fenced"},
 		{kind: noteLost, id: "t", epoch: 3, reason: "fenced", why: "held by peer"},
 		{kind: noteLost, id: "unknown", epoch: 1, reason: "fenced"},
 	}))
-	assert.Empty(t, a.owned)
+	assert.Empty(t, a.worker.owned)
 	assert.Equal(t, []string{"s", "t"}, lostSplits(events(t, a)))
-	assert.Equal(t, uint64(3), a.selfFenced["s"], "a starved tenancy is self-fenced: its re-claim is attempt-free once")
-	assert.NotContains(t, a.selfFenced, "t")
+	assert.Equal(t, uint64(3), a.worker.selfFenced["s"], "a starved tenancy is self-fenced: its re-claim is attempt-free once")
+	assert.NotContains(t, a.worker.selfFenced, "t")
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.losses.WithLabelValues("starved")))
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.losses.WithLabelValues("fenced")))
 
-	a.leading = &leadership{generation: 1}
+	a.leader.term = &leadership{generation: 1}
 	require.NoError(t, a.onRenewNotes([]renewNote{{kind: noteDemote, why: "renewal fenced"}}))
-	assert.Nil(t, a.leading)
+	assert.Nil(t, a.leader.term)
 
 	fatal := Fatalf("twin")
 	err := a.onRenewNotes([]renewNote{{kind: noteFatal, err: fatal}, {kind: noteDemote}})

@@ -32,42 +32,20 @@ type actor struct {
 	planner SplitPlanner
 	ctx     context.Context
 
-	job jobView // the view of the job (view.go)
+	job      jobView      // the view of the job (view.go)
+	records  recordState  // records deleted or unreadable (damage.go)
+	worker   worker       // this worker's splits, claims and assignment (tenancy.go)
+	leader   leaderState  // leadership, elections and publishing (leader.go)
+	verdicts verdictState // the job's terminal verdict (terminal.go)
+	planning planning     // planner runs (planner.go)
+	w        watchSet     // the watches (watch.go) and scoped watching (watchscope.go)
+	// dirty: an input of the leader's step changed (the assignment, the
+	// terminal check): step looks again.
+	dirty bool
 
-	// This worker.
-	owned          map[string]*tenancy
-	claiming       int               // claims in flight
-	handingBack    map[string]int    // splits a release command is handing back
-	undrained      int               // release commands (not drained hand-backs) in flight: no claims meanwhile
-	selfFenced     map[string]uint64 // splits this process self-fenced, at their epoch
-	assigned       map[string]bool
-	assignSeen     bool
-	assignGen      uint64
-	awaiting       map[string]time.Time
-	revocations    map[string]*revocation
-	departed       map[string]time.Time
-	missing        map[string]*progressRecord // progress records deleted externally, as last seen
-	damaged        map[string]*damagedRecord  // unreadable records by key (damage.go)
-	leading        *leadership
-	electing       bool
-	pub            publishState // the leader's assignment publishing (publish.go)
-	dirty          bool
-	quarantineScan bool
-	parting        bool
-	verdicts       verdictState // the job's terminal verdict (terminal.go)
-	reconciling    bool
-	ownDirty       bool // something the own-split reconcile reads changed
-	membersDirty   bool // the presence set changed since the last membership log
-
-	planning planning // planner runs (planner.go)
-
-	w watchSet // the watches (watch.go) and scoped watching (watchscope.go)
-
-	wake   *time.Timer // steps the loop when something falls due (wakeUp)
-	wakeAt time.Time
-
-	renew *renewer // the renewer beside the loop (lease.go)
-	io    loopIO   // the store calls beside the loop
+	wake  wakeTimer // steps the loop when something falls due (wakeUp)
+	renew *renewer  // the renewer beside the loop (lease.go)
+	io    loopIO    // the store calls beside the loop
 }
 
 // loopIO is the store calls the loop runs beside itself (spawn, splitIO):
@@ -91,17 +69,11 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 		c: c, cfg: c.cfg, st: c.store, log: c.log, m: c.m,
 		self: c.cfg.InstanceID, nonce: c.nonce, fp: fp, fpHash: FingerprintHash(fp), planner: planner,
 		job: jobView{splits: map[string]*splitView{}, presence: map[string]presenceEntry{}, caps: map[string]int{},
-			loggedPeers: map[string]bool{}, assigns: map[string]assignEntry{}},
-		owned:       map[string]*tenancy{},
-		selfFenced:  map[string]uint64{},
-		assigned:    map[string]bool{},
-		awaiting:    map[string]time.Time{},
-		revocations: map[string]*revocation{},
-		departed:    map[string]time.Time{},
-		pub:         publishState{pinnedSince: map[string]time.Time{}, landedAt: map[string]time.Time{}, moving: map[string]bool{}},
-		missing:     map[string]*progressRecord{},
-		damaged:     map[string]*damagedRecord{},
-		planning:    planning{done: make(chan planResult, 1)},
+			loggedPeers: map[string]bool{}, assigns: map[string]assignEntry{}, departed: map[string]time.Time{}},
+		worker:   newWorker(),
+		leader:   leaderState{pub: publishState{pinnedSince: map[string]time.Time{}, landedAt: map[string]time.Time{}, moving: map[string]bool{}}},
+		records:  recordState{missing: map[string]*progressRecord{}, damaged: map[string]*damagedRecord{}},
+		planning: planning{done: make(chan planResult, 1)},
 		w: watchSet{
 			streams:   [2]*watchState{{ks: Ephemeral}, {ks: Durable}},
 			groups:    map[*keyGroup]struct{}{},
@@ -111,7 +83,6 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 		},
 		io: loopIO{busy: map[string]bool{}, cells: map[string]*fenceCell{}, later: map[string][]func() error{},
 			results: newSignalQueue[func() error](), retry: map[opKey]time.Time{}},
-		handingBack: map[string]int{},
 	}
 	a.renew = newRenewer(c.store, c.cfg, c.log, c.m, a.self, a.nonce, h.Sum64())
 	a.rel, _ = ReleaserOf(c.store)
@@ -129,9 +100,8 @@ func (a *actor) run(ctx context.Context) {
 	a.ctx = ctx
 	a.w.rewatch = time.NewTimer(time.Hour)
 	a.w.rewatch.Stop()
-	a.wake = time.NewTimer(time.Hour)
-	a.wake.Stop()
-	defer a.wake.Stop()
+	a.wake.start()
+	defer a.wake.stop()
 	renewCtx, stopRenew := context.WithCancel(ctx)
 	renewDone := make(chan struct{})
 	defer func() {
@@ -140,7 +110,7 @@ func (a *actor) run(ctx context.Context) {
 				w.cancel()
 			}
 		}
-		a.closeGroups()
+		a.w.closeGroups()
 		if a.planning.cancel != nil {
 			a.planning.cancel()
 		}
@@ -190,7 +160,7 @@ func (a *actor) run(ctx context.Context) {
 		case <-a.io.results.sig:
 			err = a.onResults()
 		case <-a.renew.notes.sig:
-			a.ownDirty = true
+			a.worker.ownDirty = true
 			err = a.onRenewNotes(a.renew.notes.take())
 		case ev, ok := <-a.w.streams[0].ch:
 			err = a.onWatch(a.w.streams[0], ev, ok)
@@ -201,12 +171,12 @@ func (a *actor) run(ctx context.Context) {
 		case <-a.w.rewatch.C:
 			a.reestablish()
 		case <-tick.C:
-			a.ownDirty = true // the backstop for a change no flag caught
+			a.worker.ownDirty = true // the backstop for a change no flag caught
 			a.checkSnapshots(time.Now())
 			a.checkGroups(time.Now())
-		case <-a.wake.C:
-			a.ownDirty = true // a retry fell due
-			a.wakeAt = time.Time{}
+		case <-a.wake.c():
+			a.worker.ownDirty = true // a retry fell due
+			a.wake.fired()
 		case <-reconcile.C:
 			reconcile.Reset(jittered(a.cfg.ReconcileInterval))
 			if a.wantWholeJob() {
@@ -215,7 +185,7 @@ func (a *actor) run(ctx context.Context) {
 				a.refreshScope()
 			}
 		case <-replan.C:
-			if a.leading != nil && a.job.plan != nil && a.job.plan.Finality == finalityOpen {
+			if a.leader.term != nil && a.job.plan != nil && a.job.plan.Finality == finalityOpen {
 				a.planning.due = true
 			}
 		case res := <-a.planning.done:
@@ -259,7 +229,7 @@ func (a *actor) die(err error) {
 // assignment, revocation deadlines, and terminal detection.
 func (a *actor) step() error {
 	now := time.Now()
-	if expireDeparted(a.departed, a.cfg.RebalanceDelay, now) {
+	if expireDeparted(a.job.departed, a.cfg.RebalanceDelay, now) {
 		a.dirty = true
 	}
 	a.logMembership()
@@ -272,27 +242,27 @@ func (a *actor) step() error {
 		a.gauges()
 		return nil
 	}
-	if a.parting {
+	if a.worker.parting {
 		a.detectTerminal()
 		a.gauges()
 		return nil
 	}
-	if a.job.leaderObs == nil && a.leading == nil && a.due(opKey{op: "elect"}, now) {
+	if a.job.leaderObs == nil && a.leader.term == nil && a.io.due(opKey{op: "elect"}, now) {
 		a.elect(now)
 	}
-	if a.leading != nil && a.w.fullView {
-		if !a.pub.settledAt.IsZero() && !now.Before(a.pub.settledAt) {
-			a.pub.settledAt = time.Time{}
+	if a.leader.term != nil && a.w.fullView {
+		if !a.leader.pub.settledAt.IsZero() && !now.Before(a.leader.pub.settledAt) {
+			a.leader.pub.settledAt = time.Time{}
 			a.dirty = true // a settling split may move again
 		}
 		a.restoreMissing(now)
 		a.startPlan()
-		if a.dirty && now.Before(a.leading.settleUntil) {
-			a.wakeUp(a.leading.settleUntil)
+		if a.dirty && now.Before(a.leader.term.settleUntil) {
+			a.wakeUp(a.leader.term.settleUntil)
 		}
-		if a.dirty && !now.Before(a.leading.settleUntil) && a.due(opKey{op: "publish"}, now) {
-			if now.Before(a.pub.after) {
-				a.wakeUp(a.pub.after)
+		if a.dirty && !now.Before(a.leader.term.settleUntil) && a.io.due(opKey{op: "publish"}, now) {
+			if now.Before(a.leader.pub.after) {
+				a.wakeUp(a.leader.pub.after)
 			} else {
 				a.publish(now)
 			}
@@ -304,7 +274,7 @@ func (a *actor) step() error {
 	if err := a.serviceRevocations(now); err != nil {
 		return err
 	}
-	if a.due(opKey{op: "terminal"}, now) {
+	if a.io.due(opKey{op: "terminal"}, now) {
 		a.detectTerminal()
 	}
 	a.gauges()
@@ -312,17 +282,17 @@ func (a *actor) step() error {
 }
 
 func (a *actor) gauges() {
-	a.m.splitsOwned.Set(float64(len(a.owned)))
+	a.m.splitsOwned.Set(float64(len(a.worker.owned)))
 	a.m.splitsCompleted.Set(float64(a.job.nCompleted))
 	a.m.splitsQuarantined.Set(float64(a.job.nQuarant))
 	live := len(a.job.presence)
-	if _, ok := a.job.presence[a.self]; !ok && !a.parting {
+	if _, ok := a.job.presence[a.self]; !ok && !a.worker.parting {
 		live++ // self always counts
 	}
 	a.m.liveWorkers.Set(float64(live))
-	a.m.idle.Set(b2f(len(a.owned) == 0))
-	a.m.splitsDraining.Set(float64(len(a.revocations)))
-	a.m.leader.Set(b2f(a.leading != nil))
+	a.m.idle.Set(b2f(len(a.worker.owned) == 0))
+	a.m.splitsDraining.Set(float64(len(a.worker.revocations)))
+	a.m.leader.Set(b2f(a.leader.term != nil))
 }
 
 func b2f(b bool) float64 {
@@ -354,14 +324,14 @@ func (a *actor) serveReady() (served bool, err error) {
 
 // onCommand takes a command of the handle.
 func (a *actor) onCommand(cmd *command) error {
-	a.ownDirty = true
+	a.worker.ownDirty = true
 	return a.handle(cmd)
 }
 
 // onResults runs the continuations of the I/O beside the loop.
 func (a *actor) onResults() error {
-	a.ownDirty = true
-	return a.runResults()
+	a.worker.ownDirty = true
+	return a.io.runResults()
 }
 
 // ----- I/O beside the loop -------------------------------------------------
@@ -379,8 +349,8 @@ func (a *actor) spawn(io func(ctx context.Context) func() error) {
 	}()
 }
 
-func (a *actor) runResults() error {
-	for _, k := range a.io.results.take() {
+func (l *loopIO) runResults() error {
+	for _, k := range l.results.take() {
 		if k == nil {
 			continue
 		}
@@ -458,7 +428,7 @@ func (a *actor) next(id string) error {
 func (a *actor) stopIO() {
 	a.io.stopping = true
 	a.io.wg.Wait()
-	_ = a.runResults()
+	_ = a.io.runResults()
 }
 
 // waitPlanner lets a planner run that ignores its cancelled context finish
@@ -489,23 +459,46 @@ func (a *actor) failed(key opKey) {
 
 // wakeUp has the loop step at t (or earlier) even if no event arrives:
 // for a retry falling due, or the end of a new job's settle window.
-func (a *actor) wakeUp(t time.Time) {
-	if a.wake == nil || !a.wakeAt.IsZero() && !t.Before(a.wakeAt) {
+func (a *actor) wakeUp(t time.Time) { a.wake.arm(t) }
+
+// wakeTimer is the loop's one timer: it fires at the earliest time armed
+// since it last fired.
+type wakeTimer struct {
+	t  *time.Timer // nil until the loop starts: arming before that is a no-op
+	at time.Time   // when it fires; zero: unarmed
+}
+
+func (w *wakeTimer) start() {
+	w.t = time.NewTimer(time.Hour)
+	w.t.Stop()
+}
+
+func (w *wakeTimer) stop() { w.t.Stop() }
+
+// c is the channel the loop selects on.
+func (w *wakeTimer) c() <-chan time.Time { return w.t.C }
+
+// fired records that the loop received from c: the next arm sets it anew.
+func (w *wakeTimer) fired() { w.at = time.Time{} }
+
+// arm has the timer fire at t, unless it already fires no later.
+func (w *wakeTimer) arm(t time.Time) {
+	if w.t == nil || !w.at.IsZero() && !t.Before(w.at) {
 		return
 	}
-	a.wakeAt = t
-	a.wake.Reset(max(time.Until(t), 0))
+	w.at = t
+	w.t.Reset(max(time.Until(t), 0))
 }
 
 // due reports whether the operation key may run at now.
-func (a *actor) due(key opKey, now time.Time) bool {
-	at, ok := a.io.retry[key]
+func (l *loopIO) due(key opKey, now time.Time) bool {
+	at, ok := l.retry[key]
 	if !ok {
 		return true
 	}
 	if now.Before(at) {
 		return false
 	}
-	delete(a.io.retry, key)
+	delete(l.retry, key)
 	return true
 }

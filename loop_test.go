@@ -50,12 +50,12 @@ func TestSplitIORunsQueuedWorkInOrder(t *testing.T) {
 
 		close(gate["other"])
 		synctest.Wait()
-		require.NoError(t, a.runResults())
+		require.NoError(t, a.io.runResults())
 		assert.Equal(t, []string{"t-now", "other done"}, trace, "another split's write finishes without waiting for s")
 
 		close(gate["w1"])
 		synctest.Wait()
-		require.NoError(t, a.runResults())
+		require.NoError(t, a.io.runResults())
 		assert.Equal(t, []string{"t-now", "other done", "w1 done", "q1", "q2"}, trace,
 			"after w1: q1, then q2, which starts w2; q3 waits for w2")
 		assert.True(t, a.io.busy["s"])
@@ -63,7 +63,7 @@ func TestSplitIORunsQueuedWorkInOrder(t *testing.T) {
 
 		close(gate["w2"])
 		synctest.Wait()
-		require.NoError(t, a.runResults())
+		require.NoError(t, a.io.runResults())
 		assert.Equal(t, []string{"t-now", "other done", "w1 done", "q1", "q2", "w2 done", "q3"}, trace)
 		assert.Empty(t, a.io.busy)
 		assert.Empty(t, a.io.later)
@@ -80,14 +80,14 @@ func TestSplitIOErrorsReachTheLoop(t *testing.T) {
 		a.splitIO("s", func(context.Context) func() error { return func() error { return boom } })
 		require.NoError(t, a.onSplit("s", func() error { ran = true; return nil }))
 		synctest.Wait()
-		assert.ErrorIs(t, a.runResults(), boom)
+		assert.ErrorIs(t, a.io.runResults(), boom)
 		assert.False(t, ran, "work queued behind a failed continuation does not run")
 		assert.False(t, a.io.busy["s"])
 
 		a.splitIO("t", func(context.Context) func() error { return nil })
 		require.NoError(t, a.onSplit("t", func() error { return boom }))
 		synctest.Wait()
-		assert.ErrorIs(t, a.runResults(), boom)
+		assert.ErrorIs(t, a.io.runResults(), boom)
 	})
 }
 
@@ -98,7 +98,7 @@ func TestSpawnRunsIOBesideTheLoop(t *testing.T) {
 		var sawCtx context.Context
 		a.spawn(func(ctx context.Context) func() error { sawCtx = ctx; return nil })
 		synctest.Wait()
-		require.NoError(t, a.runResults())
+		require.NoError(t, a.io.runResults())
 		assert.Equal(t, a.ctx, sawCtx)
 	})
 }
@@ -135,13 +135,13 @@ func TestRetryBackoff(t *testing.T) {
 
 	now := time.Now()
 	x, y := opKey{"claim", "x"}, opKey{"claim", "y"}
-	assert.True(t, a.due(x, now), "an operation that never failed is due")
+	assert.True(t, a.io.due(x, now), "an operation that never failed is due")
 	a.failed(x)
 	at := a.io.retry[x]
-	assert.False(t, a.due(x, at.Add(-time.Nanosecond)), "a failed operation waits out the retry delay")
-	assert.True(t, a.due(x, at), "and is due once it has")
+	assert.False(t, a.io.due(x, at.Add(-time.Nanosecond)), "a failed operation waits out the retry delay")
+	assert.True(t, a.io.due(x, at), "and is due once it has")
 	assert.NotContains(t, a.io.retry, x, "being due clears the hold")
-	assert.True(t, a.due(y, now), "another split's operation is not held back")
+	assert.True(t, a.io.due(y, now), "another split's operation is not held back")
 }
 
 func TestTickInterval(t *testing.T) {
@@ -171,20 +171,61 @@ func TestStepExpiresDelayWindowsAndStopsWhenTerminal(t *testing.T) {
 	p := &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityOpen}
 	a.job.plan, a.job.planRev = p, st.put(Durable, keyPlan, encode(p))
 	a.verdicts.terminal = true
-	a.departed["gone"] = time.Now().Add(-a.cfg.RebalanceDelay)
-	a.departed["recent"] = time.Now()
+	a.job.departed["gone"] = time.Now().Add(-a.cfg.RebalanceDelay)
+	a.job.departed["recent"] = time.Now()
 	require.NoError(t, a.step())
-	assert.NotContains(t, a.departed, "gone")
-	assert.Contains(t, a.departed, "recent")
+	assert.NotContains(t, a.job.departed, "gone")
+	assert.Contains(t, a.job.departed, "recent")
 	assert.True(t, a.dirty)
-	assert.False(t, a.electing, "no election after a terminal verdict")
+	assert.False(t, a.leader.electing, "no election after a terminal verdict")
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.idle))
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.liveWorkers), "self counts as live")
 
 	a.verdicts.terminal = false
 	require.NoError(t, a.step())
-	assert.True(t, a.electing, "no leader seen: stand for election")
+	assert.True(t, a.leader.electing, "no leader seen: stand for election")
 	settleIO(t, a)
-	assert.NotNil(t, a.leading)
+	assert.NotNil(t, a.leader.term)
 	assert.Equal(t, 1, st.count("create", keyLeader))
+}
+
+func TestTheWakeTimerFiresAtTheEarliestTimeArmed(t *testing.T) {
+	var w wakeTimer
+	w.arm(time.Now()) // before the loop starts: nothing to arm
+	assert.True(t, w.at.IsZero())
+
+	w.start()
+	defer w.stop()
+	now := time.Now()
+	later, soon := now.Add(time.Hour), now.Add(20*time.Millisecond)
+	w.arm(later)
+	assert.Equal(t, later, w.at)
+	w.arm(soon)
+	assert.Equal(t, soon, w.at, "an earlier time replaces a later one")
+	w.arm(later)
+	assert.Equal(t, soon, w.at, "a later time does not postpone it")
+
+	select {
+	case <-w.c():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the timer never fired")
+	}
+	w.fired()
+	assert.True(t, w.at.IsZero())
+	w.arm(later)
+	assert.Equal(t, later, w.at, "once fired, any time arms it anew")
+}
+
+func TestAFailedOperationIsHeldBackUntilItsRetryTime(t *testing.T) {
+	l := loopIO{retry: map[opKey]time.Time{}}
+	k := opKey{op: "claim", split: "s"}
+	now := time.Now()
+	assert.True(t, l.due(k, now), "an operation that never failed is due")
+
+	l.retry[k] = now.Add(time.Second)
+	assert.False(t, l.due(k, now))
+	assert.False(t, l.due(k, now.Add(999*time.Millisecond)))
+	assert.True(t, l.due(opKey{op: "claim", split: "t"}, now), "keys are held back one by one")
+	assert.True(t, l.due(k, now.Add(time.Second)))
+	assert.NotContains(t, l.retry, k, "a due operation's hold is spent")
 }

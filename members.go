@@ -21,10 +21,10 @@ func expireDeparted(departed map[string]time.Time, delay time.Duration, now time
 // logMembership announces peers joining and leaving, diffed from the
 // presence set so a re-snapshot does not re-announce everyone.
 func (a *actor) logMembership() {
-	if !a.job.joinLogged || !a.membersDirty {
+	if !a.job.joinLogged || !a.job.membersDirty {
 		return
 	}
-	a.membersDirty = false
+	a.job.membersDirty = false
 	for inst := range a.job.presence {
 		if !a.job.loggedPeers[inst] {
 			a.job.loggedPeers[inst] = true

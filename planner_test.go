@@ -259,9 +259,9 @@ func TestFinishPlan(t *testing.T) {
 	assert.True(t, a.dirty)
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.replans.WithLabelValues("ok")))
 
-	a.leading = &leadership{generation: 1}
+	a.leader.term = &leadership{generation: 1}
 	require.NoError(t, a.finishPlan(planResult{outcome: planLost}))
-	assert.Nil(t, a.leading, "a successor bumped the generation: demoted")
+	assert.Nil(t, a.leader.term, "a successor bumped the generation: demoted")
 
 	fatal := Fatalf("planner: bad")
 	assert.Same(t, fatal, a.finishPlan(planResult{outcome: planFatal, err: fatal}))

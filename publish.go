@@ -152,7 +152,7 @@ type assignWrite struct {
 // flag), one publish at a time, and no sooner than publishPace times its
 // last computation's duration after that computation began.
 func (a *actor) publish(now time.Time) {
-	if a.pub.busy {
+	if a.leader.pub.busy {
 		return
 	}
 	a.dirty = false
@@ -162,30 +162,30 @@ func (a *actor) publish(now time.Time) {
 	// Pace the next computation by this one's cost (see publishPace).
 	started := time.Now()
 	defer func() {
-		a.pub.took = time.Since(started)
-		a.pub.after = started.Add(publishPace * a.pub.took)
+		a.leader.pub.took = time.Since(started)
+		a.leader.pub.after = started.Add(publishPace * a.leader.pub.took)
 	}()
-	in, inFlight := assignInput(leaderView{now: now, pinnedSince: a.pub.pinnedSince, pinFor: a.c.tm.pin,
-		landedAt: a.pub.landedAt, moving: a.pub.moving, settleFor: a.c.tm.pin,
+	in, inFlight := assignInput(leaderView{now: now, pinnedSince: a.leader.pub.pinnedSince, pinFor: a.c.tm.pin,
+		landedAt: a.leader.pub.landedAt, moving: a.leader.pub.moving, settleFor: a.c.tm.pin,
 		splits: a.job.splits, presence: a.job.presence, caps: a.job.caps,
-		assigns: a.job.assigns, departed: a.departed, delay: a.cfg.RebalanceDelay,
+		assigns: a.job.assigns, departed: a.job.departed, delay: a.cfg.RebalanceDelay,
 		maxInFlight: a.cfg.MaxInFlight, seed: a.fpHash})
-	if next := trackPins(a.pub.pinnedSince, a.pub.landedAt, a.pub.moving, inFlight, now, a.c.tm.pin); !next.IsZero() {
-		a.pub.settledAt = next // the improve pass may move it again then: publish anew
+	if next := trackPins(a.leader.pub.pinnedSince, a.leader.pub.landedAt, a.leader.pub.moving, inFlight, now, a.c.tm.pin); !next.IsZero() {
+		a.leader.pub.settledAt = next // the improve pass may move it again then: publish anew
 		a.wakeUp(next)
 	}
 	// Held splits move only when the fleet changed since the improve pass
 	// last ran (a join, a departure, a member proven, a budget changed):
 	// never to even out the weight left as splits complete.
 	fleet := fleetSignature(in.Members)
-	in.Steady = fleet == a.pub.balanced
+	in.Steady = fleet == a.leader.pub.balanced
 	result := computeAssignment(in)
 	// The fleet counts as balanced once the improve pass ran on it with
 	// nothing held back: no move in flight (pinned) and none settling (a
 	// settling split is not moved, so a newcomer could be left short of
 	// its share until it settles; the publish due then must still balance).
 	if !slices.ContainsFunc(in.Splits, func(s assignSplit) bool { return s.Pinned || s.Settling }) {
-		a.pub.balanced = fleet
+		a.leader.pub.balanced = fleet
 	}
 	moves := movesOf(in, result)
 
@@ -201,7 +201,7 @@ func (a *actor) publish(now time.Time) {
 			}
 		}
 	}
-	gen := a.leading.generation
+	gen := a.leader.term.generation
 	var writes []*assignWrite
 	moved := 0
 	for _, inst := range slices.Sorted(maps.Keys(result)) {
@@ -224,7 +224,7 @@ func (a *actor) publish(now time.Time) {
 	// Records of instances neither present nor inside a delay window go.
 	for _, inst := range slices.Sorted(maps.Keys(a.job.assigns)) {
 		_, present := a.job.presence[inst]
-		_, waiting := a.departed[inst]
+		_, waiting := a.job.departed[inst]
 		if !present && !waiting {
 			writes = append(writes, &assignWrite{inst: inst, rev: a.job.assigns[inst].rev, delete: true})
 		}
@@ -232,7 +232,7 @@ func (a *actor) publish(now time.Time) {
 	if len(writes) == 0 {
 		return
 	}
-	a.pub.busy = true
+	a.leader.pub.busy = true
 	members := len(result)
 	a.spawn(func(ctx context.Context) func() error {
 		sem := make(chan struct{}, publishConcurrency)
@@ -254,7 +254,7 @@ func (a *actor) publish(now time.Time) {
 		}
 		wg.Wait()
 		return func() error {
-			a.pub.busy = false
+			a.leader.pub.busy = false
 			a.publishDone(writes, moves, members, moved, gen)
 			return nil
 		}
@@ -289,14 +289,14 @@ func (a *actor) publishDone(writes []*assignWrite, moves map[string]string, memb
 			a.setAssign(w.inst, w.val, w.o.Revision)
 			for _, id := range w.val.Splits {
 				if moves[id] == w.inst {
-					a.pub.moving[id] = true // published: it settles once it lands
+					a.leader.pub.moving[id] = true // published: it settles once it lands
 				}
 			}
 		}
 	}
 	if changed && moved > 0 {
 		a.log.Info("assignment published", "members", members, "moved", moved, "generation", gen,
-			"computed_in", a.pub.took.Round(time.Microsecond))
+			"computed_in", a.leader.pub.took.Round(time.Microsecond))
 	}
 }
 

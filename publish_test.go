@@ -304,16 +304,16 @@ func TestPublishWritesOnlyChangedRecords(t *testing.T) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
 	a.job.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
-	a.leading = &leadership{generation: 3}
+	a.leader.term = &leadership{generation: 3}
 	a.job.presence = present("me", "peer")
 	for _, id := range []string{"s1", "s2", "s3", "s4"} {
-		v := a.view(id)
+		v := a.job.view(id)
 		v.prog = rec(id, 0, "")
 		v.spec = &specRecord{Schema: SchemaVersion, ID: id, Weight: 1, Descriptor: []byte{}}
 	}
 	a.publish(time.Now())
 	settleIO(t, a)
-	require.False(t, a.pub.busy)
+	require.False(t, a.leader.pub.busy)
 	require.Len(t, a.job.assigns, 2)
 	total := 0
 	for _, inst := range []string{"me", "peer"} {
@@ -351,10 +351,10 @@ func TestPublishKeepsARecordFoldedWhileItsLosingWriteWasInFlight(t *testing.T) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
 	a.job.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
-	a.leading = &leadership{generation: 3}
+	a.leader.term = &leadership{generation: 3}
 	a.job.presence = present("me", "peer")
 	for _, id := range []string{"s1", "s2"} {
-		v := a.view(id)
+		v := a.job.view(id)
 		v.prog = rec(id, 0, "")
 		v.spec = &specRecord{Schema: SchemaVersion, ID: id, Weight: 1, Descriptor: []byte{}}
 	}
@@ -375,7 +375,7 @@ func TestPublishKeepsARecordFoldedWhileItsLosingWriteWasInFlight(t *testing.T) {
 	require.NotZero(t, lateRev)
 	require.NoError(t, a.durablePut(prefixAssign+"peer", encode(late), lateRev, live)) // the watch delivers it
 	require.Equal(t, lateRev, a.job.assigns["peer"].rev)
-	require.NoError(t, a.runResults()) // publishDone
+	require.NoError(t, a.io.runResults()) // publishDone
 
 	e, ok := a.job.assigns["peer"]
 	assert.True(t, ok && e.rev == lateRev, "the record folded at revision %d was forgotten by the lost write's answer: %+v", lateRev, e)
@@ -398,11 +398,11 @@ func TestPublishMovesHeldSplitsOnlyWhenTheFleetChanges(t *testing.T) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
 	a.job.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
-	a.leading = &leadership{generation: 3}
+	a.leader.term = &leadership{generation: 3}
 	a.job.presence = present("me", "peer")
 	hold := map[string]string{"s1": "me", "s2": "me", "s3": "me", "s4": "peer", "s5": "peer", "s6": "peer"}
 	for id, o := range hold {
-		v := a.view(id)
+		v := a.job.view(id)
 		v.prog = rec(id, 1, o)
 		v.spec = &specRecord{Schema: SchemaVersion, ID: id, Weight: 1, Descriptor: []byte{}}
 	}

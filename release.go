@@ -66,26 +66,26 @@ func (a *actor) release(cmd *command) error {
 	// assignment may still name them here), and a source handing splits
 	// back outside a drain (it is leaving) claims nothing new meanwhile.
 	for _, s := range cmd.splits {
-		a.handingBack[s.id]++
+		a.worker.handingBack[s.id]++
 		a.w.scopeDirty = true
 	}
 	if !drained {
-		a.undrained++
+		a.worker.undrained++
 	}
 	finish := func() {
 		for _, s := range cmd.splits {
-			if a.handingBack[s.id]--; a.handingBack[s.id] <= 0 {
-				delete(a.handingBack, s.id)
+			if a.worker.handingBack[s.id]--; a.worker.handingBack[s.id] <= 0 {
+				delete(a.worker.handingBack, s.id)
 				a.w.scopeDirty = true
 			}
 		}
 		if !drained {
-			a.undrained--
+			a.worker.undrained--
 		}
 		a.m.releases.Add(float64(released))
 		// A departure is judged on what was asked, not on what landed; a
 		// drained hand-back is never one.
-		if !drained && len(cmd.splits) > 0 && len(a.owned) == 0 {
+		if !drained && len(cmd.splits) > 0 && len(a.worker.owned) == 0 {
 			a.part()
 		}
 		cmd.reply <- nil
@@ -132,7 +132,7 @@ func (a *actor) fencedRelease(id string, done func(releaseResult)) {
 // lease deleted so peers claim at once. done runs on the loop with the
 // outcome.
 func (a *actor) releaseSplit(id string, done func(releaseResult)) error {
-	t, held := a.owned[id]
+	t, held := a.worker.owned[id]
 	if !held {
 		done(releaseNotHeld)
 		return nil
@@ -149,7 +149,7 @@ func (a *actor) releaseSplit(id string, done func(releaseResult)) error {
 	a.splitIO(id, func(ctx context.Context) func() error {
 		o, err := a.st.Update(ctx, Durable, prefixSplit+id, encode(rec), baseRev)
 		return func() error {
-			t2, still := a.owned[id]
+			t2, still := a.worker.owned[id]
 			still = still && t2 == t
 			switch {
 			case err != nil:
@@ -209,7 +209,7 @@ func (a *actor) releaseAtomic(id string, t *tenancy, rec *progressRecord, baseRe
 		u, d, err := a.rel.UpdateAndDelete(ctx, key, encode(rec), baseRev, key, leaseRev)
 		return func() error {
 			t.releasing = false
-			t2, still := a.owned[id]
+			t2, still := a.worker.owned[id]
 			still = still && t2 == t
 			switch {
 			case err != nil:
@@ -261,14 +261,14 @@ func (a *actor) releaseAtomic(id string, t *tenancy, rec *progressRecord, baseRe
 // part stops this worker taking part after it released its last split on
 // shutdown: no claims, no elections, leadership and presence given up.
 func (a *actor) part() {
-	if a.parting {
+	if a.worker.parting {
 		return
 	}
-	a.parting = true
+	a.worker.parting = true
 	a.demote("parting")
-	clear(a.awaiting)
+	clear(a.worker.awaiting)
 	a.deleteKey(Ephemeral, prefixWorker+a.self, a.renew.stopPresence())
-	a.log.Info("leaving the fleet", "still_held", len(a.owned))
+	a.log.Info("leaving the fleet", "still_held", len(a.worker.owned))
 }
 
 // directRelease hands splits back without the actor (it has exited; nil
@@ -282,12 +282,12 @@ func (c *StoreCoordinator) directRelease(splits []SplitID) {
 	defer cancel()
 	a := c.act
 	if splits == nil {
-		for _, id := range slices.Sorted(maps.Keys(a.owned)) {
+		for _, id := range slices.Sorted(maps.Keys(a.worker.owned)) {
 			splits = append(splits, SplitID{id: id})
 		}
 	}
 	for _, s := range splits {
-		t, ok := a.owned[s.id]
+		t, ok := a.worker.owned[s.id]
 		if !ok {
 			continue
 		}

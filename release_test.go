@@ -19,15 +19,15 @@ func TestReleaseClearsTheOwnerKeepsTheEpochAndDeparts(t *testing.T) {
 	assert.Nil(t, r.Owner)
 	assert.Equal(t, uint64(2), r.Epoch)
 	assert.Zero(t, r.Attempts)
-	assert.False(t, a.parting, "a worker still holding splits has not departed")
+	assert.False(t, a.worker.parting, "a worker still holding splits has not departed")
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.releases))
 
 	require.NoError(t, send(t, a, &command{kind: cmdRelease, splits: []SplitID{MustSplitID("t"), MustSplitID("unheld")}}))
 	settleIO(t, a)
-	assert.True(t, a.parting, "releasing the last held split is a departure")
-	assert.Empty(t, a.owned)
-	assert.Empty(t, a.handingBack)
-	assert.Zero(t, a.undrained)
+	assert.True(t, a.worker.parting, "releasing the last held split is a departure")
+	assert.Empty(t, a.worker.owned)
+	assert.Empty(t, a.worker.handingBack)
+	assert.Zero(t, a.worker.undrained)
 }
 
 func TestDrainedReleaseIsNeverADeparture(t *testing.T) {
@@ -37,8 +37,8 @@ func TestDrainedReleaseIsNeverADeparture(t *testing.T) {
 	a.beginRevocation("s", a.renew.leases["s"].lastOK)
 	require.NoError(t, send(t, a, &command{kind: cmdReleaseDrained, splits: []SplitID{MustSplitID("s")}}))
 	settleIO(t, a)
-	assert.False(t, a.parting)
-	assert.Empty(t, a.revocations)
+	assert.False(t, a.worker.parting)
+	assert.Empty(t, a.worker.revocations)
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.revocations.WithLabelValues("drained")))
 }
 

@@ -97,7 +97,7 @@ func TestAtomicReleaseFallsBackWhenARenewalMovedTheLease(t *testing.T) {
 	}
 	assert.Equal(t, []string{"update-and-delete", "delete", "get", "delete"}, ops,
 		"the atomic call, then deleteOwnLease: the guard at the old revision loses, the re-read finds our lease, the delete at its revision wins")
-	assert.NotContains(t, a.owned, "s")
+	assert.NotContains(t, a.worker.owned, "s")
 	assert.Empty(t, lostSplits(events(t, a)), "a release is not a loss")
 }
 
@@ -115,7 +115,7 @@ func TestAtomicReleaseFencedDeletesNothing(t *testing.T) {
 	_, leased := st.entry(Ephemeral, prefixSplit+"s")
 	assert.True(t, leased, "a lost owner-clear deletes nothing")
 	assert.Zero(t, st.count("delete", prefixSplit), "no plain delete either")
-	assert.NotContains(t, a.owned, "s")
+	assert.NotContains(t, a.worker.owned, "s")
 	assert.Equal(t, []string{"s"}, lostSplits(events(t, a)))
 }
 
@@ -157,7 +157,7 @@ func TestAtomicReleaseErrorSurrenders(t *testing.T) {
 	})
 	releaseCmd(t, a, "s")
 	settleIO(t, a)
-	assert.NotContains(t, a.owned, "s")
+	assert.NotContains(t, a.worker.owned, "s")
 	_, leased := st.entry(Ephemeral, prefixSplit+"s")
 	assert.False(t, leased)
 	assert.Zero(t, a.renew.leaseRev("s"), "the renewer no longer renews it")
@@ -206,11 +206,11 @@ func TestAtomicReleaseIsNotLostToItsOwnEvents(t *testing.T) {
 	require.NoError(t, a.ephemeralPut(prefixSplit+"s", encode(peer), st.put(Ephemeral, prefixSplit+"s", encode(peer))))
 	r := rec("s", 2, "peer")
 	a.upsert("s", r, st.put(Durable, prefixSplit+"s", encode(r)), live)
-	assert.Contains(t, a.owned, "s", "the release's answer decides")
+	assert.Contains(t, a.worker.owned, "s", "the release's answer decides")
 
 	settleIO(t, a)
 	require.NoError(t, <-cmd.reply)
-	assert.NotContains(t, a.owned, "s")
+	assert.NotContains(t, a.worker.owned, "s")
 	assert.Empty(t, lostSplits(events(t, a)), "a release is not a loss")
 	assert.Equal(t, float64(1), testutil.ToFloat64(a.m.releases), "counted as a release")
 }

@@ -33,13 +33,13 @@ type revocation struct {
 }
 
 func (a *actor) beginRevocation(id string, now time.Time) {
-	if r, ok := a.revocations[id]; ok {
+	if r, ok := a.worker.revocations[id]; ok {
 		if r.forcing {
 			return // asked once; the release is under way
 		}
 		r.cancelled = false // keeps its original anchor: past-deadline forces at once
 	} else {
-		a.revocations[id] = &revocation{started: now, lastProgress: now, t: a.owned[id]}
+		a.worker.revocations[id] = &revocation{started: now, lastProgress: now, t: a.worker.owned[id]}
 	}
 	a.m.revocations.WithLabelValues("requested").Inc()
 	a.log.Debug("drain started", "split", id)
@@ -49,8 +49,8 @@ func (a *actor) beginRevocation(id string, now time.Time) {
 // withdrawRevocations cancels the revocations of splits the leader named
 // here again.
 func (a *actor) withdrawRevocations(now time.Time) {
-	for id, r := range a.revocations {
-		if _, held := a.owned[id]; !r.cancelled && !r.forcing && held && a.assigned[id] {
+	for id, r := range a.worker.revocations {
+		if _, held := a.worker.owned[id]; !r.cancelled && !r.forcing && held && a.worker.assigned[id] {
 			r.cancelled = true
 			r.lastProgress = now
 			a.m.revocations.WithLabelValues("cancelled").Inc()
@@ -70,16 +70,16 @@ func revocationDue(r *revocation, deadline time.Duration, now time.Time) bool {
 }
 
 func (a *actor) serviceRevocations(now time.Time) error {
-	for _, id := range slices.Sorted(maps.Keys(a.revocations)) {
-		r := a.revocations[id]
-		if t, held := a.owned[id]; !held || r.t != nil && t != r.t {
+	for _, id := range slices.Sorted(maps.Keys(a.worker.revocations)) {
+		r := a.worker.revocations[id]
+		if t, held := a.worker.owned[id]; !held || r.t != nil && t != r.t {
 			a.settle(id, "forced") // its tenancy ended
 			continue
 		}
 		if r.forcing {
 			continue // the release is under way
 		}
-		if a.io.busy[id] || a.committing(id) || !revocationDue(r, a.cfg.DrainDeadline, now) {
+		if a.io.busy[id] || a.io.committing(id) || !revocationDue(r, a.cfg.DrainDeadline, now) {
 			continue
 		}
 		if r.cancelled {
@@ -97,7 +97,7 @@ func (a *actor) serviceRevocations(now time.Time) error {
 // force releases a revoked split now (owner cleared: the next claim is
 // attempt-free; being revoked is not poison evidence).
 func (a *actor) force(id string) error {
-	if r, ok := a.revocations[id]; ok {
+	if r, ok := a.worker.revocations[id]; ok {
 		if r.forcing {
 			return nil
 		}
@@ -108,11 +108,11 @@ func (a *actor) force(id string) error {
 	}
 	return a.onSplit(id, func() error {
 		return a.releaseSplit(id, func(r releaseResult) {
-			if rv, ok := a.revocations[id]; ok && rv.forcing {
-				if _, held := a.owned[id]; held && r == releaseFailed {
+			if rv, ok := a.worker.revocations[id]; ok && rv.forcing {
+				if _, held := a.worker.owned[id]; held && r == releaseFailed {
 					rv.forcing = false // still held: forced again when due, not asked again
 				} else {
-					delete(a.revocations, id)
+					delete(a.worker.revocations, id)
 				}
 			}
 			if r != releaseFenced && r != releaseNotHeld {
@@ -126,11 +126,11 @@ func (a *actor) force(id string) error {
 // settle ends a revocation entry with an outcome. Cancelled entries already
 // counted "cancelled" and count nothing more.
 func (a *actor) settle(id, outcome string) {
-	r, ok := a.revocations[id]
+	r, ok := a.worker.revocations[id]
 	if !ok {
 		return
 	}
-	delete(a.revocations, id)
+	delete(a.worker.revocations, id)
 	if r.cancelled || r.forcing {
 		return // counted already
 	}
@@ -142,12 +142,12 @@ func (a *actor) settle(id, outcome string) {
 }
 
 func (a *actor) decline(id string) error {
-	r, ok := a.revocations[id]
+	r, ok := a.worker.revocations[id]
 	if !ok {
 		return nil
 	}
 	if r.cancelled {
-		delete(a.revocations, id) // nothing to comply with: the split stays
+		delete(a.worker.revocations, id) // nothing to comply with: the split stays
 		return nil
 	}
 	if r.forcing {

@@ -47,26 +47,26 @@ func TestRevocationLifecycleOnTheLoop(t *testing.T) {
 	t0 := time.Now()
 	a.adoptAssignment(&assignmentVal{Schema: SchemaVersion, Generation: 1, Splits: []string{}}, t0)
 	require.NoError(t, a.reconcileOwn(t0))
-	require.Contains(t, a.revocations, "s")
-	assert.Equal(t, t0, a.revocations["s"].started)
+	require.Contains(t, a.worker.revocations, "s")
+	assert.Equal(t, t0, a.worker.revocations["s"].started)
 	assert.Equal(t, []Event{RevokeRequested{Split: MustSplitID("s")}}, events(t, a))
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.revocations.WithLabelValues("requested")))
 
 	t1 := t0.Add(time.Second)
 	a.adoptAssignment(&assignmentVal{Schema: SchemaVersion, Generation: 2, Splits: []string{"s"}}, t1)
 	require.NoError(t, a.reconcileOwn(t1))
-	require.True(t, a.revocations["s"].cancelled)
-	assert.Equal(t, t1, a.revocations["s"].lastProgress, "a withdrawn revocation's silence timer starts at the withdrawal")
+	require.True(t, a.worker.revocations["s"].cancelled)
+	assert.Equal(t, t1, a.worker.revocations["s"].lastProgress, "a withdrawn revocation's silence timer starts at the withdrawal")
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.revocations.WithLabelValues("cancelled")))
 
 	t2 := t0.Add(a.cfg.DrainDeadline + time.Second)
 	a.adoptAssignment(&assignmentVal{Schema: SchemaVersion, Generation: 3, Splits: []string{}}, t2)
 	require.NoError(t, a.reconcileOwn(t2))
-	require.False(t, a.revocations["s"].cancelled)
-	assert.Equal(t, t0, a.revocations["s"].started, "a re-revocation keeps its original anchor")
+	require.False(t, a.worker.revocations["s"].cancelled)
+	assert.Equal(t, t0, a.worker.revocations["s"].started, "a re-revocation keeps its original anchor")
 	require.NoError(t, a.serviceRevocations(t2))
 	settleIO(t, a)
-	assert.NotContains(t, a.owned, "s", "past its deadline the release is forced at once")
+	assert.NotContains(t, a.worker.owned, "s", "past its deadline the release is forced at once")
 	r, _ := storedProgress(t, st, "s")
 	assert.Nil(t, r.Owner, "a forced release clears the owner: the next claim is attempt-free")
 	assert.Zero(t, r.Attempts)
@@ -81,21 +81,21 @@ func TestServiceRevocations(t *testing.T) {
 	t0 := time.Now()
 	holdSplit(t, a, st, "busy", 2, nil)
 	holdSplit(t, a, st, "young", 2, nil)
-	a.revocations["gone"] = &revocation{started: t0, lastProgress: t0}
-	a.revocations["busy"] = &revocation{started: t0, lastProgress: t0}
-	a.revocations["young"] = &revocation{started: t0, lastProgress: t0}
+	a.worker.revocations["gone"] = &revocation{started: t0, lastProgress: t0}
+	a.worker.revocations["busy"] = &revocation{started: t0, lastProgress: t0}
+	a.worker.revocations["young"] = &revocation{started: t0, lastProgress: t0}
 	a.io.busy["busy"] = true
 	now := t0.Add(a.cfg.DrainDeadline)
-	a.revocations["young"].started = now.Add(-time.Millisecond)
+	a.worker.revocations["young"].started = now.Add(-time.Millisecond)
 
 	require.NoError(t, a.serviceRevocations(now))
-	assert.NotContains(t, a.revocations, "gone", "a revocation of a split no longer held is settled")
+	assert.NotContains(t, a.worker.revocations, "gone", "a revocation of a split no longer held is settled")
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.revocations.WithLabelValues("forced")))
-	assert.Contains(t, a.revocations, "busy", "a split with a write in flight is not forced under it")
-	assert.Contains(t, a.revocations, "young", "a revocation inside its deadline waits")
+	assert.Contains(t, a.worker.revocations, "busy", "a split with a write in flight is not forced under it")
+	assert.Contains(t, a.worker.revocations, "young", "a revocation inside its deadline waits")
 	assert.Zero(t, st.count("update", prefixSplit), "nothing was released")
-	assert.Contains(t, a.owned, "busy")
-	assert.Contains(t, a.owned, "young")
+	assert.Contains(t, a.worker.owned, "busy")
+	assert.Contains(t, a.worker.owned, "young")
 }
 
 // A declined revocation is forced at once; a declined withdrawn one just
@@ -106,14 +106,14 @@ func TestDeclineRevocation(t *testing.T) {
 	holdSplit(t, a, st, "s", 2, nil)
 	holdSplit(t, a, st, "t", 2, nil)
 	now := time.Now()
-	a.revocations["s"] = &revocation{started: now, lastProgress: now}
-	a.revocations["t"] = &revocation{started: now, lastProgress: now, cancelled: true}
+	a.worker.revocations["s"] = &revocation{started: now, lastProgress: now}
+	a.worker.revocations["t"] = &revocation{started: now, lastProgress: now, cancelled: true}
 	require.NoError(t, send(t, a, &command{kind: cmdDecline, split: MustSplitID("t")}))
-	assert.NotContains(t, a.revocations, "t")
-	assert.Contains(t, a.owned, "t", "declining a withdrawn revocation keeps the split")
+	assert.NotContains(t, a.worker.revocations, "t")
+	assert.Contains(t, a.worker.owned, "t", "declining a withdrawn revocation keeps the split")
 	require.NoError(t, send(t, a, &command{kind: cmdDecline, split: MustSplitID("s")}))
 	settleIO(t, a)
-	assert.NotContains(t, a.owned, "s")
+	assert.NotContains(t, a.worker.owned, "s")
 	r, _ := storedProgress(t, st, "s")
 	assert.Nil(t, r.Owner)
 	require.NoError(t, send(t, a, &command{kind: cmdDecline, split: MustSplitID("never")}), "declining nothing is a no-op")
@@ -124,13 +124,13 @@ func TestDeclineRevocation(t *testing.T) {
 func TestSettleCountsOnce(t *testing.T) {
 	a := newTestActor(t, nil, testConfig())
 	now := time.Now()
-	a.revocations["s"] = &revocation{started: now, lastProgress: now}
-	a.revocations["c"] = &revocation{started: now, lastProgress: now, cancelled: true}
+	a.worker.revocations["s"] = &revocation{started: now, lastProgress: now}
+	a.worker.revocations["c"] = &revocation{started: now, lastProgress: now, cancelled: true}
 	a.settle("s", "drained")
 	a.settle("s", "drained")
 	a.settle("c", "forced")
 	a.settle("missing", "forced")
-	assert.Empty(t, a.revocations)
+	assert.Empty(t, a.worker.revocations)
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.revocations.WithLabelValues("drained")))
 	assert.Zero(t, testutil.ToFloat64(a.m.revocations.WithLabelValues("forced")))
 	assert.Equal(t, uint64(1), sampleCount(t, a.m.drainDur), "a drained settle observes its duration once")
@@ -166,10 +166,10 @@ func TestADeclinedRevocationIsAskedOnce(t *testing.T) {
 		return fakeFault{}
 	}
 	require.NoError(t, send(t, a, &command{kind: cmdDecline, split: MustSplitID("s")}))
-	require.Contains(t, a.owned, "s", "the forced release is under way, not landed")
+	require.Contains(t, a.worker.owned, "s", "the forced release is under way, not landed")
 	for i := range 5 {
 		now := t0.Add(time.Duration(i) * time.Millisecond)
-		a.ownDirty = true // an event about the split: the loop looks again
+		a.worker.ownDirty = true // an event about the split: the loop looks again
 		require.NoError(t, a.reconcileOwn(now))
 		require.NoError(t, a.serviceRevocations(now))
 		require.NoError(t, send(t, a, &command{kind: cmdDecline, split: MustSplitID("s")}))
@@ -177,10 +177,10 @@ func TestADeclinedRevocationIsAskedOnce(t *testing.T) {
 	assert.Empty(t, events(t, a), "nothing more is asked while the release is under way")
 	close(gate)
 	settleIO(t, a)
-	assert.NotContains(t, a.owned, "s")
+	assert.NotContains(t, a.worker.owned, "s")
 	assert.Equal(t, []string{"s"}, lostSplits(events(t, a)))
 	require.NoError(t, a.serviceRevocations(t0.Add(time.Second)))
-	assert.Empty(t, a.revocations, "the entry ends with its tenancy")
+	assert.Empty(t, a.worker.revocations, "the entry ends with its tenancy")
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.revocations.WithLabelValues("requested")))
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.revocations.WithLabelValues("forced")))
 	r, _ := storedProgress(t, st, "s")

@@ -40,7 +40,7 @@ func (a *actor) startup(ctx context.Context) error {
 		a.log.Info("joined the job", "generation", a.job.plan.Generation)
 	}
 	a.job.joinLogged = true
-	a.membersDirty = true
+	a.job.membersDirty = true
 	return nil
 }
 
@@ -209,7 +209,7 @@ func (a *actor) announce(ctx context.Context) error {
 // watchAll establishes both watches and applies their snapshots before the
 // loop starts, so that the first decisions see the whole job.
 func (a *actor) watchAll(ctx context.Context) error {
-	if a.kw != nil && a.leading == nil {
+	if a.kw != nil && a.leader.term == nil {
 		return a.syncGroups(ctx)
 	}
 	defer a.noteFullView()
@@ -232,7 +232,7 @@ func (a *actor) syncWatch(ctx context.Context, w *watchState) error {
 		return fmt.Errorf("watch %s: %w", w.ks, err)
 	}
 	w.ch, w.cancel, w.collecting, w.snapshot = ch, cancel, true, nil
-	w.since = a.mark()
+	w.since = a.job.mark()
 	deadline := time.NewTimer(a.c.tm.snapshotBudget)
 	defer deadline.Stop()
 	for w.collecting {

@@ -1,12 +1,94 @@
 package spate
 
+import "time"
+
+// worker is this process's side of the job: the splits it holds, the claims
+// and hand-backs in flight, and the leader's instruction to it. The loop
+// owns it; the renewer keeps the held splits' leases beside the loop.
+type worker struct {
+	owned       map[string]*tenancy
+	claiming    int               // claims in flight
+	handingBack map[string]int    // splits a release command is handing back
+	undrained   int               // release commands (not drained hand-backs) in flight: no claims meanwhile
+	selfFenced  map[string]uint64 // splits this process self-fenced, at their epoch
+
+	assigned   map[string]bool      // the leader's instruction: the splits to hold
+	assignSeen bool                 // an instruction was read (assigned means something)
+	assignGen  uint64               // the instruction's plan generation
+	awaiting   map[string]time.Time // assigned and not yet held, since when
+
+	revocations map[string]*revocation // held splits the leader moved away (revocation.go)
+	parting     bool                   // the worker is departing: it claims nothing more
+
+	ownDirty       bool // something the own-split reconcile reads changed
+	quarantineScan bool // a held or assigned split may be due for quarantine
+}
+
+func newWorker() worker {
+	return worker{
+		owned:       map[string]*tenancy{},
+		handingBack: map[string]int{},
+		selfFenced:  map[string]uint64{},
+		assigned:    map[string]bool{},
+		awaiting:    map[string]time.Time{},
+		revocations: map[string]*revocation{},
+	}
+}
+
+// inScope reports whether split id concerns this worker: assigned to it,
+// being handed back by it, or held. A scoped worker watches exactly these
+// splits' keys.
+func (wk *worker) inScope(id string) bool {
+	if wk.assigned[id] || wk.handingBack[id] > 0 {
+		return true
+	}
+	_, held := wk.owned[id]
+	return held
+}
+
+// adopt replaces the worker's instruction with val, read at now. It
+// refuses (false) an instruction of an older generation than the one
+// adopted: a deposed leader's late write must not walk it backwards.
+func (wk *worker) adopt(val *assignmentVal, now time.Time) bool {
+	if wk.assignSeen && val.Generation < wk.assignGen {
+		return false
+	}
+	wk.assignGen = val.Generation
+	wk.assignSeen = true
+	wk.ownDirty = true
+	next := make(map[string]bool, len(val.Splits))
+	for _, id := range val.Splits {
+		next[id] = true
+		if _, held := wk.owned[id]; !held {
+			if _, ok := wk.awaiting[id]; !ok {
+				wk.awaiting[id] = now
+			}
+		}
+	}
+	for id := range wk.awaiting {
+		if !next[id] {
+			delete(wk.awaiting, id)
+		}
+	}
+	wk.assigned = next
+	return true
+}
+
+// forget drops the instruction (its record was deleted or left the view).
+func (wk *worker) forget() {
+	wk.assignSeen = false
+	wk.ownDirty = true
+	wk.assigned = map[string]bool{}
+	clear(wk.awaiting)
+}
+
 // The end of a tenancy, on the loop: leave when the worker ends it itself
 // (its own write decides the record), dropLost when it is taken from it.
 
 // leave takes a split out of the owned set and stops renewing its lease;
 // it returns the lease's last revision.
 func (a *actor) leave(id string) uint64 {
-	delete(a.owned, id)
+	delete(a.worker.owned, id)
 	a.w.scopeDirty = true
 	a.closeCell(id)
 	return a.renew.release(id)
@@ -15,7 +97,7 @@ func (a *actor) leave(id string) uint64 {
 // dropLost ends a tenancy involuntarily: it leaves the durable record and
 // the lease alone, settles any revocation as forced and emits Lost.
 func (a *actor) dropLost(id, reason, why string) {
-	t, held := a.owned[id]
+	t, held := a.worker.owned[id]
 	if !held {
 		return
 	}
@@ -29,7 +111,7 @@ func (a *actor) dropLost(id, reason, why string) {
 		// claim of the split is attempt-free). Renewals run on their own
 		// goroutine, beside the loop and the source, so no split can starve
 		// them: a self-fence is evidence about the store, never the split.
-		a.selfFenced[id] = t.epoch
+		a.worker.selfFenced[id] = t.epoch
 	}
 	a.settle(id, "forced")
 	a.m.losses.WithLabelValues(reason).Inc()

@@ -85,7 +85,7 @@ func (a *actor) detectTerminal() {
 	}
 	a.verdicts.listing = true
 	a.verdicts.listedAt = a.job.durableSeq
-	since := a.mark()
+	since := a.job.mark()
 	a.spawn(func(ctx context.Context) func() error {
 		entries, err := a.st.List(ctx, Durable, prefixSplit)
 		return func() error {
@@ -108,7 +108,7 @@ func (a *actor) detectTerminal() {
 					continue
 				}
 				a.upsert(id, r, e.Revision, readSince(since))
-				if a.splitDamaged(id) && r.Status == statusRunnable {
+				if a.records.splitDamaged(id) && r.Status == statusRunnable {
 					damaged = append(damaged, id) // its spec is unreadable: nobody can claim it
 					continue
 				}
@@ -132,7 +132,7 @@ func (a *actor) detectTerminal() {
 					Completed: uint64(completed), Quarantined: uint64(quarantined), Damaged: damaged}
 				if len(damaged) > 0 {
 					a.log.Error("job stalled: the remaining splits are quarantined or have unreadable records",
-						"completed", completed, "quarantined", quarantined, "damaged", damaged, "keys", a.damagedKeys())
+						"completed", completed, "quarantined", quarantined, "damaged", damaged, "keys", a.records.damagedKeys())
 				} else {
 					a.log.Warn("job stalled: the remaining splits are quarantined", "completed", completed, "quarantined", quarantined)
 				}
@@ -148,7 +148,7 @@ func (a *actor) detectTerminal() {
 // is runnable but whose spec is unreadable (nobody can claim them).
 func (a *actor) knownSplits() (known, stuck int) {
 	known = a.job.nSplits
-	for _, id := range a.damagedSplits() {
+	for _, id := range a.records.damagedSplits() {
 		switch v := a.job.splits[id]; {
 		case v == nil || v.prog == nil:
 			known++
@@ -224,7 +224,7 @@ func (a *actor) onVerdict(v *verdictVal) {
 	case v == nil:
 		if a.verdicts.terminal && a.verdicts.stalled {
 			a.verdicts.terminal, a.verdicts.stalled = false, false
-			a.dirty, a.ownDirty = true, true
+			a.dirty, a.worker.ownDirty = true, true
 			a.log.Info("stall withdrawn: the leader found a quarantined split runnable again")
 		}
 	case v.Verdict == verdictKeyComplete:
@@ -251,7 +251,7 @@ func (a *actor) onVerdict(v *verdictVal) {
 // record say what it latched: written when a verdict latches, deleted when
 // a stall is withdrawn. A failed write is retried with backoff.
 func (a *actor) syncVerdict(now time.Time) {
-	if a.kw == nil || a.leading == nil || !a.w.fullView || a.verdicts.syncing {
+	if a.kw == nil || a.leader.term == nil || !a.w.fullView || a.verdicts.syncing {
 		return
 	}
 	// Compared with the record as the view holds it, not with what this
@@ -264,7 +264,7 @@ func (a *actor) syncVerdict(now time.Time) {
 	if a.verdicts.record != nil {
 		have = encode(a.verdicts.record)
 	}
-	if bytes.Equal(want, have) || !a.due(opKey{op: "verdict"}, now) {
+	if bytes.Equal(want, have) || !a.io.due(opKey{op: "verdict"}, now) {
 		return
 	}
 	judged := a.verdicts.judged

@@ -197,7 +197,7 @@ func TestAVerdictWriteCutByCloseIsNoWarning(t *testing.T) {
 		var logs bytes.Buffer
 		a.log = slog.New(slog.NewTextHandler(&logs, nil))
 		a.kw = stubKeyWatcher{} // a scoped fleet: the leader records its verdict
-		a.leading = &leadership{generation: 1}
+		a.leader.term = &leadership{generation: 1}
 		a.w.fullView = true
 		a.verdicts.judged = &verdictVal{Schema: SchemaVersion, FP: testFPHash, Verdict: "complete", Completed: 1}
 		st.fault = func(fakeCall) fakeFault { return fakeFault{err: Retryablef("fake: context canceled")} }

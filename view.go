@@ -25,16 +25,21 @@ type jobView struct {
 	caps        map[string]int
 	loggedPeers map[string]bool
 	joinLogged  bool
-	leaderObs   *leaderVal
-	leaderRev   uint64
-	leaderAt    uint64 // clock of the last change to leaderObs
-	plan        *planRecord
-	finalSent   bool // PlanFinalized was emitted
-	planRev     uint64
-	planAt      uint64 // clock of the last change to plan
-	assigns     map[string]assignEntry
-	durableSeq  uint64 // bumps on every durable change (gates terminal listing)
-	clock       uint64 // bumps when a read of the store starts (see mark)
+	// membersDirty: the presence set changed since the last membership log.
+	membersDirty bool
+	// departed is the members whose presence went, since when: their
+	// splits wait out the rebalance delay before they are reassigned.
+	departed   map[string]time.Time
+	leaderObs  *leaderVal
+	leaderRev  uint64
+	leaderAt   uint64 // clock of the last change to leaderObs
+	plan       *planRecord
+	finalSent  bool // PlanFinalized was emitted
+	planRev    uint64
+	planAt     uint64 // clock of the last change to plan
+	assigns    map[string]assignEntry
+	durableSeq uint64 // bumps on every durable change (gates terminal listing)
+	clock      uint64 // bumps when a read of the store starts (see mark)
 }
 
 // The local view is how the actor sees the job: folded from watch events,
@@ -107,16 +112,17 @@ func readSince(mark uint64) source { return source{read: true, since: mark} }
 
 // mark starts a read of the store: values set after it are newer than
 // anything the read can return.
-func (a *actor) mark() uint64 {
-	a.job.clock++
-	return a.job.clock
+func (j *jobView) mark() uint64 {
+	j.clock++
+	return j.clock
 }
 
-func (a *actor) view(id string) *splitView {
-	v := a.job.splits[id]
+// view is split id's view, made empty when the job view has none.
+func (j *jobView) view(id string) *splitView {
+	v := j.splits[id]
 	if v == nil {
 		v = &splitView{}
-		a.job.splits[id] = v
+		j.splits[id] = v
 	}
 	return v
 }
@@ -134,7 +140,7 @@ func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 			return err
 		}
 		a.job.leaderObs, a.job.leaderRev, a.job.leaderAt = l, rev, a.job.clock
-		if a.leading != nil && l.Nonce != a.nonce {
+		if a.leader.term != nil && l.Nonce != a.nonce {
 			a.demote("the leader key now belongs to " + l.Owner)
 		}
 	case strings.HasPrefix(key, prefixWorker):
@@ -145,8 +151,10 @@ func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 		}
 		if !known {
 			a.dirty = true
-			a.membersDirty = true
-			a.memberArrived(time.Now())
+			a.job.membersDirty = true
+			if l := a.leader.term; l != nil {
+				l.memberArrived(time.Now(), a.c.tm.settleQuiet)
+			}
 		}
 		// A member is proven once this worker has seen it renew (or it is
 		// this worker): a record first seen may belong to a dead process.
@@ -155,8 +163,8 @@ func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 			a.dirty = true // it may now be given a share of held splits
 		}
 		a.job.presence[inst] = presenceEntry{rev: rev, at: a.job.clock, unproven: unproven}
-		if _, ok := a.departed[inst]; ok {
-			delete(a.departed, inst) // a returning instance cancels its window
+		if _, ok := a.job.departed[inst]; ok {
+			delete(a.job.departed, inst) // a returning instance cancels its window
 			a.dirty = true
 		}
 		w, err := decodeWorker(key, value)
@@ -171,7 +179,7 @@ func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 		}
 	case strings.HasPrefix(key, prefixSplit):
 		id := key[len(prefixSplit):]
-		v := a.view(id)
+		v := a.job.view(id)
 		if rev <= v.leaseRev {
 			return nil
 		}
@@ -186,7 +194,7 @@ func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 		if err != nil {
 			return err
 		}
-		if _, held := a.owned[id]; held && l.Nonce != a.nonce {
+		if _, held := a.worker.owned[id]; held && l.Nonce != a.nonce {
 			if l.Owner == a.self {
 				// Another live process with our instance id took it. Which
 				// of the two stops is the presence record's call (the
@@ -219,10 +227,10 @@ func leaseHash(value []byte) uint64 { return maphash.Bytes(leaseSeed, value) }
 // holds the split or is assigned it), the next step re-runs the own-split
 // reconcile. A change to anyone else's split costs no step work.
 func (a *actor) touch(id string) {
-	if a.assigned[id] {
-		a.ownDirty = true
-	} else if _, held := a.owned[id]; held {
-		a.ownDirty = true
+	if a.worker.assigned[id] {
+		a.worker.ownDirty = true
+	} else if _, held := a.worker.owned[id]; held {
+		a.worker.ownDirty = true
 	}
 }
 
@@ -238,7 +246,7 @@ func (a *actor) ephemeralDelete(key string, rev uint64, force bool) {
 		if !force {
 			a.job.leaderRev = rev
 		}
-		if a.leading != nil && (force || rev > a.renew.leaderRev()) {
+		if a.leader.term != nil && (force || rev > a.renew.leaderRev()) {
 			a.log.Warn("leadership lease expired")
 			a.dropLeadership()
 		}
@@ -251,24 +259,24 @@ func (a *actor) ephemeralDelete(key string, rev uint64, force bool) {
 		delete(a.job.presence, inst)
 		delete(a.job.caps, inst)
 		a.dirty = true
-		a.membersDirty = true
+		a.job.membersDirty = true
 		switch {
 		case inst != a.self && isGeneratedID(inst):
 			// Its id was generated: no process can come back under it, so
 			// its splits are free at once, not after the rebalance delay.
 			a.log.Info("a worker departed; its id was generated, so its splits are reassigned without the rebalance delay", "peer", inst)
 		case inst != a.self:
-			a.departed[inst] = time.Now()
-		case !a.parting:
+			a.job.departed[inst] = time.Now()
+		case !a.worker.parting:
 			a.renew.presenceGone(rev)
 		}
 	case strings.HasPrefix(key, prefixSplit):
 		id := key[len(prefixSplit):]
-		v := a.view(id)
+		v := a.job.view(id)
 		if !force && rev <= v.leaseRev {
 			return
 		}
-		if _, held := a.owned[id]; held && (force || rev > a.renew.leaseRev(id)) {
+		if _, held := a.worker.owned[id]; held && (force || rev > a.renew.leaseRev(id)) {
 			a.dropLost(id, "starved", "its lease expired: renewals failed for a whole lease")
 		}
 		if v.lease != nil {
@@ -280,7 +288,7 @@ func (a *actor) ephemeralDelete(key string, rev uint64, force bool) {
 			v.leaseRev, v.leaseGoneAt = rev, time.Now()
 		}
 		if p := v.prog; p != nil && p.Status == statusRunnable && int(p.Attempts)+1 >= a.cfg.MaxAttempts {
-			a.quarantineScan = true
+			a.worker.quarantineScan = true
 		}
 	}
 }
@@ -327,7 +335,7 @@ func (a *actor) applyDurable(entries []Entry, mark uint64, complete bool) error 
 		if a.job.plan != nil && !listed[keyPlan] && a.job.planAt < mark {
 			return errNamespaceGone(fmt.Sprintf("a listing of the durable keyspace (%d records) has no plan record", len(entries)))
 		}
-		for key, d := range a.damaged {
+		for key, d := range a.records.damaged {
 			if !listed[key] && d.at < mark {
 				a.repair(key, true)
 			}
@@ -379,7 +387,7 @@ func (a *actor) durablePut(key string, value []byte, rev uint64, src source) err
 		a.setPlan(p, rev)
 	case strings.HasPrefix(key, prefixSpec):
 		id := key[len(prefixSpec):]
-		v := a.view(id)
+		v := a.job.view(id)
 		if v.spec != nil {
 			return nil // immutable: the first copy wins
 		}
@@ -452,7 +460,7 @@ func (a *actor) setPlan(p *planRecord, rev uint64) {
 	if p.Finality == finalityFinal {
 		a.planFinalized(p.Planned)
 	}
-	if a.leading != nil && p.Generation > a.leading.generation {
+	if a.leader.term != nil && p.Generation > a.leader.term.generation {
 		a.demote(fmt.Sprintf("a successor bumped the plan generation to %d", p.Generation))
 	}
 }
@@ -483,13 +491,13 @@ func (a *actor) durableDelete(key string, rev uint64) error {
 		if v := a.job.splits[id]; rev != 0 && v != nil && v.prog != nil && rev <= v.progRev {
 			return nil // stale: the record was re-created since
 		}
-		if _, ok := a.damaged[key]; ok {
+		if _, ok := a.records.damaged[key]; ok {
 			a.repair(key, true)
 			return nil
 		}
 		a.log.Warn("a split's progress record was deleted externally; the leader restores it from the last state seen", "key", key)
 		a.forgetProgress(id, rev)
-	case strings.HasPrefix(key, prefixSpec) && a.damaged[key] != nil:
+	case strings.HasPrefix(key, prefixSpec) && a.records.damaged[key] != nil:
 		a.repair(key, true)
 	case key == keyVerdict:
 		if rev == 0 || rev > a.verdicts.recordRev {
@@ -521,7 +529,7 @@ func (a *actor) durableDelete(key string, rev uint64) error {
 // but only if nothing changed the view since that read started (else the
 // read is merely older than what the view holds).
 func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
-	v := a.view(id)
+	v := a.job.view(id)
 	if rev <= v.progRev {
 		if !src.read || rev == v.progRev || v.progAt >= src.since {
 			return
@@ -531,7 +539,7 @@ func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
 	}
 	prev, back := v.prog, rev < v.progRev
 	a.job.durableSeq++
-	delete(a.missing, id)
+	delete(a.records.missing, id)
 	if prev == nil {
 		a.job.nSplits++
 		a.dirty = true
@@ -539,13 +547,13 @@ func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
 		if prev.owner() != r.owner() || prev.Status != r.Status {
 			a.dirty = true
 		}
-		a.count(prev.Status, -1)
+		a.job.count(prev.Status, -1)
 	}
-	a.count(r.Status, +1)
+	a.job.count(r.Status, +1)
 	v.prog, v.progRev, v.progAt = r, rev, a.job.clock
 	a.touch(id)
-	a.cellSaw(id, r, rev, back)
-	if t, held := a.owned[id]; held && r.Epoch > t.epoch {
+	a.io.cellSaw(id, r, rev, back)
+	if t, held := a.worker.owned[id]; held && r.Epoch > t.epoch {
 		a.dropLost(id, "fenced", fmt.Sprintf("a claimant fenced it at epoch %d", r.Epoch))
 	}
 	// Emit Quarantined once per transition this worker observes (a snapshot
@@ -555,7 +563,7 @@ func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
 		a.log.Warn("split quarantined: out of delivery attempts; it blocks completion", "split", id, "attempts", r.Attempts)
 	}
 	if r.Status == statusRunnable && int(r.Attempts)+1 >= a.cfg.MaxAttempts {
-		a.quarantineScan = true
+		a.worker.quarantineScan = true
 	}
 	if r.Status == statusRunnable && prev != nil && prev.Status == statusQuarant {
 		a.withdrawStall(id)
@@ -575,23 +583,23 @@ func (a *actor) forgetProgress(id string, rev uint64) {
 	if v == nil || v.prog == nil {
 		return
 	}
-	if _, held := a.owned[id]; held {
+	if _, held := a.worker.owned[id]; held {
 		a.dropLost(id, "fenced", "its progress record was deleted")
 	}
 	a.touch(id)
-	a.count(v.prog.Status, -1)
+	a.job.count(v.prog.Status, -1)
 	a.job.nSplits--
-	a.missing[id] = v.prog
+	a.records.missing[id] = v.prog
 	v.prog, v.progAt = nil, a.job.clock
 	v.progRev = max(v.progRev, rev)
 	a.dirty = true
 }
 
-func (a *actor) count(status string, d int) {
+func (j *jobView) count(status string, d int) {
 	switch status {
 	case statusCompleted:
-		a.job.nCompleted += d
+		j.nCompleted += d
 	case statusQuarant:
-		a.job.nQuarant += d
+		j.nQuarant += d
 	}
 }

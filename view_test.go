@@ -35,7 +35,7 @@ func TestUpsertRevisionGuard(t *testing.T) {
 	a.upsert("s", recAt("s", 6), 10, live)
 	assert.Equal(t, int64(10), watermarkOf(v), "a live value at the held revision is a stale echo")
 
-	since := a.mark()
+	since := a.job.mark()
 	a.upsert("s", recAt("s", 10), 10, readSince(since))
 	assert.Equal(t, uint64(10), v.progRev, "a read at the held revision changes nothing")
 
@@ -46,22 +46,22 @@ func TestUpsertRevisionGuard(t *testing.T) {
 	assert.Equal(t, uint64(7), v.progRev)
 
 	// A read that started before a later change can never undo it.
-	since = a.mark()
+	since = a.job.mark()
 	a.upsert("s", recAt("s", 12), 12, live) // lands after the read started
 	a.upsert("s", recAt("s", 9), 9, readSince(since))
 	assert.Equal(t, int64(12), watermarkOf(v), "the older read was ignored")
 	assert.Equal(t, uint64(12), v.progRev)
 
 	// Also when the change came from another read that started later.
-	early := a.mark()
-	late := a.mark()
+	early := a.job.mark()
+	late := a.job.mark()
 	a.upsert("s", recAt("s", 20), 20, readSince(late))
 	a.upsert("s", recAt("s", 15), 15, readSince(early))
 	assert.Equal(t, int64(20), watermarkOf(v))
 
 	// A later read, started after the last change, may adopt a lower
 	// revision again.
-	later := a.mark()
+	later := a.job.mark()
 	a.upsert("s", recAt("s", 16), 16, readSince(later))
 	assert.Equal(t, int64(16), watermarkOf(v))
 	assert.Equal(t, 1, a.job.nSplits, "one split throughout")
@@ -72,9 +72,9 @@ func TestDurablePutSkipsAnEchoOfTheHeldRevision(t *testing.T) {
 	a.upsert("s", recAt("s", 3), 8, live)
 	// Undecodable at the held revision: not even decoded.
 	require.NoError(t, a.durablePut(prefixSplit+"s", []byte("garbage"), 8, live))
-	assert.Empty(t, a.damaged, "an echo of the held revision is never decoded")
+	assert.Empty(t, a.records.damaged, "an echo of the held revision is never decoded")
 	require.NoError(t, a.durablePut(prefixSplit+"s", []byte("garbage"), 9, live))
-	assert.Contains(t, a.damaged, prefixSplit+"s", "a new revision is decoded, and an unreadable one damages its split")
+	assert.Contains(t, a.records.damaged, prefixSplit+"s", "a new revision is decoded, and an unreadable one damages its split")
 }
 
 func TestUpsertCountsStatusesAndEmitsQuarantinedOncePerTransition(t *testing.T) {
@@ -113,11 +113,11 @@ func TestUpsertFlagsAQuarantineScanAtTheAttemptCap(t *testing.T) {
 	r := rec("s", 1, "dead")
 	r.Attempts = uint32(a.cfg.MaxAttempts - 2)
 	a.upsert("s", r, 1, live)
-	assert.False(t, a.quarantineScan)
+	assert.False(t, a.worker.quarantineScan)
 	r2 := r.clone()
 	r2.Attempts++
 	a.upsert("s", r2, 2, live)
-	assert.True(t, a.quarantineScan, "a runnable split whose next takeover reaches the cap is pending quarantine")
+	assert.True(t, a.worker.quarantineScan, "a runnable split whose next takeover reaches the cap is pending quarantine")
 }
 
 func TestUpsertDropsAHeldSplitFencedAtAHigherEpoch(t *testing.T) {
@@ -125,9 +125,9 @@ func TestUpsertDropsAHeldSplitFencedAtAHigherEpoch(t *testing.T) {
 	a := newTestActor(t, st, testConfig())
 	holdSplit(t, a, st, "s", 2, nil)
 	a.upsert("s", rec("s", 2, "me"), 100, live)
-	assert.Contains(t, a.owned, "s", "our own epoch is no fence")
+	assert.Contains(t, a.worker.owned, "s", "our own epoch is no fence")
 	a.upsert("s", rec("s", 3, "peer"), 101, live)
-	assert.NotContains(t, a.owned, "s")
+	assert.NotContains(t, a.worker.owned, "s")
 	assert.Equal(t, []string{"s"}, lostSplits(events(t, a)))
 	assert.Zero(t, a.renew.leaseRev("s"))
 }
@@ -155,7 +155,7 @@ func TestApplyEphemeralKeepsEntriesTouchedAfterTheMark(t *testing.T) {
 	require.NoError(t, a.ephemeralPut(prefixWorker+"listed", workerBytes("n2", 2), 2))
 	require.NoError(t, a.ephemeralPut(prefixSplit+"x", leaseBytes("peer", "np", 1), 3))
 	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("peer", "np", 1), 4))
-	mark := a.mark()
+	mark := a.job.mark()
 	require.NoError(t, a.ephemeralPut(prefixWorker+"new", workerBytes("n3", 2), 5))
 	require.NoError(t, a.ephemeralPut(prefixSplit+"y", leaseBytes("peer", "np", 1), 6))
 	before := time.Now()
@@ -166,8 +166,8 @@ func TestApplyEphemeralKeepsEntriesTouchedAfterTheMark(t *testing.T) {
 	}, mark))
 
 	assert.NotContains(t, a.job.presence, "old", "unlisted and older than the read: gone")
-	assert.Contains(t, a.departed, "old", "a vanished peer starts its rebalance-delay window")
-	assert.False(t, a.departed["old"].Before(before))
+	assert.Contains(t, a.job.departed, "old", "a vanished peer starts its rebalance-delay window")
+	assert.False(t, a.job.departed["old"].Before(before))
 	assert.NotContains(t, a.job.caps, "old")
 	assert.Contains(t, a.job.presence, "new", "changed after the read started: kept")
 	assert.Equal(t, uint64(7), a.job.presence["listed"].rev)
@@ -179,7 +179,7 @@ func TestApplyEphemeralKeepsEntriesTouchedAfterTheMark(t *testing.T) {
 	assert.Nil(t, a.job.leaderObs, "an older leader key the read does not list is gone")
 
 	// A leader key seen after the mark survives a read that missed it.
-	mark2 := a.mark()
+	mark2 := a.job.mark()
 	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("peer", "np", 2), 9))
 	require.NoError(t, a.applyEphemeral(nil, mark2))
 	assert.NotNil(t, a.job.leaderObs)
@@ -209,9 +209,9 @@ func TestEphemeralPresenceLifecycle(t *testing.T) {
 	assert.Contains(t, a.job.presence, "p", "a delete at or below the held revision is stale")
 	a.ephemeralDelete(prefixWorker+"p", 7, false)
 	assert.NotContains(t, a.job.presence, "p")
-	assert.Contains(t, a.departed, "p")
+	assert.Contains(t, a.job.departed, "p")
 	require.NoError(t, a.ephemeralPut(prefixWorker+"p", workerBytes("n2", 6), 8))
-	assert.NotContains(t, a.departed, "p", "a returning instance cancels its window")
+	assert.NotContains(t, a.job.departed, "p", "a returning instance cancels its window")
 }
 
 func TestEphemeralOwnPresence(t *testing.T) {
@@ -226,7 +226,7 @@ func TestEphemeralOwnPresence(t *testing.T) {
 	a.ephemeralDelete(prefixWorker+"me", 7, false)
 	assert.Len(t, a.renew.check, 1, "our presence expired: the renewer rewrites it at once")
 	assert.Zero(t, a.renew.presRev, "the renewer re-creates it instead of updating a revision that is gone")
-	assert.NotContains(t, a.departed, "me", "we are no departed peer")
+	assert.NotContains(t, a.job.departed, "me", "we are no departed peer")
 }
 
 func TestEphemeralLeaseOfAHeldSplit(t *testing.T) {
@@ -238,13 +238,13 @@ func TestEphemeralLeaseOfAHeldSplit(t *testing.T) {
 	rev := a.job.splits["ours"].leaseRev
 
 	require.NoError(t, a.ephemeralPut(prefixSplit+"ours", leaseBytes("me", "nonce-me", 2), rev+100))
-	assert.Contains(t, a.owned, "ours", "our own renewal's echo")
+	assert.Contains(t, a.worker.owned, "ours", "our own renewal's echo")
 
 	require.NoError(t, a.ephemeralPut(prefixSplit+"peer", leaseBytes("other", "n-other", 3), rev+101))
-	assert.NotContains(t, a.owned, "peer")
+	assert.NotContains(t, a.worker.owned, "peer")
 
 	require.NoError(t, a.ephemeralPut(prefixSplit+"twin", leaseBytes("me", "n-twin", 3), rev+102))
-	assert.NotContains(t, a.owned, "twin")
+	assert.NotContains(t, a.worker.owned, "twin")
 	assert.Len(t, a.renew.check, 1, "a lease taken under our instance id makes the renewer check presence")
 	assert.ElementsMatch(t, []string{"peer", "twin"}, lostSplits(events(t, a)))
 
@@ -260,10 +260,10 @@ func TestEphemeralDeleteOfAHeldLease(t *testing.T) {
 	a.renew.leases["s"].rev = rev + 10 // the renewer renewed it since
 
 	a.ephemeralDelete(prefixSplit+"s", rev+5, false)
-	assert.Contains(t, a.owned, "s", "a delete below the renewer's revision is older than our latest write")
+	assert.Contains(t, a.worker.owned, "s", "a delete below the renewer's revision is older than our latest write")
 	a.ephemeralDelete(prefixSplit+"s", rev+11, false)
-	assert.NotContains(t, a.owned, "s")
-	assert.Equal(t, uint64(2), a.selfFenced["s"], "an expired lease is a self-fence at its epoch, forgiven once")
+	assert.NotContains(t, a.worker.owned, "s")
+	assert.Equal(t, uint64(2), a.worker.selfFenced["s"], "an expired lease is a self-fence at its epoch, forgiven once")
 	assert.Equal(t, []string{"s"}, lostSplits(events(t, a)))
 	assert.Nil(t, a.job.splits["s"].lease)
 	assert.Equal(t, rev+11, a.job.splits["s"].leaseRev)
@@ -271,22 +271,22 @@ func TestEphemeralDeleteOfAHeldLease(t *testing.T) {
 
 func TestEphemeralLeaderKey(t *testing.T) {
 	a := newTestActor(t, nil, testConfig())
-	a.leading = &leadership{generation: 2}
+	a.leader.term = &leadership{generation: 2}
 	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("me", "nonce-me", 2), 5))
-	assert.NotNil(t, a.leading, "our own leader key")
+	assert.NotNil(t, a.leader.term, "our own leader key")
 	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("me", "nonce-me", 2), 4))
 	assert.Equal(t, uint64(5), a.job.leaderRev)
 	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("peer", "np", 3), 6))
-	assert.Nil(t, a.leading, "the leader key now belongs to another: demoted")
+	assert.Nil(t, a.leader.term, "the leader key now belongs to another: demoted")
 	assert.Equal(t, "peer", a.job.leaderObs.Owner)
 
-	a.leading = &leadership{generation: 3}
+	a.leader.term = &leadership{generation: 3}
 	a.renew.setLeader(8, 3)
 	a.ephemeralDelete(keyLeader, 7, false)
-	assert.NotNil(t, a.leading, "a delete older than our own leader write does not end leadership")
+	assert.NotNil(t, a.leader.term, "a delete older than our own leader write does not end leadership")
 	assert.Nil(t, a.job.leaderObs)
 	a.ephemeralDelete(keyLeader, 9, false)
-	assert.Nil(t, a.leading, "the leader key expired")
+	assert.Nil(t, a.leader.term, "the leader key expired")
 	assert.Zero(t, a.renew.leaderRev(), "the renewer stops renewing it")
 }
 
@@ -296,10 +296,10 @@ func TestApplyDurableCompleteDropsOnlyOlderAssignments(t *testing.T) {
 	a := newTestActor(t, nil, testConfig())
 	a.setAssign("me", &assignmentVal{Schema: SchemaVersion, Generation: 1, Splits: []string{"s"}}, 1)
 	a.setAssign("old", &assignmentVal{Schema: SchemaVersion, Generation: 1, Splits: []string{"t"}}, 2)
-	mark := a.mark()
+	mark := a.job.mark()
 	a.setAssign("new", &assignmentVal{Schema: SchemaVersion, Generation: 1, Splits: []string{"u"}}, 3)
-	require.True(t, a.assignSeen)
-	require.Contains(t, a.awaiting, "s")
+	require.True(t, a.worker.assignSeen)
+	require.Contains(t, a.worker.awaiting, "s")
 
 	require.NoError(t, a.applyDurable(nil, mark, false))
 	assert.Len(t, a.job.assigns, 3, "a partial read deletes nothing")
@@ -308,16 +308,16 @@ func TestApplyDurableCompleteDropsOnlyOlderAssignments(t *testing.T) {
 	assert.NotContains(t, a.job.assigns, "old")
 	assert.NotContains(t, a.job.assigns, "me")
 	assert.Contains(t, a.job.assigns, "new", "written after the read started: kept")
-	assert.False(t, a.assignSeen, "our own record gone: no instruction (which is not an empty one)")
-	assert.Empty(t, a.assigned)
-	assert.Empty(t, a.awaiting)
+	assert.False(t, a.worker.assignSeen, "our own record gone: no instruction (which is not an empty one)")
+	assert.Empty(t, a.worker.assigned)
+	assert.Empty(t, a.worker.awaiting)
 }
 
 func TestApplyDurableFoldsEntries(t *testing.T) {
 	a := newTestActor(t, nil, testConfig())
 	p := &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityOpen, Planned: 1}
 	spec := &specRecord{Schema: SchemaVersion, ID: "s", FP: testFPHash, Weight: 3, Descriptor: []byte("d")}
-	mark := a.mark()
+	mark := a.job.mark()
 	require.NoError(t, a.applyDurable([]Entry{
 		{Key: keyPlan, Value: encode(p), Revision: 1},
 		{Key: prefixSpec + "s", Value: encode(spec), Revision: 2},
@@ -343,14 +343,14 @@ func TestApplyDurableFoldsEntries(t *testing.T) {
 
 func TestAPlanFromASuccessorDemotes(t *testing.T) {
 	a := newTestActor(t, nil, testConfig())
-	a.leading = &leadership{generation: 2}
+	a.leader.term = &leadership{generation: 2}
 	p := &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityOpen, Generation: 2}
 	require.NoError(t, a.durablePut(keyPlan, encode(p), 5, live))
-	assert.NotNil(t, a.leading, "our own generation")
+	assert.NotNil(t, a.leader.term, "our own generation")
 	p3 := *p
 	p3.Generation = 3
 	require.NoError(t, a.durablePut(keyPlan, encode(&p3), 6, live))
-	assert.Nil(t, a.leading)
+	assert.Nil(t, a.leader.term)
 	seq := a.job.durableSeq
 	require.NoError(t, a.durablePut(keyPlan, encode(p), 6, live))
 	assert.Equal(t, uint64(3), a.job.plan.Generation, "a plan at or below the held revision is stale")
@@ -359,17 +359,17 @@ func TestAPlanFromASuccessorDemotes(t *testing.T) {
 
 func TestAdoptAssignment(t *testing.T) {
 	a := newTestActor(t, nil, testConfig())
-	a.owned["held"] = &tenancy{epoch: 1}
+	a.worker.owned["held"] = &tenancy{epoch: 1}
 	t0 := time.Unix(100, 0)
 	a.adoptAssignment(&assignmentVal{Generation: 5, Splits: []string{"held", "a", "b"}}, t0)
-	assert.Equal(t, map[string]bool{"held": true, "a": true, "b": true}, a.assigned)
-	assert.Equal(t, map[string]time.Time{"a": t0, "b": t0}, a.awaiting, "held splits are not awaited")
+	assert.Equal(t, map[string]bool{"held": true, "a": true, "b": true}, a.worker.assigned)
+	assert.Equal(t, map[string]time.Time{"a": t0, "b": t0}, a.worker.awaiting, "held splits are not awaited")
 
 	a.adoptAssignment(&assignmentVal{Generation: 5, Splits: []string{"b", "c"}}, t0.Add(time.Second))
-	assert.Equal(t, map[string]time.Time{"b": t0, "c": t0.Add(time.Second)}, a.awaiting, "awaiting keeps its first naming time")
+	assert.Equal(t, map[string]time.Time{"b": t0, "c": t0.Add(time.Second)}, a.worker.awaiting, "awaiting keeps its first naming time")
 
 	a.adoptAssignment(&assignmentVal{Generation: 4, Splits: []string{}}, t0.Add(2*time.Second))
-	assert.Equal(t, map[string]bool{"b": true, "c": true}, a.assigned, "a deposed leader's older generation is ignored")
+	assert.Equal(t, map[string]bool{"b": true, "c": true}, a.worker.assigned, "a deposed leader's older generation is ignored")
 }
 
 // ----- membership ----------------------------------------------------------------
@@ -408,12 +408,12 @@ func TestExpireDeparted(t *testing.T) {
 // a decode and without step work; only a change of holder is news.
 func TestAHeartbeatOfAnotherWorkersLeaseIsFoldedWithoutWork(t *testing.T) {
 	a := newTestActor(t, nil, testConfig())
-	a.assigned = map[string]bool{"mine": true}
+	a.worker.assigned = map[string]bool{"mine": true}
 	lease := leaseBytes("peer", "n-peer", 1)
 	require.NoError(t, a.ephemeralPut(prefixSplit+"theirs", lease, 10))
 	v := a.job.splits["theirs"]
 	require.Equal(t, "peer", v.lease.Owner)
-	assert.False(t, a.ownDirty, "another worker's split is no work for this one")
+	assert.False(t, a.worker.ownDirty, "another worker's split is no work for this one")
 
 	a.dirty = false
 	decoded := v.lease
@@ -430,16 +430,16 @@ func TestAHeartbeatOfAnotherWorkersLeaseIsFoldedWithoutWork(t *testing.T) {
 	assert.True(t, IsFatal(err), "an alien lease record is Fatal: %v", err)
 
 	require.NoError(t, a.ephemeralPut(prefixSplit+"mine", lease, 14))
-	assert.True(t, a.ownDirty, "a change to an assigned split re-runs the own-split reconcile")
-	a.ownDirty = false
+	assert.True(t, a.worker.ownDirty, "a change to an assigned split re-runs the own-split reconcile")
+	a.worker.ownDirty = false
 	a.ephemeralDelete(prefixSplit+"mine", 15, false)
-	assert.True(t, a.ownDirty, "so does its release")
+	assert.True(t, a.worker.ownDirty, "so does its release")
 
-	a.ownDirty = false
+	a.worker.ownDirty = false
 	a.upsert("theirs", recAt("theirs", 3), 16, live)
-	assert.False(t, a.ownDirty, "another worker's commit is no work for this one")
+	assert.False(t, a.worker.ownDirty, "another worker's commit is no work for this one")
 	a.upsert("mine", recAt("mine", 3), 17, live)
-	assert.True(t, a.ownDirty)
+	assert.True(t, a.worker.ownDirty)
 }
 
 // The membership log runs when the presence set changes, not on every step.
@@ -447,15 +447,15 @@ func TestMembershipIsLoggedOnlyWhenPresenceChanges(t *testing.T) {
 	a := newTestActor(t, nil, testConfig())
 	a.job.joinLogged = true
 	require.NoError(t, a.ephemeralPut(prefixWorker+"peer", workerBytes("n-peer", 4), 5))
-	require.True(t, a.membersDirty)
+	require.True(t, a.job.membersDirty)
 	a.logMembership()
 	assert.True(t, a.job.loggedPeers["peer"])
-	assert.False(t, a.membersDirty)
+	assert.False(t, a.job.membersDirty)
 
 	require.NoError(t, a.ephemeralPut(prefixWorker+"peer", workerBytes("n-peer", 4), 6))
-	assert.False(t, a.membersDirty, "a presence heartbeat is no membership change")
+	assert.False(t, a.job.membersDirty, "a presence heartbeat is no membership change")
 	a.ephemeralDelete(prefixWorker+"peer", 7, false)
-	assert.True(t, a.membersDirty)
+	assert.True(t, a.job.membersDirty)
 	a.logMembership()
 	assert.False(t, a.job.loggedPeers["peer"])
 }
@@ -468,7 +468,7 @@ func TestMembershipIsLoggedOnlyWhenPresenceChanges(t *testing.T) {
 func TestAStaleDeleteDoesNotForgetARestoredRecord(t *testing.T) {
 	a := newTestActor(t, nil, testConfig())
 	a.upsert("s", recAt("s", 1), 10, live)
-	since := a.mark()
+	since := a.job.mark()
 	a.upsert("s", recAt("s", 1), 30, readSince(since)) // the restored record, re-read
 	require.NoError(t, a.durableDelete(prefixSplit+"s", 20))
 	require.NotNil(t, a.job.splits["s"].prog, "a delete older than the record held is stale")
@@ -495,8 +495,8 @@ func TestAGeneratedMemberDepartsWithoutADelay(t *testing.T) {
 	require.NoError(t, a.ephemeralPut(prefixWorker+"pod-0", workerBytes("m", 2), 4))
 	a.ephemeralDelete(prefixWorker+gen, 5, false)
 	a.ephemeralDelete(prefixWorker+"pod-0", 6, false)
-	assert.NotContains(t, a.departed, gen, "a generated id never comes back: no window")
-	assert.Contains(t, a.departed, "pod-0", "a stable id may come back: its splits wait out the window")
+	assert.NotContains(t, a.job.departed, gen, "a generated id never comes back: no window")
+	assert.Contains(t, a.job.departed, "pod-0", "a stable id may come back: its splits wait out the window")
 }
 
 // A leader elected after a worker died never saw its presence record: it
@@ -507,9 +507,28 @@ func TestInferDepartedSkipsGeneratedIDs(t *testing.T) {
 	require.True(t, isGeneratedID(gen))
 	require.False(t, isGeneratedID("pod-0"))
 	require.False(t, isGeneratedID("spate-XYZ"))
-	a.view("s1").prog = rec("s1", 1, gen)
-	a.view("s2").prog = rec("s2", 1, "pod-0")
+	a.job.view("s1").prog = rec("s1", 1, gen)
+	a.job.view("s2").prog = rec("s2", 1, "pod-0")
 	a.inferDeparted(time.Now())
-	assert.NotContains(t, a.departed, gen)
-	assert.Contains(t, a.departed, "pod-0")
+	assert.NotContains(t, a.job.departed, gen)
+	assert.Contains(t, a.job.departed, "pod-0")
+}
+
+func TestTheJobViewsClockAndCountsAreItsOwn(t *testing.T) {
+	j := jobView{splits: map[string]*splitView{}}
+	m1 := j.mark()
+	m2 := j.mark()
+	assert.Less(t, m1, m2, "each read of the store starts at a later mark")
+
+	v := j.view("s")
+	require.NotNil(t, v)
+	assert.Same(t, v, j.view("s"), "a split has one view")
+	assert.Len(t, j.splits, 1)
+
+	j.count(statusCompleted, 2)
+	j.count(statusQuarant, 1)
+	j.count(statusRunnable, 5) // not counted
+	j.count(statusCompleted, -1)
+	assert.Equal(t, 1, j.nCompleted)
+	assert.Equal(t, 1, j.nQuarant)
 }

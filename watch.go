@@ -21,6 +21,8 @@ type watchSet struct {
 	loaded     [2]map[string]int // of those, keys whose group's snapshot is in, with how many groups
 	keyEvents  chan keyEvent
 	scopeDirty bool // the scope may have changed: rescope
+
+	reconciling bool // a reconcile listing is in flight (reconcile)
 }
 
 // rewatchDelay is the least the actor waits before re-establishing a
@@ -53,7 +55,7 @@ func (a *actor) openWatch(w *watchState) {
 		return
 	}
 	w.opening = true
-	since := a.mark()
+	since := a.job.mark()
 	a.spawn(func(ctx context.Context) func() error {
 		wctx, cancel := context.WithCancel(ctx)
 		ch, err := a.st.Watch(wctx, w.ks, "")
@@ -133,7 +135,7 @@ func (a *actor) onWatch(w *watchState, ev WatchEvent, ok bool) error {
 		case WatchSnapshotDone:
 			snap := w.snapshot
 			w.collecting, w.snapshot = false, nil
-			a.ownDirty = true
+			a.worker.ownDirty = true
 			var err error
 			if w.ks == Ephemeral {
 				err = a.applyEphemeral(snap, w.since)
@@ -178,7 +180,7 @@ func (a *actor) noteFullView() {
 	if !a.w.fullView {
 		a.w.fullView = true
 		a.dirty = true
-		if a.leading != nil {
+		if a.leader.term != nil {
 			a.inferDeparted(time.Now())
 		}
 	}
@@ -207,8 +209,8 @@ func (a *actor) inferDeparted(now time.Time) {
 		if isGeneratedID(inst) {
 			continue // a generated id never comes back: no delay
 		}
-		if _, waiting := a.departed[inst]; !waiting {
-			a.departed[inst] = now
+		if _, waiting := a.job.departed[inst]; !waiting {
+			a.job.departed[inst] = now
 			a.log.Info("a split's owner is not present: its splits wait out the rebalance delay", "peer", inst, "delay", a.cfg.RebalanceDelay)
 		}
 	}
@@ -223,18 +225,18 @@ func (a *actor) reconcile() {
 	// Delay windows elapse on time, not events; this also retries failed
 	// assignment writes.
 	a.dirty = true
-	if a.reconciling {
+	if a.w.reconciling {
 		return
 	}
-	a.reconciling = true
-	since := a.mark()
+	a.w.reconciling = true
+	since := a.job.mark()
 	a.spawn(func(ctx context.Context) func() error {
 		start := time.Now()
 		eph, errE := a.st.List(ctx, Ephemeral, "")
 		dur, errD := a.st.List(ctx, Durable, "")
 		a.m.reconcileDur.Observe(time.Since(start).Seconds())
 		return func() error {
-			a.reconciling = false
+			a.w.reconciling = false
 			if errE != nil {
 				a.log.Warn("reconcile: listing the ephemeral keyspace failed", "err", errE)
 			} else if err := a.applyEphemeral(eph, since); err != nil {
@@ -259,13 +261,13 @@ func (a *actor) reconcile() {
 // Its record is re-seeded from nothing (a planner's seed progress is lost:
 // the split replays from its start — duplicates, never loss).
 func (a *actor) findUnseeded() {
-	if a.leading == nil || !a.w.fullView || a.job.plan == nil || a.job.plan.Finality != finalityFinal {
+	if a.leader.term == nil || !a.w.fullView || a.job.plan == nil || a.job.plan.Finality != finalityFinal {
 		return
 	}
 	for id, v := range a.job.splits {
-		if v.spec != nil && v.prog == nil && a.missing[id] == nil && !a.splitDamaged(id) {
+		if v.spec != nil && v.prog == nil && a.records.missing[id] == nil && !a.records.splitDamaged(id) {
 			a.log.Warn("a planned split has a spec but no progress record; re-seeding it", "split", id)
-			a.missing[id] = newProgressRecord(id, a.fpHash, nil)
+			a.records.missing[id] = newProgressRecord(id, a.fpHash, nil)
 		}
 	}
 }

@@ -25,7 +25,7 @@ func rewatchFires(a *actor) bool {
 func openTestWatch(a *actor, w *watchState) (cancelled *bool) {
 	c := false
 	w.ch, w.cancel, w.collecting, w.snapshot = make(chan WatchEvent), func() { c = true }, true, nil
-	w.since = a.mark()
+	w.since = a.job.mark()
 	w.deadline = time.Now().Add(a.c.tm.snapshotBudget)
 	return &c
 }
@@ -69,13 +69,13 @@ func TestWatchLiveEvents(t *testing.T) {
 	require.NoError(t, a.onWatch(d, WatchEvent{Kind: WatchPut, Key: prefixSplit + "s", Value: encode(rec("s", 0, "")), Revision: 4}, true))
 	assert.Equal(t, uint64(4), a.job.splits["s"].progRev)
 	require.NoError(t, a.onWatch(d, WatchEvent{Kind: WatchPut, Key: prefixAssign + "me", Value: encode(&assignmentVal{Schema: SchemaVersion, Splits: []string{"s"}}), Revision: 5}, true))
-	assert.True(t, a.assigned["s"])
+	assert.True(t, a.worker.assigned["s"])
 	require.NoError(t, a.onWatch(d, WatchEvent{Kind: WatchDelete, Key: prefixAssign + "me", Revision: 6}, true))
-	assert.False(t, a.assignSeen, "our assignment deleted: no instruction")
+	assert.False(t, a.worker.assignSeen, "our assignment deleted: no instruction")
 
 	require.NoError(t, a.onWatch(d, WatchEvent{Kind: WatchPut, Key: prefixSplit + "s", Value: []byte("garbage"), Revision: 7}, true),
 		"an unreadable record through the watch does not stop the loop")
-	assert.Contains(t, a.damaged, prefixSplit+"s", "it takes its own split out of play")
+	assert.Contains(t, a.records.damaged, prefixSplit+"s", "it takes its own split out of play")
 }
 
 func TestWatchBreaks(t *testing.T) {
@@ -156,7 +156,7 @@ func TestOpenWatch(t *testing.T) {
 		a.openWatch(d)
 		synctest.Wait()
 		<-a.io.results.sig
-		err := a.runResults()
+		err := a.io.runResults()
 		assert.True(t, IsFatal(err), "%v", err)
 	})
 }
@@ -173,9 +173,9 @@ func TestReconcile(t *testing.T) {
 
 	a.reconcile()
 	a.reconcile() // folded into the one in flight
-	assert.True(t, a.reconciling)
+	assert.True(t, a.w.reconciling)
 	settleIO(t, a)
-	assert.False(t, a.reconciling)
+	assert.False(t, a.w.reconciling)
 	assert.Equal(t, 2, st.count("list", ""), "one listing per keyspace")
 	assert.NotContains(t, a.job.presence, "ghost")
 	assert.Contains(t, a.job.presence, "peer")
@@ -193,4 +193,36 @@ func TestReconcile(t *testing.T) {
 	a.reconcile()
 	settleIO(t, a)
 	assert.Contains(t, a.job.presence, "peer", "a failed listing deletes nothing")
+}
+
+func TestKeyGroupsCountTheKeysTheyCoverAndHaveLoaded(t *testing.T) {
+	ws := watchSet{groups: map[*keyGroup]struct{}{}, covered: [2]map[string]int{{}, {}}, loaded: [2]map[string]int{{}, {}}}
+	cancelled := 0
+	add := func(keys ...string) *keyGroup {
+		g := &keyGroup{ks: Durable, keys: keys, cancel: func() { cancelled++ }}
+		ws.groups[g] = struct{}{}
+		for _, k := range keys {
+			ws.covered[Durable-1][k]++
+		}
+		return g
+	}
+	g1, g2 := add("a", "b"), add("b", "c")
+	ws.markLoaded(g1)
+	assert.Equal(t, map[string]int{"a": 1, "b": 1}, ws.loaded[Durable-1])
+	ws.markLoaded(g2)
+	assert.Equal(t, map[string]int{"a": 1, "b": 2, "c": 1}, ws.loaded[Durable-1])
+
+	ws.dropGroup(g1)
+	assert.Equal(t, map[string]int{"b": 1, "c": 1}, ws.covered[Durable-1], "a key two groups watch stays covered by the other")
+	assert.Equal(t, map[string]int{"b": 1, "c": 1}, ws.loaded[Durable-1])
+	assert.Equal(t, 1, cancelled)
+	ws.dropGroup(g1)
+	assert.Equal(t, 1, cancelled, "dropping a group twice is a no-op")
+
+	ws.closeGroups()
+	assert.Empty(t, ws.groups)
+	assert.Empty(t, ws.covered[Durable-1])
+	assert.Empty(t, ws.loaded[Durable-1])
+	assert.Empty(t, ws.covered[Ephemeral-1], "the other keyspace was never touched")
+	assert.Equal(t, 2, cancelled)
 }

@@ -52,17 +52,7 @@ const groupIDs = MaxWatchKeys / 4
 
 // wantWholeJob reports whether this worker watches the whole job: on a
 // store without KeyWatcher, and on the leader.
-func (a *actor) wantWholeJob() bool { return a.kw == nil || a.leading != nil }
-
-// inScope reports whether split id concerns this worker: it is assigned
-// it, holds it or is handing it back.
-func (a *actor) inScope(id string) bool {
-	if a.assigned[id] || a.handingBack[id] > 0 {
-		return true
-	}
-	_, held := a.owned[id]
-	return held
-}
+func (a *actor) wantWholeJob() bool { return a.kw == nil || a.leader.term != nil }
 
 // splitOfKey returns the split a split or spec key names.
 func splitOfKey(key string) (string, bool) {
@@ -102,7 +92,7 @@ func (a *actor) syncWatchMode() {
 		}
 		if a.w.fullView && len(a.w.groups) > 0 {
 			// The whole-job watches cover every key now.
-			a.closeGroups()
+			a.w.closeGroups()
 		}
 		return
 	}
@@ -123,11 +113,11 @@ func (a *actor) syncWatchMode() {
 // splits, other members, other assignments and the leader's bookkeeping.
 func (a *actor) prune() {
 	for id, v := range a.job.splits {
-		if a.inScope(id) || a.io.busy[id] {
+		if a.worker.inScope(id) || a.io.busy[id] {
 			continue
 		}
 		if v.prog != nil {
-			a.count(v.prog.Status, -1)
+			a.job.count(v.prog.Status, -1)
 			a.job.nSplits--
 		}
 		delete(a.job.splits, id)
@@ -143,17 +133,17 @@ func (a *actor) prune() {
 			delete(a.job.assigns, inst)
 		}
 	}
-	for key, d := range a.damaged {
-		if !a.inScope(d.id) {
-			delete(a.damaged, key)
+	for key, d := range a.records.damaged {
+		if !a.worker.inScope(d.id) {
+			delete(a.records.damaged, key)
 		}
 	}
-	clear(a.missing)
-	clear(a.departed)
-	clear(a.pub.pinnedSince)
-	clear(a.pub.landedAt)
-	clear(a.pub.moving)
-	a.m.damaged.Set(float64(len(a.damaged)))
+	clear(a.records.missing)
+	clear(a.job.departed)
+	clear(a.leader.pub.pinnedSince)
+	clear(a.leader.pub.landedAt)
+	clear(a.leader.pub.moving)
+	a.m.damaged.Set(float64(len(a.records.damaged)))
 }
 
 // rescope opens groups for the keys the scope gained and forgets the
@@ -161,20 +151,20 @@ func (a *actor) prune() {
 func (a *actor) rescope() {
 	a.w.scopeDirty = false
 	ids := map[string]bool{}
-	for id := range a.assigned {
+	for id := range a.worker.assigned {
 		ids[id] = true
 	}
-	for id := range a.owned {
+	for id := range a.worker.owned {
 		ids[id] = true
 	}
-	for id := range a.handingBack {
+	for id := range a.worker.handingBack {
 		ids[id] = true
 	}
 	// Splits that left the scope leave the view.
 	for id, v := range a.job.splits {
 		if !ids[id] && !a.io.busy[id] {
 			if v.prog != nil {
-				a.count(v.prog.Status, -1)
+				a.job.count(v.prog.Status, -1)
 				a.job.nSplits--
 			}
 			delete(a.job.splits, id)
@@ -191,7 +181,7 @@ func (a *actor) rescope() {
 		}
 	}
 	if stale > watched+64 {
-		a.closeGroups() // mostly dropped keys: start afresh
+		a.w.closeGroups() // mostly dropped keys: start afresh
 	}
 	for _, ks := range keyspaces {
 		cov := a.w.covered[ks-1]
@@ -224,7 +214,7 @@ func (a *actor) openGroup(ks Keyspace, keys []string) {
 	for _, k := range keys {
 		a.w.covered[ks-1][k]++
 	}
-	since := a.mark()
+	since := a.job.mark()
 	a.spawn(func(ctx context.Context) func() error {
 		gctx, cancel := context.WithCancel(ctx)
 		ch, err := a.kw.WatchKeys(gctx, ks, keys)
@@ -234,7 +224,7 @@ func (a *actor) openGroup(ks Keyspace, keys []string) {
 				if err == nil {
 					return nil
 				}
-				a.dropGroup(g)
+				a.w.dropGroup(g)
 				if kindOf(err) == kindFatal {
 					return fmt.Errorf("watch %d %s keys: %w", len(keys), ks, err)
 				}
@@ -272,7 +262,7 @@ func (a *actor) startGroup(g *keyGroup, ctx context.Context, ch <-chan WatchEven
 }
 
 // dropGroup ends a group: its keys are no longer covered by it.
-func (a *actor) dropGroup(g *keyGroup) {
+func (ws *watchSet) dropGroup(g *keyGroup) {
 	if g.closed {
 		return
 	}
@@ -280,8 +270,8 @@ func (a *actor) dropGroup(g *keyGroup) {
 	if g.cancel != nil {
 		g.cancel()
 	}
-	delete(a.w.groups, g)
-	cov, ld := a.w.covered[g.ks-1], a.w.loaded[g.ks-1]
+	delete(ws.groups, g)
+	cov, ld := ws.covered[g.ks-1], ws.loaded[g.ks-1]
 	for _, k := range g.keys {
 		if cov[k]--; cov[k] <= 0 {
 			delete(cov, k)
@@ -295,10 +285,10 @@ func (a *actor) dropGroup(g *keyGroup) {
 }
 
 // markLoaded notes that g's snapshot is in the view.
-func (a *actor) markLoaded(g *keyGroup) {
+func (ws *watchSet) markLoaded(g *keyGroup) {
 	g.loaded = true
 	for _, k := range g.keys {
-		a.w.loaded[g.ks-1][k]++
+		ws.loaded[g.ks-1][k]++
 	}
 }
 
@@ -315,9 +305,9 @@ func (a *actor) viewLoaded(id string) bool {
 }
 
 // closeGroups ends every key group.
-func (a *actor) closeGroups() {
-	for g := range a.w.groups {
-		a.dropGroup(g)
+func (ws *watchSet) closeGroups() {
+	for g := range ws.groups {
+		ws.dropGroup(g)
 	}
 }
 
@@ -339,7 +329,7 @@ func (a *actor) onKeyEvent(ke keyEvent) error {
 		} else {
 			a.log.Warn("key watch ended; re-watching", "keyspace", g.ks, "keys", len(g.keys))
 		}
-		a.dropGroup(g)
+		a.w.dropGroup(g)
 		if ke.ok && kindOf(ev.Err) == kindFatal {
 			return fmt.Errorf("watch %s keys: %w", g.ks, ev.Err)
 		}
@@ -353,13 +343,13 @@ func (a *actor) onKeyEvent(ke keyEvent) error {
 		case WatchSnapshotDone:
 			snap := g.snapshot
 			g.collecting, g.snapshot = false, nil
-			a.ownDirty = true
-			a.markLoaded(g)
+			a.worker.ownDirty = true
+			a.w.markLoaded(g)
 			return a.applyKeys(g.ks, g.keys, snap, g.since)
 		}
 		return nil
 	}
-	if id, ok := splitOfKey(ev.Key); ok && !a.inScope(id) && !a.wantWholeJob() {
+	if id, ok := splitOfKey(ev.Key); ok && !a.worker.inScope(id) && !a.wantWholeJob() {
 		return nil // a split that left the scope
 	}
 	return a.applyLive(g.ks, ev)
@@ -382,7 +372,7 @@ func (a *actor) applyKeys(ks Keyspace, keys []string, entries []Entry, mark uint
 		}
 	}
 	for _, e := range entries {
-		if id, ok := splitOfKey(e.Key); ok && !a.inScope(id) && !a.wantWholeJob() {
+		if id, ok := splitOfKey(e.Key); ok && !a.worker.inScope(id) && !a.wantWholeJob() {
 			continue
 		}
 		var err error
@@ -418,7 +408,7 @@ func (a *actor) absent(ks Keyspace, key string, mark uint64) error {
 		}
 		return nil
 	}
-	if d := a.damaged[key]; d != nil && d.at < mark {
+	if d := a.records.damaged[key]; d != nil && d.at < mark {
 		a.repair(key, true)
 		return nil
 	}
@@ -450,7 +440,7 @@ func (a *actor) absent(ks Keyspace, key string, mark uint64) error {
 // replaced by a fresh one, whose snapshot re-reads this worker's keys (and
 // only those).
 func (a *actor) refreshScope() {
-	a.closeGroups()
+	a.w.closeGroups()
 	a.w.scopeDirty = true
 }
 
@@ -459,7 +449,7 @@ func (a *actor) checkGroups(now time.Time) {
 	for g := range a.w.groups {
 		if g.collecting && now.After(g.deadline) {
 			a.log.Warn("key watch snapshot not complete in time; re-watching", "keyspace", g.ks, "keys", len(g.keys), "budget", a.c.tm.snapshotBudget)
-			a.dropGroup(g)
+			a.w.dropGroup(g)
 			a.rewatchSoon()
 		}
 	}
@@ -479,7 +469,7 @@ func (a *actor) syncGroups(ctx context.Context) error {
 			cancel()
 			return fmt.Errorf("watch %s keys: %w", ks, err)
 		}
-		since := a.mark()
+		since := a.job.mark()
 		var snap []Entry
 		deadline := time.NewTimer(a.c.tm.snapshotBudget)
 	collect:
@@ -520,7 +510,7 @@ func (a *actor) syncGroups(ctx context.Context) error {
 		}
 		a.startGroup(g, gctx, ch, cancel, since)
 		g.collecting = false
-		a.markLoaded(g)
+		a.w.markLoaded(g)
 	}
 	return nil
 }
