@@ -1,15 +1,21 @@
 // Package freeport finds free loopback TCP ports for test servers.
 //
 // A port found free can be taken by another process before the caller
-// binds it; the helpers narrow that window (all ports of a request are held
-// open together until the function returns) but cannot close it, so test
-// servers that fail to bind should be retried by their harness.
+// binds it; the helpers narrow that window but cannot close it. They hold
+// all ports of a request open together until the function returns, and on
+// Linux they pick ports below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), which neither outgoing connections nor
+// other tests' listeners on port 0 are given. Test servers that fail to
+// bind should still be retried by their harness.
 package freeport
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -24,7 +30,7 @@ func Ports(n int) ([]int, error) {
 		}
 	}()
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := listen()
 		if err != nil {
 			return nil, fmt.Errorf("freeport: %w", err)
 		}
@@ -40,7 +46,7 @@ func Ports(n int) ([]int, error) {
 func WithOffset(t testing.TB, offset int) int {
 	t.Helper()
 	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := listen()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,4 +60,36 @@ func WithOffset(t testing.TB, offset int) int {
 	}
 	t.Fatalf("freeport: no free loopback port p with p+%d free", offset)
 	return 0
+}
+
+// belowEphemeral is the span of ports listen draws from, below the start of
+// the kernel's ephemeral range; zero when that range is unknown.
+func belowEphemeral() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	start, err := strconv.Atoi(f[0])
+	if err != nil || start <= 12000 {
+		return 0, 0
+	}
+	return 10000, start
+}
+
+// listen binds a free loopback port: a random one below the ephemeral
+// range when that range is known, else one the kernel picks.
+func listen() (net.Listener, error) {
+	if lo, hi := belowEphemeral(); hi > lo {
+		for range 100 {
+			p := lo + rand.IntN(hi-lo)
+			if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
+				return l, nil
+			}
+		}
+	}
+	return net.Listen("tcp", "127.0.0.1:0")
 }

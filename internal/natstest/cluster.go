@@ -2,6 +2,7 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -25,15 +26,41 @@ type Cluster struct {
 // are for single servers only). The cluster shuts down at cleanup.
 func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
+	c := &Cluster{}
+	t.Cleanup(func() { c.Shutdown() })
+	var err error
+	for range clusterAttempts {
+		if c.Nodes, err = startNodes(t, n, opts); err == nil {
+			c.WaitMetaLeader(t)
+			return c
+		}
+		var busy *errListen
+		if !errors.As(err, &busy) {
+			break
+		}
+		t.Logf("natstest: %v; starting the cluster again on fresh ports", err)
+	}
+	t.Fatalf("natstest: cluster: %v", err)
+	return nil
+}
+
+// clusterAttempts bounds how often [StartCluster] starts a cluster again
+// because a port it found free was taken before its server bound it.
+const clusterAttempts = 5
+
+// startNodes starts n clustered nodes on fresh ports. On any failure it
+// shuts down the nodes it started and returns the error.
+func startNodes(t testing.TB, n int, opts []Option) ([]*Server, error) {
+	t.Helper()
 	ports, err := freeport.Ports(2 * n)
 	if err != nil {
-		t.Fatalf("natstest: free ports: %v", err)
+		return nil, err
 	}
 	var routes []*url.URL
 	for i := range n {
 		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", ports[n+i])})
 	}
-	c := &Cluster{}
+	var nodes []*Server
 	for i := range n {
 		s := newServer(t, fmt.Sprintf("n%d", i), opts)
 		if s.cfg.tls || s.cfg.creds || s.cfg.nkey || s.cfg.user != "" || s.cfg.token != "" {
@@ -43,14 +70,17 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 		s.clusterName = "natstest"
 		s.clusterPort = ports[n+i]
 		s.routes = routes
-		c.Nodes = append(c.Nodes, s)
+		nodes = append(nodes, s)
 	}
-	t.Cleanup(c.Shutdown)
-	for _, s := range c.Nodes {
-		s.start(t)
+	for _, s := range nodes {
+		if err := s.tryStart(); err != nil {
+			for _, started := range nodes {
+				started.Shutdown()
+			}
+			return nil, err
+		}
 	}
-	c.WaitMetaLeader(t)
-	return c
+	return nodes, nil
 }
 
 // settleWait bounds how long [Cluster.Shutdown] waits for the nodes to

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -160,25 +161,106 @@ func (s *Server) options() (*server.Options, error) {
 
 func (s *Server) start(t testing.TB) {
 	t.Helper()
+	if err := s.tryStart(); err != nil {
+		t.Fatalf("natstest: %v", err)
+	}
+}
+
+// errListen is a server's failure to bind one of its ports: one found free
+// by [freeport] and taken by another process before the server bound it.
+// [StartCluster] retries on fresh ports.
+type errListen struct{ msg string }
+
+func (e *errListen) Error() string { return e.msg }
+
+// fatalCatcher passes the server's log on (to next, when the test asked for
+// the logs) and reports its first fatal message, which nats-server logs
+// instead of returning an error (a port it cannot bind, most often).
+type fatalCatcher struct {
+	next  server.Logger
+	once  sync.Once
+	fatal chan string
+}
+
+func (f *fatalCatcher) Fatalf(format string, v ...any) {
+	f.once.Do(func() { f.fatal <- fmt.Sprintf(format, v...) })
+	if f.next != nil {
+		f.next.Errorf(format, v...)
+	}
+}
+
+func (f *fatalCatcher) Noticef(format string, v ...any) {
+	if f.next != nil {
+		f.next.Noticef(format, v...)
+	}
+}
+
+func (f *fatalCatcher) Warnf(format string, v ...any) {
+	if f.next != nil {
+		f.next.Warnf(format, v...)
+	}
+}
+
+func (f *fatalCatcher) Errorf(format string, v ...any) {
+	if f.next != nil {
+		f.next.Errorf(format, v...)
+	}
+}
+
+func (f *fatalCatcher) Debugf(format string, v ...any) {
+	if f.next != nil {
+		f.next.Debugf(format, v...)
+	}
+}
+
+func (f *fatalCatcher) Tracef(format string, v ...any) {
+	if f.next != nil {
+		f.next.Tracef(format, v...)
+	}
+}
+
+// tryStart runs the server and waits until it accepts connections. A fatal
+// message from the server (it logs one, instead of returning an error, when
+// it cannot bind a port) fails the start at once, as an *errListen when it
+// is about a port.
+func (s *Server) tryStart() error {
 	o, err := s.options()
 	if err != nil {
-		t.Fatalf("natstest: server options: %v", err)
+		return fmt.Errorf("server options: %w", err)
 	}
 	srv, err := server.NewServer(o)
 	if err != nil {
-		t.Fatalf("natstest: new server %s: %v", s.name, err)
+		return fmt.Errorf("new server %s: %w", s.name, err)
 	}
+	catcher := &fatalCatcher{fatal: make(chan string, 1)}
 	if os.Getenv("NATSTEST_LOG") != "" {
 		// The servers' own logs on stderr, to debug a test.
 		o.NoLog = false
 		o.Debug = os.Getenv("NATSTEST_LOG") == "debug"
 		srv.ConfigureLogger()
+		catcher.next = srv.Logger()
 	}
+	srv.SetLogger(catcher, o.Debug, false)
 	go srv.Start()
-	if !srv.ReadyForConnections(readyWait) {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		t.Fatalf("natstest: server %s not ready within %v", s.name, readyWait)
+	deadline := time.Now().Add(readyWait)
+	for !srv.ReadyForConnections(50 * time.Millisecond) {
+		var failure error
+		select {
+		case msg := <-catcher.fatal:
+			failure = fmt.Errorf("server %s: %s", s.name, msg)
+			if strings.Contains(msg, "listening on") {
+				failure = &errListen{msg: failure.Error()}
+			}
+		default:
+			if time.Now().After(deadline) {
+				failure = fmt.Errorf("server %s not ready within %v", s.name, readyWait)
+			}
+		}
+		if failure != nil {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+			return failure
+		}
 	}
 	addr := srv.Addr().(*net.TCPAddr)
 	s.mu.Lock()
@@ -190,6 +272,7 @@ func (s *Server) start(t testing.TB) {
 	}
 	s.URL = fmt.Sprintf("%s://127.0.0.1:%d", scheme, addr.Port)
 	s.mu.Unlock()
+	return nil
 }
 
 // Shutdown stops the server and waits for it; its store directory stays, so
