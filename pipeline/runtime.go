@@ -182,15 +182,57 @@ func (r *Runtime) Run(ctx context.Context) (ExitReport, error) {
 	unwatch := context.AfterFunc(ctx, func() { r.stop.trigger(time.Now()) })
 	defer unwatch()
 
-	cfg := r.cfg
 	m := r.m
 	m.info.WithLabelValues(compPipeline, compPipeline, Version).Set(1)
-	m.threads.WithLabelValues(compPipeline, compPipeline).Set(float64(cfg.Threads))
+	m.threads.WithLabelValues(compPipeline, compPipeline).Set(float64(r.cfg.Threads))
 	m.setState(StateStarting)
 
 	if r.sinks.start != nil {
 		r.sinks.start(m, r.log)
 	}
+	defer r.startProbe()()
+
+	s := &run{
+		cp:             NewCheckpointer(nil),
+		shutdown:       new(atomic.Bool),
+		commitsFailing: new(atomic.Bool),
+		events:         newMPSC[driverEvent](),
+		toMain:         make(chan controllerSignal, 2),
+		sinkDrained:    make(chan struct{}, 1),
+		controllerDone: make(chan struct{}),
+	}
+	r.startDrivers(s)
+	r.startController(s)
+	finished := r.awaitController(s)
+	if finished == nil {
+		return r.controllerDied(s)
+	}
+	return r.finish(s, finished)
+}
+
+// run is what the phases of one [Runtime.Run] share: the drivers, the
+// controller, and the report being made.
+type run struct {
+	cp             *Checkpointer
+	shutdown       *atomic.Bool
+	commitsFailing *atomic.Bool
+	events         *mpsc[driverEvent]
+	controls       []*mpsc[controlMsg]
+	exits          []driverExit
+	drivers        sync.WaitGroup
+
+	toMain          chan controllerSignal
+	sinkDrained     chan struct{}
+	controllerDone  chan struct{}
+	controllerPanic atomic.Pointer[string]
+
+	report  ExitReport
+	sinkRan bool // the sinks' Drain ran (at most once)
+}
+
+// startProbe starts the sinks' connectivity probe, if they have one;
+// the returned function stops it and waits for it.
+func (r *Runtime) startProbe() (stop func()) {
 	probeDone := make(chan struct{})
 	probeStop := make(chan struct{})
 	if r.sinks.Probe == nil {
@@ -199,128 +241,138 @@ func (r *Runtime) Run(ctx context.Context) (ExitReport, error) {
 	} else {
 		go r.probeLoop(probeStop, probeDone)
 	}
-	defer func() { close(probeStop); <-probeDone }()
+	return func() { close(probeStop); <-probeDone }
+}
 
-	cp := NewCheckpointer(nil)
-	shutdown := new(atomic.Bool)
-	commitsFailing := new(atomic.Bool)
-	events := newMPSC[driverEvent]()
-	controls := make([]*mpsc[controlMsg], cfg.Threads)
-	exits := make([]driverExit, cfg.Threads)
-	var drivers sync.WaitGroup
+// startDrivers starts one driver goroutine per thread, each with its own
+// control queue.
+func (r *Runtime) startDrivers(s *run) {
+	cfg := r.cfg
+	s.controls = make([]*mpsc[controlMsg], cfg.Threads)
+	s.exits = make([]driverExit, cfg.Threads)
 	params := newBPParams(r.budget.Max(), cfg.HighRatio, cfg.LowRatio, cfg.MinPause)
 	for i := range cfg.Threads {
-		controls[i] = newMPSC[controlMsg]()
+		s.controls[i] = newMPSC[controlMsg]()
 		d := &driver{
-			i: i, cfg: &r.cfg, ctl: controls[i], events: events, chain: r.chains(i),
+			i: i, cfg: &r.cfg, ctl: s.controls[i], events: s.events, chain: r.chains(i),
 			bp: newWatermarkController(params, nil), budget: r.budget, queuesBelow: r.sinks.QueuesBelow,
-			health: r.health, shutdown: shutdown, commitsFailing: commitsFailing, m: m.forDriver(i), component: fmt.Sprintf("driver-%d", i),
+			health: r.health, shutdown: s.shutdown, commitsFailing: s.commitsFailing, m: r.m.forDriver(i), component: fmt.Sprintf("driver-%d", i),
 			log: r.log.With("component", fmt.Sprintf("driver-%d", i)), gates: map[PartitionID]*gateState{},
 		}
-		drivers.Go(func() { exits[i] = d.run() })
+		s.drivers.Go(func() { s.exits[i] = d.run() })
 	}
+}
 
-	toMain := make(chan controllerSignal, 2)
-	sinkDrained := make(chan struct{}, 1)
+// startController starts the controller goroutine; a panic in it is kept
+// for the report, and controllerDone closes when it returns.
+func (r *Runtime) startController(s *run) {
+	cfg := r.cfg
 	closeShare := time.Duration(0)
 	if _, ok := r.src.(SourceCloser); ok {
 		closeShare = cfg.CloseShare
 	}
 	c := &controller{
-		cfg: cfg, src: r.src, cp: cp, controls: controls, events: events, toMain: toMain,
-		sinkDrained: sinkDrained, stop: r.stop, shutdown: shutdown, commitsFailing: commitsFailing, stopNow: time.Now, now: time.Now,
-		closeShare: closeShare, health: r.health, m: m, budget: r.budget,
-		srcMetrics: &SourceMetrics{m: m, componentType: compSource}, failures: r.sinks.Failures,
+		cfg: cfg, src: r.src, cp: s.cp, controls: s.controls, events: s.events, toMain: s.toMain,
+		sinkDrained: s.sinkDrained, stop: r.stop, shutdown: s.shutdown, commitsFailing: s.commitsFailing, stopNow: time.Now, now: time.Now,
+		closeShare: closeShare, health: r.health, m: r.m, budget: r.budget,
+		srcMetrics: &SourceMetrics{m: r.m, componentType: compSource}, failures: r.sinks.Failures,
 		sinkFatal: r.sinks.Fatal,
 		log:       r.log.With("component", "controller"),
 	}
-	controllerDone := make(chan struct{})
-	var controllerPanic atomic.Pointer[string]
 	go func() {
-		defer close(controllerDone)
+		defer close(s.controllerDone)
 		defer func() {
 			if p := recover(); p != nil {
-				s := fmt.Sprint(p)
-				controllerPanic.Store(&s)
+				why := fmt.Sprint(p)
+				s.controllerPanic.Store(&why)
 			}
 		}()
 		c.run()
 	}()
+}
 
-	var report ExitReport
-	sinkRan := false
-	drainSinks := func(deadline time.Time) {
-		if sinkRan {
-			return
-		}
-		sinkRan = true
-		if r.sinks.Drain == nil {
-			report.SinkDrain = &DrainReport{}
-			return
-		}
-		dctx, cancel := context.WithDeadline(context.Background(), deadline)
-		d := r.sinks.Drain(dctx)
-		cancel()
-		report.SinkDrain = &d
+// drainSinks runs the sinks' Drain once, by deadline.
+func (r *Runtime) drainSinks(s *run, deadline time.Time) {
+	if s.sinkRan {
+		return
 	}
+	s.sinkRan = true
+	if r.sinks.Drain == nil {
+		s.report.SinkDrain = &DrainReport{}
+		return
+	}
+	dctx, cancel := context.WithDeadline(context.Background(), deadline)
+	d := r.sinks.Drain(dctx)
+	cancel()
+	s.report.SinkDrain = &d
+}
+
+// awaitController serves the controller's signals until it reports the
+// end of the run, draining the sinks when it says the lanes have drained;
+// nil when the controller died without a report.
+func (r *Runtime) awaitController(s *run) *controllerReport {
 	ticker := time.NewTicker(100 * time.Millisecond)
 	defer ticker.Stop()
-	var finished *controllerReport
-loop:
 	for {
 		select {
-		case sig := <-toMain:
+		case sig := <-s.toMain:
 			if sig.lanesDrained {
-				drivers.Wait()
-				drainSinks(sig.sinkDeadline)
-				sinkDrained <- struct{}{}
+				s.drivers.Wait()
+				r.drainSinks(s, sig.sinkDeadline)
+				s.sinkDrained <- struct{}{}
 				continue
 			}
-			finished = sig.finished
-			break loop
-		case <-controllerDone:
+			return sig.finished
+		case <-s.controllerDone:
 			select {
-			case sig := <-toMain:
+			case sig := <-s.toMain:
 				if sig.finished != nil {
-					finished = sig.finished
-					break loop
+					return sig.finished
 				}
 				if sig.lanesDrained {
-					drivers.Wait()
-					drainSinks(sig.sinkDeadline)
+					s.drivers.Wait()
+					r.drainSinks(s, sig.sinkDeadline)
 				}
 			default:
 			}
-			break loop
+			return nil
 		case <-ticker.C:
 		}
 	}
+}
 
-	if finished == nil {
-		// The controller died without reporting: stop the drivers here.
-		why := "controller thread panicked"
-		if p := controllerPanic.Load(); p != nil {
-			why += ": " + *p
-		}
-		r.log.Error(why)
-		shutdown.Store(true)
-		deadline := time.Now().Add(cfg.DrainTimeout)
-		b := NewDrainBarrier(cfg.Threads)
-		for _, q := range controls {
-			q.Push(controlMsg{kind: ctlShutdown, barrier: b, deadline: deadline})
-		}
-		drivers.Wait()
-		drainSinks(time.Now().Add(cfg.DrainTimeout))
-		m.setState(StateFailed)
-		report.State = Failed
-		report.Failure = &FatalError{Component: "controller", Reason: why}
-		report.UnresolvedAcks = cp.Unresolved()
-		r.closeSource(time.Now().Add(cfg.CloseShare))
-		return report, report.Failure
+// controllerDied stops the drivers and drains the sinks in the
+// controller's place, and reports the run Failed.
+func (r *Runtime) controllerDied(s *run) (ExitReport, error) {
+	cfg := r.cfg
+	why := "controller thread panicked"
+	if p := s.controllerPanic.Load(); p != nil {
+		why += ": " + *p
 	}
+	r.log.Error(why)
+	s.shutdown.Store(true)
+	deadline := time.Now().Add(cfg.DrainTimeout)
+	b := NewDrainBarrier(cfg.Threads)
+	for _, q := range s.controls {
+		q.Push(controlMsg{kind: ctlShutdown, barrier: b, deadline: deadline})
+	}
+	s.drivers.Wait()
+	r.drainSinks(s, time.Now().Add(cfg.DrainTimeout))
+	r.m.setState(StateFailed)
+	report := &s.report
+	report.State = Failed
+	report.Failure = &FatalError{Component: "controller", Reason: why}
+	report.UnresolvedAcks = s.cp.Unresolved()
+	r.closeSource(time.Now().Add(cfg.CloseShare))
+	return *report, report.Failure
+}
 
-	drivers.Wait()
-	<-controllerDone
+// finish waits for the drivers and the controller after its report,
+// closes the source and makes the run's report.
+func (r *Runtime) finish(s *run, finished *controllerReport) (ExitReport, error) {
+	s.drivers.Wait()
+	<-s.controllerDone
+	report := &s.report
 	if finished.failure != nil {
 		report.State = Failed
 		report.Failure = finished.failure
@@ -328,25 +380,25 @@ loop:
 		report.State = Stopped
 	}
 	if report.State != Failed {
-		for _, e := range exits {
+		for _, e := range s.exits {
 			if e.panic != nil {
 				report.State = Failed
 				report.Failure = e.panic
-				m.setState(StateFailed)
+				r.m.setState(StateFailed)
 				break
 			}
 		}
 	}
-	if !sinkRan && r.sinks.Stop != nil {
+	if !s.sinkRan && r.sinks.Stop != nil {
 		r.sinks.Stop()
 	}
 	report.FinalWatermarks = finished.finalWatermarks
 	r.closeSource(finished.closeBy)
-	report.UnresolvedAcks = cp.Unresolved()
+	report.UnresolvedAcks = s.cp.Unresolved()
 	if report.UnresolvedAcks > 0 {
 		r.log.Error("acknowledgment handles were never released (a leak in a lane, chain or sink)", "unresolved", report.UnresolvedAcks)
 	}
-	return report, report.Err()
+	return *report, report.Err()
 }
 
 func (r *Runtime) closeSource(by time.Time) {

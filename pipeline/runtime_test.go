@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -303,6 +304,19 @@ func TestControllerPanicFailsTheRun(t *testing.T) {
 	r := h.run()()
 	require.Equal(t, pipeline.Failed, r.State, "report %+v", r.Failure)
 	require.Equal(t, "controller", r.Failure.Component, "report %+v", r.Failure)
+	require.Equal(t, "controller thread panicked: scripted source panic", r.Failure.Reason)
+}
+
+// A runtime runs once: a second Run fails at once and names the misuse.
+func TestRunTwiceFailsTheSecond(t *testing.T) {
+	h := newHarness(t, testConfig(), modeOK, 0, assign(lane(0, 0, 1)))
+	wait := h.run()
+	waitFor(t, "10 records consumed", func() bool { return h.consumed.Load() == 10 })
+	r, err := h.rt.Run(context.Background())
+	require.EqualError(t, err, "pipeline: Run called twice")
+	require.Equal(t, pipeline.Failed, r.State)
+	h.rt.Stop()
+	require.Equal(t, pipeline.Stopped, wait().State, "the second Run disturbed the first")
 }
 
 // A graceful stop reads on while the source says so, then hands back.
