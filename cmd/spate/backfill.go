@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/embedetcd"
 	"github.com/spate-go/spate/pipeline"
@@ -310,26 +312,18 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 		return usageError(fs, "--src %s: %v", f.src, err)
 	}
 	defer in.close()
-	src := in.location
 	out, err := openOutput(context.Background(), f.dst)
 	if err != nil {
 		return usageError(fs, "--dst %s: %v", f.dst, err)
 	}
 	defer out.close()
-	dst := out.location
-	if in.dir != "" && out.dir != "" && (within(dst, in.dir) || within(in.dir, dst) || within(dst, in.realDir()) || within(in.realDir(), dst)) {
-		return usageError(fs, "--src and --dst must not contain each other (the output would become input)")
+	if why := f.endsOverlap(in, out); why != "" {
+		return usageError(fs, "%s", why)
 	}
-	if f.store.url == "" && in.dir != "" {
-		if dd, err := filepath.Abs(f.store.dataDir); err == nil && within(dd, in.dir) {
-			return usageError(fs, "--data-dir %s is inside --src: pass --data-dir elsewhere", f.store.dataDir)
-		}
-	}
-	job := f.job
+	job, instance := f.job, f.instance
 	if job == "" {
-		job = deriveJob(src)
+		job = deriveJob(in.location)
 	}
-	instance := f.instance
 	if instance == "" {
 		instance = defaultInstance()
 	}
@@ -349,49 +343,17 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	})
 	defer sigs.stop()
 
-	conn, err := f.store.connect(runCtx, log, connectStart)
-	if err != nil {
-		return fail(exitFailed, "%v", err)
+	conn, st, code := f.openStore(runCtx, log, job)
+	if st == nil {
+		return code
 	}
 	defer conn.close()
-	// Reaching the store, its recorded lease included, takes at most
-	// --connect-timeout.
-	cctx, ccancel := context.WithTimeout(runCtx, f.store.connectTimeout)
-	ttl, ok := conn.recordedTTL(cctx, job)
-	if ok && ttl != f.lease {
-		ccancel()
-		return fail(exitUsage, "job %s was started with --lease %v on this store; pass the same --lease", job, ttl)
-	}
-	st, err := conn.open(cctx, job, f.lease, f.store.connectTimeout)
-	ccancel()
-	if err != nil {
-		return fail(exitFailed, "%v", conn.openError(err))
-	}
 	defer st.Close()
 
 	popts := filesource.PlannerOptions{TargetBytes: f.splitBytes, MaxFiles: f.splitFiles, Follow: f.follow, UntilIdle: f.untilIdle}
 	planner := filesource.NewPlanner(in.objs, popts)
-	before, _, err := readJob(runCtx, st)
-	if err != nil {
-		return fail(exitFailed, "read job %s: %v", job, err)
-	}
-	con.line("spate backfill: job %s, worker %s", job, instance)
-	con.line("store: %s", conn.describe)
-	switch {
-	case !before.exists:
-		con.line("new job: %s -> %s", src, dst)
-	case before.fingerprint != planner.Fingerprint():
-		return fail(exitUsage, "job %s on this store belongs to another source or other split options:\n  the job:  %s\n  this run: %s\nuse another --job, or the job's own --src/--split-bytes/--split-files/--follow", job, before.fingerprint, planner.Fingerprint())
-	case before.completedAll:
-		con.line("job %s is already complete: all %d splits (%s) are committed completed; nothing to do", job, before.splits, bytesStr(before.total))
-		return exitOK
-	case before.stalled:
-		f.explainStalled(con, job, before.quarantinedIDs, nil, before.damaged)
-		return exitStalled
-	case before.members > 0:
-		con.line("joining running job: %d of %d splits completed, %d worker(s) running", before.completed, before.splits, before.members)
-	default:
-		con.line("resuming job: %d of %d splits completed (%s of %s committed)", before.completed, before.splits, bytesStr(before.done), bytesStr(before.total))
+	if code, done := f.announce(runCtx, con, conn, st, job, instance, planner, in.location, out.location); done {
+		return code
 	}
 
 	var hist *history
@@ -400,26 +362,129 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 			return fail(exitFailed, "%v", err)
 		}
 		defer hist.close()
-		hist.record("start", map[string]any{"job": job, "store": conn.describe, "src": src, "dst": dst, "pid": os.Getpid(),
+		hist.record("start", map[string]any{"job": job, "store": conn.describe, "src": in.location, "dst": out.location, "pid": os.Getpid(),
 			"lease_ms": f.lease.Milliseconds(), "lanes": f.lanes})
 	}
 
-	reg := newRegistry()
-	cfg := f.config(instance)
-	coord, err := spate.NewStoreCoordinator(st, cfg, spate.WithLogger(log), spate.WithRegisterer(reg))
-	if err != nil {
-		return fail(exitFailed, "%v", err)
+	w, code := f.build(con, log, hist, in, out, st, job, instance, planner)
+	if w == nil {
+		return code
 	}
-	obs := newObserver(con, hist)
-	oc := &observedCoord{StoreCoordinator: coord, obs: obs}
-	splits := &observedSplits{Source: filesource.NewSource(in.objs).WithLogger(log), obs: obs}
+	if code, ok := w.serve(f.metricsAddr, con, conn, st, job, log); !ok {
+		return code
+	}
+	code = f.runJob(runCtx, con, log, w, in, out, st, sigs, job, started)
+	hist.record("exit", map[string]any{"code": code})
+
+	if conn.hosted() {
+		f.waitForOthers(con, conn, sigs)
+	}
+	return code
+}
+
+// endsOverlap says why --src and --dst (or the embedded store's
+// --data-dir) may not be used together; "" when they may.
+func (f *backfillFlags) endsOverlap(in *input, out *destination) string {
+	dst := out.location
+	if in.dir != "" && out.dir != "" && (within(dst, in.dir) || within(in.dir, dst) || within(dst, in.realDir()) || within(in.realDir(), dst)) {
+		return "--src and --dst must not contain each other (the output would become input)"
+	}
+	if f.store.url == "" && in.dir != "" {
+		if dd, err := filepath.Abs(f.store.dataDir); err == nil && within(dd, in.dir) {
+			return fmt.Sprintf("--data-dir %s is inside --src: pass --data-dir elsewhere", f.store.dataDir)
+		}
+	}
+	return ""
+}
+
+// openStore reaches the store and opens the job's keys in it, within
+// --connect-timeout, refusing a --lease other than the job's recorded one.
+// On failure the store is nil and the exit code says why.
+func (f *backfillFlags) openStore(ctx context.Context, log *slog.Logger, job string) (*connector, spate.Store, int) {
+	conn, err := f.store.connect(ctx, log, connectStart)
+	if err != nil {
+		return nil, nil, fail(exitFailed, "%v", err)
+	}
+	cctx, ccancel := context.WithTimeout(ctx, f.store.connectTimeout)
+	defer ccancel()
+	ttl, ok := conn.recordedTTL(cctx, job)
+	if ok && ttl != f.lease {
+		code := fail(exitUsage, "job %s was started with --lease %v on this store; pass the same --lease", job, ttl)
+		conn.close()
+		return nil, nil, code
+	}
+	st, err := conn.open(cctx, job, f.lease, f.store.connectTimeout)
+	if err != nil {
+		code := fail(exitFailed, "%v", conn.openError(err))
+		conn.close()
+		return nil, nil, code
+	}
+	return conn, st, exitOK
+}
+
+// announce prints what this run finds of the job on the store: new,
+// joined, resumed; and ends the run (done) for a job of another source,
+// a complete job and a stalled one.
+func (f *backfillFlags) announce(ctx context.Context, con *console, conn *connector, st spate.Store, job, instance string,
+	planner *filesource.Planner, src, dst string) (code int, done bool) {
+	before, _, err := readJob(ctx, st)
+	if err != nil {
+		return fail(exitFailed, "read job %s: %v", job, err), true
+	}
+	con.line("spate backfill: job %s, worker %s", job, instance)
+	con.line("store: %s", conn.describe)
+	switch {
+	case !before.exists:
+		con.line("new job: %s -> %s", src, dst)
+	case before.fingerprint != planner.Fingerprint():
+		return fail(exitUsage, "job %s on this store belongs to another source or other split options:\n  the job:  %s\n  this run: %s\nuse another --job, or the job's own --src/--split-bytes/--split-files/--follow", job, before.fingerprint, planner.Fingerprint()), true
+	case before.completedAll:
+		con.line("job %s is already complete: all %d splits (%s) are committed completed; nothing to do", job, before.splits, bytesStr(before.total))
+		return exitOK, true
+	case before.stalled:
+		f.explainStalled(con, job, before.quarantinedIDs, nil, before.damaged)
+		return exitStalled, true
+	case before.members > 0:
+		con.line("joining running job: %d of %d splits completed, %d worker(s) running", before.completed, before.splits, before.members)
+	default:
+		con.line("resuming job: %d of %d splits completed (%s of %s committed)", before.completed, before.splits, bytesStr(before.done), bytesStr(before.total))
+	}
+	return exitOK, false
+}
+
+// backfillWorker is one run's coordinator, runtime and output, built
+// before it runs.
+type backfillWorker struct {
+	coord    *spate.StoreCoordinator
+	fileSink stagingSink
+	rt       *pipeline.Runtime
+	obs      *observer
+	reg      *prometheus.Registry
+	ms       *metricsServer
+	jv       *jobViewMount
+}
+
+// build makes the worker: a coordinator over st, the coordinated file
+// source, the staging sink to --dst (created here) and the runtime over
+// them. On failure the worker is nil and the exit code says why.
+func (f *backfillFlags) build(con *console, log *slog.Logger, hist *history, in *input, out *destination, st spate.Store,
+	job, instance string, planner *filesource.Planner) (*backfillWorker, int) {
+	w := &backfillWorker{reg: newRegistry()}
+	coord, err := spate.NewStoreCoordinator(st, f.config(instance), spate.WithLogger(log), spate.WithRegisterer(w.reg))
+	if err != nil {
+		return nil, fail(exitFailed, "%v", err)
+	}
+	w.coord = coord
+	w.obs = newObserver(con, hist)
+	oc := &observedCoord{StoreCoordinator: coord, obs: w.obs}
+	splits := &observedSplits{Source: filesource.NewSource(in.objs).WithLogger(log), obs: w.obs}
 	source := pipeline.NewCoordinatedSource(oc, splits, planner, pipeline.StallDrains(true), pipeline.DriverLogger(log))
-	fileSink, err := out.sink(context.Background(), job, f.rollSize, f.rollInterval) // creates --dst
+	w.fileSink, err = out.sink(context.Background(), job, f.rollSize, f.rollInterval) // creates --dst
 	if err != nil {
 		_ = coord.Close()
-		return fail(exitFailed, "%v", err)
+		return nil, fail(exitFailed, "%v", err)
 	}
-	sink := &outputSink{stagingSink: fileSink, obs: obs}
+	sink := &outputSink{stagingSink: w.fileSink, obs: w.obs}
 	pcfg := pipeline.Config{
 		Name:           "backfill",
 		Threads:        f.threads,
@@ -431,30 +496,42 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 		MinPause:    backfillMinPause,
 	}
 	sinkOpts := pipeline.SinkOptions{Shards: 2, QueueCapacity: backfillQueueChunks, Linger: backfillLinger}
-	rt, err := pipeline.Build(pcfg, source, newPacer(f.rate).stages(),
+	w.rt, err = pipeline.Build(pcfg, source, newPacer(f.rate).stages(),
 		[]pipeline.SinkSpec{{Name: "file", Sink: sink, Options: sinkOpts}},
-		pipeline.WithLogger(log), pipeline.WithRegisterer(reg))
+		pipeline.WithLogger(log), pipeline.WithRegisterer(w.reg))
 	if err != nil {
 		_ = coord.Close()
-		return fail(exitUsage, "%v", err)
+		return nil, fail(exitUsage, "%v", err)
 	}
-	var jv *jobViewMount
-	var mh http.Handler = rt.Handler(metricsHandler(reg))
-	if f.metricsAddr != "" {
-		jv = mountJobView(mh, f.metricsAddr, job, st, conn.describe, log)
-		mh = jv
+	return w, exitOK
+}
+
+// serve starts the metrics, health and job view endpoints on
+// --metrics-addr, if it is set. On failure it closes the coordinator.
+func (w *backfillWorker) serve(addr string, con *console, conn *connector, st spate.Store, job string, log *slog.Logger) (int, bool) {
+	var mh http.Handler = w.rt.Handler(metricsHandler(w.reg))
+	if addr != "" {
+		w.jv = mountJobView(mh, addr, job, st, conn.describe, log)
+		mh = w.jv
 	}
-	ms, err := serveMetrics(f.metricsAddr, mh)
+	ms, err := serveMetrics(addr, mh)
 	if err != nil {
-		_ = coord.Close()
-		return fail(exitFailed, "--metrics-addr: %v", err)
+		_ = w.coord.Close()
+		return fail(exitFailed, "--metrics-addr: %v", err), false
 	}
+	w.ms = ms
 	if ms != nil {
 		con.line("metrics: http://%s/metrics (health: /healthz, /readyz; job view: /ui/)", ms.addr)
 	}
+	return exitOK, true
+}
 
-	stopProgress := f.progress(con, st, obs, started)
-	report, runErr := rt.Run(runCtx)
+// runJob runs the worker until the job ends or a signal stops it, closes
+// it, and reports the outcome.
+func (f *backfillFlags) runJob(ctx context.Context, con *console, log *slog.Logger, w *backfillWorker, in *input, out *destination,
+	st spate.Store, sigs *interrupts, job string, started time.Time) int {
+	stopProgress := f.progress(con, st, w.obs, started)
+	report, runErr := w.rt.Run(ctx)
 	stopProgress()
 	con.endStatus()
 	// The job's final state is read before this worker leaves: a host of
@@ -463,26 +540,20 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	final, _, _ := readJob(fctx, st)
 	fcancel()
-	closeErr := coord.Close()
-	_ = fileSink.Close()
-	ms.stop()
-	jv.close()
+	closeErr := w.coord.Close()
+	_ = w.fileSink.Close()
+	w.ms.stop()
+	w.jv.close()
 
-	complete, stalled := obs.verdict()
+	complete, stalled := w.obs.verdict()
 	if complete {
 		// Staging files nobody lists (a frozen worker's, written after its
 		// last commit) go once the job is complete.
 		if err := out.removeStaging(context.Background()); err != nil {
-			log.Warn("could not remove leftover staging files; they hold nothing committed", "dir", dst, "error", err)
+			log.Warn("could not remove leftover staging files; they hold nothing committed", "dir", out.location, "error", err)
 		}
 	}
-	code := f.finish(con, job, in, out, obs, final, complete, stalled, sigs.signal(), report, runErr, closeErr, started)
-	hist.record("exit", map[string]any{"code": code})
-
-	if conn.hosted() {
-		f.waitForOthers(con, conn, sigs)
-	}
-	return code
+	return f.finish(con, job, in, out, w.obs, final, complete, stalled, sigs.signal(), report, runErr, closeErr, started)
 }
 
 // The copy's pipeline tuning. Reading local files outruns writing and

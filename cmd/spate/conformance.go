@@ -142,39 +142,16 @@ func runConformance(args []string) int {
 	defer conn.close()
 	fmt.Printf("spate conformance: %s, TTL %v\n", conn.describe, *ttl)
 
-	// Preflight: the store opens (its own startup check) with this TTL.
-	ns := "conformance-" + randomHex()[:12]
-	pctx, cancel := context.WithTimeout(ctx, sf.connectTimeout+15*time.Second)
-	st, err := conn.open(pctx, ns, *ttl, sf.connectTimeout)
-	cancel()
-	if err != nil {
-		var u *unreachableError
-		if !errors.As(err, &u) { // nothing to clean up on a store never reached
-			dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
-			_ = conn.dep.DeleteJob(dctx, ns)
-			dcancel()
-		}
-		fmt.Println()
-		printRuleTable(os.Stdout, []ruleResult{{name: "Preflight/StoreOpens", result: "FAIL", msgs: []string{err.Error()}}})
-		fmt.Println("\nFAIL: the store refuses what spate needs; the suite did not run")
+	caps, ok := conformancePreflight(ctx, conn, *ttl, sf.connectTimeout)
+	if !ok {
 		return exitFailed
 	}
-	caps := st.Capabilities()
-	_ = st.Close()
-	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
-	_ = conn.dep.DeleteJob(dctx, ns)
-	dcancel()
 	printCapabilities(caps)
 
 	// The suites, in this process: the store rules, then the coordinator's.
-	type suite struct {
-		name  string
-		rules []conformance.Rule
-		check func(context.Context, conformance.HarnessMaker, ...conformance.Option) error
-	}
-	suites := []suite{{"Store", conformance.StoreRules, conformance.CheckStore}}
+	suites := []conformanceSuite{{"Store", conformance.StoreRules, conformance.CheckStore}}
 	if *coord || re != nil {
-		suites = append(suites, suite{"Coordinator", conformance.CoordinatorRules, conformance.CheckCoordinator})
+		suites = append(suites, conformanceSuite{"Coordinator", conformance.CoordinatorRules, conformance.CheckCoordinator})
 	}
 	runCtx, cancelRun := context.WithTimeout(ctx, *timeout)
 	defer cancelRun()
@@ -216,9 +193,51 @@ func runConformance(args []string) int {
 		fmt.Print(clearLine)
 	}
 
-	// The table, in the suites' own order.
 	mu.Lock()
 	defer mu.Unlock()
+	return conformanceReport(suites, results, start, sigs.signal(), timedOut, *timeout)
+}
+
+// conformanceSuite is one suite that spate conformance runs.
+type conformanceSuite struct {
+	name  string
+	rules []conformance.Rule
+	check func(context.Context, conformance.HarnessMaker, ...conformance.Option) error
+}
+
+// conformancePreflight opens a store in a fresh namespace with the TTL
+// the suite will run with (the driver's own startup check), and deletes
+// the namespace again. When the store refuses, it prints why and the
+// suite must not run.
+func conformancePreflight(ctx context.Context, conn *connector, ttl, connectTimeout time.Duration) (spate.Capabilities, bool) {
+	// Preflight: the store opens (its own startup check) with this TTL.
+	ns := "conformance-" + randomHex()[:12]
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout+15*time.Second)
+	st, err := conn.open(pctx, ns, ttl, connectTimeout)
+	cancel()
+	if err != nil {
+		var u *unreachableError
+		if !errors.As(err, &u) { // nothing to clean up on a store never reached
+			dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+			_ = conn.dep.DeleteJob(dctx, ns)
+			dcancel()
+		}
+		fmt.Println()
+		printRuleTable(os.Stdout, []ruleResult{{name: "Preflight/StoreOpens", result: "FAIL", msgs: []string{err.Error()}}})
+		fmt.Println("\nFAIL: the store refuses what spate needs; the suite did not run")
+		return spate.Capabilities{}, false
+	}
+	caps := st.Capabilities()
+	_ = st.Close()
+	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	_ = conn.dep.DeleteJob(dctx, ns)
+	dcancel()
+	return caps, true
+}
+
+// conformanceReport prints the rule table of a run, in the suites' own
+// order, and its verdict, and returns the exit code.
+func conformanceReport(suites []conformanceSuite, results map[string]ruleResult, start time.Time, sig os.Signal, timedOut bool, timeout time.Duration) int {
 	var rows []ruleResult
 	pass, failed, skip := 0, 0, 0
 	for _, su := range suites {
@@ -256,11 +275,11 @@ func runConformance(args []string) int {
 	}
 	fmt.Printf("\n%d rules: %d passed, %d failed, %d skipped in %.1fs\n", len(rows), pass, failed, skip, time.Since(start).Seconds())
 	switch {
-	case sigs.signal() != nil:
+	case sig != nil:
 		fmt.Println("FAIL: interrupted")
-		return signalCode(sigs.signal())
+		return signalCode(sig)
 	case timedOut:
-		fmt.Printf("FAIL: the suite did not finish within --timeout %v (the namespaces of unfinished rules may be left behind)\n", *timeout)
+		fmt.Printf("FAIL: the suite did not finish within --timeout %v (the namespaces of unfinished rules may be left behind)\n", timeout)
 		return exitFailed
 	case failed > 0:
 		fmt.Println("FAIL: the store broke the rules above; do not trust it with a job until they pass")
