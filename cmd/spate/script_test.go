@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/spate-go/spate/internal/redistest"
 )
 
 var updateScripts = flag.Bool("update-scripts", false, "rewrite the golden files of testdata/script from what the command printed")
@@ -18,13 +20,17 @@ var updateScripts = flag.Bool("update-scripts", false, "rewrite the golden files
 // a txtar script of spate invocations and their exact output, checked
 // against golden files (go test -run TestScripts -update-scripts
 // ./cmd/spate rewrites them). The binary is the one TestMain built.
+// $REDIS is the URL of a redis-server the test started, for scripts that
+// need a store another process can read.
 func TestScripts(t *testing.T) {
 	t.Parallel()
+	redisURL := "redis://" + redistest.Start(t).Addr()
 	testscript.Run(t, testscript.Params{
 		Dir:           "testdata/script",
 		UpdateScripts: *updateScripts,
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("PATH", filepath.Dir(spateBin)+string(os.PathListSeparator)+env.Getenv("PATH"))
+			env.Setenv("REDIS", redisURL)
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
