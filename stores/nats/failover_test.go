@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/conformance"
 	"github.com/spate-go/spate/internal/natstest"
@@ -28,23 +31,19 @@ func TestFailoverCASIsLinearizable(t *testing.T) {
 	stores := make([]spate.Store, clients)
 	for i := range stores {
 		s, err := h.NewStore(ctx)
-		if err != nil {
-			t.Fatalf("open store %d: %v", i, err)
-		}
+		require.NoError(t, err, "open store %d", i)
 		t.Cleanup(func() { _ = s.Close() })
 		stores[i] = s
 	}
 	admin, err := h.Conn()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	dname, _ := spatenats.Buckets(h.Options().Job)
 	stream := "KV_" + dname
 
 	rec := &conformance.History{}
-	if o, err := conformance.RecordCreate(ctx, rec, 0, stores[0], spate.Durable, "ctr", []byte("0")); err != nil || !o.Won {
-		t.Fatalf("create the counter: won=%t err=%v", o.Won, err)
-	}
+	o, err := conformance.RecordCreate(ctx, rec, 0, stores[0], spate.Durable, "ctr", []byte("0"))
+	require.NoError(t, err, "create the counter")
+	require.True(t, o.Won, "create the counter: won=%t", o.Won)
 	c.WaitStreamReplicasCurrent(t, admin, stream, 3)
 	leader := c.StreamLeader(t, admin, stream)
 
@@ -69,8 +68,7 @@ func TestFailoverCASIsLinearizable(t *testing.T) {
 			ch, err := watcher.Watch(wctx, spate.Durable, "ctr")
 			if err != nil {
 				wcancel()
-				if !spate.IsRetryable(err) {
-					t.Errorf("re-watch during a failover must fail Retryable: %v", err)
+				if !assert.True(t, spate.IsRetryable(err), "re-watch during a failover must fail Retryable: %v", err) {
 					return
 				}
 				watchBreaks.Add(1)
@@ -81,9 +79,7 @@ func TestFailoverCASIsLinearizable(t *testing.T) {
 			for ev := range ch {
 				switch ev.Kind {
 				case spate.WatchPut:
-					if ev.Revision <= last {
-						t.Errorf("rule: a key's events arrive in revision order; %d after %d", ev.Revision, last)
-					}
+					assert.Greater(t, ev.Revision, last, "rule: a key's events arrive in revision order; %d after %d", ev.Revision, last)
 					last = ev.Revision
 					if ev.Revision > seen.Load() {
 						seen.Store(ev.Revision)
@@ -93,9 +89,7 @@ func TestFailoverCASIsLinearizable(t *testing.T) {
 					default:
 					}
 				case spate.WatchError:
-					if !spate.IsRetryable(ev.Err) {
-						t.Errorf("a broken watch is Retryable: %v", ev.Err)
-					}
+					assert.True(t, spate.IsRetryable(ev.Err), "a broken watch is Retryable: %v", ev.Err)
 					watchBreaks.Add(1)
 				case spate.WatchDelete:
 					t.Errorf("the counter is never deleted; the watch reported a delete at %d", ev.Revision)
@@ -128,17 +122,15 @@ func TestFailoverCASIsLinearizable(t *testing.T) {
 						t.Errorf("client %d: the counter vanished", cl)
 						return
 					}
-					if !spate.IsRetryable(err) {
-						t.Errorf("client %d: a failover error must be Retryable: %v", cl, err)
+					if !assert.True(t, spate.IsRetryable(err), "client %d: a failover error must be Retryable: %v", cl, err) {
 						return
 					}
 					backoff(stop)
 					continue
 				}
 				v, err := strconv.Atoi(string(en.Value))
-				if err != nil {
+				if !assert.NoError(t, err, "client %d: counter value %q", cl, en.Value) {
 					cancel()
-					t.Errorf("client %d: counter value %q: %v", cl, en.Value, err)
 					return
 				}
 				o, err := conformance.RecordUpdate(opCtx, rec, cl, s, spate.Durable, "ctr", []byte(strconv.Itoa(v+1)), en.Revision)
@@ -146,8 +138,7 @@ func TestFailoverCASIsLinearizable(t *testing.T) {
 				switch {
 				case err != nil:
 					unknown.Add(1)
-					if !spate.IsRetryable(err) {
-						t.Errorf("client %d: a failover error must be Retryable: %v", cl, err)
+					if !assert.True(t, spate.IsRetryable(err), "client %d: a failover error must be Retryable: %v", cl, err) {
 						return
 					}
 					backoff(stop)
@@ -182,9 +173,7 @@ func TestFailoverCASIsLinearizable(t *testing.T) {
 	c.Nodes[leader].Shutdown()
 	waitWon(wonAtKill+40, "after stopping the stream leader "+c.Nodes[leader].Name())
 	newLeader := c.StreamLeader(t, admin, stream)
-	if newLeader == leader {
-		t.Errorf("the stopped node %s still leads %s", c.Nodes[leader].Name(), stream)
-	}
+	assert.NotEqual(t, leader, newLeader, "the stopped node %s still leads %s", c.Nodes[leader].Name(), stream)
 	c.Nodes[leader].Restart(t)
 	c.WaitStreamReplicasCurrent(t, admin, stream, 3)
 	waitWon(won.Load()+40, "after restarting "+c.Nodes[leader].Name())
@@ -216,13 +205,11 @@ func TestFailoverCASIsLinearizable(t *testing.T) {
 	watchWG.Wait()
 	v, _ := strconv.Atoi(string(final.Value))
 	w, u := won.Load(), unknown.Load()
-	if int64(v) < w || int64(v) > w+u {
-		t.Errorf("rule: no won increment is lost across a failover; counter reads %d after %d won and %d unknown increments", v, w, u)
-	}
+	assert.GreaterOrEqual(t, int64(v), w, "rule: no won increment is lost across a failover; counter reads %d after %d won and %d unknown increments", v, w, u)
+	assert.LessOrEqual(t, int64(v), w+u, "rule: no won increment is lost across a failover; counter reads %d after %d won and %d unknown increments", v, w, u)
 	ok, info := rec.Check(2 * time.Minute)
-	if !ok || info != "" {
-		t.Errorf("rule: create, get and update stay linearizable across a leader failover; porcupine: ok=%t %s (%d operations)", ok, info, rec.Len())
-	}
+	assert.True(t, ok, "rule: create, get and update stay linearizable across a leader failover; porcupine: ok=%t %s (%d operations)", ok, info, rec.Len())
+	assert.Empty(t, info, "rule: create, get and update stay linearizable across a leader failover; porcupine: ok=%t %s (%d operations)", ok, info, rec.Len())
 	gap := time.Duration(firstWinAfterKill.Load() - killedAt.Load())
 	t.Logf("stopped stream leader %s; new leader %s; %d operations, %d won, %d unknown, final counter %d; first won increment %v after the stop; the watcher broke %d times",
 		c.Nodes[leader].Name(), c.Nodes[newLeader].Name(), rec.Len(), w, u, v, gap.Round(time.Millisecond), watchBreaks.Load())

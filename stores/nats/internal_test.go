@@ -1,12 +1,13 @@
 package nats
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
 )
@@ -34,20 +35,14 @@ func TestCheckServerVersion(t *testing.T) {
 	} {
 		err := checkServerVersion(tc.version)
 		if tc.want == nil {
-			if err != nil {
-				t.Errorf("server %q: want accepted, got %v", tc.version, err)
-			}
+			assert.NoError(t, err, "server %q: want accepted", tc.version)
 			continue
 		}
-		if !errors.Is(err, tc.want) {
-			t.Errorf("server %q: want %v, got %v", tc.version, tc.want, err)
-		}
+		assert.ErrorIs(t, err, tc.want, "server %q", tc.version)
 	}
 	err := checkServerVersion("2.10.22")
 	for _, want := range []string{"2.10.22", "2.11", "upgrade"} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("an old server's error says %q: got %v", want, err)
-		}
+		assert.ErrorContains(t, err, want, "an old server's error says %q", want)
 	}
 }
 
@@ -61,34 +56,25 @@ func TestSubjectFilter(t *testing.T) {
 		"a.b.c":      "$KV.b.a.b.>",
 		"assign.w-1": "$KV.b.assign.>",
 	} {
-		if got := subjectFilter(pre, prefix); got != want {
-			t.Errorf("subjectFilter(%q) = %q, want %q", prefix, got, want)
-		}
+		assert.Equal(t, want, subjectFilter(pre, prefix), "subjectFilter(%q)", prefix)
 	}
 }
 
 func TestOptionsValidate(t *testing.T) {
 	good := Options{Job: "job_1-x", TTL: 2 * time.Second}
-	if err := good.validate(); err != nil {
-		t.Fatalf("valid options: %v", err)
-	}
-	if good.Replicas != 1 || good.MaxValueSize != DefaultMaxValueSize || good.Logger == nil || good.Storage != jetstream.FileStorage {
-		t.Errorf("defaults not applied: %+v", good)
-	}
+	require.NoError(t, good.validate(), "valid options")
+	assert.Equal(t, 1, good.Replicas, "defaults not applied: %+v", good)
+	assert.Equal(t, DefaultMaxValueSize, good.MaxValueSize, "defaults not applied: %+v", good)
+	assert.NotNil(t, good.Logger, "defaults not applied: %+v", good)
+	assert.Equal(t, jetstream.FileStorage, good.Storage, "defaults not applied: %+v", good)
 	bad := Options{Job: "bad job!", TTL: time.Second, Replicas: 2, Storage: jetstream.StorageType(7), MaxValueSize: -1}
 	err := bad.validate()
-	if !errors.Is(err, spate.ErrFatal) {
-		t.Fatalf("invalid options: want Fatal, got %v", err)
-	}
+	require.ErrorIs(t, err, spate.ErrFatal, "invalid options: want Fatal")
 	for _, want := range []string{"job", "TTL", "replicas", "storage", "max value size"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("every violation is reported; %q missing from %v", want, err)
-		}
+		assert.ErrorContains(t, err, want, "every violation is reported")
 	}
 	long := Options{Job: strings.Repeat("j", 65), TTL: 2 * time.Second}
-	if err := long.validate(); !errors.Is(err, spate.ErrFatal) {
-		t.Errorf("a 65-character job is refused; got %v", err)
-	}
+	assert.ErrorIs(t, long.validate(), spate.ErrFatal, "a 65-character job is refused")
 }
 
 func TestCapabilitiesAreHonest(t *testing.T) {
@@ -104,15 +90,13 @@ func TestCapabilitiesAreHonest(t *testing.T) {
 		{1, jetstream.MemoryStorage, false},
 	} {
 		c := capabilities(Options{Job: "j", TTL: 3 * time.Second, Replicas: tc.replicas, Storage: tc.storage, MaxValueSize: 100})
-		if c.LinearizableFailover != tc.failover {
-			t.Errorf("R%d %v: LinearizableFailover %t, want %t", tc.replicas, tc.storage, c.LinearizableFailover, tc.failover)
-		}
-		if c.Driver != "nats" || c.TTL != 3*time.Second || c.TTLFloor != 2*time.Second || c.MaxValueSize != 100 || c.ExpiryLatency <= 0 {
-			t.Errorf("capabilities misreported: %+v", c)
-		}
-		if !strings.Contains(strings.Join(c.RequiredSettings, "; "), "sync_interval: always") {
-			t.Errorf("required settings must name sync_interval: always; got %v", c.RequiredSettings)
-		}
+		assert.Equal(t, tc.failover, c.LinearizableFailover, "R%d %v: LinearizableFailover", tc.replicas, tc.storage)
+		assert.Equal(t, "nats", c.Driver, "capabilities misreported: %+v", c)
+		assert.Equal(t, 3*time.Second, c.TTL, "capabilities misreported: %+v", c)
+		assert.Equal(t, 2*time.Second, c.TTLFloor, "capabilities misreported: %+v", c)
+		assert.Equal(t, 100, c.MaxValueSize, "capabilities misreported: %+v", c)
+		assert.Positive(t, c.ExpiryLatency, "capabilities misreported: %+v", c)
+		assert.Contains(t, strings.Join(c.RequiredSettings, "; "), "sync_interval: always", "required settings must name sync_interval: always")
 	}
 }
 
@@ -152,18 +136,15 @@ func TestCheckAdopt(t *testing.T) {
 		}
 		err := checkAdopt(tc.ks, name, mutate(tc.ks, tc.f), want, dname, ename)
 		if tc.want == "" {
-			if err != nil {
-				t.Errorf("%s: want adopted, got %v", tc.name, err)
-			}
+			assert.NoError(t, err, "%s: want adopted", tc.name)
 			continue
 		}
-		if !errors.Is(err, spate.ErrFatal) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: want a Fatal error saying %q, got %v", tc.name, tc.want, err)
+		if !assert.ErrorIs(t, err, spate.ErrFatal, "%s: want a Fatal error saying %q", tc.name, tc.want) ||
+			!assert.ErrorContains(t, err, tc.want, "%s: want a Fatal error saying %q", tc.name, tc.want) {
 			continue
 		}
-		if !strings.Contains(err.Error(), dname) || !strings.Contains(err.Error(), ename) {
-			t.Errorf("%s: the error names both buckets to delete: %v", tc.name, err)
-		}
+		assert.ErrorContains(t, err, dname, "%s: the error names both buckets to delete", tc.name)
+		assert.ErrorContains(t, err, ename, "%s: the error names both buckets to delete", tc.name)
 	}
 }
 
@@ -180,8 +161,6 @@ func TestIsMarker(t *testing.T) {
 		{map[string][]string{"Nats-Marker-Reason": {"Remove"}}, true},
 		{map[string][]string{"Other": {"x"}}, false},
 	} {
-		if got := isMarker(tc.hdr); got != tc.marker {
-			t.Errorf("isMarker(%v) = %t, want %t", tc.hdr, got, tc.marker)
-		}
+		assert.Equal(t, tc.marker, isMarker(tc.hdr), "isMarker(%v)", tc.hdr)
 	}
 }

@@ -12,6 +12,8 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/natstest"
@@ -29,9 +31,7 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 func open(t *testing.T, nc *natsgo.Conn, opts spatenats.Options) *spatenats.Store {
 	t.Helper()
 	s, err := spatenats.New(testCtx(t, 10*time.Second), nc, opts)
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
+	require.NoError(t, err, "open store")
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
@@ -42,9 +42,7 @@ func open(t *testing.T, nc *natsgo.Conn, opts spatenats.Options) *spatenats.Stor
 func jobStreams(t *testing.T, nc *natsgo.Conn, job string) (jetstream.JetStream, [2]string) {
 	t.Helper()
 	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatalf("jetstream: %v", err)
-	}
+	require.NoError(t, err, "jetstream")
 	dname, ename := spatenats.Buckets(job)
 	return js, [2]string{"KV_" + dname, "KV_" + ename}
 }
@@ -53,9 +51,8 @@ func jobStreams(t *testing.T, nc *natsgo.Conn, job string) (jetstream.JetStream,
 func mustCreate(t *testing.T, ctx context.Context, s spate.Store, ks spate.Keyspace, key string) {
 	t.Helper()
 	o, err := s.Create(ctx, ks, key, []byte("v"))
-	if err != nil || !o.Won {
-		t.Fatalf("create %v %q: won=%t err=%v", ks, key, o.Won, err)
-	}
+	require.NoError(t, err, "create %v %q", ks, key)
+	require.True(t, o.Won, "create %v %q: won=%t", ks, key, o.Won)
 }
 
 // roundTrip writes and reads one key in each keyspace.
@@ -64,13 +61,13 @@ func roundTrip(t *testing.T, s spate.Store) {
 	ctx := testCtx(t, 10*time.Second)
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
 		o, err := s.Create(ctx, ks, "rt.k", []byte("v"))
-		if err != nil || !o.Won {
-			t.Fatalf("%v create: won=%t err=%v", ks, o.Won, err)
-		}
+		require.NoError(t, err, "%v create", ks)
+		require.True(t, o.Won, "%v create: won=%t", ks, o.Won)
 		e, ok, err := s.Get(ctx, ks, "rt.k")
-		if err != nil || !ok || string(e.Value) != "v" || e.Revision != o.Revision {
-			t.Fatalf("%v get: %+v ok=%t err=%v", ks, e, ok, err)
-		}
+		require.NoError(t, err, "%v get", ks)
+		require.True(t, ok, "%v get: %+v ok=%t", ks, e, ok)
+		require.Equal(t, "v", string(e.Value), "%v get: %+v", ks, e)
+		require.Equal(t, o.Revision, e.Revision, "%v get: %+v", ks, e)
 	}
 }
 
@@ -78,24 +75,18 @@ func roundTrip(t *testing.T, s spate.Store) {
 // of says.
 func requireFatal(t *testing.T, what string, err error, says ...string) {
 	t.Helper()
-	if err == nil {
-		t.Fatalf("%s: want a Fatal error, got none", what)
-	}
-	if !spate.IsFatal(err) || errors.Is(err, spate.ErrRetryable) {
-		t.Fatalf("%s: want Fatal, got %v", what, err)
-	}
+	require.Error(t, err, "%s: want a Fatal error, got none", what)
+	require.True(t, spate.IsFatal(err), "%s: want Fatal, got %v", what, err)
+	require.NotErrorIs(t, err, spate.ErrRetryable, "%s: want Fatal", what)
 	for _, s := range says {
-		if !strings.Contains(err.Error(), s) {
-			t.Errorf("%s: the error should say %q: %v", what, s, err)
-		}
+		assert.ErrorContains(t, err, s, "%s: the error should say %q", what, s)
 	}
 }
 
 func requireRetryable(t *testing.T, what string, err error) {
 	t.Helper()
-	if err == nil || !spate.IsRetryable(err) {
-		t.Fatalf("%s: want Retryable, got %v", what, err)
-	}
+	require.Error(t, err, "%s: want Retryable", what)
+	require.True(t, spate.IsRetryable(err), "%s: want Retryable, got %v", what, err)
 }
 
 // TestAuthAndTLS connects with each kind of credentials and TLS, end to end,
@@ -118,9 +109,7 @@ func TestAuthAndTLS(t *testing.T) {
 			t.Parallel()
 			srv := natstest.Start(t, tc.opts...)
 			nc, err := spatenats.Connect(testCtx(t, 10*time.Second), srv.URL, srv.ClientOptions...)
-			if err != nil {
-				t.Fatalf("connect with good credentials: %v", err)
-			}
+			require.NoError(t, err, "connect with good credentials")
 			t.Cleanup(nc.Close)
 			s := open(t, nc, spatenats.Options{Job: natstest.NewJob(), TTL: ttl})
 			roundTrip(t, s)
@@ -129,17 +118,13 @@ func TestAuthAndTLS(t *testing.T) {
 				return
 			}
 			bad, err := srv.BadClientOptions()
-			if err != nil {
-				t.Fatalf("bad credentials: %v", err)
-			}
+			require.NoError(t, err, "bad credentials")
 			ctx := testCtx(t, 10*time.Second)
 			nc2, err := spatenats.Connect(ctx, srv.URL, bad...)
 			if nc2 != nil {
 				nc2.Close()
 			}
-			if ctx.Err() != nil {
-				t.Fatalf("bad credentials must fail at once, not at the dial's deadline: %v", err)
-			}
+			require.NoError(t, ctx.Err(), "bad credentials must fail at once, not at the dial's deadline: %v", err)
 			requireFatal(t, "connect with bad credentials", err, tc.badSays)
 		})
 	}
@@ -165,9 +150,7 @@ func TestTLSMisconfiguration(t *testing.T) {
 			requireFatal(t, "connect without a client certificate, alert received", err, "refused the TLS handshake")
 		}
 	}
-	if ctx.Err() != nil {
-		t.Fatalf("TLS failures must be immediate")
-	}
+	require.NoError(t, ctx.Err(), "TLS failures must be immediate")
 }
 
 // TestBadCredentialsOnRetryingConnection: a connection made with
@@ -180,9 +163,7 @@ func TestBadCredentialsOnRetryingConnection(t *testing.T) {
 	nc, err := natsgo.Connect(srv.URL, natsgo.UserInfo("spate", "wrong"), natsgo.RetryOnFailedConnect(true),
 		natsgo.MaxReconnects(-1), natsgo.ReconnectWait(50*time.Millisecond),
 		natsgo.ClosedHandler(func(*natsgo.Conn) { close(closed) }))
-	if err != nil {
-		t.Fatalf("RetryOnFailedConnect returns a connection: %v", err)
-	}
+	require.NoError(t, err, "RetryOnFailedConnect returns a connection")
 	t.Cleanup(nc.Close)
 	select {
 	case <-closed:
@@ -195,9 +176,7 @@ func TestBadCredentialsOnRetryingConnection(t *testing.T) {
 
 func TestUnreachableServerIsRetryable(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	addr := l.Addr().String()
 	_ = l.Close()
 	_, err = spatenats.Connect(testCtx(t, 10*time.Second), "nats://"+addr)
@@ -240,23 +219,21 @@ func TestExistingBucketWithOtherTTLIsFatal(t *testing.T) {
 	requireFatal(t, "reopen with another TTL", err, "lease duration cannot change mid-job", "finish the job or delete buckets", dname, ename)
 
 	again := open(t, nc, spatenats.Options{Job: job, TTL: ttl})
-	if e, ok, err := again.Get(testCtx(t, 5*time.Second), spate.Durable, "rt.k"); err != nil || !ok || string(e.Value) != "v" {
-		t.Fatalf("reopening with the same settings adopts the buckets and their data; got %+v %t %v", e, ok, err)
-	}
+	e, ok, err := again.Get(testCtx(t, 5*time.Second), spate.Durable, "rt.k")
+	require.NoError(t, err, "reopening with the same settings adopts the buckets and their data")
+	require.True(t, ok, "reopening with the same settings adopts the buckets and their data; got %+v %t", e, ok)
+	require.Equal(t, "v", string(e.Value), "reopening with the same settings adopts the buckets and their data; got %+v", e)
 
 	_, err = spatenats.New(testCtx(t, 10*time.Second), nc, spatenats.Options{Job: job, TTL: ttl, Storage: jetstream.MemoryStorage})
 	requireFatal(t, "reopen with another storage", err, "storage", dname)
 
 	// A bucket made with the plain KV API has direct get on.
 	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	kvJob := natstest.NewJob()
 	kd, _ := spatenats.Buckets(kvJob)
-	if _, err := js.CreateKeyValue(testCtx(t, 5*time.Second), jetstream.KeyValueConfig{Bucket: kd}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = js.CreateKeyValue(testCtx(t, 5*time.Second), jetstream.KeyValueConfig{Bucket: kd})
+	require.NoError(t, err)
 	_, err = spatenats.New(testCtx(t, 10*time.Second), nc, spatenats.Options{Job: kvJob, TTL: ttl})
 	requireFatal(t, "adopt a KV bucket with direct get", err, "direct get")
 
@@ -272,22 +249,16 @@ func TestOldServerIsFatal(t *testing.T) {
 	target := strings.TrimPrefix(srv.URL, "nats://")
 	proxy := natstest.VersionProxy(t, target, "2.10.22")
 	nc, err := natsgo.Connect(proxy)
-	if err != nil {
-		t.Fatalf("connect through the proxy: %v", err)
-	}
+	require.NoError(t, err, "connect through the proxy")
 	t.Cleanup(nc.Close)
-	if v := nc.ConnectedServerVersion(); v != "2.10.22" {
-		t.Fatalf("the proxy should report 2.10.22, the client saw %q", v)
-	}
+	require.Equal(t, "2.10.22", nc.ConnectedServerVersion(), "the proxy should report 2.10.22")
 	_, err = spatenats.New(testCtx(t, 10*time.Second), nc, spatenats.Options{Job: natstest.NewJob(), TTL: ttl})
 	requireFatal(t, "open on a 2.10 server", err, "2.10.22", "2.11", "upgrade")
 
 	// The same proxy reporting the real version works end to end.
 	proxy = natstest.VersionProxy(t, target, srv.Version())
 	nc2, err := natsgo.Connect(proxy)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(nc2.Close)
 	roundTrip(t, open(t, nc2, spatenats.Options{Job: natstest.NewJob(), TTL: ttl}))
 }
@@ -296,9 +267,7 @@ func recv(t *testing.T, ch <-chan spate.WatchEvent, what string) spate.WatchEven
 	t.Helper()
 	select {
 	case ev, ok := <-ch:
-		if !ok {
-			t.Fatalf("watch closed while waiting for %s", what)
-		}
+		require.True(t, ok, "watch closed while waiting for %s", what)
 		return ev
 	case <-time.After(10 * time.Second):
 		t.Fatalf("no watch event within 10s while waiting for %s", what)
@@ -311,37 +280,28 @@ func recv(t *testing.T, ch <-chan spate.WatchEvent, what string) spate.WatchEven
 func TestWatchEmptyBucket(t *testing.T) {
 	h := natstest.NewHarness(t, ttl)
 	s, err := h.NewNATSStore(testCtx(t, 10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	ctx := testCtx(t, 20*time.Second)
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
 		ch, err := s.Watch(ctx, ks, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ev := recv(t, ch, "SnapshotDone on an empty bucket"); ev.Kind != spate.WatchSnapshotDone {
-			t.Fatalf("%v: an empty bucket's watch starts with SnapshotDone; got %v %q", ks, ev.Kind, ev.Key)
-		}
+		require.NoError(t, err)
+		ev := recv(t, ch, "SnapshotDone on an empty bucket")
+		require.Equal(t, spate.WatchSnapshotDone, ev.Kind, "%v: an empty bucket's watch starts with SnapshotDone; got %v %q", ks, ev.Kind, ev.Key)
 	}
 	for i := range 3 {
 		k := fmt.Sprintf("gone.%d", i)
 		o, err := s.Create(ctx, spate.Durable, k, []byte("v"))
-		if err != nil || !o.Won {
-			t.Fatal(err)
-		}
-		if d, err := s.Delete(ctx, spate.Durable, k, o.Revision); err != nil || !d.Won {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
+		require.True(t, o.Won, "create %q", k)
+		d, err := s.Delete(ctx, spate.Durable, k, o.Revision)
+		require.NoError(t, err)
+		require.True(t, d.Won, "delete %q", k)
 	}
 	ch, err := s.Watch(ctx, spate.Durable, "gone.")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ev := recv(t, ch, "SnapshotDone over markers only"); ev.Kind != spate.WatchSnapshotDone {
-		t.Fatalf("a bucket of delete markers has an empty snapshot; got %v %q", ev.Kind, ev.Key)
-	}
+	require.NoError(t, err)
+	ev := recv(t, ch, "SnapshotDone over markers only")
+	require.Equal(t, spate.WatchSnapshotDone, ev.Kind, "a bucket of delete markers has an empty snapshot; got %v %q", ev.Kind, ev.Key)
 }
 
 // TestPrefixMidSegment: spate prefixes may end inside a key segment; the
@@ -349,15 +309,13 @@ func TestWatchEmptyBucket(t *testing.T) {
 func TestPrefixMidSegment(t *testing.T) {
 	h := natstest.NewHarness(t, ttl)
 	s, err := h.NewNATSStore(testCtx(t, 10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	ctx := testCtx(t, 20*time.Second)
 	for _, k := range []string{"spl", "split.1", "split.2.x", "splat", "sp", "sp.l", "other.spl", "s"} {
-		if o, err := s.Create(ctx, spate.Durable, k, []byte(k)); err != nil || !o.Won {
-			t.Fatalf("create %q: %v", k, err)
-		}
+		o, err := s.Create(ctx, spate.Durable, k, []byte(k))
+		require.NoError(t, err, "create %q", k)
+		require.True(t, o.Won, "create %q", k)
 	}
 	for prefix, want := range map[string][]string{
 		"spl":      {"spl", "splat", "split.1", "split.2.x"},
@@ -370,44 +328,31 @@ func TestPrefixMidSegment(t *testing.T) {
 	} {
 		slices.Sort(want)
 		list, err := s.List(ctx, spate.Durable, prefix)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		var got []string
 		for _, e := range list {
 			got = append(got, e.Key)
 		}
-		if !slices.Equal(got, want) {
-			t.Errorf("list %q = %v, want %v", prefix, got, want)
-		}
+		assert.Equal(t, want, got, "list %q", prefix)
 		ch, err := s.Watch(ctx, spate.Durable, prefix)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		got = nil
 		for ev := recv(t, ch, "snapshot"); ev.Kind != spate.WatchSnapshotDone; ev = recv(t, ch, "snapshot") {
 			got = append(got, ev.Key)
 		}
-		if !slices.Equal(got, want) {
-			t.Errorf("watch %q snapshot = %v, want %v", prefix, got, want)
-		}
+		assert.Equal(t, want, got, "watch %q snapshot", prefix)
 	}
 	// Live events obey the same rule.
 	ch, err := s.Watch(ctx, spate.Durable, "spl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for ev := recv(t, ch, "snapshot"); ev.Kind != spate.WatchSnapshotDone; ev = recv(t, ch, "snapshot") {
 	}
 	for _, k := range []string{"sp.x", "sq", "splx", "s.spl", "spl.y"} {
-		if _, err := s.Create(ctx, spate.Durable, k, []byte("v")); err != nil {
-			t.Fatal(err)
-		}
+		_, err = s.Create(ctx, spate.Durable, k, []byte("v"))
+		require.NoError(t, err)
 	}
 	for _, want := range []string{"splx", "spl.y"} {
-		if ev := recv(t, ch, want); ev.Key != want {
-			t.Errorf("live event for prefix %q: got %q, want %q", "spl", ev.Key, want)
-		}
+		assert.Equal(t, want, recv(t, ch, want).Key, "live event for prefix %q", "spl")
 	}
 }
 
@@ -429,43 +374,33 @@ func TestLeaseExpiryLatency(t *testing.T) {
 
 func measureExpiry(t *testing.T, h *natstest.Harness) {
 	s, err := h.NewNATSStore(testCtx(t, 10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	ctx := testCtx(t, 60*time.Second)
 	ch, err := s.Watch(ctx, spate.Ephemeral, "lat.")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ev := recv(t, ch, "SnapshotDone"); ev.Kind != spate.WatchSnapshotDone {
-		t.Fatalf("got %v", ev.Kind)
-	}
+	require.NoError(t, err)
+	require.Equal(t, spate.WatchSnapshotDone, recv(t, ch, "SnapshotDone").Kind)
 	const n = 8
 	written := map[string]time.Time{}
 	for i := range n {
 		k := fmt.Sprintf("lat.%d", i)
 		before := time.Now()
-		if o, err := s.Create(ctx, spate.Ephemeral, k, []byte("v")); err != nil || !o.Won {
-			t.Fatal(err)
-		}
+		o, err := s.Create(ctx, spate.Ephemeral, k, []byte("v"))
+		require.NoError(t, err)
+		require.True(t, o.Won, "create %q", k)
 		written[k] = before
-		if ev := recv(t, ch, "put of "+k); ev.Kind != spate.WatchPut || ev.Key != k {
-			t.Fatalf("got %v %q", ev.Kind, ev.Key)
-		}
+		ev := recv(t, ch, "put of "+k)
+		require.Equal(t, spate.WatchPut, ev.Kind, "got %v %q", ev.Kind, ev.Key)
+		require.Equal(t, k, ev.Key, "got %v %q", ev.Kind, ev.Key)
 		// Stagger the writes across the one-second marker precision.
 		time.Sleep(time.Second / n)
 	}
 	var lat []time.Duration
 	for len(lat) < n {
 		ev := recv(t, ch, "an expiry")
-		if ev.Kind != spate.WatchDelete {
-			t.Fatalf("only expiries are due; got %v %q", ev.Kind, ev.Key)
-		}
+		require.Equal(t, spate.WatchDelete, ev.Kind, "only expiries are due; got %v %q", ev.Kind, ev.Key)
 		late := time.Since(written[ev.Key]) - ttl
-		if late < 0 {
-			t.Errorf("rule: a lease lives at least its TTL; %q expired %v early", ev.Key, -late)
-		}
+		assert.GreaterOrEqual(t, late, time.Duration(0), "rule: a lease lives at least its TTL; %q expired %v early", ev.Key, -late)
 		lat = append(lat, late)
 	}
 	slices.Sort(lat)
@@ -481,23 +416,18 @@ func TestWatchSnapshotNeverUnderReports(t *testing.T) {
 	h := natstest.NewHarness(t, ttl)
 	ctx := testCtx(t, 60*time.Second)
 	s, err := h.NewNATSStore(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	churner, err := h.NewNATSStore(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = churner.Close() })
 	const stable = 40
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
 		revs := make([]uint64, stable)
 		for i := range stable {
 			o, err := s.Create(ctx, ks, fmt.Sprintf("su.stable.%02d", i), []byte("v"))
-			if err != nil || !o.Won {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
+			require.True(t, o.Won, "create su.stable.%02d", i)
 			revs[i] = o.Revision
 		}
 		cctx, cancel := context.WithCancel(ctx)
@@ -523,27 +453,20 @@ func TestWatchSnapshotNeverUnderReports(t *testing.T) {
 		for round := range 15 {
 			wctx, wcancel := context.WithCancel(ctx)
 			ch, err := s.Watch(wctx, ks, "su.")
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			have := map[string]bool{}
 			for ev := recv(t, ch, "snapshot"); ev.Kind != spate.WatchSnapshotDone; ev = recv(t, ch, "snapshot") {
-				if ev.Kind != spate.WatchPut {
-					t.Fatalf("a snapshot holds puts only; got %v %v", ev.Kind, ev.Err)
-				}
+				require.Equal(t, spate.WatchPut, ev.Kind, "a snapshot holds puts only; got %v %v", ev.Kind, ev.Err)
 				have[ev.Key] = true
 			}
 			wcancel()
 			for i := range stable {
-				if k := fmt.Sprintf("su.stable.%02d", i); !have[k] {
-					t.Errorf("%v snapshot %d misses %q, live throughout (%d keys in it)", ks, round, k, len(have))
-				}
+				k := fmt.Sprintf("su.stable.%02d", i)
+				assert.True(t, have[k], "%v snapshot %d misses %q, live throughout (%d keys in it)", ks, round, k, len(have))
 			}
 		}
 		cancel()
-		if err := <-churned; err != nil {
-			t.Fatalf("churner: %v", err)
-		}
+		require.NoError(t, <-churned, "churner")
 	}
 }
 
@@ -556,21 +479,16 @@ func TestWatchCoalescesInOrder(t *testing.T) {
 	h := natstest.NewHarness(t, ttl)
 	ctx := testCtx(t, 60*time.Second)
 	s, err := h.NewNATSStore(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	writer, err := h.NewNATSStore(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = writer.Close() })
 	const n = 300
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
 		o, err := writer.Create(ctx, ks, "co.counter", []byte("0"))
-		if err != nil || !o.Won {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
+		require.True(t, o.Won, "create co.counter")
 		rev := o.Revision
 		started := make(chan struct{})
 		done := make(chan error, 1)
@@ -607,12 +525,8 @@ func TestWatchCoalescesInOrder(t *testing.T) {
 		<-started
 		wctx, wcancel := context.WithCancel(ctx)
 		ch, err := s.Watch(wctx, ks, "co.")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
+		require.NoError(t, <-done)
 		last := map[string]uint64{}
 		reached := func() bool {
 			for k, r := range final {
@@ -627,14 +541,10 @@ func TestWatchCoalescesInOrder(t *testing.T) {
 			ev := recv(t, ch, "the writer's final revisions")
 			switch ev.Kind {
 			case spate.WatchSnapshotDone:
-				if !snapshot {
-					t.Fatalf("rule: one SnapshotDone per watch")
-				}
+				require.True(t, snapshot, "rule: one SnapshotDone per watch")
 				snapshot = false
 			case spate.WatchPut:
-				if ev.Revision <= last[ev.Key] {
-					t.Fatalf("%v: %q revision %d after %d: a key's events arrive in increasing revision order", ks, ev.Key, ev.Revision, last[ev.Key])
-				}
+				require.Greater(t, ev.Revision, last[ev.Key], "%v: %q revision %d after %d: a key's events arrive in increasing revision order", ks, ev.Key, ev.Revision, last[ev.Key])
 				last[ev.Key] = ev.Revision
 			default:
 				t.Fatalf("%v: unexpected %v %q %v", ks, ev.Kind, ev.Key, ev.Err)
@@ -642,9 +552,7 @@ func TestWatchCoalescesInOrder(t *testing.T) {
 		}
 		wcancel()
 		for k, r := range final {
-			if last[k] != r {
-				t.Errorf("%v: %q ends at %d, the writer's last revision is %d", ks, k, last[k], r)
-			}
+			assert.Equal(t, r, last[k], "%v: %q ends at %d, the writer's last revision is %d", ks, k, last[k], r)
 		}
 	}
 }

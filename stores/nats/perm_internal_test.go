@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	natsgo "github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestPermHandlerRecognised: a handler made at any call site has the code
@@ -14,9 +16,7 @@ import (
 // does not chain a second handler.
 func TestPermHandlerRecognised(t *testing.T) {
 	h := chainPermHandler(&permWatch{}, func(*natsgo.Conn, *natsgo.Subscription, error) {})
-	if reflect.ValueOf(h).Pointer() != permHandlerPC {
-		t.Fatal("the driver's error handler is not recognised")
-	}
+	require.Equal(t, permHandlerPC, reflect.ValueOf(h).Pointer(), "the driver's error handler is not recognised")
 }
 
 func TestSubjectMatches(t *testing.T) {
@@ -32,24 +32,23 @@ func TestSubjectMatches(t *testing.T) {
 		{"$JS.API.CONSUMER.MSG.NEXT.KV_b.*", "$JS.API.CONSUMER.MSG.NEXT.KV_c.c1", false},
 		{"$KV.b.>", "$KV.b.some.key", true},
 	} {
-		if got := subjectMatches(tc.pattern, tc.subject); got != tc.want {
-			t.Errorf("subjectMatches(%q, %q) = %t, want %t", tc.pattern, tc.subject, got, tc.want)
-		}
+		assert.Equal(t, tc.want, subjectMatches(tc.pattern, tc.subject), "subjectMatches(%q, %q)", tc.pattern, tc.subject)
 	}
 }
 
 func TestParseViolation(t *testing.T) {
 	pub := fmt.Errorf("%w: %s", natsgo.ErrPermissionViolation, `Permissions Violation for Publish to "$JS.API.INFO"`)
 	sub := fmt.Errorf("%w: %s", natsgo.ErrPermissionViolation, `Permissions Violation for Subscription to "_INBOX.x.*" using queue "q"`)
-	if v, ok := parseViolation(pub); !ok || v.subscribe || v.subject != "$JS.API.INFO" {
-		t.Errorf("publish violation parsed as %+v, %t", v, ok)
-	}
-	if v, ok := parseViolation(sub); !ok || !v.subscribe || v.subject != "_INBOX.x.*" {
-		t.Errorf("subscribe violation parsed as %+v, %t", v, ok)
-	}
-	if _, ok := parseViolation(errors.New(`Permissions Violation for Publish to "x"`)); ok {
-		t.Error("an error that is not ErrPermissionViolation parsed as a violation")
-	}
+	v, ok := parseViolation(pub)
+	assert.True(t, ok, "publish violation parsed as %+v, %t", v, ok)
+	assert.False(t, v.subscribe, "publish violation parsed as %+v, %t", v, ok)
+	assert.Equal(t, "$JS.API.INFO", v.subject, "publish violation parsed as %+v, %t", v, ok)
+	v, ok = parseViolation(sub)
+	assert.True(t, ok, "subscribe violation parsed as %+v, %t", v, ok)
+	assert.True(t, v.subscribe, "subscribe violation parsed as %+v, %t", v, ok)
+	assert.Equal(t, "_INBOX.x.*", v.subject, "subscribe violation parsed as %+v, %t", v, ok)
+	_, ok = parseViolation(errors.New(`Permissions Violation for Publish to "x"`))
+	assert.False(t, ok, "an error that is not ErrPermissionViolation parsed as a violation")
 	p := permScope{job: "j", inboxPrefix: "_INBOX.", streams: []string{"KV_spate_coordination_j_state"}, buckets: []string{"$KV.spate_coordination_j_state."}}
 	for subj, owned := range map[string]bool{
 		"$JS.API.INFO": true, "_INBOX.abc.*": true, "$KV.spate_coordination_j_state.k": true,
@@ -58,8 +57,6 @@ func TestParseViolation(t *testing.T) {
 		"$KV.other.k":                                          false,
 		"app.subject":                                          false,
 	} {
-		if got := p.owns(violation{subject: subj}); got != owned {
-			t.Errorf("owns(%q) = %t, want %t", subj, got, owned)
-		}
+		assert.Equal(t, owned, p.owns(violation{subject: subj}), "owns(%q)", subj)
 	}
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/natstest"
@@ -77,63 +79,48 @@ func TestPermissionsSuffice(t *testing.T) {
 	ctx := testCtx(t, 20*time.Second)
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
 		w, err := s.Watch(ctx, ks, "p.")
-		if err != nil {
-			t.Fatalf("%v watch: %v", ks, err)
-		}
-		if ev := <-w; ev.Kind != spate.WatchSnapshotDone {
-			t.Fatalf("%v watch: want SnapshotDone first, got %+v", ks, ev)
-		}
+		require.NoError(t, err, "%v watch", ks)
+		ev := <-w
+		require.Equal(t, spate.WatchSnapshotDone, ev.Kind, "%v watch: want SnapshotDone first, got %+v", ks, ev)
 		// A key watch of two keys: its consumer has several filter
 		// subjects, which nats.go creates on another API subject.
 		kw, err := s.WatchKeys(ctx, ks, []string{"p.k", "p.j"})
-		if err != nil {
-			t.Fatalf("%v watch-keys: %v", ks, err)
-		}
-		if ev := <-kw; ev.Kind != spate.WatchSnapshotDone {
-			t.Fatalf("%v watch-keys: want SnapshotDone first, got %+v", ks, ev)
-		}
+		require.NoError(t, err, "%v watch-keys", ks)
+		ev = <-kw
+		require.Equal(t, spate.WatchSnapshotDone, ev.Kind, "%v watch-keys: want SnapshotDone first, got %+v", ks, ev)
 		o, err := s.Create(ctx, ks, "p.k", []byte("v1"))
-		if err != nil || !o.Won {
-			t.Fatalf("%v create: won=%t err=%v", ks, o.Won, err)
-		}
+		require.NoError(t, err, "%v create", ks)
+		require.True(t, o.Won, "%v create: won=%t", ks, o.Won)
 		o, err = s.Update(ctx, ks, "p.k", []byte("v2"), o.Revision)
-		if err != nil || !o.Won {
-			t.Fatalf("%v update: won=%t err=%v", ks, o.Won, err)
-		}
-		if e, ok, err := s.Get(ctx, ks, "p.k"); err != nil || !ok || string(e.Value) != "v2" {
-			t.Fatalf("%v get: %+v ok=%t err=%v", ks, e, ok, err)
-		}
-		if l, err := s.List(ctx, ks, "p."); err != nil || len(l) != 1 {
-			t.Fatalf("%v list: %+v err=%v", ks, l, err)
-		}
-		if o, err := s.Delete(ctx, ks, "p.k", o.Revision); err != nil || !o.Won {
-			t.Fatalf("%v delete: won=%t err=%v", ks, o.Won, err)
-		}
+		require.NoError(t, err, "%v update", ks)
+		require.True(t, o.Won, "%v update: won=%t", ks, o.Won)
+		e, ok, err := s.Get(ctx, ks, "p.k")
+		require.NoError(t, err, "%v get", ks)
+		require.True(t, ok, "%v get: %+v ok=%t", ks, e, ok)
+		require.Equal(t, "v2", string(e.Value), "%v get: %+v", ks, e)
+		l, err := s.List(ctx, ks, "p.")
+		require.NoError(t, err, "%v list", ks)
+		require.Len(t, l, 1, "%v list", ks)
+		d, err := s.Delete(ctx, ks, "p.k", o.Revision)
+		require.NoError(t, err, "%v delete", ks)
+		require.True(t, d.Won, "%v delete: won=%t", ks, d.Won)
 		// Watches coalesce: the puts may be skipped, not the delete.
 		for _, w := range []<-chan spate.WatchEvent{w, kw} {
 			deleted := false
 			for ev := range w {
-				if ev.Kind == spate.WatchError {
-					t.Fatalf("%v watch: %v", ks, ev.Err)
-				}
+				require.NotEqual(t, spate.WatchError, ev.Kind, "%v watch: %v", ks, ev.Err)
 				if deleted = ev.Kind == spate.WatchDelete; deleted {
 					break
 				}
 			}
-			if !deleted {
-				t.Fatalf("%v watch: ended without the delete", ks)
-			}
+			require.True(t, deleted, "%v watch: ended without the delete", ks)
 		}
 	}
 	s2 := open(t, nc, opts)
 	roundTrip(t, s2)
 	// Round trips on the connection so that a late violation has arrived.
-	if err := nc.FlushWithContext(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if v := seen.get(); len(v) != 0 {
-		t.Fatalf("the permission list is not enough: %v", v)
-	}
+	require.NoError(t, nc.FlushWithContext(ctx))
+	require.Empty(t, seen.get(), "the permission list is not enough")
 }
 
 // TestMissingPermissionFailsOpen: a user missing one permission New needs
@@ -159,9 +146,8 @@ func TestMissingPermissionFailsOpen(t *testing.T) {
 			nc := srv.Connect(t)
 			start := time.Now()
 			_, err := spatenats.New(testCtx(t, 3*permFailWithin), nc, spatenats.Options{Job: job, TTL: ttl})
-			if took := time.Since(start); took > permFailWithin {
-				t.Errorf("open took %v: a missing permission must fail fast", took)
-			}
+			took := time.Since(start)
+			assert.LessOrEqual(t, took, permFailWithin, "open took %v: a missing permission must fail fast", took)
 			t.Logf("open without %s: %v", drop, err)
 			requireFatal(t, "open without "+drop, err, "permission denied", strings.ReplaceAll(tc.says, "{d}", d))
 		})
@@ -204,9 +190,8 @@ func TestMissingPermissionFailsCall(t *testing.T) {
 			s := open(t, srv.Connect(t), spatenats.Options{Job: job, TTL: ttl})
 			start := time.Now()
 			err := tc.call(testCtx(t, 3*permFailWithin), s)
-			if took := time.Since(start); took > permFailWithin {
-				t.Errorf("the call took %v: a missing permission must fail fast", took)
-			}
+			took := time.Since(start)
+			assert.LessOrEqual(t, took, permFailWithin, "the call took %v: a missing permission must fail fast", took)
 			t.Logf("without %s: %v", drop, err)
 			requireFatal(t, "call without "+drop, err, "permission denied", fmt.Sprintf("publish permission on %q", drop))
 		})
@@ -217,9 +202,7 @@ func TestMissingPermissionFailsCall(t *testing.T) {
 // documentation parses, and grants exactly Permissions("myjob").
 func TestPermissionsDocumented(t *testing.T) {
 	doc, err := os.ReadFile("doc.go")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var conf []string
 	in := false
 	for _, line := range strings.Split(string(doc), "\n") {
@@ -237,26 +220,21 @@ func TestPermissionsDocumented(t *testing.T) {
 			}
 		}
 	}
-	if len(conf) == 0 {
-		t.Fatal("doc.go has no authorization block")
-	}
+	require.NotEmpty(t, conf, "doc.go has no authorization block")
 	file := filepath.Join(t.TempDir(), "nats.conf")
-	if err := os.WriteFile(file, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(file, []byte(strings.Join(conf, "\n")+"\n"), 0o600))
 	o, err := server.ProcessConfigFile(file)
-	if err != nil {
-		t.Fatalf("the documented configuration does not parse: %v", err)
-	}
-	if len(o.Users) != 1 || o.Users[0].Permissions == nil {
-		t.Fatalf("the documented configuration has no user with permissions: %+v", o.Users)
-	}
+	require.NoError(t, err, "the documented configuration does not parse")
+	require.Len(t, o.Users, 1, "the documented configuration has no user with permissions: %+v", o.Users)
+	require.NotNil(t, o.Users[0].Permissions, "the documented configuration has no user with permissions: %+v", o.Users)
 	p := o.Users[0].Permissions
 	pub, sub := spatenats.Permissions("myjob")
-	if p.Publish == nil || !slices.Equal(p.Publish.Allow, pub) || len(p.Publish.Deny) != 0 {
-		t.Errorf("documented publish permissions %+v, want allow %q", p.Publish, pub)
+	if assert.NotNil(t, p.Publish, "documented publish permissions, want allow %q", pub) {
+		assert.Equal(t, pub, p.Publish.Allow, "documented publish permissions %+v", p.Publish)
+		assert.Empty(t, p.Publish.Deny, "documented publish permissions %+v, want allow %q", p.Publish, pub)
 	}
-	if p.Subscribe == nil || !slices.Equal(p.Subscribe.Allow, sub) || len(p.Subscribe.Deny) != 0 {
-		t.Errorf("documented subscribe permissions %+v, want allow %q", p.Subscribe, sub)
+	if assert.NotNil(t, p.Subscribe, "documented subscribe permissions, want allow %q", sub) {
+		assert.Equal(t, sub, p.Subscribe.Allow, "documented subscribe permissions %+v", p.Subscribe)
+		assert.Empty(t, p.Subscribe.Deny, "documented subscribe permissions %+v, want allow %q", p.Subscribe, sub)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/stores/nats"
@@ -21,9 +23,7 @@ import (
 func startOldNATS(t *testing.T, version string) (url string, lines func() []string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var (
 		mu   sync.Mutex
 		seen []string
@@ -72,25 +72,18 @@ func TestOldServerVersionIsFatalEndToEnd(t *testing.T) {
 	t.Parallel()
 	url, lines := startOldNATS(t, "2.10.22")
 	nc, err := natsgo.Connect(url, natsgo.Timeout(2*time.Second), natsgo.NoReconnect())
-	if err != nil {
-		t.Fatalf("connect to the fake server: %v", err)
-	}
+	require.NoError(t, err, "connect to the fake server")
 	defer nc.Close()
 	_, err = nats.New(t.Context(), nc, nats.Options{Job: "old", TTL: 5 * time.Second})
-	if !spate.IsFatal(err) {
-		t.Fatalf("New against nats-server 2.10.22: %v, want a Fatal error", err)
-	}
+	require.True(t, spate.IsFatal(err), "New against nats-server 2.10.22: %v, want a Fatal error", err)
 	for _, want := range []string{"2.10.22", nats.MinServerVersion, "upgrade"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not say %q", err, want)
-		}
+		assert.ErrorContains(t, err, want, "the error says %q", want)
 	}
 	// Flush so any request New had sent would have reached the fake.
 	_ = nc.FlushTimeout(time.Second)
 	for _, l := range lines() {
-		if strings.HasPrefix(l, "PUB") || strings.HasPrefix(l, "HPUB") || strings.HasPrefix(l, "SUB") {
-			t.Errorf("the driver talked to a server it refuses: %q", l)
-		}
+		assert.False(t, strings.HasPrefix(l, "PUB") || strings.HasPrefix(l, "HPUB") || strings.HasPrefix(l, "SUB"),
+			"the driver talked to a server it refuses: %q", l)
 	}
 	t.Logf("error: %v", err)
 }
