@@ -2,7 +2,6 @@ package embedetcd
 
 import (
 	"context"
-	"errors"
 	"net"
 	"net/http"
 	"net/url"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
@@ -24,9 +24,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func client(t *testing.T, endpoint string) *clientv3.Client {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli
 }
@@ -38,51 +36,36 @@ func TestStartOrJoin(t *testing.T) {
 	ctx := t.Context()
 	opts := LocalOptions{DataDir: filepath.Join(t.TempDir(), "etcd"), ClientAddr: "127.0.0.1:" + strconv.Itoa(freeport.WithOffset(t, 10))}
 	host, err := StartOrJoin(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer host.Close()
-	if !host.Hosted() || host.DataDir != opts.DataDir {
-		t.Fatalf("the first caller must host the server on %s, got hosted=%v dir=%q", opts.DataDir, host.Hosted(), host.DataDir)
-	}
+	require.True(t, host.Hosted(), "the first caller must host the server on %s", opts.DataDir)
+	require.Equal(t, opts.DataDir, host.DataDir, "the first caller must host the server")
 	joiner, err := StartOrJoin(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if joiner.Hosted() || joiner.Endpoint != host.Endpoint {
-		t.Fatalf("the second caller must join %s, got hosted=%v endpoint=%s", host.Endpoint, joiner.Hosted(), joiner.Endpoint)
-	}
+	require.NoError(t, err)
+	require.False(t, joiner.Hosted(), "the second caller must join %s", host.Endpoint)
+	require.Equal(t, host.Endpoint, joiner.Endpoint, "the second caller must join")
 	joiner.Close() // a joiner's Close stops nothing
-	if _, err := client(t, joiner.Endpoint).Put(ctx, "k", "v"); err != nil {
-		t.Fatalf("write through the joiner's endpoint after its Close: %v", err)
-	}
+	_, err = client(t, joiner.Endpoint).Put(ctx, "k", "v")
+	require.NoError(t, err, "write through the joiner's endpoint after its Close")
 	host.Close()
 
 	noStart := opts
 	noStart.NoStart = true
-	if _, err := StartOrJoin(ctx, noStart); !errors.Is(err, ErrNotRunning) {
-		t.Fatalf("NoStart with nothing serving: got %v, want ErrNotRunning", err)
-	}
+	_, err = StartOrJoin(ctx, noStart)
+	require.ErrorIs(t, err, ErrNotRunning, "NoStart with nothing serving")
 	again, err := StartOrJoin(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer again.Close()
 	resp, err := client(t, again.Endpoint).Get(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "v" {
-		t.Fatalf("the restarted server lost its data: %v", resp.Kvs)
-	}
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1, "the restarted server lost its data")
+	require.Equal(t, "v", string(resp.Kvs[0].Value), "the restarted server lost its data")
 }
 
 // Something other than etcd on the address is refused with ErrNotEtcd.
 func TestStartOrJoinRefusesAForeignListener(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	srv := &http.Server{Handler: http.NotFoundHandler(), ReadHeaderTimeout: time.Second}
 	done := make(chan struct{})
 	go func() {
@@ -94,9 +77,7 @@ func TestStartOrJoinRefusesAForeignListener(t *testing.T) {
 		<-done
 	}()
 	_, err = StartOrJoin(t.Context(), LocalOptions{DataDir: filepath.Join(t.TempDir(), "etcd"), ClientAddr: ln.Addr().String()})
-	if !errors.Is(err, ErrNotEtcd) {
-		t.Fatalf("got %v, want ErrNotEtcd", err)
-	}
+	require.ErrorIs(t, err, ErrNotEtcd)
 }
 
 // A process holding the data directory's lock is starting the server: a
@@ -107,13 +88,11 @@ func TestStartOrJoinWaitsForTheLockHolder(t *testing.T) {
 	port := freeport.WithOffset(t, 10)
 	opts := LocalOptions{DataDir: filepath.Join(dir, "etcd"), ClientAddr: "127.0.0.1:" + strconv.Itoa(port), JoinTimeout: 30 * time.Second}
 	lock, err := os.OpenFile(opts.DataDir+".lock", os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer lock.Close()
-	if got, err := tryLockFile(lock); err != nil || !got {
-		t.Fatalf("take the lock: %v %v", got, err)
-	}
+	got, err := tryLockFile(lock)
+	require.NoError(t, err, "take the lock")
+	require.True(t, got, "take the lock")
 	type result struct {
 		l   *Local
 		err error
@@ -130,19 +109,15 @@ func TestStartOrJoinWaitsForTheLockHolder(t *testing.T) {
 		ClientURL: url.URL{Scheme: "http", Host: opts.ClientAddr},
 		PeerURL:   url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port+10)},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer e.Close()
 	r := <-res
-	if r.err != nil {
-		t.Fatalf("the waiter failed: %v", r.err)
-	}
-	if r.l.Hosted() {
+	require.NoError(t, r.err, "the waiter failed")
+	hosted := r.l.Hosted()
+	if hosted {
 		r.l.Close()
-		t.Fatal("the waiter started a second member instead of joining")
 	}
-	if _, err := os.Stat(opts.DataDir); !os.IsNotExist(err) {
-		t.Fatalf("the waiter touched the locked data directory: %v", err)
-	}
+	require.False(t, hosted, "the waiter started a second member instead of joining")
+	_, err = os.Stat(opts.DataDir)
+	require.True(t, os.IsNotExist(err), "the waiter touched the locked data directory: %v", err)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
@@ -17,9 +18,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func echo(t *testing.T) (string, *atomic.Int64) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	seen := new(atomic.Int64)
 	done := make(chan struct{})
 	go func() {
@@ -59,9 +58,7 @@ func roundTrip(c net.Conn, msg string, d time.Duration) (string, error) {
 func dial(t *testing.T, p *Proxy) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -70,40 +67,34 @@ func TestForwardsAndAddsLatency(t *testing.T) {
 	target, _ := echo(t)
 	p := New(t, target)
 	c := dial(t, p)
-	if got, err := roundTrip(c, "hello", time.Second); err != nil || got != "hello" {
-		t.Fatalf("got %q %v", got, err)
-	}
+	got, err := roundTrip(c, "hello", time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "hello", got)
 	p.SetLatency(100 * time.Millisecond)
 	start := time.Now()
-	if _, err := roundTrip(c, "slow", 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took < 200*time.Millisecond {
-		t.Fatalf("latency not applied both ways: %v", took)
-	}
+	_, err = roundTrip(c, "slow", 5*time.Second)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond, "latency not applied both ways")
 }
 
 func TestBlockCutsAndRefusesUntilHealed(t *testing.T) {
 	target, _ := echo(t)
 	p := New(t, target)
 	c := dial(t, p)
-	if _, err := roundTrip(c, "a", time.Second); err != nil {
-		t.Fatal(err)
-	}
+	_, err := roundTrip(c, "a", time.Second)
+	require.NoError(t, err)
 	p.Block()
-	if _, err := roundTrip(c, "b", time.Second); err == nil {
-		t.Fatal("a blocked connection must be cut")
-	}
+	_, err = roundTrip(c, "b", time.Second)
+	require.Error(t, err, "a blocked connection must be cut")
 	if c2, err := net.Dial("tcp", p.Addr()); err == nil {
-		if _, err := roundTrip(c2, "c", 500*time.Millisecond); err == nil {
-			t.Fatal("new connections must be refused while blocked")
-		}
+		_, err = roundTrip(c2, "c", 500*time.Millisecond)
+		require.Error(t, err, "new connections must be refused while blocked")
 		c2.Close()
 	}
 	p.Heal()
-	if got, err := roundTrip(dial(t, p), "d", time.Second); err != nil || got != "d" {
-		t.Fatalf("after heal: %q %v", got, err)
-	}
+	got, err := roundTrip(dial(t, p), "d", time.Second)
+	require.NoError(t, err, "after heal")
+	require.Equal(t, "d", got, "after heal")
 }
 
 func TestBlackholeHoldsBytesUntilHealed(t *testing.T) {
@@ -111,15 +102,13 @@ func TestBlackholeHoldsBytesUntilHealed(t *testing.T) {
 	p := New(t, target)
 	c := dial(t, p)
 	p.Blackhole()
-	if _, err := roundTrip(c, "lost", 300*time.Millisecond); err == nil {
-		t.Fatal("a blackholed round trip must time out")
-	}
+	_, err := roundTrip(c, "lost", 300*time.Millisecond)
+	require.Error(t, err, "a blackholed round trip must time out")
 	p.Heal()
 	c.SetDeadline(time.Now().Add(2 * time.Second))
 	s, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil || strings.TrimSpace(s) != "lost" {
-		t.Fatalf("held bytes must flow after heal: %q %v", s, err)
-	}
+	require.NoError(t, err, "held bytes must flow after heal: read %q", s)
+	require.Equal(t, "lost", strings.TrimSpace(s), "held bytes must flow after heal")
 }
 
 func TestDropReplyLandsTheRequestButLosesTheAnswer(t *testing.T) {
@@ -127,17 +116,13 @@ func TestDropReplyLandsTheRequestButLosesTheAnswer(t *testing.T) {
 	p := New(t, target)
 	c := dial(t, p)
 	p.DropReplyTo([]byte("commit"))
-	if _, err := roundTrip(c, "commit 7", time.Second); err == nil {
-		t.Fatal("the reply must be lost")
-	}
+	_, err := roundTrip(c, "commit 7", time.Second)
+	require.Error(t, err, "the reply must be lost")
 	time.Sleep(50 * time.Millisecond)
-	if seen.Load() != 1 {
-		t.Fatalf("the request must reach the server once, saw %d", seen.Load())
-	}
-	if p.Armed() || p.Faults() != 1 {
-		t.Fatalf("armed=%t faults=%d", p.Armed(), p.Faults())
-	}
-	if got, err := roundTrip(dial(t, p), "next", time.Second); err != nil || got != "next" {
-		t.Fatalf("later requests pass: %q %v", got, err)
-	}
+	require.Equal(t, int64(1), seen.Load(), "the request must reach the server once")
+	require.False(t, p.Armed(), "armed=%t faults=%d", p.Armed(), p.Faults())
+	require.Equal(t, 1, p.Faults(), "armed=%t faults=%d", p.Armed(), p.Faults())
+	got, err := roundTrip(dial(t, p), "next", time.Second)
+	require.NoError(t, err, "later requests pass")
+	require.Equal(t, "next", got, "later requests pass")
 }

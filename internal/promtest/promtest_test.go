@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 )
 
 func TestValue(t *testing.T) {
@@ -31,8 +32,8 @@ func TestValue(t *testing.T) {
 		{"absent", nil, 0, false},
 	} {
 		v, ok, err := Value(reg, tc.name, tc.labels...)
-		if err != nil || ok != tc.ok || v != tc.want {
-			t.Errorf("Value(%s, %v) = %v, %v, %v; want %v, %v", tc.name, tc.labels, v, ok, err, tc.want, tc.ok)
-		}
+		assert.NoError(t, err, "Value(%s, %v)", tc.name, tc.labels)
+		assert.Equal(t, tc.ok, ok, "Value(%s, %v): ok", tc.name, tc.labels)
+		assert.Equal(t, tc.want, v, "Value(%s, %v): value", tc.name, tc.labels)
 	}
 }

@@ -3,6 +3,8 @@ package redistest_test
 import (
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/spate-go/spate/internal/redistest"
@@ -17,27 +19,17 @@ func TestRestartKeepsAddressAndData(t *testing.T) {
 	addr := srv.Addr()
 	c := srv.Client(t)
 	ctx := t.Context()
-	if err := c.Set(ctx, "k", "v1", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Set(ctx, "k", "v1", 0).Err())
 	srv.Restart()
-	if srv.Addr() != addr {
-		t.Fatalf("restart moved the server from %s to %s", addr, srv.Addr())
-	}
-	if err := c.Set(ctx, "k2", "v2", 0).Err(); err != nil { // go-redis redials
-		t.Fatal(err)
-	}
+	require.Equal(t, addr, srv.Addr(), "restart moved the server")
+	require.NoError(t, c.Set(ctx, "k2", "v2", 0).Err()) // go-redis redials
 	srv.Kill()
-	if err := c.Ping(ctx).Err(); err == nil {
-		t.Fatal("a killed server answered")
-	}
+	require.Error(t, c.Ping(ctx).Err(), "a killed server answered")
 	srv.StartAgain()
 	for k, want := range map[string]string{"k": "v1", "k2": "v2"} {
-		if got, err := c.Get(ctx, k).Result(); err != nil || got != want {
-			t.Errorf("after restarts %q = %q (%v), want %q", k, got, err, want)
-		}
+		got, err := c.Get(ctx, k).Result()
+		assert.NoError(t, err, "after restarts get %q", k)
+		assert.Equal(t, want, got, "after restarts %q", k)
 	}
-	if srv.Log() == "" {
-		t.Error("the server's log tail is empty")
-	}
+	assert.NotEmpty(t, srv.Log(), "the server's log tail is empty")
 }

@@ -1,6 +1,10 @@
 package version
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
 
 func TestOlder(t *testing.T) {
 	for _, tc := range []struct {
@@ -26,8 +30,12 @@ func TestOlder(t *testing.T) {
 		{"1.-2", "5.0.0", false, true},
 	} {
 		old, err := Older(tc.v, tc.min)
-		if (err != nil) != tc.bad || (err == nil && old != tc.old) {
-			t.Errorf("Older(%q, %q) = %v, %v; want old=%v bad=%v", tc.v, tc.min, old, err, tc.old, tc.bad)
+		if tc.bad {
+			assert.Error(t, err, "Older(%q, %q) = %v, %v; want an error", tc.v, tc.min, old, err)
+			continue
+		}
+		if assert.NoError(t, err, "Older(%q, %q)", tc.v, tc.min) {
+			assert.Equal(t, tc.old, old, "Older(%q, %q)", tc.v, tc.min)
 		}
 	}
 }

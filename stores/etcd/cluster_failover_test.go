@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/spate-go/spate/conformance"
 	"github.com/spate-go/spate/internal/etcdtest"
 )
@@ -18,17 +20,13 @@ func TestCoordinatorSurvivesLeaderMemberDeath(t *testing.T) {
 		conformance.FailoverHooks{
 			Fail: func(t testing.TB) {
 				leader, err := c.WaitLeader(10 * time.Second)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				killed = leader
 				c.Kill(leader)
 				t.Logf("killed leader member %d", leader)
 			},
 			Heal: func(t testing.TB) {
-				if err := c.Restart(killed); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, c.Restart(killed))
 			},
 		})
 }
@@ -47,9 +45,7 @@ func TestChaos(t *testing.T) {
 					return
 				}
 				leader, err := c.WaitLeader(10 * time.Second)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				killed = leader
 				c.Kill(leader)
 			},
@@ -57,9 +53,7 @@ func TestChaos(t *testing.T) {
 				if killed < 0 {
 					return
 				}
-				if err := c.Restart(killed); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, c.Restart(killed))
 				killed = -1
 			},
 		}})

@@ -3,10 +3,10 @@ package etcd_test
 import (
 	"context"
 	"net"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -47,9 +47,7 @@ func (f *oldEtcd) Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse
 func startFakeEtcd(t *testing.T, version string) (*clientv3.Client, *oldEtcd) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	f := &oldEtcd{version: version, writes: make(chan string, 16)}
 	srv := grpc.NewServer()
 	pb.RegisterKVServer(srv, f)
@@ -58,9 +56,7 @@ func startFakeEtcd(t *testing.T, version string) (*clientv3.Client, *oldEtcd) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + ln.Addr().String()}, DialTimeout: 2 * time.Second, Logger: nopLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli, f
 }
@@ -75,9 +71,8 @@ func TestOldServerVersionIsFatal(t *testing.T) {
 			t.Parallel()
 			cli, f := startFakeEtcd(t, tc.version)
 			_, err := etcd.New(t.Context(), cli, etcd.Options{Prefix: "/spate/old/", TTL: 5 * time.Second, StartupTimeout: 5 * time.Second})
-			if !spate.IsFatal(err) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("New against etcd %q: %v\nwant a Fatal error containing %q", tc.version, err, tc.want)
-			}
+			require.True(t, spate.IsFatal(err), "New against etcd %q: %v\nwant a Fatal error", tc.version, err)
+			require.ErrorContains(t, err, tc.want, "New against etcd %q", tc.version)
 			select {
 			case w := <-f.writes:
 				t.Fatalf("the driver sent a %s to a server it refuses", w)
@@ -94,8 +89,6 @@ func TestSupportedServerVersionPasses(t *testing.T) {
 	t.Parallel()
 	cli, _ := startFakeEtcd(t, "3.5.21")
 	s, err := etcd.New(t.Context(), cli, etcd.Options{Prefix: "/spate/ok/", TTL: 5 * time.Second, StartupTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatalf("New against a fake etcd 3.5.21: %v", err)
-	}
+	require.NoError(t, err, "New against a fake etcd 3.5.21")
 	_ = s.Close()
 }

@@ -2,7 +2,6 @@ package redis_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/conformance"
@@ -26,9 +27,7 @@ func recv(t *testing.T, ch <-chan spate.WatchEvent, what string) spate.WatchEven
 	defer timer.Stop()
 	select {
 	case ev, ok := <-ch:
-		if !ok {
-			t.Fatalf("watch closed while waiting for %s", what)
-		}
+		require.True(t, ok, "watch closed while waiting for %s", what)
 		return ev
 	case <-timer.C:
 		t.Fatalf("no watch event within %v while waiting for %s", eventWait, what)
@@ -42,9 +41,7 @@ func watch(t *testing.T, st spate.Store, ks spate.Keyspace, prefix string) (<-ch
 	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
 	ch, err := st.Watch(ctx, ks, prefix)
-	if err != nil {
-		t.Fatalf("watch: %v", err)
-	}
+	require.NoError(t, err, "watch")
 	var snap []spate.WatchEvent
 	for {
 		ev := recv(t, ch, "the snapshot")
@@ -62,27 +59,23 @@ func watch(t *testing.T, st spate.Store, ks spate.Keyspace, prefix string) (<-ch
 func create(t *testing.T, st spate.Store, ks spate.Keyspace, key, value string) uint64 {
 	t.Helper()
 	o, err := st.Create(t.Context(), ks, key, []byte(value))
-	if err != nil || !o.Won {
-		t.Fatalf("create %v %q: won=%t err=%v", ks, key, o.Won, err)
-	}
+	require.NoError(t, err, "create %v %q", ks, key)
+	require.True(t, o.Won, "create %v %q: won=false", ks, key)
 	return o.Revision
 }
 
 func update(t *testing.T, st spate.Store, ks spate.Keyspace, key, value string, rev uint64) uint64 {
 	t.Helper()
 	o, err := st.Update(t.Context(), ks, key, []byte(value), rev)
-	if err != nil || !o.Won {
-		t.Fatalf("update %v %q at %d: won=%t err=%v", ks, key, rev, o.Won, err)
-	}
+	require.NoError(t, err, "update %v %q at %d", ks, key, rev)
+	require.True(t, o.Won, "update %v %q at %d: won=false", ks, key, rev)
 	return o.Revision
 }
 
 func open(t *testing.T, h *redistest.Harness) *redis.Store {
 	t.Helper()
 	st, err := h.Open(t.Context())
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
+	require.NoError(t, err, "open store")
 	return st
 }
 
@@ -97,9 +90,7 @@ func retrying(t *testing.T, op func() error) {
 			break
 		}
 	}
-	if err != nil {
-		t.Fatalf("after retries: %v", err)
-	}
+	require.NoError(t, err, "after retries")
 }
 
 // TestCommittedWritesSurviveACrashWithAOF commits progress through the store
@@ -125,9 +116,8 @@ func TestCommittedWritesSurviveACrashWithAOF(t *testing.T) {
 		top = max(top, rev)
 	}
 	o, err := st.Delete(t.Context(), spate.Durable, "split.4", want["split.4"].Revision)
-	if err != nil || !o.Won {
-		t.Fatalf("delete: won=%t err=%v", o.Won, err)
-	}
+	require.NoError(t, err, "delete")
+	require.True(t, o.Won, "delete: won=false")
 	delete(want, "split.4")
 	top = max(top, o.Revision)
 	ch, _ := watch(t, st, spate.Durable, "split.")
@@ -135,12 +125,10 @@ func TestCommittedWritesSurviveACrashWithAOF(t *testing.T) {
 	srv.Kill()
 
 	ev := recv(t, ch, "the watch to break")
-	if ev.Kind != spate.WatchError || !errors.Is(ev.Err, spate.ErrRetryable) {
-		t.Fatalf("a watch whose server died must end with a Retryable WatchError; got %v %v", ev.Kind, ev.Err)
-	}
-	if _, _, err := st.Get(t.Context(), spate.Durable, "split.0"); !spate.IsRetryable(err) {
-		t.Fatalf("get while the server is down: want Retryable, got %v", err)
-	}
+	require.Equal(t, spate.WatchError, ev.Kind, "a watch whose server died must end with a Retryable WatchError; got %v %v", ev.Kind, ev.Err)
+	require.ErrorIs(t, ev.Err, spate.ErrRetryable, "a watch whose server died must end with a Retryable WatchError")
+	_, _, err = st.Get(t.Context(), spate.Durable, "split.0")
+	require.True(t, spate.IsRetryable(err), "get while the server is down: want Retryable, got %v", err)
 
 	srv.StartAgain()
 
@@ -148,27 +136,20 @@ func TestCommittedWritesSurviveACrashWithAOF(t *testing.T) {
 		t.Helper()
 		var list []spate.Entry
 		retrying(t, func() (err error) { list, err = s.List(t.Context(), spate.Durable, "split."); return err })
-		if len(list) != len(want) {
-			t.Fatalf("%s: after the crash the listing has %d entries, want %d: %v", name, len(list), len(want), list)
-		}
+		require.Len(t, list, len(want), "%s: after the crash the listing", name)
 		for _, en := range list {
 			w := want[en.Key]
-			if string(en.Value) != string(w.Value) || en.Revision != w.Revision {
-				t.Errorf("%s: after the crash %q reads %q@%d, committed %q@%d", name, en.Key, en.Value, en.Revision, w.Value, w.Revision)
-			}
+			assert.Equal(t, string(w.Value), string(en.Value), "%s: after the crash %q reads %q@%d, committed %q@%d", name, en.Key, en.Value, en.Revision, w.Value, w.Revision)
+			assert.Equal(t, w.Revision, en.Revision, "%s: after the crash %q reads %q@%d, committed %q@%d", name, en.Key, en.Value, en.Revision, w.Value, w.Revision)
 		}
 	}
 	check("the same store", st)
 	st2 := open(t, h)
 	check("a new store", st2)
 	next := update(t, st2, spate.Durable, "split.0", "w=4", want["split.0"].Revision)
-	if next <= top {
-		t.Errorf("revisions must keep increasing across a restart: minted %d after %d", next, top)
-	}
+	assert.Greater(t, next, top, "revisions must keep increasing across a restart")
 	fresh := create(t, st, spate.Durable, "split.4", "again")
-	if fresh <= next {
-		t.Errorf("revisions must keep increasing across a restart: minted %d after %d", fresh, next)
-	}
+	assert.Greater(t, fresh, next, "revisions must keep increasing across a restart")
 	t.Logf("before the crash revisions reached %d; after it the store minted %d and %d", top, next, fresh)
 }
 
@@ -180,32 +161,28 @@ func TestJobsAreIsolated(t *testing.T) {
 	b := open(t, srv.NewHarness(t, testTTL))
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
 		ch, snap := watch(t, b, ks, "")
-		if len(snap) != 0 {
-			t.Fatalf("%v: a fresh job's snapshot holds %d keys", ks, len(snap))
-		}
+		require.Empty(t, snap, "%v: a fresh job's snapshot holds %d keys", ks, len(snap))
 		ra := create(t, a, ks, "shared.k", "from-a")
 		create(t, a, ks, "only-a", "x")
 		rb := create(t, b, ks, "shared.k", "from-b")
-		if rb != 1 || ra != 1 {
-			t.Errorf("%v: each job's revisions start at 1; a minted %d, b minted %d", ks, ra, rb)
-		}
+		assert.Equal(t, uint64(1), ra, "%v: each job's revisions start at 1; a minted %d, b minted %d", ks, ra, rb)
+		assert.Equal(t, uint64(1), rb, "%v: each job's revisions start at 1; a minted %d, b minted %d", ks, ra, rb)
 		ev := recv(t, ch, "b's own put")
-		if ev.Kind != spate.WatchPut || ev.Key != "shared.k" || string(ev.Value) != "from-b" {
-			t.Errorf("%v: b's watch saw %v %q=%q, want its own put", ks, ev.Kind, ev.Key, ev.Value)
-		}
+		assert.Equal(t, spate.WatchPut, ev.Kind, "%v: b's watch saw %v %q=%q, want its own put", ks, ev.Kind, ev.Key, ev.Value)
+		assert.Equal(t, "shared.k", ev.Key, "%v: b's watch saw %v %q=%q, want its own put", ks, ev.Kind, ev.Key, ev.Value)
+		assert.Equal(t, "from-b", string(ev.Value), "%v: b's watch saw %v %q=%q, want its own put", ks, ev.Kind, ev.Key, ev.Value)
 		list, err := b.List(t.Context(), ks, "")
-		if err != nil {
-			t.Fatal(err)
+		require.NoError(t, err)
+		if assert.Len(t, list, 1, "%v: b lists %v, want only its own key", ks, list) {
+			assert.Equal(t, "from-b", string(list[0].Value), "%v: b lists %v, want only its own key", ks, list)
 		}
-		if len(list) != 1 || string(list[0].Value) != "from-b" {
-			t.Errorf("%v: b lists %v, want only its own key", ks, list)
-		}
-		if o, err := a.Delete(t.Context(), ks, "shared.k", spate.AnyRevision); err != nil || !o.Won {
-			t.Fatalf("delete: %v", err)
-		}
-		if en, ok, err := b.Get(t.Context(), ks, "shared.k"); err != nil || !ok || string(en.Value) != "from-b" {
-			t.Errorf("%v: a's delete reached b: %q ok=%t err=%v", ks, en.Value, ok, err)
-		}
+		o, err := a.Delete(t.Context(), ks, "shared.k", spate.AnyRevision)
+		require.NoError(t, err, "delete")
+		require.True(t, o.Won, "delete: won=false")
+		en, ok, err := b.Get(t.Context(), ks, "shared.k")
+		assert.NoError(t, err, "%v: a's delete reached b", ks)
+		assert.True(t, ok, "%v: a's delete reached b: the key is gone", ks)
+		assert.Equal(t, "from-b", string(en.Value), "%v: a's delete reached b", ks)
 	}
 }
 
@@ -227,23 +204,17 @@ func TestWatchLagIsRetryable(t *testing.T) {
 	for {
 		ev := recv(t, ch, "events or the lag error")
 		if ev.Kind == spate.WatchError {
-			if !errors.Is(ev.Err, spate.ErrRetryable) {
-				t.Fatalf("a lagged watcher's error must be Retryable: %v", ev.Err)
-			}
+			require.ErrorIs(t, ev.Err, spate.ErrRetryable, "a lagged watcher's error must be Retryable")
 			t.Logf("after %d events in order: %v", last, ev.Err)
 			break
 		}
-		if ev.Kind != spate.WatchPut || ev.Revision != last+1 {
-			t.Fatalf("events before the lag error must be unbroken: got %v@%d after %d", ev.Kind, ev.Revision, last)
-		}
+		require.Equal(t, spate.WatchPut, ev.Kind, "events before the lag error must be unbroken: got %v@%d after %d", ev.Kind, ev.Revision, last)
+		require.Equal(t, last+1, ev.Revision, "events before the lag error must be unbroken: got %v@%d after %d", ev.Kind, ev.Revision, last)
 		last = ev.Revision
-		if last == n {
-			t.Fatalf("the watcher saw all %d changes; a %d-entry change log should have been trimmed past it", n, redis.MinChangeLogLength)
-		}
+		require.NotEqual(t, uint64(n), last, "the watcher saw all %d changes; a %d-entry change log should have been trimmed past it", n, redis.MinChangeLogLength)
 	}
-	if _, ok := <-ch; ok {
-		t.Errorf("the error must be the last event")
-	}
+	_, more := <-ch
+	assert.False(t, more, "the error must be the last event")
 }
 
 // TestExpiryToWatchLatency measures how late after its deadline (on the
@@ -268,29 +239,21 @@ func TestExpiryToWatchLatency(t *testing.T) {
 				key := fmt.Sprintf("lat.%02d", i)
 				revs[key] = create(t, st, spate.Ephemeral, key, "v")
 				ms, err := raw.ZScore(t.Context(), "spate:{"+h.Job()+"}:e:dl", key).Result()
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				deadline[key] = int64(ms)
 				time.Sleep(23 * time.Millisecond) // spread the deadlines across sweep phases
 			}
 			var lat []time.Duration
 			for len(lat) < n {
 				ev := recv(t, ch, "an expiry")
-				if ev.Kind != spate.WatchDelete {
-					if ev.Kind == spate.WatchPut {
-						continue
-					}
-					t.Fatalf("unexpected %v: %v", ev.Kind, ev.Err)
+				if ev.Kind == spate.WatchPut {
+					continue
 				}
+				require.Equal(t, spate.WatchDelete, ev.Kind, "unexpected %v: %v", ev.Kind, ev.Err)
 				arrived := time.Now().UnixMilli()
 				d := time.Duration(arrived-deadline[ev.Key]) * time.Millisecond
-				if d < 0 {
-					t.Errorf("rule: a key expires no earlier than its deadline; %q's delete arrived %v early", ev.Key, -d)
-				}
-				if ev.Revision <= revs[ev.Key] {
-					t.Errorf("expiry of %q at revision %d, not above its put at %d", ev.Key, ev.Revision, revs[ev.Key])
-				}
+				assert.GreaterOrEqual(t, d, time.Duration(0), "rule: a key expires no earlier than its deadline; %q's delete arrived %v early", ev.Key, -d)
+				assert.Greater(t, ev.Revision, revs[ev.Key], "expiry of %q at revision %d, not above its put at %d", ev.Key, ev.Revision, revs[ev.Key])
 				lat = append(lat, d)
 			}
 			slices.Sort(lat)
@@ -325,9 +288,9 @@ func TestLinearizableAcrossClientsWithSweep(t *testing.T) {
 	}
 	rec := &conformance.History{}
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
-		if o, err := conformance.RecordCreate(ctx, rec, 0, stores[0], ks, "ctr", []byte("0")); err != nil || !o.Won {
-			t.Fatalf("create counter: %v", err)
-		}
+		o, err := conformance.RecordCreate(ctx, rec, 0, stores[0], ks, "ctr", []byte("0"))
+		require.NoError(t, err, "create counter")
+		require.True(t, o.Won, "create counter: won=false")
 	}
 
 	// Keys that are never renewed, so the sweeps expire them throughout.
@@ -410,19 +373,15 @@ func TestLinearizableAcrossClientsWithSweep(t *testing.T) {
 	}
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
 		en, ok, err := conformance.RecordGet(ctx, rec, 0, stores[0], ks, "ctr")
-		if err != nil || !ok {
-			t.Fatalf("final get %v: ok=%t err=%v", ks, ok, err)
-		}
-		if got, _ := strconv.Atoi(string(en.Value)); got != won[ks] {
-			t.Errorf("rule: concurrent CAS increments lose no update; %v counter reads %d after %d won increments", ks, got, won[ks])
-		}
+		require.NoError(t, err, "final get %v", ks)
+		require.True(t, ok, "final get %v: ok=false", ks)
+		got, _ := strconv.Atoi(string(en.Value))
+		assert.Equal(t, won[ks], got, "rule: concurrent CAS increments lose no update; %v counter reads %d after %d won increments", ks, got, won[ks])
 	}
 	close(stop)
 	wg.Wait()
 	ok, info := rec.Check(60 * time.Second)
-	if !ok {
-		t.Fatalf("rule: create, update and delete are linearizable; porcupine: %s", info)
-	}
+	require.True(t, ok, "rule: create, update and delete are linearizable; porcupine: %s", info)
 	t.Logf("%d operations by %d clients linearizable (%s); durable wins %d, ephemeral wins %d",
 		rec.Len(), clients, info, won[spate.Durable], won[spate.Ephemeral])
 }
@@ -456,51 +415,45 @@ func TestLostReplyIsRetryableNeverLost(t *testing.T) {
 	// lost is one that runs (a NOSCRIPT reply would mean it did not).
 	warm := create(t, st, spate.Durable, "warm", "v")
 	warm = update(t, st, spate.Durable, "warm", "v", warm)
-	if o, err := st.Delete(ctx, spate.Durable, "warm", warm); err != nil || !o.Won {
-		t.Fatalf("warm-up delete: %v", err)
-	}
+	o, err := st.Delete(ctx, spate.Durable, "warm", warm)
+	require.NoError(t, err, "warm-up delete")
+	require.True(t, o.Won, "warm-up delete: won=false")
 
 	lose := func(op string, call func() (spate.Outcome, error)) {
 		t.Helper()
 		proxy.DropReplyTo("evalsha")
 		o, err := call()
-		if proxy.Armed() {
-			t.Fatalf("%s: the proxy never saw the script", op)
-		}
-		if !spate.IsRetryable(err) {
-			t.Fatalf("%s whose reply was lost: want a Retryable error, got outcome %+v, err %v", op, o, err)
-		}
+		require.False(t, proxy.Armed(), "%s: the proxy never saw the script", op)
+		require.True(t, spate.IsRetryable(err), "%s whose reply was lost: want a Retryable error, got outcome %+v, err %v", op, o, err)
 	}
 	lose("create", func() (spate.Outcome, error) { return st.Create(ctx, spate.Durable, "lost.k", []byte("v1")) })
 	en, ok, err := st.Get(ctx, spate.Durable, "lost.k")
-	if err != nil || !ok || string(en.Value) != "v1" {
-		t.Fatalf("the create landed: get %q ok=%t err=%v", en.Value, ok, err)
-	}
+	require.NoError(t, err, "the create landed: get")
+	require.True(t, ok, "the create landed: get: absent")
+	require.Equal(t, "v1", string(en.Value), "the create landed: get")
 	lose("update", func() (spate.Outcome, error) {
 		return st.Update(ctx, spate.Durable, "lost.k", []byte("v2"), en.Revision)
 	})
 	en2, ok, err := st.Get(ctx, spate.Durable, "lost.k")
-	if err != nil || !ok || string(en2.Value) != "v2" || en2.Revision <= en.Revision {
-		t.Fatalf("the update landed: get %q@%d ok=%t err=%v", en2.Value, en2.Revision, ok, err)
-	}
+	require.NoError(t, err, "the update landed: get")
+	require.True(t, ok, "the update landed: get: absent")
+	require.Equal(t, "v2", string(en2.Value), "the update landed: get")
+	require.Greater(t, en2.Revision, en.Revision, "the update landed: get %q@%d", en2.Value, en2.Revision)
 	lose("guarded delete", func() (spate.Outcome, error) { return st.Delete(ctx, spate.Durable, "lost.k", en2.Revision) })
-	if _, ok, err := st.Get(ctx, spate.Durable, "lost.k"); err != nil || ok {
-		t.Fatalf("the delete landed: present=%t err=%v", ok, err)
-	}
+	_, ok, err = st.Get(ctx, spate.Durable, "lost.k")
+	require.NoError(t, err, "the delete landed: get")
+	require.False(t, ok, "the delete landed: present=%t", ok)
 
 	// Control: go-redis's own Script.Run retries after the lost reply, the
 	// script runs twice, and the caller is told the create lost.
 	raw := goredis.NewClient(&goredis.Options{Addr: proxy.Addr()})
 	defer raw.Close()
 	createIfAbsent := goredis.NewScript(`if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end redis.call('SET', KEYS[1], ARGV[1]) return 1`)
-	if err := createIfAbsent.Load(ctx, raw).Err(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, createIfAbsent.Load(ctx, raw).Err())
 	proxy.DropReplyTo("evalsha")
 	won, err := createIfAbsent.Run(ctx, raw, []string{"control"}, "v").Int()
-	if err != nil || won != 0 {
-		t.Fatalf("control: expected go-redis to retry the script and report 0 (lost) for a create that won; got %d, %v", won, err)
-	}
+	require.NoError(t, err, "control: expected go-redis to retry the script and report 0 (lost) for a create that won")
+	require.Equal(t, 0, won, "control: expected go-redis to retry the script and report 0 (lost) for a create that won")
 	t.Log("control: a retried create-if-absent script reported lost for its own write; the driver runs scripts once")
 }
 
@@ -531,21 +484,16 @@ func TestMassExpiryReachesWatchers(t *testing.T) {
 		switch ev.Kind {
 		case spate.WatchPut:
 		case spate.WatchDelete:
-			if deleted[ev.Key] {
-				t.Fatalf("%q expired twice", ev.Key)
-			}
-			if ev.Revision <= put[ev.Key] {
-				t.Errorf("%q expired at revision %d, not above its put at %d", ev.Key, ev.Revision, put[ev.Key])
-			}
+			require.False(t, deleted[ev.Key], "%q expired twice", ev.Key)
+			assert.Greater(t, ev.Revision, put[ev.Key], "%q expired at revision %d, not above its put at %d", ev.Key, ev.Revision, put[ev.Key])
 			deleted[ev.Key] = true
 		default:
 			t.Fatalf("unexpected %v: %v", ev.Kind, ev.Err)
 		}
 	}
 	list, err := st.List(t.Context(), spate.Ephemeral, "")
-	if err != nil || len(list) != 0 {
-		t.Errorf("after every key expired the keyspace lists %d keys (err %v)", len(list), err)
-	}
+	assert.NoError(t, err, "list after every key expired")
+	assert.Empty(t, list, "after every key expired the keyspace lists %d keys", len(list))
 }
 
 // TestCancelledWatchEnds: cancelling a watch's context closes its channel
@@ -556,12 +504,8 @@ func TestCancelledWatchEnds(t *testing.T) {
 	st := open(t, srv.NewHarness(t, testTTL))
 	ctx, cancel := context.WithCancel(t.Context())
 	ch, err := st.Watch(ctx, spate.Durable, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ev := recv(t, ch, "SnapshotDone"); ev.Kind != spate.WatchSnapshotDone {
-		t.Fatalf("got %v", ev.Kind)
-	}
+	require.NoError(t, err)
+	require.Equal(t, spate.WatchSnapshotDone, recv(t, ch, "SnapshotDone").Kind)
 	other, _ := watch(t, st, spate.Durable, "")
 	cancel()
 	timer := time.NewTimer(eventWait)
@@ -569,8 +513,8 @@ func TestCancelledWatchEnds(t *testing.T) {
 	for alive := true; alive; {
 		select {
 		case ev, ok := <-ch:
-			if ok && ev.Kind == spate.WatchError {
-				t.Errorf("a cancelled watch ends without an error event; got %v", ev.Err)
+			if ok {
+				assert.NotEqual(t, spate.WatchError, ev.Kind, "a cancelled watch ends without an error event; got %v", ev.Err)
 			}
 			alive = ok
 		case <-timer.C:
@@ -578,7 +522,7 @@ func TestCancelledWatchEnds(t *testing.T) {
 		}
 	}
 	create(t, st, spate.Durable, "after", "v")
-	if ev := recv(t, other, "the put"); ev.Kind != spate.WatchPut || ev.Key != "after" {
-		t.Errorf("the other watch saw %v %q", ev.Kind, ev.Key)
-	}
+	ev := recv(t, other, "the put")
+	assert.Equal(t, spate.WatchPut, ev.Kind, "the other watch saw %v %q", ev.Kind, ev.Key)
+	assert.Equal(t, "after", ev.Key, "the other watch saw %v %q", ev.Kind, ev.Key)
 }

@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +10,7 @@ import (
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 
 	"github.com/spate-go/spate"
 )
@@ -58,19 +58,14 @@ func TestClassOf(t *testing.T) {
 		fmt.Errorf("tls: %w", x509.HostnameError{Host: "x"}),
 	}
 	for _, err := range retryable {
-		if got := classOf(err); got != spate.ErrRetryable {
-			t.Errorf("classOf(%v) = %v, want Retryable", err, got)
-		}
-		if w := wrapErr(err); !spate.IsRetryable(w) || !errors.Is(w, err) {
-			t.Errorf("wrapErr(%v) = %v: want Retryable and the cause kept", err, w)
-		}
+		assert.Same(t, spate.ErrRetryable, classOf(err), "classOf(%v), want Retryable", err)
+		w := wrapErr(err)
+		assert.True(t, spate.IsRetryable(w), "wrapErr(%v) = %v: want Retryable", err, w)
+		assert.ErrorIs(t, w, err, "wrapErr(%v) = %v: want the cause kept", err, w)
 	}
 	for _, err := range fatal {
-		if got := classOf(err); got != spate.ErrFatal {
-			t.Errorf("classOf(%v) = %v, want Fatal", err, got)
-		}
-		if w := wrapErr(err); !spate.IsFatal(w) {
-			t.Errorf("wrapErr(%v) = %v: want Fatal", err, w)
-		}
+		assert.Same(t, spate.ErrFatal, classOf(err), "classOf(%v), want Fatal", err)
+		w := wrapErr(err)
+		assert.True(t, spate.IsFatal(w), "wrapErr(%v) = %v: want Fatal", err, w)
 	}
 }

@@ -1,13 +1,14 @@
 package redis_test
 
 import (
-	"errors"
 	"net"
 	"slices"
 	"strings"
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/redistest"
@@ -46,13 +47,11 @@ func TestACLAndTLSEndToEnd(t *testing.T) {
 	// The server speaks only TLS, and the user is confined to the driver.
 	plain := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), MaxRetries: -1})
 	defer plain.Close()
-	if err := plain.Ping(t.Context()).Err(); err == nil {
-		t.Fatal("a client without TLS reached the TLS-only server")
-	}
+	require.Error(t, plain.Ping(t.Context()).Err(), "a client without TLS reached the TLS-only server")
 	user := srv.Client(t, func(o *goredis.Options) { o.Username, o.Password = "spate", password })
-	if err := user.Ping(t.Context()).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
-		t.Fatalf("the ACL user may run PING (want NOPERM): %v", err)
-	}
+	err := user.Ping(t.Context()).Err()
+	require.Error(t, err, "the ACL user may run PING (want NOPERM)")
+	require.True(t, strings.HasPrefix(err.Error(), "NOPERM"), "the ACL user may run PING (want NOPERM): %v", err)
 
 	h := srv.NewHarness(t, testTTL, login("spate", password))
 	a, b := open(t, h), open(t, h)
@@ -61,20 +60,18 @@ func TestACLAndTLSEndToEnd(t *testing.T) {
 		rev := create(t, a, ks, "tls.k", "v1")
 		rev = update(t, a, ks, "tls.k", "v2", rev)
 		for _, want := range []string{"v1", "v2"} {
-			if ev := recv(t, ch, "a put"); ev.Kind != spate.WatchPut || string(ev.Value) != want {
-				t.Fatalf("%v: watch over TLS saw %v %q, want put %q", ks, ev.Kind, ev.Value, want)
-			}
+			ev := recv(t, ch, "a put")
+			require.Equal(t, spate.WatchPut, ev.Kind, "%v: watch over TLS saw %v %q, want put %q", ks, ev.Kind, ev.Value, want)
+			require.Equal(t, want, string(ev.Value), "%v: watch over TLS, want put %q", ks, want)
 		}
 		list, err := b.List(t.Context(), ks, "tls.")
-		if err != nil || len(list) != 1 || list[0].Revision != rev {
-			t.Fatalf("%v: list over TLS: %v %v", ks, list, err)
-		}
-		if o, err := b.Delete(t.Context(), ks, "tls.k", rev); err != nil || !o.Won {
-			t.Fatalf("%v: delete over TLS: %v", ks, err)
-		}
-		if ev := recv(t, ch, "the delete"); ev.Kind != spate.WatchDelete {
-			t.Fatalf("%v: watch over TLS saw %v, want the delete", ks, ev.Kind)
-		}
+		require.NoError(t, err, "%v: list over TLS", ks)
+		require.Len(t, list, 1, "%v: list over TLS", ks)
+		require.Equal(t, rev, list[0].Revision, "%v: list over TLS: %v", ks, list)
+		o, err := b.Delete(t.Context(), ks, "tls.k", rev)
+		require.NoError(t, err, "%v: delete over TLS", ks)
+		require.True(t, o.Won, "%v: delete over TLS: lost", ks)
+		require.Equal(t, spate.WatchDelete, recv(t, ch, "the delete").Kind, "%v: watch over TLS, want the delete", ks)
 	}
 }
 
@@ -113,15 +110,12 @@ func TestStartupRejectsWhatTheDriverCannotUse(t *testing.T) {
 			st, err := h.Open(t.Context())
 			if err == nil {
 				_ = st.Close()
-				t.Fatalf("New succeeded; want a Fatal error naming %q", c.want)
 			}
-			if !errors.Is(err, spate.ErrFatal) || !spate.IsFatal(err) {
-				t.Errorf("New error is not Fatal: %v", err)
-			}
+			require.Error(t, err, "New succeeded; want a Fatal error naming %q", c.want)
+			assert.ErrorIs(t, err, spate.ErrFatal, "New error is not Fatal")
+			assert.True(t, spate.IsFatal(err), "New error is not Fatal: %v", err)
 			for _, w := range c.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("New error does not name what is missing (%q): %v", w, err)
-				}
+				assert.ErrorContains(t, err, w, "New error does not name what is missing")
 			}
 			t.Logf("New: %v", err)
 		})
@@ -132,9 +126,7 @@ func TestStartupRejectsWhatTheDriverCannotUse(t *testing.T) {
 func TestUnreachableServerIsRetryable(t *testing.T) {
 	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	addr := l.Addr().String()
 	_ = l.Close()
 	c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
@@ -142,11 +134,10 @@ func TestUnreachableServerIsRetryable(t *testing.T) {
 	st, err := redis.New(t.Context(), c, redis.Options{Job: redistest.NewJob(), TTL: testTTL})
 	if err == nil {
 		_ = st.Close()
-		t.Fatal("New against a closed port succeeded")
 	}
-	if !errors.Is(err, spate.ErrRetryable) || !spate.IsRetryable(err) {
-		t.Errorf("New against a closed port: want Retryable, got %v", err)
-	}
+	require.Error(t, err, "New against a closed port succeeded")
+	assert.ErrorIs(t, err, spate.ErrRetryable, "New against a closed port: want Retryable")
+	assert.True(t, spate.IsRetryable(err), "New against a closed port: want Retryable, got %v", err)
 	t.Logf("New: %v", err)
 }
 
@@ -155,36 +146,28 @@ func TestTTLCannotChangeMidJob(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	h := srv.NewHarness(t, testTTL)
-	if _, err := h.Open(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	_, err := h.Open(t.Context())
+	require.NoError(t, err)
 	o := h.Options()
 	o.TTL *= 2
 	st, err := redis.New(t.Context(), h.NewClient(), o)
 	if err == nil {
 		_ = st.Close()
-		t.Fatal("reopening the job with another TTL succeeded")
 	}
-	if !errors.Is(err, spate.ErrFatal) || !strings.Contains(err.Error(), "TTL cannot change mid-job") {
-		t.Errorf("want a Fatal error saying the TTL cannot change, got %v", err)
-	}
+	require.Error(t, err, "reopening the job with another TTL succeeded")
+	assert.ErrorIs(t, err, spate.ErrFatal, "want a Fatal error saying the TTL cannot change")
+	assert.ErrorContains(t, err, "TTL cannot change mid-job", "want a Fatal error saying the TTL cannot change")
 }
 
 func TestOptionsValidate(t *testing.T) {
 	t.Parallel()
 	err := redis.Options{Job: "a b", TTL: redis.TTLFloor / 2, MaxValueSize: -1, ChangeLogLength: 5, SweepInterval: -1}.Validate()
 	for _, w := range []string{"Job", "TTL", "MaxValueSize", "ChangeLogLength", "SweepInterval"} {
-		if err == nil || !strings.Contains(err.Error(), w) {
-			t.Errorf("Validate does not report the bad %s: %v", w, err)
-		}
+		assert.ErrorContains(t, err, w, "Validate does not report the bad %s", w)
 	}
-	if err := (redis.Options{Job: "job_1-x", TTL: redis.TTLFloor}).Validate(); err != nil {
-		t.Errorf("Validate rejects valid options: %v", err)
-	}
+	assert.NoError(t, (redis.Options{Job: "job_1-x", TTL: redis.TTLFloor}).Validate(), "Validate rejects valid options")
 	c := goredis.NewClient(&goredis.Options{})
 	defer c.Close()
 	_, err = redis.New(t.Context(), c, redis.Options{Job: "{x}", TTL: testTTL})
-	if !errors.Is(err, spate.ErrFatal) {
-		t.Errorf("New with a bad job name: want Fatal, got %v", err)
-	}
+	assert.ErrorIs(t, err, spate.ErrFatal, "New with a bad job name: want Fatal")
 }

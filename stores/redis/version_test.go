@@ -2,7 +2,6 @@ package redis_test
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/redistest"
@@ -33,9 +34,7 @@ type fakeRedis struct {
 func startFakeRedis(t *testing.T, info string) *fakeRedis {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	f := &fakeRedis{ln: ln, info: info}
 	f.wg.Go(func() {
 		for {
@@ -122,19 +121,13 @@ func TestOldServerVersionIsFatal(t *testing.T) {
 	c := goredis.NewClient(&goredis.Options{Addr: f.ln.Addr().String(), MaxRetries: -1, DialTimeout: 2 * time.Second})
 	defer c.Close()
 	_, err := redis.New(t.Context(), c, redis.Options{Job: "old", TTL: testTTL})
-	if !spate.IsFatal(err) {
-		t.Fatalf("New against Redis 6.2.14: %v, want a Fatal error", err)
-	}
+	require.True(t, spate.IsFatal(err), "New against Redis 6.2.14: %v, want a Fatal error", err)
 	for _, want := range []string{"Redis 6.2.14", "needs " + redis.MinServerVersion + " or newer", "upgrade"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not say %q", err, want)
-		}
+		assert.ErrorContains(t, err, want)
 	}
-	for _, cmd := range f.commands() {
-		if cmd == "EVAL" || cmd == "EVALSHA" {
-			t.Errorf("the driver sent %s to a server it refuses", cmd)
-		}
-	}
+	cmds := f.commands()
+	assert.NotContains(t, cmds, "EVAL", "the driver sent EVAL to a server it refuses")
+	assert.NotContains(t, cmds, "EVALSHA", "the driver sent EVALSHA to a server it refuses")
 	t.Logf("error: %v", err)
 }
 
@@ -144,12 +137,9 @@ func TestServerThatIsNotRedisIsFatal(t *testing.T) {
 	c := goredis.NewClient(&goredis.Options{Addr: f.ln.Addr().String(), MaxRetries: -1, DialTimeout: 2 * time.Second})
 	defer c.Close()
 	_, err := redis.New(t.Context(), c, redis.Options{Job: "alien", TTL: testTTL})
-	if !spate.IsFatal(err) || !strings.Contains(err.Error(), "no redis_version") {
-		t.Fatalf("New against a server without redis_version: %v, want a Fatal error saying so", err)
-	}
-	if errors.Is(err, spate.ErrRetryable) {
-		t.Fatalf("classified retryable: %v", err)
-	}
+	require.True(t, spate.IsFatal(err), "New against a server without redis_version: %v, want a Fatal error saying so", err)
+	require.ErrorContains(t, err, "no redis_version", "New against a server without redis_version")
+	require.NotErrorIs(t, err, spate.ErrRetryable, "classified retryable")
 }
 
 // A Redis configured as a cache (a memory limit with an allkeys-* eviction
@@ -167,24 +157,17 @@ func TestEvictingServerIsFatal(t *testing.T) {
 			srv := redistest.Start(t, redistest.WithArgs("--maxmemory", "64mb", "--maxmemory-policy", tc.policy))
 			s, err := srv.NewHarness(t, testTTL).Open(t.Context())
 			if !tc.refuse {
-				if err != nil {
-					t.Fatalf("maxmemory-policy %s refused: %v", tc.policy, err)
-				}
+				require.NoError(t, err, "maxmemory-policy %s refused", tc.policy)
 				_ = s.Close()
 				return
 			}
-			if !spate.IsFatal(err) {
-				t.Fatalf("maxmemory-policy %s: %v, want a Fatal error", tc.policy, err)
-			}
+			require.True(t, spate.IsFatal(err), "maxmemory-policy %s: %v, want a Fatal error", tc.policy, err)
 			for _, want := range []string{"maxmemory-policy " + tc.policy, "noeviction"} {
-				if !strings.Contains(err.Error(), want) {
-					t.Errorf("error %q does not say %q", err, want)
-				}
+				assert.ErrorContains(t, err, want)
 			}
 			n, derr := srv.Client(t).DBSize(t.Context()).Result()
-			if derr != nil || n != 0 {
-				t.Errorf("the refused store left %d keys (err %v)", n, derr)
-			}
+			assert.NoError(t, derr, "DBSize after the refusal")
+			assert.Zero(t, n, "the refused store left %d keys", n)
 		})
 	}
 }
