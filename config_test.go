@@ -1,36 +1,33 @@
 package spate_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
 )
 
 func TestConfigDefaults(t *testing.T) {
 	c := spate.DefaultConfig()
-	if c.LeaseDuration != 30*time.Second || c.OpTimeout != 10*time.Second || c.MaxAttempts != 4 ||
-		c.MaxInFlight != 8 || c.ReplanInterval != time.Minute || c.ReconcileInterval != 30*time.Second ||
-		c.StartupMaxAttempts != 8 || c.RebalanceDelay != 20*time.Second || c.DrainDeadline != 10*time.Second {
-		t.Fatalf("defaults: %+v", c)
-	}
-	if !strings.HasPrefix(c.InstanceID, "spate-") || len(c.InstanceID) != len("spate-")+32 {
-		t.Fatalf("default instance id %q", c.InstanceID)
-	}
-	if spate.DefaultConfig().InstanceID == c.InstanceID {
-		t.Fatal("default instance ids must be random per process")
-	}
-	if err := c.Validate(); err != nil {
-		t.Fatalf("defaults must validate: %v", err)
-	}
-	if c.RenewInterval() != 10*time.Second {
-		t.Fatalf("renew interval %v", c.RenewInterval())
-	}
-	if err := (spate.Config{RebalanceDelay: spate.NoRebalanceDelay}).Validate(); err != nil {
-		t.Fatalf("NoRebalanceDelay is legal: %v", err)
-	}
+	require.Equal(t, 30*time.Second, c.LeaseDuration, "defaults: %+v", c)
+	require.Equal(t, 10*time.Second, c.OpTimeout, "defaults: %+v", c)
+	require.Equal(t, 4, c.MaxAttempts, "defaults: %+v", c)
+	require.Equal(t, 8, c.MaxInFlight, "defaults: %+v", c)
+	require.Equal(t, time.Minute, c.ReplanInterval, "defaults: %+v", c)
+	require.Equal(t, 30*time.Second, c.ReconcileInterval, "defaults: %+v", c)
+	require.Equal(t, 8, c.StartupMaxAttempts, "defaults: %+v", c)
+	require.Equal(t, 20*time.Second, c.RebalanceDelay, "defaults: %+v", c)
+	require.Equal(t, 10*time.Second, c.DrainDeadline, "defaults: %+v", c)
+	require.True(t, strings.HasPrefix(c.InstanceID, "spate-"), "default instance id %q", c.InstanceID)
+	require.Len(t, c.InstanceID, len("spate-")+32, "default instance id %q", c.InstanceID)
+	require.NotEqual(t, c.InstanceID, spate.DefaultConfig().InstanceID, "default instance ids must be random per process")
+	require.NoError(t, c.Validate(), "defaults must validate")
+	require.Equal(t, 10*time.Second, c.RenewInterval(), "renew interval")
+	require.NoError(t, (spate.Config{RebalanceDelay: spate.NoRebalanceDelay}).Validate(), "NoRebalanceDelay is legal")
 }
 
 func TestConfigFloorsNameTheirRule(t *testing.T) {
@@ -53,41 +50,32 @@ func TestConfigFloorsNameTheirRule(t *testing.T) {
 	}
 	for _, c := range cases {
 		err := c.cfg.Validate()
-		if err == nil || !strings.Contains(err.Error(), c.rule) {
-			t.Errorf("%s: Validate() = %v, want a violation naming %q", c.name, err, c.rule)
+		if !assert.ErrorContains(t, err, c.rule, "%s: Validate() = %v, want a violation naming %q", c.name, err, c.rule) {
 			continue
 		}
-		if !errors.Is(err, spate.ErrFatal) {
-			t.Errorf("%s: violations are Fatal: %v", c.name, err)
-		}
+		assert.ErrorIs(t, err, spate.ErrFatal, "%s: violations are Fatal", c.name)
 	}
 }
 
 func TestConfigValidateReportsEveryViolation(t *testing.T) {
 	err := spate.Config{OpTimeout: time.Millisecond, MaxAttempts: -1, InstanceID: "a b"}.Validate()
 	for _, want := range []string{"op_timeout", "max_attempts", "instance_id"} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("joined error %v misses %q", err, want)
-		}
+		assert.ErrorContains(t, err, want, "joined error %v misses %q", err, want)
 	}
 }
 
 func TestParseConfig(t *testing.T) {
 	c, err := spate.ParseConfig([]byte(`{"lease_duration":"1.5s","op_timeout":"200ms","rebalance_delay":"none","max_in_flight":3}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.LeaseDuration != 1500*time.Millisecond || c.OpTimeout != 200*time.Millisecond ||
-		c.RebalanceDelay != spate.NoRebalanceDelay || c.MaxInFlight != 3 {
-		t.Fatalf("parsed %+v", c)
-	}
+	require.NoError(t, err)
+	require.Equal(t, 1500*time.Millisecond, c.LeaseDuration, "parsed %+v", c)
+	require.Equal(t, 200*time.Millisecond, c.OpTimeout, "parsed %+v", c)
+	require.Equal(t, spate.NoRebalanceDelay, c.RebalanceDelay, "parsed %+v", c)
+	require.Equal(t, 3, c.MaxInFlight, "parsed %+v", c)
 	round, err := spate.ParseConfig([]byte(c.String()))
-	if err != nil || round != c {
-		t.Fatalf("round trip: %+v, %v", round, err)
-	}
+	require.NoError(t, err, "round trip")
+	require.Equal(t, c, round, "round trip")
 	for _, bad := range []string{`{"lease":"1s"}`, `{"lease_duration":"soon"}`, `{"lease_duration":5}`, `{} {}`, `[`} {
-		if _, err := spate.ParseConfig([]byte(bad)); !spate.IsFatal(err) {
-			t.Errorf("ParseConfig(%s) = %v, want a Fatal error", bad, err)
-		}
+		_, err := spate.ParseConfig([]byte(bad))
+		assert.True(t, spate.IsFatal(err), "ParseConfig(%s) = %v, want a Fatal error", bad, err)
 	}
 }

@@ -2,23 +2,21 @@ package spate_test
 
 import (
 	"os/exec"
-	"slices"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The root package is the seam: it must never depend on a driver or on a
 // backend client, or every user would link every backend.
 func TestRootImportsNoDriverOrBackend(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
+	require.NoError(t, err, "go list:\n%s", out)
 	for _, dep := range strings.Fields(string(out)) {
 		for _, banned := range []string{"/stores/", "go.etcd.io/", "github.com/nats-io/", "github.com/redis/", "/pipeline", "/conformance"} {
-			if strings.Contains(dep, banned) {
-				t.Errorf("the root package depends on %s", dep)
-			}
+			assert.NotContains(t, dep, banned, "the root package depends on %s", dep)
 		}
 	}
 }
@@ -28,18 +26,12 @@ func TestRootImportsNoDriverOrBackend(t *testing.T) {
 // Fault injection lives in faultstore, which is not a driver.
 func TestConformanceImportsNoDriver(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "./conformance", "./faultstore").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
+	require.NoError(t, err, "go list:\n%s", out)
 	deps := strings.Fields(string(out))
-	if !slices.Contains(deps, "github.com/spate-go/spate/conformance") {
-		t.Fatalf("go list -deps ./conformance did not list the package itself:\n%s", out)
-	}
+	require.Contains(t, deps, "github.com/spate-go/spate/conformance", "go list -deps ./conformance did not list the package itself:\n%s", out)
 	for _, dep := range deps {
 		for _, banned := range []string{"github.com/spate-go/spate/stores/", "go.etcd.io/", "github.com/nats-io/", "github.com/redis/"} {
-			if strings.HasPrefix(dep, banned) {
-				t.Errorf("conformance or faultstore depends on %s", dep)
-			}
+			assert.False(t, strings.HasPrefix(dep, banned), "conformance or faultstore depends on %s", dep)
 		}
 	}
 }
@@ -48,14 +40,10 @@ func TestConformanceImportsNoDriver(t *testing.T) {
 // only pipeline/filesource/blobsource imports it.
 func TestFilesourceImportsNoCloudSDK(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "./pipeline", "./pipeline/filesource").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
+	require.NoError(t, err, "go list:\n%s", out)
 	for _, dep := range strings.Fields(string(out)) {
 		for _, banned := range []string{"gocloud.dev/", "github.com/aws/", "cloud.google.com/", "github.com/Azure/"} {
-			if strings.HasPrefix(dep, banned) {
-				t.Errorf("pipeline or pipeline/filesource depends on %s", dep)
-			}
+			assert.False(t, strings.HasPrefix(dep, banned), "pipeline or pipeline/filesource depends on %s", dep)
 		}
 	}
 }

@@ -1,8 +1,9 @@
 package spate
 
 import (
-	"errors"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // Every decoder must turn any input into a value or a classified error, and
@@ -19,15 +20,12 @@ func FuzzDecodeProgress(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := decodeProgress("split.s", "s", data, fp)
 		if err != nil {
-			if !errors.Is(err, ErrFatal) {
-				t.Fatalf("unclassified error: %v", err)
-			}
+			require.ErrorIs(t, err, ErrFatal, "unclassified error")
 			return
 		}
 		again, err := decodeProgress("split.s", "s", encode(r), fp)
-		if err != nil || string(encode(again)) != string(encode(r)) {
-			t.Fatalf("re-encoding does not round-trip: %v", err)
-		}
+		require.NoError(t, err, "re-encoding does not round-trip")
+		require.Equal(t, string(encode(r)), string(encode(again)), "re-encoding does not round-trip")
 	})
 }
 
@@ -39,14 +37,11 @@ func FuzzDecodePlan(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := decodePlan("plan", data, "fuzz")
 		if err != nil {
-			if !errors.Is(err, ErrFatal) {
-				t.Fatalf("unclassified error: %v", err)
-			}
+			require.ErrorIs(t, err, ErrFatal, "unclassified error")
 			return
 		}
-		if _, err := decodePlan("plan", encode(r), "fuzz"); err != nil {
-			t.Fatalf("re-encoding does not decode: %v", err)
-		}
+		_, err = decodePlan("plan", encode(r), "fuzz")
+		require.NoError(t, err, "re-encoding does not decode")
 	})
 }
 
@@ -55,11 +50,11 @@ func FuzzDecodeEphemeral(f *testing.F) {
 	f.Add(encode(leaderVal{Schema: 1, Owner: "w", Nonce: "n", Generation: 2}))
 	f.Add(encode(workerVal{Schema: 1, Nonce: "n", MaxInFlight: 8}))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if _, err := decodeLease("split.s", data); err != nil && !errors.Is(err, ErrFatal) {
-			t.Fatalf("lease: unclassified error: %v", err)
+		if _, err := decodeLease("split.s", data); err != nil {
+			require.ErrorIs(t, err, ErrFatal, "lease: unclassified error")
 		}
-		if _, err := decodeLeader(data); err != nil && !errors.Is(err, ErrFatal) {
-			t.Fatalf("leader: unclassified error: %v", err)
+		if _, err := decodeLeader(data); err != nil {
+			require.ErrorIs(t, err, ErrFatal, "leader: unclassified error")
 		}
 		_, _ = decodeWorker("worker.w", data) // errors are logged, never fatal
 	})
@@ -70,8 +65,8 @@ func FuzzDecodeAssignment(f *testing.F) {
 	f.Add([]byte(`{"schema":1,"generation":1,"splits":[]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a, err := decodeAssignment("assign.w", data)
-		if err == nil && a.Splits == nil {
-			t.Fatal("an assignment without splits must not decode as an empty one")
+		if err == nil {
+			require.NotNil(t, a.Splits, "an assignment without splits must not decode as an empty one")
 		}
 	})
 }
@@ -83,14 +78,11 @@ func FuzzSplitID(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		id, err := NewSplitID(s)
 		if err != nil {
-			if kindOf(err) != kindFatal {
-				t.Fatalf("invalid id %q: error %v is not Fatal", s, err)
-			}
+			require.Equal(t, kindFatal, kindOf(err), "invalid id %q: error %v is not Fatal", s, err)
 			return
 		}
-		if id.String() != s || ValidateKey(prefixSplit+s) != nil {
-			t.Fatalf("valid id %q does not make a valid key", s)
-		}
+		require.Equal(t, s, id.String(), "valid id %q does not make a valid key", s)
+		require.NoError(t, ValidateKey(prefixSplit+s), "valid id %q does not make a valid key", s)
 	})
 }
 
@@ -101,17 +93,14 @@ func FuzzParseConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data)
 		if err != nil {
-			if !errors.Is(err, ErrFatal) {
-				t.Fatalf("unclassified parse error: %v", err)
-			}
+			require.ErrorIs(t, err, ErrFatal, "unclassified parse error")
 			return
 		}
-		if err := c.Validate(); err != nil && !errors.Is(err, ErrFatal) {
-			t.Fatalf("unclassified validation error: %v", err)
+		if err := c.Validate(); err != nil {
+			require.ErrorIs(t, err, ErrFatal, "unclassified validation error")
 		}
 		again, err := ParseConfig([]byte(c.String()))
-		if err != nil || again != c {
-			t.Fatalf("config does not round-trip: %+v -> %+v (%v)", c, again, err)
-		}
+		require.NoError(t, err, "config does not round-trip: %+v -> %+v", c, again)
+		require.Equal(t, c, again, "config does not round-trip: %+v -> %+v", c, again)
 	})
 }

@@ -1,11 +1,12 @@
 package spate_test
 
 import (
-	"errors"
 	"log/slog"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/stores/mem"
@@ -17,16 +18,13 @@ func TestInspectJobOnAnEmptyStoreIsErrNoJob(t *testing.T) {
 	s := mem.MustNew(mem.Options{TTL: time.Second})
 	defer s.Close()
 	_, err := spate.InspectJob(t.Context(), s, "")
-	if !errors.Is(err, spate.ErrNoJob) || !spate.IsFatal(err) {
-		t.Fatalf("InspectJob on an empty store: %v, want ErrNoJob (Fatal)", err)
-	}
-	if _, err := s.Create(t.Context(), spate.Durable, "plan", []byte(`{"alien":true}`)); err != nil {
-		t.Fatal(err)
-	}
+	require.ErrorIs(t, err, spate.ErrNoJob, "InspectJob on an empty store: want ErrNoJob (Fatal)")
+	require.True(t, spate.IsFatal(err), "InspectJob on an empty store: %v, want ErrNoJob (Fatal)", err)
+	_, err = s.Create(t.Context(), spate.Durable, "plan", []byte(`{"alien":true}`))
+	require.NoError(t, err)
 	_, err = spate.InspectJob(t.Context(), s, "")
-	if errors.Is(err, spate.ErrNoJob) || !spate.IsFatal(err) {
-		t.Fatalf("InspectJob on an alien plan: %v, want a Fatal error that is not ErrNoJob", err)
-	}
+	require.NotErrorIs(t, err, spate.ErrNoJob, "InspectJob on an alien plan: want a Fatal error that is not ErrNoJob")
+	require.True(t, spate.IsFatal(err), "InspectJob on an alien plan: %v, want a Fatal error that is not ErrNoJob", err)
 }
 
 // LiveWorkers lists the workers present in a job, before any plan is
@@ -35,25 +33,18 @@ func TestLiveWorkersListsPresentWorkers(t *testing.T) {
 	s := mem.MustNew(mem.Options{TTL: 2 * time.Second})
 	defer s.Close()
 	ids, err := spate.LiveWorkers(t.Context(), s)
-	if err != nil || len(ids) != 0 {
-		t.Fatalf("LiveWorkers on an empty store: %v, %v; want none", ids, err)
-	}
+	require.NoError(t, err, "LiveWorkers on an empty store")
+	require.Empty(t, ids, "LiveWorkers on an empty store: want none")
 	cfg := spate.TimingsForLease(2 * time.Second)
 	cfg.InstanceID = "w-1"
 	c, err := spate.NewStoreCoordinator(s, cfg, spate.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	c.SetWaker(spate.InertWaker())
-	if err := c.Start(rangePlanner{}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Start(rangePlanner{}))
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ids, err = spate.LiveWorkers(t.Context(), s)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if slices.Equal(ids, []string{"w-1"}) {
 			break
 		}
@@ -62,11 +53,8 @@ func TestLiveWorkersListsPresentWorkers(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Close())
 	ids, err = spate.LiveWorkers(t.Context(), s)
-	if err != nil || len(ids) != 0 {
-		t.Fatalf("LiveWorkers after the worker left: %v, %v; want none", ids, err)
-	}
+	require.NoError(t, err, "LiveWorkers after the worker left")
+	require.Empty(t, ids, "LiveWorkers after the worker left: want none")
 }

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/spate-go/spate/conformance"
@@ -91,9 +93,7 @@ func processChaos(t *testing.T, seed uint64) (map[string]int, int) {
 	const lease = 2 * time.Second
 	c := etcdtest.Start(t, etcdtest.Options{Members: 1})
 	target, err := url.Parse(c.Endpoints()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	dir := t.TempDir()
 	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
 	writeCorpus(t, src, 16, 3000)
@@ -101,14 +101,10 @@ func processChaos(t *testing.T, seed uint64) (map[string]int, int) {
 
 	// The side observer reads the store directly, not through a proxy.
 	cli, err := clientv3.New(c.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer cli.Close()
 	obsStore, err := etcd.New(ctxT(t, 10*time.Second), cli, etcd.Options{Prefix: etcdPrefix(job), TTL: lease})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer obsStore.Close()
 	obs := conformance.NewRecordObserver()
 	octx, stopObs := context.WithCancel(context.Background())
@@ -184,9 +180,7 @@ func processChaos(t *testing.T, seed uint64) (map[string]int, int) {
 		case "store-restart":
 			c.Kill(0)
 			hold(d / 2)
-			if err := c.Restart(0); err != nil {
-				t.Fatalf("restart etcd: %v", err)
-			}
+			require.NoError(t, c.Restart(0), "restart etcd")
 		}
 		hold(time.Duration(rng.Float64() * float64(lease)))
 	}
@@ -195,17 +189,14 @@ func processChaos(t *testing.T, seed uint64) (map[string]int, int) {
 		w.proxy.SetLatency(0)
 	}
 	for _, w := range live() {
-		if code := w.p.wait(t, 3*time.Minute); code != 0 {
-			t.Errorf("worker %s (%s) exited %d\nstdout:\n%s\nstderr:\n%s", w.name, w.id, code, w.p.stdout.String(), w.p.stderr.String())
-		}
+		code := w.p.wait(t, 3*time.Minute)
+		assert.Equal(t, 0, code, "worker %s (%s) exited %d\nstdout:\n%s\nstderr:\n%s", w.name, w.id, code, w.p.stdout.String(), w.p.stderr.String())
 	}
 
 	var vs []string
 	// (a) every input line reached the output exactly once.
 	res, err := verifyOutput(ctxT(t, time.Minute), filesource.Dir(src), &destination{location: dst, dir: dst})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if !res.OK() {
 		vs = append(vs, fmt.Sprintf("(a) not exactly once: of %d input lines %d are missing, %d duplicated; %d damaged, %d foreign, %d malformed output lines",
 			res.InputLines, res.Missing, res.Duplicates, res.Damaged, res.Foreign, res.Malformed))
@@ -253,9 +244,7 @@ type histEvent struct {
 func readHistory(t *testing.T, path string) []histEvent {
 	t.Helper()
 	f, err := os.Open(path)
-	if err != nil {
-		t.Fatalf("history: %v", err)
-	}
+	require.NoError(t, err, "history")
 	defer f.Close()
 	var out []histEvent
 	sc := bufio.NewScanner(f)

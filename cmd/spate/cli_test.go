@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/spate-go/spate"
@@ -55,20 +57,14 @@ func TestBackfillOverEmbeddedEtcdResumesAfterSIGINT(t *testing.T) {
 	run1.stdout.waitFor(t, run1, "completed f1", 60*time.Second)
 	for path, want := range map[string]string{"/metrics": "spate_coordination_", "/healthz": "ok", "/readyz": "ok"} {
 		body := httpGet(t, "http://"+addr+path)
-		if !strings.Contains(body, want) {
-			t.Fatalf("GET %s: no %q in:\n%.2000s", path, want, body)
-		}
+		require.Contains(t, body, want, "GET %s: no %q in:\n%.2000s", path, want, body)
 	}
 	body := httpGet(t, "http://"+addr+"/metrics")
-	if !strings.Contains(body, "spate_pipeline_") {
-		t.Fatalf("/metrics has no pipeline series")
-	}
+	require.Contains(t, body, "spate_pipeline_", "/metrics has no pipeline series")
 	// Every series the Grafana dashboard in docs/ queries is one a worker
 	// serves.
 	dash, err := os.ReadFile("../../docs/grafana/spate-job.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	queried := map[string]bool{}
 	for _, m := range regexp.MustCompile(`spate_[a-z_]+`).FindAllString(string(dash), -1) {
 		for _, suffix := range []string{"_bucket", "_count", "_sum"} {
@@ -76,34 +72,24 @@ func TestBackfillOverEmbeddedEtcdResumesAfterSIGINT(t *testing.T) {
 		}
 		queried[m] = true
 	}
-	if len(queried) < 10 {
-		t.Fatalf("the dashboard queries %d series: not the dashboard this test knows", len(queried))
-	}
+	require.GreaterOrEqual(t, len(queried), 10, "the dashboard queries %d series: not the dashboard this test knows", len(queried))
 	for m := range queried {
-		if !strings.Contains(body, "# TYPE "+m+" ") {
-			t.Errorf("the Grafana dashboard queries %s, which /metrics does not serve", m)
-		}
+		assert.Contains(t, body, "# TYPE "+m+" ", "the Grafana dashboard queries %s, which /metrics does not serve", m)
 	}
 	// The job view at /ui on the same address: the jobs list names this
 	// job, and its page lists the splits with the completed one.
 	list := httpGet(t, "http://"+addr+"/ui/")
 	jobPath := regexp.MustCompile(`href="(/ui/jobs/[^"]+)"`).FindStringSubmatch(list)
-	if jobPath == nil {
-		t.Fatalf("GET /ui/: no job link in:\n%.2000s", list)
-	}
-	if page := httpGet(t, "http://"+addr+jobPath[1]); !strings.Contains(page, "f1") || !strings.Contains(page, "completed") {
-		t.Fatalf("GET %s: no split rows in:\n%.3000s", jobPath[1], page)
-	}
-	if err := run1.cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
+	require.NotNil(t, jobPath, "GET /ui/: no job link in:\n%.2000s", list)
+	page := httpGet(t, "http://"+addr+jobPath[1])
+	require.Contains(t, page, "f1", "GET %s: no split rows in:\n%.3000s", jobPath[1], page)
+	require.Contains(t, page, "completed", "GET %s: no split rows in:\n%.3000s", jobPath[1], page)
+	require.NoError(t, run1.cmd.Process.Signal(os.Interrupt))
 	code := run1.wait(t, 60*time.Second)
 	out1 := run1.stdout.String()
 	expectCode(t, "run 1 (SIGINT)", code, 130, out1, run1.stderr.String())
 	for _, want := range []string{"stopping gracefully", "summary: job", "interrupted"} {
-		if !strings.Contains(out1, want) {
-			t.Fatalf("run 1 output lacks %q:\n%s", want, out1)
-		}
+		require.Contains(t, out1, want, "run 1 output lacks %q:\n%s", want, out1)
 	}
 
 	// Run 2: a host (starts the embedded store from its data) and a joiner
@@ -116,24 +102,20 @@ func TestBackfillOverEmbeddedEtcdResumesAfterSIGINT(t *testing.T) {
 	jout, hout := joiner.stdout.String(), host.stdout.String()
 	expectCode(t, "run 2 joiner", joinerCode, 0, jout, joiner.stderr.String())
 	expectCode(t, "run 2 host", hostCode, 0, hout, host.stderr.String())
-	if !strings.Contains(jout, "hosted by another spate process") {
-		t.Fatalf("the second process did not join the running embedded store:\n%s", jout)
-	}
-	if m := regexp.MustCompile(`resuming job: (\d+) of (\d+) splits completed`).FindStringSubmatch(hout); m == nil || m[1] == "0" {
-		t.Fatalf("run 2 did not resume a partly completed job:\n%s", hout)
-	}
+	require.Contains(t, jout, "hosted by another spate process", "the second process did not join the running embedded store:\n%s", jout)
+	m := regexp.MustCompile(`resuming job: (\d+) of (\d+) splits completed`).FindStringSubmatch(hout)
+	require.NotNil(t, m, "run 2 did not resume a partly completed job:\n%s", hout)
+	require.NotEqual(t, "0", m[1], "run 2 did not resume a partly completed job:\n%s", hout)
 	for _, out := range []string{hout, jout} {
-		if !strings.Contains(out, "summary: job") || !strings.Contains(out, " complete\n") || !strings.Contains(out, "verified exactly once: all "+count(int64(lines))+" input lines") {
-			t.Fatalf("run 2 did not complete and verify:\n%s", out)
-		}
+		require.Contains(t, out, "summary: job", "run 2 did not complete and verify:\n%s", out)
+		require.Contains(t, out, " complete\n", "run 2 did not complete and verify:\n%s", out)
+		require.Contains(t, out, "verified exactly once: all "+count(int64(lines))+" input lines", "run 2 did not complete and verify:\n%s", out)
 	}
 
 	// Run 3: nothing to do.
 	code, out3, err3 := runSpate(t, dir, "", 60*time.Second, common...)
 	expectCode(t, "run 3", code, 0, out3, err3)
-	if !strings.Contains(out3, "is already complete") {
-		t.Fatalf("run 3 did not say the job is complete:\n%s", out3)
-	}
+	require.Contains(t, out3, "is already complete", "run 3 did not say the job is complete:\n%s", out3)
 
 	// The verifier agrees on its own.
 	code, vout, verr := runSpate(t, dir, "", 60*time.Second, "verify", "--src", src, "--dst", dst)
@@ -151,9 +133,7 @@ func TestBackfillOverEmbeddedEtcdResumesAfterSIGINT(t *testing.T) {
 func checkHistory(t *testing.T, path string, exitCode int) {
 	t.Helper()
 	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	type key struct {
 		split string
@@ -180,12 +160,10 @@ func checkHistory(t *testing.T, path string, exitCode int) {
 			Outcome   string `json:"outcome"`
 			Code      int    `json:"code"`
 		}
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			t.Fatalf("history line %d is not JSON: %v: %s", n, err, sc.Text())
-		}
-		if ev.TS == "" || ev.Instance == "" || ev.Ev == "" {
-			t.Fatalf("history line %d lacks ts, instance or ev: %s", n, sc.Text())
-		}
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &ev), "history line %d is not JSON: %s", n, sc.Text())
+		require.NotEmpty(t, ev.TS, "history line %d lacks ts, instance or ev: %s", n, sc.Text())
+		require.NotEmpty(t, ev.Instance, "history line %d lacks ts, instance or ev: %s", n, sc.Text())
+		require.NotEmpty(t, ev.Ev, "history line %d lacks ts, instance or ev: %s", n, sc.Text())
 		seen[ev.Ev]++
 		k := key{ev.Split, ev.Epoch}
 		switch ev.Ev {
@@ -204,37 +182,28 @@ func checkHistory(t *testing.T, path string, exitCode int) {
 			if ev.Outcome == "ok" && ev.Completed {
 				delete(open, ev.Split)
 			}
-			if ev.Outcome == "ok" && ev.Watermark > resume[k] && durableTo[k] < ev.Watermark-1 {
-				t.Fatalf("history line %d: commit of %s epoch %d at watermark %d, but the tenancy's durable output only reached offset %d",
+			if ev.Outcome == "ok" && ev.Watermark > resume[k] {
+				require.GreaterOrEqual(t, durableTo[k], ev.Watermark-1,
+					"history line %d: commit of %s epoch %d at watermark %d, but the tenancy's durable output only reached offset %d",
 					n, ev.Split, ev.Epoch, ev.Watermark, durableTo[k])
 			}
 		case "exit":
-			if ev.Code != exitCode {
-				t.Fatalf("history records exit code %d, want %d", ev.Code, exitCode)
-			}
+			require.Equal(t, exitCode, ev.Code, "history records exit code %d, want %d", ev.Code, exitCode)
 		}
 	}
 	for _, ev := range []string{"start", "gained", "open", "commit", "durable", "exit"} {
-		if seen[ev] == 0 {
-			t.Fatalf("history %s has no %q event (saw %v)", path, ev, seen)
-		}
+		require.NotZero(t, seen[ev], "history %s has no %q event (saw %v)", path, ev, seen)
 	}
-	if len(open) > 0 {
-		t.Fatalf("history %s: tenancies still held at the exit (split -> epoch): %v (saw %v)", path, open, seen)
-	}
+	require.Empty(t, open, "history %s: tenancies still held at the exit (split -> epoch): %v (saw %v)", path, open, seen)
 }
 
 func httpGet(t *testing.T, url string) string {
 	t.Helper()
 	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
+	require.NoError(t, err, "GET %s", url)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s: %s", url, resp.Status, b)
-	}
+	require.Equal(t, http.StatusOK, resp.StatusCode, "GET %s: %s: %s", url, resp.Status, b)
 	return string(b)
 }
 
@@ -253,36 +222,25 @@ func TestBackfillSIGTERMDrainsAndHandsBack(t *testing.T) {
 	hist := filepath.Join(dir, "term.jsonl")
 	p := start(t, dir, "", append(args, "--rate", "4000", "--history", hist)...)
 	p.stdout.waitFor(t, p, "completed f1", 60*time.Second)
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	code := p.wait(t, 60*time.Second)
 	out := p.stdout.String()
 	expectCode(t, "SIGTERM run", code, 143, out, p.stderr.String())
-	if !strings.Contains(out, "interrupted (terminated)") {
-		t.Fatalf("no graceful stop:\n%s", out)
-	}
+	require.Contains(t, out, "interrupted (terminated)", "no graceful stop:\n%s", out)
 	checkHistory(t, hist, 143)
 	// Everything handed back: no lease of ours is left, so the next run
 	// (same instance id) starts at once.
 	st := openEtcdJob(t, cluster, "term", 2*time.Second)
 	js, err := spate.InspectJob(ctxT(t, 10*time.Second), st, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, s := range js.Splits {
-		if s.LeaseOwner != "" {
-			t.Fatalf("split %s still leased by %s after the graceful stop", s.ID, s.LeaseOwner)
-		}
+		require.Empty(t, s.LeaseOwner, "split %s still leased by %s after the graceful stop", s.ID, s.LeaseOwner)
 	}
 	code, out, errOut := runSpate(t, dir, "", 90*time.Second, args...)
 	expectCode(t, "second run", code, 0, out, errOut)
-	if !strings.Contains(out, "verified exactly once: all "+count(int64(lines))+" input lines") {
-		t.Fatalf("the second run did not verify:\n%s", out)
-	}
-	if !strings.Contains(out, ", 0 duplicates") {
-		t.Fatalf("rule: a resume after a graceful stop replays nothing (the final commit lands before the splits are handed back):\n%s", out)
-	}
+	require.Contains(t, out, "verified exactly once: all "+count(int64(lines))+" input lines", "the second run did not verify:\n%s", out)
+	require.Contains(t, out, ", 0 duplicates",
+		"rule: a resume after a graceful stop replays nothing (the final commit lands before the splits are handed back):\n%s", out)
 }
 
 // openEtcdJob opens a store over a job's prefix on a test cluster.
@@ -290,9 +248,7 @@ func openEtcdJob(t *testing.T, c *etcdtest.Cluster, job string, ttl time.Duratio
 	t.Helper()
 	cli := c.Client(t, nil)
 	st, err := etcd.New(ctxT(t, 20*time.Second), cli, etcd.Options{Prefix: etcdPrefix(job), TTL: ttl})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
 	return st
 }
@@ -305,9 +261,7 @@ func TestDemo(t *testing.T) {
 	t.Logf("spate demo took %v", time.Since(began).Round(100*time.Millisecond))
 	expectCode(t, "demo", code, 0, out, errOut)
 	for _, want := range []string{"SIGKILL worker-2", "TAKEOVER", "verified exactly once: all", "PASS"} {
-		if !strings.Contains(out, want) {
-			t.Fatalf("demo output lacks %q:\n%s", want, out)
-		}
+		require.Contains(t, out, want, "demo output lacks %q:\n%s", want, out)
 	}
 }
 
@@ -336,73 +290,57 @@ func TestQuarantinedSplitInspectAndRequeue(t *testing.T) {
 	planJob(t, st, filesource.NewPlanner(filesource.Dir(src), popts))
 	victim := filepath.Join(src, "part-1", "f04.txt")
 	orig, err := os.ReadFile(victim)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(victim, int64(len(orig)/2)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, os.Truncate(victim, int64(len(orig)/2)))
 
 	code, out, errOut := runSpate(t, dir, "", 90*time.Second, args...)
 	expectCode(t, "backfill over a damaged file", code, exitStalled, out, errOut)
 	for _, want := range []string{"QUARANTINED", "part-1/f04.txt", "spate inspect", "spate requeue SPLIT"} {
-		if !strings.Contains(out, want) {
-			t.Fatalf("the stalled run's output lacks %q:\n%s", want, out)
-		}
+		require.Contains(t, out, want, "the stalled run's output lacks %q:\n%s", want, out)
 	}
 
 	q := inspectJSON(t, dir, storeArgs)
-	if q.Summary.State != "stalled" || q.Summary.Quarantined != 1 || q.Summary.Completed != len(q.Splits)-1 {
-		t.Fatalf("inspect: want 1 quarantined split and the rest completed, got %+v", q.Summary)
-	}
+	require.Equal(t, "stalled", q.Summary.State, "inspect: want 1 quarantined split and the rest completed, got %+v", q.Summary)
+	require.Equal(t, 1, q.Summary.Quarantined, "inspect: want 1 quarantined split and the rest completed, got %+v", q.Summary)
+	require.Equal(t, len(q.Splits)-1, q.Summary.Completed, "inspect: want 1 quarantined split and the rest completed, got %+v", q.Summary)
 	var bad splitJSON
 	for _, s := range q.Splits {
 		if s.Status == string(spate.StatusQuarantined) {
 			bad = s
 		}
 	}
-	if bad.Attempts != 2 {
-		t.Fatalf("the quarantined split has %d attempts, want 2 (--max-attempts)", bad.Attempts)
-	}
-	if !strings.Contains(bad.LastFailure, "the input changed since it was planned") {
-		t.Fatalf("the quarantined split's record does not say why it was set aside: %q", bad.LastFailure)
-	}
+	require.Equal(t, uint32(2), bad.Attempts, "the quarantined split has %d attempts, want 2 (--max-attempts)", bad.Attempts)
+	require.Contains(t, bad.LastFailure, "the input changed since it was planned",
+		"the quarantined split's record does not say why it was set aside: %q", bad.LastFailure)
 	code, text, errOut := runSpate(t, dir, "", 60*time.Second, append([]string{"inspect"}, storeArgs...)...)
 	expectCode(t, "inspect", code, 0, text, errOut)
-	if !regexp.MustCompile(bad.ID + `\s+quarantined\s`).MatchString(text) {
-		t.Fatalf("inspect's table does not show %s quarantined:\n%s", bad.ID, text)
-	}
-	if !strings.Contains(text, bad.ID+" after 2 attempts: "+bad.LastFailure) {
-		t.Fatalf("inspect does not give the quarantine's reason:\n%s", text)
-	}
+	require.Regexp(t, regexp.MustCompile(bad.ID+`\s+quarantined\s`), text, "inspect's table does not show %s quarantined:\n%s", bad.ID, text)
+	require.Contains(t, text, bad.ID+" after 2 attempts: "+bad.LastFailure, "inspect does not give the quarantine's reason:\n%s", text)
 
 	// Requeue, declined.
 	code, out, errOut = runSpate(t, dir, "n\n", 60*time.Second, append([]string{"requeue", bad.ID}, storeArgs...)...)
 	expectCode(t, "requeue answered no", code, exitFailed, out, errOut)
-	if !strings.Contains(out, "[y/N]") || !strings.Contains(out, "not requeued") {
-		t.Fatalf("requeue did not ask, or did not take no for an answer:\n%s", out)
-	}
-	if again := inspectJSON(t, dir, storeArgs); again.Summary.Quarantined != 1 {
-		t.Fatalf("a declined requeue changed the job: %+v", again.Summary)
-	}
+	require.Contains(t, out, "[y/N]", "requeue did not ask, or did not take no for an answer:\n%s", out)
+	require.Contains(t, out, "not requeued", "requeue did not ask, or did not take no for an answer:\n%s", out)
+	again := inspectJSON(t, dir, storeArgs)
+	require.Equal(t, 1, again.Summary.Quarantined, "a declined requeue changed the job: %+v", again.Summary)
 
 	// Fix the input, requeue, finish.
-	if err := os.WriteFile(victim, orig, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(victim, orig, 0o644))
 	code, out, errOut = runSpate(t, dir, "y\n", 60*time.Second, append([]string{"requeue", bad.ID}, storeArgs...)...)
 	expectCode(t, "requeue", code, 0, out, errOut)
 	after := inspectJSON(t, dir, storeArgs)
 	for _, s := range after.Splits {
-		if s.ID == bad.ID && (s.Status != string(spate.StatusRunnable) || s.Attempts != 0 || s.Epoch != bad.Epoch+1) {
-			t.Fatalf("after requeue: %+v, want runnable, 0 attempts, epoch %d", s, bad.Epoch+1)
+		if s.ID == bad.ID {
+			require.Equal(t, string(spate.StatusRunnable), s.Status, "after requeue: %+v, want runnable, 0 attempts, epoch %d", s, bad.Epoch+1)
+			require.Zero(t, s.Attempts, "after requeue: %+v, want runnable, 0 attempts, epoch %d", s, bad.Epoch+1)
+			require.Equal(t, bad.Epoch+1, s.Epoch, "after requeue: %+v, want runnable, 0 attempts, epoch %d", s, bad.Epoch+1)
 		}
 	}
 	code, out, errOut = runSpate(t, dir, "", 90*time.Second, args...)
 	expectCode(t, "backfill after the requeue", code, 0, out, errOut)
-	if !strings.Contains(out, "verified exactly once: all "+count(int64(lines))+" input lines") {
-		t.Fatalf("the job did not finish and verify after the requeue:\n%s", out)
-	}
+	require.Contains(t, out, "verified exactly once: all "+count(int64(lines))+" input lines",
+		"the job did not finish and verify after the requeue:\n%s", out)
 }
 
 func inspectJSON(t *testing.T, dir string, storeArgs []string) inspection {
@@ -410,9 +348,7 @@ func inspectJSON(t *testing.T, dir string, storeArgs []string) inspection {
 	code, out, errOut := runSpate(t, dir, "", 60*time.Second, append([]string{"inspect", "--json"}, storeArgs...)...)
 	expectCode(t, "inspect --json", code, 0, out, errOut)
 	var in inspection
-	if err := json.Unmarshal([]byte(out), &in); err != nil {
-		t.Fatalf("inspect --json: %v:\n%s", err, out)
-	}
+	require.NoError(t, json.Unmarshal([]byte(out), &in), "inspect --json:\n%s", out)
 	return in
 }
 
@@ -423,28 +359,21 @@ func planJob(t *testing.T, st spate.Store, planner spate.SplitPlanner) {
 	t.Helper()
 	ctx := ctxT(t, 30*time.Second)
 	changes, err := st.Watch(ctx, spate.Durable, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	c, err := spate.NewStoreCoordinator(st, spate.Config{InstanceID: "planner", LeaseDuration: 2 * time.Second,
 		OpTimeout: 200 * time.Millisecond, RebalanceDelay: spate.NoRebalanceDelay},
 		spate.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	c.SetWaker(spate.InertWaker())
-	if err := c.Start(planner); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Start(planner))
 	defer c.Close()
 	for {
 		js, err := spate.InspectJob(ctx, st, "")
 		if err == nil && js.Plan.Finality == spate.PlanFinal && uint64(len(js.Splits)) == js.Plan.Planned && js.Plan.Planned > 0 {
 			return
 		}
-		if _, ok := <-changes; !ok {
-			t.Fatal("the plan was not recorded within 30s")
-		}
+		_, ok := <-changes
+		require.True(t, ok, "the plan was not recorded within 30s")
 	}
 }
 
@@ -459,25 +388,18 @@ func TestConformancePassesAgainstEtcd(t *testing.T) {
 	expectCode(t, "conformance on etcd", code, 0, out, errOut)
 	rows := regexp.MustCompile(`(?m)^Store/\S+\s+PASS\s`).FindAllString(out, -1)
 	n := len(conformance.StoreRules)
-	if len(rows) != n || !strings.Contains(out, fmt.Sprintf("%d rules: %d passed, 0 failed", n, n)) {
-		t.Fatalf("want %d passing store rules, got %d:\n%s", n, len(rows), out)
-	}
+	require.Len(t, rows, n, "want %d passing store rules, got %d:\n%s", n, len(rows), out)
+	require.Contains(t, out, fmt.Sprintf("%d rules: %d passed, 0 failed", n, n), "want %d passing store rules, got %d:\n%s", n, len(rows), out)
 	code, out, errOut = runSpate(t, t.TempDir(), "", 5*time.Minute, "conformance", "--store", storeURL, "--ttl", "1s",
 		"--coordinator", "--run", "Coordinator/(FencedZombieCommitWritesNothing|PoisonSplitQuarantinesAtMaxAttempts)$")
 	expectCode(t, "conformance --coordinator on etcd", code, 0, out, errOut)
 	for _, rule := range []string{"FencedZombieCommitWritesNothing", "PoisonSplitQuarantinesAtMaxAttempts"} {
-		if !regexp.MustCompile(`(?m)^Coordinator/` + rule + `\s+PASS\s`).MatchString(out) {
-			t.Fatalf("no PASS row for Coordinator/%s:\n%s", rule, out)
-		}
+		require.Regexp(t, regexp.MustCompile(`(?m)^Coordinator/`+rule+`\s+PASS\s`), out, "no PASS row for Coordinator/%s:\n%s", rule, out)
 	}
 	cli := cluster.Client(t, nil)
 	resp, err := cli.Get(ctxT(t, 10*time.Second), etcdJobRoot+"conformance-", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.Count != 0 {
-		t.Fatalf("conformance left %d keys behind under %sconformance-", resp.Count, etcdJobRoot)
-	}
+	require.NoError(t, err)
+	require.Zero(t, resp.Count, "conformance left %d keys behind under %sconformance-", resp.Count, etcdJobRoot)
 }
 
 // spate conformance fails clearly against a Redis that refuses scripts
@@ -491,9 +413,7 @@ func TestConformanceOnRedis(t *testing.T) {
 		code, out, errOut := runSpate(t, t.TempDir(), "", 2*time.Minute, "conformance", "--store", "redis://"+srv.Addr())
 		expectCode(t, "conformance on a redis without EVAL", code, exitFailed, out, errOut)
 		for _, want := range []string{"Preflight/StoreOpens  FAIL", "does not accept EVAL", "rename-command", "FAIL: the store refuses"} {
-			if !strings.Contains(out, want) {
-				t.Fatalf("output lacks %q:\n%s", want, out)
-			}
+			require.Contains(t, out, want, "output lacks %q:\n%s", want, out)
 		}
 	})
 	t.Run("EvictingCache", func(t *testing.T) {
@@ -502,9 +422,7 @@ func TestConformanceOnRedis(t *testing.T) {
 		code, out, errOut := runSpate(t, t.TempDir(), "", 2*time.Minute, "conformance", "--store", "redis://"+srv.Addr())
 		expectCode(t, "conformance on an evicting redis", code, exitFailed, out, errOut)
 		for _, want := range []string{"Preflight/StoreOpens  FAIL", "maxmemory-policy allkeys-lru", "set maxmemory-policy to noeviction", "FAIL: the store refuses"} {
-			if !strings.Contains(out, want) {
-				t.Fatalf("output lacks %q:\n%s", want, out)
-			}
+			require.Contains(t, out, want, "output lacks %q:\n%s", want, out)
 		}
 	})
 	// A server without the append-only file runs the suite, and fails it
@@ -516,9 +434,7 @@ func TestConformanceOnRedis(t *testing.T) {
 			"--run", "RequiredSettingsAreMet|DriverIsNamed")
 		expectCode(t, "conformance on redis without persistence", code, exitFailed, out, errOut)
 		for _, want := range []string{"Store/RequiredSettingsAreMet", "FAIL", "appendonly yes (the server has appendonly no", "Store/DriverIsNamed"} {
-			if !strings.Contains(out, want) {
-				t.Fatalf("output lacks %q:\n%s", want, out)
-			}
+			require.Contains(t, out, want, "output lacks %q:\n%s", want, out)
 		}
 	})
 	t.Run("Healthy", func(t *testing.T) {
@@ -533,16 +449,11 @@ func TestConformanceOnRedis(t *testing.T) {
 				skip++
 			}
 		}
-		if want := fmt.Sprintf("%d rules: %d passed, 0 failed, %d skipped", rules, rules-skip, skip); !strings.Contains(out, want) {
-			t.Fatalf("want %q:\n%s", want, out)
-		}
+		want := fmt.Sprintf("%d rules: %d passed, 0 failed, %d skipped", rules, rules-skip, skip)
+		require.Contains(t, out, want, "want %q:\n%s", want, out)
 		n, err := srv.Client(t).DBSize(ctxT(t, 5*time.Second)).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n != 0 {
-			t.Fatalf("conformance left %d keys on the server", n)
-		}
+		require.NoError(t, err)
+		require.Zero(t, n, "conformance left %d keys on the server", n)
 	})
 }
 
@@ -555,9 +466,7 @@ func TestBackfillMemStore(t *testing.T) {
 	code, out, errOut := runSpate(t, dir, "", 60*time.Second, "backfill", "--src", src, "--dst", filepath.Join(dir, "dst"),
 		"--store", "mem://", "--lease", "1s", "--split-bytes", "8192")
 	expectCode(t, "mem backfill", code, 0, out, errOut)
-	if !strings.Contains(out, "verified exactly once: all "+count(int64(lines))+" input lines") {
-		t.Fatalf("not verified:\n%s", out)
-	}
+	require.Contains(t, out, "verified exactly once: all "+count(int64(lines))+" input lines", "not verified:\n%s", out)
 }
 
 // A bucket URL is a source like a directory: the Go CDK's file:// driver
@@ -573,9 +482,7 @@ func TestBackfillFromABucketURL(t *testing.T) {
 	code, out, errOut := runSpate(t, dir, "", 60*time.Second, "backfill", "--src", srcURL, "--dst", dst,
 		"--store", "mem://", "--lease", "1s", "--split-bytes", "8192")
 	expectCode(t, "bucket backfill", code, 0, out, errOut)
-	if !strings.Contains(out, "verified exactly once: all "+count(int64(lines))+" input lines") {
-		t.Fatalf("not verified:\n%s", out)
-	}
+	require.Contains(t, out, "verified exactly once: all "+count(int64(lines))+" input lines", "not verified:\n%s", out)
 	code, out, errOut = runSpate(t, dir, "", 30*time.Second, "verify", "--src", srcURL, "--dst", dst)
 	expectCode(t, "verify against the bucket", code, 0, out, errOut)
 }
@@ -594,14 +501,10 @@ func TestBackfillOutOfSpaceFailsFast(t *testing.T) {
 	expectCode(t, "out-of-space backfill", code, exitFailed, out, errOut)
 	all := out + errOut
 	for _, want := range []string{"no space left on device", dst} {
-		if !strings.Contains(all, want) {
-			t.Errorf("output does not mention %q:\nstdout:\n%s\nstderr:\n%s", want, out, errOut)
-		}
+		assert.Contains(t, all, want, "output does not mention %q:\nstdout:\n%s\nstderr:\n%s", want, out, errOut)
 	}
 	// About 1.5 s of write backoff, then the drain.
-	if took > 10*time.Second {
-		t.Fatalf("the backfill took %v to fail", took)
-	}
+	require.LessOrEqual(t, took, 10*time.Second, "the backfill took %v to fail", took)
 	t.Logf("failed in %v", took)
 }
 
@@ -613,18 +516,12 @@ func TestBackfillOutOfSpaceSIGINTExitsPromptly(t *testing.T) {
 	p := start(t, dir, "", "backfill", "--src", src, "--dst", dst,
 		"--store", "mem://", "--instance", "w1", "--lease", "1s", "--split-bytes", "8192")
 	p.stderr.waitFor(t, p, "publishing committed output failed; it is retried", 20*time.Second)
-	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, p.cmd.Process.Signal(os.Interrupt))
 	signalled := time.Now()
 	code := p.wait(t, 30*time.Second)
 	took := time.Since(signalled)
-	if code == exitOK {
-		t.Fatalf("exit code 0 with a full --dst:\n%s\nstderr:\n%s", p.stdout.String(), p.stderr.String())
-	}
-	if took > 3*time.Second {
-		t.Fatalf("exit took %v after SIGINT:\n%s\nstderr:\n%s", took, p.stdout.String(), p.stderr.String())
-	}
+	require.NotEqual(t, exitOK, code, "exit code 0 with a full --dst:\n%s\nstderr:\n%s", p.stdout.String(), p.stderr.String())
+	require.LessOrEqual(t, took, 3*time.Second, "exit took %v after SIGINT:\n%s\nstderr:\n%s", took, p.stdout.String(), p.stderr.String())
 	t.Logf("exit code %d %v after SIGINT", code, took)
 }
 
@@ -641,17 +538,11 @@ func fullDst(t *testing.T) (dir, src, dst string) {
 	src = filepath.Join(dir, "src")
 	writeCorpus(t, src, 3, 200)
 	dst = filepath.Join(dir, "dst")
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.MkdirAll(dst, 0o755))
 	members, err := filesource.ListFiles(context.Background(), src)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, group := range filesource.Pack(members, 8192, 16) {
-		if err := os.Symlink("/dev/full", filepath.Join(dst, filesource.SplitID(group).String()+".out")); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.Symlink("/dev/full", filepath.Join(dst, filesource.SplitID(group).String()+".out")))
 	}
 	return dir, src, dst
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/spate-go/spate/internal/etcdtest"
@@ -91,9 +92,8 @@ func (o *output) waitFor(t *testing.T, p *proc, substr string, timeout time.Dura
 		select {
 		case <-ch:
 		case <-p.done:
-			if !strings.Contains(o.String(), substr) {
-				t.Fatalf("spate exited (%v) before printing %q:\n%s\nstderr:\n%s", p.err, substr, o.String(), p.stderr.String())
-			}
+			out := o.String()
+			require.Contains(t, out, substr, "spate exited (%v) before printing %q:\n%s\nstderr:\n%s", p.err, substr, out, p.stderr.String())
 			return
 		case <-deadline.C:
 			t.Fatalf("no %q within %v:\n%s\nstderr:\n%s", substr, timeout, o.String(), p.stderr.String())
@@ -118,9 +118,7 @@ func start(t *testing.T, dir, stdin string, args ...string) *proc {
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
 	cmd.Stdin = strings.NewReader(stdin)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start spate: %v", err)
-	}
+	require.NoError(t, cmd.Start(), "start spate")
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
@@ -160,9 +158,7 @@ func runSpate(t *testing.T, dir, stdin string, timeout time.Duration, args ...st
 // expectCode fails t unless code is want, showing the output.
 func expectCode(t *testing.T, what string, code, want int, stdout, stderr string) {
 	t.Helper()
-	if code != want {
-		t.Fatalf("%s: exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", what, code, want, stdout, stderr)
-	}
+	require.Equal(t, want, code, "%s: exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", what, code, want, stdout, stderr)
 }
 
 // writeCorpus writes files*lines lines under dir and returns the line count.
@@ -176,12 +172,8 @@ func writeCorpus(t *testing.T, dir string, files, lines int) int {
 			n++
 		}
 		p := filepath.Join(dir, fmt.Sprintf("part-%d", i%3), fmt.Sprintf("f%02d.txt", i))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(b.String()), 0o644))
 	}
 	return n
 }

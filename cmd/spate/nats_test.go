@@ -3,9 +3,11 @@ package main
 import (
 	"path/filepath"
 	"regexp"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate/conformance"
 	"github.com/spate-go/spate/internal/natstest"
@@ -26,19 +28,14 @@ func TestNATSStore(t *testing.T) {
 		"--lease", "2s", "--split-bytes", "16384"}, storeArgs...)
 	code, out, errOut := runSpate(t, dir, "", 90*time.Second, args...)
 	expectCode(t, "backfill over nats", code, 0, out, errOut)
-	if !strings.Contains(out, "verified exactly once: all "+count(int64(lines))+" input lines") {
-		t.Fatalf("not verified:\n%s", out)
-	}
+	require.Contains(t, out, "verified exactly once: all "+count(int64(lines))+" input lines", "not verified:\n%s", out)
 	code, out, errOut = runSpate(t, dir, "", 60*time.Second, args...)
 	expectCode(t, "second backfill over nats", code, 0, out, errOut)
-	if !strings.Contains(out, "is already complete") {
-		t.Fatalf("the second run did not find the job complete:\n%s", out)
-	}
+	require.Contains(t, out, "is already complete", "the second run did not find the job complete:\n%s", out)
 	// inspect opens the job with its recorded lease (2s), not its default.
 	in := inspectJSON(t, dir, append([]string{"--job", "natsjob"}, storeArgs...))
-	if in.Summary.State != "complete" || in.Summary.Completed == 0 {
-		t.Fatalf("inspect over nats: %+v", in.Summary)
-	}
+	require.Equal(t, "complete", in.Summary.State, "inspect over nats: %+v", in.Summary)
+	require.NotZero(t, in.Summary.Completed, "inspect over nats: %+v", in.Summary)
 
 	code, out, errOut = runSpate(t, dir, "", 5*time.Minute, append([]string{"conformance", "--ttl", "2s"}, storeArgs...)...)
 	expectCode(t, "conformance on nats", code, 0, out, errOut)
@@ -48,20 +45,18 @@ func TestNATSStore(t *testing.T) {
 	passed := regexp.MustCompile(`(?m)^Store/\S+\s+PASS\s`).FindAllString(out, -1)
 	skipped := regexp.MustCompile(`(?m)^Store/(\S+)\s+SKIP\s`).FindAllStringSubmatch(out, -1)
 	for _, m := range skipped {
-		if c := capabilityOf(m[1]); c != "spate.Releaser" && c != "spate.Sessioner" {
-			t.Errorf("rule %s skipped on nats", m[1])
-		}
+		assert.Contains(t, []string{"spate.Releaser", "spate.Sessioner"}, capabilityOf(m[1]), "rule %s skipped on nats", m[1])
 	}
-	if len(passed)+len(skipped) != len(conformance.StoreRules) || len(skipped) == 0 {
-		t.Fatalf("want %d store rules passed or skipped (the Releaser and Sessioner rules skipped), got %d passed and %d skipped:\n%s",
-			len(conformance.StoreRules), len(passed), len(skipped), out)
-	}
+	require.Equal(t, len(conformance.StoreRules), len(passed)+len(skipped),
+		"want %d store rules passed or skipped (the Releaser and Sessioner rules skipped), got %d passed and %d skipped:\n%s",
+		len(conformance.StoreRules), len(passed), len(skipped), out)
+	require.NotEmpty(t, skipped,
+		"want %d store rules passed or skipped (the Releaser and Sessioner rules skipped), got %d passed and %d skipped:\n%s",
+		len(conformance.StoreRules), len(passed), len(skipped), out)
 	// Only the backfill's job is left: the suite deleted its buckets.
 	code, out, errOut = runSpate(t, dir, "", 60*time.Second, append([]string{"inspect"}, storeArgs...)...)
 	expectCode(t, "inspect without --job", code, 0, out, errOut)
-	if !strings.Contains(out, "job       natsjob") {
-		t.Fatalf("inspect did not find the only job left:\n%s", out)
-	}
+	require.Contains(t, out, "job       natsjob", "inspect did not find the only job left:\n%s", out)
 }
 
 // A NATS server that refuses the client's credentials fails the
@@ -73,8 +68,6 @@ func TestConformanceOnNATSWithWrongCredentials(t *testing.T) {
 		"--connect-timeout", "1s")
 	expectCode(t, "conformance with a wrong token", code, exitFailed, out, errOut)
 	for _, want := range []string{"Preflight/StoreOpens  FAIL", "authentication failed", "FAIL: the store refuses"} {
-		if !strings.Contains(out, want) {
-			t.Fatalf("output lacks %q:\n%s", want, out)
-		}
+		require.Contains(t, out, want, "output lacks %q:\n%s", want, out)
 	}
 }

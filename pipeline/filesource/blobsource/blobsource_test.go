@@ -2,7 +2,6 @@ package blobsource_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -10,11 +9,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	_ "gocloud.dev/blob/fileblob"
 	"gocloud.dev/blob/memblob"
@@ -34,12 +33,8 @@ func writeDir(t *testing.T, dir string, files map[string]string) map[string]stri
 	lines := map[string]string{}
 	for name, content := range files {
 		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
 		off := 0
 		for _, l := range strings.SplitAfter(content, "\n") {
 			if l == "" {
@@ -66,66 +61,46 @@ func TestBucketPlansLikeTheDirectory(t *testing.T) {
 	dir := t.TempDir()
 	writeDir(t, dir, corpus)
 	objs, closeBucket, err := blobsource.OpenURL(t.Context(), "file://"+filepath.ToSlash(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer closeBucket()
 	fromBucket, err := objs.List(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	fromDir, err := filesource.Dir(dir).List(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(fromBucket, fromDir) {
-		t.Fatalf("bucket listing %+v\ndirectory listing %+v", fromBucket, fromDir)
-	}
+	require.NoError(t, err)
+	require.Equal(t, fromDir, fromBucket, "bucket listing %+v\ndirectory listing %+v", fromBucket, fromDir)
 	a, _ := filesource.SplitFor(fromBucket)
 	b, _ := filesource.SplitFor(fromDir)
-	if a.ID != b.ID {
-		t.Fatalf("split ids differ: %s vs %s", a.ID, b.ID)
-	}
+	require.Equal(t, b.ID, a.ID, "split ids differ: %s vs %s", a.ID, b.ID)
 }
 
 func TestOpenReadsFromAnOffsetAndReportsMissingObjects(t *testing.T) {
 	b := memblob.OpenBucket(nil)
 	defer b.Close()
-	if err := b.WriteAll(t.Context(), "k", []byte("0123456789"), nil); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, b.WriteAll(t.Context(), "k", []byte("0123456789"), nil))
 	objs := blobsource.New(b, "mem://test")
 	r, size, err := objs.Open(t.Context(), "k", 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	got, _ := io.ReadAll(r)
 	r.Close()
-	if string(got) != "456789" || size != 10 {
-		t.Fatalf("read %q size %d", got, size)
-	}
-	if _, _, err := objs.Open(t.Context(), "absent", 0); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("a missing object: %v, want fs.ErrNotExist", err)
-	}
+	require.Equal(t, "456789", string(got), "read %q size %d", got, size)
+	require.Equal(t, int64(10), size, "read %q size %d", got, size)
+	_, _, err = objs.Open(t.Context(), "absent", 0)
+	require.ErrorIs(t, err, fs.ErrNotExist, "a missing object")
 }
 
 func TestOpenURL(t *testing.T) {
-	if _, _, err := blobsource.OpenURL(t.Context(), "no-scheme-here"); !spate.IsFatal(err) {
-		t.Fatalf("a path without a scheme: %v, want Fatal", err)
-	}
-	if _, _, err := blobsource.OpenURL(t.Context(), "nosuchscheme://bucket"); !spate.IsFatal(err) || !strings.Contains(err.Error(), "nosuchscheme") {
-		t.Fatalf("an unknown scheme: %v, want a Fatal error naming it", err)
-	}
+	_, _, err := blobsource.OpenURL(t.Context(), "no-scheme-here")
+	require.True(t, spate.IsFatal(err), "a path without a scheme: %v, want Fatal", err)
+	_, _, err = blobsource.OpenURL(t.Context(), "nosuchscheme://bucket")
+	require.True(t, spate.IsFatal(err), "an unknown scheme: %v, want a Fatal error naming it", err)
+	require.ErrorContains(t, err, "nosuchscheme", "an unknown scheme: want a Fatal error naming it")
 	dir := t.TempDir()
 	u := "file://" + filepath.ToSlash(dir) + "?prefix=" + url.QueryEscape("logs/") + "&metadata=skip"
 	objs, closeBucket, err := blobsource.OpenURL(t.Context(), u)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer closeBucket()
-	if want := "file://" + filepath.ToSlash(dir) + "?prefix=logs/"; objs.Location() != want {
-		t.Fatalf("location %q, want %q (no options but the prefix)", objs.Location(), want)
-	}
+	want := "file://" + filepath.ToSlash(dir) + "?prefix=logs/"
+	require.Equal(t, want, objs.Location(), "location %q, want %q (no options but the prefix)", objs.Location(), want)
 }
 
 // A coordinated backfill of a bucket over the in-memory store delivers
@@ -136,9 +111,7 @@ func TestCoordinatedBackfillOfABucket(t *testing.T) {
 	dir := t.TempDir()
 	want := writeDir(t, dir, corpus)
 	for name, content := range corpus {
-		if err := b.WriteAll(t.Context(), name, []byte(content), nil); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, b.WriteAll(t.Context(), name, []byte(content), nil))
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store := mem.MustNew(mem.Options{TTL: time.Second})
@@ -147,37 +120,28 @@ func TestCoordinatedBackfillOfABucket(t *testing.T) {
 		InstanceID: "w1", LeaseDuration: time.Second, OpTimeout: 100 * time.Millisecond,
 		ReplanInterval: time.Second, ReconcileInterval: 100 * time.Millisecond, RebalanceDelay: spate.NoRebalanceDelay,
 	}, spate.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer coord.Close()
 	sink := &pipeline.CaptureSink{}
 	rt, err := pipeline.Build(pipeline.Config{Name: "bucket", CommitInterval: 20 * time.Millisecond},
 		filesource.New(blobsource.New(b, "mem://corpus"), coord, filesource.PlannerOptions{TargetBytes: 64, MaxFiles: 2}), nil,
 		[]pipeline.SinkSpec{{Name: "capture", Sink: sink, Options: pipeline.SinkOptions{Linger: time.Millisecond}}},
 		pipeline.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	report, err := rt.Run(ctx)
-	if err != nil || report.State != pipeline.Completed {
-		t.Fatalf("run: %v %v", report.State, err)
-	}
+	require.NoError(t, err, "run: %v", report.State)
+	require.Equal(t, pipeline.Completed, report.State, "run: %v %v", report.State, err)
 	got := map[string]string{}
 	for _, r := range sink.Records() {
-		if prev, dup := got[string(r.Key)]; dup && prev != string(r.Value) {
-			t.Fatalf("%s delivered twice with different lines", r.Key)
+		if prev, dup := got[string(r.Key)]; dup {
+			require.Equal(t, prev, string(r.Value), "%s delivered twice with different lines", r.Key)
 		}
 		got[string(r.Key)] = string(r.Value)
 	}
-	if len(got) != len(want) {
-		t.Fatalf("delivered %d distinct lines, want %d", len(got), len(want))
-	}
+	require.Len(t, got, len(want), "delivered %d distinct lines, want %d", len(got), len(want))
 	for k, v := range want {
-		if got[k] != v {
-			t.Fatalf("line %s = %q, want %q", k, got[k], v)
-		}
+		require.Equal(t, v, got[k], "line %s = %q, want %q", k, got[k], v)
 	}
 }
