@@ -472,7 +472,8 @@ func testWatchKeysNoGaps(e *env) {
 }
 
 // testWatchKeysRepeated: with wkr.k listed twice, its snapshot put and each
-// of its two later changes arrive once.
+// of its two later changes arrive once (the first may be coalesced into the
+// second, as the Watch contract allows; NATS R3 did so under load).
 func testWatchKeysRepeated(e *env) {
 	s := e.open()
 	kw := keyWatcher(e, s)
@@ -488,8 +489,10 @@ func testWatchKeysRepeated(e *env) {
 		for _, ev := range untilEvent(e, ch, set("wkr.k", "wkr.j"), "wkr.k", r2) {
 			revs = append(revs, ev.Revision)
 		}
-		if fmt.Sprint(revs) != fmt.Sprint([]uint64{r1, r2}) {
-			e.t.Errorf("rule: a key listed twice is watched once: each change arrives once; %s got revisions %v, want %v", ks, revs, []uint64{r1, r2})
+		// r1 may be coalesced into r2 (superseded before it was
+		// delivered); what may not happen is a change arriving twice.
+		if got := fmt.Sprint(revs); got != fmt.Sprint([]uint64{r1, r2}) && got != fmt.Sprint([]uint64{r2}) {
+			e.t.Errorf("rule: a key listed twice is watched once: each change arrives once; %s got revisions %v, want %v (or %v, coalesced)", ks, revs, []uint64{r1, r2}, []uint64{r2})
 		}
 	}
 }
