@@ -192,7 +192,7 @@ func (r *Runtime) Run(ctx context.Context) (ExitReport, error) {
 	}
 	defer r.startProbe()()
 
-	s := &run{
+	s := &runState{
 		cp:             NewCheckpointer(nil),
 		shutdown:       new(atomic.Bool),
 		commitsFailing: new(atomic.Bool),
@@ -210,9 +210,9 @@ func (r *Runtime) Run(ctx context.Context) (ExitReport, error) {
 	return r.finish(s, finished)
 }
 
-// run is what the phases of one [Runtime.Run] share: the drivers, the
+// runState is what the phases of one [Runtime.Run] share: the drivers, the
 // controller, and the report being made.
-type run struct {
+type runState struct {
 	cp             *Checkpointer
 	shutdown       *atomic.Bool
 	commitsFailing *atomic.Bool
@@ -246,7 +246,7 @@ func (r *Runtime) startProbe() (stop func()) {
 
 // startDrivers starts one driver goroutine per thread, each with its own
 // control queue.
-func (r *Runtime) startDrivers(s *run) {
+func (r *Runtime) startDrivers(s *runState) {
 	cfg := r.cfg
 	s.controls = make([]*mpsc[controlMsg], cfg.Threads)
 	s.exits = make([]driverExit, cfg.Threads)
@@ -265,7 +265,7 @@ func (r *Runtime) startDrivers(s *run) {
 
 // startController starts the controller goroutine; a panic in it is kept
 // for the report, and controllerDone closes when it returns.
-func (r *Runtime) startController(s *run) {
+func (r *Runtime) startController(s *runState) {
 	cfg := r.cfg
 	closeShare := time.Duration(0)
 	if _, ok := r.src.(SourceCloser); ok {
@@ -292,7 +292,7 @@ func (r *Runtime) startController(s *run) {
 }
 
 // drainSinks runs the sinks' Drain once, by deadline.
-func (r *Runtime) drainSinks(s *run, deadline time.Time) {
+func (r *Runtime) drainSinks(s *runState, deadline time.Time) {
 	if s.sinkRan {
 		return
 	}
@@ -310,7 +310,7 @@ func (r *Runtime) drainSinks(s *run, deadline time.Time) {
 // awaitController serves the controller's signals until it reports the
 // end of the run, draining the sinks when it says the lanes have drained;
 // nil when the controller died without a report.
-func (r *Runtime) awaitController(s *run) *controllerReport {
+func (r *Runtime) awaitController(s *runState) *controllerReport {
 	ticker := time.NewTicker(100 * time.Millisecond)
 	defer ticker.Stop()
 	for {
@@ -343,7 +343,7 @@ func (r *Runtime) awaitController(s *run) *controllerReport {
 
 // controllerDied stops the drivers and drains the sinks in the
 // controller's place, and reports the run Failed.
-func (r *Runtime) controllerDied(s *run) (ExitReport, error) {
+func (r *Runtime) controllerDied(s *runState) (ExitReport, error) {
 	cfg := r.cfg
 	why := "controller thread panicked"
 	if p := s.controllerPanic.Load(); p != nil {
@@ -369,7 +369,7 @@ func (r *Runtime) controllerDied(s *run) (ExitReport, error) {
 
 // finish waits for the drivers and the controller after its report,
 // closes the source and makes the run's report.
-func (r *Runtime) finish(s *run, finished *controllerReport) (ExitReport, error) {
+func (r *Runtime) finish(s *runState, finished *controllerReport) (ExitReport, error) {
 	s.drivers.Wait()
 	<-s.controllerDone
 	report := &s.report
