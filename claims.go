@@ -146,7 +146,7 @@ func (a *actor) claimInputs() []claimInput {
 			in.leaseOurs = v.lease.Nonce == a.nonce
 		} else if until := v.leaseGoneAt.Add(a.c.tm.releaseSettle); now.Before(until) {
 			in.leaseFresh = true
-			a.wakeUp(until)
+			a.wake.arm(until)
 		}
 		if e, ok := a.worker.selfFenced[id]; ok && e == v.prog.Epoch {
 			in.selfFenced = true
@@ -160,7 +160,7 @@ func (a *actor) claimInputs() []claimInput {
 // splits while it has lanes to spare, quarantines splits out of attempts,
 // and starts revoking held splits it is no longer assigned.
 func (a *actor) reconcileOwn(now time.Time) error {
-	a.withdrawRevocations(now)
+	a.worker.withdrawRevocations(now)
 	if !a.worker.ownDirty && !a.worker.quarantineScan {
 		// Nothing this worker holds or is assigned changed since the last
 		// scan (touch, and the loop's non-watch inputs): an event about
@@ -205,14 +205,16 @@ func (a *actor) reconcileOwn(now time.Time) error {
 		if a.worker.assigned[id] {
 			continue
 		}
-		if r, ok := a.worker.revocations[id]; ok && !r.cancelled {
+		if a.worker.revocations.pending(id) {
 			continue
 		}
 		revoke = append(revoke, id)
 	}
 	slices.Sort(revoke)
 	for _, id := range revoke {
-		a.beginRevocation(id, now)
+		if a.worker.revocations.begin(id, a.worker.owned[id], now) {
+			a.c.emit(RevokeRequested{Split: SplitID{id: id}})
+		}
 	}
 	return nil
 }

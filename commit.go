@@ -434,14 +434,12 @@ func (a *actor) commitDone(cmd *command, t *tenancy, out commitOut, since uint64
 }
 
 func (a *actor) committed(id string, t *tenancy, rec *progressRecord, rev uint64) {
-	if r, ok := a.worker.revocations[id]; ok {
-		r.lastProgress = time.Now()
-	}
+	a.worker.revocations.progressed(id, time.Now())
 	a.upsert(id, rec, rev, live)
 	if rec.Completed {
 		if t2, ok := a.worker.owned[id]; ok && t2 == t {
 			leaseRev := a.leave(id)
-			a.settle(id, "drained")
+			a.worker.revocations.settle(id, "drained")
 			a.dropLeaseAsync(id, leaseRev, t.epoch)
 		}
 	}

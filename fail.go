@@ -55,7 +55,7 @@ func (a *actor) failSplit(cmd *command) error {
 			// Leave the owned set before folding, so the epoch bump is not
 			// read as a foreign fence. No Lost: the source asked for this.
 			leaseRev := a.leave(id)
-			a.settle(id, "forced")
+			a.worker.revocations.settle(id, "forced")
 			if quarantined {
 				a.m.quarantines.Inc()
 			}

@@ -43,7 +43,7 @@ type actor struct {
 	// terminal check): step looks again.
 	dirty bool
 
-	wake  wakeTimer // steps the loop when something falls due (wakeUp)
+	wake  wakeTimer // steps the loop when something falls due
 	renew *renewer  // the renewer beside the loop (lease.go)
 	io    loopIO    // the store calls beside the loop
 }
@@ -70,16 +70,17 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 		self: c.cfg.InstanceID, nonce: c.nonce, fp: fp, fpHash: FingerprintHash(fp), planner: planner,
 		job: jobView{splits: map[string]*splitView{}, presence: map[string]presenceEntry{}, caps: map[string]int{},
 			loggedPeers: map[string]bool{}, assigns: map[string]assignEntry{}, departed: map[string]time.Time{}},
-		worker:   newWorker(),
+		worker:   newWorker(c.m, c.log),
 		leader:   leaderState{pub: publishState{pinnedSince: map[string]time.Time{}, landedAt: map[string]time.Time{}, moving: map[string]bool{}}},
 		records:  recordState{missing: map[string]*progressRecord{}, damaged: map[string]*damagedRecord{}},
 		planning: planning{done: make(chan planResult, 1)},
 		w: watchSet{
-			streams:   [2]*watchState{{ks: Ephemeral}, {ks: Durable}},
-			groups:    map[*keyGroup]struct{}{},
-			covered:   [2]map[string]int{{}, {}},
-			loaded:    [2]map[string]int{{}, {}},
-			keyEvents: make(chan keyEvent, stepBatch),
+			streams:       [2]*watchState{{ks: Ephemeral}, {ks: Durable}},
+			groups:        map[*keyGroup]struct{}{},
+			covered:       [2]map[string]int{{}, {}},
+			loaded:        [2]map[string]int{{}, {}},
+			keyEvents:     make(chan keyEvent, stepBatch),
+			rewatchJitter: c.tm.rewatchJitter,
 		},
 		io: loopIO{busy: map[string]bool{}, cells: map[string]*fenceCell{}, later: map[string][]func() error{},
 			results: newSignalQueue[func() error](), retry: map[opKey]time.Time{}},
@@ -182,7 +183,7 @@ func (a *actor) run(ctx context.Context) {
 			if a.wantWholeJob() {
 				a.reconcile()
 			} else {
-				a.refreshScope()
+				a.w.refreshScope()
 			}
 		case <-replan.C:
 			if a.leader.term != nil && a.job.plan != nil && a.job.plan.Finality == finalityOpen {
@@ -258,11 +259,11 @@ func (a *actor) step() error {
 		a.restoreMissing(now)
 		a.startPlan()
 		if a.dirty && now.Before(a.leader.term.settleUntil) {
-			a.wakeUp(a.leader.term.settleUntil)
+			a.wake.arm(a.leader.term.settleUntil)
 		}
 		if a.dirty && !now.Before(a.leader.term.settleUntil) && a.io.due(opKey{op: "publish"}, now) {
 			if now.Before(a.leader.pub.after) {
-				a.wakeUp(a.leader.pub.after)
+				a.wake.arm(a.leader.pub.after)
 			} else {
 				a.publish(now)
 			}
@@ -291,7 +292,7 @@ func (a *actor) gauges() {
 	}
 	a.m.liveWorkers.Set(float64(live))
 	a.m.idle.Set(b2f(len(a.worker.owned) == 0))
-	a.m.splitsDraining.Set(float64(len(a.worker.revocations)))
+	a.m.splitsDraining.Set(float64(len(a.worker.revocations.byID)))
 	a.m.leader.Set(b2f(a.leader.term != nil))
 }
 
@@ -454,15 +455,13 @@ type opKey struct{ op, split string }
 func (a *actor) failed(key opKey) {
 	at := time.Now().Add(a.c.tm.retry)
 	a.io.retry[key] = at
-	a.wakeUp(at)
+	a.wake.arm(at)
 }
 
-// wakeUp has the loop step at t (or earlier) even if no event arrives:
-// for a retry falling due, or the end of a new job's settle window.
-func (a *actor) wakeUp(t time.Time) { a.wake.arm(t) }
-
 // wakeTimer is the loop's one timer: it fires at the earliest time armed
-// since it last fired.
+// since it last fired. Arming it has the loop step then (or earlier) even
+// if no event arrives: for a retry falling due, or the end of a new job's
+// settle window.
 type wakeTimer struct {
 	t  *time.Timer // nil until the loop starts: arming before that is a no-op
 	at time.Time   // when it fires; zero: unarmed

@@ -172,7 +172,7 @@ func (a *actor) publish(now time.Time) {
 		maxInFlight: a.cfg.MaxInFlight, seed: a.fpHash})
 	if next := trackPins(a.leader.pub.pinnedSince, a.leader.pub.landedAt, a.leader.pub.moving, inFlight, now, a.c.tm.pin); !next.IsZero() {
 		a.leader.pub.settledAt = next // the improve pass may move it again then: publish anew
-		a.wakeUp(next)
+		a.wake.arm(next)
 	}
 	// Held splits move only when the fleet changed since the improve pass
 	// last ran (a join, a departure, a member proven, a budget changed):

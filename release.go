@@ -115,7 +115,7 @@ func (a *actor) release(cmd *command) error {
 // surrender ends a release whose write failed: the split is not pinned
 // here (its owner stays set, so the next claim is the conservative kind).
 func (a *actor) surrender(id string, err error, done func(releaseResult)) {
-	a.settle(id, "forced")
+	a.worker.revocations.settle(id, "forced")
 	a.log.Warn("release write failed; surrendering the split anyway", "split", id, "err", err)
 	done(releaseFailed)
 }
@@ -178,7 +178,7 @@ func (a *actor) releaseSplit(id string, done func(releaseResult)) error {
 				}
 				a.upsert(id, rec, o.Revision, live)
 				a.dropLeaseAsync(id, leaseRev, t.epoch)
-				a.settle(id, "drained")
+				a.worker.revocations.settle(id, "drained")
 				done(releaseWon)
 			}
 			return nil
@@ -250,7 +250,7 @@ func (a *actor) releaseAtomic(id string, t *tenancy, rec *progressRecord, baseRe
 					// ours.
 					a.dropLeaseAsync(id, leaseRev, t.epoch)
 				}
-				a.settle(id, "drained")
+				a.worker.revocations.settle(id, "drained")
 				done(releaseWon)
 			}
 			return nil

@@ -34,11 +34,11 @@ func TestDrainedReleaseIsNeverADeparture(t *testing.T) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
 	holdSplit(t, a, st, "s", 2, nil)
-	a.beginRevocation("s", a.renew.leases["s"].lastOK)
+	require.True(t, a.worker.revocations.begin("s", a.worker.owned["s"], a.renew.leases["s"].lastOK))
 	require.NoError(t, send(t, a, &command{kind: cmdReleaseDrained, splits: []SplitID{MustSplitID("s")}}))
 	settleIO(t, a)
 	assert.False(t, a.worker.parting)
-	assert.Empty(t, a.worker.revocations)
+	assert.Empty(t, a.worker.revocations.byID)
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.revocations.WithLabelValues("drained")))
 }
 

@@ -2,9 +2,12 @@ package spate
 
 import (
 	"context"
+	"log/slog"
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // DeclineRevoke implements [SplitCoordinator]. Errors are logged, not
@@ -32,31 +35,132 @@ type revocation struct {
 	t       *tenancy
 }
 
-func (a *actor) beginRevocation(id string, now time.Time) {
-	if r, ok := a.worker.revocations[id]; ok {
-		if r.forcing {
-			return // asked once; the release is under way
-		}
-		r.cancelled = false // keeps its original anchor: past-deadline forces at once
-	} else {
-		a.worker.revocations[id] = &revocation{started: now, lastProgress: now, t: a.worker.owned[id]}
-	}
-	a.m.revocations.WithLabelValues("requested").Inc()
-	a.log.Debug("drain started", "split", id)
-	a.c.emit(RevokeRequested{Split: SplitID{id: id}})
+// revocationSet holds this worker's revocations in progress, by split, and
+// owns their counting rule: "requested" each time the source is asked to
+// drain a split, "cancelled" when the leader names the split here again,
+// "forced" each time a forced hand-back starts (a failed one retried
+// counts again), and otherwise the outcome it settles with ("drained").
+// A cancelled or forced revocation settles without counting more.
+type revocationSet struct {
+	byID     map[string]*revocation
+	outcomes *prometheus.CounterVec // revocations by outcome
+	drainDur prometheus.Observer    // how long a drained revocation took
+	log      *slog.Logger
 }
 
-// withdrawRevocations cancels the revocations of splits the leader named
-// here again.
-func (a *actor) withdrawRevocations(now time.Time) {
-	for id, r := range a.worker.revocations {
-		if _, held := a.worker.owned[id]; !r.cancelled && !r.forcing && held && a.worker.assigned[id] {
-			r.cancelled = true
-			r.lastProgress = now
-			a.m.revocations.WithLabelValues("cancelled").Inc()
-			a.log.Debug("revocation cancelled: the leader named the split here again", "split", id)
+func newRevocationSet(m *coordMetrics, log *slog.Logger) revocationSet {
+	return revocationSet{byID: map[string]*revocation{}, outcomes: m.revocations, drainDur: m.drainDur, log: log}
+}
+
+// begin revokes held split id (tenancy t) at now. It reports whether the
+// source is to be asked to drain it: not while a forced release of it is
+// under way (asked once). A withdrawn revocation revoked again keeps its
+// original anchor, so one already past its deadline is forced at once.
+func (rs *revocationSet) begin(id string, t *tenancy, now time.Time) bool {
+	if r, ok := rs.byID[id]; ok {
+		if r.forcing {
+			return false
+		}
+		r.cancelled = false
+	} else {
+		rs.byID[id] = &revocation{started: now, lastProgress: now, t: t}
+	}
+	rs.outcomes.WithLabelValues("requested").Inc()
+	rs.log.Debug("drain started", "split", id)
+	return true
+}
+
+// pending reports whether split id has a revocation the leader has not
+// withdrawn.
+func (rs *revocationSet) pending(id string) bool {
+	r, ok := rs.byID[id]
+	return ok && !r.cancelled
+}
+
+// withdraw cancels the revocation of split id (the leader named it here
+// again) at now, unless it is cancelled already or being forced.
+func (rs *revocationSet) withdraw(id string, now time.Time) {
+	r, ok := rs.byID[id]
+	if !ok || r.cancelled || r.forcing {
+		return
+	}
+	r.cancelled = true
+	r.lastProgress = now
+	rs.outcomes.WithLabelValues("cancelled").Inc()
+	rs.log.Debug("revocation cancelled: the leader named the split here again", "split", id)
+}
+
+// progressed notes a commit of split id at now: a withdrawn revocation's
+// silence timer starts again.
+func (rs *revocationSet) progressed(id string, now time.Time) {
+	if r, ok := rs.byID[id]; ok {
+		r.lastProgress = now
+	}
+}
+
+// force marks split id's revocation as forced, counting it. It reports
+// whether a forced release is to start: not when one is under way.
+func (rs *revocationSet) force(id string) bool {
+	r, ok := rs.byID[id]
+	if !ok {
+		return true // a release without a revocation (none to count)
+	}
+	if r.forcing {
+		return false
+	}
+	r.forcing = true
+	if !r.cancelled {
+		rs.outcomes.WithLabelValues("forced").Inc()
+	}
+	return true
+}
+
+// forceEnded records how split id's forced release ended: the entry stays,
+// to be forced again when due but not asked again, only if the release
+// failed and the split is still held.
+func (rs *revocationSet) forceEnded(id string, stillHeld bool) {
+	if r, ok := rs.byID[id]; ok && r.forcing {
+		if stillHeld {
+			r.forcing = false
+		} else {
+			delete(rs.byID, id)
 		}
 	}
+}
+
+// settle ends split id's revocation with outcome. A cancelled or forced
+// entry counted already and counts nothing more.
+func (rs *revocationSet) settle(id, outcome string) {
+	r, ok := rs.byID[id]
+	if !ok {
+		return
+	}
+	delete(rs.byID, id)
+	if r.cancelled || r.forcing {
+		return
+	}
+	rs.outcomes.WithLabelValues(outcome).Inc()
+	if outcome == "drained" {
+		took := time.Since(r.started)
+		rs.drainDur.Observe(took.Seconds())
+		rs.log.Debug("drain finished", "split", id, "took", took)
+	}
+}
+
+// decline handles the source declining split id's revocation: it reports
+// whether the revocation is to be forced. A withdrawn revocation just ends
+// (nothing to comply with: the split stays); a forced one is under way
+// already.
+func (rs *revocationSet) decline(id string) bool {
+	r, ok := rs.byID[id]
+	switch {
+	case !ok:
+		return false
+	case r.cancelled:
+		delete(rs.byID, id)
+		return false
+	}
+	return !r.forcing
 }
 
 // revocationDue is the pure deadline rule: a revocation is forced once its
@@ -70,10 +174,10 @@ func revocationDue(r *revocation, deadline time.Duration, now time.Time) bool {
 }
 
 func (a *actor) serviceRevocations(now time.Time) error {
-	for _, id := range slices.Sorted(maps.Keys(a.worker.revocations)) {
-		r := a.worker.revocations[id]
+	for _, id := range slices.Sorted(maps.Keys(a.worker.revocations.byID)) {
+		r := a.worker.revocations.byID[id]
 		if t, held := a.worker.owned[id]; !held || r.t != nil && t != r.t {
-			a.settle(id, "forced") // its tenancy ended
+			a.worker.revocations.settle(id, "forced") // its tenancy ended
 			continue
 		}
 		if r.forcing {
@@ -97,24 +201,13 @@ func (a *actor) serviceRevocations(now time.Time) error {
 // force releases a revoked split now (owner cleared: the next claim is
 // attempt-free; being revoked is not poison evidence).
 func (a *actor) force(id string) error {
-	if r, ok := a.worker.revocations[id]; ok {
-		if r.forcing {
-			return nil
-		}
-		r.forcing = true
-		if !r.cancelled {
-			a.m.revocations.WithLabelValues("forced").Inc()
-		}
+	if !a.worker.revocations.force(id) {
+		return nil
 	}
 	return a.onSplit(id, func() error {
 		return a.releaseSplit(id, func(r releaseResult) {
-			if rv, ok := a.worker.revocations[id]; ok && rv.forcing {
-				if _, held := a.worker.owned[id]; held && r == releaseFailed {
-					rv.forcing = false // still held: forced again when due, not asked again
-				} else {
-					delete(a.worker.revocations, id)
-				}
-			}
+			_, held := a.worker.owned[id]
+			a.worker.revocations.forceEnded(id, held && r == releaseFailed)
 			if r != releaseFenced && r != releaseNotHeld {
 				a.m.losses.WithLabelValues("revoked").Inc()
 				a.c.emit(Lost{Split: SplitID{id: id}})
@@ -123,35 +216,10 @@ func (a *actor) force(id string) error {
 	})
 }
 
-// settle ends a revocation entry with an outcome. Cancelled entries already
-// counted "cancelled" and count nothing more.
-func (a *actor) settle(id, outcome string) {
-	r, ok := a.worker.revocations[id]
-	if !ok {
-		return
-	}
-	delete(a.worker.revocations, id)
-	if r.cancelled || r.forcing {
-		return // counted already
-	}
-	a.m.revocations.WithLabelValues(outcome).Inc()
-	if outcome == "drained" {
-		a.m.drainDur.Observe(time.Since(r.started).Seconds())
-		a.log.Debug("drain finished", "split", id, "took", time.Since(r.started))
-	}
-}
-
+// decline forces a revocation the source declined.
 func (a *actor) decline(id string) error {
-	r, ok := a.worker.revocations[id]
-	if !ok {
+	if !a.worker.revocations.decline(id) {
 		return nil
-	}
-	if r.cancelled {
-		delete(a.worker.revocations, id) // nothing to comply with: the split stays
-		return nil
-	}
-	if r.forcing {
-		return nil // already forced
 	}
 	a.log.Debug("revocation declined by the source; forcing it", "split", id)
 	return a.force(id)

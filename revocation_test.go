@@ -47,23 +47,23 @@ func TestRevocationLifecycleOnTheLoop(t *testing.T) {
 	t0 := time.Now()
 	a.adoptAssignment(&assignmentVal{Schema: SchemaVersion, Generation: 1, Splits: []string{}}, t0)
 	require.NoError(t, a.reconcileOwn(t0))
-	require.Contains(t, a.worker.revocations, "s")
-	assert.Equal(t, t0, a.worker.revocations["s"].started)
+	require.Contains(t, a.worker.revocations.byID, "s")
+	assert.Equal(t, t0, a.worker.revocations.byID["s"].started)
 	assert.Equal(t, []Event{RevokeRequested{Split: MustSplitID("s")}}, events(t, a))
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.revocations.WithLabelValues("requested")))
 
 	t1 := t0.Add(time.Second)
 	a.adoptAssignment(&assignmentVal{Schema: SchemaVersion, Generation: 2, Splits: []string{"s"}}, t1)
 	require.NoError(t, a.reconcileOwn(t1))
-	require.True(t, a.worker.revocations["s"].cancelled)
-	assert.Equal(t, t1, a.worker.revocations["s"].lastProgress, "a withdrawn revocation's silence timer starts at the withdrawal")
+	require.True(t, a.worker.revocations.byID["s"].cancelled)
+	assert.Equal(t, t1, a.worker.revocations.byID["s"].lastProgress, "a withdrawn revocation's silence timer starts at the withdrawal")
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.revocations.WithLabelValues("cancelled")))
 
 	t2 := t0.Add(a.cfg.DrainDeadline + time.Second)
 	a.adoptAssignment(&assignmentVal{Schema: SchemaVersion, Generation: 3, Splits: []string{}}, t2)
 	require.NoError(t, a.reconcileOwn(t2))
-	require.False(t, a.worker.revocations["s"].cancelled)
-	assert.Equal(t, t0, a.worker.revocations["s"].started, "a re-revocation keeps its original anchor")
+	require.False(t, a.worker.revocations.byID["s"].cancelled)
+	assert.Equal(t, t0, a.worker.revocations.byID["s"].started, "a re-revocation keeps its original anchor")
 	require.NoError(t, a.serviceRevocations(t2))
 	settleIO(t, a)
 	assert.NotContains(t, a.worker.owned, "s", "past its deadline the release is forced at once")
@@ -81,18 +81,18 @@ func TestServiceRevocations(t *testing.T) {
 	t0 := time.Now()
 	holdSplit(t, a, st, "busy", 2, nil)
 	holdSplit(t, a, st, "young", 2, nil)
-	a.worker.revocations["gone"] = &revocation{started: t0, lastProgress: t0}
-	a.worker.revocations["busy"] = &revocation{started: t0, lastProgress: t0}
-	a.worker.revocations["young"] = &revocation{started: t0, lastProgress: t0}
+	a.worker.revocations.byID["gone"] = &revocation{started: t0, lastProgress: t0}
+	a.worker.revocations.byID["busy"] = &revocation{started: t0, lastProgress: t0}
+	a.worker.revocations.byID["young"] = &revocation{started: t0, lastProgress: t0}
 	a.io.busy["busy"] = true
 	now := t0.Add(a.cfg.DrainDeadline)
-	a.worker.revocations["young"].started = now.Add(-time.Millisecond)
+	a.worker.revocations.byID["young"].started = now.Add(-time.Millisecond)
 
 	require.NoError(t, a.serviceRevocations(now))
-	assert.NotContains(t, a.worker.revocations, "gone", "a revocation of a split no longer held is settled")
+	assert.NotContains(t, a.worker.revocations.byID, "gone", "a revocation of a split no longer held is settled")
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.revocations.WithLabelValues("forced")))
-	assert.Contains(t, a.worker.revocations, "busy", "a split with a write in flight is not forced under it")
-	assert.Contains(t, a.worker.revocations, "young", "a revocation inside its deadline waits")
+	assert.Contains(t, a.worker.revocations.byID, "busy", "a split with a write in flight is not forced under it")
+	assert.Contains(t, a.worker.revocations.byID, "young", "a revocation inside its deadline waits")
 	assert.Zero(t, st.count("update", prefixSplit), "nothing was released")
 	assert.Contains(t, a.worker.owned, "busy")
 	assert.Contains(t, a.worker.owned, "young")
@@ -106,10 +106,10 @@ func TestDeclineRevocation(t *testing.T) {
 	holdSplit(t, a, st, "s", 2, nil)
 	holdSplit(t, a, st, "t", 2, nil)
 	now := time.Now()
-	a.worker.revocations["s"] = &revocation{started: now, lastProgress: now}
-	a.worker.revocations["t"] = &revocation{started: now, lastProgress: now, cancelled: true}
+	a.worker.revocations.byID["s"] = &revocation{started: now, lastProgress: now}
+	a.worker.revocations.byID["t"] = &revocation{started: now, lastProgress: now, cancelled: true}
 	require.NoError(t, send(t, a, &command{kind: cmdDecline, split: MustSplitID("t")}))
-	assert.NotContains(t, a.worker.revocations, "t")
+	assert.NotContains(t, a.worker.revocations.byID, "t")
 	assert.Contains(t, a.worker.owned, "t", "declining a withdrawn revocation keeps the split")
 	require.NoError(t, send(t, a, &command{kind: cmdDecline, split: MustSplitID("s")}))
 	settleIO(t, a)
@@ -124,13 +124,13 @@ func TestDeclineRevocation(t *testing.T) {
 func TestSettleCountsOnce(t *testing.T) {
 	a := newTestActor(t, nil, testConfig())
 	now := time.Now()
-	a.worker.revocations["s"] = &revocation{started: now, lastProgress: now}
-	a.worker.revocations["c"] = &revocation{started: now, lastProgress: now, cancelled: true}
-	a.settle("s", "drained")
-	a.settle("s", "drained")
-	a.settle("c", "forced")
-	a.settle("missing", "forced")
-	assert.Empty(t, a.worker.revocations)
+	a.worker.revocations.byID["s"] = &revocation{started: now, lastProgress: now}
+	a.worker.revocations.byID["c"] = &revocation{started: now, lastProgress: now, cancelled: true}
+	a.worker.revocations.settle("s", "drained")
+	a.worker.revocations.settle("s", "drained")
+	a.worker.revocations.settle("c", "forced")
+	a.worker.revocations.settle("missing", "forced")
+	assert.Empty(t, a.worker.revocations.byID)
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.revocations.WithLabelValues("drained")))
 	assert.Zero(t, testutil.ToFloat64(a.m.revocations.WithLabelValues("forced")))
 	assert.Equal(t, uint64(1), sampleCount(t, a.m.drainDur), "a drained settle observes its duration once")
@@ -180,9 +180,57 @@ func TestADeclinedRevocationIsAskedOnce(t *testing.T) {
 	assert.NotContains(t, a.worker.owned, "s")
 	assert.Equal(t, []string{"s"}, lostSplits(events(t, a)))
 	require.NoError(t, a.serviceRevocations(t0.Add(time.Second)))
-	assert.Empty(t, a.worker.revocations, "the entry ends with its tenancy")
+	assert.Empty(t, a.worker.revocations.byID, "the entry ends with its tenancy")
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.revocations.WithLabelValues("requested")))
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.revocations.WithLabelValues("forced")))
 	r, _ := storedProgress(t, st, "s")
 	assert.Nil(t, r.Owner)
+}
+
+// The revocation set's counting rule, off the loop: "requested" once per
+// ask, then one more outcome whatever ends the revocation, and a forced
+// release is started once.
+func TestARevocationCountsOneOutcome(t *testing.T) {
+	wk := testWorker(t)
+	rs := &wk.revocations
+	count := func(outcome string) float64 { return testutil.ToFloat64(rs.outcomes.WithLabelValues(outcome)) }
+	t0 := time.Unix(100, 0)
+	tn := &tenancy{epoch: 1}
+
+	require.True(t, rs.begin("s", tn, t0))
+	assert.True(t, rs.pending("s"))
+	rs.withdraw("s", t0.Add(time.Second))
+	rs.withdraw("s", t0.Add(2*time.Second))
+	assert.False(t, rs.pending("s"))
+	assert.Equal(t, t0.Add(time.Second), rs.byID["s"].lastProgress, "a second withdrawal changes nothing")
+	assert.Equal(t, 1.0, count("cancelled"))
+
+	require.True(t, rs.begin("s", tn, t0.Add(3*time.Second)), "revoked again: asked again")
+	assert.Equal(t, t0, rs.byID["s"].started, "a re-revocation keeps its original anchor")
+	require.True(t, rs.force("s"))
+	assert.False(t, rs.force("s"), "a forced release starts once")
+	assert.False(t, rs.begin("s", tn, t0.Add(4*time.Second)), "not asked while its forced release is under way")
+	rs.withdraw("s", t0.Add(5*time.Second))
+	assert.False(t, rs.byID["s"].cancelled, "a forced revocation is not withdrawn")
+	assert.Equal(t, 2.0, count("requested"))
+	assert.Equal(t, 1.0, count("forced"))
+
+	rs.forceEnded("s", true)
+	require.Contains(t, rs.byID, "s", "a failed forced release of a split still held keeps the entry")
+	require.True(t, rs.force("s"), "forced again when due")
+	assert.Equal(t, 2.0, count("forced"))
+	rs.forceEnded("s", false)
+	assert.NotContains(t, rs.byID, "s")
+
+	require.True(t, rs.begin("d", tn, time.Now()))
+	rs.progressed("d", t0)
+	assert.Equal(t, t0, rs.byID["d"].lastProgress)
+	rs.settle("d", "drained")
+	rs.settle("d", "drained")
+	assert.Equal(t, 1.0, count("drained"))
+	assert.Equal(t, uint64(1), sampleCount(t, rs.drainDur.(prometheus.Histogram)))
+
+	assert.True(t, rs.force("none"), "a release with no revocation proceeds, counting nothing")
+	assert.Equal(t, 2.0, count("forced"))
+	assert.False(t, rs.decline("none"))
 }

@@ -245,7 +245,7 @@ func (a *actor) syncWatch(ctx context.Context, w *watchState) error {
 				return Retryablef("watch %s: the stream broke during its snapshot", w.ks)
 			}
 		case <-deadline.C:
-			a.closeWatch(w)
+			w.close()
 			return Retryablef("watch %s: snapshot not complete within %v", w.ks, a.c.tm.snapshotBudget)
 		case <-ctx.Done():
 			return ctx.Err()

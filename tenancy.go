@@ -1,6 +1,9 @@
 package spate
 
-import "time"
+import (
+	"log/slog"
+	"time"
+)
 
 // worker is this process's side of the job: the splits it holds, the claims
 // and hand-backs in flight, and the leader's instruction to it. The loop
@@ -17,21 +20,21 @@ type worker struct {
 	assignGen  uint64               // the instruction's plan generation
 	awaiting   map[string]time.Time // assigned and not yet held, since when
 
-	revocations map[string]*revocation // held splits the leader moved away (revocation.go)
-	parting     bool                   // the worker is departing: it claims nothing more
+	revocations revocationSet // held splits the leader moved away (revocation.go)
+	parting     bool          // the worker is departing: it claims nothing more
 
 	ownDirty       bool // something the own-split reconcile reads changed
 	quarantineScan bool // a held or assigned split may be due for quarantine
 }
 
-func newWorker() worker {
+func newWorker(m *coordMetrics, log *slog.Logger) worker {
 	return worker{
 		owned:       map[string]*tenancy{},
 		handingBack: map[string]int{},
 		selfFenced:  map[string]uint64{},
 		assigned:    map[string]bool{},
 		awaiting:    map[string]time.Time{},
-		revocations: map[string]*revocation{},
+		revocations: newRevocationSet(m, log),
 	}
 }
 
@@ -74,6 +77,16 @@ func (wk *worker) adopt(val *assignmentVal, now time.Time) bool {
 	return true
 }
 
+// withdrawRevocations cancels the revocations of held splits the leader
+// named here again.
+func (wk *worker) withdrawRevocations(now time.Time) {
+	for id := range wk.revocations.byID {
+		if _, held := wk.owned[id]; held && wk.assigned[id] {
+			wk.revocations.withdraw(id, now)
+		}
+	}
+}
+
 // forget drops the instruction (its record was deleted or left the view).
 func (wk *worker) forget() {
 	wk.assignSeen = false
@@ -113,7 +126,7 @@ func (a *actor) dropLost(id, reason, why string) {
 		// them: a self-fence is evidence about the store, never the split.
 		a.worker.selfFenced[id] = t.epoch
 	}
-	a.settle(id, "forced")
+	a.worker.revocations.settle(id, "forced")
 	a.m.losses.WithLabelValues(reason).Inc()
 	a.log.Warn("split lost", "split", id, "reason", reason, "why", why)
 	a.c.emit(Lost{Split: SplitID{id: id}})

@@ -1,15 +1,17 @@
 package spate
 
 import (
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 func TestAWorkersScopeIsWhatItIsAssignedHoldsOrHandsBack(t *testing.T) {
-	wk := newWorker()
+	wk := testWorker(t)
 	wk.assigned["a"] = true
 	wk.owned["h"] = &tenancy{epoch: 3}
 	wk.handingBack["b"] = 1
@@ -24,7 +26,7 @@ func TestAWorkersScopeIsWhatItIsAssignedHoldsOrHandsBack(t *testing.T) {
 }
 
 func TestAdoptingAnInstructionTracksWhatIsAwaited(t *testing.T) {
-	wk := newWorker()
+	wk := testWorker(t)
 	wk.owned["held"] = &tenancy{}
 	t0 := time.Unix(100, 0)
 
@@ -45,7 +47,7 @@ func TestAdoptingAnInstructionTracksWhatIsAwaited(t *testing.T) {
 }
 
 func TestAnOlderGenerationsInstructionIsRefused(t *testing.T) {
-	wk := newWorker()
+	wk := testWorker(t)
 	require.True(t, wk.adopt(&assignmentVal{Generation: 5, Splits: []string{"a"}}, time.Now()))
 	wk.ownDirty = false
 
@@ -61,4 +63,11 @@ func TestAnOlderGenerationsInstructionIsRefused(t *testing.T) {
 	assert.Empty(t, wk.awaiting)
 	assert.True(t, wk.adopt(&assignmentVal{Generation: 1, Splits: []string{"c"}}, time.Now()))
 	assert.Equal(t, map[string]bool{"c": true}, wk.assigned)
+}
+
+func testWorker(t *testing.T) worker {
+	t.Helper()
+	m, err := newCoordMetrics(prometheus.NewRegistry(), nil)
+	require.NoError(t, err)
+	return newWorker(m, slog.New(slog.DiscardHandler))
 }

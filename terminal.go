@@ -76,7 +76,7 @@ func (a *actor) detectTerminal() {
 	}
 	// Splits out of play (damage.go) count toward the planned total, and a
 	// damaged spec leaves a runnable record that nobody can claim.
-	known, stuck := a.knownSplits()
+	known, stuck := a.job.knownSplits(a.records.damagedSplits())
 	if uint64(known) < a.job.plan.Planned || a.job.nCompleted+a.job.nQuarant+stuck != a.job.nSplits {
 		return
 	}
@@ -118,7 +118,7 @@ func (a *actor) detectTerminal() {
 			if a.verdicts.terminal {
 				return nil
 			}
-			known, _ := a.knownSplits()
+			known, _ := a.job.knownSplits(a.records.damagedSplits())
 			v, completed, quarantined := judgeTerminal(a.job.plan.Finality == finalityFinal, a.job.plan.Planned, known, listed, len(damaged))
 			switch v {
 			case verdictAllComplete:
@@ -146,10 +146,10 @@ func (a *actor) detectTerminal() {
 // knownSplits is the number of splits the view knows of, counting those
 // whose progress record is unreadable, and of those whose readable record
 // is runnable but whose spec is unreadable (nobody can claim them).
-func (a *actor) knownSplits() (known, stuck int) {
-	known = a.job.nSplits
-	for _, id := range a.records.damagedSplits() {
-		switch v := a.job.splits[id]; {
+func (j *jobView) knownSplits(damaged []string) (known, stuck int) {
+	known = j.nSplits
+	for _, id := range damaged {
+		switch v := j.splits[id]; {
 		case v == nil || v.prog == nil:
 			known++
 		case v.prog.Status == statusRunnable:

@@ -189,7 +189,7 @@ func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 			v.leaseRev, v.leaseAt = rev, a.job.clock
 			return nil
 		}
-		a.touch(id)
+		a.worker.touch(id)
 		l, err := decodeLease(key, value)
 		if err != nil {
 			return err
@@ -226,11 +226,11 @@ func leaseHash(value []byte) uint64 { return maphash.Bytes(leaseSeed, value) }
 // touch notes that a split's view changed: if it concerns this worker (it
 // holds the split or is assigned it), the next step re-runs the own-split
 // reconcile. A change to anyone else's split costs no step work.
-func (a *actor) touch(id string) {
-	if a.worker.assigned[id] {
-		a.worker.ownDirty = true
-	} else if _, held := a.worker.owned[id]; held {
-		a.worker.ownDirty = true
+func (wk *worker) touch(id string) {
+	if wk.assigned[id] {
+		wk.ownDirty = true
+	} else if _, held := wk.owned[id]; held {
+		wk.ownDirty = true
 	}
 }
 
@@ -282,7 +282,7 @@ func (a *actor) ephemeralDelete(key string, rev uint64, force bool) {
 		if v.lease != nil {
 			a.dirty = true
 		}
-		a.touch(id)
+		a.worker.touch(id)
 		v.lease, v.leaseSum, v.leaseAt, v.leaseGoneAt = nil, 0, a.job.clock, time.Time{}
 		if !force {
 			v.leaseRev, v.leaseGoneAt = rev, time.Now()
@@ -399,7 +399,7 @@ func (a *actor) durablePut(key string, value []byte, rev uint64, src source) err
 		if v.prog != nil {
 			a.dirty = true
 		}
-		a.touch(id)
+		a.worker.touch(id)
 	case strings.HasPrefix(key, prefixSplit):
 		id := key[len(prefixSplit):]
 		if v := a.job.splits[id]; v != nil {
@@ -551,7 +551,7 @@ func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
 	}
 	a.job.count(r.Status, +1)
 	v.prog, v.progRev, v.progAt = r, rev, a.job.clock
-	a.touch(id)
+	a.worker.touch(id)
 	a.io.cellSaw(id, r, rev, back)
 	if t, held := a.worker.owned[id]; held && r.Epoch > t.epoch {
 		a.dropLost(id, "fenced", fmt.Sprintf("a claimant fenced it at epoch %d", r.Epoch))
@@ -586,7 +586,7 @@ func (a *actor) forgetProgress(id string, rev uint64) {
 	if _, held := a.worker.owned[id]; held {
 		a.dropLost(id, "fenced", "its progress record was deleted")
 	}
-	a.touch(id)
+	a.worker.touch(id)
 	a.job.count(v.prog.Status, -1)
 	a.job.nSplits--
 	a.records.missing[id] = v.prog

@@ -509,7 +509,7 @@ func TestInferDepartedSkipsGeneratedIDs(t *testing.T) {
 	require.False(t, isGeneratedID("spate-XYZ"))
 	a.job.view("s1").prog = rec("s1", 1, gen)
 	a.job.view("s2").prog = rec("s2", 1, "pod-0")
-	a.inferDeparted(time.Now())
+	a.job.inferDeparted(time.Now(), a.cfg.RebalanceDelay, a.log)
 	assert.NotContains(t, a.job.departed, gen)
 	assert.Contains(t, a.job.departed, "pod-0")
 }

@@ -3,7 +3,7 @@ package spate
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
+	"log/slog"
 	"time"
 )
 
@@ -15,6 +15,10 @@ type watchSet struct {
 	fullView       bool           // the whole-job watches' snapshots are in: the view is the whole job
 	rewatchPending bool           // a re-watch is scheduled (rewatch)
 	rewatch        *time.Timer
+	// rewatchJitter bounds the random share of the wait before one
+	// re-watch, added to rewatchDelay. Meanwhile the renewer keeps the
+	// leases and the fence cells keep commits going; only the view waits.
+	rewatchJitter time.Duration
 
 	groups     map[*keyGroup]struct{}
 	covered    [2]map[string]int // keys watched by the key groups, per keyspace, with how many groups
@@ -28,13 +32,6 @@ type watchSet struct {
 // rewatchDelay is the least the actor waits before re-establishing a
 // broken watch.
 const rewatchDelay = 200 * time.Millisecond
-
-// rewatchDelay is the wait before one re-watch: rewatchDelay plus a random
-// share of rewatchJitter. Meanwhile the renewer keeps the leases and the
-// fence cells keep commits going; only the view waits.
-func (a *actor) rewatchDelay() time.Duration {
-	return rewatchDelay + rand.N(a.c.tm.rewatchJitter)
-}
 
 // watchState is one keyspace's watch.
 type watchState struct {
@@ -71,7 +68,7 @@ func (a *actor) openWatch(w *watchState) {
 					return fmt.Errorf("watch %s: %w", w.ks, err)
 				}
 				a.log.Warn("re-watch failed; retrying", "keyspace", w.ks, "err", err)
-				a.rewatchSoon()
+				a.w.rewatchSoon()
 				return nil
 			}
 			w.ch, w.cancel, w.collecting, w.snapshot = ch, cancel, true, nil
@@ -81,7 +78,7 @@ func (a *actor) openWatch(w *watchState) {
 	})
 }
 
-func (a *actor) closeWatch(w *watchState) {
+func (w *watchState) close() {
 	if w.cancel != nil {
 		w.cancel()
 	}
@@ -107,8 +104,8 @@ func (a *actor) checkSnapshots(now time.Time) {
 	for _, w := range a.w.streams {
 		if w.collecting && now.After(w.deadline) {
 			a.log.Warn("watch snapshot not complete in time; re-watching", "keyspace", w.ks, "budget", a.c.tm.snapshotBudget)
-			a.closeWatch(w)
-			a.rewatchSoon()
+			w.close()
+			a.w.rewatchSoon()
 		}
 	}
 }
@@ -121,11 +118,11 @@ func (a *actor) onWatch(w *watchState, ev WatchEvent, ok bool) error {
 		} else {
 			a.log.Warn("watch ended; re-watching", "keyspace", w.ks)
 		}
-		a.closeWatch(w)
+		w.close()
 		if ok && kindOf(ev.Err) == kindFatal {
 			return fmt.Errorf("watch %s: %w", w.ks, ev.Err)
 		}
-		a.rewatchSoon()
+		a.w.rewatchSoon()
 		return nil
 	}
 	if w.collecting {
@@ -181,7 +178,7 @@ func (a *actor) noteFullView() {
 		a.w.fullView = true
 		a.dirty = true
 		if a.leader.term != nil {
-			a.inferDeparted(time.Now())
+			a.job.inferDeparted(time.Now(), a.cfg.RebalanceDelay, a.log)
 		}
 	}
 }
@@ -191,11 +188,11 @@ func (a *actor) noteFullView() {
 // did not watch the members before it was elected (it watched only its
 // own keys, or it just started) never saw them leave, and without a
 // window would hand a departed worker's splits on at once.
-func (a *actor) inferDeparted(now time.Time) {
-	if a.cfg.RebalanceDelay == NoRebalanceDelay {
+func (j *jobView) inferDeparted(now time.Time, delay time.Duration, log *slog.Logger) {
+	if delay == NoRebalanceDelay {
 		return
 	}
-	for _, v := range a.job.splits {
+	for _, v := range j.splits {
 		if v.prog == nil {
 			continue
 		}
@@ -203,15 +200,15 @@ func (a *actor) inferDeparted(now time.Time) {
 		if inst == "" {
 			continue
 		}
-		if _, present := a.job.presence[inst]; present {
+		if _, present := j.presence[inst]; present {
 			continue
 		}
 		if isGeneratedID(inst) {
 			continue // a generated id never comes back: no delay
 		}
-		if _, waiting := a.job.departed[inst]; !waiting {
-			a.job.departed[inst] = now
-			a.log.Info("a split's owner is not present: its splits wait out the rebalance delay", "peer", inst, "delay", a.cfg.RebalanceDelay)
+		if _, waiting := j.departed[inst]; !waiting {
+			j.departed[inst] = now
+			log.Info("a split's owner is not present: its splits wait out the rebalance delay", "peer", inst, "delay", delay)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -63,11 +64,11 @@ func splitOfKey(key string) (string, bool) {
 }
 
 // baseKeys are the keys every scoped worker watches in ks.
-func (a *actor) baseKeys(ks Keyspace) []string {
+func baseKeys(ks Keyspace, self string) []string {
 	if ks == Ephemeral {
-		return []string{keyLeader, prefixWorker + a.self}
+		return []string{keyLeader, prefixWorker + self}
 	}
-	return []string{keyPlan, prefixAssign + a.self, keyVerdict}
+	return []string{keyPlan, prefixAssign + self, keyVerdict}
 }
 
 // splitKeys are the keys of split id watched in ks.
@@ -98,7 +99,7 @@ func (a *actor) syncWatchMode() {
 	}
 	if a.w.fullView || a.w.streams[0].ch != nil || a.w.streams[1].ch != nil {
 		for _, w := range a.w.streams {
-			a.closeWatch(w)
+			w.close()
 		}
 		a.w.fullView = false
 		a.prune()
@@ -186,7 +187,7 @@ func (a *actor) rescope() {
 	for _, ks := range keyspaces {
 		cov := a.w.covered[ks-1]
 		var missing []string
-		for _, k := range a.baseKeys(ks) {
+		for _, k := range baseKeys(ks, a.self) {
 			if cov[k] == 0 {
 				missing = append(missing, k)
 			}
@@ -229,7 +230,7 @@ func (a *actor) openGroup(ks Keyspace, keys []string) {
 					return fmt.Errorf("watch %d %s keys: %w", len(keys), ks, err)
 				}
 				a.log.Warn("key watch failed; retrying", "keyspace", ks, "keys", len(keys), "err", err)
-				a.rewatchSoon()
+				a.w.rewatchSoon()
 				return nil
 			}
 			a.startGroup(g, gctx, ch, cancel, since)
@@ -312,9 +313,9 @@ func (ws *watchSet) closeGroups() {
 }
 
 // rewatchSoon schedules a jittered re-establishment of what broke.
-func (a *actor) rewatchSoon() {
-	a.w.rewatchPending = true
-	a.w.rewatch.Reset(a.rewatchDelay())
+func (ws *watchSet) rewatchSoon() {
+	ws.rewatchPending = true
+	ws.rewatch.Reset(rewatchDelay + rand.N(ws.rewatchJitter))
 }
 
 // onKeyEvent handles one item of a key group's stream.
@@ -333,7 +334,7 @@ func (a *actor) onKeyEvent(ke keyEvent) error {
 		if ke.ok && kindOf(ev.Err) == kindFatal {
 			return fmt.Errorf("watch %s keys: %w", g.ks, ev.Err)
 		}
-		a.rewatchSoon()
+		a.w.rewatchSoon()
 		return nil
 	}
 	if g.collecting {
@@ -439,9 +440,9 @@ func (a *actor) absent(ks Keyspace, key string, mark uint64) error {
 // refreshScope is the scoped worker's listing backstop: every key group is
 // replaced by a fresh one, whose snapshot re-reads this worker's keys (and
 // only those).
-func (a *actor) refreshScope() {
-	a.w.closeGroups()
-	a.w.scopeDirty = true
+func (ws *watchSet) refreshScope() {
+	ws.closeGroups()
+	ws.scopeDirty = true
 }
 
 // checkGroups gives up on a group snapshot that did not complete in time.
@@ -450,7 +451,7 @@ func (a *actor) checkGroups(now time.Time) {
 		if g.collecting && now.After(g.deadline) {
 			a.log.Warn("key watch snapshot not complete in time; re-watching", "keyspace", g.ks, "keys", len(g.keys), "budget", a.c.tm.snapshotBudget)
 			a.w.dropGroup(g)
-			a.rewatchSoon()
+			a.w.rewatchSoon()
 		}
 	}
 }
@@ -459,7 +460,7 @@ func (a *actor) checkGroups(now time.Time) {
 // snapshots before the loop starts, as watchAll does for the whole job.
 func (a *actor) syncGroups(ctx context.Context) error {
 	for _, ks := range keyspaces {
-		keys := a.baseKeys(ks)
+		keys := baseKeys(ks, a.self)
 		if a.w.covered[ks-1][keys[0]] > 0 {
 			continue
 		}
