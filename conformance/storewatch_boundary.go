@@ -82,177 +82,207 @@ func (r boundaryResult) inWindow() int {
 // fixed keys, while the watch call has not returned: a create there that
 // a defect loses is never superseded either.
 func boundaryRun(e *env, w spate.Store, fixed, created, late, spare []string, open func() <-chan spate.WatchEvent) boundaryResult {
-	revs := map[string]uint64{}
+	bw := &boundaryWriter{e: e, w: w, fixed: fixed, created: created, late: late, spare: spare, revs: map[string]uint64{},
+		stop: make(chan struct{}), started: make(chan struct{}), asking: make(chan struct{}),
+		snapped: make(chan struct{}), opened: make(chan struct{})}
 	for _, k := range fixed {
-		revs[k] = mustCreate(e, w, spate.Durable, k, "0")
+		bw.revs[k] = mustCreate(e, w, spate.Durable, k, "0")
 	}
-	var (
-		mu     sync.Mutex
-		writes []boundaryWrite
-		werr   error
-	)
-	var clock atomic.Int64
-	stop := make(chan struct{})
-	started := make(chan struct{})
-	asking := make(chan struct{})  // the watch is being asked for: write on
-	snapped := make(chan struct{}) // the watcher received SnapshotDone
-	opened := make(chan struct{})  // the watch call returned
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		next := 0
-		// write makes one write (an update of a fixed key, or a create)
-		// and records it; false when it failed, werr saying why.
-		write := func(k string, create bool, v string) bool {
-			start := clock.Add(1)
-			var o spate.Outcome
-			var err error
-			if create {
-				o, err = w.Create(e.ctx, spate.Durable, k, []byte(v))
-			} else {
-				o, err = w.Update(e.ctx, spate.Durable, k, []byte(v), revs[k])
-			}
-			if err != nil || !o.Won {
-				mu.Lock()
-				werr = fmt.Errorf("write %s: won=%t err=%v", k, o.Won, err)
-				mu.Unlock()
-				return false
-			}
-			revs[k] = o.Revision
-			mu.Lock()
-			writes = append(writes, boundaryWrite{key: k, rev: o.Revision, start: start, end: clock.Add(1)})
-			mu.Unlock()
-			return true
-		}
-		// writeUntilOpened goes on past the bound until the watch call has
-		// returned (creates of spare keys while they last, between updates
-		// of the fixed keys), so that the writes span the whole of the
-		// watch's setup however slow it is: a writer that ran out first,
-		// under load, let a setup defect slip through a run that looked
-		// exercised. False: stopped, or a write failed.
-		writeUntilOpened := func(j int) bool {
-			for s := 0; ; j++ {
-				select {
-				case <-opened:
-					return true
-				case <-stop:
-					return false
-				default:
-				}
-				runtime.Gosched()
-				var ok bool
-				if j%2 == 0 && s < len(spare) {
-					s++
-					ok = write(spare[s-1], true, "v")
-				} else {
-					ok = write(fixed[j%len(fixed)], false, fmt.Sprint(j))
-				}
-				if !ok {
-					return false
-				}
-			}
-		}
-		defer func() {
-			select {
-			case <-started:
-			default:
-				close(started)
-			}
-		}()
-		for i := 0; i < boundaryMaxWrites+len(late); i++ {
-			if i == boundaryMaxWrites {
-				if !writeUntilOpened(i) {
-					return
-				}
-				select {
-				case <-snapped:
-				case <-stop:
-					return
-				}
-			}
-			if i == 8 {
-				close(started)
-				select {
-				case <-asking:
-				case <-stop:
-					return
-				}
-			}
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			runtime.Gosched() // let the watcher's setup run between writes
-			ok := false
-			switch {
-			case i >= boundaryMaxWrites:
-				ok = write(late[i-boundaryMaxWrites], true, "v")
-			case i%2 == 0 && next < len(created):
-				next++
-				ok = write(created[next-1], true, "v")
-			default:
-				ok = write(fixed[(i/2)%len(fixed)], false, fmt.Sprint(i))
-			}
-			if !ok {
-				return
-			}
-		}
-	})
-	<-started
-	r := boundaryResult{asked: clock.Add(1)}
-	close(asking)
+	wg.Go(bw.run)
+	<-bw.started
+	r := boundaryResult{asked: bw.clock.Add(1)}
+	close(bw.asking)
 	ch := open()
-	close(opened)
+	close(bw.opened)
+	r.readThroughSnapshot(ch, bw)
+	close(bw.stop)
+	wg.Wait()
+	bw.mu.Lock()
+	r.writes = bw.writes
+	if bw.err != nil && r.err == nil {
+		r.err = bw.err
+	}
+	bw.mu.Unlock()
+	if r.err == nil {
+		r.readUntilConverged(ch)
+	}
+	return r
+}
+
+// boundaryWriter is a run's writer. Its phases, in order: writes up to the
+// eighth (then it waits for the watch to be asked for), the rest of its
+// bound, writes on until the watch call returned (writeUntilOpened), and
+// once SnapshotDone arrived the late creates.
+type boundaryWriter struct {
+	e                           *env
+	w                           spate.Store
+	fixed, created, late, spare []string
+	revs                        map[string]uint64 // the writer's, and before it starts boundaryRun's
+
+	clock atomic.Int64 // the run's moments (boundaryWrite)
+
+	stop    chan struct{} // the watcher is done: stop writing
+	started chan struct{} // the writer is under way: ask for the watch
+	asking  chan struct{} // the watch is being asked for: write on
+	snapped chan struct{} // the watcher received SnapshotDone
+	opened  chan struct{} // the watch call returned
+
+	mu     sync.Mutex
+	writes []boundaryWrite
+	err    error // why a write failed
+}
+
+func (bw *boundaryWriter) run() {
+	defer func() {
+		select {
+		case <-bw.started:
+		default:
+			close(bw.started)
+		}
+	}()
+	next := 0
+	for i := 0; i < boundaryMaxWrites+len(bw.late); i++ {
+		if i == boundaryMaxWrites {
+			if !bw.writeUntilOpened(i) || !bw.wait(bw.snapped) {
+				return
+			}
+		}
+		if i == 8 {
+			close(bw.started)
+			if !bw.wait(bw.asking) {
+				return
+			}
+		}
+		if bw.stopped() {
+			return
+		}
+		runtime.Gosched() // let the watcher's setup run between writes
+		ok := false
+		switch {
+		case i >= boundaryMaxWrites:
+			ok = bw.write(bw.late[i-boundaryMaxWrites], true, "v")
+		case i%2 == 0 && next < len(bw.created):
+			next++
+			ok = bw.write(bw.created[next-1], true, "v")
+		default:
+			ok = bw.write(bw.fixed[(i/2)%len(bw.fixed)], false, fmt.Sprint(i))
+		}
+		if !ok {
+			return
+		}
+	}
+}
+
+// wait waits for ch to close; false when the run stopped first.
+func (bw *boundaryWriter) wait(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	case <-bw.stop:
+		return false
+	}
+}
+
+func (bw *boundaryWriter) stopped() bool {
+	select {
+	case <-bw.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// write makes one write (an update of a fixed key, or a create) and
+// records it; false when it failed, bw.err saying why.
+func (bw *boundaryWriter) write(k string, create bool, v string) bool {
+	start := bw.clock.Add(1)
+	var o spate.Outcome
+	var err error
+	if create {
+		o, err = bw.w.Create(bw.e.ctx, spate.Durable, k, []byte(v))
+	} else {
+		o, err = bw.w.Update(bw.e.ctx, spate.Durable, k, []byte(v), bw.revs[k])
+	}
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
+	if err != nil || !o.Won {
+		bw.err = fmt.Errorf("write %s: won=%t err=%v", k, o.Won, err)
+		return false
+	}
+	bw.revs[k] = o.Revision
+	bw.writes = append(bw.writes, boundaryWrite{key: k, rev: o.Revision, start: start, end: bw.clock.Add(1)})
+	return true
+}
+
+// writeUntilOpened goes on past the bound until the watch call has
+// returned (creates of spare keys while they last, between updates of the
+// fixed keys), so that the writes span the whole of the watch's setup
+// however slow it is: a writer that ran out first, under load, let a setup
+// defect slip through a run that looked exercised. False: stopped, or a
+// write failed.
+func (bw *boundaryWriter) writeUntilOpened(j int) bool {
+	for s := 0; ; j++ {
+		select {
+		case <-bw.opened:
+			return true
+		case <-bw.stop:
+			return false
+		default:
+		}
+		runtime.Gosched()
+		var ok bool
+		if j%2 == 0 && s < len(bw.spare) {
+			s++
+			ok = bw.write(bw.spare[s-1], true, "v")
+		} else {
+			ok = bw.write(bw.fixed[j%len(bw.fixed)], false, fmt.Sprint(j))
+		}
+		if !ok {
+			return false
+		}
+	}
+}
+
+// readThroughSnapshot reads the watch until its SnapshotDone and 40 live
+// events after it (telling the writer when SnapshotDone arrived), or until
+// it breaks or 30s passed, which is r.err.
+func (r *boundaryResult) readThroughSnapshot(ch <-chan spate.WatchEvent, bw *boundaryWriter) {
 	deadline := time.After(30 * time.Second)
-	var after int
-	stopped := false
-	for !stopped {
+	for after := 0; after < 40; {
 		select {
 		case ev, ok := <-ch:
-			if !ok {
+			switch {
+			case !ok:
 				r.err = fmt.Errorf("the watch closed during the run")
-				stopped = true
-				break
-			}
-			if ev.Kind == spate.WatchError {
+				return
+			case ev.Kind == spate.WatchError:
 				r.err = fmt.Errorf("the watch broke: %v", ev.Err)
-				stopped = true
-				break
+				return
 			}
 			r.events = append(r.events, ev)
 			if ev.Kind == spate.WatchSnapshotDone && r.snapDone == 0 {
-				r.snapDone = clock.Add(1)
-				close(snapped)
+				r.snapDone = bw.clock.Add(1)
+				close(bw.snapped)
 			}
 			if r.snapDone == 0 {
 				// Let the writer run while the snapshot streams in: a store
 				// that sends it as the consumer reads must keep every write
 				// it lets through.
 				runtime.Gosched()
-			}
-			if r.snapDone != 0 {
-				if after++; after >= 40 {
-					stopped = true
-				}
+			} else {
+				after++
 			}
 		case <-deadline:
 			r.err = fmt.Errorf("no SnapshotDone and 40 live events within 30s")
-			stopped = true
+			return
 		}
 	}
-	close(stop)
-	wg.Wait()
-	mu.Lock()
-	r.writes = writes
-	if werr != nil && r.err == nil {
-		r.err = werr
-	}
-	mu.Unlock()
-	if r.err != nil {
-		return r
-	}
-	// Read on until every key's last write has been delivered, or a while
-	// passed: what is missing then is a gap.
+}
+
+// readUntilConverged reads on until every key's last write has been
+// delivered, or a while passed: what is missing then is a gap.
+func (r *boundaryResult) readUntilConverged(ch <-chan spate.WatchEvent) {
 	last := map[string]uint64{}
 	for _, w := range r.writes {
 		last[w.key] = w.rev
@@ -276,17 +306,16 @@ func boundaryRun(e *env, w spate.Store, fixed, created, late, spare []string, op
 		select {
 		case ev, ok := <-ch:
 			if !ok || ev.Kind == spate.WatchError {
-				return r
+				return
 			}
 			r.events = append(r.events, ev)
 			if ev.Kind == spate.WatchPut {
 				seen[ev.Key] = max(seen[ev.Key], ev.Revision)
 			}
 		case <-quiet:
-			return r
+			return
 		}
 	}
-	return r
 }
 
 // boundaryCheck runs boundaryRun (up to 5 attempts, each on keys of its
