@@ -308,119 +308,168 @@ func (ob *observer) watch(ctx context.Context, s spate.Store) {
 // chaosScenario runs one seed and returns the faults it injected, the
 // operations it checked and the violations it found (after reporting them).
 func chaosScenario(e *env, seed uint64, co ChaosOptions, addViolations func(int)) (map[string]int, int, int) {
-	rng := rand.New(rand.NewPCG(seed, 0x5ba7e))
-	// Splits never finish while faults are injected; once everything has
-	// healed, every worker gets the same finite length, past anything
-	// attempted so far.
-	const endless = int64(1) << 40
-	hist := &History{}
-	f := newFleet(e, planOf(fmt.Sprintf("chaos%d", seed), 8))
-	// The product's attempt budget (MaxAttempts default): store faults end
-	// tenancies often, and must never quarantine a split that progresses.
-	clientN := 0
-	record := func(s spate.Store) spate.Store {
-		clientN++
-		return &recordingStore{Store: s, h: hist, client: clientN}
-	}
-	ob := &observer{last: map[string]splitVersion{}}
+	cr := &chaosRun{e: e, co: co, rng: rand.New(rand.NewPCG(seed, 0x5ba7e)), hist: &History{},
+		ob: &observer{last: map[string]splitVersion{}}, faults: map[string]int{}, gen: 3}
+	cr.f = newFleet(e, planOf(fmt.Sprintf("chaos%d", seed), 8))
 	obsStore := e.open()
 	octx, stopObs := context.WithCancel(e.ctx)
 	var obsWG sync.WaitGroup
-	obsWG.Go(func() { ob.watch(octx, obsStore) })
+	obsWG.Go(func() { cr.ob.watch(octx, obsStore) })
 	defer func() { stopObs(); obsWG.Wait() }()
 
-	mk := func(name, id string) *worker {
-		w := f.startPausedWith(name, record, withID(id), withRecords(endless),
-			withRevoke([]revokePolicy{revokeAccept, revokeDecline, revokeAccept}[rng.IntN(3)]))
-		f.launch(w)
-		return w
-	}
-	workers := []*worker{mk("w0", "w0"), mk("w1", "w1"), mk("w2", "w2")}
-	f.until(20*leases(f), "the first claims", func() bool {
+	cr.workers = []*worker{cr.start("w0", "w0"), cr.start("w1", "w1"), cr.start("w2", "w2")}
+	cr.f.until(20*leases(cr.f), "the first claims", func() bool {
 		held := 0
-		for _, w := range workers {
+		for _, w := range cr.workers {
 			held += len(w.held)
 		}
 		return held > 0
 	})
-	faults := map[string]int{}
-	live := func() []*worker {
-		var out []*worker
-		for _, w := range workers {
-			if !w.dead {
-				out = append(out, w)
-			}
-		}
-		return out
+	for range co.Steps {
+		cr.inject()
 	}
-	gen := 3
-	serverDown := false
-	for step := 0; step < co.Steps; step++ {
-		ws := live()
-		w := ws[rng.IntN(len(ws))]
-		d := time.Duration(float64(leases(f)) * (0.2 + 1.3*rng.Float64()))
-		kinds := []string{"partition", "asymmetric-partition", "lost-replies", "failed-writes", "latency", "broken-watches", "crash-restart", "crash-replace"}
-		if co.Server != nil {
-			kinds = append(kinds, "server")
+	records := cr.heal()
+	violations := cr.violations(records)
+	// (d) linearizability of the split records: checked after the
+	// scenario, outside any synctest bubble, so its timeout is real time.
+	e.after = append(e.after, func(t testing.TB) {
+		ok, info := cr.hist.Check(2 * time.Minute)
+		if info != "" && ok {
+			t.Logf("seed %d: linearizability check inconclusive: %s", seed, info)
 		}
-		kind := kinds[rng.IntN(len(kinds))]
-		faults[kind]++
-		switch kind {
-		case "partition": // longer than a lease: the owner is a zombie
-			w.inj.Partition()
-			f.hold(d, "partitioned", func() bool { return true })
-			w.inj.Heal()
-		case "asymmetric-partition":
-			// The worker cannot watch, list or renew, but its other writes
-			// get through: its leases lapse and peers take its splits while
-			// it still believes it owns them. Only the fence stops it.
-			d = leases(f) + d
-			r1 := w.inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Watch, faultstore.List}})
-			r2 := w.inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Update, faultstore.Create}, Keyspace: spate.Ephemeral})
-			w.inj.BreakWatches()
-			f.hold(d, "blind", func() bool { return true })
-			r1()
-			r2()
-		case "lost-replies":
-			w.inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Update, faultstore.Create}, Landed: true, Times: 1 + rng.IntN(4)})
-		case "failed-writes":
-			w.inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Update, faultstore.Create, faultstore.Delete}, Times: 1 + rng.IntN(4)})
-		case "latency":
-			remove := w.inj.Add(faultstore.Rule{Delay: time.Duration(float64(f.cfg.OpTimeout) * (0.2 + rng.Float64()))})
-			f.hold(d, "slow", func() bool { return true })
-			remove()
-		case "broken-watches":
-			w.inj.BreakWatches()
-		case "crash-restart", "crash-replace":
-			if len(ws) < 2 {
-				faults[kind]--
-				continue
-			}
-			if serverDown { // a new worker could not even start
-				co.Server.Heal(e.t)
-				serverDown = false
-			}
-			w.kill()
-			id := w.id
-			if kind == "crash-replace" {
-				id = fmt.Sprintf("w%d", gen)
-			}
-			workers = append(workers, mk(fmt.Sprintf("w%d", gen), id))
-			gen++
-		case "server":
-			if !serverDown {
-				co.Server.Fail(e.t)
-				serverDown = co.Server.Heal != nil
-			}
+		if !ok {
+			t.Errorf("seed %d: (d) %s (reproduce with SPATE_CHAOS_SEED=%d)", seed, info, seed)
+			addViolations(1)
 		}
-		f.hold(time.Duration(float64(leases(f))*0.5*rng.Float64()), "running", func() bool { return true })
-		if serverDown && rng.IntN(2) == 0 {
-			co.Server.Heal(e.t)
-			serverDown = false
+	})
+	for _, v := range violations {
+		e.t.Errorf("seed %d: %s (reproduce with SPATE_CHAOS_SEED=%d)", seed, v, seed)
+	}
+	return cr.faults, cr.hist.Len(), len(violations)
+}
+
+// chaosEndless is the length of every split while faults are injected:
+// splits never finish then. Once everything has healed, every worker gets
+// the same finite length, past anything attempted so far.
+const chaosEndless = int64(1) << 40
+
+// chaosRun is one seed's scenario. Its phases: start three workers, inject
+// co.Steps faults (inject), heal and run to AllComplete (heal), and check
+// what the run left (violations).
+type chaosRun struct {
+	e    *env
+	co   ChaosOptions
+	rng  *rand.Rand
+	f    *fleet
+	hist *History  // every client's split-record operations
+	ob   *observer // the sequence of split-record versions
+
+	workers    []*worker // every worker started, dead ones included
+	gen        int       // the next worker's number
+	clients    int       // the store clients recorded so far
+	serverDown bool      // co.Server is failed and not yet healed
+	faults     map[string]int
+}
+
+// start starts a worker on its own recorded client, with the product's
+// attempt budget (MaxAttempts default): store faults end tenancies often,
+// and must never quarantine a split that progresses.
+func (cr *chaosRun) start(name, id string) *worker {
+	record := func(s spate.Store) spate.Store {
+		cr.clients++
+		return &recordingStore{Store: s, h: cr.hist, client: cr.clients}
+	}
+	w := cr.f.startPausedWith(name, record, withID(id), withRecords(chaosEndless),
+		withRevoke([]revokePolicy{revokeAccept, revokeDecline, revokeAccept}[cr.rng.IntN(3)]))
+	cr.f.launch(w)
+	return w
+}
+
+func (cr *chaosRun) live() []*worker {
+	var out []*worker
+	for _, w := range cr.workers {
+		if !w.dead {
+			out = append(out, w)
 		}
 	}
-	if serverDown {
-		co.Server.Heal(e.t)
+	return out
+}
+
+// inject injects one fault, chosen by the seed, on a live worker (or the
+// server), lets the fleet run a while, and may heal the server.
+func (cr *chaosRun) inject() {
+	f, rng := cr.f, cr.rng
+	ws := cr.live()
+	w := ws[rng.IntN(len(ws))]
+	d := time.Duration(float64(leases(f)) * (0.2 + 1.3*rng.Float64()))
+	kinds := []string{"partition", "asymmetric-partition", "lost-replies", "failed-writes", "latency", "broken-watches", "crash-restart", "crash-replace"}
+	if cr.co.Server != nil {
+		kinds = append(kinds, "server")
+	}
+	kind := kinds[rng.IntN(len(kinds))]
+	cr.faults[kind]++
+	switch kind {
+	case "partition": // longer than a lease: the owner is a zombie
+		w.inj.Partition()
+		f.hold(d, "partitioned", func() bool { return true })
+		w.inj.Heal()
+	case "asymmetric-partition":
+		// The worker cannot watch, list or renew, but its other writes
+		// get through: its leases lapse and peers take its splits while
+		// it still believes it owns them. Only the fence stops it.
+		d = leases(f) + d
+		r1 := w.inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Watch, faultstore.List}})
+		r2 := w.inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Update, faultstore.Create}, Keyspace: spate.Ephemeral})
+		w.inj.BreakWatches()
+		f.hold(d, "blind", func() bool { return true })
+		r1()
+		r2()
+	case "lost-replies":
+		w.inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Update, faultstore.Create}, Landed: true, Times: 1 + rng.IntN(4)})
+	case "failed-writes":
+		w.inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Update, faultstore.Create, faultstore.Delete}, Times: 1 + rng.IntN(4)})
+	case "latency":
+		remove := w.inj.Add(faultstore.Rule{Delay: time.Duration(float64(f.cfg.OpTimeout) * (0.2 + rng.Float64()))})
+		f.hold(d, "slow", func() bool { return true })
+		remove()
+	case "broken-watches":
+		w.inj.BreakWatches()
+	case "crash-restart", "crash-replace":
+		if len(ws) < 2 {
+			cr.faults[kind]--
+			return
+		}
+		if cr.serverDown { // a new worker could not even start
+			cr.co.Server.Heal(cr.e.t)
+			cr.serverDown = false
+		}
+		w.kill()
+		id := w.id
+		if kind == "crash-replace" {
+			id = fmt.Sprintf("w%d", cr.gen)
+		}
+		cr.workers = append(cr.workers, cr.start(fmt.Sprintf("w%d", cr.gen), id))
+		cr.gen++
+	case "server":
+		if !cr.serverDown {
+			cr.co.Server.Fail(cr.e.t)
+			cr.serverDown = cr.co.Server.Heal != nil
+		}
+	}
+	f.hold(time.Duration(float64(leases(f))*0.5*rng.Float64()), "running", func() bool { return true })
+	if cr.serverDown && rng.IntN(2) == 0 {
+		cr.co.Server.Heal(cr.e.t)
+		cr.serverDown = false
+	}
+}
+
+// heal clears every fault, gives every live worker the same finite split
+// length past anything attempted, and waits for AllComplete on each. It
+// returns that length.
+func (cr *chaosRun) heal() int64 {
+	f := cr.f
+	if cr.serverDown {
+		cr.co.Server.Heal(cr.e.t)
 	}
 	records := int64(0)
 	f.mu.Lock()
@@ -431,23 +480,29 @@ func chaosScenario(e *env, seed uint64, co ChaosOptions, addViolations func(int)
 	}
 	f.mu.Unlock()
 	records += 50
-	for _, w := range live() {
+	for _, w := range cr.live() {
 		w.inj.Clear()
 		w.inj.Heal()
 		w.records, w.perTick = records, 5
 	}
 	f.until(80*leases(f), "AllComplete on every live worker after healing", func() bool {
-		for _, w := range live() {
+		for _, w := range cr.live() {
 			if !w.saw(isAllComplete) {
 				return false
 			}
 		}
 		return true
 	})
+	return records
+}
 
+// violations checks what the run left, but (d) linearizability, which
+// chaosScenario checks after the scenario.
+func (cr *chaosRun) violations(records int64) []string {
+	f := cr.f
 	var violations []string
 	// (a) every split completed at its full watermark.
-	js := inspect(e, e.open())
+	js := inspect(cr.e, cr.e.open())
 	for _, s := range js.Splits {
 		if s.Status != spate.StatusCompleted || s.Progress == nil || s.Progress.Watermark != records {
 			violations = append(violations, fmt.Sprintf("(a) split %v did not end completed at watermark %d", s, records))
@@ -464,24 +519,12 @@ func chaosScenario(e *env, seed uint64, co ChaosOptions, addViolations func(int)
 	}
 	f.mu.Unlock()
 	// (c) from the observer's sequence of versions.
-	ob.mu.Lock()
-	violations = append(violations, ob.violations...)
-	ob.mu.Unlock()
-	// (d) linearizability of the split records: checked after the
-	// scenario, outside any synctest bubble, so its timeout is real time.
-	e.after = append(e.after, func(t testing.TB) {
-		ok, info := hist.Check(2 * time.Minute)
-		if info != "" && ok {
-			t.Logf("seed %d: linearizability check inconclusive: %s", seed, info)
-		}
-		if !ok {
-			t.Errorf("seed %d: (d) %s (reproduce with SPATE_CHAOS_SEED=%d)", seed, info, seed)
-			addViolations(1)
-		}
-	})
+	cr.ob.mu.Lock()
+	violations = append(violations, cr.ob.violations...)
+	cr.ob.mu.Unlock()
 	// (e) each tenancy resumed between the last acknowledged commit and the
 	// furthest attempted one of the tenancies before it.
-	for _, w := range workers {
+	for _, w := range cr.workers {
 		for _, g := range w.gains {
 			lo, hi := f.resumeBounds(g.Split.ID.String(), g.Epoch, w)
 			got := int64(-1)
@@ -494,8 +537,5 @@ func chaosScenario(e *env, seed uint64, co ChaosOptions, addViolations func(int)
 			}
 		}
 	}
-	for _, v := range violations {
-		e.t.Errorf("seed %d: %s (reproduce with SPATE_CHAOS_SEED=%d)", seed, v, seed)
-	}
-	return faults, hist.Len(), len(violations)
+	return violations
 }
