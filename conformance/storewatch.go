@@ -167,52 +167,27 @@ func testWatchNoGaps(e *env) {
 	const n = 150
 	for _, ks := range keyspaces {
 		rev := mustCreate(e, writer, ks, "gap.counter", "0")
-		started := make(chan struct{})
-		snapSeen := make(chan struct{})
-		done := make(chan error, 1)
-		lastPhaseEvents := 0
 		sent := make([]time.Time, n+1) // when the writer sent each key's create
-		go func() {
-			defer close(done)
-			for i := 1; i <= n; i++ {
-				switch i {
-				case n / 3:
-					close(started)
-				case 2 * n / 3:
-					select {
-					case <-snapSeen:
-					case <-e.ctx.Done():
-						done <- e.ctx.Err()
-						return
-					}
-				}
-				o, err := writer.Update(e.ctx, ks, "gap.counter", []byte(strconv.Itoa(i)), rev)
-				if err != nil || !o.Won {
-					done <- fmt.Errorf("update %d: won=%t err=%v", i, o.Won, err)
-					return
-				}
-				rev = o.Revision
-				k := fmt.Sprintf("gap.k%03d", i)
-				sent[i] = time.Now()
-				c, err := writer.Create(e.ctx, ks, k, []byte("v"))
-				if err != nil {
-					done <- err
-					return
-				}
-				events := 2
-				if i%10 == 0 {
-					if _, err := writer.Delete(e.ctx, ks, k, c.Revision); err != nil {
-						done <- err
-						return
-					}
-					events++
-				}
-				if i >= 2*n/3 {
-					lastPhaseEvents += events
-				}
+		w := startPhased(e, n, false, func(i int) (int, error) {
+			o, err := writer.Update(e.ctx, ks, "gap.counter", []byte(strconv.Itoa(i)), rev)
+			if err != nil || !o.Won {
+				return 0, fmt.Errorf("update %d: won=%t err=%v", i, o.Won, err)
 			}
-		}()
-		<-started
+			rev = o.Revision
+			k := fmt.Sprintf("gap.k%03d", i)
+			sent[i] = time.Now()
+			c, err := writer.Create(e.ctx, ks, k, []byte("v"))
+			if err != nil {
+				return 0, err
+			}
+			if i%10 != 0 {
+				return 2, nil
+			}
+			_, err = writer.Delete(e.ctx, ks, k, c.Revision)
+			return 3, err
+		})
+		defer w.halt()
+		<-w.started
 		ch := mustWatch(e, s, ks, "gap.")
 		opened := time.Now()
 		// Every key the first phase left live (creates 1 .. n/3-1, less
@@ -228,115 +203,29 @@ func testWatchNoGaps(e *env) {
 				before = append(before, fmt.Sprintf("gap.k%03d", i))
 			}
 		}
-		inSnapshot := map[string]bool{}
-		var want map[string]uint64 // the final listing, once the writer is done
-		view := map[string]uint64{}
-		last := map[string]uint64{}
-		snapshotDone, live := false, 0
-		// expired: ephemeral keys the listing held that expired after it
-		// (their delete arrived at a later revision).
-		expired := map[string]bool{}
-		converged := func() bool {
-			if want == nil || !snapshotDone {
-				return false
-			}
-			for k, r := range want {
-				if view[k] != r && !expired[k] {
-					return false
+		g := newGapView(e, ks, "watch")
+		g.exact = true
+		g.atSnapshot = func(g *gapView) {
+			for _, k := range before {
+				if !g.inSnap[k] {
+					e.t.Fatalf("rule: a watch has no gaps across the snapshot boundary; %s: %q was live when the watch began but is not in the snapshot (%d puts)",
+						ks, k, len(g.inSnap))
 				}
-			}
-			for k := range view {
-				if _, ok := want[k]; !ok {
-					return false // expired before the listing: its delete is still due
-				}
-			}
-			return true
-		}
-		writerDone := done
-		timer := time.NewTimer(eventWait)
-		for !converged() {
-			select {
-			case err := <-writerDone:
-				if err != nil {
-					e.t.Fatalf("writer: %v", err)
-				}
-				writerDone = nil
-				final, err := s.List(e.ctx, ks, "gap.")
-				if err != nil {
-					e.t.Fatalf("list: %v", err)
-				}
-				want = map[string]uint64{}
-				for _, en := range final {
-					want[en.Key] = en.Revision
-				}
-				timer.Reset(eventWait)
-			case ev, ok := <-ch:
-				if !ok {
-					e.t.Fatalf("rule: a watch ends only when its context is cancelled, its store closed or it breaks; it closed")
-				}
-				switch ev.Kind {
-				case spate.WatchSnapshotDone:
-					if !snapshotDone {
-						snapshotDone = true
-						close(snapSeen)
-						for _, k := range before {
-							if !inSnapshot[k] {
-								e.t.Fatalf("rule: a watch has no gaps across the snapshot boundary; %s: %q was live when the watch began but is not in the snapshot (%d puts)",
-									ks, k, len(inSnapshot))
-							}
-						}
-					}
-				case spate.WatchError:
-					e.t.Fatalf("watch broke: %v", ev.Err)
-				case spate.WatchPut, spate.WatchDelete:
-					if ev.Revision < last[ev.Key] {
-						e.t.Fatalf("rule: a key's events arrive in revision order; %s %q went %d -> %d", ks, ev.Key, last[ev.Key], ev.Revision)
-					}
-					last[ev.Key] = ev.Revision
-					if snapshotDone {
-						live++
-					} else if ev.Kind == spate.WatchPut {
-						inSnapshot[ev.Key] = true
-					}
-					if ev.Kind == spate.WatchPut {
-						view[ev.Key] = ev.Revision
-					} else {
-						delete(view, ev.Key)
-						if r, ok := want[ev.Key]; ok && ks == spate.Ephemeral && ev.Revision > r {
-							expired[ev.Key] = true
-						}
-					}
-				}
-			case <-timer.C:
-				if !snapshotDone {
-					e.t.Fatalf("rule: a watch delivers its snapshot, then SnapshotDone; %s: no SnapshotDone within %v", ks, eventWait)
-				}
-				e.t.Fatalf("rule: a watch has no gaps, so the watcher's view converges to the store's; %s after %v it still differs: %v",
-					ks, eventWait, revisionDiff(view, want))
 			}
 		}
-		// The last phase was written only after SnapshotDone: every one of
-		// its events has to arrive live (a create and delete of one key can
-		// still be on their way when the view already matches). A rule that
-		// saw fewer exercised nothing on the live side.
-		timer.Reset(eventWait)
-		for live < lastPhaseEvents {
-			select {
-			case ev, ok := <-ch:
-				if !ok {
-					e.t.Fatalf("rule: a watch ends only when its context is cancelled, its store closed or it breaks; it closed")
-				}
-				if ev.Kind == spate.WatchPut || ev.Kind == spate.WatchDelete {
-					live++
-				}
-			case <-timer.C:
-				e.t.Fatalf("rule: writes after the snapshot arrive as live events; %s: %d live events within %v, but %d writes came after SnapshotDone",
-					ks, live, eventWait, lastPhaseEvents)
+		g.read(ch, w, func() map[string]uint64 {
+			final, err := s.List(e.ctx, ks, "gap.")
+			if err != nil {
+				e.t.Fatalf("list: %v", err)
 			}
-		}
-		timer.Stop()
+			want := map[string]uint64{}
+			for _, en := range final {
+				want[en.Key] = en.Revision
+			}
+			return want
+		})
 		e.t.Logf("%s: %d keys in the snapshot (%d live before the watch), %d live events (%d written after SnapshotDone)",
-			ks, len(inSnapshot), len(before), live, lastPhaseEvents)
+			ks, len(g.inSnap), len(before), g.live, w.lastPhase)
 	}
 	// Writes landing while the watch is being set up (a live stream
 	// subscribed after the snapshot read loses them).

@@ -283,14 +283,13 @@ func testWatchKeysLive(e *env) {
 }
 
 // testWatchKeysNoGaps writes listed and unlisted keys (some listed keys
-// rewritten, some written once) in three phases
-// around a key watch, as testWatchNoGaps does for a prefix: before it is
-// opened, while it is being established (1 ms apart), and after
-// SnapshotDone. The
-// watcher's view of the listed keys must converge to a final read of
-// them, each key's events in revision order, no unlisted key ever
-// delivered, and the rule fails if the snapshot missed a listed key live
-// before the watch or fewer live events arrived than the last phase wrote.
+// rewritten, some written once) in three phases around a key watch, as
+// testWatchNoGaps does for a prefix: before it is opened, while it is
+// being established (1 ms apart), and after SnapshotDone. The watcher's
+// view of the listed keys must converge to a final read of them, each
+// key's events in revision order, no unlisted key ever delivered, and the
+// rule fails if the snapshot missed a listed key live before the watch or
+// fewer live events arrived than the last phase wrote.
 func testWatchKeysNoGaps(e *env) {
 	s, writer := e.open(), e.open()
 	kw := keyWatcher(e, s)
@@ -309,162 +308,54 @@ func testWatchKeysNoGaps(e *env) {
 		names = append(names, k)
 		listed[k] = true
 	}
-	// A rule that fails stops its writers and waits for them, so that none
-	// is left sleeping (in the suite's synctest bubble, a goroutine left
-	// blocked when the rule ends is a deadlock).
-	var writers []func()
-	defer func() {
-		for _, stop := range writers {
-			stop()
-		}
-	}()
 	for _, ks := range keyspaces {
-		started, snapSeen := make(chan struct{}), make(chan struct{})
-		done := make(chan error, 1)
-		stopW := make(chan struct{})
-		writers = append(writers, func() { close(stopW); <-done })
-		lastPhase := 0
-		go func() {
-			defer close(done)
-			revs := map[string]uint64{}
-			for i := 1; i <= n; i++ {
-				switch i {
-				case n / 3:
-					close(started)
-				case 2 * n / 3:
-					select {
-					case <-snapSeen:
-					case <-stopW:
-						return
-					case <-e.ctx.Done():
-						done <- e.ctx.Err()
-						return
-					}
-				}
-				if i > n/3 && i < 2*n/3 {
-					// Spaced out, so that the second phase overlaps the
-					// watch's establishment, however quick.
-					select {
-					case <-time.After(time.Millisecond):
-					case <-stopW:
-						return
-					}
-				}
-				k := names[i%keys]
-				var o spate.Outcome
-				var err error
-				if revs[k] == 0 {
-					o, err = writer.Create(e.ctx, ks, k, []byte(strconv.Itoa(i)))
-				} else {
-					// A listed key is rewritten every few writes; an
-					// ephemeral one that expired meanwhile is created
-					// again, one still live at another revision fails the
-					// rule below.
-					o, err = rewrite(e.ctx, writer, ks, k, []byte(strconv.Itoa(i)), revs[k])
-				}
-				if err == nil && o.Won {
-					_, err = writer.Create(e.ctx, ks, fmt.Sprintf("wkg.o%03d", i), []byte("once"))
-				}
-				if err == nil && o.Won {
-					// An unlisted key after every listed write.
-					_, err = writer.Create(e.ctx, ks, fmt.Sprintf("wkg.k%d%d", i%keys, i), []byte("unlisted"))
-				}
-				if err != nil || !o.Won {
-					done <- fmt.Errorf("write %d of %q: won=%t err=%v", i, k, o.Won, err)
-					return
-				}
-				revs[k] = o.Revision
-				if i >= 2*n/3 {
-					lastPhase += 2
-				}
+		revs := map[string]uint64{}
+		w := startPhased(e, n, true, func(i int) (int, error) {
+			k := names[i%keys]
+			var o spate.Outcome
+			var err error
+			if revs[k] == 0 {
+				o, err = writer.Create(e.ctx, ks, k, []byte(strconv.Itoa(i)))
+			} else {
+				// A listed key is rewritten every few writes; an
+				// ephemeral one that expired meanwhile is created
+				// again, one still live at another revision fails the
+				// rule below.
+				o, err = rewrite(e.ctx, writer, ks, k, []byte(strconv.Itoa(i)), revs[k])
 			}
-		}()
-		<-started
+			if err == nil && o.Won {
+				_, err = writer.Create(e.ctx, ks, fmt.Sprintf("wkg.o%03d", i), []byte("once"))
+			}
+			if err == nil && o.Won {
+				// An unlisted key after every listed write.
+				_, err = writer.Create(e.ctx, ks, fmt.Sprintf("wkg.k%d%d", i%keys, i), []byte("unlisted"))
+			}
+			if err != nil || !o.Won {
+				return 0, fmt.Errorf("write %d of %q: won=%t err=%v", i, k, o.Won, err)
+			}
+			revs[k] = o.Revision
+			return 2, nil
+		})
+		defer w.halt()
+		<-w.started
 		ch := mustWatchKeys(e, kw, ks, names...)
-		view, last := map[string]uint64{}, map[string]uint64{}
-		var want map[string]uint64
-		// expired: ephemeral keys the final listing held whose expiry
-		// arrived after it, as a delete at a later revision.
-		expired := map[string]bool{}
-		snapDone, live, inSnap := false, 0, 0
-		converged := func() bool {
-			if want == nil || !snapDone {
-				return false
-			}
-			for k, r := range want {
-				if view[k] < r && !expired[k] {
-					return false
-				}
-			}
-			return true
-		}
-		writerDone := done
-		timer := time.NewTimer(eventWait)
-		for !converged() || live < lastPhase {
-			select {
-			case err := <-writerDone:
-				if err != nil {
-					e.t.Fatalf("writer: %v", err)
-				}
-				writerDone = nil
-				want = map[string]uint64{}
-				for _, k := range names {
-					if en, ok := mustGet(e, writer, ks, k); ok {
-						want[k] = en.Revision
-					}
-				}
-				timer.Reset(eventWait)
-			case ev, ok := <-ch:
-				if !ok {
-					e.t.Fatalf("rule: a key watch ends only when its context is cancelled, its store closed or it breaks; it closed")
-				}
-				switch ev.Kind {
-				case spate.WatchSnapshotDone:
-					if snapDone {
-						e.t.Fatalf("rule: a key watch delivers exactly one SnapshotDone; got a second")
-					}
-					snapDone = true
-					close(snapSeen)
-					if inSnap == 0 {
-						e.t.Fatalf("rule: a key watch's snapshot holds every live listed key; %s: listed keys were written before the watch began, the snapshot held none", ks)
-					}
-				case spate.WatchError:
-					e.t.Fatalf("key watch broke: %v", ev.Err)
-				case spate.WatchPut, spate.WatchDelete:
-					if !listed[ev.Key] {
-						e.t.Fatalf("rule: a key watch never delivers an event of a key that is not listed; got %v %q", ev.Kind, ev.Key)
-					}
-					if ev.Revision < last[ev.Key] {
-						e.t.Fatalf("rule: a key's events arrive in revision order; %s %q went %d -> %d", ks, ev.Key, last[ev.Key], ev.Revision)
-					}
-					last[ev.Key] = ev.Revision
-					if snapDone {
-						live++
-					} else {
-						inSnap++
-					}
-					if ev.Kind == spate.WatchPut {
-						view[ev.Key] = ev.Revision
-					} else {
-						delete(view, ev.Key)
-						if r, ok := want[ev.Key]; ok && ks == spate.Ephemeral && ev.Revision > r {
-							expired[ev.Key] = true
-						}
-					}
-				}
-			case <-timer.C:
-				switch {
-				case !snapDone:
-					e.t.Fatalf("rule: a key watch delivers its snapshot, then SnapshotDone; %s: no SnapshotDone within %v", ks, eventWait)
-				case !converged():
-					e.t.Fatalf("rule: a key watch has no gaps, so the watcher's view of the listed keys converges to the store's; %s after %v it differs: %v", ks, eventWait, revisionDiff(view, want))
-				default:
-					e.t.Fatalf("rule: writes after the snapshot arrive as live events; %s: %d live events within %v, but %d writes of listed keys came after SnapshotDone", ks, live, eventWait, lastPhase)
-				}
+		g := newGapView(e, ks, "key watch")
+		g.in = func(k string) bool { return listed[k] }
+		g.atSnapshot = func(g *gapView) {
+			if len(g.inSnap) == 0 {
+				e.t.Fatalf("rule: a key watch's snapshot holds every live listed key; %s: listed keys were written before the watch began, the snapshot held none", ks)
 			}
 		}
-		timer.Stop()
-		e.t.Logf("%s: %d snapshot puts, %d live events (%d written after SnapshotDone), %d unlisted keys written and none delivered", ks, inSnap, live, lastPhase, n)
+		g.read(ch, w, func() map[string]uint64 {
+			want := map[string]uint64{}
+			for _, k := range names {
+				if en, ok := mustGet(e, writer, ks, k); ok {
+					want[k] = en.Revision
+				}
+			}
+			return want
+		})
+		e.t.Logf("%s: %d snapshot puts, %d live events (%d written after SnapshotDone), %d unlisted keys written and none delivered", ks, len(g.inSnap), g.live, w.lastPhase, n)
 	}
 	// Writes landing while the key watch is being set up: no gap, and no
 	// revision older than one already delivered.
