@@ -178,7 +178,7 @@ func (a *actor) reconcileOwn(now time.Time) error {
 		// decision runs it even with every lane busy.
 		a.worker.quarantineScan = false
 		for _, c := range claimCandidates(a.claimInputs(), a.self, a.cfg.MaxAttempts) {
-			if !a.viewLoaded(c.id) {
+			if !a.w.viewLoaded(c.id) {
 				continue // its snapshot brings ownDirty
 			}
 			if !a.io.due(opKey{"claim", c.id}, now) {
@@ -400,7 +400,7 @@ func (a *actor) claimDone(in claimIn, out claimOut, since uint64) error {
 	a.renew.hold(id, next, out.leaseRev, out.sent, out.sess)
 	delete(a.worker.selfFenced, id)
 	a.upsert(id, out.rec, out.rev, live)
-	a.openCell(id, t)
+	a.io.openCell(id, t, a.job.splits[id])
 	if out.leaseRev > v.leaseRev {
 		lv := out.lease
 		v.lease, v.leaseRev, v.leaseAt = &lv, out.leaseRev, a.job.clock

@@ -71,25 +71,24 @@ type fenceCell struct {
 
 // openCell makes a split just claimed committable on the caller's
 // goroutine.
-func (a *actor) openCell(id string, t *tenancy) {
-	v := a.job.splits[id]
+func (l *loopIO) openCell(id string, t *tenancy, v *splitView) {
 	c := &fenceCell{open: true, t: t, v: v, rec: v.prog, rev: v.progRev}
-	a.io.cells[id] = c
-	a.c.cells.Store(id, c)
+	l.cells[id] = c
+	l.shared.Store(id, c)
 }
 
 // closeCell ends a tenancy's fast path; a commit already in flight
 // finishes and reports to the loop as usual.
-func (a *actor) closeCell(id string) {
-	c := a.io.cells[id]
+func (l *loopIO) closeCell(id string) {
+	c := l.cells[id]
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	c.open = false
 	c.mu.Unlock()
-	delete(a.io.cells, id)
-	a.c.cells.CompareAndDelete(id, c)
+	delete(l.cells, id)
+	l.shared.CompareAndDelete(id, c)
 }
 
 // reserve takes split id's cell for a write of the loop's. It fails while
@@ -117,13 +116,12 @@ func (a *actor) reserve(id string) bool {
 }
 
 // unreserve hands split id's cell back once the loop's write is done,
-// at the state the view holds now.
-func (a *actor) unreserve(id string) {
-	c := a.io.cells[id]
+// at the state the view holds now (v: the split's view, nil if gone).
+func (l *loopIO) unreserve(id string, v *splitView) {
+	c := l.cells[id]
 	if c == nil || !c.held {
 		return
 	}
-	v := a.job.splits[id]
 	c.held = false
 	c.mu.Lock()
 	c.busy = false
@@ -165,7 +163,7 @@ func (a *actor) closeCells() {
 	a.c.fastMu.Lock()
 	a.c.fastMu.Unlock() //nolint:staticcheck // a barrier: wait for the readers in flight
 	for id := range a.io.cells {
-		a.closeCell(id)
+		a.io.closeCell(id)
 	}
 }
 

@@ -372,7 +372,7 @@ func holdSplit(t testing.TB, a *actor, st *fakeStore, id string, epoch uint64, r
 	t2 := &tenancy{epoch: epoch}
 	a.worker.owned[id] = t2
 	a.renew.hold(id, epoch, leaseRev, time.Now(), nil)
-	a.openCell(id, t2)
+	a.io.openCell(id, t2, a.job.splits[id])
 }
 
 func storedProgress(t testing.TB, st *fakeStore, id string) (*progressRecord, uint64) {

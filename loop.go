@@ -57,6 +57,7 @@ type loopIO struct {
 	results  *signalQueue[func() error]
 	busy     map[string]bool           // splits with a write of the loop's in flight
 	cells    map[string]*fenceCell     // held splits' commit fences (commit.go)
+	shared   *sync.Map                 // the coordinator's copy of cells, read by committing goroutines
 	later    map[string][]func() error // work waiting for a busy split
 	stopping bool                      // the loop has exited: no new I/O
 	retry    map[opKey]time.Time       // failed operations: not before then
@@ -82,7 +83,7 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 			keyEvents:     make(chan keyEvent, stepBatch),
 			rewatchJitter: c.tm.rewatchJitter,
 		},
-		io: loopIO{busy: map[string]bool{}, cells: map[string]*fenceCell{}, later: map[string][]func() error{},
+		io: loopIO{busy: map[string]bool{}, cells: map[string]*fenceCell{}, shared: &c.cells, later: map[string][]func() error{},
 			results: newSignalQueue[func() error](), retry: map[opKey]time.Time{}},
 	}
 	a.renew = newRenewer(c.store, c.cfg, c.log, c.m, a.self, a.nonce, h.Sum64())
@@ -118,7 +119,7 @@ func (a *actor) run(ctx context.Context) {
 		stopRenew()
 		<-renewDone
 		a.closeCells()
-		a.stopIO()
+		a.io.stop()
 		a.waitPlanner()
 		a.m.leader.Set(0)
 		a.m.splitsOwned.Set(0)
@@ -173,8 +174,7 @@ func (a *actor) run(ctx context.Context) {
 			a.reestablish()
 		case <-tick.C:
 			a.worker.ownDirty = true // the backstop for a change no flag caught
-			a.checkSnapshots(time.Now())
-			a.checkGroups(time.Now())
+			a.w.expireSnapshots(time.Now(), a.log, a.c.tm.snapshotBudget)
 		case <-a.wake.c():
 			a.worker.ownDirty = true // a retry fell due
 			a.wake.fired()
@@ -375,11 +375,11 @@ func (a *actor) splitIO(id string, io func(ctx context.Context) func() error) {
 			delete(a.io.busy, id)
 			if k != nil {
 				if err := k(); err != nil {
-					a.unreserve(id)
+					a.io.unreserve(id, a.job.splits[id])
 					return err
 				}
 			}
-			a.unreserve(id)
+			a.io.unreserve(id, a.job.splits[id])
 			return a.next(id)
 		}
 	})
@@ -397,7 +397,7 @@ func (a *actor) onSplit(id string, start func() error) error {
 	}
 	err := start()
 	if !a.io.busy[id] {
-		a.unreserve(id)
+		a.io.unreserve(id, a.job.splits[id])
 	}
 	return err
 }
@@ -414,7 +414,7 @@ func (a *actor) next(id string) error {
 		}
 		err := f()
 		if !a.io.busy[id] {
-			a.unreserve(id)
+			a.io.unreserve(id, a.job.splits[id])
 		}
 		if err != nil {
 			return err
@@ -423,13 +423,13 @@ func (a *actor) next(id string) error {
 	return nil
 }
 
-// stopIO waits for the I/O in flight (its context is cancelled) and folds
+// stop waits for the I/O in flight (its context is cancelled) and folds
 // what it learned, so that Close knows of a claim that landed as the loop
 // stopped. Nothing new starts.
-func (a *actor) stopIO() {
-	a.io.stopping = true
-	a.io.wg.Wait()
-	_ = a.io.runResults()
+func (l *loopIO) stop() {
+	l.stopping = true
+	l.wg.Wait()
+	_ = l.runResults()
 }
 
 // waitPlanner lets a planner run that ignores its cancelled context finish

@@ -103,7 +103,7 @@ func TestSpawnRunsIOBesideTheLoop(t *testing.T) {
 	})
 }
 
-// stopIO waits for the I/O in flight and folds its results; nothing new
+// Stopping the I/O waits for the I/O in flight and folds its results; nothing new
 // starts after it.
 func TestStopIOFoldsWhatIsInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -113,7 +113,7 @@ func TestStopIOFoldsWhatIsInFlight(t *testing.T) {
 			time.Sleep(time.Second)
 			return func() error { folded = true; return nil }
 		})
-		a.stopIO()
+		a.io.stop()
 		assert.True(t, folded, "a result that arrives as the loop stops is folded")
 		started := false
 		a.spawn(func(context.Context) func() error { started = true; return nil })

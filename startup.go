@@ -3,6 +3,7 @@ package spate
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"time"
@@ -24,7 +25,7 @@ func (a *actor) startup(ctx context.Context) error {
 		{"watch", a.watchAll},
 	}
 	for _, p := range phases {
-		if err := a.budgeted(ctx, p.name, p.f); err != nil {
+		if err := budgeted(ctx, a.log, a.cfg.StartupMaxAttempts, p.name, p.f); err != nil {
 			return err
 		}
 	}
@@ -45,8 +46,9 @@ func (a *actor) startup(ctx context.Context) error {
 }
 
 // budgeted retries a Retryable startup phase with backoff from 200ms,
-// doubling, capped at 5s, at most StartupMaxAttempts times.
-func (a *actor) budgeted(ctx context.Context, name string, f func(context.Context) error) error {
+// doubling, capped at 5s, at most maxAttempts times (the
+// StartupMaxAttempts setting).
+func budgeted(ctx context.Context, log *slog.Logger, maxAttempts int, name string, f func(context.Context) error) error {
 	backoff := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		err := f(ctx)
@@ -59,10 +61,10 @@ func (a *actor) budgeted(ctx context.Context, name string, f func(context.Contex
 		if kindOf(err) != kindRetryable {
 			return err
 		}
-		if attempt >= a.cfg.StartupMaxAttempts {
+		if attempt >= maxAttempts {
 			return Fatalf("startup: %s failed %d times, giving up: %w", name, attempt, err)
 		}
-		a.log.Warn("startup phase failed; retrying", "phase", name, "attempt", attempt, "err", err)
+		log.Warn("startup phase failed; retrying", "phase", name, "attempt", attempt, "err", err)
 		t := time.NewTimer(backoff)
 		select {
 		case <-t.C:
@@ -105,7 +107,7 @@ func (a *actor) probe(ctx context.Context, ks Keyspace) error {
 		return fmt.Errorf("probe: %w", err)
 	}
 	if !o3.Won {
-		if gone, err := a.probeKeyGone(ctx, ks, key, o.Revision); err != nil || gone {
+		if gone, err := probeKeyGone(ctx, a.st, ks, key, o.Revision); err != nil || gone {
 			return err
 		}
 		return bad("an update at the current revision lost: compare-and-swap is broken")
@@ -125,7 +127,7 @@ func (a *actor) probe(ctx context.Context, ks Keyspace) error {
 		return fmt.Errorf("probe: %w", err)
 	}
 	if !o5.Won {
-		if gone, err := a.probeKeyGone(ctx, ks, key, o3.Revision); err != nil || gone {
+		if gone, err := probeKeyGone(ctx, a.st, ks, key, o3.Revision); err != nil || gone {
 			return err
 		}
 		return bad("a guarded delete at the current revision lost")
@@ -139,15 +141,15 @@ func (a *actor) probe(ctx context.Context, ks Keyspace) error {
 // the key is absent or has moved on, the probe is retried (Retryable
 // error); if it still holds revision rev, the loss was the store's fault
 // (false, nil).
-func (a *actor) probeKeyGone(ctx context.Context, ks Keyspace, key string, rev uint64) (bool, error) {
-	e, ok, err := a.st.Get(ctx, ks, key)
+func probeKeyGone(ctx context.Context, st Store, ks Keyspace, key string, rev uint64) (bool, error) {
+	e, ok, err := st.Get(ctx, ks, key)
 	if err != nil {
 		return true, fmt.Errorf("probe: %w", err)
 	}
 	if ok && e.Revision == rev {
 		return false, nil
 	}
-	_, _ = a.st.Delete(ctx, ks, key, AnyRevision)
+	_, _ = st.Delete(ctx, ks, key, AnyRevision)
 	return true, Retryablef("probe: %s key %q changed or expired between probe steps; retrying", ks, key)
 }
 

@@ -3,6 +3,7 @@ package spate
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -15,12 +16,9 @@ import (
 // capped at 5s, and gives up Fatal after StartupMaxAttempts.
 func TestBudgetedBackoffAndGiveUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := testConfig()
-		cfg.StartupMaxAttempts = 8
-		a := newTestActor(t, nil, cfg)
 		var at []time.Duration
 		start := time.Now()
-		err := a.budgeted(t.Context(), "probe", func(context.Context) error {
+		err := budgeted(t.Context(), slog.New(slog.DiscardHandler), 8, "probe", func(context.Context) error {
 			at = append(at, time.Since(start))
 			return Retryablef("down")
 		})
@@ -35,16 +33,15 @@ func TestBudgetedBackoffAndGiveUp(t *testing.T) {
 
 func TestBudgetedStopsAtOnceOnANonRetryableError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a := newTestActor(t, nil, testConfig())
 		calls := 0
 		fatal := Fatalf("misconfigured")
-		err := a.budgeted(t.Context(), "join", func(context.Context) error { calls++; return fatal })
+		err := budgeted(t.Context(), slog.New(slog.DiscardHandler), 8, "join", func(context.Context) error { calls++; return fatal })
 		assert.Same(t, fatal, err)
 		assert.Equal(t, 1, calls)
 
 		calls = 0
 		start := time.Now()
-		err = a.budgeted(t.Context(), "join", func(context.Context) error {
+		err = budgeted(t.Context(), slog.New(slog.DiscardHandler), 8, "join", func(context.Context) error {
 			calls++
 			if calls < 3 {
 				return Retryablef("blip")
@@ -59,10 +56,9 @@ func TestBudgetedStopsAtOnceOnANonRetryableError(t *testing.T) {
 
 func TestBudgetedReturnsOnCancellation(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a := newTestActor(t, nil, testConfig())
 		ctx, cancel := context.WithCancel(t.Context())
 		time.AfterFunc(100*time.Millisecond, cancel)
-		err := a.budgeted(ctx, "probe", func(context.Context) error { return Retryablef("down") })
+		err := budgeted(ctx, slog.New(slog.DiscardHandler), 8, "probe", func(context.Context) error { return Retryablef("down") })
 		assert.ErrorIs(t, err, context.Canceled)
 	})
 }

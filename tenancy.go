@@ -103,7 +103,7 @@ func (wk *worker) forget() {
 func (a *actor) leave(id string) uint64 {
 	delete(a.worker.owned, id)
 	a.w.scopeDirty = true
-	a.closeCell(id)
+	a.io.closeCell(id)
 	return a.renew.release(id)
 }
 

@@ -162,16 +162,16 @@ func (j *jobView) knownSplits(damaged []string) (known, stuck int) {
 // withdrawStall lifts a latched Stalled verdict when a quarantined split
 // is made runnable again (an operator's requeue): the worker takes part
 // again, so the split is assigned and claimed without a restart. A later
-// verdict is judged afresh. AllComplete is never withdrawn.
-func (a *actor) withdrawStall(id string) {
-	if !a.verdicts.terminal || !a.verdicts.stalled {
-		return
+// verdict is judged afresh. AllComplete is never withdrawn. It reports
+// whether a verdict was withdrawn.
+func (v *verdictState) withdrawStall() bool {
+	if !v.terminal || !v.stalled {
+		return false
 	}
-	a.verdicts.terminal, a.verdicts.stalled = false, false
-	a.verdicts.listedAt = 0
-	a.verdicts.judged = nil
-	a.dirty = true
-	a.log.Info("stall withdrawn: a quarantined split is runnable again", "split", id)
+	v.terminal, v.stalled = false, false
+	v.listedAt = 0
+	v.judged = nil
+	return true
 }
 
 // ----- the verdict record ----------------------------------------------------------

@@ -566,7 +566,10 @@ func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
 		a.worker.quarantineScan = true
 	}
 	if r.Status == statusRunnable && prev != nil && prev.Status == statusQuarant {
-		a.withdrawStall(id)
+		if a.verdicts.withdrawStall() {
+			a.dirty = true
+			a.log.Info("stall withdrawn: a quarantined split is runnable again", "split", id)
+		}
 	}
 }
 

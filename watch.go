@@ -98,15 +98,27 @@ func (a *actor) reestablish() {
 	}
 }
 
-// checkSnapshots gives up on a snapshot that did not complete in time and
-// opens the watch again.
-func (a *actor) checkSnapshots(now time.Time) {
-	for _, w := range a.w.streams {
+// expireSnapshots gives up on every snapshot (a whole-job watch's or a
+// key group's) that did not complete by its deadline, and schedules a
+// re-watch. budget is the snapshot budget, for the log.
+func (ws *watchSet) expireSnapshots(now time.Time, log *slog.Logger, budget time.Duration) {
+	expired := false
+	for _, w := range ws.streams {
 		if w.collecting && now.After(w.deadline) {
-			a.log.Warn("watch snapshot not complete in time; re-watching", "keyspace", w.ks, "budget", a.c.tm.snapshotBudget)
+			log.Warn("watch snapshot not complete in time; re-watching", "keyspace", w.ks, "budget", budget)
 			w.close()
-			a.w.rewatchSoon()
+			expired = true
 		}
+	}
+	for g := range ws.groups {
+		if g.collecting && now.After(g.deadline) {
+			log.Warn("key watch snapshot not complete in time; re-watching", "keyspace", g.ks, "keys", len(g.keys), "budget", budget)
+			ws.dropGroup(g)
+			expired = true
+		}
+	}
+	if expired {
+		ws.rewatchSoon()
 	}
 }
 

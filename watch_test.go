@@ -106,16 +106,34 @@ func TestWatchBreaks(t *testing.T) {
 
 // A snapshot that does not complete within its budget is given up and the
 // watch opened again.
-func TestCheckSnapshots(t *testing.T) {
+func TestExpireSnapshots(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := newTestActor(t, nil, testConfig())
 		w := a.w.streams[1]
 		cancelled := openTestWatch(a, w)
-		a.checkSnapshots(w.deadline)
+		a.w.expireSnapshots(w.deadline, a.log, a.c.tm.snapshotBudget)
 		assert.NotNil(t, w.ch, "at the deadline it is still in time")
-		a.checkSnapshots(w.deadline.Add(time.Nanosecond))
+		a.w.expireSnapshots(w.deadline.Add(time.Nanosecond), a.log, a.c.tm.snapshotBudget)
 		assert.Nil(t, w.ch)
 		assert.True(t, *cancelled)
+		assert.True(t, rewatchFires(a))
+
+		// A key group's snapshot has its own deadline; a loaded group
+		// has none left.
+		now := time.Now()
+		late := &keyGroup{ks: Durable, keys: []string{"k1"}, collecting: true, deadline: now, cancel: func() {}}
+		done := &keyGroup{ks: Durable, keys: []string{"k2"}, loaded: true, deadline: now, cancel: func() {}}
+		for _, g := range []*keyGroup{late, done} {
+			a.w.groups[g] = struct{}{}
+			a.w.covered[Durable-1][g.keys[0]]++
+		}
+		a.w.expireSnapshots(now, a.log, a.c.tm.snapshotBudget)
+		assert.False(t, late.closed, "at the deadline it is still in time")
+		a.w.expireSnapshots(now.Add(time.Nanosecond), a.log, a.c.tm.snapshotBudget)
+		assert.True(t, late.closed)
+		assert.NotContains(t, a.w.groups, late)
+		assert.Contains(t, a.w.groups, done, "a group whose snapshot is in stays")
+		assert.Equal(t, map[string]int{"k2": 1}, a.w.covered[Durable-1])
 		assert.True(t, rewatchFires(a))
 	})
 }
@@ -225,4 +243,18 @@ func TestKeyGroupsCountTheKeysTheyCoverAndHaveLoaded(t *testing.T) {
 	assert.Empty(t, ws.loaded[Durable-1])
 	assert.Empty(t, ws.covered[Ephemeral-1], "the other keyspace was never touched")
 	assert.Equal(t, 2, cancelled)
+}
+
+// A scoped worker's view holds a split once both the group watching its
+// lease and the one watching its progress record have their snapshots in.
+func TestViewLoadedNeedsBothKeyspaces(t *testing.T) {
+	ws := watchSet{groups: map[*keyGroup]struct{}{}, covered: [2]map[string]int{{}, {}}, loaded: [2]map[string]int{{}, {}}}
+	assert.False(t, ws.viewLoaded("s1"))
+	ws.markLoaded(&keyGroup{ks: Durable, keys: []string{prefixSplit + "s1"}})
+	assert.False(t, ws.viewLoaded("s1"), "the lease's group is not in yet")
+	ws.markLoaded(&keyGroup{ks: Ephemeral, keys: []string{prefixSplit + "s1"}})
+	assert.True(t, ws.viewLoaded("s1"))
+	assert.False(t, ws.viewLoaded("s2"))
+	ws.fullView = true
+	assert.True(t, ws.viewLoaded("s2"), "the whole-job view holds every split")
 }

@@ -296,13 +296,15 @@ func (ws *watchSet) markLoaded(g *keyGroup) {
 // viewLoaded reports whether the view holds split id as the store has it:
 // on a scoped worker, once the snapshots of the groups watching its lease
 // and its progress record are in. Until then its lease may look absent
-// while another worker still holds it, and a claim would lose.
-func (a *actor) viewLoaded(id string) bool {
-	if a.kw == nil || a.w.fullView {
+// while another worker still holds it, and a claim would lose. (A worker
+// whose store has no key watches is never scoped: fullView is set from
+// the start.)
+func (ws *watchSet) viewLoaded(id string) bool {
+	if ws.fullView {
 		return true
 	}
 	k := prefixSplit + id
-	return a.w.loaded[Ephemeral-1][k] > 0 && a.w.loaded[Durable-1][k] > 0
+	return ws.loaded[Ephemeral-1][k] > 0 && ws.loaded[Durable-1][k] > 0
 }
 
 // closeGroups ends every key group.
@@ -443,17 +445,6 @@ func (a *actor) absent(ks Keyspace, key string, mark uint64) error {
 func (ws *watchSet) refreshScope() {
 	ws.closeGroups()
 	ws.scopeDirty = true
-}
-
-// checkGroups gives up on a group snapshot that did not complete in time.
-func (a *actor) checkGroups(now time.Time) {
-	for g := range a.w.groups {
-		if g.collecting && now.After(g.deadline) {
-			a.log.Warn("key watch snapshot not complete in time; re-watching", "keyspace", g.ks, "keys", len(g.keys), "budget", a.c.tm.snapshotBudget)
-			a.w.dropGroup(g)
-			a.w.rewatchSoon()
-		}
-	}
 }
 
 // syncGroups establishes the base key groups at startup and applies their
