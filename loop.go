@@ -233,7 +233,7 @@ func (a *actor) step() error {
 	if expireDeparted(a.job.departed, a.cfg.RebalanceDelay, now) {
 		a.dirty = true
 	}
-	a.logMembership()
+	a.job.logMembership(a.log, a.self)
 	a.syncVerdict(now)
 	// Watches are kept up in every state: a worker that latched Stalled
 	// must still see the verdict withdrawn (its listing backstop closes

@@ -1,6 +1,9 @@
 package spate
 
-import "time"
+import (
+	"log/slog"
+	"time"
+)
 
 // Membership: the rebalance-delay windows of departed members, and the
 // log line of the fleet's changes.
@@ -20,21 +23,21 @@ func expireDeparted(departed map[string]time.Time, delay time.Duration, now time
 
 // logMembership announces peers joining and leaving, diffed from the
 // presence set so a re-snapshot does not re-announce everyone.
-func (a *actor) logMembership() {
-	if !a.job.joinLogged || !a.job.membersDirty {
+func (j *jobView) logMembership(log *slog.Logger, self string) {
+	if !j.joinLogged || !j.membersDirty {
 		return
 	}
-	a.job.membersDirty = false
-	for inst := range a.job.presence {
-		if !a.job.loggedPeers[inst] {
-			a.job.loggedPeers[inst] = true
-			a.log.Info("peer joined", "peer", inst, "live", len(a.job.presence))
+	j.membersDirty = false
+	for inst := range j.presence {
+		if !j.loggedPeers[inst] {
+			j.loggedPeers[inst] = true
+			log.Info("peer joined", "peer", inst, "live", len(j.presence))
 		}
 	}
-	for inst := range a.job.loggedPeers {
-		if _, ok := a.job.presence[inst]; !ok && inst != a.self {
-			delete(a.job.loggedPeers, inst)
-			a.log.Info("peer left", "peer", inst, "live", len(a.job.presence))
+	for inst := range j.loggedPeers {
+		if _, ok := j.presence[inst]; !ok && inst != self {
+			delete(j.loggedPeers, inst)
+			log.Info("peer left", "peer", inst, "live", len(j.presence))
 		}
 	}
 }

@@ -448,7 +448,7 @@ func TestMembershipIsLoggedOnlyWhenPresenceChanges(t *testing.T) {
 	a.job.joinLogged = true
 	require.NoError(t, a.ephemeralPut(prefixWorker+"peer", workerBytes("n-peer", 4), 5))
 	require.True(t, a.job.membersDirty)
-	a.logMembership()
+	a.job.logMembership(a.log, a.self)
 	assert.True(t, a.job.loggedPeers["peer"])
 	assert.False(t, a.job.membersDirty)
 
@@ -456,7 +456,7 @@ func TestMembershipIsLoggedOnlyWhenPresenceChanges(t *testing.T) {
 	assert.False(t, a.job.membersDirty, "a presence heartbeat is no membership change")
 	a.ephemeralDelete(prefixWorker+"peer", 7, false)
 	assert.True(t, a.job.membersDirty)
-	a.logMembership()
+	a.job.logMembership(a.log, a.self)
 	assert.False(t, a.job.loggedPeers["peer"])
 }
 
