@@ -129,146 +129,182 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 	if o.Window == 0 {
 		o.Window = 10 * time.Second
 	}
-	ctx := context.Background()
 	h := mk(t)
 	defer closeHarness(t, h)
-	cnt := &scaleCounters{brk: make(chan struct{})}
-	probe, err := h.NewStore(ctx)
+	probe, err := h.NewStore(context.Background())
 	if err != nil {
 		t.Fatalf("scale: open a store: %v", err)
 	}
-	ttl := probe.Capabilities().TTL
 	defer probe.Close()
+	ttl := probe.Capabilities().TTL
 	if o.Placement == 0 {
 		o.Placement = 20 * ttl
 	}
-	cfg := spate.TimingsForLease(ttl)
+	r := &scaleRun{t: t, o: o, cfg: spate.TimingsForLease(ttl), cnt: &scaleCounters{brk: make(chan struct{})},
+		res: ScaleResult{Workers: o.Workers, Splits: o.Splits, Watch: "whole job"}}
 	// Lanes for twice a worker's share, so the survivors can take a dead
 	// worker's splits.
-	cfg.MaxInFlight = 2 * ((o.Splits + o.Workers - 1) / o.Workers)
-	res := ScaleResult{Workers: o.Workers, Splits: o.Splits, Watch: "whole job"}
+	r.cfg.MaxInFlight = 2 * ((o.Splits + o.Workers - 1) / o.Workers)
 	if _, ok := spate.KeyWatcherOf(probe); ok && !o.WholeJob {
-		res.Watch = "keys"
+		r.res.Watch = "keys"
 	}
-
-	phase := func(format string, args ...any) {
-		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "scale W=%d S=%d: %s\n", o.Workers, o.Splits, fmt.Sprintf(format, args...))
-		}
-	}
-	phase("starting the fleet")
 	heap0 := liveHeap()
-	planner := planOf("scale", o.Splits)
-	start := time.Now()
-	fleet := make([]*scaleWorker, o.Workers)
-	for i := range fleet {
-		s, err := h.NewStore(ctx)
+	r.startFleet(h)
+	defer r.stopFleet()
+	r.place()
+	r.measureWindow(heap0)
+	r.breakWatches()
+	r.killOne()
+	r.phase("takeover took %v; stopping the fleet\n%s\n%s", r.res.Takeover.Round(time.Millisecond), ScaleHeader, r.res.Row())
+	return r.res
+}
+
+// scaleRun is one MeasureScale run. Its phases, in order: startFleet,
+// place (until every split is held), measureWindow (the steady state),
+// breakWatches (every watch at once), killOne (a worker's takeover).
+type scaleRun struct {
+	t     testing.TB
+	o     ScaleOptions
+	cfg   spate.Config
+	cnt   *scaleCounters
+	fleet []*scaleWorker
+	start time.Time
+	res   ScaleResult
+}
+
+func (r *scaleRun) phase(format string, args ...any) {
+	if r.o.Progress != nil {
+		fmt.Fprintf(r.o.Progress, "scale W=%d S=%d: %s\n", r.o.Workers, r.o.Splits, fmt.Sprintf(format, args...))
+	}
+}
+
+func (r *scaleRun) startFleet(h Harness) {
+	r.phase("starting the fleet")
+	planner := planOf("scale", r.o.Splits)
+	r.start = time.Now()
+	r.fleet = make([]*scaleWorker, r.o.Workers)
+	for i := range r.fleet {
+		s, err := h.NewStore(context.Background())
 		if err != nil {
-			t.Fatalf("scale: open a store: %v", err)
+			r.t.Fatalf("scale: open a store: %v", err)
 		}
-		c := cfg
+		c := r.cfg
 		c.InstanceID = fmt.Sprintf("w%04d", i)
-		cs := &countingStore{Store: s, c: cnt, wholeJob: o.WholeJob}
+		cs := &countingStore{Store: s, c: r.cnt, wholeJob: r.o.WholeJob}
 		coord, err := spate.NewStoreCoordinator(cs, c, spate.WithLogger(testLogger(c.InstanceID)))
 		if err != nil {
-			t.Fatalf("scale: %v", err)
+			r.t.Fatalf("scale: %v", err)
 		}
-		w := &scaleWorker{c: coord, st: s, cs: cs, every: o.CommitEvery, held: map[spate.SplitID]*scaleSplit{},
-			rng: rand.New(rand.NewPCG(uint64(i), 7)), stop: make(chan struct{}), done: make(chan struct{}), cnt: cnt}
-		fleet[i] = w
+		w := &scaleWorker{c: coord, st: s, cs: cs, every: r.o.CommitEvery, held: map[spate.SplitID]*scaleSplit{},
+			rng: rand.New(rand.NewPCG(uint64(i), 7)), stop: make(chan struct{}), done: make(chan struct{}), cnt: r.cnt}
+		r.fleet[i] = w
 		w.waker = spate.NewWaker()
 		coord.SetWaker(w.waker)
 		if err := coord.Start(planner); err != nil {
-			t.Fatalf("scale: start: %v", err)
+			r.t.Fatalf("scale: start: %v", err)
 		}
 		go w.run()
 	}
-	defer func() {
-		// All at once, as a fleet-wide SIGTERM: closed one by one, every
-		// Close handed its splits to the survivors, which claimed them
-		// only to hand them back in turn (minutes at W=50 on etcd).
-		var wg sync.WaitGroup
-		for _, w := range fleet {
-			wg.Go(w.close)
-		}
-		wg.Wait()
-	}()
+}
 
-	held := func() int {
-		n := 0
-		for _, w := range fleet {
-			n += int(w.nHeld.Load())
-		}
-		return n
+// stopFleet closes every worker at once, as a fleet-wide SIGTERM: closed
+// one by one, every Close handed its splits to the survivors, which
+// claimed them only to hand them back in turn (minutes at W=50 on etcd).
+func (r *scaleRun) stopFleet() {
+	var wg sync.WaitGroup
+	for _, w := range r.fleet {
+		wg.Go(w.close)
 	}
-	for next := 5 * time.Second; held() < o.Splits && time.Since(start) < o.Placement; {
+	wg.Wait()
+}
+
+func (r *scaleRun) held() int {
+	n := 0
+	for _, w := range r.fleet {
+		n += int(w.nHeld.Load())
+	}
+	return n
+}
+
+// place waits until every split is held (at most o.Placement), then a
+// lease for the first commits and the churn of placement to pass.
+func (r *scaleRun) place() {
+	for next := 5 * time.Second; r.held() < r.o.Splits && time.Since(r.start) < r.o.Placement; {
 		time.Sleep(100 * time.Millisecond)
-		if el := time.Since(start); el >= next {
-			phase("placing: %d of %d splits held after %v", held(), o.Splits, el.Round(time.Second))
+		if el := time.Since(r.start); el >= next {
+			r.phase("placing: %d of %d splits held after %v", r.held(), r.o.Splits, el.Round(time.Second))
 			next += 5 * time.Second
 		}
 	}
-	res.Placement, res.Placed = time.Since(start), held()
-	phase("%d of %d splits held after %v; settling for a lease", res.Placed, o.Splits, res.Placement.Round(time.Millisecond))
-	if res.Placed < o.Splits {
-		t.Logf("scale: only %d of %d splits held after %v", res.Placed, o.Splits, res.Placement)
+	r.res.Placement, r.res.Placed = time.Since(r.start), r.held()
+	r.phase("%d of %d splits held after %v; settling for a lease", r.res.Placed, r.o.Splits, r.res.Placement.Round(time.Millisecond))
+	if r.res.Placed < r.o.Splits {
+		r.t.Logf("scale: only %d of %d splits held after %v", r.res.Placed, r.o.Splits, r.res.Placement)
 	}
-	time.Sleep(cfg.LeaseDuration) // let the first commits and the churn of placement pass
+	time.Sleep(r.cfg.LeaseDuration)
+}
 
-	phase("measuring for %v", o.Window)
-	w0, e0, r0 := cnt.writes.Load(), cnt.events.Load(), cnt.reads.Load()
-	if o.OnWindow != nil {
-		o.OnWindow(true)
+// measureWindow measures the steady state for o.Window; heap0 is the live
+// heap before the fleet started.
+func (r *scaleRun) measureWindow(heap0 uint64) {
+	r.phase("measuring for %v", r.o.Window)
+	w0, e0, r0 := r.cnt.writes.Load(), r.cnt.events.Load(), r.cnt.reads.Load()
+	if r.o.OnWindow != nil {
+		r.o.OnWindow(true)
 	}
 	cpu0, t0 := cpuTime(), time.Now()
-	time.Sleep(o.Window)
-	if o.OnWindow != nil {
-		o.OnWindow(false)
+	time.Sleep(r.o.Window)
+	if r.o.OnWindow != nil {
+		r.o.OnWindow(false)
 	}
 	secs := time.Since(t0).Seconds()
-	res.CPUPerSec = (cpuTime() - cpu0).Seconds() / secs
-	res.WritesPerSec = float64(cnt.writes.Load()-w0) / secs
-	res.EventsPerSec = float64(cnt.events.Load()-e0) / secs
-	res.ReadsPerSec = float64(cnt.reads.Load()-r0) / secs
-	res.HeapPerWorker = float64(liveHeap()-heap0) / float64(o.Workers)
+	r.res.CPUPerSec = (cpuTime() - cpu0).Seconds() / secs
+	r.res.WritesPerSec = float64(r.cnt.writes.Load()-w0) / secs
+	r.res.EventsPerSec = float64(r.cnt.events.Load()-e0) / secs
+	r.res.ReadsPerSec = float64(r.cnt.reads.Load()-r0) / secs
+	r.res.HeapPerWorker = float64(liveHeap()-heap0) / float64(r.o.Workers)
+}
 
-	// A store restart as every worker sees it: all watches break at once.
-	phase("breaking every watch")
-	before := make([]int64, len(fleet))
-	watched := make([]int64, len(fleet))
-	for i, w := range fleet {
+// breakWatches is a store restart as every worker sees it: all watches
+// break at once; it counts what the fleet re-reads within a lease.
+func (r *scaleRun) breakWatches() {
+	r.phase("breaking every watch")
+	before := make([]int64, len(r.fleet))
+	watched := make([]int64, len(r.fleet))
+	for i, w := range r.fleet {
 		before[i], watched[i] = w.cs.rereads.Load(), w.cs.watching.Load()
 	}
-	cnt.breakAll()
-	time.Sleep(cfg.LeaseDuration)
-	per := make([]int64, len(fleet))
-	for i, w := range fleet {
+	r.cnt.breakAll()
+	time.Sleep(r.cfg.LeaseDuration)
+	per := make([]int64, len(r.fleet))
+	for i, w := range r.fleet {
 		per[i] = w.cs.rereads.Load() - before[i]
-		res.ReadsAfterBreak += per[i]
+		r.res.ReadsAfterBreak += per[i]
 	}
 	slices.Sort(per)
 	slices.Sort(watched)
-	res.ReadsAfterBreakMax, res.ReadsAfterBreakMedian = per[len(per)-1], per[len(per)/2]
-	res.OwnKeysMedian = watched[len(watched)/2]
+	r.res.ReadsAfterBreakMax, r.res.ReadsAfterBreakMedian = per[len(per)-1], per[len(per)/2]
+	r.res.OwnKeysMedian = watched[len(watched)/2]
+}
 
-	// One worker dies without handing back.
-	victim := fleet[len(fleet)-1]
-	phase("killing one worker")
+// killOne kills one worker without a hand-back and times the takeover
+// (at most 10 leases), then totals the run's lost leases and quarantines.
+func (r *scaleRun) killOne() {
+	victim := r.fleet[len(r.fleet)-1]
+	r.phase("killing one worker")
 	victim.abandon()
 	died := time.Now()
-	for time.Since(died) < 10*cfg.LeaseDuration {
-		if held() >= o.Splits {
-			res.Takeover = time.Since(died)
+	for time.Since(died) < 10*r.cfg.LeaseDuration {
+		if r.held() >= r.o.Splits {
+			r.res.Takeover = time.Since(died)
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	for _, w := range fleet {
-		res.LeasesLost += w.lost.Load()
-		res.Quarantined += w.quarantined.Load()
+	for _, w := range r.fleet {
+		r.res.LeasesLost += w.lost.Load()
+		r.res.Quarantined += w.quarantined.Load()
 	}
-	phase("takeover took %v; stopping the fleet\n%s\n%s", res.Takeover.Round(time.Millisecond), ScaleHeader, res.Row())
-	return res
 }
 
 // WriteScaleTable writes results as a markdown table.
