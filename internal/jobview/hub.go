@@ -148,113 +148,134 @@ func (h *hub) run(ctx context.Context) {
 	defer tick.Stop()
 	readyOnce := sync.OnceFunc(func() { close(h.ready) })
 	defer readyOnce()
-	kss := [2]spate.Keyspace{spate.Durable, spate.Ephemeral}
 	for ctx.Err() == nil {
-		wctx, wcancel := context.WithCancel(ctx)
-		// Both watches are read here, not forwarded: a large job's
-		// snapshot is one hop per record, not two.
-		var chs [2]<-chan spate.WatchEvent
-		for i, ks := range kss {
-			chs[i] = h.watch(wctx, ks)
-		}
-		f := spate.NewJobFollower("")
-		f.Defer() // the snapshots are read on every core at once
-		var (
-			live      = map[spate.Keyspace]bool{} // its snapshot is in
-			snapshots int
-			dirty     = map[string]bool{}
-			metaDirty bool
-			idle      int
-			rev       uint64
-		)
-		// apply folds one event; false: the watches must start again.
-		apply := func(w watched) bool {
-			switch w.ev.Kind {
-			case spate.WatchError:
-				h.log.Warn("job view: the job's watch broke; reading it again", "job", h.job, "error", w.ev.Err)
-				if snapshots < 2 {
-					// Nothing read yet: a page says why, rather than wait.
-					h.mu.Lock()
-					h.err = fmt.Errorf("cannot watch the job: %w", w.ev.Err)
-					h.mu.Unlock()
-					readyOnce()
-				}
-				return false
-			case spate.WatchSnapshotDone:
-				live[w.ks] = true
-				if snapshots++; snapshots == 2 {
-					if err := f.Decode(); err != nil {
-						h.log.Debug("job view: a record cannot be read", "job", h.job, "error", err)
-					}
-					h.rebuild(f, rev)
-					readyOnce()
-					clear(dirty)
-					metaDirty = false
-				}
-				return true
-			}
-			rev = max(rev, w.ev.Revision)
-			touched, err := f.Apply(w.ks, w.ev)
-			if err != nil && !errors.Is(err, spate.ErrNoJob) {
-				h.log.Debug("job view: a record cannot be read", "job", h.job, "key", w.ev.Key, "error", err)
-			}
-			if touched.Split != "" {
-				dirty[touched.Split] = true
-			}
-			metaDirty = metaDirty || touched.Job
-			if touched.Member != "" {
-				h.beat(touched.Member, w.ev.Kind == spate.WatchPut, live[w.ks])
-			}
-			return true
-		}
-		// received is one watch's event; a closed watch is a broken one.
-		received := func(i int, ev spate.WatchEvent, ok bool) watched {
-			if !ok {
-				ev = spate.WatchEvent{Kind: spate.WatchError, Err: errors.New("the watch ended")}
-			}
-			return watched{kss[i], ev}
-		}
-	follow:
-		for {
-			select {
-			case <-ctx.Done():
-				break follow
-			case ev, ok := <-chs[0]:
-				if !apply(received(0, ev, ok)) {
-					break follow
-				}
-			case ev, ok := <-chs[1]:
-				if !apply(received(1, ev, ok)) {
-					break follow
-				}
-			case <-tick.C:
-				if snapshots < 2 {
-					continue
-				}
-				// Rates and ETAs move without a write: every few refreshes
-				// the leased rows (a fleet's lanes, not the job) are redone.
-				// So do the members' heartbeat ages.
-				if idle++; idle >= 8 {
-					idle = 0
-					h.mu.Lock()
-					for id := range h.leased {
-						dirty[id] = true
-					}
-					metaDirty = metaDirty || len(h.beats) > 0
-					h.mu.Unlock()
-				}
-				if len(dirty) > 0 || metaDirty {
-					h.update(f, dirty, rev, metaDirty)
-					clear(dirty)
-					metaDirty = false
-				}
-			}
-		}
-		wcancel()
+		h.follow(ctx, tick.C, readyOnce)
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
 		}
+	}
+}
+
+// hubKeyspaces are the job's two watches, by index.
+var hubKeyspaces = [2]spate.Keyspace{spate.Durable, spate.Ephemeral}
+
+// follow reads the job from both watches' snapshots on until ctx ends or
+// a watch breaks. Both watches are read here, not forwarded: a large
+// job's snapshot is one hop per record, not two.
+func (h *hub) follow(ctx context.Context, tick <-chan time.Time, readyOnce func()) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var chs [2]<-chan spate.WatchEvent
+	for i, ks := range hubKeyspaces {
+		chs[i] = h.watch(wctx, ks)
+	}
+	r := &reading{h: h, f: spate.NewJobFollower(""), live: map[spate.Keyspace]bool{}, dirty: map[string]bool{}, readyOnce: readyOnce}
+	r.f.Defer() // the snapshots are read on every core at once
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-chs[0]:
+			if !r.apply(received(0, ev, ok)) {
+				return
+			}
+		case ev, ok := <-chs[1]:
+			if !r.apply(received(1, ev, ok)) {
+				return
+			}
+		case <-tick:
+			r.refresh()
+		}
+	}
+}
+
+// received is watch i's event; a closed watch is a broken one.
+func received(i int, ev spate.WatchEvent, ok bool) watched {
+	if !ok {
+		ev = spate.WatchEvent{Kind: spate.WatchError, Err: errors.New("the watch ended")}
+	}
+	return watched{hubKeyspaces[i], ev}
+}
+
+// reading is one follow's state: the job as its watches have delivered it,
+// and what changed since the pages were last updated.
+type reading struct {
+	h         *hub
+	f         *spate.JobFollower
+	live      map[spate.Keyspace]bool // its snapshot is in
+	snapshots int
+	dirty     map[string]bool // splits changed since the last update
+	metaDirty bool            // the plan, leader, members or assignments changed
+	idle      int             // refreshes since the leased rows were last redone
+	rev       uint64
+	readyOnce func()
+}
+
+// apply folds one event; false: the watches must start again.
+func (r *reading) apply(w watched) bool {
+	h := r.h
+	switch w.ev.Kind {
+	case spate.WatchError:
+		h.log.Warn("job view: the job's watch broke; reading it again", "job", h.job, "error", w.ev.Err)
+		if r.snapshots < 2 {
+			// Nothing read yet: a page says why, rather than wait.
+			h.mu.Lock()
+			h.err = fmt.Errorf("cannot watch the job: %w", w.ev.Err)
+			h.mu.Unlock()
+			r.readyOnce()
+		}
+		return false
+	case spate.WatchSnapshotDone:
+		r.live[w.ks] = true
+		if r.snapshots++; r.snapshots == 2 {
+			if err := r.f.Decode(); err != nil {
+				h.log.Debug("job view: a record cannot be read", "job", h.job, "error", err)
+			}
+			h.rebuild(r.f, r.rev)
+			r.readyOnce()
+			clear(r.dirty)
+			r.metaDirty = false
+		}
+		return true
+	}
+	r.rev = max(r.rev, w.ev.Revision)
+	touched, err := r.f.Apply(w.ks, w.ev)
+	if err != nil && !errors.Is(err, spate.ErrNoJob) {
+		h.log.Debug("job view: a record cannot be read", "job", h.job, "key", w.ev.Key, "error", err)
+	}
+	if touched.Split != "" {
+		r.dirty[touched.Split] = true
+	}
+	r.metaDirty = r.metaDirty || touched.Job
+	if touched.Member != "" {
+		h.beat(touched.Member, w.ev.Kind == spate.WatchPut, r.live[w.ks])
+	}
+	return true
+}
+
+// refresh updates the pages with what changed since the last refresh.
+// Rates and ETAs move without a write: every few refreshes the leased
+// rows (a fleet's lanes, not the job) are redone, and so are the members'
+// heartbeat ages.
+func (r *reading) refresh() {
+	if r.snapshots < 2 {
+		return
+	}
+	h := r.h
+	if r.idle++; r.idle >= 8 {
+		r.idle = 0
+		h.mu.Lock()
+		for id := range h.leased {
+			r.dirty[id] = true
+		}
+		r.metaDirty = r.metaDirty || len(h.beats) > 0
+		h.mu.Unlock()
+	}
+	if len(r.dirty) > 0 || r.metaDirty {
+		h.update(r.f, r.dirty, r.rev, r.metaDirty)
+		clear(r.dirty)
+		r.metaDirty = false
 	}
 }
 
