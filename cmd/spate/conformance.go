@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -85,39 +86,22 @@ func logLines(entry string) []string {
 
 func runConformance(args []string) int {
 	fs := newFlagSet("conformance", "--store URL [--coordinator] [flags]", conformanceAbout)
-	var sf storeFlags
-	var lf logFlags
-	sf.register(fs)
-	lf.register(fs, "warn")
-	coord := fs.Bool("coordinator", false, "also run the coordinator scenarios")
-	ttl := fs.Duration("ttl", 2*time.Second, "ephemeral TTL (the lease) the suite runs with; it must be at least the store's floor (whole seconds on etcd)")
-	runPat := fs.String("run", "", "run only the rules whose Suite/Rule name matches this regexp (e.g. 'Store/Watch' or 'Coordinator/Poison'), of either suite")
-	parallel := fs.Int("parallel", 4, "rules run at once")
-	timeout := fs.Duration("timeout", 20*time.Minute, "give up on the suite after this long")
-	verbose := fs.Bool("v", false, "print every rule's log to stderr as it ends")
-	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this address")
+	var cf conformanceFlags
+	cf.register(fs)
 	pos, code, ok := parseArgs(fs, args)
 	if !ok {
 		return code
 	}
-	if err := checkFlags(
-		func() error { return noPositional(pos) },
-		func() error { _, err := sf.validate(); return err },
-		func() error { return positive("ttl", *ttl) },
-		func() error { return atLeast("parallel", int64(*parallel), 1) },
-		func() error { return positive("timeout", *timeout) },
-		func() error { return checkAddr("metrics-addr", *metricsAddr) },
-		lf.validate,
-	); err != nil {
+	if err := cf.validate(pos); err != nil {
 		return usageError(fs, "%v", err)
 	}
-	log, err := lf.logger(os.Stderr)
+	log, err := cf.lf.logger(os.Stderr)
 	if err != nil {
 		return fail(exitUsage, "%v", err)
 	}
 	var re *regexp.Regexp // --run: rules whose Suite/Rule name it matches
-	if *runPat != "" {
-		if re, err = regexp.Compile(*runPat); err != nil {
+	if cf.runPat != "" {
+		if re, err = regexp.Compile(cf.runPat); err != nil {
 			return fail(exitUsage, "--run: %v", err)
 		}
 	}
@@ -125,24 +109,24 @@ func runConformance(args []string) int {
 	ctx := context.Background()
 
 	reg := newRegistry()
-	rules := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "spate_conformance_rules",
-		Help: "Conformance rules finished in this run, by result."}, []string{"result"})
-	reg.MustRegister(rules)
-	var running atomic.Bool
-	ms, err := serveMetrics(*metricsAddr, healthHandler(reg, running.Load))
+	cr := &conformanceRun{verbose: cf.verbose, tty: isTerminal(os.Stdout), results: map[string]ruleResult{},
+		rules: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "spate_conformance_rules",
+			Help: "Conformance rules finished in this run, by result."}, []string{"result"})}
+	reg.MustRegister(cr.rules)
+	ms, err := serveMetrics(cf.metricsAddr, healthHandler(reg, cr.running.Load))
 	if err != nil {
 		return fail(exitFailed, "--metrics-addr: %v", err)
 	}
 	defer ms.stop()
 
-	conn, err := sf.connect(ctx, log, connectStart)
+	conn, err := cf.sf.connect(ctx, log, connectStart)
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}
 	defer conn.close()
-	fmt.Printf("spate conformance: %s, TTL %v\n", conn.describe, *ttl)
+	fmt.Printf("spate conformance: %s, TTL %v\n", conn.describe, cf.ttl)
 
-	caps, ok := conformancePreflight(ctx, conn, *ttl, sf.connectTimeout)
+	caps, ok := conformancePreflight(ctx, conn, cf.ttl, cf.sf.connectTimeout)
 	if !ok {
 		return exitFailed
 	}
@@ -150,52 +134,106 @@ func runConformance(args []string) int {
 
 	// The suites, in this process: the store rules, then the coordinator's.
 	suites := []conformanceSuite{{"Store", conformance.StoreRules, conformance.CheckStore}}
-	if *coord || re != nil {
+	if cf.coord || re != nil {
 		suites = append(suites, conformanceSuite{"Coordinator", conformance.CoordinatorRules, conformance.CheckCoordinator})
 	}
-	runCtx, cancelRun := context.WithTimeout(ctx, *timeout)
+	runCtx, cancelRun := context.WithTimeout(ctx, cf.timeout)
 	defer cancelRun()
 	sigs := watchSignals(func(os.Signal) { cancelRun() }, nil)
 	defer sigs.stop()
-	mk := live.Over(conn.dep, *ttl)
-	tty := isTerminal(os.Stdout)
-	results := map[string]ruleResult{}
-	var mu sync.Mutex
-	report := conformance.OnResult(func(r conformance.Result) {
-		mu.Lock()
-		defer mu.Unlock()
-		results[r.Rule] = rowOf(r)
-		rules.WithLabelValues(strings.ToLower(r.Status.String())).Inc()
-		if *verbose {
-			fmt.Fprintf(os.Stderr, "--- %s: %s (%.2fs)\n", r.Status, r.Rule, r.Elapsed.Seconds())
-			for _, l := range r.Log {
-				fmt.Fprintf(os.Stderr, "    %s\n", l)
-			}
-		}
-		if tty {
-			fmt.Print(clearLine + fitWidth(fmt.Sprintf("%d rules done, last: %s %s", len(results), r.Status, r.Rule), cmp.Or(terminalWidth(os.Stdout), defaultWidth)))
-		}
-	})
-	running.Store(true)
+	keep := conformance.Select(func(rule string) bool { return re == nil || re.MatchString(rule) })
+	if err := cr.run(runCtx, suites, live.Over(conn.dep, cf.ttl), keep, cf.parallel); err != nil {
+		return fail(exitFailed, "%v", err)
+	}
+	timedOut := errors.Is(runCtx.Err(), context.DeadlineExceeded)
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	return conformanceReport(suites, cr.results, start, sigs.signal(), timedOut, cf.timeout)
+}
+
+// conformanceFlags are spate conformance's flags.
+type conformanceFlags struct {
+	sf          storeFlags
+	lf          logFlags
+	coord       bool
+	ttl         time.Duration
+	runPat      string
+	parallel    int
+	timeout     time.Duration
+	verbose     bool
+	metricsAddr string
+}
+
+func (cf *conformanceFlags) register(fs *flag.FlagSet) {
+	cf.sf.register(fs)
+	cf.lf.register(fs, "warn")
+	fs.BoolVar(&cf.coord, "coordinator", false, "also run the coordinator scenarios")
+	fs.DurationVar(&cf.ttl, "ttl", 2*time.Second, "ephemeral TTL (the lease) the suite runs with; it must be at least the store's floor (whole seconds on etcd)")
+	fs.StringVar(&cf.runPat, "run", "", "run only the rules whose Suite/Rule name matches this regexp (e.g. 'Store/Watch' or 'Coordinator/Poison'), of either suite")
+	fs.IntVar(&cf.parallel, "parallel", 4, "rules run at once")
+	fs.DurationVar(&cf.timeout, "timeout", 20*time.Minute, "give up on the suite after this long")
+	fs.BoolVar(&cf.verbose, "v", false, "print every rule's log to stderr as it ends")
+	fs.StringVar(&cf.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this address")
+}
+
+func (cf *conformanceFlags) validate(pos []string) error {
+	return checkFlags(
+		func() error { return noPositional(pos) },
+		func() error { _, err := cf.sf.validate(); return err },
+		func() error { return positive("ttl", cf.ttl) },
+		func() error { return atLeast("parallel", int64(cf.parallel), 1) },
+		func() error { return positive("timeout", cf.timeout) },
+		func() error { return checkAddr("metrics-addr", cf.metricsAddr) },
+		cf.lf.validate,
+	)
+}
+
+// conformanceRun is the suites' run: each rule's result as it ends, and
+// whether rules are running (for /readyz).
+type conformanceRun struct {
+	verbose, tty bool
+	rules        *prometheus.GaugeVec
+	running      atomic.Bool
+
+	mu      sync.Mutex
+	results map[string]ruleResult
+}
+
+// run runs the suites in order until one cannot run (that error), every
+// one is done, or ctx ends.
+func (cr *conformanceRun) run(ctx context.Context, suites []conformanceSuite, mk conformance.HarnessMaker, keep conformance.Option, parallel int) error {
+	cr.running.Store(true)
+	defer cr.running.Store(false)
+	if cr.tty {
+		defer fmt.Print(clearLine)
+	}
+	report := conformance.OnResult(cr.onResult)
 	for _, su := range suites {
-		keep := conformance.Select(func(rule string) bool { return re == nil || re.MatchString(rule) })
-		err := su.check(runCtx, mk, keep, conformance.Parallel(*parallel), report)
+		err := su.check(ctx, mk, keep, conformance.Parallel(parallel), report)
 		if _, broken := errors.AsType[*conformance.RuleError](err); err != nil && !broken {
-			return fail(exitFailed, "%s rules: %v", su.name, err)
+			return fmt.Errorf("%s rules: %w", su.name, err)
 		}
-		if runCtx.Err() != nil {
+		if ctx.Err() != nil {
 			break
 		}
 	}
-	running.Store(false)
-	timedOut := errors.Is(runCtx.Err(), context.DeadlineExceeded)
-	if tty {
-		fmt.Print(clearLine)
-	}
+	return nil
+}
 
-	mu.Lock()
-	defer mu.Unlock()
-	return conformanceReport(suites, results, start, sigs.signal(), timedOut, *timeout)
+func (cr *conformanceRun) onResult(r conformance.Result) {
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	cr.results[r.Rule] = rowOf(r)
+	cr.rules.WithLabelValues(strings.ToLower(r.Status.String())).Inc()
+	if cr.verbose {
+		fmt.Fprintf(os.Stderr, "--- %s: %s (%.2fs)\n", r.Status, r.Rule, r.Elapsed.Seconds())
+		for _, l := range r.Log {
+			fmt.Fprintf(os.Stderr, "    %s\n", l)
+		}
+	}
+	if cr.tty {
+		fmt.Print(clearLine + fitWidth(fmt.Sprintf("%d rules done, last: %s %s", len(cr.results), r.Status, r.Rule), cmp.Or(terminalWidth(os.Stdout), defaultWidth)))
+	}
 }
 
 // conformanceSuite is one suite that spate conformance runs.
