@@ -98,38 +98,24 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 // stepBatch bounds the events served between two steps.
 const stepBatch = 64
 
+// run is the coordinator's goroutine: the startup phases, then the loop,
+// then shutdown.
 func (a *actor) run(ctx context.Context) {
 	a.ctx = ctx
 	a.w.rewatch = time.NewTimer(time.Hour)
 	a.w.rewatch.Stop()
+	defer a.w.rewatch.Stop()
 	a.wake.start()
 	defer a.wake.stop()
-	renewCtx, stopRenew := context.WithCancel(ctx)
-	renewDone := make(chan struct{})
-	defer func() {
-		for _, w := range a.w.streams {
-			if w.cancel != nil {
-				w.cancel()
-			}
-		}
-		a.w.closeGroups()
-		if a.planning.cancel != nil {
-			a.planning.cancel()
-		}
-		stopRenew()
-		<-renewDone
-		a.closeCells()
-		a.io.stop()
-		a.waitPlanner()
-		a.m.leader.Set(0)
-		a.m.splitsOwned.Set(0)
-	}()
 	// The renewer starts before the startup phases so that it is there for
 	// the presence written by announce; it has nothing to renew before.
+	renewCtx, stopRenew := context.WithCancel(ctx)
+	renewDone := make(chan struct{})
 	go func() {
 		defer close(renewDone)
 		a.renew.run(renewCtx)
 	}()
+	defer a.shutdown(stopRenew, renewDone)
 	if err := a.startup(ctx); err != nil {
 		if ctx.Err() == nil {
 			a.log.Error("coordinator failed to start", "err", err)
@@ -137,21 +123,48 @@ func (a *actor) run(ctx context.Context) {
 		}
 		return
 	}
-	tick := time.NewTicker(a.c.tm.tick)
-	// The listing backstop runs every ReconcileInterval, jittered by a
-	// quarter either way so that a fleet started together does not list
-	// the store together.
-	reconcile := time.NewTimer(jittered(a.cfg.ReconcileInterval))
-	replan := time.NewTicker(a.cfg.ReplanInterval)
-	defer tick.Stop()
-	defer reconcile.Stop()
-	defer replan.Stop()
-	defer a.w.rewatch.Stop()
-
 	if err := a.step(); err != nil {
 		a.die(err)
 		return
 	}
+	a.loop(ctx)
+}
+
+// shutdown ends what run started, in order: the watches, planning and the
+// renewer, then the fence cells and the I/O in flight (whose results are
+// folded, so Close knows of a claim that landed as the loop stopped).
+func (a *actor) shutdown(stopRenew context.CancelFunc, renewDone <-chan struct{}) {
+	for _, w := range a.w.streams {
+		if w.cancel != nil {
+			w.cancel()
+		}
+	}
+	a.w.closeGroups()
+	if a.planning.cancel != nil {
+		a.planning.cancel()
+	}
+	stopRenew()
+	<-renewDone
+	a.closeCells()
+	a.io.stop()
+	a.waitPlanner()
+	a.m.leader.Set(0)
+	a.m.splitsOwned.Set(0)
+}
+
+// loop serves the loop's inputs until ctx ends or a step fails: each
+// wake-up serves one input, then what else is ready (serveReady), then
+// steps once.
+func (a *actor) loop(ctx context.Context) {
+	tick := time.NewTicker(a.c.tm.tick)
+	defer tick.Stop()
+	// The listing backstop runs every ReconcileInterval, jittered by a
+	// quarter either way so that a fleet started together does not list
+	// the store together.
+	reconcile := time.NewTimer(jittered(a.cfg.ReconcileInterval))
+	defer reconcile.Stop()
+	replan := time.NewTicker(a.cfg.ReplanInterval)
+	defer replan.Stop()
 	for {
 		var err error
 		select {
