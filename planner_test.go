@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 
@@ -305,8 +306,11 @@ func TestPlanRunWritesOnlyWhatIsNew(t *testing.T) {
 	require.Equal(t, planOK, res.outcome, "%v", res.err)
 	require.Equal(t, 100, res.created)
 
+	// The run seeds on several goroutines at once, and the fake calls its
+	// fault hook outside its own lock.
+	var mu sync.Mutex
 	calls := map[string]int{}
-	st.setFault(func(c fakeCall) fakeFault { calls[c.op]++; return fakeFault{} })
+	st.setFault(func(c fakeCall) fakeFault { mu.Lock(); calls[c.op]++; mu.Unlock(); return fakeFault{} })
 	run.known = map[string]struct{}{}
 	for _, s := range splits {
 		run.known[s.Spec.ID.String()] = struct{}{}
