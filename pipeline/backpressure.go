@@ -58,7 +58,7 @@ func (b *InflightBudget) Usage() int64 { return b.used.Load() }
 // Max is the budget's capacity.
 func (b *InflightBudget) Max() int64 { return b.max }
 
-// bpParams are a driver's pause and resume thresholds.
+// bpParams are a runner's pause and resume thresholds.
 type bpParams struct {
 	high, low int64
 	minPause  time.Duration
@@ -78,7 +78,7 @@ const (
 	bpResume
 )
 
-// watermarkController is one driver's hysteresis between pausing and
+// watermarkController is one runner's hysteresis between pausing and
 // resuming: it pauses on a rejected send or when usage reaches the high
 // mark, and resumes only once usage is at or below the low mark, every sink
 // queue is below its low fill, and the pause lasted at least minPause.

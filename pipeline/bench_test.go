@@ -135,7 +135,7 @@ const (
 )
 
 // BenchmarkThroughput measures records per second through the whole
-// runtime (controller, driver, real chain, sink queues and writer,
+// runtime (controller, runner, real chain, sink queues and writer,
 // acknowledgments, checkpointing, commits) against a fair hand-off loop
 // that does the same work by hand, and against a bare loop.
 //

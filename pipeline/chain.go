@@ -37,8 +37,8 @@ type PushOutcome struct {
 	Err      *FatalError
 }
 
-// Chain is one driver's operator chain: it takes polled batches through
-// the transform stages into the sink queues. A chain is owned by one driver
+// Chain is one runner's operator chain: it takes polled batches through
+// the transform stages into the sink queues. A chain is owned by one runner
 // goroutine and never shared.
 //
 // Acknowledgments: the runtime keeps the batch's own reference and
@@ -57,12 +57,12 @@ type Chain interface {
 	// failed and its data replays.
 	AbandonBatch()
 	// Close tears the chain down; every acknowledgment it still holds
-	// fails. Called once, by the driver that owns the chain.
+	// fails. Called once, by the runner that owns the chain.
 	Close()
 }
 
 // roomWaiter is implemented by chains that can wait for a full sink queue
-// to take their first parked chunk; the driver then retries a blocked batch
+// to take their first parked chunk; the runner then retries a blocked batch
 // the moment there is room instead of sleeping.
 type roomWaiter interface {
 	// waitRoom sends the first parked chunk, waiting up to max for its
@@ -70,7 +70,7 @@ type roomWaiter interface {
 	waitRoom(max time.Duration) bool
 }
 
-// ChainFactory builds the chain of driver thread i.
+// ChainFactory builds the chain of runner thread i.
 type ChainFactory func(thread int) Chain
 
 // Record is a record inside a chain: the payload as the stages see and

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// PendingGate is the driver half of a partition's hard pending-batch
+// PendingGate is the runner half of a partition's hard pending-batch
 // ceiling: the assignment epoch the gate belongs to and the partition's
 // advance counter, which the checkpointer bumps by the number of batches
 // each watermark advance retires.
@@ -16,7 +16,7 @@ type PendingGate struct {
 	Epoch    uint32
 	Advanced *atomic.Uint64
 	// Committed counts the partition's batches whose watermark the source
-	// committed: the controller raises it when a commit lands. The driver's
+	// committed: the controller raises it when a commit lands. The runner's
 	// uncommitted-bytes ceiling reads it.
 	Committed *atomic.Uint64
 }
@@ -74,7 +74,7 @@ func (c *Checkpointer) Unresolved() int64 { return c.hub.live.Load() }
 // BeginEpoch replaces every tracker with fresh ones for exactly partitions
 // under epoch, then publishes the epoch to the issuers, so an issuer that
 // sees the new epoch always finds a tracker. Call it before the new lanes
-// reach any driver. Epochs strictly increase.
+// reach any runner. Epochs strictly increase.
 func (c *Checkpointer) BeginEpoch(partitions []PartitionID, epoch uint32) error {
 	if c.begun && epoch <= c.epoch {
 		return fatalf("checkpoint", "assignment epoch regressed: %d after %d", epoch, c.epoch)

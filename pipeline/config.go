@@ -40,7 +40,7 @@ const (
 type Config struct {
 	// Name labels the pipeline's metrics. Required.
 	Name string
-	// Threads is the number of driver goroutines. Default 1.
+	// Threads is the number of runner goroutines. Default 1.
 	Threads int
 	// CommitInterval is the commit tick. Default 5s.
 	CommitInterval time.Duration
@@ -79,7 +79,7 @@ type Config struct {
 	// MaxRecords is the most records one lane poll returns. Default 512.
 	MaxRecords int
 	// PollTimeout is a lane poll's wait when every lane was idle, and the
-	// drivers' park and pause step. Default 10ms.
+	// runners' park and pause step. Default 10ms.
 	PollTimeout time.Duration
 	// IdleFlush flushes a chain this long after its last data, or after
 	// its first data since the last flush. Default 100ms.
@@ -89,8 +89,8 @@ type Config struct {
 	// runtime's own) retries as soon as it does, within this wait.
 	BlockedRetry time.Duration
 	// BlockGrace is how long a batch may wait on a full sink queue before
-	// the driver counts the refusal as backpressure and pauses the source
-	// (which then lasts at least MinPause). While it waits the driver
+	// the runner counts the refusal as backpressure and pauses the source
+	// (which then lasts at least MinPause). While it waits the runner
 	// polls nothing, and it pushes again the moment the queue takes a
 	// chunk, so a momentarily full queue costs that moment, not a pause.
 	// It applies to the runtime's chains; a chain that cannot wait for room

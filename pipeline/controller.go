@@ -56,7 +56,7 @@ func stopBudget(now, deadline time.Time, fresh time.Duration) time.Duration {
 	return min(fresh, left)
 }
 
-// lanesDeadline is the instant the drivers and the sink drain end by:
+// lanesDeadline is the instant the runners and the sink drain end by:
 // closeShare before deadline, never before now.
 func lanesDeadline(now, deadline time.Time, closeShare time.Duration) time.Time {
 	by := deadline.Add(-closeShare)
@@ -96,7 +96,7 @@ type controller struct {
 	src         Source
 	cp          *Checkpointer
 	controls    []*mpsc[controlMsg]
-	events      *mpsc[driverEvent]
+	events      *mpsc[runnerEvent]
 	toMain      chan<- controllerSignal
 	sinkDrained <-chan struct{}
 	stop        *stopRequest
@@ -122,7 +122,7 @@ type controller struct {
 	// on the next pass unless commits are failing (then the tick retries).
 	commitWanted     map[PartitionID]bool
 	commitFailing    bool
-	commitsFailing   *atomic.Bool // commitFailing, shared with the drivers (nil in tests)
+	commitsFailing   *atomic.Bool // commitFailing, shared with the runners (nil in tests)
 	commitWarn       warnLimiter
 	pollWarn         warnLimiter
 	committed        map[PartitionID]int64
@@ -188,12 +188,12 @@ func (c *controller) serve() (drained bool, stopping *stopTimes) {
 		if ended {
 			break
 		}
-		c.serveDrivers()
+		c.serveRunners()
 		if c.failure != nil {
 			break
 		}
 		c.m.inflight.WithLabelValues(compPipeline, compPipeline).Set(float64(c.budget.Usage()))
-		// Harvest every pass: advances retire batches from the drivers'
+		// Harvest every pass: advances retire batches from the runners'
 		// pending gates, so a gated lane reopens within one pass.
 		c.harvest()
 		c.commitTick(sv)
@@ -236,15 +236,15 @@ func (c *controller) stopPhase(sv *serving) (revokeBudget time.Duration, ended b
 	return c.cfg.DrainTimeout, false
 }
 
-// serveDrivers takes the drivers' requests and the sinks' fatal errors.
-func (c *controller) serveDrivers() {
-	// Driver requests.
+// serveRunners takes the runners' requests and the sinks' fatal errors.
+func (c *controller) serveRunners() {
+	// Runner requests.
 	for {
 		ev, ok := c.events.TryPop()
 		if !ok {
 			break
 		}
-		c.handleDriverEvent(ev)
+		c.handleRunnerEvent(ev)
 	}
 	if c.sinkFatal != nil {
 		if fe := c.sinkFatal(); fe != nil {
@@ -408,11 +408,11 @@ func (c *controller) chase(sv *serving) {
 }
 
 // drain is the drain sequence (after a stop, a failure or the source's
-// drain): the drivers stop and flush, the sinks drain, the final commit
+// drain): the runners stop and flush, the sinks drain, the final commit
 // lands and the controller reports to main.
 func (c *controller) drain(stopSignal *StopSignal, opened, drainedExit bool, stopping *stopTimes) {
-	// Set the drivers' flag: a driver retrying a blocked batch watches only
-	// that, and main joins drivers without a timeout.
+	// Set the runners' flag: a runner retrying a blocked batch watches only
+	// that, and main joins runners without a timeout.
 	c.shutdown.Store(true)
 	// The drain's commits, the final one included, run with the signal clear.
 	stopSignal.close()
@@ -435,15 +435,15 @@ func (c *controller) drain(stopSignal *StopSignal, opened, drainedExit bool, sto
 	}
 	lanesBy := lanesDeadline(c.stopNow(), deadline, c.closeShare)
 
-	// Every driver flushes its chain, drops its lanes and arrives.
+	// Every runner flushes its chain, drops its lanes and arrives.
 	barrier := NewDrainBarrier(len(c.controls))
 	for _, q := range c.controls {
 		q.Push(controlMsg{kind: ctlShutdown, barrier: barrier, deadline: lanesBy})
 	}
 	if !barrier.Wait(lanesBy.Sub(c.stopNow())) {
-		c.log.Error("drivers did not finish draining before the deadline", "remaining", barrier.Remaining())
+		c.log.Error("runners did not finish draining before the deadline", "remaining", barrier.Remaining())
 	}
-	// A driver's last flush can report a fatal after the loop stopped
+	// A runner's last flush can report a fatal after the loop stopped
 	// reading events: take the failures the drain produced.
 	for {
 		ev, ok := c.events.TryPop()
@@ -459,7 +459,7 @@ func (c *controller) drain(stopSignal *StopSignal, opened, drainedExit bool, sto
 		c.m.setState(StateFailed)
 	}
 
-	// Main joins the drivers (closing the sink queues) and drains the sink.
+	// Main joins the runners (closing the sink queues) and drains the sink.
 	c.toMain <- controllerSignal{lanesDrained: true, sinkDeadline: lanesBy}
 	sinkBudget := max(lanesBy.Sub(c.stopNow()), 0) + 2*time.Second
 	t := time.NewTimer(sinkBudget)
@@ -537,7 +537,7 @@ func (c *controller) livePartitions() map[PartitionID]bool {
 	return live
 }
 
-func (c *controller) handleDriverEvent(ev driverEvent) {
+func (c *controller) handleRunnerEvent(ev runnerEvent) {
 	switch ev.kind {
 	case evPause:
 		var newly []LaneID
@@ -838,7 +838,7 @@ func (c *controller) handleAssign(lanes []Lane, budget time.Duration) {
 }
 
 // handleAdded merges lanes into the current epoch. The checkpointer admits
-// their partitions before any lane reaches a driver.
+// their partitions before any lane reaches a runner.
 func (c *controller) handleAdded(lanes []Lane) {
 	if len(lanes) == 0 {
 		return
@@ -947,7 +947,7 @@ func (c *controller) removeAssignedRevoked(lanes []LaneID) []PartitionID {
 
 // waitRevocation waits for a revocation's barrier until deadline. The
 // source renews what it holds in slices (it gets no PollEvents meanwhile),
-// and a stop the drivers must serve now sets their flag so a driver held by
+// and a stop the runners must serve now sets their flag so a runner held by
 // a blocked batch abandons it and arrives.
 func (c *controller) waitRevocation(barrier *DrainBarrier, deadline time.Time) bool {
 	for {

@@ -24,15 +24,15 @@ func TestCommitReadyChasesTheFinalCommit(t *testing.T) {
 		waitUntil(func() bool { return h.consumed.Load() == 20 }),
 		commitReady(0))
 	wait := h.run()
-	// The hint flushes the owning driver (releasing the held acks) and the
+	// The hint flushes the owning runner (releasing the held acks) and the
 	// chase commits them at the fast cadence.
 	waitFor(t, "the chased commit", committedAtLeast(h.src, 0, 20))
 	h.rt.Stop()
 	r := wait()
 	require.Equal(t, pipeline.Stopped, r.State, "state %v: %v", r.State, r.Failure)
 	i := h.log.indexAfter("commit-ready-delivered", 0)
-	require.GreaterOrEqual(t, i, 0, "the hint must flush the owning driver")
-	require.GreaterOrEqual(t, h.log.indexAfter("flush", i), 0, "the hint must flush the owning driver")
+	require.GreaterOrEqual(t, i, 0, "the hint must flush the owning runner")
+	require.GreaterOrEqual(t, h.log.indexAfter("flush", i), 0, "the hint must flush the owning runner")
 }
 
 // Retired lanes leave without a barrier, flush or commit, and their

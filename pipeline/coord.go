@@ -38,7 +38,7 @@ type SplitOpening struct {
 
 // SplitSource is what a coordinated source implements for the
 // [CoordinationDriver]. All methods are called from the controller
-// goroutine; lanes run on driver goroutines, so state shared with them
+// goroutine; lanes run on the runtime's runner goroutines, so state shared with them
 // needs locking. Embed [BaseSplitSource] for the optional methods, and
 // implement [StopReader] if a lane can read on through a graceful stop.
 // examples/rangescan is a complete one in about 135 lines.

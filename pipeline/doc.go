@@ -5,12 +5,12 @@
 //
 // # Goroutines
 //
-// [Runtime.Run] starts one controller goroutine, Config.Threads driver
-// goroutines and one writer goroutine per sink shard. The controller is the
+// [Runtime.Run] starts one controller goroutine, Config.Threads lane
+// runner goroutines and one writer goroutine per sink shard. The controller is the
 // only caller of [Source] methods: it applies assignment changes, harvests
 // acknowledgments on every pass, commits on the commit tick (and faster for
-// partitions a source hints with CommitReady), applies the drivers'
-// pause and resume requests, and runs the drain. Each driver owns its lanes
+// partitions a source hints with CommitReady), applies the runners'
+// pause and resume requests, and runs the drain. Each runner owns its lanes
 // and its [Chain]; it serves control messages before every lane poll, so a
 // stopped lane is never polled again. Control, event and acknowledgment
 // queues are unbounded and never block their sender: a poll loop never
@@ -47,10 +47,10 @@
 //
 // Chain terminals offer sealed chunks to bounded per-shard sink queues
 // without blocking; a full queue parks the chunk and blocks the chain. The
-// driver then polls no lane: it waits for the queue to take the parked
+// runner then polls no lane: it waits for the queue to take the parked
 // chunk and pushes on the moment it does. A queue that stays full past
 // Config.BlockGrace (or the in-flight byte budget reaching its high mark)
-// is backpressure: the driver asks the source to pause its lanes, and
+// is backpressure: the runner asks the source to pause its lanes, and
 // resumes once the budget is below its low mark, every queue is below its
 // low fill, and the pause lasted Config.MinPause.
 //
@@ -60,7 +60,7 @@
 // the source says it is still reading ([Source.ReadingOnStop]) the
 // controller runs on, committing, until Config.StopReserve before the drain
 // deadline (Config.DrainTimeout after the trigger). Then the source stops
-// taking on work ([Source.StopReading]), the drivers flush and drop their
+// taking on work ([Source.StopReading]), the runners flush and drop their
 // lanes, the sink queues close and drain until the deadline (what is not
 // written by then is abandoned and replays), the final commit runs, and a
 // [SourceCloser] gets Config.CloseShare to close — a coordinated source

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Health thresholds: a driver heartbeat older than HeartbeatStale, or a
+// Health thresholds: a runner heartbeat older than HeartbeatStale, or a
 // watermark stalled for longer than WatermarkStuck while data is flowing,
 // fails liveness.
 const (
@@ -17,7 +17,7 @@ const (
 // HealthState is the pipeline's liveness and readiness, kept in atomics.
 type HealthState struct {
 	start       time.Time
-	beats       []atomic.Int64 // ms since start, per driver
+	beats       []atomic.Int64 // ms since start, per runner
 	assigned    atomic.Bool
 	sinksOK     atomic.Bool
 	watermarkMs atomic.Int64
@@ -34,7 +34,7 @@ func newHealthState(threads int, now func() time.Time) *HealthState {
 
 func (h *HealthState) elapsedMs() int64 { return h.now().Sub(h.start).Milliseconds() }
 
-// beat records a heartbeat of driver i.
+// beat records a heartbeat of runner i.
 func (h *HealthState) beat(i int) { h.beats[i].Store(h.elapsedMs()) }
 
 func (h *HealthState) setAssignmentReceived() { h.assigned.Store(true) }
@@ -49,7 +49,7 @@ func (h *HealthState) reportWatermark(age time.Duration, flowing bool) {
 // Ready reports whether an assignment arrived and the sinks are connected.
 func (h *HealthState) Ready() bool { return h.assigned.Load() && h.sinksOK.Load() }
 
-// Live reports whether every driver beat recently and no watermark is
+// Live reports whether every runner beat recently and no watermark is
 // stuck while data flows.
 func (h *HealthState) Live() bool {
 	now := h.elapsedMs()

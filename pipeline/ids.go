@@ -9,7 +9,7 @@ import "fmt"
 type PartitionID uint32
 
 // LaneID is the unit of polling: one pollable data-plane object owned by
-// exactly one driver goroutine. It is stable until the lane is revoked or
+// exactly one runner goroutine. It is stable until the lane is revoked or
 // retired. Several lanes may share a partition. Lanes added through
 // [LanesAdded] must carry ids never used before in the source's lifetime.
 type LaneID uint32

@@ -70,7 +70,7 @@ func newMetrics(pipeline string, reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		info:              g("spate_pipeline_info", "Pipeline build information; always 1.", "version"),
 		state:             g("spate_pipeline_state", "Pipeline state, one-hot.", "state"),
-		threads:           g("spate_pipeline_threads", "Driver goroutines."),
+		threads:           g("spate_pipeline_threads", "Runner goroutines."),
 		pendingBatches:    g("spate_checkpoint_pending_batches", "Largest count of registered, not yet committed-past batches over partitions."),
 		partitionPending:  g("spate_checkpoint_partition_pending_batches", "Pending batches per partition (per-partition detail only).", "partition"),
 		watermarkAge:      g("spate_checkpoint_watermark_age_seconds", "Longest time a partition watermark has been stalled behind a failed batch."),
@@ -82,7 +82,7 @@ func newMetrics(pipeline string, reg prometheus.Registerer) (*metrics, error) {
 		records:           c("spate_source_records_total", "Records polled."),
 		bytes:             c("spate_source_bytes_total", "Payload bytes polled (value plus key)."),
 		pollDuration:      h("spate_source_poll_duration_seconds", "Lane poll duration."),
-		bpPaused:          g("spate_backpressure_paused", "1 while the driver is paused by backpressure."),
+		bpPaused:          g("spate_backpressure_paused", "1 while the runner is paused by backpressure."),
 		bpPausedSeconds:   c("spate_backpressure_paused_seconds_total", "Time spent paused by backpressure."),
 		bpEvents:          c("spate_backpressure_pause_events_total", "Backpressure pauses."),
 		inflight:          g("spate_backpressure_inflight_bytes", "Bytes sealed into chunks and not yet settled by a sink."),
@@ -142,22 +142,22 @@ func (m *metrics) commit(ok bool, d time.Duration) {
 	m.commitDuration.WithLabelValues(compCheck, compCheck).Observe(d.Seconds())
 }
 
-// driverMetrics are one driver's handles, resolved once at start.
-type driverMetrics struct {
+// runnerMetrics are one runner's handles, resolved once at start.
+type runnerMetrics struct {
 	records, bytes, pausedSeconds, pauseEvents prometheus.Counter
 	paused                                     prometheus.Gauge
 	poll                                       prometheus.Observer
 }
 
-func (m *metrics) forDriver(i int) driverMetrics {
-	comp := "driver-" + strconv.Itoa(i)
-	return driverMetrics{
+func (m *metrics) forRunner(i int) runnerMetrics {
+	comp := "runner-" + strconv.Itoa(i)
+	return runnerMetrics{
 		records:       m.records.WithLabelValues(compSource, compSource),
 		bytes:         m.bytes.WithLabelValues(compSource, compSource),
 		poll:          m.pollDuration.WithLabelValues(compSource, compSource),
-		paused:        m.bpPaused.WithLabelValues(comp, "driver"),
-		pausedSeconds: m.bpPausedSeconds.WithLabelValues(comp, "driver"),
-		pauseEvents:   m.bpEvents.WithLabelValues(comp, "driver"),
+		paused:        m.bpPaused.WithLabelValues(comp, "runner"),
+		pausedSeconds: m.bpPausedSeconds.WithLabelValues(comp, "runner"),
+		pauseEvents:   m.bpEvents.WithLabelValues(comp, "runner"),
 	}
 }
 

@@ -6,7 +6,7 @@ import (
 )
 
 // mpsc is an unbounded multi-producer queue. Push never blocks: control
-// traffic, driver events and acknowledgments must never stall a poll loop
+// traffic, runner events and acknowledgments must never stall a poll loop
 // (a buffered channel would block its sender when full).
 type mpsc[T any] struct {
 	mu     sync.Mutex

@@ -88,7 +88,7 @@ func WithRegisterer(reg prometheus.Registerer) Option {
 }
 
 // Runtime runs one pipeline: a controller goroutine that alone drives the
-// [Source], Threads driver goroutines that poll lanes through their chains,
+// [Source], Threads runner goroutines that poll lanes through their chains,
 // and the sinks' writers.
 type Runtime struct {
 	cfg    Config
@@ -103,7 +103,7 @@ type Runtime struct {
 	ran    atomic.Bool
 }
 
-// New assembles a runtime from a source, a chain per driver and the sinks'
+// New assembles a runtime from a source, a chain per runner and the sinks'
 // hooks. budget is shared with the sinks (nil: a fresh one of
 // MaxInflightBytes). Nothing starts until Run.
 func New(cfg Config, src Source, chains ChainFactory, sinks SinkHooks, budget *InflightBudget, opts ...Option) (*Runtime, error) {
@@ -196,12 +196,12 @@ func (r *Runtime) Run(ctx context.Context) (ExitReport, error) {
 		cp:             NewCheckpointer(nil),
 		shutdown:       new(atomic.Bool),
 		commitsFailing: new(atomic.Bool),
-		events:         newMPSC[driverEvent](),
+		events:         newMPSC[runnerEvent](),
 		toMain:         make(chan controllerSignal, 2),
 		sinkDrained:    make(chan struct{}, 1),
 		controllerDone: make(chan struct{}),
 	}
-	r.startDrivers(s)
+	r.startRunners(s)
 	r.startController(s)
 	finished := r.awaitController(s)
 	if finished == nil {
@@ -210,16 +210,16 @@ func (r *Runtime) Run(ctx context.Context) (ExitReport, error) {
 	return r.finish(s, finished)
 }
 
-// runState is what the phases of one [Runtime.Run] share: the drivers, the
+// runState is what the phases of one [Runtime.Run] share: the runners, the
 // controller, and the report being made.
 type runState struct {
 	cp             *Checkpointer
 	shutdown       *atomic.Bool
 	commitsFailing *atomic.Bool
-	events         *mpsc[driverEvent]
+	events         *mpsc[runnerEvent]
 	controls       []*mpsc[controlMsg]
-	exits          []driverExit
-	drivers        sync.WaitGroup
+	exits          []runnerExit
+	runners        sync.WaitGroup
 
 	toMain          chan controllerSignal
 	sinkDrained     chan struct{}
@@ -244,22 +244,22 @@ func (r *Runtime) startProbe() (stop func()) {
 	return func() { close(probeStop); <-probeDone }
 }
 
-// startDrivers starts one driver goroutine per thread, each with its own
+// startRunners starts one runner goroutine per thread, each with its own
 // control queue.
-func (r *Runtime) startDrivers(s *runState) {
+func (r *Runtime) startRunners(s *runState) {
 	cfg := r.cfg
 	s.controls = make([]*mpsc[controlMsg], cfg.Threads)
-	s.exits = make([]driverExit, cfg.Threads)
+	s.exits = make([]runnerExit, cfg.Threads)
 	params := newBPParams(r.budget.Max(), cfg.HighRatio, cfg.LowRatio, cfg.MinPause)
 	for i := range cfg.Threads {
 		s.controls[i] = newMPSC[controlMsg]()
-		d := &driver{
+		d := &runner{
 			i: i, cfg: &r.cfg, ctl: s.controls[i], events: s.events, chain: r.chains(i),
 			bp: newWatermarkController(params, nil), budget: r.budget, queuesBelow: r.sinks.QueuesBelow,
-			health: r.health, shutdown: s.shutdown, commitsFailing: s.commitsFailing, m: r.m.forDriver(i), component: fmt.Sprintf("driver-%d", i),
-			log: r.log.With("component", fmt.Sprintf("driver-%d", i)), gates: map[PartitionID]*gateState{},
+			health: r.health, shutdown: s.shutdown, commitsFailing: s.commitsFailing, m: r.m.forRunner(i), component: fmt.Sprintf("runner-%d", i),
+			log: r.log.With("component", fmt.Sprintf("runner-%d", i)), gates: map[PartitionID]*gateState{},
 		}
-		s.drivers.Go(func() { s.exits[i] = d.run() })
+		s.runners.Go(func() { s.exits[i] = d.run() })
 	}
 }
 
@@ -317,7 +317,7 @@ func (r *Runtime) awaitController(s *runState) *controllerReport {
 		select {
 		case sig := <-s.toMain:
 			if sig.lanesDrained {
-				s.drivers.Wait()
+				s.runners.Wait()
 				r.drainSinks(s, sig.sinkDeadline)
 				s.sinkDrained <- struct{}{}
 				continue
@@ -330,7 +330,7 @@ func (r *Runtime) awaitController(s *runState) *controllerReport {
 					return sig.finished
 				}
 				if sig.lanesDrained {
-					s.drivers.Wait()
+					s.runners.Wait()
 					r.drainSinks(s, sig.sinkDeadline)
 				}
 			default:
@@ -341,7 +341,7 @@ func (r *Runtime) awaitController(s *runState) *controllerReport {
 	}
 }
 
-// controllerDied stops the drivers and drains the sinks in the
+// controllerDied stops the runners and drains the sinks in the
 // controller's place, and reports the run Failed.
 func (r *Runtime) controllerDied(s *runState) (ExitReport, error) {
 	cfg := r.cfg
@@ -356,7 +356,7 @@ func (r *Runtime) controllerDied(s *runState) (ExitReport, error) {
 	for _, q := range s.controls {
 		q.Push(controlMsg{kind: ctlShutdown, barrier: b, deadline: deadline})
 	}
-	s.drivers.Wait()
+	s.runners.Wait()
 	r.drainSinks(s, time.Now().Add(cfg.DrainTimeout))
 	r.m.setState(StateFailed)
 	report := &s.report
@@ -367,10 +367,10 @@ func (r *Runtime) controllerDied(s *runState) (ExitReport, error) {
 	return *report, report.Failure
 }
 
-// finish waits for the drivers and the controller after its report,
+// finish waits for the runners and the controller after its report,
 // closes the source and makes the run's report.
 func (r *Runtime) finish(s *runState, finished *controllerReport) (ExitReport, error) {
-	s.drivers.Wait()
+	s.runners.Wait()
 	<-s.controllerDone
 	report := &s.report
 	if finished.failure != nil {

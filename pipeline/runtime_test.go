@@ -324,7 +324,7 @@ func TestStopReadsOnUntilTheSourceIsDone(t *testing.T) {
 	cfg := testConfig()
 	// A stop reads on only until StopReserve before its deadline, never
 	// before its trigger: with the default reserve (5s) above the 3s drain
-	// timeout it would end its reading at once, and only the drivers' lag
+	// timeout it would end its reading at once, and only the runners' lag
 	// in seeing the shutdown could read on. Leave it 2s to read on.
 	cfg.StopReserve = cfg.DrainTimeout - 2*time.Second
 	h := &harness{}
@@ -354,7 +354,7 @@ func TestStopReadsOnUntilTheSourceIsDone(t *testing.T) {
 }
 
 // A revocation wait renews what the source holds and, once a stop must be
-// served, sets the drivers' flag so a blocked batch is abandoned.
+// served, sets the runners' flag so a blocked batch is abandoned.
 func TestRevocationWaitRenewsAndYieldsToAStop(t *testing.T) {
 	cfg := testConfig()
 	cfg.DrainTimeout = 20 * time.Second

@@ -287,7 +287,7 @@ func (s *SinkRuntime) trySend(shard int, ch *chunk) bool {
 }
 
 // sendWait offers a sealed chunk to a shard queue, waiting until the
-// queue takes it or timeout fires. Only a driver retrying a blocked batch
+// queue takes it or timeout fires. Only a runner retrying a blocked batch
 // waits, and never longer than its retry step.
 func (s *SinkRuntime) sendWait(shard int, ch *chunk, timeout <-chan time.Time) bool {
 	select {

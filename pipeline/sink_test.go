@@ -232,7 +232,7 @@ func (s stallingSink) Write(ctx context.Context, shard int, records []pipeline.R
 // still delivered once the sink catches up. The batches are small, so the
 // stuck write and the full batch waiting behind it hold few records: the
 // queue stays full while the lane has plenty more, longer than the
-// driver's grace for a momentarily full queue.
+// runner's grace for a momentarily full queue.
 func TestFullQueuesBackpressure(t *testing.T) {
 	release := make(chan struct{})
 	capture := &pipeline.CaptureSink{}

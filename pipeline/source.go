@@ -34,7 +34,7 @@ type Batch struct {
 	Ack      *AckRef
 }
 
-// Lane is one pollable data-plane object, owned by one driver goroutine.
+// Lane is one pollable data-plane object, owned by one runner goroutine.
 type Lane interface {
 	ID() LaneID
 	Partition() PartitionID
@@ -54,7 +54,7 @@ type SourceCtx struct {
 	Stop *StopSignal
 	// Metrics lets the source publish what only it can measure (lag).
 	Metrics *SourceMetrics
-	// Threads is the number of driver goroutines.
+	// Threads is the number of runner goroutines.
 	Threads int
 	// PerPartitionDetail mirrors [Config.PerPartitionDetail].
 	PerPartitionDetail bool
@@ -90,7 +90,7 @@ type Source interface {
 	// reading at once.
 	ReadingOnStop() bool
 	// StopReading ends the stop's reading: the source takes on no new work.
-	// It is called once when the controller loop ends, before the drivers
+	// It is called once when the controller loop ends, before the runners
 	// drain (not after a Drained exit, nor when Open failed). What the
 	// source holds is handed back only at Close, after the final commit,
 	// so that nothing read and written before the stop replays.

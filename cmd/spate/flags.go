@@ -17,7 +17,7 @@ import (
 	"github.com/spate-go/spate/storeurl"
 )
 
-// maxThreads caps --threads: every pipeline thread is a driver goroutine
+// maxThreads caps --threads: every pipeline thread is a lane runner goroutine
 // with its own buffers, and far more of them than CPUs only costs memory.
 const maxThreads = 256
 

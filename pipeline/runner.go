@@ -18,7 +18,7 @@ const (
 	ctlShutdown
 )
 
-// controlMsg is a controller → driver message.
+// controlMsg is a controller → runner message.
 type controlMsg struct {
 	kind     controlKind
 	lane     Lane
@@ -28,10 +28,10 @@ type controlMsg struct {
 	deadline time.Time
 }
 
-type driverEventKind uint8
+type runnerEventKind uint8
 
 const (
-	evPause driverEventKind = iota
+	evPause runnerEventKind = iota
 	evResume
 	evFatal
 	// evCommitWanted: the partitions reached their uncommitted-bytes
@@ -39,9 +39,9 @@ const (
 	evCommitWanted
 )
 
-// driverEvent is a driver → controller message.
-type driverEvent struct {
-	kind       driverEventKind
+// runnerEvent is a runner → controller message.
+type runnerEvent struct {
+	kind       runnerEventKind
 	lanes      []LaneID
 	partitions []PartitionID
 	thread     int
@@ -100,14 +100,14 @@ func (g *gateState) settle() int64 {
 	return g.uncommitted
 }
 
-// driver is one pipeline goroutine: it polls its lanes round-robin, pushes
+// runner is one pipeline goroutine: it polls its lanes round-robin, pushes
 // batches through its chain, applies backpressure and serves control
 // messages before every lane poll.
-type driver struct {
+type runner struct {
 	i           int
 	cfg         *Config
 	ctl         *mpsc[controlMsg]
-	events      *mpsc[driverEvent]
+	events      *mpsc[runnerEvent]
 	chain       Chain
 	bp          *watermarkController
 	budget      *InflightBudget
@@ -119,7 +119,7 @@ type driver struct {
 	// the splits' leases run out meanwhile, so a partition with anything
 	// uncommitted is not polled until a commit lands.
 	commitsFailing *atomic.Bool
-	m              driverMetrics
+	m              runnerMetrics
 	log            *slog.Logger
 	component      string
 
@@ -138,20 +138,20 @@ type driver struct {
 	bytesWarn        warnLimiter
 }
 
-// driverExit is how a driver goroutine ended.
-type driverExit struct {
+// runnerExit is how a runner goroutine ended.
+type runnerExit struct {
 	failed bool
 	panic  *FatalError // a panic outside the batch guard
 }
 
-func (d *driver) run() (exit driverExit) {
+func (d *runner) run() (exit runnerExit) {
 	defer func() {
 		if r := recover(); r != nil {
-			// The shutdown barrier counts this driver: report, then keep
+			// The shutdown barrier counts this runner: report, then keep
 			// answering control messages until Shutdown like any failed one.
 			fe := fatalf(d.component, "pipeline thread panicked outside the batch guard: %v", r)
-			exit = driverExit{failed: true, panic: fe}
-			d.events.Push(driverEvent{kind: evFatal, thread: d.i, err: fe})
+			exit = runnerExit{failed: true, panic: fe}
+			d.events.Push(runnerEvent{kind: evFatal, thread: d.i, err: fe})
 			func() {
 				defer func() { _ = recover() }()
 				if d.chain != nil {
@@ -167,7 +167,7 @@ func (d *driver) run() (exit driverExit) {
 	for {
 		d.health.beat(d.i)
 		if d.serveControl() {
-			return driverExit{}
+			return runnerExit{}
 		}
 		if d.fatal {
 			if d.chain != nil {
@@ -175,7 +175,7 @@ func (d *driver) run() (exit driverExit) {
 				d.chain = nil
 			}
 			d.parkUntilShutdown()
-			return driverExit{failed: true}
+			return runnerExit{failed: true}
 		}
 		if d.backpressureTick() {
 			time.Sleep(d.cfg.PollTimeout)
@@ -240,7 +240,7 @@ func (d *driver) run() (exit driverExit) {
 
 // onBatch counts, gates and drives one polled batch, then releases the
 // runtime's reference to its acknowledgment.
-func (d *driver) onBatch(b *Batch) {
+func (d *runner) onBatch(b *Batch) {
 	if b.Ack == nil {
 		d.reportFatal(fatalf(d.component, "lane returned a batch without an acknowledgment handle"))
 		return
@@ -255,15 +255,15 @@ func (d *driver) onBatch(b *Batch) {
 	}
 	d.m.records.Add(float64(len(b.Payloads)))
 	d.m.bytes.Add(float64(bytes))
-	if err := d.driveBatch(b); err != nil {
+	if err := d.runBatch(b); err != nil {
 		d.reportFatal(err)
 	}
 	b.Ack.Release()
 }
 
-// driveBatch pushes b until the chain takes all of it. Every way out but
+// runBatch pushes b until the chain takes all of it. Every way out but
 // success fails the batch's acknowledgment.
-func (d *driver) driveBatch(b *Batch) (fe *FatalError) {
+func (d *runner) runBatch(b *Batch) (fe *FatalError) {
 	defer func() {
 		if r := recover(); r != nil {
 			b.Ack.Fail()
@@ -299,7 +299,7 @@ func (d *driver) driveBatch(b *Batch) (fe *FatalError) {
 			time.Sleep(d.cfg.BlockedRetry)
 			continue
 		}
-		// A full sink queue. Within the grace the driver only waits for
+		// A full sink queue. Within the grace the runner only waits for
 		// the queue to take the parked chunk (it polls nothing meanwhile);
 		// a refusal that outlasts the grace is backpressure and pauses the
 		// source.
@@ -319,14 +319,14 @@ func (d *driver) driveBatch(b *Batch) (fe *FatalError) {
 	}
 }
 
-func (d *driver) reportFatal(err *FatalError) {
+func (d *runner) reportFatal(err *FatalError) {
 	d.fatal = true
-	d.events.Push(driverEvent{kind: evFatal, thread: d.i, err: err})
+	d.events.Push(runnerEvent{kind: evFatal, thread: d.i, err: err})
 }
 
 // serveControl handles the parked message and every queued one. It
-// reports whether the driver must exit (Shutdown).
-func (d *driver) serveControl() bool {
+// reports whether the runner must exit (Shutdown).
+func (d *runner) serveControl() bool {
 	if d.parked != nil {
 		msg := *d.parked
 		d.parked = nil
@@ -345,7 +345,7 @@ func (d *driver) serveControl() bool {
 	}
 }
 
-func (d *driver) handle(msg controlMsg) bool {
+func (d *runner) handle(msg controlMsg) bool {
 	switch msg.kind {
 	case ctlAddLane:
 		d.lanes = append(d.lanes, msg.lane)
@@ -383,7 +383,7 @@ func (d *driver) handle(msg controlMsg) bool {
 
 // removeLanes drops the listed lanes it holds and the gates of partitions
 // it no longer has lanes for; it returns how many it removed.
-func (d *driver) removeLanes(ids []LaneID) int {
+func (d *runner) removeLanes(ids []LaneID) int {
 	n := 0
 	d.lanes = slices.DeleteFunc(d.lanes, func(l Lane) bool {
 		if slices.Contains(ids, l.ID()) {
@@ -400,7 +400,7 @@ func (d *driver) removeLanes(ids []LaneID) int {
 	return n
 }
 
-func (d *driver) isGated(l Lane) bool {
+func (d *runner) isGated(l Lane) bool {
 	g := d.gates[l.Partition()]
 	if g == nil {
 		return false
@@ -426,7 +426,7 @@ func (d *driver) isGated(l Lane) bool {
 
 // bytesGated applies the uncommitted-bytes ceiling to g, asking the
 // controller for a commit when the partition reaches it.
-func (d *driver) bytesGated(p PartitionID, g *gateState) bool {
+func (d *runner) bytesGated(p PartitionID, g *gateState) bool {
 	limit := d.cfg.MaxUncommittedBytes
 	if limit <= 0 || g.committed == nil {
 		return false
@@ -442,10 +442,10 @@ func (d *driver) bytesGated(p PartitionID, g *gateState) bool {
 	if gated && time.Since(g.lastWant) >= d.cfg.EventPollTimeout {
 		// Repeated while gated: the commit that lands may not cover it all.
 		g.lastWant = time.Now()
-		d.events.Push(driverEvent{kind: evCommitWanted, thread: d.i, partitions: []PartitionID{p}})
+		d.events.Push(runnerEvent{kind: evCommitWanted, thread: d.i, partitions: []PartitionID{p}})
 	}
 	if gated && !g.bytesGated {
-		// One line per driver and interval, not per partition: a store
+		// One line per runner and interval, not per partition: a store
 		// refusing commits gates every partition at about the same time.
 		if ok, suppressed := d.bytesWarn.allow(time.Now(), commitWarnEvery); ok {
 			d.log.Warn("partition at its uncommitted-bytes ceiling; not polling it until a commit lands",
@@ -460,34 +460,34 @@ func (d *driver) bytesGated(p PartitionID, g *gateState) bool {
 
 // parkControl waits on the control queue for up to the poll timeout,
 // keeping any message for the next serveControl.
-func (d *driver) parkControl() {
+func (d *runner) parkControl() {
 	if msg, ok := d.ctl.PopWait(d.cfg.PollTimeout); ok {
 		d.parked = &msg
 	}
 }
 
-// backpressureTick applies a transition and reports whether the driver is
+// backpressureTick applies a transition and reports whether the runner is
 // paused.
-func (d *driver) backpressureTick() bool {
+func (d *runner) backpressureTick() bool {
 	d.applyTransition(d.bp.tick(d.budget.Usage(), d.queuesBelow(d.cfg.LowRatio)))
 	return d.bp.paused
 }
 
-func (d *driver) applyTransition(t bpTransition) {
+func (d *runner) applyTransition(t bpTransition) {
 	switch t {
 	case bpPause:
 		d.pauseStarted = time.Now()
 		d.m.paused.Set(1)
 		d.m.pauseEvents.Inc()
-		d.events.Push(driverEvent{kind: evPause, thread: d.i, lanes: d.laneIDs()})
+		d.events.Push(runnerEvent{kind: evPause, thread: d.i, lanes: d.laneIDs()})
 	case bpResume:
 		d.m.paused.Set(0)
 		d.m.pausedSeconds.Add(time.Since(d.pauseStarted).Seconds())
-		d.events.Push(driverEvent{kind: evResume, thread: d.i, lanes: d.laneIDs()})
+		d.events.Push(runnerEvent{kind: evResume, thread: d.i, lanes: d.laneIDs()})
 	}
 }
 
-func (d *driver) laneIDs() []LaneID {
+func (d *runner) laneIDs() []LaneID {
 	ids := make([]LaneID, len(d.lanes))
 	for i, l := range d.lanes {
 		ids[i] = l.ID()
@@ -495,7 +495,7 @@ func (d *driver) laneIDs() []LaneID {
 	return ids
 }
 
-func (d *driver) flushOnce() {
+func (d *runner) flushOnce() {
 	if d.chain == nil {
 		return
 	}
@@ -512,7 +512,7 @@ func (d *driver) flushOnce() {
 	}
 }
 
-func (d *driver) safeFlush() (out PushOutcome) {
+func (d *runner) safeFlush() (out PushOutcome) {
 	defer func() {
 		if r := recover(); r != nil {
 			out = PushOutcome{Kind: PushFatal, Err: fatalf(d.component, "operator chain panicked: %v", r)}
@@ -529,7 +529,7 @@ func (d *driver) safeFlush() (out PushOutcome) {
 // or has waited that long in its buffers: a trickle of records (a
 // followed file) is then never held until the next commit tick, which
 // would put a whole commit interval into its latency.
-func (d *driver) idleFlush() {
+func (d *runner) idleFlush() {
 	if d.flushedSinceData {
 		return
 	}
@@ -541,7 +541,7 @@ func (d *driver) idleFlush() {
 
 // flushUntil flushes the chain until it is done or the deadline passes
 // (what stays parked is abandoned by the chain's teardown and replays).
-func (d *driver) flushUntil(deadline time.Time) {
+func (d *runner) flushUntil(deadline time.Time) {
 	if d.chain == nil {
 		return
 	}
@@ -567,9 +567,9 @@ func (d *driver) flushUntil(deadline time.Time) {
 	}
 }
 
-// parkUntilShutdown keeps a failed driver answering control messages until
-// Shutdown, because the shutdown barrier counts every driver.
-func (d *driver) parkUntilShutdown() {
+// parkUntilShutdown keeps a failed runner answering control messages until
+// Shutdown, because the shutdown barrier counts every runner.
+func (d *runner) parkUntilShutdown() {
 	for {
 		d.health.beat(d.i)
 		msg, ok := d.parked, d.parked != nil
@@ -600,4 +600,4 @@ func (d *driver) parkUntilShutdown() {
 	}
 }
 
-func (d *driver) String() string { return fmt.Sprintf("driver-%d", d.i) }
+func (d *runner) String() string { return fmt.Sprintf("runner-%d", d.i) }

@@ -45,17 +45,17 @@ func (c *roomChain) waitRoom(time.Duration) bool {
 	return true
 }
 
-func newTestDriver(t *testing.T, chain Chain, grace time.Duration) *driver {
+func newTestRunner(t *testing.T, chain Chain, grace time.Duration) *runner {
 	t.Helper()
-	m, err := newMetrics("driver-test", nil)
+	m, err := newMetrics("runner-test", nil)
 	require.NoError(t, err)
-	cfg := Config{Name: "driver-test", BlockGrace: grace, BlockedRetry: time.Microsecond}.WithDefaults()
-	return &driver{
-		cfg: &cfg, ctl: newMPSC[controlMsg](), events: newMPSC[driverEvent](), chain: chain,
+	cfg := Config{Name: "runner-test", BlockGrace: grace, BlockedRetry: time.Microsecond}.WithDefaults()
+	return &runner{
+		cfg: &cfg, ctl: newMPSC[controlMsg](), events: newMPSC[runnerEvent](), chain: chain,
 		bp:     newWatermarkController(newBPParams(1<<20, cfg.HighRatio, cfg.LowRatio, cfg.MinPause), nil),
 		budget: NewInflightBudget(1 << 20), queuesBelow: func(float64) bool { return true },
-		health: newHealthState(1, nil), shutdown: new(atomic.Bool), m: m.forDriver(0),
-		log: slog.New(slog.NewTextHandler(io.Discard, nil)), component: "driver-0", gates: map[PartitionID]*gateState{},
+		health: newHealthState(1, nil), shutdown: new(atomic.Bool), m: m.forRunner(0),
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)), component: "runner-0", gates: map[PartitionID]*gateState{},
 	}
 }
 
@@ -66,7 +66,7 @@ func testBatch(t *testing.T) *Batch {
 	return &Batch{Payloads: make([]RawPayload, 3), Ack: cp.Issuer().Issue(0, 2)}
 }
 
-func pauses(d *driver) int {
+func pauses(d *runner) int {
 	n := 0
 	for _, ev := range d.events.DrainInto(nil) {
 		if ev.kind == evPause {
@@ -77,13 +77,13 @@ func pauses(d *driver) int {
 }
 
 // A batch that waits on a full queue inside the grace, and gets in once the
-// queue takes the parked chunk, pauses nothing: the driver waited for room
+// queue takes the parked chunk, pauses nothing: the runner waited for room
 // (polling nothing meanwhile) instead of pausing the source.
 func TestBlockedBatchWithinGraceDoesNotPause(t *testing.T) {
 	chain := &roomChain{blockingChain: blockingChain{blocks: 3}}
-	d := newTestDriver(t, chain, time.Hour)
+	d := newTestRunner(t, chain, time.Hour)
 	b := testBatch(t)
-	require.Nil(t, d.driveBatch(b))
+	require.Nil(t, d.runBatch(b))
 	require.Equal(t, 4, chain.pushes)
 	require.Equal(t, 3, chain.waits, "every refusal waits for room")
 	require.Zero(t, pauses(d))
@@ -95,9 +95,9 @@ func TestBlockedBatchWithinGraceDoesNotPause(t *testing.T) {
 // paused (once), and the batch still gets in when the queue frees.
 func TestBlockedBatchPastGracePauses(t *testing.T) {
 	chain := &roomChain{blockingChain: blockingChain{blocks: 3}, full: 2 * time.Millisecond}
-	d := newTestDriver(t, chain, time.Millisecond)
+	d := newTestRunner(t, chain, time.Millisecond)
 	b := testBatch(t)
-	require.Nil(t, d.driveBatch(b))
+	require.Nil(t, d.runBatch(b))
 	require.Equal(t, 4, chain.pushes)
 	require.Equal(t, 1, pauses(d))
 	require.True(t, d.bp.paused)
@@ -107,8 +107,8 @@ func TestBlockedBatchPastGracePauses(t *testing.T) {
 // A negative grace pauses on the first refusal, as before the grace.
 func TestBlockedBatchWithNegativeGracePausesAtOnce(t *testing.T) {
 	chain := &roomChain{blockingChain: blockingChain{blocks: 1}}
-	d := newTestDriver(t, chain, -1)
-	require.Nil(t, d.driveBatch(testBatch(t)))
+	d := newTestRunner(t, chain, -1)
+	require.Nil(t, d.runBatch(testBatch(t)))
 	require.Equal(t, 1, pauses(d))
 	require.True(t, d.bp.paused)
 }
@@ -117,8 +117,8 @@ func TestBlockedBatchWithNegativeGracePausesAtOnce(t *testing.T) {
 // whatever the grace.
 func TestBlockedChainWithoutRoomWaitPausesAtOnce(t *testing.T) {
 	chain := &blockingChain{blocks: 1}
-	d := newTestDriver(t, chain, time.Hour)
-	require.Nil(t, d.driveBatch(testBatch(t)))
+	d := newTestRunner(t, chain, time.Hour)
+	require.Nil(t, d.runBatch(testBatch(t)))
 	require.Equal(t, 1, pauses(d))
 	require.True(t, d.bp.paused)
 }
