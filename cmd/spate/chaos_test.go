@@ -22,7 +22,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/spate-go/spate/conformance"
-	"github.com/spate-go/spate/internal/etcdtest"
+	"github.com/spate-go/spate/internal/etcdservers"
 	"github.com/spate-go/spate/internal/faultproxy"
 	"github.com/spate-go/spate/pipeline/filesource"
 	"github.com/spate-go/spate/stores/etcd"
@@ -91,7 +91,7 @@ type chaosWorker struct {
 func processChaos(t *testing.T, seed uint64) (map[string]int, int) {
 	rng := rand.New(rand.NewPCG(seed, 0xc4a05))
 	const lease = 2 * time.Second
-	c := etcdtest.Start(t, etcdtest.Options{Members: 1})
+	c := etcdservers.Start(t, etcdservers.Options{Members: 1})
 	target, err := url.Parse(c.Endpoints()[0])
 	require.NoError(t, err)
 	dir := t.TempDir()

@@ -23,9 +23,9 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/conformance"
-	"github.com/spate-go/spate/internal/etcdtest"
+	"github.com/spate-go/spate/internal/etcdservers"
 	"github.com/spate-go/spate/internal/freeport"
-	"github.com/spate-go/spate/internal/redistest"
+	"github.com/spate-go/spate/internal/redisservers"
 	"github.com/spate-go/spate/pipeline/filesource"
 	"github.com/spate-go/spate/stores/etcd"
 )
@@ -212,7 +212,7 @@ func httpGet(t *testing.T, url string) string {
 // the same external etcd) finishes the job and replays nothing.
 func TestBackfillSIGTERMDrainsAndHandsBack(t *testing.T) {
 	t.Parallel()
-	cluster := etcdtest.Start(t, etcdtest.Options{})
+	cluster := etcdservers.Start(t, etcdservers.Options{})
 	storeURL := "etcd://" + cluster.Members()[0].ClientURL.Host
 	dir := t.TempDir()
 	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
@@ -244,7 +244,7 @@ func TestBackfillSIGTERMDrainsAndHandsBack(t *testing.T) {
 }
 
 // openEtcdJob opens a store over a job's prefix on a test cluster.
-func openEtcdJob(t *testing.T, c *etcdtest.Cluster, job string, ttl time.Duration) spate.Store {
+func openEtcdJob(t *testing.T, c *etcdservers.Cluster, job string, ttl time.Duration) spate.Store {
 	t.Helper()
 	cli := c.Client(t, nil)
 	st, err := etcd.New(ctxT(t, 20*time.Second), cli, etcd.Options{Prefix: etcdPrefix(job), TTL: ttl})
@@ -273,7 +273,7 @@ func TestDemo(t *testing.T) {
 // is restored, backfill finishes the job.
 func TestQuarantinedSplitInspectAndRequeue(t *testing.T) {
 	t.Parallel()
-	cluster := etcdtest.Start(t, etcdtest.Options{})
+	cluster := etcdservers.Start(t, etcdservers.Options{})
 	storeURL := "etcd://" + cluster.Members()[0].ClientURL.Host
 	dir := t.TempDir()
 	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
@@ -382,7 +382,7 @@ func planJob(t *testing.T, st spate.Store, planner spate.SplitPlanner) {
 // namespaces.
 func TestConformancePassesAgainstEtcd(t *testing.T) {
 	t.Parallel()
-	cluster := etcdtest.Start(t, etcdtest.Options{})
+	cluster := etcdservers.Start(t, etcdservers.Options{})
 	storeURL := "etcd://" + cluster.Members()[0].ClientURL.Host
 	code, out, errOut := runSpate(t, t.TempDir(), "", 5*time.Minute, "conformance", "--store", storeURL, "--ttl", "1s")
 	expectCode(t, "conformance on etcd", code, 0, out, errOut)
@@ -409,7 +409,7 @@ func TestConformanceOnRedis(t *testing.T) {
 	t.Parallel()
 	t.Run("EVALRenamed", func(t *testing.T) {
 		t.Parallel()
-		srv := redistest.Start(t, redistest.WithArgs("--rename-command", "EVAL", ""))
+		srv := redisservers.Start(t, redisservers.WithArgs("--rename-command", "EVAL", ""))
 		code, out, errOut := runSpate(t, t.TempDir(), "", 2*time.Minute, "conformance", "--store", "redis://"+srv.Addr())
 		expectCode(t, "conformance on a redis without EVAL", code, exitFailed, out, errOut)
 		for _, want := range []string{"Preflight/StoreOpens  FAIL", "does not accept EVAL", "rename-command", "FAIL: the store refuses"} {
@@ -418,7 +418,7 @@ func TestConformanceOnRedis(t *testing.T) {
 	})
 	t.Run("EvictingCache", func(t *testing.T) {
 		t.Parallel()
-		srv := redistest.Start(t, redistest.WithArgs("--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"))
+		srv := redisservers.Start(t, redisservers.WithArgs("--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"))
 		code, out, errOut := runSpate(t, t.TempDir(), "", 2*time.Minute, "conformance", "--store", "redis://"+srv.Addr())
 		expectCode(t, "conformance on an evicting redis", code, exitFailed, out, errOut)
 		for _, want := range []string{"Preflight/StoreOpens  FAIL", "maxmemory-policy allkeys-lru", "set maxmemory-policy to noeviction", "FAIL: the store refuses"} {
@@ -429,7 +429,7 @@ func TestConformanceOnRedis(t *testing.T) {
 	// on the one rule it breaks, naming the setting (it printed PASS).
 	t.Run("NoPersistence", func(t *testing.T) {
 		t.Parallel()
-		srv := redistest.Start(t)
+		srv := redisservers.Start(t)
 		code, out, errOut := runSpate(t, t.TempDir(), "", 3*time.Minute, "conformance", "--store", "redis://"+srv.Addr(), "--ttl", "1500ms",
 			"--run", "RequiredSettingsAreMet|DriverIsNamed")
 		expectCode(t, "conformance on redis without persistence", code, exitFailed, out, errOut)
@@ -439,7 +439,7 @@ func TestConformanceOnRedis(t *testing.T) {
 	})
 	t.Run("Healthy", func(t *testing.T) {
 		t.Parallel()
-		srv := redistest.Start(t, redistest.WithAOF())
+		srv := redisservers.Start(t, redisservers.WithAOF())
 		code, out, errOut := runSpate(t, t.TempDir(), "", 3*time.Minute, "conformance", "--store", "redis://"+srv.Addr(), "--ttl", "1500ms")
 		expectCode(t, "conformance on redis", code, 0, out, errOut)
 		// Redis has no shared lifetime for keys: the Sessioner rules skip.

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate/internal/freeport"
-	"github.com/spate-go/spate/internal/redistest"
+	"github.com/spate-go/spate/internal/redisservers"
 )
 
 // silentListener accepts connections and never answers: a store URL
@@ -89,7 +89,7 @@ func TestConnectTimeoutIsHonoured(t *testing.T) {
 	}
 	t.Run("rediss against a plain redis", func(t *testing.T) {
 		t.Parallel()
-		srv := redistest.Start(t) // a plain server: it answers, but not TLS
+		srv := redisservers.Start(t) // a plain server: it answers, but not TLS
 		dst := filepath.Join(t.TempDir(), "dst")
 		began := time.Now()
 		code, out, errOut := runSpate(t, dir, "", 10*timeout, "backfill", "--src", src, "--dst", dst,

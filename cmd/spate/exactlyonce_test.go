@@ -10,9 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/spate-go/spate/internal/etcdtest"
-	"github.com/spate-go/spate/internal/natstest"
-	"github.com/spate-go/spate/internal/redistest"
+	"github.com/spate-go/spate/internal/etcdservers"
+	"github.com/spate-go/spate/internal/natsservers"
+	"github.com/spate-go/spate/internal/redisservers"
 	"github.com/spate-go/spate/internal/s3test"
 )
 
@@ -97,14 +97,14 @@ type storeCase struct {
 func storeCases(names ...string) []storeCase {
 	all := map[string]func(t *testing.T) []string{
 		"etcd": func(t *testing.T) []string {
-			c := etcdtest.Start(t, etcdtest.Options{})
+			c := etcdservers.Start(t, etcdservers.Options{})
 			return []string{"--store", "etcd://" + c.Members()[0].ClientURL.Host}
 		},
 		"redis": func(t *testing.T) []string {
-			return []string{"--store", "redis://" + redistest.Start(t, redistest.WithAOF()).Addr()}
+			return []string{"--store", "redis://" + redisservers.Start(t, redisservers.WithAOF()).Addr()}
 		},
 		"nats": func(t *testing.T) []string {
-			srv := natstest.Start(t, natstest.WithTLS(false))
+			srv := natsservers.Start(t, natsservers.WithTLS(false))
 			return []string{"--store", srv.URL, "--ca-file", srv.CAFile}
 		},
 	}

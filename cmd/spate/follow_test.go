@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gocloud.dev/blob"
 
-	"github.com/spate-go/spate/internal/etcdtest"
+	"github.com/spate-go/spate/internal/etcdservers"
 	"github.com/spate-go/spate/internal/s3test"
 )
 
@@ -443,7 +443,7 @@ func TestFollowWorkersKilledAndStoppedAreExactlyOnce(t *testing.T) {
 // with --until-idle completes: every line once.
 func TestFollowStopsOnASignalAndResumes(t *testing.T) {
 	t.Parallel()
-	c := etcdtest.Start(t, etcdtest.Options{})
+	c := etcdservers.Start(t, etcdservers.Options{})
 	storeArgs := []string{"--store", "etcd://" + c.Members()[0].ClientURL.Host}
 	dir := t.TempDir()
 	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")

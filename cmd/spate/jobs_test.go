@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/redistest"
+	"github.com/spate-go/spate/internal/redisservers"
 	"github.com/spate-go/spate/pipeline/filesource"
 	"github.com/spate-go/spate/storeurl"
 )
@@ -22,7 +22,7 @@ import (
 // keys alone.
 func TestJobsAndDeleteOnRedis(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	srv := redisservers.Start(t)
 	storeURL := "redis://" + srv.Addr()
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/spate-go/spate/internal/etcdtest"
+	"github.com/spate-go/spate/internal/etcdservers"
 )
 
 // spateBin is the real binary the tests run, built once by TestMain (with
@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	if code == 0 {
-		if err := goleak.Find(etcdtest.LeakIgnores()...); err != nil {
+		if err := goleak.Find(etcdservers.LeakIgnores()...); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: goroutines leaked after the tests: %v\n", err)
 			code = 1
 		}

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate/conformance"
-	"github.com/spate-go/spate/internal/natstest"
+	"github.com/spate-go/spate/internal/natsservers"
 )
 
 // A backfill over NATS JetStream KV (an in-process nats-server with TLS and
@@ -19,7 +19,7 @@ import (
 // deletes its buckets.
 func TestNATSStore(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t, natstest.WithTLS(false), natstest.WithUserPassword("spate", "s3cret"))
+	srv := natsservers.Start(t, natsservers.WithTLS(false), natsservers.WithUserPassword("spate", "s3cret"))
 	storeArgs := []string{"--store", srv.URL, "--ca-file", srv.CAFile, "--user", "spate", "--password", "s3cret"}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
@@ -63,7 +63,7 @@ func TestNATSStore(t *testing.T) {
 // conformance preflight clearly.
 func TestConformanceOnNATSWithWrongCredentials(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t, natstest.WithToken("right-token"))
+	srv := natsservers.Start(t, natsservers.WithToken("right-token"))
 	code, out, errOut := runSpate(t, t.TempDir(), "", 2*time.Minute, "conformance", "--store", srv.URL, "--token", "wrong-token",
 		"--connect-timeout", "1s")
 	expectCode(t, "conformance with a wrong token", code, exitFailed, out, errOut)

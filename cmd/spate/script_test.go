@@ -11,7 +11,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/spate-go/spate/internal/redistest"
+	"github.com/spate-go/spate/internal/redisservers"
 )
 
 var updateScripts = flag.Bool("update-scripts", false, "rewrite the golden files of testdata/script from what the command printed")
@@ -24,7 +24,7 @@ var updateScripts = flag.Bool("update-scripts", false, "rewrite the golden files
 // need a store another process can read.
 func TestScripts(t *testing.T) {
 	t.Parallel()
-	redisURL := "redis://" + redistest.Start(t).Addr()
+	redisURL := "redis://" + redisservers.Start(t).Addr()
 	testscript.Run(t, testscript.Params{
 		Dir:           "testdata/script",
 		UpdateScripts: *updateScripts,

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/redistest"
+	"github.com/spate-go/spate/internal/redisservers"
 	"github.com/spate-go/spate/pipeline"
 )
 
@@ -128,7 +128,7 @@ func TestRangeScanFixedFleetIsExactlyOnce(t *testing.T) {
 	stores := map[string]func(t *testing.T) string{
 		"mem": func(*testing.T) string { return "mem://" },
 		"redis": func(t *testing.T) string {
-			return "redis://" + redistest.Start(t, redistest.WithAOF()).Addr()
+			return "redis://" + redisservers.Start(t, redisservers.WithAOF()).Addr()
 		},
 		"mem/at-least-once": func(*testing.T) string { return "mem://" },
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/redistest"
+	"github.com/spate-go/spate/internal/redisservers"
 	"github.com/spate-go/spate/pipeline"
 	"github.com/spate-go/spate/stores/redis"
 	"github.com/spate-go/spate/storeurl"
@@ -55,7 +55,7 @@ func TestMain(m *testing.M) {
 // exactly once. (The takeover time is logged, not asserted: timing is
 // measured, never a pass condition; the note of issue 26 reports it.)
 func TestRangeScanSIGKILLTakeoverOnRedisUnderTheDocumentedACL(t *testing.T) {
-	srv := redistest.Start(t, redistest.WithAOF(), redistest.WithUser("spate", "secret", redis.ACLRules()...))
+	srv := redisservers.Start(t, redisservers.WithAOF(), redisservers.WithUser("spate", "secret", redis.ACLRules()...))
 	url := "redis://spate:secret@" + srv.Addr()
 	dst := t.TempDir()
 	const ids = 2_000_000

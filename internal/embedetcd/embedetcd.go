@@ -1,6 +1,6 @@
 // Package embedetcd runs etcd inside the process
 // (go.etcd.io/etcd/server/v3/embed). It holds what spate's default store and
-// the test servers of internal/etcdtest share:
+// the test servers of internal/etcdservers share:
 //
 //   - [Start] starts one member from a [Member] description (data directory,
 //     URLs, raft timing, TLS, logger) and waits until it serves clients;

@@ -22,7 +22,7 @@
 //
 // Server logs are discarded unless the test runs with -v (warnings then go
 // to stderr) or SPATE_ETCD_LOG names a zap level (debug, info, warn, error).
-package etcdtest
+package etcdservers
 
 import (
 	"context"

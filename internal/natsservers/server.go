@@ -4,7 +4,7 @@
 // credentials) and TLS (a throwaway CA made in Go), or a JetStream cluster
 // whose nodes a test can stop and restart. Everything shuts down at test
 // cleanup. It needs no nats-server binary.
-package natstest
+package natsservers
 
 import (
 	"context"

@@ -17,7 +17,7 @@ import (
 
 	"github.com/spate-go/spate/conformance"
 	"github.com/spate-go/spate/conformance/live"
-	server "github.com/spate-go/spate/internal/redistest"
+	server "github.com/spate-go/spate/internal/redisservers"
 	"github.com/spate-go/spate/stores/etcd/etcdtest"
 	"github.com/spate-go/spate/stores/nats/natstest"
 	"github.com/spate-go/spate/stores/redis/redistest"

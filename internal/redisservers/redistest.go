@@ -10,7 +10,7 @@
 //
 // [Server.NewHarness] gives the conformance suite a fresh job per harness
 // over one server.
-package redistest
+package redisservers
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package redistest_test
+package redisservers_test
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/spate-go/spate/internal/redistest"
+	"github.com/spate-go/spate/internal/redisservers"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -15,7 +15,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // TestRestartKeepsAddressAndData: a clean restart and a crash restart both
 // come back on the same port with the AOF's data.
 func TestRestartKeepsAddressAndData(t *testing.T) {
-	srv := redistest.Start(t, redistest.WithAOF())
+	srv := redisservers.Start(t, redisservers.WithAOF())
 	addr := srv.Addr()
 	c := srv.Client(t)
 	ctx := t.Context()

@@ -1,4 +1,4 @@
-package redistest
+package redisservers
 
 import (
 	"crypto/tls"

@@ -7,7 +7,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/etcdtest"
+	"github.com/spate-go/spate/internal/etcdservers"
 	"github.com/spate-go/spate/stores/etcd"
 )
 
@@ -16,9 +16,9 @@ import (
 // on the shared embedded server. Pair it with the coordinator's commit
 // benchmark in the same run; the ratio is the overhead spate adds.
 func BenchmarkRawTxnCAS(b *testing.B) {
-	cli := etcdtest.Shared(b).Client(b, nil)
+	cli := etcdservers.Shared(b).Client(b, nil)
 	ctx := context.Background()
-	key := etcdtest.FreshPrefix() + "durable/bench.raw"
+	key := etcdservers.FreshPrefix() + "durable/bench.raw"
 	put, err := cli.Put(ctx, key, "0")
 	if err != nil {
 		b.Fatal(err)
@@ -45,8 +45,8 @@ func BenchmarkRawTxnCAS(b *testing.B) {
 func BenchmarkStoreUpdate(b *testing.B) {
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
 		b.Run(ks.String(), func(b *testing.B) {
-			cli := etcdtest.Shared(b).Client(b, nil)
-			s, err := etcd.New(context.Background(), cli, etcd.Options{Prefix: etcdtest.FreshPrefix(), TTL: testTTL})
+			cli := etcdservers.Shared(b).Client(b, nil)
+			s, err := etcd.New(context.Background(), cli, etcd.Options{Prefix: etcdservers.FreshPrefix(), TTL: testTTL})
 			if err != nil {
 				b.Fatal(err)
 			}

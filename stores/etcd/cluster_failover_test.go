@@ -7,14 +7,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate/conformance"
-	"github.com/spate-go/spate/internal/etcdtest"
+	"github.com/spate-go/spate/internal/etcdservers"
 )
 
 // TestCoordinatorSurvivesLeaderMemberDeath runs a three-worker job on a
 // three-member cluster and kills the raft leader member mid-job.
 func TestCoordinatorSurvivesLeaderMemberDeath(t *testing.T) {
 	t.Parallel()
-	c := etcdtest.Start(t, etcdtest.Options{Members: 3})
+	c := etcdservers.Start(t, etcdservers.Options{Members: 3})
 	killed := -1
 	conformance.RunFailover(t, func(t testing.TB) conformance.Harness { return c.NewHarness(t, testTTL) },
 		conformance.FailoverHooks{
@@ -36,7 +36,7 @@ func TestCoordinatorSurvivesLeaderMemberDeath(t *testing.T) {
 // SPATE_CHAOS_SEEDS=n runs more.
 func TestChaos(t *testing.T) {
 	t.Parallel()
-	c := etcdtest.Start(t, etcdtest.Options{Members: 3})
+	c := etcdservers.Start(t, etcdservers.Options{Members: 3})
 	killed := -1
 	conformance.RunChaos(t, func(t testing.TB) conformance.Harness { return c.NewHarness(t, testTTL) },
 		conformance.ChaosOptions{Seeds: 2, Server: &conformance.FailoverHooks{

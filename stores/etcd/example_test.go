@@ -10,14 +10,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/etcdtest"
+	"github.com/spate-go/spate/internal/etcdservers"
 	"github.com/spate-go/spate/stores/etcd"
 )
 
 // endpoints are your cluster's client URLs; the examples run against an
 // embedded server.
 func endpoints() []string {
-	c, err := etcdtest.SharedCluster()
+	c, err := etcdservers.SharedCluster()
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/conformance"
-	"github.com/spate-go/spate/internal/etcdtest"
+	"github.com/spate-go/spate/internal/etcdservers"
 )
 
 // TestFailoverKeepsCASLinearizable runs compare-and-swap increments from
@@ -24,7 +24,7 @@ import (
 // acknowledged write.
 func TestFailoverKeepsCASLinearizable(t *testing.T) {
 	t.Parallel()
-	c := etcdtest.Start(t, etcdtest.Options{Members: 3})
+	c := etcdservers.Start(t, etcdservers.Options{Members: 3})
 	h := c.NewHarness(t, testTTL)
 	ctx := t.Context()
 

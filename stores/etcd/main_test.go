@@ -3,7 +3,7 @@ package etcd_test
 import (
 	"testing"
 
-	"github.com/spate-go/spate/internal/etcdtest"
+	"github.com/spate-go/spate/internal/etcdservers"
 )
 
-func TestMain(m *testing.M) { etcdtest.Main(m) }
+func TestMain(m *testing.M) { etcdservers.Main(m) }

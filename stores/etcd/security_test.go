@@ -13,7 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/etcdtest"
+	"github.com/spate-go/spate/internal/etcdservers"
 	"github.com/spate-go/spate/internal/testcerts"
 	"github.com/spate-go/spate/stores/etcd"
 )
@@ -113,14 +113,14 @@ func requireRetryable(t *testing.T, err error, mentions ...string) {
 
 func TestTLSClientCertificates(t *testing.T) {
 	t.Parallel()
-	c := etcdtest.Start(t, etcdtest.Options{TLS: true})
+	c := etcdservers.Start(t, etcdservers.Options{TLS: true})
 	rogue := testcerts.NewCA(t, "rogue")
-	rogueClient, err := rogue.Client(etcdtest.JobUser)
+	rogueClient, err := rogue.Client(etcdservers.JobUser)
 	require.NoError(t, err)
 
 	t.Run("EndToEnd", func(t *testing.T) {
 		cli := c.Client(t, nil)
-		s, err, _ := newBounded(t, cli, opts(etcdtest.FreshPrefix()))
+		s, err, _ := newBounded(t, cli, opts(etcdservers.FreshPrefix()))
 		require.NoError(t, err)
 		exercise(t, s)
 	})
@@ -137,7 +137,7 @@ func TestTLSClientCertificates(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			cli := c.Client(t, func(cfg *clientv3.Config) { tc.tls(cfg.TLS) })
-			_, err, took := newBounded(t, cli, opts(etcdtest.FreshPrefix()))
+			_, err, took := newBounded(t, cli, opts(etcdservers.FreshPrefix()))
 			requireFatal(t, err, "TLS", "certificate")
 			t.Logf("New failed after %v", took.Round(time.Millisecond))
 		})
@@ -150,21 +150,21 @@ func TestTLSClientCertificates(t *testing.T) {
 				cfg.Endpoints[i] = strings.Replace(ep, "https://", "http://", 1)
 			}
 		})
-		_, err, _ := newBounded(t, cli, opts(etcdtest.FreshPrefix()))
+		_, err, _ := newBounded(t, cli, opts(etcdservers.FreshPrefix()))
 		requireFatal(t, err, "TLS")
 	})
 }
 
 func TestPasswordAuth(t *testing.T) {
 	t.Parallel()
-	c := etcdtest.Start(t, etcdtest.Options{Auth: true})
+	c := etcdservers.Start(t, etcdservers.Options{Auth: true})
 	root, err := c.RootClient()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = root.Close() })
 
 	t.Run("EndToEnd", func(t *testing.T) {
 		cli := c.Client(t, nil)
-		s, err, _ := newBounded(t, cli, opts(etcdtest.FreshPrefix()))
+		s, err, _ := newBounded(t, cli, opts(etcdservers.FreshPrefix()))
 		require.NoError(t, err)
 		exercise(t, s)
 	})
@@ -186,19 +186,19 @@ func TestPasswordAuth(t *testing.T) {
 		ctx := t.Context()
 		_, err := root.UserAdd(ctx, "rotated", "old-password")
 		require.NoError(t, err)
-		_, err = root.UserGrantRole(ctx, "rotated", etcdtest.JobRole)
+		_, err = root.UserGrantRole(ctx, "rotated", etcdservers.JobRole)
 		require.NoError(t, err)
 		cli := c.Client(t, func(cfg *clientv3.Config) { cfg.Username, cfg.Password = "rotated", "old-password" })
 		_, err = root.UserChangePassword(ctx, "rotated", "new-password")
 		require.NoError(t, err)
-		_, err, took := newBounded(t, cli, opts(etcdtest.FreshPrefix()))
+		_, err, took := newBounded(t, cli, opts(etcdservers.FreshPrefix()))
 		requireFatal(t, err, "password")
 		t.Logf("New failed after %v", took.Round(time.Millisecond))
 	})
 
 	t.Run("ReadOnlyUser", func(t *testing.T) {
 		ctx := t.Context()
-		prefix := etcdtest.FreshPrefix()
+		prefix := etcdservers.FreshPrefix()
 		_, err := root.RoleAdd(ctx, "reader")
 		require.NoError(t, err)
 		_, err = root.RoleGrantPermission(ctx, "reader", prefix, clientv3.GetPrefixRangeEnd(prefix), clientv3.PermissionType(clientv3.PermRead))
@@ -214,7 +214,7 @@ func TestPasswordAuth(t *testing.T) {
 
 	t.Run("NoCredentials", func(t *testing.T) {
 		cli := c.Client(t, func(cfg *clientv3.Config) { cfg.Username, cfg.Password = "", "" })
-		_, err, _ := newBounded(t, cli, opts(etcdtest.FreshPrefix()))
+		_, err, _ := newBounded(t, cli, opts(etcdservers.FreshPrefix()))
 		requireFatal(t, err, "user")
 	})
 }
@@ -230,14 +230,14 @@ func TestUnreachable(t *testing.T) {
 		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + addr}, DialTimeout: time.Second, Logger: nopLogger()})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = cli.Close() })
-		_, err, took := newBounded(t, cli, opts(etcdtest.FreshPrefix()))
+		_, err, took := newBounded(t, cli, opts(etcdservers.FreshPrefix()))
 		requireRetryable(t, err, "accepts connections")
 		t.Logf("New failed after %v (startup timeout %v)", took.Round(time.Millisecond), startupTimeout)
 	})
 	t.Run("AfterTheServerDied", func(t *testing.T) {
 		t.Parallel()
-		c := etcdtest.Start(t, etcdtest.Options{})
-		s, err, _ := newBounded(t, c.Client(t, nil), opts(etcdtest.FreshPrefix()))
+		c := etcdservers.Start(t, etcdservers.Options{})
+		s, err, _ := newBounded(t, c.Client(t, nil), opts(etcdservers.FreshPrefix()))
 		require.NoError(t, err)
 		c.Kill(0)
 		const deadline = time.Second

@@ -8,7 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/etcdtest"
+	"github.com/spate-go/spate/internal/etcdservers"
 	"github.com/spate-go/spate/stores/etcd"
 )
 
@@ -17,7 +17,7 @@ import (
 // never revokes it, and Close does.
 func TestSessionIsOneLeaseThatRewritesDoNotRevoke(t *testing.T) {
 	t.Parallel()
-	c := etcdtest.Start(t, etcdtest.Options{})
+	c := etcdservers.Start(t, etcdservers.Options{})
 	admin := c.Client(t, nil)
 	ctx := t.Context()
 	count := func() int {
@@ -26,7 +26,7 @@ func TestSessionIsOneLeaseThatRewritesDoNotRevoke(t *testing.T) {
 		require.NoError(t, err)
 		return len(resp.Leases)
 	}
-	s, err := etcd.New(ctx, c.Client(t, nil), opts(etcdtest.FreshPrefix()))
+	s, err := etcd.New(ctx, c.Client(t, nil), opts(etcdservers.FreshPrefix()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	reaped := make(chan clientv3.LeaseID, 64)

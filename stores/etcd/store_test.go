@@ -12,14 +12,14 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/etcdtest"
+	"github.com/spate-go/spate/internal/etcdservers"
 	"github.com/spate-go/spate/stores/etcd"
 )
 
 // open opens a store with its own client on the shared cluster.
 func open(t *testing.T, prefix string, edit func(*clientv3.Config)) *etcd.Store {
 	t.Helper()
-	cli := etcdtest.Shared(t).Client(t, edit)
+	cli := etcdservers.Shared(t).Client(t, edit)
 	s, err := etcd.New(t.Context(), cli, opts(prefix))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
@@ -52,8 +52,8 @@ func snapshotDone(t *testing.T, ch <-chan spate.WatchEvent) {
 
 func TestOptionsValidated(t *testing.T) {
 	t.Parallel()
-	cli := etcdtest.Shared(t).Client(t, nil)
-	good := opts(etcdtest.FreshPrefix())
+	cli := etcdservers.Shared(t).Client(t, nil)
+	good := opts(etcdservers.FreshPrefix())
 	for _, tc := range []struct {
 		name    string
 		edit    func(*etcd.Options)
@@ -84,12 +84,12 @@ func TestOptionsValidated(t *testing.T) {
 // floor, which New enforces.
 func TestTTLFloor(t *testing.T) {
 	t.Parallel()
-	s := open(t, etcdtest.FreshPrefix(), nil)
+	s := open(t, etcdservers.FreshPrefix(), nil)
 	require.Equal(t, time.Second, s.Capabilities().TTLFloor)
 
-	c := etcdtest.Start(t, etcdtest.Options{TickMs: 100, ElectionMs: 1000})
+	c := etcdservers.Start(t, etcdservers.Options{TickMs: 100, ElectionMs: 1000})
 	cli := c.Client(t, nil)
-	o := opts(etcdtest.FreshPrefix())
+	o := opts(etcdservers.FreshPrefix())
 	o.TTL = time.Second
 	_, err := etcd.New(t.Context(), cli, o)
 	requireFatal(t, err, "minimum lease TTL of 2s")
@@ -102,7 +102,7 @@ func TestTTLFloor(t *testing.T) {
 
 func TestCapabilities(t *testing.T) {
 	t.Parallel()
-	c := open(t, etcdtest.FreshPrefix(), nil).Capabilities()
+	c := open(t, etcdservers.FreshPrefix(), nil).Capabilities()
 	require.Equal(t, "etcd", c.Driver)
 	require.Equal(t, testTTL, c.TTL)
 	require.True(t, c.LinearizableFailover)
@@ -117,7 +117,7 @@ func TestCapabilities(t *testing.T) {
 // listings, reads or watches.
 func TestPrefixesIsolateJobs(t *testing.T) {
 	t.Parallel()
-	base := etcdtest.FreshPrefix()
+	base := etcdservers.FreshPrefix()
 	a, b := open(t, base+"a/", nil), open(t, base+"ab/", nil)
 	ctx := t.Context()
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
@@ -190,9 +190,9 @@ func keys(es []spate.Entry) []string {
 // out of order.
 func TestCompactionBreaksWatchRetryable(t *testing.T) {
 	t.Parallel()
-	c := etcdtest.Shared(t)
-	proxy := etcdtest.NewProxy(t, c.Members()[0].ClientURL.Host)
-	prefix := etcdtest.FreshPrefix()
+	c := etcdservers.Shared(t)
+	proxy := etcdservers.NewProxy(t, c.Members()[0].ClientURL.Host)
+	prefix := etcdservers.FreshPrefix()
 	watcher := open(t, prefix, func(cfg *clientv3.Config) { cfg.Endpoints = []string{"http://" + proxy.Addr()} })
 	writer := open(t, prefix, nil)
 	ctx := t.Context()
@@ -241,7 +241,7 @@ func TestCompactionBreaksWatchRetryable(t *testing.T) {
 // event, and checks that no key expires early.
 func TestExpiryLatency(t *testing.T) {
 	t.Parallel()
-	s := open(t, etcdtest.FreshPrefix(), nil)
+	s := open(t, etcdservers.FreshPrefix(), nil)
 	ctx := t.Context()
 	ch, err := s.Watch(ctx, spate.Ephemeral, "lat.")
 	require.NoError(t, err)
@@ -274,7 +274,7 @@ func TestExpiryLatency(t *testing.T) {
 // store writes, loses and deletes ephemeral keys.
 func TestLeasesDoNotLeak(t *testing.T) {
 	t.Parallel()
-	c := etcdtest.Start(t, etcdtest.Options{})
+	c := etcdservers.Start(t, etcdservers.Options{})
 	admin := c.Client(t, nil)
 	ctx := t.Context()
 	count := func() int {
@@ -283,7 +283,7 @@ func TestLeasesDoNotLeak(t *testing.T) {
 		require.NoError(t, err)
 		return len(resp.Leases)
 	}
-	s, err := etcd.New(ctx, c.Client(t, nil), opts(etcdtest.FreshPrefix()))
+	s, err := etcd.New(ctx, c.Client(t, nil), opts(etcdservers.FreshPrefix()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	reaped := make(chan clientv3.LeaseID, 64)
@@ -343,8 +343,8 @@ func recvLease(t *testing.T, ch <-chan clientv3.LeaseID) {
 // can never succeed again, so it says so instead of retrying forever.
 func TestClientClosedByOwnerIsFatal(t *testing.T) {
 	t.Parallel()
-	cli := etcdtest.Shared(t).Client(t, nil)
-	s, err := etcd.New(t.Context(), cli, opts(etcdtest.FreshPrefix()))
+	cli := etcdservers.Shared(t).Client(t, nil)
+	s, err := etcd.New(t.Context(), cli, opts(etcdservers.FreshPrefix()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	require.NoError(t, cli.Close())
@@ -360,9 +360,9 @@ func TestClientClosedByOwnerIsFatal(t *testing.T) {
 // of making the driver (or etcd's client) buffer without bound.
 func TestSlowWatcherIsCutRetryable(t *testing.T) {
 	t.Parallel()
-	o := opts(etcdtest.FreshPrefix())
+	o := opts(etcdservers.FreshPrefix())
 	o.WatchBuffer = 3
-	s, err := etcd.New(t.Context(), etcdtest.Shared(t).Client(t, nil), o)
+	s, err := etcd.New(t.Context(), etcdservers.Shared(t).Client(t, nil), o)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	lagged := make(chan struct{}, 1)

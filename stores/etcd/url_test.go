@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/etcdtest"
+	"github.com/spate-go/spate/internal/etcdservers"
 	"github.com/spate-go/spate/stores/etcd"
 	"github.com/spate-go/spate/storeurl"
 	"github.com/spate-go/spate/storeurl/storeurltest"
@@ -19,7 +19,7 @@ import (
 
 func TestURLDeployment(t *testing.T) {
 	t.Parallel()
-	c := etcdtest.Start(t, etcdtest.Options{})
+	c := etcdservers.Start(t, etcdservers.Options{})
 	host := c.Members()[0].ClientURL.Host
 	storeurltest.Run(t, "etcd://"+host, storeurl.Options{}, time.Second)
 
@@ -50,13 +50,13 @@ func TestURLDeployment(t *testing.T) {
 // URL; a wrong password is a Fatal error from Open.
 func TestURLDeploymentTLSAndAuth(t *testing.T) {
 	t.Parallel()
-	c := etcdtest.Start(t, etcdtest.Options{TLS: true, Auth: true})
+	c := etcdservers.Start(t, etcdservers.Options{TLS: true, Auth: true})
 	host := c.Members()[0].ClientURL.Host
 	dir := t.TempDir()
 	pw := filepath.Join(dir, "password")
-	require.NoError(t, os.WriteFile(pw, []byte(etcdtest.JobPass+"\n"), 0o600))
+	require.NoError(t, os.WriteFile(pw, []byte(etcdservers.JobPass+"\n"), 0o600))
 	raw := fmt.Sprintf("etcds://%s@%s?ca_file=%s&cert_file=%s&key_file=%s&password_file=%s",
-		etcdtest.JobUser, host, c.CA.CertFile, c.ClientCert.CertFile, c.ClientCert.KeyFile, pw)
+		etcdservers.JobUser, host, c.CA.CertFile, c.ClientCert.CertFile, c.ClientCert.KeyFile, pw)
 	storeurltest.Run(t, raw, storeurl.Options{}, time.Second)
 
 	d, err := storeurl.Open(t.Context(), raw, storeurl.Options{Password: storeurl.Secret{Value: "wrong-secret"}})

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/etcdtest"
+	"github.com/spate-go/spate/internal/etcdservers"
 	"github.com/spate-go/spate/stores/etcd"
 )
 
@@ -46,8 +46,8 @@ func keyNames(format string, n int) []string {
 // and again, meanwhile: every snapshot must hold one value for all 10.
 func TestWatchKeysSnapshotIsAtOneRevision(t *testing.T) {
 	t.Parallel()
-	c := etcdtest.Start(t, etcdtest.Options{MaxTxnOps: 4})
-	prefix := etcdtest.FreshPrefix()
+	c := etcdservers.Start(t, etcdservers.Options{MaxTxnOps: 4})
+	prefix := etcdservers.FreshPrefix()
 	s, err := etcd.New(t.Context(), c.Client(t, nil), opts(prefix))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
@@ -118,9 +118,9 @@ func TestWatchKeysSnapshotIsAtOneRevision(t *testing.T) {
 // a cluster of its own: compaction would break other tests' watches).
 func TestWatchKeysCompactionBreaksRetryable(t *testing.T) {
 	t.Parallel()
-	c := etcdtest.Start(t, etcdtest.Options{})
-	proxy := etcdtest.NewProxy(t, c.Members()[0].ClientURL.Host)
-	prefix := etcdtest.FreshPrefix()
+	c := etcdservers.Start(t, etcdservers.Options{})
+	proxy := etcdservers.NewProxy(t, c.Members()[0].ClientURL.Host)
+	prefix := etcdservers.FreshPrefix()
 	ctx := t.Context()
 	watcher, err := etcd.New(ctx, c.Client(t, func(cfg *clientv3.Config) { cfg.Endpoints = []string{"http://" + proxy.Addr()} }), opts(prefix))
 	require.NoError(t, err)
@@ -172,9 +172,9 @@ func TestWatchKeysCompactionBreaksRetryable(t *testing.T) {
 // WatchBuffer.
 func TestWatchKeysSlowWatcherIsCutRetryable(t *testing.T) {
 	t.Parallel()
-	o := opts(etcdtest.FreshPrefix())
+	o := opts(etcdservers.FreshPrefix())
 	o.WatchBuffer = 3
-	s, err := etcd.New(t.Context(), etcdtest.Shared(t).Client(t, nil), o)
+	s, err := etcd.New(t.Context(), etcdservers.Shared(t).Client(t, nil), o)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	lagged := make(chan struct{}, 1)
@@ -204,7 +204,7 @@ func TestWatchKeysSlowWatcherIsCutRetryable(t *testing.T) {
 // runs one per 32 keys and two more) and how long until SnapshotDone and
 // until a change of its last key arrives.
 func TestWatchKeysCost(t *testing.T) {
-	s := open(t, etcdtest.FreshPrefix(), nil)
+	s := open(t, etcdservers.FreshPrefix(), nil)
 	ctx := t.Context()
 	for _, n := range []int{1, 200, spate.MaxWatchKeys} {
 		keys := keyNames("cost.k%04d", n)
@@ -240,8 +240,8 @@ func TestWatchKeysCost(t *testing.T) {
 func BenchmarkWatchKeysEvent(b *testing.B) {
 	for _, n := range []int{1, 200, spate.MaxWatchKeys} {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
-			c := etcdtest.Shared(b)
-			s, err := etcd.New(b.Context(), c.Client(b, nil), opts(etcdtest.FreshPrefix()))
+			c := etcdservers.Shared(b)
+			s, err := etcd.New(b.Context(), c.Client(b, nil), opts(etcdservers.FreshPrefix()))
 			require.NoError(b, err)
 			b.Cleanup(func() { _ = s.Close() })
 			keys := keyNames("bench.k%04d", n)
@@ -311,12 +311,12 @@ func (s *countingStream) RecvMsg(m any) error {
 // receive them all.
 func TestWatchKeysIsNative(t *testing.T) {
 	var wire wireEvents
-	prefix := etcdtest.FreshPrefix()
+	prefix := etcdservers.FreshPrefix()
 	s := open(t, prefix, func(cfg *clientv3.Config) {
 		cfg.DialOptions = append(cfg.DialOptions, grpc.WithStreamInterceptor(wire.interceptor))
 	})
 	ctx := t.Context()
-	raw := etcdtest.Shared(t).Client(t, nil)
+	raw := etcdservers.Shared(t).Client(t, nil)
 	unlisted := func(round int) {
 		for i := range 300 {
 			k := fmt.Sprintf("wk.a%03d", i)

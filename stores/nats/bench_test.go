@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/natstest"
+	"github.com/spate-go/spate/internal/natsservers"
 	spatenats "github.com/spate-go/spate/stores/nats"
 )
 
@@ -20,7 +20,7 @@ var benchValue = bytes.Repeat([]byte{'v'}, 256)
 // a compare-and-swap loop with the jetstream KV API (Update at the revision
 // the previous Update returned) on one embedded server, file storage, R1.
 func BenchmarkRawKVUpdate(b *testing.B) {
-	srv := natstest.Start(b)
+	srv := natsservers.Start(b)
 	nc := srv.Connect(b)
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -45,10 +45,10 @@ func BenchmarkRawKVUpdate(b *testing.B) {
 // BenchmarkStoreUpdate is the same loop through the driver's Update on the
 // durable keyspace: the driver's own overhead over the raw KV call.
 func BenchmarkStoreUpdate(b *testing.B) {
-	srv := natstest.Start(b)
+	srv := natsservers.Start(b)
 	nc := srv.Connect(b)
 	ctx := context.Background()
-	s, err := spatenats.New(ctx, nc, spatenats.Options{Job: natstest.NewJob(), TTL: ttl})
+	s, err := spatenats.New(ctx, nc, spatenats.Options{Job: natsservers.NewJob(), TTL: ttl})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -74,10 +74,10 @@ func BenchmarkStoreUpdate(b *testing.B) {
 //
 //	go test -run '^$' -bench 'WatchKeys' ./stores/nats
 func BenchmarkWatchKeys(b *testing.B) {
-	srv := natstest.Start(b)
+	srv := natsservers.Start(b)
 	nc := srv.Connect(b)
 	ctx := context.Background()
-	s, err := spatenats.New(ctx, nc, spatenats.Options{Job: natstest.NewJob(), TTL: ttl})
+	s, err := spatenats.New(ctx, nc, spatenats.Options{Job: natsservers.NewJob(), TTL: ttl})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -139,11 +139,11 @@ func BenchmarkWatchKeys(b *testing.B) {
 // be: every update is also delivered back to its writer. A fenced commit
 // pays this; the raw KV loop does not.
 func BenchmarkStoreUpdateWatched(b *testing.B) {
-	srv := natstest.Start(b)
+	srv := natsservers.Start(b)
 	nc := srv.Connect(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s, err := spatenats.New(ctx, nc, spatenats.Options{Job: natstest.NewJob(), TTL: ttl})
+	s, err := spatenats.New(ctx, nc, spatenats.Options{Job: natsservers.NewJob(), TTL: ttl})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func BenchmarkStoreUpdateWatched(b *testing.B) {
 // consumer of the bucket drained on the same connection: what JetStream
 // itself charges a writer that also watches.
 func BenchmarkRawKVUpdateWatched(b *testing.B) {
-	srv := natstest.Start(b)
+	srv := natsservers.Start(b)
 	nc := srv.Connect(b)
 	js, err := jetstream.New(nc)
 	if err != nil {

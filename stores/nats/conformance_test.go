@@ -7,7 +7,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spate-go/spate/conformance"
-	"github.com/spate-go/spate/internal/natstest"
+	"github.com/spate-go/spate/internal/natsservers"
 	spatenats "github.com/spate-go/spate/stores/nats"
 )
 
@@ -18,7 +18,7 @@ const ttl = 2 * time.Second
 
 func TestStoreConformance(t *testing.T) {
 	conformance.RunStore(t, func(t testing.TB) conformance.Harness {
-		return natstest.NewHarness(t, ttl)
+		return natsservers.NewHarness(t, ttl)
 	})
 }
 
@@ -26,7 +26,7 @@ func TestStoreConformance(t *testing.T) {
 // R3 file storage and sync_interval always: the production configuration.
 // The harnesses share the cluster, each on its own job.
 func TestStoreConformanceR3(t *testing.T) {
-	c := natstest.StartCluster(t, 3, natstest.WithSyncAlways())
+	c := natsservers.StartCluster(t, 3, natsservers.WithSyncAlways())
 	conformance.RunStore(t, func(t testing.TB) conformance.Harness {
 		return c.Harness(t, spatenats.Options{TTL: ttl, Replicas: 3})
 	})
@@ -35,13 +35,13 @@ func TestStoreConformanceR3(t *testing.T) {
 func TestCoordinatorConformance(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
-	conformance.RunCoordinator(t, func(t testing.TB) conformance.Harness { return natstest.NewHarness(t, ttl) })
+	conformance.RunCoordinator(t, func(t testing.TB) conformance.Harness { return natsservers.NewHarness(t, ttl) })
 	t.Cleanup(func() { t.Logf("RunCoordinator wall time: %v", time.Since(start).Round(time.Millisecond)) })
 }
 
 // killOneNode stops node 1 of c (a node other than the one clients list
 // first) and restarts it.
-func killOneNode(c *natstest.Cluster) conformance.FailoverHooks {
+func killOneNode(c *natsservers.Cluster) conformance.FailoverHooks {
 	down := -1
 	return conformance.FailoverHooks{
 		Fail: func(t testing.TB) {
@@ -66,7 +66,7 @@ func killOneNode(c *natstest.Cluster) conformance.FailoverHooks {
 // mid-job.
 func TestCoordinatorSurvivesNodeDeath(t *testing.T) {
 	t.Parallel()
-	c := natstest.StartCluster(t, 3, natstest.WithSyncAlways())
+	c := natsservers.StartCluster(t, 3, natsservers.WithSyncAlways())
 	conformance.RunFailover(t, func(t testing.TB) conformance.Harness {
 		return c.Harness(t, spatenats.Options{TTL: ttl, Replicas: 3})
 	}, killOneNode(c))
@@ -76,7 +76,7 @@ func TestCoordinatorSurvivesNodeDeath(t *testing.T) {
 // faults kills (and later restarts) a node. SPATE_CHAOS_SEEDS=n runs more.
 func TestChaos(t *testing.T) {
 	t.Parallel()
-	c := natstest.StartCluster(t, 3, natstest.WithSyncAlways())
+	c := natsservers.StartCluster(t, 3, natsservers.WithSyncAlways())
 	hooks := killOneNode(c)
 	conformance.RunChaos(t, func(t testing.TB) conformance.Harness {
 		return c.Harness(t, spatenats.Options{TTL: ttl, Replicas: 3})
@@ -84,7 +84,7 @@ func TestChaos(t *testing.T) {
 }
 
 func BenchmarkConformance(b *testing.B) {
-	conformance.RunBenchmarks(b, func(t testing.TB) conformance.Harness { return natstest.NewHarness(t, ttl) })
+	conformance.RunBenchmarks(b, func(t testing.TB) conformance.Harness { return natsservers.NewHarness(t, ttl) })
 }
 
 // BenchmarkScale measures a fleet of 50 coordinators over one embedded
@@ -97,7 +97,7 @@ func BenchmarkConformance(b *testing.B) {
 // baseline) and with each its own keys (watch=keys).
 func BenchmarkScale(b *testing.B) {
 	b.Run("workers=50", func(b *testing.B) {
-		conformance.BenchScaleWatches(b, func(t testing.TB) conformance.Harness { return natstest.NewHarness(t, 10*time.Second) },
+		conformance.BenchScaleWatches(b, func(t testing.TB) conformance.Harness { return natsservers.NewHarness(t, 10*time.Second) },
 			conformance.ScaleOptions{Workers: 50})
 	})
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/natstest"
+	"github.com/spate-go/spate/internal/natsservers"
 	spatenats "github.com/spate-go/spate/stores/nats"
 )
 
@@ -36,9 +36,9 @@ func (twoSplits) Plan(context.Context, spate.PlanContext) (spate.SplitPlan, erro
 // and the worker ran on; this test caught that.)
 func TestCoordinatorStopsWhenItsBucketIsDeleted(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
+	srv := natsservers.Start(t)
 	nc := srv.Connect(t)
-	job := natstest.NewJob()
+	job := natsservers.NewJob()
 	// The product's defaults.
 	s := open(t, nc, spatenats.Options{Job: job, TTL: spate.DefaultLeaseDuration})
 	cfg := spate.Config{InstanceID: "w"}

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/natstest"
+	"github.com/spate-go/spate/internal/natsservers"
 	spatenats "github.com/spate-go/spate/stores/nats"
 )
 
@@ -17,9 +17,9 @@ import (
 // consumer to the inactive threshold (a minute); a fleet re-opening its
 // key watches every reconcile interval would pile them up.
 func TestEndedWatchDeletesItsConsumer(t *testing.T) {
-	srv := natstest.Start(t)
+	srv := natsservers.Start(t)
 	nc := srv.Connect(t)
-	job := natstest.NewJob()
+	job := natsservers.NewJob()
 	s := open(t, nc, spatenats.Options{Job: job, TTL: 2 * time.Second})
 	ctx := testCtx(t, 20*time.Second)
 	mustCreate(t, ctx, s, spate.Durable, "dc.k")

@@ -13,7 +13,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/conformance"
-	"github.com/spate-go/spate/internal/natstest"
+	"github.com/spate-go/spate/internal/natsservers"
 	spatenats "github.com/spate-go/spate/stores/nats"
 )
 
@@ -24,7 +24,7 @@ import (
 // linearizable (porcupine) and every won increment to be in the final
 // value.
 func TestFailoverCASIsLinearizable(t *testing.T) {
-	c := natstest.StartCluster(t, 3, natstest.WithSyncAlways())
+	c := natsservers.StartCluster(t, 3, natsservers.WithSyncAlways())
 	h := c.Harness(t, spatenats.Options{TTL: ttl, Replicas: 3})
 	ctx := testCtx(t, 3*time.Minute)
 	const clients = 4

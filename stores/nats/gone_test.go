@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/natstest"
+	"github.com/spate-go/spate/internal/natsservers"
 	spatenats "github.com/spate-go/spate/stores/nats"
 )
 
@@ -21,9 +21,9 @@ import (
 // later, and a Get and a List issued in the gap return the new, empty
 // stream's answer, not an error.
 func TestStreamNotFoundIsWaitedOut(t *testing.T) {
-	srv := natstest.Start(t)
+	srv := natsservers.Start(t)
 	nc := srv.Connect(t)
-	job := natstest.NewJob()
+	job := natsservers.NewJob()
 	s := open(t, nc, spatenats.Options{Job: job, TTL: 2 * time.Second})
 	ctx := testCtx(t, 20*time.Second)
 	mustCreate(t, ctx, s, spate.Durable, "gone.k")
@@ -63,9 +63,9 @@ func TestStreamNotFoundIsWaitedOut(t *testing.T) {
 // few seconds: an op timeout shorter than them does not hide a deletion.
 func TestDeletedBucketIsFatal(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
+	srv := natsservers.Start(t)
 	nc := srv.Connect(t)
-	job := natstest.NewJob()
+	job := natsservers.NewJob()
 	s := open(t, nc, spatenats.Options{Job: job, TTL: 2 * time.Second})
 	ctx := testCtx(t, 30*time.Second)
 	mustCreate(t, ctx, s, spate.Ephemeral, "gone.k")

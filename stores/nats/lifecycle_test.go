@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/spate-go/spate/conformance"
-	"github.com/spate-go/spate/internal/natstest"
+	"github.com/spate-go/spate/internal/natsservers"
 )
 
 // TestStoreCallsPerLifecycle counts the store calls per split lifecycle
@@ -14,5 +14,5 @@ import (
 // streams), and the measurement says so.
 func TestStoreCallsPerLifecycle(t *testing.T) {
 	t.Parallel()
-	conformance.MeasureLifecycle(t, func(t testing.TB) conformance.Harness { return natstest.NewHarness(t, ttl) })
+	conformance.MeasureLifecycle(t, func(t testing.TB) conformance.Harness { return natsservers.NewHarness(t, ttl) })
 }

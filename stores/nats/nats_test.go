@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/natstest"
+	"github.com/spate-go/spate/internal/natsservers"
 	spatenats "github.com/spate-go/spate/stores/nats"
 )
 
@@ -95,23 +95,23 @@ func requireRetryable(t *testing.T, what string, err error) {
 func TestAuthAndTLS(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		opts    []natstest.Option
+		opts    []natsservers.Option
 		badSays string
 	}{
-		{"user-password", []natstest.Option{natstest.WithUserPassword("spate", "s3cret")}, "authentication failed"},
-		{"token", []natstest.Option{natstest.WithToken("t0ken")}, "authentication failed"},
-		{"nkey", []natstest.Option{natstest.WithNkey()}, "authentication failed"},
-		{"creds", []natstest.Option{natstest.WithCreds()}, "authentication failed"},
-		{"tls", []natstest.Option{natstest.WithTLS(false)}, ""},
-		{"mutual-tls", []natstest.Option{natstest.WithTLS(true), natstest.WithUserPassword("spate", "pw")}, "authentication failed"},
+		{"user-password", []natsservers.Option{natsservers.WithUserPassword("spate", "s3cret")}, "authentication failed"},
+		{"token", []natsservers.Option{natsservers.WithToken("t0ken")}, "authentication failed"},
+		{"nkey", []natsservers.Option{natsservers.WithNkey()}, "authentication failed"},
+		{"creds", []natsservers.Option{natsservers.WithCreds()}, "authentication failed"},
+		{"tls", []natsservers.Option{natsservers.WithTLS(false)}, ""},
+		{"mutual-tls", []natsservers.Option{natsservers.WithTLS(true), natsservers.WithUserPassword("spate", "pw")}, "authentication failed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			srv := natstest.Start(t, tc.opts...)
+			srv := natsservers.Start(t, tc.opts...)
 			nc, err := spatenats.Connect(testCtx(t, 10*time.Second), srv.URL, srv.ClientOptions...)
 			require.NoError(t, err, "connect with good credentials")
 			t.Cleanup(nc.Close)
-			s := open(t, nc, spatenats.Options{Job: natstest.NewJob(), TTL: ttl})
+			s := open(t, nc, spatenats.Options{Job: natsservers.NewJob(), TTL: ttl})
 			roundTrip(t, s)
 
 			if tc.badSays == "" {
@@ -138,7 +138,7 @@ func TestAuthAndTLS(t *testing.T) {
 // or EOF, which a reset connection also produces, and the driver leaves it
 // Retryable.
 func TestTLSMisconfiguration(t *testing.T) {
-	srv := natstest.Start(t, natstest.WithTLS(true))
+	srv := natsservers.Start(t, natsservers.WithTLS(true))
 	ctx := testCtx(t, 10*time.Second)
 	_, err := spatenats.Connect(ctx, srv.URL, natsgo.Secure(nil))
 	requireFatal(t, "connect without trusting the CA", err, "TLS certificate verification failed")
@@ -158,7 +158,7 @@ func TestTLSMisconfiguration(t *testing.T) {
 // server rejected the credentials twice, and New must refuse it with a
 // Fatal error that says why.
 func TestBadCredentialsOnRetryingConnection(t *testing.T) {
-	srv := natstest.Start(t, natstest.WithUserPassword("spate", "pw"))
+	srv := natsservers.Start(t, natsservers.WithUserPassword("spate", "pw"))
 	closed := make(chan struct{})
 	nc, err := natsgo.Connect(srv.URL, natsgo.UserInfo("spate", "wrong"), natsgo.RetryOnFailedConnect(true),
 		natsgo.MaxReconnects(-1), natsgo.ReconnectWait(50*time.Millisecond),
@@ -170,7 +170,7 @@ func TestBadCredentialsOnRetryingConnection(t *testing.T) {
 	case <-testCtx(t, 10*time.Second).Done():
 		t.Fatalf("nats.go never gave up on the rejected credentials")
 	}
-	_, err = spatenats.New(testCtx(t, 10*time.Second), nc, spatenats.Options{Job: natstest.NewJob(), TTL: ttl})
+	_, err = spatenats.New(testCtx(t, 10*time.Second), nc, spatenats.Options{Job: natsservers.NewJob(), TTL: ttl})
 	requireFatal(t, "open over a connection whose credentials were rejected", err, "authentication failed")
 }
 
@@ -187,20 +187,20 @@ func TestUnreachableServerIsRetryable(t *testing.T) {
 // Retryable errors and a store cannot be opened over the reconnecting
 // connection (Retryable); over a connection closed by its owner, Fatal.
 func TestServerLossIsRetryable(t *testing.T) {
-	srv := natstest.Start(t)
+	srv := natsservers.Start(t)
 	nc := srv.Connect(t)
-	s := open(t, nc, spatenats.Options{Job: natstest.NewJob(), TTL: ttl})
+	s := open(t, nc, spatenats.Options{Job: natsservers.NewJob(), TTL: ttl})
 	srv.Shutdown()
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
 	_, err := s.Create(ctx, spate.Durable, "k", []byte("v"))
 	requireRetryable(t, "create with the server down", err)
-	_, err = spatenats.New(testCtx(t, 5*time.Second), nc, spatenats.Options{Job: natstest.NewJob(), TTL: ttl})
+	_, err = spatenats.New(testCtx(t, 5*time.Second), nc, spatenats.Options{Job: natsservers.NewJob(), TTL: ttl})
 	requireRetryable(t, "open over a reconnecting connection", err)
 	nc.Close()
 	_, _, err = s.Get(testCtx(t, 5*time.Second), spate.Durable, "k")
 	requireFatal(t, "get over a connection its owner closed", err, "closed")
-	_, err = spatenats.New(testCtx(t, 5*time.Second), nc, spatenats.Options{Job: natstest.NewJob(), TTL: ttl})
+	_, err = spatenats.New(testCtx(t, 5*time.Second), nc, spatenats.Options{Job: natsservers.NewJob(), TTL: ttl})
 	requireFatal(t, "open over a closed connection", err, "closed")
 }
 
@@ -208,9 +208,9 @@ func TestServerLossIsRetryable(t *testing.T) {
 // reopening with another is Fatal, names both buckets and says how to fix
 // it. Other settings that cannot serve are Fatal too.
 func TestExistingBucketWithOtherTTLIsFatal(t *testing.T) {
-	srv := natstest.Start(t)
+	srv := natsservers.Start(t)
 	nc := srv.Connect(t)
-	job := natstest.NewJob()
+	job := natsservers.NewJob()
 	first := open(t, nc, spatenats.Options{Job: job, TTL: ttl})
 	roundTrip(t, first)
 	dname, ename := spatenats.Buckets(job)
@@ -230,7 +230,7 @@ func TestExistingBucketWithOtherTTLIsFatal(t *testing.T) {
 	// A bucket made with the plain KV API has direct get on.
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	kvJob := natstest.NewJob()
+	kvJob := natsservers.NewJob()
 	kd, _ := spatenats.Buckets(kvJob)
 	_, err = js.CreateKeyValue(testCtx(t, 5*time.Second), jetstream.KeyValueConfig{Bucket: kd})
 	require.NoError(t, err)
@@ -238,29 +238,29 @@ func TestExistingBucketWithOtherTTLIsFatal(t *testing.T) {
 	requireFatal(t, "adopt a KV bucket with direct get", err, "direct get")
 
 	// R3 on a single server: the server refuses the configuration.
-	_, err = spatenats.New(testCtx(t, 10*time.Second), nc, spatenats.Options{Job: natstest.NewJob(), TTL: ttl, Replicas: 3})
+	_, err = spatenats.New(testCtx(t, 10*time.Second), nc, spatenats.Options{Job: natsservers.NewJob(), TTL: ttl, Replicas: 3})
 	requireFatal(t, "R3 on a server without a cluster", err)
 }
 
 // TestOldServerIsFatal: a real server behind a proxy that reports version
 // 2.10.22 in its INFO is refused with an error that says to upgrade.
 func TestOldServerIsFatal(t *testing.T) {
-	srv := natstest.Start(t)
+	srv := natsservers.Start(t)
 	target := strings.TrimPrefix(srv.URL, "nats://")
-	proxy := natstest.VersionProxy(t, target, "2.10.22")
+	proxy := natsservers.VersionProxy(t, target, "2.10.22")
 	nc, err := natsgo.Connect(proxy)
 	require.NoError(t, err, "connect through the proxy")
 	t.Cleanup(nc.Close)
 	require.Equal(t, "2.10.22", nc.ConnectedServerVersion(), "the proxy should report 2.10.22")
-	_, err = spatenats.New(testCtx(t, 10*time.Second), nc, spatenats.Options{Job: natstest.NewJob(), TTL: ttl})
+	_, err = spatenats.New(testCtx(t, 10*time.Second), nc, spatenats.Options{Job: natsservers.NewJob(), TTL: ttl})
 	requireFatal(t, "open on a 2.10 server", err, "2.10.22", "2.11", "upgrade")
 
 	// The same proxy reporting the real version works end to end.
-	proxy = natstest.VersionProxy(t, target, srv.Version())
+	proxy = natsservers.VersionProxy(t, target, srv.Version())
 	nc2, err := natsgo.Connect(proxy)
 	require.NoError(t, err)
 	t.Cleanup(nc2.Close)
-	roundTrip(t, open(t, nc2, spatenats.Options{Job: natstest.NewJob(), TTL: ttl}))
+	roundTrip(t, open(t, nc2, spatenats.Options{Job: natsservers.NewJob(), TTL: ttl}))
 }
 
 func recv(t *testing.T, ch <-chan spate.WatchEvent, what string) spate.WatchEvent {
@@ -278,7 +278,7 @@ func recv(t *testing.T, ch <-chan spate.WatchEvent, what string) spate.WatchEven
 // TestWatchEmptyBucket: a watch of a bucket that never held a message, and
 // of one that holds only delete markers, gets SnapshotDone at once.
 func TestWatchEmptyBucket(t *testing.T) {
-	h := natstest.NewHarness(t, ttl)
+	h := natsservers.NewHarness(t, ttl)
 	s, err := h.NewNATSStore(testCtx(t, 10*time.Second))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
@@ -307,7 +307,7 @@ func TestWatchEmptyBucket(t *testing.T) {
 // TestPrefixMidSegment: spate prefixes may end inside a key segment; the
 // driver matches "has this string prefix" exactly, in List and Watch.
 func TestPrefixMidSegment(t *testing.T) {
-	h := natstest.NewHarness(t, ttl)
+	h := natsservers.NewHarness(t, ttl)
 	s, err := h.NewNATSStore(testCtx(t, 10*time.Second))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
@@ -363,16 +363,16 @@ func TestPrefixMidSegment(t *testing.T) {
 func TestLeaseExpiryLatency(t *testing.T) {
 	t.Run("R1", func(t *testing.T) {
 		t.Parallel()
-		measureExpiry(t, natstest.NewHarness(t, ttl))
+		measureExpiry(t, natsservers.NewHarness(t, ttl))
 	})
 	t.Run("R3", func(t *testing.T) {
 		t.Parallel()
-		c := natstest.StartCluster(t, 3, natstest.WithSyncAlways())
+		c := natsservers.StartCluster(t, 3, natsservers.WithSyncAlways())
 		measureExpiry(t, c.Harness(t, spatenats.Options{TTL: ttl, Replicas: 3}))
 	})
 }
 
-func measureExpiry(t *testing.T, h *natstest.Harness) {
+func measureExpiry(t *testing.T, h *natsservers.Harness) {
 	s, err := h.NewNATSStore(testCtx(t, 10*time.Second))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
@@ -413,7 +413,7 @@ func measureExpiry(t *testing.T, h *natstest.Harness) {
 // snapshot taken as a walk over the stream alone misses keys rewritten
 // behind the walk; this is what the subject index in the snapshot is for.
 func TestWatchSnapshotNeverUnderReports(t *testing.T) {
-	h := natstest.NewHarness(t, ttl)
+	h := natsservers.NewHarness(t, ttl)
 	ctx := testCtx(t, 60*time.Second)
 	s, err := h.NewNATSStore(ctx)
 	require.NoError(t, err)
@@ -476,7 +476,7 @@ func TestWatchSnapshotNeverUnderReports(t *testing.T) {
 // created, and each key's final revision; revisions superseded before
 // delivery may be skipped.
 func TestWatchCoalescesInOrder(t *testing.T) {
-	h := natstest.NewHarness(t, ttl)
+	h := natsservers.NewHarness(t, ttl)
 	ctx := testCtx(t, 60*time.Second)
 	s, err := h.NewNATSStore(ctx)
 	require.NoError(t, err)

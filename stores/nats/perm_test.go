@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/natstest"
+	"github.com/spate-go/spate/internal/natsservers"
 	spatenats "github.com/spate-go/spate/stores/nats"
 )
 
@@ -28,7 +28,7 @@ const permFailWithin = 10 * time.Second
 
 // permServer starts a server whose only user has exactly the permissions
 // of job, minus drop (subjects of either list).
-func permServer(t *testing.T, job string, drop ...string) *natstest.Server {
+func permServer(t *testing.T, job string, drop ...string) *natsservers.Server {
 	t.Helper()
 	pub, sub := spatenats.Permissions(job)
 	keep := func(l []string) []string {
@@ -43,7 +43,7 @@ func permServer(t *testing.T, job string, drop ...string) *natstest.Server {
 		Publish:   &server.SubjectPermission{Allow: keep(pub)},
 		Subscribe: &server.SubjectPermission{Allow: keep(sub)},
 	}
-	return natstest.Start(t, natstest.WithUserPassword("spate", "pw"), natstest.WithPermissions(p))
+	return natsservers.Start(t, natsservers.WithUserPassword("spate", "pw"), natsservers.WithPermissions(p))
 }
 
 // violations records the permission violations a connection is told of.
@@ -70,7 +70,7 @@ func (v *violations) get() []error {
 // granted exactly [spatenats.Permissions]: nothing may be refused. A second
 // store adopts the buckets the first created.
 func TestPermissionsSuffice(t *testing.T) {
-	job := natstest.NewJob()
+	job := natsservers.NewJob()
 	srv := permServer(t, job)
 	var seen violations
 	nc := srv.Connect(t, natsgo.ErrorHandler(seen.handler))
@@ -139,7 +139,7 @@ func TestMissingPermissionFailsOpen(t *testing.T) {
 	} {
 		t.Run(tc.drop, func(t *testing.T) {
 			t.Parallel()
-			job := natstest.NewJob()
+			job := natsservers.NewJob()
 			d, _ := spatenats.Buckets(job)
 			drop := strings.ReplaceAll(tc.drop, "{d}", d)
 			srv := permServer(t, job, drop)
@@ -183,7 +183,7 @@ func TestMissingPermissionFailsCall(t *testing.T) {
 	} {
 		t.Run(tc.drop, func(t *testing.T) {
 			t.Parallel()
-			job := natstest.NewJob()
+			job := natsservers.NewJob()
 			d, _ := spatenats.Buckets(job)
 			drop := strings.ReplaceAll(tc.drop, "{d}", d)
 			srv := permServer(t, job, drop)

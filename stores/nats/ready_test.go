@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/natstest"
+	"github.com/spate-go/spate/internal/natsservers"
 	spatenats "github.com/spate-go/spate/stores/nats"
 )
 
@@ -16,9 +16,9 @@ import (
 // a job's store twice (the creator, then a worker adopting the buckets)
 // leaves both streams empty and the probe's key absent.
 func TestOpenProbeStoresNothing(t *testing.T) {
-	srv := natstest.Start(t)
+	srv := natsservers.Start(t)
 	nc := srv.Connect(t)
-	job := natstest.NewJob()
+	job := natsservers.NewJob()
 	opts := spatenats.Options{Job: job, TTL: 2 * time.Second}
 	first := open(t, nc, opts)
 	second := open(t, srv.Connect(t), opts)

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/natstest"
+	"github.com/spate-go/spate/internal/natsservers"
 	spatenats "github.com/spate-go/spate/stores/nats"
 	"github.com/spate-go/spate/storeurl"
 	"github.com/spate-go/spate/storeurl/storeurltest"
@@ -27,14 +27,14 @@ func hostOf(t *testing.T, raw string) string {
 
 func TestURLDeployment(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
+	srv := natsservers.Start(t)
 	storeurltest.Run(t, srv.URL, storeurl.Options{}, 2*time.Second)
 }
 
 // TLS with a CA file and a password from a file, in the URL.
 func TestURLDeploymentTLSAndPassword(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t, natstest.WithTLS(false), natstest.WithUserPassword("spate", "s3cret"))
+	srv := natsservers.Start(t, natsservers.WithTLS(false), natsservers.WithUserPassword("spate", "s3cret"))
 	pw := filepath.Join(t.TempDir(), "pw")
 	require.NoError(t, os.WriteFile(pw, []byte("s3cret\n"), 0o600))
 	raw := "tls://spate@" + hostOf(t, srv.URL) + "?replicas=1&ca_file=" + srv.CAFile + "&password_file=" + pw
@@ -50,7 +50,7 @@ func TestURLDeploymentTLSAndPassword(t *testing.T) {
 // and not shown.
 func TestURLDeploymentToken(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t, natstest.WithToken("right-token"))
+	srv := natsservers.Start(t, natsservers.WithToken("right-token"))
 	host := hostOf(t, srv.URL)
 	storeurltest.Run(t, "nats://right-token@"+host, storeurl.Options{}, 2*time.Second)
 
@@ -67,7 +67,7 @@ func TestURLDeploymentToken(t *testing.T) {
 
 func TestURLDeploymentCreds(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t, natstest.WithCreds())
+	srv := natsservers.Start(t, natsservers.WithCreds())
 	storeurltest.Run(t, "nats://"+hostOf(t, srv.URL)+"?creds="+srv.CredsFile, storeurl.Options{}, 2*time.Second)
 }
 
@@ -92,7 +92,7 @@ func TestURLRefusals(t *testing.T) {
 // subject only on nats.go's own stderr line.
 func TestURLDeploymentNamesAMissingPermission(t *testing.T) {
 	t.Parallel()
-	job := natstest.NewJob()
+	job := natsservers.NewJob()
 	_, eph := spatenats.Buckets(job)
 	drop := "$JS.API.STREAM.INFO.KV_" + eph
 	srv := permServer(t, job, drop)

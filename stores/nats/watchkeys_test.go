@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/natstest"
+	"github.com/spate-go/spate/internal/natsservers"
 	spatenats "github.com/spate-go/spate/stores/nats"
 )
 
@@ -33,7 +33,7 @@ func snapshotOf(t *testing.T, ch <-chan spate.WatchEvent) map[string]uint64 {
 // only their messages (2 in the snapshot, 1 live) although 600 messages of
 // unlisted keys, some sharing a listed key's bytes, went into the stream.
 func TestWatchKeysIsNative(t *testing.T) {
-	h := natstest.NewHarness(t, ttl)
+	h := natsservers.NewHarness(t, ttl)
 	ctx := testCtx(t, 30*time.Second)
 	s, err := h.NewNATSStore(ctx)
 	require.NoError(t, err)
@@ -98,7 +98,7 @@ func TestWatchKeysIsNative(t *testing.T) {
 // and unlisted ones too, the snapshot of every round holds every listed key
 // that was live throughout, and no key that is not listed.
 func TestWatchKeysSnapshotNeverUnderReports(t *testing.T) {
-	h := natstest.NewHarness(t, ttl)
+	h := natsservers.NewHarness(t, ttl)
 	ctx := testCtx(t, 60*time.Second)
 	s, err := h.NewNATSStore(ctx)
 	require.NoError(t, err)
@@ -187,7 +187,7 @@ func requireBreaksRetryable(t *testing.T, ch <-chan spate.WatchEvent, ks spate.K
 // the server coalesced the writes, and it converges).
 func TestWatchKeysBreaksRetryable(t *testing.T) {
 	t.Run("lagging reader", func(t *testing.T) {
-		h := natstest.NewHarness(t, ttl)
+		h := natsservers.NewHarness(t, ttl)
 		ctx := testCtx(t, 60*time.Second)
 		s, err := h.NewNATSStore(ctx)
 		require.NoError(t, err)
@@ -222,7 +222,7 @@ func TestWatchKeysBreaksRetryable(t *testing.T) {
 		}
 	})
 	t.Run("connection closed", func(t *testing.T) {
-		h := natstest.NewHarness(t, ttl)
+		h := natsservers.NewHarness(t, ttl)
 		ctx := testCtx(t, 30*time.Second)
 		nc, err := h.Conn()
 		require.NoError(t, err)
@@ -240,9 +240,9 @@ func TestWatchKeysBreaksRetryable(t *testing.T) {
 // for them the watch fails at once with a Fatal error that says so, not
 // as a value too large.
 func TestWatchKeysOverMaxPayload(t *testing.T) {
-	srv := natstest.Start(t, natstest.WithMaxPayload(64<<10))
+	srv := natsservers.Start(t, natsservers.WithMaxPayload(64<<10))
 	nc := srv.Connect(t)
-	s := open(t, nc, spatenats.Options{Job: natstest.NewJob(), TTL: ttl, MaxValueSize: 32 << 10})
+	s := open(t, nc, spatenats.Options{Job: natsservers.NewJob(), TTL: ttl, MaxValueSize: 32 << 10})
 	ctx := testCtx(t, 20*time.Second)
 	keys := make([]string, spate.MaxWatchKeys)
 	for i := range keys {

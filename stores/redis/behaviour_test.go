@@ -15,7 +15,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/conformance"
-	"github.com/spate-go/spate/internal/redistest"
+	"github.com/spate-go/spate/internal/redisservers"
 	"github.com/spate-go/spate/stores/redis"
 )
 
@@ -72,7 +72,7 @@ func update(t *testing.T, st spate.Store, ks spate.Keyspace, key, value string, 
 	return o.Revision
 }
 
-func open(t *testing.T, h *redistest.Harness) *redis.Store {
+func open(t *testing.T, h *redisservers.Harness) *redis.Store {
 	t.Helper()
 	st, err := h.Open(t.Context())
 	require.NoError(t, err, "open store")
@@ -100,7 +100,7 @@ func retrying(t *testing.T, op func() error) {
 // keep increasing.
 func TestCommittedWritesSurviveACrashWithAOF(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.WithAOF())
+	srv := redisservers.Start(t, redisservers.WithAOF())
 	h := srv.NewHarness(t, testTTL)
 	st := open(t, h)
 
@@ -156,7 +156,7 @@ func TestCommittedWritesSurviveACrashWithAOF(t *testing.T) {
 // TestJobsAreIsolated: two jobs on one server share nothing.
 func TestJobsAreIsolated(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	srv := redisservers.Start(t)
 	a := open(t, srv.NewHarness(t, testTTL))
 	b := open(t, srv.NewHarness(t, testTTL))
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
@@ -190,8 +190,8 @@ func TestJobsAreIsolated(t *testing.T) {
 // change log keeps gets a Retryable error, after an unbroken run of events.
 func TestWatchLagIsRetryable(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	h := srv.NewHarness(t, testTTL, redistest.WithStoreOptions(func(o *redis.Options) {
+	srv := redisservers.Start(t)
+	h := srv.NewHarness(t, testTTL, redisservers.WithStoreOptions(func(o *redis.Options) {
 		o.ChangeLogLength = redis.MinChangeLogLength
 	}))
 	st := open(t, h)
@@ -227,8 +227,8 @@ func TestExpiryToWatchLatency(t *testing.T) {
 	for _, sweep := range []time.Duration{redis.DefaultSweepInterval, 50 * time.Millisecond} {
 		t.Run("sweep="+sweep.String(), func(t *testing.T) {
 			t.Parallel()
-			srv := redistest.Start(t)
-			h := srv.NewHarness(t, testTTL, redistest.WithStoreOptions(func(o *redis.Options) { o.SweepInterval = sweep }))
+			srv := redisservers.Start(t)
+			h := srv.NewHarness(t, testTTL, redisservers.WithStoreOptions(func(o *redis.Options) { o.SweepInterval = sweep }))
 			st := open(t, h)
 			raw := srv.Client(t)
 			ch, _ := watch(t, st, spate.Ephemeral, "lat.")
@@ -279,8 +279,8 @@ func TestLinearizableAcrossClientsWithSweep(t *testing.T) {
 		maxRounds = 20_000
 		ttl       = 2 * time.Second
 	)
-	srv := redistest.Start(t)
-	h := srv.NewHarness(t, ttl, redistest.WithStoreOptions(func(o *redis.Options) { o.SweepInterval = 10 * time.Millisecond }))
+	srv := redisservers.Start(t)
+	h := srv.NewHarness(t, ttl, redisservers.WithStoreOptions(func(o *redis.Options) { o.SweepInterval = 10 * time.Millisecond }))
 	ctx := t.Context()
 	stores := make([]*redis.Store, clients+1)
 	for i := range stores {
@@ -403,11 +403,11 @@ func closed(ch <-chan struct{}) bool {
 // at the end shows that hazard with a plain go-redis Script.Run.
 func TestLostReplyIsRetryableNeverLost(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	proxy := redistest.NewProxy(t, srv.Addr())
+	srv := redisservers.Start(t)
+	proxy := redisservers.NewProxy(t, srv.Addr())
 	h := srv.NewHarness(t, testTTL,
-		redistest.WithClientOptions(func(o *goredis.Options) { o.Addr = proxy.Addr() }), // go-redis defaults: MaxRetries 3
-		redistest.WithStoreOptions(func(o *redis.Options) { o.SweepInterval = time.Hour }))
+		redisservers.WithClientOptions(func(o *goredis.Options) { o.Addr = proxy.Addr() }), // go-redis defaults: MaxRetries 3
+		redisservers.WithStoreOptions(func(o *redis.Options) { o.SweepInterval = time.Hour }))
 	st := open(t, h)
 	ctx := t.Context()
 
@@ -463,10 +463,10 @@ func TestLostReplyIsRetryableNeverLost(t *testing.T) {
 func TestMassExpiryReachesWatchers(t *testing.T) {
 	t.Parallel()
 	const n = 1300 // over two sweep batches
-	srv := redistest.Start(t)
+	srv := redisservers.Start(t)
 	// The first sweep comes after every key is due, so it must loop over
 	// several batches.
-	h := srv.NewHarness(t, testTTL, redistest.WithStoreOptions(func(o *redis.Options) { o.SweepInterval = 2 * testTTL }))
+	h := srv.NewHarness(t, testTTL, redisservers.WithStoreOptions(func(o *redis.Options) { o.SweepInterval = 2 * testTTL }))
 	st := open(t, h)
 	ch, _ := watch(t, st, spate.Ephemeral, "mass.")
 	put := map[string]uint64{}
@@ -500,7 +500,7 @@ func TestMassExpiryReachesWatchers(t *testing.T) {
 // without an error event, while other watches of the store go on.
 func TestCancelledWatchEnds(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	srv := redisservers.Start(t)
 	st := open(t, srv.NewHarness(t, testTTL))
 	ctx, cancel := context.WithCancel(t.Context())
 	ch, err := st.Watch(ctx, spate.Durable, "")

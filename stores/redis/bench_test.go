@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/redistest"
+	"github.com/spate-go/spate/internal/redisservers"
 )
 
 // benchValue is about the size of a progress record.
@@ -19,9 +19,9 @@ var benchValue = bytes.Repeat([]byte("p"), 256)
 // BenchmarkRawScriptCAS is the floor: one bare compare-and-swap script per
 // operation (no revision mint, no change log), on a spawned server.
 func BenchmarkRawScriptCAS(b *testing.B) {
-	srv := redistest.Start(b)
+	srv := redisservers.Start(b)
 	c := srv.Client(b)
-	cas, err := redistest.NewRawCAS(b.Context(), c, "bench:{raw}:k")
+	cas, err := redisservers.NewRawCAS(b.Context(), c, "bench:{raw}:k")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func BenchmarkRawScriptCAS(b *testing.B) {
 func BenchmarkStoreUpdate(b *testing.B) {
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
 		b.Run(ks.String(), func(b *testing.B) {
-			srv := redistest.Start(b)
+			srv := redisservers.Start(b)
 			st, err := srv.NewHarness(b, testTTL).Open(b.Context())
 			if err != nil {
 				b.Fatal(err)
@@ -65,7 +65,7 @@ func BenchmarkStoreUpdate(b *testing.B) {
 func BenchmarkStoreUpdateWatched(b *testing.B) {
 	for _, n := range []int{1, 16} {
 		b.Run(fmt.Sprintf("watches=%d", n), func(b *testing.B) {
-			srv := redistest.Start(b)
+			srv := redisservers.Start(b)
 			st, err := srv.NewHarness(b, testTTL).Open(b.Context())
 			if err != nil {
 				b.Fatal(err)

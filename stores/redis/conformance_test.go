@@ -7,7 +7,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spate-go/spate/conformance"
-	"github.com/spate-go/spate/internal/redistest"
+	"github.com/spate-go/spate/internal/redisservers"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -20,7 +20,7 @@ const testTTL = 1500 * time.Millisecond
 // holds only there.
 func TestStoreConformance(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.WithAOF())
+	srv := redisservers.Start(t, redisservers.WithAOF())
 	conformance.RunStore(t, srv.HarnessMaker(testTTL))
 }
 
@@ -31,15 +31,15 @@ func TestStoreConformance(t *testing.T) {
 // slots, so this also proves the job's hash tag.
 func TestStoreConformanceOnClusterWithACLAndTLS(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.WithCluster(), redistest.WithTLS(),
-		redistest.WithUser("spate", password, append(aclRules("~spate:*"), "+cluster|slots")...))
+	srv := redisservers.Start(t, redisservers.WithCluster(), redisservers.WithTLS(),
+		redisservers.WithUser("spate", password, append(aclRules("~spate:*"), "+cluster|slots")...))
 	conformance.RunStore(t, srv.HarnessMaker(testTTL, login("spate", password)),
 		conformance.Skip("RequiredSettingsAreMet", "a scratch cluster without persistence; TestStoreConformance runs the rule with AOF"))
 }
 
 func TestCoordinatorConformance(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	srv := redisservers.Start(t)
 	start := time.Now()
 	conformance.RunCoordinator(t, srv.HarnessMaker(testTTL))
 	t.Cleanup(func() { t.Logf("RunCoordinator wall time: %v", time.Since(start).Round(time.Millisecond)) })
@@ -50,7 +50,7 @@ func TestCoordinatorConformance(t *testing.T) {
 // committed progress survives and the job completes.
 func TestCoordinatorSurvivesServerRestart(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.WithAOF())
+	srv := redisservers.Start(t, redisservers.WithAOF())
 	conformance.RunFailover(t, srv.HarnessMaker(testTTL), conformance.FailoverHooks{
 		Fail: func(testing.TB) { srv.Kill() },
 		Heal: func(testing.TB) { srv.StartAgain() },
@@ -58,7 +58,7 @@ func TestCoordinatorSurvivesServerRestart(t *testing.T) {
 }
 
 func BenchmarkConformance(b *testing.B) {
-	srv := redistest.Start(b)
+	srv := redisservers.Start(b)
 	conformance.RunBenchmarks(b, srv.HarnessMaker(testTTL))
 }
 
@@ -67,7 +67,7 @@ func BenchmarkConformance(b *testing.B) {
 // SPATE_CHAOS_SEEDS=n runs more.
 func TestChaos(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.WithAOF())
+	srv := redisservers.Start(t, redisservers.WithAOF())
 	conformance.RunChaos(t, srv.HarnessMaker(testTTL), conformance.ChaosOptions{Seeds: 2, Server: &conformance.FailoverHooks{
 		Fail: func(testing.TB) { srv.Kill() },
 		Heal: func(testing.TB) { srv.StartAgain() },
@@ -84,7 +84,7 @@ func TestChaos(t *testing.T) {
 func BenchmarkScale(b *testing.B) {
 	b.Run("workers=50", func(b *testing.B) {
 		conformance.BenchScaleWatches(b, func(t testing.TB) conformance.Harness {
-			return redistest.Start(t).HarnessMaker(10 * time.Second)(t)
+			return redisservers.Start(t).HarnessMaker(10 * time.Second)(t)
 		}, conformance.ScaleOptions{Workers: 50})
 	})
 }

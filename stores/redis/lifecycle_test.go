@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/spate-go/spate/conformance"
-	"github.com/spate-go/spate/internal/redistest"
+	"github.com/spate-go/spate/internal/redisservers"
 )
 
 // TestStoreCallsPerLifecycle counts the store calls per split lifecycle
@@ -13,5 +13,5 @@ import (
 // the capability hidden.
 func TestStoreCallsPerLifecycle(t *testing.T) {
 	t.Parallel()
-	conformance.MeasureLifecycle(t, redistest.Start(t).HarnessMaker(testTTL))
+	conformance.MeasureLifecycle(t, redisservers.Start(t).HarnessMaker(testTTL))
 }

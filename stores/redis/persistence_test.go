@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/spate-go/spate/internal/redistest"
+	"github.com/spate-go/spate/internal/redisservers"
 	"github.com/spate-go/spate/stores/redis"
 )
 
@@ -23,14 +23,14 @@ func TestPersistenceSettingsAreCheckedAtStartup(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name  string
-		opts  []redistest.Option
+		opts  []redisservers.Option
 		unmet string
 	}{
 		{"appendonly no", nil, "appendonly yes (the server has appendonly no"},
-		{"appendonly yes, appendfsync always", []redistest.Option{redistest.WithAOF()}, ""},
+		{"appendonly yes, appendfsync always", []redisservers.Option{redisservers.WithAOF()}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := redistest.Start(t, tc.opts...)
+			srv := redisservers.Start(t, tc.opts...)
 			var logs bytes.Buffer
 			st, err := redis.New(t.Context(), srv.Client(t), redis.Options{Job: "persist", TTL: testTTL,
 				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -54,7 +54,7 @@ func TestPersistenceSettingsAreCheckedAtStartup(t *testing.T) {
 // crash: reported too.
 func TestAppendfsyncEverysecIsReported(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.WithAOF())
+	srv := redisservers.Start(t, redisservers.WithAOF())
 	c := srv.Client(t)
 	require.NoError(t, c.ConfigSet(t.Context(), "appendfsync", "everysec").Err())
 	st, err := redis.New(t.Context(), c, redis.Options{Job: "persist", TTL: testTTL})
@@ -71,7 +71,7 @@ func TestAppendfsyncEverysecIsReported(t *testing.T) {
 // with appendonly no.
 func TestUnverifiablePersistenceIsUnmet(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.WithUser("noinfo", "pw", append(redis.ACLRules(), "-info")...))
+	srv := redisservers.Start(t, redisservers.WithUser("noinfo", "pw", append(redis.ACLRules(), "-info")...))
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), Username: "noinfo", Password: "pw", ContextTimeoutEnabled: true})
 	defer c.Close()
 	st, err := redis.New(t.Context(), c, redis.Options{Job: "persist", TTL: testTTL})

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/redistest"
+	"github.com/spate-go/spate/internal/redisservers"
 	"github.com/spate-go/spate/stores/redis"
 )
 
@@ -30,8 +30,8 @@ func aclRules(keys string, without ...string) []string {
 
 const password = "s3cret-pw"
 
-func login(user, pw string) redistest.HarnessOption {
-	return redistest.WithClientOptions(func(o *goredis.Options) {
+func login(user, pw string) redisservers.HarnessOption {
+	return redisservers.WithClientOptions(func(o *goredis.Options) {
 		o.Username, o.Password = user, pw
 	})
 }
@@ -42,8 +42,8 @@ func login(user, pw string) redistest.HarnessOption {
 // TLS and ACL through a ClusterClient in TestStoreConformanceOnClusterWithACLAndTLS.)
 func TestACLAndTLSEndToEnd(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.WithTLS(),
-		redistest.WithUser("spate", password, aclRules("~spate:*")...))
+	srv := redisservers.Start(t, redisservers.WithTLS(),
+		redisservers.WithUser("spate", password, aclRules("~spate:*")...))
 	// The server speaks only TLS, and the user is confined to the driver.
 	plain := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), MaxRetries: -1})
 	defer plain.Close()
@@ -79,19 +79,19 @@ func TestACLAndTLSEndToEnd(t *testing.T) {
 // cannot work with is a Fatal error at New that names what is missing.
 func TestStartupRejectsWhatTheDriverCannotUse(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t,
-		redistest.WithUser("noevalsha", password, aclRules("~spate:*", "evalsha")...),
-		redistest.WithUser("noeval", password, aclRules("~spate:*", "eval")...),
-		redistest.WithUser("noxadd", password, aclRules("~spate:*", "xadd")...),
-		redistest.WithUser("nozadd", password, aclRules("~spate:*", "zadd", "zrem")...),
-		redistest.WithUser("noxread", password, aclRules("~spate:*", "xread")...),
-		redistest.WithUser("otherkeys", password, aclRules("~other:*")...),
+	srv := redisservers.Start(t,
+		redisservers.WithUser("noevalsha", password, aclRules("~spate:*", "evalsha")...),
+		redisservers.WithUser("noeval", password, aclRules("~spate:*", "eval")...),
+		redisservers.WithUser("noxadd", password, aclRules("~spate:*", "xadd")...),
+		redisservers.WithUser("nozadd", password, aclRules("~spate:*", "zadd", "zrem")...),
+		redisservers.WithUser("noxread", password, aclRules("~spate:*", "xread")...),
+		redisservers.WithUser("otherkeys", password, aclRules("~other:*")...),
 	)
-	renamed := redistest.Start(t, redistest.WithArgs("--rename-command", "EVAL", ""))
+	renamed := redisservers.Start(t, redisservers.WithArgs("--rename-command", "EVAL", ""))
 	cases := []struct {
 		name string
-		srv  *redistest.Server
-		opt  redistest.HarnessOption
+		srv  *redisservers.Server
+		opt  redisservers.HarnessOption
 		want []string
 	}{
 		{"WrongPassword", srv, login("noeval", "wrong"), []string{"authentication failed"}},
@@ -101,7 +101,7 @@ func TestStartupRejectsWhatTheDriverCannotUse(t *testing.T) {
 		{"ACLDeniesXADDInsideScripts", srv, login("noxadd", password), []string{`ACL user "noxadd" lacks +xadd,`}},
 		{"ACLDeniesTwoCommands", srv, login("nozadd", password), []string{`lacks +zadd, +zrem,`}},
 		{"ACLDeniesTheJobsKeys", srv, login("otherkeys", password), []string{`ACL user "otherkeys" lacks access to the job's keys`}},
-		{"EVALRenamed", renamed, redistest.WithClientOptions(func(*goredis.Options) {}),
+		{"EVALRenamed", renamed, redisservers.WithClientOptions(func(*goredis.Options) {}),
 			[]string{"does not accept EVAL", "rename-command"}},
 	}
 	for _, c := range cases {
@@ -131,7 +131,7 @@ func TestUnreachableServerIsRetryable(t *testing.T) {
 	_ = l.Close()
 	c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer c.Close()
-	st, err := redis.New(t.Context(), c, redis.Options{Job: redistest.NewJob(), TTL: testTTL})
+	st, err := redis.New(t.Context(), c, redis.Options{Job: redisservers.NewJob(), TTL: testTTL})
 	if err == nil {
 		_ = st.Close()
 	}
@@ -144,7 +144,7 @@ func TestUnreachableServerIsRetryable(t *testing.T) {
 // TestTTLCannotChangeMidJob: the job records its TTL; another TTL is Fatal.
 func TestTTLCannotChangeMidJob(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	srv := redisservers.Start(t)
 	h := srv.NewHarness(t, testTTL)
 	_, err := h.Open(t.Context())
 	require.NoError(t, err)

@@ -8,14 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/redistest"
+	"github.com/spate-go/spate/internal/redisservers"
 	"github.com/spate-go/spate/storeurl"
 	"github.com/spate-go/spate/storeurl/storeurltest"
 )
 
 func TestURLDeployment(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	srv := redisservers.Start(t)
 	storeurltest.Run(t, "redis://"+srv.Addr(), storeurl.Options{}, 500*time.Millisecond)
 
 	// The namespace operations go through the database the URL names.
@@ -38,7 +38,7 @@ func TestURLDeployment(t *testing.T) {
 // rediss:// with a client certificate (Options.TLS) and an ACL user whose
 // password comes from the environment.
 func TestURLDeploymentTLSAndACL(t *testing.T) {
-	srv := redistest.Start(t, redistest.WithTLS(), redistest.WithUser("job", "s3cret", "~spate:*", "+@all"))
+	srv := redisservers.Start(t, redisservers.WithTLS(), redisservers.WithUser("job", "s3cret", "~spate:*", "+@all"))
 	t.Setenv("SPATE_URLTEST_PASSWORD", "s3cret")
 	raw := "rediss://job@" + srv.Addr()
 	opts := storeurl.Options{TLS: srv.TLSConfig(), Password: storeurl.Secret{Env: "SPATE_URLTEST_PASSWORD"}}
@@ -75,6 +75,6 @@ func TestURLRefusals(t *testing.T) {
 		assert.ErrorIs(t, err, spate.ErrFatal, raw)
 		assert.NotContains(t, err.Error(), "s3cret")
 	}
-	_, err := storeurl.Open(t.Context(), "redis://h:1", storeurl.Options{TLS: redistest.Start(t, redistest.WithTLS()).TLSConfig()})
+	_, err := storeurl.Open(t.Context(), "redis://h:1", storeurl.Options{TLS: redisservers.Start(t, redisservers.WithTLS()).TLSConfig()})
 	assert.ErrorContains(t, err, "need a rediss:// URL")
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/redistest"
+	"github.com/spate-go/spate/internal/redisservers"
 	"github.com/spate-go/spate/stores/redis"
 )
 
@@ -154,7 +154,7 @@ func TestEvictingServerIsFatal(t *testing.T) {
 	}{{"allkeys-lru", true}, {"allkeys-random", true}, {"volatile-lru", false}, {"noeviction", false}} {
 		t.Run(tc.policy, func(t *testing.T) {
 			t.Parallel()
-			srv := redistest.Start(t, redistest.WithArgs("--maxmemory", "64mb", "--maxmemory-policy", tc.policy))
+			srv := redisservers.Start(t, redisservers.WithArgs("--maxmemory", "64mb", "--maxmemory-policy", tc.policy))
 			s, err := srv.NewHarness(t, testTTL).Open(t.Context())
 			if !tc.refuse {
 				require.NoError(t, err, "maxmemory-policy %s refused", tc.policy)

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/redistest"
+	"github.com/spate-go/spate/internal/redisservers"
 	"github.com/spate-go/spate/stores/redis"
 )
 
@@ -52,7 +52,7 @@ func shardChannels(t *testing.T, c *goredis.Client, job string) []string {
 // is open.
 func TestWatchKeysSubscribesOnlyItsKeys(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	srv := redisservers.Start(t)
 	admin := srv.Client(t)
 	h := srv.NewHarness(t, time.Minute)
 	st := open(t, h)
@@ -118,7 +118,7 @@ func watchPrefix(t *testing.T, st spate.Store, ks spate.Keyspace, prefix string)
 // has the change made meanwhile in its snapshot and hears later ones.
 func TestWatchKeysEndsRetryableWhenTheSubscriberReconnects(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	srv := redisservers.Start(t)
 	admin := srv.Client(t)
 	st := open(t, srv.NewHarness(t, time.Minute))
 	ch, _ := watchKeys(t, st, spate.Ephemeral, "k")
@@ -151,13 +151,13 @@ func TestWatchKeysEndsRetryableWhenTheSubscriberReconnects(t *testing.T) {
 // and still delivers only its keys.
 func TestWatchKeysWithoutPushPermissionsReadsTheLog(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t,
-		redistest.WithUser("nopush", password, aclRules("~spate:*", redis.PushCommands...)...),
-		redistest.WithUser("nossubscribe", password, aclRules("~spate:*", "ssubscribe")...),
+	srv := redisservers.Start(t,
+		redisservers.WithUser("nopush", password, aclRules("~spate:*", redis.PushCommands...)...),
+		redisservers.WithUser("nossubscribe", password, aclRules("~spate:*", "ssubscribe")...),
 	)
 	for _, user := range []string{"nopush", "nossubscribe"} {
 		t.Run(user, func(t *testing.T) {
-			h := srv.NewHarness(t, testTTL, login(user, password), redistest.WithStoreOptions(func(o *redis.Options) {
+			h := srv.NewHarness(t, testTTL, login(user, password), redisservers.WithStoreOptions(func(o *redis.Options) {
 				o.Logger = slog.New(slog.DiscardHandler)
 			}))
 			st := open(t, h)
@@ -179,8 +179,8 @@ func TestWatchKeysWithoutPushPermissionsReadsTheLog(t *testing.T) {
 // what it had, in order, then ends with a Retryable error.
 func TestWatchKeysLagIsRetryable(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	h := srv.NewHarness(t, testTTL, redistest.WithStoreOptions(func(o *redis.Options) {
+	srv := redisservers.Start(t)
+	h := srv.NewHarness(t, testTTL, redisservers.WithStoreOptions(func(o *redis.Options) {
 		o.ChangeLogLength = redis.MinChangeLogLength // also the buffer's length
 	}))
 	st := open(t, h)

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/internal/redistest"
+	"github.com/spate-go/spate/internal/redisservers"
 	"github.com/spate-go/spate/stores/redis"
 )
 
@@ -49,17 +49,17 @@ func TestWatchesShareOneSubscriberAndNoPooledConnection(t *testing.T) {
 	t.Parallel()
 	t.Run("Standalone", func(t *testing.T) {
 		t.Parallel()
-		testWatchesShareOneSubscriber(t, redistest.Start(t))
+		testWatchesShareOneSubscriber(t, redisservers.Start(t))
 	})
 	t.Run("Cluster", func(t *testing.T) {
 		t.Parallel()
-		testWatchesShareOneSubscriber(t, redistest.Start(t, redistest.WithCluster()))
+		testWatchesShareOneSubscriber(t, redisservers.Start(t, redisservers.WithCluster()))
 	})
 }
 
-func testWatchesShareOneSubscriber(t *testing.T, srv *redistest.Server) {
+func testWatchesShareOneSubscriber(t *testing.T, srv *redisservers.Server) {
 	// A long TTL: the ephemeral keys must not expire during the idle pause.
-	h := srv.NewHarness(t, time.Minute, redistest.WithClientOptions(func(o *goredis.Options) {
+	h := srv.NewHarness(t, time.Minute, redisservers.WithClientOptions(func(o *goredis.Options) {
 		o.PoolSize = 2
 		o.PoolTimeout = 200 * time.Millisecond
 	}))
@@ -111,7 +111,7 @@ func testWatchesShareOneSubscriber(t *testing.T, srv *redistest.Server) {
 // with no gap.
 func TestWatchRecoversLostNotifications(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	srv := redisservers.Start(t)
 	h := srv.NewHarness(t, testTTL)
 	st := open(t, h)
 	ch, _ := watch(t, st, spate.Durable, "")
@@ -196,16 +196,16 @@ func (l *lockedBuffer) String() string {
 // seconds.
 func TestWatchWithoutPushPermissionsReadsTheLog(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t,
-		redistest.WithUser("nopush", password, aclRules("~spate:*", redis.PushCommands...)...),
-		redistest.WithUser("nochannels", password, append(aclRules("~spate:*"), "resetchannels")...),
-		redistest.WithUser("nossubscribe", password, aclRules("~spate:*", "ssubscribe")...),
+	srv := redisservers.Start(t,
+		redisservers.WithUser("nopush", password, aclRules("~spate:*", redis.PushCommands...)...),
+		redisservers.WithUser("nochannels", password, append(aclRules("~spate:*"), "resetchannels")...),
+		redisservers.WithUser("nossubscribe", password, aclRules("~spate:*", "ssubscribe")...),
 	)
 	admin := srv.Client(t)
 	for _, user := range []string{"nopush", "nochannels", "nossubscribe"} {
 		t.Run(user, func(t *testing.T) {
 			var logs lockedBuffer
-			h := srv.NewHarness(t, testTTL, login(user, password), redistest.WithStoreOptions(func(o *redis.Options) {
+			h := srv.NewHarness(t, testTTL, login(user, password), redisservers.WithStoreOptions(func(o *redis.Options) {
 				o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 			}))
 			st := open(t, h)
@@ -233,7 +233,7 @@ func TestWatchWithoutPushPermissionsReadsTheLog(t *testing.T) {
 // change, under its revision.
 func TestUpdateAndDeleteLogsAndPushesBothChanges(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	srv := redisservers.Start(t)
 	admin := srv.Client(t)
 	h := srv.NewHarness(t, testTTL)
 	st := open(t, h)
@@ -280,9 +280,9 @@ func TestUpdateAndDeleteLogsAndPushesBothChanges(t *testing.T) {
 // reading the log once a second.
 func TestIdleSubscriberKeepsPushingUnderTheDocumentedACL(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.WithUser("spate", password, aclRules("~spate:*")...))
+	srv := redisservers.Start(t, redisservers.WithUser("spate", password, aclRules("~spate:*")...))
 	var logs lockedBuffer
-	h := srv.NewHarness(t, time.Minute, login("spate", password), redistest.WithStoreOptions(func(o *redis.Options) {
+	h := srv.NewHarness(t, time.Minute, login("spate", password), redisservers.WithStoreOptions(func(o *redis.Options) {
 		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	}))
 	st := open(t, h)

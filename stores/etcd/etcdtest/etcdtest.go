@@ -28,7 +28,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/spate-go/spate/conformance"
-	cluster "github.com/spate-go/spate/internal/etcdtest"
+	cluster "github.com/spate-go/spate/internal/etcdservers"
 )
 
 // Server is a running embedded etcd server.

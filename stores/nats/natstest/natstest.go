@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate/conformance"
-	server "github.com/spate-go/spate/internal/natstest"
+	server "github.com/spate-go/spate/internal/natsservers"
 	spatenats "github.com/spate-go/spate/stores/nats"
 )
 

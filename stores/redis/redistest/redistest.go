@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate/conformance"
-	server "github.com/spate-go/spate/internal/redistest"
+	server "github.com/spate-go/spate/internal/redisservers"
 )
 
 // Server is a spawned redis-server.
