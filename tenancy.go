@@ -131,3 +131,14 @@ func (a *actor) dropLost(id, reason, why string) {
 	a.log.Warn("split lost", "split", id, "reason", reason, "why", why)
 	a.c.emit(Lost{Split: SplitID{id: id}})
 }
+
+// touch notes that a split's view changed: if it concerns this worker (it
+// holds the split or is assigned it), the next step re-runs the own-split
+// reconcile. A change to anyone else's split costs no step work.
+func (wk *worker) touch(id string) {
+	if wk.assigned[id] {
+		wk.ownDirty = true
+	} else if _, held := wk.owned[id]; held {
+		wk.ownDirty = true
+	}
+}

@@ -223,17 +223,6 @@ var leaseSeed = maphash.MakeSeed()
 // comparison.
 func leaseHash(value []byte) uint64 { return maphash.Bytes(leaseSeed, value) }
 
-// touch notes that a split's view changed: if it concerns this worker (it
-// holds the split or is assigned it), the next step re-runs the own-split
-// reconcile. A change to anyone else's split costs no step work.
-func (wk *worker) touch(id string) {
-	if wk.assigned[id] {
-		wk.ownDirty = true
-	} else if _, held := wk.owned[id]; held {
-		wk.ownDirty = true
-	}
-}
-
 // ephemeralDelete applies a delete (or, with force, an authoritative
 // absence from a listing, without a revision check).
 func (a *actor) ephemeralDelete(key string, rev uint64, force bool) {
