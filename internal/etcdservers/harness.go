@@ -71,7 +71,7 @@ func (h *Harness) NewStore(ctx context.Context) (spate.Store, error) {
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("etcdtest: client: %w", err)
+		return nil, fmt.Errorf("etcdservers: client: %w", err)
 	}
 	s, err := etcd.New(ctx, cli, h.opts)
 	if err != nil {
@@ -83,7 +83,7 @@ func (h *Harness) NewStore(ctx context.Context) (spate.Store, error) {
 	defer h.mu.Unlock()
 	if h.closed {
 		_ = o.Close()
-		return nil, fmt.Errorf("etcdtest: NewStore on a closed harness: %w", spate.ErrFatal)
+		return nil, fmt.Errorf("etcdservers: NewStore on a closed harness: %w", spate.ErrFatal)
 	}
 	h.stores = append(h.stores, o)
 	return o, nil
@@ -142,7 +142,7 @@ func Shared(t testing.TB) *Cluster {
 	t.Helper()
 	c, err := SharedCluster()
 	if err != nil {
-		t.Fatalf("etcdtest: shared cluster: %v", err)
+		t.Fatalf("etcdservers: shared cluster: %v", err)
 	}
 	return c
 }
@@ -152,7 +152,7 @@ func SharedCluster() (*Cluster, error) {
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	if shared.c == nil && shared.err == nil {
-		shared.dir, shared.err = os.MkdirTemp("", "spate-etcdtest-")
+		shared.dir, shared.err = os.MkdirTemp("", "spate-etcdservers-")
 		if shared.err == nil {
 			shared.c, shared.err = start(Options{Dir: shared.dir})
 		}

@@ -25,7 +25,7 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("etcdtest: proxy listen: %v", err)
+		t.Fatalf("etcdservers: proxy listen: %v", err)
 	}
 	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
 	p.wg.Go(p.accept)

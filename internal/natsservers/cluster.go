@@ -38,9 +38,9 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 		if !errors.As(err, &busy) {
 			break
 		}
-		t.Logf("natstest: %v; starting the cluster again on fresh ports", err)
+		t.Logf("natsservers: %v; starting the cluster again on fresh ports", err)
 	}
-	t.Fatalf("natstest: cluster: %v", err)
+	t.Fatalf("natsservers: cluster: %v", err)
 	return nil
 }
 
@@ -64,7 +64,7 @@ func startNodes(t testing.TB, n int, opts []Option) ([]*Server, error) {
 	for i := range n {
 		s := newServer(t, fmt.Sprintf("n%d", i), opts)
 		if s.cfg.tls || s.cfg.creds || s.cfg.nkey || s.cfg.user != "" || s.cfg.token != "" {
-			t.Fatalf("natstest: clusters run without authentication or TLS")
+			t.Fatalf("natsservers: clusters run without authentication or TLS")
 		}
 		s.port = ports[i]
 		s.clusterName = "natstest"
@@ -124,7 +124,7 @@ func (c *Cluster) Connect(t testing.TB, extra ...natsgo.Option) *natsgo.Conn {
 	t.Helper()
 	nc, err := natsgo.Connect(c.URLs(), c.Nodes[0].clientOptions(extra)...)
 	if err != nil {
-		t.Fatalf("natstest: connect to the cluster: %v", err)
+		t.Fatalf("natsservers: connect to the cluster: %v", err)
 	}
 	t.Cleanup(nc.Close)
 	return nc
@@ -168,7 +168,7 @@ func (c *Cluster) StreamLeader(t testing.TB, nc *natsgo.Conn, stream string) int
 	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		t.Fatalf("natstest: jetstream: %v", err)
+		t.Fatalf("natsservers: jetstream: %v", err)
 	}
 	idx := -1
 	Eventually(t, 30*time.Second, "stream "+stream+" leader", func() bool {
@@ -199,7 +199,7 @@ func (c *Cluster) WaitStreamReplicasCurrent(t testing.TB, nc *natsgo.Conn, strea
 	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		t.Fatalf("natstest: jetstream: %v", err)
+		t.Fatalf("natsservers: jetstream: %v", err)
 	}
 	Eventually(t, 30*time.Second, "stream "+stream+" replicas current", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

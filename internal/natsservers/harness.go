@@ -104,7 +104,7 @@ func (h *Harness) NewNATSStore(ctx context.Context) (*spatenats.Store, error) {
 	defer h.mu.Unlock()
 	if h.closed {
 		_ = st.Close()
-		return nil, errors.New("natstest: harness closed")
+		return nil, errors.New("natsservers: harness closed")
 	}
 	h.stores = append(h.stores, st)
 	return st, nil
@@ -120,7 +120,7 @@ func (h *Harness) Conn() (*natsgo.Conn, error) {
 	defer h.mu.Unlock()
 	if h.closed {
 		nc.Close()
-		return nil, errors.New("natstest: harness closed")
+		return nil, errors.New("natsservers: harness closed")
 	}
 	h.conns = append(h.conns, nc)
 	return nc, nil

@@ -19,7 +19,7 @@ func VersionProxy(t testing.TB, target, version string) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("natstest: proxy listen: %v", err)
+		t.Fatalf("natsservers: proxy listen: %v", err)
 	}
 	p := &proxy{l: l, target: target, version: version, conns: map[net.Conn]struct{}{}}
 	p.wg.Go(p.serve)

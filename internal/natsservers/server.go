@@ -1,4 +1,4 @@
-// Package natstest runs nats-server in-process for tests: one server with
+// Package natsservers runs nats-server in-process for tests: one server with
 // JetStream on a free loopback port and a temporary store directory, with
 // optional authentication (user/password, token, nkey, operator-signed
 // credentials) and TLS (a throwaway CA made in Go), or a JetStream cluster
@@ -120,11 +120,11 @@ func newServer(t testing.TB, name string, opts []Option) *Server {
 	dir := t.TempDir()
 	if s.cfg.tls {
 		if err := s.makeTLS(dir); err != nil {
-			t.Fatalf("natstest: TLS material: %v", err)
+			t.Fatalf("natsservers: TLS material: %v", err)
 		}
 	}
 	if err := s.makeAuth(dir); err != nil {
-		t.Fatalf("natstest: auth material: %v", err)
+		t.Fatalf("natsservers: auth material: %v", err)
 	}
 	return s
 }
@@ -162,7 +162,7 @@ func (s *Server) options() (*server.Options, error) {
 func (s *Server) start(t testing.TB) {
 	t.Helper()
 	if err := s.tryStart(); err != nil {
-		t.Fatalf("natstest: %v", err)
+		t.Fatalf("natsservers: %v", err)
 	}
 }
 
@@ -295,7 +295,7 @@ func (s *Server) Restart(t testing.TB) {
 	running := s.srv != nil
 	s.mu.Unlock()
 	if running {
-		t.Fatalf("natstest: restart of running server %s", s.name)
+		t.Fatalf("natsservers: restart of running server %s", s.name)
 	}
 	s.start(t)
 }
@@ -326,7 +326,7 @@ func (s *Server) Connect(t testing.TB, extra ...natsgo.Option) *natsgo.Conn {
 	t.Helper()
 	nc, err := natsgo.Connect(s.URL, s.clientOptions(extra)...)
 	if err != nil {
-		t.Fatalf("natstest: connect to %s: %v", s.URL, err)
+		t.Fatalf("natsservers: connect to %s: %v", s.URL, err)
 	}
 	t.Cleanup(nc.Close)
 	return nc
@@ -349,7 +349,7 @@ func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	for !cond() {
 		select {
 		case <-ctx.Done():
-			t.Fatalf("natstest: %s: not within %v", what, d)
+			t.Fatalf("natsservers: %s: not within %v", what, d)
 		case <-tick.C:
 		}
 	}

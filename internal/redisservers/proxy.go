@@ -28,7 +28,7 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("redistest: proxy listen: %v", err)
+		t.Fatalf("redisservers: proxy listen: %v", err)
 	}
 	p := &Proxy{l: l, target: target, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)

@@ -46,7 +46,7 @@ func (r *RawCAS) Swap(ctx context.Context, value []byte) error {
 		return err
 	}
 	if rev == 0 {
-		return fmt.Errorf("redistest: raw CAS at revision %d lost", r.rev)
+		return fmt.Errorf("redisservers: raw CAS at revision %d lost", r.rev)
 	}
 	r.rev = rev
 	return nil

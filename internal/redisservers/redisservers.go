@@ -1,4 +1,4 @@
-// Package redistest spawns real redis-server processes for tests: each on a
+// Package redisservers spawns real redis-server processes for tests: each on a
 // free loopback port with its own temporary directory, configured entirely
 // by command-line arguments, stopped (its whole process group killed) when
 // the test ends. Options add ACL users, TLS with throwaway certificates,
@@ -130,7 +130,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 	if c.tls {
 		files, err := writeTLSFiles(s.dir)
 		if err != nil {
-			t.Fatalf("redistest: TLS material: %v", err)
+			t.Fatalf("redisservers: TLS material: %v", err)
 		}
 		s.tls = files
 	}
@@ -148,14 +148,14 @@ func Start(t testing.TB, opts ...Option) *Server {
 			break
 		}
 	}
-	t.Fatalf("redistest: start redis-server: %v", err)
+	t.Fatalf("redisservers: start redis-server: %v", err)
 	return nil
 }
 
 func freePort(t testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("redistest: find a free port: %v", err)
+		t.Fatalf("redisservers: find a free port: %v", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
@@ -372,7 +372,7 @@ func (s *Server) Stop() {
 func (s *Server) StartAgain() {
 	s.t.Helper()
 	if err := s.spawn(); err != nil {
-		s.t.Fatalf("redistest: restart redis-server: %v", err)
+		s.t.Fatalf("redisservers: restart redis-server: %v", err)
 	}
 }
 

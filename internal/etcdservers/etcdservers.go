@@ -1,4 +1,4 @@
-// Package etcdtest runs real etcd servers inside the test process for the
+// Package etcdservers runs real etcd servers inside the test process for the
 // etcd driver's tests and for any suite that needs an etcd cluster
 // (go.etcd.io/etcd/server/v3/embed; no external binary, so nothing skips in
 // CI).
@@ -122,7 +122,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	c, err := start(opts)
 	if err != nil {
-		t.Fatalf("etcdtest: start cluster: %v", err)
+		t.Fatalf("etcdservers: start cluster: %v", err)
 	}
 	t.Cleanup(c.Stop)
 	return c
@@ -299,7 +299,7 @@ func (c *Cluster) Client(t testing.TB, edit func(*clientv3.Config)) *clientv3.Cl
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		t.Fatalf("etcdtest: client for %v: %v", cfg.Endpoints, err)
+		t.Fatalf("etcdservers: client for %v: %v", cfg.Endpoints, err)
 	}
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli
@@ -418,7 +418,7 @@ func (c *Cluster) WaitLeader(timeout time.Duration) (int, error) {
 			return l, nil
 		}
 		if time.Now().After(deadline) {
-			return -1, fmt.Errorf("etcdtest: no agreed leader after %v", timeout)
+			return -1, fmt.Errorf("etcdservers: no agreed leader after %v", timeout)
 		}
 		<-tick.C
 	}
