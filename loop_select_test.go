@@ -74,15 +74,12 @@ func TestTheDrainServesTheLoopsInputsAlike(t *testing.T) {
 	for _, arm := range drain {
 		assert.Contains(t, loop, arm, "the drain serves an input the loop does not, or through another handler")
 	}
+	// The loop's end, the renewer's notes (a lease beat, no hurry), the
+	// timers and retries, and the planner's one result at a time.
 	oncePerWakeUp := []string{
-		"ctx.Done()",        // the loop's end
-		"a.renew.notes.sig", // the renewer's notes: a lease beat, no hurry
-		"a.w.rewatch.C",     // timers and retries
-		"tick.C",            //
-		"a.wake.c()",        //
-		"reconcile.C",       //
-		"replan.C",          //
-		"a.planning.done",   // one plan at a time
+		"ctx.Done()", "a.renew.notes.sig",
+		"a.w.rewatch.C", "tick.C", "a.wake.c()", "reconcile.C", "replan.C",
+		"a.planning.done",
 	}
 	for _, arm := range loop {
 		ch := strings.TrimSpace(strings.SplitN(arm, "=>", 2)[0])
