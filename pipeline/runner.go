@@ -144,159 +144,159 @@ type runnerExit struct {
 	panic  *FatalError // a panic outside the batch guard
 }
 
-func (d *runner) run() (exit runnerExit) {
+func (r *runner) run() (exit runnerExit) {
 	defer func() {
-		if r := recover(); r != nil {
+		if v := recover(); v != nil {
 			// The shutdown barrier counts this runner: report, then keep
 			// answering control messages until Shutdown like any failed one.
-			fe := fatalf(d.component, "pipeline thread panicked outside the batch guard: %v", r)
+			fe := fatalf(r.component, "pipeline thread panicked outside the batch guard: %v", v)
 			exit = runnerExit{failed: true, panic: fe}
-			d.events.Push(runnerEvent{kind: evFatal, thread: d.i, err: fe})
+			r.events.Push(runnerEvent{kind: evFatal, thread: r.i, err: fe})
 			func() {
 				defer func() { _ = recover() }()
-				if d.chain != nil {
-					d.chain.Close()
+				if r.chain != nil {
+					r.chain.Close()
 				}
 			}()
-			d.chain = nil
-			d.parkUntilShutdown()
+			r.chain = nil
+			r.parkUntilShutdown()
 		}
 	}()
-	d.lastData = time.Now()
-	d.flushedSinceData = true
+	r.lastData = time.Now()
+	r.flushedSinceData = true
 	for {
-		d.health.beat(d.i)
-		if d.serveControl() {
+		r.health.beat(r.i)
+		if r.serveControl() {
 			return runnerExit{}
 		}
-		if d.fatal {
-			if d.chain != nil {
-				d.chain.Close()
-				d.chain = nil
+		if r.fatal {
+			if r.chain != nil {
+				r.chain.Close()
+				r.chain = nil
 			}
-			d.parkUntilShutdown()
+			r.parkUntilShutdown()
 			return runnerExit{failed: true}
 		}
-		if d.backpressureTick() {
-			time.Sleep(d.cfg.PollTimeout)
+		if r.backpressureTick() {
+			time.Sleep(r.cfg.PollTimeout)
 			continue
 		}
-		if len(d.lanes) == 0 {
-			d.parkControl()
-			d.idleFlush()
+		if len(r.lanes) == 0 {
+			r.parkControl()
+			r.idleFlush()
 			continue
 		}
-		idx := d.nextLane % len(d.lanes)
-		d.nextLane++
-		lane := d.lanes[idx]
+		idx := r.nextLane % len(r.lanes)
+		r.nextLane++
+		lane := r.lanes[idx]
 		timeout := time.Duration(0)
-		if d.emptyPolls >= len(d.lanes) {
-			timeout = d.cfg.PollTimeout
+		if r.emptyPolls >= len(r.lanes) {
+			timeout = r.cfg.PollTimeout
 		}
-		if d.isGated(lane) {
-			d.gatedStreak++
-			if d.gatedStreak >= len(d.lanes) {
-				d.gatedStreak = 0
-				d.parkControl()
-				d.idleFlush()
+		if r.isGated(lane) {
+			r.gatedStreak++
+			if r.gatedStreak >= len(r.lanes) {
+				r.gatedStreak = 0
+				r.parkControl()
+				r.idleFlush()
 			}
 			continue
 		}
-		d.gatedStreak = 0
+		r.gatedStreak = 0
 		start := time.Now()
-		batch, err := lane.Poll(d.cfg.MaxRecords, timeout)
+		batch, err := lane.Poll(r.cfg.MaxRecords, timeout)
 		end := time.Now()
-		d.m.poll.Observe(end.Sub(start).Seconds())
+		r.m.poll.Observe(end.Sub(start).Seconds())
 		switch {
 		case err != nil && isFatal(err):
 			if batch != nil && batch.Ack != nil {
 				batch.Ack.Abandon()
 			}
-			d.reportFatal(fatalf(d.component, "source poll failed: %v", err))
+			r.reportFatal(fatalf(r.component, "source poll failed: %v", err))
 		case err != nil:
 			if batch != nil && batch.Ack != nil {
 				batch.Ack.Abandon()
 			}
-			d.emptyPolls++
-			if time.Since(d.lastPollWarn) > 10*time.Second {
-				d.lastPollWarn = time.Now()
-				d.log.Warn("lane poll failed; polling it again later", "lane", lane.ID(), "error", err)
+			r.emptyPolls++
+			if time.Since(r.lastPollWarn) > 10*time.Second {
+				r.lastPollWarn = time.Now()
+				r.log.Warn("lane poll failed; polling it again later", "lane", lane.ID(), "error", err)
 			}
 		case batch == nil:
-			d.emptyPolls++
-			d.idleFlush()
+			r.emptyPolls++
+			r.idleFlush()
 		default:
-			d.emptyPolls = 0
-			d.lastData = end
-			if d.flushedSinceData {
-				d.bufferedSince = end
+			r.emptyPolls = 0
+			r.lastData = end
+			if r.flushedSinceData {
+				r.bufferedSince = end
 			}
-			d.flushedSinceData = false
-			d.onBatch(batch)
-			d.idleFlush()
+			r.flushedSinceData = false
+			r.onBatch(batch)
+			r.idleFlush()
 		}
 	}
 }
 
 // onBatch counts, gates and drives one polled batch, then releases the
 // runtime's reference to its acknowledgment.
-func (d *runner) onBatch(b *Batch) {
+func (r *runner) onBatch(b *Batch) {
 	if b.Ack == nil {
-		d.reportFatal(fatalf(d.component, "lane returned a batch without an acknowledgment handle"))
+		r.reportFatal(fatalf(r.component, "lane returned a batch without an acknowledgment handle"))
 		return
 	}
 	var bytes int
 	for i := range b.Payloads {
 		bytes += len(b.Payloads[i].Value) + len(b.Payloads[i].Key)
 	}
-	if g := d.gates[b.Ack.ID().Partition]; g != nil && g.epoch == b.Ack.ID().Epoch {
+	if g := r.gates[b.Ack.ID().Partition]; g != nil && g.epoch == b.Ack.ID().Epoch {
 		g.issued = max(g.issued, b.Ack.ID().Seq+1)
 		g.polled(b.Ack.ID().Seq, int64(bytes))
 	}
-	d.m.records.Add(float64(len(b.Payloads)))
-	d.m.bytes.Add(float64(bytes))
-	if err := d.runBatch(b); err != nil {
-		d.reportFatal(err)
+	r.m.records.Add(float64(len(b.Payloads)))
+	r.m.bytes.Add(float64(bytes))
+	if err := r.runBatch(b); err != nil {
+		r.reportFatal(err)
 	}
 	b.Ack.Release()
 }
 
 // runBatch pushes b until the chain takes all of it. Every way out but
 // success fails the batch's acknowledgment.
-func (d *runner) runBatch(b *Batch) (fe *FatalError) {
+func (r *runner) runBatch(b *Batch) (fe *FatalError) {
 	defer func() {
-		if r := recover(); r != nil {
+		if v := recover(); v != nil {
 			b.Ack.Fail()
-			fe = fatalf(d.component, "operator chain panicked: %v", r)
+			fe = fatalf(r.component, "operator chain panicked: %v", v)
 		}
 	}()
 	from := 0
-	waiter, _ := d.chain.(roomWaiter)
+	waiter, _ := r.chain.(roomWaiter)
 	var blockedSince time.Time
 	for retry := false; ; retry = true {
 		if retry {
-			d.health.beat(d.i) // the poll loop beat just before the first push
+			r.health.beat(r.i) // the poll loop beat just before the first push
 		}
-		out := d.chain.PushBatch(b, from)
+		out := r.chain.PushBatch(b, from)
 		switch out.Kind {
 		case PushDone:
 			return nil
 		case PushFatal:
 			b.Ack.Fail()
 			if out.Err == nil {
-				return fatalf(d.component, "operator chain failed")
+				return fatalf(r.component, "operator chain failed")
 			}
 			return out.Err
 		}
 		from = max(from, out.ResumeAt)
-		if d.shutdown.Load() {
-			d.log.Warn("abandoning a blocked batch for the shutdown; it replays", "batch", b.Ack.ID())
+		if r.shutdown.Load() {
+			r.log.Warn("abandoning a blocked batch for the shutdown; it replays", "batch", b.Ack.ID())
 			b.Ack.Fail()
-			d.chain.AbandonBatch()
+			r.chain.AbandonBatch()
 			return nil
 		}
 		if out.Reason != BlockCapacity {
-			time.Sleep(d.cfg.BlockedRetry)
+			time.Sleep(r.cfg.BlockedRetry)
 			continue
 		}
 		// A full sink queue. Within the grace the runner only waits for
@@ -307,73 +307,73 @@ func (d *runner) runBatch(b *Batch) (fe *FatalError) {
 		if blockedSince.IsZero() {
 			blockedSince = now
 		}
-		if waiter == nil || now.Sub(blockedSince) >= d.cfg.BlockGrace {
-			d.bp.onSendRejected()
-			d.applyTransition(d.bp.tick(d.budget.Usage(), d.queuesBelow(d.cfg.LowRatio)))
+		if waiter == nil || now.Sub(blockedSince) >= r.cfg.BlockGrace {
+			r.bp.onSendRejected()
+			r.applyTransition(r.bp.tick(r.budget.Usage(), r.queuesBelow(r.cfg.LowRatio)))
 		}
 		if waiter != nil {
-			waiter.waitRoom(d.cfg.BlockedRetry)
+			waiter.waitRoom(r.cfg.BlockedRetry)
 		} else {
-			time.Sleep(d.cfg.BlockedRetry)
+			time.Sleep(r.cfg.BlockedRetry)
 		}
 	}
 }
 
-func (d *runner) reportFatal(err *FatalError) {
-	d.fatal = true
-	d.events.Push(runnerEvent{kind: evFatal, thread: d.i, err: err})
+func (r *runner) reportFatal(err *FatalError) {
+	r.fatal = true
+	r.events.Push(runnerEvent{kind: evFatal, thread: r.i, err: err})
 }
 
 // serveControl handles the parked message and every queued one. It
 // reports whether the runner must exit (Shutdown).
-func (d *runner) serveControl() bool {
-	if d.parked != nil {
-		msg := *d.parked
-		d.parked = nil
-		if d.handle(msg) {
+func (r *runner) serveControl() bool {
+	if r.parked != nil {
+		msg := *r.parked
+		r.parked = nil
+		if r.handle(msg) {
 			return true
 		}
 	}
 	for {
-		msg, ok := d.ctl.TryPop()
+		msg, ok := r.ctl.TryPop()
 		if !ok {
 			return false
 		}
-		if d.handle(msg) {
+		if r.handle(msg) {
 			return true
 		}
 	}
 }
 
-func (d *runner) handle(msg controlMsg) bool {
+func (r *runner) handle(msg controlMsg) bool {
 	switch msg.kind {
 	case ctlAddLane:
-		d.lanes = append(d.lanes, msg.lane)
+		r.lanes = append(r.lanes, msg.lane)
 		p := msg.lane.Partition()
 		if msg.gate != nil {
-			if g := d.gates[p]; g == nil || g.epoch < msg.gate.Epoch {
-				d.gates[p] = &gateState{epoch: msg.gate.Epoch, advanced: msg.gate.Advanced, committed: msg.gate.Committed}
+			if g := r.gates[p]; g == nil || g.epoch < msg.gate.Epoch {
+				r.gates[p] = &gateState{epoch: msg.gate.Epoch, advanced: msg.gate.Advanced, committed: msg.gate.Committed}
 			}
 		}
 	case ctlStopLanes:
-		n := d.removeLanes(msg.lanes)
+		n := r.removeLanes(msg.lanes)
 		if n > 0 {
-			d.flushUntil(msg.deadline)
+			r.flushUntil(msg.deadline)
 		}
 		for range n {
 			msg.barrier.Arrive()
 		}
 	case ctlFlushNow:
-		d.flushOnce()
+		r.flushOnce()
 	case ctlDropLanes:
-		d.removeLanes(msg.lanes)
+		r.removeLanes(msg.lanes)
 	case ctlShutdown:
-		d.flushUntil(msg.deadline)
-		d.lanes = nil
-		clear(d.gates)
-		if d.chain != nil {
-			d.chain.Close()
-			d.chain = nil
+		r.flushUntil(msg.deadline)
+		r.lanes = nil
+		clear(r.gates)
+		if r.chain != nil {
+			r.chain.Close()
+			r.chain = nil
 		}
 		msg.barrier.Arrive()
 		return true
@@ -383,25 +383,25 @@ func (d *runner) handle(msg controlMsg) bool {
 
 // removeLanes drops the listed lanes it holds and the gates of partitions
 // it no longer has lanes for; it returns how many it removed.
-func (d *runner) removeLanes(ids []LaneID) int {
+func (r *runner) removeLanes(ids []LaneID) int {
 	n := 0
-	d.lanes = slices.DeleteFunc(d.lanes, func(l Lane) bool {
+	r.lanes = slices.DeleteFunc(r.lanes, func(l Lane) bool {
 		if slices.Contains(ids, l.ID()) {
 			n++
 			return true
 		}
 		return false
 	})
-	for p := range d.gates {
-		if !slices.ContainsFunc(d.lanes, func(l Lane) bool { return l.Partition() == p }) {
-			delete(d.gates, p)
+	for p := range r.gates {
+		if !slices.ContainsFunc(r.lanes, func(l Lane) bool { return l.Partition() == p }) {
+			delete(r.gates, p)
 		}
 	}
 	return n
 }
 
-func (d *runner) isGated(l Lane) bool {
-	g := d.gates[l.Partition()]
+func (r *runner) isGated(l Lane) bool {
+	g := r.gates[l.Partition()]
 	if g == nil {
 		return false
 	}
@@ -410,49 +410,49 @@ func (d *runner) isGated(l Lane) bool {
 	if g.issued > adv {
 		pending = g.issued - adv
 	}
-	gated := pending >= uint64(d.cfg.MaxPendingBatches)
+	gated := pending >= uint64(r.cfg.MaxPendingBatches)
 	if gated && !g.gated {
 		if time.Since(g.lastWarn) > 10*time.Second {
 			g.lastWarn = time.Now()
-			d.log.Warn("partition at its pending-batch ceiling; not polling it until its watermark advances",
-				"partition", l.Partition(), "pending", pending, "ceiling", d.cfg.MaxPendingBatches)
+			r.log.Warn("partition at its pending-batch ceiling; not polling it until its watermark advances",
+				"partition", l.Partition(), "pending", pending, "ceiling", r.cfg.MaxPendingBatches)
 		}
 	} else if !gated && g.gated {
-		d.log.Debug("partition below its pending-batch ceiling again", "partition", l.Partition())
+		r.log.Debug("partition below its pending-batch ceiling again", "partition", l.Partition())
 	}
 	g.gated = gated
-	return d.bytesGated(l.Partition(), g) || gated
+	return r.bytesGated(l.Partition(), g) || gated
 }
 
 // bytesGated applies the uncommitted-bytes ceiling to g, asking the
 // controller for a commit when the partition reaches it.
-func (d *runner) bytesGated(p PartitionID, g *gateState) bool {
-	limit := d.cfg.MaxUncommittedBytes
+func (r *runner) bytesGated(p PartitionID, g *gateState) bool {
+	limit := r.cfg.MaxUncommittedBytes
 	if limit <= 0 || g.committed == nil {
 		return false
 	}
 	n := g.settle()
-	if n > 0 && n < limit && d.commitsFailing != nil && d.commitsFailing.Load() {
+	if n > 0 && n < limit && r.commitsFailing != nil && r.commitsFailing.Load() {
 		// Commits are not landing: what is read now cannot be committed
 		// and replays if the leases run out. The controller retries its
 		// commit every tick; asking for more would only hammer the store.
 		return true
 	}
 	gated := n >= limit
-	if gated && time.Since(g.lastWant) >= d.cfg.EventPollTimeout {
+	if gated && time.Since(g.lastWant) >= r.cfg.EventPollTimeout {
 		// Repeated while gated: the commit that lands may not cover it all.
 		g.lastWant = time.Now()
-		d.events.Push(runnerEvent{kind: evCommitWanted, thread: d.i, partitions: []PartitionID{p}})
+		r.events.Push(runnerEvent{kind: evCommitWanted, thread: r.i, partitions: []PartitionID{p}})
 	}
 	if gated && !g.bytesGated {
 		// One line per runner and interval, not per partition: a store
 		// refusing commits gates every partition at about the same time.
-		if ok, suppressed := d.bytesWarn.allow(time.Now(), commitWarnEvery); ok {
-			d.log.Warn("partition at its uncommitted-bytes ceiling; not polling it until a commit lands",
+		if ok, suppressed := r.bytesWarn.allow(time.Now(), commitWarnEvery); ok {
+			r.log.Warn("partition at its uncommitted-bytes ceiling; not polling it until a commit lands",
 				"partition", p, "uncommitted_bytes", n, "ceiling", limit, "suppressed_warnings", suppressed)
 		}
 	} else if !gated && g.bytesGated {
-		d.log.Debug("partition below its uncommitted-bytes ceiling again", "partition", p)
+		r.log.Debug("partition below its uncommitted-bytes ceiling again", "partition", p)
 	}
 	g.bytesGated = gated
 	return gated
@@ -460,67 +460,67 @@ func (d *runner) bytesGated(p PartitionID, g *gateState) bool {
 
 // parkControl waits on the control queue for up to the poll timeout,
 // keeping any message for the next serveControl.
-func (d *runner) parkControl() {
-	if msg, ok := d.ctl.PopWait(d.cfg.PollTimeout); ok {
-		d.parked = &msg
+func (r *runner) parkControl() {
+	if msg, ok := r.ctl.PopWait(r.cfg.PollTimeout); ok {
+		r.parked = &msg
 	}
 }
 
 // backpressureTick applies a transition and reports whether the runner is
 // paused.
-func (d *runner) backpressureTick() bool {
-	d.applyTransition(d.bp.tick(d.budget.Usage(), d.queuesBelow(d.cfg.LowRatio)))
-	return d.bp.paused
+func (r *runner) backpressureTick() bool {
+	r.applyTransition(r.bp.tick(r.budget.Usage(), r.queuesBelow(r.cfg.LowRatio)))
+	return r.bp.paused
 }
 
-func (d *runner) applyTransition(t bpTransition) {
+func (r *runner) applyTransition(t bpTransition) {
 	switch t {
 	case bpPause:
-		d.pauseStarted = time.Now()
-		d.m.paused.Set(1)
-		d.m.pauseEvents.Inc()
-		d.events.Push(runnerEvent{kind: evPause, thread: d.i, lanes: d.laneIDs()})
+		r.pauseStarted = time.Now()
+		r.m.paused.Set(1)
+		r.m.pauseEvents.Inc()
+		r.events.Push(runnerEvent{kind: evPause, thread: r.i, lanes: r.laneIDs()})
 	case bpResume:
-		d.m.paused.Set(0)
-		d.m.pausedSeconds.Add(time.Since(d.pauseStarted).Seconds())
-		d.events.Push(runnerEvent{kind: evResume, thread: d.i, lanes: d.laneIDs()})
+		r.m.paused.Set(0)
+		r.m.pausedSeconds.Add(time.Since(r.pauseStarted).Seconds())
+		r.events.Push(runnerEvent{kind: evResume, thread: r.i, lanes: r.laneIDs()})
 	}
 }
 
-func (d *runner) laneIDs() []LaneID {
-	ids := make([]LaneID, len(d.lanes))
-	for i, l := range d.lanes {
+func (r *runner) laneIDs() []LaneID {
+	ids := make([]LaneID, len(r.lanes))
+	for i, l := range r.lanes {
 		ids[i] = l.ID()
 	}
 	return ids
 }
 
-func (d *runner) flushOnce() {
-	if d.chain == nil {
+func (r *runner) flushOnce() {
+	if r.chain == nil {
 		return
 	}
-	out := d.safeFlush()
+	out := r.safeFlush()
 	switch out.Kind {
 	case PushDone:
-		d.flushedSinceData = true
+		r.flushedSinceData = true
 	case PushBlocked:
 		if out.Reason == BlockCapacity {
-			d.bp.onSendRejected()
+			r.bp.onSendRejected()
 		}
 	case PushFatal:
-		d.reportFatal(out.Err)
+		r.reportFatal(out.Err)
 	}
 }
 
-func (d *runner) safeFlush() (out PushOutcome) {
+func (r *runner) safeFlush() (out PushOutcome) {
 	defer func() {
-		if r := recover(); r != nil {
-			out = PushOutcome{Kind: PushFatal, Err: fatalf(d.component, "operator chain panicked: %v", r)}
+		if v := recover(); v != nil {
+			out = PushOutcome{Kind: PushFatal, Err: fatalf(r.component, "operator chain panicked: %v", v)}
 		}
 	}()
-	out = d.chain.Flush()
+	out = r.chain.Flush()
 	if out.Kind == PushFatal && out.Err == nil {
-		out.Err = fatalf(d.component, "operator chain flush failed")
+		out.Err = fatalf(r.component, "operator chain flush failed")
 	}
 	return out
 }
@@ -529,38 +529,38 @@ func (d *runner) safeFlush() (out PushOutcome) {
 // or has waited that long in its buffers: a trickle of records (a
 // followed file) is then never held until the next commit tick, which
 // would put a whole commit interval into its latency.
-func (d *runner) idleFlush() {
-	if d.flushedSinceData {
+func (r *runner) idleFlush() {
+	if r.flushedSinceData {
 		return
 	}
-	if now := time.Now(); now.Sub(d.lastData) < d.cfg.IdleFlush && now.Sub(d.bufferedSince) < d.cfg.IdleFlush {
+	if now := time.Now(); now.Sub(r.lastData) < r.cfg.IdleFlush && now.Sub(r.bufferedSince) < r.cfg.IdleFlush {
 		return
 	}
-	d.flushOnce()
+	r.flushOnce()
 }
 
 // flushUntil flushes the chain until it is done or the deadline passes
 // (what stays parked is abandoned by the chain's teardown and replays).
-func (d *runner) flushUntil(deadline time.Time) {
-	if d.chain == nil {
+func (r *runner) flushUntil(deadline time.Time) {
+	if r.chain == nil {
 		return
 	}
 	for {
-		d.health.beat(d.i)
-		out := d.safeFlush()
+		r.health.beat(r.i)
+		out := r.safeFlush()
 		switch out.Kind {
 		case PushDone:
-			d.flushedSinceData = true
+			r.flushedSinceData = true
 			return
 		case PushFatal:
-			d.reportFatal(out.Err)
+			r.reportFatal(out.Err)
 			return
 		}
 		if out.Reason == BlockCapacity {
-			d.bp.onSendRejected()
+			r.bp.onSendRejected()
 		}
 		if !time.Now().Before(deadline) {
-			d.log.Error("flush did not finish before the drain deadline; parked records are abandoned and replay")
+			r.log.Error("flush did not finish before the drain deadline; parked records are abandoned and replay")
 			return
 		}
 		time.Sleep(2 * time.Millisecond)
@@ -569,14 +569,14 @@ func (d *runner) flushUntil(deadline time.Time) {
 
 // parkUntilShutdown keeps a failed runner answering control messages until
 // Shutdown, because the shutdown barrier counts every runner.
-func (d *runner) parkUntilShutdown() {
+func (r *runner) parkUntilShutdown() {
 	for {
-		d.health.beat(d.i)
-		msg, ok := d.parked, d.parked != nil
-		d.parked = nil
+		r.health.beat(r.i)
+		msg, ok := r.parked, r.parked != nil
+		r.parked = nil
 		if !ok {
 			var m controlMsg
-			m, ok = d.ctl.PopWait(50 * time.Millisecond)
+			m, ok = r.ctl.PopWait(50 * time.Millisecond)
 			msg = &m
 		}
 		if !ok {
@@ -586,18 +586,18 @@ func (d *runner) parkUntilShutdown() {
 		case ctlAddLane:
 			// dropped: nothing polls on a failed thread
 		case ctlStopLanes:
-			n := d.removeLanes(msg.lanes)
+			n := r.removeLanes(msg.lanes)
 			for range n {
 				msg.barrier.Arrive()
 			}
 		case ctlDropLanes:
-			d.removeLanes(msg.lanes)
+			r.removeLanes(msg.lanes)
 		case ctlShutdown:
-			d.lanes = nil
+			r.lanes = nil
 			msg.barrier.Arrive()
 			return
 		}
 	}
 }
 
-func (d *runner) String() string { return fmt.Sprintf("runner-%d", d.i) }
+func (r *runner) String() string { return fmt.Sprintf("runner-%d", r.i) }

@@ -66,9 +66,9 @@ func testBatch(t *testing.T) *Batch {
 	return &Batch{Payloads: make([]RawPayload, 3), Ack: cp.Issuer().Issue(0, 2)}
 }
 
-func pauses(d *runner) int {
+func pauses(rn *runner) int {
 	n := 0
-	for _, ev := range d.events.DrainInto(nil) {
+	for _, ev := range rn.events.DrainInto(nil) {
 		if ev.kind == evPause {
 			n++
 		}
@@ -81,13 +81,13 @@ func pauses(d *runner) int {
 // (polling nothing meanwhile) instead of pausing the source.
 func TestBlockedBatchWithinGraceDoesNotPause(t *testing.T) {
 	chain := &roomChain{blockingChain: blockingChain{blocks: 3}}
-	d := newTestRunner(t, chain, time.Hour)
+	rn := newTestRunner(t, chain, time.Hour)
 	b := testBatch(t)
-	require.Nil(t, d.runBatch(b))
+	require.Nil(t, rn.runBatch(b))
 	require.Equal(t, 4, chain.pushes)
 	require.Equal(t, 3, chain.waits, "every refusal waits for room")
-	require.Zero(t, pauses(d))
-	require.False(t, d.bp.paused)
+	require.Zero(t, pauses(rn))
+	require.False(t, rn.bp.paused)
 	require.False(t, b.Ack.Failed())
 }
 
@@ -95,30 +95,30 @@ func TestBlockedBatchWithinGraceDoesNotPause(t *testing.T) {
 // paused (once), and the batch still gets in when the queue frees.
 func TestBlockedBatchPastGracePauses(t *testing.T) {
 	chain := &roomChain{blockingChain: blockingChain{blocks: 3}, full: 2 * time.Millisecond}
-	d := newTestRunner(t, chain, time.Millisecond)
+	rn := newTestRunner(t, chain, time.Millisecond)
 	b := testBatch(t)
-	require.Nil(t, d.runBatch(b))
+	require.Nil(t, rn.runBatch(b))
 	require.Equal(t, 4, chain.pushes)
-	require.Equal(t, 1, pauses(d))
-	require.True(t, d.bp.paused)
+	require.Equal(t, 1, pauses(rn))
+	require.True(t, rn.bp.paused)
 	require.False(t, b.Ack.Failed())
 }
 
 // A negative grace pauses on the first refusal, as before the grace.
 func TestBlockedBatchWithNegativeGracePausesAtOnce(t *testing.T) {
 	chain := &roomChain{blockingChain: blockingChain{blocks: 1}}
-	d := newTestRunner(t, chain, -1)
-	require.Nil(t, d.runBatch(testBatch(t)))
-	require.Equal(t, 1, pauses(d))
-	require.True(t, d.bp.paused)
+	rn := newTestRunner(t, chain, -1)
+	require.Nil(t, rn.runBatch(testBatch(t)))
+	require.Equal(t, 1, pauses(rn))
+	require.True(t, rn.bp.paused)
 }
 
 // A chain that cannot wait for room pauses the source on its first refusal,
 // whatever the grace.
 func TestBlockedChainWithoutRoomWaitPausesAtOnce(t *testing.T) {
 	chain := &blockingChain{blocks: 1}
-	d := newTestRunner(t, chain, time.Hour)
-	require.Nil(t, d.runBatch(testBatch(t)))
-	require.Equal(t, 1, pauses(d))
-	require.True(t, d.bp.paused)
+	rn := newTestRunner(t, chain, time.Hour)
+	require.Nil(t, rn.runBatch(testBatch(t)))
+	require.Equal(t, 1, pauses(rn))
+	require.True(t, rn.bp.paused)
 }

@@ -253,13 +253,13 @@ func (r *Runtime) startRunners(s *runState) {
 	params := newBPParams(r.budget.Max(), cfg.HighRatio, cfg.LowRatio, cfg.MinPause)
 	for i := range cfg.Threads {
 		s.controls[i] = newMPSC[controlMsg]()
-		d := &runner{
+		rn := &runner{
 			i: i, cfg: &r.cfg, ctl: s.controls[i], events: s.events, chain: r.chains(i),
 			bp: newWatermarkController(params, nil), budget: r.budget, queuesBelow: r.sinks.QueuesBelow,
 			health: r.health, shutdown: s.shutdown, commitsFailing: s.commitsFailing, m: r.m.forRunner(i), component: fmt.Sprintf("runner-%d", i),
 			log: r.log.With("component", fmt.Sprintf("runner-%d", i)), gates: map[PartitionID]*gateState{},
 		}
-		s.runners.Go(func() { s.exits[i] = d.run() })
+		s.runners.Go(func() { s.exits[i] = rn.run() })
 	}
 }
 
