@@ -28,11 +28,13 @@ type SplitOpening struct {
 	Epoch spate.LeaseEpoch
 	// Issuer is this tenancy's own acknowledgment issuer.
 	Issuer *AckIssuer
-	// Waker wakes the driver's control wait: signal it when the lane
-	// decides end of input (after making that visible to TakeFinishing).
+	// Waker wakes the coordination driver's control wait: signal it when the
+	// lane decides end of input (after making that visible to
+	// TakeFinishing).
 	Waker spate.Waker
-	// Poison reports the split unprocessable (it wakes the driver, which
-	// fails the split through the coordinator and revokes the lane).
+	// Poison reports the split unprocessable (it wakes the coordination
+	// driver, which fails the split through the coordinator and revokes the
+	// lane).
 	Poison func(reason string)
 }
 
@@ -46,8 +48,9 @@ type SplitSource interface {
 	// OpenSplit builds the lane of a tenancy. It must not block.
 	OpenSplit(o SplitOpening) (Lane, error)
 	// ValidateResume checks carried progress for drift. A rejection means
-	// the split is never opened: the driver reports it as poison. A Fatal
-	// rejection stops the pipeline; any other class does not.
+	// the split is never opened: the coordination driver reports it as
+	// poison. A Fatal rejection stops the pipeline; any other class does
+	// not.
 	ValidateResume(spec spate.SplitSpec, p spate.SplitProgress) error
 	// EncodeCommit snapshots the split's progress at an acknowledged,
 	// split-relative watermark, and says whether that completes the split
@@ -64,22 +67,22 @@ type SplitSource interface {
 	// since the last call: a latency hint, which has their partitions
 	// committed promptly rather than at the next commit tick.
 	TakeFinishing() []spate.SplitID
-	// BeginRevoke is asked once when the coordinator wants the split back
-	// (a rebalance). True drains it: the driver stops polling the split's
-	// lane at the next batch boundary, waits until every record the lane
-	// emitted is acknowledged, commits that watermark (EncodeCommit, which
-	// may report completion) and hands the split back, so the next owner
-	// reads nothing twice. Return false only when the source cannot stop
-	// between two batches: the coordinator then forces the hand-back and
-	// the uncommitted tail is read again by the next owner (duplicates
+	// BeginRevoke is asked once when the coordinator wants the split back (a
+	// rebalance). True drains it: the coordination driver stops polling the
+	// split's lane at the next batch boundary, waits until every record the
+	// lane emitted is acknowledged, commits that watermark (EncodeCommit,
+	// which may report completion) and hands the split back, so the next
+	// owner reads nothing twice. Return false only when the source cannot
+	// stop between two batches: the coordinator then forces the hand-back
+	// and the uncommitted tail is read again by the next owner (duplicates
 	// for an at-least-once sink). [BaseSplitSource] drains.
 	BeginRevoke(split spate.SplitID) bool
 }
 
-// PlanFinalizer is implemented by split sources whose splits follow
-// growing input (a file tail) and so cannot end on their own: the driver
-// calls PlanFinalized once the job's plan is final, and from then on the
-// source completes each split at the end of its input.
+// PlanFinalizer is implemented by split sources whose splits follow growing
+// input (a file tail) and so cannot end on their own: the coordination
+// driver calls PlanFinalized once the job's plan is final, and from then on
+// the source completes each split at the end of its input.
 type PlanFinalizer interface {
 	PlanFinalized()
 }
@@ -123,8 +126,8 @@ type tenancy struct {
 	completing *spate.SplitProgress
 	// noSpace counts publishes that failed on a full destination.
 	noSpace int
-	// gate is the lane as the runtime polls it: the driver stops it to
-	// drain a revocation (drain.go).
+	// gate is the lane as the runtime polls it: the coordination driver
+	// stops it to drain a revocation (drain.go).
 	gate *gatedLane
 	// acked is the highest acknowledged watermark handed to Commit; won
 	// the watermark of the last commit that landed (both start at the
@@ -164,12 +167,13 @@ type driverOptions struct {
 // instead of failing it. Default false: Stalled is fatal.
 func StallDrains(v bool) DriverOption { return func(o *driverOptions) { o.stallDrains = v } }
 
-// DriverOpTimeout bounds each coordinator call the driver makes. Default 30s.
+// DriverOpTimeout bounds each coordinator call the coordination driver
+// makes. Default 30s.
 func DriverOpTimeout(d time.Duration) DriverOption {
 	return func(o *driverOptions) { o.opTimeout = d }
 }
 
-// DriverLogger sets the driver's logger.
+// DriverLogger sets the coordination driver's logger.
 func DriverLogger(l *slog.Logger) DriverOption { return func(o *driverOptions) { o.log = l } }
 
 // CoordinationDriver turns a [spate.SplitCoordinator]'s ownership events
@@ -209,9 +213,9 @@ type CoordinationDriver[C spate.SplitCoordinator] struct {
 	poison   []poisonReport
 
 	// commitMu serializes what the concurrent commits of one Commit call
-	// share: the driver's tenancy sets (retire), the deferred list, and
-	// the source (EncodeCommit, CloseSplit), which need not be safe for
-	// concurrent use.
+	// share: the coordination driver's tenancy sets (retire), the deferred
+	// list, and the source (EncodeCommit, CloseSplit), which need not be
+	// safe for concurrent use.
 	commitMu sync.Mutex
 
 	// deferred lists the partitions whose commit the running Commit call
@@ -221,7 +225,8 @@ type CoordinationDriver[C spate.SplitCoordinator] struct {
 	deferredErr error
 }
 
-// NewCoordinationDriver wraps coord and hands it the driver's waker.
+// NewCoordinationDriver wraps coord and hands it the coordination driver's
+// waker.
 func NewCoordinationDriver[C spate.SplitCoordinator](coord C, opts ...DriverOption) *CoordinationDriver[C] {
 	o := driverOptions{opTimeout: 30 * time.Second, log: slog.Default()}
 	for _, opt := range opts {
@@ -238,15 +243,15 @@ func NewCoordinationDriver[C spate.SplitCoordinator](coord C, opts ...DriverOpti
 	return d
 }
 
-// StageOutput makes the driver's commits carry sink's committable and
-// publish it once they win (see [StagingSink]). Call it before the first
-// poll.
+// StageOutput makes the coordination driver's commits carry sink's
+// committable and publish it once they win (see [StagingSink]). Call it
+// before the first poll.
 func (d *CoordinationDriver[C]) StageOutput(sink StagingSink) error {
 	if sink == nil {
 		return errors.New("pipeline: StageOutput: nil sink")
 	}
 	if d.stage != nil && d.stage != sink {
-		return errors.New("pipeline: StageOutput: the driver already stages into another sink; a commit carries one committable")
+		return errors.New("pipeline: StageOutput: the coordination driver already stages into another sink; a commit carries one committable")
 	}
 	if len(d.held) > 0 {
 		return errors.New("pipeline: StageOutput: called after splits were gained; wire the sink before the first poll")
@@ -258,7 +263,7 @@ func (d *CoordinationDriver[C]) StageOutput(sink StagingSink) error {
 // Coordinator returns the wrapped coordinator.
 func (d *CoordinationDriver[C]) Coordinator() C { return d.coord }
 
-// Waker is the driver's control-plane waker.
+// Waker is the coordination driver's control-plane waker.
 func (d *CoordinationDriver[C]) Waker() spate.Waker { return d.waker }
 
 // Open takes the runtime's issuer and stop signal (call from Source.Open).
@@ -282,7 +287,7 @@ func (d *CoordinationDriver[C]) ctx() (context.Context, context.CancelFunc) {
 }
 
 // ReportPoison queues a poison report for split from any goroutine and
-// wakes the driver, which fails the split on its next poll.
+// wakes the coordination driver, which fails the split on its next poll.
 func (d *CoordinationDriver[C]) ReportPoison(split spate.SplitID, reason string) {
 	d.poisonMu.Lock()
 	d.poison = append(d.poison, poisonReport{split: split, reason: reason})

@@ -82,7 +82,7 @@ func (s *CoordinatedSource[C]) ReadingOnStop() bool {
 
 // StopReading implements [Source]: the worker leaves the fleet (no new
 // claims; its presence and any leadership go, so peers plan without it),
-// and keeps what it holds until [CoordinatedSource.Close]. The drivers
+// and keeps what it holds until [CoordinatedSource.Close]. The runners
 // then drain, the sinks flush and the final commit lands before Close
 // hands the splits back, so a resume after a graceful stop replays
 // nothing. (Handing the unfinished splits back here, before the drain,

@@ -568,9 +568,10 @@ func TestDriverResumeValidation(t *testing.T) {
 }
 
 // 66
-// A revocation drains: the lane is not polled again, the driver waits for
-// every emitted record to be acknowledged, commits that watermark and
-// hands the split back (or completes it, if that commit completes it).
+// A revocation drains: the lane is not polled again, the coordination
+// driver waits for every emitted record to be acknowledged, commits that
+// watermark and hands the split back (or completes it, if that commit
+// completes it).
 func TestDriverDrainingTenancies(t *testing.T) {
 	// a's lane emits records 0..4 (watermark 5) before the revocation.
 	setup := func(t *testing.T) (*driverFixture, pipeline.PartitionID, pipeline.Lane) {
@@ -725,9 +726,10 @@ func (f *fakeStaging) Publish(_ context.Context, _ pipeline.PartitionID, c []byt
 }
 func (f *fakeStaging) CloseStage(pipeline.PartitionID, bool) {}
 
-// A staging sink that covers less than the watermark (it rolls parts)
-// has the driver commit what it covers, nothing when that is no more than
-// the last commit, and the whole acknowledged watermark at the hand-back.
+// A staging sink that covers less than the watermark (it rolls parts) has
+// the coordination driver commit what it covers, nothing when that is no
+// more than the last commit, and the whole acknowledged watermark at the
+// hand-back.
 func TestDriverCommitsWhatTheStagingSinkCovers(t *testing.T) {
 	f := newDriverFixture(t)
 	cut := int64(0)

@@ -84,9 +84,10 @@
 // [CoordinationDriver] adapts a [spate.SplitCoordinator] to the source
 // contract for a [SplitSource]: each split tenancy is one lane on a fresh
 // partition, commits go through the coordinator's fenced commit, and
-// revocations drain: the driver stops polling the revoked split's lane
-// between two batches, commits what it emitted once acknowledged, and
-// hands the split back. [CoordinatedSource] packages the whole source.
+// revocations drain: the coordination driver stops polling the revoked
+// split's lane between two batches, commits what it emitted once
+// acknowledged, and hands the split back. [CoordinatedSource] packages the
+// whole source.
 //
 // Writing your own: a planner ([spate.SplitPlanner]: Fingerprint, Plan), a
 // [SplitSource] (OpenSplit, EncodeCommit, Sweep, CloseSplit; embed

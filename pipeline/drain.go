@@ -10,26 +10,27 @@ import (
 	"github.com/spate-go/spate"
 )
 
-// A revocation drains by default. When the coordinator asks for a split
-// back (spate.RevokeRequested) and the source agrees (BeginRevoke, true by
-// default), the driver stops polling the split's lane at the next batch
-// boundary, waits until everything the lane emitted is acknowledged,
-// commits that watermark and hands the split back. Nothing of the split is
-// read twice: the next owner resumes exactly where this one stopped.
+// A revocation drains by default. When the coordinator asks for a split back
+// (spate.RevokeRequested) and the source agrees (BeginRevoke, true by
+// default), the coordination driver stops polling the split's lane at the
+// next batch boundary, waits until everything the lane emitted is
+// acknowledged, commits that watermark and hands the split back. Nothing of
+// the split is read twice: the next owner resumes exactly where this one
+// stopped.
 //
-// The lane is stopped by the driver, not the source, so any source gets a
-// clean hand-back; a source declines only when it cannot stop between two
-// batches (the coordinator then forces the hand-back and the uncommitted
-// tail is read again by the next owner).
+// The lane is stopped by the coordination driver, not the source, so any
+// source gets a clean hand-back; a source declines only when it cannot stop
+// between two batches (the coordinator then forces the hand-back and the
+// uncommitted tail is read again by the next owner).
 
-// gatedLane is a tenancy's lane as the runtime sees it: the driver can stop
-// it, after which it is never polled again, and it knows the watermark of
-// the last batch it emitted.
+// gatedLane is a tenancy's lane as the runtime sees it: the coordination
+// driver can stop it, after which it is never polled again, and it knows the
+// watermark of the last batch it emitted.
 type gatedLane struct {
 	Lane
 	stopped atomic.Bool
-	// mu is held across the inner Poll: once the driver holds it after
-	// stop, no batch is in flight and emitted is final.
+	// mu is held across the inner Poll: once the coordination driver holds
+	// it after stop, no batch is in flight and emitted is final.
 	mu      sync.Mutex
 	emitted int64 // one past the last emitted record (the resume watermark before any)
 }

@@ -48,12 +48,12 @@ import (
 // every published file a prefix of its split's committed output, which the
 // next owner completes.
 //
-// Damage is detected and costs only its split (the driver sets the split
-// aside with the error as the reason): a published file truncated,
+// Damage is detected and costs only its split (the coordination driver sets
+// the split aside with the error as the reason): a published file truncated,
 // deleted, replaced, altered (its CRC no longer the committed one) or
 // holding bytes no commit lists; a staging file listed by the committed
-// record deleted or altered before its range was published; a published
-// name already present when the split has no committed output. A marker
+// record deleted or altered before its range was published; a published name
+// already present when the split has no committed output. A marker
 // DIR/.spate/job refuses a second job pointed at the same destination.
 //
 // Write stages without fsync; durability is at Prepare. Records of one

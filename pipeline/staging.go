@@ -21,8 +21,9 @@ import (
 //     a small committable listing them. The committable rides in the
 //     split's progress record ([spate.SplitProgress.Output]) by the same
 //     compare-and-swap as the watermark.
-//  3. Only after that compare-and-swap won does the driver call Publish,
-//     which makes what the committable lists visible, idempotently.
+//  3. Only after that compare-and-swap won does the coordination driver
+//     call Publish, which makes what the committable lists visible,
+//     idempotently.
 //  4. A new owner's OpenStage first finishes what the committed record
 //     lists (idempotently: a zombie or a crashed owner may have published
 //     some or all of it), then discards staged output the record does not
@@ -38,28 +39,28 @@ import (
 // cannot stage (a plain [Sink]) is at-least-once: a takeover replays the
 // uncommitted tail into it.
 //
-// The driver calls OpenStage and CloseStage from the controller goroutine.
-// It commits several splits at once, so Prepare and Publish of different
-// partitions may run concurrently with each other; one partition's calls
-// never overlap and keep their order. Write runs on the shard writers
+// The coordination driver calls OpenStage and CloseStage from the controller
+// goroutine. It commits several splits at once, so Prepare and Publish of
+// different partitions may run concurrently with each other; one partition's
+// calls never overlap and keep their order. Write runs on the shard writers
 // concurrently with all of them.
 type StagingSink interface {
 	Sink
-	// OpenStage begins a tenancy of a split. committed is the Output of
-	// the split's committed progress (nil before its first commit). An
-	// error sets the split aside (the driver reports it as poison with the
-	// error as the reason), so it must name the damaged file or object
-	// and the fix.
+	// OpenStage begins a tenancy of a split. committed is the Output of the
+	// split's committed progress (nil before its first commit). An error
+	// sets the split aside (the coordination driver reports it as poison
+	// with the error as the reason), so it must name the damaged file or
+	// object and the fix.
 	OpenStage(ctx context.Context, t StageTenancy, committed []byte) error
-	// Prepare makes durable what the tenancy staged for its records with
-	// an offset below watermark, and returns the committable listing that
-	// and everything listed before and not yet published. covered is the
+	// Prepare makes durable what the tenancy staged for its records with an
+	// offset below watermark, and returns the committable listing that and
+	// everything listed before and not yet published. covered is the
 	// watermark the committable covers: watermark itself, or, for a sink
-	// that rolls its output in parts (an object store), the watermark of
-	// the last part it cut, when the bytes staged since are too few or
-	// too recent to make a part of their own; the driver then commits
-	// covered. With final set (the split completes, or is handed back)
-	// covered must be watermark. pending reports that the committable
+	// that rolls its output in parts (an object store), the watermark of the
+	// last part it cut, when the bytes staged since are too few or too
+	// recent to make a part of their own; the coordination driver then
+	// commits covered. With final set (the split completes, or is handed
+	// back) covered must be watermark. pending reports that the committable
 	// lists something unpublished. An error marked [spate.ErrFatal] stops
 	// the pipeline; any other defers the commit to the next one.
 	Prepare(ctx context.Context, partition PartitionID, watermark int64, final bool) (committable []byte, covered int64, pending bool, err error)

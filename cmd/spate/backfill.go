@@ -559,7 +559,7 @@ func (f *backfillFlags) runJob(ctx context.Context, con *console, log *slog.Logg
 // The copy's pipeline tuning. Reading local files outruns writing and
 // fsyncing them, so the sink queues fill up whenever an fsync is slow,
 // and the runtime's defaults then cost far more than the fsync (issue
-// 17): a driver that waits 10ms for room pauses for at least 500ms, long
+// 17): a runner that waits 10ms for room pauses for at least 500ms, long
 // after the sink has caught up, and every batch waited 50ms for more
 // chunks, which at the end of a split delays its completion and the next
 // split's start. So a pause lasts at least 20ms (it still ends only once

@@ -263,7 +263,8 @@ func (o *observer) command(ev string, ids []spate.SplitID, reason string, err er
 		}
 		if ev == "fail" && reason != "" {
 			// The reason a quarantine summary names: a damaged output's
-			// reason comes from the driver's Fail, not from a lane.
+			// reason comes from the coordination driver's Fail, not
+			// from a lane.
 			o.info(id).poison = reason
 		}
 		o.mu.Unlock()
@@ -455,12 +456,12 @@ func (s *outputSink) WriteChunks(ctx context.Context, shard int, chunks [][]pipe
 	return nil
 }
 
-// pacer admits at most perSecond records per second across every driver
-// thread (--rate). It runs as the first stage of the chain, so a driver
-// that is ahead of the rate sleeps before its lanes are polled again: the
-// lanes read no faster than the rate and nothing piles up in the sink
-// queues (a graceful stop then finds unread input to hand back). Sleeps are
-// short: each driver reserves one record at a time.
+// pacer admits at most perSecond records per second across every runner
+// (--rate). It runs as the first stage of the chain, so a runner that is
+// ahead of the rate sleeps before its lanes are polled again: the lanes
+// read no faster than the rate and nothing piles up in the sink queues (a
+// graceful stop then finds unread input to hand back). Sleeps are short:
+// each runner reserves one record at a time.
 const paceCredit = 50 * time.Millisecond
 
 type pacer struct {

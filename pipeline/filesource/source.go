@@ -262,9 +262,10 @@ func (s *Source) TakeFinishing() []spate.SplitID {
 	return out
 }
 
-// BeginRevoke accepts every revocation: the driver stops polling the
-// lane between two batches and commits what it emitted once acknowledged,
-// and a line is never cut, so any batch boundary is a clean one.
+// BeginRevoke accepts every revocation: the coordination driver stops
+// polling the lane between two batches and commits what it emitted once
+// acknowledged, and a line is never cut, so any batch boundary is a clean
+// one.
 func (s *Source) BeginRevoke(spate.SplitID) bool { return true }
 
 // Unfinished reports whether the split's lane has input left to read.
