@@ -269,60 +269,78 @@ func (a *actor) claim(c claimCandidate) {
 	})
 }
 
-func (a *actor) claimIO(ctx context.Context, in claimIn) (out claimOut) {
-	key := prefixSplit + in.id
+// claimIO runs the two writes of a claim beside the loop: the lease key,
+// then the fence on the progress record.
+func (e *env) claimIO(ctx context.Context, in claimIn) (out claimOut) {
 	out.kind = in.kind
-	base, baseRev := in.prog, in.progRev
-	read := func() (*progressRecord, uint64, bool) {
-		e, ok, err := a.st.Get(ctx, Durable, key)
-		if err != nil || !ok {
-			return nil, 0, false
-		}
-		r, err := decodeProgress(key, in.id, e.Value, a.fpHash)
-		if err != nil {
-			out.err = err
-			return nil, 0, false
-		}
-		out.reads = append(out.reads, readRecord{r, e.Revision})
-		return r, e.Revision, true
+	if e.writeLease(ctx, in, &out) {
+		e.writeClaim(ctx, in, &out)
 	}
+	return out
+}
+
+// writeLease writes the split's lease key at the next epoch and reports
+// whether it won.
+func (e *env) writeLease(ctx context.Context, in claimIn, out *claimOut) bool {
+	key := prefixSplit + in.id
 	// A takeover fences on the record the view holds, without reading it
 	// first: if anything moved it (a release whose owner-clear the view has
 	// not seen yet, a zombie's late commit), the compare-and-swap loses and
-	// the re-read below decides.
-	next := base.Epoch + 1
-	out.lease = leaseVal{Schema: SchemaVersion, Owner: a.self, Nonce: a.nonce, Epoch: next}
+	// the re-read in writeClaim decides.
+	out.lease = leaseVal{Schema: SchemaVersion, Owner: e.self, Nonce: e.nonce, Epoch: in.prog.Epoch + 1}
 	out.sent = time.Now()
 	var o Outcome
 	var err error
 	// On a store with sessions the lease is bound to this worker's
 	// session, which the renewer keeps alive for every lease at once.
-	out.sess = a.renew.session()
+	out.sess = e.renew.session()
 	switch {
 	case in.takeLease && out.sess != nil:
 		// Our predecessor's lease (a reclaim) or our own leftover: take it
 		// over in place.
 		o, err = out.sess.s.Update(ctx, key, encode(out.lease), in.leaseRev)
 	case in.takeLease:
-		o, err = a.st.Update(ctx, Ephemeral, key, encode(out.lease), in.leaseRev)
+		o, err = e.st.Update(ctx, Ephemeral, key, encode(out.lease), in.leaseRev)
 	case out.sess != nil:
 		o, err = out.sess.s.Create(ctx, key, encode(out.lease))
 	default:
-		o, err = a.st.Create(ctx, Ephemeral, key, encode(out.lease))
+		o, err = e.st.Create(ctx, Ephemeral, key, encode(out.lease))
 	}
 	if err != nil {
-		a.m.writes.WithLabelValues("error").Inc()
-		a.log.Debug("lease claim failed", "split", in.id, "err", err)
-		return out
+		e.m.writes.WithLabelValues("error").Inc()
+		e.log.Debug("lease claim failed", "split", in.id, "err", err)
+		return false
 	}
 	if !o.Won {
-		return out // a peer won; the watch will show it
+		return false // a peer won; the watch will show it
 	}
 	out.leaseRev = o.Revision
+	return true
+}
+
+// writeClaim fences the progress record at the lease's epoch: the real
+// claim. When it cannot, it deletes the lease it wrote.
+func (e *env) writeClaim(ctx context.Context, in claimIn, out *claimOut) {
+	key := prefixSplit + in.id
+	next := out.lease.Epoch
+	base, baseRev := in.prog, in.progRev
+	read := func() (*progressRecord, uint64, bool) {
+		got, ok, err := e.st.Get(ctx, Durable, key)
+		if err != nil || !ok {
+			return nil, 0, false
+		}
+		r, err := decodeProgress(key, in.id, got.Value, e.fpHash)
+		if err != nil {
+			out.err = err
+			return nil, 0, false
+		}
+		out.reads = append(out.reads, readRecord{r, got.Revision})
+		return r, got.Revision, true
+	}
 	for range 2 {
 		rec := base.clone()
 		rec.Epoch = next
-		rec.Owner = strPtr(a.self)
+		rec.Owner = strPtr(e.self)
 		// Decision: a takeover that consumes an attempt counts it even on the
 		// retry after adopting a zombie's late commit; otherwise a poison
 		// split with a chatty zombie could dodge its cap.
@@ -332,26 +350,26 @@ func (a *actor) claimIO(ctx context.Context, in claimIn) (out claimOut) {
 		}
 		rec.WrittenAtMs = nowMs()
 		start := time.Now()
-		o, err := a.st.Update(ctx, Durable, key, encode(rec), baseRev)
-		a.m.writeDur.Observe(time.Since(start).Seconds())
+		o, err := e.st.Update(ctx, Durable, key, encode(rec), baseRev)
+		e.m.writeDur.Observe(time.Since(start).Seconds())
 		if err != nil {
-			a.m.writes.WithLabelValues("error").Inc()
-			a.log.Debug("claim write failed", "split", in.id, "err", err)
+			e.m.writes.WithLabelValues("error").Inc()
+			e.log.Debug("claim write failed", "split", in.id, "err", err)
 			// The write may have landed with its reply lost: adopt it if
 			// the record now carries this claim, rather than re-claim our
 			// own tenancy later as an expired one (an attempt for nothing).
-			if r, rev, ok := read(); ok && r.owner() == a.self && r.Epoch == next && r.Status == statusRunnable {
+			if r, rev, ok := read(); ok && r.owner() == e.self && r.Epoch == next && r.Status == statusRunnable {
 				out.won, out.rec, out.rev = true, r, rev
-				return out
+				return
 			}
 			break
 		}
 		if o.Won {
-			a.m.writesOK.Inc()
+			e.m.writesOK.Inc()
 			out.won, out.rec, out.rev = true, rec, o.Revision
-			return out
+			return
 		}
-		a.m.writes.WithLabelValues("conflict").Inc()
+		e.m.writes.WithLabelValues("conflict").Inc()
 		r, rev, ok := read()
 		if !ok || r.Status != statusRunnable || r.Epoch >= next {
 			break // another claimant won between our lease write and the CAS
@@ -366,9 +384,8 @@ func (a *actor) claimIO(ctx context.Context, in claimIn) (out claimOut) {
 		// revision (legal: it was still the owner). Retry on top of it.
 		base, baseRev = r, rev
 	}
-	deleteOwnLease(ctx, a.st, in.id, out.leaseRev, a.self, a.nonce, next)
+	deleteOwnLease(ctx, e.st, in.id, out.leaseRev, e.self, e.nonce, next)
 	out.leaseRev = 0
-	return out
 }
 
 func (a *actor) claimDone(in claimIn, out claimOut, since uint64) error {

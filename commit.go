@@ -292,17 +292,17 @@ func nextProgress(prev *progressRecord, t *tenancy, p SplitProgress) *progressRe
 	return rec
 }
 
-func (a *actor) commitIO(ctx context.Context, v *splitView, id string, rec *progressRecord, baseRev uint64, check bool) (out commitOut) {
+func (e *env) commitIO(ctx context.Context, v *splitView, id string, rec *progressRecord, baseRev uint64, check bool) (out commitOut) {
 	key := prefixSplit + id
 	reread := func() {
 		out.read = true
-		e, ok, err := a.st.Get(ctx, Durable, key)
+		got, ok, err := e.st.Get(ctx, Durable, key)
 		switch {
 		case err != nil:
 			out.err = err
 		case ok:
-			out.rev = e.Revision
-			out.cur, out.err = decodeProgress(key, id, e.Value, a.fpHash)
+			out.rev = got.Revision
+			out.cur, out.err = decodeProgress(key, id, got.Value, e.fpHash)
 		}
 	}
 	if check {
@@ -313,19 +313,19 @@ func (a *actor) commitIO(ctx context.Context, v *splitView, id string, rec *prog
 	value := encode(rec)
 	v.pending.Store(&pendingWrite{value: value, rec: rec})
 	start := time.Now()
-	o, err := a.st.Update(ctx, Durable, key, value, baseRev)
-	a.m.writeDur.Observe(time.Since(start).Seconds())
+	o, err := e.st.Update(ctx, Durable, key, value, baseRev)
+	e.m.writeDur.Observe(time.Since(start).Seconds())
 	if err != nil {
-		a.m.writes.WithLabelValues("error").Inc()
+		e.m.writes.WithLabelValues("error").Inc()
 		out.err = err
 		return out
 	}
 	if o.Won {
-		a.m.writesOK.Inc()
+		e.m.writesOK.Inc()
 		out.won, out.rec, out.rev = true, rec, o.Revision
 		return out
 	}
-	a.m.writes.WithLabelValues("conflict").Inc()
+	e.m.writes.WithLabelValues("conflict").Inc()
 	reread()
 	return out
 }

@@ -73,12 +73,12 @@ func (a *actor) elect(now time.Time) {
 	})
 }
 
-func (a *actor) runElection(ctx context.Context, plan planRecord, planRev uint64) electResult {
+func (e *env) runElection(ctx context.Context, plan planRecord, planRev uint64) electResult {
 	target := plan.Generation + 1
-	val := leaderVal{Schema: SchemaVersion, Owner: a.self, Nonce: a.nonce, Generation: target}
-	o, err := a.st.Create(ctx, Ephemeral, keyLeader, encode(val))
+	val := leaderVal{Schema: SchemaVersion, Owner: e.self, Nonce: e.nonce, Generation: target}
+	o, err := e.st.Create(ctx, Ephemeral, keyLeader, encode(val))
 	if err != nil {
-		a.log.Warn("election attempt failed", "err", err)
+		e.log.Warn("election attempt failed", "err", err)
 		return electResult{failed: true}
 	}
 	if !o.Won {
@@ -96,7 +96,7 @@ func (a *actor) runElection(ctx context.Context, plan planRecord, planRev uint64
 		next := plan
 		next.Generation = target
 		next.UpdatedAtMs = nowMs()
-		o, err := a.st.Update(ctx, Durable, keyPlan, encode(&next), planRev)
+		o, err := e.st.Update(ctx, Durable, keyPlan, encode(&next), planRev)
 		if err != nil {
 			if kindOf(err) == kindRetryable {
 				continue
@@ -108,7 +108,7 @@ func (a *actor) runElection(ctx context.Context, plan planRecord, planRev uint64
 			res.plan, res.planRev, res.bumped = &next, o.Revision, true
 			return res
 		}
-		e, ok, err := a.st.Get(ctx, Durable, keyPlan)
+		got, ok, err := e.st.Get(ctx, Durable, keyPlan)
 		if err != nil {
 			continue
 		}
@@ -116,14 +116,14 @@ func (a *actor) runElection(ctx context.Context, plan planRecord, planRev uint64
 			res.err = errNamespaceGone("the plan record vanished during an election")
 			return res
 		}
-		p, err := decodePlan(keyPlan, e.Value, a.fp)
+		p, err := decodePlan(keyPlan, got.Value, e.fp)
 		if err != nil {
 			res.err = err
 			return res
 		}
-		if e.Revision > planRev {
-			plan, planRev = *p, e.Revision
-			res.plan, res.planRev = p, e.Revision
+		if got.Revision > planRev {
+			plan, planRev = *p, got.Revision
+			res.plan, res.planRev = p, got.Revision
 		}
 	}
 	res.demote = "could not fence the plan generation"

@@ -3,7 +3,6 @@ package spate
 import (
 	"context"
 	"hash/fnv"
-	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -18,17 +17,9 @@ import (
 // different splits run concurrently (at most one write in flight per
 // split, each fenced on the revision the view last saw).
 type actor struct {
+	env     // the store, this worker's identity, metrics and log: never change (env.go)
 	c       *StoreCoordinator
 	cfg     Config
-	st      Store
-	rel     Releaser   // st's Releaser capability; nil: a release is two calls
-	kw      KeyWatcher // st's KeyWatcher capability; nil: every worker watches the whole job
-	log     *slog.Logger
-	m       *coordMetrics
-	self    string
-	nonce   string
-	fp      string
-	fpHash  uint64
 	planner SplitPlanner
 	ctx     context.Context
 
@@ -43,9 +34,8 @@ type actor struct {
 	// terminal check): step looks again.
 	dirty bool
 
-	wake  wakeTimer // steps the loop when something falls due
-	renew *renewer  // the renewer beside the loop (lease.go)
-	io    loopIO    // the store calls beside the loop
+	wake wakeTimer // steps the loop when something falls due
+	io   loopIO    // the store calls beside the loop
 }
 
 // loopIO is the store calls the loop runs beside itself (spawn, splitIO):
@@ -66,9 +56,12 @@ type loopIO struct {
 func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 	h := fnv.New64a()
 	h.Write([]byte(c.cfg.InstanceID + "/" + c.nonce))
+	e := env{st: c.store, log: c.log, m: c.m, self: c.cfg.InstanceID, nonce: c.nonce, fp: fp, fpHash: FingerprintHash(fp)}
+	e.renew = newRenewer(c.store, c.cfg, c.log, c.m, e.self, e.nonce, h.Sum64())
+	e.rel, _ = ReleaserOf(c.store)
+	e.kw, _ = KeyWatcherOf(c.store)
 	a := &actor{
-		c: c, cfg: c.cfg, st: c.store, log: c.log, m: c.m,
-		self: c.cfg.InstanceID, nonce: c.nonce, fp: fp, fpHash: FingerprintHash(fp), planner: planner,
+		env: e, c: c, cfg: c.cfg, planner: planner,
 		job: jobView{splits: map[string]*splitView{}, presence: map[string]presenceEntry{}, caps: map[string]int{},
 			loggedPeers: map[string]bool{}, assigns: map[string]assignEntry{}, departed: map[string]time.Time{}},
 		worker:   newWorker(c.m, c.log),
@@ -86,9 +79,6 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 		io: loopIO{busy: map[string]bool{}, cells: map[string]*fenceCell{}, shared: &c.cells, later: map[string][]func() error{},
 			results: newSignalQueue[func() error](), retry: map[opKey]time.Time{}},
 	}
-	a.renew = newRenewer(c.store, c.cfg, c.log, c.m, a.self, a.nonce, h.Sum64())
-	a.rel, _ = ReleaserOf(c.store)
-	a.kw, _ = KeyWatcherOf(c.store)
 	// Without KeyWatcher every worker watches the whole job from startup
 	// on (which completes both snapshots before the loop runs).
 	a.w.fullView = a.kw == nil
@@ -147,7 +137,7 @@ func (a *actor) shutdown(stopRenew context.CancelFunc, renewDone <-chan struct{}
 	<-renewDone
 	a.closeCells()
 	a.io.stop()
-	a.waitPlanner()
+	a.planning.wait(a.cfg.OpTimeout, a.log)
 	a.m.leader.Set(0)
 	a.m.splitsOwned.Set(0)
 }
@@ -443,21 +433,6 @@ func (l *loopIO) stop() {
 	l.stopping = true
 	l.wg.Wait()
 	_ = l.runResults()
-}
-
-// waitPlanner lets a planner run that ignores its cancelled context finish
-// on its own: Close waits for it at most OpTimeout.
-func (a *actor) waitPlanner() {
-	if !a.planning.running {
-		return
-	}
-	t := time.NewTimer(a.cfg.OpTimeout)
-	defer t.Stop()
-	select {
-	case <-a.planning.done:
-	case <-t.C:
-		a.log.Warn("the planner did not return within the op timeout of its cancellation; leaving it behind", "timeout", a.cfg.OpTimeout)
-	}
 }
 
 // opKey names an operation that backs off after a failure: a kind, and

@@ -3,6 +3,7 @@ package spate
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -58,6 +59,21 @@ type planning struct {
 	running bool               // a run is in flight
 	cancel  context.CancelFunc // cancels the run in flight (leadership lost, close)
 	done    chan planResult    // the run's result, into the loop
+}
+
+// wait lets a planner run that ignores its cancelled context finish on
+// its own: Close waits for it at most timeout.
+func (p *planning) wait(timeout time.Duration, log *slog.Logger) {
+	if !p.running {
+		return
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+		log.Warn("the planner did not return within the op timeout of its cancellation; leaving it behind", "timeout", timeout)
+	}
 }
 
 // planSeedConcurrency bounds the seeding writes in flight. The workers

@@ -1,13 +1,16 @@
 package spate
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -331,4 +334,35 @@ func TestPlanRunWritesOnlyWhatIsNew(t *testing.T) {
 	assert.Equal(t, uint64(102), res.plan.Planned)
 	assert.Zero(t, calls["create"])
 	assert.Zero(t, calls["list"], "nothing new: no listing of the job")
+}
+
+// Close waits for a planner run that ignores its cancellation at most the
+// timeout, and says so when it leaves the run behind; a run that returns,
+// or none in flight, costs no wait.
+func TestPlanningWaitIsBoundedByTheTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logged bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&logged, nil))
+
+		idle := planning{done: make(chan planResult, 1)}
+		start := time.Now()
+		idle.wait(time.Minute, log)
+		assert.Zero(t, time.Since(start), "no run in flight: no wait")
+
+		returned := planning{running: true, done: make(chan planResult, 1)}
+		go func() {
+			time.Sleep(time.Second)
+			returned.done <- planResult{}
+		}()
+		start = time.Now()
+		returned.wait(time.Minute, log)
+		assert.Equal(t, time.Second, time.Since(start), "a run that returns ends the wait")
+		assert.Empty(t, logged.String())
+
+		stuck := planning{running: true, done: make(chan planResult, 1)}
+		start = time.Now()
+		stuck.wait(time.Minute, log)
+		assert.Equal(t, time.Minute, time.Since(start), "a run that never returns is left behind at the timeout")
+		assert.Contains(t, logged.String(), "leaving it behind")
+	})
 }

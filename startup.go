@@ -78,36 +78,36 @@ func budgeted(ctx context.Context, log *slog.Logger, maxAttempts int, name strin
 
 // probe checks, before fencing is trusted to the store, that it enforces
 // create-if-absent and compare-and-swap in ks.
-func (a *actor) probe(ctx context.Context, ks Keyspace) error {
+func (e *env) probe(ctx context.Context, ks Keyspace) error {
 	// The nonce keeps two processes that share an instance id (twins, found
 	// later and named as such) from tripping over each other's probe.
-	key := prefixProbe + a.self + "." + a.nonce
-	v := []byte(a.nonce)
-	o, err := a.st.Create(ctx, ks, key, v)
+	key := prefixProbe + e.self + "." + e.nonce
+	v := []byte(e.nonce)
+	o, err := e.st.Create(ctx, ks, key, v)
 	if err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}
 	if !o.Won {
-		_, _ = a.st.Delete(ctx, ks, key, AnyRevision)
+		_, _ = e.st.Delete(ctx, ks, key, AnyRevision)
 		return Retryablef("probe: a crashed predecessor left %s key %q; cleared it", ks, key)
 	}
 	bad := func(format string, args ...any) error {
 		return Fatalf("store probe (%s keyspace of the %s store): "+format+"; fencing cannot be trusted to it",
-			append([]any{ks, a.st.Capabilities().Driver}, args...)...)
+			append([]any{ks, e.st.Capabilities().Driver}, args...)...)
 	}
-	o2, err := a.st.Create(ctx, ks, key, v)
+	o2, err := e.st.Create(ctx, ks, key, v)
 	if err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}
 	if o2.Won {
 		return bad("a second create of one key won: create-if-absent is not enforced")
 	}
-	o3, err := a.st.Update(ctx, ks, key, v, o.Revision)
+	o3, err := e.st.Update(ctx, ks, key, v, o.Revision)
 	if err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}
 	if !o3.Won {
-		if gone, err := probeKeyGone(ctx, a.st, ks, key, o.Revision); err != nil || gone {
+		if gone, err := probeKeyGone(ctx, e.st, ks, key, o.Revision); err != nil || gone {
 			return err
 		}
 		return bad("an update at the current revision lost: compare-and-swap is broken")
@@ -115,19 +115,19 @@ func (a *actor) probe(ctx context.Context, ks Keyspace) error {
 	if o3.Revision <= o.Revision {
 		return bad("an update minted revision %d after %d: revisions must strictly increase", o3.Revision, o.Revision)
 	}
-	o4, err := a.st.Update(ctx, ks, key, v, o.Revision)
+	o4, err := e.st.Update(ctx, ks, key, v, o.Revision)
 	if err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}
 	if o4.Won {
 		return bad("an update at a stale revision won: fencing would corrupt silently")
 	}
-	o5, err := a.st.Delete(ctx, ks, key, o3.Revision)
+	o5, err := e.st.Delete(ctx, ks, key, o3.Revision)
 	if err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}
 	if !o5.Won {
-		if gone, err := probeKeyGone(ctx, a.st, ks, key, o3.Revision); err != nil || gone {
+		if gone, err := probeKeyGone(ctx, e.st, ks, key, o3.Revision); err != nil || gone {
 			return err
 		}
 		return bad("a guarded delete at the current revision lost")
@@ -180,31 +180,31 @@ func (a *actor) join(ctx context.Context) error {
 	return nil
 }
 
-func (a *actor) announce(ctx context.Context) error {
-	key := prefixWorker + a.self
-	o, err := a.st.Create(ctx, Ephemeral, key, a.renew.presenceValue())
+func (e *env) announce(ctx context.Context) error {
+	key := prefixWorker + e.self
+	o, err := e.st.Create(ctx, Ephemeral, key, e.renew.presenceValue())
 	if err != nil {
 		return fmt.Errorf("announce: %w", err)
 	}
 	if o.Won {
-		a.renew.presenceWritten(o.Revision)
+		e.renew.presenceWritten(o.Revision)
 		return nil
 	}
-	e, ok, err := a.st.Get(ctx, Ephemeral, key)
+	got, ok, err := e.st.Get(ctx, Ephemeral, key)
 	if err != nil {
 		return fmt.Errorf("announce: %w", err)
 	}
 	if !ok {
 		return Retryablef("announce: presence key %q vanished between create and read", key)
 	}
-	o, err = a.st.Update(ctx, Ephemeral, key, a.renew.presenceValue(), e.Revision)
+	o, err = e.st.Update(ctx, Ephemeral, key, e.renew.presenceValue(), got.Revision)
 	if err != nil {
 		return fmt.Errorf("announce: %w", err)
 	}
 	if !o.Won {
 		return Retryablef("announce: presence key %q changed under us", key)
 	}
-	a.renew.presenceWritten(o.Revision)
+	e.renew.presenceWritten(o.Revision)
 	return nil
 }
 
