@@ -165,45 +165,72 @@ func (a *actor) publish(now time.Time) {
 		a.leader.pub.took = time.Since(started)
 		a.leader.pub.after = started.Add(publishPace * a.leader.pub.took)
 	}()
-	in, inFlight := assignInput(leaderView{now: now, pinnedSince: a.leader.pub.pinnedSince, pinFor: a.c.tm.pin,
-		landedAt: a.leader.pub.landedAt, moving: a.leader.pub.moving, settleFor: a.c.tm.pin,
+	in, result := a.assign(now)
+	moves := movesOf(in, result)
+	gen := a.leader.term.generation
+	writes, moved := a.job.assignWrites(result, gen)
+	if len(writes) == 0 {
+		return
+	}
+	a.leader.pub.busy = true
+	members := len(result)
+	a.spawn(func(ctx context.Context) func() error {
+		a.writeAssignments(ctx, writes)
+		return func() error {
+			a.leader.pub.busy = false
+			a.publishDone(writes, moves, members, moved, gen)
+			return nil
+		}
+	})
+}
+
+// assign computes the desired assignment from the view, tracks the moves
+// in flight and the settling ones, and records whether the fleet is now
+// balanced.
+func (a *actor) assign(now time.Time) (assignIn, map[string][]string) {
+	pub := &a.leader.pub
+	in, inFlight := assignInput(leaderView{now: now, pinnedSince: pub.pinnedSince, pinFor: a.c.tm.pin,
+		landedAt: pub.landedAt, moving: pub.moving, settleFor: a.c.tm.pin,
 		splits: a.job.splits, presence: a.job.presence, caps: a.job.caps,
 		assigns: a.job.assigns, departed: a.job.departed, delay: a.cfg.RebalanceDelay,
 		maxInFlight: a.cfg.MaxInFlight, seed: a.fpHash})
-	if next := trackPins(a.leader.pub.pinnedSince, a.leader.pub.landedAt, a.leader.pub.moving, inFlight, now, a.c.tm.pin); !next.IsZero() {
-		a.leader.pub.settledAt = next // the improve pass may move it again then: publish anew
+	if next := trackPins(pub.pinnedSince, pub.landedAt, pub.moving, inFlight, now, a.c.tm.pin); !next.IsZero() {
+		pub.settledAt = next // the improve pass may move it again then: publish anew
 		a.wake.arm(next)
 	}
 	// Held splits move only when the fleet changed since the improve pass
 	// last ran (a join, a departure, a member proven, a budget changed):
 	// never to even out the weight left as splits complete.
 	fleet := fleetSignature(in.Members)
-	in.Steady = fleet == a.leader.pub.balanced
+	in.Steady = fleet == pub.balanced
 	result := computeAssignment(in)
 	// The fleet counts as balanced once the improve pass ran on it with
 	// nothing held back: no move in flight (pinned) and none settling (a
 	// settling split is not moved, so a newcomer could be left short of
 	// its share until it settles; the publish due then must still balance).
 	if !slices.ContainsFunc(in.Splits, func(s assignSplit) bool { return s.Pinned || s.Settling }) {
-		a.leader.pub.balanced = fleet
+		pub.balanced = fleet
 	}
-	moves := movesOf(in, result)
+	return in, result
+}
 
+// assignWrites lists the assignment records that publishing result at
+// generation gen writes (those that differ from the view's) or deletes
+// (those of instances neither present nor inside a delay window), and
+// counts the splits result moves between instances.
+func (v *jobView) assignWrites(result map[string][]string, gen uint64) (writes []*assignWrite, moved int) {
 	// Previous assignee of each split, for the "moved" count: departed
 	// instances' records first, then live members' override them.
 	prev := map[string]string{}
 	for _, live := range []bool{false, true} {
-		for inst, e := range a.job.assigns {
-			if _, present := a.job.presence[inst]; present == live {
+		for inst, e := range v.assigns {
+			if _, present := v.presence[inst]; present == live {
 				for _, id := range e.val.Splits {
 					prev[id] = inst
 				}
 			}
 		}
 	}
-	gen := a.leader.term.generation
-	var writes []*assignWrite
-	moved := 0
 	for _, inst := range slices.Sorted(maps.Keys(result)) {
 		ids := result[inst]
 		for _, id := range ids {
@@ -211,7 +238,7 @@ func (a *actor) publish(now time.Time) {
 				moved++
 			}
 		}
-		cached, ok := a.job.assigns[inst]
+		cached, ok := v.assigns[inst]
 		if ok && cached.val.Generation == gen && slices.Equal(cached.val.Splits, ids) {
 			continue // steady state writes nothing
 		}
@@ -221,44 +248,37 @@ func (a *actor) publish(now time.Time) {
 		}
 		writes = append(writes, w)
 	}
-	// Records of instances neither present nor inside a delay window go.
-	for _, inst := range slices.Sorted(maps.Keys(a.job.assigns)) {
-		_, present := a.job.presence[inst]
-		_, waiting := a.job.departed[inst]
+	for _, inst := range slices.Sorted(maps.Keys(v.assigns)) {
+		_, present := v.presence[inst]
+		_, waiting := v.departed[inst]
 		if !present && !waiting {
-			writes = append(writes, &assignWrite{inst: inst, rev: a.job.assigns[inst].rev, delete: true})
+			writes = append(writes, &assignWrite{inst: inst, rev: v.assigns[inst].rev, delete: true})
 		}
 	}
-	if len(writes) == 0 {
-		return
+	return writes, moved
+}
+
+// writeAssignments runs the writes beside the loop, publishConcurrency at
+// a time, and leaves each one's outcome in it.
+func (e *env) writeAssignments(ctx context.Context, writes []*assignWrite) {
+	sem := make(chan struct{}, publishConcurrency)
+	var wg sync.WaitGroup
+	for _, w := range writes {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			key := prefixAssign + w.inst
+			switch {
+			case w.delete:
+				w.o, w.err = e.st.Delete(ctx, Durable, key, w.rev)
+			case w.rev != 0:
+				w.o, w.err = e.st.Update(ctx, Durable, key, encode(w.val), w.rev)
+			default:
+				w.o, w.err = e.st.Create(ctx, Durable, key, encode(w.val))
+			}
+		})
 	}
-	a.leader.pub.busy = true
-	members := len(result)
-	a.spawn(func(ctx context.Context) func() error {
-		sem := make(chan struct{}, publishConcurrency)
-		var wg sync.WaitGroup
-		for _, w := range writes {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				key := prefixAssign + w.inst
-				switch {
-				case w.delete:
-					w.o, w.err = a.st.Delete(ctx, Durable, key, w.rev)
-				case w.rev != 0:
-					w.o, w.err = a.st.Update(ctx, Durable, key, encode(w.val), w.rev)
-				default:
-					w.o, w.err = a.st.Create(ctx, Durable, key, encode(w.val))
-				}
-			})
-		}
-		wg.Wait()
-		return func() error {
-			a.leader.pub.busy = false
-			a.publishDone(writes, moves, members, moved, gen)
-			return nil
-		}
-	})
+	wg.Wait()
 }
 
 func (a *actor) publishDone(writes []*assignWrite, moves map[string]string, members, moved int, gen uint64) {

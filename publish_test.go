@@ -300,6 +300,63 @@ func isLive(live map[string]presenceEntry, id string) bool {
 
 // The leader publishes only the records that changed, and a steady state
 // writes nothing.
+// assignWrites writes only records that differ from the view's (another
+// generation or other splits), deletes the records of instances neither
+// present nor inside a delay window, and counts the splits that change
+// instance, a live member's record outranking a departed one's.
+func TestAssignWritesListsOnlyWhatChanges(t *testing.T) {
+	v := jobView{
+		presence: present("a", "b", "c"),
+		assigns: map[string]assignEntry{
+			"a":    assigned(3, "s1", "s2"), // unchanged: no write
+			"b":    assigned(2, "s3"),       // same splits, older generation: update
+			"gone": assigned(3, "s4", "s5"), // departed, no window: delete
+			"wait": assigned(3, "s6"),       // departed inside its window: kept
+		},
+		departed: map[string]time.Time{"wait": time.Now()},
+	}
+	// s4 had two records, a departed one and a live one: the live one is
+	// its previous assignee.
+	v.assigns["c"] = assigned(3, "s4")
+	result := map[string][]string{"a": {"s1", "s2"}, "b": {"s3"}, "c": {"s4", "s5", "s6"}}
+	writes, moved := v.assignWrites(result, 3)
+
+	byInst := map[string]*assignWrite{}
+	for _, w := range writes {
+		require.NotContains(t, byInst, w.inst, "one write per instance")
+		byInst[w.inst] = w
+	}
+	require.Len(t, byInst, 3, "writes: %v", byInst)
+	assert.NotContains(t, byInst, "a", "a record that did not change is not written")
+	assert.NotContains(t, byInst, "wait", "a departed member inside its delay window keeps its record")
+	if w := byInst["b"]; assert.NotNil(t, w) {
+		assert.Equal(t, uint64(1), w.rev, "an update is fenced on the view's revision")
+		assert.Equal(t, uint64(3), w.val.Generation)
+		assert.False(t, w.delete)
+	}
+	if w := byInst["c"]; assert.NotNil(t, w) {
+		assert.Equal(t, []string{"s4", "s5", "s6"}, w.val.Splits)
+	}
+	if w := byInst["gone"]; assert.NotNil(t, w) {
+		assert.True(t, w.delete, "an instance neither present nor waiting loses its record")
+		assert.Equal(t, uint64(1), w.rev)
+	}
+	// s5 (gone → c) and s6 (wait → c) moved; s4 stayed with c, whose live
+	// record outranks gone's.
+	assert.Equal(t, 2, moved)
+
+	// A new instance's record is created (revision 0).
+	writes, _ = v.assignWrites(map[string][]string{"a": {"s1", "s2"}, "b": {"s3"}, "c": {"s4"}, "d": {"s5", "s6"}}, 3)
+	created := 0
+	for _, w := range writes {
+		if w.inst == "d" {
+			created++
+			assert.Zero(t, w.rev, "a record the view does not hold is created")
+		}
+	}
+	assert.Equal(t, 1, created)
+}
+
 func TestPublishWritesOnlyChangedRecords(t *testing.T) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
