@@ -423,92 +423,120 @@ func (s *SinkRuntime) worker(shard int) {
 		<-writerDone
 		s.wg.Done()
 	}()
-	q := s.queues[shard]
-	b := &sinkBatch{}
-	var linger *time.Timer
-	var lingerC <-chan time.Time
+	bt := &shardBatcher{s: s, shard: shard, q: s.queues[shard], writes: writes, b: &sinkBatch{}}
+	for bt.next() {
+	}
+}
+
+// shardBatcher is the state of one shard's intake: the batch it is
+// building, its linger timer, and whether the batch is due.
+type shardBatcher struct {
+	s      *SinkRuntime
+	shard  int
+	q      chan *chunk
+	writes chan<- *sinkBatch
+	b      *sinkBatch
+
+	linger  *time.Timer
+	lingerC <-chan time.Time
 	// ready: the batch lingered (or the drain wants it out); it goes to the
 	// writer as soon as the writer takes it.
-	ready := false
-	take := func(ch *chunk) {
-		s.h.depth[shard].Set(float64(s.depth[shard].Add(-1)))
-		b.chunks = append(b.chunks, ch.records)
-		b.held = append(b.held, ch)
-		b.records += len(ch.records)
-		b.bytes += ch.bytes
-		b.acks.Absorb(&ch.acks)
+	ready bool
+}
+
+// next serves one event of the intake: a chunk, the writer taking the due
+// batch, the linger timer, or the abort. It returns false when the shard
+// is done (its queue closed, or the work aborted).
+func (bt *shardBatcher) next() bool {
+	s := bt.s
+	if s.workCtx.Err() != nil {
+		bt.abort()
+		return false
 	}
-	stopLinger := func() {
-		if linger != nil {
-			linger.Stop()
-			linger, lingerC = nil, nil
+	var send chan<- *sinkBatch // nil (never ready) unless the batch is due
+	intake := bt.q
+	if bt.ready {
+		send = bt.writes
+		if len(bt.b.held) >= s.opts.QueueCapacity {
+			// Due, the writer busy, and a queue's worth taken in
+			// already: leave the rest queued until the writer takes
+			// this batch (backpressure), so that what a slow write
+			// keeps in flight is bounded by the queue, not by the
+			// batch caps.
+			intake = nil
 		}
 	}
-	// flush hands the batch over, waiting for the writer.
-	flush := func() {
-		stopLinger()
-		ready = false
-		if b.records == 0 && b.acks.Len() == 0 {
-			return
+	select {
+	case send <- bt.b:
+		bt.ready = false
+		bt.b = &sinkBatch{}
+	case ch, ok := <-intake:
+		if !ok {
+			bt.flush()
+			return false
 		}
-		select {
-		case writes <- b:
-		case <-s.workCtx.Done():
-			s.abandon(b, "drain deadline reached")
-		}
-		b = &sinkBatch{}
+		bt.take(ch)
+	case <-bt.lingerC:
+		bt.linger, bt.lingerC = nil, nil
+		bt.ready = true
+	case <-s.workCtx.Done():
 	}
-	for {
-		if s.workCtx.Err() != nil {
-			// Aborted: abandon the batch and everything still queued.
-			s.abandon(b, "drain deadline reached")
-			for ch := range q {
-				s.depth[shard].Add(-1)
-				s.abandonChunk(ch)
-			}
-			return
-		}
-		var send chan<- *sinkBatch // nil (never ready) unless the batch is due
-		intake := q
-		if ready {
-			send = writes
-			if len(b.held) >= s.opts.QueueCapacity {
-				// Due, the writer busy, and a queue's worth taken in
-				// already: leave the rest queued until the writer takes
-				// this batch (backpressure), so that what a slow write
-				// keeps in flight is bounded by the queue, not by the
-				// batch caps.
-				intake = nil
-			}
-		}
-		select {
-		case send <- b:
-			ready = false
-			b = &sinkBatch{}
-		case ch, ok := <-intake:
-			if !ok {
-				flush()
-				return
-			}
-			take(ch)
-			full := b.records >= s.opts.BatchMaxRecords || b.bytes >= s.opts.BatchMaxBytes
-			switch {
-			case full:
-				flush()
-			case s.draining.Load():
-				// Nothing to linger for while draining: out as soon as the
-				// writer is free, with whatever is queued behind it by then.
-				stopLinger()
-				ready = true
-			case linger == nil && !ready:
-				linger = time.NewTimer(s.opts.Linger)
-				lingerC = linger.C
-			}
-		case <-lingerC:
-			linger, lingerC = nil, nil
-			ready = true
-		case <-s.workCtx.Done():
-		}
+	return true
+}
+
+// take adds a chunk to the batch, then hands a full batch over, marks it
+// due at once while draining, or starts its linger.
+func (bt *shardBatcher) take(ch *chunk) {
+	s, b := bt.s, bt.b
+	s.h.depth[bt.shard].Set(float64(s.depth[bt.shard].Add(-1)))
+	b.chunks = append(b.chunks, ch.records)
+	b.held = append(b.held, ch)
+	b.records += len(ch.records)
+	b.bytes += ch.bytes
+	b.acks.Absorb(&ch.acks)
+	switch {
+	case b.records >= s.opts.BatchMaxRecords || b.bytes >= s.opts.BatchMaxBytes:
+		bt.flush()
+	case s.draining.Load():
+		// Nothing to linger for while draining: out as soon as the
+		// writer is free, with whatever is queued behind it by then.
+		bt.stopLinger()
+		bt.ready = true
+	case bt.linger == nil && !bt.ready:
+		bt.linger = time.NewTimer(s.opts.Linger)
+		bt.lingerC = bt.linger.C
+	}
+}
+
+func (bt *shardBatcher) stopLinger() {
+	if bt.linger != nil {
+		bt.linger.Stop()
+		bt.linger, bt.lingerC = nil, nil
+	}
+}
+
+// flush hands the batch over, waiting for the writer.
+func (bt *shardBatcher) flush() {
+	bt.stopLinger()
+	bt.ready = false
+	if bt.b.records == 0 && bt.b.acks.Len() == 0 {
+		return
+	}
+	select {
+	case bt.writes <- bt.b:
+	case <-bt.s.workCtx.Done():
+		bt.s.abandon(bt.b, "drain deadline reached")
+	}
+	bt.b = &sinkBatch{}
+}
+
+// abort abandons the batch and everything still queued.
+func (bt *shardBatcher) abort() {
+	bt.stopLinger()
+	bt.s.abandon(bt.b, "drain deadline reached")
+	for ch := range bt.q {
+		bt.s.depth[bt.shard].Add(-1)
+		bt.s.abandonChunk(ch)
 	}
 }
 
