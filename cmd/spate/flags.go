@@ -140,7 +140,9 @@ func (f *storeFlags) validate() (storeurl.Info, error) {
 }
 
 // validate checks every backfill flag without reaching the store or
-// creating anything: a bad flag is a one-line error naming it.
+// creating anything: a bad flag is a one-line error naming it. The checks
+// run in flag order, grouped by what the flags set; the first failure is
+// the one reported.
 func (f *backfillFlags) validate(fs *flag.FlagSet, pos []string) error {
 	var store storeurl.Info
 	if !explicitlySet(fs, "commit-interval") {
@@ -151,6 +153,21 @@ func (f *backfillFlags) validate(fs *flag.FlagSet, pos []string) error {
 		func() error { return required("src", f.src, "the directory (or bucket URL) to copy") },
 		func() error { return required("dst", f.dst, "the directory to write the output to") },
 		func() (err error) { store, err = f.store.validate(); return err },
+		func() error { return f.checkTimings(store) },
+		func() error { return f.checkSizes() },
+		func() error { return f.checkFollow(fs) },
+		func() error { return f.checkNames() },
+		func() error { return checkAddr("metrics-addr", f.metricsAddr) },
+		func() error { return checkParentDir("history", f.history) },
+		func() error { return f.log.validate() },
+		func() error { return checkDstDir(f.dst) },
+	)
+}
+
+// checkTimings checks the lease and the intervals derived from it against
+// the store's lease resolution.
+func (f *backfillFlags) checkTimings(store storeurl.Info) error {
+	return checkFlags(
 		func() error { return checkLease("lease", f.lease, store) },
 		func() error {
 			if f.store.url == "" && f.lease < embeddedLeaseFloor {
@@ -180,6 +197,12 @@ func (f *backfillFlags) validate(fs *flag.FlagSet, pos []string) error {
 			}
 			return nil
 		},
+	)
+}
+
+// checkSizes checks the counts: lanes, threads, attempts, split sizes.
+func (f *backfillFlags) checkSizes() error {
+	return checkFlags(
 		func() error { return atLeast("lanes", int64(f.lanes), 1) },
 		func() error {
 			if f.threads < 1 || f.threads > maxThreads {
@@ -190,61 +213,53 @@ func (f *backfillFlags) validate(fs *flag.FlagSet, pos []string) error {
 		func() error { return atLeast("max-attempts", int64(f.maxAttempts), 1) },
 		func() error { return atLeast("split-bytes", f.splitBytes, 1) },
 		func() error { return atLeast("split-files", int64(f.splitFiles), 1) },
-		func() error {
-			switch {
-			case !f.follow && explicitlySet(fs, "until-idle"):
-				return flagErrorf("--until-idle needs --follow")
-			case !f.follow && explicitlySet(fs, "discover"):
-				return flagErrorf("--discover needs --follow")
-			case f.untilIdle < 0:
-				return flagErrorf("--until-idle %v: must not be negative (0 runs until stopped)", f.untilIdle)
-			case f.discover != 0 && f.discover < f.lease:
-				return flagErrorf("--discover %v is shorter than --lease %v: the leader lists --src at most once per lease", f.discover, f.lease)
-			}
-			return nil
-		},
-		func() error {
-			if math.IsNaN(f.rate) || math.IsInf(f.rate, 0) || f.rate < 0 {
-				return flagErrorf("--rate %v: must be 0 (unlimited) or a positive number of lines per second", f.rate)
-			}
-			return nil
-		},
-		func() error {
-			if f.job == "" {
-				return nil
-			}
-			if err := validateJob(f.job); err != nil {
-				return flagErrorf("--job: %v", err)
-			}
-			return nil
-		},
-		func() error {
-			if f.instance == "" {
-				return nil
-			}
-			if err := spate.ValidateInstanceID(f.instance); err != nil {
-				return flagErrorf("--instance %q: %s", f.instance, strings.TrimPrefix(err.Error(), "spate: "))
-			}
-			return nil
-		},
-		func() error { return checkAddr("metrics-addr", f.metricsAddr) },
-		func() error { return checkParentDir("history", f.history) },
-		func() error {
-			return f.log.validate()
-		},
-		func() error {
-			dst, err := filepath.Abs(f.dst)
-			if err != nil {
-				return flagErrorf("--dst: %v", err)
-			}
-			if st, err := os.Stat(dst); err == nil && !st.IsDir() {
-				return flagErrorf("--dst %s is not a directory", f.dst)
-			} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-				return flagErrorf("--dst: %v", err)
-			}
-			return nil
-		},
 	)
+}
+
+// checkFollow checks the flags of a continuous job and the read rate.
+func (f *backfillFlags) checkFollow(fs *flag.FlagSet) error {
+	switch {
+	case !f.follow && explicitlySet(fs, "until-idle"):
+		return flagErrorf("--until-idle needs --follow")
+	case !f.follow && explicitlySet(fs, "discover"):
+		return flagErrorf("--discover needs --follow")
+	case f.untilIdle < 0:
+		return flagErrorf("--until-idle %v: must not be negative (0 runs until stopped)", f.untilIdle)
+	case f.discover != 0 && f.discover < f.lease:
+		return flagErrorf("--discover %v is shorter than --lease %v: the leader lists --src at most once per lease", f.discover, f.lease)
+	case math.IsNaN(f.rate) || math.IsInf(f.rate, 0) || f.rate < 0:
+		return flagErrorf("--rate %v: must be 0 (unlimited) or a positive number of lines per second", f.rate)
+	}
+	return nil
+}
+
+// checkNames checks the job name and the instance id, when given.
+func (f *backfillFlags) checkNames() error {
+	if f.job != "" {
+		if err := validateJob(f.job); err != nil {
+			return flagErrorf("--job: %v", err)
+		}
+	}
+	if f.instance != "" {
+		if err := spate.ValidateInstanceID(f.instance); err != nil {
+			return flagErrorf("--instance %q: %s", f.instance, strings.TrimPrefix(err.Error(), "spate: "))
+		}
+	}
+	return nil
+}
+
+// checkDstDir checks that --dst, when it exists, is a directory.
+func checkDstDir(dst string) error {
+	abs, err := filepath.Abs(dst)
+	if err != nil {
+		return flagErrorf("--dst: %v", err)
+	}
+	if st, err := os.Stat(abs); err == nil && !st.IsDir() {
+		return flagErrorf("--dst %s is not a directory", dst)
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return flagErrorf("--dst: %v", err)
+	}
+	return nil
 }
 
 // checkParentDir checks that a file flag's directory exists.

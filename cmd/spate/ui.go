@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -49,90 +50,118 @@ func (o uiOpener) Open(ctx context.Context, job string) (spate.Store, error) {
 	return o.conn.open(ctx, job, o.conn.readTTL(ctx, job, o.lease), o.timeout)
 }
 
-func runUI(args []string) int {
-	fs := newFlagSet("ui", "[--store URL] [--job NAME] [--addr HOST:PORT]", uiAbout)
-	var sf storeFlags
-	var lf logFlags
-	addr := fs.String("addr", "127.0.0.1:8089", "address to serve the view on")
-	job := fs.String("job", "", "open this job's page at / (default: the jobs list)")
-	tokenFile := fs.String("token-file", "", "file holding the token the view asks for (needed to listen beyond loopback)")
-	sf.register(fs)
-	lf.register(fs, "warn")
-	pos, code, ok := parseArgs(fs, args)
-	if !ok {
-		return code
-	}
-	token := os.Getenv("SPATE_UI_TOKEN")
-	if err := checkFlags(
+// uiFlags are the flags of spate ui.
+type uiFlags struct {
+	store     storeFlags
+	log       logFlags
+	addr      string
+	job       string
+	tokenFile string
+	// token is the one the view asks for: SPATE_UI_TOKEN, or the content
+	// of --token-file (validate reads it).
+	token string
+}
+
+func (f *uiFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:8089", "address to serve the view on")
+	fs.StringVar(&f.job, "job", "", "open this job's page at / (default: the jobs list)")
+	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the token the view asks for (needed to listen beyond loopback)")
+	f.store.register(fs)
+	f.log.register(fs, "warn")
+}
+
+func (f *uiFlags) validate(pos []string) error {
+	f.token = os.Getenv("SPATE_UI_TOKEN")
+	return checkFlags(
 		func() error { return noPositional(pos) },
-		func() error { _, err := sf.validate(); return err },
+		func() error { _, err := f.store.validate(); return err },
 		func() error {
-			if *job == "" {
+			if f.job == "" {
 				return nil
 			}
-			if err := validateJob(*job); err != nil {
+			if err := validateJob(f.job); err != nil {
 				return flagErrorf("--job: %v", err)
 			}
 			return nil
 		},
 		func() error {
-			if *tokenFile == "" {
+			if f.tokenFile == "" {
 				return nil
 			}
-			b, err := os.ReadFile(*tokenFile)
+			b, err := os.ReadFile(f.tokenFile)
 			if err != nil {
 				return flagErrorf("--token-file: %v", err)
 			}
-			token = strings.TrimSpace(string(b))
-			if token == "" {
-				return flagErrorf("--token-file: %s is empty", *tokenFile)
+			f.token = strings.TrimSpace(string(b))
+			if f.token == "" {
+				return flagErrorf("--token-file: %s is empty", f.tokenFile)
 			}
 			return nil
 		},
 		func() error {
-			if err := jobview.CheckAddr(*addr, token); err != nil {
+			if err := jobview.CheckAddr(f.addr, f.token); err != nil {
 				return flagErrorf("--addr: %v", err)
 			}
 			return nil
 		},
-		lf.validate,
-	); err != nil {
+		f.log.validate,
+	)
+}
+
+func runUI(args []string) int {
+	fs := newFlagSet("ui", "[--store URL] [--job NAME] [--addr HOST:PORT]", uiAbout)
+	var f uiFlags
+	f.register(fs)
+	pos, code, ok := parseArgs(fs, args)
+	if !ok {
+		return code
+	}
+	if err := f.validate(pos); err != nil {
 		return usageError(fs, "%v", err)
 	}
-	log, err := lf.logger(os.Stderr)
+	log, err := f.log.logger(os.Stderr)
 	if err != nil {
 		return fail(exitUsage, "%v", err)
 	}
-	conn, err := sf.connectShared(log)
+	conn, err := f.store.connectShared(log)
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}
 	defer conn.close()
 	view := jobview.New(jobview.Config{
-		Opener: uiOpener{conn: conn, timeout: sf.connectTimeout, lease: 15 * time.Second},
-		Store:  conn.describe, Token: token, Log: log,
+		Opener: uiOpener{conn: conn, timeout: f.store.connectTimeout, lease: 15 * time.Second},
+		Store:  conn.describe, Token: f.token, Log: log,
 	})
 	defer view.Close()
 	var h http.Handler = view
-	if *job != "" {
-		// The job is read from the start: its first page is then served
-		// from a view already built.
-		fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := view.Follow(fctx, *job); err != nil {
-			log.Warn("ui: cannot open the job yet; its page will say why", "job", *job, "error", err)
-		}
-		cancel()
-		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/" {
-				http.Redirect(w, r, "/jobs/"+*job, http.StatusFound)
-				return
-			}
-			view.ServeHTTP(w, r)
-		})
+	if f.job != "" {
+		h = followAtRoot(view, f.job, log)
 	}
-	ln, err := net.Listen("tcp", *addr)
+	return serveUI(h, f.addr, conn.describe)
+}
+
+// followAtRoot reads the job from the start, so that its first page is
+// served from a view already built, and redirects / to the job's page.
+func followAtRoot(view *jobview.Server, job string, log *slog.Logger) http.Handler {
+	fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := view.Follow(fctx, job); err != nil {
+		log.Warn("ui: cannot open the job yet; its page will say why", "job", job, "error", err)
+	}
+	cancel()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/" {
+			http.Redirect(w, r, "/jobs/"+job, http.StatusFound)
+			return
+		}
+		view.ServeHTTP(w, r)
+	})
+}
+
+// serveUI serves h on addr until SIGINT or SIGTERM.
+func serveUI(h http.Handler, addr, store string) int {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fail(exitFailed, "listen on %s: %v", *addr, err)
+		return fail(exitFailed, "listen on %s: %v", addr, err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -143,7 +172,7 @@ func runUI(args []string) int {
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	fmt.Fprintf(os.Stderr, "spate ui: the jobs on %s at http://%s/\n", conn.describe, ln.Addr())
+	fmt.Fprintf(os.Stderr, "spate ui: the jobs on %s at http://%s/\n", store, ln.Addr())
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fail(exitFailed, "serve: %v", err)
 	}
