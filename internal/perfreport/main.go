@@ -481,6 +481,9 @@ func build(root, bin, pkg string) (string, error) {
 	return path, cmd.Run()
 }
 
+// runSection builds a section's test binary, runs its benchmarks for the
+// rounds, and writes the section: the runs that failed, the table of
+// results, and the goals (ratios and limits), which it returns.
 func runSection(doc *bytes.Buffer, sec section, root, bin string, rounds int, quick bool) []goalRow {
 	fmt.Fprintf(doc, "## %s\n\n", sec.title)
 	exe, err := build(root, bin, sec.pkg)
@@ -488,6 +491,33 @@ func runSection(doc *bytes.Buffer, sec section, root, bin string, rounds int, qu
 		fmt.Fprintf(doc, "**The build failed** (`go test -c %s`: %v).\n\n", sec.pkg, err)
 		return nil
 	}
+	r := runRounds(exe, root, sec, rounds, quick)
+	fmt.Fprintf(doc, "Built with `go test -c -o %s %s`; run in `%s`.\n\n", filepath.Base(exe), sec.pkg, sec.pkg)
+	for _, f := range r.failures {
+		fmt.Fprintf(doc, "- **A run failed**: %s\n", f)
+	}
+	if len(r.failures) > 0 {
+		doc.WriteString("\n")
+	}
+	writeResults(doc, r)
+	goals := writeGoals(doc, sec, r.res, quick)
+	if sec.note != "" {
+		fmt.Fprintf(doc, "%s\n\n", sec.note)
+	}
+	return goals
+}
+
+// roundsRun is what a section's rounds produced.
+type roundsRun struct {
+	res      map[string]samples
+	cmdOf    map[string]string // benchmark name → the command that produced it
+	failures []string
+}
+
+// runRounds runs the section's benchmarks (under -quick, only those with
+// a quick time) for the rounds, every other round in reverse order so that
+// no benchmark always runs on a warm or a cold machine.
+func runRounds(exe, root string, sec section, rounds int, quick bool) roundsRun {
 	var benches []bench
 	for _, bn := range sec.benches {
 		if quick {
@@ -498,9 +528,7 @@ func runSection(doc *bytes.Buffer, sec section, root, bin string, rounds int, qu
 		}
 		benches = append(benches, bn)
 	}
-	res := map[string]samples{}
-	cmdOf := map[string]string{} // benchmark name → the command that produced it
-	var failures []string
+	out := roundsRun{res: map[string]samples{}, cmdOf: map[string]string{}}
 	for r := range rounds {
 		order := slices.Clone(benches)
 		if r%2 == 1 {
@@ -519,39 +547,37 @@ func runSection(doc *bytes.Buffer, sec section, root, bin string, rounds int, qu
 			raw, err := cmd.Output()
 			got := parse(raw)
 			if err != nil || len(got) == 0 {
-				failures = append(failures, fmt.Sprintf("round %d, `%s`: %v, %d results%s", r+1, shown, err, len(got), failureDetail(raw)))
+				out.failures = append(out.failures, fmt.Sprintf("round %d, `%s`: %v, %d results%s", r+1, shown, err, len(got), failureDetail(raw)))
 			}
 			for name, vals := range got {
-				if res[name] == nil {
-					res[name] = samples{}
+				if out.res[name] == nil {
+					out.res[name] = samples{}
 				}
-				res[name].add(r, vals)
-				cmdOf[name] = shown
+				out.res[name].add(r, vals)
+				out.cmdOf[name] = shown
 			}
 		}
 	}
-	fmt.Fprintf(doc, "Built with `go test -c -o %s %s`; run in `%s`.\n\n", filepath.Base(exe), sec.pkg, sec.pkg)
-	for _, f := range failures {
-		fmt.Fprintf(doc, "- **A run failed**: %s\n", f)
-	}
-	if len(failures) > 0 {
-		doc.WriteString("\n")
-	}
-	names := make([]string, 0, len(res))
-	for n := range res {
+	return out
+}
+
+// writeResults writes the table of every benchmark's figures.
+func writeResults(doc *bytes.Buffer, r roundsRun) {
+	names := make([]string, 0, len(r.res))
+	for n := range r.res {
 		names = append(names, n)
 	}
 	slices.Sort(names)
 	doc.WriteString("| benchmark | ns/op, median | ns/op, min – max | other figures (medians) | command |\n|---|---|---|---|---|\n")
 	for _, n := range names {
-		ns := res[n].values("ns/op")
+		ns := r.res[n].values("ns/op")
 		med, spread := "", ""
 		if len(ns) > 0 {
 			med = human("ns/op", median(ns))
 			spread = human("ns/op", ns[0]) + " – " + human("ns/op", ns[len(ns)-1])
 		}
 		var units []string
-		for u := range res[n] {
+		for u := range r.res[n] {
 			if u != "ns/op" {
 				units = append(units, u)
 			}
@@ -559,11 +585,15 @@ func runSection(doc *bytes.Buffer, sec section, root, bin string, rounds int, qu
 		slices.Sort(units)
 		var other []string
 		for _, u := range units {
-			other = append(other, human(u, median(res[n].values(u)))+" "+u)
+			other = append(other, human(u, median(r.res[n].values(u)))+" "+u)
 		}
-		fmt.Fprintf(doc, "| %s | %s | %s | %s | `%s` |\n", strings.TrimPrefix(n, "Benchmark"), med, spread, strings.Join(other, ", "), cmdOf[n])
+		fmt.Fprintf(doc, "| %s | %s | %s | %s | `%s` |\n", strings.TrimPrefix(n, "Benchmark"), med, spread, strings.Join(other, ", "), r.cmdOf[n])
 	}
 	doc.WriteString("\n")
+}
+
+// writeGoals judges and writes the section's ratios and limits.
+func writeGoals(doc *bytes.Buffer, sec section, res map[string]samples, quick bool) []goalRow {
 	var goals []goalRow
 	short := strings.SplitN(sec.title, " (", 2)[0]
 	for _, p := range sec.pairs {
@@ -585,9 +615,6 @@ func runSection(doc *bytes.Buffer, sec section, root, bin string, rounds int, qu
 	}
 	if len(sec.pairs)+len(sec.limits) > 0 {
 		doc.WriteString("\n")
-	}
-	if sec.note != "" {
-		fmt.Fprintf(doc, "%s\n\n", sec.note)
 	}
 	return goals
 }
