@@ -1,13 +1,10 @@
 package pipeline_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,63 +59,6 @@ func offsetOf(r pipeline.Record) int64 {
 	return n
 }
 
-// Stages, fan-out to shards, durable acks and commits end to end: every
-// record a filter keeps reaches the sink, and the Drained exit commits the
-// end of every partition.
-func TestRealChainDeliversAndCommitsEverything(t *testing.T) {
-	cfg := testConfig()
-	cfg.Threads = 2
-	sink := &pipeline.CaptureSink{}
-	reg := prometheus.NewRegistry()
-	var src *fakeSource
-	src = newFakeSource(&eventLog{},
-		assign(lane(0, 0, 20), lane(1, 1, 20), lane(2, 2, 20)),
-		waitUntil(func() bool { return sink.Len() >= 3*200-3*20 }),
-		drained())
-	stages := []pipeline.Stage{
-		pipeline.Map("upper", pipeline.Fail, func(r pipeline.Record) (pipeline.Record, error) {
-			r.Value = bytes.ToUpper(r.Value)
-			return r, nil
-		}),
-		pipeline.Filter("drop-tens", pipeline.Skip, func(r pipeline.Record) (bool, error) {
-			if r.Offset%10 == 3 {
-				return false, errors.New("offsets ending in 3 are malformed")
-			}
-			return true, nil
-		}),
-	}
-	_, wait := startReal(t, cfg, src, stages, reg, pipeline.SinkSpec{Name: "capture", Sink: sink, Options: realSinkOptions()})
-	r := wait()
-	if r.State != pipeline.Completed {
-		t.Fatalf("state %v: %v", r.State, r.Failure)
-	}
-	seen := map[[2]int64]int{}
-	for _, rec := range sink.Records() {
-		if !bytes.HasPrefix(rec.Value, []byte("V")) {
-			t.Fatalf("record %q missed the map stage", rec.Value)
-		}
-		seen[[2]int64{int64(rec.Partition), offsetOf(rec)}]++
-	}
-	for p := range 3 {
-		for o := range int64(200) {
-			n := seen[[2]int64{int64(p), o}]
-			if o%10 == 3 && n != 0 {
-				t.Fatalf("skipped record p%d/%d was delivered", p, o)
-			}
-			if o%10 != 3 && n == 0 {
-				t.Fatalf("record p%d/%d never reached the sink", p, o)
-			}
-		}
-		if got, _ := src.committed(pipeline.PartitionID(p)); got != 200 {
-			t.Fatalf("partition %d committed %d, want 200", p, got)
-		}
-	}
-	skipped := gathered(t, reg, "spate_transform_record_errors_total", "policy", "skip")
-	if skipped != 60 {
-		t.Fatalf("skip counter %v, want 60", skipped)
-	}
-}
-
 // gathered is the value of a gathered series found by name and one label.
 func gathered(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
 	t.Helper()
@@ -130,27 +70,6 @@ func gathered(t *testing.T, reg *prometheus.Registry, name, label, value string)
 		t.Fatalf("series %s{%s=%q} not found", name, label, value)
 	}
 	return v
-}
-
-// A Fail-policy error stops the pipeline; nothing past the failed batch
-// commits.
-func TestFailPolicyStopsThePipeline(t *testing.T) {
-	sink := &pipeline.CaptureSink{}
-	src := newFakeSource(&eventLog{}, assign(lane(0, 0, 5)))
-	stages := []pipeline.Stage{pipeline.Map("parse", pipeline.Fail, func(r pipeline.Record) (pipeline.Record, error) {
-		if r.Offset == 25 {
-			return r, errors.New("unparseable")
-		}
-		return r, nil
-	})}
-	_, wait := startReal(t, testConfig(), src, stages, nil, pipeline.SinkSpec{Name: "c", Sink: sink, Options: realSinkOptions()})
-	r := wait()
-	if r.State != pipeline.Failed || r.Failure.Component != "transform:parse" {
-		t.Fatalf("report %+v", r.Failure)
-	}
-	if o, ok := src.committed(0); ok && o > 20 {
-		t.Fatalf("committed %d past the failed batch (20..29)", o)
-	}
 }
 
 // Retryable sink errors are retried until the write lands.
@@ -250,72 +169,6 @@ func TestFullQueuesBackpressure(t *testing.T) {
 	resumes := len(src.resumes)
 	src.mu.Unlock()
 	require.NotZero(t, resumes, "a paused source must be resumed")
-}
-
-// The file sink writes one line per record and is durable before it acks.
-func TestFileSinkWritesLines(t *testing.T) {
-	dir := t.TempDir()
-	fs, err := pipeline.NewFileSink(dir, "out")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fs.Close()
-	var src *fakeSource
-	src = newFakeSource(&eventLog{}, assign(lane(0, 0, 3), lane(1, 1, 3)),
-		waitUntil(func() bool { o0, _ := src.committed(0); o1, _ := src.committed(1); return o0 == 30 && o1 == 30 }),
-		drained())
-	_, wait := startReal(t, testConfig(), src, nil, nil, pipeline.SinkSpec{Name: "file", Sink: fs, Options: realSinkOptions()})
-	if r := wait(); r.State != pipeline.Completed {
-		t.Fatalf("state %v: %v", r.State, r.Failure)
-	}
-	lines := 0
-	for shard := range 2 {
-		f, err := os.Open(fs.Path(shard))
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if !strings.HasPrefix(sc.Text(), "\tv") {
-				t.Fatalf("line %q", sc.Text())
-			}
-			lines++
-		}
-		f.Close()
-	}
-	if lines != 60 {
-		t.Fatalf("%d lines, want 60", lines)
-	}
-}
-
-// A write larger than FileSink's buffer goes out in pieces: every line of
-// every chunk lands once, in order, and a second write appends after it.
-func TestFileSinkWritesLargeBatchesInOrder(t *testing.T) {
-	fs, err := pipeline.NewFileSink(t.TempDir(), "big")
-	require.NoError(t, err)
-	defer fs.Close()
-	value := bytes.Repeat([]byte("x"), 300)
-	batch := func(first, n int) [][]pipeline.Record {
-		var chunks [][]pipeline.Record
-		for off := first; off < first+n; off += 1000 {
-			var c []pipeline.Record
-			for o := off; o < min(off+1000, first+n); o++ {
-				c = append(c, pipeline.Record{Key: []byte(strconv.Itoa(o)), Value: value, Offset: int64(o)})
-			}
-			chunks = append(chunks, c)
-		}
-		return chunks
-	}
-	// About 1.5 MiB and then 0.3 MiB of lines: several pieces each.
-	require.NoError(t, fs.WriteChunks(t.Context(), 0, batch(0, 5000)))
-	require.NoError(t, fs.WriteChunks(t.Context(), 0, batch(5000, 1000)))
-	data, err := os.ReadFile(fs.Path(0))
-	require.NoError(t, err)
-	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
-	require.Len(t, lines, 6000)
-	for i, line := range lines {
-		require.Equal(t, strconv.Itoa(i)+"\t"+string(value), line, "line %d", i)
-	}
 }
 
 func TestHealthEndpoints(t *testing.T) {
