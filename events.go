@@ -61,11 +61,12 @@ type Quarantined struct {
 	Attempts uint32
 }
 
-// PlanFinalized means the job's plan is final: no split will be added to it.
-// Each coordinator delivers it once, when it first reads the final plan
-// record (a bounded job's at once; an open job's when its planner turns it
-// Final), and always before AllComplete or Stalled. A source that follows growing input (a file tail) reads to the
-// end of what it has and completes its splits from then on.
+// PlanFinalized means the job's plan is final: no split will be added to
+// it. Each coordinator delivers it once, when it first reads the final
+// plan record (a bounded job's at once; an open job's when its planner
+// turns it Final), and always before AllComplete or Stalled. A source that
+// follows growing input (a file tail) reads to the end of what it has and
+// completes its splits from then on.
 type PlanFinalized struct {
 	Planned uint64 // the splits in the final plan
 }

@@ -1,9 +1,6 @@
 package spate_test
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -11,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
-	"github.com/spate-go/spate/driver"
 )
 
 func TestSplitIDValidation(t *testing.T) {
@@ -42,50 +38,6 @@ func TestSplitIDText(t *testing.T) {
 	require.Equal(t, "good-id", id.String(), "a failed UnmarshalText changed the id to %q", id)
 }
 
-func TestErrorClasses(t *testing.T) {
-	fenced := spate.Fencedf("split %s is owned by a peer at epoch %d", "s-0", 2)
-	assert.True(t, spate.IsFenced(fenced))
-	assert.True(t, errors.Is(fenced, spate.ErrFenced), "a fenced error matches ErrFenced")
-	assert.False(t, errors.Is(fenced, spate.ErrFatal), "a fenced error matches ErrFenced only")
-	assert.Contains(t, fenced.Error(), "owned by a peer", "error text keeps the reason")
-	assert.True(t, spate.IsRetryable(spate.Retryablef("timeout")))
-	assert.True(t, spate.IsFatal(spate.Fatalf("no CAS")))
-	// class is the one predicate of the three that holds ("" for none).
-	class := func(err error) string {
-		var held []string
-		for name, is := range map[string]func(error) bool{"fenced": spate.IsFenced, "retryable": spate.IsRetryable, "fatal": spate.IsFatal} {
-			if is(err) {
-				held = append(held, name)
-			}
-		}
-		require.LessOrEqual(t, len(held), 1, "%v is %v at once", err, held)
-		if len(held) == 0 {
-			return ""
-		}
-		return held[0]
-	}
-	cases := []struct {
-		err  error
-		want string
-	}{
-		{nil, ""},
-		{fmt.Errorf("etcd: put %q: %w: %w", "k", errors.New("io"), spate.ErrRetryable), "retryable"},
-		{fmt.Errorf("nats: %w: %w", errors.New("bad creds"), spate.ErrFatal), "fatal"},
-		{fmt.Errorf("wrapped: %w", spate.Fencedf("x")), "fenced"},
-		{context.Canceled, "retryable"},
-		{fmt.Errorf("op: %w", context.DeadlineExceeded), "retryable"},
-		{errors.New("unclassified"), "fatal"},
-		{driver.ClosedError("mem"), "fatal"},
-	}
-	for _, c := range cases {
-		got := class(c.err)
-		assert.Equal(t, c.want, got, "class of %v = %q, want %q", c.err, got, c.want)
-	}
-	wrapped := spate.Retryablef("store unreachable: %w", context.DeadlineExceeded)
-	assert.ErrorIs(t, wrapped, context.DeadlineExceeded, "a %%w cause must stay reachable: %v", wrapped)
-	assert.ErrorIs(t, wrapped, spate.ErrRetryable, "a %%w cause must stay reachable: %v", wrapped)
-}
-
 func TestBuildersCoverTheSeamTypes(t *testing.T) {
 	spec := spate.NewSplitSpec(spate.MustSplitID("s"), []byte("d"))
 	assert.Equal(t, uint64(1), spec.Weight, "default weight %d, want 1", spec.Weight)
@@ -113,28 +65,6 @@ func TestBuildersCoverTheSeamTypes(t *testing.T) {
 
 func TestLeaseEpochsOrderAcrossOwners(t *testing.T) {
 	require.Greater(t, spate.LeaseEpoch(2), spate.LeaseEpoch(1), "epochs must order")
-}
-
-func TestWakerCoalescesAndNeverBlocks(t *testing.T) {
-	w := spate.NewWaker()
-	for range 100 {
-		w.Wake() // must not block even though nobody receives
-	}
-	received := func() bool {
-		select {
-		case <-w.C():
-			return true
-		default:
-			return false
-		}
-	}
-	require.True(t, received(), "a wake must be buffered")
-	require.False(t, received(), "a burst must coalesce into one wakeup")
-	inert := spate.InertWaker()
-	inert.Wake()
-	var zero spate.Waker
-	zero.Wake()
-	require.Nil(t, inert.C(), "an inert waker has no channel")
 }
 
 func TestValidateKey(t *testing.T) {
