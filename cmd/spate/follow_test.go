@@ -277,164 +277,220 @@ func TestFollowWorkersKilledAndStoppedAreExactlyOnce(t *testing.T) {
 	}
 	runs := []run{{stores[0], "dir"}, {stores[1], "dir"}, {stores[0], "s3"}}
 	for _, r := range runs {
-		st := r.st
-		t.Run(st.name+"/"+r.to, func(t *testing.T) {
-			storeArgs := st.args(t)
-			dir := t.TempDir()
-			src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
-			if r.to == "s3" {
-				dst = s3test.Start(t).Bucket(t, "out", "")
-			}
-			in := newFollowInput(t, src)
-			for i := range 3 {
-				in.add(fmt.Sprintf("f%d.log", i), fmt.Sprintf("f%d", i), 200)
-			}
-			const lease = 2 * time.Second
-			job := "follow-" + st.name + "-" + r.to
-			var started []*proc // every worker process, the killed ones too
-			worker := func(i int) *proc {
-				p := start(t, dir, "", append([]string{"backfill", "--follow", "--until-idle", "5s",
-					"--src", src, "--dst", dst, "--job", job, "--instance", fmt.Sprintf("w%d", i),
-					"--lease", lease.String()}, storeArgs...)...)
-				started = append(started, p)
-				return p
-			}
-			ws := []*proc{worker(0), worker(1), worker(2)}
-			out := watchOutput(t, dst)
-
-			// Steady state first: lines appended to followed files, no fault.
-			rng := rand.New(rand.NewPCG(1, uint64(len(st.name))))
-			live := []string{"f0.log", "f1.log", "f2.log"}
-			write := func(d time.Duration) {
-				end := time.Now().Add(d)
-				for time.Now().Before(end) {
-					name := live[rng.IntN(len(live))]
-					in.add(name, in.stream[name], 1+rng.IntN(5))
-					time.Sleep(20 * time.Millisecond)
-				}
-			}
-			time.Sleep(3 * time.Second) // planned and claimed
-			steadyFrom := time.Now()
-			write(10 * time.Second)
-			steadyTo := time.Now()
-
-			// Chaos: new files, a rename, a truncation, kills and stops.
-			chaosEnd := time.Now().Add(chaos)
-			step := 0
-			var killed, stopped int
-			var truncated, rotated bool
-			for time.Now().Before(chaosEnd) {
-				step++
-				write(time.Second)
-				switch {
-				case step%3 == 0:
-					name := fmt.Sprintf("n%d.log", step)
-					in.add(name, strings.TrimSuffix(name, ".log"), 20)
-					live = append(live, name)
-				case step%5 == 1:
-					i := rng.IntN(len(ws))
-					require.NoError(t, ws[i].cmd.Process.Kill())
-					<-ws[i].done
-					ws[i] = worker(i)
-					killed++
-				case step%5 == 3:
-					i := rng.IntN(len(ws))
-					select {
-					case <-ws[i].done:
-					default:
-						require.NoError(t, ws[i].cmd.Process.Signal(syscall.SIGSTOP))
-						write(lease + 1500*time.Millisecond)
-						require.NoError(t, ws[i].cmd.Process.Signal(syscall.SIGCONT))
-						stopped++
-					}
-				}
-				if !rotated && time.Now().After(chaosEnd.Add(-2*chaos/3)) {
-					// f0.log renamed away; its writer writes on a moment
-					// (into f0.log.1), then to a new f0.log.
-					rotated = true
-					require.NoError(t, os.Rename(filepath.Join(src, "f0.log"), filepath.Join(src, "f0.log.1")))
-					in.add("f0.log", "f0", 5)
-					in.reopen("f0.log")
-					in.add("f0.log", "f0b", 5)
-					in.stream["f0.log"] = "f0b"
-				}
-				if !truncated && time.Now().After(chaosEnd.Add(-chaos/3)) {
-					// f1.log truncated once all its lines are published.
-					truncated = true
-					live = slices.DeleteFunc(live, func(n string) bool { return n == "f1.log" })
-					last := "f1-" + fmt.Sprintf("%07d", in.n["f1"])
-					published := func() bool {
-						out.mu.Lock()
-						defer out.mu.Unlock()
-						for l := range out.seen {
-							if strings.HasPrefix(l, last+" ") {
-								return true
-							}
-						}
-						return false
-					}
-					// The other files go on growing meanwhile: a bucket
-					// publishes a part per roll interval (10 s), longer
-					// than --until-idle, which would end the job.
-					for deadline := time.Now().Add(time.Minute); !published(); {
-						require.True(t, time.Now().Before(deadline), "f1.log's lines were not published before its truncation")
-						write(200 * time.Millisecond)
-					}
-					in.reopen("f1.log")
-					require.NoError(t, os.Truncate(filepath.Join(src, "f1.log"), 0))
-					in.add("f1.log", "f1b", 30)
-					in.stream["f1.log"] = "f1b"
-					live = append(live, "f1.log")
-				}
-			}
-			in.closeAll()
-			for _, w := range ws {
-				code := w.wait(t, 3*time.Minute)
-				expectCode(t, "worker", code, 0, w.stdout.String(), w.stderr.String())
-			}
-			out.close()
-			all := ""
-			for _, w := range started {
-				all += w.stdout.String() + w.stderr.String()
-			}
-			require.True(t, rotated && truncated, "the run was too short to rotate and truncate")
-			require.Positive(t, killed, "no worker was killed")
-			require.Positive(t, stopped, "no worker was stopped")
-			require.Contains(t, all, "was truncated", "no worker saw the truncation")
-
-			expect := filepath.Join(dir, "expect.txt")
-			n := in.ledger(expect)
-			code, vout, verr := runSpate(t, dir, "", time.Minute, "verify", "--expect", expect, "--dst", dst)
-			t.Logf("%s/%s: %d lines; %d kills, %d stops; %s", st.name, r.to, n, killed, stopped, strings.TrimSpace(vout))
-			expectCode(t, "verify", code, 0, vout, verr)
-			require.Contains(t, vout, "exactly once: all "+count(int64(n))+" input lines")
-
-			steady := latencies(in, out, steadyFrom, steadyTo)
-			whole := latencies(in, out, steadyFrom, time.Now())
-			require.NotEmpty(t, steady)
-			t.Logf("%s/%s: write-to-publish latency at steady state: p50 %v, p99 %v (%d lines); over the whole run: p50 %v, p99 %v, max %v (%d lines)",
-				st.name, r.to, quantile(steady, 0.5).Round(time.Millisecond), quantile(steady, 0.99).Round(time.Millisecond), len(steady),
-				quantile(whole, 0.5).Round(time.Millisecond), quantile(whole, 0.99).Round(time.Millisecond), whole[len(whole)-1].Round(time.Millisecond), len(whole))
-			// A new file is found at the leader's next listing (--discover,
-			// the lease by default): its first line's latency.
-			var firsts []time.Duration
-			in.mu.Lock()
-			out.mu.Lock()
-			for line, at := range in.written {
-				if strings.HasPrefix(line, "n") && strings.Contains(line, "-0000001 ") {
-					if seen, ok := out.seen[line]; ok {
-						firsts = append(firsts, seen.Sub(at))
-					}
-				}
-			}
-			out.mu.Unlock()
-			in.mu.Unlock()
-			slices.Sort(firsts)
-			require.NotEmpty(t, firsts)
-			t.Logf("%s/%s: a new file's first line published p50 %v, max %v after it was written (%d files; discovery every %v)",
-				st.name, r.to, quantile(firsts, 0.5).Round(time.Millisecond), firsts[len(firsts)-1].Round(time.Millisecond), len(firsts), lease)
+		t.Run(r.st.name+"/"+r.to, func(t *testing.T) {
+			fr := startFollowRun(t, r.st, r.to)
+			fr.write(10 * time.Second) // steady state first: lines appended to followed files, no fault
+			fr.steadyTo = time.Now()
+			fr.chaos(chaos)
+			fr.finish()
+			fr.verify()
+			fr.reportLatency()
 		})
 	}
+}
+
+// followRun is one run of TestFollowWorkersKilledAndStoppedAreExactlyOnce:
+// the input, three workers (and every process started for them), the
+// output watch, and what the chaos did.
+type followRun struct {
+	t        *testing.T
+	name     string // store/destination
+	dir      string
+	src, dst string
+	job      string
+	store    []string // the store's flags
+	in       *followInput
+	out      *outputWatch
+	ws       []*proc
+	started  []*proc // every worker process, the killed ones too
+	rng      *rand.Rand
+	live     []string // the files the writer appends to
+
+	steadyFrom, steadyTo time.Time
+	killed, stopped      int
+	truncated, rotated   bool
+}
+
+// followLease is the runs' --lease; a stopped worker stays stopped past it.
+const followLease = 2 * time.Second
+
+func startFollowRun(t *testing.T, st storeCase, to string) *followRun {
+	dir := t.TempDir()
+	fr := &followRun{t: t, name: st.name + "/" + to, dir: dir, src: filepath.Join(dir, "src"), dst: filepath.Join(dir, "dst"),
+		job: "follow-" + st.name + "-" + to, store: st.args(t), rng: rand.New(rand.NewPCG(1, uint64(len(st.name))))}
+	if to == "s3" {
+		fr.dst = s3test.Start(t).Bucket(t, "out", "")
+	}
+	fr.in = newFollowInput(t, fr.src)
+	for i := range 3 {
+		fr.in.add(fmt.Sprintf("f%d.log", i), fmt.Sprintf("f%d", i), 200)
+	}
+	fr.ws = []*proc{fr.worker(0), fr.worker(1), fr.worker(2)}
+	fr.out = watchOutput(t, fr.dst)
+	fr.live = []string{"f0.log", "f1.log", "f2.log"}
+	time.Sleep(3 * time.Second) // planned and claimed
+	fr.steadyFrom = time.Now()
+	return fr
+}
+
+// worker starts worker i.
+func (fr *followRun) worker(i int) *proc {
+	p := start(fr.t, fr.dir, "", append([]string{"backfill", "--follow", "--until-idle", "5s",
+		"--src", fr.src, "--dst", fr.dst, "--job", fr.job, "--instance", fmt.Sprintf("w%d", i),
+		"--lease", followLease.String()}, fr.store...)...)
+	fr.started = append(fr.started, p)
+	return p
+}
+
+// write appends a few lines to a live file every 20ms for d.
+func (fr *followRun) write(d time.Duration) {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		name := fr.live[fr.rng.IntN(len(fr.live))]
+		fr.in.add(name, fr.in.stream[name], 1+fr.rng.IntN(5))
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// chaos runs for d: new files, kills and stops between seconds of writes,
+// a rename a third of the way in and a truncation at two thirds.
+func (fr *followRun) chaos(d time.Duration) {
+	t := fr.t
+	end := time.Now().Add(d)
+	for step := 1; time.Now().Before(end); step++ {
+		fr.write(time.Second)
+		switch {
+		case step%3 == 0:
+			name := fmt.Sprintf("n%d.log", step)
+			fr.in.add(name, strings.TrimSuffix(name, ".log"), 20)
+			fr.live = append(fr.live, name)
+		case step%5 == 1:
+			i := fr.rng.IntN(len(fr.ws))
+			require.NoError(t, fr.ws[i].cmd.Process.Kill())
+			<-fr.ws[i].done
+			fr.ws[i] = fr.worker(i)
+			fr.killed++
+		case step%5 == 3:
+			i := fr.rng.IntN(len(fr.ws))
+			select {
+			case <-fr.ws[i].done:
+			default:
+				require.NoError(t, fr.ws[i].cmd.Process.Signal(syscall.SIGSTOP))
+				fr.write(followLease + 1500*time.Millisecond)
+				require.NoError(t, fr.ws[i].cmd.Process.Signal(syscall.SIGCONT))
+				fr.stopped++
+			}
+		}
+		if !fr.rotated && time.Now().After(end.Add(-2*d/3)) {
+			fr.rotate()
+		}
+		if !fr.truncated && time.Now().After(end.Add(-d/3)) {
+			fr.truncate()
+		}
+	}
+}
+
+// rotate renames f0.log away; its writer writes on a moment (into
+// f0.log.1), then to a new f0.log.
+func (fr *followRun) rotate() {
+	fr.rotated = true
+	require.NoError(fr.t, os.Rename(filepath.Join(fr.src, "f0.log"), filepath.Join(fr.src, "f0.log.1")))
+	fr.in.add("f0.log", "f0", 5)
+	fr.in.reopen("f0.log")
+	fr.in.add("f0.log", "f0b", 5)
+	fr.in.stream["f0.log"] = "f0b"
+}
+
+// truncate truncates f1.log once all its lines are published, and writes
+// it again.
+func (fr *followRun) truncate() {
+	fr.truncated = true
+	fr.live = slices.DeleteFunc(fr.live, func(n string) bool { return n == "f1.log" })
+	last := "f1-" + fmt.Sprintf("%07d", fr.in.n["f1"])
+	published := func() bool {
+		fr.out.mu.Lock()
+		defer fr.out.mu.Unlock()
+		for l := range fr.out.seen {
+			if strings.HasPrefix(l, last+" ") {
+				return true
+			}
+		}
+		return false
+	}
+	// The other files go on growing meanwhile: a bucket publishes a part
+	// per roll interval (10 s), longer than --until-idle, which would end
+	// the job.
+	for deadline := time.Now().Add(time.Minute); !published(); {
+		require.True(fr.t, time.Now().Before(deadline), "f1.log's lines were not published before its truncation")
+		fr.write(200 * time.Millisecond)
+	}
+	fr.in.reopen("f1.log")
+	require.NoError(fr.t, os.Truncate(filepath.Join(fr.src, "f1.log"), 0))
+	fr.in.add("f1.log", "f1b", 30)
+	fr.in.stream["f1.log"] = "f1b"
+	fr.live = append(fr.live, "f1.log")
+}
+
+// finish lets the input go idle, so that --until-idle ends every worker
+// with exit 0, and checks the chaos did what it was meant to.
+func (fr *followRun) finish() {
+	t := fr.t
+	fr.in.closeAll()
+	for _, w := range fr.ws {
+		code := w.wait(t, 3*time.Minute)
+		expectCode(t, "worker", code, 0, w.stdout.String(), w.stderr.String())
+	}
+	fr.out.close()
+	all := ""
+	for _, w := range fr.started {
+		all += w.stdout.String() + w.stderr.String()
+	}
+	require.True(t, fr.rotated && fr.truncated, "the run was too short to rotate and truncate")
+	require.Positive(t, fr.killed, "no worker was killed")
+	require.Positive(t, fr.stopped, "no worker was stopped")
+	require.Contains(t, all, "was truncated", "no worker saw the truncation")
+}
+
+// verify has spate verify --expect find every line ever written exactly
+// once.
+func (fr *followRun) verify() {
+	t := fr.t
+	expect := filepath.Join(fr.dir, "expect.txt")
+	n := fr.in.ledger(expect)
+	code, vout, verr := runSpate(t, fr.dir, "", time.Minute, "verify", "--expect", expect, "--dst", fr.dst)
+	t.Logf("%s: %d lines; %d kills, %d stops; %s", fr.name, n, fr.killed, fr.stopped, strings.TrimSpace(vout))
+	expectCode(t, "verify", code, 0, vout, verr)
+	require.Contains(t, vout, "exactly once: all "+count(int64(n))+" input lines")
+}
+
+// reportLatency logs the latency of a line from its write to its
+// publication, at steady state and over the whole run, and of a new
+// file's first line (found at the leader's next listing: --discover, the
+// lease by default).
+func (fr *followRun) reportLatency() {
+	t, in, out := fr.t, fr.in, fr.out
+	steady := latencies(in, out, fr.steadyFrom, fr.steadyTo)
+	whole := latencies(in, out, fr.steadyFrom, time.Now())
+	require.NotEmpty(t, steady)
+	t.Logf("%s: write-to-publish latency at steady state: p50 %v, p99 %v (%d lines); over the whole run: p50 %v, p99 %v, max %v (%d lines)",
+		fr.name, quantile(steady, 0.5).Round(time.Millisecond), quantile(steady, 0.99).Round(time.Millisecond), len(steady),
+		quantile(whole, 0.5).Round(time.Millisecond), quantile(whole, 0.99).Round(time.Millisecond), whole[len(whole)-1].Round(time.Millisecond), len(whole))
+	var firsts []time.Duration
+	in.mu.Lock()
+	out.mu.Lock()
+	for line, at := range in.written {
+		if strings.HasPrefix(line, "n") && strings.Contains(line, "-0000001 ") {
+			if seen, ok := out.seen[line]; ok {
+				firsts = append(firsts, seen.Sub(at))
+			}
+		}
+	}
+	out.mu.Unlock()
+	in.mu.Unlock()
+	slices.Sort(firsts)
+	require.NotEmpty(t, firsts)
+	t.Logf("%s: a new file's first line published p50 %v, max %v after it was written (%d files; discovery every %v)",
+		fr.name, quantile(firsts, 0.5).Round(time.Millisecond), firsts[len(firsts)-1].Round(time.Millisecond), len(firsts), followLease)
 }
 
 // A continuous job ends by a signal: the worker hands its splits back,
