@@ -88,145 +88,199 @@ type chaosWorker struct {
 	stopped           bool
 }
 
+// processChaos runs one seeded scenario: three workers on a one-member
+// etcd behind fault proxies, six faults, then the judgement.
 func processChaos(t *testing.T, seed uint64) (map[string]int, int) {
-	rng := rand.New(rand.NewPCG(seed, 0xc4a05))
-	const lease = 2 * time.Second
+	pc := newProcessChaos(t, seed)
+	obs := pc.observe() // before the first worker writes
+	for i := range 3 {
+		pc.launch(fmt.Sprintf("i%d", i), faultproxy.New(t, pc.target))
+	}
+	time.Sleep(2 * time.Second) // planned and claimed
+	for range 6 {
+		ws := pc.live()
+		if len(ws) == 0 {
+			break // the job finished early
+		}
+		pc.inject(ws[pc.rng.IntN(len(ws))])
+		time.Sleep(time.Duration(pc.rng.Float64() * float64(processChaosLease)))
+	}
+	for _, w := range pc.live() {
+		w.proxy.Heal()
+		w.proxy.SetLatency(0)
+	}
+	for _, w := range pc.live() {
+		code := w.p.wait(t, 3*time.Minute)
+		assert.Equal(t, 0, code, "worker %s (%s) exited %d\nstdout:\n%s\nstderr:\n%s", w.name, w.id, code, w.p.stdout.String(), w.p.stderr.String())
+	}
+	vs := pc.judge(obs)
+	for _, v := range vs {
+		t.Errorf("seed %d: %s (reproduce with SPATE_PROCESS_CHAOS_SEED=%d)", seed, v, seed)
+	}
+	pc.keepHistories()
+	return pc.faults, len(vs)
+}
+
+// processChaosLease is the workers' --lease.
+const processChaosLease = 2 * time.Second
+
+// processChaosRun is one scenario of processChaos.
+type processChaosRun struct {
+	t        *testing.T
+	seed     uint64
+	rng      *rand.Rand
+	c        *etcdservers.Cluster
+	target   string // the etcd member's host:port, behind every proxy
+	dir      string
+	src, dst string
+	job      string
+	workers  []*chaosWorker // every worker started, the killed ones too
+	faults   map[string]int // faults injected, by kind
+	events   int            // history events judged
+	versions int            // record versions the observer saw
+	res      verifyResult
+}
+
+// newProcessChaos starts the store and writes the input.
+func newProcessChaos(t *testing.T, seed uint64) *processChaosRun {
 	c := etcdservers.Start(t, etcdservers.Options{Members: 1})
 	target, err := url.Parse(c.Endpoints()[0])
 	require.NoError(t, err)
 	dir := t.TempDir()
-	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
-	writeCorpus(t, src, 16, 3000)
-	job := fmt.Sprintf("chaos%d", seed)
+	pc := &processChaosRun{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0xc4a05)), c: c, target: target.Host,
+		dir: dir, src: filepath.Join(dir, "src"), dst: filepath.Join(dir, "dst"), job: fmt.Sprintf("chaos%d", seed),
+		faults: map[string]int{}}
+	writeCorpus(t, pc.src, 16, 3000)
+	return pc
+}
 
-	// The side observer reads the store directly, not through a proxy.
-	cli, err := clientv3.New(c.ClientConfig())
+// observe starts the side observer, which reads the store directly, not
+// through a proxy.
+func (pc *processChaosRun) observe() *conformance.RecordObserver {
+	t := pc.t
+	cli, err := clientv3.New(pc.c.ClientConfig())
 	require.NoError(t, err)
-	defer cli.Close()
-	obsStore, err := etcd.New(ctxT(t, 10*time.Second), cli, etcd.Options{Prefix: etcdPrefix(job), TTL: lease})
+	t.Cleanup(func() { _ = cli.Close() })
+	obsStore, err := etcd.New(ctxT(t, 10*time.Second), cli, etcd.Options{Prefix: etcdPrefix(pc.job), TTL: processChaosLease})
 	require.NoError(t, err)
-	defer obsStore.Close()
+	t.Cleanup(func() { _ = obsStore.Close() })
 	obs := conformance.NewRecordObserver()
-	octx, stopObs := context.WithCancel(context.Background())
-	var owg sync.WaitGroup
-	owg.Go(func() { obs.Watch(octx, obsStore) })
-	defer func() { stopObs(); owg.Wait() }()
+	octx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { obs.Watch(octx, obsStore) })
+	t.Cleanup(func() { stop(); wg.Wait() })
+	return obs
+}
 
-	gen := 0
-	launch := func(id string, proxy *faultproxy.Proxy) *chaosWorker {
-		gen++
-		w := &chaosWorker{name: fmt.Sprintf("w%d", gen), id: id, proxy: proxy,
-			history: filepath.Join(dir, fmt.Sprintf("w%d.jsonl", gen))}
-		w.p = start(t, dir, "", "backfill", "--src", src, "--dst", dst, "--store", "etcd://"+proxy.Addr(),
-			"--job", job, "--instance", id, "--lease", lease.String(), "--commit-interval", "200ms",
-			"--rate", "700", "--lanes", "3", "--split-bytes", "65536", "--split-files", "2",
-			// The default attempt budget, as in conformance.RunChaos: store
-			// faults must never quarantine a split that progresses.
-			"--history", w.history, "--log-format", "text", "--log-level", cmp.Or(os.Getenv("SPATE_CHAOS_LOG_LEVEL"), "warn"))
-		return w
-	}
-	var workers []*chaosWorker
-	for i := range 3 {
-		workers = append(workers, launch(fmt.Sprintf("i%d", i), faultproxy.New(t, target.Host)))
-	}
-	time.Sleep(2 * time.Second) // planned and claimed
-	faults := map[string]int{}
-	live := func() []*chaosWorker {
-		var out []*chaosWorker
-		for _, w := range workers {
-			select {
-			case <-w.p.done:
-			default:
-				if !w.stopped {
-					out = append(out, w)
-				}
+// launch starts a worker with instance id id behind proxy.
+func (pc *processChaosRun) launch(id string, proxy *faultproxy.Proxy) {
+	gen := len(pc.workers) + 1
+	w := &chaosWorker{name: fmt.Sprintf("w%d", gen), id: id, proxy: proxy,
+		history: filepath.Join(pc.dir, fmt.Sprintf("w%d.jsonl", gen))}
+	w.p = start(pc.t, pc.dir, "", "backfill", "--src", pc.src, "--dst", pc.dst, "--store", "etcd://"+proxy.Addr(),
+		"--job", pc.job, "--instance", id, "--lease", processChaosLease.String(), "--commit-interval", "200ms",
+		"--rate", "700", "--lanes", "3", "--split-bytes", "65536", "--split-files", "2",
+		// The default attempt budget, as in conformance.RunChaos: store
+		// faults must never quarantine a split that progresses.
+		"--history", w.history, "--log-format", "text", "--log-level", cmp.Or(os.Getenv("SPATE_CHAOS_LOG_LEVEL"), "warn"))
+	pc.workers = append(pc.workers, w)
+}
+
+// live lists the workers still running and not killed.
+func (pc *processChaosRun) live() []*chaosWorker {
+	var out []*chaosWorker
+	for _, w := range pc.workers {
+		select {
+		case <-w.p.done:
+		default:
+			if !w.stopped {
+				out = append(out, w)
 			}
 		}
-		return out
 	}
-	hold := func(d time.Duration) { time.Sleep(d) }
-	for range 6 {
-		ws := live()
-		if len(ws) == 0 {
-			break // the job finished early
-		}
-		w := ws[rng.IntN(len(ws))]
-		kinds := []string{"sigstop", "blackhole", "cut", "latency", "sigkill-restart", "store-restart"}
-		kind := kinds[rng.IntN(len(kinds))]
-		faults[kind]++
-		d := time.Duration(float64(lease) * (0.5 + rng.Float64()))
-		switch kind {
-		case "sigstop": // paused past its lease: it comes back a zombie
-			_ = w.p.cmd.Process.Signal(syscall.SIGSTOP)
-			hold(lease + d)
-			_ = w.p.cmd.Process.Signal(syscall.SIGCONT)
-		case "blackhole":
-			w.proxy.Blackhole()
-			hold(lease + d)
-			w.proxy.Heal()
-		case "cut":
-			w.proxy.Block()
-			hold(d / 2)
-			w.proxy.Heal()
-		case "latency":
-			w.proxy.SetLatency(150 * time.Millisecond)
-			hold(d)
-			w.proxy.SetLatency(0)
-		case "sigkill-restart":
-			_ = w.p.cmd.Process.Kill()
-			<-w.p.done
-			w.stopped = true
-			workers = append(workers, launch(w.id, w.proxy))
-		case "store-restart":
-			c.Kill(0)
-			hold(d / 2)
-			require.NoError(t, c.Restart(0), "restart etcd")
-		}
-		hold(time.Duration(rng.Float64() * float64(lease)))
-	}
-	for _, w := range live() {
-		w.proxy.Heal()
-		w.proxy.SetLatency(0)
-	}
-	for _, w := range live() {
-		code := w.p.wait(t, 3*time.Minute)
-		assert.Equal(t, 0, code, "worker %s (%s) exited %d\nstdout:\n%s\nstderr:\n%s", w.name, w.id, code, w.p.stdout.String(), w.p.stderr.String())
-	}
+	return out
+}
 
+// inject applies one fault, of a kind the seed picks, to w (or to the
+// store) for about a lease.
+func (pc *processChaosRun) inject(w *chaosWorker) {
+	const lease = processChaosLease
+	kinds := []string{"sigstop", "blackhole", "cut", "latency", "sigkill-restart", "store-restart"}
+	kind := kinds[pc.rng.IntN(len(kinds))]
+	pc.faults[kind]++
+	d := time.Duration(float64(lease) * (0.5 + pc.rng.Float64()))
+	switch kind {
+	case "sigstop": // paused past its lease: it comes back a zombie
+		_ = w.p.cmd.Process.Signal(syscall.SIGSTOP)
+		time.Sleep(lease + d)
+		_ = w.p.cmd.Process.Signal(syscall.SIGCONT)
+	case "blackhole":
+		w.proxy.Blackhole()
+		time.Sleep(lease + d)
+		w.proxy.Heal()
+	case "cut":
+		w.proxy.Block()
+		time.Sleep(d / 2)
+		w.proxy.Heal()
+	case "latency":
+		w.proxy.SetLatency(150 * time.Millisecond)
+		time.Sleep(d)
+		w.proxy.SetLatency(0)
+	case "sigkill-restart":
+		_ = w.p.cmd.Process.Kill()
+		<-w.p.done
+		w.stopped = true
+		pc.launch(w.id, w.proxy)
+	case "store-restart":
+		pc.c.Kill(0)
+		time.Sleep(d / 2)
+		require.NoError(pc.t, pc.c.Restart(0), "restart etcd")
+	}
+}
+
+// judge returns the violations: (a) an input line not in the output
+// exactly once, (b) and (e) from the workers' histories, (c) and (b) from
+// the store's side.
+func (pc *processChaosRun) judge(obs *conformance.RecordObserver) []string {
+	t := pc.t
 	var vs []string
-	// (a) every input line reached the output exactly once.
-	res, err := verifyOutput(ctxT(t, time.Minute), filesource.Dir(src), &destination{location: dst, dir: dst})
+	res, err := verifyOutput(ctxT(t, time.Minute), filesource.Dir(pc.src), &destination{location: pc.dst, dir: pc.dst})
 	require.NoError(t, err)
+	pc.res = res
 	if !res.OK() {
 		vs = append(vs, fmt.Sprintf("(a) not exactly once: of %d input lines %d are missing, %d duplicated; %d damaged, %d foreign, %d malformed output lines",
 			res.InputLines, res.Missing, res.Duplicates, res.Damaged, res.Foreign, res.Malformed))
 	}
-	// (b), (e) from the histories.
 	var all []histEvent
-	for _, w := range workers {
+	for _, w := range pc.workers {
 		all = append(all, readHistory(t, w.history)...)
 	}
+	pc.events = len(all)
 	vs = append(vs, checkCommitsAndResumes(all)...)
-	// (c) and (b) from the store's side.
 	time.Sleep(500 * time.Millisecond) // let the observer catch up
 	vs = append(vs, obs.Violations()...)
-	for _, v := range vs {
-		t.Errorf("seed %d: %s (reproduce with SPATE_PROCESS_CHAOS_SEED=%d)", seed, v, seed)
-	}
-	if keep := os.Getenv("SPATE_CHAOS_KEEP"); keep != "" || len(vs) > 0 && keep != "" {
-		to := filepath.Join(keep, fmt.Sprintf("seed-%d", seed))
-		_ = os.MkdirAll(to, 0o755)
-		for _, w := range workers {
-			if b, err := os.ReadFile(w.history); err == nil {
-				_ = os.WriteFile(filepath.Join(to, filepath.Base(w.history)), b, 0o644)
-			}
-			_ = os.WriteFile(filepath.Join(to, w.name+".stderr"), []byte(w.p.stderr.String()), 0o644)
-		}
-		t.Logf("histories kept in %s", to)
-	}
+	pc.versions = obs.Versions()
 	t.Logf("seed %d: faults %v; %d workers ran; %d history events; %d record versions observed; %d missing, %d duplicates",
-		seed, faults, len(workers), len(all), obs.Versions(), res.Missing, res.Duplicates)
-	return faults, len(vs)
+		pc.seed, pc.faults, len(pc.workers), pc.events, pc.versions, res.Missing, res.Duplicates)
+	return vs
+}
+
+// keepHistories copies the workers' histories and stderr to
+// $SPATE_CHAOS_KEEP/seed-N, when it is set.
+func (pc *processChaosRun) keepHistories() {
+	keep := os.Getenv("SPATE_CHAOS_KEEP")
+	if keep == "" {
+		return
+	}
+	to := filepath.Join(keep, fmt.Sprintf("seed-%d", pc.seed))
+	_ = os.MkdirAll(to, 0o755)
+	for _, w := range pc.workers {
+		if b, err := os.ReadFile(w.history); err == nil {
+			_ = os.WriteFile(filepath.Join(to, filepath.Base(w.history)), b, 0o644)
+		}
+		_ = os.WriteFile(filepath.Join(to, w.name+".stderr"), []byte(w.p.stderr.String()), 0o644)
+	}
+	pc.t.Logf("histories kept in %s", to)
 }
 
 // histEvent is the part of a --history line the checks use.
