@@ -27,6 +27,13 @@ type Cluster struct {
 func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
 	c := &Cluster{}
+	// The test's temporary directory must exist before the shutdown is
+	// registered: testing removes it in a cleanup registered at its first
+	// use, and cleanups run last-registered first. Created later (by the
+	// nodes' store directories), it would be removed while the nodes still
+	// run, and a node writing its raft state meanwhile fails the removal
+	// ("directory not empty").
+	_ = t.TempDir()
 	t.Cleanup(func() { c.Shutdown() })
 	var err error
 	for range clusterAttempts {

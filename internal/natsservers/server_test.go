@@ -34,3 +34,35 @@ func TestAClusterStartsAndStops(t *testing.T) {
 		require.False(t, n.Running(), n.Name())
 	}
 }
+
+// orderTB records the order in which StartCluster first uses the test's
+// temporary directory and registers cleanups.
+type orderTB struct {
+	testing.TB
+	events []string
+}
+
+func (o *orderTB) TempDir() string {
+	o.events = append(o.events, "tempdir")
+	return o.TB.TempDir()
+}
+
+func (o *orderTB) Cleanup(f func()) {
+	o.events = append(o.events, "cleanup")
+	o.TB.Cleanup(f)
+}
+
+// The cluster's shutdown must run before testing removes the test's
+// temporary directory, which holds the nodes' stores: cleanups run
+// last-registered first, and testing registers the removal at the
+// directory's first use. A removal that ran first raced the still-running
+// nodes' writes and failed a test now and then ("TempDir RemoveAll
+// cleanup: … directory not empty").
+func TestAClusterStopsBeforeItsStoresAreRemoved(t *testing.T) {
+	o := &orderTB{TB: t}
+	c := StartCluster(o, 3)
+	require.NotEmpty(t, o.events)
+	require.Equal(t, "tempdir", o.events[0], "the temporary directory is in use before any cleanup is registered: %v", o.events)
+	require.Equal(t, "cleanup", o.events[1], "the cluster's shutdown is the first cleanup registered: %v", o.events)
+	require.Len(t, c.Nodes, 3)
+}
