@@ -193,6 +193,12 @@ func (a *actor) demote(why string) {
 		return
 	}
 	a.log.Warn("leadership lost", "why", why)
+	a.resign()
+}
+
+// resign gives the leadership up and deletes the leader key, so that a
+// peer is elected at once.
+func (a *actor) resign() {
 	rev := a.dropLeadership()
 	a.deleteKey(Ephemeral, keyLeader, rev)
 }

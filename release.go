@@ -265,7 +265,11 @@ func (a *actor) part() {
 		return
 	}
 	a.worker.parting = true
-	a.demote("parting")
+	if a.leader.term != nil {
+		// Leaving is not a loss: an operator has nothing to act on.
+		a.log.Info("leadership given up: this worker is leaving the fleet")
+		a.resign()
+	}
 	clear(a.worker.awaiting)
 	a.deleteKey(Ephemeral, prefixWorker+a.self, a.renew.stopPresence())
 	a.log.Info("leaving the fleet", "still_held", len(a.worker.owned))
