@@ -6,8 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
@@ -54,6 +56,31 @@ func TestScripts(t *testing.T) {
 				if got != want {
 					ts.Fatalf("%s exited %d, want %d", args[1], got, want)
 				}
+			},
+			// waitworkers STORE JOB N waits up to 30s until the job has N
+			// live workers (spate jobs --long), for a script that starts a
+			// worker in the background or stops one.
+			"waitworkers": func(ts *testscript.TestScript, neg bool, args []string) {
+				if neg || len(args) != 3 {
+					ts.Fatalf("usage: waitworkers STORE JOB N")
+				}
+				want, err := strconv.Atoi(args[2])
+				ts.Check(err)
+				row := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(args[1]) + `\s+\S+\s+\S+\s+(\d+)$`)
+				got := -1
+				for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+					if ts.Exec("spate", "jobs", "--store", args[0], "--long") != nil {
+						continue // the job may not exist yet
+					}
+					got = -1
+					if m := row.FindStringSubmatch(ts.ReadFile("stdout")); m != nil {
+						got, _ = strconv.Atoi(m[1])
+					}
+					if got == want || got == -1 && want == 0 {
+						return
+					}
+				}
+				ts.Fatalf("job %s on %s: %d live workers after 30s, want %d", args[1], args[0], got, want)
 			},
 		},
 	})
