@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 )
 
@@ -57,9 +58,7 @@ func TestAssignDeterministic(t *testing.T) {
 		slices.Reverse(shuffled.Members)
 		slices.Reverse(shuffled.Splits)
 		b := computeAssignment(shuffled)
-		if fmt.Sprint(a) != fmt.Sprint(b) {
-			t.Fatalf("not deterministic:\n%v\n%v", a, b)
-		}
+		require.Equal(t, fmt.Sprint(a), fmt.Sprint(b), "not deterministic")
 	})
 }
 
@@ -71,13 +70,9 @@ func TestAssignNoSplitTwiceAndBudgets(t *testing.T) {
 		out := computeAssignment(in)
 		seen := map[string]string{}
 		for m, ids := range out {
-			if len(ids) > budgetOf(in, m) {
-				t.Fatalf("member %s got %d splits over its budget %d", m, len(ids), budgetOf(in, m))
-			}
+			require.LessOrEqual(t, len(ids), budgetOf(in, m), "member %s got %d splits over its budget %d", m, len(ids), budgetOf(in, m))
 			for _, id := range ids {
-				if o, dup := seen[id]; dup {
-					t.Fatalf("split %s assigned to %s and %s", id, o, m)
-				}
+				require.NotContains(t, seen, id, "split %s assigned to %s and %s", id, seen[id], m)
 				seen[id] = m
 			}
 		}
@@ -105,9 +100,7 @@ func TestAssignFixpoint(t *testing.T) {
 		in := genInput(t)
 		out := computeAssignment(in)
 		again := computeAssignment(ownership(in, out))
-		if fmt.Sprint(out) != fmt.Sprint(again) {
-			t.Fatalf("not a fixpoint:\n%v\n%v", out, again)
-		}
+		require.Equal(t, fmt.Sprint(out), fmt.Sprint(again), "not a fixpoint")
 	})
 }
 
@@ -143,10 +136,9 @@ func TestAssignLocallyOptimal(t *testing.T) {
 					// admissible iff load(f) > load(to) and w <= moveLimit(gap)
 					lhs := sat(load[f])
 					rhs := sat(load[to])
-					if lhs.Cmp(rhs) > 0 && load[f].BitLen() <= 64 &&
-						w[id].Uint64() <= moveLimit(lhs.Uint64()-rhs.Uint64()) {
-						t.Fatalf("improving move left: %s (w=%v) from %s (load %v) to %s (load %v)", id, w[id], f, load[f], to, load[to])
-					}
+					admissible := lhs.Cmp(rhs) > 0 && load[f].BitLen() <= 64 &&
+						w[id].Uint64() <= moveLimit(lhs.Uint64()-rhs.Uint64())
+					require.False(t, admissible, "improving move left: %s (w=%v) from %s (load %v) to %s (load %v)", id, w[id], f, load[f], to, load[to])
 				}
 			}
 		}
@@ -165,9 +157,7 @@ func TestAssignTotal(t *testing.T) {
 		for _, ids := range out {
 			assigned += len(ids)
 		}
-		if want := min(capacity, len(in.Splits)); assigned != want {
-			t.Fatalf("assigned %d splits, want min(capacity %d, pool %d)", assigned, capacity, len(in.Splits))
-		}
+		require.Equal(t, min(capacity, len(in.Splits)), assigned, "assigned %d splits, want min(capacity %d, pool %d)", assigned, capacity, len(in.Splits))
 	})
 }
 
@@ -189,42 +179,35 @@ func members(budget int, ids ...string) []assignMember {
 
 func TestAssignPinnedCases(t *testing.T) {
 	t.Run("empty fleet", func(t *testing.T) {
-		if out := computeAssignment(assignIn{Splits: splits("", 1, 1)}); len(out) != 0 {
-			t.Fatalf("got %v", out)
-		}
+		out := computeAssignment(assignIn{Splits: splits("", 1, 1)})
+		require.Empty(t, out, "got %v", out)
 	})
 	t.Run("lone member capped by its budget; the rest queue", func(t *testing.T) {
 		out := computeAssignment(assignIn{Members: members(2, "a"), Splits: splits("", 1, 1, 1, 1)})
-		if len(out["a"]) != 2 {
-			t.Fatalf("got %v", out)
-		}
+		require.Len(t, out["a"], 2, "got %v", out)
 	})
 	t.Run("sticky live owner", func(t *testing.T) {
 		in := assignIn{Members: members(8, "a", "b"), Splits: append(splits("a", 1, 1), splits("b", 1, 1)...)}
 		out := computeAssignment(in)
-		if !slices.Equal(out["a"], []string{"a0", "a1"}) || !slices.Equal(out["b"], []string{"b0", "b1"}) {
-			t.Fatalf("a balanced fleet must be left untouched: %v", out)
-		}
+		require.Equal(t, []string{"a0", "a1"}, out["a"], "a balanced fleet must be left untouched: %v", out)
+		require.Equal(t, []string{"b0", "b1"}, out["b"], "a balanced fleet must be left untouched: %v", out)
 	})
 	t.Run("dead owner's split moves to the empty member", func(t *testing.T) {
 		in := assignIn{Members: members(8, "a", "b"), Splits: append(splits("a", 1), splits("dead", 1)...)}
 		out := computeAssignment(in)
-		if !slices.Equal(out["b"], []string{"dead0"}) || !slices.Equal(out["a"], []string{"a0"}) {
-			t.Fatalf("got %v", out)
-		}
+		require.Equal(t, []string{"dead0"}, out["b"], "got %v", out)
+		require.Equal(t, []string{"a0"}, out["a"], "got %v", out)
 	})
 	t.Run("newcomer is fed from the heaviest member", func(t *testing.T) {
 		in := assignIn{Members: members(8, "a", "b", "c"),
 			Splits: append(splits("a", 1, 1, 1, 1, 1, 1), splits("b", 1, 1)...)}
 		out := computeAssignment(in)
 		for _, id := range out["c"] {
-			if id[0] != 'a' {
-				t.Fatalf("the newcomer must be fed from the heaviest member: %v", out)
-			}
+			require.Equal(t, byte('a'), id[0], "the newcomer must be fed from the heaviest member: %v", out)
 		}
-		if len(out["c"]) < 2 || len(out["a"]) > 3 || len(out["b"]) > 3 {
-			t.Fatalf("the fleet must end balanced (3/3/2): %v", out)
-		}
+		require.GreaterOrEqual(t, len(out["c"]), 2, "the fleet must end balanced (3/3/2): %v", out)
+		require.LessOrEqual(t, len(out["a"]), 3, "the fleet must end balanced (3/3/2): %v", out)
+		require.LessOrEqual(t, len(out["b"]), 3, "the fleet must end balanced (3/3/2): %v", out)
 	})
 	t.Run("no improving move while a move is in flight", func(t *testing.T) {
 		// a holds six splits, b one pinned (in flight to it): unbalanced,
@@ -232,30 +215,27 @@ func TestAssignPinnedCases(t *testing.T) {
 		in := assignIn{Members: members(8, "a", "b"), Splits: splits("a", 1, 1, 1, 1, 1, 1)}
 		in.Splits = append(in.Splits, assignSplit{ID: "p", Weight: 1, Owner: "b", Pinned: true})
 		out := computeAssignment(in)
-		if !slices.Equal(out["b"], []string{"p"}) || len(out["a"]) != 6 {
-			t.Fatalf("a pinned move must hold the improve pass back: %v", out)
-		}
+		require.Equal(t, []string{"p"}, out["b"], "a pinned move must hold the improve pass back: %v", out)
+		require.Len(t, out["a"], 6, "a pinned move must hold the improve pass back: %v", out)
 		in.Splits[len(in.Splits)-1].Pinned = false // landed
-		if out := computeAssignment(in); len(out["b"]) < 3 {
-			t.Fatalf("once the move has landed the fleet rebalances: %v", out)
-		}
+		out = computeAssignment(in)
+		require.GreaterOrEqual(t, len(out["b"]), 3, "once the move has landed the fleet rebalances: %v", out)
 	})
 	t.Run("balance is by weight, not count", func(t *testing.T) {
 		in := assignIn{Members: members(8, "a", "b"), Splits: []assignSplit{
 			{ID: "big", Weight: 100}, {ID: "x1", Weight: 1}, {ID: "x2", Weight: 1}, {ID: "x3", Weight: 1}, {ID: "x4", Weight: 1}}}
 		out := computeAssignment(in)
 		for _, ids := range out {
-			if slices.Contains(ids, "big") && len(ids) != 1 {
-				t.Fatalf("the heavy split must be alone: %v", out)
+			if slices.Contains(ids, "big") {
+				require.Len(t, ids, 1, "the heavy split must be alone: %v", out)
 			}
 		}
 	})
 	t.Run("per-member budgets honoured", func(t *testing.T) {
 		in := assignIn{Members: []assignMember{{ID: "small", Budget: 1}, {ID: "big", Budget: 10}}, Splits: splits("", 1, 1, 1, 1, 1, 1)}
 		out := computeAssignment(in)
-		if len(out["small"]) != 1 || len(out["big"]) != 5 {
-			t.Fatalf("got %v", out)
-		}
+		require.Len(t, out["small"], 1, "got %v", out)
+		require.Len(t, out["big"], 5, "got %v", out)
 	})
 	t.Run("huge weights neither overflow nor panic, and all are placed", func(t *testing.T) {
 		in := assignIn{Members: members(8, "a", "b", "c"),
@@ -265,17 +245,13 @@ func TestAssignPinnedCases(t *testing.T) {
 		for _, ids := range out {
 			n += len(ids)
 		}
-		if n != 6 {
-			t.Fatalf("placed %d of 6: %v", n, out)
-		}
+		require.Equal(t, 6, n, "placed %d of 6: %v", n, out)
 	})
 	t.Run("over-budget owner keeps its heaviest", func(t *testing.T) {
 		in := assignIn{Members: []assignMember{{ID: "a", Budget: 1}, {ID: "b", Budget: 8}},
 			Splits: []assignSplit{{ID: "light", Weight: 1, Owner: "a"}, {ID: "heavy", Weight: 9, Owner: "a"}}}
 		out := computeAssignment(in)
-		if !slices.Equal(out["a"], []string{"heavy"}) {
-			t.Fatalf("got %v", out)
-		}
+		require.Equal(t, []string{"heavy"}, out["a"], "got %v", out)
 	})
 	t.Run("ties do not pile onto the first name", func(t *testing.T) {
 		// With many empty members and few splits, placement follows keyed
@@ -290,9 +266,7 @@ func TestAssignPinnedCases(t *testing.T) {
 				}
 			}
 		}
-		if len(firsts) < 4 {
-			t.Fatalf("tie-breaks concentrate on %v", firsts)
-		}
+		require.GreaterOrEqual(t, len(firsts), 4, "tie-breaks concentrate on %v", firsts)
 	})
 }
 
@@ -453,9 +427,7 @@ func TestImproveMatchesNaiveBalance(t *testing.T) {
 			for _, s := range in.Splits {
 				uniform = uniform && s.Weight == in.Splits[0].Weight
 			}
-			if uniform {
-				t.Fatalf("fast improve reached sum of squares %v, the original %v", fast, naive)
-			}
+			require.False(t, uniform, "fast improve reached sum of squares %v, the original %v", fast, naive)
 		}
 	})
 }

@@ -31,7 +31,7 @@ func waitFor(t *testing.T, ch <-chan struct{}, what string) {
 	select {
 	case <-ch:
 	case <-time.After(10 * time.Second):
-		t.Fatal(what)
+		require.FailNow(t, what)
 	}
 }
 
@@ -114,7 +114,7 @@ func TestLoopWriteWaitsForTheCommitInFlight(t *testing.T) {
 		case <-a.io.results.sig:
 			require.NoError(t, a.io.runResults())
 		case <-time.After(10 * time.Second):
-			t.Fatal("the failure report was never answered")
+			require.FailNow(t, "the failure report was never answered")
 		}
 	}
 }
@@ -137,7 +137,7 @@ func TestCommitWaitsForTheLoopsWrite(t *testing.T) {
 	select {
 	case cmd = <-a.c.cmds:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the commit neither wrote nor reached the loop")
+		require.FailNow(t, "the commit neither wrote nor reached the loop")
 	}
 	assert.Equal(t, 1, st.count("update", prefixSplit), "the commit did not write beside the loop's write")
 	require.NoError(t, a.handle(cmd))
@@ -172,7 +172,7 @@ func TestLostCommitOnTheCallersGoroutineIsFencedAndLost(t *testing.T) {
 		case <-a.io.results.sig:
 			require.NoError(t, a.io.runResults())
 		case <-time.After(10 * time.Second):
-			t.Fatal("the lost commit was never answered")
+			require.FailNow(t, "the lost commit was never answered")
 		}
 	}
 }
@@ -202,7 +202,7 @@ func TestCommitAfterALostReplyIsNotFenced(t *testing.T) {
 			case <-a.io.results.sig:
 				require.NoError(t, a.io.runResults())
 			case <-time.After(10 * time.Second):
-				t.Fatal("the commit was never answered")
+				require.FailNow(t, "the commit was never answered")
 			}
 		}
 	}
@@ -243,7 +243,7 @@ func TestFatalCommitIsStickyBeforeItsReply(t *testing.T) {
 				require.True(t, IsFatal(lerr), "%v", lerr)
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatal("the commit was never answered")
+			require.FailNow(t, "the commit was never answered")
 		}
 	}
 	require.Error(t, err)

@@ -53,21 +53,15 @@ func startTWWith(t *testing.T, s spate.Store, cfg spate.Config, p spate.SplitPla
 		opts = append(opts, spate.WithLogger(log))
 	}
 	c, err := spate.NewStoreCoordinator(s, cfg, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(p); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, c.Start(p))
 	t.Cleanup(func() { c.Close() })
 	return &tw{t: t, c: c, reg: reg, held: map[spate.SplitID]bool{}, drains: map[spate.SplitID]time.Time{}}
 }
 
 func (w *tw) pump() {
 	evs, err := w.c.Poll()
-	if err != nil {
-		w.t.Fatalf("poll: %v", err)
-	}
+	require.NoError(w.t, err, "poll")
 	for _, ev := range evs {
 		w.events = append(w.events, ev)
 		switch e := ev.(type) {
@@ -97,7 +91,7 @@ func pumpUntil(t *testing.T, d time.Duration, what string, cond func() bool, ws 
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			require.FailNow(t, "timed out waiting for "+what)
 		}
 		for _, w := range ws {
 			w.pump()
@@ -109,9 +103,7 @@ func pumpUntil(t *testing.T, d time.Duration, what string, cond func() bool, ws 
 func metric(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
 	v, ok, err := promtest.Value(reg, name, labels...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if !ok {
 		return -1
 	}
@@ -145,34 +137,20 @@ func TestRevocationMetrics(t *testing.T) {
 			return metric(t, a.reg, "spate_coordination_splits_draining") > 0
 		}, a, b)
 		pumpUntil(t, 10*testLease, "b holding half", func() bool { return len(b.held) == 2 }, a, b)
-		if got := metric(t, a.reg, "spate_coordination_revocations_total", "outcome", "requested"); got != 2 {
-			t.Errorf("requested = %v, want 2", got)
-		}
-		if got := metric(t, a.reg, "spate_coordination_revocations_total", "outcome", "drained"); got != 2 {
-			t.Errorf("drained = %v, want 2", got)
-		}
-		if got := metric(t, a.reg, "spate_coordination_drain_duration_seconds"); got != 2 {
-			t.Errorf("drain durations observed = %v, want 2", got)
-		}
-		if got := metric(t, a.reg, "spate_coordination_splits_draining"); got != 0 {
-			t.Errorf("draining gauge = %v after the drains, want 0", got)
-		}
+		assert.Equal(t, 2.0, metric(t, a.reg, "spate_coordination_revocations_total", "outcome", "requested"), "requested")
+		assert.Equal(t, 2.0, metric(t, a.reg, "spate_coordination_revocations_total", "outcome", "drained"), "drained")
+		assert.Equal(t, 2.0, metric(t, a.reg, "spate_coordination_drain_duration_seconds"), "drain durations observed")
+		assert.Zero(t, metric(t, a.reg, "spate_coordination_splits_draining"), "draining gauge after the drains")
 		n := metric(t, b.reg, "spate_coordination_assignment_latency_seconds")
-		if n < 2 || histSum(t, b.reg, "spate_coordination_assignment_latency_seconds")/n < floor.Seconds()/2 {
-			t.Errorf("assignment latency must cover the drain (>= %v): %v samples, sum %v", floor/2, n,
-				histSum(t, b.reg, "spate_coordination_assignment_latency_seconds"))
-		}
-		if got := metric(t, b.reg, "spate_coordination_acquisitions_total", "reason", "reassigned"); got != 2 {
-			t.Errorf("b's reassigned acquisitions = %v, want 2", got)
-		}
-		if got := metric(t, a.reg, "spate_coordination_splits_owned"); got != 2 {
-			t.Errorf("a's owned gauge = %v", got)
-		}
+		sum := histSum(t, b.reg, "spate_coordination_assignment_latency_seconds")
+		assert.GreaterOrEqual(t, n, 2.0, "assignment latency must cover the drain (>= %v): %v samples, sum %v", floor/2, n, sum)
+		assert.GreaterOrEqual(t, sum/n, floor.Seconds()/2, "assignment latency must cover the drain (>= %v): %v samples, sum %v", floor/2, n, sum)
+		assert.Equal(t, 2.0, metric(t, b.reg, "spate_coordination_acquisitions_total", "reason", "reassigned"), "b's reassigned acquisitions")
+		assert.Equal(t, 2.0, metric(t, a.reg, "spate_coordination_splits_owned"), "a's owned gauge")
 		for _, name := range []string{"spate_coordination_revocations_total", "spate_coordination_drain_duration_seconds"} {
 			problems, err := testutil.GatherAndLint(a.reg, name)
-			if err != nil || len(problems) > 0 {
-				t.Errorf("metric lint %s: %v %v", name, problems, err)
-			}
+			assert.NoError(t, err, "metric lint %s", name)
+			assert.Empty(t, problems, "metric lint %s", name)
 		}
 	})
 }
@@ -193,12 +171,8 @@ func TestCancelledRevocationMetrics(t *testing.T) {
 		pumpUntil(t, 5*testLease, "the cancellation", func() bool {
 			return metric(t, a.reg, "spate_coordination_revocations_total", "outcome", "cancelled") > 0
 		}, a)
-		if got := metric(t, a.reg, "spate_coordination_splits_draining"); got == 0 {
-			t.Errorf("the draining gauge must count a cancelled drain still in progress")
-		}
-		if got := metric(t, a.reg, "spate_coordination_revocations_total", "outcome", "forced"); got != 0 {
-			t.Errorf("a cancelled revocation must not be forced: forced = %v", got)
-		}
+		assert.NotZero(t, metric(t, a.reg, "spate_coordination_splits_draining"), "the draining gauge must count a cancelled drain still in progress")
+		assert.Zero(t, metric(t, a.reg, "spate_coordination_revocations_total", "outcome", "forced"), "a cancelled revocation must not be forced")
 	})
 }
 
@@ -224,24 +198,17 @@ func TestOperatorLogs(t *testing.T) {
 		b := startTW(t, s, "b", p, nil)
 		pumpUntil(t, 10*testLease, "b holding half", func() bool { return len(b.held) == 2 }, a, b)
 		out := logA.String()
-		if !strings.Contains(out, `msg="peer joined" instance=a peer=b live=2`) {
-			t.Errorf("no peer-joined line:\n%s", out)
-		}
-		if !strings.Contains(out, `msg="assignment published"`) || !strings.Contains(out, "moved=2") {
-			t.Errorf("no rebalance line with moved=2:\n%s", out)
-		}
-		if strings.Contains(out, "deleted externally") {
-			t.Errorf("the joiner's probe delete was reported as an external deletion:\n%s", out)
-		}
+		assert.Contains(t, out, `msg="peer joined" instance=a peer=b live=2`, "no peer-joined line")
+		assert.Contains(t, out, `msg="assignment published"`, "no rebalance line with moved=2")
+		assert.Contains(t, out, "moved=2", "no rebalance line with moved=2")
+		assert.NotContains(t, out, "deleted externally", "the joiner's probe delete was reported as an external deletion")
 		before := strings.Count(logA.String(), "assignment published")
 		// Complete alternately, so the loads never differ by a whole split
 		// and no completion makes a move worth a rebalance.
 		for len(a.held)+len(b.held) > 0 {
 			for _, w := range []*tw{a, b} {
 				for id := range w.held {
-					if err := w.c.Commit(context.Background(), id, spate.CompletedProgress(1, nil)); err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, w.c.Commit(context.Background(), id, spate.CompletedProgress(1, nil)))
 					delete(w.held, id)
 					break
 				}
@@ -258,9 +225,8 @@ func TestOperatorLogs(t *testing.T) {
 			}
 			return false
 		}, a, b)
-		if after := strings.Count(logA.String(), "assignment published"); after != before {
-			t.Errorf("completions alone must not log a rebalance at INFO (%d -> %d lines)", before, after)
-		}
+		after := strings.Count(logA.String(), "assignment published")
+		assert.Equal(t, before, after, "completions alone must not log a rebalance at INFO (%d -> %d lines)", before, after)
 	})
 }
 
@@ -354,7 +320,7 @@ func TestLoneWorkerStartsWithinSeconds(t *testing.T) {
 			select {
 			case <-w.C():
 			case <-time.After(spate.DefaultLeaseDuration):
-				t.Fatal("no split gained within a lease")
+				require.FailNow(t, "no split gained within a lease")
 			}
 			evs, err := c.Poll()
 			require.NoError(t, err)

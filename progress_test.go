@@ -1,7 +1,6 @@
 package spate
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -29,12 +28,8 @@ func TestProgressRecordRoundTrips(t *testing.T) {
 			r.State = rapid.SliceOf(rapid.Byte()).Draw(t, "state")
 		}
 		got, err := decodeProgress("split.s-1", "s-1", encode(r), fp)
-		if err != nil {
-			t.Fatalf("decode: %v", err)
-		}
-		if !bytes.Equal(encode(got), encode(r)) {
-			t.Fatalf("round trip changed the record:\n%s\n%s", encode(r), encode(got))
-		}
+		require.NoError(t, err, "decode")
+		require.Equal(t, string(encode(r)), string(encode(got)), "round trip changed the record")
 	})
 }
 
@@ -54,36 +49,29 @@ func TestRecordParseErrorsAreDistinctAndActionable(t *testing.T) {
 	}
 	for _, c := range cases {
 		_, err := decodeProgress("split.s-1", "s-1", []byte(c.data), fp)
-		if err == nil || !errors.Is(err, ErrFatal) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: got %v, want a Fatal error mentioning %q", c.name, err, c.want)
-		}
+		assert.ErrorIs(t, err, ErrFatal, "%s: got %v, want a Fatal error mentioning %q", c.name, err, c.want)
+		assert.ErrorContains(t, err, c.want, "%s: got %v, want a Fatal error mentioning %q", c.name, err, c.want)
 	}
-	if _, err := decodePlan("plan", encode(&planRecord{Schema: 1, Fingerprint: "job:v2", Finality: "open"}), "job:v1"); err == nil ||
-		!strings.Contains(err.Error(), "job:v1") || !strings.Contains(err.Error(), "job:v2") {
-		t.Errorf("a plan fingerprint mismatch must show both values: %v", err)
-	}
+	_, err := decodePlan("plan", encode(&planRecord{Schema: 1, Fingerprint: "job:v2", Finality: "open"}), "job:v1")
+	assert.ErrorContains(t, err, "job:v1", "a plan fingerprint mismatch must show both values: %v", err)
+	assert.ErrorContains(t, err, "job:v2", "a plan fingerprint mismatch must show both values: %v", err)
 }
 
 func TestFingerprintHashDecodesAsUint64(t *testing.T) {
 	fp := FingerprintHash("a fingerprint whose hash exceeds 2^53")
 	r := newProgressRecord("s", fp, nil)
 	got, err := decodeProgress("split.s", "s", encode(r), fp)
-	if err != nil || got.FP != fp {
-		t.Fatalf("fp %d decoded as %v (%v)", fp, got, err)
-	}
-	if FingerprintHash("x") == FingerprintHash("y") {
-		t.Fatal("distinct fingerprints collide")
-	}
+	require.NoError(t, err, "fp %d decoded as %v (%v)", fp, got, err)
+	require.Equal(t, fp, got.FP, "fp %d decoded as %v (%v)", fp, got, err)
+	require.NotEqual(t, FingerprintHash("x"), FingerprintHash("y"), "distinct fingerprints collide")
 }
 
 func TestSeededCompletedRecordIsTerminal(t *testing.T) {
 	r := newProgressRecord("s", 1, &SplitProgress{Watermark: 9, Completed: true})
-	if r.Status != statusCompleted || !r.Completed || *r.Watermark != 9 {
-		t.Fatalf("got %+v", r)
-	}
-	if newProgressRecord("s", 1, nil).progress() != nil {
-		t.Fatal("a record without a watermark carries no progress")
-	}
+	require.Equal(t, statusCompleted, r.Status, "got %+v", r)
+	require.True(t, r.Completed, "got %+v", r)
+	require.Equal(t, int64(9), *r.Watermark, "got %+v", r)
+	require.Nil(t, newProgressRecord("s", 1, nil).progress(), "a record without a watermark carries no progress")
 }
 
 func TestCheckMonotone(t *testing.T) {

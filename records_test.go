@@ -12,22 +12,21 @@ import (
 
 func TestAssignmentRejectsAlienShapes(t *testing.T) {
 	for _, bad := range []string{`{}`, `{"schema":1,"generation":1}`, `{"schema":1,"generation":1,"splits":["a.b"]}`, `[]`, `garbage`} {
-		if _, err := decodeAssignment("assign.x", []byte(bad)); err == nil {
-			t.Errorf("assignment %s must not read as a valid (possibly empty) assignment", bad)
-		}
+		_, err := decodeAssignment("assign.x", []byte(bad))
+		assert.Error(t, err, "assignment %s must not read as a valid (possibly empty) assignment", bad)
 	}
 	a, err := decodeAssignment("assign.x", []byte(`{"schema":1,"generation":2,"splits":[]}`))
-	if err != nil || len(a.Splits) != 0 || a.Splits == nil {
-		t.Fatalf("an explicit empty assignment is valid: %v %v", a, err)
-	}
+	require.NoError(t, err, "an explicit empty assignment is valid: %v %v", a, err)
+	require.NotNil(t, a.Splits, "an explicit empty assignment is valid: %v %v", a, err)
+	require.Empty(t, a.Splits, "an explicit empty assignment is valid: %v %v", a, err)
 }
 
 func TestKeyPrefixesDoNotShadow(t *testing.T) {
 	prefixes := []string{keyPlan, keyLeader, prefixSpec, prefixSplit, prefixAssign, prefixWorker, prefixProbe}
 	for i, a := range prefixes {
 		for j, b := range prefixes {
-			if i != j && strings.HasPrefix(a, b) {
-				t.Errorf("%q shadows %q", b, a)
+			if i != j {
+				assert.False(t, strings.HasPrefix(a, b), "%q shadows %q", b, a)
 			}
 		}
 	}

@@ -3,7 +3,6 @@ package faultstore_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -34,28 +33,13 @@ func TestRulesMatchSkipAndRunOut(t *testing.T) {
 	for _, k := range []string{"a.1", "a.2", "a.3", "a.4", "b.1"} {
 		_, err := s.Create(ctx, spate.Durable, k, nil)
 		got = append(got, err != nil)
-		if err != nil && (!errors.Is(err, faultstore.ErrInjected) || !spate.IsRetryable(err)) {
-			t.Fatalf("an injected failure is Retryable ErrInjected: %v", err)
+		if err != nil {
+			require.ErrorIs(t, err, faultstore.ErrInjected, "an injected failure is Retryable ErrInjected: %v", err)
+			require.True(t, spate.IsRetryable(err), "an injected failure is Retryable ErrInjected: %v", err)
 		}
 	}
-	if want := []bool{false, true, true, false, false}; !equal(got, want) {
-		t.Fatalf("failures %v, want %v (skip 1, then 2 hits, prefix a. only)", got, want)
-	}
-	if inj.Injected() != 2 {
-		t.Fatalf("injected %d", inj.Injected())
-	}
-}
-
-func equal(a, b []bool) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
+	require.Equal(t, []bool{false, true, true, false, false}, got, "failures (skip 1, then 2 hits, prefix a. only)")
+	require.Equal(t, 2, inj.Injected(), "injected")
 }
 
 func TestLandedWriteReportsAnErrorButApplies(t *testing.T) {
@@ -64,12 +48,10 @@ func TestLandedWriteReportsAnErrorButApplies(t *testing.T) {
 	inj.Add(faultstore.Rule{Ops: []faultstore.Op{faultstore.Create}, Landed: true, Times: 1,
 		Match: func(c faultstore.Call) bool { return bytes.Equal(c.Value, []byte("v")) }})
 	o, err := s.Create(ctx, spate.Durable, "k", []byte("v"))
-	if err == nil || o.Won {
-		t.Fatalf("a landed write reports an error and hides its outcome: %v %v", o, err)
-	}
-	if _, ok, _ := inner.Get(ctx, spate.Durable, "k"); !ok {
-		t.Fatal("the write must have landed")
-	}
+	require.Error(t, err, "a landed write reports an error and hides its outcome: %v %v", o, err)
+	require.False(t, o.Won, "a landed write reports an error and hides its outcome: %v %v", o, err)
+	_, ok, _ := inner.Get(ctx, spate.Durable, "k")
+	require.True(t, ok, "the write must have landed")
 }
 
 func TestLatencyIsBoundedByTheContext(t *testing.T) {
@@ -78,36 +60,30 @@ func TestLatencyIsBoundedByTheContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	_, _, err := s.Get(ctx, spate.Durable, "k")
-	if !spate.IsRetryable(err) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("a delayed op under an expiring context fails Retryable: %v", err)
-	}
+	require.True(t, spate.IsRetryable(err), "a delayed op under an expiring context fails Retryable: %v", err)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "a delayed op under an expiring context fails Retryable: %v", err)
 }
 
 func TestPartitionBreaksWatchesAndHealRestores(t *testing.T) {
 	s, inj, _ := setup(t)
 	ctx := t.Context()
 	ch, err := s.Watch(ctx, spate.Durable, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ev := <-ch; ev.Kind != spate.WatchSnapshotDone {
-		t.Fatalf("got %v", ev.Kind)
-	}
+	require.NoError(t, err)
+	ev := <-ch
+	require.Equal(t, spate.WatchSnapshotDone, ev.Kind)
 	inj.Partition()
 	ev, ok := <-ch
-	if !ok || ev.Kind != spate.WatchError || !spate.IsRetryable(ev.Err) {
-		t.Fatalf("a partition breaks the watch Retryable: %v %v", ev, ok)
-	}
-	if _, ok := <-ch; ok {
-		t.Fatal("the broken watch must close")
-	}
-	if _, err := s.Create(ctx, spate.Durable, "k", nil); !spate.IsRetryable(err) {
-		t.Fatalf("operations fail Retryable while partitioned: %v", err)
-	}
+	require.True(t, ok, "a partition breaks the watch Retryable: %v %v", ev, ok)
+	require.Equal(t, spate.WatchError, ev.Kind, "a partition breaks the watch Retryable: %v %v", ev, ok)
+	require.True(t, spate.IsRetryable(ev.Err), "a partition breaks the watch Retryable: %v %v", ev, ok)
+	_, ok = <-ch
+	require.False(t, ok, "the broken watch must close")
+	_, err = s.Create(ctx, spate.Durable, "k", nil)
+	require.True(t, spate.IsRetryable(err), "operations fail Retryable while partitioned: %v", err)
 	inj.Heal()
-	if o, err := s.Create(ctx, spate.Durable, "k", nil); err != nil || !o.Won {
-		t.Fatalf("after heal: %v %v", o, err)
-	}
+	o, err := s.Create(ctx, spate.Durable, "k", nil)
+	require.NoError(t, err, "after heal: %v %v", o, err)
+	require.True(t, o.Won, "after heal: %v %v", o, err)
 }
 
 // The wrapper passes the Releaser capability on, faulted as an Update of

@@ -130,7 +130,7 @@ func TestRecycledArenasNeverAliasLiveRecords(t *testing.T) {
 			require.NoError(t, err, "run: %v", r.State)
 			require.Equal(t, pipeline.Completed, r.State, "run: %v %v", r.State, err)
 			if n := cs.bad.Load(); n > 0 {
-				t.Fatalf("%d records showed bytes that were not theirs; first: %s", n, *cs.firstBad.Load())
+				require.FailNowf(t, "records showed bytes that were not theirs", "%d of them; first: %s", n, *cs.firstBad.Load())
 			}
 			require.Len(t, cs.seen, lanes*perLane, "the sink accepted %d distinct records, want %d", len(cs.seen), lanes*perLane)
 		})

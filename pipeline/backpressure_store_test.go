@@ -42,19 +42,17 @@ func testUncommittedCeiling(t *testing.T, refuse func(*fakeSource, bool)) {
 	for range 3 {
 		time.Sleep(150 * time.Millisecond) // many commit ticks, all failing
 		n := h.consumed.Load()
-		if n > most {
-			t.Fatalf("read %d records while no commit landed; the ceiling allows at most %d", n, most)
-		}
+		require.LessOrEqual(t, n, int64(most), "records read while no commit landed; the ceiling allows at most %d", most)
 		plateau = n
 	}
 	if h.src.pauseCount() != 0 {
-		t.Fatal("the ceiling paused the source")
+		require.FailNow(t, "the ceiling paused the source")
 	}
 	refuse(h.src, false)
 	waitFor(t, "reading to resume once commits land", func() bool { return h.consumed.Load() > plateau+3*most })
 	h.rt.Stop()
 	if r := wait(); r.State != pipeline.Stopped {
-		t.Fatalf("state %v: %v", r.State, r.Failure)
+		require.FailNowf(t, "the run did not stop", "state %v: %v", r.State, r.Failure)
 	}
 }
 
@@ -118,14 +116,12 @@ func TestFailingCommitsWarnRateLimited(t *testing.T) {
 		}
 		return n >= 20
 	})
-	if w := logs.matching(slog.LevelWarn, "commit failed"); len(w) != 1 {
-		t.Fatalf("%d commit warnings for 20+ failed ticks within the %v limit; want 1", len(w), 30*time.Second)
-	}
+	require.Len(t, logs.matching(slog.LevelWarn, "commit failed"), 1, "commit warnings for 20+ failed ticks within the %v limit", 30*time.Second)
 	h.src.failCommits.Store(false)
 	waitFor(t, "the recovery line", func() bool { return len(logs.matching(slog.LevelInfo, "commits landing again")) == 1 })
-	if n, ok := attrInt(logs.matching(slog.LevelInfo, "commits landing again")[0], "failed_commits"); !ok || n < 20 {
-		t.Fatalf("recovery line counts %d failed commits (found %v); want >= 20", n, ok)
-	}
+	n, ok := attrInt(logs.matching(slog.LevelInfo, "commits landing again")[0], "failed_commits")
+	require.True(t, ok, "the recovery line counts the failed commits")
+	require.GreaterOrEqual(t, n, int64(20), "the recovery line counts the failed commits")
 	h.src.failCommits.Store(true)
 	waitFor(t, "a new failure run to warn at once", func() bool { return len(logs.matching(slog.LevelWarn, "commit failed")) == 2 })
 	h.src.failCommits.Store(false)

@@ -26,11 +26,11 @@ func TestFailPolicyStopsThePipeline(t *testing.T) {
 	})}
 	_, wait := startReal(t, testConfig(), src, stages, nil, pipeline.SinkSpec{Name: "c", Sink: sink, Options: realSinkOptions()})
 	r := wait()
-	if r.State != pipeline.Failed || r.Failure.Component != "transform:parse" {
-		t.Fatalf("report %+v", r.Failure)
-	}
-	if o, ok := src.committed(0); ok && o > 20 {
-		t.Fatalf("committed %d past the failed batch (20..29)", o)
+	require.Equal(t, pipeline.Failed, r.State, "report %+v", r.Failure)
+	require.NotNil(t, r.Failure)
+	require.Equal(t, "transform:parse", r.Failure.Component, "report %+v", r.Failure)
+	if o, ok := src.committed(0); ok {
+		require.LessOrEqual(t, o, int64(20), "committed past the failed batch (20..29)")
 	}
 }
 
@@ -61,34 +61,26 @@ func TestRealChainDeliversAndCommitsEverything(t *testing.T) {
 	}
 	_, wait := startReal(t, cfg, src, stages, reg, pipeline.SinkSpec{Name: "capture", Sink: sink, Options: realSinkOptions()})
 	r := wait()
-	if r.State != pipeline.Completed {
-		t.Fatalf("state %v: %v", r.State, r.Failure)
-	}
+	require.Equal(t, pipeline.Completed, r.State, "failure: %v", r.Failure)
 	seen := map[[2]int64]int{}
 	for _, rec := range sink.Records() {
-		if !bytes.HasPrefix(rec.Value, []byte("V")) {
-			t.Fatalf("record %q missed the map stage", rec.Value)
-		}
+		require.True(t, bytes.HasPrefix(rec.Value, []byte("V")), "record %q missed the map stage", rec.Value)
 		seen[[2]int64{int64(rec.Partition), offsetOf(rec)}]++
 	}
 	for p := range 3 {
 		for o := range int64(200) {
 			n := seen[[2]int64{int64(p), o}]
-			if o%10 == 3 && n != 0 {
-				t.Fatalf("skipped record p%d/%d was delivered", p, o)
-			}
-			if o%10 != 3 && n == 0 {
-				t.Fatalf("record p%d/%d never reached the sink", p, o)
+			if o%10 == 3 {
+				require.Zero(t, n, "skipped record p%d/%d was delivered", p, o)
+			} else {
+				require.NotZero(t, n, "record p%d/%d never reached the sink", p, o)
 			}
 		}
-		if got, _ := src.committed(pipeline.PartitionID(p)); got != 200 {
-			t.Fatalf("partition %d committed %d, want 200", p, got)
-		}
+		got, _ := src.committed(pipeline.PartitionID(p))
+		require.EqualValues(t, 200, got, "partition %d committed", p)
 	}
 	skipped := gathered(t, reg, "spate_transform_record_errors_total", "policy", "skip")
-	if skipped != 60 {
-		t.Fatalf("skip counter %v, want 60", skipped)
-	}
+	require.Equal(t, 60.0, skipped, "skip counter")
 }
 
 // FlatMap emits every record it is given as many times as it says, and

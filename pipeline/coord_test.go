@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -210,27 +208,23 @@ func newDriverFixture(t *testing.T, opts ...pipeline.DriverOption) *driverFixtur
 	cp := pipeline.NewCheckpointer(nil)
 	f.d.Open(pipeline.SourceCtx{Issuer: cp.Issuer()})
 	ev, err := f.d.Start(nil)
-	if err != nil || ev.Kind != pipeline.LanesAssigned || len(ev.Lanes) != 0 {
-		t.Fatalf("start: %v %v, want the empty ready assignment", ev, err)
-	}
+	require.NoError(t, err, "start")
+	require.Equal(t, pipeline.LanesAssigned, ev.Kind, "start: want the empty ready assignment")
+	require.Empty(t, ev.Lanes, "start: want the empty ready assignment")
 	return f
 }
 
 func (f *driverFixture) poll() pipeline.SourceEvent {
 	f.t.Helper()
 	ev, err := f.d.PollEvents(f.src, 0)
-	if err != nil {
-		f.t.Fatalf("poll: %v", err)
-	}
+	require.NoError(f.t, err, "poll")
 	return ev
 }
 
 func (f *driverFixture) expect(kind pipeline.EventKind) pipeline.SourceEvent {
 	f.t.Helper()
 	ev := f.poll()
-	if ev.Kind != kind {
-		f.t.Fatalf("event %v, want %v", ev.Kind, kind)
-	}
+	require.Equal(f.t, kind, ev.Kind, "event")
 	return ev
 }
 
@@ -240,7 +234,7 @@ func (f *driverFixture) partitionOf(split string) pipeline.PartitionID {
 			return a.Partition
 		}
 	}
-	f.t.Fatalf("split %s not held", split)
+	require.FailNow(f.t, "split not held", "split %s", split)
 	return 0
 }
 
@@ -248,18 +242,14 @@ func (f *driverFixture) partitionOf(split string) pipeline.PartitionID {
 func TestDriverWakerCutsTheParkShort(t *testing.T) {
 	f := newDriverFixture(t)
 	start := time.Now()
-	if ev, _ := f.d.PollEvents(f.src, 50*time.Millisecond); ev.Kind != pipeline.Idle || time.Since(start) < 50*time.Millisecond {
-		t.Fatal("with nothing signalled the park must last its timeout")
-	}
+	ev, _ := f.d.PollEvents(f.src, 50*time.Millisecond)
+	require.Equal(t, pipeline.Idle, ev.Kind, "with nothing signalled the park ends Idle")
+	require.GreaterOrEqual(t, time.Since(start), 50*time.Millisecond, "with nothing signalled the park must last its timeout")
 	go func() { f.coord.push(gained("a", 1)) }()
 	ev, err := f.d.PollEvents(f.src, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// The wake ended the park (Idle); the gain is picked up next.
-	if ev.Kind != pipeline.Idle && ev.Kind != pipeline.LanesAdded {
-		t.Fatalf("event %v", ev.Kind)
-	}
+	require.Contains(t, []pipeline.EventKind{pipeline.Idle, pipeline.LanesAdded}, ev.Kind, "event")
 	if ev.Kind == pipeline.Idle {
 		f.expect(pipeline.LanesAdded)
 	}
@@ -277,20 +267,13 @@ func TestDriverFailedOpenUndoesTheWholeBatch(t *testing.T) {
 		}
 		return nil
 	}
-	if _, err := f.d.PollEvents(f.src, 0); err == nil {
-		t.Fatal("a failed open must surface")
-	}
-	if !slices.Equal(f.src.closed, []string{"a"}) {
-		t.Fatalf("closed %v: the lanes built so far must be dropped", f.src.closed)
-	}
+	_, err := f.d.PollEvents(f.src, 0)
+	require.Error(t, err, "a failed open must surface")
+	require.Equal(t, []string{"a"}, f.src.closed, "the lanes built so far must be dropped")
 	ev := f.expect(pipeline.LanesAdded)
-	if len(ev.Lanes) != 2 {
-		t.Fatalf("retry opened %d lanes, want both", len(ev.Lanes))
-	}
+	require.Len(t, ev.Lanes, 2, "the retry opens both lanes")
 	for _, l := range ev.Lanes {
-		if l.ID() < 2 {
-			t.Fatalf("lane id %d reused: ids of a failed batch are burned", l.ID())
-		}
+		require.GreaterOrEqual(t, l.ID(), pipeline.LaneID(2), "lane id reused: ids of a failed batch are burned")
 	}
 }
 
@@ -298,20 +281,14 @@ func TestDriverFailedOpenUndoesTheWholeBatch(t *testing.T) {
 func TestDriverGainsCoalesceAndLeaveLiveLanesAlone(t *testing.T) {
 	f := newDriverFixture(t)
 	f.coord.push(gained("a", 1), gained("b", 1))
-	if ev := f.expect(pipeline.LanesAdded); len(ev.Lanes) != 2 {
-		t.Fatalf("gains must coalesce into one LanesAdded, got %d lanes", len(ev.Lanes))
-	}
+	require.Len(t, f.expect(pipeline.LanesAdded).Lanes, 2, "gains must coalesce into one LanesAdded")
 	pa := f.partitionOf("a")
 	f.coord.push(gained("c", 1))
-	if ev := f.expect(pipeline.LanesAdded); len(ev.Lanes) != 1 {
-		t.Fatal("a mid-flow gain adds only its own lane")
-	}
-	if err := f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 7}}); err != nil {
-		t.Fatal(err)
-	}
-	if got := f.coord.commits["a"]; len(got) != 1 || got[0].Watermark != 7 {
-		t.Fatalf("commits of a: %v", got)
-	}
+	require.Len(t, f.expect(pipeline.LanesAdded).Lanes, 1, "a mid-flow gain adds only its own lane")
+	require.NoError(t, f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 7}}))
+	got := f.coord.commits["a"]
+	require.Len(t, got, 1, "commits of a: %v", got)
+	require.EqualValues(t, 7, got[0].Watermark, "commits of a: %v", got)
 }
 
 // 56
@@ -321,9 +298,7 @@ func TestDriverFinishingSurfacesAsCommitReadyOnce(t *testing.T) {
 	f.expect(pipeline.LanesAdded)
 	f.src.finishing = []spate.SplitID{sid("a"), sid("zz")}
 	ev := f.expect(pipeline.CommitReady)
-	if !slices.Equal(ev.Partitions, []pipeline.PartitionID{f.partitionOf("a")}) {
-		t.Fatalf("partitions %v", ev.Partitions)
-	}
+	require.Equal(t, []pipeline.PartitionID{f.partitionOf("a")}, ev.Partitions, "an unheld split finishing is not reported")
 	f.expect(pipeline.Idle)
 }
 
@@ -335,18 +310,11 @@ func TestDriverLossRevokesOnlyTheLostLane(t *testing.T) {
 	pa := f.partitionOf("a")
 	f.coord.push(spate.Lost{Split: sid("a")})
 	ev := f.expect(pipeline.LanesRevoked)
-	if len(ev.LaneIDs) != 1 || ev.LaneIDs[0] != added.Lanes[0].ID() || ev.Barrier.Remaining() != 1 {
-		t.Fatalf("revoked %v", ev.LaneIDs)
-	}
-	if !slices.Equal(f.src.closed, []string{"a"}) {
-		t.Fatalf("closed %v", f.src.closed)
-	}
-	if err := f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 9}}); err != nil {
-		t.Fatal(err)
-	}
-	if len(f.coord.commits["a"]) != 0 {
-		t.Fatal("a late drain commit after the loss must be skipped")
-	}
+	require.Equal(t, []pipeline.LaneID{added.Lanes[0].ID()}, ev.LaneIDs, "only the lost split's lane is revoked")
+	require.Equal(t, 1, ev.Barrier.Remaining())
+	require.Equal(t, []string{"a"}, f.src.closed)
+	require.NoError(t, f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 9}}))
+	require.Empty(t, f.coord.commits["a"], "a late drain commit after the loss must be skipped")
 }
 
 // ★58
@@ -356,24 +324,18 @@ func TestDriverFencedCommitRetiresTheTenancy(t *testing.T) {
 	first := f.expect(pipeline.LanesAdded)
 	pa := f.partitionOf("a")
 	f.coord.commitErr = func(spate.SplitID, spate.SplitProgress) error { return spate.Fencedf("lost the CAS") }
-	if err := f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 5}}); err != nil {
-		t.Fatalf("a fenced commit is handled, not returned: %v", err)
-	}
+	require.NoError(t, f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 5}}), "a fenced commit is handled, not returned")
 	ev := f.expect(pipeline.LanesRevoked)
-	if ev.LaneIDs[0] != first.Lanes[0].ID() {
-		t.Fatal("the fenced tenancy's lane must be revoked")
-	}
+	require.Equal(t, first.Lanes[0].ID(), ev.LaneIDs[0], "the fenced tenancy's lane must be revoked")
 	f.coord.commitErr = nil
-	if err := f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 6}}); err != nil || len(f.coord.commits["a"]) != 0 {
-		t.Fatal("late watermarks of a fenced tenancy must be skipped")
-	}
+	require.NoError(t, f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 6}}))
+	require.Empty(t, f.coord.commits["a"], "late watermarks of a fenced tenancy must be skipped")
 	f.coord.push(spate.Lost{Split: sid("a")})
 	f.expect(pipeline.Idle) // the following Lost is a no-op
 	f.coord.push(gained("a", 2))
 	again := f.expect(pipeline.LanesAdded)
-	if again.Lanes[0].ID() == first.Lanes[0].ID() || again.Lanes[0].Partition() == pa {
-		t.Fatal("a re-gain must be a fresh tenancy (new lane and partition)")
-	}
+	require.NotEqual(t, first.Lanes[0].ID(), again.Lanes[0].ID(), "a re-gain must be a fresh tenancy: a new lane")
+	require.NotEqual(t, pa, again.Lanes[0].Partition(), "a re-gain must be a fresh tenancy: a new partition")
 }
 
 // 59
@@ -384,12 +346,9 @@ func TestDriverLostAndRegainedInOneBatchSwapsCleanly(t *testing.T) {
 	f.coord.push(spate.Lost{Split: sid("a")}, gained("a", 2))
 	rev := f.expect(pipeline.LanesRevoked)
 	add := f.expect(pipeline.LanesAdded)
-	if rev.LaneIDs[0] != first.Lanes[0].ID() || add.Lanes[0].Partition() == first.Lanes[0].Partition() {
-		t.Fatalf("swap: revoked %v added %v", rev.LaneIDs, add.Lanes[0].ID())
-	}
-	if f.src.opens[1].Epoch != 2 {
-		t.Fatal("the new tenancy carries the new epoch")
-	}
+	require.Equal(t, first.Lanes[0].ID(), rev.LaneIDs[0], "the old tenancy's lane is revoked")
+	require.NotEqual(t, first.Lanes[0].Partition(), add.Lanes[0].Partition(), "the new tenancy has a partition of its own")
+	require.EqualValues(t, 2, f.src.opens[1].Epoch, "the new tenancy carries the new epoch")
 }
 
 // 60
@@ -399,31 +358,24 @@ func TestDriverRetryableCommitDefers(t *testing.T) {
 	f.expect(pipeline.LanesAdded)
 	pa := f.partitionOf("a")
 	f.coord.commitErr = func(spate.SplitID, spate.SplitProgress) error { return spate.Retryablef("store slow") }
-	if err := f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 5}}); err != nil {
-		t.Fatalf("a retryable commit is deferred, not returned: %v", err)
-	}
+	require.NoError(t, f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 5}}), "a retryable commit is deferred, not returned")
 	// The controller learns which partitions were deferred, so it retries
 	// them and does not count them committed.
-	if parts, err := f.d.TakeDeferred(); len(parts) != 1 || parts[0] != pa || err == nil || !strings.Contains(err.Error(), "store slow") {
-		t.Fatalf("deferred %v, %v", parts, err)
-	}
-	if parts, err := f.d.TakeDeferred(); len(parts) != 0 || err != nil {
-		t.Fatalf("taken twice: %v, %v", parts, err)
-	}
+	parts, err := f.d.TakeDeferred()
+	require.Equal(t, []pipeline.PartitionID{pa}, parts, "deferred")
+	require.ErrorContains(t, err, "store slow")
+	parts, err = f.d.TakeDeferred()
+	require.Empty(t, parts, "taken twice")
+	require.NoError(t, err, "taken twice")
 	f.coord.commitErr = nil
 	f.expect(pipeline.Idle)
-	if len(f.coord.commits["a"]) != 0 {
-		t.Fatal("nothing is re-sent on a bare poll")
-	}
-	if err := f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 9}}); err != nil {
-		t.Fatal(err)
-	}
-	if got := f.coord.commits["a"]; len(got) != 1 || got[0].Watermark != 9 {
-		t.Fatalf("the next commit carries merged progress: %v", got)
-	}
-	if parts, _ := f.d.TakeDeferred(); len(parts) != 0 {
-		t.Fatalf("a landed commit is not deferred: %v", parts)
-	}
+	require.Empty(t, f.coord.commits["a"], "nothing is re-sent on a bare poll")
+	require.NoError(t, f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 9}}))
+	got := f.coord.commits["a"]
+	require.Len(t, got, 1, "the next commit carries merged progress: %v", got)
+	require.EqualValues(t, 9, got[0].Watermark, "the next commit carries merged progress: %v", got)
+	parts, _ = f.d.TakeDeferred()
+	require.Empty(t, parts, "a landed commit is not deferred")
 }
 
 // 61
@@ -434,12 +386,10 @@ func TestDriverSweepCompletesAndRetiresBarrierless(t *testing.T) {
 	done := spate.CompletedProgress(0, nil)
 	f.src.sweep["a"] = &done
 	ev := f.expect(pipeline.LanesRetired)
-	if ev.LaneIDs[0] != add.Lanes[0].ID() {
-		t.Fatal("the completed lane must retire")
-	}
-	if got := f.coord.commits["a"]; len(got) != 1 || !got[0].Completed {
-		t.Fatalf("terminal progress not committed: %v", got)
-	}
+	require.Equal(t, add.Lanes[0].ID(), ev.LaneIDs[0], "the completed lane must retire")
+	got := f.coord.commits["a"]
+	require.Len(t, got, 1, "terminal progress committed once: %v", got)
+	require.True(t, got[0].Completed, "terminal progress committed: %v", got)
 }
 
 // 62
@@ -454,17 +404,14 @@ func TestDriverTerminalStates(t *testing.T) {
 		f := newDriverFixture(t)
 		f.coord.push(spate.Stalled{Completed: 3, Quarantined: 1})
 		_, err := f.d.PollEvents(f.src, 0)
-		if !spate.IsFatal(err) {
-			t.Fatalf("err %v, want Fatal", err)
-		}
+		require.True(t, spate.IsFatal(err), "err %v, want Fatal", err)
 	})
 	t.Run("a Stalled job with damaged records names them, not quarantine", func(t *testing.T) {
 		f := newDriverFixture(t)
 		f.coord.push(spate.Stalled{Completed: 3, Damaged: []string{"d1"}})
 		_, err := f.d.PollEvents(f.src, 0)
-		if !spate.IsFatal(err) || !strings.Contains(err.Error(), "1 out of play because a record is damaged (d1") {
-			t.Fatalf("err %v, want Fatal naming the damaged split", err)
-		}
+		require.True(t, spate.IsFatal(err), "err %v, want Fatal", err)
+		require.ErrorContains(t, err, "1 out of play because a record is damaged (d1", "the error names the damaged split")
 	})
 	t.Run("Stalled drains when configured", func(t *testing.T) {
 		f := newDriverFixture(t, pipeline.StallDrains(true))
@@ -478,16 +425,11 @@ func TestDriverFailReportsPoisonAndRetires(t *testing.T) {
 	f := newDriverFixture(t)
 	f.coord.push(gained("a", 1))
 	f.expect(pipeline.LanesAdded)
-	if err := f.d.Fail(f.src, sid("a"), "bad input"); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(f.coord.fails, []string{"a"}) {
-		t.Fatalf("fails %v", f.coord.fails)
-	}
+	require.NoError(t, f.d.Fail(f.src, sid("a"), "bad input"))
+	require.Equal(t, []string{"a"}, f.coord.fails)
 	f.expect(pipeline.LanesRevoked)
-	if err := f.d.Fail(f.src, sid("zz"), "x"); err != nil || len(f.coord.fails) != 1 {
-		t.Fatal("failing an unheld split is a no-op")
-	}
+	require.NoError(t, f.d.Fail(f.src, sid("zz"), "x"))
+	require.Len(t, f.coord.fails, 1, "failing an unheld split is a no-op")
 }
 
 // 63b: poison reported by a lane through its opening.
@@ -497,9 +439,7 @@ func TestDriverLanePoisonReport(t *testing.T) {
 	f.expect(pipeline.LanesAdded)
 	f.src.opens[0].Poison("corrupt line")
 	f.expect(pipeline.LanesRevoked)
-	if !slices.Equal(f.coord.fails, []string{"a"}) {
-		t.Fatalf("fails %v", f.coord.fails)
-	}
+	require.Equal(t, []string{"a"}, f.coord.fails)
 }
 
 // 64
@@ -507,12 +447,9 @@ func TestDriverReleaseHandsBackEverything(t *testing.T) {
 	f := newDriverFixture(t)
 	f.coord.push(gained("a", 1), gained("b", 1))
 	f.expect(pipeline.LanesAdded)
-	if err := f.d.Release(context.Background(), f.src); err != nil {
-		t.Fatal(err)
-	}
-	if len(f.coord.releases) != 1 || len(f.coord.releases[0]) != 2 {
-		t.Fatalf("releases %v", f.coord.releases)
-	}
+	require.NoError(t, f.d.Release(context.Background(), f.src))
+	require.Len(t, f.coord.releases, 1, "one release call: %v", f.coord.releases)
+	require.Len(t, f.coord.releases[0], 2, "it hands back both splits: %v", f.coord.releases)
 }
 
 // 65
@@ -541,13 +478,11 @@ func TestDriverResumeValidation(t *testing.T) {
 	ga.Progress, gb.Progress, gc.Progress = &p, &p, &p
 	f.coord.push(ga, gb, gc)
 	_, err := f.d.PollEvents(f.src, 0)
-	if !spate.IsFatal(err) {
-		t.Fatalf("err %v: a Fatal rejection must not hide behind a retryable one", err)
-	}
+	require.True(t, spate.IsFatal(err), "err %v: a Fatal rejection must not hide behind a retryable one", err)
 	ev := f.expect(pipeline.LanesAdded)
-	if len(ev.Lanes) != 1 || f.src.opens[0].Spec.ID.String() != "b" || f.src.opens[0].Progress.Watermark != 5 {
-		t.Fatal("the rest of the batch must still apply")
-	}
+	require.Len(t, ev.Lanes, 1, "the rest of the batch must still apply")
+	require.Equal(t, "b", f.src.opens[0].Spec.ID.String(), "the rest of the batch must still apply")
+	require.EqualValues(t, 5, f.src.opens[0].Progress.Watermark, "the rest of the batch resumes from its progress")
 	for range 3 {
 		f.poll()
 	}
@@ -557,14 +492,11 @@ func TestDriverResumeValidation(t *testing.T) {
 			landed++
 		}
 	}
-	if landed < 3 || refusals != 0 {
-		t.Fatalf("fails %v: a refused poison report is retried until it lands", f.coord.fails)
-	}
+	require.GreaterOrEqual(t, landed, 3, "fails %v: a refused poison report is retried until it lands", f.coord.fails)
+	require.Zero(t, refusals, "fails %v: a refused poison report is retried until it lands", f.coord.fails)
 	n := len(f.coord.fails)
 	f.poll()
-	if len(f.coord.fails) != n {
-		t.Fatal("a landed poison report must not be re-sent")
-	}
+	require.Len(t, f.coord.fails, n, "a landed poison report must not be re-sent")
 }
 
 // 66
@@ -672,9 +604,7 @@ func TestDriverRevocationDeclines(t *testing.T) {
 	f.expect(pipeline.LanesAdded)
 	f.coord.push(spate.RevokeRequested{Split: sid("a")}, spate.RevokeRequested{Split: sid("zz")})
 	f.expect(pipeline.Idle)
-	if !slices.Equal(f.coord.declines, []spate.SplitID{sid("a")}) {
-		t.Fatalf("declines %v: once for a, none for an unheld split", f.coord.declines)
-	}
+	require.Equal(t, []spate.SplitID{sid("a")}, f.coord.declines, "declines: once for a, none for an unheld split")
 
 	g := newDriverFixture(t)
 	g.src.emit["a"] = 1
@@ -686,17 +616,15 @@ func TestDriverRevocationDeclines(t *testing.T) {
 	g.expect(pipeline.CommitReady)
 	g.coord.push(spate.RevokeRequested{Split: sid("a")})
 	g.expect(pipeline.Idle)
-	if len(g.coord.declines) != 0 || len(g.src.begun) != 1 {
-		t.Fatalf("a repeated revoke mid-drain must be a no-op (declines %v begun %v)", g.coord.declines, g.src.begun)
-	}
+	require.Empty(t, g.coord.declines, "a repeated revoke mid-drain must be a no-op")
+	require.Len(t, g.src.begun, 1, "a repeated revoke mid-drain must be a no-op")
 
 	// An unopened tenancy declines without consulting the source.
 	h := newDriverFixture(t)
 	h.coord.push(gained("a", 1), spate.RevokeRequested{Split: sid("a")})
 	h.expect(pipeline.LanesAdded)
-	if len(h.src.begun) != 0 || !slices.Equal(h.coord.declines, []spate.SplitID{sid("a")}) {
-		t.Fatalf("begun %v declines %v", h.src.begun, h.coord.declines)
-	}
+	require.Empty(t, h.src.begun, "an unopened tenancy does not consult the source")
+	require.Equal(t, []spate.SplitID{sid("a")}, h.coord.declines, "an unopened tenancy declines")
 }
 
 // fakeStaging is a StagingSink whose Prepare covers what cover says.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
@@ -32,9 +33,7 @@ func startReal(t *testing.T, cfg pipeline.Config, src pipeline.Source, stages []
 		opts = append(opts, pipeline.WithRegisterer(reg))
 	}
 	rt, err := pipeline.Build(cfg, src, stages, sinks, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ch := make(chan pipeline.ExitReport, 1)
 	go func() {
 		r, _ := rt.Run(t.Context())
@@ -43,12 +42,10 @@ func startReal(t *testing.T, cfg pipeline.Config, src pipeline.Source, stages []
 	return rt, func() pipeline.ExitReport {
 		select {
 		case r := <-ch:
-			if r.UnresolvedAcks != 0 {
-				t.Errorf("%d acknowledgment handles leaked", r.UnresolvedAcks)
-			}
+			assert.Zero(t, r.UnresolvedAcks, "acknowledgment handles leaked")
 			return r
 		case <-time.After(30 * time.Second):
-			t.Fatal("Run did not return")
+			require.FailNow(t, "Run did not return")
 			return pipeline.ExitReport{}
 		}
 	}
@@ -63,12 +60,8 @@ func offsetOf(r pipeline.Record) int64 {
 func gathered(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
 	t.Helper()
 	v, ok, err := promtest.Value(reg, name, label, value)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !ok {
-		t.Fatalf("series %s{%s=%q} not found", name, label, value)
-	}
+	require.NoError(t, err)
+	require.True(t, ok, "series %s{%s=%q} not found", name, label, value)
 	return v
 }
 
@@ -85,12 +78,10 @@ func TestSinkRetriesThenDelivers(t *testing.T) {
 	src = newFakeSource(&eventLog{}, assign(lane(0, 0, 3)),
 		waitUntil(func() bool { return sink.Len() == 30 }), drained())
 	_, wait := startReal(t, testConfig(), src, nil, nil, pipeline.SinkSpec{Name: "c", Sink: sink, Options: realSinkOptions()})
-	if r := wait(); r.State != pipeline.Completed {
-		t.Fatalf("state %v: %v", r.State, r.Failure)
-	}
-	if o, _ := src.committed(0); o != 30 {
-		t.Fatalf("committed %d", o)
-	}
+	r := wait()
+	require.Equal(t, pipeline.Completed, r.State, "failure: %v", r.Failure)
+	o, _ := src.committed(0)
+	require.EqualValues(t, 30, o, "committed")
 }
 
 // A fatal sink error abandons the batch: its acknowledgment fails, the
@@ -104,12 +95,12 @@ func TestFatalSinkErrorStallsAndFails(t *testing.T) {
 	src := newFakeSource(&eventLog{}, assign(lane(0, 0, 3)))
 	_, wait := startReal(t, cfg, src, nil, nil, pipeline.SinkSpec{Name: "c", Sink: sink, Options: realSinkOptions()})
 	r := wait()
-	if r.State != pipeline.Failed || r.Failure.Component != "checkpoint" || !strings.Contains(r.Failure.Reason, "abandoned") {
-		t.Fatalf("report %+v", r.Failure)
-	}
-	if _, ok := src.committed(0); ok {
-		t.Fatal("an abandoned batch was committed")
-	}
+	require.Equal(t, pipeline.Failed, r.State, "report %+v", r.Failure)
+	require.NotNil(t, r.Failure)
+	require.Equal(t, "checkpoint", r.Failure.Component, "report %+v", r.Failure)
+	require.Contains(t, r.Failure.Reason, "abandoned", "report %+v", r.Failure)
+	_, ok := src.committed(0)
+	require.False(t, ok, "an abandoned batch was committed")
 }
 
 // ★ drain wedge: a sink that is down for good still lets a shutdown finish
@@ -124,15 +115,12 @@ func TestDownSinkDoesNotWedgeTheDrain(t *testing.T) {
 	start := time.Now()
 	rt.Stop()
 	r := wait()
-	if r.State != pipeline.Stopped || r.SinkDrain == nil || r.SinkDrain.Abandoned == 0 {
-		t.Fatalf("report %+v drain %+v", r, r.SinkDrain)
-	}
-	if time.Since(start) > 15*time.Second {
-		t.Fatal("the drain wedged")
-	}
-	if _, ok := src.committed(0); ok {
-		t.Fatal("nothing was durable, nothing may commit")
-	}
+	require.Equal(t, pipeline.Stopped, r.State, "report %+v", r)
+	require.NotNil(t, r.SinkDrain, "report %+v", r)
+	require.NotZero(t, r.SinkDrain.Abandoned, "drain %+v", r.SinkDrain)
+	require.LessOrEqual(t, time.Since(start), 15*time.Second, "the drain wedged")
+	_, ok := src.committed(0)
+	require.False(t, ok, "nothing was durable, nothing may commit")
 }
 
 // stallingSink is a CaptureSink whose writes first call stall, outside the
@@ -179,14 +167,12 @@ func TestHealthEndpoints(t *testing.T) {
 		handler.ServeHTTP(rec, mustRequest(path))
 		return rec.code
 	}
-	if code("/readyz") != 503 {
-		t.Fatal("ready before an assignment")
-	}
+	require.Equal(t, 503, code("/readyz"), "ready before an assignment")
 	wait := h.run()
 	waitFor(t, "readiness", func() bool { return code("/readyz") == 200 })
-	if code("/healthz") != 200 || code("/metrics") != 404 || code("/nope") != 404 {
-		t.Fatal("health endpoints")
-	}
+	require.Equal(t, 200, code("/healthz"), "health endpoints")
+	require.Equal(t, 404, code("/metrics"), "health endpoints")
+	require.Equal(t, 404, code("/nope"), "health endpoints")
 	h.rt.Stop()
 	wait()
 }
@@ -241,9 +227,7 @@ func TestWatermarkNeverPassesUndurableData(t *testing.T) {
 			for p := range 4 {
 				w, _ := src.committed(pipeline.PartitionID(p))
 				for o := range w {
-					if !durable[[2]int64{int64(p), o}] {
-						t.Fatalf("partition %d committed %d past record %d, which never became durable", p, w, o)
-					}
+					require.True(t, durable[[2]int64{int64(p), o}], "partition %d committed %d past record %d, which never became durable", p, w, o)
 				}
 			}
 			t.Logf("final %v, %d records durable, state %v", rep.FinalWatermarks, len(durable), rep.State)

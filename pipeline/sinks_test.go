@@ -20,36 +20,27 @@ import (
 func TestFileSinkWritesLines(t *testing.T) {
 	dir := t.TempDir()
 	fs, err := pipeline.NewFileSink(dir, "out")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer fs.Close()
 	var src *fakeSource
 	src = newFakeSource(&eventLog{}, assign(lane(0, 0, 3), lane(1, 1, 3)),
 		waitUntil(func() bool { o0, _ := src.committed(0); o1, _ := src.committed(1); return o0 == 30 && o1 == 30 }),
 		drained())
 	_, wait := startReal(t, testConfig(), src, nil, nil, pipeline.SinkSpec{Name: "file", Sink: fs, Options: realSinkOptions()})
-	if r := wait(); r.State != pipeline.Completed {
-		t.Fatalf("state %v: %v", r.State, r.Failure)
-	}
+	r := wait()
+	require.Equal(t, pipeline.Completed, r.State, "failure: %v", r.Failure)
 	lines := 0
 	for shard := range 2 {
 		f, err := os.Open(fs.Path(shard))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
-			if !strings.HasPrefix(sc.Text(), "\tv") {
-				t.Fatalf("line %q", sc.Text())
-			}
+			require.True(t, strings.HasPrefix(sc.Text(), "\tv"), "line %q", sc.Text())
 			lines++
 		}
 		f.Close()
 	}
-	if lines != 60 {
-		t.Fatalf("%d lines, want 60", lines)
-	}
+	require.Equal(t, 60, lines)
 }
 
 // A write larger than FileSink's buffer goes out in pieces: every line of

@@ -316,7 +316,7 @@ func waitEvent(t *testing.T, ch <-chan sse, want string) sse {
 				return ev
 			}
 		case <-deadline:
-			t.Fatalf("no event carried %q within 10s", want)
+			require.FailNow(t, fmt.Sprintf("no event carried %q within 10s", want))
 		}
 	}
 }
@@ -363,7 +363,7 @@ func chromium(t *testing.T) string {
 		}
 	}
 	if os.Getenv("CI") == "true" {
-		t.Fatal("no chromium (apt-get install -y chromium): the job view's browser test cannot run")
+		require.FailNow(t, "no chromium (apt-get install -y chromium): the job view's browser test cannot run")
 	}
 	t.Skip("no chromium; install Debian's chromium to run the job view's browser test")
 	return ""

@@ -92,7 +92,7 @@ func (w *stagedWorker) wait(t *testing.T) pipeline.ExitReport {
 		_ = w.sink.Close()
 		return r
 	case <-time.After(60 * time.Second):
-		t.Fatalf("%s did not finish", w.name)
+		require.FailNowf(t, "a worker did not finish", "%s", w.name)
 		return pipeline.ExitReport{}
 	}
 }

@@ -34,7 +34,7 @@ func recv(t *testing.T, ch <-chan spate.WatchEvent, d time.Duration, what string
 		require.True(t, ok, "watch closed while waiting for %s", what)
 		return ev
 	case <-time.After(d):
-		t.Fatalf("no watch event within %v while waiting for %s", d, what)
+		require.FailNow(t, fmt.Sprintf("no watch event within %v while waiting for %s", d, what))
 	}
 	return spate.WatchEvent{}
 }
@@ -232,7 +232,7 @@ func TestCompactionBreaksWatchRetryable(t *testing.T) {
 	case _, ok := <-ch:
 		require.False(t, ok, "the error is the last event")
 	case <-time.After(10 * time.Second):
-		t.Fatal("the watch channel stays open after its error")
+		require.FailNow(t, "the watch channel stays open after its error")
 	}
 }
 
@@ -335,7 +335,7 @@ func recvLease(t *testing.T, ch <-chan clientv3.LeaseID) {
 	select {
 	case <-ch:
 	case <-time.After(10 * time.Second):
-		t.Fatal("no background lease revocation within 10s")
+		require.FailNow(t, "no background lease revocation within 10s")
 	}
 }
 
@@ -377,7 +377,7 @@ func TestSlowWatcherIsCutRetryable(t *testing.T) {
 	select {
 	case <-lagged:
 	case <-time.After(10 * time.Second):
-		t.Fatal("a watcher 10 events behind with a buffer of 3 was not cut")
+		require.FailNow(t, "a watcher 10 events behind with a buffer of 3 was not cut")
 	}
 	ev := recv(t, ch, 10*time.Second, "the lag error")
 	require.Equal(t, spate.WatchError, ev.Kind, "what was queued is dropped; the error comes first")

@@ -168,7 +168,7 @@ func TestBadCredentialsOnRetryingConnection(t *testing.T) {
 	select {
 	case <-closed:
 	case <-testCtx(t, 10*time.Second).Done():
-		t.Fatalf("nats.go never gave up on the rejected credentials")
+		require.FailNow(t, "nats.go never gave up on the rejected credentials")
 	}
 	_, err = spatenats.New(testCtx(t, 10*time.Second), nc, spatenats.Options{Job: natsservers.NewJob(), TTL: ttl})
 	requireFatal(t, "open over a connection whose credentials were rejected", err, "authentication failed")
@@ -270,7 +270,7 @@ func recv(t *testing.T, ch <-chan spate.WatchEvent, what string) spate.WatchEven
 		require.True(t, ok, "watch closed while waiting for %s", what)
 		return ev
 	case <-time.After(10 * time.Second):
-		t.Fatalf("no watch event within 10s while waiting for %s", what)
+		require.FailNow(t, "no watch event within 10s while waiting for "+what)
 	}
 	return spate.WatchEvent{}
 }
@@ -547,7 +547,7 @@ func TestWatchCoalescesInOrder(t *testing.T) {
 				require.Greater(t, ev.Revision, last[ev.Key], "%v: %q revision %d after %d: a key's events arrive in increasing revision order", ks, ev.Key, ev.Revision, last[ev.Key])
 				last[ev.Key] = ev.Revision
 			default:
-				t.Fatalf("%v: unexpected %v %q %v", ks, ev.Kind, ev.Key, ev.Err)
+				require.FailNow(t, fmt.Sprintf("%v: unexpected %v %q %v", ks, ev.Kind, ev.Key, ev.Err))
 			}
 		}
 		wcancel()

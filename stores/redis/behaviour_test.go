@@ -30,7 +30,7 @@ func recv(t *testing.T, ch <-chan spate.WatchEvent, what string) spate.WatchEven
 		require.True(t, ok, "watch closed while waiting for %s", what)
 		return ev
 	case <-timer.C:
-		t.Fatalf("no watch event within %v while waiting for %s", eventWait, what)
+		require.FailNow(t, fmt.Sprintf("no watch event within %v while waiting for %s", eventWait, what))
 	}
 	return spate.WatchEvent{}
 }
@@ -51,7 +51,7 @@ func watch(t *testing.T, st spate.Store, ks spate.Keyspace, prefix string) (<-ch
 		case spate.WatchSnapshotDone:
 			return ch, snap
 		default:
-			t.Fatalf("snapshot: unexpected %v event: %v", ev.Kind, ev.Err)
+			require.FailNow(t, fmt.Sprintf("snapshot: unexpected %v event: %v", ev.Kind, ev.Err))
 		}
 	}
 }
@@ -369,7 +369,7 @@ func TestLinearizableAcrossClientsWithSweep(t *testing.T) {
 	workers.Wait()
 	close(errs)
 	for err := range errs {
-		t.Fatal(err)
+		require.NoError(t, err)
 	}
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
 		en, ok, err := conformance.RecordGet(ctx, rec, 0, stores[0], ks, "ctr")
@@ -488,7 +488,7 @@ func TestMassExpiryReachesWatchers(t *testing.T) {
 			assert.Greater(t, ev.Revision, put[ev.Key], "%q expired at revision %d, not above its put at %d", ev.Key, ev.Revision, put[ev.Key])
 			deleted[ev.Key] = true
 		default:
-			t.Fatalf("unexpected %v: %v", ev.Kind, ev.Err)
+			require.FailNow(t, fmt.Sprintf("unexpected %v: %v", ev.Kind, ev.Err))
 		}
 	}
 	list, err := st.List(t.Context(), spate.Ephemeral, "")
@@ -518,7 +518,7 @@ func TestCancelledWatchEnds(t *testing.T) {
 			}
 			alive = ok
 		case <-timer.C:
-			t.Fatalf("a cancelled watch's channel is still open after %v", eventWait)
+			require.FailNow(t, fmt.Sprintf("a cancelled watch's channel is still open after %v", eventWait))
 		}
 	}
 	create(t, st, spate.Durable, "after", "v")
