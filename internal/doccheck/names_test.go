@@ -90,4 +90,13 @@ func TestThePipelineSaysCoordinationDriver(t *testing.T) {
 		}
 	}
 	require.Greater(t, checked, 20, "the pipeline's files were not found")
+
+	// The pipeline's own page, likewise.
+	page, err := os.ReadFile(filepath.Join(root, "docs", "pipeline.md"))
+	require.NoError(t, err)
+	for _, m := range bareDriverRE.FindAllStringSubmatch(" "+strings.Join(strings.Fields(string(page)), " "), -1) {
+		if !strings.EqualFold(m[1], "coordination") {
+			t.Errorf("docs/pipeline.md: %q: say \"coordination driver\" (a driver is a store backend; a lane goroutine is a runner)", strings.TrimSpace(m[0]))
+		}
+	}
 }
