@@ -1,0 +1,90 @@
+package spate
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestRenewerPresence(t *testing.T) {
+	key := prefixWorker + "me"
+	t.Run("renewed in place", func(t *testing.T) {
+		st := newFakeStore()
+		r := newTestRenewer(t, st, testConfig())
+		r.presenceWritten(st.put(Ephemeral, key, r.presenceValue()))
+		r.renewPresence(t.Context())
+		e, _ := st.entry(Ephemeral, key)
+		assert.Equal(t, e.Revision, r.presRev)
+		assert.Equal(t, e.Revision, r.presWritten)
+		w, err := decodeWorker(key, e.Value)
+		require.NoError(t, err)
+		assert.Equal(t, workerVal{Schema: SchemaVersion, Nonce: "nonce-me", MaxInFlight: 4}, *w, "the record advertises our lane budget")
+		assert.Empty(t, notesOf(r))
+	})
+	t.Run("not announced yet, or parted: nothing is written", func(t *testing.T) {
+		st := newFakeStore()
+		r := newTestRenewer(t, st, testConfig())
+		r.renewPresence(t.Context())
+		rev := st.put(Ephemeral, key, r.presenceValue())
+		r.presenceWritten(rev)
+		assert.Equal(t, rev, r.stopPresence())
+		r.renewPresence(t.Context())
+		r.presenceWritten(rev + 10)
+		assert.Equal(t, rev, r.presRev, "a parted worker records no further presence writes")
+		assert.Zero(t, st.count("update", key)+st.count("create", key)+st.count("get", key))
+	})
+	t.Run("expired: re-created", func(t *testing.T) {
+		st := newFakeStore()
+		r := newTestRenewer(t, st, testConfig())
+		rev := st.put(Ephemeral, key, r.presenceValue())
+		r.presenceWritten(rev)
+		gone := st.remove(Ephemeral, key)
+		r.presenceGone(gone)
+		assert.Zero(t, r.presRev)
+		assert.Len(t, r.check, 1)
+		r.renewPresence(t.Context())
+		e, ok := st.entry(Ephemeral, key)
+		require.True(t, ok)
+		assert.Equal(t, e.Revision, r.presRev)
+		assert.Equal(t, 1, st.count("create", key))
+		assert.Empty(t, notesOf(r))
+	})
+	t.Run("our own write whose reply was lost: adopted", func(t *testing.T) {
+		st := newFakeStore()
+		r := newTestRenewer(t, st, testConfig())
+		r.presenceWritten(st.put(Ephemeral, key, r.presenceValue()))
+		landed := st.put(Ephemeral, key, r.presenceValue())
+		r.renewPresence(t.Context())
+		e, _ := st.entry(Ephemeral, key)
+		assert.Greater(t, e.Revision, landed)
+		assert.Equal(t, e.Revision, r.presRev)
+		assert.Empty(t, notesOf(r))
+	})
+	t.Run("an unreadable record under our id: rewritten", func(t *testing.T) {
+		st := newFakeStore()
+		r := newTestRenewer(t, st, testConfig())
+		r.presenceWritten(st.put(Ephemeral, key, r.presenceValue()))
+		st.put(Ephemeral, key, []byte("garbage"))
+		r.renewPresence(t.Context())
+		e, _ := st.entry(Ephemeral, key)
+		assert.Equal(t, r.presenceValue(), e.Value)
+		assert.Empty(t, notesOf(r))
+	})
+	t.Run("rewritten by another process: a twin, Fatal naming the instance id", func(t *testing.T) {
+		st := newFakeStore()
+		r := newTestRenewer(t, st, testConfig())
+		r.presenceWritten(st.put(Ephemeral, key, r.presenceValue()))
+		twin := st.put(Ephemeral, key, workerBytes("nonce-twin", 4))
+		r.renewPresence(t.Context())
+		notes := notesOf(r)
+		require.Len(t, notes, 1)
+		assert.Equal(t, noteFatal, notes[0].kind)
+		require.Error(t, notes[0].err)
+		assert.True(t, IsFatal(notes[0].err))
+		assert.Contains(t, notes[0].err.Error(), `"me"`)
+		assert.Contains(t, notes[0].err.Error(), key)
+		e, _ := st.entry(Ephemeral, key)
+		assert.Equal(t, twin, e.Revision, "the younger twin's record is left alone")
+	})
+}
