@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -104,10 +105,13 @@ func TestBackfillResumesAfterAStop(t *testing.T) {
 	cfg.DrainTimeout = 500 * time.Millisecond
 	cfg.StopReserve = 400 * time.Millisecond
 
-	// Run 1: stop after some output.
+	// Run 1: stop after some output. Its sink lands at most half the lines
+	// and then holds every write until the stop's drain deadline ends it,
+	// so run 1 cannot finish the job before the stop, however fast it reads.
 	c1 := &localCoord{durable: store}
+	gated := &gatedSink{inner: sink, left: len(lines) / 2}
 	rt1, _ := pipeline.Build(cfg, filesource.New(filesource.Dir(in), c1, filesource.PlannerOptions{TargetBytes: 8 << 10, MaxFiles: 4}), nil,
-		[]pipeline.SinkSpec{{Name: "file", Sink: sink, Options: sinkOpts()}})
+		[]pipeline.SinkSpec{{Name: "file", Sink: gated, Options: sinkOpts()}})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan pipeline.ExitReport, 1)
 	go func() { r, _ := rt1.Run(ctx); done <- r }()
@@ -127,9 +131,7 @@ func TestBackfillResumesAfterAStop(t *testing.T) {
 	specs := store.specs
 	store.mu.Unlock()
 	firstRun := outputLines(t, sink, 2)
-	if len(firstRun) == len(lines) {
-		t.Skip("run 1 finished everything before the stop; nothing to resume")
-	}
+	require.Less(t, len(firstRun), len(lines), "run 1 wrote everything before the stop; nothing is left to resume")
 
 	// Run 2 resumes from the committed progress.
 	c2 := &localCoord{durable: store}
@@ -166,4 +168,26 @@ func TestBackfillResumesAfterAStop(t *testing.T) {
 			base += f.Size
 		}
 	}
+}
+
+// gatedSink lets left records land in inner, then holds every write until
+// its context ends (the stop's drain deadline).
+type gatedSink struct {
+	inner pipeline.Sink
+	mu    sync.Mutex
+	left  int
+}
+
+func (g *gatedSink) Write(ctx context.Context, shard int, records []pipeline.Record) error {
+	g.mu.Lock()
+	pass := g.left >= len(records)
+	if pass {
+		g.left -= len(records)
+	}
+	g.mu.Unlock()
+	if !pass {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return g.inner.Write(ctx, shard, records)
 }
