@@ -136,9 +136,6 @@ type processChaosRun struct {
 	job      string
 	workers  []*chaosWorker // every worker started, the killed ones too
 	faults   map[string]int // faults injected, by kind
-	events   int            // history events judged
-	versions int            // record versions the observer saw
-	res      verifyResult
 }
 
 // newProcessChaos starts the store and writes the input.
@@ -246,7 +243,6 @@ func (pc *processChaosRun) judge(obs *conformance.RecordObserver) []string {
 	var vs []string
 	res, err := verifyOutput(ctxT(t, time.Minute), filesource.Dir(pc.src), &destination{location: pc.dst, dir: pc.dst})
 	require.NoError(t, err)
-	pc.res = res
 	if !res.OK() {
 		vs = append(vs, fmt.Sprintf("(a) not exactly once: of %d input lines %d are missing, %d duplicated; %d damaged, %d foreign, %d malformed output lines",
 			res.InputLines, res.Missing, res.Duplicates, res.Damaged, res.Foreign, res.Malformed))
@@ -255,13 +251,11 @@ func (pc *processChaosRun) judge(obs *conformance.RecordObserver) []string {
 	for _, w := range pc.workers {
 		all = append(all, readHistory(t, w.history)...)
 	}
-	pc.events = len(all)
 	vs = append(vs, checkCommitsAndResumes(all)...)
 	time.Sleep(500 * time.Millisecond) // let the observer catch up
 	vs = append(vs, obs.Violations()...)
-	pc.versions = obs.Versions()
 	t.Logf("seed %d: faults %v; %d workers ran; %d history events; %d record versions observed; %d missing, %d duplicates",
-		pc.seed, pc.faults, len(pc.workers), pc.events, pc.versions, res.Missing, res.Duplicates)
+		pc.seed, pc.faults, len(pc.workers), len(all), obs.Versions(), res.Missing, res.Duplicates)
 	return vs
 }
 
