@@ -9,9 +9,10 @@ import "log/slog"
 //
 // The actor embeds it, so the loop reads a.st and a.self as before. The
 // store calls that run beside the loop and have a name of their own
-// (claimIO, commitIO, runElection, the startup probe and announce) are
-// methods of env rather than of the actor: the compiler then keeps them
-// off the loop's state, which only the loop goroutine may touch.
+// (claimIO with writeLease and writeClaim, commitIO, runElection,
+// writeAssignments, the startup probe and announce) are methods of env
+// rather than of the actor: the compiler then keeps them off the loop's
+// state, which only the loop goroutine may touch.
 type env struct {
 	st     Store
 	rel    Releaser   // st's Releaser capability; nil: a release is two calls
