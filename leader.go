@@ -151,11 +151,15 @@ func (a *actor) finishElection(res electResult, newJob bool) error {
 	}
 	a.job.leaderObs, a.job.leaderRev, a.job.leaderAt = &res.val, max(a.job.leaderRev, res.leaderRev), a.job.clock
 	if !res.bumped || a.worker.parting || a.verdicts.terminal {
-		why := res.demote
-		if why == "" {
-			why = "parting"
+		switch {
+		case res.demote != "":
+			a.log.Warn("leadership given up at once", "why", res.demote)
+		case a.worker.parting:
+			// Leaving is not a loss (as in part).
+			a.log.Info("leadership given up at once: this worker is leaving the fleet")
+		default:
+			a.log.Info("leadership given up at once: the job has ended")
 		}
-		a.log.Warn("leadership given up at once", "why", why)
 		a.deleteKey(Ephemeral, keyLeader, res.leaderRev)
 		return nil
 	}
