@@ -10,3 +10,6 @@ import "os"
 func tryLockFile(*os.File) (bool, error) { return true, nil }
 
 func unlockFile(*os.File) error { return nil }
+
+// processRuns cannot tell here: no attendee record counts.
+func processRuns(int) bool { return false }
