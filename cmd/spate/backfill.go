@@ -70,7 +70,11 @@ leaves no duplicate and no torn line under the final names. DST/.spate/job
 names the job that owns DST; another job is refused.
 
 The default store is an embedded etcd on --embed-addr with its data in
---data-dir; more spate backfill processes (other terminals) join it. Run it
+--data-dir; more spate backfill processes (other terminals) join it. The
+process hosting it stays up until every other worker using it has exited. If
+it dies, the others say so within a lease (one ERROR line: the store, its
+host, the command to run) and exit 1 unless a worker started on the same
+--data-dir brings the store back within --connect-timeout. Run it
 again to resume an interrupted job; on a finished job it says so and exits 0.
 
 With --follow the job is continuous: the plan stays open, the leader lists --src
@@ -353,8 +357,13 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	// records that it uses the store (its host stays up until it leaves) and
 	// watches that the store is still there.
 	conn.noteInstance(runCtx, instance)
-	defer conn.attend(runCtx, instance)()
+	leave := conn.attend(runCtx, instance)
 	watch := conn.watchStore(runCtx, log, f.lease, f.store.connectTimeout, f.restartCommand(conn, job, in.location, out.location), cancelRun)
+	defer func() {
+		if watch.err() == nil { // a store that is gone keeps nothing: its host prunes the record
+			leave()
+		}
+	}()
 
 	popts := filesource.PlannerOptions{TargetBytes: f.splitBytes, MaxFiles: f.splitFiles, Follow: f.follow, UntilIdle: f.untilIdle}
 	planner := filesource.NewPlanner(in.objs, popts)
@@ -547,9 +556,12 @@ func (f *backfillFlags) runJob(ctx context.Context, con *console, log *slog.Logg
 	// The job's final state is read before this worker leaves: a host of
 	// the embedded store waits for the workers present, not for their
 	// summaries.
-	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	final, _, _ := readJob(fctx, st)
-	fcancel()
+	var final jobSummary
+	if w.storeGone() == nil { // a store that is gone has nothing to tell
+		fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		final, _, _ = readJob(fctx, st)
+		fcancel()
+	}
 	closeErr := w.coord.Close()
 	_ = w.fileSink.Close()
 	w.ms.stop()

@@ -39,7 +39,7 @@ func (c *connector) describeDefault(ctx context.Context, dataDir string) {
 		return
 	}
 	c.describe = fmt.Sprintf("embedded etcd at %s, hosted by another spate process", c.embedAddr)
-	if info, ok, err := c.local.ReadHost(rctx); err == nil && ok {
+	if info, ok, err := c.local.ReadHost(rctx); err == nil && ok && info.Running() {
 		c.host = &info
 		c.describe = fmt.Sprintf("embedded etcd at %s, hosted by another spate process: %s, data in %s", c.embedAddr, info, info.DataDir)
 	}

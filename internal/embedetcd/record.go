@@ -59,6 +59,18 @@ func (h HostInfo) String() string {
 	return s
 }
 
+// Running reports whether the recorded host still runs, as far as this
+// process can tell (where it cannot, it assumes so). A record left by a
+// host that is gone is not the current host's: a spate from before host
+// records started the store.
+func (h HostInfo) Running() bool {
+	if !canTellRunning {
+		return true
+	}
+	host, _ := os.Hostname()
+	return h.Host == host && processRuns(h.PID)
+}
+
 // Attendee is one process that uses the default store.
 type Attendee struct {
 	PID      int       `json:"pid"`
