@@ -70,7 +70,11 @@ leaves no duplicate and no torn line under the final names. DST/.spate/job
 names the job that owns DST; another job is refused.
 
 The default store is an embedded etcd on --embed-addr with its data in
---data-dir; more spate backfill processes (other terminals) join it. Run it
+--data-dir; more spate backfill processes (other terminals) join it. The
+process hosting it stays up until every other worker using it has exited. If
+it dies, the others say so within a lease (one ERROR line: the store, its
+host, the command to run) and exit 1 unless a worker started on the same
+--data-dir brings the store back within --connect-timeout. Run it
 again to resume an interrupted job; on a finished job it says so and exits 0.
 
 With --follow the job is continuous: the plan stays open, the leader lists --src
@@ -349,6 +353,17 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	}
 	defer conn.close()
 	defer st.Close()
+	// On the default store: the host names its worker; a worker that joined
+	// records that it uses the store (its host stays up until it leaves) and
+	// watches that the store is still there.
+	conn.noteInstance(runCtx, instance)
+	leave := conn.attend(runCtx, instance)
+	watch := conn.watchStore(runCtx, log, f.lease, f.store.connectTimeout, f.restartCommand(conn, job, in.location, out.location), cancelRun)
+	defer func() {
+		if watch.err() == nil { // a store that is gone keeps nothing: its host prunes the record
+			leave()
+		}
+	}()
 
 	popts := filesource.PlannerOptions{TargetBytes: f.splitBytes, MaxFiles: f.splitFiles, Follow: f.follow, UntilIdle: f.untilIdle}
 	planner := filesource.NewPlanner(in.objs, popts)
@@ -373,6 +388,7 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	if code, ok := w.serve(f.metricsAddr, con, conn, st, job, log); !ok {
 		return code
 	}
+	w.storeGone = watch.err
 	code = f.runJob(runCtx, con, log, w, in, out, st, sigs, job, started)
 	hist.record("exit", map[string]any{"code": code})
 
@@ -462,6 +478,9 @@ type backfillWorker struct {
 	reg      *prometheus.Registry
 	ms       *metricsServer
 	jv       *jobViewMount
+	// storeGone is the loss of a default store another process hosted,
+	// while it lasts.
+	storeGone func() error
 }
 
 // build makes the worker: a coordinator over st, the coordinated file
@@ -537,15 +556,23 @@ func (f *backfillFlags) runJob(ctx context.Context, con *console, log *slog.Logg
 	// The job's final state is read before this worker leaves: a host of
 	// the embedded store waits for the workers present, not for their
 	// summaries.
-	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	final, _, _ := readJob(fctx, st)
-	fcancel()
+	var final jobSummary
+	if w.storeGone() == nil { // a store that is gone has nothing to tell
+		fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		final, _, _ = readJob(fctx, st)
+		fcancel()
+	}
 	closeErr := w.coord.Close()
 	_ = w.fileSink.Close()
 	w.ms.stop()
 	w.jv.close()
 
 	complete, stalled := w.obs.verdict()
+	if err := w.storeGone(); err != nil && !complete && stalled == nil {
+		// The store went away under this worker: that, not a graceful
+		// stop, is how the run ended, whatever stopped it.
+		runErr = err
+	}
 	if complete {
 		// Staging files nobody lists (a frozen worker's, written after its
 		// last commit) go once the job is complete.
@@ -742,8 +769,12 @@ func (f *backfillFlags) progress(con *console, st spate.Store, obs *observer, st
 }
 
 // waitForOthers keeps a hosted embedded store up while other workers use
-// it, until they leave or a signal says to stop now. It counts the live
-// workers of every job on the store twice a second.
+// it, until they leave or a signal says to stop now. Twice a second it
+// counts the processes that recorded that they use the store and still run
+// (one that has not yet announced itself in its job, or is frozen past its
+// lease, too) and the live workers of every job on the store. A count that
+// fails is retried for two leases: leaving on one failure would strand the
+// workers that still need the store.
 func (f *backfillFlags) waitForOthers(con *console, conn *connector, sigs *interrupts) {
 	sigs.hold.Store(true)
 	stores := map[string]spate.Store{}
@@ -754,25 +785,51 @@ func (f *backfillFlags) waitForOthers(con *console, conn *connector, sigs *inter
 	}()
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
-	announced := false
+	announced := ""
+	var failingSince time.Time
 	for {
 		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 		n, err := conn.liveWorkers(cctx, stores)
-		ccancel()
-		if err != nil || n == 0 {
-			return
+		var users []embedetcd.Attendee
+		if err == nil {
+			users, err = conn.local.Attendees(cctx)
 		}
-		if !announced {
-			con.line("this process hosts the embedded store; %d other worker(s) still use it: keeping it up until they leave (Ctrl-C to stop it now)", n)
-			announced = true
+		ccancel()
+		switch {
+		case err != nil && failingSince.IsZero():
+			failingSince = time.Now()
+		case err != nil && time.Since(failingSince) >= 2*f.lease:
+			con.line("stopping the embedded store: it could not tell for %v whether other workers still use it (%v)", 2*f.lease, err)
+			return
+		case err == nil && max(n, len(users)) == 0:
+			return
+		case err == nil:
+			failingSince = time.Time{}
+			names := make([]string, 0, len(users))
+			for _, u := range users {
+				names = append(names, u.String())
+			}
+			if msg := fmt.Sprintf("this process hosts the embedded store; %d other worker(s) still use it%s: keeping it up until they leave (Ctrl-C to stop it now)",
+				max(n, len(users)), listed(names)); msg != announced {
+				con.line("%s", msg)
+				announced = msg
+			}
 		}
 		select {
 		case <-tick.C:
 		case <-sigs.notify:
-			con.line("stopping the embedded store now; the other workers wait for it to come back")
+			con.line("stopping the embedded store now; the other workers say that it is gone, and exit unless it comes back (restart a worker on its --data-dir)")
 			return
 		}
 	}
+}
+
+// listed renders names as " (a, b)", "" when there are none.
+func listed(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(names, ", ") + ")"
 }
 
 // behindStr renders how far behind a followed input is in time, "" when

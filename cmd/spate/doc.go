@@ -122,9 +122,24 @@
 // --data-dir, default ./.spate/etcd, serving clients on --embed-addr,
 // default 127.0.0.1:23790; its warnings go to <data-dir>.log). More spate
 // processes on the machine find it on that address and join the same job. The
-// process that started it hosts it: when its own work is done it keeps the
-// store up until the other workers have left (a second Ctrl-C stops it at
-// once). spate inspect and requeue start it from the data directory when no
+// process that started it hosts it, and records itself in the store (pid,
+// host, data directory, worker): the others name it in their "store:" line.
+// When its own work is done the host keeps the store up until every other
+// backfill process that uses it has exited — one frozen past its lease, or
+// still starting, too — and the other workers of every job on it have left
+// (a second Ctrl-C stops it at once).
+//
+// A worker that joined the store probes it every quarter lease. If its host
+// dies (SIGKILL, a crash), the worker logs, within a lease, one ERROR line
+// "the default store is gone" naming the store's address, the process that
+// hosted it, its data directory and the command that brings it back (any
+// spate backfill of the job on that --data-dir: the store restarts from its
+// data). Brought back, the workers say so and go on with the job. If nobody
+// brings it back within --connect-timeout, each stops and exits 1 with the
+// same facts (stopping takes at most --drain-timeout more); a SIGINT while
+// the store is gone exits 1 too: nothing was handed back.
+//
+// spate inspect and requeue start it from the data directory when no
 // process serves it. A single member survives a crash of the process, not
 // the loss of its disk; for a fleet across machines, run an etcd cluster.
 //

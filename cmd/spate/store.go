@@ -113,6 +113,10 @@ type connector struct {
 	describe string // for people: where the store is
 	log      *slog.Logger
 	local    *embedetcd.Local // the default store
+	// embedAddr and host are the default store's address and the process
+	// that hosts it (as it recorded itself; storehost.go).
+	embedAddr string
+	host      *embedetcd.HostInfo
 }
 
 type connectMode uint8
@@ -167,12 +171,8 @@ func (f *storeFlags) connectDefault(ctx context.Context, log *slog.Logger, mode 
 		local.Close()
 		return nil, err
 	}
-	c := &connector{dep: dep, info: dep.Info(), log: log, local: local}
-	if local.Hosted() {
-		c.describe = fmt.Sprintf("embedded etcd at %s, hosted by this process (data in %s)", f.embedAddr, f.dataDir)
-	} else {
-		c.describe = fmt.Sprintf("embedded etcd at %s, hosted by another spate process", f.embedAddr)
-	}
+	c := &connector{dep: dep, info: dep.Info(), log: log, local: local, embedAddr: f.embedAddr}
+	c.describeDefault(ctx, f.dataDir)
 	return c, nil
 }
 

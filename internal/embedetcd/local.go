@@ -10,8 +10,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -58,6 +60,9 @@ type Local struct {
 	DataDir string
 	etcd    *embed.Etcd
 	lock    *os.File
+
+	mu  sync.Mutex
+	cli *clientv3.Client // for the store's own records (record.go)
 }
 
 // Hosted reports whether this process runs the server (and stops it on
@@ -67,6 +72,12 @@ func (l *Local) Hosted() bool { return l.etcd != nil }
 // Close stops a hosted server and releases its data directory; for a
 // joined server it does nothing. Idempotent.
 func (l *Local) Close() {
+	l.mu.Lock()
+	if l.cli != nil {
+		_ = l.cli.Close()
+		l.cli = nil
+	}
+	l.mu.Unlock()
 	if l.etcd != nil {
 		l.etcd.Close()
 		l.etcd = nil

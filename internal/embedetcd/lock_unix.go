@@ -19,3 +19,16 @@ func tryLockFile(f *os.File) (bool, error) {
 }
 
 func unlockFile(f *os.File) error { return syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }
+
+// canTellRunning: processRuns can tell.
+const canTellRunning = true
+
+// processRuns reports whether a process with this id exists (a frozen
+// one too): signal 0 checks without signalling.
+func processRuns(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
