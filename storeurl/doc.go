@@ -73,6 +73,11 @@
 // password of every server of a list, a user name that stands alone (NATS
 // reads it as a token), and the value of every query parameter whose name
 // suggests a secret (password, token, secret, key, auth, cred), file
-// parameters excepted. [Secret] and [Config] format as redacted text in
-// fmt and log/slog.
+// parameters excepted. It masks a password whatever characters it holds:
+// the user info is taken to end at the text's last '@', so an unescaped
+// '/', '?', '#', ',' or '@' in a password does not let part of it pass for
+// a path, a query or a server. Errors about a URL holding an '@' quote no
+// part of it but the redacted whole, and an '@' past the server address
+// is refused (escape it as %40). [Secret] and [Config] format as redacted
+// text in fmt and log/slog.
 package storeurl

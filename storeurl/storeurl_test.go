@@ -277,7 +277,15 @@ func TestRedact(t *testing.T) {
 		"etcd://h1:2379,h2:2379":                                "etcd://h1:2379,h2:2379",
 		"nats://127.0.0.1:4222":                                 "nats://127.0.0.1:4222",
 		"mem://":                                                "mem://",
-		"redis://h:6379/0?user=a@b":                             "redis://h:6379/0?user=a@b",
+		// An '@' past the server may end a password holding a '/' or
+		// a '?' (user h, password 6379/0?user=a): masked up to it.
+		"redis://h:6379/0?user=a@b":            "redis://h:xxxxx@b",
+		"redis://user:pa/ss@host:6379":         "redis://user:xxxxx@host:6379",
+		"nats://tok/en@host:4222":              "nats://xxxxx@host:4222",
+		"etcd://u:p@ss/w?rd@a:1,b:2/x?token=t": "etcd://u:xxxxx@a:1,b:2/x?token=xxxxx",
+		"etcd://u:p@a:1,u:p@b:2":               "etcd://u:xxxxx@a:1,u:xxxxx@b:2",
+		"nats://u:p,nats://q@a:1":              "nats://u:xxxxx@a:1",
+		"nats://u:p@a:1,nats://v:q@b:1":        "nats://u:xxxxx@b:1",
 		// Stronger than url.URL.Redacted: query secrets, and passwords
 		// holding characters a URL should have escaped.
 		"redis://h:6379/0?password=s3cret&client_name=x":        "redis://h:6379/0?password=xxxxx&client_name=x",

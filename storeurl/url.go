@@ -108,6 +108,12 @@ func quoteAll(ss []string) string {
 	return strings.Join(q, ", ")
 }
 
+// atAfterServer refuses an '@' past the server address: in a path or a
+// query it is most likely the end of a password holding an unescaped '/'
+// or '?', and the URL cannot be read as meant.
+const atAfterServer = "an '@' after the server address (percent-escape @ : / , ? # in a user name or password, " +
+	"and @ in a parameter, as %40)"
+
 // parse splits rawURL into a Config, secrets unresolved.
 func parse(raw string) (*Config, error) {
 	c := &Config{redacted: Redact(raw)}
@@ -116,13 +122,23 @@ func parse(raw string) (*Config, error) {
 		return nil, c.errorf("not a store URL: want scheme://host:port, such as etcd://127.0.0.1:2379, redis://127.0.0.1:6379 or mem://")
 	}
 	c.Scheme = strings.ToLower(scheme)
+	// With an '@' in the text, any part of it may be a password holding
+	// an unescaped reserved character: the errors then quote no part of
+	// the URL but its redacted whole.
+	hasAt := strings.Contains(raw, "@")
 	if !schemeSyntax.MatchString(c.Scheme) {
+		if hasAt {
+			return nil, c.errorf("the scheme is not a URL scheme (want scheme://host:port)")
+		}
 		return nil, c.errorf("scheme %q is not a URL scheme", scheme)
 	}
 	if i := strings.IndexByte(rest, '#'); i >= 0 {
 		return nil, c.errorf("a store URL takes no fragment (#...); escape a '#' in a password as %%23")
 	}
 	body, query, _ := strings.Cut(rest, "?")
+	if strings.Contains(query, "@") {
+		return nil, c.errorf("%s", atAfterServer)
+	}
 	// The authority ends at the first '/' of the last server; earlier
 	// servers may be full URLs of their own ("nats://a:1,nats://b:2").
 	items := strings.Split(body, ",")
@@ -133,6 +149,9 @@ func parse(raw string) (*Config, error) {
 		if i > 0 {
 			if s, r, ok := strings.Cut(item, "://"); ok {
 				if !strings.EqualFold(s, scheme) {
+					if hasAt {
+						return nil, c.errorf("servers of one URL share one scheme (percent-escape , in a user name or password)")
+					}
 					return nil, c.errorf("servers of one URL share one scheme: %q and %q", c.Scheme, strings.ToLower(s))
 				}
 				item = r
@@ -140,6 +159,9 @@ func parse(raw string) (*Config, error) {
 		}
 		host := item
 		if j := strings.IndexByte(item, '/'); j >= 0 {
+			if strings.Contains(item[j:], "@") {
+				return nil, c.errorf("%s", atAfterServer)
+			}
 			if i < len(items)-1 {
 				return nil, c.errorf("a path may follow only the last server")
 			}
@@ -153,6 +175,11 @@ func parse(raw string) (*Config, error) {
 		if at := strings.LastIndexByte(host, '@'); at >= 0 {
 			ui := host[:at]
 			host = host[at+1:]
+			if i > 0 && !haveUser {
+				// The servers before it would carry none: more likely a
+				// password holding an unescaped ',' than a list.
+				return nil, c.errorf("user info on a server after the first (write it on the first; percent-escape @ : / , ? # in a user name or password)")
+			}
 			if haveUser && ui != userinfo {
 				return nil, c.errorf("servers of one URL share one set of credentials")
 			}
@@ -275,40 +302,96 @@ func isSecretParam(name string) bool {
 // ("xxxxx@": NATS reads it as a token), and the value of every query
 // parameter whose name suggests a secret (password, token, secret, key,
 // auth, cred, sig; parameters naming a file are kept). It works on text
-// that does not parse as a URL too (an unescaped '?', ',' or '#' in a
-// password is masked with it), and never fails.
+// that does not parse as a URL too, and never fails.
+//
+// Whatever characters a password holds, it is masked: the user info is
+// taken to end at the last '@' of the text, so a password holding an
+// unescaped '/', '?', '#', ',' or '@' (which a URL parser would read as
+// a path, a query or another server) is masked with the rest of the user
+// info. An '@' in a path or query value is therefore read as the end of
+// a password too, and what comes before it is masked (such a URL is
+// ambiguous; [Mux.Open] refuses it, asking for %40).
 func Redact(raw string) string {
-	var b strings.Builder
-	queryFrom := 0 // where the query may start in b: after the last credentials
-	for _, seg := range serverSegments(raw) {
-		s := raw[seg[0]:seg[1]]
-		if j := strings.Index(s, "://"); j >= 0 {
-			b.WriteString(s[:j+3])
-			s = s[j+3:]
-		}
-		auth := s
-		if j := strings.IndexByte(auth, '/'); j >= 0 {
-			auth = auth[:j]
-		}
-		at := strings.LastIndexByte(auth, '@')
-		if at < 0 {
-			b.WriteString(s)
-			continue
-		}
-		user, _, hasPass := strings.Cut(s[:at], ":")
-		if hasPass && !strings.ContainsAny(user, ",?#") {
-			b.WriteString(user + ":")
-		}
-		b.WriteString("xxxxx")
-		queryFrom = b.Len()
-		b.WriteString(s[at:])
+	start := 0 // where the user info may begin: after the first "://"
+	if j := strings.Index(raw, "://"); j >= 0 {
+		start = j + 3
 	}
-	out := b.String()
-	q := strings.IndexByte(out[queryFrom:], '?')
+	at := strings.LastIndexByte(raw, '@')
+	if at >= 0 && at < start {
+		start = 0
+	}
+	if at < 0 {
+		return redactQuery(raw, start)
+	}
+	var b strings.Builder
+	b.WriteString(raw[:start])
+	b.WriteString(redactUserinfos(raw[start:at]))
+	queryFrom := b.Len()
+	b.WriteString(raw[at:])
+	return redactQuery(b.String(), queryFrom)
+}
+
+// redactUserinfos masks creds, the text of a URL from its first "://"
+// to its last '@': the user info of one server, or a comma-separated
+// list of servers that each carry the same user info
+// ("u:p@a:1,nats://u:p"), which keeps the servers readable. Anything
+// else is masked whole, but for the user name in front.
+func redactUserinfos(creds string) string {
+	if !strings.Contains(creds, ",") {
+		return redactUserinfo(creds)
+	}
+	items := strings.Split(creds, ",")
+	var ui string
+	for i, item := range items {
+		if k := strings.Index(item, "://"); i > 0 && k >= 0 && isScheme(item[:k]) {
+			item = item[k+3:]
+		}
+		var u string
+		if i == len(items)-1 {
+			u = item // the last item ends at the last '@'
+		} else {
+			a := strings.LastIndexByte(item, '@')
+			if a < 0 {
+				return redactUserinfo(creds)
+			}
+			u = item[:a]
+		}
+		if i > 0 && u != ui {
+			return redactUserinfo(creds)
+		}
+		ui = u
+	}
+	masked := redactUserinfo(ui)
+	out := make([]string, len(items))
+	for i, item := range items {
+		prefix := ""
+		if k := strings.Index(item, "://"); i > 0 && k >= 0 && isScheme(item[:k]) {
+			prefix, item = item[:k+3], item[k+3:]
+		}
+		out[i] = prefix + masked + item[len(ui):]
+	}
+	return strings.Join(out, ",")
+}
+
+// redactUserinfo masks one server's user info: "user:xxxxx" when it has
+// a password and a plain user name, else "xxxxx".
+func redactUserinfo(ui string) string {
+	user, _, hasPass := strings.Cut(ui, ":")
+	if hasPass && !strings.ContainsAny(user, "/?#,@") {
+		return user + ":xxxxx"
+	}
+	return "xxxxx"
+}
+
+// redactQuery masks the values of secret-looking query parameters, and
+// the fragment, of the query that starts at the first '?' at or after
+// from.
+func redactQuery(out string, from int) string {
+	q := strings.IndexByte(out[from:], '?')
 	if q < 0 {
 		return out
 	}
-	q += queryFrom
+	q += from
 	query, _, hasFrag := strings.Cut(out[q+1:], "#")
 	pairs := strings.Split(query, "&")
 	for i, kv := range pairs {
@@ -328,34 +411,17 @@ func Redact(raw string) string {
 	return out
 }
 
-// serverSegments cuts raw into consecutive [from, to) ranges, one per
-// server URL of a list: a new one begins at a ',' followed by a scheme
-// and "://". The first range starts at 0; each after the first starts at
-// its ','.
-func serverSegments(raw string) [][2]int {
-	var cuts []int // positions of the ',' that start a new server URL
-	for i := 0; i < len(raw); {
-		j := strings.Index(raw[i:], "://")
-		if j < 0 {
-			break
-		}
-		j += i
-		k := j
-		for k > 0 && isSchemeByte(raw[k-1]) {
-			k--
-		}
-		if k > 0 && k < j && raw[k-1] == ',' {
-			cuts = append(cuts, k-1)
-		}
-		i = j + 3
+// isScheme reports whether s is a URL scheme's syntax.
+func isScheme(s string) bool {
+	if s == "" {
+		return false
 	}
-	var segs [][2]int
-	from := 0
-	for _, c := range cuts {
-		segs = append(segs, [2]int{from, c})
-		from = c
+	for i := range len(s) {
+		if !isSchemeByte(s[i]) {
+			return false
+		}
 	}
-	return append(segs, [2]int{from, len(raw)})
+	return true
 }
 
 func isSchemeByte(c byte) bool {

@@ -707,8 +707,17 @@ func (f *backfillFlags) explainStalled(con *console, job string, ids []string, d
 		for _, l := range lines {
 			con.plain("  %s\n", l)
 		}
-		con.plain("see them with:        spate inspect %s\n", args)
-		con.plain("fix what the reason names, then:  spate requeue SPLIT %s\n", args)
+		if f.store.inProcess {
+			// Nothing outlives this process on mem://: no command can
+			// reach the job to inspect or requeue it.
+			con.plain("the store (%s) held the job in this process only: its state, these splits included, is gone with it,\n"+
+				"so spate inspect and spate requeue cannot reach it. Fix what the reasons name, then run the job again\n"+
+				"into an empty --dst; on a store other processes reach (the default store, or --store etcd://, redis://,\n"+
+				"nats://) a stalled job can be inspected and its splits requeued.\n", redactStoreURL(f.store.url))
+		} else {
+			con.plain("see them with:        spate inspect %s\n", args)
+			con.plain("fix what the reason names, then:  spate requeue SPLIT %s\n", args)
+		}
 	}
 	if len(damaged) > 0 {
 		con.plain("\nthe job cannot finish: %d split(s) have a record the store holds but nobody can read:\n", len(damaged))
@@ -716,7 +725,9 @@ func (f *backfillFlags) explainStalled(con *console, job string, ids []string, d
 			con.plain("  %s: %v\n    fix: %s\n", sp.ID, sp.Damage, sp.DamageFix)
 		}
 	}
-	con.plain("and run spate backfill again to finish the job.\n")
+	if !f.store.inProcess {
+		con.plain("and run spate backfill again to finish the job.\n")
+	}
 }
 
 // progress shows the job's progress until the returned stop is called: a

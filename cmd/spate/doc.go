@@ -7,6 +7,7 @@
 //	spate requeue  SPLIT [--yes] [--store URL] [--job NAME]
 //	spate delete   --job NAME [--force] [--yes] [--store URL]
 //	spate verify   --src DIR --dst DIR
+//	spate ui       [--store URL] [--job NAME] [--addr HOST:PORT] [--ui-token-file FILE]
 //	spate conformance --store URL [--coordinator]
 //	spate --version                                 # the build: version, commit, Go toolchain
 //
@@ -60,7 +61,9 @@
 // A split whose input cannot be read (a file missing or shorter than
 // planned) is failed; after --max-attempts it is quarantined, and once
 // nothing else is left the job is stalled: backfill exits 3 and prints the
-// spate inspect and spate requeue commands to run.
+// spate inspect and spate requeue commands to run (on mem://, whose state
+// ends with the process, it says so and to run the job again into an empty
+// --dst instead).
 //
 // --rate caps the lines per second a worker reads (a pacing stage at the
 // head of the pipeline, so input is not read ahead of the rate: a graceful
@@ -110,7 +113,11 @@
 // A store URL is shown only redacted (storeurl.Redact): in the store's
 // description (on stdout, in inspect, in the --history file, in log lines)
 // no user info appears at all, and errors and the commands backfill
-// suggests mask passwords, tokens and secret-looking query values.
+// suggests mask passwords, tokens and secret-looking query values. A
+// password is masked whatever characters it holds: the user info ends at
+// the URL's last '@', so an unescaped '/', '?', '#', ',' or '@' in it
+// does not let part of it show as a path, a query or a server. A URL with
+// an '@' past its server address is refused (write it %40).
 //
 // Reaching the store at startup (dials, retries of an unreachable store,
 // the driver's startup check) takes at most --connect-timeout; then the
@@ -228,6 +235,16 @@
 // tenancy (split, epoch) that gained the split at resume R < W follows
 // durable lines of that tenancy reaching offset W-1. A durable event's
 // records of one partition are in offset order; first and last bound them.
+//
+// # ui
+//
+// spate ui serves a live, read-only view of the jobs on a store (one
+// other processes reach: not mem://) on --addr, default 127.0.0.1:8089,
+// until SIGINT or SIGTERM. It listens on loopback only unless given a
+// token for the view: --ui-token-file FILE or $SPATE_UI_TOKEN, which
+// browsers then ask for as a password. That token is not the store's:
+// --token, --token-file and $SPATE_STORE_TOKEN are the store flags, the
+// same on every command.
 //
 // # Metrics and health
 //

@@ -77,8 +77,10 @@ func openInput(ctx context.Context, src string) (*input, error) {
 	// Listed once here, so that a link spate cannot follow is refused
 	// before anything starts rather than by the planner.
 	if _, err := objs.List(ctx); err != nil {
-		// For people: the reason, without the class spate's errors start with.
-		return nil, errors.New(strings.TrimPrefix(err.Error(), "spate: fatal: "))
+		// For people: the reason, without the class spate's errors start
+		// with (a listing that failed is Retryable to the planner, which
+		// lists again; here it is refused).
+		return nil, errors.New(plainMessage(err.Error()))
 	}
 	return &input{objs: objs, location: abs, dir: abs, close: func() error { return nil }}, nil
 }

@@ -178,8 +178,24 @@ func parseArgs(fs *flag.FlagSet, args []string) (pos []string, code int, ok bool
 // usageError prints a one-line usage error of fs's command, with where to
 // find its flags, and returns exitUsage.
 func usageError(fs *flag.FlagSet, format string, args ...any) int {
-	fmt.Fprintf(os.Stderr, "%s: %s (see %s -h)\n", fs.Name(), fmt.Sprintf(format, args...), fs.Name())
+	fmt.Fprintf(os.Stderr, "%s: %s (see %s -h)\n", fs.Name(), plainMessage(fmt.Sprintf(format, args...)), fs.Name())
 	return exitUsage
+}
+
+// errorClasses are the markers spate's errors carry for programs
+// (errors.Is matches them): "spate: retryable: reason" from
+// spate.Retryablef, "...: spate: retryable" from a driver wrapping the
+// class.
+var errorClasses = []string{"spate: fatal", "spate: retryable", "spate: fenced"}
+
+// plainMessage is msg for people: without the error-class markers, which
+// say how a program must react, not what went wrong.
+func plainMessage(msg string) string {
+	for _, c := range errorClasses {
+		msg = strings.ReplaceAll(msg, c+": ", "")
+		msg = strings.ReplaceAll(msg, ": "+c, "")
+	}
+	return msg
 }
 
 // logFlags are every command's logging flags.
@@ -231,10 +247,11 @@ func (l *logFlags) validate() error {
 var failLog atomic.Pointer[slog.Logger]
 
 // fail prints an error for the user and returns the exit code. A message
-// that already starts with "spate: " (the library's errors do) keeps one.
+// that already starts with "spate: " (the library's errors do) keeps one;
+// error-class markers are left out (plainMessage).
 // Under --log-format json it is an ERROR record with the exit code.
 func fail(code int, format string, args ...any) int {
-	msg := strings.TrimPrefix(fmt.Sprintf(format, args...), "spate: ")
+	msg := strings.TrimPrefix(plainMessage(fmt.Sprintf(format, args...)), "spate: ")
 	if l := failLog.Load(); l != nil {
 		l.Error(msg, "exit_code", code)
 		return code

@@ -44,6 +44,9 @@ type storeFlags struct {
 	tokenFile      string
 	creds          string
 	connectTimeout time.Duration
+	// inProcess is set by connect when the store lives in this process
+	// (mem://): nothing of it outlives the process.
+	inProcess bool
 }
 
 func (f *storeFlags) register(fs *flag.FlagSet) {
@@ -148,6 +151,7 @@ func (f *storeFlags) connect(ctx context.Context, log *slog.Logger, mode connect
 		return nil, err
 	}
 	info := dep.Info()
+	f.inProcess = info.InProcess
 	return &connector{dep: dep, info: info, describe: info.Description, log: log}, nil
 }
 

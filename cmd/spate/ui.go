@@ -25,8 +25,10 @@ command that requeues them, a progress chart and a timeline of gains, losses and
 takeovers. Pages update without a reload (server-sent events) and are complete
 snapshots with JavaScript disabled.
 
-It listens on loopback only unless given a token: --token-file FILE, or the
-SPATE_UI_TOKEN environment variable; browsers then ask for it as a password.`
+It listens on loopback only unless given a token: --ui-token-file FILE, or the
+SPATE_UI_TOKEN environment variable; browsers then ask for it as a password.
+That token guards the view; the store's own credentials are the store flags
+(--token, --token-file, --password...), as on every command.`
 
 // uiOpener opens the view's stores through the command's connector.
 type uiOpener struct {
@@ -58,14 +60,15 @@ type uiFlags struct {
 	job       string
 	tokenFile string
 	// token is the one the view asks for: SPATE_UI_TOKEN, or the content
-	// of --token-file (validate reads it).
+	// of --ui-token-file (validate reads it). It is not the store's token:
+	// --token-file is the store flag every command shares.
 	token string
 }
 
 func (f *uiFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8089", "address to serve the view on")
 	fs.StringVar(&f.job, "job", "", "open this job's page at / (default: the jobs list)")
-	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the token the view asks for (needed to listen beyond loopback)")
+	fs.StringVar(&f.tokenFile, "ui-token-file", "", "file holding the token the view asks browsers for (needed to listen beyond loopback; or $SPATE_UI_TOKEN);\nnot the store's token (--token-file)")
 	f.store.register(fs)
 	f.log.register(fs, "warn")
 }
@@ -90,11 +93,11 @@ func (f *uiFlags) validate(pos []string) error {
 			}
 			b, err := os.ReadFile(f.tokenFile)
 			if err != nil {
-				return flagErrorf("--token-file: %v", err)
+				return flagErrorf("--ui-token-file: %v", err)
 			}
 			f.token = strings.TrimSpace(string(b))
 			if f.token == "" {
-				return flagErrorf("--token-file: %s is empty", f.tokenFile)
+				return flagErrorf("--ui-token-file: %s is empty", f.tokenFile)
 			}
 			return nil
 		},

@@ -373,7 +373,7 @@ func CheckAddr(addr string, token string) error {
 		return nil
 	}
 	if token == "" {
-		return fmt.Errorf("%w: %s is reachable from other machines; listen on 127.0.0.1, or give it a token (--token-file or SPATE_UI_TOKEN, never a URL)", ErrNotLoopback, addr)
+		return fmt.Errorf("%w: %s is reachable from other machines; listen on 127.0.0.1, or give it a token (spate ui --ui-token-file, or SPATE_UI_TOKEN; never in a URL)", ErrNotLoopback, addr)
 	}
 	return nil
 }

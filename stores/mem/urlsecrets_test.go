@@ -1,0 +1,16 @@
+package mem_test
+
+import (
+	"testing"
+
+	"github.com/spate-go/spate/storeurl/storeurltest"
+)
+
+// A secret in a URL of this driver's schemes never shows, whatever
+// characters it holds: not redacted, not in an error, not in the
+// description.
+func TestURLSecretsHidden(t *testing.T) {
+	for _, scheme := range []string{"mem"} {
+		t.Run(scheme, func(t *testing.T) { storeurltest.SecretsHidden(t, scheme) })
+	}
+}
