@@ -46,7 +46,7 @@ func (d dirObjects) Location() string {
 func (d dirObjects) List(ctx context.Context) ([]Member, error) { return ListFiles(ctx, d.root) }
 
 func (d dirObjects) Open(_ context.Context, name string, offset int64) (io.ReadCloser, int64, error) {
-	if !fs.ValidPath(name) {
+	if !validRel(name) {
 		return nil, 0, fmt.Errorf("filesource: %q is not a relative slash-separated path", name)
 	}
 	f, err := os.Open(filepath.Join(d.root, filepath.FromSlash(name)))
@@ -62,6 +62,22 @@ func (d dirObjects) Open(_ context.Context, name string, offset int64) (io.ReadC
 		return nil, 0, err
 	}
 	return f, info.Size(), nil
+}
+
+// validRel is fs.ValidPath without its UTF-8 rule: a file's name is any
+// bytes but NUL and '/' on the systems spate runs on, and one that is not
+// valid UTF-8 is still a file of the input. No element may be empty, "."
+// or "..", so the name cannot leave the root.
+func validRel(name string) bool {
+	if name == "" || strings.IndexByte(name, 0) >= 0 {
+		return false
+	}
+	for elem := range strings.SplitSeq(name, "/") {
+		if elem == "" || elem == "." || elem == ".." {
+			return false
+		}
+	}
+	return true
 }
 
 // ListFiles lists the regular files under root, sorted by relative path.

@@ -91,7 +91,10 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spate-go/spate"
 )
@@ -101,10 +104,79 @@ import (
 const PackingVersion = 1
 
 // Member is one file of a split, as the planner saw it.
+//
+// Its name is any bytes a file system allows. In a descriptor (JSON) a
+// name that is valid UTF-8 is the string "name"; one that is not, which a
+// JSON string cannot hold byte for byte, is "name_b64", the standard
+// base64 of its bytes, and "name" is left out. So a name round-trips
+// exactly through a plan, and a descriptor of valid names is what it
+// always was. (A build older than this encoding refuses such a descriptor
+// as bad rather than reading another file.)
 type Member struct {
 	Name  string `json:"name"`  // slash-separated path relative to the root
 	Size  int64  `json:"size"`  // bytes the split covers
 	MTime int64  `json:"mtime"` // modification time, Unix nanoseconds
+}
+
+// memberJSON is a Member's descriptor form (see [Member]).
+type memberJSON struct {
+	Name    string `json:"name,omitempty"`
+	NameB64 string `json:"name_b64,omitempty"`
+	Size    int64  `json:"size"`
+	MTime   int64  `json:"mtime"`
+}
+
+// MarshalJSON encodes the name losslessly (see [Member]).
+func (m Member) MarshalJSON() ([]byte, error) {
+	name, b64 := encodeName(m.Name)
+	return json.Marshal(memberJSON{Name: name, NameB64: b64, Size: m.Size, MTime: m.MTime})
+}
+
+// UnmarshalJSON decodes what MarshalJSON encodes.
+func (m *Member) UnmarshalJSON(b []byte) error {
+	var j memberJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	name, err := decodeName(j.Name, j.NameB64)
+	if err != nil {
+		return err
+	}
+	*m = Member{Name: name, Size: j.Size, MTime: j.MTime}
+	return nil
+}
+
+// encodeName splits a name into its descriptor fields: name when it is
+// valid UTF-8, else name_b64.
+func encodeName(name string) (plain, b64 string) {
+	if utf8.ValidString(name) {
+		return name, ""
+	}
+	return "", base64.StdEncoding.EncodeToString([]byte(name))
+}
+
+// decodeName is encodeName's inverse.
+func decodeName(plain, b64 string) (string, error) {
+	if b64 == "" {
+		return plain, nil
+	}
+	if plain != "" {
+		return "", fmt.Errorf("both name %q and name_b64 %q", plain, b64)
+	}
+	raw, err := base64.StdEncoding.Strict().DecodeString(b64)
+	if err != nil {
+		return "", fmt.Errorf("name_b64 %q: %w", b64, err)
+	}
+	return string(raw), nil
+}
+
+// quoteName is a file name for a message: as it is when it is valid,
+// printable UTF-8, else Go-quoted (so "bad-\xff.log" shows its bytes).
+func quoteName(name string) string {
+	if utf8.ValidString(name) && strings.IndexFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }) < 0 {
+		return name
+	}
+	return strconv.Quote(name)
 }
 
 // Descriptor is a split's payload: its members in read order, or, for a

@@ -87,7 +87,12 @@ func New[C spate.SplitCoordinator](objs Objects, coord C, popts PlannerOptions, 
 }
 
 // ValidateResume rejects progress that is not on a line boundary of the
-// split (the files drifted, or the progress belongs elsewhere).
+// split (the files drifted, or the progress belongs elsewhere). Its
+// rejections are not Fatal: the coordination driver fails the split
+// through the coordinator (an attempt is consumed; the split is
+// quarantined at the attempt cap) and the pipeline goes on with the rest
+// of the job. Each names the file, and for a file that shrank or is gone,
+// its sizes.
 func (s *Source) ValidateResume(spec spate.SplitSpec, p spate.SplitProgress) error {
 	d, err := DecodeDescriptor(spec.Descriptor)
 	if err != nil {
@@ -101,30 +106,60 @@ func (s *Source) ValidateResume(spec spate.SplitSpec, p spate.SplitProgress) err
 	}
 	total := d.Total()
 	if p.Watermark < 0 || p.Watermark > total {
-		return fmt.Errorf("filesource: resume watermark %d outside the split's %d bytes", p.Watermark, total)
+		return rejectedf("filesource: resume watermark %d outside the split's %d bytes", p.Watermark, total)
 	}
 	var base int64
 	for _, f := range d.Files {
 		if p.Watermark > base && p.Watermark < base+f.Size {
-			// Inside this file: the byte before it must end a line.
-			r, _, err := s.objs.Open(context.Background(), f.Name, p.Watermark-base-1)
-			if err != nil {
-				return fmt.Errorf("filesource: resume check: %w", err)
-			}
-			var b [1]byte
-			_, err = io.ReadFull(r, b[:])
-			r.Close()
-			if err != nil {
-				return fmt.Errorf("filesource: resume check: %w", err)
-			}
-			if b[0] != '\n' {
-				return fmt.Errorf("filesource: resume watermark %d is not on a line boundary of %s", p.Watermark, f.Name)
-			}
-			return nil
+			return s.checkResumeAt(f, p.Watermark-base)
 		}
 		base += f.Size
 	}
 	return nil
+}
+
+// checkResumeAt checks that the member f, as it is now, still holds what
+// the split committed up to off (a file offset inside it), and that off
+// starts a line.
+func (s *Source) checkResumeAt(f Member, off int64) error {
+	r, size, err := s.objs.Open(context.Background(), f.Name, off-1)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return rejectedf("filesource: resume check: %s was deleted under the job: the split's commits reach offset %d of its %d planned bytes, and the rest cannot be read",
+			quoteName(f.Name), off, f.Size)
+	case err != nil:
+		return rejectedf("filesource: resume check of %s: %w", quoteName(f.Name), err)
+	}
+	defer r.Close()
+	if size < f.Size {
+		return rejectedf("filesource: resume check: %s is %d bytes now, %d when planned, and the split's commits reach offset %d of it: the file was truncated or replaced under the job",
+			quoteName(f.Name), size, f.Size, off)
+	}
+	var b [1]byte
+	if _, err = io.ReadFull(r, b[:]); err != nil {
+		return rejectedf("filesource: resume check of %s at offset %d (%d bytes planned, %d now): %w", quoteName(f.Name), off-1, f.Size, size, err)
+	}
+	if b[0] != '\n' {
+		return rejectedf("filesource: resume watermark %d is not on a line boundary of %s", off, quoteName(f.Name))
+	}
+	return nil
+}
+
+// rejection is a split-level failure: the split's input is not what was
+// planned (or what its progress says), so the split cannot go on, but
+// nothing else is wrong. It is not Fatal, so the pipeline keeps running;
+// errors.Is matches [spate.ErrRetryable] (the only class that does not
+// stop a pipeline) and errDrift.
+type rejection struct{ err error }
+
+func rejectedf(format string, args ...any) error { return &rejection{fmt.Errorf(format, args...)} }
+
+func (e *rejection) Error() string { return e.err.Error() }
+
+// Is does not look into the cause: whatever class the cause had, only the
+// split is rejected.
+func (e *rejection) Is(target error) bool {
+	return target == spate.ErrRetryable || target == errDrift
 }
 
 // OpenSplit builds the lane of a tenancy; it touches no file (the lane
@@ -469,7 +504,7 @@ func (l *lane) fill() error {
 		// The stream ended before the planned size: the object shrank
 		// (the reopen finds that out and makes the split poison) or a
 		// transfer was cut short (the reopen resumes it).
-		return fmt.Errorf("%s ended %d bytes before its planned size", l.files[l.fileIdx].Name, l.unread)
+		return fmt.Errorf("%s ended %d bytes before its planned size", quoteName(l.files[l.fileIdx].Name), l.unread)
 	case err == io.EOF:
 		return nil
 	}
@@ -497,12 +532,15 @@ func (l *lane) openCurrent() error {
 		return nil
 	}
 	f, size, err := l.objs.Open(context.Background(), m.Name, l.pos-l.base)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s is gone (deleted or renamed under the job; %d bytes planned): %w", quoteName(m.Name), m.Size, err)
+	}
 	if err != nil {
 		return err
 	}
 	if size < m.Size {
 		f.Close()
-		return fmt.Errorf("%w: %s is %d bytes, planned %d", errDrift, m.Name, size, m.Size)
+		return fmt.Errorf("%w: %s is %d bytes, planned %d", errDrift, quoteName(m.Name), size, m.Size)
 	}
 	if l.buf == nil {
 		l.buf = make([]byte, laneBufSize)
@@ -547,7 +585,7 @@ func (l *lane) readFailedLocked(err error) {
 	l.readFailures++
 	if l.readFailures > maxReadRetries {
 		l.failLocked(fmt.Errorf("%s: %d opens or reads in a row failed, the last with: %w",
-			l.files[l.fileIdx].Name, l.readFailures, err))
+			quoteName(l.files[l.fileIdx].Name), l.readFailures, err))
 	}
 }
 
