@@ -238,6 +238,12 @@ type PlannerOptions struct {
 	UntilIdle time.Duration
 	// Now is the clock of UntilIdle (default time.Now).
 	Now func() time.Time
+	// MaxLineBytes is the line cap of the source [New] builds (see
+	// [Source.WithMaxLineBytes]): a longer line fails its split with an
+	// error naming the file and the line's offset. Default
+	// [DefaultMaxLineBytes] (1 MiB). Not part of the job's identity; the
+	// planner does not use it.
+	MaxLineBytes int
 }
 
 // Planner enumerates an input's objects into splits. It implements

@@ -26,6 +26,7 @@ type Source struct {
 	splits    map[spate.SplitID]*splitState
 	finishing []spate.SplitID
 	final     bool // the plan is final: tail lanes end at their file's end
+	maxLine   int  // the line cap, see WithMaxLineBytes
 }
 
 type splitState struct {
@@ -38,7 +39,27 @@ type splitState struct {
 
 // NewSource reads the objects of objs (the planner's input).
 func NewSource(objs Objects) *Source {
-	return &Source{objs: objs, log: slog.Default(), splits: map[spate.SplitID]*splitState{}}
+	return &Source{objs: objs, log: slog.Default(), splits: map[spate.SplitID]*splitState{}, maxLine: DefaultMaxLineBytes}
+}
+
+// DefaultMaxLineBytes is the default line cap: 1 MiB.
+const DefaultMaxLineBytes = 1 << 20
+
+// WithMaxLineBytes sets the line cap: the longest line (its newline not
+// counted) a lane reads. A lane holds a whole line in memory, so the cap
+// bounds its memory, at about twice the cap (n <= 0: the default,
+// [DefaultMaxLineBytes]). A longer line fails its split, through the
+// coordinator, with an error naming the file and the line's byte offset:
+// the lines before it are delivered, the rest of the job goes on, and the
+// split is quarantined at the attempt cap; requeue it after raising the
+// cap. Not part of the job's identity: a worker with a larger cap can
+// take the split over.
+func (s *Source) WithMaxLineBytes(n int) *Source {
+	if n <= 0 {
+		n = DefaultMaxLineBytes
+	}
+	s.maxLine = n
+	return s
 }
 
 // WithLogger has the source log to log (what happened to a followed file:
@@ -83,7 +104,7 @@ func (s *Source) Lag() (bytes int64, files int) {
 //
 //	filesource.New(filesource.Dir("./logs"), coord, filesource.PlannerOptions{})
 func New[C spate.SplitCoordinator](objs Objects, coord C, popts PlannerOptions, dopts ...pipeline.DriverOption) *pipeline.CoordinatedSource[C] {
-	return pipeline.NewCoordinatedSource(coord, NewSource(objs), NewPlanner(objs, popts), dopts...)
+	return pipeline.NewCoordinatedSource(coord, NewSource(objs).WithMaxLineBytes(popts.MaxLineBytes), NewPlanner(objs, popts), dopts...)
 }
 
 // ValidateResume rejects progress that is not on a line boundary of the
@@ -178,7 +199,7 @@ func (s *Source) OpenSplit(o pipeline.SplitOpening) (pipeline.Lane, error) {
 	}
 	l := &lane{
 		id: o.Lane, part: o.Partition, split: o.Spec.ID, objs: s.objs, files: d.Files,
-		issuer: o.Issuer, poison: o.Poison, pos: start, emitted: start,
+		issuer: o.Issuer, poison: o.Poison, pos: start, emitted: start, maxLine: s.maxLine,
 	}
 	l.onExhausted = func() {
 		s.mu.Lock()
@@ -207,7 +228,7 @@ func (s *Source) openTail(o pipeline.SplitOpening, t Tail, start int64) (pipelin
 	}
 	l := &tailLane{
 		id: o.Lane, part: o.Partition, split: o.Spec.ID, root: dir.LocalRoot(), want: t,
-		issuer: o.Issuer, poison: o.Poison, log: s.log, name: t.Name,
+		issuer: o.Issuer, poison: o.Poison, log: s.log, name: t.Name, maxLine: s.maxLine,
 		pos: start, base: ts.Base, bases: []baseFrom{{from: 0, base: ts.Base}},
 	}
 	l.onExhausted = func() {
@@ -324,6 +345,7 @@ type lane struct {
 	split       spate.SplitID
 	objs        Objects
 	files       []Member
+	maxLine     int // the line cap
 	issuer      *pipeline.AckIssuer
 	poison      func(string)
 	onExhausted func()
@@ -397,17 +419,30 @@ func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, err
 			}
 		}
 		if i := bytes.IndexByte(l.buf[l.r:l.w], '\n'); i >= 0 {
+			if i > l.maxLine {
+				l.failLocked(l.tooLong())
+				break
+			}
 			l.emit(i+1, i)
 			continue
 		}
 		if l.unread == 0 {
 			// The member is read to its planned size: what is left is its
 			// last line, without a newline.
-			if n := l.w - l.r; n > 0 {
+			if n := l.w - l.r; n > l.maxLine {
+				l.failLocked(l.tooLong())
+				break
+			} else if n > 0 {
 				l.emit(n, n)
 			}
 			l.nextFile()
 			continue
+		}
+		if l.w == len(l.buf) && l.r == 0 && l.w > l.maxLine {
+			// The buffer holds more than the cap of one line, and no
+			// newline.
+			l.failLocked(l.tooLong())
+			break
 		}
 		if l.w == len(l.buf) && !l.makeRoom() {
 			break // this batch's values fill the buffer: the next poll reads on
@@ -478,10 +513,21 @@ func (l *lane) makeRoom() bool {
 		l.r = 0
 		return true
 	}
-	grown := make([]byte, 2*len(l.buf))
+	grown := make([]byte, min(2*len(l.buf), l.maxLine+1))
 	l.w = copy(grown, l.buf[:l.w])
 	l.buf = grown
 	return true
+}
+
+// tooLong is the error of a line over the cap that starts at pos.
+func (l *lane) tooLong() error {
+	return lineTooLong(l.files[l.fileIdx].Name, l.pos-l.base, l.maxLine)
+}
+
+// lineTooLong is the error of a line over the cap.
+func lineTooLong(name string, off int64, maxLine int) error {
+	return fmt.Errorf("%s: the line at byte offset %d is longer than the line cap of %d bytes (a lane holds a whole line in memory); "+
+		"raise the cap (--max-line-bytes, filesource MaxLineBytes) and requeue the split, or split the line", quoteName(name), off, maxLine)
 }
 
 // fill reads the member's next block after buf[l.w:].
