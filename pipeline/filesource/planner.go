@@ -8,7 +8,8 @@
 // # Splits
 //
 // The planner lists the input (for a directory: recursively, regular files
-// only) in byte order of the objects' slash-separated names, and packs
+// only; a FIFO, socket or device is never opened, and is named once in a
+// warning) in byte order of the objects' slash-separated names, and packs
 // consecutive objects into splits of at most TargetBytes (a larger object
 // gets a split of its own) and MaxFiles members. A split's weight is its
 // byte count. Its id is "f1" followed by the base64url encoding of the first
@@ -33,14 +34,28 @@
 //
 // A record's value is the line without its newline; its key is
 // "<relative path>:<byte offset of the line's first byte in its file>",
-// which identifies every input line for a verifier.
+// which identifies every input line for a verifier. The path is the
+// file's name byte for byte: a name that is not valid UTF-8 is carried in
+// its split descriptor as "name_b64", base64 of its bytes (see [Member]),
+// and shown Go-quoted in messages.
+//
+// # Line cap
+//
+// A lane holds a whole line in memory. A line longer than the line cap
+// ([DefaultMaxLineBytes], 1 MiB; [Source.WithMaxLineBytes], or
+// [PlannerOptions] MaxLineBytes for [New]) fails its split with an error
+// naming the file and the line's byte offset, after the lines before it;
+// the rest of the job goes on. So a lane's memory is bounded, at about
+// twice the cap.
 //
 // # Drift and read errors
 //
 // A member that is missing, or smaller than planned, makes the split
 // poison: it is failed through the coordinator (an attempt is consumed)
 // and quarantined after the attempt cap. Resume progress whose watermark is
-// not on a line boundary of the split is rejected the same way. Any other
+// not on a line boundary of the split, or whose file is now smaller than
+// planned or gone, is rejected the same way, naming the file and its
+// sizes; the pipeline goes on with the rest of the job. Any other
 // failed open or read (a dropped connection to a bucket) is retried from the
 // start of the line being read, up to a few times in a row, before the split
 // is reported poison; a line cut short by a failed read is never emitted.
