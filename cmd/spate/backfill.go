@@ -40,6 +40,7 @@ type backfillFlags struct {
 	rebalanceDelay time.Duration
 	splitBytes     int64
 	splitFiles     int
+	maxLineBytes   int           // the line cap
 	follow         bool          // a continuous job: discover and follow
 	untilIdle      time.Duration // --follow: complete once the input is idle this long
 	discover       time.Duration // --follow: the replan interval (0: the lease)
@@ -108,6 +109,7 @@ func (f *backfillFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.rollSize, "roll-size", blobsink.DefaultRollSize, "bucket --dst: the staged bytes of a split that make an output part")
 	fs.DurationVar(&f.rollInterval, "roll-interval", blobsink.DefaultRollInterval, "bucket --dst: a split's output becomes a part at most this long after it was read (latency against object count)")
 	fs.IntVar(&f.splitFiles, "split-files", 16, "maximum files per split (part of the job's identity)")
+	fs.IntVar(&f.maxLineBytes, "max-line-bytes", filesource.DefaultMaxLineBytes, "the longest line read (bounds a lane's memory at about twice it); a longer line fails its split, naming the file and offset")
 	fs.BoolVar(&f.follow, "follow", false, "a continuous job: new files are discovered every --discover and each file is followed as it grows (renames, truncations and deletions included); runs until SIGINT/SIGTERM, or --until-idle (part of the job's identity)")
 	fs.DurationVar(&f.untilIdle, "until-idle", 0, "--follow: once no file was added, grown or shrunk for this long, the plan turns final and the job completes (0: run until stopped)")
 	fs.DurationVar(&f.discover, "discover", 0, "--follow: how often the leader lists --src for new files (at least --lease; 0: --lease)")
@@ -496,7 +498,7 @@ func (f *backfillFlags) build(con *console, log *slog.Logger, hist *history, in 
 	w.coord = coord
 	w.obs = newObserver(con, hist)
 	oc := &observedCoord{StoreCoordinator: coord, obs: w.obs}
-	splits := &observedSplits{Source: filesource.NewSource(in.objs).WithLogger(log), obs: w.obs}
+	splits := &observedSplits{Source: filesource.NewSource(in.objs).WithLogger(log).WithMaxLineBytes(f.maxLineBytes), obs: w.obs}
 	source := pipeline.NewCoordinatedSource(oc, splits, planner, pipeline.StallDrains(true), pipeline.DriverLogger(log))
 	w.fileSink, err = out.sink(context.Background(), job, f.rollSize, f.rollInterval) // creates --dst
 	if err != nil {

@@ -73,7 +73,7 @@ func openInput(ctx context.Context, src string) (*input, error) {
 	if st, err := os.Stat(abs); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("%s is not a directory (nor a bucket URL such as file:///path or s3://bucket?region=…)", src)
 	}
-	objs := dirInput{Objects: filesource.Dir(abs), root: abs}
+	objs := dirInput{Objects: filesource.Dir(abs), root: abs, skips: &filesource.SkipLog{}}
 	// Listed once here, so that a link spate cannot follow is refused
 	// before anything starts rather than by the planner.
 	if _, err := objs.List(ctx); err != nil {
@@ -91,10 +91,11 @@ func openInput(ctx context.Context, src string) (*input, error) {
 // directory, or one whose target is missing, is an error: following
 // directory links could loop or read a file twice, and skipping them would
 // leave input out silently. Other special files (devices, pipes, sockets)
-// are skipped.
+// are skipped, never opened, each named once in a warning.
 type dirInput struct {
 	filesource.Objects // Location and Open: os.Open follows links
 	root               string
+	skips              *filesource.SkipLog
 }
 
 // LocalRoot implements filesource.LocalDir: a directory's files can be
@@ -139,9 +140,13 @@ func (d dirInput) List(ctx context.Context) ([]filesource.Member, error) {
 					"link the files, or copy the directory", rel, target)
 			}
 			if !info.Mode().IsRegular() {
+				d.skip(filepath.ToSlash(rel), info.Mode())
 				return nil
 			}
+		case e.IsDir():
+			return nil
 		default:
+			d.skip(filepath.ToSlash(rel), e.Type())
 			return nil
 		}
 		if err != nil {
@@ -155,4 +160,11 @@ func (d dirInput) List(ctx context.Context) ([]filesource.Member, error) {
 	}
 	filesource.SortMembers(out)
 	return out, nil
+}
+
+// skip warns, once per file, that a special file is not read.
+func (d dirInput) skip(name string, mode fs.FileMode) {
+	if d.skips != nil {
+		d.skips.Skip(name, mode)
+	}
 }

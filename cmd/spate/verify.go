@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/fnv"
 	"io"
 	"os"
@@ -123,37 +124,34 @@ func lineHash(b []byte) uint64 {
 }
 
 func scanOutput(path string, f io.Reader, seen map[string][]outLine, r *verifyResult) error {
-	br := bufio.NewReaderSize(f, 256<<10)
+	ls := newLineStream(f)
 	for {
-		line, err := br.ReadBytes('\n')
-		if len(line) > 0 {
-			r.OutputLines++
-			line = bytes.TrimSuffix(line, []byte{'\n'})
-			key, value, ok := bytes.Cut(line, []byte{'\t'})
-			i := bytes.LastIndexByte(key, ':')
-			var off int64
-			perr := errors.New("no key")
-			if ok && i > 0 {
-				off, perr = strconv.ParseInt(string(key[i+1:]), 10, 64)
-			}
-			if perr != nil {
-				r.Malformed++
-			} else {
-				name := string(key[:i])
-				seen[name] = append(seen[name], outLine{off: off, hash: lineHash(value)})
-			}
-		}
+		l, err := ls.next(true)
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("read %s: %w", path, err)
 		}
+		r.OutputLines++
+		i := bytes.LastIndexByte(l.head, ':')
+		var off int64
+		perr := errors.New("no key")
+		if l.cut && i > 0 {
+			off, perr = strconv.ParseInt(string(l.head[i+1:]), 10, 64)
+		}
+		if perr != nil {
+			r.Malformed++
+		} else {
+			name := string(l.head[:i])
+			seen[name] = append(seen[name], outLine{off: off, hash: l.hash})
+		}
 	}
 }
 
 // inputLines returns every line's first-byte offset and text hash (the
-// newline excluded).
+// newline excluded). A line's text is only hashed, never held: memory is
+// bounded however long the line.
 func inputLines(ctx context.Context, src filesource.Objects, name string) ([]outLine, error) {
 	f, _, err := src.Open(ctx, name, 0)
 	if err != nil {
@@ -161,19 +159,85 @@ func inputLines(ctx context.Context, src filesource.Objects, name string) ([]out
 	}
 	defer f.Close()
 	var out []outLine
-	br := bufio.NewReaderSize(f, 256<<10)
+	ls := newLineStream(f)
 	var off int64
 	for {
-		line, err := br.ReadBytes('\n')
-		if len(line) > 0 {
-			out = append(out, outLine{off: off, hash: lineHash(bytes.TrimSuffix(line, []byte{'\n'}))})
-			off += int64(len(line))
-		}
+		l, err := ls.next(false)
 		if err == io.EOF {
 			return out, nil
 		}
 		if err != nil {
 			return nil, err
+		}
+		out = append(out, outLine{off: off, hash: l.hash})
+		off += l.n
+	}
+}
+
+// maxKeyBytes bounds an output line's key (the text before its first
+// tab): a longer one is malformed.
+const maxKeyBytes = 64 << 10
+
+// lineStream reads lines of any length in bounded memory: a line's text
+// is hashed as it streams by (FNV-64a, as lineHash), never held whole.
+type lineStream struct {
+	br *bufio.Reader
+	h  hash.Hash64
+}
+
+func newLineStream(r io.Reader) *lineStream {
+	return &lineStream{br: bufio.NewReaderSize(r, 256<<10), h: fnv.New64a()}
+}
+
+// streamedLine is one line of a lineStream.
+type streamedLine struct {
+	// head, when cut was asked for, is the line's text before its first
+	// tab (a copy), and cut says whether the line has a tab and a head of
+	// at most maxKeyBytes.
+	head []byte
+	cut  bool
+	// hash is lineHash of the line's text without its newline (with cut:
+	// of the text after the first tab).
+	hash uint64
+	n    int64 // the line's bytes, its newline included
+}
+
+// next reads the next line, splitting its head off when cut; io.EOF when
+// no line is left.
+func (s *lineStream) next(cut bool) (streamedLine, error) {
+	var l streamedLine
+	s.h.Reset()
+	inHead, long := cut, false
+	for {
+		chunk, err := s.br.ReadSlice('\n')
+		l.n += int64(len(chunk))
+		end := err == nil // chunk ends with the line's newline
+		if end {
+			chunk = chunk[:len(chunk)-1]
+		}
+		if inHead {
+			part, rest, found := bytes.Cut(chunk, []byte{'\t'})
+			if len(l.head)+len(part) <= maxKeyBytes {
+				l.head = append(l.head, part...)
+			} else {
+				long = true
+			}
+			chunk = nil
+			if found {
+				inHead, l.cut, chunk = false, !long, rest
+			}
+		}
+		s.h.Write(chunk)
+		switch {
+		case end:
+			l.hash = s.h.Sum64()
+			return l, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+		case err == io.EOF && l.n > 0:
+			l.hash = s.h.Sum64()
+			return l, nil
+		default:
+			return l, err
 		}
 	}
 }
@@ -210,41 +274,36 @@ func (r verifyResult) report() string {
 func verifyExpected(ctx context.Context, expect io.Reader, out *destination) (verifyResult, error) {
 	r := verifyResult{InputFiles: 1}
 	want := map[uint64]int64{}
-	br := bufio.NewReaderSize(expect, 256<<10)
+	ls := newLineStream(expect)
 	for {
-		line, err := br.ReadBytes('\n')
-		if len(line) > 0 {
-			r.InputLines++
-			r.InputBytes += int64(len(line))
-			want[lineHash(bytes.TrimSuffix(line, []byte{'\n'}))]++
-		}
+		l, err := ls.next(false)
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
 			return r, fmt.Errorf("read --expect: %w", err)
 		}
+		r.InputLines++
+		r.InputBytes += l.n
+		want[l.hash]++
 	}
 	got := map[uint64]int64{}
 	err := out.eachOutput(ctx, func(name string, rd io.Reader) error {
 		r.OutputFiles++
-		br := bufio.NewReaderSize(rd, 256<<10)
+		ls := newLineStream(rd)
 		for {
-			line, err := br.ReadBytes('\n')
-			if len(line) > 0 {
-				r.OutputLines++
-				_, value, ok := bytes.Cut(bytes.TrimSuffix(line, []byte{'\n'}), []byte{'\t'})
-				if !ok {
-					r.Malformed++
-				} else {
-					got[lineHash(value)]++
-				}
-			}
+			l, err := ls.next(true)
 			if err == io.EOF {
 				return nil
 			}
 			if err != nil {
 				return fmt.Errorf("read %s: %w", name, err)
+			}
+			r.OutputLines++
+			if !l.cut {
+				r.Malformed++
+			} else {
+				got[l.hash]++
 			}
 		}
 	})

@@ -32,6 +32,34 @@ type Tail struct {
 	FileID
 }
 
+// tailJSON is a Tail's descriptor form: its name is encoded as a
+// [Member]'s is.
+type tailJSON struct {
+	Name    string `json:"name,omitempty"`
+	NameB64 string `json:"name_b64,omitempty"`
+	FileID
+}
+
+// MarshalJSON encodes the name losslessly (see [Member]).
+func (t Tail) MarshalJSON() ([]byte, error) {
+	name, b64 := encodeName(t.Name)
+	return json.Marshal(tailJSON{Name: name, NameB64: b64, FileID: t.FileID})
+}
+
+// UnmarshalJSON decodes what MarshalJSON encodes.
+func (t *Tail) UnmarshalJSON(b []byte) error {
+	var j tailJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	name, err := decodeName(j.Name, j.NameB64)
+	if err != nil {
+		return err
+	}
+	*t = Tail{Name: name, FileID: j.FileID}
+	return nil
+}
+
 // LocalDir is implemented by inputs that are a local directory: only
 // their files can be followed as they grow.
 type LocalDir interface {

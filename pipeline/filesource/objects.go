@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/spate-go/spate"
 )
@@ -29,10 +31,16 @@ type Objects interface {
 }
 
 // Dir is the input under a local directory: its regular files, found
-// recursively (symbolic links are not followed).
-func Dir(root string) Objects { return dirObjects{root: root} }
+// recursively (symbolic links are not followed). Other special files
+// (FIFOs, sockets, devices) are skipped, never opened (opening a FIFO
+// blocks): each is named once in a warning (slog.Default) the first time
+// a listing skips it.
+func Dir(root string) Objects { return dirObjects{root: root, skips: &SkipLog{}} }
 
-type dirObjects struct{ root string }
+type dirObjects struct {
+	root  string
+	skips *SkipLog
+}
 
 // Location is the directory's absolute path, slash-separated.
 func (d dirObjects) Location() string {
@@ -43,10 +51,12 @@ func (d dirObjects) Location() string {
 	return filepath.ToSlash(abs)
 }
 
-func (d dirObjects) List(ctx context.Context) ([]Member, error) { return ListFiles(ctx, d.root) }
+func (d dirObjects) List(ctx context.Context) ([]Member, error) {
+	return listFiles(ctx, d.root, d.skips)
+}
 
 func (d dirObjects) Open(_ context.Context, name string, offset int64) (io.ReadCloser, int64, error) {
-	if !fs.ValidPath(name) {
+	if !validRel(name) {
 		return nil, 0, fmt.Errorf("filesource: %q is not a relative slash-separated path", name)
 	}
 	f, err := os.Open(filepath.Join(d.root, filepath.FromSlash(name)))
@@ -64,8 +74,30 @@ func (d dirObjects) Open(_ context.Context, name string, offset int64) (io.ReadC
 	return f, info.Size(), nil
 }
 
+// validRel is fs.ValidPath without its UTF-8 rule: a file's name is any
+// bytes but NUL and '/' on the systems spate runs on, and one that is not
+// valid UTF-8 is still a file of the input. No element may be empty, "."
+// or "..", so the name cannot leave the root.
+func validRel(name string) bool {
+	if name == "" || strings.IndexByte(name, 0) >= 0 {
+		return false
+	}
+	for elem := range strings.SplitSeq(name, "/") {
+		if elem == "" || elem == "." || elem == ".." {
+			return false
+		}
+	}
+	return true
+}
+
 // ListFiles lists the regular files under root, sorted by relative path.
+// A special file (FIFO, socket, device) is skipped with a warning naming
+// it (see [SkipLog]).
 func ListFiles(ctx context.Context, root string) ([]Member, error) {
+	return listFiles(ctx, root, &SkipLog{})
+}
+
+func listFiles(ctx context.Context, root string, skips *SkipLog) ([]Member, error) {
 	var out []Member
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -75,6 +107,11 @@ func ListFiles(ctx context.Context, root string) ([]Member, error) {
 			return err
 		}
 		if !d.Type().IsRegular() {
+			if !d.IsDir() && d.Type()&fs.ModeSymlink == 0 {
+				if rel, err := filepath.Rel(root, path); err == nil {
+					skips.Skip(filepath.ToSlash(rel), d.Type())
+				}
+			}
 			return nil
 		}
 		info, err := d.Info()
@@ -93,6 +130,53 @@ func ListFiles(ctx context.Context, root string) ([]Member, error) {
 	}
 	SortMembers(out)
 	return out, nil
+}
+
+// SkipLog warns once per file that a listing skipped it because it is
+// not a regular file: a FIFO, a socket or a device, which spate never
+// opens (a FIFO's open blocks until a writer comes, a device may never
+// end). The zero value logs to slog.Default().
+type SkipLog struct {
+	// Logger, if set, is where the warnings go.
+	Logger *slog.Logger
+	mu     sync.Mutex
+	seen   map[string]bool
+}
+
+// Skip notes that the file name (relative to the input's root), of type
+// mode, was skipped, and warns the first time.
+func (s *SkipLog) Skip(name string, mode fs.FileMode) {
+	s.mu.Lock()
+	first := !s.seen[name]
+	if s.seen == nil {
+		s.seen = map[string]bool{}
+	}
+	s.seen[name] = true
+	s.mu.Unlock()
+	if !first {
+		return
+	}
+	log := s.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Warn("skipped a file of the input that is not a regular file: spate reads regular files only, and never opens a FIFO, socket or device",
+		"file", quoteName(name), "type", specialKind(mode))
+}
+
+// specialKind names a special file's type.
+func specialKind(mode fs.FileMode) string {
+	switch {
+	case mode&fs.ModeNamedPipe != 0:
+		return "FIFO"
+	case mode&fs.ModeSocket != 0:
+		return "socket"
+	case mode&fs.ModeCharDevice != 0:
+		return "character device"
+	case mode&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "irregular file (" + mode.Type().String() + ")"
 }
 
 // SortMembers orders members by name, byte-wise: the order splits are

@@ -8,7 +8,8 @@
 // # Splits
 //
 // The planner lists the input (for a directory: recursively, regular files
-// only) in byte order of the objects' slash-separated names, and packs
+// only; a FIFO, socket or device is never opened, and is named once in a
+// warning) in byte order of the objects' slash-separated names, and packs
 // consecutive objects into splits of at most TargetBytes (a larger object
 // gets a split of its own) and MaxFiles members. A split's weight is its
 // byte count. Its id is "f1" followed by the base64url encoding of the first
@@ -33,14 +34,28 @@
 //
 // A record's value is the line without its newline; its key is
 // "<relative path>:<byte offset of the line's first byte in its file>",
-// which identifies every input line for a verifier.
+// which identifies every input line for a verifier. The path is the
+// file's name byte for byte: a name that is not valid UTF-8 is carried in
+// its split descriptor as "name_b64", base64 of its bytes (see [Member]),
+// and shown Go-quoted in messages.
+//
+// # Line cap
+//
+// A lane holds a whole line in memory. A line longer than the line cap
+// ([DefaultMaxLineBytes], 1 MiB; [Source.WithMaxLineBytes], or
+// [PlannerOptions] MaxLineBytes for [New]) fails its split with an error
+// naming the file and the line's byte offset, after the lines before it;
+// the rest of the job goes on. So a lane's memory is bounded, at about
+// twice the cap.
 //
 // # Drift and read errors
 //
 // A member that is missing, or smaller than planned, makes the split
 // poison: it is failed through the coordinator (an attempt is consumed)
 // and quarantined after the attempt cap. Resume progress whose watermark is
-// not on a line boundary of the split is rejected the same way. Any other
+// not on a line boundary of the split, or whose file is now smaller than
+// planned or gone, is rejected the same way, naming the file and its
+// sizes; the pipeline goes on with the rest of the job. Any other
 // failed open or read (a dropped connection to a bucket) is retried from the
 // start of the line being read, up to a few times in a row, before the split
 // is reported poison; a line cut short by a failed read is never emitted.
@@ -91,7 +106,10 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spate-go/spate"
 )
@@ -101,10 +119,79 @@ import (
 const PackingVersion = 1
 
 // Member is one file of a split, as the planner saw it.
+//
+// Its name is any bytes a file system allows. In a descriptor (JSON) a
+// name that is valid UTF-8 is the string "name"; one that is not, which a
+// JSON string cannot hold byte for byte, is "name_b64", the standard
+// base64 of its bytes, and "name" is left out. So a name round-trips
+// exactly through a plan, and a descriptor of valid names is what it
+// always was. (A build older than this encoding refuses such a descriptor
+// as bad rather than reading another file.)
 type Member struct {
 	Name  string `json:"name"`  // slash-separated path relative to the root
 	Size  int64  `json:"size"`  // bytes the split covers
 	MTime int64  `json:"mtime"` // modification time, Unix nanoseconds
+}
+
+// memberJSON is a Member's descriptor form (see [Member]).
+type memberJSON struct {
+	Name    string `json:"name,omitempty"`
+	NameB64 string `json:"name_b64,omitempty"`
+	Size    int64  `json:"size"`
+	MTime   int64  `json:"mtime"`
+}
+
+// MarshalJSON encodes the name losslessly (see [Member]).
+func (m Member) MarshalJSON() ([]byte, error) {
+	name, b64 := encodeName(m.Name)
+	return json.Marshal(memberJSON{Name: name, NameB64: b64, Size: m.Size, MTime: m.MTime})
+}
+
+// UnmarshalJSON decodes what MarshalJSON encodes.
+func (m *Member) UnmarshalJSON(b []byte) error {
+	var j memberJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	name, err := decodeName(j.Name, j.NameB64)
+	if err != nil {
+		return err
+	}
+	*m = Member{Name: name, Size: j.Size, MTime: j.MTime}
+	return nil
+}
+
+// encodeName splits a name into its descriptor fields: name when it is
+// valid UTF-8, else name_b64.
+func encodeName(name string) (plain, b64 string) {
+	if utf8.ValidString(name) {
+		return name, ""
+	}
+	return "", base64.StdEncoding.EncodeToString([]byte(name))
+}
+
+// decodeName is encodeName's inverse.
+func decodeName(plain, b64 string) (string, error) {
+	if b64 == "" {
+		return plain, nil
+	}
+	if plain != "" {
+		return "", fmt.Errorf("both name %q and name_b64 %q", plain, b64)
+	}
+	raw, err := base64.StdEncoding.Strict().DecodeString(b64)
+	if err != nil {
+		return "", fmt.Errorf("name_b64 %q: %w", b64, err)
+	}
+	return string(raw), nil
+}
+
+// quoteName is a file name for a message: as it is when it is valid,
+// printable UTF-8, else Go-quoted (so "bad-\xff.log" shows its bytes).
+func quoteName(name string) string {
+	if utf8.ValidString(name) && strings.IndexFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }) < 0 {
+		return name
+	}
+	return strconv.Quote(name)
 }
 
 // Descriptor is a split's payload: its members in read order, or, for a
@@ -166,6 +253,12 @@ type PlannerOptions struct {
 	UntilIdle time.Duration
 	// Now is the clock of UntilIdle (default time.Now).
 	Now func() time.Time
+	// MaxLineBytes is the line cap of the source [New] builds (see
+	// [Source.WithMaxLineBytes]): a longer line fails its split with an
+	// error naming the file and the line's offset. Default
+	// [DefaultMaxLineBytes] (1 MiB). Not part of the job's identity; the
+	// planner does not use it.
+	MaxLineBytes int
 }
 
 // Planner enumerates an input's objects into splits. It implements

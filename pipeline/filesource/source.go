@@ -26,6 +26,7 @@ type Source struct {
 	splits    map[spate.SplitID]*splitState
 	finishing []spate.SplitID
 	final     bool // the plan is final: tail lanes end at their file's end
+	maxLine   int  // the line cap, see WithMaxLineBytes
 }
 
 type splitState struct {
@@ -38,7 +39,27 @@ type splitState struct {
 
 // NewSource reads the objects of objs (the planner's input).
 func NewSource(objs Objects) *Source {
-	return &Source{objs: objs, log: slog.Default(), splits: map[spate.SplitID]*splitState{}}
+	return &Source{objs: objs, log: slog.Default(), splits: map[spate.SplitID]*splitState{}, maxLine: DefaultMaxLineBytes}
+}
+
+// DefaultMaxLineBytes is the default line cap: 1 MiB.
+const DefaultMaxLineBytes = 1 << 20
+
+// WithMaxLineBytes sets the line cap: the longest line (its newline not
+// counted) a lane reads. A lane holds a whole line in memory, so the cap
+// bounds its memory, at about twice the cap (n <= 0: the default,
+// [DefaultMaxLineBytes]). A longer line fails its split, through the
+// coordinator, with an error naming the file and the line's byte offset:
+// the lines before it are delivered, the rest of the job goes on, and the
+// split is quarantined at the attempt cap; requeue it after raising the
+// cap. Not part of the job's identity: a worker with a larger cap can
+// take the split over.
+func (s *Source) WithMaxLineBytes(n int) *Source {
+	if n <= 0 {
+		n = DefaultMaxLineBytes
+	}
+	s.maxLine = n
+	return s
 }
 
 // WithLogger has the source log to log (what happened to a followed file:
@@ -83,11 +104,16 @@ func (s *Source) Lag() (bytes int64, files int) {
 //
 //	filesource.New(filesource.Dir("./logs"), coord, filesource.PlannerOptions{})
 func New[C spate.SplitCoordinator](objs Objects, coord C, popts PlannerOptions, dopts ...pipeline.DriverOption) *pipeline.CoordinatedSource[C] {
-	return pipeline.NewCoordinatedSource(coord, NewSource(objs), NewPlanner(objs, popts), dopts...)
+	return pipeline.NewCoordinatedSource(coord, NewSource(objs).WithMaxLineBytes(popts.MaxLineBytes), NewPlanner(objs, popts), dopts...)
 }
 
 // ValidateResume rejects progress that is not on a line boundary of the
-// split (the files drifted, or the progress belongs elsewhere).
+// split (the files drifted, or the progress belongs elsewhere). Its
+// rejections are not Fatal: the coordination driver fails the split
+// through the coordinator (an attempt is consumed; the split is
+// quarantined at the attempt cap) and the pipeline goes on with the rest
+// of the job. Each names the file, and for a file that shrank or is gone,
+// its sizes.
 func (s *Source) ValidateResume(spec spate.SplitSpec, p spate.SplitProgress) error {
 	d, err := DecodeDescriptor(spec.Descriptor)
 	if err != nil {
@@ -101,30 +127,60 @@ func (s *Source) ValidateResume(spec spate.SplitSpec, p spate.SplitProgress) err
 	}
 	total := d.Total()
 	if p.Watermark < 0 || p.Watermark > total {
-		return fmt.Errorf("filesource: resume watermark %d outside the split's %d bytes", p.Watermark, total)
+		return rejectedf("filesource: resume watermark %d outside the split's %d bytes", p.Watermark, total)
 	}
 	var base int64
 	for _, f := range d.Files {
 		if p.Watermark > base && p.Watermark < base+f.Size {
-			// Inside this file: the byte before it must end a line.
-			r, _, err := s.objs.Open(context.Background(), f.Name, p.Watermark-base-1)
-			if err != nil {
-				return fmt.Errorf("filesource: resume check: %w", err)
-			}
-			var b [1]byte
-			_, err = io.ReadFull(r, b[:])
-			r.Close()
-			if err != nil {
-				return fmt.Errorf("filesource: resume check: %w", err)
-			}
-			if b[0] != '\n' {
-				return fmt.Errorf("filesource: resume watermark %d is not on a line boundary of %s", p.Watermark, f.Name)
-			}
-			return nil
+			return s.checkResumeAt(f, p.Watermark-base)
 		}
 		base += f.Size
 	}
 	return nil
+}
+
+// checkResumeAt checks that the member f, as it is now, still holds what
+// the split committed up to off (a file offset inside it), and that off
+// starts a line.
+func (s *Source) checkResumeAt(f Member, off int64) error {
+	r, size, err := s.objs.Open(context.Background(), f.Name, off-1)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return rejectedf("filesource: resume check: %s was deleted under the job: the split's commits reach offset %d of its %d planned bytes, and the rest cannot be read",
+			quoteName(f.Name), off, f.Size)
+	case err != nil:
+		return rejectedf("filesource: resume check of %s: %w", quoteName(f.Name), err)
+	}
+	defer r.Close()
+	if size < f.Size {
+		return rejectedf("filesource: resume check: %s is %d bytes now, %d when planned, and the split's commits reach offset %d of it: the file was truncated or replaced under the job",
+			quoteName(f.Name), size, f.Size, off)
+	}
+	var b [1]byte
+	if _, err = io.ReadFull(r, b[:]); err != nil {
+		return rejectedf("filesource: resume check of %s at offset %d (%d bytes planned, %d now): %w", quoteName(f.Name), off-1, f.Size, size, err)
+	}
+	if b[0] != '\n' {
+		return rejectedf("filesource: resume watermark %d is not on a line boundary of %s", off, quoteName(f.Name))
+	}
+	return nil
+}
+
+// rejection is a split-level failure: the split's input is not what was
+// planned (or what its progress says), so the split cannot go on, but
+// nothing else is wrong. It is not Fatal, so the pipeline keeps running;
+// errors.Is matches [spate.ErrRetryable] (the only class that does not
+// stop a pipeline) and errDrift.
+type rejection struct{ err error }
+
+func rejectedf(format string, args ...any) error { return &rejection{fmt.Errorf(format, args...)} }
+
+func (e *rejection) Error() string { return e.err.Error() }
+
+// Is does not look into the cause: whatever class the cause had, only the
+// split is rejected.
+func (e *rejection) Is(target error) bool {
+	return target == spate.ErrRetryable || target == errDrift
 }
 
 // OpenSplit builds the lane of a tenancy; it touches no file (the lane
@@ -143,7 +199,7 @@ func (s *Source) OpenSplit(o pipeline.SplitOpening) (pipeline.Lane, error) {
 	}
 	l := &lane{
 		id: o.Lane, part: o.Partition, split: o.Spec.ID, objs: s.objs, files: d.Files,
-		issuer: o.Issuer, poison: o.Poison, pos: start, emitted: start,
+		issuer: o.Issuer, poison: o.Poison, pos: start, emitted: start, maxLine: s.maxLine,
 	}
 	l.onExhausted = func() {
 		s.mu.Lock()
@@ -172,7 +228,7 @@ func (s *Source) openTail(o pipeline.SplitOpening, t Tail, start int64) (pipelin
 	}
 	l := &tailLane{
 		id: o.Lane, part: o.Partition, split: o.Spec.ID, root: dir.LocalRoot(), want: t,
-		issuer: o.Issuer, poison: o.Poison, log: s.log, name: t.Name,
+		issuer: o.Issuer, poison: o.Poison, log: s.log, name: t.Name, maxLine: s.maxLine,
 		pos: start, base: ts.Base, bases: []baseFrom{{from: 0, base: ts.Base}},
 	}
 	l.onExhausted = func() {
@@ -289,6 +345,7 @@ type lane struct {
 	split       spate.SplitID
 	objs        Objects
 	files       []Member
+	maxLine     int // the line cap
 	issuer      *pipeline.AckIssuer
 	poison      func(string)
 	onExhausted func()
@@ -362,17 +419,30 @@ func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, err
 			}
 		}
 		if i := bytes.IndexByte(l.buf[l.r:l.w], '\n'); i >= 0 {
+			if i > l.maxLine {
+				l.failLocked(l.tooLong())
+				break
+			}
 			l.emit(i+1, i)
 			continue
 		}
 		if l.unread == 0 {
 			// The member is read to its planned size: what is left is its
 			// last line, without a newline.
-			if n := l.w - l.r; n > 0 {
+			if n := l.w - l.r; n > l.maxLine {
+				l.failLocked(l.tooLong())
+				break
+			} else if n > 0 {
 				l.emit(n, n)
 			}
 			l.nextFile()
 			continue
+		}
+		if l.w == len(l.buf) && l.r == 0 && l.w > l.maxLine {
+			// The buffer holds more than the cap of one line, and no
+			// newline.
+			l.failLocked(l.tooLong())
+			break
 		}
 		if l.w == len(l.buf) && !l.makeRoom() {
 			break // this batch's values fill the buffer: the next poll reads on
@@ -443,10 +513,21 @@ func (l *lane) makeRoom() bool {
 		l.r = 0
 		return true
 	}
-	grown := make([]byte, 2*len(l.buf))
+	grown := make([]byte, min(2*len(l.buf), l.maxLine+1))
 	l.w = copy(grown, l.buf[:l.w])
 	l.buf = grown
 	return true
+}
+
+// tooLong is the error of a line over the cap that starts at pos.
+func (l *lane) tooLong() error {
+	return lineTooLong(l.files[l.fileIdx].Name, l.pos-l.base, l.maxLine)
+}
+
+// lineTooLong is the error of a line over the cap.
+func lineTooLong(name string, off int64, maxLine int) error {
+	return fmt.Errorf("%s: the line at byte offset %d is longer than the line cap of %d bytes (a lane holds a whole line in memory); "+
+		"raise the cap (--max-line-bytes, filesource MaxLineBytes) and requeue the split, or split the line", quoteName(name), off, maxLine)
 }
 
 // fill reads the member's next block after buf[l.w:].
@@ -469,7 +550,7 @@ func (l *lane) fill() error {
 		// The stream ended before the planned size: the object shrank
 		// (the reopen finds that out and makes the split poison) or a
 		// transfer was cut short (the reopen resumes it).
-		return fmt.Errorf("%s ended %d bytes before its planned size", l.files[l.fileIdx].Name, l.unread)
+		return fmt.Errorf("%s ended %d bytes before its planned size", quoteName(l.files[l.fileIdx].Name), l.unread)
 	case err == io.EOF:
 		return nil
 	}
@@ -497,12 +578,15 @@ func (l *lane) openCurrent() error {
 		return nil
 	}
 	f, size, err := l.objs.Open(context.Background(), m.Name, l.pos-l.base)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s is gone (deleted or renamed under the job; %d bytes planned): %w", quoteName(m.Name), m.Size, err)
+	}
 	if err != nil {
 		return err
 	}
 	if size < m.Size {
 		f.Close()
-		return fmt.Errorf("%w: %s is %d bytes, planned %d", errDrift, m.Name, size, m.Size)
+		return fmt.Errorf("%w: %s is %d bytes, planned %d", errDrift, quoteName(m.Name), size, m.Size)
 	}
 	if l.buf == nil {
 		l.buf = make([]byte, laneBufSize)
@@ -547,7 +631,7 @@ func (l *lane) readFailedLocked(err error) {
 	l.readFailures++
 	if l.readFailures > maxReadRetries {
 		l.failLocked(fmt.Errorf("%s: %d opens or reads in a row failed, the last with: %w",
-			l.files[l.fileIdx].Name, l.readFailures, err))
+			quoteName(l.files[l.fileIdx].Name), l.readFailures, err))
 	}
 }
 

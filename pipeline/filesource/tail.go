@@ -56,6 +56,7 @@ type tailLane struct {
 	split       spate.SplitID
 	root        string
 	want        Tail
+	maxLine     int // the line cap
 	issuer      *pipeline.AckIssuer
 	poison      func(string)
 	onExhausted func()
@@ -115,6 +116,10 @@ func (l *tailLane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch,
 	}
 	for len(l.pays) < maxRecords {
 		if i := bytes.IndexByte(l.buf[l.r:l.w], '\n'); i >= 0 {
+			if i > l.maxLine {
+				l.failLocked(lineTooLong(l.name, l.pos-l.base, l.maxLine))
+				break
+			}
 			l.emit(i+1, i)
 			continue
 		}
@@ -122,7 +127,11 @@ func (l *tailLane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch,
 			if len(l.pays) > 0 {
 				break // this batch's values fill the buffer
 			}
-			grown := make([]byte, 2*len(l.buf)) // a line longer than the buffer
+			if l.w > l.maxLine { // no newline in more than the cap
+				l.failLocked(lineTooLong(l.name, l.pos-l.base, l.maxLine))
+				break
+			}
+			grown := make([]byte, min(2*len(l.buf), l.maxLine+1)) // a line longer than the buffer
 			copy(grown, l.buf[:l.w])
 			l.buf = grown
 		}
@@ -178,7 +187,9 @@ func (l *tailLane) atEnd() (bool, error) {
 	case info.Size() < read:
 		l.log.Warn("a followed file was truncated: it is read again from its start; lines written to it after the last read and before the truncation were not read",
 			"file", l.name, "split", l.split, "read_bytes", read, "size", info.Size())
-		l.flushPartial()
+		if err := l.flushPartial(); err != nil {
+			return false, err
+		}
 		l.base = l.pos
 		l.bases = append(l.bases, baseFrom{from: l.pos, base: l.base})
 		if _, err := l.f.Seek(0, io.SeekStart); err != nil {
@@ -186,12 +197,16 @@ func (l *tailLane) atEnd() (bool, error) {
 		}
 		return false, nil
 	case l.final:
-		l.flushPartial()
+		if err := l.flushPartial(); err != nil {
+			return false, err
+		}
 		l.done = true
 		return true, nil
 	case ok && nlink == 0:
 		l.log.Warn("a followed file was deleted: its split completes at the end of what it held", "file", l.name, "split", l.split)
-		l.flushPartial()
+		if err := l.flushPartial(); err != nil {
+			return false, err
+		}
 		l.done = true
 		return true, nil
 	}
@@ -242,10 +257,15 @@ func (l *tailLane) lookup() (string, bool) {
 
 // flushPartial emits the bytes after the last newline as a line: the file
 // ended without one.
-func (l *tailLane) flushPartial() {
-	if n := l.w - l.r; n > 0 {
+func (l *tailLane) flushPartial() error {
+	n := l.w - l.r
+	if n > l.maxLine {
+		return lineTooLong(l.name, l.pos-l.base, l.maxLine)
+	}
+	if n > 0 {
 		l.emit(n, n)
 	}
+	return nil
 }
 
 // open finds the file (by its identity, where its name now holds
