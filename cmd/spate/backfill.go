@@ -383,18 +383,66 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 }
 
 // endsOverlap says why --src and --dst (or the embedded store's
-// --data-dir) may not be used together; "" when they may.
+// --data-dir, or --history) may not be used together; "" when they may.
+// Paths are compared as written and with their symbolic links resolved
+// (a --dst reached through a link into --src is inside it).
 func (f *backfillFlags) endsOverlap(in *input, out *destination) string {
-	dst := out.location
-	if in.dir != "" && out.dir != "" && (within(dst, in.dir) || within(in.dir, dst) || within(dst, in.realDir()) || within(in.realDir(), dst)) {
-		return "--src and --dst must not contain each other (the output would become input)"
+	if in.dir == "" {
+		return ""
 	}
-	if f.store.url == "" && in.dir != "" {
-		if dd, err := filepath.Abs(f.store.dataDir); err == nil && within(dd, in.dir) {
+	srcs := []string{in.dir, realPath(in.dir)}
+	inSrc := func(p string) bool {
+		for _, q := range []string{p, realPath(p)} {
+			for _, s := range srcs {
+				if within(q, s) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	if out.dir != "" {
+		if inSrc(out.dir) {
+			return "--src and --dst must not contain each other (the output would become input)"
+		}
+		for _, d := range []string{out.dir, realPath(out.dir)} {
+			for _, s := range srcs {
+				if within(s, d) {
+					return "--src and --dst must not contain each other (the output would become input)"
+				}
+			}
+		}
+	}
+	if f.store.url == "" {
+		if dd, err := filepath.Abs(f.store.dataDir); err == nil && inSrc(dd) {
 			return fmt.Sprintf("--data-dir %s is inside --src: pass --data-dir elsewhere", f.store.dataDir)
 		}
 	}
+	if f.history != "" {
+		if h, err := filepath.Abs(f.history); err == nil && inSrc(h) {
+			return fmt.Sprintf("--history %s is inside --src (the history would become input): pass --history elsewhere", f.history)
+		}
+	}
 	return ""
+}
+
+// realPath is the absolute, clean path p with the symbolic links of its
+// longest existing prefix resolved (the rest, not created yet, is
+// appended as written): where p is, or will be once created.
+func realPath(p string) string {
+	p = filepath.Clean(p)
+	var rest []string
+	for dir := p; ; {
+		if r, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(append([]string{r}, rest...)...)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return p
+		}
+		rest = append([]string{filepath.Base(dir)}, rest...)
+		dir = parent
+	}
 }
 
 // openStore reaches the store and opens the job's keys in it, within
