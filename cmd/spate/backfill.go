@@ -67,7 +67,10 @@ input line: "<path relative to SRC>:<byte offset of the line>\t<line>",
 exactly once. A worker stages lines under DST/.spate/stage and publishes them
 only after the commit that lists them won, so a killed or frozen worker
 leaves no duplicate and no torn line under the final names. DST/.spate/job
-names the job that owns DST; another job is refused.
+names the job that owns DST (another job is refused), and DST/.spate/plan the
+plan that writes it: a new plan of the job (on another store, or after its
+records were deleted) is refused over its output, as is a worker whose --src,
+--dst, --split-bytes, --split-files or --follow differ from the job's.
 
 The default store is an embedded etcd on --embed-addr with its data in
 --data-dir; more spate backfill processes (other terminals) join it. Run it
@@ -109,7 +112,7 @@ func (f *backfillFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.discover, "discover", 0, "--follow: how often the leader lists --src for new files (at least --lease; 0: --lease)")
 	fs.Float64Var(&f.rate, "rate", 0, "write at most this many lines per second (0: unlimited)")
 	fs.StringVar(&f.history, "history", "", "append a JSON-lines history of what this worker saw to this file")
-	fs.BoolVar(&f.verify, "verify", true, "when the job completes, check that every input line is in --dst (turn off when workers write to different --dst)")
+	fs.BoolVar(&f.verify, "verify", true, "when the job completes, check that every input line is in --dst")
 	fs.BoolVar(&f.quiet, "quiet", false, "print no event or progress lines, only results")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this address")
 }
@@ -352,7 +355,7 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 
 	popts := filesource.PlannerOptions{TargetBytes: f.splitBytes, MaxFiles: f.splitFiles, Follow: f.follow, UntilIdle: f.untilIdle}
 	planner := filesource.NewPlanner(in.objs, popts)
-	if code, done := f.announce(runCtx, con, conn, st, job, instance, planner, in.location, out.location); done {
+	if code, done := f.announce(runCtx, con, conn, st, job, instance, planner, in.location, out); done {
 		return code
 	}
 
@@ -474,18 +477,29 @@ func (f *backfillFlags) openStore(ctx context.Context, log *slog.Logger, job str
 // joined, resumed; and ends the run (done) for a job of another source,
 // a complete job and a stalled one.
 func (f *backfillFlags) announce(ctx context.Context, con *console, conn *connector, st spate.Store, job, instance string,
-	planner *filesource.Planner, src, dst string) (code int, done bool) {
+	planner *filesource.Planner, src string, out *destination) (code int, done bool) {
+	dst := out.location
 	before, _, err := readJob(ctx, st)
 	if err != nil {
 		return fail(exitFailed, "read job %s: %v", job, err), true
 	}
 	con.line("spate backfill: job %s, worker %s", job, instance)
 	con.line("store: %s", conn.describe)
+	if before.exists && before.fingerprint != planner.Fingerprint() {
+		return fail(exitUsage, "job %s on this store belongs to another source or other split options:\n  the job:  %s\n  this run: %s\nuse another --job, or the job's own --src/--split-bytes/--split-files/--follow", job, before.fingerprint, planner.Fingerprint()), true
+	}
+	// The destination is bound to the plan that writes it before anything
+	// is written to it.
+	if _, err := f.bindJob(ctx, st, out, conn.describe, job, before, f.params(src, dst)); err != nil {
+		var r *refusal
+		if errors.As(err, &r) {
+			return fail(exitUsage, "%s", r.msg), true
+		}
+		return fail(exitFailed, "%v", err), true
+	}
 	switch {
 	case !before.exists:
 		con.line("new job: %s -> %s", src, dst)
-	case before.fingerprint != planner.Fingerprint():
-		return fail(exitUsage, "job %s on this store belongs to another source or other split options:\n  the job:  %s\n  this run: %s\nuse another --job, or the job's own --src/--split-bytes/--split-files/--follow", job, before.fingerprint, planner.Fingerprint()), true
 	case before.completedAll:
 		con.line("job %s is already complete: all %d splits (%s) are committed completed; nothing to do", job, before.splits, bytesStr(before.total))
 		return exitOK, true
@@ -698,7 +712,7 @@ func (f *backfillFlags) finish(con *console, job string, in *input, out *destina
 	if verified != nil {
 		con.plain("  %s\n", verified.report())
 		if !verified.OK() {
-			con.plain("  (if workers on other hosts write to their own --dst, check the union with spate verify, or pass --verify=false)\n")
+			con.plain("  (workers on several hosts must all write to the job's --dst itself, on shared storage: each split's output is where its commits put it)\n")
 			code = exitFailed
 		}
 	}

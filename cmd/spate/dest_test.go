@@ -2,12 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/spate-go/spate/internal/redisservers"
 )
 
 // --dst, --data-dir and --history inside --src are refused however they
@@ -57,4 +62,149 @@ func TestBackfillEndsOverlapThroughLinks(t *testing.T) {
 	for _, h := range []string{filepath.Join(src, "h.jsonl"), filepath.Join(link, "sub", "h.jsonl")} {
 		assert.Contains(t, overlap(safe, data, h), "--history "+h+" is inside --src", "--history %s", h)
 	}
+}
+
+// outputs reads every published output file of dst by name.
+func outputs(t *testing.T, dst string) map[string]string {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(dst, "*"+outputSuffix))
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		require.NoError(t, err)
+		out[filepath.Base(p)] = string(b)
+	}
+	return out
+}
+
+// touch changes a file's modification time, which gives its split a new
+// identity in a new plan.
+func touch(t *testing.T, path string) {
+	t.Helper()
+	later := time.Now().Add(time.Hour)
+	require.NoError(t, os.Chtimes(path, later, later))
+}
+
+// A job rerun on a store that does not hold it (each mem:// is a store of
+// its own) after a touch of one input file was a new plan over the first
+// one's output: the touched file's split got a new identity and its lines
+// were published a second time. The destination is bound to the plan that
+// wrote it: the second run is refused (exit 2) naming both, and the output
+// is untouched (0 duplicates). A destination an earlier version wrote (no
+// binding, published files) is refused the same way.
+func TestBackfillRerunOnAnotherStoreIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	lines := writeCorpus(t, src, 5, 400)
+	args := []string{"backfill", "--src", src, "--dst", dst, "--store", "mem://", "--lease", "1s", "--split-bytes", "8192"}
+	code, out, errOut := runSpate(t, dir, "", 60*time.Second, args...)
+	expectCode(t, "first run", code, exitOK, out, errOut)
+	before := outputs(t, dst)
+	require.NotEmpty(t, before)
+
+	touch(t, filepath.Join(src, "part-1", "f01.txt"))
+	code, out, errOut = runSpate(t, dir, "", 60*time.Second, args...)
+	expectCode(t, "rerun on another store", code, exitUsage, out, errOut)
+	binding, err := os.ReadFile(filepath.Join(dst, ".spate", "plan"))
+	require.NoError(t, err, "the destination's binding")
+	for _, want := range []string{"--dst " + dst + " holds the output of job", "does not hold that plan", "it holds no record of job",
+		"run with the store that holds plan", "give this run an empty --dst"} {
+		assert.Contains(t, errOut, want)
+	}
+	var b destBinding
+	require.NoError(t, json.Unmarshal(binding, &b))
+	assert.Contains(t, errOut, "plan "+b.Plan, "the refusal names the destination's plan")
+	assert.Equal(t, before, outputs(t, dst), "the refused run changed the output")
+	code, out, errOut = runSpate(t, dir, "", 30*time.Second, "verify", "--src", src, "--dst", dst)
+	expectCode(t, "verify", code, exitOK, out, errOut)
+	assert.Contains(t, out, "verified exactly once: all "+count(int64(lines))+" input lines")
+
+	// An earlier version's destination: a job marker and published files,
+	// no binding.
+	require.NoError(t, os.Remove(filepath.Join(dst, ".spate", "plan")))
+	code, out, errOut = runSpate(t, dir, "", 60*time.Second, args...)
+	expectCode(t, "rerun over an unbound destination", code, exitUsage, out, errOut)
+	assert.Contains(t, errOut, "no binding ("+filepath.Join(dst, ".spate", "plan")+") ties it to a plan")
+	assert.Contains(t, errOut, "give this run an empty --dst")
+	assert.Equal(t, before, outputs(t, dst), "the refused run changed the output")
+
+	// An empty --dst is the fix: the new plan copies everything once.
+	dst2 := filepath.Join(dir, "dst2")
+	code, out, errOut = runSpate(t, dir, "", 60*time.Second, "backfill", "--src", src, "--dst", dst2, "--store", "mem://", "--lease", "1s", "--split-bytes", "8192")
+	expectCode(t, "a new plan into an empty --dst", code, exitOK, out, errOut)
+	assert.Contains(t, out, "verified exactly once: all "+count(int64(lines))+" input lines")
+}
+
+// Reruns on the store that holds the job keep working: a finished job
+// rerun (after a touch) says it is complete, and writes nothing.
+func TestBackfillRerunOnTheSameStore(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	writeCorpus(t, src, 5, 400)
+	store := "redis://" + redisservers.Start(t).Addr()
+	args := []string{"backfill", "--src", src, "--dst", dst, "--store", store, "--lease", "1s", "--split-bytes", "8192"}
+	code, out, errOut := runSpate(t, dir, "", 60*time.Second, args...)
+	expectCode(t, "first run", code, exitOK, out, errOut)
+	before := outputs(t, dst)
+	touch(t, filepath.Join(src, "part-1", "f01.txt"))
+	code, out, errOut = runSpate(t, dir, "", 60*time.Second, args...)
+	expectCode(t, "rerun on the same store", code, exitOK, out, errOut)
+	assert.Contains(t, out, "is already complete")
+	assert.Equal(t, before, outputs(t, dst))
+}
+
+// A worker whose --dst differs from the job's joined it and quarantined
+// what it took over (the committed output was under the other --dst). It
+// is refused at start, naming the job's and its own --dst, and creates
+// nothing. A --dst at the job's path that holds none of its committed
+// output (another host's disk, or a destination moved away) is refused
+// too.
+func TestBackfillWorkerWithAnotherDstIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	src, dst, other := filepath.Join(dir, "src"), filepath.Join(dir, "dst"), filepath.Join(dir, "other")
+	writeCorpus(t, src, 5, 400)
+	store := "redis://" + redisservers.Start(t).Addr()
+	args := func(dst string) []string {
+		return []string{"backfill", "--src", src, "--dst", dst, "--store", store, "--lease", "1s", "--split-bytes", "8192"}
+	}
+	code, out, errOut := runSpate(t, dir, "", 60*time.Second, args(dst)...)
+	expectCode(t, "first run", code, exitOK, out, errOut)
+
+	code, out, errOut = runSpate(t, dir, "", 60*time.Second, args(other)...)
+	expectCode(t, "a worker with another --dst", code, exitUsage, out, errOut)
+	assert.Contains(t, errOut, "this worker's flags differ from those of job")
+	assert.Regexp(t, `--dst +the job's `+regexp.QuoteMeta(dst)+`, this worker's `+regexp.QuoteMeta(other), errOut)
+	assert.NoDirExists(t, other, "the refused worker created its --dst")
+
+	require.NoError(t, os.Rename(dst, filepath.Join(dir, "moved")))
+	code, out, errOut = runSpate(t, dir, "", 60*time.Second, args(dst)...)
+	expectCode(t, "a --dst without the job's output", code, exitUsage, out, errOut)
+	assert.Contains(t, errOut, "has committed output under its --dst "+dst+", but "+dst+" holds none of it")
+	assert.Contains(t, errOut, "spate delete --store "+store)
+}
+
+// The flags compared at start: each difference names the flag and both
+// values; split options do not matter to a followed job.
+func TestPlanParamsDifferences(t *testing.T) {
+	f := backfillFlags{splitBytes: 100, splitFiles: 4}
+	job := f.params("/src", "/dst")
+	assert.Empty(t, job.differences(f.params("/src", "/dst")))
+	g := backfillFlags{splitBytes: 200, splitFiles: 5}
+	d := job.differences(g.params("/src2", "/dst"))
+	require.Len(t, d, 3)
+	assert.Contains(t, d[0], "--src")
+	assert.Contains(t, d[0], "the job's /src, this worker's /src2")
+	assert.Contains(t, d[1], "--split-bytes")
+	assert.Contains(t, d[1], "the job's 100, this worker's 200")
+	assert.Contains(t, d[2], "the job's 4, this worker's 5")
+	// A followed job is resumed with --until-idle to wind it down; split
+	// options do not shape it.
+	fj := backfillFlags{follow: true, splitBytes: 1}
+	fw := backfillFlags{follow: true, splitBytes: 2, untilIdle: time.Minute}
+	assert.Empty(t, fj.params("/s", "/d").differences(fw.params("/s", "/d")))
+	assert.Contains(t, fj.params("/s", "/d").differences(job)[0], "--src")
 }
