@@ -365,17 +365,20 @@ func (fs *fileStage) publish(off, n int64, write func() error) error {
 	// The file must still be the one this tenancy opened, at the length
 	// the commit fixed (or partly past it: an interrupted publish).
 	st, err := os.Stat(fs.finalPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: the published file %s is gone (%v): it was deleted under the job; restore it, or delete the job and its output and run again", ErrOutputDamaged, fs.finalPath, err)
+	}
 	if err != nil {
-		return fmt.Errorf("the published file %s is gone (%v): it was deleted under the job; restore it, or delete the job and its output and run again", fs.finalPath, err)
+		return fmt.Errorf("cannot read the published file %s: %w", fs.finalPath, err)
 	}
 	if ost, err := fs.out.Stat(); err != nil || !os.SameFile(st, ost) {
-		return fmt.Errorf("the published file %s was replaced under the job; restore it, or delete the job and its output and run again", fs.finalPath)
+		return fmt.Errorf("%w: the published file %s was replaced under the job; restore it, or delete the job and its output and run again", ErrOutputDamaged, fs.finalPath)
 	}
 	if st.Size() < off {
-		return fmt.Errorf("%s holds %d bytes but %d are committed: it was truncated under the job; restore it, or delete the job and its output and run again", fs.finalPath, st.Size(), off)
+		return fmt.Errorf("%w: %s holds %d bytes but %d are committed: it was truncated under the job; restore it, or delete the job and its output and run again", ErrOutputDamaged, fs.finalPath, st.Size(), off)
 	}
 	if st.Size() > off+n {
-		return fmt.Errorf("%s holds %d bytes past the %d committed: something other than this job's commits wrote it", fs.finalPath, st.Size()-off-n, off+n)
+		return fmt.Errorf("%w: %s holds %d bytes past the %d committed: something other than this job's commits wrote it", ErrOutputDamaged, fs.finalPath, st.Size()-off-n, off+n)
 	}
 	if err := write(); err != nil {
 		return fmt.Errorf("cannot publish to %s: %w", fs.finalPath, err)
