@@ -348,6 +348,10 @@ func (fs *fileStage) publishRange(off, from, n int64) error {
 	return fs.publish(off, n, func() error { return copyRange(fs.out, off, fs.f, from, n) })
 }
 
+// publishWrite runs a publish's write of n bytes at off to out. Tests
+// replace it to inject a write that fails halfway, as a full disk does.
+var publishWrite = func(out *os.File, off, n int64, write func() error) error { return write() }
+
 // publish checks the published file, writes n bytes at off with write and
 // fsyncs it.
 func (fs *fileStage) publish(off, n int64, write func() error) error {
@@ -380,7 +384,21 @@ func (fs *fileStage) publish(off, n int64, write func() error) error {
 	if st.Size() > off+n {
 		return fmt.Errorf("%w: %s holds %d bytes past the %d committed: something other than this job's commits wrote it", ErrOutputDamaged, fs.finalPath, st.Size()-off-n, off+n)
 	}
-	if err := write(); err != nil {
+	// No torn line is ever visible under the final name: a full disk
+	// fails the reservation before a byte is written, and a write that
+	// fails halfway anyway is undone (the file is cut back to the length
+	// the commits fixed; the retry writes the whole range again).
+	if err := reserve(fs.out, off, n); err != nil {
+		return fmt.Errorf("cannot publish to %s: %w", fs.finalPath, err)
+	}
+	if err := publishWrite(fs.out, off, n, write); err != nil {
+		if ost, serr := fs.out.Stat(); serr == nil && ost.Size() > off && ost.Size() <= off+n {
+			if terr := fs.out.Truncate(off); terr == nil {
+				_ = fs.out.Sync()
+			} else {
+				err = fmt.Errorf("%w; and the part written could not be undone: %v", err, terr)
+			}
+		}
 		return fmt.Errorf("cannot publish to %s: %w", fs.finalPath, err)
 	}
 	if err := fs.out.Sync(); err != nil {
