@@ -303,12 +303,12 @@ func (s *StagedFileSink) recover(fs *fileStage, committed []byte) error {
 	n := c.To - c.From
 	if n <= 0 {
 		if size > c.Len {
-			return fmt.Errorf("%s holds %d bytes past the %d committed: something other than this job's commits wrote it; move it away, or delete the job and its output and run again", fs.finalPath, size-c.Len, c.Len)
+			return pastCommitted(fs.finalPath, size-c.Len, c.Len)
 		}
 		return nil
 	}
 	if size > c.Len+n {
-		return fmt.Errorf("%s holds %d bytes past the %d committed: something other than this job's commits wrote it; move it away, or delete the job and its output and run again", fs.finalPath, size-c.Len-n, c.Len+n)
+		return pastCommitted(fs.finalPath, size-c.Len-n, c.Len+n)
 	}
 	stagePath := filepath.Join(s.dir, filepath.FromSlash(c.Stage))
 	data, rerr := readRange(stagePath, c.From, c.To)
@@ -332,6 +332,18 @@ func (s *StagedFileSink) recover(fs *fileStage, committed []byte) error {
 	}
 	fs.finalLen, fs.finalCRC = c.Len+n, crc32.Update(c.CRC, castagnoli, data)
 	return nil
+}
+
+// pastCommitted is the error of a published file that holds extra bytes
+// past the committed length. They may be committed output the store no
+// longer lists (a store restored from a backup or rolled back holds older
+// records than the output), so the fix never removes them.
+func pastCommitted(path string, extra, committed int64) error {
+	return fmt.Errorf("%s holds %d bytes past the %d its split's committed record lists: either the store lost commits "+
+		"(restored from a backup or rolled back: its records are older than the output) or something other than this job wrote them; "+
+		"nothing was changed, and the file may hold committed output: do not delete it. If the store lost commits, run against the store "+
+		"that holds the job's latest state; otherwise, to start over, delete the job and give it an empty destination",
+		path, extra, committed)
 }
 
 // publishBytes writes data to the published file at off and fsyncs it.
@@ -382,7 +394,7 @@ func (fs *fileStage) publish(off, n int64, write func() error) error {
 		return fmt.Errorf("%w: %s holds %d bytes but %d are committed: it was truncated under the job; restore it, or delete the job and its output and run again", ErrOutputDamaged, fs.finalPath, st.Size(), off)
 	}
 	if st.Size() > off+n {
-		return fmt.Errorf("%w: %s holds %d bytes past the %d committed: something other than this job's commits wrote it", ErrOutputDamaged, fs.finalPath, st.Size()-off-n, off+n)
+		return fmt.Errorf("%w: %w", ErrOutputDamaged, pastCommitted(fs.finalPath, st.Size()-off-n, off+n))
 	}
 	// No torn line is ever visible under the final name: a full disk
 	// fails the reservation before a byte is written, and a write that

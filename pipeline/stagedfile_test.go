@@ -427,3 +427,29 @@ func TestStagedFileSinkUndoesAPublishTornByAFullDisk(t *testing.T) {
 	require.NoError(t, s.Publish(context.Background(), 0, c), "the retry")
 	requireExactly(t, s, stageSplit, 10)
 }
+
+// A store rolled back to an older state lists less than a published file
+// holds. The error says the store may have lost commits, and never
+// advises deleting the file (it holds committed output).
+func TestStagedFileSinkBlamesARolledBackStoreSafely(t *testing.T) {
+	dir := t.TempDir()
+	s, err := NewStagedFileSink(dir, "job")
+	require.NoError(t, err)
+	defer s.Close()
+	openStage(t, s, 1, 0, nil)
+	write(t, s, 0, 0, 10)
+	older := prepare(t, s, 0, 5)
+	require.NoError(t, s.Publish(context.Background(), 0, older))
+	require.NoError(t, s.Publish(context.Background(), 0, prepare(t, s, 0, 10)))
+	requireExactly(t, s, stageSplit, 10)
+	s.CloseStage(0, false)
+
+	// The store went back to the record of the first commit.
+	err = s.OpenStage(context.Background(), StageTenancy{Split: stageSplit, Epoch: 2, Partition: 1}, older)
+	require.Error(t, err)
+	for _, want := range []string{s.Path(stageSplit), "the store lost commits", "restored from a backup or rolled back", "do not delete it"} {
+		assert.Contains(t, err.Error(), want)
+	}
+	assert.NotContains(t, err.Error(), "move it away")
+	requireExactly(t, s, stageSplit, 10)
+}

@@ -196,6 +196,7 @@ type jobSummary struct {
 	members                           int
 	fingerprint                       string
 	quarantinedIDs                    []string
+	quarantinedWhy                    map[string]string  // the reason recorded with each quarantined split
 	damaged                           []spate.SplitState // out of play: a record cannot be read
 	runnable                          int                // waiting for a worker: no live lease
 	leased                            int                // held by a live worker's lease
@@ -239,6 +240,10 @@ func summarize(js *spate.JobState) jobSummary {
 		case sp.Status == spate.StatusQuarantined:
 			s.quarantined++
 			s.quarantinedIDs = append(s.quarantinedIDs, sp.ID.String())
+			if s.quarantinedWhy == nil {
+				s.quarantinedWhy = map[string]string{}
+			}
+			s.quarantinedWhy[sp.ID.String()] = sp.LastFailure
 		default:
 			if sp.LeaseOwner != "" {
 				s.leased++
@@ -502,9 +507,11 @@ func (f *backfillFlags) announce(ctx context.Context, con *console, conn *connec
 		con.line("new job: %s -> %s", src, dst)
 	case before.completedAll:
 		con.line("job %s is already complete: all %d splits (%s) are committed completed; nothing to do", job, before.splits, bytesStr(before.total))
+		fmt.Fprintf(con.errOut, "spate backfill: job %s was already complete on this store; nothing was copied. To copy again from the start: spate delete %s, then spate backfill with an empty --dst\n",
+			job, f.storeArgs(job))
 		return exitOK, true
 	case before.stalled:
-		f.explainStalled(con, job, before.quarantinedIDs, nil, before.damaged)
+		f.explainStalled(con, job, before, nil)
 		return exitStalled, true
 	case before.members > 0:
 		con.line("joining running job: %d of %d splits completed, %d worker(s) running", before.completed, before.splits, before.members)
@@ -699,7 +706,8 @@ func (f *backfillFlags) finish(con *console, job string, in *input, out *destina
 	}
 	con.plain("  splits     this worker gained %d (%d resumed from a commit), completed %d, lost %d, handed back %d\n",
 		gained, resumed, completedHere, lost, handed)
-	con.plain("  records    %s lines (%s of input) written to %s\n", count(recs), bytesStr(inBytes), dst)
+	// What this worker staged; only what a won commit lists is published.
+	con.plain("  records    %s lines (%s of input) read and staged by this worker; what the job committed is published under %s\n", count(recs), bytesStr(inBytes), dst)
 	if verified != nil {
 		con.plain("  duplicates %s lines in %s (exactly-once: the output lists only what won commits covered)\n", count(verified.Duplicates), dst)
 	} else if f.follow {
@@ -718,7 +726,7 @@ func (f *backfillFlags) finish(con *console, job string, in *input, out *destina
 	}
 	switch {
 	case stalled != nil:
-		f.explainStalled(con, job, final.quarantinedIDs, obs.quarantinedSplits(), final.damaged)
+		f.explainStalled(con, job, final, obs.quarantinedSplits())
 	case runErr != nil:
 		con.plain("error: %v\n", runErr)
 	}
@@ -731,16 +739,30 @@ func (f *backfillFlags) finish(con *console, job string, in *input, out *destina
 	return code
 }
 
-func (f *backfillFlags) explainStalled(con *console, job string, ids []string, detailed []string, damaged []spate.SplitState) {
+// explainStalled says why the job cannot finish: each quarantined split
+// of the job (s) with its reason — this worker's own with the files they
+// hold (detailed, "ID [files]: reason"), the others' with the reason the
+// store recorded — and each damaged record with its fix.
+func (f *backfillFlags) explainStalled(con *console, job string, s jobSummary, detailed []string) {
 	args := f.storeArgs(job)
+	ids, damaged := s.quarantinedIDs, s.damaged
 	if len(ids) > 0 {
-		lines := detailed
-		if len(lines) == 0 {
-			lines = ids
+		mine := map[string]string{}
+		for _, l := range detailed {
+			id, _, _ := strings.Cut(l, " ")
+			id, _, _ = strings.Cut(id, ":")
+			mine[id] = l
 		}
 		con.plain("\nthe job cannot finish: %d split(s) are quarantined (their input, or their output under --dst, failed on every attempt; the reasons name the file and the fix):\n", len(ids))
-		for _, l := range lines {
-			con.plain("  %s\n", l)
+		for _, id := range ids {
+			switch why := s.quarantinedWhy[id]; {
+			case mine[id] != "":
+				con.plain("  %s\n", mine[id])
+			case why != "":
+				con.plain("  %s: %s\n", id, why)
+			default:
+				con.plain("  %s: (the store holds no reason; spate inspect shows the split)\n", id)
+			}
 		}
 		con.plain("see them with:        spate inspect %s\n", args)
 		con.plain("fix what the reason names, then:  spate requeue SPLIT %s\n", args)

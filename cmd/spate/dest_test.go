@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,6 +155,15 @@ func TestBackfillRerunOnTheSameStore(t *testing.T) {
 	code, out, errOut = runSpate(t, dir, "", 60*time.Second, args...)
 	expectCode(t, "rerun on the same store", code, exitOK, out, errOut)
 	assert.Contains(t, out, "is already complete")
+	// Said on stderr in one line, with the command that starts it anew.
+	var said string
+	for _, l := range strings.Split(errOut, "\n") {
+		if strings.Contains(l, "was already complete on this store; nothing was copied") {
+			said = l
+		}
+	}
+	require.NotEmpty(t, said, "not said on stderr:\n%s", errOut)
+	assert.Contains(t, said, "To copy again from the start: spate delete --store "+store+" --job ")
 	assert.Equal(t, before, outputs(t, dst))
 }
 
@@ -207,4 +218,22 @@ func TestPlanParamsDifferences(t *testing.T) {
 	fw := backfillFlags{follow: true, splitBytes: 2, untilIdle: time.Minute}
 	assert.Empty(t, fj.params("/s", "/d").differences(fw.params("/s", "/d")))
 	assert.Contains(t, fj.params("/s", "/d").differences(job)[0], "--src")
+}
+
+// A stall summary lists every quarantined split of the job with a reason:
+// this worker's own with their files, the others' with the reason the store
+// recorded (it listed them with none).
+func TestExplainStalledGivesEveryQuarantinedSplitAReason(t *testing.T) {
+	var out bytes.Buffer
+	con := &console{out: &out, errOut: &out, start: time.Now(), width: func() int { return 0 }}
+	f := backfillFlags{}
+	f.store.url = "redis://127.0.0.1:6379"
+	s := jobSummary{quarantinedIDs: []string{"f1aaa", "f1bbb", "f1ccc"},
+		quarantinedWhy: map[string]string{"f1aaa": "mine: why", "f1bbb": "output: /dst/f1bbb.out is gone"}}
+	f.explainStalled(con, "j", s, []string{"f1aaa [a.txt]: output: /dst/f1aaa.out holds 3 bytes"})
+	got := out.String()
+	assert.Contains(t, got, "  f1aaa [a.txt]: output: /dst/f1aaa.out holds 3 bytes\n")
+	assert.Contains(t, got, "  f1bbb: output: /dst/f1bbb.out is gone\n")
+	assert.Contains(t, got, "  f1ccc: (the store holds no reason; spate inspect shows the split)\n")
+	assert.Contains(t, got, "spate requeue SPLIT --store redis://127.0.0.1:6379 --job j")
 }
