@@ -237,3 +237,22 @@ func TestExplainStalledGivesEveryQuarantinedSplitAReason(t *testing.T) {
 	assert.Contains(t, got, "  f1ccc: (the store holds no reason; spate inspect shows the split)\n")
 	assert.Contains(t, got, "spate requeue SPLIT --store redis://127.0.0.1:6379 --job j")
 }
+
+// A bucket --dst is bound the same way: its .spate/plan object, and a
+// rerun on another store is refused.
+func TestBackfillBucketDstIsBound(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	src, out := filepath.Join(dir, "src"), filepath.Join(dir, "bucket")
+	writeCorpus(t, src, 3, 200)
+	require.NoError(t, os.MkdirAll(out, 0o755))
+	dst := "file://" + filepath.ToSlash(out) + "?metadata=skip"
+	args := []string{"backfill", "--src", src, "--dst", dst, "--store", "mem://", "--lease", "1s", "--split-bytes", "8192"}
+	code, stdout, errOut := runSpate(t, dir, "", 60*time.Second, args...)
+	expectCode(t, "first run", code, exitOK, stdout, errOut)
+	assert.FileExists(t, filepath.Join(out, ".spate", "plan"))
+	touch(t, filepath.Join(src, "part-1", "f01.txt"))
+	code, stdout, errOut = runSpate(t, dir, "", 60*time.Second, args...)
+	expectCode(t, "rerun on another store", code, exitUsage, stdout, errOut)
+	assert.Contains(t, errOut, "does not hold that plan")
+}
