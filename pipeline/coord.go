@@ -126,6 +126,10 @@ type tenancy struct {
 	completing *spate.SplitProgress
 	// noSpace counts publishes that failed on a full destination.
 	noSpace int
+	// outputDamaged is set once a publish found the published output
+	// damaged ([ErrOutputDamaged]): the split is being set aside, and is
+	// not published again.
+	outputDamaged bool
 	// gate is the lane as the runtime polls it: the coordination driver
 	// stops it to drain a revocation (drain.go).
 	gate *gatedLane

@@ -26,6 +26,7 @@ type fakeCoord struct {
 	commitGate     func(split spate.SplitID) error // called before the lock
 	failErr        func(split spate.SplitID) error
 	fails          []string
+	failReasons    []string
 	releases       [][]spate.SplitID
 	releaseDrained []spate.SplitID
 	declines       []spate.SplitID
@@ -73,6 +74,7 @@ func (c *fakeCoord) Fail(_ context.Context, s spate.SplitID, reason string) erro
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.fails = append(c.fails, s.String())
+	c.failReasons = append(c.failReasons, reason)
 	if c.failErr != nil {
 		return c.failErr(s)
 	}

@@ -29,3 +29,24 @@ func copyRange(dst *os.File, off int64, src *os.File, from, n int64) error {
 	}
 	return nil
 }
+
+// reserve allocates f's blocks for [off, off+n) without changing its size
+// (fallocate with FALLOC_FL_KEEP_SIZE), so that a full disk fails the
+// reservation, before any byte is written, rather than the write halfway.
+// A filesystem that cannot reserve is no error: the write is then
+// undone if it fails.
+func reserve(f *os.File, off, n int64) error {
+	for {
+		err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, off, n)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) || errors.Is(err, unix.EFBIG):
+			return err
+		default:
+			return nil // not supported here (EOPNOTSUPP, ENOSYS, ...)
+		}
+	}
+}

@@ -7,6 +7,13 @@ import (
 	"github.com/spate-go/spate"
 )
 
+// ErrOutputDamaged marks a staging sink's Publish error that no retry can
+// mend: what the split published before was deleted, replaced, truncated or
+// written to under the job. The coordination driver then sets the split
+// aside (it fails it through the coordinator with the error as the
+// reason) instead of publishing again.
+var ErrOutputDamaged = errors.New("the split's published output was damaged under the job")
+
 // FatalError stops a pipeline: the component that failed and why.
 type FatalError struct {
 	Component string

@@ -303,12 +303,12 @@ func (s *StagedFileSink) recover(fs *fileStage, committed []byte) error {
 	n := c.To - c.From
 	if n <= 0 {
 		if size > c.Len {
-			return fmt.Errorf("%s holds %d bytes past the %d committed: something other than this job's commits wrote it; move it away, or delete the job and its output and run again", fs.finalPath, size-c.Len, c.Len)
+			return pastCommitted(fs.finalPath, size-c.Len, c.Len)
 		}
 		return nil
 	}
 	if size > c.Len+n {
-		return fmt.Errorf("%s holds %d bytes past the %d committed: something other than this job's commits wrote it; move it away, or delete the job and its output and run again", fs.finalPath, size-c.Len-n, c.Len+n)
+		return pastCommitted(fs.finalPath, size-c.Len-n, c.Len+n)
 	}
 	stagePath := filepath.Join(s.dir, filepath.FromSlash(c.Stage))
 	data, rerr := readRange(stagePath, c.From, c.To)
@@ -334,6 +334,18 @@ func (s *StagedFileSink) recover(fs *fileStage, committed []byte) error {
 	return nil
 }
 
+// pastCommitted is the error of a published file that holds extra bytes
+// past the committed length. They may be committed output the store no
+// longer lists (a store restored from a backup or rolled back holds older
+// records than the output), so the fix never removes them.
+func pastCommitted(path string, extra, committed int64) error {
+	return fmt.Errorf("%s holds %d bytes past the %d its split's committed record lists: either the store lost commits "+
+		"(restored from a backup or rolled back: its records are older than the output) or something other than this job wrote them; "+
+		"nothing was changed, and the file may hold committed output: do not delete it. If the store lost commits, run against the store "+
+		"that holds the job's latest state; otherwise, to start over, delete the job and give it an empty destination",
+		path, extra, committed)
+}
+
 // publishBytes writes data to the published file at off and fsyncs it.
 func (fs *fileStage) publishBytes(off int64, data []byte) error {
 	return fs.publish(off, int64(len(data)), func() error {
@@ -347,6 +359,10 @@ func (fs *fileStage) publishBytes(off int64, data []byte) error {
 func (fs *fileStage) publishRange(off, from, n int64) error {
 	return fs.publish(off, n, func() error { return copyRange(fs.out, off, fs.f, from, n) })
 }
+
+// publishWrite runs a publish's write of n bytes at off to out. Tests
+// replace it to inject a write that fails halfway, as a full disk does.
+var publishWrite = func(out *os.File, off, n int64, write func() error) error { return write() }
 
 // publish checks the published file, writes n bytes at off with write and
 // fsyncs it.
@@ -365,19 +381,36 @@ func (fs *fileStage) publish(off, n int64, write func() error) error {
 	// The file must still be the one this tenancy opened, at the length
 	// the commit fixed (or partly past it: an interrupted publish).
 	st, err := os.Stat(fs.finalPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: the published file %s is gone (%v): it was deleted under the job; restore it, or delete the job and its output and run again", ErrOutputDamaged, fs.finalPath, err)
+	}
 	if err != nil {
-		return fmt.Errorf("the published file %s is gone (%v): it was deleted under the job; restore it, or delete the job and its output and run again", fs.finalPath, err)
+		return fmt.Errorf("cannot read the published file %s: %w", fs.finalPath, err)
 	}
 	if ost, err := fs.out.Stat(); err != nil || !os.SameFile(st, ost) {
-		return fmt.Errorf("the published file %s was replaced under the job; restore it, or delete the job and its output and run again", fs.finalPath)
+		return fmt.Errorf("%w: the published file %s was replaced under the job; restore it, or delete the job and its output and run again", ErrOutputDamaged, fs.finalPath)
 	}
 	if st.Size() < off {
-		return fmt.Errorf("%s holds %d bytes but %d are committed: it was truncated under the job; restore it, or delete the job and its output and run again", fs.finalPath, st.Size(), off)
+		return fmt.Errorf("%w: %s holds %d bytes but %d are committed: it was truncated under the job; restore it, or delete the job and its output and run again", ErrOutputDamaged, fs.finalPath, st.Size(), off)
 	}
 	if st.Size() > off+n {
-		return fmt.Errorf("%s holds %d bytes past the %d committed: something other than this job's commits wrote it", fs.finalPath, st.Size()-off-n, off+n)
+		return fmt.Errorf("%w: %w", ErrOutputDamaged, pastCommitted(fs.finalPath, st.Size()-off-n, off+n))
 	}
-	if err := write(); err != nil {
+	// No torn line is ever visible under the final name: a full disk
+	// fails the reservation before a byte is written, and a write that
+	// fails halfway anyway is undone (the file is cut back to the length
+	// the commits fixed; the retry writes the whole range again).
+	if err := reserve(fs.out, off, n); err != nil {
+		return fmt.Errorf("cannot publish to %s: %w", fs.finalPath, err)
+	}
+	if err := publishWrite(fs.out, off, n, write); err != nil {
+		if ost, serr := fs.out.Stat(); serr == nil && ost.Size() > off && ost.Size() <= off+n {
+			if terr := fs.out.Truncate(off); terr == nil {
+				_ = fs.out.Sync()
+			} else {
+				err = fmt.Errorf("%w; and the part written could not be undone: %v", err, terr)
+			}
+		}
 		return fmt.Errorf("cannot publish to %s: %w", fs.finalPath, err)
 	}
 	if err := fs.out.Sync(); err != nil {

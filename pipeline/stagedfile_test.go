@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -388,4 +390,66 @@ func TestStagedFileSinkMakesTheDirectoriesItCreatesDurable(t *testing.T) {
 	require.NoError(t, os.WriteFile(file, nil, 0o644))
 	_, err = NewStagedFileSink(filepath.Join(file, "dst"), "")
 	require.ErrorContains(t, err, file)
+}
+
+// A disk that fills up halfway through a publish left a torn last line in
+// the published file until the next run. The part written is undone: the
+// file never shows more than whole committed lines, and the retry
+// publishes the range whole.
+func TestStagedFileSinkUndoesAPublishTornByAFullDisk(t *testing.T) {
+	s, err := NewStagedFileSink(t.TempDir(), "job")
+	require.NoError(t, err)
+	defer s.Close()
+	openStage(t, s, 1, 0, nil)
+	write(t, s, 0, 0, 10)
+	require.NoError(t, s.Publish(context.Background(), 0, prepare(t, s, 0, 5)))
+	requireExactly(t, s, stageSplit, 5)
+	before, err := os.ReadFile(s.Path(stageSplit))
+	require.NoError(t, err)
+
+	c := prepare(t, s, 0, 10)
+	real := publishWrite
+	defer func() { publishWrite = real }()
+	publishWrite = func(out *os.File, off, n int64, _ func() error) error {
+		if _, err := out.WriteAt(bytes.Repeat([]byte("x"), int(n/2)), off); err != nil {
+			return err
+		}
+		return &os.PathError{Op: "write", Path: out.Name(), Err: syscall.ENOSPC}
+	}
+	err = s.Publish(context.Background(), 0, c)
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	require.Contains(t, err.Error(), s.Path(stageSplit))
+	after, err := os.ReadFile(s.Path(stageSplit))
+	require.NoError(t, err)
+	require.Equal(t, string(before), string(after), "a torn publish is visible under the final name")
+
+	publishWrite = real
+	require.NoError(t, s.Publish(context.Background(), 0, c), "the retry")
+	requireExactly(t, s, stageSplit, 10)
+}
+
+// A store rolled back to an older state lists less than a published file
+// holds. The error says the store may have lost commits, and never
+// advises deleting the file (it holds committed output).
+func TestStagedFileSinkBlamesARolledBackStoreSafely(t *testing.T) {
+	dir := t.TempDir()
+	s, err := NewStagedFileSink(dir, "job")
+	require.NoError(t, err)
+	defer s.Close()
+	openStage(t, s, 1, 0, nil)
+	write(t, s, 0, 0, 10)
+	older := prepare(t, s, 0, 5)
+	require.NoError(t, s.Publish(context.Background(), 0, older))
+	require.NoError(t, s.Publish(context.Background(), 0, prepare(t, s, 0, 10)))
+	requireExactly(t, s, stageSplit, 10)
+	s.CloseStage(0, false)
+
+	// The store went back to the record of the first commit.
+	err = s.OpenStage(context.Background(), StageTenancy{Split: stageSplit, Epoch: 2, Partition: 1}, older)
+	require.Error(t, err)
+	for _, want := range []string{s.Path(stageSplit), "the store lost commits", "restored from a backup or rolled back", "do not delete it"} {
+		assert.Contains(t, err.Error(), want)
+	}
+	assert.NotContains(t, err.Error(), "move it away")
+	requireExactly(t, s, stageSplit, 10)
 }

@@ -194,6 +194,10 @@ const publishNoSpaceAttempts = 5
 // retry on the next poll (the committed record lists it, so a new owner
 // would publish it too). Only a destination that stays full is an error.
 func (d *CoordinationDriver[C]) publish(t *tenancy, committable []byte) error {
+	if t.outputDamaged {
+		t.unpublished = committable
+		return nil // set aside: failed on the next poll
+	}
 	ctx, cancel := d.ctx()
 	err := d.stage.Publish(ctx, t.partition, committable)
 	cancel()
@@ -202,6 +206,16 @@ func (d *CoordinationDriver[C]) publish(t *tenancy, committable []byte) error {
 		return nil
 	}
 	t.unpublished = committable
+	if errors.Is(err, ErrOutputDamaged) {
+		// No retry can mend it, and no later commit of the split can be
+		// published: the split is failed (an attempt; the next owner's
+		// stage finds the damage too, and past the limit the split is
+		// quarantined with this reason), the rest of the job goes on.
+		t.outputDamaged = true
+		d.opts.log.Error("the split's published output was damaged under the job; setting the split aside", "split", t.spec.ID, "error", err)
+		d.ReportPoison(t.spec.ID, fmt.Sprintf("output: %v", err))
+		return nil
+	}
 	if errors.Is(err, syscall.ENOSPC) {
 		if t.noSpace++; t.noSpace >= publishNoSpaceAttempts {
 			return spate.Fatalf("publishing the output of split %s failed %d times: %v; free space on the destination and run again (what is committed resumes, nothing is lost)", t.spec.ID, t.noSpace, err)

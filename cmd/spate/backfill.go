@@ -68,7 +68,10 @@ input line: "<path relative to SRC>:<byte offset of the line>\t<line>",
 exactly once. A worker stages lines under DST/.spate/stage and publishes them
 only after the commit that lists them won, so a killed or frozen worker
 leaves no duplicate and no torn line under the final names. DST/.spate/job
-names the job that owns DST; another job is refused.
+names the job that owns DST (another job is refused), and DST/.spate/plan the
+plan that writes it: a new plan of the job (on another store, or after its
+records were deleted) is refused over its output, as is a worker whose --src,
+--dst, --split-bytes, --split-files or --follow differ from the job's.
 
 The default store is an embedded etcd on --embed-addr with its data in
 --data-dir; more spate backfill processes (other terminals) join it. The
@@ -115,7 +118,7 @@ func (f *backfillFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.discover, "discover", 0, "--follow: how often the leader lists --src for new files (at least --lease; 0: --lease)")
 	fs.Float64Var(&f.rate, "rate", 0, "write at most this many lines per second (0: unlimited)")
 	fs.StringVar(&f.history, "history", "", "append a JSON-lines history of what this worker saw to this file")
-	fs.BoolVar(&f.verify, "verify", true, "when the job completes, check that every input line is in --dst (turn off when workers write to different --dst)")
+	fs.BoolVar(&f.verify, "verify", true, "when the job completes, check that every input line is in --dst")
 	fs.BoolVar(&f.quiet, "quiet", false, "print no event or progress lines, only results")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this address")
 }
@@ -199,6 +202,7 @@ type jobSummary struct {
 	members                           int
 	fingerprint                       string
 	quarantinedIDs                    []string
+	quarantinedWhy                    map[string]string  // the reason recorded with each quarantined split
 	damaged                           []spate.SplitState // out of play: a record cannot be read
 	runnable                          int                // waiting for a worker: no live lease
 	leased                            int                // held by a live worker's lease
@@ -242,6 +246,10 @@ func summarize(js *spate.JobState) jobSummary {
 		case sp.Status == spate.StatusQuarantined:
 			s.quarantined++
 			s.quarantinedIDs = append(s.quarantinedIDs, sp.ID.String())
+			if s.quarantinedWhy == nil {
+				s.quarantinedWhy = map[string]string{}
+			}
+			s.quarantinedWhy[sp.ID.String()] = sp.LastFailure
 		default:
 			if sp.LeaseOwner != "" {
 				s.leased++
@@ -369,7 +377,7 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 
 	popts := filesource.PlannerOptions{TargetBytes: f.splitBytes, MaxFiles: f.splitFiles, Follow: f.follow, UntilIdle: f.untilIdle}
 	planner := filesource.NewPlanner(in.objs, popts)
-	if code, done := f.announce(runCtx, con, conn, st, job, instance, planner, in.location, out.location); done {
+	if code, done := f.announce(runCtx, con, conn, st, job, instance, planner, in.location, out); done {
 		return code
 	}
 
@@ -401,18 +409,66 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 }
 
 // endsOverlap says why --src and --dst (or the embedded store's
-// --data-dir) may not be used together; "" when they may.
+// --data-dir, or --history) may not be used together; "" when they may.
+// Paths are compared as written and with their symbolic links resolved
+// (a --dst reached through a link into --src is inside it).
 func (f *backfillFlags) endsOverlap(in *input, out *destination) string {
-	dst := out.location
-	if in.dir != "" && out.dir != "" && (within(dst, in.dir) || within(in.dir, dst) || within(dst, in.realDir()) || within(in.realDir(), dst)) {
-		return "--src and --dst must not contain each other (the output would become input)"
+	if in.dir == "" {
+		return ""
 	}
-	if f.store.url == "" && in.dir != "" {
-		if dd, err := filepath.Abs(f.store.dataDir); err == nil && within(dd, in.dir) {
+	srcs := []string{in.dir, realPath(in.dir)}
+	inSrc := func(p string) bool {
+		for _, q := range []string{p, realPath(p)} {
+			for _, s := range srcs {
+				if within(q, s) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	if out.dir != "" {
+		if inSrc(out.dir) {
+			return "--src and --dst must not contain each other (the output would become input)"
+		}
+		for _, d := range []string{out.dir, realPath(out.dir)} {
+			for _, s := range srcs {
+				if within(s, d) {
+					return "--src and --dst must not contain each other (the output would become input)"
+				}
+			}
+		}
+	}
+	if f.store.url == "" {
+		if dd, err := filepath.Abs(f.store.dataDir); err == nil && inSrc(dd) {
 			return fmt.Sprintf("--data-dir %s is inside --src: pass --data-dir elsewhere", f.store.dataDir)
 		}
 	}
+	if f.history != "" {
+		if h, err := filepath.Abs(f.history); err == nil && inSrc(h) {
+			return fmt.Sprintf("--history %s is inside --src (the history would become input): pass --history elsewhere", f.history)
+		}
+	}
 	return ""
+}
+
+// realPath is the absolute, clean path p with the symbolic links of its
+// longest existing prefix resolved (the rest, not created yet, is
+// appended as written): where p is, or will be once created.
+func realPath(p string) string {
+	p = filepath.Clean(p)
+	var rest []string
+	for dir := p; ; {
+		if r, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(append([]string{r}, rest...)...)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return p
+		}
+		rest = append([]string{filepath.Base(dir)}, rest...)
+		dir = parent
+	}
 }
 
 // openStore reaches the store and opens the job's keys in it, within
@@ -444,23 +500,36 @@ func (f *backfillFlags) openStore(ctx context.Context, log *slog.Logger, job str
 // joined, resumed; and ends the run (done) for a job of another source,
 // a complete job and a stalled one.
 func (f *backfillFlags) announce(ctx context.Context, con *console, conn *connector, st spate.Store, job, instance string,
-	planner *filesource.Planner, src, dst string) (code int, done bool) {
+	planner *filesource.Planner, src string, out *destination) (code int, done bool) {
+	dst := out.location
 	before, _, err := readJob(ctx, st)
 	if err != nil {
 		return fail(exitFailed, "read job %s: %v", job, err), true
 	}
 	con.line("spate backfill: job %s, worker %s", job, instance)
 	con.line("store: %s", conn.describe)
+	if before.exists && before.fingerprint != planner.Fingerprint() {
+		return fail(exitUsage, "job %s on this store belongs to another source or other split options:\n  the job:  %s\n  this run: %s\nuse another --job, or the job's own --src/--split-bytes/--split-files/--follow", job, before.fingerprint, planner.Fingerprint()), true
+	}
+	// The destination is bound to the plan that writes it before anything
+	// is written to it.
+	if _, err := f.bindJob(ctx, st, out, conn.describe, job, before, f.params(src, dst)); err != nil {
+		var r *refusal
+		if errors.As(err, &r) {
+			return fail(exitUsage, "%s", r.msg), true
+		}
+		return fail(exitFailed, "%v", err), true
+	}
 	switch {
 	case !before.exists:
 		con.line("new job: %s -> %s", src, dst)
-	case before.fingerprint != planner.Fingerprint():
-		return fail(exitUsage, "job %s on this store belongs to another source or other split options:\n  the job:  %s\n  this run: %s\nuse another --job, or the job's own --src/--split-bytes/--split-files/--follow", job, before.fingerprint, planner.Fingerprint()), true
 	case before.completedAll:
 		con.line("job %s is already complete: all %d splits (%s) are committed completed; nothing to do", job, before.splits, bytesStr(before.total))
+		fmt.Fprintf(con.errOut, "spate backfill: job %s was already complete on this store; nothing was copied. To copy again from the start: spate delete %s, then spate backfill with an empty --dst\n",
+			job, f.storeArgs(job))
 		return exitOK, true
 	case before.stalled:
-		f.explainStalled(con, job, before.quarantinedIDs, nil, before.damaged)
+		f.explainStalled(con, job, before, nil)
 		return exitStalled, true
 	case before.members > 0:
 		con.line("joining running job: %d of %d splits completed, %d worker(s) running", before.completed, before.splits, before.members)
@@ -666,7 +735,8 @@ func (f *backfillFlags) finish(con *console, job string, in *input, out *destina
 	}
 	con.plain("  splits     this worker gained %d (%d resumed from a commit), completed %d, lost %d, handed back %d\n",
 		gained, resumed, completedHere, lost, handed)
-	con.plain("  records    %s lines (%s of input) written to %s\n", count(recs), bytesStr(inBytes), dst)
+	// What this worker staged; only what a won commit lists is published.
+	con.plain("  records    %s lines (%s of input) read and staged by this worker; what the job committed is published under %s\n", count(recs), bytesStr(inBytes), dst)
 	if verified != nil {
 		con.plain("  duplicates %s lines in %s (exactly-once: the output lists only what won commits covered)\n", count(verified.Duplicates), dst)
 	} else if f.follow {
@@ -679,13 +749,13 @@ func (f *backfillFlags) finish(con *console, job string, in *input, out *destina
 	if verified != nil {
 		con.plain("  %s\n", verified.report())
 		if !verified.OK() {
-			con.plain("  (if workers on other hosts write to their own --dst, check the union with spate verify, or pass --verify=false)\n")
+			con.plain("  (workers on several hosts must all write to the job's --dst itself, on shared storage: each split's output is where its commits put it)\n")
 			code = exitFailed
 		}
 	}
 	switch {
 	case stalled != nil:
-		f.explainStalled(con, job, final.quarantinedIDs, obs.quarantinedSplits(), final.damaged)
+		f.explainStalled(con, job, final, obs.quarantinedSplits())
 	case runErr != nil:
 		con.plain("error: %v\n", runErr)
 	}
@@ -698,16 +768,30 @@ func (f *backfillFlags) finish(con *console, job string, in *input, out *destina
 	return code
 }
 
-func (f *backfillFlags) explainStalled(con *console, job string, ids []string, detailed []string, damaged []spate.SplitState) {
+// explainStalled says why the job cannot finish: each quarantined split
+// of the job (s) with its reason — this worker's own with the files they
+// hold (detailed, "ID [files]: reason"), the others' with the reason the
+// store recorded — and each damaged record with its fix.
+func (f *backfillFlags) explainStalled(con *console, job string, s jobSummary, detailed []string) {
 	args := f.storeArgs(job)
+	ids, damaged := s.quarantinedIDs, s.damaged
 	if len(ids) > 0 {
-		lines := detailed
-		if len(lines) == 0 {
-			lines = ids
+		mine := map[string]string{}
+		for _, l := range detailed {
+			id, _, _ := strings.Cut(l, " ")
+			id, _, _ = strings.Cut(id, ":")
+			mine[id] = l
 		}
 		con.plain("\nthe job cannot finish: %d split(s) are quarantined (their input, or their output under --dst, failed on every attempt; the reasons name the file and the fix):\n", len(ids))
-		for _, l := range lines {
-			con.plain("  %s\n", l)
+		for _, id := range ids {
+			switch why := s.quarantinedWhy[id]; {
+			case mine[id] != "":
+				con.plain("  %s\n", mine[id])
+			case why != "":
+				con.plain("  %s: %s\n", id, why)
+			default:
+				con.plain("  %s: (the store holds no reason; spate inspect shows the split)\n", id)
+			}
 		}
 		if f.store.inProcess {
 			// Nothing outlives this process on mem://: no command can

@@ -30,7 +30,10 @@
 // record lists, then discards what the dead worker staged past it.
 //
 // Output goes to --dst/<split>.out (one file per split, whoever copied it;
-// --dst/.spate/job names the job that owns --dst). --dst may be a bucket
+// --dst/.spate/job names the job that owns --dst, and --dst/.spate/plan the
+// plan on the store that writes it: a new plan over another plan's output,
+// and a worker whose --src, --dst or split options differ from the job's,
+// are refused). --dst may be a bucket
 // URL (s3://bucket?region=…&prefix=out/, file:///path, and with the build
 // tags gs:// and azblob://): a split's output is then a sequence of parts,
 // <split>/NNNNNNNN.out, each staged under .spate/stage/ once 8 MiB or 10 s

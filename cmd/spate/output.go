@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
 
 	"github.com/spate-go/spate/pipeline"
 	"github.com/spate-go/spate/pipeline/blobsink"
@@ -129,6 +133,160 @@ func (o *destination) eachOutput(ctx context.Context, fn func(name string, r io.
 		}
 	}
 	return nil
+}
+
+// destBinding binds a destination to the plan that writes it: the job's
+// name and the plan's identity on the store that holds it (see
+// planParams), recorded in DST/.spate/plan when a worker first writes to
+// it. A plan's commits name bytes of its own output only, so output
+// another plan wrote (another store's, or one since wiped) would be
+// published again next to it: such a destination is refused.
+type destBinding struct {
+	V     int    `json:"v"`
+	Job   string `json:"job"`
+	Plan  string `json:"plan"`  // planParams.Plan of the job on its store
+	Store string `json:"store"` // the store, for people
+	Src   string `json:"src"`
+	At    string `json:"bound_at"`
+}
+
+const (
+	bindingKey = ".spate/plan" // the binding, relative to the destination
+	jobKey     = ".spate/job"  // the staging sinks' job marker
+)
+
+// readMeta reads the destination's file rel (a key of the bucket); ok is
+// false when it is absent.
+func (o *destination) readMeta(ctx context.Context, rel string) (data []byte, ok bool, err error) {
+	if o.bucket != nil {
+		data, err = o.bucket.ReadAll(ctx, rel)
+		if gcerrors.Code(err) == gcerrors.NotFound {
+			return nil, false, nil
+		}
+	} else {
+		data, err = os.ReadFile(filepath.Join(o.dir, filepath.FromSlash(rel)))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, false, nil
+		}
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read %s: %w", o.metaName(rel), err)
+	}
+	return data, true, nil
+}
+
+// metaName names the destination's file rel in messages.
+func (o *destination) metaName(rel string) string {
+	if o.bucket != nil {
+		return o.location + rel
+	}
+	return filepath.Join(o.dir, filepath.FromSlash(rel))
+}
+
+// readBinding reads the destination's binding; ok is false when it has
+// none.
+func (o *destination) readBinding(ctx context.Context) (b destBinding, ok bool, err error) {
+	data, ok, err := o.readMeta(ctx, bindingKey)
+	if !ok || err != nil {
+		return b, false, err
+	}
+	if err := json.Unmarshal(data, &b); err != nil || b.Plan == "" {
+		return b, false, fmt.Errorf("%s is not a binding spate wrote (%v): restore it, or give the job another --dst", o.metaName(bindingKey), err)
+	}
+	return b, true, nil
+}
+
+// markedJob is the job the destination's job marker names ("" when it
+// has none).
+func (o *destination) markedJob(ctx context.Context) (string, error) {
+	data, _, err := o.readMeta(ctx, jobKey)
+	return string(bytes.TrimSpace(data)), err
+}
+
+// bind records b as the destination's binding, unless it has one: then
+// that one is returned (a worker started at the same moment wrote it).
+// The binding appears whole or not at all.
+func (o *destination) bind(ctx context.Context, b destBinding) (destBinding, error) {
+	data, err := json.Marshal(b)
+	if err != nil {
+		return b, err
+	}
+	data = append(data, '\n')
+	if o.bucket != nil {
+		err = o.bucket.WriteAll(ctx, bindingKey, data, &blob.WriterOptions{IfNotExist: true, ContentType: "application/json"})
+		if code := gcerrors.Code(err); code == gcerrors.FailedPrecondition || code == gcerrors.AlreadyExists {
+			err = fs.ErrExist
+		}
+	} else {
+		err = writeNew(filepath.Join(o.dir, filepath.FromSlash(bindingKey)), data)
+	}
+	if errors.Is(err, fs.ErrExist) {
+		got, ok, err := o.readBinding(ctx)
+		if err == nil && !ok {
+			err = fmt.Errorf("%s vanished as it was written", o.metaName(bindingKey))
+		}
+		return got, err
+	}
+	if err != nil {
+		return b, fmt.Errorf("cannot write %s: %w (is --dst writable?)", o.metaName(bindingKey), err)
+	}
+	return b, nil
+}
+
+// writeNew writes data to path, creating its directory, whole or not at
+// all: under a name of its own, fsynced, then linked to path, which fails
+// with fs.ErrExist if path exists.
+func writeNew(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// hasOutput reports whether the destination holds a published output file
+// or part.
+func (o *destination) hasOutput(ctx context.Context) (bool, error) {
+	if o.bucket == nil {
+		paths, err := filepath.Glob(filepath.Join(o.dir, "*"+outputSuffix))
+		return len(paths) > 0, err
+	}
+	it := o.bucket.List(&blob.ListOptions{})
+	for {
+		obj, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("list %s: %w", o.location, err)
+		}
+		if !obj.IsDir && !strings.HasPrefix(obj.Key, ".spate/") && strings.HasSuffix(obj.Key, outputSuffix) {
+			return true, nil
+		}
+	}
 }
 
 func (o *destination) close() error {
