@@ -112,6 +112,10 @@ type env struct {
 	h   Harness
 	mk  HarnessMaker // for a body that needs more than one fresh namespace
 	ctx context.Context
+	// virtual says the body runs in a synctest bubble ([VirtualTime]):
+	// its clock is virtual, and moves only while every goroutine of the
+	// bubble is blocked.
+	virtual bool
 	// after runs once the body is done, outside any synctest bubble: for
 	// CPU-bound checks (porcupine) whose timeouts must be real time.
 	after []func(t testing.TB)
@@ -162,7 +166,7 @@ func run(t *testing.T, o options, name string, mk HarnessMaker, body func(e *env
 			t.Parallel()
 		}
 		var after []func(testing.TB)
-		inner := func(t *testing.T) { after = runBody(t, mk, body) }
+		inner := func(t *testing.T) { after = runBody(t, mk, body, o.virtualTime) }
 		if o.virtualTime {
 			synctest.Test(t, inner)
 		} else {
@@ -175,13 +179,14 @@ func run(t *testing.T, o options, name string, mk HarnessMaker, body func(e *env
 }
 
 // runBody runs body on a fresh harness as the rule tb is running, and
-// returns the checks to run once it is done, outside any bubble.
-func runBody(tb testing.TB, mk HarnessMaker, body func(e *env)) []func(testing.TB) {
+// returns the checks to run once it is done, outside any bubble. virtual
+// says the body runs in a synctest bubble.
+func runBody(tb testing.TB, mk HarnessMaker, body func(e *env), virtual bool) []func(testing.TB) {
 	h := mk(tb)
 	tb.Cleanup(func() { closeHarness(tb, h) })
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
-	e := &env{t: tb, h: h, mk: mk, ctx: ctx}
+	e := &env{t: tb, h: h, mk: mk, ctx: ctx, virtual: virtual}
 	body(e)
 	return e.after
 }
