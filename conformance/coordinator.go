@@ -597,6 +597,7 @@ func scenCompletionReachesEveryWorker(e *env) {
 	first := slices.MinFunc(slices.Collect(maps.Values(seen)), time.Time.Compare)
 	bound := completionBound(e, f)
 	for _, w := range ws {
+		e.t.Logf("%s saw AllComplete %v after the first", w.name, seen[w.name].Sub(first))
 		if late := seen[w.name].Sub(first); late > bound {
 			e.t.Errorf("rule: every worker sees AllComplete within %v of the first; %s saw it %v later", bound, w.name, late)
 		}
