@@ -276,16 +276,18 @@ func (a *actor) part() {
 }
 
 // directRelease hands splits back without the actor (it has exited; nil
-// means every split it still held), and deletes this process's presence
-// and leader keys, so peers take over at once instead of waiting out the
-// TTL. Concurrent calls (Close racing a Release) are serialised.
+// means every split it still held: Close), records a verdict this leader
+// latched that its loop had no time to record (Close only), and deletes
+// this process's presence and leader keys, so peers take over at once
+// instead of waiting out the TTL. Concurrent calls (Close racing a Release) are serialised.
 func (c *StoreCoordinator) directRelease(splits []SplitID) {
 	c.relMu.Lock()
 	defer c.relMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), c.tm.directRelease)
 	defer cancel()
 	a := c.act
-	if splits == nil {
+	closing := splits == nil
+	if closing {
 		for _, id := range slices.Sorted(maps.Keys(a.worker.owned)) {
 			splits = append(splits, SplitID{id: id})
 		}
@@ -309,6 +311,11 @@ func (c *StoreCoordinator) directRelease(splits []SplitID) {
 			}
 		}
 		deleteOwnLease(ctx, c.store, s.id, a.leave(s.id), a.self, c.nonce, t.epoch)
+	}
+	if closing {
+		// Before the leader key goes: a successor must find the verdict
+		// recorded, not judge the job afresh (terminal.go).
+		c.recordVerdict(ctx)
 	}
 	for _, key := range []string{prefixWorker + a.self, keyLeader} {
 		e, ok, err := c.store.Get(ctx, Ephemeral, key)

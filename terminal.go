@@ -290,6 +290,36 @@ func (a *actor) syncVerdict(now time.Time) {
 	})
 }
 
+// recordVerdict, on Close, after the actor exited, writes the verdict this
+// worker latched as the leader if the record does not hold it yet. A
+// pipeline ends on AllComplete and closes its coordinator at once, and
+// Close cancels the I/O in flight: without this, the leader's write was
+// cut off nearly every time, and each scoped peer learnt that the job had
+// ended only when it became the leader itself, one succession after
+// another, seconds late (docs/decisions/020). A stall is recorded only by
+// a worker that still led when its loop stopped: a requeue its successor
+// saw may have withdrawn it. AllComplete is never withdrawn. Bounded by
+// ctx (Close's direct-release budget); a failure is logged, and a
+// successor judges the job afresh.
+func (c *StoreCoordinator) recordVerdict(ctx context.Context) {
+	a := c.act
+	v := a.verdicts.judged
+	if a.kw == nil || v == nil || v.Verdict != verdictKeyComplete && a.leader.term == nil {
+		return
+	}
+	want := encode(v)
+	if a.verdicts.record != nil && bytes.Equal(encode(a.verdicts.record), want) {
+		return
+	}
+	if err := writeVerdict(ctx, c.store, want); err != nil {
+		c.log.Warn("the verdict record was not written before this worker left; the next leader judges the job afresh",
+			"verdict", v.Verdict, "err", err)
+		return
+	}
+	a.verdicts.record = v
+	c.log.Debug("verdict recorded on close", "verdict", v.Verdict)
+}
+
 // writeVerdict makes the verdict record hold want (nil: deletes it).
 func writeVerdict(ctx context.Context, st Store, want []byte) error {
 	if want == nil {

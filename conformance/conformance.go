@@ -112,6 +112,13 @@ type env struct {
 	h   Harness
 	mk  HarnessMaker // for a body that needs more than one fresh namespace
 	ctx context.Context
+	// virtual says the body runs in a synctest bubble ([VirtualTime]):
+	// its clock is virtual, and moves only while every goroutine of the
+	// bubble is blocked.
+	virtual bool
+	// calls are the driver calls in flight, seen by the watchdog of a
+	// rule run in a bubble (bound.go); nil otherwise.
+	calls *callWatch
 	// after runs once the body is done, outside any synctest bubble: for
 	// CPU-bound checks (porcupine) whose timeouts must be real time.
 	after []func(t testing.TB)
@@ -162,11 +169,14 @@ func run(t *testing.T, o options, name string, mk HarnessMaker, body func(e *env
 			t.Parallel()
 		}
 		var after []func(testing.TB)
-		inner := func(t *testing.T) { after = runBody(t, mk, body) }
 		if o.virtualTime {
-			synctest.Test(t, inner)
+			// The watchdog runs outside the bubble, on real time
+			// (bound.go).
+			calls, stop := watchdog(t.Name())
+			defer stop()
+			synctest.Test(t, func(t *testing.T) { after = runBody(t, mk, body, true, calls) })
 		} else {
-			inner(t)
+			after = runBody(t, mk, body, false, nil)
 		}
 		for _, f := range after {
 			f(t)
@@ -175,13 +185,15 @@ func run(t *testing.T, o options, name string, mk HarnessMaker, body func(e *env
 }
 
 // runBody runs body on a fresh harness as the rule tb is running, and
-// returns the checks to run once it is done, outside any bubble.
-func runBody(tb testing.TB, mk HarnessMaker, body func(e *env)) []func(testing.TB) {
+// returns the checks to run once it is done, outside any bubble. virtual
+// says the body runs in a synctest bubble; calls is then the real-time
+// watchdog's view of its driver calls (bound.go), or nil.
+func runBody(tb testing.TB, mk HarnessMaker, body func(e *env), virtual bool, calls *callWatch) []func(testing.TB) {
 	h := mk(tb)
 	tb.Cleanup(func() { closeHarness(tb, h) })
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
-	e := &env{t: tb, h: h, mk: mk, ctx: ctx}
+	e := &env{t: tb, h: h, mk: mk, ctx: ctx, virtual: virtual, calls: calls}
 	body(e)
 	return e.after
 }

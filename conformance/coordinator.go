@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -54,6 +55,9 @@ var CoordinatorRules = []Rule{
 	{Name: "AllCompleteReachesAnIdleStandby",
 		Contract: "A worker that joins after the work is done, and never owns anything, still receives AllComplete.",
 		body:     scenIdleStandby},
+	{Name: "CompletionReachesEveryWorkerAtOnce",
+		Contract: "When the job completes, every worker of a fleet that ends on AllComplete sees it within a second of the first, however soon the first one stops.",
+		body:     scenCompletionReachesEveryWorker},
 	{Name: "NewcomerGetsHalfByCooperativeRevocation",
 		Contract: "A joiner receives half of a loaded worker's splits through cooperative revocation, each resuming from the drained watermark.",
 		body:     scenNewcomer},
@@ -549,6 +553,70 @@ func scenIdleStandby(e *env) {
 	if len(b.gains) > 0 {
 		e.t.Errorf("the standby gained %v", b.gains)
 	}
+}
+
+// scenCompletionReachesEveryWorker: three workers share a job, and each
+// stops (Close) as soon as it sees AllComplete, the way a pipeline ends.
+// The first to see it judged the job; it records the verdict for workers
+// that do not watch the whole job (decision 020), so the others must see
+// AllComplete within completionBound of it: never only once each has
+// become the leader itself and judged the job afresh.
+func scenCompletionReachesEveryWorker(e *env) {
+	f := newFleet(e, planOf("done", 6))
+	// Every call takes a real store's round trip, longer than a pump: the
+	// first worker stops before a write it starts on seeing the verdict
+	// could land.
+	lag := max(2*f.tick, f.cfg.OpTimeout/4)
+	var ws []*worker
+	for _, name := range []string{"a", "b", "c"} {
+		w := f.startPaused(name)
+		w.inj.Add(faultstore.Rule{Delay: lag})
+		f.launch(w)
+		ws = append(ws, w)
+	}
+	seen := map[string]time.Time{}
+	var closing sync.WaitGroup
+	e.t.Cleanup(closing.Wait) // before the fleet's cleanup and the harness's
+	f.until(30*leases(f), "AllComplete on every worker", func() bool {
+		for _, w := range ws {
+			if _, ok := seen[w.name]; !ok && w.saw(isAllComplete) {
+				seen[w.name] = time.Now()
+				// A pipeline ends on AllComplete and closes its
+				// coordinator. Closed beside the pump, so that one
+				// worker's Close does not delay seeing the next one's
+				// event.
+				w.dead = true
+				closing.Go(func() {
+					_ = w.c.Close()
+					_ = w.store.Close()
+				})
+			}
+		}
+		return len(seen) == len(ws)
+	})
+	first := slices.MinFunc(slices.Collect(maps.Values(seen)), time.Time.Compare)
+	bound := completionBound(e, f)
+	for _, w := range ws {
+		e.t.Logf("%s saw AllComplete %v after the first", w.name, seen[w.name].Sub(first))
+		if late := seen[w.name].Sub(first); late > bound {
+			e.t.Errorf("rule: every worker sees AllComplete within %v of the first; %s saw it %v later", bound, w.name, late)
+		}
+	}
+}
+
+// completionBound is how late after the first worker another may see
+// AllComplete. In virtual time, one second: the first worker's Close, its
+// verdict write (two calls) and one watch delivery take a few store round
+// trips (about 250 ms over stores/mem with every call slowed to a quarter
+// of the op timeout; the successions it replaced took 1.5 s). In real
+// time, where a loaded machine can stretch any delivery, a lease (at
+// least a second): still short of a chain of successions, each of which
+// elects a leader, opens its whole-job watches and lists the job.
+func completionBound(e *env, f *fleet) time.Duration {
+	if e.virtual {
+		return time.Second
+	}
+	return max(time.Second, leases(f))
 }
 
 // scenNewcomer: a joiner receives half of a loaded worker's splits through

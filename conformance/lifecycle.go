@@ -68,7 +68,7 @@ func MeasureLifecycle(t *testing.T, mk HarnessMaker) {
 		t.Run(mode, func(t *testing.T) {
 			for attempt := 1; ; attempt++ {
 				var why string
-				runBody(t, mk, func(e *env) { why = measureLifecycle(e, mode, attempt == lifecycleAttempts) })
+				runBody(t, mk, func(e *env) { why = measureLifecycle(e, mode, attempt == lifecycleAttempts) }, false, nil)
 				if why == "" || t.Failed() {
 					return
 				}

@@ -194,7 +194,7 @@ func check(ctx context.Context, suite string, rules []Rule, mk HarnessMaker, opt
 				if why, ok := o.skip[j.rule.Name]; ok {
 					j.t.skip(why)
 				} else {
-					j.t.run(func(tb testing.TB) []func(testing.TB) { return runBody(tb, mk, j.rule.body) })
+					j.t.run(func(tb testing.TB) []func(testing.TB) { return runBody(tb, mk, j.rule.body, false, nil) })
 				}
 				report(j)
 			})

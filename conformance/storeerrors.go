@@ -218,7 +218,7 @@ func testValidPrefixes(e *env) {
 			// (Redis reads its change log with a blocking XREAD), and
 			// eighteen at once starved a pool-sized client on a cluster.
 			wctx, cancel := context.WithCancel(e.ctx)
-			ch, err := s.Watch(wctx, ks, p)
+			ch, err := boundedWatch(e, s, wctx, ks, p)
 			require.NoError(e.t, err, "rule: a prefix is empty or a key prefix that may end with '.'; %s watch %q", ks, p)
 			var snap []string
 			for _, ev := range readSnapshot(e, ch) {
@@ -318,7 +318,7 @@ func testInvalidKeys(e *env) {
 		for _, p := range badPrefixes {
 			_, err := s.List(e.ctx, ks, p)
 			check("list", ks, p, err)
-			ch, err := s.Watch(e.ctx, ks, p)
+			ch, err := boundedWatch(e, s, e.ctx, ks, p)
 			check("watch", ks, p, err)
 			assert.Nil(e.t, ch, "rule: a watch that cannot be established returns no channel; %s watch %q", ks, p)
 			checked += 2

@@ -21,7 +21,7 @@ func mustWatch(e *env, s spate.Store, ks spate.Keyspace, prefix string) <-chan s
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(e.ctx)
 	e.t.Cleanup(cancel)
-	ch, err := s.Watch(ctx, ks, prefix)
+	ch, err := boundedWatch(e, s, ctx, ks, prefix)
 	if err != nil {
 		e.t.Fatalf("watch %s %q: unexpected error: %v", ks, prefix, err)
 	}
@@ -241,7 +241,7 @@ func testCancelledWatch(e *env) {
 	writer := e.open()
 	for _, ks := range keyspaces {
 		ctx, cancel := context.WithCancel(e.ctx)
-		ch, err := s.Watch(ctx, ks, "cw.")
+		ch, err := boundedWatch(e, s, ctx, ks, "cw.")
 		if err != nil {
 			cancel()
 			e.t.Fatalf("watch: %v", err)
@@ -571,7 +571,7 @@ func testWatchSetupErrors(e *env) {
 		{"an invalid keyspace", s, e.ctx, spate.Keyspace(3), "ws.", spate.ErrFatal},
 		{"a closed store", closed, e.ctx, spate.Ephemeral, "ws.", spate.ErrClosed},
 	} {
-		ch, err := c.store.Watch(c.ctx, c.ks, c.pre)
+		ch, err := boundedWatch(e, c.store, c.ctx, c.ks, c.pre)
 		require.Error(e.t, err, "rule: an error establishing a watch is returned directly; Watch with %s returned a channel and no error", c.what)
 		require.ErrorIs(e.t, err, c.class, "Watch with %s", c.what)
 		require.Nil(e.t, ch, "rule: an error establishing a watch is returned directly; Watch with %s returned a channel too", c.what)

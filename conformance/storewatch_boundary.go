@@ -50,6 +50,10 @@ type boundaryResult struct {
 	err      error
 }
 
+// writePace is the writer's wait between the writes it makes past its
+// bound while the watch call has not returned (writeUntilOpened).
+const writePace = 50 * time.Microsecond
+
 // boundaryMaxWrites bounds a run's writes, so that a slow watch setup on a
 // fast store cannot bury the watcher.
 const boundaryMaxWrites = 1200
@@ -90,14 +94,24 @@ func boundaryRun(e *env, w spate.Store, fixed, created, late, spare []string, op
 	}
 	var wg sync.WaitGroup
 	wg.Go(bw.run)
+	stopped := false
+	halt := func() {
+		if !stopped {
+			stopped = true
+			close(bw.stop)
+			wg.Wait()
+		}
+	}
+	// A rule that fails in open (a watch call that did not return within
+	// its bound, bound.go) leaves no writer behind.
+	defer halt()
 	<-bw.started
 	r := boundaryResult{asked: bw.clock.Add(1)}
 	close(bw.asking)
 	ch := open()
 	close(bw.opened)
 	r.readThroughSnapshot(ch, bw)
-	close(bw.stop)
-	wg.Wait()
+	halt()
 	bw.mu.Lock()
 	r.writes = bw.writes
 	if bw.err != nil && r.err == nil {
@@ -221,16 +235,24 @@ func (bw *boundaryWriter) write(k string, create bool, v string) bool {
 // however slow it is: a writer that ran out first, under load, let a setup
 // defect slip through a run that looked exercised. False: stopped, or a
 // write failed.
+//
+// Between these writes it waits writePace on a timer, never merely
+// yielding: in the suite's synctest bubble a writer that never blocks
+// keeps virtual time from moving, so a driver whose Watch waits on a timer
+// (a back-off, a millisecond before it subscribes) never returned, and the
+// rule ran until the test binary's timeout.
 func (bw *boundaryWriter) writeUntilOpened(j int) bool {
+	pace := time.NewTimer(0)
+	defer pace.Stop()
 	for s := 0; ; j++ {
 		select {
 		case <-bw.opened:
 			return true
 		case <-bw.stop:
 			return false
-		default:
+		case <-pace.C:
 		}
-		runtime.Gosched()
+		pace.Reset(writePace)
 		var ok bool
 		if j%2 == 0 && s < len(bw.spare) {
 			s++

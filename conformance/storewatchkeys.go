@@ -60,7 +60,7 @@ func mustWatchKeys(e *env, kw spate.KeyWatcher, ks spate.Keyspace, keys ...strin
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(e.ctx)
 	e.t.Cleanup(cancel)
-	ch, err := kw.WatchKeys(ctx, ks, keys)
+	ch, err := boundedWatchKeys(e, kw, ctx, ks, keys)
 	if err != nil {
 		e.t.Fatalf("watch-keys %s %q: unexpected error: %v", ks, keys, err)
 	}
@@ -393,7 +393,7 @@ func testWatchKeysArguments(e *env) {
 	kw := keyWatcher(e, s)
 	fatal := func(what string, keys []string) {
 		e.t.Helper()
-		ch, err := kw.WatchKeys(e.ctx, spate.Durable, keys)
+		ch, err := boundedWatchKeys(e, kw, e.ctx, spate.Durable, keys)
 		if err == nil {
 			drain(ch)
 			e.t.Errorf("rule: a key watch of %s is a Fatal error; it was established", what)
@@ -420,7 +420,7 @@ func testWatchKeysArguments(e *env) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	cancel()
 	start := time.Now()
-	ch2, err := kw.WatchKeys(ctx, spate.Durable, []string{"wka.k"})
+	ch2, err := boundedWatchKeys(e, kw, ctx, spate.Durable, []string{"wka.k"})
 	switch {
 	case err == nil:
 		drain(ch2)
@@ -449,7 +449,7 @@ func testWatchKeysEnds(e *env) {
 		s := e.open()
 		kw := keyWatcher(e, s)
 		ctx, cancel := context.WithCancel(e.ctx)
-		ch, err := kw.WatchKeys(ctx, spate.Durable, []string{"wke.k"})
+		ch, err := boundedWatchKeys(e, kw, ctx, spate.Durable, []string{"wke.k"})
 		if err != nil {
 			cancel()
 			e.t.Fatalf("watch-keys: %v", err)
