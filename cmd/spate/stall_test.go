@@ -22,7 +22,7 @@ func TestStallSummarySuggestsWhatWorks(t *testing.T) {
 		require.NoError(t, err)
 		c.close()
 		var out bytes.Buffer
-		f.explainStalled(&console{out: &out, errOut: &out}, "j", []string{"s1"}, []string{"s1 after 3 attempts: f.txt: no such file"}, nil)
+		f.explainStalled(&console{out: &out, errOut: &out}, "j", jobSummary{quarantinedIDs: []string{"s1"}}, []string{"s1 after 3 attempts: f.txt: no such file"})
 		return out.String()
 	}
 	mem := summary("mem://")
