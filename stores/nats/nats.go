@@ -138,6 +138,9 @@ type store struct {
 	// the store's own from other users' of the connection.
 	perms *permWatch
 	scope permScope
+	// unguarded is set once the server refused a watch's check of its
+	// consumer (CONSUMER.INFO): watches then run without guard.
+	unguarded atomic.Bool
 }
 
 var (

@@ -298,6 +298,10 @@ func (s *store) watch(ctx context.Context, b *bucket, spec watchSpec) (_ <-chan 
 	unwatch := func() {}
 	if s.perms != nil {
 		unwatch = s.perms.add(func(v violation) {
+			if s.scope.probeDenied(v, b) && s.unguarded.CompareAndSwap(false, true) {
+				s.log.Warn("nats: the server refused a watch's check of its consumer: watches run without it, and one whose consumer stops delivering stays silent instead of breaking; grant the permission to enable the check",
+					"bucket", b.name, "permission", "$JS.API.CONSUMER.INFO.KV_"+b.name+".*", "err", v.err)
+			}
 			if s.scope.watchOwns(v, b) {
 				w.stop(&errPermDenied{v})
 			}
@@ -444,7 +448,8 @@ func (w *watch) pump(ctx context.Context) {
 // the consumer stalled is thus reported within four stallProbes
 // ([WatchStallBound]): two waits, each followed by a probe that may take
 // as long. An idle watch costs one consumer-info request per
-// stallProbe.
+// stallProbe. A user not allowed that request (CONSUMER.INFO) runs its
+// watches unguarded, as before the guard, with one warning.
 func (w *watch) guard(ctx context.Context, cons jetstream.Consumer) {
 	t := time.NewTimer(stallProbe)
 	defer t.Stop()
@@ -458,13 +463,16 @@ func (w *watch) guard(ctx context.Context, cons jetstream.Consumer) {
 			return
 		case <-t.C:
 		}
+		if w.s.unguarded.Load() {
+			return
+		}
 		if n := w.got.Load(); n != seen {
 			seen, suspect = n, nil
 			t.Reset(stallProbe)
 			continue
 		}
 		why := w.probe(ctx, cons, &probes)
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || w.s.unguarded.Load() {
 			return
 		}
 		switch {
