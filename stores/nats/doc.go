@@ -149,11 +149,13 @@
 // The store contract allows exactly this (a watcher's view must converge to
 // the store's; superseded revisions may coalesce). A reader
 // more than 4096 events behind, a consumer that cannot be re-created and a
-// closed connection end the watch with a Retryable [spate.WatchError]. So
-// does a consumer that stops delivering: a watch that has had no message
-// for 2 s asks the server about its consumer, and one that holds messages
-// for it, or that the server no longer has, or no answer, twice in a row,
-// breaks the watch within [WatchStallBound] of the change it withheld; a
+// closed connection end the watch with a Retryable [spate.WatchError]. A
+// watch that has had no message for 1.5 s asks the server about its
+// consumer; one that holds messages for it, or that the server no longer
+// has, or no answer, twice in a row, and the watch deletes the consumer for
+// nats.go to re-create after the last message delivered (nothing lost or
+// repeated); twice more, and the watch breaks Retryable. A change reaches
+// the watch, or the watch breaks, within [WatchStallBound] of its write: a
 // watch is never silent about a change for longer.
 //
 // The store has the optional [spate.KeyWatcher] capability, natively:

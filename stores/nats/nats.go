@@ -38,8 +38,8 @@ const (
 	// whose consumer has stopped delivering breaks with a Retryable error,
 	// on a server that answers (see Store.Watch): a watch is never silent
 	// about a change for longer. An idle watch asks the server about its
-	// consumer every quarter of it.
-	WatchStallBound = 8 * time.Second
+	// consumer every eighth of it.
+	WatchStallBound = 12 * time.Second
 	// MinServerVersion is the oldest nats-server the driver accepts.
 	MinServerVersion = "2.11.0"
 )

@@ -16,10 +16,11 @@ import (
 // TestStalledConsumerBreaksTheWatch: a watch whose consumer stops
 // delivering while the connection, the server and the consumer's idle
 // heartbeats are all fine (here: the consumer paused on the server, right
-// after the watch's snapshot) breaks with a Retryable error within
-// [spatenats.WatchStallBound] of a change it has not delivered. It never
-// stays silent: a coordinator re-opens a broken watch, but it cannot tell a
-// silent one from a quiet job.
+// after the watch's snapshot) delivers the change it withheld, or breaks
+// with a Retryable error, within [spatenats.WatchStallBound] of the write.
+// It never stays silent: a coordinator re-opens a broken watch, but it
+// cannot tell a silent one from a quiet job. (The watch deletes the stalled
+// consumer, and nats.go's re-created one is not paused: the change comes.)
 //
 // The fault is the one a 3-node R3 cluster produced in CI (a live event
 // that never came within the conformance rule's bound, no error either),
@@ -80,7 +81,9 @@ func TestStalledConsumerBreaksTheWatch(t *testing.T) {
 			case ev, ok := <-ch:
 				require.True(t, ok, "the watch ended without an error")
 				if ev.Kind == spate.WatchPut {
-					t.Fatalf("the paused consumer delivered %q", ev.Key)
+					require.Equal(t, key, ev.Key)
+					t.Logf("delivered %v after the write", time.Since(written).Round(time.Millisecond))
+					break
 				}
 				require.Equal(t, spate.WatchError, ev.Kind, "event %+v", ev)
 				require.True(t, errors.Is(ev.Err, spate.ErrRetryable), "a stalled watch breaks Retryable: %v", ev.Err)

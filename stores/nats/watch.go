@@ -19,10 +19,12 @@ import (
 
 // Tuning of the ordered consumers behind Watch.
 const (
-	// pullExpiry bounds each pull request; the consumer's idle heartbeat is
-	// half of it, so a consumer lost with its server is re-created within
-	// about two expiries.
+	// pullExpiry bounds each pull request.
 	pullExpiry = 5 * time.Second
+	// pullHeartbeat is the server's idle heartbeat on a pull request;
+	// nats.go re-creates a consumer that misses two, so a pull request or
+	// a consumer lost with its server is made good within about 2 s.
+	pullHeartbeat = time.Second
 	// maxResets is how many times in a row the ordered consumer may fail to
 	// be re-created before the watch breaks with a Retryable error. This is
 	// not a retry of a call: nats.go resumes the same stream at the next
@@ -281,7 +283,7 @@ func (s *store) watch(ctx context.Context, b *bucket, spec watchSpec) (_ <-chan 
 	if info := cons.CachedInfo(); info != nil {
 		pending = info.NumPending
 	}
-	it, err := cons.Messages(jetstream.PullExpiry(pullExpiry))
+	it, err := cons.Messages(jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat))
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -361,8 +363,8 @@ const (
 	probeEvery = 100 * time.Millisecond
 	// stallProbe is how long a watch goes without a message before it asks
 	// the server about its consumer, and how long it waits for the answer
-	// (see guard). WatchStallBound is four of them.
-	stallProbe = WatchStallBound / 4
+	// (see guard). WatchStallBound is eight of them.
+	stallProbe = WatchStallBound / 8
 )
 
 type watch struct {
@@ -443,11 +445,15 @@ func (w *watch) pump(ctx context.Context) {
 // the consumer, waiting up to stallProbe for the answer. A consumer that
 // holds messages for the watch (pending), a consumer the server no longer
 // has, and no answer (nats.go holds the consumer while it re-creates it)
-// are suspect; two suspect probes in a row, with no message between them,
-// break the watch with a Retryable error. A message that was written when
-// the consumer stalled is thus reported within four stallProbes
-// ([WatchStallBound]): two waits, each followed by a probe that may take
-// as long. An idle watch costs one consumer-info request per
+// are suspect. Two suspect probes in a row, with no message between them,
+// make guard delete the consumer on the server: nats.go then re-creates it
+// after the last message delivered, as for a consumer lost with its
+// server, so nothing is lost or repeated and a stall the server clears
+// that way costs the watch nothing. Two more suspect probes, with still no
+// message, break the watch with a Retryable error. A change written when
+// the consumer stalled is thus delivered, or the watch broken, within
+// eight stallProbes ([WatchStallBound]): four waits, each followed by a
+// probe that may take as long. An idle watch costs one consumer-info request per
 // stallProbe. A user not allowed that request (CONSUMER.INFO) runs its
 // watches unguarded, as before the guard, with one warning.
 func (w *watch) guard(ctx context.Context, cons jetstream.Consumer) {
@@ -457,6 +463,7 @@ func (w *watch) guard(ctx context.Context, cons jetstream.Consumer) {
 	defer probes.Wait()
 	seen := w.got.Load()
 	var suspect error // why the last probe was suspect, or nil
+	kicked := false   // the consumer was deleted for a stall
 	for {
 		select {
 		case <-ctx.Done():
@@ -467,7 +474,7 @@ func (w *watch) guard(ctx context.Context, cons jetstream.Consumer) {
 			return
 		}
 		if n := w.got.Load(); n != seen {
-			seen, suspect = n, nil
+			seen, suspect, kicked = n, nil, false
 			t.Reset(stallProbe)
 			continue
 		}
@@ -477,15 +484,35 @@ func (w *watch) guard(ctx context.Context, cons jetstream.Consumer) {
 		}
 		switch {
 		case why == nil || w.got.Load() != seen:
-			suspect = nil
+			suspect, kicked = nil, false
+		case suspect != nil && !kicked:
+			w.s.log.Debug("nats: watch's consumer stalled; deleting it for nats.go to re-create", "bucket", w.b.name, "op", w.spec.op, "key", w.spec.label, "why", why)
+			w.kick(ctx, cons, &probes)
+			suspect, kicked = nil, true
 		case suspect != nil:
-			w.stop(fmt.Errorf("the watch's consumer delivered nothing for %v: %w", 2*stallProbe, why))
+			w.stop(fmt.Errorf("the watch's consumer delivered nothing for %v, also after it was re-created: %w", 4*stallProbe, why))
 			return
 		default:
 			suspect = why
 		}
 		t.Reset(stallProbe)
 	}
+}
+
+// kick deletes the watch's consumer on the server (on its own goroutine,
+// in probes, for the reason probe gives), so that nats.go re-creates it.
+func (w *watch) kick(ctx context.Context, cons jetstream.Consumer, probes *sync.WaitGroup) {
+	probes.Go(func() {
+		info := cons.CachedInfo()
+		if info == nil {
+			return
+		}
+		kctx, cancel := context.WithTimeout(ctx, stallProbe)
+		defer cancel()
+		if err := w.b.stream.DeleteConsumer(kctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			w.s.log.Debug("nats: could not delete a stalled watch's consumer", "bucket", w.b.name, "consumer", info.Name, "err", err)
+		}
+	})
 }
 
 // probe asks the server about the watch's consumer and returns why it is
