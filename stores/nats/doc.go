@@ -149,7 +149,14 @@
 // The store contract allows exactly this (a watcher's view must converge to
 // the store's; superseded revisions may coalesce). A reader
 // more than 4096 events behind, a consumer that cannot be re-created and a
-// closed connection end the watch with a Retryable [spate.WatchError].
+// closed connection end the watch with a Retryable [spate.WatchError]. A
+// watch that has had no message for 1.5 s asks the server about its
+// consumer; one that holds messages for it, or that the server no longer
+// has, or no answer, twice in a row, and the watch deletes the consumer for
+// nats.go to re-create after the last message delivered (nothing lost or
+// repeated); twice more, and the watch breaks Retryable. A change reaches
+// the watch, or the watch breaks, within [WatchStallBound] of its write: a
+// watch is never silent about a change for longer.
 //
 // The store has the optional [spate.KeyWatcher] capability, natively:
 // WatchKeys is the same watch over one ordered consumer whose filter
@@ -202,6 +209,7 @@
 //	            "$JS.API.CONSUMER.CREATE.KV_spate_coordination_myjob_state.>"
 //	            "$JS.API.CONSUMER.MSG.NEXT.KV_spate_coordination_myjob_state.*"
 //	            "$JS.API.CONSUMER.DELETE.KV_spate_coordination_myjob_state.*"
+//	            "$JS.API.CONSUMER.INFO.KV_spate_coordination_myjob_state.*"
 //	            "$KV.spate_coordination_myjob_state.>"
 //	            "$JS.API.STREAM.INFO.KV_spate_coordination_myjob_lease"
 //	            "$JS.API.STREAM.CREATE.KV_spate_coordination_myjob_lease"
@@ -209,6 +217,7 @@
 //	            "$JS.API.CONSUMER.CREATE.KV_spate_coordination_myjob_lease.>"
 //	            "$JS.API.CONSUMER.MSG.NEXT.KV_spate_coordination_myjob_lease.*"
 //	            "$JS.API.CONSUMER.DELETE.KV_spate_coordination_myjob_lease.*"
+//	            "$JS.API.CONSUMER.INFO.KV_spate_coordination_myjob_lease.*"
 //	            "$KV.spate_coordination_myjob_lease.>"
 //	          ]
 //	        }
@@ -227,8 +236,10 @@
 // STREAM.INFO and STREAM.CREATE adopt or create the buckets' streams
 // (CREATE may be left out when the buckets exist before the first worker
 // starts); STREAM.MSG.GET serves reads (direct get is off, see Buckets);
-// the three CONSUMER subjects run the ordered consumers behind watches
-// (DELETE when one is reset); $KV.<bucket>.> takes the writes; every reply
+// CONSUMER.CREATE, MSG.NEXT and DELETE run the ordered consumers behind
+// watches (DELETE when one is reset), and CONSUMER.INFO lets a watch check
+// that its consumer still delivers (without it, watches run unchecked and
+// the first refusal logs a warning); $KV.<bucket>.> takes the writes; every reply
 // comes back on an inbox, so a connection made with
 // nats.CustomInboxPrefix needs "<prefix>.>" instead of "_INBOX.>".
 // Allowing "$JS.API.>" and "$KV.>" is simpler and also works, at the cost

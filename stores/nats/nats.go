@@ -34,6 +34,12 @@ const (
 	// R3, TestLeaseExpiryLatency): at most about 0.35 s after the TTL; the
 	// bound leaves room for loaded servers.
 	ExpiryLatency = time.Second
+	// WatchStallBound bounds how long after a change is written a watch
+	// whose consumer has stopped delivering breaks with a Retryable error,
+	// on a server that answers (see Store.Watch): a watch is never silent
+	// about a change for longer. An idle watch asks the server about its
+	// consumer every eighth of it.
+	WatchStallBound = 12 * time.Second
 	// MinServerVersion is the oldest nats-server the driver accepts.
 	MinServerVersion = "2.11.0"
 )
@@ -132,6 +138,9 @@ type store struct {
 	// the store's own from other users' of the connection.
 	perms *permWatch
 	scope permScope
+	// unguarded is set once the server refused a watch's check of its
+	// consumer (CONSUMER.INFO): watches then run without guard.
+	unguarded atomic.Bool
 }
 
 var (

@@ -263,14 +263,19 @@ func TestOldServerIsFatal(t *testing.T) {
 	roundTrip(t, open(t, nc2, spatenats.Options{Job: natsservers.NewJob(), TTL: ttl}))
 }
 
+// eventWait bounds the wait for a watch event the tests expect: a watch
+// delivers a change or breaks within WatchStallBound; three of it leave a
+// loaded machine its latency on top.
+const eventWait = 3 * spatenats.WatchStallBound
+
 func recv(t *testing.T, ch <-chan spate.WatchEvent, what string) spate.WatchEvent {
 	t.Helper()
 	select {
 	case ev, ok := <-ch:
 		require.True(t, ok, "watch closed while waiting for %s", what)
 		return ev
-	case <-time.After(10 * time.Second):
-		require.FailNow(t, "no watch event within 10s while waiting for "+what)
+	case <-time.After(eventWait):
+		require.FailNow(t, fmt.Sprintf("no watch event within %v while waiting for %s", eventWait, what))
 	}
 	return spate.WatchEvent{}
 }

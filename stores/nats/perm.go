@@ -24,8 +24,14 @@ import (
 // sends to: $JS.API.INFO when it opens, STREAM.INFO and STREAM.CREATE to
 // adopt or create the buckets' streams, STREAM.MSG.GET for reads (direct
 // get is off), CONSUMER.CREATE, CONSUMER.MSG.NEXT and CONSUMER.DELETE for
-// the ordered consumers behind watches (the last when one is reset), and
-// the buckets' own subjects for writes. Every reply comes back on an inbox.
+// the ordered consumers behind watches (the last when one is reset),
+// CONSUMER.INFO for a watch's checks of its consumer (see
+// [WatchStallBound]), and the buckets' own subjects for writes. Every
+// reply comes back on an inbox.
+//
+// CONSUMER.INFO is the one a user may lack: its watches then run without
+// those checks (a consumer that stops delivering leaves them silent rather
+// than broken), and the first refused check logs a warning that names it.
 func Permissions(job string) (publish, subscribe []string) {
 	durable, ephemeral := Buckets(job)
 	publish = []string{"$JS.API.INFO"}
@@ -38,6 +44,7 @@ func Permissions(job string) (publish, subscribe []string) {
 			"$JS.API.CONSUMER.CREATE."+st+".>",
 			"$JS.API.CONSUMER.MSG.NEXT."+st+".*",
 			"$JS.API.CONSUMER.DELETE."+st+".*",
+			"$JS.API.CONSUMER.INFO."+st+".*",
 			"$KV."+b+".>",
 		)
 	}
@@ -170,9 +177,14 @@ func newPermScope(nc *natsgo.Conn, job string) permScope {
 	}
 }
 
-// owns reports whether the refused subject is one of the store's.
+// owns reports whether the refused subject is one of the store's calls
+// need. CONSUMER.INFO is not: only a watch's guard asks it, and a refusal
+// turns the guard off (see probeDenied).
 func (p permScope) owns(v violation) bool {
 	subj := v.subject
+	if strings.HasPrefix(subj, consumerInfoAPI) {
+		return false
+	}
 	if strings.HasPrefix(subj, p.inboxPrefix) || subj == "$JS.API.INFO" {
 		return true
 	}
@@ -189,6 +201,15 @@ func (p permScope) owns(v violation) bool {
 		}
 	}
 	return false
+}
+
+// consumerInfoAPI prefixes the subjects a watch's guard asks.
+const consumerInfoAPI = "$JS.API.CONSUMER.INFO."
+
+// probeDenied reports whether the refused subject is a guard's request
+// about a consumer of bucket b.
+func (p permScope) probeDenied(v violation, b *bucket) bool {
+	return !v.subscribe && strings.HasPrefix(v.subject, consumerInfoAPI+"KV_"+b.name+".")
 }
 
 // watchOwns reports whether the refused subject is one a running watch of

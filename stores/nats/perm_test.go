@@ -1,9 +1,11 @@
 package nats_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -237,4 +239,64 @@ func TestPermissionsDocumented(t *testing.T) {
 		assert.Equal(t, sub, p.Subscribe.Allow, "documented subscribe permissions %+v", p.Subscribe)
 		assert.Empty(t, p.Subscribe.Deny, "documented subscribe permissions %+v, want allow %q", p.Subscribe, sub)
 	}
+}
+
+// TestWatchWithoutConsumerInfoRunsUnguarded: a user without the
+// CONSUMER.INFO permission (the list before watches asked it) keeps
+// working watches: the refused probes of the stall guard neither break an
+// idle watch nor fail the store's other calls; the watch logs once which
+// permission would let it tell a stalled consumer from a quiet job.
+func TestWatchWithoutConsumerInfoRunsUnguarded(t *testing.T) {
+	t.Parallel()
+	job := natsservers.NewJob()
+	d, _ := spatenats.Buckets(job)
+	drop := "$JS.API.CONSUMER.INFO.KV_" + d + ".*"
+	srv := permServer(t, job, drop)
+	var seen violations
+	nc := srv.Connect(t, natsgo.ErrorHandler(seen.handler))
+	var logs syncBuffer
+	s := open(t, nc, spatenats.Options{Job: job, TTL: ttl,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	ctx := testCtx(t, 60*time.Second)
+	w, err := s.Watch(ctx, spate.Durable, "ui.")
+	require.NoError(t, err)
+	require.Equal(t, spate.WatchSnapshotDone, recv(t, w, "the snapshot").Kind)
+	// Idle until the server has refused a probe, and for as long again as
+	// the guard needs to break a watch: the watch must still be open.
+	for len(seen.get()) == 0 {
+		select {
+		case ev := <-w:
+			t.Fatalf("an idle watch without CONSUMER.INFO sent %+v", ev)
+		case <-time.After(10 * time.Millisecond):
+		}
+		require.NoError(t, ctx.Err(), "the server never refused a probe")
+	}
+	select {
+	case ev := <-w:
+		t.Fatalf("an idle watch without CONSUMER.INFO sent %+v", ev)
+	case <-time.After(spatenats.WatchStallBound):
+	}
+	mustCreate(t, ctx, s, spate.Durable, "ui.k")
+	ev := recv(t, w, "the write after the refused probes")
+	require.Equal(t, spate.WatchPut, ev.Kind, "%+v", ev)
+	require.Equal(t, "ui.k", ev.Key)
+	assert.Contains(t, logs.String(), "CONSUMER.INFO", "the watch says which permission it lacks")
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

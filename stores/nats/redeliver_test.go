@@ -97,8 +97,8 @@ func TestWatchDropsRedeliveredMessages(t *testing.T) {
 		select {
 		case ev := <-w.out:
 			return ev
-		case <-time.After(5 * time.Second):
-			t.Fatal("no watch event within 5s")
+		case <-time.After(3 * WatchStallBound):
+			t.Fatalf("no watch event within %v", 3*WatchStallBound)
 			return spate.WatchEvent{}
 		}
 	}

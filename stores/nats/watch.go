@@ -19,10 +19,12 @@ import (
 
 // Tuning of the ordered consumers behind Watch.
 const (
-	// pullExpiry bounds each pull request; the consumer's idle heartbeat is
-	// half of it, so a consumer lost with its server is re-created within
-	// about two expiries.
+	// pullExpiry bounds each pull request.
 	pullExpiry = 5 * time.Second
+	// pullHeartbeat is the server's idle heartbeat on a pull request;
+	// nats.go re-creates a consumer that misses two, so a pull request or
+	// a consumer lost with its server is made good within about 2 s.
+	pullHeartbeat = time.Second
 	// maxResets is how many times in a row the ordered consumer may fail to
 	// be re-created before the watch breaks with a Retryable error. This is
 	// not a retry of a call: nats.go resumes the same stream at the next
@@ -149,7 +151,10 @@ func (b *bucket) read(ctx context.Context, key string) (read, error) {
 // to the newer one. Watches coalesce; they never skip a key's latest
 // revision or reorder a key's revisions. A reader that falls more than
 // watchBuffer messages behind the pump breaks the watch with a Retryable
-// error.
+// error. So does a consumer that stops delivering while the server still
+// holds messages for it, or that the server no longer has, within
+// [WatchStallBound] of the first change it withheld (see guard): a watch
+// breaks, it is never silent.
 func (s *store) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
 	b := s.b[ks-1]
 	return s.watch(ctx, b, watchSpec{
@@ -278,7 +283,7 @@ func (s *store) watch(ctx context.Context, b *bucket, spec watchSpec) (_ <-chan 
 	if info := cons.CachedInfo(); info != nil {
 		pending = info.NumPending
 	}
-	it, err := cons.Messages(jetstream.PullExpiry(pullExpiry))
+	it, err := cons.Messages(jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat))
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -295,6 +300,10 @@ func (s *store) watch(ctx context.Context, b *bucket, spec watchSpec) (_ <-chan 
 	unwatch := func() {}
 	if s.perms != nil {
 		unwatch = s.perms.add(func(v violation) {
+			if s.scope.probeDenied(v, b) && s.unguarded.CompareAndSwap(false, true) {
+				s.log.Warn("nats: the server refused a watch's check of its consumer: watches run without it, and one whose consumer stops delivering stays silent instead of breaking; grant the permission to enable the check",
+					"bucket", b.name, "permission", "$JS.API.CONSUMER.INFO.KV_"+b.name+".*", "err", v.err)
+			}
 			if s.scope.watchOwns(v, b) {
 				w.stop(&errPermDenied{v})
 			}
@@ -308,6 +317,7 @@ func (s *store) watch(ctx context.Context, b *bucket, spec watchSpec) (_ <-chan 
 		defer unwatch()
 		var pump sync.WaitGroup
 		pump.Go(func() { w.pump(wctx) })
+		pump.Go(func() { w.guard(wctx, cons) })
 		w.run(wctx)
 		cancel()
 		pump.Wait()
@@ -351,6 +361,10 @@ const (
 	// probeEvery is how long the snapshot waits for a message before it
 	// takes the consumer as caught up.
 	probeEvery = 100 * time.Millisecond
+	// stallProbe is how long a watch goes without a message before it asks
+	// the server about its consumer, and how long it waits for the answer
+	// (see guard). WatchStallBound is eight of them.
+	stallProbe = WatchStallBound / 8
 )
 
 type watch struct {
@@ -361,6 +375,9 @@ type watch struct {
 	pending uint64 // messages the consumer had for the filter when made
 	it      jetstream.MessagesContext
 	out     chan spate.WatchEvent
+
+	// got counts the messages the pump received, for guard.
+	got atomic.Uint64
 
 	// live is set once the snapshot is folded; from then on the queue is
 	// capped at watchBuffer (while folding, it is bounded by the bucket).
@@ -399,6 +416,7 @@ func (w *watch) pump(ctx context.Context) {
 		if !ok {
 			continue
 		}
+		w.got.Add(1)
 		m := message{key: key, value: msg.Data(), rev: meta.Sequence.Stream, marker: isMarker(msg.Headers()), pending: meta.NumPending}
 		if m.value == nil {
 			m.value = []byte{}
@@ -412,6 +430,121 @@ func (w *watch) pump(ctx context.Context) {
 		w.queue = append(w.queue, m)
 		w.mu.Unlock()
 		w.wake()
+	}
+}
+
+// guard breaks a watch whose consumer stopped delivering. The server's
+// idle heartbeats and nats.go's resets of the ordered consumer cover a
+// consumer or a pull request lost with its server, not a consumer that goes
+// on answering with heartbeats while it delivers nothing (one on a replica
+// that stopped applying, a paused one), nor a re-creation that takes longer
+// than the watch may stay silent: nats.go retries it for up to a minute,
+// and the watch would say nothing all that time.
+//
+// So after every stallProbe without a message, guard asks the server about
+// the consumer, waiting up to stallProbe for the answer. A consumer that
+// holds messages for the watch (pending), a consumer the server no longer
+// has, and no answer (nats.go holds the consumer while it re-creates it)
+// are suspect. Two suspect probes in a row, with no message between them,
+// make guard delete the consumer on the server: nats.go then re-creates it
+// after the last message delivered, as for a consumer lost with its
+// server, so nothing is lost or repeated and a stall the server clears
+// that way costs the watch nothing. Two more suspect probes, with still no
+// message, break the watch with a Retryable error. A change written when
+// the consumer stalled is thus delivered, or the watch broken, within
+// eight stallProbes ([WatchStallBound]): four waits, each followed by a
+// probe that may take as long. An idle watch costs one consumer-info request per
+// stallProbe. A user not allowed that request (CONSUMER.INFO) runs its
+// watches unguarded, as before the guard, with one warning.
+func (w *watch) guard(ctx context.Context, cons jetstream.Consumer) {
+	t := time.NewTimer(stallProbe)
+	defer t.Stop()
+	var probes sync.WaitGroup
+	defer probes.Wait()
+	seen := w.got.Load()
+	var suspect error // why the last probe was suspect, or nil
+	kicked := false   // the consumer was deleted for a stall
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if w.s.unguarded.Load() {
+			return
+		}
+		if n := w.got.Load(); n != seen {
+			seen, suspect, kicked = n, nil, false
+			t.Reset(stallProbe)
+			continue
+		}
+		why := w.probe(ctx, cons, &probes)
+		if ctx.Err() != nil || w.s.unguarded.Load() {
+			return
+		}
+		switch {
+		case why == nil || w.got.Load() != seen:
+			suspect, kicked = nil, false
+		case suspect != nil && !kicked:
+			w.s.log.Debug("nats: watch's consumer stalled; deleting it for nats.go to re-create", "bucket", w.b.name, "op", w.spec.op, "key", w.spec.label, "why", why)
+			w.kick(ctx, cons, &probes)
+			suspect, kicked = nil, true
+		case suspect != nil:
+			w.stop(fmt.Errorf("the watch's consumer delivered nothing for %v, also after it was re-created: %w", 4*stallProbe, why))
+			return
+		default:
+			suspect = why
+		}
+		t.Reset(stallProbe)
+	}
+}
+
+// kick deletes the watch's consumer on the server (on its own goroutine,
+// in probes, for the reason probe gives), so that nats.go re-creates it.
+func (w *watch) kick(ctx context.Context, cons jetstream.Consumer, probes *sync.WaitGroup) {
+	probes.Go(func() {
+		info := cons.CachedInfo()
+		if info == nil {
+			return
+		}
+		kctx, cancel := context.WithTimeout(ctx, stallProbe)
+		defer cancel()
+		if err := w.b.stream.DeleteConsumer(kctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			w.s.log.Debug("nats: could not delete a stalled watch's consumer", "bucket", w.b.name, "consumer", info.Name, "err", err)
+		}
+	})
+}
+
+// probe asks the server about the watch's consumer and returns why it is
+// suspect, or nil: it holds messages for the watch, the server does not
+// have it, or no answer came within stallProbe. The request runs on its own
+// goroutine (in probes), since nats.go holds the consumer while it
+// re-creates it.
+func (w *watch) probe(ctx context.Context, cons jetstream.Consumer, probes *sync.WaitGroup) error {
+	pctx, cancel := context.WithTimeout(ctx, stallProbe)
+	defer cancel()
+	type answer struct {
+		info *jetstream.ConsumerInfo
+		err  error
+	}
+	done := make(chan answer, 1)
+	probes.Go(func() {
+		info, err := cons.Info(pctx)
+		done <- answer{info, err}
+	})
+	select {
+	case a := <-done:
+		switch {
+		case errors.Is(a.err, jetstream.ErrConsumerNotFound):
+			return fmt.Errorf("the server no longer has it: %w", a.err)
+		case a.err != nil:
+			return fmt.Errorf("the server did not say how it is: %w", a.err)
+		case a.info.NumPending > 0:
+			return fmt.Errorf("the server holds %d message(s) for it that it did not deliver", a.info.NumPending)
+		}
+		return nil
+	case <-pctx.Done():
+		return fmt.Errorf("the server did not say how it is within %v (the consumer is being re-created, or its server is unreachable)", stallProbe)
 	}
 }
 

@@ -175,8 +175,8 @@ func requireBreaksRetryable(t *testing.T, ch <-chan spate.WatchEvent, ks spate.K
 				return
 			}
 			last = ev
-		case <-time.After(15 * time.Second):
-			t.Fatalf("the key watch did not end within 15s (last event %v %q)", last.Kind, last.Key)
+		case <-time.After(eventWait):
+			t.Fatalf("the key watch did not end within %v (last event %v %q)", eventWait, last.Kind, last.Key)
 		}
 	}
 }
@@ -253,8 +253,7 @@ func TestWatchKeysOverMaxPayload(t *testing.T) {
 	require.Error(t, err)
 	assert.ErrorIs(t, err, spate.ErrFatal)
 	assert.NotErrorIs(t, err, spate.ErrValueTooLarge)
-	assert.Contains(t, err.Error(), "max_payload")
-	assert.Less(t, time.Since(start), 5*time.Second)
+	assert.Contains(t, err.Error(), "max_payload") // not the ctx's end, which is Retryable
 	t.Logf("%v: %v", time.Since(start).Round(time.Millisecond), err)
 	// Fewer keys fit.
 	ch, err := s.WatchKeys(ctx, spate.Durable, keys[:64])
