@@ -40,6 +40,16 @@
 // upload and respects the store's limits (S3: parts of 5 MiB to 5 GiB, at
 // most 10,000); a part is at most RollSize plus one commit's records.
 //
+// # Damage
+//
+// Publish first checks that the parts published before are still there
+// at their committed sizes. A part deleted or replaced under the job, or
+// the staged object a publish must copy deleted (unless the part is
+// already there with the committed bytes: a new owner published it), is
+// an error marked [pipeline.ErrOutputDamaged], naming the key and the fix:
+// no retry can mend it, and the coordination driver sets the split aside.
+// Any other error of the bucket leaves the publish to be retried.
+//
 // # Cleaning up
 //
 // A new owner deletes the staged objects of its split once it has
@@ -225,7 +235,7 @@ func (s *Sink) OpenStage(ctx context.Context, t pipeline.StageTenancy, committed
 		st.parts, st.bytes = c.Parts, c.Bytes
 	}
 	// Check before writing anything: a damaged split is refused as found.
-	if err := s.checkParts(ctx, st, c.Pending); err != nil {
+	if err := s.checkParts(ctx, st, c.Pending, true); err != nil {
 		return err
 	}
 	for _, p := range c.Pending {
@@ -245,7 +255,10 @@ func (s *Sink) OpenStage(ctx context.Context, t pipeline.StageTenancy, committed
 
 // checkParts lists the split's parts: exactly the committed ones (a
 // pending part may still be missing), of the committed sizes in total.
-func (s *Sink) checkParts(ctx context.Context, st *stage, pending []part) error {
+// Unless strict, parts past the committed ones are let be (a newer owner's,
+// or strays that the next OpenStage refuses). The damage it finds is
+// marked [pipeline.ErrOutputDamaged]; a failed listing is not.
+func (s *Sink) checkParts(ctx context.Context, st *stage, pending []part, strict bool) error {
 	prefix := st.split.String() + "/"
 	unpublished := map[int]int64{}
 	var want int64 = st.bytes
@@ -256,6 +269,7 @@ func (s *Sink) checkParts(ctx context.Context, st *stage, pending []part) error 
 	it := s.b.List(&blob.ListOptions{Prefix: prefix})
 	var n int
 	var total int64
+	seen := map[int]bool{}
 	for {
 		obj, err := it.Next(ctx)
 		if errors.Is(err, io.EOF) {
@@ -269,25 +283,60 @@ func (s *Sink) checkParts(ctx context.Context, st *stage, pending []part) error 
 		}
 		i, ok := partIndex(st.split, obj.Key)
 		if !ok || i >= st.parts {
-			if st.parts == 0 {
-				return fmt.Errorf("blob sink: split %s has no committed output, but %s%s exists: the destination holds output no commit of this job lists; remove it, or give the job an empty destination", st.split, s.location, obj.Key)
+			if !strict {
+				continue
 			}
-			return fmt.Errorf("blob sink: split %s: %s%s is not one of its %d committed parts: the destination holds output no commit lists; remove it (the committed parts stay)", st.split, s.location, obj.Key, st.parts)
+			if st.parts == 0 {
+				return fmt.Errorf("%w: blob sink: split %s has no committed output, but %s%s exists: the destination holds output no commit of this job lists; remove it, or give the job an empty destination", pipeline.ErrOutputDamaged, st.split, s.location, obj.Key)
+			}
+			return fmt.Errorf("%w: blob sink: split %s: %s%s is not one of its %d committed parts: the destination holds output no commit lists; remove it (the committed parts stay)", pipeline.ErrOutputDamaged, st.split, s.location, obj.Key, st.parts)
 		}
 		if l, ok := unpublished[i]; ok {
 			if obj.Size != l {
-				return fmt.Errorf("blob sink: split %s: part %s%s holds %d bytes, but its commit lists %d: it was replaced; remove it, and the next owner publishes the committed bytes", st.split, s.location, obj.Key, obj.Size, l)
+				return fmt.Errorf("%w: blob sink: split %s: part %s%s holds %d bytes, but its commit lists %d: it was replaced; remove it, and the next owner publishes the committed bytes", pipeline.ErrOutputDamaged, st.split, s.location, obj.Key, obj.Size, l)
 			}
 			continue // published already
 		}
+		seen[i] = true
 		n++
 		total += obj.Size
 	}
 	if n != st.parts-len(pending) || total != want {
-		return fmt.Errorf("blob sink: split %s: %d published parts of %d bytes under %s%s, but %d of %d bytes are committed: a part was deleted, truncated or replaced; restore it from a backup, or requeue the split from the start after removing its parts (spate requeue)",
-			st.split, n, total, s.location, prefix, st.parts-len(pending), want)
+		var missing []string
+		for i := range st.parts {
+			if _, ok := unpublished[i]; !ok && !seen[i] && len(missing) < 3 {
+				missing = append(missing, s.location+PartKey(st.split, i))
+			}
+		}
+		gone := ""
+		if len(missing) > 0 {
+			gone = fmt.Sprintf(" (missing: %s)", strings.Join(missing, ", "))
+		}
+		return fmt.Errorf("%w: blob sink: split %s: %d published parts of %d bytes under %s%s, but %d of %d bytes are committed%s: a part was deleted, truncated or replaced; restore it from a backup, or requeue the split from the start after removing its parts (spate requeue)",
+			pipeline.ErrOutputDamaged, st.split, n, total, s.location, prefix, st.parts-len(pending), want, gone)
 	}
 	return nil
+}
+
+// publishedAlready returns nil if part pt of split is published at key
+// with the bytes the committed record lists, and an error marked
+// [pipeline.ErrOutputDamaged] naming the staged object if it is not there
+// (its staged object being gone, no retry can publish it).
+func (s *Sink) publishedAlready(ctx context.Context, split spate.SplitID, pt part, key string) error {
+	data, err := s.b.ReadAll(ctx, key)
+	switch {
+	case err == nil:
+		if int64(len(data)) == pt.Len && crc32.Checksum(data, castagnoli) == pt.CRC {
+			return nil
+		}
+		return fmt.Errorf("%w: blob sink: split %s: part %s%s holds %d bytes other than the %d its commit lists, and the staged object %s%s it is copied from is gone: both were changed under the job; remove the split's parts and requeue it from the start (spate requeue)",
+			pipeline.ErrOutputDamaged, split, s.location, key, len(data), pt.Len, s.location, pt.Stage)
+	case gcerrors.Code(err) == gcerrors.NotFound:
+		return fmt.Errorf("%w: blob sink: split %s: the staged object %s%s, listed by the committed record as part %s%s, was deleted under the job before it was published: restore it, or remove the split's parts and requeue it from the start (spate requeue)",
+			pipeline.ErrOutputDamaged, split, s.location, pt.Stage, s.location, key)
+	default:
+		return fmt.Errorf("blob sink: cannot read part %s%s: %w", s.location, key, err)
+	}
 }
 
 func partIndex(split spate.SplitID, key string) (int, bool) {
@@ -314,12 +363,12 @@ func (s *Sink) publishFromStage(ctx context.Context, split spate.SplitID, p part
 	data, err := s.b.ReadAll(ctx, p.Stage)
 	if err != nil {
 		if gcerrors.Code(err) == gcerrors.NotFound {
-			return fmt.Errorf("blob sink: split %s: the staged object %s%s, listed by the committed record as part %d, is gone before it was published: restore it, or requeue the split from the start after removing its parts", split, s.location, p.Stage, p.I)
+			return fmt.Errorf("%w: blob sink: split %s: the staged object %s%s, listed by the committed record as part %d, is gone before it was published: restore it, or requeue the split from the start after removing its parts", pipeline.ErrOutputDamaged, split, s.location, p.Stage, p.I)
 		}
 		return fmt.Errorf("blob sink: cannot read the staged object %s%s: %w", s.location, p.Stage, err)
 	}
 	if int64(len(data)) != p.Len || crc32.Checksum(data, castagnoli) != p.CRC {
-		return fmt.Errorf("blob sink: split %s: the staged object %s%s is not the bytes the committed record lists for part %d (%d bytes, want %d, or its checksum differs): it was altered; requeue the split from the start after removing its parts", split, s.location, p.Stage, p.I, len(data), p.Len)
+		return fmt.Errorf("%w: blob sink: split %s: the staged object %s%s is not the bytes the committed record lists for part %d (%d bytes, want %d, or its checksum differs): it was altered; requeue the split from the start after removing its parts", pipeline.ErrOutputDamaged, split, s.location, p.Stage, p.I, len(data), p.Len)
 	}
 	if err := s.b.WriteAll(ctx, key, data, &blob.WriterOptions{ContentType: "text/plain"}); err != nil {
 		return fmt.Errorf("blob sink: cannot publish part %s%s: %w", s.location, key, err)
@@ -485,6 +534,20 @@ func (s *Sink) Publish(ctx context.Context, p pipeline.PartitionID, committable 
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	mine := false
+	for _, pt := range c.Pending {
+		_, ok := st.upload[pt.I]
+		mine = mine || ok
+	}
+	if !mine {
+		return nil // published already
+	}
+	// The parts published before must still be there: a part deleted or
+	// replaced under the job is gone for good (its staged object went
+	// once it was published), and no retry can mend it.
+	if err := s.checkParts(ctx, &stage{split: st.split, parts: c.Parts, bytes: c.Bytes}, c.Pending, false); err != nil {
+		return err
+	}
 	for _, pt := range c.Pending {
 		data, mine := st.upload[pt.I]
 		if !mine {
@@ -495,7 +558,15 @@ func (s *Sink) Publish(ctx context.Context, p pipeline.PartitionID, committable 
 		}
 		key := PartKey(st.split, pt.I)
 		if err := s.b.Copy(ctx, key, pt.Stage, nil); err != nil {
-			return fmt.Errorf("blob sink: cannot publish part %s%s: %w", s.location, key, err)
+			if gcerrors.Code(err) != gcerrors.NotFound {
+				return fmt.Errorf("blob sink: cannot publish part %s%s: %w", s.location, key, err)
+			}
+			// The staged object is gone: published already (by a new
+			// owner, which then deleted it) if the part holds exactly the
+			// committed bytes; otherwise it was deleted under the job.
+			if err := s.publishedAlready(ctx, st.split, pt, key); err != nil {
+				return err
+			}
 		}
 		delete(st.upload, pt.I)
 		st.pending = slices.DeleteFunc(st.pending, func(q part) bool { return q.I == pt.I })
