@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/atomicfile"
 )
 
 // StagedFileSink is the exactly-once file sink: a [StagingSink] that
@@ -162,7 +163,7 @@ func claimDestination(dir, job string) error {
 	if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	if err := writeJobMarker(path, want); !errors.Is(err, fs.ErrExist) {
+	if err := atomicfile.WriteNew(path, want); !errors.Is(err, fs.ErrExist) {
 		if err != nil {
 			return fmt.Errorf("file sink: cannot write the destination's job marker %s: %w (is %s writable?)", path, err, dir)
 		}
@@ -185,30 +186,6 @@ func checkJobMarker(dir, path string, want []byte) error {
 			dir, string(bytes.TrimSpace(got)), path, bytes.TrimSpace(want))
 	}
 	return nil
-}
-
-// writeJobMarker writes the marker whole under a temporary name and links
-// it to path: fs.ErrExist if a marker is already there.
-func writeJobMarker(path string, want []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), stagedJobFile+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(want)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	if err := os.Link(tmp.Name(), path); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
 }
 
 // Path is the published file of split.

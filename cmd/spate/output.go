@@ -17,6 +17,7 @@ import (
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
+	"github.com/spate-go/spate/internal/atomicfile"
 	"github.com/spate-go/spate/pipeline"
 	"github.com/spate-go/spate/pipeline/blobsink"
 	"github.com/spate-go/spate/pipeline/filesource/blobsource"
@@ -234,37 +235,12 @@ func (o *destination) bind(ctx context.Context, b destBinding) (destBinding, err
 }
 
 // writeNew writes data to path, creating its directory, whole or not at
-// all: under a name of its own, fsynced, then linked to path, which fails
-// with fs.ErrExist if path exists.
+// all (atomicfile.WriteNew): it fails with fs.ErrExist if path exists.
 func writeNew(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	if err := os.Link(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.WriteNew(path, data)
 }
 
 // hasOutput reports whether the destination holds a published output file
