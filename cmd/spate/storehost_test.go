@@ -57,6 +57,25 @@ func (r *defaultStoreRun) start(id string, host bool) *proc {
 }
 
 // verify runs spate verify over the output: every input line exactly once.
+// killHostUnderWork starts the host w0 and two workers, w1 and w2, waits
+// until both hold splits, SIGKILLs the host and waits until both say the
+// store is gone. It returns the host's pid and the two survivors.
+func (r *defaultStoreRun) killHostUnderWork() (hostPID int, survivors []*proc) {
+	t := r.t
+	host := r.start("w0", true)
+	survivors = []*proc{r.start("w1", false), r.start("w2", false)}
+	for _, s := range survivors {
+		s.stdout.waitFor(t, s, "gained ", 30*storeHostLease)
+	}
+	hostPID = host.cmd.Process.Pid
+	require.NoError(t, host.cmd.Process.Kill())
+	<-host.done
+	for _, s := range survivors {
+		s.stderr.waitFor(t, s, `msg="the default store is gone`, 30*storeHostLease)
+	}
+	return hostPID, survivors
+}
+
 func (r *defaultStoreRun) verify() {
 	code, out, errOut := runSpate(r.t, r.dir, "", 30*storeHostLease, "verify", "--src", r.src, "--dst", r.dst)
 	expectCode(r.t, "verify", code, 0, out, errOut)
@@ -77,17 +96,9 @@ func TestDefaultStoreHostKilledSurvivorsSayItAndExit(t *testing.T) {
 	t.Parallel()
 	const wait = 5 * storeHostLease // --connect-timeout: how long the survivors wait for the store
 	r := newDefaultStoreRun(t, 12, 3000, "1000", "--connect-timeout", wait.String())
-	host := r.start("w0", true)
-	hostPID := host.cmd.Process.Pid
-	survivors := []*proc{r.start("w1", false), r.start("w2", false)}
-	for _, s := range survivors {
-		s.stdout.waitFor(t, s, "gained ", 30*storeHostLease)
-	}
-	require.NoError(t, host.cmd.Process.Kill())
-	<-host.done
+	hostPID, survivors := r.killHostUnderWork()
 
 	for _, s := range survivors {
-		s.stderr.waitFor(t, s, `msg="the default store is gone`, 30*storeHostLease)
 		line := storeGoneLine.FindString(s.stderr.String())
 		for _, want := range []string{
 			"store=\"embedded etcd at " + r.addr + "\"",            // which store
@@ -129,16 +140,7 @@ func TestDefaultStoreHostKilledSurvivorsSayItAndExit(t *testing.T) {
 func TestDefaultStoreHostKilledAndRestartedJobCompletes(t *testing.T) {
 	t.Parallel()
 	r := newDefaultStoreRun(t, 12, 3000, "1000")
-	host := r.start("w0", true)
-	survivors := []*proc{r.start("w1", false), r.start("w2", false)}
-	for _, s := range survivors {
-		s.stdout.waitFor(t, s, "gained ", 30*storeHostLease)
-	}
-	require.NoError(t, host.cmd.Process.Kill())
-	<-host.done
-	for _, s := range survivors {
-		s.stderr.waitFor(t, s, `msg="the default store is gone`, 30*storeHostLease)
-	}
+	_, survivors := r.killHostUnderWork()
 
 	restarted := r.start("w0", true)
 	for _, s := range survivors {
