@@ -35,15 +35,13 @@ type Tail struct {
 // tailJSON is a Tail's descriptor form: its name is encoded as a
 // [Member]'s is.
 type tailJSON struct {
-	Name    string `json:"name,omitempty"`
-	NameB64 string `json:"name_b64,omitempty"`
+	descName
 	FileID
 }
 
 // MarshalJSON encodes the name losslessly (see [Member]).
 func (t Tail) MarshalJSON() ([]byte, error) {
-	name, b64 := encodeName(t.Name)
-	return json.Marshal(tailJSON{Name: name, NameB64: b64, FileID: t.FileID})
+	return json.Marshal(tailJSON{descName: encodeName(t.Name), FileID: t.FileID})
 }
 
 // UnmarshalJSON decodes what MarshalJSON encodes.
@@ -52,7 +50,7 @@ func (t *Tail) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	name, err := decodeName(j.Name, j.NameB64)
+	name, err := j.decode()
 	if err != nil {
 		return err
 	}

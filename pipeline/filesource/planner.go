@@ -135,16 +135,14 @@ type Member struct {
 
 // memberJSON is a Member's descriptor form (see [Member]).
 type memberJSON struct {
-	Name    string `json:"name,omitempty"`
-	NameB64 string `json:"name_b64,omitempty"`
-	Size    int64  `json:"size"`
-	MTime   int64  `json:"mtime"`
+	descName
+	Size  int64 `json:"size"`
+	MTime int64 `json:"mtime"`
 }
 
 // MarshalJSON encodes the name losslessly (see [Member]).
 func (m Member) MarshalJSON() ([]byte, error) {
-	name, b64 := encodeName(m.Name)
-	return json.Marshal(memberJSON{Name: name, NameB64: b64, Size: m.Size, MTime: m.MTime})
+	return json.Marshal(memberJSON{descName: encodeName(m.Name), Size: m.Size, MTime: m.MTime})
 }
 
 // UnmarshalJSON decodes what MarshalJSON encodes.
@@ -153,7 +151,7 @@ func (m *Member) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	name, err := decodeName(j.Name, j.NameB64)
+	name, err := j.decode()
 	if err != nil {
 		return err
 	}
@@ -161,26 +159,32 @@ func (m *Member) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// encodeName splits a name into its descriptor fields: name when it is
-// valid UTF-8, else name_b64.
-func encodeName(name string) (plain, b64 string) {
-	if utf8.ValidString(name) {
-		return name, ""
-	}
-	return "", base64.StdEncoding.EncodeToString([]byte(name))
+// descName is a name's descriptor fields: name when it is valid UTF-8,
+// else name_b64 (its bytes, base64).
+type descName struct {
+	Name    string `json:"name,omitempty"`
+	NameB64 string `json:"name_b64,omitempty"`
 }
 
-// decodeName is encodeName's inverse.
-func decodeName(plain, b64 string) (string, error) {
-	if b64 == "" {
-		return plain, nil
+// encodeName is name's descriptor fields.
+func encodeName(name string) descName {
+	if utf8.ValidString(name) {
+		return descName{Name: name}
 	}
-	if plain != "" {
-		return "", fmt.Errorf("both name %q and name_b64 %q", plain, b64)
+	return descName{NameB64: base64.StdEncoding.EncodeToString([]byte(name))}
+}
+
+// decode is encodeName's inverse.
+func (d descName) decode() (string, error) {
+	if d.NameB64 == "" {
+		return d.Name, nil
 	}
-	raw, err := base64.StdEncoding.Strict().DecodeString(b64)
+	if d.Name != "" {
+		return "", fmt.Errorf("both name %q and name_b64 %q", d.Name, d.NameB64)
+	}
+	raw, err := base64.StdEncoding.Strict().DecodeString(d.NameB64)
 	if err != nil {
-		return "", fmt.Errorf("name_b64 %q: %w", b64, err)
+		return "", fmt.Errorf("name_b64 %q: %w", d.NameB64, err)
 	}
 	return string(raw), nil
 }
