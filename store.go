@@ -44,17 +44,8 @@ import (
 //     after Close ([ErrClosed]). Nothing was written.
 //
 // Drivers make one attempt per call; retries live in the coordinator.
-// The one exception, kept for correctness, is stores/nats on a replicated
-// stream: a compare-and-set the stream leader refuses with 10164 (another
-// write of the same key is still being replicated, and nothing was
-// written) is not decided yet, and reporting it Lost broke linearizability
-// (a read just after still saw the revision the Lost declared gone) while
-// reporting it Retryable would fail plain contention on a healthy cluster,
-// so the driver sends it again until the leader decides, for at most two
-// seconds. Its Create of a deleted or expired key is likewise one read and
-// one compare-and-set at the delete marker's revision, repeated (four rounds
-// at most) only while the marker moves under it, so that it loses only after
-// a read saw a live value.
+// A driver that must make an exception for correctness says so, and why,
+// in its package documentation.
 //
 // # Keys and values
 //

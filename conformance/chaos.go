@@ -178,28 +178,28 @@ func (r *recordingStore) Create(ctx context.Context, ks spate.Keyspace, key stri
 	if !splitKey(ks, key) {
 		return r.Store.Create(ctx, ks, key, v)
 	}
-	return RecordCreate(ctx, r.h, r.client, r.Store, ks, key, v)
+	return Recorder{H: r.h, Client: r.client, Store: r.Store}.Create(ctx, ks, key, v)
 }
 
 func (r *recordingStore) Update(ctx context.Context, ks spate.Keyspace, key string, v []byte, exp uint64) (spate.Outcome, error) {
 	if !splitKey(ks, key) {
 		return r.Store.Update(ctx, ks, key, v, exp)
 	}
-	return RecordUpdate(ctx, r.h, r.client, r.Store, ks, key, v, exp)
+	return Recorder{H: r.h, Client: r.client, Store: r.Store}.Update(ctx, ks, key, v, exp)
 }
 
 func (r *recordingStore) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
 	if !splitKey(ks, key) {
 		return r.Store.Get(ctx, ks, key)
 	}
-	return RecordGet(ctx, r.h, r.client, r.Store, ks, key)
+	return Recorder{H: r.h, Client: r.client, Store: r.Store}.Get(ctx, ks, key)
 }
 
 func (r *recordingStore) Delete(ctx context.Context, ks spate.Keyspace, key string, exp uint64) (spate.Outcome, error) {
 	if !splitKey(ks, key) {
 		return r.Store.Delete(ctx, ks, key, exp)
 	}
-	return RecordDelete(ctx, r.h, r.client, r.Store, ks, key, exp)
+	return Recorder{H: r.h, Client: r.client, Store: r.Store}.Delete(ctx, ks, key, exp)
 }
 
 // splitVersion is one observed version of a split record.

@@ -102,39 +102,48 @@ func countKeys(ops []porcupine.Operation) int {
 	return len(keys)
 }
 
-// RecordGet performs and records a Get.
-func RecordGet(ctx context.Context, h *History, client int, s spate.Store, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
-	call := h.Begin()
-	en, ok, err := s.Get(ctx, ks, key)
+// Recorder performs one client's calls on a store and records each, with
+// its outcome, in a History: a call that failed is recorded with an
+// unknown outcome (it may have landed).
+type Recorder struct {
+	H      *History
+	Client int // the client's number in the history
+	Store  spate.Store
+}
+
+// Get performs and records a Get.
+func (r Recorder) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
+	call := r.H.Begin()
+	en, ok, err := r.Store.Get(ctx, ks, key)
 	out := OpOutput{Present: ok, Value: string(en.Value), Revision: en.Revision}
 	if err != nil {
 		out = OpOutput{Unknown: true}
 	}
-	h.End(client, call, OpInput{Kind: OpGet, Keyspace: ks, Key: key}, out)
+	r.H.End(r.Client, call, OpInput{Kind: OpGet, Keyspace: ks, Key: key}, out)
 	return en, ok, err
 }
 
-// RecordCreate performs and records a Create.
-func RecordCreate(ctx context.Context, h *History, client int, s spate.Store, ks spate.Keyspace, key string, value []byte) (spate.Outcome, error) {
-	call := h.Begin()
-	o, err := s.Create(ctx, ks, key, value)
-	h.End(client, call, OpInput{Kind: OpCreate, Keyspace: ks, Key: key, Value: string(value)}, writeOut(o, err))
+// Create performs and records a Create.
+func (r Recorder) Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (spate.Outcome, error) {
+	call := r.H.Begin()
+	o, err := r.Store.Create(ctx, ks, key, value)
+	r.H.End(r.Client, call, OpInput{Kind: OpCreate, Keyspace: ks, Key: key, Value: string(value)}, writeOut(o, err))
 	return o, err
 }
 
-// RecordUpdate performs and records an Update.
-func RecordUpdate(ctx context.Context, h *History, client int, s spate.Store, ks spate.Keyspace, key string, value []byte, expected uint64) (spate.Outcome, error) {
-	call := h.Begin()
-	o, err := s.Update(ctx, ks, key, value, expected)
-	h.End(client, call, OpInput{Kind: OpUpdate, Keyspace: ks, Key: key, Value: string(value), Expected: expected}, writeOut(o, err))
+// Update performs and records an Update.
+func (r Recorder) Update(ctx context.Context, ks spate.Keyspace, key string, value []byte, expected uint64) (spate.Outcome, error) {
+	call := r.H.Begin()
+	o, err := r.Store.Update(ctx, ks, key, value, expected)
+	r.H.End(r.Client, call, OpInput{Kind: OpUpdate, Keyspace: ks, Key: key, Value: string(value), Expected: expected}, writeOut(o, err))
 	return o, err
 }
 
-// RecordDelete performs and records a Delete.
-func RecordDelete(ctx context.Context, h *History, client int, s spate.Store, ks spate.Keyspace, key string, expected uint64) (spate.Outcome, error) {
-	call := h.Begin()
-	o, err := s.Delete(ctx, ks, key, expected)
-	h.End(client, call, OpInput{Kind: OpDelete, Keyspace: ks, Key: key, Expected: expected}, writeOut(o, err))
+// Delete performs and records a Delete.
+func (r Recorder) Delete(ctx context.Context, ks spate.Keyspace, key string, expected uint64) (spate.Outcome, error) {
+	call := r.H.Begin()
+	o, err := r.Store.Delete(ctx, ks, key, expected)
+	r.H.End(r.Client, call, OpInput{Kind: OpDelete, Keyspace: ks, Key: key, Expected: expected}, writeOut(o, err))
 	return o, err
 }
 

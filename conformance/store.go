@@ -647,7 +647,7 @@ func testConcurrentCAS(e *env) {
 		stores[i] = e.open()
 	}
 	rec := &History{}
-	if o, err := RecordCreate(e.ctx, rec, 0, stores[0], spate.Durable, "ctr", []byte("0")); err != nil || !o.Won {
+	if o, err := (Recorder{H: rec, Client: 0, Store: stores[0]}).Create(e.ctx, spate.Durable, "ctr", []byte("0")); err != nil || !o.Won {
 		e.t.Fatalf("create counter: won=%t err=%v", o.Won, err)
 	}
 	for round := 1; round <= rounds; round++ {
@@ -661,7 +661,7 @@ func testConcurrentCAS(e *env) {
 		for c := range clients {
 			wrote.Go(func() {
 				s := stores[c]
-				en, ok, err := RecordGet(e.ctx, rec, c, s, spate.Durable, "ctr")
+				en, ok, err := Recorder{H: rec, Client: c, Store: s}.Get(e.ctx, spate.Durable, "ctr")
 				read.Done()
 				if err != nil || !ok {
 					mu.Lock()
@@ -672,7 +672,7 @@ func testConcurrentCAS(e *env) {
 				read.Wait() // every client has read this round's revision
 				time.Sleep(time.Duration(rand.IntN(2)) * time.Millisecond)
 				v, _ := strconv.Atoi(string(en.Value))
-				o, err := RecordUpdate(e.ctx, rec, c, s, spate.Durable, "ctr", []byte(strconv.Itoa(v+1)), en.Revision)
+				o, err := Recorder{H: rec, Client: c, Store: s}.Update(e.ctx, spate.Durable, "ctr", []byte(strconv.Itoa(v+1)), en.Revision)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {

@@ -17,7 +17,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var update = flag.Bool("update", false, "rewrite the traceability table in doc.go")
+var update = flag.Bool("update", false, "rewrite the traceability table, "+traceFile)
+
+// traceFile is the traceability table: every sentence of the store
+// contract with the rules that check it.
+const traceFile = "../docs/conformance-traceability.md"
 
 // alsoChecks names, for a sentence of the contract, rules that check it
 // although they quote another sentence: the sentence restates or sums up
@@ -74,13 +78,12 @@ var alsoChecks = map[string][]string{
 
 // unchecked says, for a sentence no rule checks, why none can.
 var unchecked = map[string]string{
-	"Store is the contract every coordination store driver implements: six primitives over two keyspaces.": "it introduces the interface; the compiler checks the six primitives.",
-	"A write that fails Retryable may have landed; the caller re-reads to find out.":                       "it permits and instructs the caller; a driver cannot break it.",
-	"Drivers make one attempt per call; retries live in the coordinator.":                                  "the suite cannot put a transient failure between a driver and its server, so it cannot count attempts.",
-	"The one exception, kept for correctness, is stores/nats on a replicated stream: a compare-and-set the stream leader refuses with 10164 (another write of the same key is still being replicated, and nothing was written) is not decided yet, and reporting it Lost broke linearizability (a read just after still saw the revision the Lost declared gone) while reporting it Retryable would fail plain contention on a healthy cluster, so the driver sends it again until the leader decides, for at most two seconds.": "a property of one driver on a replicated cluster; stores/nats TestFailoverCASIsLinearizable checks it with porcupine on R3.",
-	"Its Create of a deleted or expired key is likewise one read and one compare-and-set at the delete marker's revision, repeated (four rounds at most) only while the marker moves under it, so that it loses only after a read saw a live value.":                                                                                                                                                                                                                                                                             "a property of one driver; CreateIsCreateIfAbsent and DeletedKeysReadAbsentAndAreRecreatable check its outcome.",
-	"A call in flight when Close begins has its context cancelled, and Close waits for it to return before it closes the backend, so that no call reaches a backend after Close.":                                                                                                                                                                                                                                                                                                                                                "the suite sees the Store, not the backend behind it; the root's TestPortableCloseCancelsAndWaitsForCallsInFlight and TestPortableCloseRacingCalls check it with a counting Driver.",
-	"Every driver is a [github.com/spate-go/spate/driver.Driver] wrapped by driver.NewStore, whose PortableStore holds, once for all drivers, the closed state, the tracking of calls in flight, the argument checks, the value cap, the revision-0 rule of Update and the error format (driver.OpError); the driver does the backend's part and classifies its own errors.":                                                                                                                                                     "it describes how drivers are built, not what a store does; the root's TestPortable tests check the PortableStore.",
+	"Store is the contract every coordination store driver implements: six primitives over two keyspaces.":                                                                        "it introduces the interface; the compiler checks the six primitives.",
+	"A write that fails Retryable may have landed; the caller re-reads to find out.":                                                                                              "it permits and instructs the caller; a driver cannot break it.",
+	"Drivers make one attempt per call; retries live in the coordinator.":                                                                                                         "the suite cannot put a transient failure between a driver and its server, so it cannot count attempts.",
+	"A driver that must make an exception for correctness says so, and why, in its package documentation.":                                                                        "it binds a driver's documentation.",
+	"A call in flight when Close begins has its context cancelled, and Close waits for it to return before it closes the backend, so that no call reaches a backend after Close.": "the suite sees the Store, not the backend behind it; the root's TestPortableCloseCancelsAndWaitsForCallsInFlight and TestPortableCloseRacingCalls check it with a counting Driver.",
+	"Every driver is a [github.com/spate-go/spate/driver.Driver] wrapped by driver.NewStore, whose PortableStore holds, once for all drivers, the closed state, the tracking of calls in flight, the argument checks, the value cap, the revision-0 rule of Update and the error format (driver.OpError); the driver does the backend's part and classifies its own errors.": "it describes how drivers are built, not what a store does; the root's TestPortable tests check the PortableStore.",
 	"See [ValidateKey].": "a reference.",
 	"A coordinator on a store with it watches only the keys that concern it (so that a worker's work grows with its own splits); on a store without it, every worker watches the whole job.": "it describes the coordinator, not a store; the root's TestANonLeaderWatchesOnlyItsOwnKeys checks it.",
 	"Find it with [KeyWatcherOf].":                          "a reference.",
@@ -266,7 +269,7 @@ func rulesOf() map[string][]string {
 
 // TestTraceability: every store rule quotes a sentence of the contract;
 // every sentence of the contract is checked by a rule or says why none can;
-// doc.go lists them all as they stand.
+// the traceability table (traceFile) lists them all as they stand.
 func TestTraceability(t *testing.T) {
 	sents := contract(t)
 	texts := map[string]bool{}
@@ -296,23 +299,18 @@ func TestTraceability(t *testing.T) {
 	}
 
 	table := traceTable(sents, checks)
-	raw, err := os.ReadFile("doc.go")
-	require.NoError(t, err)
-	doc := string(raw)
-	const head = "// # Traceability\n"
-	i := strings.Index(doc, head)
-	j := strings.Index(doc, "package conformance")
-	require.True(t, i >= 0 && j > i, "doc.go has no %q section before its package clause", strings.TrimSpace(head))
 	if *update {
-		require.NoError(t, os.WriteFile("doc.go", []byte(doc[:i]+table+doc[j:]), 0o644))
+		require.NoError(t, os.WriteFile(traceFile, []byte(table), 0o644))
 		return
 	}
-	assert.Equal(t, table, doc[i:j], "doc.go's traceability table is stale; run go test -run TestTraceability -update ./conformance/")
+	raw, err := os.ReadFile(traceFile)
+	require.NoError(t, err, "the traceability table; go test -run TestTraceability -update ./conformance/ writes it")
+	assert.Equal(t, table, string(raw), "%s is stale; run go test -run TestTraceability -update ./conformance/", traceFile)
 }
 
 var docLink = regexp.MustCompile(`\[([A-Z]\w*(?:\.\w+)?)\]`)
 
-// traceTable renders the traceability section of the package doc.
+// traceTable renders the traceability table, a Markdown page.
 func traceTable(sents []sentence, checks map[string][]string) string {
 	checked, restated, exempt := 0, 0, 0
 	quoted := map[string]bool{}
@@ -330,29 +328,32 @@ func traceTable(sents []sentence, checks map[string][]string) string {
 		}
 	}
 	var b strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&b, "//"+format+"\n", args...) }
-	w(" # Traceability")
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	w("# The store contract, sentence by sentence")
 	w("")
-	w(" Each store rule checks one sentence of the store contract: the")
-	w(" documentation of [spate.Store], its methods and types, and of the error")
-	w(" classes in errors.go. Below is every sentence of that contract, in its")
-	w(" order, with the rules that check it. Of its %d sentences, %d are quoted", len(sents), checked)
-	w(" by the %d rules of [StoreRules], %d restate or sum up sentences whose", len(StoreRules), restated)
-	w(" rules check them too, and %d no rule can check, for the reason given.", exempt)
-	w(" A test keeps this list, the contract and the rules in step.")
+	w("<!-- Generated by go test -run TestTraceability -update ./conformance/ (conformance/trace_test.go); do not edit. -->")
+	w("")
+	w("Each store rule of the conformance suite checks one sentence of the store")
+	w("contract: the documentation of `spate.Store`, its methods and types, and of")
+	w("the error classes in errors.go. Below is every sentence of that contract, in")
+	w("its order, with the rules that check it. Of its %d sentences, %d are quoted", len(sents), checked)
+	w("by the %d rules of `conformance.StoreRules`, %d restate or sum up sentences", len(StoreRules), restated)
+	w("whose rules check them too, and %d no rule can check, for the reason given.", exempt)
+	w("A test (`TestTraceability`) keeps this list, the contract and the rules in")
+	w("step.")
 	where := ""
 	for _, s := range sents {
 		if s.where != where {
 			where = s.where
 			w("")
-			w(" %s:", where)
+			w("## %s", where)
 			w("")
 		}
-		text := docLink.ReplaceAllString(s.text, "[spate.$1]")
+		text := docLink.ReplaceAllString(s.text, "`spate.$1`")
 		if rules := checks[s.text]; len(rules) > 0 {
-			w("   - %s — checked by %s.", text, strings.Join(rules, ", "))
+			w("- %s — checked by %s.", text, strings.Join(rules, ", "))
 		} else {
-			w("   - %s — no rule: %s", text, unchecked[s.text])
+			w("- %s — no rule: %s", text, unchecked[s.text])
 		}
 	}
 	return b.String()

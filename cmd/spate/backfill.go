@@ -376,22 +376,22 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	}()
 
 	popts := filesource.PlannerOptions{TargetBytes: f.splitBytes, MaxFiles: f.splitFiles, Follow: f.follow, UntilIdle: f.untilIdle}
-	planner := filesource.NewPlanner(in.objs, popts)
-	if code, done := f.announce(runCtx, con, conn, st, job, instance, planner, in.location, out); done {
+	r := &backfillRun{f: f, con: con, log: log, conn: conn, st: st, job: job, instance: instance,
+		in: in, out: out, planner: filesource.NewPlanner(in.objs, popts), sigs: sigs, started: started}
+	if code, done := r.announce(runCtx); done {
 		return code
 	}
 
-	var hist *history
 	if f.history != "" {
-		if hist, err = openHistory(f.history, instance); err != nil {
+		if r.hist, err = openHistory(f.history, instance); err != nil {
 			return fail(exitFailed, "%v", err)
 		}
-		defer hist.close()
-		hist.record("start", map[string]any{"job": job, "store": conn.describe, "src": in.location, "dst": out.location, "pid": os.Getpid(),
+		defer r.hist.close()
+		r.hist.record("start", map[string]any{"job": job, "store": conn.describe, "src": in.location, "dst": out.location, "pid": os.Getpid(),
 			"lease_ms": f.lease.Milliseconds(), "lanes": f.lanes})
 	}
 
-	w, code := f.build(con, log, hist, in, out, st, job, instance, planner)
+	w, code := r.build()
 	if w == nil {
 		return code
 	}
@@ -399,8 +399,8 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 		return code
 	}
 	w.storeGone = watch.err
-	code = f.runJob(runCtx, con, log, w, in, out, st, sigs, job, started)
-	hist.record("exit", map[string]any{"code": code})
+	code = r.runJob(runCtx, w)
+	r.hist.record("exit", map[string]any{"code": code})
 
 	if conn.hosted() {
 		f.waitForOthers(con, conn, sigs)
@@ -496,12 +496,31 @@ func (f *backfillFlags) openStore(ctx context.Context, log *slog.Logger, job str
 	return conn, st, exitOK
 }
 
+// backfillRun is what the phases of one run share once its store is
+// reached: the flags, the console and logger, the store, the job and this
+// worker, the input and output, the plan's shape, the signals and when it
+// started.
+type backfillRun struct {
+	f             *backfillFlags
+	con           *console
+	log           *slog.Logger
+	conn          *connector
+	st            spate.Store
+	job, instance string
+	in            *input
+	out           *destination
+	planner       *filesource.Planner
+	hist          *history // nil without --history
+	sigs          *interrupts
+	started       time.Time
+}
+
 // announce prints what this run finds of the job on the store: new,
 // joined, resumed; and ends the run (done) for a job of another source,
 // a complete job and a stalled one.
-func (f *backfillFlags) announce(ctx context.Context, con *console, conn *connector, st spate.Store, job, instance string,
-	planner *filesource.Planner, src string, out *destination) (code int, done bool) {
-	dst := out.location
+func (r *backfillRun) announce(ctx context.Context) (code int, done bool) {
+	f, con, conn, st, job, instance, planner, out := r.f, r.con, r.conn, r.st, r.job, r.instance, r.planner, r.out
+	src, dst := r.in.location, out.location
 	before, _, err := readJob(ctx, st)
 	if err != nil {
 		return fail(exitFailed, "read job %s: %v", job, err), true
@@ -557,8 +576,8 @@ type backfillWorker struct {
 // build makes the worker: a coordinator over st, the coordinated file
 // source, the staging sink to --dst (created here) and the runtime over
 // them. On failure the worker is nil and the exit code says why.
-func (f *backfillFlags) build(con *console, log *slog.Logger, hist *history, in *input, out *destination, st spate.Store,
-	job, instance string, planner *filesource.Planner) (*backfillWorker, int) {
+func (r *backfillRun) build() (*backfillWorker, int) {
+	f, con, log, hist, in, out, st, job, instance, planner := r.f, r.con, r.log, r.hist, r.in, r.out, r.st, r.job, r.instance, r.planner
 	w := &backfillWorker{reg: newRegistry()}
 	coord, err := spate.NewStoreCoordinator(st, f.config(instance), spate.WithLogger(log), spate.WithRegisterer(w.reg))
 	if err != nil {
@@ -618,9 +637,9 @@ func (w *backfillWorker) serve(addr string, con *console, conn *connector, st sp
 
 // runJob runs the worker until the job ends or a signal stops it, closes
 // it, and reports the outcome.
-func (f *backfillFlags) runJob(ctx context.Context, con *console, log *slog.Logger, w *backfillWorker, in *input, out *destination,
-	st spate.Store, sigs *interrupts, job string, started time.Time) int {
-	stopProgress := f.progress(con, st, w.obs, started)
+func (r *backfillRun) runJob(ctx context.Context, w *backfillWorker) int {
+	con, log, out, st := r.con, r.log, r.out, r.st
+	stopProgress := r.f.progress(con, st, w.obs, r.started)
 	report, runErr := w.rt.Run(ctx)
 	stopProgress()
 	con.endStatus()
@@ -638,20 +657,33 @@ func (f *backfillFlags) runJob(ctx context.Context, con *console, log *slog.Logg
 	w.ms.stop()
 	w.jv.close()
 
-	complete, stalled := w.obs.verdict()
-	if err := w.storeGone(); err != nil && !complete && stalled == nil {
+	end := runEnd{final: final, report: report, runErr: runErr, closeErr: closeErr}
+	end.complete, end.stalled = w.obs.verdict()
+	if err := w.storeGone(); err != nil && !end.complete && end.stalled == nil {
 		// The store went away under this worker: that, not a graceful
 		// stop, is how the run ended, whatever stopped it.
-		runErr = err
+		end.runErr = err
 	}
-	if complete {
+	if end.complete {
 		// Staging files nobody lists (a frozen worker's, written after its
 		// last commit) go once the job is complete.
 		if err := out.removeStaging(context.Background()); err != nil {
 			log.Warn("could not remove leftover staging files; they hold nothing committed", "dir", out.location, "error", err)
 		}
 	}
-	return f.finish(con, job, in, out, w.obs, final, complete, stalled, sigs.signal(), report, runErr, closeErr, started)
+	end.sig = r.sigs.signal()
+	return r.finish(w.obs, end)
+}
+
+// runEnd is how a run ended, for finish to report.
+type runEnd struct {
+	final    jobSummary // the job's state as the run ended (exists false when unread)
+	complete bool
+	stalled  *spate.Stalled
+	sig      os.Signal // the signal that stopped the run, if one did
+	report   pipeline.ExitReport
+	runErr   error
+	closeErr error
 }
 
 // The copy's pipeline tuning. Reading local files outruns writing and
@@ -690,10 +722,11 @@ func (f *backfillFlags) config(instance string) spate.Config {
 
 // finish prints the outcome and the summary, runs the verification and
 // returns the exit code.
-func (f *backfillFlags) finish(con *console, job string, in *input, out *destination, obs *observer, final jobSummary, complete bool,
-	stalled *spate.Stalled, sig os.Signal, report pipeline.ExitReport, runErr, closeErr error, started time.Time) int {
+func (r *backfillRun) finish(obs *observer, end runEnd) int {
+	f, con, job, in, out := r.f, r.con, r.job, r.in, r.out
+	final, complete, stalled, sig, report, runErr, closeErr := end.final, end.complete, end.stalled, end.sig, end.report, end.runErr, end.closeErr
 	dst := out.location
-	elapsed := time.Since(started)
+	elapsed := time.Since(r.started)
 	code := exitOK
 	var outcome string
 	switch {

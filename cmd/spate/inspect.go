@@ -34,26 +34,54 @@ func (j *jobFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&j.lease, "lease", 15*time.Second, "the job's --lease (Redis records it with the job and refuses another; read from the store when it can be)")
 }
 
-// checkStoreJobLog checks the flags inspect and requeue share, and that
-// no positional argument is left.
-func checkStoreJobLog(pos []string, sf *storeFlags, jf *jobFlags, lf *logFlags) error {
-	return checkFlags(
-		func() error { return noPositional(pos) },
-		func() error { _, err := sf.validate(); return err },
+// jobCommand is the opening the commands that reach one job on a store
+// share (inspect, requeue, delete): the store, job and logging flags.
+type jobCommand struct {
+	store storeFlags
+	job   jobFlags
+	log   logFlags
+}
+
+// parse registers the shared flags on fs (the command registered its own
+// first), parses args, checks the flags and makes the logger. The first
+// len(lead) positional arguments are the command's own, lead[i] the
+// error when the i-th is missing; no other may follow. pos holds the
+// command's own. When ok is false the command exits with code.
+func (c *jobCommand) parse(fs *flag.FlagSet, args []string, lead ...string) (pos []string, log *slog.Logger, code int, ok bool) {
+	c.store.register(fs)
+	c.job.register(fs)
+	c.log.register(fs, "warn")
+	pos, code, ok = parseArgs(fs, args)
+	if !ok {
+		return nil, nil, code, false
+	}
+	if len(pos) < len(lead) {
+		return nil, nil, usageError(fs, "%s", lead[len(pos)]), false
+	}
+	if err := checkFlags(
+		func() error { return noPositional(pos[len(lead):]) },
+		func() error { _, err := c.store.validate(); return err },
 		func() error {
-			if jf.job == "" {
+			if c.job.job == "" {
 				return nil
 			}
-			if err := validateJob(jf.job); err != nil {
+			if err := validateJob(c.job.job); err != nil {
 				return flagErrorf("--job: %v", err)
 			}
 			return nil
 		},
 		// The store's resolution does not apply: the lease is rounded to
 		// it before the job is opened.
-		func() error { return checkLease("lease", jf.lease, storeurl.Info{}) },
-		lf.validate,
-	)
+		func() error { return checkLease("lease", c.job.lease, storeurl.Info{}) },
+		c.log.validate,
+	); err != nil {
+		return nil, nil, usageError(fs, "%v", err), false
+	}
+	log, err := c.log.logger(os.Stderr)
+	if err != nil {
+		return nil, nil, fail(exitUsage, "%v", err), false
+	}
+	return pos[:len(lead)], log, exitOK, true
 }
 
 // openJob connects, resolves the job and opens a store over it.
@@ -261,27 +289,15 @@ func inspectionOf(job, store string, js *spate.JobState) inspection {
 func runInspect(args []string) int {
 	fs := newFlagSet("inspect", "[--store URL] [--job NAME] [--json]",
 		"Shows a job's state as its store holds it, without joining the job: the plan (generation,\nfinality, planned), the live members and the leader, and every split's state (leased: a\nlive worker holds it; runnable: waiting for one; completed; quarantined), owner, epoch,\nattempts, committed watermark, remaining bytes and live lease.")
-	var sf storeFlags
-	var jf jobFlags
-	var lf logFlags
+	var c jobCommand
 	asJSON := fs.Bool("json", false, "print JSON (for scripts)")
-	sf.register(fs)
-	jf.register(fs)
-	lf.register(fs, "warn")
-	pos, code, ok := parseArgs(fs, args)
+	_, log, code, ok := c.parse(fs, args)
 	if !ok {
 		return code
 	}
-	if err := checkStoreJobLog(pos, &sf, &jf, &lf); err != nil {
-		return usageError(fs, "%v", err)
-	}
-	log, err := lf.logger(os.Stderr)
-	if err != nil {
-		return fail(exitUsage, "%v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, st, job, err := openJob(ctx, &sf, &jf, log)
+	conn, st, job, err := openJob(ctx, &c.store, &c.job, log)
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}
@@ -410,34 +426,19 @@ func dash(s string) string {
 func runRequeue(args []string) int {
 	fs := newFlagSet("requeue", "SPLIT [--yes] [--store URL] [--job NAME]",
 		"Puts a quarantined split back into play: status runnable, attempts reset, owner cleared\nand the epoch bumped, in one fenced compare-and-swap (a zombie of an earlier tenancy\nstays fenced). Running workers pick it up; otherwise run spate backfill again.")
-	var sf storeFlags
-	var jf jobFlags
-	var lf logFlags
+	var c jobCommand
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
-	sf.register(fs)
-	jf.register(fs)
-	lf.register(fs, "warn")
-	pos, code, ok := parseArgs(fs, args)
+	pos, log, code, ok := c.parse(fs, args, "SPLIT is required: the quarantined split to requeue (spate inspect lists them)")
 	if !ok {
 		return code
-	}
-	if len(pos) == 0 {
-		return usageError(fs, "SPLIT is required: the quarantined split to requeue (spate inspect lists them)")
-	}
-	if err := checkStoreJobLog(pos[1:], &sf, &jf, &lf); err != nil {
-		return usageError(fs, "%v", err)
 	}
 	id, err := spate.NewSplitID(pos[0])
 	if err != nil {
 		return usageError(fs, "SPLIT %q: %s", pos[0], strings.TrimPrefix(err.Error(), "spate: "))
 	}
-	log, err := lf.logger(os.Stderr)
-	if err != nil {
-		return fail(exitUsage, "%v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, st, job, err := openJob(ctx, &sf, &jf, log)
+	conn, st, job, err := openJob(ctx, &c.store, &c.job, log)
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}

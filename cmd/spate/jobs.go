@@ -114,27 +114,16 @@ derives it; delete never picks a job by itself.`
 
 func runDelete(args []string) int {
 	fs := newFlagSet("delete", "--job NAME [--force] [--yes] [--store URL]", deleteAbout)
-	var sf storeFlags
-	var jf jobFlags
-	var lf logFlags
+	var c jobCommand
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
 	force := fs.Bool("force", false, "delete the job even while workers are running it")
-	sf.register(fs)
-	jf.register(fs)
-	lf.register(fs, "warn")
-	pos, code, ok := parseArgs(fs, args)
+	_, log, code, ok := c.parse(fs, args)
 	if !ok {
 		return code
 	}
-	if err := checkStoreJobLog(pos, &sf, &jf, &lf); err != nil {
-		return usageError(fs, "%v", err)
-	}
+	sf, jf := &c.store, &c.job
 	if jf.job == "" && jf.src == "" {
 		return usageError(fs, "--job is required (or --src): delete never picks a job by itself (spate jobs lists them)")
-	}
-	log, err := lf.logger(os.Stderr)
-	if err != nil {
-		return fail(exitUsage, "%v", err)
 	}
 	conn, err := sf.connect(context.Background(), log, connectExisting)
 	if err != nil {
@@ -143,7 +132,7 @@ func runDelete(args []string) int {
 	defer conn.close()
 	cctx, cancel := context.WithTimeout(context.Background(), sf.connectTimeout)
 	defer cancel()
-	job, err := resolveJob(cctx, conn, &jf)
+	job, err := resolveJob(cctx, conn, jf)
 	if err != nil {
 		if timedOut(cctx) {
 			err = conn.unreachable(sf.connectTimeout, err)

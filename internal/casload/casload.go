@@ -57,7 +57,7 @@ func Start(t testing.TB, ctx context.Context, rec *conformance.History, stores [
 func (l *Load) client(ctx context.Context, rec *conformance.History, id int, s spate.Store) {
 	for !l.stopped() {
 		gctx, cancel := context.WithTimeout(ctx, opTimeout)
-		en, ok, err := conformance.RecordGet(gctx, rec, id, s, spate.Durable, Key)
+		en, ok, err := conformance.Recorder{H: rec, Client: id, Store: s}.Get(gctx, spate.Durable, Key)
 		cancel()
 		switch {
 		case err != nil:
@@ -78,7 +78,7 @@ func (l *Load) client(ctx context.Context, rec *conformance.History, id int, s s
 			return
 		}
 		uctx, cancel := context.WithTimeout(ctx, opTimeout)
-		o, err := conformance.RecordUpdate(uctx, rec, id, s, spate.Durable, Key, []byte(strconv.Itoa(v+1)), en.Revision)
+		o, err := conformance.Recorder{H: rec, Client: id, Store: s}.Update(uctx, spate.Durable, Key, []byte(strconv.Itoa(v+1)), en.Revision)
 		cancel()
 		switch {
 		case err != nil:

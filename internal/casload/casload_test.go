@@ -67,7 +67,7 @@ func counter(t *testing.T, st spate.Store) int {
 }
 
 func run(t *testing.T, tb testing.TB, st spate.Store, rec *conformance.History) *casload.Load {
-	o, err := conformance.RecordCreate(t.Context(), rec, 0, st, spate.Durable, casload.Key, []byte("0"))
+	o, err := conformance.Recorder{H: rec, Client: 0, Store: st}.Create(t.Context(), spate.Durable, casload.Key, []byte("0"))
 	require.NoError(t, err)
 	require.True(t, o.Won)
 	l := casload.Start(tb, t.Context(), rec, []spate.Store{st, st, st})

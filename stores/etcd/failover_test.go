@@ -39,7 +39,7 @@ func TestFailoverKeepsCASLinearizable(t *testing.T) {
 		stores[i] = s
 	}
 	rec := &conformance.History{}
-	o, err := conformance.RecordCreate(ctx, rec, 0, stores[0], spate.Durable, casload.Key, []byte("0"))
+	o, err := conformance.Recorder{H: rec, Client: 0, Store: stores[0]}.Create(ctx, spate.Durable, casload.Key, []byte("0"))
 	require.NoError(t, err)
 	require.True(t, o.Won)
 	leader, err := c.WaitLeader(10 * time.Second)

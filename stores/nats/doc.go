@@ -82,14 +82,17 @@
 // driver sends the write again, for up to two seconds, until the leader
 // answers with success or 10071. Reporting 10164 as Lost made concurrent
 // compare-and-swap on a healthy R3 cluster non-linearizable: a read after
-// the Lost still returned the revision the Lost had declared gone. That is
-// the driver's one resend ([spate.Store] says why); otherwise it makes one
+// the Lost still returned the revision the Lost had declared gone, and
+// reporting it Retryable would fail plain contention on a healthy cluster.
+// That is the driver's one exception, kept for correctness, to the store
+// contract's one attempt per call ([spate.Store]); otherwise it makes one
 // attempt per call, and turns off nats.go's own resend of a publish that
 // found no responders (it reports that Retryable: nothing was written).
 //
 // Create of a deleted or expired key (whose subject holds a delete or limit
-// marker) re-reads the marker and publishes at the marker's sequence, so
-// Create loses only after a read saw a live value.
+// marker) is likewise one read of the marker and one publish at the
+// marker's sequence, repeated (four rounds at most) only while the marker
+// moves under it, so Create loses only after a read saw a live value.
 //
 // Delete publishes a delete marker, guarded by the expected last sequence when
 // a revision is given, and reports the marker's sequence. A guarded delete of

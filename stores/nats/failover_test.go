@@ -45,7 +45,7 @@ func TestFailoverCASIsLinearizable(t *testing.T) {
 	stream := "KV_" + dname
 
 	rec := &conformance.History{}
-	o, err := conformance.RecordCreate(ctx, rec, 0, stores[0], spate.Durable, casload.Key, []byte("0"))
+	o, err := conformance.Recorder{H: rec, Client: 0, Store: stores[0]}.Create(ctx, spate.Durable, casload.Key, []byte("0"))
 	require.NoError(t, err, "create the counter")
 	require.True(t, o.Won, "create the counter: won=%t", o.Won)
 	c.WaitStreamReplicasCurrent(t, admin, stream, 3)
@@ -66,7 +66,7 @@ func TestFailoverCASIsLinearizable(t *testing.T) {
 
 	var final spate.Entry
 	for {
-		en, ok, err := conformance.RecordGet(ctx, rec, clients, stores[0], spate.Durable, casload.Key)
+		en, ok, err := conformance.Recorder{H: rec, Client: clients, Store: stores[0]}.Get(ctx, spate.Durable, casload.Key)
 		if err == nil && ok {
 			final = en
 			break

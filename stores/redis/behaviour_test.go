@@ -288,7 +288,7 @@ func TestLinearizableAcrossClientsWithSweep(t *testing.T) {
 	}
 	rec := &conformance.History{}
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
-		o, err := conformance.RecordCreate(ctx, rec, 0, stores[0], ks, "ctr", []byte("0"))
+		o, err := conformance.Recorder{H: rec, Client: 0, Store: stores[0]}.Create(ctx, ks, "ctr", []byte("0"))
 		require.NoError(t, err, "create counter")
 		require.True(t, o.Won, "create counter: won=false")
 	}
@@ -340,20 +340,20 @@ func TestLinearizableAcrossClientsWithSweep(t *testing.T) {
 				ks := []spate.Keyspace{spate.Durable, spate.Ephemeral}[r%2]
 				if r%5 == 4 {
 					// create-if-absent / guarded delete of a flag
-					if o, err := conformance.RecordCreate(ctx, rec, c, s, spate.Durable, "flag", []byte("c"+strconv.Itoa(c))); err == nil && o.Won {
-						_, _ = conformance.RecordDelete(ctx, rec, c, s, spate.Durable, "flag", o.Revision)
+					if o, err := (conformance.Recorder{H: rec, Client: c, Store: s}).Create(ctx, spate.Durable, "flag", []byte("c"+strconv.Itoa(c))); err == nil && o.Won {
+						_, _ = conformance.Recorder{H: rec, Client: c, Store: s}.Delete(ctx, spate.Durable, "flag", o.Revision)
 					} else if err == nil {
-						_, _ = conformance.RecordDelete(ctx, rec, c, s, spate.Durable, "flag", spate.AnyRevision)
+						_, _ = conformance.Recorder{H: rec, Client: c, Store: s}.Delete(ctx, spate.Durable, "flag", spate.AnyRevision)
 					}
 					continue
 				}
-				en, ok, err := conformance.RecordGet(ctx, rec, c, s, ks, "ctr")
+				en, ok, err := conformance.Recorder{H: rec, Client: c, Store: s}.Get(ctx, ks, "ctr")
 				if err != nil || !ok {
 					errs <- fmt.Errorf("client %d get %v: ok=%t err=%v", c, ks, ok, err)
 					return
 				}
 				v, _ := strconv.Atoi(string(en.Value))
-				o, err := conformance.RecordUpdate(ctx, rec, c, s, ks, "ctr", []byte(strconv.Itoa(v+1)), en.Revision)
+				o, err := conformance.Recorder{H: rec, Client: c, Store: s}.Update(ctx, ks, "ctr", []byte(strconv.Itoa(v+1)), en.Revision)
 				if err != nil {
 					errs <- fmt.Errorf("client %d update %v: %v", c, ks, err)
 					return
@@ -372,7 +372,7 @@ func TestLinearizableAcrossClientsWithSweep(t *testing.T) {
 		require.NoError(t, err)
 	}
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
-		en, ok, err := conformance.RecordGet(ctx, rec, 0, stores[0], ks, "ctr")
+		en, ok, err := conformance.Recorder{H: rec, Client: 0, Store: stores[0]}.Get(ctx, ks, "ctr")
 		require.NoError(t, err, "final get %v", ks)
 		require.True(t, ok, "final get %v: ok=false", ks)
 		got, _ := strconv.Atoi(string(en.Value))
