@@ -531,8 +531,16 @@ func (d *CoordinationDriver[C]) apply(src SplitSource, ev spate.Event) error {
 				cancel()
 				if ferr != nil && !errors.Is(ferr, spate.ErrFenced) {
 					d.refused = append(d.refused, poisonReport{split: e.Split.ID, reason: reason})
+					d.opts.log.Warn("the split's resume progress was rejected; reporting it failed is retried", "split", e.Split.ID, "reason", reason, "error", ferr)
 				}
-				return fmt.Errorf("split %s: %w", e.Split.ID, err)
+				if isFatal(err) {
+					return fmt.Errorf("split %s: %w", e.Split.ID, err)
+				}
+				// Only the split is rejected, and the coordinator's
+				// failure report (its log line names the reason) is the
+				// one word on it: returned, the error would be logged
+				// again as a control-plane fault of the source.
+				return nil
 			}
 		}
 		d.everHeld = true
