@@ -117,6 +117,10 @@ type tenancy struct {
 	handedOff bool
 	// stageOpen: the staging sink holds an open stage for the tenancy.
 	stageOpen bool
+	// stageFails counts the OpenStage calls in a row that failed
+	// transiently; stageRetryAt is when the next one is due (zero: now).
+	stageFails   int
+	stageRetryAt time.Time
 	// unpublished is the committable of a won commit whose publish
 	// failed; it is published again on the next poll.
 	unpublished []byte
@@ -341,7 +345,7 @@ func (d *CoordinationDriver[C]) PollEvents(src SplitSource, timeout time.Duratio
 			delete(d.byPartition, t.partition)
 		}
 		d.retiredSet = nil
-		if len(d.staged) > 0 {
+		if len(d.staged) > 0 && (d.stop.Stopping() || d.stagedDue(time.Now())) {
 			if d.stop.Stopping() {
 				d.handBackStaged()
 			} else {
@@ -389,7 +393,7 @@ func (d *CoordinationDriver[C]) PollEvents(src SplitSource, timeout time.Duratio
 		if applyErr != nil {
 			return SourceEvent{}, applyErr
 		}
-		if len(d.lost) > 0 || len(d.retired) > 0 || len(d.staged) > 0 || d.stalled != nil || d.allComplete {
+		if len(d.lost) > 0 || len(d.retired) > 0 || d.stagedDue(time.Now()) || d.stalled != nil || d.allComplete {
 			continue
 		}
 		break
@@ -405,6 +409,9 @@ func (d *CoordinationDriver[C]) PollEvents(src SplitSource, timeout time.Duratio
 	}
 	if len(parts) > 0 {
 		return CommitReadyEvent(parts...), nil
+	}
+	if due, ok := d.nextStageRetry(); ok {
+		timeout = min(timeout, max(time.Until(due), 0))
 	}
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
@@ -464,7 +471,12 @@ func (d *CoordinationDriver[C]) openStaged(src SplitSource) ([]Lane, error) {
 	if err := d.openStages(); err != nil {
 		return nil, err
 	}
+	var waiting []*tenancy
 	for _, t := range d.staged {
+		if !t.stageOpen && d.stage != nil {
+			waiting = append(waiting, t) // its stage opens at a later poll
+			continue
+		}
 		t.lane = LaneID(d.nextLane)
 		d.nextLane++
 		var issuer *AckIssuer
@@ -495,7 +507,7 @@ func (d *CoordinationDriver[C]) openStaged(src SplitSource) ([]Lane, error) {
 		opened = append(opened, t)
 		lanes = append(lanes, t.gate)
 	}
-	d.staged = nil
+	d.staged = waiting
 	return lanes, nil
 }
 
@@ -531,8 +543,16 @@ func (d *CoordinationDriver[C]) apply(src SplitSource, ev spate.Event) error {
 				cancel()
 				if ferr != nil && !errors.Is(ferr, spate.ErrFenced) {
 					d.refused = append(d.refused, poisonReport{split: e.Split.ID, reason: reason})
+					d.opts.log.Warn("the split's resume progress was rejected; reporting it failed is retried", "split", e.Split.ID, "reason", reason, "error", ferr)
 				}
-				return fmt.Errorf("split %s: %w", e.Split.ID, err)
+				if isFatal(err) {
+					return fmt.Errorf("split %s: %w", e.Split.ID, err)
+				}
+				// Only the split is rejected, and the coordinator's
+				// failure report (its log line names the reason) is the
+				// one word on it: returned, the error would be logged
+				// again as a control-plane fault of the source.
+				return nil
 			}
 		}
 		d.everHeld = true

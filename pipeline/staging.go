@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+	"time"
 
 	"github.com/spate-go/spate"
 )
@@ -48,9 +49,11 @@ type StagingSink interface {
 	Sink
 	// OpenStage begins a tenancy of a split. committed is the Output of the
 	// split's committed progress (nil before its first commit). An error
-	// sets the split aside (the coordination driver reports it as poison
-	// with the error as the reason), so it must name the damaged file or
-	// object and the fix.
+	// marked [spate.ErrRetryable] (a passing fault of the destination) or
+	// the call's deadline has the stage tried again, backing off, with no
+	// attempt spent; any other error sets the split aside (the
+	// coordination driver reports it as poison with the error as the
+	// reason), so it must name the damaged file or object and the fix.
 	OpenStage(ctx context.Context, t StageTenancy, committed []byte) error
 	// Prepare makes durable what the tenancy staged for its records with an
 	// offset below watermark, and returns the committable listing that and
@@ -116,18 +119,64 @@ func wireStaging(src Source, sinks []SinkSpec) error {
 	return w.StageOutput(found)
 }
 
-// openStages opens the staging sink's stage of every staged tenancy. A
-// tenancy whose stage cannot open (its committed output is damaged, the
-// destination refuses it) is set aside: the split is failed with the
-// sink's error as the reason, which costs an attempt and, past the limit,
-// quarantines it, while the other splits go on.
+// Stage retries: an OpenStage that failed transiently is tried again
+// after stageRetryMin, doubling up to stageRetryMax.
+const (
+	stageRetryMin = 100 * time.Millisecond
+	stageRetryMax = 5 * time.Second
+)
+
+// transientStageError reports whether an OpenStage error is a fault that
+// passes (marked [spate.ErrRetryable], or the call's deadline), rather
+// than damage or a refusal that no retry can mend.
+func transientStageError(err error) bool {
+	if errors.Is(err, ErrOutputDamaged) || isFatal(err) && !errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	return spate.IsRetryable(err) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// stagedDue reports whether a staged tenancy waits for its lane and not
+// for the retry of its stage.
+func (d *CoordinationDriver[C]) stagedDue(now time.Time) bool {
+	for _, t := range d.staged {
+		if !now.Before(t.stageRetryAt) {
+			return true
+		}
+	}
+	return false
+}
+
+// nextStageRetry is when the earliest stage retry falls due.
+func (d *CoordinationDriver[C]) nextStageRetry() (time.Time, bool) {
+	var due time.Time
+	for _, t := range d.staged {
+		if t.stageRetryAt.IsZero() {
+			continue
+		}
+		if due.IsZero() || t.stageRetryAt.Before(due) {
+			due = t.stageRetryAt
+		}
+	}
+	return due, !due.IsZero()
+}
+
+// openStages opens the staging sink's stage of every staged tenancy whose
+// turn it is. A tenancy whose stage cannot open because of damage (its
+// committed output no longer matches) or a refusal (the destination holds
+// what no commit lists) is set aside: the split is failed with the sink's
+// error as the reason, which costs an attempt and, past the limit,
+// quarantines it, while the other splits go on. A transient fault (a
+// bucket or disk error marked Retryable, a timeout) costs no attempt: the
+// tenancy keeps its lease and its stage is tried again, backing off.
 func (d *CoordinationDriver[C]) openStages() error {
 	if d.stage == nil {
 		return nil
 	}
+	now := time.Now()
 	kept := d.staged[:0]
 	for _, t := range d.staged {
-		if t.stageOpen {
+		if t.stageOpen || now.Before(t.stageRetryAt) {
 			kept = append(kept, t)
 			continue
 		}
@@ -140,6 +189,15 @@ func (d *CoordinationDriver[C]) openStages() error {
 		cancel()
 		if err == nil {
 			t.stageOpen = true
+			t.stageFails, t.stageRetryAt = 0, time.Time{}
+			kept = append(kept, t)
+			continue
+		}
+		if transientStageError(err) {
+			t.stageFails++
+			wait := min(stageRetryMin<<min(t.stageFails-1, 16), stageRetryMax)
+			t.stageRetryAt = time.Now().Add(wait)
+			d.opts.log.Warn("the split's output cannot be staged yet; retrying (no attempt is spent)", "split", t.spec.ID, "failures", t.stageFails, "retry_in", wait, "error", err)
 			kept = append(kept, t)
 			continue
 		}

@@ -321,7 +321,14 @@ func readJob(ctx context.Context, st spate.Store) (jobSummary, *spate.JobState, 
 // checked first.
 func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	started := time.Now()
-	in, err := openInput(context.Background(), f.src)
+	con := newConsole(f.quiet)
+	log, err := f.log.logger(con.logWriter())
+	if err != nil {
+		return fail(exitUsage, "%v", err)
+	}
+	// The input is listed with the job's logger: a special file it skips
+	// is warned about in the job's log format.
+	in, err := openInputLog(context.Background(), f.src, log)
 	if err != nil {
 		return usageError(fs, "--src %s: %v", f.src, err)
 	}
@@ -340,11 +347,6 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	}
 	if instance == "" {
 		instance = defaultInstance()
-	}
-	con := newConsole(f.quiet)
-	log, err := f.log.logger(con.logWriter())
-	if err != nil {
-		return fail(exitUsage, "%v", err)
 	}
 
 	runCtx, cancelRun := context.WithCancel(context.Background())

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,7 +59,16 @@ func inputLocation(src string) (string, error) {
 	return filepath.Abs(src)
 }
 
+// openInput opens --src; a directory's skipped special files are warned
+// about on the default logger (see openInputLog).
 func openInput(ctx context.Context, src string) (*input, error) {
+	return openInputLog(ctx, src, nil)
+}
+
+// openInputLog opens --src; a directory's skipped special files (FIFOs,
+// sockets, devices) are each named once in a warning on log, the job's
+// logger (nil: the default logger).
+func openInputLog(ctx context.Context, src string, log *slog.Logger) (*input, error) {
 	if isBucketURL(src) {
 		objs, closeBucket, err := blobsource.OpenURL(ctx, src)
 		if err != nil {
@@ -73,7 +83,7 @@ func openInput(ctx context.Context, src string) (*input, error) {
 	if st, err := os.Stat(abs); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("%s is not a directory (nor a bucket URL such as file:///path or s3://bucket?region=…)", src)
 	}
-	objs := dirInput{Objects: filesource.Dir(abs), root: abs, skips: &filesource.SkipLog{}}
+	objs := dirInput{Objects: filesource.Dir(abs), root: abs, skips: &filesource.SkipLog{Logger: log}}
 	// Listed once here, so that a link spate cannot follow is refused
 	// before anything starts rather than by the planner.
 	if _, err := objs.List(ctx); err != nil {
