@@ -3,10 +3,11 @@
 #
 # Runs each package that starts real servers (embedded etcd and NATS,
 # spawned redis-server, the spate binary) COUNT times with the race
-# detector, as CI does (-race -p 1), beside LOAD busy processes that keep
-# the cores occupied, and prints per test (subtests included) the runs
-# that failed out of the runs made, from `go test -json`. A test that
-# failed in no run is not listed; the last line sums up.
+# detector, as CI does (-race -p 1 -parallel 4), beside LOAD busy
+# processes that keep the cores occupied, and prints per test (subtests
+# included) the runs that failed out of the runs made, from
+# `go test -json`. A test that failed in no run is not listed; the last
+# line sums up.
 #
 # Usage (from anywhere in the repository):
 #   scripts/flake-census.sh                    # every package below, -count=10
@@ -16,6 +17,7 @@
 #   COUNT    runs of each package (go test -count), default 10
 #   LOAD     busy processes beside the tests, default 2
 #   RUN      go test -run pattern, default every test
+#   PARALLEL go test -parallel, default 4 as in .ci/run
 #   TIMEOUT  go test -timeout per package, default 60m
 #   GO       the go command, default go
 #   OUT      directory for the raw -json logs, default a temporary one
@@ -29,6 +31,7 @@ cd "$(dirname "$0")/.."
 COUNT=${COUNT:-10}
 LOAD=${LOAD:-2}
 RUN=${RUN:-.}
+PARALLEL=${PARALLEL:-4}
 TIMEOUT=${TIMEOUT:-60m}
 GO=${GO:-go}
 OUT=${OUT:-$(mktemp -d)}
@@ -55,12 +58,12 @@ for _ in $(seq "$LOAD"); do
   busy+=($!)
 done
 
-echo "flake-census: -count=$COUNT -race -p 1 -run '$RUN' beside $LOAD busy processes; logs in $OUT"
+echo "flake-census: -count=$COUNT -race -p 1 -parallel $PARALLEL -run '$RUN' beside $LOAD busy processes; logs in $OUT"
 status=0
 for pkg in "${pkgs[@]}"; do
   log="$OUT/$(echo "$pkg" | tr -c 'A-Za-z0-9\n' '_').json"
   start=$(date +%s)
-  if ! "$GO" test -race -p 1 -json -count="$COUNT" -run "$RUN" -timeout "$TIMEOUT" "$pkg" >"$log" 2>"$log.stderr"; then
+  if ! "$GO" test -race -p 1 -parallel "$PARALLEL" -json -count="$COUNT" -run "$RUN" -timeout "$TIMEOUT" "$pkg" >"$log" 2>"$log.stderr"; then
     status=1
   fi
   echo "flake-census: $pkg took $(($(date +%s) - start)) s"

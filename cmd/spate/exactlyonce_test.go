@@ -29,6 +29,7 @@ func TestBackfillWorkersKilledAndStoppedAreExactlyOnce(t *testing.T) {
 	for _, st := range stores {
 		for _, to := range []string{"dir", "s3"} {
 			t.Run(st.name+"/"+to, func(t *testing.T) {
+				t.Parallel() // each run has its own server, input and output
 				storeArgs := st.args(t)
 				dir := t.TempDir()
 				src := filepath.Join(dir, "src")
@@ -44,8 +45,10 @@ func TestBackfillWorkersKilledAndStoppedAreExactlyOnce(t *testing.T) {
 						"--instance", fmt.Sprintf("w%d", i), "--lease", lease.String(), "--commit-interval", "200ms",
 						"--rate", "1500", "--split-bytes", "32768", "--verify=false"}, storeArgs...)...))
 				}
-				time.Sleep(3 * time.Second) // planned, claimed, writing
+				// The worker killed holds a split: it has gained one (and,
+				// at --rate 1500, is still writing it).
 				killed := ws[0]
+				killed.stdout.waitFor(t, killed, "gained ", 2*time.Minute)
 				require.NoError(t, killed.cmd.Process.Kill())
 				<-killed.done
 				// Stop a survivor still running (each must still exit 0 at

@@ -278,6 +278,7 @@ func TestFollowWorkersKilledAndStoppedAreExactlyOnce(t *testing.T) {
 	runs := []run{{stores[0], "dir"}, {stores[1], "dir"}, {stores[0], "s3"}}
 	for _, r := range runs {
 		t.Run(r.st.name+"/"+r.to, func(t *testing.T) {
+			t.Parallel() // each run has its own server, input and output
 			fr := startFollowRun(t, r.st, r.to)
 			fr.write(10 * time.Second) // steady state first: lines appended to followed files, no fault
 			fr.steadyTo = time.Now()
