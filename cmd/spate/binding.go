@@ -70,6 +70,10 @@ func readParams(ctx context.Context, st spate.Store) (p planParams, ok bool, err
 	return p, true, nil
 }
 
+// bindJobBetweenReads, when set (by tests), runs between bindJob's read
+// of the destination's binding and its read of the job's parameters.
+var bindJobBetweenReads func()
+
 // refusal is why a worker may not run: exit 2 with msg.
 type refusal struct{ msg string }
 
@@ -82,11 +86,18 @@ func (r *refusal) Error() string { return r.msg }
 // before is the job as announce read it. A *refusal error is a worker
 // that may not run.
 func (f *backfillFlags) bindJob(ctx context.Context, st spate.Store, out *destination, storeDesc, job string, before jobSummary, mine planParams) (planParams, error) {
-	rec, ok, err := readParams(ctx, st)
-	if err != nil {
-		return rec, err
-	}
+	// The binding is read before the job's parameters: a worker writes
+	// them in the other order (parameters, then binding), so a binding
+	// seen here whose plan the store lacks is truly another plan's, never
+	// a fellow first worker's that recorded both between our two reads.
 	dst, bound, err := out.readBinding(ctx)
+	if err != nil {
+		return planParams{}, err
+	}
+	if bindJobBetweenReads != nil {
+		bindJobBetweenReads()
+	}
+	rec, ok, err := readParams(ctx, st)
 	if err != nil {
 		return rec, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate/internal/redisservers"
+	"github.com/spate-go/spate/stores/mem"
 )
 
 // --dst, --data-dir and --history inside --src are refused however they
@@ -255,4 +256,39 @@ func TestBackfillBucketDstIsBound(t *testing.T) {
 	code, stdout, errOut = runSpate(t, dir, "", 60*time.Second, args...)
 	expectCode(t, "rerun on another store", code, exitUsage, stdout, errOut)
 	assert.Contains(t, errOut, "does not hold that plan")
+}
+
+// Two first workers of one job start together: whatever the other records
+// between this worker's reads of the destination's binding and of the
+// job's parameters, both run on the one plan (a fresh job's second worker
+// was once refused: it saw no parameters, then the first one's binding).
+func TestFirstWorkersStartingTogetherShareThePlan(t *testing.T) {
+	ctx := context.Background()
+	st, err := mem.New(mem.Options{TTL: 5 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	dst := t.TempDir()
+	f := backfillFlags{splitBytes: 100, splitFiles: 4}
+	mine := f.params("/src", dst)
+	open := func() *destination {
+		out, err := openOutput(ctx, dst)
+		require.NoError(t, err)
+		return out
+	}
+	var first planParams
+	var firstErr error
+	bindJobBetweenReads = func() {
+		bindJobBetweenReads = nil
+		first, firstErr = f.bindJob(ctx, st, open(), "mem://", "j", jobSummary{}, mine)
+	}
+	t.Cleanup(func() { bindJobBetweenReads = nil })
+	second, err := f.bindJob(ctx, st, open(), "mem://", "j", jobSummary{}, mine)
+	require.NoError(t, firstErr)
+	require.NoError(t, err, "the second first worker is refused")
+	require.NotEmpty(t, first.Plan)
+	assert.Equal(t, first.Plan, second.Plan)
+	b, bound, err := open().readBinding(ctx)
+	require.NoError(t, err)
+	require.True(t, bound)
+	assert.Equal(t, first.Plan, b.Plan)
 }
