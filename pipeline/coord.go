@@ -569,6 +569,19 @@ func (d *CoordinationDriver[C]) apply(src SplitSource, ev spate.Event) error {
 		if t.state == tenancyDraining && !t.fenced {
 			return nil // already draining
 		}
+		if !t.opened && t.stageFails > 0 && slices.Contains(d.staged, t) {
+			// Still waiting for its stage (a transient fault): nothing
+			// was read, so it is handed back at once.
+			d.staged = slices.DeleteFunc(d.staged, func(s *tenancy) bool { return s == t })
+			delete(d.held, t.spec.ID)
+			delete(d.byPartition, t.partition)
+			ctx, cancel := d.ctx()
+			defer cancel()
+			if err := d.coord.Release(ctx, t.spec.ID); err != nil {
+				d.opts.log.Warn("could not hand back a split whose stage had not opened; its lease expires", "split", t.spec.ID, "error", err)
+			}
+			return nil
+		}
 		if d.beginDrain(src, t) {
 			return nil
 		}

@@ -102,3 +102,23 @@ func TestDriverSetsAsideARefusedStage(t *testing.T) {
 	f.poll()
 	require.EqualValues(t, 1, stage.opens.Load(), "a refused stage was tried again")
 }
+
+// A split whose stage waits out a transient fault is handed back at once
+// when the coordinator wants it back: nothing was read from it.
+func TestDriverHandsBackASplitWaitingForItsStage(t *testing.T) {
+	f := newDriverFixture(t)
+	sink, err := pipeline.NewStagedFileSink(t.TempDir(), "")
+	require.NoError(t, err)
+	defer sink.Close()
+	stage := &flakyStage{StagedFileSink: sink, failures: 1000, err: spate.Retryablef("connection reset by peer")}
+	require.NoError(t, f.d.StageOutput(stage))
+	f.coord.push(gained("a", 1))
+	ev := f.expect(pipeline.LanesAdded)
+	require.Empty(t, ev.Lanes)
+	f.coord.push(spate.RevokeRequested{Split: sid("a")})
+	f.poll()
+	require.Equal(t, [][]spate.SplitID{{sid("a")}}, f.coord.releases, "the waiting split was not handed back")
+	require.Empty(t, f.coord.declines)
+	require.Empty(t, f.coord.fails)
+	require.Empty(t, f.d.Assignments())
+}
