@@ -433,7 +433,8 @@ func (a *actor) claimDone(in claimIn, out claimOut, since uint64) error {
 		delete(a.worker.awaiting, id)
 	}
 	a.log.Debug("split claimed", "split", id, "epoch", next, "kind", out.kind.String())
-	a.c.emit(Gained{Split: SplitSpec{ID: SplitID{id: id}, Descriptor: v.spec.Descriptor, Weight: v.spec.Weight},
+	desc, weight := v.own()
+	a.c.emit(Gained{Split: SplitSpec{ID: SplitID{id: id}, Descriptor: desc, Weight: weight},
 		Epoch: LeaseEpoch(next), Progress: out.rec.progress()})
 	if a.worker.parting {
 		return a.releaseSplit(id, func(releaseResult) {})

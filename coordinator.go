@@ -233,6 +233,7 @@ const (
 	cmdReleaseDrained
 	cmdDecline
 	cmdDepart
+	cmdDivide
 )
 
 type command struct {
@@ -242,6 +243,7 @@ type command struct {
 	splits   []SplitID
 	progress SplitProgress
 	reason   string
+	division *Division // divide
 	reply    chan error
 }
 
@@ -360,6 +362,8 @@ func (a *actor) handle(cmd *command) error {
 		return a.onSplit(cmd.split.id, func() error { return a.startCommit(cmd, false, 0) })
 	case cmdFail:
 		return a.onSplit(cmd.split.id, func() error { return a.failSplit(cmd) })
+	case cmdDivide:
+		return a.onSplit(cmd.split.id, func() error { return a.divideSplit(cmd) })
 	case cmdRelease, cmdReleaseDrained:
 		return a.release(cmd)
 	case cmdDecline:

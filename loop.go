@@ -63,7 +63,8 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 	a := &actor{
 		env: e, c: c, cfg: c.cfg, planner: planner,
 		job: jobView{splits: map[string]*splitView{}, presence: map[string]presenceEntry{}, caps: map[string]int{},
-			loggedPeers: map[string]bool{}, assigns: map[string]assignEntry{}, departed: map[string]time.Time{}},
+			loggedPeers: map[string]bool{}, assigns: map[string]assignEntry{}, departed: map[string]time.Time{},
+			parents: map[string]bool{}},
 		worker:   newWorker(c.m, c.log),
 		leader:   leaderState{pub: publishState{pinnedSince: map[string]time.Time{}, landedAt: map[string]time.Time{}, moving: map[string]bool{}}},
 		records:  recordState{missing: map[string]*progressRecord{}, damaged: map[string]*damagedRecord{}},
@@ -260,6 +261,7 @@ func (a *actor) step() error {
 			a.dirty = true // a settling split may move again
 		}
 		a.restoreMissing(now)
+		a.createChildren(now)
 		a.startPlan()
 		if a.dirty && now.Before(a.leader.term.settleUntil) {
 			a.wake.arm(a.leader.term.settleUntil)

@@ -2,6 +2,7 @@ package spate
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -33,6 +34,24 @@ type progressRecord struct {
 	// reason, or a tenancy that ended without a release or progress), at
 	// most maxFailureLen bytes; absent when no attempt was charged.
 	LastFailure string `json:"last_failure,omitempty"`
+	// Descriptor and Weight are the split's own after a runtime division
+	// (divide.go): what it kept of its spec's. Absent until the first
+	// division: the spec record's hold.
+	Descriptor []byte `json:"descriptor,omitempty"`
+	Weight     uint64 `json:"weight,omitempty"`
+	// Children are the residuals its owners divided off, oldest first: the
+	// leader creates each as a split of its own (create-if-absent), and
+	// recreates it from here if it is missing.
+	Children []childSplit `json:"children,omitempty"`
+}
+
+// childSplit is one residual of a runtime division, as its parent's
+// record names it.
+type childSplit struct {
+	ID         string `json:"id"`
+	Position   int64  `json:"position"`
+	Weight     uint64 `json:"weight"`
+	Descriptor []byte `json:"descriptor"`
 }
 
 // maxFailureLen bounds a recorded failure reason: records stay small.
@@ -77,6 +96,11 @@ func decodeProgress(key, id string, data []byte, fp uint64) (*progressRecord, er
 	if r.Owner != nil && ValidateInstanceID(*r.Owner) != nil {
 		return nil, recordError(Durable, key, fmt.Errorf("owner %q is not an instance id", *r.Owner))
 	}
+	for _, c := range r.Children {
+		if _, err := NewSplitID(c.ID); err != nil || c.Descriptor == nil {
+			return nil, recordError(Durable, key, fmt.Errorf("child split %q: an invalid id or no descriptor", c.ID))
+		}
+	}
 	return &r, nil
 }
 
@@ -110,6 +134,7 @@ func (r *progressRecord) clone() *progressRecord {
 		w := *r.Watermark
 		c.Watermark = &w
 	}
+	c.Children = slices.Clip(r.Children) // an append copies: the parent's stays
 	return &c
 }
 

@@ -119,7 +119,8 @@ func assignInput(v leaderView) (assignIn, map[string]bool) {
 		if _, live := v.presence[owner]; !live {
 			owner = ""
 		}
-		split := assignSplit{ID: id, Weight: s.spec.Weight, Owner: owner}
+		_, weight := s.own()
+		split := assignSplit{ID: id, Weight: weight, Owner: owner}
 		if dest := named[id]; dest != "" && dest != owner {
 			inFlight[id] = true
 			if since, ok := v.pinnedSince[id]; !ok || v.now.Sub(since) < v.pinFor {

@@ -40,11 +40,26 @@ const (
 // splits out of play (a record that cannot be read, damage.go). The plan
 // must be final, the listing must hold at least the planned count and
 // every split the view knows of (a record the view holds but the listing
-// lacks was deleted: no verdict), and every listed split must be completed
-// (AllComplete) or completed, quarantined or damaged with at least one
-// that is not completed (Stalled).
-func judgeTerminal(final bool, planned uint64, known int, listed []*progressRecord, damaged int) (v verdict, completed, quarantined int) {
+// lacks was deleted: no verdict), every child a listed record names (a
+// runtime division's residual, divide.go) must be listed or damaged
+// itself (the leader may not have created it yet), and every listed split
+// must be completed (AllComplete) or completed, quarantined or damaged
+// with at least one that is not completed (Stalled). damagedIDs names the
+// damaged splits.
+func judgeTerminal(final bool, planned uint64, known int, listed []*progressRecord, damagedIDs []string) (v verdict, completed, quarantined int) {
+	damaged := len(damagedIDs)
+	ids := make(map[string]bool, len(listed)+damaged)
 	for _, r := range listed {
+		ids[r.ID] = true
+	}
+	for _, id := range damagedIDs {
+		ids[id] = true
+	}
+	unborn := false
+	for _, r := range listed {
+		for _, c := range r.Children {
+			unborn = unborn || !ids[c.ID]
+		}
 		switch r.Status {
 		case statusCompleted:
 			completed++
@@ -54,7 +69,7 @@ func judgeTerminal(final bool, planned uint64, known int, listed []*progressReco
 	}
 	n := len(listed) + damaged
 	switch {
-	case !final || uint64(n) < planned || n < known:
+	case !final || uint64(n) < planned || n < known || unborn:
 		return verdictNone, completed, quarantined
 	case completed == n:
 		return verdictAllComplete, completed, quarantined
@@ -119,7 +134,7 @@ func (a *actor) detectTerminal() {
 				return nil
 			}
 			known, _ := a.job.knownSplits(a.records.damagedSplits())
-			v, completed, quarantined := judgeTerminal(a.job.plan.Finality == finalityFinal, a.job.plan.Planned, known, listed, len(damaged))
+			v, completed, quarantined := judgeTerminal(a.job.plan.Finality == finalityFinal, a.job.plan.Planned, known, listed, damaged)
 			switch v {
 			case verdictAllComplete:
 				a.verdicts.terminal = true

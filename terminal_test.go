@@ -49,12 +49,29 @@ func TestJudgeTerminal(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			v, completed, quarantined := judgeTerminal(tc.final, tc.planned, tc.known, tc.listed, 0)
+			v, completed, quarantined := judgeTerminal(tc.final, tc.planned, tc.known, tc.listed, nil)
 			assert.Equal(t, tc.want, v)
 			assert.Equal(t, tc.wantCompleted, completed)
 			assert.Equal(t, tc.wantQuarant, quarantined)
 		})
 	}
+}
+
+// A divided split's child that the listing lacks (the leader has not
+// created it yet) holds the verdict back, even with every listed split
+// completed; once it is listed, or damaged, the verdict follows.
+func TestJudgeTerminalWaitsForChildren(t *testing.T) {
+	parent := rec("p", 1, "")
+	parent.Status, parent.Completed = statusCompleted, true
+	parent.Children = []childSplit{{ID: "p_d5", Position: 5, Weight: 1, Descriptor: []byte{}}}
+	v, _, _ := judgeTerminal(true, 1, 1, []*progressRecord{parent}, nil)
+	assert.Equal(t, verdictNone, v, "a child not created yet must hold the verdict back")
+	child := rec("p_d5", 0, "")
+	child.Status, child.Completed = statusCompleted, true
+	v, _, _ = judgeTerminal(true, 1, 1, []*progressRecord{parent, child}, nil)
+	assert.Equal(t, verdictAllComplete, v)
+	v, _, _ = judgeTerminal(true, 1, 1, []*progressRecord{parent}, []string{"p_d5"})
+	assert.Equal(t, verdictStalled, v, "a damaged child is out of play: the job stalls")
 }
 
 // AllComplete iff final && n >= planned && n >= known && every listed split
@@ -68,7 +85,7 @@ func TestJudgeTerminalProperty(t *testing.T) {
 		statuses := rapid.SliceOfN(rapid.SampledFrom([]string{statusCompleted, statusCompleted, statusQuarant, statusRunnable}), 0, 8).Draw(t, "statuses")
 		listed := listing(statuses...)
 		damaged := rapid.IntRange(0, 2).Draw(t, "damaged")
-		v, completed, quarantined := judgeTerminal(final, planned, known, listed, damaged)
+		v, completed, quarantined := judgeTerminal(final, planned, known, listed, make([]string, damaged))
 
 		n := len(listed) + damaged
 		wantC, wantQ := 0, 0

@@ -40,6 +40,10 @@ type jobView struct {
 	assigns    map[string]assignEntry
 	durableSeq uint64 // bumps on every durable change (gates terminal listing)
 	clock      uint64 // bumps when a read of the store starts (see mark)
+
+	// parents are the divided splits whose children the leader has not
+	// seen created yet (divide.go).
+	parents map[string]bool
 }
 
 // The local view is how the actor sees the job: folded from watch events,
@@ -540,6 +544,7 @@ func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
 	}
 	a.job.count(r.Status, +1)
 	v.prog, v.progRev, v.progAt = r, rev, a.job.clock
+	a.job.noteChildren(id, r)
 	a.worker.touch(id)
 	a.io.cellSaw(id, r, rev, back)
 	if t, held := a.worker.owned[id]; held && r.Epoch > t.epoch {

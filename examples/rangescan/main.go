@@ -99,7 +99,7 @@ func (s *scanSource) EncodeCommit(split spate.SplitID, watermark int64) (spate.S
 	s.mu.Lock()
 	l := s.lanes[split]
 	s.mu.Unlock()
-	if l != nil && watermark >= l.n {
+	if l != nil && watermark >= l.end() {
 		return spate.CompletedProgress(watermark, nil), nil
 	}
 	return spate.NewSplitProgress(watermark, nil), nil
@@ -110,8 +110,8 @@ func (s *scanSource) Sweep(split spate.SplitID) (*spate.SplitProgress, error) {
 	s.mu.Lock()
 	l := s.lanes[split]
 	s.mu.Unlock()
-	if l != nil && l.started() == l.n && l.emitted() == 0 {
-		p := spate.CompletedProgress(l.n, nil)
+	if l != nil && l.started() == l.end() && l.emitted() == 0 {
+		p := spate.CompletedProgress(l.end(), nil)
 		return &p, nil
 	}
 	return nil, nil
@@ -121,6 +121,48 @@ func (s *scanSource) CloseSplit(split spate.SplitID) {
 	s.mu.Lock()
 	delete(s.lanes, split)
 	s.mu.Unlock()
+}
+
+// TrySplit implements pipeline.SplitDivider: the lane stops at position,
+// or at the id after the last it read if it read past position, and gives
+// up the rest of its range. Positions are split-relative, like its
+// watermarks; the lane's lock serializes it with the lane's reads.
+func (s *scanSource) TrySplit(split spate.SplitID, position int64) (spate.Division, bool) {
+	s.mu.Lock()
+	l := s.lanes[split]
+	s.mu.Unlock()
+	if l == nil {
+		return spate.Division{}, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	pos := max(position, l.next)
+	if pos >= l.n || l.whole != 0 {
+		return spate.Division{}, false // nothing to give, or a division in flight
+	}
+	l.whole, l.n = l.n, pos
+	desc := func(a, b int64) []byte {
+		return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(l.lo+a)), uint64(l.lo+b))
+	}
+	return spate.Division{Position: pos, Primary: desc(0, pos), PrimaryWeight: uint64(max(pos, 1)),
+		Residual: desc(pos, l.whole), ResidualWeight: uint64(l.whole - pos)}, true
+}
+
+// SplitDone implements pipeline.SplitDivider: a refused division gives the
+// lane its whole range back.
+func (s *scanSource) SplitDone(split spate.SplitID, _ spate.Division, kept bool) {
+	s.mu.Lock()
+	l := s.lanes[split]
+	s.mu.Unlock()
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	if !kept {
+		l.n = l.whole
+	}
+	l.whole = 0
+	l.mu.Unlock()
 }
 
 // scanLane reads ids lo+next .. lo+n-1. An empty poll past the end is the
@@ -133,6 +175,7 @@ type scanLane struct {
 
 	mu        sync.Mutex
 	next      int64 // split-relative offset of the next id to read
+	whole     int64 // n before a division in flight (0: none)
 	resumedAt int64
 	polled    bool
 	payloads  []pipeline.RawPayload
@@ -142,6 +185,7 @@ func (l *scanLane) ID() pipeline.LaneID             { return l.id }
 func (l *scanLane) Partition() pipeline.PartitionID { return l.part }
 
 func (l *scanLane) started() int64 { l.mu.Lock(); defer l.mu.Unlock(); return l.next }
+func (l *scanLane) end() int64     { l.mu.Lock(); defer l.mu.Unlock(); return l.n }
 func (l *scanLane) emitted() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()

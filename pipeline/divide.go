@@ -1,0 +1,84 @@
+package pipeline
+
+import (
+	"errors"
+
+	"github.com/spate-go/spate"
+)
+
+// SplitDivider is the optional capability of a [SplitSource] whose running
+// splits can be divided (runtime division, docs/decisions/036): the split's
+// owner gives up the part of its input it has not read to a new child
+// split, which another lane, here or on another worker, then reads.
+//
+// The two calls bracket the coordinator's fenced write, and the source
+// serializes them with its lane's reads so that no record is read by both
+// halves:
+//
+//   - TrySplit stops the lane's reading at a position at or beyond what it
+//     has read (position, or the first one beyond its read position if it
+//     has read past position), and returns the division: that position and
+//     the descriptors of both halves. It returns false when there is
+//     nothing to give (the lane has read to its end, or the split cannot be
+//     divided).
+//   - SplitDone reports the outcome. kept true: the division is durable, or
+//     its outcome is unknown and the tenancy ends; either way the lane
+//     reads no further than the position. kept false: the coordinator
+//     refused it and wrote nothing; the lane reads its whole split again.
+//
+// The positions are in the split's watermark encoding. Division.Primary
+// becomes the split's descriptor for every later tenancy; the child
+// starts from the beginning of Division.Residual with no progress.
+type SplitDivider interface {
+	TrySplit(split spate.SplitID, position int64) (spate.Division, bool)
+	SplitDone(split spate.SplitID, d spate.Division, kept bool)
+}
+
+// Divide divides the held split at position or beyond it: the source
+// ([SplitDivider]) proposes the division and the coordinator
+// ([spate.Divider]) records it with one fenced write. divided false with
+// a nil error: nothing was divided (no such live tenancy, a source or a
+// coordinator without the capability, nothing left to give, or a refusal),
+// and the split reads on whole. An unknown outcome, or a fenced one, ends
+// the tenancy: its lane is revoked, the split is handed back, and its next
+// owner reads what landed; the error says why. Call it from the controller
+// goroutine, like every other method.
+func (d *CoordinationDriver[C]) Divide(src SplitSource, split spate.SplitID, position int64) (child spate.SplitID, divided bool, err error) {
+	t := d.held[split]
+	sd, okSrc := src.(SplitDivider)
+	dv, okCoord := any(d.coord).(spate.Divider)
+	if t == nil || !t.opened || t.state != tenancyLive || t.fenced || t.completed || t.releasing || !okSrc || !okCoord {
+		return spate.SplitID{}, false, nil
+	}
+	div, ok := sd.TrySplit(split, position)
+	if !ok {
+		return spate.SplitID{}, false, nil
+	}
+	ctx, cancel := d.ctx()
+	child, err = dv.Divide(ctx, split, t.epoch, div)
+	cancel()
+	switch {
+	case err == nil:
+		sd.SplitDone(split, div, true)
+		t.spec.Descriptor, t.spec.Weight = div.Primary, max(div.PrimaryWeight, 1)
+		d.opts.log.Info("split divided", "split", split, "child", child, "position", div.Position)
+		return child, true, nil
+	case errors.Is(err, spate.ErrDivisionRefused):
+		sd.SplitDone(split, div, false)
+		d.opts.log.Debug("division refused; the split reads on whole", "split", split, "error", err)
+		return spate.SplitID{}, false, nil
+	}
+	// The division may have landed: reading on could read the residual
+	// twice, reading only the primary could lose it. The tenancy ends.
+	sd.SplitDone(split, div, true)
+	d.retire(src, t, true)
+	if !errors.Is(err, spate.ErrFenced) {
+		ctx, cancel := d.ctx()
+		if rerr := d.coord.Release(ctx, split); rerr != nil {
+			d.opts.log.Warn("hand-back after a division in doubt failed; its lease expires", "split", split, "error", rerr)
+		}
+		cancel()
+	}
+	d.opts.log.Warn("a division's outcome is unknown or fenced: the split's tenancy ended; its next owner reads what landed", "split", split, "error", err)
+	return spate.SplitID{}, false, err
+}
