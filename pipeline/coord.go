@@ -213,6 +213,7 @@ type CoordinationDriver[C spate.SplitCoordinator] struct {
 	retiredSet    []*tenancy    // retired tenancies kept until their lane event is delivered
 	chase         []PartitionID // draining partitions to commit promptly
 	allComplete   bool
+	stagesCleaned bool // the staging sink's CleanJob ran (see StageCleaner)
 	stalled       *spate.Stalled
 	everHeld      bool
 	refused       []poisonReport
@@ -370,6 +371,7 @@ func (d *CoordinationDriver[C]) PollEvents(src SplitSource, timeout time.Duratio
 				d.stalled.Completed, d.stalled.Quarantined)
 		}
 		if d.allComplete {
+			d.cleanStages()
 			return DrainedEvent(), nil
 		}
 		d.reofferPoison()

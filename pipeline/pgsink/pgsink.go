@@ -1,0 +1,493 @@
+// Package pgsink is an exactly-once PostgreSQL sink, fenced in the
+// database: a [pipeline.StagingSink] that needs no prepared transactions,
+// no server setting and no primary key on the destination.
+//
+// A fence table (spate_fence by default, created if absent) holds one row
+// per job and split: the lease epoch of the split's current writer, and the
+// split's watermark as far as the destination table has it. Each flush (a
+// commit's Prepare) is one transaction:
+//
+//	UPDATE spate_fence SET epoch = $e, watermark = $w, last_key = $k
+//	  WHERE job = $j AND split = $s AND epoch <= $e   -- 0 rows: a zombie, roll back
+//	COPY dest (cols) FROM STDIN                         -- the rows below $w
+//	COMMIT
+//
+// A new owner first takes the fence at its own, higher epoch (which shuts
+// the old owner out: its next flush updates no row and rolls back, writing
+// nothing) and reads the watermark the table holds. That watermark may be
+// ahead of the job's committed one (an owner that flushed and died before
+// its store commit): the rows the source reads again below it are already
+// in the table and are dropped, and the row just below it must carry the
+// key the fence recorded, or the sink refuses to go on (the chunk changed
+// under the job). The database, not the store, holds the sink's watermark;
+// the committable in the store only records it (see
+// docs/decisions/036-a-database-sink-fences-in-the-database.md).
+//
+// Rows are taken as the pgsource package produces them: a record's Value
+// is the row in COPY text format, its Key the key's text.
+package pgsink
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/pgsource"
+)
+
+// DefaultFenceTable is the fence table's name.
+const DefaultFenceTable = "spate_fence"
+
+// Options say where to write.
+type Options struct {
+	// URL is the destination server's connection URL.
+	URL string
+	// Table is the destination table, optionally schema-qualified. It needs
+	// no primary key.
+	Table string
+	// Job names the job in the fence table: a destination table takes the
+	// output of one job.
+	Job string
+	// Columns are the destination columns written, in the rows' order.
+	// Default: Shape's names, or else all of the table's columns.
+	Columns []string
+	// Shape, when set, is the source's columns (pgsource.Source.Table's
+	// Columns): the destination must have each, by name, of the same type.
+	Shape []pgsource.Column
+	// FenceTable is the fence table. Default [DefaultFenceTable].
+	FenceTable string
+	// MaxConns caps the sink's connections (flushes of different splits run
+	// at once). Default 4.
+	MaxConns int
+}
+
+// Sink is the exactly-once PostgreSQL sink.
+type Sink struct {
+	o     Options
+	cfg   *pgx.ConnConfig
+	dest  string // quoted, schema-qualified
+	fence string // quoted
+	cols  []string
+	copy  string // the COPY statement
+
+	poolMu sync.Mutex
+	idle   []*pgx.Conn
+	open   int
+	slots  chan struct{}
+
+	mu     sync.Mutex
+	stages map[pipeline.PartitionID]*stage
+}
+
+var _ pipeline.StagingSink = (*Sink)(nil)
+
+type stage struct {
+	t pipeline.StageTenancy
+
+	mu sync.Mutex
+	// skipBelow is the table's watermark when the tenancy began: rows
+	// below it are in the table already. checkKey is the key of the row
+	// at skipBelow-1, as the fence recorded it.
+	skipBelow int64
+	checkKey  *string
+	checked   bool
+	buf       []byte      // staged rows, each ending in '\n'
+	keys      []byte      // their keys, back to back
+	rows      []stagedRow // their offsets and ends in buf and keys
+	flushed   int64       // the table's watermark as this tenancy knows it
+}
+
+type stagedRow struct {
+	offset       int64
+	end          int // end of the row in buf
+	kstart, kend int // the key in keys
+}
+
+// committable is what a commit's Output records: the table's watermark.
+type committable struct {
+	Epoch     uint64 `json:"epoch"`
+	Watermark int64  `json:"watermark"`
+}
+
+// New checks the destination and the fence table (creating it if absent)
+// and returns the sink.
+func New(ctx context.Context, o Options) (*Sink, error) {
+	if o.Table == "" {
+		return nil, errors.New("pgsink: no destination table: set Options.Table (?table= in a URL)")
+	}
+	if o.Job == "" {
+		return nil, errors.New("pgsink: no job name: set Options.Job (the fence rows are the job's)")
+	}
+	if o.FenceTable == "" {
+		o.FenceTable = DefaultFenceTable
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = 4
+	}
+	cfg, err := pgx.ParseConfig(o.URL)
+	if err != nil {
+		return nil, fmt.Errorf("pgsink: the connection URL does not parse (pgx redacts its password): %w", err)
+	}
+	if cfg.RuntimeParams["application_name"] == "" {
+		cfg.RuntimeParams["application_name"] = "spate"
+	}
+	s := &Sink{o: o, cfg: cfg, slots: make(chan struct{}, o.MaxConns), stages: map[pipeline.PartitionID]*stage{}}
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgsink: connect to %s:%d: %w", cfg.Host, cfg.Port, err)
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	if err := s.describe(ctx, c); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Sink) describe(ctx context.Context, c *pgx.Conn) error {
+	var oid uint32
+	var canInsert bool
+	err := c.QueryRow(ctx, `SELECT c.oid, format('%I.%I', n.nspname, c.relname), has_table_privilege(c.oid, 'INSERT')
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`, s.o.Table).Scan(&oid, &s.dest, &canInsert)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("pgsink: destination table %q does not exist: create it (CREATE TABLE %s (LIKE source_table)), or schema-qualify its name", s.o.Table, s.o.Table)
+	}
+	if err != nil {
+		return fmt.Errorf("pgsink: look up destination table %q: %w", s.o.Table, err)
+	}
+	if !canInsert {
+		return fmt.Errorf("pgsink: no INSERT permission on destination table %s: GRANT INSERT ON %s TO the job's user", s.dest, s.dest)
+	}
+	rows, err := c.Query(ctx, `SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
+		WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, oid)
+	if err != nil {
+		return fmt.Errorf("pgsink: columns of %s: %w", s.dest, err)
+	}
+	have, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pgsource.Column, error) {
+		var k pgsource.Column
+		return k, r.Scan(&k.Name, &k.Type)
+	})
+	if err != nil {
+		return fmt.Errorf("pgsink: columns of %s: %w", s.dest, err)
+	}
+	typeOf := map[string]string{}
+	var names []string
+	for _, k := range have {
+		typeOf[k.Name] = k.Type
+		names = append(names, k.Name)
+	}
+	s.cols = s.o.Columns
+	if len(s.cols) == 0 {
+		for _, k := range s.o.Shape {
+			s.cols = append(s.cols, k.Name)
+		}
+	}
+	if len(s.cols) == 0 {
+		s.cols = names
+	}
+	for _, n := range s.cols {
+		if _, ok := typeOf[n]; !ok {
+			return fmt.Errorf("pgsink: destination table %s has no column %q, which the rows carry: add it (ALTER TABLE %s ADD COLUMN ...) or write to a table of the source's shape (its columns are %s)", s.dest, n, s.dest, strings.Join(names, ", "))
+		}
+	}
+	for _, k := range s.o.Shape {
+		if got, ok := typeOf[k.Name]; ok && got != k.Type {
+			return fmt.Errorf("pgsink: destination table %s has column %q of type %s, the source's is %s: give the destination the source's shape (CREATE TABLE ... (LIKE source_table))", s.dest, k.Name, got, k.Type)
+		}
+	}
+	quoted := make([]string, len(s.cols))
+	for i, n := range s.cols {
+		quoted[i] = pgx.Identifier{n}.Sanitize()
+	}
+	s.copy = "COPY " + s.dest + " (" + strings.Join(quoted, ", ") + ") FROM STDIN"
+
+	s.fence = pgx.Identifier{s.o.FenceTable}.Sanitize()
+	if _, err := c.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.fence+` (
+		job text NOT NULL, split text NOT NULL, dest text NOT NULL,
+		epoch bigint NOT NULL, watermark bigint NOT NULL, last_key text,
+		PRIMARY KEY (job, split))`); err != nil {
+		return fmt.Errorf("pgsink: create the fence table %s: %w (the job's user needs CREATE on the schema, or create it beforehand)", s.o.FenceTable, err)
+	}
+	var other string
+	err = c.QueryRow(ctx, `SELECT job FROM `+s.fence+` WHERE dest = $1 AND job <> $2 LIMIT 1`, s.dest, s.o.Job).Scan(&other)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("pgsink: read the fence table %s: %w", s.o.FenceTable, err)
+	default:
+		return fmt.Errorf("pgsink: destination table %s already holds the output of job %q (its rows in %s): write job %q to another table, or, if %s was emptied, DELETE FROM %s WHERE job = '%s'",
+			s.dest, other, s.o.FenceTable, s.o.Job, s.dest, s.o.FenceTable, strings.ReplaceAll(other, "'", "''"))
+	}
+	return nil
+}
+
+// Destination implements [pipeline.SinkDestination].
+func (s *Sink) Destination() string { return s.dest }
+
+// conn takes a connection; put gives it back (nil err) or closes it.
+func (s *Sink) conn(ctx context.Context) (*pgx.Conn, error) {
+	select {
+	case s.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	s.poolMu.Lock()
+	if n := len(s.idle); n > 0 {
+		c := s.idle[n-1]
+		s.idle = s.idle[:n-1]
+		s.poolMu.Unlock()
+		return c, nil
+	}
+	s.poolMu.Unlock()
+	c, err := pgx.ConnectConfig(ctx, s.cfg)
+	if err != nil {
+		<-s.slots
+		return nil, fmt.Errorf("connect to %s:%d: %w", s.cfg.Host, s.cfg.Port, err)
+	}
+	return c, nil
+}
+
+func (s *Sink) put(c *pgx.Conn, err error) {
+	if err != nil || c.IsClosed() {
+		_ = c.Close(context.Background())
+	} else {
+		s.poolMu.Lock()
+		s.idle = append(s.idle, c)
+		s.poolMu.Unlock()
+	}
+	<-s.slots
+}
+
+// OpenStage implements [pipeline.StagingSink]: the tenancy takes the
+// split's fence at its epoch and learns the table's watermark.
+func (s *Sink) OpenStage(ctx context.Context, t pipeline.StageTenancy, committed []byte) error {
+	var prev committable
+	if committed != nil {
+		if err := json.Unmarshal(committed, &prev); err != nil {
+			return fmt.Errorf("pgsink: split %s: the committed output %q is not this sink's: %v", t.Split, committed, err)
+		}
+	}
+	c, err := s.conn(ctx)
+	if err != nil {
+		return err
+	}
+	var w int64
+	var key *string
+	var dest string
+	err = c.QueryRow(ctx, `INSERT INTO `+s.fence+` AS f (job, split, dest, epoch, watermark) VALUES ($1, $2, $3, $4, 0)
+		ON CONFLICT (job, split) DO UPDATE SET epoch = EXCLUDED.epoch WHERE f.epoch <= EXCLUDED.epoch
+		RETURNING f.watermark, f.last_key, f.dest`, s.o.Job, t.Split.String(), s.dest, int64(t.Epoch)).Scan(&w, &key, &dest)
+	s.put(c, ignoreNoRows(err))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("pgsink: split %s: the fence in %s holds an epoch later than this tenancy's %d: a newer owner took the split: %w", t.Split, s.o.FenceTable, t.Epoch, spate.ErrFenced)
+	case err != nil:
+		return fmt.Errorf("pgsink: split %s: take the fence in %s: %w", t.Split, s.o.FenceTable, err)
+	case dest != s.dest:
+		return fmt.Errorf("pgsink: split %s of job %q was written to table %s, not %s (%s): point the job at %s, or start a new job", t.Split, s.o.Job, dest, s.dest, s.o.FenceTable, dest)
+	case w < prev.Watermark:
+		return fmt.Errorf("pgsink: split %s: %s says table %s holds its rows up to %d, but the job committed up to %d: the fence row was deleted or the table restored; empty %s and delete job %q's rows from %s to start over",
+			t.Split, s.o.FenceTable, s.dest, w, prev.Watermark, s.dest, s.o.Job, s.o.FenceTable)
+	}
+	st := &stage{t: t, skipBelow: w, flushed: w}
+	if w > prev.Watermark {
+		st.checkKey = key
+	}
+	s.mu.Lock()
+	s.stages[t.Partition] = st
+	s.mu.Unlock()
+	return nil
+}
+
+func ignoreNoRows(err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	return err
+}
+
+func (s *Sink) stage(p pipeline.PartitionID) *stage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stages[p]
+}
+
+// Write implements [pipeline.Sink]: rows are staged in memory until the
+// commit's flush.
+func (s *Sink) Write(ctx context.Context, shard int, records []pipeline.Record) error {
+	var st *stage
+	for i := range records {
+		r := &records[i]
+		if st == nil || st.t.Partition != r.Partition {
+			if st != nil {
+				st.mu.Unlock()
+			}
+			if st = s.stage(r.Partition); st == nil {
+				return pipeline.ErrNoStage
+			}
+			st.mu.Lock()
+		}
+		if err := s.stageRow(st, r); err != nil {
+			st.mu.Unlock()
+			return err
+		}
+	}
+	if st != nil {
+		st.mu.Unlock()
+	}
+	return nil
+}
+
+// stageRow stages r; st.mu is held.
+func (s *Sink) stageRow(st *stage, r *pipeline.Record) error {
+	if r.Offset < st.skipBelow {
+		if r.Offset == st.skipBelow-1 && st.checkKey != nil && *st.checkKey != string(r.Key) {
+			return spate.Fatalf("pgsink: split %s: table %s holds the split's rows up to the one with key %q, but the source now reads key %q there: the source's chunk changed under the job, so resuming could lose or repeat rows; copy again into an emptied table (and delete job %q's rows from %s)",
+				st.t.Split, s.dest, *st.checkKey, r.Key, s.o.Job, s.o.FenceTable)
+		}
+		return nil // in the table already
+	}
+	if !st.checked {
+		if got := bytes.Count(r.Value, []byte{'\t'}) + 1; got != len(s.cols) {
+			return spate.Fatalf("pgsink: split %s: rows of %d columns, and table %s takes %d (%s): give the destination the source's shape, or set Columns",
+				st.t.Split, got, s.dest, len(s.cols), strings.Join(s.cols, ", "))
+		}
+		st.checked = true
+	}
+	st.buf = append(append(st.buf, r.Value...), '\n')
+	k := len(st.keys)
+	st.keys = append(st.keys, r.Key...)
+	st.rows = append(st.rows, stagedRow{offset: r.Offset, end: len(st.buf), kstart: k, kend: len(st.keys)})
+	return nil
+}
+
+// Prepare implements [pipeline.StagingSink]: one transaction writes the
+// staged rows below watermark and advances the fence; a fence held by a
+// later epoch rolls it back ([spate.ErrFenced]).
+func (s *Sink) Prepare(ctx context.Context, p pipeline.PartitionID, watermark int64, final bool) ([]byte, int64, bool, error) {
+	st := s.stage(p)
+	if st == nil {
+		return nil, 0, false, pipeline.ErrNoStage
+	}
+	st.mu.Lock()
+	n := 0
+	for n < len(st.rows) && st.rows[n].offset < watermark {
+		n++
+	}
+	var data []byte
+	var lastKey string
+	if n > 0 {
+		last := st.rows[n-1]
+		data = st.buf[:last.end:last.end]
+		lastKey = string(st.keys[last.kstart:last.kend])
+	}
+	epoch, split, flushed := st.t.Epoch, st.t.Split, st.flushed
+	st.mu.Unlock()
+
+	if n > 0 {
+		if err := s.flush(ctx, split, epoch, watermark, lastKey, data); err != nil {
+			return nil, 0, false, err
+		}
+		st.mu.Lock()
+		last := st.rows[n-1]
+		rest := st.rows[n:]
+		for i := range rest {
+			rest[i].end -= last.end
+			rest[i].kstart -= last.kend
+			rest[i].kend -= last.kend
+		}
+		st.rows = append(st.rows[:0], rest...)
+		st.buf = append(st.buf[:0:0], st.buf[last.end:]...)
+		st.keys = append(st.keys[:0:0], st.keys[last.kend:]...)
+		st.flushed = watermark
+		flushed = watermark
+		st.mu.Unlock()
+	}
+	out, _ := json.Marshal(committable{Epoch: uint64(epoch), Watermark: max(flushed, watermark)})
+	return out, watermark, false, nil
+}
+
+// flush is one transaction: the fence, then the rows.
+func (s *Sink) flush(ctx context.Context, split spate.SplitID, epoch spate.LeaseEpoch, watermark int64, lastKey string, data []byte) (err error) {
+	c, err := s.conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { s.put(c, err) }()
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pgsink: split %s: begin: %w", split, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	tag, err := tx.Exec(ctx, `UPDATE `+s.fence+` SET epoch = $1, watermark = $2, last_key = $3
+		WHERE job = $4 AND split = $5 AND epoch <= $1`, int64(epoch), watermark, lastKey, s.o.Job, split.String())
+	if err != nil {
+		return fmt.Errorf("pgsink: split %s: advance the fence in %s: %w", split, s.o.FenceTable, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("pgsink: split %s: the fence in %s holds an epoch later than this tenancy's %d (a newer owner took the split); nothing written: %w", split, s.o.FenceTable, epoch, spate.ErrFenced)
+	}
+	if _, err = c.PgConn().CopyFrom(ctx, bytes.NewReader(data), s.copy); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23") || strings.HasPrefix(pe.Code, "42")) {
+			return spate.Fatalf("pgsink: split %s: table %s refuses the rows: %v: give the destination the source's shape (CREATE TABLE ... (LIKE source_table)) and drop constraints the source's rows break", split, s.dest, err)
+		}
+		return fmt.Errorf("pgsink: split %s: copy into %s: %w", split, s.dest, err)
+	}
+	if err = tx.Commit(ctx); err != nil {
+		return fmt.Errorf("pgsink: split %s: commit into %s: %w", split, s.dest, err)
+	}
+	return nil
+}
+
+// Publish implements [pipeline.StagingSink]: nothing to do, the flush
+// made the rows visible.
+func (s *Sink) Publish(context.Context, pipeline.PartitionID, []byte) error { return nil }
+
+// CloseStage implements [pipeline.StagingSink]. Rows staged and not
+// flushed are dropped: the next owner reads them again.
+func (s *Sink) CloseStage(p pipeline.PartitionID, completed bool) {
+	s.mu.Lock()
+	delete(s.stages, p)
+	s.mu.Unlock()
+}
+
+// CleanJob implements [pipeline.StageCleaner]: once the job completed, its
+// fence rows go. A zombie that wakes later finds no row to advance and
+// writes nothing.
+func (s *Sink) CleanJob(ctx context.Context) error {
+	c, err := s.conn(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = c.Exec(ctx, `DELETE FROM `+s.fence+` WHERE job = $1 AND dest = $2`, s.o.Job, s.dest)
+	s.put(c, err)
+	if err != nil {
+		return fmt.Errorf("pgsink: delete job %q's rows from %s: %w", s.o.Job, s.o.FenceTable, err)
+	}
+	return nil
+}
+
+// Close closes the sink's connections.
+func (s *Sink) Close() error {
+	s.poolMu.Lock()
+	idle := s.idle
+	s.idle = nil
+	s.poolMu.Unlock()
+	for _, c := range idle {
+		_ = c.Close(context.Background())
+	}
+	return nil
+}

@@ -1,0 +1,290 @@
+package pgsink_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/pgservers"
+	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/pgsink"
+	"github.com/spate-go/spate/pipeline/pgsource"
+	_ "github.com/spate-go/spate/stores/mem"
+	"github.com/spate-go/spate/storeurl"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgservers.Main(m)) }
+
+func newDB(t testing.TB) (string, *pgx.Conn) {
+	t.Helper()
+	url := pgservers.Shared(t).NewDB(t)
+	c, err := pgx.Connect(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return url, c
+}
+
+func exec(t testing.TB, c *pgx.Conn, sql string) {
+	t.Helper()
+	_, err := c.Exec(context.Background(), sql)
+	require.NoError(t, err, sql)
+}
+
+// audit counts, by key, the ids 1..n missing from table and the extra
+// copies of the ones present, and rows with ids outside 1..n.
+func audit(t testing.TB, c *pgx.Conn, table string, n int) (missing, dups, alien int) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, c.QueryRow(ctx, fmt.Sprintf(`SELECT
+		(SELECT count(*) FROM generate_series(1, %[2]d) g WHERE NOT EXISTS (SELECT 1 FROM %[1]s d WHERE d.id = g)),
+		(SELECT coalesce(sum(k - 1), 0) FROM (SELECT count(*) k FROM %[1]s GROUP BY id HAVING count(*) > 1) x),
+		(SELECT count(*) FROM %[1]s WHERE id < 1 OR id > %[2]d)`, table, n)).Scan(&missing, &dups, &alien))
+	return missing, dups, alien
+}
+
+func rows(p pipeline.PartitionID, from, to int) []pipeline.Record {
+	var out []pipeline.Record
+	for i := from; i < to; i++ {
+		id := i + 1
+		out = append(out, pipeline.Record{Key: fmt.Appendf(nil, "%d", id), Value: fmt.Appendf(nil, "%d\tv%d", id, id), Partition: p, Offset: int64(i)})
+	}
+	return out
+}
+
+func newSink(t testing.TB, url string, o pgsink.Options) *pgsink.Sink {
+	t.Helper()
+	o.URL = url
+	if o.Table == "" {
+		o.Table = "dst"
+	}
+	if o.Job == "" {
+		o.Job = "job1"
+	}
+	s, err := pgsink.New(context.Background(), o)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// A zombie (an owner whose lease moved on) flushes after the new owner took
+// the fence: its transaction updates no fence row, rolls back, writes
+// nothing and reports ErrFenced; the new owner resumes from the table's
+// watermark. Into a table without a primary key: no duplicate, no missing
+// row.
+func TestZombieFlushWritesNothing(t *testing.T) {
+	url, c := newDB(t)
+	exec(t, c, "CREATE TABLE dst (id int, v text)")
+	ctx := context.Background()
+	split := spate.MustSplitID("chunk-000000")
+	old, cur := newSink(t, url, pgsink.Options{}), newSink(t, url, pgsink.Options{})
+
+	require.NoError(t, old.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 1}, nil))
+	require.NoError(t, old.Write(ctx, 0, rows(1, 0, 60)))
+	out, covered, pending, err := old.Prepare(ctx, 1, 50, false)
+	require.NoError(t, err)
+	require.EqualValues(t, 50, covered)
+	require.False(t, pending)
+
+	// The lease moves: the new owner takes the fence at epoch 2, resuming
+	// from the committed 50.
+	require.NoError(t, cur.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 2, Partition: 7}, out))
+	// The zombie wakes and flushes what it staged since.
+	require.NoError(t, old.Write(ctx, 0, rows(1, 60, 100)))
+	_, _, _, err = old.Prepare(ctx, 1, 100, true)
+	require.ErrorIs(t, err, spate.ErrFenced)
+	require.ErrorContains(t, err, "a newer owner took the split")
+	var n int
+	require.NoError(t, c.QueryRow(ctx, "SELECT count(*) FROM dst").Scan(&n))
+	require.Equal(t, 50, n, "the zombie's flush wrote nothing")
+
+	require.NoError(t, cur.Write(ctx, 0, rows(7, 50, 100)))
+	_, _, _, err = cur.Prepare(ctx, 7, 100, true)
+	require.NoError(t, err)
+	missing, dups, alien := audit(t, c, "dst", 100)
+	require.Zero(t, missing, "missing")
+	require.Zero(t, dups, "duplicates")
+	require.Zero(t, alien)
+
+	// A zombie's tenancy opened late is refused too.
+	err = old.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 9}, out)
+	require.ErrorIs(t, err, spate.ErrFenced)
+}
+
+// An owner that flushed and died before its commit reached the store
+// leaves the table ahead of the job's committed watermark: the next owner
+// drops the rows it reads again below the table's watermark, and refuses
+// to go on if the row just below it is not the one the fence recorded.
+func TestTableAheadOfTheStoreSkipsWhatItHolds(t *testing.T) {
+	url, c := newDB(t)
+	exec(t, c, "CREATE TABLE dst (id int, v text)")
+	ctx := context.Background()
+	split := spate.MustSplitID("chunk-000000")
+	a := newSink(t, url, pgsink.Options{})
+	require.NoError(t, a.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 1}, nil))
+	require.NoError(t, a.Write(ctx, 0, rows(1, 0, 100)))
+	committed, _, _, err := a.Prepare(ctx, 1, 40, false)
+	require.NoError(t, err)
+	_, _, _, err = a.Prepare(ctx, 1, 80, false) // flushed; the store commit is lost
+	require.NoError(t, err)
+
+	b := newSink(t, url, pgsink.Options{})
+	require.NoError(t, b.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 2, Partition: 2}, committed))
+	require.NoError(t, b.Write(ctx, 0, rows(2, 40, 100)))
+	_, _, _, err = b.Prepare(ctx, 2, 100, true)
+	require.NoError(t, err)
+	missing, dups, _ := audit(t, c, "dst", 100)
+	require.Zero(t, missing, "missing")
+	require.Zero(t, dups, "duplicates")
+
+	// The chunk changed under the job: the row below the table's watermark
+	// is another one.
+	exec(t, c, "TRUNCATE dst; DELETE FROM spate_fence")
+	a = newSink(t, url, pgsink.Options{})
+	require.NoError(t, a.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 1}, nil))
+	require.NoError(t, a.Write(ctx, 0, rows(1, 0, 100)))
+	committed, _, _, err = a.Prepare(ctx, 1, 40, false)
+	require.NoError(t, err)
+	_, _, _, err = a.Prepare(ctx, 1, 80, false)
+	require.NoError(t, err)
+	c2 := newSink(t, url, pgsink.Options{})
+	require.NoError(t, c2.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 2, Partition: 3}, committed))
+	shifted := rows(3, 40, 100)
+	shifted[39].Key = []byte("999") // offset 79 now holds another key
+	err = c2.Write(ctx, 0, shifted)
+	require.ErrorIs(t, err, spate.ErrFatal)
+	require.ErrorContains(t, err, `table public.dst holds the split's rows up to the one with key "80", but the source now reads key "999" there`)
+}
+
+// Bad destinations are refused with an error naming the table and the fix.
+func TestBadDestinationNamesTheTableAndTheFix(t *testing.T) {
+	url, c := newDB(t)
+	exec(t, c, `CREATE TABLE dst (id int, v text);
+		CREATE TABLE narrow (id int);
+		CREATE TABLE typed (id int, v int);
+		CREATE TABLE taken (id int, v text);`)
+	ctx := context.Background()
+	shape := []pgsource.Column{{Name: "id", Type: "integer"}, {Name: "v", Type: "text"}}
+	cases := []struct {
+		name string
+		o    pgsink.Options
+		want string
+	}{
+		{"missing table", pgsink.Options{Table: "nosuch"}, `destination table "nosuch" does not exist: create it`},
+		{"missing column", pgsink.Options{Table: "narrow", Shape: shape}, `destination table public.narrow has no column "v", which the rows carry`},
+		{"another type", pgsink.Options{Table: "typed", Shape: shape}, `destination table public.typed has column "v" of type integer, the source's is text`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.o.URL, tc.o.Job = url, "job1"
+			_, err := pgsink.New(ctx, tc.o)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	t.Run("another job's fence rows", func(t *testing.T) {
+		other := newSink(t, url, pgsink.Options{Table: "taken", Job: "other"})
+		require.NoError(t, other.OpenStage(ctx, pipeline.StageTenancy{Split: spate.MustSplitID("s"), Epoch: 1, Partition: 1}, nil))
+		_, err := pgsink.New(ctx, pgsink.Options{URL: url, Table: "taken", Job: "job1"})
+		require.ErrorContains(t, err, `destination table public.taken already holds the output of job "other"`)
+		require.ErrorContains(t, err, "DELETE FROM spate_fence WHERE job = 'other'")
+	})
+	t.Run("rows of another width", func(t *testing.T) {
+		s := newSink(t, url, pgsink.Options{Table: "narrow"})
+		require.NoError(t, s.OpenStage(ctx, pipeline.StageTenancy{Split: spate.MustSplitID("w"), Epoch: 1, Partition: 1}, nil))
+		err := s.Write(ctx, 0, rows(1, 0, 3))
+		require.ErrorIs(t, err, spate.ErrFatal)
+		require.ErrorContains(t, err, "rows of 2 columns, and table public.narrow takes 1 (id)")
+	})
+	t.Run("rows of another type", func(t *testing.T) {
+		s := newSink(t, url, pgsink.Options{Table: "typed"})
+		require.NoError(t, s.OpenStage(ctx, pipeline.StageTenancy{Split: spate.MustSplitID("y"), Epoch: 1, Partition: 1}, nil))
+		require.NoError(t, s.Write(ctx, 0, rows(1, 0, 3)))
+		_, _, _, err := s.Prepare(ctx, 1, 3, true)
+		require.ErrorIs(t, err, spate.ErrFatal)
+		require.ErrorContains(t, err, "table public.typed refuses the rows")
+		var n int
+		require.NoError(t, c.QueryRow(ctx, "SELECT watermark FROM spate_fence WHERE split = 'y'").Scan(&n))
+		require.Zero(t, n, "the fence did not move")
+	})
+}
+
+// copyJob copies table src into dst (no primary key) with workers
+// pipeline workers over one mem store; stopOne stops one of them after a
+// while (a graceful stop: its splits move to the others).
+func copyJob(t testing.TB, url string, workers int, chunk int64, stopOne bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dep, err := storeurl.Open(ctx, "mem://", storeurl.Options{})
+	require.NoError(t, err)
+	defer dep.Close()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	for i := range workers {
+		st, err := dep.Open(ctx, "copy", 2*time.Second)
+		require.NoError(t, err)
+		defer st.Close()
+		coord, err := spate.NewStoreCoordinator(st, spate.TimingsForLease(2*time.Second), spate.WithLogger(log))
+		require.NoError(t, err)
+		defer coord.Close()
+		src, err := pgsource.New(ctx, pgsource.Options{URL: url, Table: "src", ChunkRows: chunk})
+		require.NoError(t, err)
+		sink, err := pgsink.New(ctx, pgsink.Options{URL: url, Table: "dst", Job: "copy", Shape: src.Table().Columns})
+		require.NoError(t, err)
+		defer sink.Close()
+		rt, err := pipeline.Build(pipeline.Config{Name: coord.InstanceID(), CommitInterval: 100 * time.Millisecond},
+			pipeline.NewCoordinatedSource(coord, src, src), nil,
+			[]pipeline.SinkSpec{{Name: "pg", Sink: sink}}, pipeline.WithLogger(log))
+		require.NoError(t, err)
+		wctx := ctx
+		if stopOne && i == 0 {
+			var stop context.CancelFunc
+			wctx, stop = context.WithCancel(ctx)
+			time.AfterFunc(300*time.Millisecond, stop)
+		}
+		wg.Go(func() {
+			rep, err := rt.Run(wctx)
+			if err == nil {
+				err = rep.Err()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+// A table copied by 3 workers, one of which stops midway, lands in a
+// table without a primary key exactly once; the job's fence rows are
+// cleaned up once it completed (the StageCleaner hook).
+func TestCopyTableExactlyOnce(t *testing.T) {
+	url, c := newDB(t)
+	const n = 50000
+	exec(t, c, fmt.Sprintf(`CREATE TABLE src (id int PRIMARY KEY, v text);
+		INSERT INTO src SELECT i, 'v' || i FROM generate_series(1, %d) i;
+		CREATE TABLE dst (id int, v text);`, n))
+	copyJob(t, url, 3, 2000, true)
+	missing, dups, alien := audit(t, c, "dst", n)
+	t.Logf("%d rows: %d missing, %d duplicates, %d alien", n, missing, dups, alien)
+	require.Zero(t, missing, "missing")
+	require.Zero(t, dups, "duplicates")
+	require.Zero(t, alien)
+	var same bool
+	require.NoError(t, c.QueryRow(context.Background(),
+		"SELECT NOT EXISTS (SELECT id, v FROM src EXCEPT ALL SELECT id, v FROM dst)").Scan(&same))
+	require.True(t, same, "every row's columns copied")
+	var fences int
+	require.NoError(t, c.QueryRow(context.Background(), "SELECT count(*) FROM spate_fence").Scan(&fences))
+	require.Zero(t, fences, "the job's fence rows are cleaned up when it completes")
+}

@@ -1,0 +1,354 @@
+package pgsource_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/pgservers"
+	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/pgsource"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgservers.Main(m)) }
+
+// newDB returns a fresh database's URL and a connection to it.
+func newDB(t *testing.T) (string, *pgx.Conn) {
+	t.Helper()
+	url := pgservers.Shared(t).NewDB(t)
+	c, err := pgx.Connect(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return url, c
+}
+
+func exec(t *testing.T, c *pgx.Conn, sql string) {
+	t.Helper()
+	_, err := c.Exec(context.Background(), sql)
+	require.NoError(t, err, sql)
+}
+
+// plan returns the split plan of src.
+func plan(t *testing.T, src *pgsource.Source) []spate.SplitSpec {
+	t.Helper()
+	p, err := src.Plan(context.Background(), spate.PlanContext{})
+	require.NoError(t, err)
+	var out []spate.SplitSpec
+	for _, s := range p.Splits {
+		out = append(out, s.Spec)
+	}
+	return out
+}
+
+type bounds struct{ Lo, Hi *string }
+
+// chunkRows counts the rows of table inside each split's bounds.
+func chunkRows(t *testing.T, c *pgx.Conn, table, key, typ string, specs []spate.SplitSpec) []int64 {
+	t.Helper()
+	var out []int64
+	for _, s := range specs {
+		var b bounds
+		require.NoError(t, json.Unmarshal(s.Descriptor, &b))
+		var n int64
+		require.NoError(t, c.QueryRow(context.Background(), fmt.Sprintf(
+			"SELECT count(*) FROM %s WHERE ($1::%[3]s IS NULL OR %[2]s > $1::%[3]s) AND ($2::%[3]s IS NULL OR %[2]s <= $2::%[3]s)", table, key, typ),
+			b.Lo, b.Hi).Scan(&n))
+		out = append(out, n)
+	}
+	return out
+}
+
+func maxOverMean(ns []int64) float64 {
+	var sum, mx int64
+	for _, n := range ns {
+		sum += n
+		mx = max(mx, n)
+	}
+	return float64(mx) / (float64(sum) / float64(len(ns)))
+}
+
+// Chunk ends are found by probing, so sparse ids and one dense hot range
+// still give chunks of even row counts (equal strides over min..max would
+// put nearly every row in one chunk).
+func TestChunksAreEvenOnSkewedKeys(t *testing.T) {
+	url, c := newDB(t)
+	// 20,000 sparse ids a million apart, then 40,000 dense ones.
+	exec(t, c, `CREATE TABLE skew (id bigint PRIMARY KEY, v text);
+		INSERT INTO skew SELECT i::bigint * 1000003, 'sparse' FROM generate_series(1, 20000) i;
+		INSERT INTO skew SELECT 100000000000 + i, 'hot' FROM generate_series(1, 40000) i;`)
+	src, err := pgsource.New(context.Background(), pgsource.Options{URL: url, Table: "skew", ChunkRows: 4000})
+	require.NoError(t, err)
+	specs := plan(t, src)
+	ns := chunkRows(t, c, "skew", "id", "bigint", specs)
+	var total int64
+	for _, n := range ns {
+		total += n
+	}
+	require.EqualValues(t, 60000, total, "the chunks cover every row once")
+	ratio := maxOverMean(ns)
+	t.Logf("%d chunks, rows per chunk %v, max/mean %.2f", len(ns), ns, ratio)
+	require.LessOrEqual(t, ratio, 2.0)
+
+	// What equal strides over min..max would have given, for contrast.
+	var lo, hi int64
+	require.NoError(t, c.QueryRow(context.Background(), "SELECT min(id), max(id) FROM skew").Scan(&lo, &hi))
+	stride := (hi - lo + int64(len(ns))) / int64(len(ns))
+	var strides []int64
+	for i := range int64(len(ns)) {
+		var n int64
+		require.NoError(t, c.QueryRow(context.Background(), "SELECT count(*) FROM skew WHERE id >= $1 AND id < $2",
+			lo+i*stride, lo+(i+1)*stride).Scan(&n))
+		strides = append(strides, n)
+	}
+	t.Logf("equal strides instead: rows per chunk %v, max/mean %.2f", strides, maxOverMean(strides))
+}
+
+// drain polls l until its chunk is read, copying the payloads, and
+// encodes a commit at every batch end.
+func drain(t *testing.T, src *pgsource.Source, id spate.SplitID, l pipeline.Lane, limit int, stopAfter int) ([]pipeline.RawPayload, spate.SplitProgress) {
+	t.Helper()
+	var out []pipeline.RawPayload
+	var last spate.SplitProgress
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := l.Poll(limit, 10*time.Millisecond)
+		if err != nil {
+			t.Logf("poll: %v", err)
+			continue
+		}
+		if b == nil {
+			p, err := src.Sweep(id)
+			require.NoError(t, err)
+			if p != nil {
+				return out, *p
+			}
+			if last.Completed {
+				return out, last
+			}
+			continue
+		}
+		for _, p := range b.Payloads {
+			p.Key, p.Value = bytes.Clone(p.Key), bytes.Clone(p.Value)
+			out = append(out, p)
+		}
+		b.Ack.Release()
+		last, err = src.EncodeCommit(id, out[len(out)-1].Offset+1)
+		require.NoError(t, err)
+		if stopAfter > 0 && len(out) >= stopAfter {
+			return out, last
+		}
+	}
+	require.Fail(t, "the lane never ended")
+	return nil, last
+}
+
+func open(t *testing.T, src *pgsource.Source, spec spate.SplitSpec, p *spate.SplitProgress, poison func(string)) pipeline.Lane {
+	t.Helper()
+	if poison == nil {
+		poison = func(r string) { t.Errorf("poison: %s", r) }
+	}
+	l, err := src.OpenSplit(pipeline.SplitOpening{Spec: spec, Progress: p, Issuer: pipeline.NewCheckpointer(nil).Issuer(),
+		Waker: spate.InertWaker(), Poison: poison})
+	require.NoError(t, err)
+	return l
+}
+
+// Every row of every chunk is read exactly once, also across a resume in
+// the middle of a chunk, for text keys with quotes, backslashes, tabs and
+// newlines, and for uuid keys; offsets are ordinals within the chunk.
+func TestReadsEveryRowOnceAcrossResumes(t *testing.T) {
+	url, c := newDB(t)
+	exec(t, c, `CREATE TABLE words (w text PRIMARY KEY, n int, note text);
+		INSERT INTO words SELECT 'w' || lpad(i::text, 6, '0') || CASE i % 4 WHEN 0 THEN '''q' WHEN 1 THEN E'\\b' WHEN 2 THEN E'\t' ELSE E'\n' END, i, CASE WHEN i % 3 = 0 THEN NULL ELSE 'x' END
+		FROM generate_series(1, 9000) i;
+		CREATE TABLE ids (id uuid PRIMARY KEY, n int);
+		INSERT INTO ids SELECT md5(i::text)::uuid, i FROM generate_series(1, 7000) i;`)
+	for _, tc := range []struct{ table, key string }{{"words", "w"}, {"ids", "id"}} {
+		t.Run(tc.table, func(t *testing.T) {
+			src, err := pgsource.New(context.Background(), pgsource.Options{URL: url, Table: tc.table, ChunkRows: 2000})
+			require.NoError(t, err)
+			specs := plan(t, src)
+			require.Greater(t, len(specs), 3)
+			seen := map[string]int{}
+			for i, spec := range specs {
+				var rows []pipeline.RawPayload
+				if i%2 == 0 {
+					// Read part of the chunk, commit, hand it over, resume.
+					l := open(t, src, spec, nil, nil)
+					head, p := drain(t, src, spec.ID, l, 300, 700)
+					src.CloseSplit(spec.ID)
+					require.NoError(t, src.ValidateResume(spec, p))
+					l = open(t, src, spec, &p, nil)
+					tail, _ := drain(t, src, spec.ID, l, 300, 0)
+					src.CloseSplit(spec.ID)
+					require.EqualValues(t, p.Watermark, tail[0].Offset, "a resume numbers rows on from the watermark")
+					rows = append(head, tail...)
+				} else {
+					l := open(t, src, spec, nil, nil)
+					rows, _ = drain(t, src, spec.ID, l, 1000, 0)
+					src.CloseSplit(spec.ID)
+				}
+				for j, r := range rows {
+					require.EqualValues(t, j, r.Offset)
+					f := pgsource.Fields(r.Value)
+					require.Len(t, f, len(src.Table().Columns))
+					seen[*f[0]]++
+				}
+			}
+			var want []string
+			rs, err := c.Query(context.Background(), fmt.Sprintf("SELECT %s::text FROM %s", tc.key, tc.table))
+			require.NoError(t, err)
+			want, err = pgx.CollectRows(rs, pgx.RowTo[string])
+			require.NoError(t, err)
+			var dups, missing int
+			for _, w := range want {
+				switch seen[w] {
+				case 0:
+					missing++
+				case 1:
+				default:
+					dups += seen[w] - 1
+				}
+			}
+			require.Len(t, seen, len(want))
+			require.Zero(t, dups, "duplicates")
+			require.Zero(t, missing, "missing")
+		})
+	}
+}
+
+// A connection lost in the middle of a chunk is read again from the last
+// key emitted: nothing twice, nothing lost.
+func TestLostConnectionResumesAfterTheLastKey(t *testing.T) {
+	url, c := newDB(t)
+	exec(t, c, `CREATE TABLE big (id int PRIMARY KEY, pad text);
+		INSERT INTO big SELECT i, repeat('p', 200) FROM generate_series(1, 60000) i;`)
+	src, err := pgsource.New(context.Background(), pgsource.Options{URL: url, Table: "big", ChunkRows: 100000})
+	require.NoError(t, err)
+	specs := plan(t, src)
+	require.Len(t, specs, 1)
+	l := open(t, src, specs[0], nil, nil)
+	head, _ := drain(t, src, specs[0].ID, l, 500, 500)
+	var killed int
+	require.NoError(t, c.QueryRow(context.Background(),
+		"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE 'COPY (SELECT%' AND pid <> pg_backend_pid()").Scan(&killed))
+	require.Equal(t, 1, killed, "the chunk's read was in progress")
+	tail, p := drain(t, src, specs[0].ID, l, 5000, 0)
+	require.True(t, p.Completed)
+	ids := map[string]int{}
+	for i, r := range append(head, tail...) {
+		require.EqualValues(t, i, r.Offset)
+		ids[string(r.Key)]++
+	}
+	require.Len(t, ids, 60000)
+	require.Len(t, append(head, tail...), 60000, "no row twice")
+}
+
+// A row over MaxRowBytes sets its chunk aside with a reason naming the
+// table, the row's key and the option to raise; the rows before it are
+// read.
+func TestRowOverTheCapSetsItsChunkAside(t *testing.T) {
+	url, c := newDB(t)
+	exec(t, c, `CREATE TABLE wide (id int PRIMARY KEY, v text);
+		INSERT INTO wide SELECT i, 'short' FROM generate_series(1, 10) i;
+		UPDATE wide SET v = repeat('w', 5000) WHERE id = 7;`)
+	src, err := pgsource.New(context.Background(), pgsource.Options{URL: url, Table: "wide", MaxRowBytes: 4096})
+	require.NoError(t, err)
+	specs := plan(t, src)
+	var reasons []string
+	l := open(t, src, specs[0], nil, func(r string) { reasons = append(reasons, r) })
+	var got int
+	for range 200 {
+		b, err := l.Poll(100, 5*time.Millisecond)
+		require.NoError(t, err)
+		if b != nil {
+			got += len(b.Payloads)
+			b.Ack.Release()
+		}
+		if len(reasons) > 0 {
+			break
+		}
+	}
+	require.Len(t, reasons, 1)
+	require.Contains(t, reasons[0], `table public.wide: the row with key id = "7"`)
+	require.Contains(t, reasons[0], "raise Options.MaxRowBytes")
+	require.Equal(t, 6, got, "the rows before it are read")
+}
+
+// Bad input is refused at New with an error naming the table and the fix.
+func TestBadInputNamesTheTableAndTheFix(t *testing.T) {
+	url, c := newDB(t)
+	exec(t, c, `CREATE TABLE comp (a int, b int, PRIMARY KEY (a, b));
+		CREATE TABLE nopk (a int);
+		CREATE TABLE ts (at timestamptz PRIMARY KEY);
+		CREATE TABLE nonuniq (id int NOT NULL, v text);
+		CREATE TABLE nullable (id int UNIQUE, v text);
+		CREATE TABLE ok (id int PRIMARY KEY, v text);
+		CREATE ROLE reader LOGIN;`)
+	cases := []struct {
+		name string
+		o    pgsource.Options
+		want []string
+	}{
+		{"missing table", pgsource.Options{Table: "nosuch"}, []string{`table "nosuch" does not exist`, "schema-qualify"}},
+		{"missing column", pgsource.Options{Table: "ok", Columns: []string{"id", "nope"}}, []string{`table public.ok has no column "nope" (Columns)`, "id, v"}},
+		{"missing key", pgsource.Options{Table: "ok", Key: "nope"}, []string{`table public.ok has no key column "nope" (Key)`}},
+		{"composite key", pgsource.Options{Table: "comp"}, []string{"table public.comp has a composite primary key (a, b)", "set Key"}},
+		{"no primary key", pgsource.Options{Table: "nopk"}, []string{"table public.nopk has no primary key", "set Key"}},
+		{"key type", pgsource.Options{Table: "ts"}, []string{"the key public.ts.at is of type timestamp with time zone", "integer, text or uuid"}},
+		{"not unique", pgsource.Options{Table: "nonuniq", Key: "id"}, []string{"public.nonuniq.id has no unique index", "create a unique index"}},
+		{"nullable", pgsource.Options{Table: "nullable", Key: "id"}, []string{"public.nullable.id may be NULL", "NOT NULL"}},
+		{"bad filter", pgsource.Options{Table: "ok", Where: "nope > 1"}, []string{`the filter (Where) "nope > 1" on table public.ok does not run`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.o.URL = url
+			_, err := pgsource.New(context.Background(), tc.o)
+			require.Error(t, err)
+			for _, w := range tc.want {
+				require.Contains(t, err.Error(), w)
+			}
+		})
+	}
+	t.Run("permission", func(t *testing.T) {
+		u := pgservers.Shared(t).URL("x")
+		db := url[len(u)-len("x?sslmode=disable"):]
+		ru := fmt.Sprintf("postgres://reader@127.0.0.1:%d/%s", pgservers.Shared(t).Port(), db)
+		_, err := pgsource.New(context.Background(), pgsource.Options{URL: ru, Table: "ok"})
+		require.ErrorContains(t, err, "no SELECT permission on table public.ok: GRANT SELECT ON public.ok TO")
+	})
+}
+
+// The filter and the column list shape what is read; chunks count the
+// filtered rows.
+func TestFilterAndColumns(t *testing.T) {
+	url, c := newDB(t)
+	exec(t, c, `CREATE TABLE ev (id int PRIMARY KEY, kind text, body text);
+		INSERT INTO ev SELECT i, CASE WHEN i % 10 = 0 THEN 'keep' ELSE 'drop' END, 'b' || i FROM generate_series(1, 5000) i;`)
+	src, err := pgsource.New(context.Background(), pgsource.Options{URL: url, Table: "ev", Where: "kind = 'keep'", Columns: []string{"body", "id"}, ChunkRows: 100})
+	require.NoError(t, err)
+	specs := plan(t, src)
+	require.Len(t, specs, 6, "500 filtered rows in 5 chunks of 100, and the open end")
+	var bodies []string
+	for _, spec := range specs {
+		rows, p := drain(t, src, spec.ID, open(t, src, spec, nil, nil), 1000, 0)
+		require.True(t, p.Completed)
+		for _, r := range rows {
+			f := pgsource.Fields(r.Value)
+			require.Len(t, f, 2)
+			require.Equal(t, "b"+*f[1], *f[0])
+			bodies = append(bodies, *f[0])
+		}
+	}
+	require.Len(t, bodies, 500)
+	require.True(t, slices.Contains(bodies, "b5000"))
+}

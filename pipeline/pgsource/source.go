@@ -1,0 +1,255 @@
+package pgsource
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/pipeline"
+)
+
+// Source reads a table: it is both the job's [spate.SplitPlanner] (one
+// split per chunk) and its [pipeline.SplitSource]:
+//
+//	src, err := pgsource.New(ctx, pgsource.Options{URL: url, Table: "events"})
+//	pipeline.NewCoordinatedSource(coord, src, src)
+type Source struct {
+	pipeline.BaseSplitSource
+	opts  Options
+	table *Table
+	cfg   *pgx.ConnConfig
+
+	mu        sync.Mutex
+	lanes     map[spate.SplitID]*lane
+	finishing []spate.SplitID
+}
+
+var (
+	_ spate.SplitPlanner   = (*Source)(nil)
+	_ pipeline.SplitSource = (*Source)(nil)
+)
+
+// New checks o against the server (see [Describe]) and returns the source.
+func New(ctx context.Context, o Options) (*Source, error) {
+	if o.ChunkRows <= 0 {
+		o.ChunkRows = DefaultChunkRows
+	}
+	if o.MaxRowBytes <= 0 {
+		o.MaxRowBytes = DefaultMaxRowBytes
+	}
+	cfg, err := connConfig(o.URL)
+	if err != nil {
+		return nil, err
+	}
+	c, err := Connect(ctx, o.URL)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	t, err := Describe(ctx, c, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkWhere(ctx, c, t, o.Where); err != nil {
+		return nil, err
+	}
+	return &Source{opts: o, table: t, cfg: cfg, lanes: map[spate.SplitID]*lane{}}, nil
+}
+
+// Table is what New found.
+func (s *Source) Table() *Table { return s.table }
+
+// Fingerprint implements [spate.SplitPlanner]: the table, key, columns,
+// filter and chunk size (never the URL, which may hold a password).
+func (s *Source) Fingerprint() string {
+	b, _ := json.Marshal(struct {
+		T, K string
+		C    []Column
+		W    string
+		N    int64
+	}{s.table.Name, s.table.Key, s.table.Columns, s.opts.Where, s.opts.ChunkRows})
+	return "pgsource:v1:" + string(b)
+}
+
+// chunk is a split's descriptor: keys in (Lo, Hi], nil for no bound.
+type chunk struct {
+	Lo *string `json:"lo,omitempty"`
+	Hi *string `json:"hi,omitempty"`
+}
+
+// Plan implements [spate.SplitPlanner]: chunk ends found by probing the
+// key's index, ChunkRows rows at a time. The plan is final.
+func (s *Source) Plan(ctx context.Context, _ spate.PlanContext) (spate.SplitPlan, error) {
+	c, err := pgx.ConnectConfig(ctx, s.cfg)
+	if err != nil {
+		return spate.SplitPlan{}, spate.Retryablef("pgsource: plan %s: connect: %v", s.table.Name, err)
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	chunks, err := s.probe(ctx, c)
+	if err != nil {
+		return spate.SplitPlan{}, spate.Retryablef("pgsource: plan %s: %v", s.table.Name, err)
+	}
+	var out []spate.PlannedSplit
+	for i, ch := range chunks {
+		desc, err := json.Marshal(ch.chunk)
+		if err != nil {
+			return spate.SplitPlan{}, err
+		}
+		id := spate.MustSplitID(fmt.Sprintf("chunk-%06d", i))
+		out = append(out, spate.NewPlannedSplit(spate.NewSplitSpec(id, desc).WithWeight(uint64(max(ch.rows, 1)))))
+	}
+	return spate.NewSplitPlan(out, spate.PlanFinal), nil
+}
+
+type probed struct {
+	chunk
+	rows int64
+}
+
+// probe walks the key in ChunkRows steps.
+func (s *Source) probe(ctx context.Context, c *pgx.Conn) ([]probed, error) {
+	t, k := s.table, ident(s.table.Key)
+	var out []probed
+	var lo *string
+	for {
+		var conds []string
+		var args []any
+		if lo != nil {
+			conds = append(conds, k+" > $1::"+t.KeyType)
+			args = append(args, *lo)
+		}
+		// The last of the next ChunkRows keys, and how many there are (max()
+		// does not exist for every rangeable type: uuid).
+		q := "SELECT " + k + "::text AS spate_key, count(*) OVER () FROM (SELECT " + k + " FROM " + t.Name +
+			bounded(conds, s.opts.Where) + " ORDER BY " + k + " LIMIT " + strconv.FormatInt(s.opts.ChunkRows, 10) + ") s ORDER BY " + k + " DESC LIMIT 1"
+		var hi *string
+		var n int64
+		if err := c.QueryRow(ctx, q, args...).Scan(&hi, &n); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, err
+		}
+		if n < s.opts.ChunkRows {
+			// The last chunk has no upper bound.
+			return append(out, probed{chunk{Lo: lo}, n}), nil
+		}
+		out = append(out, probed{chunk{Lo: lo, Hi: hi}, n})
+		lo = hi
+	}
+}
+
+// state encodes a resume key; the prefix tells an empty key from none.
+func state(key string) []byte { return append([]byte{'k'}, key...) }
+
+func parseState(b []byte) (string, bool) {
+	if len(b) == 0 || b[0] != 'k' {
+		return "", false
+	}
+	return string(b[1:]), true
+}
+
+// ValidateResume implements [pipeline.SplitSource]: progress past the
+// chunk's start must carry the last key read.
+func (s *Source) ValidateResume(spec spate.SplitSpec, p spate.SplitProgress) error {
+	if _, err := parseChunk(spec); err != nil {
+		return err
+	}
+	if _, ok := parseState(p.State); p.Watermark > 0 && !ok {
+		return fmt.Errorf("pgsource: split %s of %s: committed progress at row %d carries no key to resume after (not this source's progress)", spec.ID, s.table.Name, p.Watermark)
+	}
+	return nil
+}
+
+func parseChunk(spec spate.SplitSpec) (chunk, error) {
+	var ch chunk
+	if err := json.Unmarshal(spec.Descriptor, &ch); err != nil {
+		return ch, fmt.Errorf("pgsource: split %s: descriptor %q is not a chunk: %v", spec.ID, spec.Descriptor, err)
+	}
+	return ch, nil
+}
+
+// OpenSplit implements [pipeline.SplitSource]: the lane starts reading at
+// once, after the committed key if any.
+func (s *Source) OpenSplit(o pipeline.SplitOpening) (pipeline.Lane, error) {
+	ch, err := parseChunk(o.Spec)
+	if err != nil {
+		return nil, err
+	}
+	l := &lane{src: s, split: o.Spec.ID, id: o.Lane, part: o.Partition, issuer: o.Issuer,
+		poison: o.Poison, waker: o.Waker, chunk: ch}
+	if o.Progress != nil && o.Progress.Watermark > 0 {
+		key, _ := parseState(o.Progress.State)
+		l.lastKey = &key
+		l.next = o.Progress.Watermark
+		l.committedState = o.Progress.State
+	}
+	l.resumedAt, l.committed = l.next, l.next
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.start()
+	s.mu.Lock()
+	s.lanes[o.Spec.ID] = l
+	s.mu.Unlock()
+	return l, nil
+}
+
+func (s *Source) lane(split spate.SplitID) *lane {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lanes[split]
+}
+
+// EncodeCommit implements [pipeline.SplitSource]: the progress carries the
+// key of the row at watermark-1.
+func (s *Source) EncodeCommit(split spate.SplitID, watermark int64) (spate.SplitProgress, error) {
+	l := s.lane(split)
+	if l == nil {
+		return spate.SplitProgress{}, spate.Fatalf("pgsource: commit of split %s, which this worker does not read", split)
+	}
+	return l.encode(watermark)
+}
+
+// Sweep implements [pipeline.SplitSource]: a chunk read to its end whose
+// every row is committed completes.
+func (s *Source) Sweep(split spate.SplitID) (*spate.SplitProgress, error) {
+	l := s.lane(split)
+	if l == nil {
+		return nil, nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done && l.committed >= l.next {
+		p := spate.CompletedProgress(l.next, l.committedState)
+		return &p, nil
+	}
+	return nil, nil
+}
+
+// CloseSplit implements [pipeline.SplitSource]: the chunk's read stops.
+func (s *Source) CloseSplit(split spate.SplitID) {
+	s.mu.Lock()
+	l := s.lanes[split]
+	delete(s.lanes, split)
+	s.mu.Unlock()
+	if l != nil {
+		l.cancel()
+	}
+}
+
+// TakeFinishing implements [pipeline.SplitSource].
+func (s *Source) TakeFinishing() []spate.SplitID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.finishing
+	s.finishing = nil
+	return out
+}
+
+func (s *Source) finished(split spate.SplitID) {
+	s.mu.Lock()
+	s.finishing = append(s.finishing, split)
+	s.mu.Unlock()
+}
