@@ -21,7 +21,7 @@
 // key the fence recorded, or the sink refuses to go on (the chunk changed
 // under the job). The database, not the store, holds the sink's watermark;
 // the committable in the store only records it (see
-// docs/decisions/036-a-database-sink-fences-in-the-database.md).
+// docs/decisions/037-a-database-sink-fences-in-the-database.md).
 //
 // Rows are taken as the pgsource package produces them: a record's Value
 // is the row in COPY text format, its Key the key's text.
