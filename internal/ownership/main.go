@@ -689,16 +689,27 @@ func goDoc(dir string, args ...string) (string, error) {
 
 // summarizeParams lists the module's functions with 8 parameters or more.
 func summarizeParams(dir string) error {
-	files, err := modFiles(dir)
+	long, err := longParams(dir)
 	if err != nil {
 		return err
+	}
+	fmt.Printf("  functions with >= 8 parameters: %d\n    %s\n", len(long), list(long))
+	return nil
+}
+
+// longParams is the module's functions with 8 parameters or more, as
+// file:line name(count).
+func longParams(dir string) ([]string, error) {
+	files, err := modFiles(dir)
+	if err != nil {
+		return nil, err
 	}
 	fset := token.NewFileSet()
 	var long []string
 	for _, p := range files {
 		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		ast.Inspect(f, func(n ast.Node) bool {
 			var ft *ast.FuncType
@@ -723,6 +734,5 @@ func summarizeParams(dir string) error {
 			return true
 		})
 	}
-	fmt.Printf("  functions with >= 8 parameters: %d\n    %s\n", len(long), list(long))
-	return nil
+	return long, nil
 }
