@@ -104,6 +104,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -263,13 +264,38 @@ type PlannerOptions struct {
 	// [DefaultMaxLineBytes] (1 MiB). Not part of the job's identity; the
 	// planner does not use it.
 	MaxLineBytes int
+
+	// Include and Exclude choose the files of the input that are planned
+	// (see "What is followed" in the package documentation): a file is
+	// planned when it matches an Include pattern (or Include is empty)
+	// and no Exclude pattern. A pattern is a path.Match glob on the
+	// file's base name, or, when it holds a slash, on its path relative
+	// to the root. With Follow and an empty Exclude,
+	// [DefaultFollowExcludes] apply, unless NoDefaultExcludes. Not part
+	// of the job's identity: the leader's patterns decide.
+	Include, Exclude  []string
+	NoDefaultExcludes bool
+	// ReleaseAfter, with Follow, is how long a followed file that was
+	// renamed (or no longer matches the patterns) must have been idle
+	// before its split, read to the file's end, completes and frees its
+	// lane. Default [DefaultReleaseAfter]; negative: never.
+	ReleaseAfter time.Duration
+	// Discover, with Follow, is how often the planner lists the input for
+	// new files on its own, beside the leader's replan interval (which
+	// cannot be shorter than the lease) and the file-system events it
+	// watches where the platform has them. 0: only those.
+	Discover time.Duration
+	// Logger is where the planner names the files it refuses (not text).
+	// Default slog.Default().
+	Logger *slog.Logger
 }
 
 // Planner enumerates an input's objects into splits. It implements
 // [spate.SplitPlanner].
 type Planner struct {
-	objs Objects
-	opts PlannerOptions
+	objs   Objects
+	opts   PlannerOptions
+	follow *followState // Include/Exclude, and what a following plan saw
 }
 
 // NewPlanner plans the objects of objs (for a directory, [Dir]).
@@ -283,7 +309,7 @@ func NewPlanner(objs Objects, opts PlannerOptions) *Planner {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Planner{objs: objs, opts: opts}
+	return &Planner{objs: objs, opts: opts, follow: newFollowState(opts)}
 }
 
 // Fingerprint derives the job identity from the configuration only: the
@@ -304,6 +330,9 @@ func (p *Planner) Plan(ctx context.Context, pc spate.PlanContext) (spate.SplitPl
 	}
 	if p.opts.Follow {
 		return p.planFollow(members, pc)
+	}
+	if members, err = p.follow.selected(members); err != nil {
+		return spate.SplitPlan{}, err
 	}
 	var splits []spate.PlannedSplit
 	for _, group := range Pack(members, p.opts.TargetBytes, p.opts.MaxFiles) {
