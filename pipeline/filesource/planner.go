@@ -85,11 +85,27 @@
 //     start; the split's offsets go on from where they were (the file's
 //     base offset rides in the progress state, and a key names it:
 //     "name~base:offset"). Lines written after the lane's last read and
-//     before the truncation cannot be read by anyone, and the warning
-//     says so. A copy left in the input is a file of its own.
+//     before the truncation cannot be read by anyone; the log says so
+//     (a warning naming the bytes where the lane knew of them). A copy
+//     left in the input is not followed by default (see below).
 //   - Deleted: the lane reads what the open file still holds and the
 //     split completes; a file deleted while no worker held its split
 //     completes at its last commit.
+//
+// # What is followed
+//
+// A following plan takes the files that match an Include pattern (all
+// when there is none) and no Exclude pattern; with no Exclude,
+// [DefaultFollowExcludes] leave out what a log rotation leaves beside a
+// live log (numbered and dated copies, compressed archives). A file whose
+// first bytes are a compressed format's magic or hold a NUL byte is
+// refused, named once in a warning, and never shipped as lines; a lane
+// checks a file that was empty when planned when its first bytes come. A
+// followed file renamed away (or left out by the patterns) that has been
+// idle for ReleaseAfter is read to its end and its split completes,
+// freeing its lane. New files are listed within moments of their creation
+// where the platform reports it (fsnotify), when a lane sees its file
+// renamed, and every Discover ([spate.PlanTrigger]).
 //
 // The job ends when the plan turns Final: with UntilIdle, at the first
 // replan that finds the input unchanged for that long. The coordinator
