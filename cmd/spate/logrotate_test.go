@@ -140,7 +140,7 @@ func TestFollowNextToLogrotate(t *testing.T) {
 	storeArgs := storeCases("etcd")[0].args(t)
 	var started []*proc
 	worker := func(i int) *proc {
-		p := start(t, dir, "", append([]string{"backfill", "--follow", "--until-idle", "5s",
+		p := start(t, dir, "", append([]string{"backfill", "--follow", "--until-idle", "5s", "--log-level", "info",
 			"--src", src, "--dst", dst, "--job", "logrotate", "--instance", fmt.Sprintf("w%d", i),
 			"--lease", followLease.String()}, storeArgs...)...)
 		started = append(started, p)
@@ -293,12 +293,14 @@ func TestFollowNextToLogrotate(t *testing.T) {
 		logs += p.stderr.String() + p.stdout.String()
 	}
 	t.Logf("logrotate trial: %v, %d rotations every %v, %d applications at %d lines/s, %d kills, %d stops: %d lines written; "+
-		"%d duplicates, %d alien lines, %d lost in copytruncate windows, %d lost elsewhere; WARN lines %d",
-		tr.run, len(rotations), tr.every, len(tr.apps), tr.rate, killed, stopped, total, dups, alien, lostInWindow, len(lostOutside), strings.Count(logs, "WARN"))
+		"%d duplicates, %d alien lines, %d lost in copytruncate windows, %d lost elsewhere; log lines: %d WARN, %d INFO",
+		tr.run, len(rotations), tr.every, len(tr.apps), tr.rate, killed, stopped, total, dups, alien, lostInWindow, len(lostOutside), strings.Count(logs, "level=WARN"), strings.Count(logs, "level=INFO"))
 	t.Logf("write→published latency: p50 %v, p99 %v (%d lines); written within 2 s after a create rotation: p50 %v, p99 %v (%d lines)",
 		quantile(all, 0.5).Round(time.Millisecond), quantile(all, 0.99).Round(time.Millisecond), len(all),
 		quantile(afterCreate, 0.5).Round(time.Millisecond), quantile(afterCreate, 0.99).Round(time.Millisecond), len(afterCreate))
 	slices.Sort(lostOutside)
+	require.Contains(t, logs, "released a followed file", "no renamed idle file was released")
+	require.NotContains(t, logs, "refused to follow", "a rotated archive was planned: the default excludes leave it out")
 	require.Zero(t, dups, "duplicate lines")
 	require.Zero(t, alien, "published lines that were never written (a compressed archive's bytes?)")
 	require.Empty(t, lostOutside[:min(len(lostOutside), 20)], "lines lost outside logrotate's copy→truncate windows (%d)", len(lostOutside))

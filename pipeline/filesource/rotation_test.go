@@ -259,3 +259,75 @@ func TestTailLaneReleasesARenamedIdleFile(t *testing.T) {
 	assert.Equal(t, 1, logs.count("released a followed file", "app.log.1"))
 	assert.Equal(t, 1, logs.count("was renamed", "app.log"))
 }
+
+// waitAsk waits for the planner to ask for a listing: a bound long past
+// any event delivery, not a timing.
+func waitAsk(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the planner did not ask for a listing after %s", what)
+	}
+}
+
+// drainAsks empties the channel of asks already made.
+func drainAsks(ch <-chan struct{}) {
+	for {
+		select {
+		case <-ch:
+		case <-time.After(500 * time.Millisecond):
+			return
+		}
+	}
+}
+
+// A following planner asks the leader for a listing when a file appears
+// in the followed tree (a new subdirectory's files too) and when a lane
+// of its process sees its file moved away, not at the next replan; its
+// watch ends with the context.
+func TestFollowPlannerAsksForAListingWhenAFileAppears(t *testing.T) {
+	dir := t.TempDir()
+	corpus(t, dir, map[string]string{"app.log": "a1\n"})
+	planner := filesource.NewPlanner(filesource.Dir(dir), filesource.PlannerOptions{Follow: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	asks := planner.PlanTriggers(ctx)
+	drainAsks(asks)
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "new.log"), []byte("n1\n"), 0o644))
+	waitAsk(t, asks, "a file was created")
+	drainAsks(asks)
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "sub"), 0o755))
+	waitAsk(t, asks, "a directory was created")
+	drainAsks(asks)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "sub", "deep.log"), []byte("d1\n"), 0o644))
+	waitAsk(t, asks, "a file was created in a new directory")
+	drainAsks(asks)
+
+	// A lane that sees its file moved out of the input asks (the watch
+	// sees no file appear).
+	plan, err := planner.Plan(context.Background(), spate.PlanContext{})
+	require.NoError(t, err)
+	var spec spate.SplitSpec
+	for _, s := range plan.Splits {
+		d, err := filesource.DecodeDescriptor(s.Spec.Descriptor)
+		require.NoError(t, err)
+		if d.Tail.Name == "app.log" {
+			spec = s.Spec
+		}
+	}
+	src := filesource.NewSource(filesource.Dir(dir)).WithLogger(slog.New(slog.DiscardHandler)).WithPlanner(planner)
+	l := openLane(t, src, spec, nil, pipeline.NewCheckpointer(nil), nil)
+	defer src.CloseSplit(spec.ID)
+	pollTail(t, l, 500, func(ls []string) bool { return len(ls) == 1 })
+	drainAsks(asks)
+	require.NoError(t, os.Rename(filepath.Join(dir, "app.log"), filepath.Join(t.TempDir(), "away.log")))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pollTail(t, l, 200, func([]string) bool { return false })
+	}()
+	waitAsk(t, asks, "a lane saw its file moved away")
+	<-done
+}
