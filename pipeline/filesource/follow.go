@@ -10,6 +10,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -189,9 +190,11 @@ type followState struct {
 	// seen are the identities of the files present at the last listing
 	// that were admitted ("") or refused (why).
 	seen map[FileID]string
-	// asks carries the requests for a listing (a file-system event, a
-	// lane that saw its file renamed, the --discover tick).
-	asks chan struct{}
+	// asks are the channels of the PlanTriggers calls (one per
+	// coordinator that uses the planner): each carries the requests for
+	// a listing (a lane that saw its file renamed; the watch and the
+	// Discover tick of that call).
+	asks []chan struct{}
 }
 
 func newFollowState(opts PlannerOptions) *followState {
@@ -208,7 +211,7 @@ func newFollowState(opts PlannerOptions) *followState {
 		ra = DefaultReleaseAfter
 	}
 	return &followState{filter: f, ferr: err, log: log, follow: opts.Follow, releaseAfter: ra, discover: opts.Discover,
-		seen: map[FileID]string{}, asks: make(chan struct{}, 1)}
+		seen: map[FileID]string{}}
 }
 
 // selected is members less those the patterns leave out.
@@ -266,10 +269,28 @@ func (s *followState) forget(present map[FileID]bool) {
 
 // ask requests a listing soon (it never blocks).
 func (s *followState) ask() {
-	select {
-	case s.asks <- struct{}{}:
-	default:
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range s.asks {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
+}
+
+// subscribe adds a channel of asks, until ctx ends.
+func (s *followState) subscribe(ctx context.Context) chan struct{} {
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	s.asks = append(s.asks, ch)
+	s.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		s.asks = slices.DeleteFunc(s.asks, func(c chan struct{}) bool { return c == ch })
+		s.mu.Unlock()
+	})
+	return ch
 }
 
 // PlanTriggers implements [spate.PlanTrigger]: a following plan of a
@@ -284,7 +305,14 @@ func (p *Planner) PlanTriggers(ctx context.Context) <-chan struct{} {
 	if !s.follow || !local {
 		return out
 	}
-	if w := watchDir(ctx, dir.LocalRoot(), s.log, s.ask); w != nil {
+	asks := s.subscribe(ctx)
+	ask := func() {
+		select {
+		case asks <- struct{}{}:
+		default:
+		}
+	}
+	if w := watchDir(ctx, dir.LocalRoot(), s.log, ask); w != nil {
 		defer func() {
 			go func() { <-ctx.Done(); w.Close() }()
 		}()
@@ -300,7 +328,7 @@ func (p *Planner) PlanTriggers(ctx context.Context) <-chan struct{} {
 			select {
 			case <-ctx.Done():
 				return
-			case <-s.asks:
+			case <-asks:
 			case <-tick:
 			}
 			select {
