@@ -298,6 +298,22 @@ func TestFollowNextToLogrotate(t *testing.T) {
 	t.Logf("write→published latency: p50 %v, p99 %v (%d lines); written within 2 s after a create rotation: p50 %v, p99 %v (%d lines)",
 		quantile(all, 0.5).Round(time.Millisecond), quantile(all, 0.99).Round(time.Millisecond), len(all),
 		quantile(afterCreate, 0.5).Round(time.Millisecond), quantile(afterCreate, 0.99).Round(time.Millisecond), len(afterCreate))
+	warns := map[string]int{} // what was worth a WARN, by message
+	for line := range strings.Lines(logs) {
+		if strings.Contains(line, "level=WARN") {
+			msg := line
+			if i := strings.Index(line, "msg="); i >= 0 {
+				msg = line[i:]
+				if j := strings.Index(msg, "\" "); j >= 0 {
+					msg = msg[:j+1]
+				}
+			}
+			warns[msg]++
+		}
+	}
+	for msg, n := range warns {
+		t.Logf("WARN x%d: %s", n, msg)
+	}
 	slices.Sort(lostOutside)
 	require.Contains(t, logs, "released a followed file", "no renamed idle file was released")
 	require.NotContains(t, logs, "refused to follow", "a rotated archive was planned: the default excludes leave it out")
