@@ -156,6 +156,10 @@ func (a *actor) loop(ctx context.Context) {
 	defer reconcile.Stop()
 	replan := time.NewTicker(a.cfg.ReplanInterval)
 	defer replan.Stop()
+	var planTriggers <-chan struct{} // the planner's own: its input changed
+	if pt, ok := a.planner.(PlanTrigger); ok {
+		planTriggers = pt.PlanTriggers(ctx)
+	}
 	for {
 		var err error
 		select {
@@ -190,6 +194,10 @@ func (a *actor) loop(ctx context.Context) {
 				a.w.refreshScope()
 			}
 		case <-replan.C:
+			if a.leader.term != nil && a.job.plan != nil && a.job.plan.Finality == finalityOpen {
+				a.planning.due = true
+			}
+		case <-planTriggers:
 			if a.leader.term != nil && a.job.plan != nil && a.job.plan.Finality == finalityOpen {
 				a.planning.due = true
 			}

@@ -34,6 +34,17 @@ type SplitPlanner interface {
 	Plan(ctx context.Context, pc PlanContext) (SplitPlan, error)
 }
 
+// PlanTrigger is an optional interface of a [SplitPlanner] whose input
+// can tell that it changed (a new file in a followed directory). The
+// coordinator calls PlanTriggers once, with a context that ends when the
+// coordinator closes. While this worker leads an open plan, a value on the
+// channel has the planner run at once (one run at a time: values that
+// arrive meanwhile make one more run), besides every replan interval. The
+// planner should send sparingly: each value is a planner run.
+type PlanTrigger interface {
+	PlanTriggers(ctx context.Context) <-chan struct{}
+}
+
 type planOutcome uint8
 
 const (

@@ -43,7 +43,9 @@ type backfillFlags struct {
 	maxLineBytes   int           // the line cap
 	follow         bool          // a continuous job: discover and follow
 	untilIdle      time.Duration // --follow: complete once the input is idle this long
-	discover       time.Duration // --follow: the replan interval (0: the lease)
+	discover       time.Duration // --follow: the listing interval (0: the lease)
+	include        patternList   // --include: the files planned (all when empty)
+	exclude        patternList   // --exclude: the files left out (--follow: default excludes when none)
 	rate           float64
 	history        string
 	verify         bool
@@ -92,6 +94,19 @@ later run resumes it), or with --until-idle D until no file was added, grown or
 shrunk for D: the plan turns final, every file is read to its end, and the job
 completes. Check a followed job's output with spate verify --expect.
 
+What is read: every file under --src that matches an --include pattern (all
+when none is given) and no --exclude pattern. A pattern is a glob (* ? [a-z])
+on the file's base name, or on its path relative to --src when it holds a /.
+With --follow and no --exclude, the files a log rotation leaves beside a live
+log are left out: numbered copies (app.log.1 … app.log.999), dated copies
+(app.log-20261207, app.log-2026120713) and archives (*.gz *.bz2 *.xz *.zst
+*.zip *.lz4); any --exclude replaces that list (--exclude '' leaves nothing
+out). A followed file whose first bytes are not text (a compressed format,
+NUL bytes) is refused, named in one warning. A followed file renamed away
+(app.log to app.log.1) keeps its split, is read on, and once idle for 5s is
+read to its end and released, freeing its lane. New files are found at once
+where the system reports them (inotify), else at the next listing.
+
 Exit: 0 job complete (and verified); 1 error or failed verification; 3 job
 stalled on quarantined splits (see spate inspect, spate requeue); 130/143
 interrupted by SIGINT/SIGTERM after a graceful hand-back.`
@@ -115,7 +130,9 @@ func (f *backfillFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxLineBytes, "max-line-bytes", filesource.DefaultMaxLineBytes, "the longest line read (bounds a lane's memory at about twice it); a longer line fails its split, naming the file and offset")
 	fs.BoolVar(&f.follow, "follow", false, "a continuous job: new files are discovered every --discover and each file is followed as it grows (renames, truncations and deletions included); runs until SIGINT/SIGTERM, or --until-idle (part of the job's identity)")
 	fs.DurationVar(&f.untilIdle, "until-idle", 0, "--follow: once no file was added, grown or shrunk for this long, the plan turns final and the job completes (0: run until stopped)")
-	fs.DurationVar(&f.discover, "discover", 0, "--follow: how often the leader lists --src for new files (at least --lease; 0: --lease)")
+	fs.DurationVar(&f.discover, "discover", 0, "--follow: how often the leader lists --src for new files besides the file-system events it watches (at least 100ms; 0: --lease)")
+	fs.Var(&f.include, "include", "read only the files matching this glob, on the base name or (with a /) the path relative to --src; repeatable (default: every file)")
+	fs.Var(&f.exclude, "exclude", "leave out the files matching this glob (as --include); repeatable; replaces --follow's default excludes of rotated copies and archives ('' leaves nothing out)")
 	fs.Float64Var(&f.rate, "rate", 0, "write at most this many lines per second (0: unlimited)")
 	fs.StringVar(&f.history, "history", "", "append a JSON-lines history of what this worker saw to this file")
 	fs.BoolVar(&f.verify, "verify", true, "when the job completes, check that every input line is in --dst")
@@ -377,7 +394,11 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 		}
 	}()
 
-	popts := filesource.PlannerOptions{TargetBytes: f.splitBytes, MaxFiles: f.splitFiles, Follow: f.follow, UntilIdle: f.untilIdle}
+	popts := filesource.PlannerOptions{TargetBytes: f.splitBytes, MaxFiles: f.splitFiles, Follow: f.follow, UntilIdle: f.untilIdle,
+		Include: f.include.patterns(), Exclude: f.exclude.patterns(), NoDefaultExcludes: f.exclude.set, Logger: log}
+	if f.follow && f.discover > 0 && f.discover < f.lease {
+		popts.Discover = f.discover // the planner lists on its own between the leader's replans
+	}
 	r := &backfillRun{f: f, con: con, log: log, conn: conn, st: st, job: job, instance: instance,
 		in: in, out: out, planner: filesource.NewPlanner(in.objs, popts), sigs: sigs, started: started}
 	if code, done := r.announce(runCtx); done {
@@ -588,7 +609,7 @@ func (r *backfillRun) build() (*backfillWorker, int) {
 	w.coord = coord
 	w.obs = newObserver(con, hist)
 	oc := &observedCoord{StoreCoordinator: coord, obs: w.obs}
-	splits := &observedSplits{Source: filesource.NewSource(in.objs).WithLogger(log).WithMaxLineBytes(f.maxLineBytes), obs: w.obs}
+	splits := &observedSplits{Source: filesource.NewSource(in.objs).WithLogger(log).WithMaxLineBytes(f.maxLineBytes).WithPlanner(planner), obs: w.obs}
 	source := pipeline.NewCoordinatedSource(oc, splits, planner, pipeline.StallDrains(true), pipeline.DriverLogger(log))
 	w.fileSink, err = out.sink(context.Background(), job, f.rollSize, f.rollInterval) // creates --dst
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/embedetcd"
+	"github.com/spate-go/spate/pipeline/filesource"
 	"github.com/spate-go/spate/storeurl"
 )
 
@@ -226,8 +227,12 @@ func (f *backfillFlags) checkFollow(fs *flag.FlagSet) error {
 		return flagErrorf("--discover needs --follow")
 	case f.untilIdle < 0:
 		return flagErrorf("--until-idle %v: must not be negative (0 runs until stopped)", f.untilIdle)
-	case f.discover != 0 && f.discover < f.lease:
-		return flagErrorf("--discover %v is shorter than --lease %v: the leader lists --src at most once per lease", f.discover, f.lease)
+	case f.discover < 0 || f.discover > 0 && f.discover < minDiscover:
+		return flagErrorf("--discover %v: must be at least %v (0: --lease)", f.discover, minDiscover)
+	case f.include.err != nil:
+		return flagErrorf("--include: %v", f.include.err)
+	case f.exclude.err != nil:
+		return flagErrorf("--exclude: %v", f.exclude.err)
 	case math.IsNaN(f.rate) || math.IsInf(f.rate, 0) || f.rate < 0:
 		return flagErrorf("--rate %v: must be 0 (unlimited) or a positive number of lines per second", f.rate)
 	}
@@ -274,3 +279,36 @@ func checkParentDir(name, path string) error {
 	}
 	return nil
 }
+
+// minDiscover is --discover's floor: a listing of --src at most this often.
+const minDiscover = 100 * time.Millisecond
+
+// patternList is a repeatable glob flag (--include, --exclude). An empty
+// value counts as given (so --exclude ” replaces the defaults) and adds
+// no pattern.
+type patternList struct {
+	list []string
+	set  bool
+	err  error // the first bad pattern
+}
+
+func (p *patternList) String() string {
+	if p == nil {
+		return ""
+	}
+	return strings.Join(p.list, ",")
+}
+
+func (p *patternList) Set(v string) error {
+	p.set = true
+	if v == "" {
+		return nil
+	}
+	if err := filesource.ValidatePatterns([]string{v}); err != nil && p.err == nil {
+		p.err = err
+	}
+	p.list = append(p.list, v)
+	return nil
+}
+
+func (p *patternList) patterns() []string { return p.list }

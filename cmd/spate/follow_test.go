@@ -336,7 +336,8 @@ func startFollowRun(t *testing.T, st storeCase, to string) *followRun {
 
 // worker starts worker i.
 func (fr *followRun) worker(i int) *proc {
-	p := start(fr.t, fr.dir, "", append([]string{"backfill", "--follow", "--until-idle", "5s",
+	// --log-level info: a rotation, a rename, a truncation are INFO.
+	p := start(fr.t, fr.dir, "", append([]string{"backfill", "--follow", "--until-idle", "5s", "--log-level", "info",
 		"--src", fr.src, "--dst", fr.dst, "--job", fr.job, "--instance", fmt.Sprintf("w%d", i),
 		"--lease", followLease.String()}, fr.store...)...)
 	fr.started = append(fr.started, p)

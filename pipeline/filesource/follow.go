@@ -1,13 +1,17 @@
 package filesource
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"path/filepath"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/spate-go/spate"
@@ -104,20 +108,32 @@ type followCursor struct {
 // directory (a bounded split per object of a bucket), an Open plan, and
 // Final once the input has been idle for UntilIdle.
 func (p *Planner) planFollow(members []Member, pc spate.PlanContext) (spate.SplitPlan, error) {
+	if p.follow.ferr != nil {
+		return spate.SplitPlan{}, p.follow.ferr
+	}
 	dir, local := p.objs.(LocalDir)
 	splits := make([]spate.PlannedSplit, 0, len(members))
 	h := fnv.New64a()
 	var buf [8]byte
+	present := make(map[FileID]bool, len(members))
 	for _, m := range members {
 		h.Write([]byte(m.Name))
 		binary.BigEndian.PutUint64(buf[:], uint64(m.Size))
 		h.Write(buf[:])
+		if !p.follow.filter.match(m.Name) {
+			continue
+		}
 		var spec spate.SplitSpec
 		var err error
 		if local {
-			id, ierr := identify(filepath.Join(dir.LocalRoot(), filepath.FromSlash(m.Name)))
+			path := filepath.Join(dir.LocalRoot(), filepath.FromSlash(m.Name))
+			id, ierr := identify(path)
 			if ierr != nil {
 				continue // gone since the listing: the next replan sees
+			}
+			present[id] = true
+			if !p.follow.admit(path, m, id) {
+				continue
 			}
 			spec, err = TailSplitFor(m, id)
 		} else {
@@ -127,6 +143,9 @@ func (p *Planner) planFollow(members []Member, pc spate.PlanContext) (spate.Spli
 			return spate.SplitPlan{}, err
 		}
 		splits = append(splits, spate.NewPlannedSplit(spec))
+	}
+	if local {
+		p.follow.forget(present)
 	}
 	now := p.opts.Now()
 	cur := followCursor{Digest: h.Sum64(), Changed: now.UnixMilli()}
@@ -144,3 +163,186 @@ func (p *Planner) planFollow(members []Member, pc spate.PlanContext) (spate.Spli
 	}
 	return spate.NewSplitPlan(splits, finality).WithPlannerState(state), nil
 }
+
+// DefaultReleaseAfter is how long a followed file that was renamed away
+// (or no longer matches the patterns) must have been idle before its split
+// completes and frees its lane: logrotate's create rotation renames the
+// file and the application reopens its log within moments, so a file idle
+// this long after its rename is done growing.
+const DefaultReleaseAfter = 5 * time.Second
+
+// minListingGap is the least time between two listings a change of the
+// input asks for: a burst of new files makes one or two listings.
+const minListingGap = 200 * time.Millisecond
+
+// followState is a planner's file selection (Include/Exclude), what its
+// following plans saw of the files (which were refused as not text), and
+// the listings the input's changes ask for.
+type followState struct {
+	filter       fileFilter
+	ferr         error
+	log          *slog.Logger
+	follow       bool
+	releaseAfter time.Duration
+	discover     time.Duration
+
+	mu sync.Mutex
+	// seen are the identities of the files present at the last listing
+	// that were admitted ("") or refused (why).
+	seen map[FileID]string
+	// asks are the channels of the PlanTriggers calls (one per
+	// coordinator that uses the planner): each carries the requests for
+	// a listing (a lane that saw its file renamed; the watch and the
+	// Discover tick of that call).
+	asks []chan struct{}
+}
+
+func newFollowState(opts PlannerOptions) *followState {
+	f, err := newFileFilter(opts)
+	if err != nil {
+		err = spate.Fatalf("%v", err)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	ra := opts.ReleaseAfter
+	if ra == 0 {
+		ra = DefaultReleaseAfter
+	}
+	return &followState{filter: f, ferr: err, log: log, follow: opts.Follow, releaseAfter: ra, discover: opts.Discover,
+		seen: map[FileID]string{}}
+}
+
+// selected is members less those the patterns leave out.
+func (s *followState) selected(members []Member) ([]Member, error) {
+	if s.ferr != nil {
+		return nil, s.ferr
+	}
+	if len(s.filter.include) == 0 && len(s.filter.exclude) == 0 {
+		return members, nil
+	}
+	out := members[:0:0]
+	for _, m := range members {
+		if s.filter.match(m.Name) {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// admit decides whether the file m (at path, of identity id) is followed:
+// a file whose first bytes are not text (a compressed archive, NUL bytes)
+// is refused, and named once in a warning. An empty file is admitted; its
+// lane checks its first bytes when they come.
+func (s *followState) admit(path string, m Member, id FileID) bool {
+	s.mu.Lock()
+	why, known := s.seen[id]
+	s.mu.Unlock()
+	if known {
+		return why == ""
+	}
+	if m.Size == 0 {
+		return true // decided when it has bytes
+	}
+	why = sniffFile(path)
+	s.mu.Lock()
+	s.seen[id] = why
+	s.mu.Unlock()
+	if why != "" {
+		s.log.Warn("refused to follow a file that is not text: none of its bytes are shipped; leave it out with --exclude (filesource Exclude) to silence this",
+			"file", quoteName(m.Name), "found", why, "bytes", m.Size)
+	}
+	return why == ""
+}
+
+// forget drops what was seen of files no longer present.
+func (s *followState) forget(present map[FileID]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range s.seen {
+		if !present[id] {
+			delete(s.seen, id)
+		}
+	}
+}
+
+// ask requests a listing soon (it never blocks).
+func (s *followState) ask() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range s.asks {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// subscribe adds a channel of asks, until ctx ends.
+func (s *followState) subscribe(ctx context.Context) chan struct{} {
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	s.asks = append(s.asks, ch)
+	s.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		s.asks = slices.DeleteFunc(s.asks, func(c chan struct{}) bool { return c == ch })
+		s.mu.Unlock()
+	})
+	return ch
+}
+
+// PlanTriggers implements [spate.PlanTrigger]: a following plan of a
+// local directory is run again within moments of a file appearing in it
+// (a file-system watch, where the platform has one), of a lane of this
+// process seeing its file renamed away, and every Discover. Until ctx
+// ends.
+func (p *Planner) PlanTriggers(ctx context.Context) <-chan struct{} {
+	out := make(chan struct{}, 1)
+	s := p.follow
+	dir, local := p.objs.(LocalDir)
+	if !s.follow || !local {
+		return out
+	}
+	asks := s.subscribe(ctx)
+	ask := func() {
+		select {
+		case asks <- struct{}{}:
+		default:
+		}
+	}
+	if w := watchDir(ctx, dir.LocalRoot(), s.log, ask); w != nil {
+		defer func() {
+			go func() { <-ctx.Done(); w.Close() }()
+		}()
+	}
+	go func() {
+		var tick <-chan time.Time
+		if s.discover > 0 {
+			t := time.NewTicker(s.discover)
+			defer t.Stop()
+			tick = t.C
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-asks:
+			case <-tick:
+			}
+			select {
+			case out <- struct{}{}:
+			default:
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(minListingGap):
+			}
+		}
+	}()
+	return out
+}
+
+var _ spate.PlanTrigger = (*Planner)(nil)

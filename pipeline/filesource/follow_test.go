@@ -252,14 +252,25 @@ func followRun(t *testing.T, newSink func() stagedSink, publishedNow func() map[
 
 // recorded keeps the messages of the followers' sources.
 type recorded struct {
-	mu   sync.Mutex
-	msgs []string
+	mu     sync.Mutex
+	msgs   []string
+	files  []string     // each message's "file" attribute
+	levels []slog.Level // each message's level
 }
 
 func (r *recorded) Enabled(context.Context, slog.Level) bool { return true }
 func (r *recorded) Handle(_ context.Context, rec slog.Record) error {
+	file := ""
+	rec.Attrs(func(a slog.Attr) bool {
+		if a.Key == "file" {
+			file = a.Value.String()
+		}
+		return true
+	})
 	r.mu.Lock()
 	r.msgs = append(r.msgs, rec.Message)
+	r.files = append(r.files, file)
+	r.levels = append(r.levels, rec.Level)
 	r.mu.Unlock()
 	return nil
 }

@@ -2,6 +2,7 @@ package filesource
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -115,6 +116,9 @@ func listFiles(ctx context.Context, root string, skips *SkipLog) ([]Member, erro
 			return nil
 		}
 		info, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // removed since the directory was read (a rotation): not input
+		}
 		if err != nil {
 			return err
 		}

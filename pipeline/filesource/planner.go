@@ -85,11 +85,27 @@
 //     start; the split's offsets go on from where they were (the file's
 //     base offset rides in the progress state, and a key names it:
 //     "name~base:offset"). Lines written after the lane's last read and
-//     before the truncation cannot be read by anyone, and the warning
-//     says so. A copy left in the input is a file of its own.
+//     before the truncation cannot be read by anyone; the log says so
+//     (a warning naming the bytes where the lane knew of them). A copy
+//     left in the input is not followed by default (see below).
 //   - Deleted: the lane reads what the open file still holds and the
 //     split completes; a file deleted while no worker held its split
 //     completes at its last commit.
+//
+// # What is followed
+//
+// A following plan takes the files that match an Include pattern (all
+// when there is none) and no Exclude pattern; with no Exclude,
+// [DefaultFollowExcludes] leave out what a log rotation leaves beside a
+// live log (numbered and dated copies, compressed archives). A file whose
+// first bytes are a compressed format's magic or hold a NUL byte is
+// refused, named once in a warning, and never shipped as lines; a lane
+// checks a file that was empty when planned when its first bytes come. A
+// followed file renamed away (or left out by the patterns) that has been
+// idle for ReleaseAfter is read to its end and its split completes,
+// freeing its lane. New files are listed within moments of their creation
+// where the platform reports it (fsnotify), when a lane sees its file
+// renamed, and every Discover ([spate.PlanTrigger]).
 //
 // The job ends when the plan turns Final: with UntilIdle, at the first
 // replan that finds the input unchanged for that long. The coordinator
@@ -104,6 +120,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -263,13 +280,38 @@ type PlannerOptions struct {
 	// [DefaultMaxLineBytes] (1 MiB). Not part of the job's identity; the
 	// planner does not use it.
 	MaxLineBytes int
+
+	// Include and Exclude choose the files of the input that are planned
+	// (see "What is followed" in the package documentation): a file is
+	// planned when it matches an Include pattern (or Include is empty)
+	// and no Exclude pattern. A pattern is a path.Match glob on the
+	// file's base name, or, when it holds a slash, on its path relative
+	// to the root. With Follow and an empty Exclude,
+	// [DefaultFollowExcludes] apply, unless NoDefaultExcludes. Not part
+	// of the job's identity: the leader's patterns decide.
+	Include, Exclude  []string
+	NoDefaultExcludes bool
+	// ReleaseAfter, with Follow, is how long a followed file that was
+	// renamed (or no longer matches the patterns) must have been idle
+	// before its split, read to the file's end, completes and frees its
+	// lane. Default [DefaultReleaseAfter]; negative: never.
+	ReleaseAfter time.Duration
+	// Discover, with Follow, is how often the planner lists the input for
+	// new files on its own, beside the leader's replan interval (which
+	// cannot be shorter than the lease) and the file-system events it
+	// watches where the platform has them. 0: only those.
+	Discover time.Duration
+	// Logger is where the planner names the files it refuses (not text).
+	// Default slog.Default().
+	Logger *slog.Logger
 }
 
 // Planner enumerates an input's objects into splits. It implements
 // [spate.SplitPlanner].
 type Planner struct {
-	objs Objects
-	opts PlannerOptions
+	objs   Objects
+	opts   PlannerOptions
+	follow *followState // Include/Exclude, and what a following plan saw
 }
 
 // NewPlanner plans the objects of objs (for a directory, [Dir]).
@@ -283,7 +325,7 @@ func NewPlanner(objs Objects, opts PlannerOptions) *Planner {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Planner{objs: objs, opts: opts}
+	return &Planner{objs: objs, opts: opts, follow: newFollowState(opts)}
 }
 
 // Fingerprint derives the job identity from the configuration only: the
@@ -304,6 +346,9 @@ func (p *Planner) Plan(ctx context.Context, pc spate.PlanContext) (spate.SplitPl
 	}
 	if p.opts.Follow {
 		return p.planFollow(members, pc)
+	}
+	if members, err = p.follow.selected(members); err != nil {
+		return spate.SplitPlan{}, err
 	}
 	var splits []spate.PlannedSplit
 	for _, group := range Pack(members, p.opts.TargetBytes, p.opts.MaxFiles) {

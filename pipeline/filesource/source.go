@@ -27,6 +27,7 @@ type Source struct {
 	finishing []spate.SplitID
 	final     bool // the plan is final: tail lanes end at their file's end
 	maxLine   int  // the line cap, see WithMaxLineBytes
+	follow    *followState
 }
 
 type splitState struct {
@@ -39,7 +40,18 @@ type splitState struct {
 
 // NewSource reads the objects of objs (the planner's input).
 func NewSource(objs Objects) *Source {
-	return &Source{objs: objs, log: slog.Default(), splits: map[spate.SplitID]*splitState{}, maxLine: DefaultMaxLineBytes}
+	return &Source{objs: objs, log: slog.Default(), splits: map[spate.SplitID]*splitState{}, maxLine: DefaultMaxLineBytes,
+		follow: newFollowState(PlannerOptions{Follow: true})}
+}
+
+// WithPlanner has the source's followed files obey p's options: a file
+// renamed away, or left out by the patterns, is released once idle for
+// ReleaseAfter, and a lane that sees its file renamed asks p for a listing
+// at once (which runs where this process leads the job). Without it the
+// defaults apply ([DefaultFollowExcludes], [DefaultReleaseAfter]).
+func (s *Source) WithPlanner(p *Planner) *Source {
+	s.follow = p.follow
+	return s
 }
 
 // DefaultMaxLineBytes is the default line cap: 1 MiB.
@@ -104,7 +116,8 @@ func (s *Source) Lag() (bytes int64, files int) {
 //
 //	filesource.New(filesource.Dir("./logs"), coord, filesource.PlannerOptions{})
 func New[C spate.SplitCoordinator](objs Objects, coord C, popts PlannerOptions, dopts ...pipeline.DriverOption) *pipeline.CoordinatedSource[C] {
-	return pipeline.NewCoordinatedSource(coord, NewSource(objs).WithMaxLineBytes(popts.MaxLineBytes), NewPlanner(objs, popts), dopts...)
+	planner := NewPlanner(objs, popts)
+	return pipeline.NewCoordinatedSource(coord, NewSource(objs).WithMaxLineBytes(popts.MaxLineBytes).WithPlanner(planner), planner, dopts...)
 }
 
 // ValidateResume rejects progress that is not on a line boundary of the
@@ -228,8 +241,8 @@ func (s *Source) openTail(o pipeline.SplitOpening, t Tail, start int64) (pipelin
 	}
 	l := &tailLane{
 		id: o.Lane, part: o.Partition, split: o.Spec.ID, root: dir.LocalRoot(), want: t,
-		issuer: o.Issuer, poison: o.Poison, log: s.log, name: t.Name, maxLine: s.maxLine,
-		pos: start, base: ts.Base, bases: []baseFrom{{from: 0, base: ts.Base}},
+		issuer: o.Issuer, poison: o.Poison, log: s.log, name: t.Name, maxLine: s.maxLine, follow: s.follow,
+		pos: start, base: ts.Base, bases: []baseFrom{{from: 0, base: ts.Base}}, committed: ts.Size,
 	}
 	l.onExhausted = func() {
 		s.mu.Lock()

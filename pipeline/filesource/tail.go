@@ -61,6 +61,11 @@ type tailLane struct {
 	poison      func(string)
 	onExhausted func()
 	log         *slog.Logger
+	follow      *followState // the patterns, ReleaseAfter, and the listings to ask for
+	// committed is the file's size the resumed commit recorded (0 when
+	// unknown): what of it a truncation or deletion while nobody held the
+	// split took from under the lane.
+	committed int64
 
 	mu      sync.Mutex
 	f       *os.File
@@ -76,6 +81,7 @@ type tailLane struct {
 	pays    []pipeline.RawPayload
 	final   bool // the plan is final: end at the end of the file
 	outside bool // the file was moved out of the root
+	sniff   bool // the next bytes read are the file's first: check they are text
 	started bool
 	done    bool // the file ended for good: every byte emitted
 	stopped bool
@@ -138,6 +144,13 @@ func (l *tailLane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch,
 		n, err := l.f.Read(l.buf[l.w:])
 		l.w += n
 		if n > 0 {
+			if l.sniff {
+				l.sniff = false
+				if why := notText(l.buf[l.r:l.w]); why != "" {
+					l.refuse(why)
+					break
+				}
+			}
 			continue
 		}
 		if err != nil && err != io.EOF {
@@ -182,11 +195,18 @@ func (l *tailLane) atEnd() (bool, error) {
 		return false, fmt.Errorf("stat %s: %w", l.name, err)
 	}
 	read := l.pos - l.base + int64(l.w-l.r) // file offset of the next byte to read
+	seen := l.size                          // the size the lane last saw
 	l.size = info.Size()
 	switch nlink, ok := links(info); {
 	case info.Size() < read:
-		l.log.Warn("a followed file was truncated: it is read again from its start; lines written to it after the last read and before the truncation were not read",
-			"file", l.name, "split", l.split, "read_bytes", read, "size", info.Size())
+		if unread := seen - read; unread > 0 {
+			l.log.Warn("a followed file was truncated before all its bytes were read: they cannot be read; it is read again from its start",
+				"file", quoteName(l.name), "split", l.split, "unread_bytes", unread, "read_bytes", read, "size", info.Size())
+		} else {
+			l.log.Info("a followed file was truncated (copytruncate?): it is read again from its start; lines written between the last read and the truncation, if any, were not read",
+				"file", quoteName(l.name), "split", l.split, "read_bytes", read, "size", info.Size())
+		}
+		l.sniff = true
 		if err := l.flushPartial(); err != nil {
 			return false, err
 		}
@@ -203,7 +223,7 @@ func (l *tailLane) atEnd() (bool, error) {
 		l.done = true
 		return true, nil
 	case ok && nlink == 0:
-		l.log.Warn("a followed file was deleted: its split completes at the end of what it held", "file", l.name, "split", l.split)
+		l.log.Info("a followed file was deleted: its split completes at the end of what it held", "file", quoteName(l.name), "split", l.split)
 		if err := l.flushPartial(); err != nil {
 			return false, err
 		}
@@ -211,7 +231,37 @@ func (l *tailLane) atEnd() (bool, error) {
 		return true, nil
 	}
 	l.checkName()
+	if l.releasable() && time.Since(info.ModTime()) >= l.follow.releaseAfter {
+		// Renamed away (or left out by the patterns) and idle: its writer
+		// has moved on. Read to its end, it frees its lane.
+		if err := l.flushPartial(); err != nil {
+			return false, err
+		}
+		l.log.Info("released a followed file that was renamed away and is idle: its split completes at the end of what it holds, freeing its lane",
+			"file", quoteName(l.name), "found_as", quoteName(l.want.Name), "split", l.split, "bytes", info.Size(), "idle", time.Since(info.ModTime()).Round(time.Second))
+		l.done = true
+		return true, nil
+	}
 	return false, nil
+}
+
+// releasable reports whether the file is one a rotation left behind: it
+// was renamed (or moved out of the input), or the patterns leave it out.
+func (l *tailLane) releasable() bool {
+	if l.follow.releaseAfter <= 0 {
+		return false
+	}
+	return l.outside || l.name != l.want.Name || !l.follow.filter.match(l.name)
+}
+
+// refuse ends the split of a file whose first bytes are not text (why):
+// none of it is shipped, and one warning names it.
+func (l *tailLane) refuse(why string) {
+	l.log.Warn("refused to follow a file that is not text: none of its bytes are shipped; leave it out with --exclude (filesource Exclude) to silence this",
+		"file", quoteName(l.name), "split", l.split, "found", why, "bytes", l.size)
+	l.r = l.w
+	l.done = true
+	l.closeLocked()
 }
 
 // checkName notices that the followed file no longer is at its name (it
@@ -230,12 +280,14 @@ func (l *tailLane) checkName() {
 		// Moved out of the root: read on from the open file, and look no
 		// more (a walk of the root at every look would cost the root).
 		l.outside = true
-		l.log.Warn("a followed file was moved out of the input: its split goes on reading the open file", "file", l.name, "split", l.split)
+		l.log.Info("a followed file was moved out of the input: its split goes on reading the open file", "file", quoteName(l.name), "split", l.split)
+		l.follow.ask()
 		return
 	}
-	l.log.Warn("a followed file was renamed (a rotation?): its split goes on reading it under its new name; a new file at the old name is new work",
-		"file", l.name, "now", now, "split", l.split)
+	l.log.Info("a followed file was renamed (a rotation?): its split goes on reading it under its new name; a new file at the old name is new work",
+		"file", quoteName(l.name), "now", quoteName(now), "split", l.split)
 	l.name = now
+	l.follow.ask() // a new file at the old name is likely: list now
 }
 
 // lookup finds the wanted file under the root by its identity.
@@ -276,8 +328,13 @@ func (l *tailLane) flushPartial() error {
 func (l *tailLane) open() error {
 	f, err := l.find()
 	if errors.Is(err, fs.ErrNotExist) {
-		l.log.Warn("a followed file is gone (deleted while no worker held its split): the split completes at its last commit; any lines after it were not read",
-			"file", l.want.Name, "split", l.split, "watermark", l.pos)
+		if unread := l.committed - (l.pos - l.base); unread > 0 {
+			l.log.Warn("a followed file is gone (deleted while no worker held its split) with bytes its last commit had not reached: they cannot be read; the split completes at its last commit",
+				"file", quoteName(l.want.Name), "split", l.split, "unread_bytes", unread, "watermark", l.pos)
+		} else {
+			l.log.Info("a followed file is gone (deleted while no worker held its split): the split completes at its last commit",
+				"file", quoteName(l.want.Name), "split", l.split, "watermark", l.pos)
+		}
 		l.done = true
 		return nil
 	}
@@ -292,12 +349,20 @@ func (l *tailLane) open() error {
 	l.size = info.Size()
 	off := l.pos - l.base
 	if info.Size() < off {
-		l.log.Warn("a followed file was truncated while no worker held its split: it is read again from its start",
-			"file", l.name, "split", l.split, "resume_offset", off, "size", info.Size())
+		if unread := l.committed - off; unread > 0 {
+			l.log.Warn("a followed file was truncated while no worker held its split, with bytes its last commit had not reached: they cannot be read; it is read again from its start",
+				"file", quoteName(l.name), "split", l.split, "unread_bytes", unread, "resume_offset", off, "size", info.Size())
+		} else {
+			l.log.Info("a followed file was truncated while no worker held its split: it is read again from its start",
+				"file", quoteName(l.name), "split", l.split, "resume_offset", off, "size", info.Size())
+		}
 		l.base = l.pos
 		l.bases = append(l.bases, baseFrom{from: l.pos, base: l.base})
 		off = 0
-	} else if off > 0 {
+	}
+	if off == 0 {
+		l.sniff = true
+	} else {
 		// The resume point must start a line.
 		var b [1]byte
 		if _, err := f.ReadAt(b[:], off-1); err != nil {
@@ -349,7 +414,7 @@ func (l *tailLane) find() (*os.File, error) {
 	if f, ok, err = open(found); err != nil || !ok {
 		return nil, fs.ErrNotExist // gone again meanwhile
 	}
-	l.log.Info("a followed file was renamed; following it at its new name", "file", l.want.Name, "now", found, "split", l.split)
+	l.log.Info("a followed file was renamed; following it at its new name", "file", quoteName(l.want.Name), "now", quoteName(found), "split", l.split)
 	return f, nil
 }
 
