@@ -549,6 +549,7 @@ type backfillWorker struct {
 	reg      *prometheus.Registry
 	ms       *metricsServer
 	jv       *jobViewMount
+	lag      *followLag // --follow: the followed files' lag
 	// storeGone is the loss of a default store another process hosted,
 	// while it lasts.
 	storeGone func() error
@@ -566,6 +567,10 @@ func (f *backfillFlags) build(con *console, log *slog.Logger, hist *history, in 
 	}
 	w.coord = coord
 	w.obs = newObserver(con, hist)
+	if f.follow {
+		w.lag = newFollowLag(in.dir)
+		w.reg.MustRegister(w.lag)
+	}
 	oc := &observedCoord{StoreCoordinator: coord, obs: w.obs}
 	splits := &observedSplits{Source: filesource.NewSource(in.objs).WithLogger(log).WithMaxLineBytes(f.maxLineBytes), obs: w.obs}
 	source := pipeline.NewCoordinatedSource(oc, splits, planner, pipeline.StallDrains(true), pipeline.DriverLogger(log))
@@ -620,7 +625,7 @@ func (w *backfillWorker) serve(addr string, con *console, conn *connector, st sp
 // it, and reports the outcome.
 func (f *backfillFlags) runJob(ctx context.Context, con *console, log *slog.Logger, w *backfillWorker, in *input, out *destination,
 	st spate.Store, sigs *interrupts, job string, started time.Time) int {
-	stopProgress := f.progress(con, st, w.obs, started)
+	stopProgress := f.progress(con, st, w.obs, w.lag, started)
 	report, runErr := w.rt.Run(ctx)
 	stopProgress()
 	con.endStatus()
@@ -817,17 +822,23 @@ func (f *backfillFlags) explainStalled(con *console, job string, s jobSummary, d
 }
 
 // progress shows the job's progress until the returned stop is called: a
-// bar on a terminal, a line every 5s otherwise.
-func (f *backfillFlags) progress(con *console, st spate.Store, obs *observer, started time.Time) (stop func()) {
+// bar on a terminal, a line every 5s otherwise. A followed job's lag is
+// sampled every second (for /metrics), whatever the line's period.
+func (f *backfillFlags) progress(con *console, st spate.Store, obs *observer, lag *followLag, started time.Time) (stop func()) {
 	period := 5 * time.Second
 	if con.tty {
 		period = 500 * time.Millisecond
 	}
+	tick := period
+	if lag != nil {
+		tick = min(period, time.Second)
+	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		t := time.NewTicker(period)
+		t := time.NewTicker(tick)
 		defer t.Stop()
+		shown := time.Now()
 		for {
 			select {
 			case <-done:
@@ -835,8 +846,17 @@ func (f *backfillFlags) progress(con *console, st spate.Store, obs *observer, st
 			case <-t.C:
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			s, _, err := readJob(ctx, st)
+			s, js, err := readJob(ctx, st)
 			cancel()
+			var files lagTotals
+			if lag != nil {
+				files = totalLag(lag.sample(js))
+			}
+			if now := time.Now(); now.Sub(shown) < period-tick/2 {
+				continue
+			} else {
+				shown = now
+			}
 			recs := obs.records.Load()
 			elapsed := time.Since(started)
 			here := fmt.Sprintf("this worker: %s lines, %s lines/s", count(recs), count(int64(rate(recs, elapsed))))
@@ -845,8 +865,7 @@ func (f *backfillFlags) progress(con *console, st spate.Store, obs *observer, st
 				continue
 			}
 			frac := float64(s.done) / float64(s.total)
-			following := fmt.Sprintf("following %d files (%d splits, %d completed): %s%s behind the input as of the last commits; %s",
-				s.followed, s.splits, s.completed, bytesStr(s.lag), behindStr(s.behind), here)
+			following := followingLine(s, files, here)
 			if con.tty && f.follow {
 				con.setStatus(fitWidth(following, con.columns()))
 			} else if con.tty {

@@ -27,6 +27,10 @@ import (
 type tailState struct {
 	Base int64 `json:"base,omitempty"`
 	Size int64 `json:"size,omitempty"`
+	// Name is where the file is now, when it was renamed since it was
+	// found; End is why its split completed (see lag.go).
+	Name string `json:"name,omitempty"`
+	End  string `json:"end,omitempty"`
 }
 
 func decodeTailState(b []byte) (tailState, error) {
@@ -77,7 +81,8 @@ type tailLane struct {
 	final   bool // the plan is final: end at the end of the file
 	outside bool // the file was moved out of the root
 	started bool
-	done    bool // the file ended for good: every byte emitted
+	done    bool   // the file ended for good: every byte emitted
+	end     string // why it ended
 	stopped bool
 	failed  bool
 }
@@ -200,14 +205,14 @@ func (l *tailLane) atEnd() (bool, error) {
 		if err := l.flushPartial(); err != nil {
 			return false, err
 		}
-		l.done = true
+		l.done, l.end = true, endFinal
 		return true, nil
 	case ok && nlink == 0:
 		l.log.Warn("a followed file was deleted: its split completes at the end of what it held", "file", l.name, "split", l.split)
 		if err := l.flushPartial(); err != nil {
 			return false, err
 		}
-		l.done = true
+		l.done, l.end = true, endDeleted
 		return true, nil
 	}
 	l.checkName()
@@ -278,7 +283,7 @@ func (l *tailLane) open() error {
 	if errors.Is(err, fs.ErrNotExist) {
 		l.log.Warn("a followed file is gone (deleted while no worker held its split): the split completes at its last commit; any lines after it were not read",
 			"file", l.want.Name, "split", l.split, "watermark", l.pos)
-		l.done = true
+		l.done, l.end = true, endGone
 		return nil
 	}
 	if err != nil {
@@ -394,10 +399,16 @@ func (l *tailLane) baseFor(watermark int64) int64 {
 func (l *tailLane) progress(watermark int64) spate.SplitProgress {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	st, _ := json.Marshal(tailState{Base: l.baseFor(watermark), Size: l.size})
+	ts := tailState{Base: l.baseFor(watermark), Size: l.size}
+	if l.name != l.want.Name {
+		ts.Name = l.name
+	}
 	if l.done && watermark >= l.pos {
+		ts.End = l.end
+		st, _ := json.Marshal(ts)
 		return spate.CompletedProgress(watermark, st)
 	}
+	st, _ := json.Marshal(ts)
 	return spate.NewSplitProgress(watermark, st)
 }
 
