@@ -94,9 +94,11 @@ type beat struct {
 
 // rate is a split's committed-bytes rate, from its last two watermarks.
 type rate struct {
-	at  time.Time
-	wm  int64
-	bps float64
+	at     time.Time // the reference point
+	wm     int64
+	bps    float64
+	prevAt time.Time // the last reading, the next reference
+	prevWm int64
 }
 
 const (

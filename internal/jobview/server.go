@@ -277,8 +277,15 @@ func (s *Server) jobPage(w http.ResponseWriter, r *http.Request) {
 	s.render(w, "job", d)
 }
 
+// liveFirst ranks a row's state: the work under way first, then what
+// waits, what needs an operator, and what is done.
+var liveFirst = map[string]int{"leased": 0, "runnable": 1, "quarantined": 2, "damaged": 3, "completed": 4}
+
 func sortRows(rs []row, by string) {
 	switch by {
+	case "":
+		// Live work first, by id within a state (rs is by id).
+		slices.SortStableFunc(rs, func(a, b row) int { return liveFirst[a.State] - liveFirst[b.State] })
 	case "left":
 		slices.SortStableFunc(rs, func(a, b row) int { return int(b.Left - a.Left) })
 	case "attempts":
