@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/embedetcd"
+	"github.com/spate-go/spate/internal/jobview"
 	"github.com/spate-go/spate/pipeline"
 	"github.com/spate-go/spate/pipeline/blobsink"
 	"github.com/spate-go/spate/pipeline/filesource"
@@ -606,7 +607,11 @@ func (f *backfillFlags) build(con *console, log *slog.Logger, hist *history, in 
 func (w *backfillWorker) serve(addr string, con *console, conn *connector, st spate.Store, job string, log *slog.Logger) (int, bool) {
 	var mh http.Handler = w.rt.Handler(metricsHandler(w.reg))
 	if addr != "" {
-		w.jv = mountJobView(mh, addr, job, st, conn.describe, log)
+		var lag func() map[string]jobview.Lag
+		if w.lag != nil {
+			lag = w.lag.view
+		}
+		w.jv = mountJobView(mh, addr, job, st, conn.describe, log, lag)
 		mh = w.jv
 	}
 	ms, err := serveMetrics(addr, mh)

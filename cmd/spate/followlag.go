@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/jobview"
 	"github.com/spate-go/spate/pipeline/filesource"
 )
 
@@ -67,6 +68,21 @@ func (l *followLag) last() []filesource.FileLag {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.files
+}
+
+// view is the last sample for the job view, by split.
+func (l *followLag) view() map[string]jobview.Lag {
+	files := l.last()
+	now := time.Now()
+	out := make(map[string]jobview.Lag, len(files))
+	for _, f := range files {
+		v := jobview.Lag{Bytes: f.Bytes}
+		if f.Age > 0 {
+			v.Since = now.Add(-f.Age)
+		}
+		out[f.Split] = v
+	}
+	return out
 }
 
 func (l *followLag) Describe(ch chan<- *prometheus.Desc) {

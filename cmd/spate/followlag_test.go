@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline/filesource"
 )
 
@@ -70,4 +71,21 @@ func TestFollowingLineCountsWaitingFiles(t *testing.T) {
 	files := []filesource.FileLag{{Bytes: 100, Age: 3 * time.Second}, {Bytes: 1300, Waiting: true, Age: 12 * time.Second}}
 	line := followingLine(jobSummary{splits: 5, completed: 3}, totalLag(files), "here")
 	assert.Equal(t, "following 2 files, 1 waiting for a lane (5 splits, 3 completed): 1.4 KiB behind (oldest unread byte ~12s old); here", line)
+}
+
+// A planned rebalance whose drain was cut short is said to be one, not a
+// loss; a lease that ended otherwise is a loss.
+func TestARevokedSplitIsNotCalledLost(t *testing.T) {
+	width := 200
+	con, out := testConsole(&width)
+	o := newObserver(con, nil)
+	a, b := spate.MustSplitID("a"), spate.MustSplitID("b")
+	o.event(spate.RevokeRequested{Split: a})
+	o.event(spate.Lost{Split: a})
+	assert.Contains(t, out.String(), "rebalance: a handed to a peer")
+	assert.NotContains(t, out.String(), "lost a")
+	assert.Zero(t, o.lost)
+	o.event(spate.Lost{Split: b})
+	assert.Contains(t, out.String(), "lost b: its lease ended here")
+	assert.Equal(t, 1, o.lost)
 }

@@ -144,3 +144,16 @@ func TestAnOpenPlanIsFollowingAndLiveRowsComeFirst(t *testing.T) {
 	}
 	assert.Equal(t, []string{"b", "d", "c", "a"}, ids)
 }
+
+// A split handed back (its durable owner cleared: a rebalance's drained
+// release, a graceful stop) is "released" on the timeline, not "lost";
+// a lease that ended with its owner still recorded is a loss.
+func TestAHandBackIsNotALoss(t *testing.T) {
+	now := time.Now()
+	held := row{ID: "a", State: "leased", Lease: "w1", Owner: "w1", Epoch: 3}
+	handed := row{ID: "a", State: "runnable", Epoch: 3}
+	died := row{ID: "a", State: "runnable", Owner: "w1", Epoch: 3}
+	require.Len(t, transitions(held, handed, now), 1)
+	assert.Equal(t, "released", transitions(held, handed, now)[0].Kind)
+	assert.Equal(t, "lost", transitions(held, died, now)[0].Kind)
+}
