@@ -438,7 +438,7 @@ func TestJobPageInABrowser(t *testing.T) {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "ui-job-batch.png"), png, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ui-job.png"), png, 0o644))
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(`a[href="/jobs/job-a"]`)))
 	png, err = chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	require.NoError(t, err)
