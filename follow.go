@@ -37,6 +37,7 @@ type followedSplit struct {
 	// The spec as read, kept: a commit rewrites the progress record only.
 	specRead   bool
 	specWeight uint64
+	specDesc   []byte
 	specErr    error
 	lease      string
 	state      SplitState
@@ -250,12 +251,12 @@ func (f *JobFollower) read(id string, s *followedSplit) error {
 	}
 	if s.spec != nil {
 		if !s.specRead {
-			s.specWeight, s.specErr = 0, nil
+			s.specWeight, s.specDesc, s.specErr = 0, nil, nil
 			r, err := decodeSpec(keySpec(id), id, s.spec, f.fp)
 			if err != nil {
 				s.specErr = err
 			} else {
-				s.specWeight = r.Weight
+				s.specWeight, s.specDesc = r.Weight, r.Descriptor
 			}
 			s.specRead = true
 		}
@@ -267,7 +268,7 @@ func (f *JobFollower) read(id string, s *followedSplit) error {
 				st.Damage, st.DamageFix = err, damageFix(keySpec(id))
 			}
 		default:
-			st.Weight, st.HasSpec = s.specWeight, true
+			st.Weight, st.HasSpec, st.Descriptor = s.specWeight, true, s.specDesc
 		}
 	}
 	if st.Status == "" && st.Damage != nil {

@@ -69,6 +69,10 @@ type SplitState struct {
 	Progress *SplitProgress
 	Weight   uint64 // 0 when the spec is missing
 	HasSpec  bool
+	// Descriptor is the split's descriptor as its spec records it (what
+	// the source planned: a file source names its files); nil when the
+	// spec is missing. Shared: not to be modified.
+	Descriptor []byte
 	// LeaseOwner is the live lease's owner, "" when no lease is live.
 	LeaseOwner string
 	// Revision is the progress record's store revision.

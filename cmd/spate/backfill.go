@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/embedetcd"
+	"github.com/spate-go/spate/internal/jobview"
 	"github.com/spate-go/spate/pipeline"
 	"github.com/spate-go/spate/pipeline/blobsink"
 	"github.com/spate-go/spate/pipeline/filesource"
@@ -591,6 +592,7 @@ type backfillWorker struct {
 	reg      *prometheus.Registry
 	ms       *metricsServer
 	jv       *jobViewMount
+	lag      *followLag // --follow: the followed files' lag
 	// storeGone is the loss of a default store another process hosted,
 	// while it lasts.
 	storeGone func() error
@@ -608,6 +610,10 @@ func (r *backfillRun) build() (*backfillWorker, int) {
 	}
 	w.coord = coord
 	w.obs = newObserver(con, hist)
+	if f.follow {
+		w.lag = newFollowLag(in.dir)
+		w.reg.MustRegister(w.lag)
+	}
 	oc := &observedCoord{StoreCoordinator: coord, obs: w.obs}
 	splits := &observedSplits{Source: filesource.NewSource(in.objs).WithLogger(log).WithMaxLineBytes(f.maxLineBytes).WithPlanner(planner), obs: w.obs}
 	source := pipeline.NewCoordinatedSource(oc, splits, planner, pipeline.StallDrains(true), pipeline.DriverLogger(log))
@@ -643,7 +649,11 @@ func (r *backfillRun) build() (*backfillWorker, int) {
 func (w *backfillWorker) serve(addr string, con *console, conn *connector, st spate.Store, job string, log *slog.Logger) (int, bool) {
 	var mh http.Handler = w.rt.Handler(metricsHandler(w.reg))
 	if addr != "" {
-		w.jv = mountJobView(mh, addr, job, st, conn.describe, log)
+		var lag func() map[string]jobview.Lag
+		if w.lag != nil {
+			lag = w.lag.view
+		}
+		w.jv = mountJobView(mh, addr, job, st, conn.describe, log, lag)
 		mh = w.jv
 	}
 	ms, err := serveMetrics(addr, mh)
@@ -662,7 +672,7 @@ func (w *backfillWorker) serve(addr string, con *console, conn *connector, st sp
 // it, and reports the outcome.
 func (r *backfillRun) runJob(ctx context.Context, w *backfillWorker) int {
 	con, log, out, st := r.con, r.log, r.out, r.st
-	stopProgress := r.f.progress(con, st, w.obs, r.started)
+	stopProgress := r.f.progress(con, st, w.obs, w.lag, r.started)
 	report, runErr := w.rt.Run(ctx)
 	stopProgress()
 	con.endStatus()
@@ -873,17 +883,23 @@ func (f *backfillFlags) explainStalled(con *console, job string, s jobSummary, d
 }
 
 // progress shows the job's progress until the returned stop is called: a
-// bar on a terminal, a line every 5s otherwise.
-func (f *backfillFlags) progress(con *console, st spate.Store, obs *observer, started time.Time) (stop func()) {
+// bar on a terminal, a line every 5s otherwise. A followed job's lag is
+// sampled every second (for /metrics), whatever the line's period.
+func (f *backfillFlags) progress(con *console, st spate.Store, obs *observer, lag *followLag, started time.Time) (stop func()) {
 	period := 5 * time.Second
 	if con.tty {
 		period = 500 * time.Millisecond
 	}
+	tick := period
+	if lag != nil {
+		tick = min(period, time.Second)
+	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		t := time.NewTicker(period)
+		t := time.NewTicker(tick)
 		defer t.Stop()
+		shown := time.Now()
 		for {
 			select {
 			case <-done:
@@ -891,8 +907,17 @@ func (f *backfillFlags) progress(con *console, st spate.Store, obs *observer, st
 			case <-t.C:
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			s, _, err := readJob(ctx, st)
+			s, js, err := readJob(ctx, st)
 			cancel()
+			var files lagTotals
+			if lag != nil {
+				files = totalLag(lag.sample(js))
+			}
+			if now := time.Now(); now.Sub(shown) < period-tick/2 {
+				continue
+			} else {
+				shown = now
+			}
 			recs := obs.records.Load()
 			elapsed := time.Since(started)
 			here := fmt.Sprintf("this worker: %s lines, %s lines/s", count(recs), count(int64(rate(recs, elapsed))))
@@ -901,8 +926,7 @@ func (f *backfillFlags) progress(con *console, st spate.Store, obs *observer, st
 				continue
 			}
 			frac := float64(s.done) / float64(s.total)
-			following := fmt.Sprintf("following %d files (%d splits, %d completed): %s%s behind the input as of the last commits; %s",
-				s.followed, s.splits, s.completed, bytesStr(s.lag), behindStr(s.behind), here)
+			following := followingLine(s, files, here)
 			if con.tty && f.follow {
 				con.setStatus(fitWidth(following, con.columns()))
 			} else if con.tty {

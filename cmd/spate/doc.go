@@ -163,7 +163,12 @@
 // live worker holds the split's lease, runnable when it waits for a worker,
 // or completed or quarantined. --json prints the same for scripts (each
 // split's stored status too, and the job's bytes_remaining). Without --job it uses --src's job, or the store's only
-// job.
+// job. A split that follows a file (backfill --follow) shows the file's
+// path now (and "found as" the name it was found under, after a rename),
+// its lag in bytes and the age of its oldest unread byte, about: measured
+// against the file's size now when --src is a directory here, else as its
+// last commit recorded; files waiting for a lane are counted. JSON: file,
+// found, lag_bytes, lag_seconds, and end (why a completed one completed).
 //
 // spate requeue SPLIT puts a quarantined split back into play (status
 // runnable, attempts reset, owner cleared, epoch bumped: one fenced

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -197,7 +198,10 @@ type summaryJSON struct {
 	// Behind is the age of the oldest last commit that left a followed
 	// file's bytes unread: the oldest unread byte is at least this old.
 	Behind string `json:"behind,omitempty"`
-	State  string `json:"state"` // complete, stalled, running, following (an open plan), planning
+	// Waiting counts the followed files that wait for a lane (no live
+	// lease holds their split).
+	Waiting int    `json:"waiting,omitempty"`
+	State   string `json:"state"` // complete, stalled, running, following (an open plan), planning
 }
 
 type splitJSON struct {
@@ -213,15 +217,27 @@ type splitJSON struct {
 	// Behind, for a followed file with bytes left at its last commit, is
 	// how long ago that commit was: the oldest unread byte is at least
 	// this old.
-	Behind     string `json:"behind,omitempty"`
-	Owner      string `json:"owner"`
-	Epoch      uint64 `json:"epoch"`
-	Attempts   uint32 `json:"attempts"`
-	Watermark  *int64 `json:"watermark"`
-	Completed  bool   `json:"completed"`
-	Weight     uint64 `json:"weight"`
-	LeaseOwner string `json:"lease_owner"`
-	Revision   uint64 `json:"revision"`
+	Behind string `json:"behind,omitempty"`
+	// File, for a split that follows a file, is the file's path under
+	// --src as it is now; Found is the name it was found under, when it
+	// was renamed since. End says why a completed one completed.
+	File  string `json:"file,omitempty"`
+	Found string `json:"found,omitempty"`
+	End   string `json:"end,omitempty"`
+	// LagBytes and LagSeconds, for a followed file whose split is not
+	// complete: the bytes it holds beyond its committed output (its size
+	// now when --src is a directory here, else as the last commit saw
+	// it), and the oldest unread byte's age, about (see docs).
+	LagBytes   *int64  `json:"lag_bytes,omitempty"`
+	LagSeconds float64 `json:"lag_seconds,omitempty"`
+	Owner      string  `json:"owner"`
+	Epoch      uint64  `json:"epoch"`
+	Attempts   uint32  `json:"attempts"`
+	Watermark  *int64  `json:"watermark"`
+	Completed  bool    `json:"completed"`
+	Weight     uint64  `json:"weight"`
+	LeaseOwner string  `json:"lease_owner"`
+	Revision   uint64  `json:"revision"`
 	// LastFailure is why the split's last attempt was charged (a
 	// quarantined split's is why it was set aside); empty if none was.
 	LastFailure string `json:"last_failure,omitempty"`
@@ -231,8 +247,18 @@ type splitJSON struct {
 	DamageFix string `json:"damage_fix,omitempty"`
 }
 
-func inspectionOf(job, store string, js *spate.JobState) inspection {
+// inspectionOf is the inspection of js; files is the lag of its followed
+// files (a [filesource.LagMeter]'s measure of js), nil when not measured.
+func inspectionOf(job, store string, js *spate.JobState, files []filesource.FileLag) inspection {
 	s := summarize(js)
+	lags := make(map[string]filesource.FileLag, len(files))
+	for _, f := range files {
+		lags[f.Split] = f
+	}
+	if len(files) > 0 {
+		t := totalLag(files)
+		s.followed, s.lag, s.behind = t.files, t.bytes, t.age
+	}
 	out := inspection{
 		Job: job, Store: store,
 		Plan:        planJSON{Fingerprint: js.Plan.Fingerprint, Generation: js.Plan.Generation, Finality: js.Plan.Finality.String(), Planned: js.Plan.Planned},
@@ -246,6 +272,7 @@ func inspectionOf(job, store string, js *spate.JobState) inspection {
 	if s.behind > 0 {
 		out.Summary.Behind = s.behind.Round(time.Second).String()
 	}
+	out.Summary.Waiting = totalLag(files).waiting
 	switch {
 	case s.completedAll:
 		out.Summary.State = "complete"
@@ -271,6 +298,24 @@ func inspectionOf(job, store string, js *spate.JobState) inspection {
 			j.Remaining = &r
 			if _, tail := filesource.TailLag(derefProgress(sp.Progress)); tail && r > 0 && !sp.WrittenAt.IsZero() {
 				j.Behind = time.Since(sp.WrittenAt).Round(time.Second).String()
+			}
+		}
+		if fl, ok := lags[j.ID]; ok {
+			j.File, j.Remaining, j.LagBytes = fl.Name, &fl.Bytes, &fl.Bytes
+			j.LagSeconds, j.Behind = fl.Age.Round(time.Second).Seconds(), ""
+			if fl.Age > 0 {
+				j.Behind = fl.Age.Round(time.Second).String()
+			}
+			if fl.Found != fl.Name {
+				j.Found = fl.Found
+			}
+		} else if f, ok := filesource.FollowedOf(sp.Descriptor, sp.Progress); ok {
+			j.File = f.Name
+			if f.Found != f.Name {
+				j.Found = f.Found
+			}
+			if sp.Status == spate.StatusCompleted {
+				j.End = filesource.EndReason(f.End)
 			}
 		}
 		if sp.Damage != nil {
@@ -307,7 +352,7 @@ func runInspect(args []string) int {
 	if err != nil {
 		return fail(exitFailed, "inspect job %s: %v", job, err)
 	}
-	in := inspectionOf(job, conn.describe, js)
+	in := inspectionOf(job, conn.describe, js, filesource.NewLagMeter(localDir(jf.src)).Measure(js.Splits))
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
@@ -352,16 +397,25 @@ func printInspection(w io.Writer, in inspection) {
 	if s.Followed > 0 || s.State == "following" {
 		behind := ""
 		if s.Behind != "" {
-			behind = " (at least " + s.Behind + ")"
+			behind = " (oldest unread byte ~" + s.Behind + " old)"
 		}
-		fmt.Fprintf(w, "follow    %d files followed, %s%s behind the input as of their last commits\n", s.Followed, bytesStr(s.Lag), behind)
+		waiting := ""
+		if s.Waiting > 0 {
+			waiting = fmt.Sprintf(" (%d waiting for a lane)", s.Waiting)
+		}
+		fmt.Fprintf(w, "follow    %d files followed%s, %s%s behind the input\n", s.Followed, waiting, bytesStr(s.Lag), behind)
 	} else {
 		fmt.Fprintf(w, "bytes     %s of %s committed (%.0f%%), %s remaining\n",
 			bytesStr(s.BytesCommitted), bytesStr(s.BytesTotal), pct, bytesStr(s.BytesRemaining))
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SPLIT\tSTATE\tOWNER\tEPOCH\tATTEMPTS\tWATERMARK\tREMAINING\tLEASE")
+	files := slices.ContainsFunc(in.Splits, func(sp splitJSON) bool { return sp.File != "" })
+	head := "SPLIT\tSTATE\tOWNER\tEPOCH\tATTEMPTS\tWATERMARK\tREMAINING\tLEASE"
+	if files {
+		head += "\tFILE"
+	}
+	fmt.Fprintln(tw, head)
 	for _, sp := range in.Splits {
 		wm := "-"
 		if sp.Watermark != nil {
@@ -374,7 +428,11 @@ func printInspection(w io.Writer, in inspection) {
 		if sp.Behind != "" {
 			rem += " (" + sp.Behind + " behind)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", sp.ID, sp.State, dash(sp.Owner), sp.Epoch, sp.Attempts, wm, rem, dash(sp.LeaseOwner))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s", sp.ID, sp.State, dash(sp.Owner), sp.Epoch, sp.Attempts, wm, rem, dash(sp.LeaseOwner))
+		if files {
+			fmt.Fprintf(tw, "\t%s", fileName(sp.File, sp.Found))
+		}
+		fmt.Fprintln(tw)
 	}
 	_ = tw.Flush()
 	if s.Quarantined > 0 {
@@ -500,6 +558,34 @@ func orUnknown(reason string) string {
 		return "not recorded (a record written by an earlier version)"
 	}
 	return reason
+}
+
+// fileName names a followed file: where it is now, and where it was
+// found when that differs.
+func fileName(now, found string) string {
+	switch {
+	case now == "":
+		return "-"
+	case found != "" && found != now:
+		return now + " (found as " + found + ")"
+	}
+	return now
+}
+
+// localDir is --src when it is a directory here (so the followed files'
+// lag can be measured against their size now), else "".
+func localDir(src string) string {
+	if src == "" || strings.Contains(src, "://") {
+		return ""
+	}
+	abs, err := filepath.Abs(src)
+	if err != nil {
+		return ""
+	}
+	if info, err := os.Stat(abs); err != nil || !info.IsDir() {
+		return ""
+	}
+	return abs
 }
 
 func derefProgress(p *spate.SplitProgress) spate.SplitProgress {

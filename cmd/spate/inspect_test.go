@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/pipeline/filesource"
 )
 
 // spate inspect tells a split a live worker holds (leased) from one waiting
@@ -34,7 +38,7 @@ func TestInspectionDistinguishesLeasedAndShowsLag(t *testing.T) {
 			split("e-nospec", spate.StatusRunnable, "", 0, 0, false),
 		},
 	}
-	in := inspectionOf("job", "store", js)
+	in := inspectionOf("job", "store", js, nil)
 	assert.Equal(t, 1, in.Summary.Leased)
 	assert.Equal(t, 2, in.Summary.Runnable)
 	assert.Equal(t, 1, in.Summary.Completed)
@@ -98,7 +102,7 @@ func TestInspectionShowsDamagedSplitsWithTheirFix(t *testing.T) {
 			{ID: spate.MustSplitID("b"), Status: spate.StatusDamaged, Weight: 10, HasSpec: true, Damage: cause, DamageFix: "delete the key"},
 		},
 	}
-	in := inspectionOf("job", "store", js)
+	in := inspectionOf("job", "store", js, nil)
 	assert.Equal(t, 1, in.Summary.Damaged)
 	assert.Equal(t, 0, in.Summary.Runnable)
 	assert.Equal(t, "stalled", in.Summary.State)
@@ -129,7 +133,7 @@ func TestInspectionShowsAFollowedJobsLag(t *testing.T) {
 			tail("t-level", 300, `{"base":100,"size":200}`, time.Now()), // truncated once: 200 of 200 read
 		},
 	}
-	in := inspectionOf("job", "store", js)
+	in := inspectionOf("job", "store", js, nil)
 	assert.Equal(t, "following", in.Summary.State)
 	assert.Equal(t, 2, in.Summary.Followed)
 	assert.Equal(t, int64(600), in.Summary.Lag)
@@ -142,6 +146,57 @@ func TestInspectionShowsAFollowedJobsLag(t *testing.T) {
 	var out bytes.Buffer
 	printInspection(&out, in)
 	assert.Equal(t, "30s", in.Summary.Behind, "the oldest commit that left bytes unread")
-	assert.Contains(t, out.String(), "follow    2 files followed, 600 B (at least 30s) behind the input as of their last commits")
+	assert.Contains(t, out.String(), "follow    2 files followed, 600 B (oldest unread byte ~30s old) behind the input")
 	assert.Regexp(t, `(?m)^t-behind\s+leased\s.*600 B \(30s behind\)`, out.String())
+}
+
+// A followed file's split shows its file's name now and the name it was
+// found under, its lag measured against the file's size now, the files
+// waiting for a lane, and why a completed one completed.
+func TestInspectionNamesFollowedFilesAndTheirLag(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "app.log"), bytes.Repeat([]byte("x\n"), 50), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "new.log"), bytes.Repeat([]byte("y\n"), 20), 0o644))
+	tail := func(id, found string, p *spate.SplitProgress, lease string) spate.SplitState {
+		fid, err := filesource.Identify(filepath.Join(dir, found))
+		require.NoError(t, err)
+		desc, err := json.Marshal(filesource.Descriptor{Version: filesource.PackingVersion, Tail: &filesource.Tail{Name: found, FileID: fid}})
+		require.NoError(t, err)
+		return spate.SplitState{ID: spate.MustSplitID(id), Status: spate.StatusRunnable, LeaseOwner: lease, Owner: lease,
+			HasSpec: true, Weight: 1, Descriptor: desc, Progress: p, WrittenAt: time.Now()}
+	}
+	app := tail("t-app", "app.log", &spate.SplitProgress{Watermark: 60, State: []byte(`{"size":60}`)}, "w1")
+	waiting := tail("t-new", "new.log", nil, "")
+	gone := tail("t-gone", "app.log", &spate.SplitProgress{Watermark: 9, Completed: true, State: []byte(`{"size":9,"name":"app.log.1","end":"deleted"}`)}, "")
+	gone.Status = spate.StatusCompleted
+	require.NoError(t, os.Rename(filepath.Join(dir, "app.log"), filepath.Join(dir, "app.log.1")))
+	app.Progress.State = []byte(`{"size":60,"name":"app.log.1"}`) // its lane saw the rename
+	js := &spate.JobState{Plan: spate.PlanState{Fingerprint: "fp", Finality: spate.PlanOpen, Planned: 3},
+		Splits: []spate.SplitState{app, gone, waiting}}
+
+	in := inspectionOf("job", "store", js, filesource.NewLagMeter(dir).Measure(js.Splits))
+	assert.Equal(t, 2, in.Summary.Followed)
+	assert.Equal(t, 1, in.Summary.Waiting)
+	assert.Equal(t, int64(40+40), in.Summary.Lag, "app.log.1 holds 100 B, 60 committed; new.log's 40 B wait")
+	byID := map[string]splitJSON{}
+	for _, sp := range in.Splits {
+		byID[sp.ID] = sp
+	}
+	assert.Equal(t, "app.log.1", byID["t-app"].File)
+	assert.Equal(t, "app.log", byID["t-app"].Found)
+	assert.Equal(t, ptr(int64(40)), byID["t-app"].LagBytes)
+	assert.Equal(t, "new.log", byID["t-new"].File)
+	assert.Equal(t, ptr(int64(40)), byID["t-new"].LagBytes)
+	assert.Equal(t, "app.log.1", byID["t-gone"].File)
+	assert.Contains(t, byID["t-gone"].End, "deleted")
+
+	var out bytes.Buffer
+	printInspection(&out, in)
+	assert.Contains(t, out.String(), "follow    2 files followed (1 waiting for a lane), 80 B")
+	assert.Regexp(t, `(?m)^t-app\s+leased\s.*40 B.*app\.log\.1 \(found as app\.log\)$`, out.String())
+	assert.Regexp(t, `(?m)^t-new\s+runnable\s.*new\.log$`, out.String())
+	b, err := json.Marshal(in)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"file":"app.log.1","found":"app.log"`)
+	assert.Contains(t, string(b), `"lag_bytes":40`)
 }

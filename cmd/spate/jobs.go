@@ -98,7 +98,7 @@ func jobRow(conn *connector, job string, timeout time.Duration) (state, splits, 
 		conn.log.Warn("cannot read job", "job", job, "error", err)
 		state = "unreadable"
 	default:
-		in := inspectionOf(job, conn.describe, js)
+		in := inspectionOf(job, conn.describe, js, nil)
 		state = in.Summary.State
 		splits = fmt.Sprintf("%d/%d", in.Summary.Completed, in.Summary.Splits)
 	}

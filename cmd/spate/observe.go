@@ -86,6 +86,7 @@ type splitInfo struct {
 	epoch     spate.LeaseEpoch
 	completed bool
 	poison    string
+	revoked   bool // the leader asked for it back (a planned rebalance)
 }
 
 // tenancyRef maps a pipeline partition to the split tenancy it carries.
@@ -174,12 +175,26 @@ func (o *observer) event(ev spate.Event) {
 		o.hist.record("gained", map[string]any{"split": e.Split.ID.String(), "epoch": uint64(e.Epoch), "resume": resume})
 	case spate.Lost:
 		o.mu.Lock()
-		o.lost++
-		epoch := o.info(e.Split).epoch
+		s := o.info(e.Split)
+		epoch, revoked := s.epoch, s.revoked
+		s.revoked = false
+		if !revoked {
+			o.lost++
+		}
 		o.mu.Unlock()
-		o.con.event("lost %s: its lease ended here (taken over, revoked or self-fenced); a peer resumes it", e.Split)
+		if revoked {
+			// A planned rebalance whose drain did not end in a drained
+			// release: the release was forced, not lost.
+			o.con.event("rebalance: %s handed to a peer (its drain was cut short); the peer resumes it from its last commit", e.Split)
+			o.hist.record("lost", map[string]any{"split": e.Split.String(), "epoch": uint64(epoch), "reason": "revoked"})
+			return
+		}
+		o.con.event("lost %s: its lease ended here (taken over or self-fenced); a peer resumes it", e.Split)
 		o.hist.record("lost", map[string]any{"split": e.Split.String(), "epoch": uint64(epoch)})
 	case spate.RevokeRequested:
+		o.mu.Lock()
+		o.info(e.Split).revoked = true
+		o.mu.Unlock()
 		o.con.event("rebalance: %s is wanted elsewhere; draining it", e.Split)
 		o.hist.record("revoke", map[string]any{"split": e.Split.String()})
 	case spate.Quarantined:
@@ -258,8 +273,11 @@ func (o *observer) command(ev string, ids []spate.SplitID, reason string, err er
 	for _, id := range ids {
 		o.mu.Lock()
 		epoch := o.info(id).epoch
-		if ev == "release" && err == nil {
-			o.handedBack++
+		if (ev == "release" || ev == "release_drained") && err == nil {
+			if ev == "release" {
+				o.handedBack++
+			}
+			o.info(id).revoked = false // handed back: nothing is lost after
 		}
 		if ev == "fail" && reason != "" {
 			// The reason a quarantine summary names: a damaged output's

@@ -194,7 +194,7 @@ type jobViewMount struct {
 	deny string // why /ui is refused on this address, or ""
 }
 
-func mountJobView(next http.Handler, addr, job string, st spate.Store, describe string, log *slog.Logger) *jobViewMount {
+func mountJobView(next http.Handler, addr, job string, st spate.Store, describe string, log *slog.Logger, lag func() map[string]jobview.Lag) *jobViewMount {
 	token := os.Getenv("SPATE_UI_TOKEN")
 	m := &jobViewMount{next: next}
 	if err := jobview.CheckAddr(addr, token); err != nil {
@@ -203,8 +203,15 @@ func mountJobView(next http.Handler, addr, job string, st spate.Store, describe 
 	}
 	m.view = jobview.New(jobview.Config{
 		Opener: oneJob{job: job, st: spate.Decorate(st, unclosed{st})},
-		Store:  describe, Base: "/ui", Token: token, Log: log,
+		Store:  describe, Base: "/ui", Token: token, Log: log, Lag: lag,
 	})
+	// The view reads the job from the worker's start, not from the first
+	// page load: its history (a bounded ring: the chart's last 600
+	// points, the timeline's last 500 entries) then holds what happened
+	// before anyone looked, a kill and a takeover included.
+	if err := m.view.Follow(context.Background(), job); err != nil {
+		log.Warn("job view: cannot read the job yet; its page will say why", "job", job, "error", err)
+	}
 	return m
 }
 

@@ -40,7 +40,7 @@ func TestMetricsAddrServesTheJobViewSafely(t *testing.T) {
 	}
 
 	t.Setenv("SPATE_UI_TOKEN", "")
-	local := mountJobView(metrics, "127.0.0.1:9100", "job1", st, "mem://", log)
+	local := mountJobView(metrics, "127.0.0.1:9100", "job1", st, "mem://", log, nil)
 	code, body := get(local, "GET", "/ui/", "")
 	require.Equal(t, http.StatusOK, code, body)
 	assert.Contains(t, body, `href="/ui/jobs/job1"`)
@@ -58,7 +58,7 @@ func TestMetricsAddrServesTheJobViewSafely(t *testing.T) {
 	require.NoError(t, err, "closing the view closed the command's store")
 	assert.True(t, ok)
 
-	wide := mountJobView(metrics, "0.0.0.0:9100", "job1", st, "mem://", log)
+	wide := mountJobView(metrics, "0.0.0.0:9100", "job1", st, "mem://", log, nil)
 	code, body = get(wide, "GET", "/ui/jobs/job1", "")
 	assert.Equal(t, http.StatusForbidden, code)
 	assert.Contains(t, body, "SPATE_UI_TOKEN")
@@ -67,7 +67,7 @@ func TestMetricsAddrServesTheJobViewSafely(t *testing.T) {
 	wide.close()
 
 	t.Setenv("SPATE_UI_TOKEN", "s3cret")
-	guarded := mountJobView(metrics, "0.0.0.0:9100", "job1", st, "mem://", log)
+	guarded := mountJobView(metrics, "0.0.0.0:9100", "job1", st, "mem://", log, nil)
 	defer guarded.close()
 	code, _ = get(guarded, "GET", "/ui/jobs/job1", "")
 	assert.Equal(t, http.StatusUnauthorized, code)

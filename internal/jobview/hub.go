@@ -29,6 +29,8 @@ type hub struct {
 	log     *slog.Logger
 	refresh time.Duration
 	now     func() time.Time
+	lagOf   func() map[string]Lag // nil: what the commits recorded only
+	lags    map[string]Lag        // the last lagOf, read at each refresh
 
 	mu           sync.Mutex
 	meta         *spate.JobState // plan, leader, members, assignments
@@ -77,7 +79,7 @@ func (s sample) sameValues(o sample) bool {
 // entry is one line of the job's timeline.
 type entry struct {
 	At    time.Time `json:"at"`
-	Kind  string    `json:"kind"` // gained, lost, takeover, completed, quarantined, requeued
+	Kind  string    `json:"kind"` // gained, released (handed back), lost (its lease ended), takeover, completed, quarantined, requeued
 	Split string    `json:"split"`
 	Owner string    `json:"owner"`
 	From  string    `json:"from,omitempty"`
@@ -94,9 +96,11 @@ type beat struct {
 
 // rate is a split's committed-bytes rate, from its last two watermarks.
 type rate struct {
-	at  time.Time
-	wm  int64
-	bps float64
+	at     time.Time // the reference point
+	wm     int64
+	bps    float64
+	prevAt time.Time // the last reading, the next reference
+	prevWm int64
 }
 
 const (
@@ -106,10 +110,10 @@ const (
 )
 
 // newHub starts following job on st.
-func newHub(job string, st spate.Store, log *slog.Logger, refresh time.Duration) *hub {
+func newHub(job string, st spate.Store, log *slog.Logger, refresh time.Duration, lag func() map[string]Lag) *hub {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := emptyHub(job, log)
-	h.st, h.refresh, h.cancel = st, refresh, cancel
+	h.st, h.refresh, h.cancel, h.lagOf = st, refresh, cancel, lag
 	go h.run(ctx)
 	return h
 }
@@ -265,9 +269,22 @@ func (r *reading) refresh() {
 	h := r.h
 	if r.idle++; r.idle >= 8 {
 		r.idle = 0
+		var lags map[string]Lag
+		if h.lagOf != nil {
+			lags = h.lagOf()
+		}
 		h.mu.Lock()
 		for id := range h.leased {
 			r.dirty[id] = true
+		}
+		if h.lagOf != nil {
+			for id := range h.lags {
+				r.dirty[id] = true // caught up or gone since
+			}
+			for id := range lags {
+				r.dirty[id] = true
+			}
+			h.lags = lags
 		}
 		r.metaDirty = r.metaDirty || len(h.beats) > 0
 		h.mu.Unlock()
@@ -339,7 +356,7 @@ func (h *hub) rebuildLocked(f *spate.JobFollower, rev uint64, now time.Time) {
 	}
 	for _, sp := range js.Splits {
 		rev = max(rev, sp.Revision)
-		r := rowOf(sp, now, h.rates)
+		r := h.rowOf(sp, now)
 		h.add(r)
 		if old, ok := prev[r.ID]; ok {
 			timeline = append(timeline, transitions(old, r, now)...)
@@ -392,7 +409,7 @@ func (h *hub) update(f *spate.JobFollower, dirty map[string]bool, rev uint64, me
 			msg.Removed = append(msg.Removed, id)
 		default:
 			rev = max(rev, sp.Revision)
-			r := rowOf(sp, now, h.rates)
+			r := h.rowOf(sp, now)
 			if had && r == old {
 				continue
 			}
@@ -411,6 +428,26 @@ func (h *hub) update(f *spate.JobFollower, dirty map[string]bool, rev uint64, me
 	}
 	slices.SortFunc(msg.Splits, func(a, b row) int { return strings.Compare(a.ID, b.ID) })
 	h.publish(now, msg, ids)
+}
+
+// rowOf is sp's row, with its file's lag as this process measures it
+// when it does. h.mu is held.
+func (h *hub) rowOf(sp spate.SplitState, now time.Time) row {
+	r := rowOf(sp, now, h.rates)
+	if l, ok := h.lags[r.ID]; ok && r.File != "" && r.State != string(spate.StatusCompleted) {
+		r.Left, r.Behind = l.Bytes, 0
+		if !l.Since.IsZero() && l.Bytes > 0 {
+			r.Behind = l.Since.UnixMilli()
+		}
+		w := max(r.Watermark+l.Bytes, 1)
+		r.Weight, r.done, r.Percent = uint64(w), min(r.Watermark, w), int(100*r.Watermark/w)
+		if r.Rate > 0 && l.Bytes > 0 {
+			r.ETA = age(time.Duration(float64(l.Bytes) / float64(r.Rate) * float64(time.Second)))
+		} else {
+			r.ETA = ""
+		}
+	}
+	return r
 }
 
 func (h *hub) add(r row) {
@@ -516,6 +553,10 @@ func transitions(old, r row, now time.Time) []entry {
 		out = append(out, entry{At: now, Kind: "takeover", Split: r.ID, Owner: r.Lease, From: old.Owner})
 	case old.Lease != r.Lease && r.Lease != "":
 		out = append(out, entry{At: now, Kind: "gained", Split: r.ID, Owner: r.Lease})
+	case old.Lease != "" && r.Lease == "" && r.State != "completed" && r.Owner == "":
+		// Handed back (a rebalance's drained release, or a graceful
+		// stop): the durable owner is cleared. Not a loss.
+		out = append(out, entry{At: now, Kind: "released", Split: r.ID, Owner: old.Lease})
 	case old.Lease != "" && r.Lease == "" && r.State != "completed":
 		out = append(out, entry{At: now, Kind: "lost", Split: r.ID, Owner: old.Lease})
 	}

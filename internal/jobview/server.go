@@ -66,6 +66,18 @@ type Config struct {
 	// page says how many it left out, and filters narrow it.
 	RowLimit int
 	Log      *slog.Logger
+	// Lag, when set, is the followed files' lag as the process serving
+	// the view measures it (a --follow worker looks at the files), by
+	// split id: their rows show it rather than what the last commits
+	// recorded, a file waiting for a lane included.
+	Lag func() map[string]Lag
+}
+
+// Lag is a followed file's lag: the bytes it holds beyond its committed
+// output, and since when its oldest unread byte waits (zero: none).
+type Lag struct {
+	Bytes int64
+	Since time.Time
 }
 
 // Server serves the job view. It is an http.Handler.
@@ -87,7 +99,8 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		}
 		return age(time.Since(time.UnixMilli(ms))) + " ago"
 	},
-	"rate": func(bps float64) string { return humanize.Bytes(int64(bps)) + "/s" },
+	"behind": func(ms int64) string { return age(time.Since(time.UnixMilli(ms))) + " behind" },
+	"rate":   func(bps float64) string { return humanize.Bytes(int64(bps)) + "/s" },
 }).ParseFS(pageFS, "page.tmpl"))
 
 // New returns a view over cfg.Opener's jobs.
@@ -191,7 +204,7 @@ func (s *Server) hubOf(ctx context.Context, job string) (*hub, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open job %s: %w", job, err)
 	}
-	h := newHub(job, st, s.cfg.Log, s.cfg.Refresh)
+	h := newHub(job, st, s.cfg.Log, s.cfg.Refresh, s.cfg.Lag)
 	s.hubs[job] = h
 	return h, nil
 }
@@ -277,8 +290,15 @@ func (s *Server) jobPage(w http.ResponseWriter, r *http.Request) {
 	s.render(w, "job", d)
 }
 
+// liveFirst ranks a row's state: the work under way first, then what
+// waits, what needs an operator, and what is done.
+var liveFirst = map[string]int{"leased": 0, "runnable": 1, "quarantined": 2, "damaged": 3, "completed": 4}
+
 func sortRows(rs []row, by string) {
 	switch by {
+	case "":
+		// Live work first, by id within a state (rs is by id).
+		slices.SortStableFunc(rs, func(a, b row) int { return liveFirst[a.State] - liveFirst[b.State] })
 	case "left":
 		slices.SortStableFunc(rs, func(a, b row) int { return int(b.Left - a.Left) })
 	case "attempts":

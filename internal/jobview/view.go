@@ -1,6 +1,8 @@
 package jobview
 
 import (
+	"cmp"
+	"encoding/json"
 	"fmt"
 	"iter"
 	"maps"
@@ -31,7 +33,7 @@ type plan struct {
 }
 
 type summary struct {
-	State       string  `json:"state"` // running, complete, stalled, planning
+	State       string  `json:"state"` // running, complete, stalled, following (an open plan)
 	Splits      int     `json:"splits"`
 	Completed   int     `json:"completed"`
 	Leased      int     `json:"leased"`
@@ -87,8 +89,20 @@ type row struct {
 	// was not handed back) after the commit that lists it. Whoever takes
 	// the split over publishes it first; until then the output is
 	// committed but not visible.
-	Pending bool  `json:"pending,omitempty"`
-	done    int64 // its share of the summary's bytes done
+	Pending bool `json:"pending,omitempty"`
+	// File, for a split that follows a file, is the file's path as its
+	// last commit saw it; Found the name it was found under, when it was
+	// renamed since; End why it completed. Output is the output file its
+	// last commit lists.
+	File   string `json:"file,omitempty"`
+	Found  string `json:"found,omitempty"`
+	End    string `json:"end,omitempty"`
+	Output string `json:"output,omitempty"`
+	// Behind, for a followed file with bytes left at its last commit, is
+	// when that commit was written (Unix ms): its oldest unread byte is
+	// at least that old.
+	Behind int64 `json:"behind,omitempty"`
+	done   int64 // its share of the summary's bytes done
 }
 
 // rowOf is a split's row. rates carries each split's last watermark and
@@ -111,6 +125,21 @@ func rowOf(sp spate.SplitState, now time.Time, rates map[string]rate) row {
 	lag, followed := int64(0), false
 	if sp.Progress != nil {
 		lag, followed = filesource.TailLag(*sp.Progress)
+		r.Output = outputFile(sp.Progress.Output)
+	}
+	if f, ok := filesource.FollowedOf(sp.Descriptor, sp.Progress); ok {
+		r.File = f.Name
+		if f.Found != f.Name {
+			r.Found = f.Found
+		}
+		if sp.Status == spate.StatusCompleted {
+			r.End = filesource.EndReason(f.End)
+		}
+		if sp.Progress == nil && sp.Status != spate.StatusCompleted {
+			// Never committed: how much it holds is known only by looking
+			// at the file.
+			r.Weight, r.Left = 0, -1
+		}
 	}
 	switch {
 	case followed:
@@ -124,7 +153,10 @@ func rowOf(sp spate.SplitState, now time.Time, rates map[string]rate) row {
 		}
 		if sp.Status == spate.StatusCompleted {
 			r.Left = 0
+		} else if lag > 0 && !sp.WrittenAt.IsZero() {
+			r.Behind = sp.WrittenAt.UnixMilli()
 		}
+	case r.File != "" && r.Left < 0:
 	case sp.Status == spate.StatusCompleted:
 		r.Left, r.Percent = 0, 100
 		r.done = w
@@ -140,18 +172,22 @@ func rowOf(sp spate.SplitState, now time.Time, rates map[string]rate) row {
 	}
 	r.Pending = sp.Status == spate.StatusRunnable && sp.Damage == nil && sp.LeaseOwner == "" && sp.Owner != "" &&
 		sp.Progress != nil && len(sp.Progress.Output) > 0
-	// The rate: bytes committed between the last two watermarks seen.
+	// The rate: bytes committed over the last rateWindow or more (a
+	// reference point moves up once it is that old), so that it follows
+	// the commits' pace, not one interval's, and falls to 0 once the
+	// watermark stops: the leased rows are redone every few refreshes.
 	rt, ok := rates[id]
 	switch {
 	case !ok || r.Watermark < rt.wm:
-		rt = rate{at: now, wm: r.Watermark}
-	case r.Watermark > rt.wm:
-		if dt := now.Sub(rt.at).Seconds(); dt > 0 {
-			rt.bps = float64(r.Watermark-rt.wm) / dt
+		rt = rate{at: now, wm: r.Watermark, prevAt: now, prevWm: r.Watermark}
+	default:
+		if dt := now.Sub(rt.at); dt >= time.Second {
+			rt.bps = float64(r.Watermark-rt.wm) / dt.Seconds()
 		}
-		rt.at, rt.wm = now, r.Watermark
-	case now.Sub(rt.at) > time.Minute:
-		rt.bps = 0
+		if now.Sub(rt.at) >= rateWindow {
+			rt.at, rt.wm = rt.prevAt, rt.prevWm
+		}
+		rt.prevAt, rt.prevWm = now, r.Watermark
 	}
 	rates[id] = rt
 	if r.State == "leased" {
@@ -161,6 +197,26 @@ func rowOf(sp spate.SplitState, now time.Time, rates map[string]rate) row {
 		}
 	}
 	return r
+}
+
+// rateWindow is the least span a split's rate is measured over.
+const rateWindow = 10 * time.Second
+
+// outputFile is the output file a commit's committable names ("" when it
+// names none the view can read).
+func outputFile(out []byte) string {
+	if len(out) == 0 || out[0] != '{' {
+		return ""
+	}
+	var c struct {
+		File   string `json:"file"`
+		Object string `json:"object"`
+		Key    string `json:"key"`
+	}
+	if json.Unmarshal(out, &c) != nil {
+		return ""
+	}
+	return cmp.Or(c.File, c.Object, c.Key)
 }
 
 // count adds (sign 1) or takes away (sign -1) r's share of the summary's
@@ -193,7 +249,7 @@ func (s summary) finished(final bool) summary {
 	case final && s.Splits > 0 && s.Completed == s.Splits:
 		s.State = "complete"
 	case !final:
-		s.State = "planning"
+		s.State = "following" // an open plan: a continuous job (as spate inspect says)
 	case s.Leased == 0 && s.Runnable == 0 && s.Completed < s.Splits:
 		s.State = "stalled"
 	default:

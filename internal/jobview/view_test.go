@@ -88,3 +88,72 @@ func TestAFollowedFilesRowShowsItsLag(t *testing.T) {
 	assert.Equal(t, int64(0), r.Left)
 	assert.Equal(t, 100, r.Percent)
 }
+
+// A followed file's row names its file (now, and as found after a
+// rename), its output file, and why it completed.
+func TestAFollowedFilesRowNamesItsFile(t *testing.T) {
+	desc := []byte(`{"v":1,"files":null,"tail":{"name":"app.log","dev":1,"ino":2}}`)
+	sp := spate.SplitState{ID: spate.MustSplitID("t1"), Status: spate.StatusCompleted, Owner: "w1", Weight: 10, HasSpec: true, Descriptor: desc,
+		Progress: &spate.SplitProgress{Watermark: 100, Completed: true, State: []byte(`{"size":100,"name":"app.log.1","end":"deleted"}`),
+			Output: []byte(`{"v":1,"file":"t1.out","len":100,"crc":7}`)}}
+	r := rowOf(sp, time.Now(), map[string]rate{})
+	assert.Equal(t, "app.log.1", r.File)
+	assert.Equal(t, "app.log", r.Found)
+	assert.Equal(t, "t1.out", r.Output)
+	assert.Contains(t, r.End, "deleted")
+
+	// A file waiting for a lane, never committed: its bytes left are not
+	// known from the records, not 0.
+	sp = spate.SplitState{ID: spate.MustSplitID("t2"), Status: spate.StatusRunnable, Weight: 10, HasSpec: true, Descriptor: desc}
+	r = rowOf(sp, time.Now(), map[string]rate{})
+	assert.Equal(t, "app.log", r.File)
+	assert.Equal(t, int64(-1), r.Left)
+}
+
+// A split's rate follows its commits and falls to 0 within a window once
+// its file stops growing, though the row is redone while nothing changes.
+func TestARateDecaysWhenAFileStops(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	rates := map[string]rate{}
+	sp := spate.SplitState{ID: spate.MustSplitID("t1"), Status: spate.StatusRunnable, LeaseOwner: "w1", Owner: "w1", Weight: 10, HasSpec: true,
+		Progress: &spate.SplitProgress{Watermark: 0, State: []byte(`{"size":0}`)}}
+	var r row
+	// 1000 B committed each second, the row read every 250 ms.
+	for i := range 80 {
+		now := t0.Add(time.Duration(i) * 250 * time.Millisecond)
+		sp.Progress = &spate.SplitProgress{Watermark: int64(i/4) * 1000, State: []byte(`{"size":1}`)}
+		r = rowOf(sp, now, rates)
+	}
+	assert.InDelta(t, 1000, r.Rate, 150, "the commits' pace")
+	stopped := t0.Add(20 * time.Second)
+	for i := range 15 { // the leased rows are redone every 2 s
+		r = rowOf(sp, stopped.Add(time.Duration(i)*2*time.Second), rates)
+	}
+	assert.Zero(t, r.Rate, "30 s after the file stopped")
+}
+
+// An open plan is a continuous job: the page names its state as the CLI
+// does, and lists live work before completed work.
+func TestAnOpenPlanIsFollowingAndLiveRowsComeFirst(t *testing.T) {
+	assert.Equal(t, "following", summary{Splits: 2, Leased: 1, Completed: 1}.finished(false).State)
+	rs := []row{{ID: "a", State: "completed"}, {ID: "b", State: "leased"}, {ID: "c", State: "runnable"}, {ID: "d", State: "leased"}}
+	sortRows(rs, "")
+	var ids []string
+	for _, r := range rs {
+		ids = append(ids, r.ID)
+	}
+	assert.Equal(t, []string{"b", "d", "c", "a"}, ids)
+}
+
+// A split handed back (its durable owner cleared: a rebalance's drained
+// release, a graceful stop) is "released" on the timeline, not "lost";
+// a lease that ended with its owner still recorded is a loss.
+func TestAHandBackIsNotALoss(t *testing.T) {
+	now := time.Now()
+	held := row{ID: "a", State: "leased", Lease: "w1", Owner: "w1", Epoch: 3}
+	handed := row{ID: "a", State: "runnable", Epoch: 3}
+	died := row{ID: "a", State: "runnable", Owner: "w1", Epoch: 3}
+	require.Len(t, transitions(held, handed, now), 1)
+	assert.Equal(t, "released", transitions(held, handed, now)[0].Kind)
+	assert.Equal(t, "lost", transitions(held, died, now)[0].Kind)
+}

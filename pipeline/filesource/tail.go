@@ -27,6 +27,10 @@ import (
 type tailState struct {
 	Base int64 `json:"base,omitempty"`
 	Size int64 `json:"size,omitempty"`
+	// Name is where the file is now, when it was renamed since it was
+	// found; End is why its split completed (see lag.go).
+	Name string `json:"name,omitempty"`
+	End  string `json:"end,omitempty"`
 }
 
 func decodeTailState(b []byte) (tailState, error) {
@@ -83,7 +87,8 @@ type tailLane struct {
 	outside bool // the file was moved out of the root
 	sniff   bool // the next bytes read are the file's first: check they are text
 	started bool
-	done    bool // the file ended for good: every byte emitted
+	done    bool   // the file ended for good: every byte emitted
+	end     string // why it ended
 	stopped bool
 	failed  bool
 }
@@ -220,14 +225,14 @@ func (l *tailLane) atEnd() (bool, error) {
 		if err := l.flushPartial(); err != nil {
 			return false, err
 		}
-		l.done = true
+		l.done, l.end = true, endFinal
 		return true, nil
 	case ok && nlink == 0:
 		l.log.Info("a followed file was deleted: its split completes at the end of what it held", "file", quoteName(l.name), "split", l.split)
 		if err := l.flushPartial(); err != nil {
 			return false, err
 		}
-		l.done = true
+		l.done, l.end = true, endDeleted
 		return true, nil
 	}
 	l.checkName()
@@ -239,7 +244,7 @@ func (l *tailLane) atEnd() (bool, error) {
 		}
 		l.log.Info("released a followed file that was renamed away and is idle: its split completes at the end of what it holds, freeing its lane",
 			"file", quoteName(l.name), "found_as", quoteName(l.want.Name), "split", l.split, "bytes", info.Size(), "idle", time.Since(info.ModTime()).Round(time.Second))
-		l.done = true
+		l.done, l.end = true, endIdle
 		return true, nil
 	}
 	return false, nil
@@ -260,7 +265,7 @@ func (l *tailLane) refuse(why string) {
 	l.log.Warn("refused to follow a file that is not text: none of its bytes are shipped; leave it out with --exclude (filesource Exclude) to silence this",
 		"file", quoteName(l.name), "split", l.split, "found", why, "bytes", l.size)
 	l.r = l.w
-	l.done = true
+	l.done, l.end = true, endRefused
 	l.closeLocked()
 }
 
@@ -335,7 +340,7 @@ func (l *tailLane) open() error {
 			l.log.Info("a followed file is gone (deleted while no worker held its split): the split completes at its last commit",
 				"file", quoteName(l.want.Name), "split", l.split, "watermark", l.pos)
 		}
-		l.done = true
+		l.done, l.end = true, endGone
 		return nil
 	}
 	if err != nil {
@@ -459,10 +464,16 @@ func (l *tailLane) baseFor(watermark int64) int64 {
 func (l *tailLane) progress(watermark int64) spate.SplitProgress {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	st, _ := json.Marshal(tailState{Base: l.baseFor(watermark), Size: l.size})
+	ts := tailState{Base: l.baseFor(watermark), Size: l.size}
+	if l.name != l.want.Name {
+		ts.Name = l.name
+	}
 	if l.done && watermark >= l.pos {
+		ts.End = l.end
+		st, _ := json.Marshal(ts)
 		return spate.CompletedProgress(watermark, st)
 	}
+	st, _ := json.Marshal(ts)
 	return spate.NewSplitProgress(watermark, st)
 }
 
