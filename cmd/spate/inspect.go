@@ -352,7 +352,7 @@ func runInspect(args []string) int {
 	if err != nil {
 		return fail(exitFailed, "inspect job %s: %v", job, err)
 	}
-	in := inspectionOf(job, conn.describe, js, filesource.NewLagMeter(localDir(jf.src)).Measure(js.Splits))
+	in := inspectionOf(job, conn.describe, js, filesource.NewLagMeter(localDir(c.job.src)).Measure(js.Splits))
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
