@@ -246,3 +246,14 @@ func TestPlanMakesAtLeastMinSplits(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, specs, 2)
 }
+
+// A job's identity at the default MinSplits is what an earlier build
+// derived (so its stored plan is resumed); another MinSplits is another
+// job.
+func TestFingerprintNamesOnlyANonDefaultMinSplits(t *testing.T) {
+	objs := filesource.Dir("/in")
+	const old = "filesource:v1:/in:target=67108864:files=16"
+	require.Equal(t, old, filesource.NewPlanner(objs, filesource.PlannerOptions{}).Fingerprint())
+	require.Equal(t, old, filesource.NewPlanner(objs, filesource.PlannerOptions{MinSplits: filesource.DefaultMinSplits}).Fingerprint())
+	require.Equal(t, old+":min=1", filesource.NewPlanner(objs, filesource.PlannerOptions{MinSplits: 1}).Fingerprint())
+}
