@@ -41,6 +41,7 @@ type backfillFlags struct {
 	rebalanceDelay time.Duration
 	splitBytes     int64
 	splitFiles     int
+	minSplits      int
 	maxLineBytes   int           // the line cap
 	follow         bool          // a continuous job: discover and follow
 	untilIdle      time.Duration // --follow: complete once the input is idle this long
@@ -74,7 +75,8 @@ leaves no duplicate and no torn line under the final names. DST/.spate/job
 names the job that owns DST (another job is refused), and DST/.spate/plan the
 plan that writes it: a new plan of the job (on another store, or after its
 records were deleted) is refused over its output, as is a worker whose --src,
---dst, --split-bytes, --split-files or --follow differ from the job's.
+--dst, --split-bytes, --split-files, --min-splits or --follow differ from
+the job's.
 
 The default store is an embedded etcd on --embed-addr with its data in
 --data-dir; more spate backfill processes (other terminals) join it. The
@@ -128,6 +130,7 @@ func (f *backfillFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.rollSize, "roll-size", blobsink.DefaultRollSize, "bucket --dst: the staged bytes of a split that make an output part")
 	fs.DurationVar(&f.rollInterval, "roll-interval", blobsink.DefaultRollInterval, "bucket --dst: a split's output becomes a part at most this long after it was read (latency against object count)")
 	fs.IntVar(&f.splitFiles, "split-files", 16, "maximum files per split (part of the job's identity)")
+	fs.IntVar(&f.minSplits, "min-splits", filesource.DefaultMinSplits, "the fewest splits the plan aims at, so that every worker of a fleet has work: the bytes per split are lowered to the input's bytes divided by this, not below 64 KiB, and a larger file is divided into line-aligned byte ranges (1: off; part of the job's identity)")
 	fs.IntVar(&f.maxLineBytes, "max-line-bytes", filesource.DefaultMaxLineBytes, "the longest line read (bounds a lane's memory at about twice it); a longer line fails its split, naming the file and offset")
 	fs.BoolVar(&f.follow, "follow", false, "a continuous job: new files are discovered every --discover and each file is followed as it grows (renames, truncations and deletions included); runs until SIGINT/SIGTERM, or --until-idle (part of the job's identity)")
 	fs.DurationVar(&f.untilIdle, "until-idle", 0, "--follow: once no file was added, grown or shrunk for this long, the plan turns final and the job completes (0: run until stopped)")
@@ -395,7 +398,7 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 		}
 	}()
 
-	popts := filesource.PlannerOptions{TargetBytes: f.splitBytes, MaxFiles: f.splitFiles, Follow: f.follow, UntilIdle: f.untilIdle,
+	popts := filesource.PlannerOptions{TargetBytes: f.splitBytes, MaxFiles: f.splitFiles, MinSplits: f.minSplits, Follow: f.follow, UntilIdle: f.untilIdle,
 		Include: f.include.patterns(), Exclude: f.exclude.patterns(), NoDefaultExcludes: f.exclude.set, Logger: log}
 	if f.follow && f.discover > 0 && f.discover < f.lease {
 		popts.Discover = f.discover // the planner lists on its own between the leader's replans
@@ -552,7 +555,7 @@ func (r *backfillRun) announce(ctx context.Context) (code int, done bool) {
 	con.line("spate backfill: job %s, worker %s", job, instance)
 	con.line("store: %s", conn.describe)
 	if before.exists && before.fingerprint != planner.Fingerprint() {
-		return fail(exitUsage, "job %s on this store belongs to another source or other split options:\n  the job:  %s\n  this run: %s\nuse another --job, or the job's own --src/--split-bytes/--split-files/--follow", job, before.fingerprint, planner.Fingerprint()), true
+		return fail(exitUsage, "job %s on this store belongs to another source or other split options:\n  the job:  %s\n  this run: %s\nuse another --job, or the job's own --src/--split-bytes/--split-files/--min-splits/--follow", job, before.fingerprint, planner.Fingerprint()), true
 	}
 	// The destination is bound to the plan that writes it before anything
 	// is written to it.

@@ -279,10 +279,12 @@ func TestQuarantinedSplitInspectAndRequeue(t *testing.T) {
 	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
 	lines := writeCorpus(t, src, 6, 300)
 	const job = "poison"
-	popts := filesource.PlannerOptions{TargetBytes: 4096, MaxFiles: 1}
+	// One file (about 11 KiB) a split: a larger file would be divided
+	// into ranges, each of which the damage below sets aside.
+	popts := filesource.PlannerOptions{TargetBytes: 16384, MaxFiles: 1}
 	storeArgs := []string{"--store", storeURL, "--job", job}
 	args := append([]string{"backfill", "--src", src, "--dst", dst, "--lease", "2s", "--max-attempts", "2",
-		"--split-bytes", "4096", "--split-files", "1"}, storeArgs...)
+		"--split-bytes", "16384", "--split-files", "1"}, storeArgs...)
 
 	// Plan the job (as its first worker's leader would), then damage one
 	// planned file: it is now shorter than the plan says.

@@ -21,7 +21,9 @@ func TestBackfillSetsADamagedOutputAside(t *testing.T) {
 	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
 	writeCorpus(t, src, 6, 8000) // ~360 KiB of output per split: far from done at the third publish
 	args := []string{"backfill", "--src", src, "--dst", dst, "--job", "damage", "--lease", "2s",
-		"--split-bytes", "16384", "--commit-interval", "200ms", "--data-dir", filepath.Join(dir, "etcd")}
+		// One file a split, not divided into ranges: a split is long under way.
+		"--split-bytes", "1048576", "--split-files", "1", "--min-splits", "1",
+		"--commit-interval", "200ms", "--data-dir", filepath.Join(dir, "etcd")}
 	p := start(t, dir, "", append(args, "--rate", "600")...) // each split takes ~15 s
 	// Wait for a split under way whose published file grew three times:
 	// at least two commits published, so the first size seen is inside

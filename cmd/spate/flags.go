@@ -214,6 +214,7 @@ func (f *backfillFlags) checkSizes() error {
 		func() error { return atLeast("max-attempts", int64(f.maxAttempts), 1) },
 		func() error { return atLeast("split-bytes", f.splitBytes, 1) },
 		func() error { return atLeast("split-files", int64(f.splitFiles), 1) },
+		func() error { return atLeast("min-splits", int64(f.minSplits), 1) },
 		func() error { return atLeast("max-line-bytes", int64(f.maxLineBytes), 1) },
 	)
 }

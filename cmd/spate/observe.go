@@ -83,6 +83,7 @@ func (h *history) close() error {
 type splitInfo struct {
 	files     []filesource.Member
 	total     int64
+	rng       *filesource.Range // a range split's part of its file
 	epoch     spate.LeaseEpoch
 	completed bool
 	poison    string
@@ -133,7 +134,10 @@ func (o *observer) info(id spate.SplitID) *splitInfo {
 }
 
 // describeFiles names a split's files for people.
-func describeFiles(files []filesource.Member, total int64) string {
+func describeFiles(files []filesource.Member, total int64, rng *filesource.Range) string {
+	if rng != nil && len(files) == 1 {
+		return fmt.Sprintf("%s bytes %d..%d of %s", files[0].Name, rng.Start, rng.End, bytesStr(files[0].Size))
+	}
 	switch len(files) {
 	case 0:
 		return "no files"
@@ -152,7 +156,7 @@ func (o *observer) event(ev spate.Event) {
 		d, _ := filesource.DecodeDescriptor(e.Split.Descriptor)
 		o.mu.Lock()
 		s := o.info(e.Split.ID)
-		s.files, s.total, s.epoch = d.Files, d.Total(), e.Epoch
+		s.files, s.total, s.rng, s.epoch = d.Files, d.Total(), d.Range, e.Epoch
 		if d.Tail != nil {
 			s.files = []filesource.Member{{Name: d.Tail.Name, Size: -1}} // followed: no size
 		}
@@ -169,7 +173,7 @@ func (o *observer) event(ev spate.Event) {
 				}
 			}
 		}
-		desc := describeFiles(s.files, s.total)
+		desc := describeFiles(s.files, s.total, s.rng)
 		o.mu.Unlock()
 		o.con.event("gained %s (epoch %d) [%s], %s", e.Split.ID, e.Epoch, desc, from)
 		o.hist.record("gained", map[string]any{"split": e.Split.ID.String(), "epoch": uint64(e.Epoch), "resume": resume})
@@ -253,7 +257,7 @@ func (o *observer) commit(id spate.SplitID, epoch spate.LeaseEpoch, p spate.Spli
 		s.completed = true
 		o.completed++
 	}
-	total, files := s.total, s.files
+	total, files, rng := s.total, s.files, s.rng
 	o.mu.Unlock()
 	fields := map[string]any{"split": id.String(), "epoch": uint64(epoch), "watermark": p.Watermark,
 		"completed": p.Completed, "outcome": outcome(err)}
@@ -263,7 +267,7 @@ func (o *observer) commit(id spate.SplitID, epoch spate.LeaseEpoch, p spate.Spli
 	o.hist.record("commit", fields)
 	switch {
 	case done:
-		o.con.event("completed %s [%s]", id, describeFiles(files, total))
+		o.con.event("completed %s [%s]", id, describeFiles(files, total, rng))
 	case errors.Is(err, spate.ErrFenced):
 		o.con.event("commit of %s fenced: another worker owns it now (nothing was written)", id)
 	}
@@ -377,7 +381,7 @@ func (o *observer) quarantinedSplits() []string {
 		s := o.splits[id]
 		line := id.String()
 		if s != nil && len(s.files) > 0 {
-			line += " [" + describeFiles(s.files, s.total) + "]"
+			line += " [" + describeFiles(s.files, s.total, s.rng) + "]"
 		}
 		if s != nil && s.poison != "" {
 			line += ": " + s.poison

@@ -18,6 +18,7 @@ func FuzzDecodeDescriptor(f *testing.F) {
 		Files: []filesource.Member{{Name: "a/b.log", Size: 10, MTime: 1}}})
 	f.Add(good)
 	f.Add([]byte(`{"v":1,"files":null}`))
+	f.Add([]byte(`{"v":2,"files":[{"name":"big","size":100,"mtime":7}],"range":{"start":33,"end":66}}`))
 	f.Add([]byte(`{"v":2,"files":[]}`))
 	f.Add([]byte(`{"v":1,"files":[{"name":"x","size":-1,"mtime":0}]}`))
 	f.Add([]byte(`[]`))

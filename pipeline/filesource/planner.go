@@ -10,14 +10,33 @@
 // The planner lists the input (for a directory: recursively, regular files
 // only; a FIFO, socket or device is never opened, and is named once in a
 // warning) in byte order of the objects' slash-separated names, and packs
-// consecutive objects into splits of at most TargetBytes (a larger object
-// gets a split of its own) and MaxFiles members. A split's weight is its
-// byte count. Its id is "f1" followed by the base64url encoding of the first
-// 16 bytes of a SHA-256 over the packing version and every member's name,
-// size and modification time: the same objects always make the same splits,
-// an overwritten object becomes new work, and a packing change orphans old
-// progress on purpose. The plan is final: objects added later are not seen,
-// unless the job follows its input (see Following).
+// consecutive objects into splits of at most the target and MaxFiles
+// members. An object larger than the target is divided into byte ranges
+// (see Ranges). The target is TargetBytes, lowered so that the input makes
+// at least MinSplits splits (16 by default: enough to keep a fleet busy)
+// but never below 64 KiB a split (see [PlannerOptions] MinSplits), so the
+// plan stays bounded: at most about twice MinSplits splits beyond what
+// TargetBytes and MaxFiles alone make. A split's weight is its byte count.
+// Its id is "f1" followed by the base64url encoding of the first 16 bytes
+// of a SHA-256 over the packing version and every member's name, size and
+// modification time (and a range's bounds): the same objects always make
+// the same splits, an overwritten object becomes new work, and a packing
+// change orphans old progress on purpose. The plan is final: objects added
+// later are not seen, unless the job follows its input (see Following).
+//
+// # Ranges
+//
+// An object larger than the target becomes k = ceil(size/target) splits
+// of equal byte ranges [start, end) of it, each with a descriptor of
+// version 2 naming the object and its range (an older build refuses it as
+// a version it does not know, rather than reading the whole object). A
+// range owns the lines that start inside it: its lane skips to the first
+// line start at or after its start (a range that begins at 0, or just
+// after a newline, starts with a line) and reads through the line that
+// crosses its end. So every line of the object is read by exactly one
+// range, whatever the line lengths; a range in which no line starts reads
+// nothing and completes. Offsets are relative to the range's start; keys
+// are the object's own byte offsets, as for a whole object.
 //
 // # Offsets and watermarks
 //
@@ -135,6 +154,19 @@ import (
 // packed must change it.
 const PackingVersion = 1
 
+// RangeVersion is the descriptor version of a split that is a byte range
+// of one object (see the package documentation, "Ranges"); it is folded
+// into the range's id.
+const RangeVersion = 2
+
+// DefaultMinSplits is the fewest splits a bounded plan aims at (see
+// [PlannerOptions] MinSplits).
+const DefaultMinSplits = 16
+
+// MinSplitBytes is the smallest target the MinSplits rule lowers the
+// target to: an input below MinSplits × 64 KiB makes fewer splits.
+const MinSplitBytes = 64 << 10
+
 // Member is one file of a split, as the planner saw it.
 //
 // Its name is any bytes a file system allows. In a descriptor (JSON) a
@@ -223,10 +255,24 @@ type Descriptor struct {
 	// Tail is the followed file of a tail split (see [PlannerOptions]
 	// Follow); Files is empty then.
 	Tail *Tail `json:"tail,omitempty"`
+	// Range is the part of its one member a range split reads (Version
+	// is RangeVersion then; see the package documentation, "Ranges").
+	Range *Range `json:"range,omitempty"`
 }
 
-// Total is the split's size in bytes.
+// Range is a byte range [Start, End) of a member: the split owns the
+// lines that start inside it.
+type Range struct {
+	Start int64 `json:"start"`
+	End   int64 `json:"end"`
+}
+
+// Total is the split's size in bytes: for a range, its length (its last
+// line may reach beyond it).
 func (d Descriptor) Total() int64 {
+	if d.Range != nil {
+		return d.Range.End - d.Range.Start
+	}
 	var n int64
 	for _, f := range d.Files {
 		n += f.Size
@@ -240,8 +286,17 @@ func DecodeDescriptor(b []byte) (Descriptor, error) {
 	if err := json.Unmarshal(b, &d); err != nil {
 		return d, spate.Fatalf("filesource: bad descriptor: %v", err)
 	}
-	if d.Version != PackingVersion {
-		return d, spate.Fatalf("filesource: descriptor version %d, want %d", d.Version, PackingVersion)
+	switch {
+	case d.Version == RangeVersion && d.Range == nil:
+		return d, spate.Fatalf("filesource: bad descriptor: version %d without a range", d.Version)
+	case d.Version == RangeVersion:
+		if len(d.Files) != 1 || d.Range.Start < 0 || d.Range.Start >= d.Range.End || d.Range.End > d.Files[0].Size {
+			return d, spate.Fatalf("filesource: bad descriptor: range [%d, %d) of %d members (one wanted, the range inside its size)", d.Range.Start, d.Range.End, len(d.Files))
+		}
+	case d.Version != PackingVersion:
+		return d, spate.Fatalf("filesource: descriptor version %d, want %d or %d", d.Version, PackingVersion, RangeVersion)
+	case d.Range != nil:
+		return d, spate.Fatalf("filesource: bad descriptor: version %d with a range", d.Version)
 	}
 	for i, m := range d.Files {
 		if m.Name == "" || m.Size < 0 {
@@ -261,6 +316,13 @@ type PlannerOptions struct {
 	// MaxFiles caps a split's members (it keeps descriptors small).
 	// Default 16.
 	MaxFiles int
+	// MinSplits is the fewest splits a bounded plan aims at, so that a
+	// fleet of workers has work for each of them: when the input's bytes
+	// divided by MinSplits are below TargetBytes, that quotient is the
+	// target (but not below [MinSplitBytes], 64 KiB). Default
+	// [DefaultMinSplits] (16); 1 turns the rule off. Part of the job's
+	// identity. Unused with Follow.
+	MinSplits int
 	// Follow makes the job continuous: the plan stays Open, every replan
 	// discovers the input's new files, and each file of a local directory
 	// is followed as it grows, by a tail split of its own (see the package
@@ -322,6 +384,9 @@ func NewPlanner(objs Objects, opts PlannerOptions) *Planner {
 	if opts.MaxFiles <= 0 {
 		opts.MaxFiles = 16
 	}
+	if opts.MinSplits <= 0 {
+		opts.MinSplits = DefaultMinSplits
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -334,8 +399,14 @@ func (p *Planner) Fingerprint() string {
 	if p.opts.Follow {
 		return "filesource:v" + strconv.Itoa(PackingVersion) + ":" + p.objs.Location() + ":follow"
 	}
-	return "filesource:v" + strconv.Itoa(PackingVersion) + ":" + p.objs.Location() +
+	fp := "filesource:v" + strconv.Itoa(PackingVersion) + ":" + p.objs.Location() +
 		":target=" + strconv.FormatInt(p.opts.TargetBytes, 10) + ":files=" + strconv.Itoa(p.opts.MaxFiles)
+	if p.opts.MinSplits != DefaultMinSplits {
+		// Named only when it is not the default, so that a job planned by
+		// an earlier build (whose stored plan is kept) keeps its identity.
+		fp += ":min=" + strconv.Itoa(p.opts.MinSplits)
+	}
+	return fp
 }
 
 // Plan lists the input and packs it. The plan is final, unless Follow.
@@ -350,15 +421,97 @@ func (p *Planner) Plan(ctx context.Context, pc spate.PlanContext) (spate.SplitPl
 	if members, err = p.follow.selected(members); err != nil {
 		return spate.SplitPlan{}, err
 	}
-	var splits []spate.PlannedSplit
-	for _, group := range Pack(members, p.opts.TargetBytes, p.opts.MaxFiles) {
-		spec, err := SplitFor(group)
-		if err != nil {
-			return spate.SplitPlan{}, err
-		}
-		splits = append(splits, spate.NewPlannedSplit(spec))
+	specs, err := PlanSplits(members, p.opts.TargetBytes, p.opts.MaxFiles, p.opts.MinSplits)
+	if err != nil {
+		return spate.SplitPlan{}, err
+	}
+	splits := make([]spate.PlannedSplit, len(specs))
+	for i, spec := range specs {
+		splits[i] = spate.NewPlannedSplit(spec)
 	}
 	return spate.NewSplitPlan(splits, spate.PlanFinal), nil
+}
+
+// Target is the byte budget of a split of an input of total bytes: target,
+// lowered to total/minSplits (rounded up) but not below [MinSplitBytes].
+func Target(total, target int64, minSplits int) int64 {
+	if minSplits > 1 {
+		share := total/int64(minSplits) + min(total%int64(minSplits), 1)
+		target = min(target, max(share, MinSplitBytes))
+	}
+	return max(target, 1)
+}
+
+// PlanSplits is a bounded plan's splits of members (in order): packed by
+// [Pack] at the [Target] for their total, and each member larger than the
+// target divided into ranges by [Ranges].
+func PlanSplits(members []Member, target int64, maxFiles, minSplits int) ([]spate.SplitSpec, error) {
+	var total int64
+	for _, m := range members {
+		total += m.Size
+	}
+	target = Target(total, target, minSplits)
+	var specs []spate.SplitSpec
+	for _, group := range Pack(members, target, maxFiles) {
+		if len(group) == 1 && group[0].Size > target {
+			for _, r := range Ranges(group[0].Size, target) {
+				spec, err := RangeSplitFor(group[0], r)
+				if err != nil {
+					return nil, err
+				}
+				specs = append(specs, spec)
+			}
+			continue
+		}
+		spec, err := SplitFor(group)
+		if err != nil {
+			return nil, err
+		}
+		specs = append(specs, spec)
+	}
+	return specs, nil
+}
+
+// Ranges divides size bytes into ceil(size/target) ranges of equal length
+// (to a byte), in order.
+func Ranges(size, target int64) []Range {
+	if size <= 0 {
+		return nil
+	}
+	k := size/target + min(size%target, 1)
+	out := make([]Range, k)
+	q, r := size/k, size%k
+	bound := func(i int64) int64 { return q*i + r*i/k } // size*i/k without overflow (r*i < k*k)
+	for i := range k {
+		out[i] = Range{Start: bound(i), End: bound(i + 1)}
+	}
+	return out
+}
+
+// RangeSplitID derives the deterministic id of the range r of m.
+func RangeSplitID(m Member, r Range) spate.SplitID {
+	h := sha256.New()
+	var buf [8]byte
+	for _, v := range []int64{RangeVersion, int64(len(m.Name))} {
+		binary.BigEndian.PutUint64(buf[:], uint64(v))
+		h.Write(buf[:])
+	}
+	h.Write([]byte(m.Name))
+	for _, v := range []int64{m.Size, m.MTime, r.Start, r.End} {
+		binary.BigEndian.PutUint64(buf[:], uint64(v))
+		h.Write(buf[:])
+	}
+	sum := h.Sum(nil)
+	return spate.MustSplitID("f1" + base64.RawURLEncoding.EncodeToString(sum[:16]))
+}
+
+// RangeSplitFor builds the split spec of the range r of m.
+func RangeSplitFor(m Member, r Range) (spate.SplitSpec, error) {
+	desc, err := json.Marshal(Descriptor{Version: RangeVersion, Files: []Member{m}, Range: &r})
+	if err != nil {
+		return spate.SplitSpec{}, fmt.Errorf("filesource: encode descriptor: %w", err)
+	}
+	return spate.NewSplitSpec(RangeSplitID(m, r), desc).WithWeight(uint64(max(r.End-r.Start, 1))), nil
 }
 
 // Pack groups consecutive members into splits of at most target bytes

@@ -31,13 +31,17 @@ func TestPlannerIsDeterministicAndPacksByBytes(t *testing.T) {
 		for _, f := range d.Files {
 			names = append(names, f.Name)
 		}
+		if d.Range != nil {
+			names[0] += fmt.Sprintf("[%d,%d)", d.Range.Start, d.Range.End)
+		}
 		groups = append(groups, names)
 		require.Equal(t, uint64(max(d.Total(), 1)), s.Spec.Weight, "weight %d for %d bytes", s.Spec.Weight, d.Total())
 		id := s.Spec.ID.String()
 		require.LessOrEqual(t, len(id), spate.SplitIDMaxLen, "id %q", id)
 		require.True(t, strings.HasPrefix(id, "f1"), "id %q", id)
 	}
-	want := [][]string{{"a", "b"}, {"c"}, {"d", "e"}}
+	// c, larger than the target, is divided into ranges of equal length.
+	want := [][]string{{"a", "b"}, {"c[0,200)"}, {"c[200,400)"}, {"d", "e"}}
 	require.Equal(t, fmt.Sprint(want), fmt.Sprint(groups), "packing %v, want %v", groups, want)
 	again, _ := p.Plan(context.Background(), spate.PlanContext{})
 	for i := range plan.Splits {
@@ -48,6 +52,8 @@ func TestPlannerIsDeterministicAndPacksByBytes(t *testing.T) {
 	require.NoError(t, os.Chtimes(filepath.Join(dir, "c"), later, later))
 	changed, _ := p.Plan(context.Background(), spate.PlanContext{})
 	require.NotEqual(t, plan.Splits[1].Spec.ID, changed.Splits[1].Spec.ID, "only the changed file's split id may change")
+	require.NotEqual(t, plan.Splits[2].Spec.ID, changed.Splits[2].Spec.ID, "only the changed file's split id may change")
+	require.Equal(t, plan.Splits[3].Spec.ID, changed.Splits[3].Spec.ID, "only the changed file's split id may change")
 	require.Equal(t, plan.Splits[0].Spec.ID, changed.Splits[0].Spec.ID, "only the changed file's split id may change")
 }
 

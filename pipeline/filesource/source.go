@@ -139,10 +139,17 @@ func (s *Source) ValidateResume(spec spate.SplitSpec, p spate.SplitProgress) err
 		return err
 	}
 	total := d.Total()
+	if d.Range != nil {
+		// A range's last line may end beyond the range, up to the file's end.
+		total = d.Files[0].Size - d.Range.Start
+	}
 	if p.Watermark < 0 || p.Watermark > total {
 		return rejectedf("filesource: resume watermark %d outside the split's %d bytes", p.Watermark, total)
 	}
 	var base int64
+	if d.Range != nil {
+		base = -d.Range.Start // split offsets are relative to the range's start
+	}
 	for _, f := range d.Files {
 		if p.Watermark > base && p.Watermark < base+f.Size {
 			return s.checkResumeAt(f, p.Watermark-base)
@@ -213,6 +220,10 @@ func (s *Source) OpenSplit(o pipeline.SplitOpening) (pipeline.Lane, error) {
 	l := &lane{
 		id: o.Lane, part: o.Partition, split: o.Spec.ID, objs: s.objs, files: d.Files,
 		issuer: o.Issuer, poison: o.Poison, pos: start, emitted: start, maxLine: s.maxLine,
+		limit: -1,
+	}
+	if d.Range != nil {
+		l.origin, l.limit = d.Range.Start, d.Total()
 	}
 	l.onExhausted = func() {
 		s.mu.Lock()
@@ -277,7 +288,8 @@ func (s *Source) EncodeCommit(id spate.SplitID, watermark int64) (spate.SplitPro
 		return st.tail.progress(watermark), nil
 	}
 	if watermark >= st.total {
-		return spate.CompletedProgress(st.total, nil), nil
+		// A range's last line may end beyond its end.
+		return spate.CompletedProgress(max(watermark, st.total), nil), nil
 	}
 	return spate.NewSplitProgress(watermark, nil), nil
 }
@@ -293,6 +305,9 @@ func (s *Source) Sweep(id spate.SplitID) (*spate.SplitProgress, error) {
 	acked := st.acked
 	done := st.acked >= st.total
 	s.mu.Unlock()
+	if !done && st.lane != nil {
+		done = st.lane.ownsNoLine()
+	}
 	if st.tail != nil {
 		if !st.tail.complete(acked) {
 			return nil, nil
@@ -353,15 +368,19 @@ func (s *Source) Unfinished(id spate.SplitID) bool {
 // done with a batch's payloads before the lane's next poll), so a line
 // costs no allocation and no copy here.
 type lane struct {
-	id          pipeline.LaneID
-	part        pipeline.PartitionID
-	split       spate.SplitID
-	objs        Objects
-	files       []Member
-	maxLine     int // the line cap
-	issuer      *pipeline.AckIssuer
-	poison      func(string)
-	onExhausted func()
+	id      pipeline.LaneID
+	part    pipeline.PartitionID
+	split   spate.SplitID
+	objs    Objects
+	files   []Member
+	maxLine int // the line cap
+	// origin is the file offset of split offset 0: a range's start (0 for
+	// whole files). limit is the split offset at or beyond which no line
+	// start is the split's (a range's length; -1: none).
+	origin, limit int64
+	issuer        *pipeline.AckIssuer
+	poison        func(string)
+	onExhausted   func()
 
 	mu      sync.Mutex
 	pos     int64 // split offset of the next line not yet emitted
@@ -379,9 +398,14 @@ type lane struct {
 	started  bool
 	// readFailures counts failed opens and reads since the last line read.
 	readFailures int
-	exhausted    bool
-	stopped      bool
-	failed       bool
+	// skipping: a range that does not begin with a line start is reading
+	// up to the first one (its bytes are the previous range's line).
+	skipping bool
+	// noLine: the range holds no line start; its split is complete.
+	noLine    bool
+	exhausted bool
+	stopped   bool
+	failed    bool
 }
 
 // laneBufSize is a lane's read size and initial buffer; a line longer than
@@ -401,6 +425,12 @@ func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, err
 	}
 	if !l.started {
 		l.started = true
+		if l.pos == 0 && l.origin > 0 {
+			// Read from the byte before the range: a newline there makes
+			// the range begin with a line; else its first bytes are the
+			// end of the previous range's line.
+			l.pos, l.skipping = -1, true
+		}
 		if err := l.position(); err != nil {
 			l.failLocked(err)
 			l.mu.Unlock()
@@ -415,6 +445,12 @@ func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, err
 		l.r, l.w = 0, 0
 	}
 	for len(l.payloads) < maxRecords {
+		if l.limit >= 0 && l.pos >= l.limit && !l.skipping {
+			// The next line starts after the range: the next range's.
+			l.closeFile()
+			l.fileIdx = len(l.files)
+			break
+		}
 		if l.f == nil {
 			if l.fileIdx >= len(l.files) {
 				break
@@ -430,6 +466,28 @@ func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, err
 			if l.f == nil {
 				continue // an empty member
 			}
+		}
+		if l.skipping {
+			if i := bytes.IndexByte(l.buf[l.r:l.w], '\n'); i >= 0 {
+				l.r += i + 1
+				l.pos += int64(i + 1)
+				l.endSkip()
+				continue
+			}
+			// No line starts in what is buffered: drop it (no value of
+			// this poll points into the buffer yet).
+			l.pos += int64(l.w - l.r)
+			l.r, l.w = 0, 0
+			if l.unread == 0 {
+				l.endSkip() // the file ends inside the previous range's line
+				l.nextFile()
+				continue
+			}
+			if err := l.fill(); err != nil {
+				l.readFailedLocked(err)
+				break
+			}
+			continue
 		}
 		if i := bytes.IndexByte(l.buf[l.r:l.w], '\n'); i >= 0 {
 			if i > l.maxLine {
@@ -487,6 +545,23 @@ func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, err
 	payloads := l.payloads
 	l.mu.Unlock()
 	return &pipeline.Batch{Payloads: payloads, Ack: l.issuer.Issue(l.part, last)}, nil
+}
+
+// endSkip ends a range's skip at pos, the first line start at or after
+// its beginning (or the file's end).
+func (l *lane) endSkip() {
+	l.skipping = false
+	if l.pos >= l.limit {
+		l.noLine = true
+	}
+}
+
+// ownsNoLine reports whether the lane found that its range holds no line
+// start: its split is complete with nothing read.
+func (l *lane) ownsNoLine() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.noLine
 }
 
 // emit cuts the next line, n bytes of which the first value are the line's
@@ -572,7 +647,7 @@ func (l *lane) fill() error {
 
 // position finds the member holding pos.
 func (l *lane) position() error {
-	var base int64
+	base := -l.origin // a range's split offsets start at its start
 	for i, f := range l.files {
 		if l.pos < base+f.Size {
 			l.fileIdx, l.base = i, base

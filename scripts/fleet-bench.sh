@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# fleet-bench.sh: how evenly a fleet divides a job. Three spate backfill
+# workers, each --rate 10000, on the default (embedded etcd) store copy
+# 120,000 lines given as (1) 24 equal files with --split-files 1 (one file a
+# split: the reference), (2) the same at the defaults, (3) one file of
+# 100,000 lines and 20 of 1,000; wall from the first launch to the last
+# exit, the splits gained and the commits made (from --history), in
+# interleaved rounds of two binaries, so that both meet the same load.
+#
+# Usage: BEFORE_BIN=old/spate SPATE_BIN=new/spate scripts/fleet-bench.sh
+# Environment: RUNS=3 rounds; PORT=24950 embedded etcd client port;
+# WORK=DIR work directory (default /tmp/spate-fleet-bench, kept).
+set -euo pipefail
+RUNS=${RUNS:-3}; PORT=${PORT:-24950}
+work=${WORK:-/tmp/spate-fleet-bench}; mkdir -p "$work"
+gen() { # gen DIR NAME LINES
+	awk -v n="$3" -v f="$2" 'BEGIN { for (i = 0; i < n; i++) printf "%s line %06d padding padding padding padding %06d\n", f, i, i }' >"$1/$2"
+}
+if [[ ! -d $work/equal ]]; then
+	mkdir -p "$work/equal" "$work/skewed"
+	for i in $(seq -w 1 24); do gen "$work/equal" "f$i.log" 5000; done
+	gen "$work/skewed" big.log 100000
+	for i in $(seq -w 1 20); do gen "$work/skewed" "s$i.log" 1000; done
+fi
+now() { date +%s.%N; }
+run() { # run BIN SRC DIR FLAGS...: prints wall and splits
+	local bin=$1 src=$2 dir=$3; shift 3
+	rm -rf "$dir"; mkdir -p "$dir"
+	local start pids=() rc=0 i
+	start=$(now)
+	for i in 1 2 3; do
+		"$bin" backfill --src "$src" --dst "$dir/out" --data-dir "$dir/etcd" --embed-addr "127.0.0.1:$PORT" \
+			--instance "w$i" --history "$dir/w$i.history" --rate 10000 "$@" >"$dir/w$i.log" 2>&1 &
+		pids+=($!)
+	done
+	for p in "${pids[@]}"; do wait "$p" || rc=1; done
+	local end; end=$(now)
+	[[ $rc == 0 ]] || { echo "FAILED in $dir" >&2; tail -5 "$dir"/w*.log >&2; return 1; }
+	grep -qE "verified( exactly once)?: all" "$dir"/w*.log || { echo "not verified $dir" >&2; return 1; }
+	local splits commits
+	splits=$(cat "$dir"/w*.history | grep '"ev":"gained"' | grep -o '"split":"[^"]*"' | sort -u | wc -l)
+	commits=$(cat "$dir"/w*.history | grep -c '"ev":"commit"')
+	echo "$(echo "$end $start" | awk '{printf "%.2f", $1-$2}') $splits $commits"
+}
+printf "%-5s %-7s %-22s %7s %7s %7s\n" round binary input wall splits commits
+for r in $(seq 1 "$RUNS"); do
+	for input in "equal --split-files 1" "equal" "skewed"; do
+		set -- $input; src=$work/$1; shift
+		for v in before after; do
+			bin=$BEFORE_BIN; [[ $v == after ]] && bin=$SPATE_BIN
+			out=$(run "$bin" "$src" "$work/run-$v" "$@")
+			printf "%-5s %-7s %-22s %7s %7s %7s\n" "$r" "$v" "$input" $out | tee -a "$work/results"
+		done
+	done
+done
