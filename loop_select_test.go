@@ -75,11 +75,12 @@ func TestTheDrainServesTheLoopsInputsAlike(t *testing.T) {
 		assert.Contains(t, loop, arm, "the drain serves an input the loop does not, or through another handler")
 	}
 	// The loop's end, the renewer's notes (a lease beat, no hurry), the
-	// timers and retries, and the planner's one result at a time.
+	// timers and retries, the planner's asks for a run (like replan.C, a
+	// flag the next step reads), and the planner's one result at a time.
 	oncePerWakeUp := []string{
 		"ctx.Done()", "a.renew.notes.sig",
 		"a.w.rewatch.C", "tick.C", "a.wake.c()", "reconcile.C", "replan.C",
-		"a.planning.done",
+		"planTriggers", "a.planning.done",
 	}
 	for _, arm := range loop {
 		ch := strings.TrimSpace(strings.SplitN(arm, "=>", 2)[0])
