@@ -254,13 +254,8 @@ type commitOut struct {
 // never became durable.
 func (a *actor) startCommit(cmd *command, confirmed bool, try int) error {
 	id, p := cmd.split.id, cmd.progress
-	t, held := a.worker.owned[id]
-	if !held {
-		cmd.reply <- notHeld(id)
-		return nil
-	}
-	if cmd.epoch != 0 && uint64(cmd.epoch) != t.epoch {
-		cmd.reply <- Fencedf("split %s: the tenancy at epoch %d ended (this worker now holds epoch %d); nothing was written", id, cmd.epoch, t.epoch)
+	t, ok := a.tenancyOf(cmd)
+	if !ok {
 		return nil
 	}
 	v := a.job.splits[id]
@@ -276,6 +271,23 @@ func (a *actor) startCommit(cmd *command, confirmed bool, try int) error {
 		}
 	})
 	return nil
+}
+
+// tenancyOf is the tenancy in which a split command at cmd.epoch acts;
+// ok is false (and the command answered) when this worker does not hold
+// the split, or holds it at another epoch.
+func (a *actor) tenancyOf(cmd *command) (t *tenancy, ok bool) {
+	id := cmd.split.id
+	t, held := a.worker.owned[id]
+	if !held {
+		cmd.reply <- notHeld(id)
+		return nil, false
+	}
+	if cmd.epoch != 0 && uint64(cmd.epoch) != t.epoch {
+		cmd.reply <- Fencedf("split %s: the tenancy at epoch %d ended (this worker now holds epoch %d); nothing was written", id, cmd.epoch, t.epoch)
+		return nil, false
+	}
+	return t, true
 }
 
 // nextProgress is the record a commit of p writes over prev.

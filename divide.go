@@ -155,13 +155,8 @@ func hasDivision(r *progressRecord, self string, epoch uint64, child string, d *
 // (onSplit): no commit runs beside it on the split.
 func (a *actor) divideSplit(cmd *command) error {
 	id, d := cmd.split.id, cmd.division
-	t, held := a.worker.owned[id]
-	if !held {
-		cmd.reply <- notHeld(id)
-		return nil
-	}
-	if cmd.epoch != 0 && uint64(cmd.epoch) != t.epoch {
-		cmd.reply <- Fencedf("split %s: the tenancy at epoch %d ended (this worker now holds epoch %d); nothing was written", id, cmd.epoch, t.epoch)
+	t, ok := a.tenancyOf(cmd)
+	if !ok {
 		return nil
 	}
 	v := a.job.splits[id]
