@@ -334,10 +334,10 @@ func (l *tailLane) open() error {
 	f, err := l.find()
 	if errors.Is(err, fs.ErrNotExist) {
 		if unread := l.committed - (l.pos - l.base); unread > 0 {
-			l.log.Warn("a followed file is gone (deleted while no worker held its split) with bytes its last commit had not reached: they cannot be read; the split completes at its last commit",
+			l.log.Warn("a followed file was deleted while no worker held its split, with bytes its last commit had not reached: they cannot be read; the split completes at its last commit",
 				"file", quoteName(l.want.Name), "split", l.split, "unread_bytes", unread, "watermark", l.pos)
 		} else {
-			l.log.Info("a followed file is gone (deleted while no worker held its split): the split completes at its last commit",
+			l.log.Info("a followed file was deleted while no worker held its split: the split completes at its last commit",
 				"file", quoteName(l.want.Name), "split", l.split, "watermark", l.pos)
 		}
 		l.done, l.end = true, endGone
