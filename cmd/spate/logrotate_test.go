@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/spate-go/spate/internal/needs"
 )
 
 // logrotateBin is Debian's logrotate (.ci/run installs it).
@@ -114,10 +116,7 @@ type window struct{ from, to time.Time }
 func TestFollowNextToLogrotate(t *testing.T) {
 	t.Parallel()
 	if _, err := os.Stat(logrotateBin); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is missing: .ci/run installs Debian's logrotate package", logrotateBin)
-		}
-		t.Skipf("%s is missing (apt-get install logrotate)", logrotateBin)
+		needs.Missing(t, logrotateBin+" is missing: install Debian's logrotate package (apt-get install logrotate; .ci/run does)")
 	}
 	tr := logrotateTrial()
 	dir := t.TempDir()
