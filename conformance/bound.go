@@ -12,8 +12,8 @@ import (
 
 // Every rule ends with a verdict within its own bound, whatever the driver
 // does inside a call: returns late, never returns, or spins. A rule calls
-// the driver's watch methods through bounded, which names the call when it
-// gives up. The design, and why it has two clocks:
+// the driver through bounded (every store it opens is wrapped: boundstore.go),
+// which names the call when it gives up. The design, and why it has two clocks:
 //
 //   - The call runs on a goroutine of its own; the rule waits for it on a
 //     select over its result and a timer of callBound. Outside a bubble
@@ -47,10 +47,17 @@ import (
 // when the store or the harness is closed, or never: in a bubble, a
 // goroutine that outlives its bubble's test is reported by synctest.
 
-// callBound bounds one watch call of the driver: opening a watch is one
+// callBound is the least bound of one call of the driver: a call is one
 // round trip, and a driver that retries inside it must give up long before
 // this (Retryable) and leave the retry to its caller.
 const callBound = 30 * time.Second
+
+// callBoundFor is the bound of one call of a store whose TTL is ttl: at
+// least callBound, and two TTLs for a store configured with a long one (a
+// call that outlasts two TTLs has outlasted every lease its caller held).
+func callBoundFor(ttl time.Duration) time.Duration {
+	return max(callBound, 2*ttl)
+}
 
 // realCallBound is how long, in real time, the watchdog of a rule run in a
 // synctest bubble lets a call stay in flight: inside a bubble a call that
@@ -65,12 +72,11 @@ func errCallBound(what string, d time.Duration) error {
 
 // bounded runs call (a call of the driver, named by what, e.g.
 // `Watch(durable, "gap.")`) on a goroutine of its own and waits for it at
-// most callBound. When the call does not return in time it fails the rule
+// most limit. When the call does not return in time it fails the rule
 // naming the call and returns errCallBound, so that the caller's own error
 // path ends the rule (it may run on any goroutine of the rule). The
-// abandoned call's result, if it ever comes, is dropped; a watch channel it
-// returns late is drained until it closes.
-func bounded[T any](e *env, what string, call func() (T, error)) (T, error) {
+// abandoned call's result, if it ever comes, is dropped.
+func bounded[T any](e *env, limit time.Duration, what string, call func() (T, error)) (T, error) {
 	type result struct {
 		v   T
 		err error
@@ -82,34 +88,46 @@ func bounded[T any](e *env, what string, call func() (T, error)) (T, error) {
 		v, err := call()
 		done <- result{v, err}
 	}()
-	timer := time.NewTimer(callBound)
+	timer := time.NewTimer(limit)
 	defer timer.Stop()
 	select {
 	case r := <-done:
 		return r.v, r.err
 	case <-timer.C:
-		e.t.Errorf("rule: a store call returns within its bound (a driver that waits or retries inside a call stops when its context ends, or returns Retryable); %s did not return within %v", what, callBound)
+		e.t.Errorf("rule: a store call returns within its bound (a driver that waits or retries inside a call stops when its context ends, or returns Retryable); %s did not return within %v", what, limit)
 		var zero T
-		return zero, errCallBound(what, callBound)
+		return zero, errCallBound(what, limit)
 	}
 }
 
-// boundedWatch is s.Watch through bounded.
+// boundedWatch is s.Watch through bounded (once: a store of env.open is
+// bounded already).
 func boundedWatch(e *env, s spate.Store, ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
-	return bounded(e, fmt.Sprintf("Watch(%s, %q)", ks, prefix), func() (<-chan spate.WatchEvent, error) {
+	if _, ok := s.(unbound); ok {
+		return s.Watch(ctx, ks, prefix)
+	}
+	return bounded(e, callBound, fmt.Sprintf("Watch(%s, %q)", ks, prefix), func() (<-chan spate.WatchEvent, error) {
 		return s.Watch(ctx, ks, prefix)
 	})
 }
 
-// boundedWatchKeys is kw.WatchKeys through bounded.
+// boundedWatchKeys is kw.WatchKeys through bounded (once: see
+// boundedWatch).
 func boundedWatchKeys(e *env, kw spate.KeyWatcher, ctx context.Context, ks spate.Keyspace, keys []string) (<-chan spate.WatchEvent, error) {
-	what := fmt.Sprintf("WatchKeys(%s, %d keys)", ks, len(keys))
-	if len(keys) <= 3 {
-		what = fmt.Sprintf("WatchKeys(%s, %q)", ks, keys)
+	if _, ok := kw.(unbound); ok {
+		return kw.WatchKeys(ctx, ks, keys)
 	}
-	return bounded(e, what, func() (<-chan spate.WatchEvent, error) {
+	return bounded(e, callBound, watchKeysName(ks, keys), func() (<-chan spate.WatchEvent, error) {
 		return kw.WatchKeys(ctx, ks, keys)
 	})
+}
+
+// watchKeysName names a WatchKeys call.
+func watchKeysName(ks spate.Keyspace, keys []string) string {
+	if len(keys) <= 3 {
+		return fmt.Sprintf("WatchKeys(%s, %q)", ks, keys)
+	}
+	return fmt.Sprintf("WatchKeys(%s, %d keys)", ks, len(keys))
 }
 
 // callWatch holds the driver calls of one rule in flight, for the

@@ -124,15 +124,17 @@ type env struct {
 	after []func(t testing.TB)
 }
 
-// open opens a store and closes it at cleanup.
+// open opens a store and closes it at cleanup. Every call of the store it
+// returns is bounded (boundstore.go).
 func (e *env) open() spate.Store {
 	e.t.Helper()
 	s, err := openStore(e.ctx, e.h)
 	if err != nil {
 		e.t.Fatalf("harness: open store: %v", err)
 	}
-	e.t.Cleanup(func() { _ = s.Close() })
-	return s
+	b := bind(e, s)
+	e.t.Cleanup(func() { _ = b.Close() })
+	return b
 }
 
 // openRetryBudget bounds how long openStore retries Retryable failures.

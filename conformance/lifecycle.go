@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -23,7 +24,11 @@ var lifecycleSteps = []string{"claim", "takeover", "commit", "release"}
 
 // lifecycleAttempts bounds how often MeasureLifecycle measures a mode
 // again when a lease renewal, which runs on its own clock, or a watch
-// delivering a release's two changes out of order got into a step.
+// delivering a release's two changes out of order got into a step. The
+// order in which a peer's two watches (one per keyspace) deliver a
+// release's changes depends on the machine's speed alone: on the last
+// attempt a claim that took the late-release path is judged on that
+// path's cost (lateReleaseClaim), never failed for it.
 const lifecycleAttempts = 3
 
 // MeasureLifecycle counts the store calls real coordinators make on one
@@ -154,8 +159,21 @@ func measureLifecycle(e *env, mode string, last bool) (disturbed string) {
 			return fmt.Sprintf("b saw the released split's lease go before its owner-clear and took the late-release path: %v", claim)
 		}
 	}
+	judged := maps.Clone(calls)
+	if len(claim) > goals["claim"] {
+		if rest, ok := lateReleaseClaim(claim); ok {
+			// b's watch of the ephemeral keyspace delivered the lease's
+			// delete before its watch of the durable one delivered the
+			// owner-clear (a question of speed on a loaded machine): its
+			// compare-and-swap on the record it viewed lost, and it read
+			// the record and claimed again. That lost swap and that read
+			// are the late-release path's price; the rest is judged.
+			t.Logf("b saw the released split's lease go before its owner-clear and took the late-release path: the lost compare-and-swap and the read that follows it are its price, the claim is judged on the rest: %v", claim)
+			judged["claim"] = rest
+		}
+	}
 	for _, step := range lifecycleSteps {
-		n := len(calls[step])
+		n := len(judged[step])
 		// internal/perfreport reads these lines.
 		t.Logf("lifecycle %s %s=%d", mode, step, n)
 		t.Logf("  calls of the %s: %v", step, calls[step])
@@ -245,6 +263,21 @@ func untilFenced(calls []storeCall) (claim []storeCall, won bool) {
 	for i, c := range calls {
 		if c.op == "update" && c.ks == spate.Durable && c.result == "won" {
 			return calls[:i+1], true
+		}
+	}
+	return calls, false
+}
+
+// lateReleaseClaim returns a claim's calls without the late-release
+// path's price, and whether it took that path: one lost compare-and-swap
+// of the progress record, followed at once by the read of the record
+// that found it, before the winning one.
+func lateReleaseClaim(calls []storeCall) (rest []storeCall, ok bool) {
+	for i := 0; i+1 < len(calls); i++ {
+		lost, read := calls[i], calls[i+1]
+		if lost.op == "update" && lost.ks == spate.Durable && lost.result == "lost" &&
+			read.op == "get" && read.ks == spate.Durable && read.result == "found" {
+			return slices.Concat(calls[:i], calls[i+2:]), true
 		}
 	}
 	return calls, false

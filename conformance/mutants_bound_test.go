@@ -19,9 +19,10 @@ import (
 
 // Every rule ends with a verdict within its own bound whatever the driver
 // does inside a call (conformance/bound.go). These drivers are the
-// in-memory store with a Watch that misbehaves in time, not in content;
-// TestWatchRulesEndWhateverTheDriverDoes runs the watch rules that once
-// ran until the test binary's timeout against each.
+// in-memory store with a call (Watch, Get, List) that misbehaves in time,
+// not in content; TestRulesEndWhateverTheDriverDoes runs against each
+// the rules that once ran until the test binary's timeout (the watch rules)
+// or hung on the call (a Get or List that never returned).
 
 // boundRules are the rules that hung: their writer never blocked, so in
 // the suite's synctest bubble a Watch waiting on a timer never returned.
@@ -40,7 +41,56 @@ func watchHook(before func(sh *shared, ctx context.Context) bool) func(*shared, 
 	}
 }
 
+// getHook makes a mutant whose Get runs before (sh, ctx) first, as watchHook.
+func getHook(before func(sh *shared, ctx context.Context) bool) func(*shared, *mem.Store) spate.Store {
+	return func(sh *shared, s *mem.Store) spate.Store {
+		return &hooked{Store: s, get: func(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
+			if !before(sh, ctx) {
+				return spate.Entry{}, false, spate.Retryablef("the store closed")
+			}
+			return s.Get(ctx, ks, key)
+		}}
+	}
+}
+
+// spin keeps the CPU busy, never blocking, until the harness closes.
+func spin(sh *shared, _ context.Context) bool {
+	for {
+		select {
+		case <-sh.closed:
+			return false
+		default:
+		}
+	}
+}
+
+// getRules and listRules are rules whose first calls include Get and List.
+var (
+	getRules  = []string{"GetReadsTheLatestWrite"}
+	listRules = []string{"ListReturnsLiveKeys"}
+)
+
 var boundMutants = []mutant{
+	// Every call of a rule is bounded, not only Watch: a Get or a List
+	// that sleeps, never returns or spins ends the rule naming the call.
+	{name: "get-waits-a-millisecond", wrap: getHook(func(sh *shared, _ context.Context) bool {
+		return sh.sleep(time.Millisecond)
+	})},
+	{name: "get-sleeps", breaks: getRules, wrap: getHook(func(sh *shared, _ context.Context) bool {
+		return sh.sleep(24 * time.Hour)
+	})},
+	{name: "get-never-returns", breaks: getRules, wrap: getHook(func(sh *shared, _ context.Context) bool {
+		<-sh.closed
+		return false
+	})},
+	{name: "get-spins", breaks: getRules, wrap: getHook(spin)},
+	{name: "list-never-returns", breaks: listRules, wrap: func(sh *shared, s *mem.Store) spate.Store {
+		return &hooked{Store: s, list: func(ctx context.Context, ks spate.Keyspace, p string) ([]spate.Entry, error) {
+			<-sh.closed
+			return nil, spate.Retryablef("the store closed")
+		}}
+	}},
+
 	// A retry back-off before subscribing: a driver that keeps the
 	// contract. The rules must pass on it (they once never ended).
 	{name: "watch-waits-a-millisecond", wrap: watchHook(func(sh *shared, _ context.Context) bool {
@@ -56,57 +106,76 @@ var boundMutants = []mutant{
 		return false
 	})},
 	// Spins without ever blocking until the store is closed.
-	{name: "watch-spins", breaks: boundRules, wrap: watchHook(func(sh *shared, _ context.Context) bool {
-		for {
-			select {
-			case <-sh.closed:
-				return false
-			default:
-			}
-		}
-	})},
+	{name: "watch-spins", breaks: boundRules, wrap: watchHook(spin)},
 }
 
-func TestWatchRulesEndWhateverTheDriverDoes(t *testing.T) {
+func TestRulesEndWhateverTheDriverDoes(t *testing.T) {
 	if os.Getenv("SPATE_MUTANT") != "" {
 		t.Skip("inside a mutant run")
 	}
 	// In a synctest bubble (virtual time), through CheckStore: a Watch that
 	// waits on a timer or on a channel costs no wall time.
-	for _, name := range []string{"watch-waits-a-millisecond", "watch-sleeps", "watch-never-returns"} {
-		t.Run(name, func(t *testing.T) {
+	for _, c := range []struct{ name, call string }{
+		{"watch-waits-a-millisecond", ""},
+		{"watch-sleeps", `Watch\((durable|ephemeral), "[^"]*"\)`},
+		{"watch-never-returns", `Watch\((durable|ephemeral), "[^"]*"\)`},
+		{"get-waits-a-millisecond", ""},
+		{"get-sleeps", `Get\((durable|ephemeral), "gl\.k"\)`},
+		{"get-never-returns", `Get\((durable|ephemeral), "gl\.k"\)`},
+		{"list-never-returns", `List\((durable|ephemeral), "ll\."\)`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			m := boundMutants[slices.IndexFunc(boundMutants, func(m mutant) bool { return m.name == name })]
-			failed := catch(t, conformance.CheckStore, mutantHarness(boundMutants, name), boundRules)
+			m := boundMutants[slices.IndexFunc(boundMutants, func(m mutant) bool { return m.name == c.name })]
+			failed := catch(t, conformance.CheckStore, mutantHarness(boundMutants, c.name), targetRules(m))
 			if m.breaks == nil {
-				require.Empty(t, failed, "a Watch that waits a millisecond keeps the contract, yet rules failed:\n%s", verdicts(failed))
+				require.Empty(t, failed, "a call that waits a millisecond keeps the contract, yet rules failed:\n%s", verdicts(failed))
 				return
 			}
 			for _, r := range m.breaks {
-				require.Contains(t, failed, r, "%s: the rule must end with a verdict", name)
+				require.Contains(t, failed, r, "%s: the rule must end with a verdict", c.name)
 				line := ruleLine(failed[r])
-				assert.Contains(t, line, "a store call returns within its bound", "%s: %s failed, but not on the bound:\n%s", name, r, strings.Join(failed[r], "\n"))
-				assert.Regexp(t, `Watch\((durable|ephemeral), "[^"]*"\) did not return`, line, "%s: the verdict names the call", name)
+				assert.Contains(t, line, "a store call returns within its bound", "%s: %s failed, but not on the bound:\n%s", c.name, r, strings.Join(failed[r], "\n"))
+				assert.Regexp(t, c.call+` did not return within 30s`, line, "%s: the verdict names the call", c.name)
 			}
-			t.Logf("%s:\n%s", name, verdicts(failed))
+			t.Logf("%s:\n%s", c.name, verdicts(failed))
 		})
 	}
 	// A Watch that spins keeps a bubble's virtual time still, so only the
 	// real-time watchdog of RunStore can end the rule: it ends the test
 	// binary naming the rule and the call. Run in a subprocess.
-	t.Run("watch-spins", func(t *testing.T) {
-		t.Parallel()
-		pattern := "^TestBoundMutantTarget$/^(" + strings.Join(boundRules, "|") + ")$"
-		cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run="+pattern, "-test.v", "-test.count=1", "-test.timeout=5m")
-		cmd.Env = append(os.Environ(), "SPATE_MUTANT=watch-spins")
-		out, err := cmd.CombinedOutput()
-		require.Error(t, err, "a driver whose Watch spins must fail the run:\n%s", out)
-		s := string(out)
-		assert.NotContains(t, s, "test timed out", "the run ended only at the binary's timeout, not at the rule's bound")
-		assert.Regexp(t, `conformance: rule TestBoundMutantTarget/(WatchHasNoGaps|WatchKeepsEachKeysRevisionOrder): Watch\((durable|ephemeral), "[^"]*"\) has not returned after 10s of real time`, s,
-			"the verdict names the rule and the call:\n%s", s)
-		assert.Contains(t, s, "busy loop")
-	})
+	for _, c := range []struct{ name, verdict string }{
+		{"watch-spins", `(WatchHasNoGaps|WatchKeepsEachKeysRevisionOrder): Watch\((durable|ephemeral), "[^"]*"\)`},
+		{"get-spins", `GetReadsTheLatestWrite: Get\((durable|ephemeral), "gl\.k"\)`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			m := boundMutants[slices.IndexFunc(boundMutants, func(m mutant) bool { return m.name == c.name })]
+			pattern := "^TestBoundMutantTarget$/^(" + strings.Join(targetRules(m), "|") + ")$"
+			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run="+pattern, "-test.v", "-test.count=1", "-test.timeout=5m")
+			cmd.Env = append(os.Environ(), "SPATE_MUTANT="+c.name)
+			out, err := cmd.CombinedOutput()
+			require.Error(t, err, "a driver whose call spins must fail the run:\n%s", out)
+			s := string(out)
+			assert.NotContains(t, s, "test timed out", "the run ended only at the binary's timeout, not at the rule's bound")
+			assert.Regexp(t, `conformance: rule TestBoundMutantTarget/`+c.verdict+` has not returned after 10s of real time`, s,
+				"the verdict names the rule and the call:\n%s", s)
+			assert.Contains(t, s, "busy loop")
+		})
+	}
+}
+
+// targetRules are the rules a bound mutant is run against: those it
+// breaks, or, for one that keeps the contract, those of its call.
+func targetRules(m mutant) []string {
+	switch {
+	case m.breaks != nil:
+		return m.breaks
+	case strings.HasPrefix(m.name, "get-"):
+		return getRules
+	default:
+		return boundRules
+	}
 }
 
 // TestBoundMutantTarget runs the watch rules against the mutant
@@ -115,11 +184,14 @@ func TestWatchRulesEndWhateverTheDriverDoes(t *testing.T) {
 func TestBoundMutantTarget(t *testing.T) {
 	name := os.Getenv("SPATE_MUTANT")
 	if name == "" {
-		t.Skip("runs only as a subprocess of TestWatchRulesEndWhateverTheDriverDoes")
+		t.Skip("runs only as a subprocess of TestRulesEndWhateverTheDriverDoes")
 	}
+	i := slices.IndexFunc(boundMutants, func(m mutant) bool { return m.name == name })
+	require.GreaterOrEqual(t, i, 0, "SPATE_MUTANT=%s is no bound mutant", name)
+	rules := targetRules(boundMutants[i])
 	conformance.RunStore(t, mutantHarness(boundMutants, name), conformance.VirtualTime(),
 		conformance.Select(func(rule string) bool {
 			_, r, _ := strings.Cut(rule, "/")
-			return slices.Contains(boundRules, r)
+			return slices.Contains(rules, r)
 		}))
 }

@@ -93,7 +93,7 @@ func testReleaserReported(e *env) {
 	_, implements := s.(spate.Releaser)
 	switch {
 	case reported && !implements:
-		e.t.Errorf("rule: a store that reports Capabilities.UpdateAndDelete implements spate.Releaser; %T does not (a wrapper that does not pass the method on must clear the flag)", s)
+		e.t.Errorf("rule: a store that reports Capabilities.UpdateAndDelete implements spate.Releaser; %T does not (a wrapper that does not pass the method on must clear the flag)", driverOf(s))
 	case !reported && implements:
 		if _, ok := spate.ReleaserOf(s); ok {
 			e.t.Errorf("rule: a store that implements Releaser without reporting it is used as one without; ReleaserOf returned it")

@@ -165,7 +165,7 @@ func testSessionerReported(e *env) {
 	_, implements := s.(spate.Sessioner)
 	switch {
 	case reported && !implements:
-		e.t.Errorf("rule: a store that reports Capabilities.Sessions implements spate.Sessioner; %T does not (a wrapper that does not pass the method on must clear the flag)", s)
+		e.t.Errorf("rule: a store that reports Capabilities.Sessions implements spate.Sessioner; %T does not (a wrapper that does not pass the method on must clear the flag)", driverOf(s))
 	case !reported && implements:
 		if _, ok := spate.SessionerOf(s); ok {
 			e.t.Errorf("rule: a store that implements Sessioner without reporting it is used as one without; SessionerOf returned it")

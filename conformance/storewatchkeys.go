@@ -110,7 +110,7 @@ func testKeyWatcherReported(e *env) {
 	_, implements := s.(spate.KeyWatcher)
 	switch {
 	case reported && !implements:
-		e.t.Errorf("rule: a store that reports Capabilities.WatchKeys implements spate.KeyWatcher; %T does not (a wrapper that does not pass the method on must clear the flag)", s)
+		e.t.Errorf("rule: a store that reports Capabilities.WatchKeys implements spate.KeyWatcher; %T does not (a wrapper that does not pass the method on must clear the flag)", driverOf(s))
 	case !reported && implements:
 		if _, ok := spate.KeyWatcherOf(s); ok {
 			e.t.Errorf("rule: a store that implements KeyWatcher without reporting it is used as one without; KeyWatcherOf returned it")

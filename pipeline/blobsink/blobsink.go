@@ -50,6 +50,17 @@
 // no retry can mend it, and the coordination driver sets the split aside.
 // Any other error of the bucket leaves the publish to be retried.
 //
+// # Faults of the bucket
+//
+// An error of the bucket that passes (a network error, a 5xx answer,
+// throttling, the deadline of one call) is marked [spate.ErrRetryable]:
+// the coordination driver keeps the split and tries its stage again,
+// backing off, and a failed publish is retried. One that no retry mends
+// (access denied, a missing bucket, an unsupported or invalid request) is
+// marked [spate.ErrFatal] and says what to fix: a stage that cannot open
+// sets its split aside, and a part that cannot be staged stops the
+// pipeline. An error of neither kind is left unmarked.
+//
 // # Cleaning up
 //
 // A new owner deletes the staged objects of its split once it has
@@ -175,7 +186,7 @@ func (s *Sink) claim(ctx context.Context, job string) error {
 	case err == nil:
 		return s.checkMarker(got, job)
 	case gcerrors.Code(err) != gcerrors.NotFound:
-		return fmt.Errorf("blob sink: cannot read the destination's job marker %s%s: %w (is the bucket reachable and readable?)", s.location, jobKey, err)
+		return fmt.Errorf("blob sink: cannot read the destination's job marker %s%s: %w (is the bucket reachable and readable?)", s.location, jobKey, fault(err))
 	}
 	// Absent: create it if still absent (a store without conditional
 	// writes ignores the condition; the read above is then the check).
@@ -188,7 +199,7 @@ func (s *Sink) claim(ctx context.Context, job string) error {
 			return s.checkMarker(got, job) // another worker of the job (or another job) wrote it first
 		}
 	}
-	return fmt.Errorf("blob sink: cannot write the destination's job marker %s%s: %w (is the bucket writable?)", s.location, jobKey, err)
+	return fmt.Errorf("blob sink: cannot write the destination's job marker %s%s: %w (is the bucket writable?)", s.location, jobKey, fault(err))
 }
 
 func (s *Sink) checkMarker(got []byte, job string) error {
@@ -244,7 +255,7 @@ func (s *Sink) OpenStage(ctx context.Context, t pipeline.StageTenancy, committed
 		}
 	}
 	if err := s.deletePrefix(ctx, stagePrefix+st.split.String()+"/"); err != nil {
-		return fmt.Errorf("blob sink: cannot discard the unlisted staged objects of split %s under %s%s%s/: %w", st.split, s.location, stagePrefix, st.split, err)
+		return fmt.Errorf("blob sink: cannot discard the unlisted staged objects of split %s under %s%s%s/: %w", st.split, s.location, stagePrefix, st.split, fault(err))
 	}
 	s.mu.Lock()
 	s.stages[t.Partition] = st
@@ -276,7 +287,7 @@ func (s *Sink) checkParts(ctx context.Context, st *stage, pending []part, strict
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("blob sink: cannot list the parts of split %s under %s%s: %w", st.split, s.location, prefix, err)
+			return fmt.Errorf("blob sink: cannot list the parts of split %s under %s%s: %w", st.split, s.location, prefix, fault(err))
 		}
 		if obj.IsDir {
 			continue
@@ -335,7 +346,7 @@ func (s *Sink) publishedAlready(ctx context.Context, split spate.SplitID, pt par
 		return fmt.Errorf("%w: blob sink: split %s: the staged object %s%s, listed by the committed record as part %s%s, was deleted under the job before it was published: restore it, or remove the split's parts and requeue it from the start (spate requeue)",
 			pipeline.ErrOutputDamaged, split, s.location, pt.Stage, s.location, key)
 	default:
-		return fmt.Errorf("blob sink: cannot read part %s%s: %w", s.location, key, err)
+		return fmt.Errorf("blob sink: cannot read part %s%s: %w", s.location, key, fault(err))
 	}
 }
 
@@ -365,13 +376,13 @@ func (s *Sink) publishFromStage(ctx context.Context, split spate.SplitID, p part
 		if gcerrors.Code(err) == gcerrors.NotFound {
 			return fmt.Errorf("%w: blob sink: split %s: the staged object %s%s, listed by the committed record as part %d, is gone before it was published: restore it, or requeue the split from the start after removing its parts", pipeline.ErrOutputDamaged, split, s.location, p.Stage, p.I)
 		}
-		return fmt.Errorf("blob sink: cannot read the staged object %s%s: %w", s.location, p.Stage, err)
+		return fmt.Errorf("blob sink: cannot read the staged object %s%s: %w", s.location, p.Stage, fault(err))
 	}
 	if int64(len(data)) != p.Len || crc32.Checksum(data, castagnoli) != p.CRC {
 		return fmt.Errorf("%w: blob sink: split %s: the staged object %s%s is not the bytes the committed record lists for part %d (%d bytes, want %d, or its checksum differs): it was altered; requeue the split from the start after removing its parts", pipeline.ErrOutputDamaged, split, s.location, p.Stage, p.I, len(data), p.Len)
 	}
 	if err := s.b.WriteAll(ctx, key, data, &blob.WriterOptions{ContentType: "text/plain"}); err != nil {
-		return fmt.Errorf("blob sink: cannot publish part %s%s: %w", s.location, key, err)
+		return fmt.Errorf("blob sink: cannot publish part %s%s: %w", s.location, key, fault(err))
 	}
 	return nil
 }
@@ -495,7 +506,7 @@ func (s *Sink) Prepare(ctx context.Context, p pipeline.PartitionID, watermark in
 		data := slices.Clone(st.buf[:cut])
 		pt := part{I: st.parts, Stage: stagePrefix + st.split.String() + "/" + strconv.FormatUint(uint64(st.epoch), 10) + "/" + fmt.Sprintf("%08d", st.parts), Len: cut, CRC: crc32.Checksum(data, castagnoli)}
 		if err := s.b.WriteAll(ctx, pt.Stage, data, &blob.WriterOptions{ContentType: "text/plain"}); err != nil {
-			return nil, 0, false, fmt.Errorf("blob sink: cannot stage part %d of split %s at %s%s: %w", pt.I, st.split, s.location, pt.Stage, err)
+			return nil, 0, false, fmt.Errorf("blob sink: cannot stage part %d of split %s at %s%s: %w", pt.I, st.split, s.location, pt.Stage, fault(err))
 		}
 		st.pending = append(st.pending, pt)
 		st.upload[pt.I] = data
@@ -559,7 +570,7 @@ func (s *Sink) Publish(ctx context.Context, p pipeline.PartitionID, committable 
 		key := PartKey(st.split, pt.I)
 		if err := s.b.Copy(ctx, key, pt.Stage, nil); err != nil {
 			if gcerrors.Code(err) != gcerrors.NotFound {
-				return fmt.Errorf("blob sink: cannot publish part %s%s: %w", s.location, key, err)
+				return fmt.Errorf("blob sink: cannot publish part %s%s: %w", s.location, key, fault(err))
 			}
 			// The staged object is gone: published already (by a new
 			// owner, which then deleted it) if the part holds exactly the

@@ -29,6 +29,7 @@ type driverCoord struct {
 	waker        spate.Waker
 	queue        []spate.Event
 	commits      int
+	last         spate.SplitProgress // the last progress committed
 	fails        []string
 	failReasons  []string
 	beforeCommit func()
@@ -47,13 +48,14 @@ func (c *driverCoord) Poll() ([]spate.Event, error) {
 	return evs, nil
 }
 
-func (c *driverCoord) CommitAt(context.Context, spate.SplitID, spate.LeaseEpoch, spate.SplitProgress) error {
+func (c *driverCoord) CommitAt(_ context.Context, _ spate.SplitID, _ spate.LeaseEpoch, p spate.SplitProgress) error {
 	if c.beforeCommit != nil {
 		c.beforeCommit()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.commits++
+	c.last = p
 	return nil
 }
 
@@ -222,10 +224,18 @@ type faultyS3 struct {
 	h          http.Handler
 	failCopies atomic.Bool
 	failAll    atomic.Bool
+	denyAll    atomic.Bool // every request is denied (403 AccessDenied): no fault that passes
 	failed     atomic.Int64
 }
 
 func (f *faultyS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if f.denyAll.Load() {
+		f.failed.Add(1)
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>injected denial</Message></Error>`)
+		return
+	}
 	if f.failAll.Load() || f.failCopies.Load() && r.Header.Get("X-Amz-Copy-Source") != "" {
 		f.failed.Add(1)
 		w.Header().Set("Content-Type", "application/xml")
@@ -239,17 +249,7 @@ func (f *faultyS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // A publish failing on a fault of the bucket is retried, the split is
 // never set aside, and once the bucket answers the part is published once.
 func TestTransientPublishFaultIsRetriedNotDamage(t *testing.T) {
-	backend := s3mem.New()
-	require.NoError(t, backend.CreateBucket("out"))
-	f := &faultyS3{h: gofakes3.New(backend).Server()}
-	ts := httptest.NewServer(f)
-	t.Cleanup(ts.Close)
-	q := url.Values{}
-	q.Set("endpoint", ts.URL)
-	q.Set("use_path_style", "true")
-	q.Set("region", "us-east-1")
-	q.Set("anonymous", "true")
-	b := s3test.Open(t, "s3://out?"+q.Encode())
+	b, f := faultyBucket(t)
 
 	r := startJob(t, b)
 	r.write(0, 4)
@@ -281,4 +281,21 @@ func TestTransientPublishFaultIsRetriedNotDamage(t *testing.T) {
 	require.Equal(t, []string{"a/00000000.out", "a/00000001.out"}, keys)
 	fails, _ = r.failed()
 	require.Empty(t, fails)
+}
+
+// faultyBucket is a bucket "out" on an in-process S3 server that fails
+// requests while told to.
+func faultyBucket(t *testing.T) (*blob.Bucket, *faultyS3) {
+	t.Helper()
+	backend := s3mem.New()
+	require.NoError(t, backend.CreateBucket("out"))
+	f := &faultyS3{h: gofakes3.New(backend).Server()}
+	ts := httptest.NewServer(f)
+	t.Cleanup(ts.Close)
+	q := url.Values{}
+	q.Set("endpoint", ts.URL)
+	q.Set("use_path_style", "true")
+	q.Set("region", "us-east-1")
+	q.Set("anonymous", "true")
+	return s3test.Open(t, "s3://out?"+q.Encode()), f
 }
