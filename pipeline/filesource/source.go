@@ -47,8 +47,9 @@ func NewSource(objs Objects) *Source {
 }
 
 // WithPlanner has the source's followed files obey p's options: a file
-// idle for ReleaseAfter parks (freeing its lane until it grows), and a lane that sees its file renamed asks p for a listing
-// at once (which runs where this process leads the job). Without it the
+// idle for ReleaseAfter parks (freeing its lane until it grows), and a
+// lane that sees its file renamed asks p for a listing at once (which
+// runs where this process leads the job). Without it the
 // defaults apply ([DefaultFollowExcludes], [DefaultReleaseAfter]).
 func (s *Source) WithPlanner(p *Planner) *Source {
 	s.follow = p.follow

@@ -2,6 +2,7 @@ package filesource
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -259,17 +260,24 @@ func (l *tailLane) atEnd() (bool, error) {
 			l.log.Info("parked a followed file that was renamed away and is idle: read to its end, it frees its lane; its split resumes if it grows again, and completes when it is deleted",
 				"file", quoteName(l.name), "found_as", quoteName(l.want.Name), "split", l.split, "bytes", info.Size(), "idle", idle)
 		} else {
-			l.log.Info("parked an idle followed file: it frees its lane until it grows again",
+			// A quiet log parks and wakes often: not worth an INFO each time.
+			l.log.Debug("parked an idle followed file: it frees its lane until it grows again",
 				"file", quoteName(l.name), "split", l.split, "bytes", info.Size(), "idle", idle)
 		}
 	}
 	return false, nil
 }
 
-// unpark takes the lane back for a parked file that grew.
+// unpark takes the lane back for a parked file that grew: worth an INFO
+// for a file renamed away (its writer had not moved on after all).
 func (l *tailLane) unpark() {
 	l.parked = false
-	l.log.Info("a parked followed file grew: its split takes a lane again", "file", quoteName(l.name), "split", l.split)
+	level := slog.LevelDebug
+	if l.releasable() {
+		level = slog.LevelInfo
+	}
+	l.log.Log(context.Background(), level, "a parked followed file grew: its split takes a lane again, reading on from where it stopped",
+		"file", quoteName(l.name), "split", l.split)
 }
 
 // releasable reports whether the file is one a rotation left behind: it
