@@ -64,6 +64,10 @@ type assignIn struct {
 	// yet (the fill pass's) may move. A join, a departure or a changed
 	// budget clears it, and the improve pass may move any split again.
 	Steady bool
+	// Parked are the splits each live member holds parked (their input is
+	// idle): they stay with their holder, outside the pool and its budget,
+	// so they take no lane a waiting split could have.
+	Parked map[string][]string
 }
 
 // maxImprovingMoves bounds the improve pass as a termination backstop.

@@ -168,7 +168,8 @@ func (a *actor) reconcileOwn(now time.Time) error {
 		return nil
 	}
 	a.worker.ownDirty = false
-	if len(a.worker.owned)+a.worker.claiming < a.cfg.MaxInFlight || a.worker.quarantineScan {
+	taken := a.lanesTaken()
+	if taken+a.worker.claiming < a.cfg.MaxInFlight || a.worker.quarantineScan {
 		// Decision: only a worker entitled to claim a split — the leader
 		// assigned it here — may quarantine it, and on the same evidence a
 		// takeover needs (quarantineIO re-reads the record). A peer that
@@ -191,7 +192,7 @@ func (a *actor) reconcileOwn(now time.Time) error {
 				a.quarantine(c)
 				continue
 			}
-			if a.worker.assigned[c.id] && len(a.worker.owned)+a.worker.claiming < a.cfg.MaxInFlight && a.worker.undrained == 0 {
+			if a.worker.assigned[c.id] && taken+a.worker.claiming < a.cfg.MaxInFlight && a.worker.undrained == 0 {
 				a.claim(c)
 			}
 		}
@@ -217,6 +218,18 @@ func (a *actor) reconcileOwn(now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// lanesTaken is how many of this worker's lanes its held splits take: a
+// parked split (its last commit said its input is idle) takes none.
+func (a *actor) lanesTaken() int {
+	n := len(a.worker.owned)
+	for id := range a.worker.owned {
+		if v := a.job.splits[id]; v != nil && v.prog != nil && v.prog.Parked {
+			n--
+		}
+	}
+	return n
 }
 
 // claimIn is a claim's snapshot of the view, taken on the loop.
@@ -341,6 +354,7 @@ func (e *env) writeClaim(ctx context.Context, in claimIn, out *claimOut) {
 		rec := base.clone()
 		rec.Epoch = next
 		rec.Owner = strPtr(e.self)
+		rec.Parked = false // a new tenancy takes a lane until its source parks it again
 		// Decision: a takeover that consumes an attempt counts it even on the
 		// retry after adopting a zombie's late commit; otherwise a poison
 		// split with a chatty zombie could dodge its cap.

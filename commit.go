@@ -298,6 +298,7 @@ func nextProgress(prev *progressRecord, t *tenancy, p SplitProgress) *progressRe
 	}
 	wm := p.Watermark
 	rec.Watermark, rec.State, rec.Completed, rec.Output = &wm, p.State, p.Completed, p.Output
+	rec.Parked = p.Parked && !p.Completed
 	if p.Completed {
 		rec.Status = statusCompleted
 	}

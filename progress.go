@@ -34,6 +34,9 @@ type progressRecord struct {
 	// reason, or a tenancy that ended without a release or progress), at
 	// most maxFailureLen bytes; absent when no attempt was charged.
 	LastFailure string `json:"last_failure,omitempty"`
+	// Parked is SplitProgress.Parked of the last commit: the split takes
+	// none of its owner's lanes. Absent when false.
+	Parked bool `json:"parked,omitempty"`
 	// Descriptor and Weight are the split's own after a runtime division
 	// (divide.go): what it kept of its spec's. Absent until the first
 	// division: the spec record's hold.
@@ -114,7 +117,7 @@ func (r *progressRecord) progress() *SplitProgress {
 	if st == nil {
 		st = []byte{}
 	}
-	return &SplitProgress{Watermark: *r.Watermark, State: st, Completed: r.Completed, Output: r.Output}
+	return &SplitProgress{Watermark: *r.Watermark, State: st, Completed: r.Completed, Output: r.Output, Parked: r.Parked}
 }
 
 func (r *progressRecord) owner() string {

@@ -119,6 +119,14 @@ func assignInput(v leaderView) (assignIn, map[string]bool) {
 		if _, live := v.presence[owner]; !live {
 			owner = ""
 		}
+		if p.Parked && owner != "" && s.lease != nil && s.lease.Owner == owner {
+			// Held and parked: it stays where it is and takes no lane.
+			if in.Parked == nil {
+				in.Parked = map[string][]string{}
+			}
+			in.Parked[owner] = append(in.Parked[owner], id)
+			continue
+		}
 		_, weight := s.own()
 		split := assignSplit{ID: id, Weight: weight, Owner: owner}
 		if dest := named[id]; dest != "" && dest != owner {
@@ -135,6 +143,16 @@ func assignInput(v leaderView) (assignIn, map[string]bool) {
 		in.Splits = append(in.Splits, split)
 	}
 	return in, inFlight
+}
+
+// withParked adds to result the splits each member holds parked: they
+// stay with their holder beside what its budget was given.
+func withParked(result map[string][]string, parked map[string][]string) map[string][]string {
+	for inst, ids := range parked {
+		result[inst] = append(result[inst], ids...)
+		slices.Sort(result[inst])
+	}
+	return result
 }
 
 // assignWrite is one assignment record the leader writes or deletes.
@@ -204,7 +222,7 @@ func (a *actor) assign(now time.Time) (assignIn, map[string][]string) {
 	// never to even out the weight left as splits complete.
 	fleet := fleetSignature(in.Members)
 	in.Steady = fleet == pub.balanced
-	result := computeAssignment(in)
+	result := withParked(computeAssignment(in), in.Parked)
 	// The fleet counts as balanced once the improve pass ran on it with
 	// nothing held back: no move in flight (pinned) and none settling (a
 	// settling split is not moved, so a newcomer could be left short of

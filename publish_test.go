@@ -109,6 +109,42 @@ func TestAssignInputPoolAndOwners(t *testing.T) {
 	}
 }
 
+// A split its live holder parked (its input is idle) stays with it and
+// takes none of its budget: a split waiting for a lane is given that lane
+// beside it. A parked split whose holder is gone, or that was released,
+// is in the pool like any other.
+func TestAParkedHeldSplitTakesNoLane(t *testing.T) {
+	parked := func(owner, lease string) *splitView {
+		v := lv(statusRunnable, owner, 5, lease)
+		v.prog.Parked = true
+		return v
+	}
+	in := inputOf(leaderView{
+		splits: map[string]*splitView{
+			"idle": parked("a", "a"), "live": lv(statusRunnable, "", 1, ""),
+			"orphan": parked("dead", "dead"), "released": parked("", ""),
+		},
+		presence:    present("a"),
+		departed:    map[string]time.Time{},
+		maxInFlight: 1,
+	})
+	assert.Equal(t, map[string][]string{"a": {"idle"}}, in.Parked)
+	var pool []string
+	for _, s := range in.Splits {
+		pool = append(pool, s.ID)
+	}
+	assert.ElementsMatch(t, []string{"live", "orphan", "released"}, pool)
+	in = inputOf(leaderView{
+		splits:      map[string]*splitView{"idle": parked("a", "a"), "live": lv(statusRunnable, "", 1, "")},
+		presence:    present("a"),
+		departed:    map[string]time.Time{},
+		maxInFlight: 1,
+	})
+	got := withParked(computeAssignment(in), in.Parked)
+	assert.Equal(t, map[string][]string{"a": {"idle", "live"}}, got,
+		"with one lane, the waiting split is given it beside the parked one")
+}
+
 func TestAssignInputDepartedOwnerHeldBackOnlyInsideTheWindow(t *testing.T) {
 	now := time.Unix(1000, 0)
 	view := func(departed map[string]time.Time, delay time.Duration) assignIn {

@@ -53,6 +53,7 @@ func drawProgress(t *rapid.T) *progressRecord {
 		Output:        drawBytes(t, "output"),
 		WrittenAtMs:   rapid.Int64().Draw(t, "written"),
 		LastFailure:   drawText(t, "failure"),
+		Parked:        rapid.Bool().Draw(t, "parked"),
 	}
 	if rapid.Bool().Draw(t, "owned") {
 		o := drawText(t, "owner")

@@ -139,7 +139,7 @@ func (a *actor) releaseSplit(id string, done func(releaseResult)) error {
 	}
 	v := a.job.splits[id]
 	rec := v.prog.clone()
-	rec.Owner = nil
+	rec.Owner, rec.Parked = nil, false
 	rec.WrittenAtMs = nowMs()
 	baseRev := v.progRev
 	if a.rel != nil && !a.io.stopping {
@@ -303,7 +303,7 @@ func (c *StoreCoordinator) directRelease(splits []SplitID) {
 		key := prefixSplit + s.id
 		if e, ok, err := c.store.Get(ctx, Durable, key); err == nil && ok {
 			if r, err := decodeProgress(key, s.id, e.Value, a.fpHash); err == nil && r.owner() == a.self && r.Epoch == t.epoch {
-				r.Owner = nil
+				r.Owner, r.Parked = nil, false
 				r.WrittenAtMs = nowMs()
 				if o, err := c.store.Update(ctx, Durable, key, encode(r), e.Revision); err == nil && o.Won {
 					c.m.releases.Inc()

@@ -274,6 +274,13 @@ type SplitProgress struct {
 	// compare-and-swap as the watermark, so output a commit lists becomes
 	// visible only if that commit won. Nil for at-least-once sinks.
 	Output []byte
+	// Parked marks a split whose reading waits on its input (a followed
+	// file that has been idle for a while): its owner keeps it, and finds
+	// out itself when there is more, but it takes none of the owner's
+	// lanes ([Config] MaxInFlight), so a split waiting for a lane is
+	// assigned and claimed beside it. The next commit that does not set
+	// it takes the lane back; a claim or a release clears it.
+	Parked bool
 }
 
 // NewSplitProgress returns in-progress state.

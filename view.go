@@ -537,8 +537,8 @@ func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
 		a.job.nSplits++
 		a.dirty = true
 	} else {
-		if prev.owner() != r.owner() || prev.Status != r.Status {
-			a.dirty = true
+		if prev.owner() != r.owner() || prev.Status != r.Status || prev.Parked != r.Parked {
+			a.dirty = true // a parked split frees a lane for the assignment
 		}
 		a.job.count(prev.Status, -1)
 	}

@@ -58,7 +58,9 @@ type SplitSource interface {
 	EncodeCommit(split spate.SplitID, watermark int64) (spate.SplitProgress, error)
 	// Sweep is asked about live splits that got no new watermark: it
 	// returns terminal progress once the split is complete (an empty split,
-	// a tail acknowledged at the last commit), else nil.
+	// a tail acknowledged at the last commit), progress whose Parked
+	// differs from the last commit's (a followed file went idle, or grew
+	// again), else nil.
 	Sweep(split spate.SplitID) (*spate.SplitProgress, error)
 	// CloseSplit ends a tenancy: detach, never block. No EncodeCommit or
 	// Sweep follows for that tenancy.
@@ -847,7 +849,7 @@ func (d *CoordinationDriver[C]) sweep(src SplitSource) error {
 			firstErr = pickError(firstErr, err)
 			continue
 		}
-		if p != nil && p.Completed {
+		if p != nil && (p.Completed || p.Parked != (t.progress != nil && t.progress.Parked)) {
 			if err := d.commitTenancy(src, t, *p); err != nil {
 				firstErr = pickError(firstErr, err)
 			}

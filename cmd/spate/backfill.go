@@ -106,9 +106,11 @@ log are left out: numbered copies (app.log.1 … app.log.999), dated copies
 *.zip *.lz4); any --exclude replaces that list (--exclude '' leaves nothing
 out). A followed file whose first bytes are not text (a compressed format,
 NUL bytes) is refused, named in one warning. A followed file renamed away
-(app.log to app.log.1) keeps its split, is read on, and once idle for 5s is
-read to its end and released, freeing its lane. New files are found at once
-where the system reports them (inotify), else at the next listing.
+(app.log to app.log.1) keeps its split and is read on. A followed file idle
+for 5s parks: it keeps its split but frees its lane for a file that waits
+for one (a renamed one is first read to its end), and is read on from where
+it stopped if it grows again. New files are found at once where the system
+reports them (inotify), else at the next listing.
 
 Exit: 0 job complete (and verified); 1 error or failed verification; 3 job
 stalled on quarantined splits (see spate inspect, spate requeue); 130/143

@@ -311,7 +311,7 @@ func TestFollowNextToLogrotate(t *testing.T) {
 		t.Logf("WARN x%d: %s", n, msg)
 	}
 	slices.Sort(lostOutside)
-	require.Contains(t, logs, "released a followed file", "no renamed idle file was released")
+	require.Contains(t, logs, "parked a followed file that was renamed away", "no renamed idle file was parked")
 	require.NotContains(t, logs, "refused to follow", "a rotated archive was planned: the default excludes leave it out")
 	require.Zero(t, dups, "duplicate lines")
 	require.Zero(t, alien, "published lines that were never written (a compressed archive's bytes?)")

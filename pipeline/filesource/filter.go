@@ -19,8 +19,8 @@ import (
 //
 // A file that was followed and is then renamed to such a name keeps its
 // split (a split follows its file, not its name): the lines written to it
-// after the rename are still read, and its split is released once it is
-// idle ([PlannerOptions] ReleaseAfter).
+// after the rename are still read, and its split parks once it is idle
+// ([PlannerOptions] ReleaseAfter), to be read on if it grows again.
 var DefaultFollowExcludes = []string{
 	"*.[0-9]", "*.[0-9][0-9]", "*.[0-9][0-9][0-9]",
 	"*-[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]",

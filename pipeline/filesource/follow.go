@@ -164,11 +164,11 @@ func (p *Planner) planFollow(members []Member, pc spate.PlanContext) (spate.Spli
 	return spate.NewSplitPlan(splits, finality).WithPlannerState(state), nil
 }
 
-// DefaultReleaseAfter is how long a followed file that was renamed away
-// (or no longer matches the patterns) must have been idle before its split
-// completes and frees its lane: logrotate's create rotation renames the
-// file and the application reopens its log within moments, so a file idle
-// this long after its rename is done growing.
+// DefaultReleaseAfter is how long a followed file must have been idle
+// before its split parks and frees its lane: logrotate's create rotation
+// renames the file and the application reopens its log within moments, so
+// a file idle this long after its rename is most likely done growing (and
+// if it is not, its parked split reads on).
 const DefaultReleaseAfter = 5 * time.Second
 
 // minListingGap is the least time between two listings a change of the

@@ -16,7 +16,7 @@ const (
 	endFinal   = "final"    // the plan became final (--until-idle): read to its end
 	endDeleted = "deleted"  // the file was deleted: read to the end of what it held
 	endGone    = "gone"     // the file was gone when a worker opened the split
-	endIdle    = "released" // renamed away (or left out) and idle: read to its end, its lane freed
+	endIdle    = "released" // renamed away and idle (earlier versions; such a split now parks, see tailLane.parked)
 	endRefused = "refused"  // its bytes are not text: none shipped
 )
 

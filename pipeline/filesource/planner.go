@@ -120,9 +120,11 @@
 // first bytes are a compressed format's magic or hold a NUL byte is
 // refused, named once in a warning, and never shipped as lines; a lane
 // checks a file that was empty when planned when its first bytes come. A
-// followed file renamed away (or left out by the patterns) that has been
-// idle for ReleaseAfter is read to its end and its split completes,
-// freeing its lane. New files are listed within moments of their creation
+// followed file that has been idle for ReleaseAfter parks: its split stays
+// its lane's, but takes none of the worker's lanes
+// ([spate.SplitProgress] Parked), and new bytes are read on from where it
+// stopped; one renamed away (or left out by the patterns) is first read to
+// its end, its last line without a newline too. New files are listed within moments of their creation
 // where the platform reports it (fsnotify), when a lane sees its file
 // renamed, and every Discover ([spate.PlanTrigger]).
 //
@@ -353,10 +355,14 @@ type PlannerOptions struct {
 	// of the job's identity: the leader's patterns decide.
 	Include, Exclude  []string
 	NoDefaultExcludes bool
-	// ReleaseAfter, with Follow, is how long a followed file that was
-	// renamed (or no longer matches the patterns) must have been idle
-	// before its split, read to the file's end, completes and frees its
-	// lane. Default [DefaultReleaseAfter]; negative: never.
+	// ReleaseAfter, with Follow, is how long a followed file must have
+	// been idle (not grown) before its split parks at the file's end: it
+	// keeps its split and reader but frees the worker's lane for a split
+	// that waits for one, and takes it back when the file grows. A file
+	// renamed away (or no longer matching the patterns) is first read to
+	// its end, its last line without a newline too. A parked split
+	// completes when its file is deleted or the plan turns final. Default
+	// [DefaultReleaseAfter]; negative: never.
 	ReleaseAfter time.Duration
 	// Discover, with Follow, is how often the planner lists the input for
 	// new files on its own, beside the leader's replan interval (which

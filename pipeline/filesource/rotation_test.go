@@ -199,11 +199,12 @@ func TestTailLaneRefusesAFileThatIsNotText(t *testing.T) {
 	assert.Equal(t, 1, logs.count("refused to follow a file that is not text", "app.log"))
 }
 
-// A followed file that was renamed away and has gone idle is read to its
-// end and released: its split completes, freeing its lane. One that is
-// still at its name is followed however long it is idle, and so is a
-// renamed one that is still being written.
-func TestTailLaneReleasesARenamedIdleFile(t *testing.T) {
+// A followed file that has gone idle parks: its split stays (it is not
+// completed) but its commits say it takes no lane. One renamed away is
+// read to its end first (its last line without a newline too), since its
+// writer has moved on. A file that grows again takes its lane back and is
+// read on from where it stopped; a deleted one completes.
+func TestTailLaneParksAnIdleFile(t *testing.T) {
 	dir := t.TempDir()
 	corpus(t, dir, map[string]string{"app.log": "a1\na2\n"})
 	var logs logLines
@@ -215,27 +216,45 @@ func TestTailLaneReleasesARenamedIdleFile(t *testing.T) {
 	src := filesource.NewSource(filesource.Dir(dir)).WithLogger(logs.logger()).WithPlanner(planner)
 	l := openLane(t, src, spec, nil, pipeline.NewCheckpointer(nil), nil)
 	defer src.CloseSplit(spec.ID)
-	completed := func([]string) bool {
+	acked := int64(0)
+	// swept is what the driver's sweep is handed: a completion, or a
+	// change of the park state since the last commit.
+	swept := func() *spate.SplitProgress {
 		p, err := src.Sweep(spec.ID)
 		require.NoError(t, err)
-		return p != nil && p.Completed
+		return p
 	}
-	commitAll := func(n int) {
-		_, err := src.EncodeCommit(spec.ID, int64(n))
+	parked := func([]string) bool {
+		p := swept()
+		return p != nil && p.Parked
+	}
+	commitAll := func(n int) spate.SplitProgress {
+		acked = int64(n)
+		p, err := src.EncodeCommit(spec.ID, acked)
 		require.NoError(t, err)
+		return p
 	}
 	path := filepath.Join(dir, "app.log")
 	past := time.Now().Add(-time.Hour)
 
 	lines := pollTail(t, l, 500, func(ls []string) bool { return len(ls) == 2 })
 	require.Equal(t, []string{"a1", "a2"}, lines)
-	commitAll(6)
-	// Idle at its name: followed on (many end-of-file checks).
-	require.NoError(t, os.Chtimes(path, past, past))
-	pollTail(t, l, 20, completed)
-	require.False(t, completed(nil), "a file idle at its own name was released")
+	require.False(t, commitAll(6).Parked, "a file written a moment ago parked")
+	pollTail(t, l, 20, parked)
+	require.Nil(t, swept(), "a live file's split changed its park state")
 
-	// Renamed away, written on a moment: still followed.
+	// Idle at its name: parked, not completed, nothing flushed.
+	require.NoError(t, os.Chtimes(path, past, past))
+	var p *spate.SplitProgress
+	pollTail(t, l, 500, func([]string) bool { p = swept(); return p != nil })
+	require.NotNil(t, p, "an idle file did not park")
+	require.True(t, p.Parked)
+	require.False(t, p.Completed)
+	require.Equal(t, int64(6), p.Watermark)
+	require.Nil(t, swept(), "the park state is handed to the driver once")
+	assert.Equal(t, 1, logs.count("parked an idle followed file", "app.log"))
+
+	// Renamed away, written a moment ago: it takes its lane back.
 	require.NoError(t, os.Rename(path, path+".1"))
 	f, err := os.OpenFile(path+".1", os.O_APPEND|os.O_WRONLY, 0)
 	require.NoError(t, err)
@@ -244,20 +263,45 @@ func TestTailLaneReleasesARenamedIdleFile(t *testing.T) {
 	require.NoError(t, f.Close())
 	lines = pollTail(t, l, 500, func(ls []string) bool { return len(ls) == 1 })
 	require.Equal(t, []string{"a3"}, lines)
-	commitAll(9)
-	pollTail(t, l, 20, completed)
-	require.False(t, completed(nil), "a renamed file written a moment ago was released")
+	require.False(t, commitAll(9).Parked, "a file that grew stayed parked")
+	pollTail(t, l, 20, parked)
+	require.Nil(t, swept(), "a renamed file written a moment ago parked")
 
 	// Idle past ReleaseAfter: read to its end (its last line without a
-	// newline too) and released.
+	// newline too) and parked.
 	require.NoError(t, os.Chtimes(path+".1", past, past))
 	lines = pollTail(t, l, 500, func(ls []string) bool { return len(ls) == 1 })
 	require.Equal(t, []string{"last without newline"}, lines)
-	commitAll(9 + len("last without newline"))
-	pollTail(t, l, 500, completed)
-	require.True(t, completed(nil), "the renamed idle file still holds its lane")
-	assert.Equal(t, 1, logs.count("released a followed file", "app.log.1"))
+	end := 9 + len("last without newline")
+	p = nil
+	for range 500 {
+		if c := commitAll(end); c.Parked {
+			p = &c
+			break
+		}
+		pollTail(t, l, 1, func([]string) bool { return false })
+	}
+	require.NotNil(t, p, "the renamed idle file still holds its lane")
+	require.False(t, p.Completed, "the renamed idle file's split completed: it could not resume")
+	assert.Equal(t, 1, logs.count("parked a followed file that was renamed away", "app.log.1"))
 	assert.Equal(t, 1, logs.count("was renamed", "app.log"))
+
+	// It grows again: read on from where it stopped, its lane taken back.
+	f, err = os.OpenFile(path+".1", os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString("a4\n")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	lines = pollTail(t, l, 500, func(ls []string) bool { return len(ls) == 1 })
+	require.Equal(t, []string{"a4"}, lines)
+	require.False(t, commitAll(end+3).Parked)
+	assert.Equal(t, 1, logs.count("a parked followed file grew", "app.log.1"))
+
+	// Deleted: its split completes.
+	require.NoError(t, os.Remove(path+".1"))
+	pollTail(t, l, 500, func([]string) bool { p = swept(); return p != nil && p.Completed })
+	require.NotNil(t, p)
+	require.True(t, p.Completed, "a deleted file's split did not complete")
 }
 
 // waitAsk waits for the planner to ask for a listing: a bound long past

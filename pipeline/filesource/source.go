@@ -36,6 +36,8 @@ type splitState struct {
 	total int64
 	// acked is the highest watermark EncodeCommit saw (or the resume point).
 	acked int64
+	// parked is whether the progress last handed to the driver was parked.
+	parked bool
 }
 
 // NewSource reads the objects of objs (the planner's input).
@@ -45,9 +47,9 @@ func NewSource(objs Objects) *Source {
 }
 
 // WithPlanner has the source's followed files obey p's options: a file
-// renamed away, or left out by the patterns, is released once idle for
-// ReleaseAfter, and a lane that sees its file renamed asks p for a listing
-// at once (which runs where this process leads the job). Without it the
+// idle for ReleaseAfter parks (freeing its lane until it grows), and a
+// lane that sees its file renamed asks p for a listing at once (which
+// runs where this process leads the job). Without it the
 // defaults apply ([DefaultFollowExcludes], [DefaultReleaseAfter]).
 func (s *Source) WithPlanner(p *Planner) *Source {
 	s.follow = p.follow
@@ -285,7 +287,11 @@ func (s *Source) EncodeCommit(id spate.SplitID, watermark int64) (spate.SplitPro
 	st.acked = max(st.acked, watermark)
 	s.mu.Unlock()
 	if st.tail != nil {
-		return st.tail.progress(watermark), nil
+		p := st.tail.progress(watermark)
+		s.mu.Lock()
+		st.parked = p.Parked
+		s.mu.Unlock()
+		return p, nil
 	}
 	if watermark >= st.total {
 		// A range's last line may end beyond its end.
@@ -310,9 +316,19 @@ func (s *Source) Sweep(id spate.SplitID) (*spate.SplitProgress, error) {
 	}
 	if st.tail != nil {
 		if !st.tail.complete(acked) {
-			return nil, nil
+			// A followed file that parked (or woke) since the last commit:
+			// the driver commits the change, so the lane is freed (taken).
+			s.mu.Lock()
+			was := st.parked
+			s.mu.Unlock()
+			if st.tail.isParkedAt(acked) == was {
+				return nil, nil
+			}
 		}
 		p := st.tail.progress(acked)
+		s.mu.Lock()
+		st.parked = p.Parked
+		s.mu.Unlock()
 		return &p, nil
 	}
 	if done {

@@ -2,6 +2,7 @@ package filesource
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -87,6 +88,7 @@ type tailLane struct {
 	outside bool // the file was moved out of the root
 	sniff   bool // the next bytes read are the file's first: check they are text
 	started bool
+	parked  bool   // idle past ReleaseAfter at its end: its split takes no lane until the file grows
 	done    bool   // the file ended for good: every byte emitted
 	end     string // why it ended
 	stopped bool
@@ -149,6 +151,9 @@ func (l *tailLane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch,
 		n, err := l.f.Read(l.buf[l.w:])
 		l.w += n
 		if n > 0 {
+			if l.parked {
+				l.unpark()
+			}
 			if l.sniff {
 				l.sniff = false
 				if why := notText(l.buf[l.r:l.w]); why != "" {
@@ -236,18 +241,43 @@ func (l *tailLane) atEnd() (bool, error) {
 		return true, nil
 	}
 	l.checkName()
-	if l.releasable() && time.Since(info.ModTime()) >= l.follow.releaseAfter {
-		// Renamed away (or left out by the patterns) and idle: its writer
-		// has moved on. Read to its end, it frees its lane.
-		if err := l.flushPartial(); err != nil {
-			return false, err
+	if !l.parked && l.follow.releaseAfter > 0 && time.Since(info.ModTime()) >= l.follow.releaseAfter {
+		// Idle at its end: the split parks. It stays this lane's (nothing
+		// is read twice, nothing left behind) but takes none of the
+		// worker's lanes, so a live file waiting for one gets it; the next
+		// bytes the file gets take the lane back.
+		renamed := l.releasable()
+		if renamed {
+			// Renamed away (or left out by the patterns): its writer has
+			// moved on, so a last line without a newline is whole.
+			if err := l.flushPartial(); err != nil {
+				return false, err
+			}
 		}
-		l.log.Info("released a followed file that was renamed away and is idle: its split completes at the end of what it holds, freeing its lane",
-			"file", quoteName(l.name), "found_as", quoteName(l.want.Name), "split", l.split, "bytes", info.Size(), "idle", time.Since(info.ModTime()).Round(time.Second))
-		l.done, l.end = true, endIdle
-		return true, nil
+		l.parked = true
+		idle := time.Since(info.ModTime()).Round(time.Second)
+		if renamed {
+			l.log.Info("parked a followed file that was renamed away and is idle: read to its end, it frees its lane; its split resumes if it grows again, and completes when it is deleted",
+				"file", quoteName(l.name), "found_as", quoteName(l.want.Name), "split", l.split, "bytes", info.Size(), "idle", idle)
+		} else {
+			// A quiet log parks and wakes often: not worth an INFO each time.
+			l.log.Debug("parked an idle followed file: it frees its lane until it grows again",
+				"file", quoteName(l.name), "split", l.split, "bytes", info.Size(), "idle", idle)
+		}
 	}
 	return false, nil
+}
+
+// unpark takes the lane back for a parked file that grew: worth an INFO
+// for a file renamed away (its writer had not moved on after all).
+func (l *tailLane) unpark() {
+	l.parked = false
+	level := slog.LevelDebug
+	if l.releasable() {
+		level = slog.LevelInfo
+	}
+	l.log.Log(context.Background(), level, "a parked followed file grew: its split takes a lane again, reading on from where it stopped",
+		"file", quoteName(l.name), "split", l.split)
 }
 
 // releasable reports whether the file is one a rotation left behind: it
@@ -474,7 +504,22 @@ func (l *tailLane) progress(watermark int64) spate.SplitProgress {
 		return spate.CompletedProgress(watermark, st)
 	}
 	st, _ := json.Marshal(ts)
-	return spate.NewSplitProgress(watermark, st)
+	p := spate.NewSplitProgress(watermark, st)
+	p.Parked = l.parkedAt(watermark)
+	return p
+}
+
+// parkedAt reports whether the split is parked with every byte it emitted
+// acknowledged up to watermark: only then does it give up its lane.
+func (l *tailLane) parkedAt(watermark int64) bool {
+	return l.parked && !l.done && watermark >= l.pos
+}
+
+// isParkedAt is parkedAt under the lane's lock.
+func (l *tailLane) isParkedAt(watermark int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.parkedAt(watermark)
 }
 
 // complete reports whether the split ended with every byte acknowledged
