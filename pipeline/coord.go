@@ -150,6 +150,13 @@ type tenancy struct {
 	// quiet).
 	short   int64
 	shortAt time.Time
+	// tried is the highest watermark a commit of the tenancy carried to
+	// the coordinator. A commit that reported a failure (a timeout, a lost
+	// reply) may still have landed, and the sink's committable covers it
+	// from then on: no later commit of the tenancy goes below it, or the
+	// coordinator would take it for a watermark moved back (Fatal), and
+	// one that landed would list output its watermark does not cover.
+	tried int64
 	// releasing: the tenancy is being handed back (Release): its commit is
 	// final, so a sink rolling parts covers all that was acknowledged.
 	releasing bool
@@ -748,6 +755,7 @@ func (d *CoordinationDriver[C]) commitTenancy(src SplitSource, t *tenancy, p spa
 			p.Completed = false
 		}
 	}
+	t.tried = max(t.tried, p.Watermark)
 	ctx, cancel := d.ctx()
 	err := d.coord.CommitAt(ctx, t.spec.ID, t.epoch, p)
 	cancel()
@@ -834,8 +842,11 @@ func (d *CoordinationDriver[C]) sweep(src SplitSource) error {
 			continue
 		}
 		if t.short > t.won && time.Since(t.shortAt) >= shortCommitRetry {
-			// A commit the sink covered only in part: try the rest.
-			sp, err := src.EncodeCommit(t.spec.ID, t.short)
+			// A commit the sink covered only in part: try the rest, or
+			// again a later commit that carried more and failed (it may
+			// have landed: a commit below it would move the watermark
+			// back).
+			sp, err := src.EncodeCommit(t.spec.ID, max(t.short, t.tried))
 			if err == nil {
 				err = d.commitTenancy(src, t, sp)
 			}
