@@ -22,7 +22,12 @@ import (
 	"github.com/spate-go/spate/storeurl"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgservers.Main(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) != "" {
+		os.Exit(runWorker()) // a worker process of the trial
+	}
+	os.Exit(pgservers.Main(m))
+}
 
 func newDB(t testing.TB) (string, *pgx.Conn) {
 	t.Helper()
