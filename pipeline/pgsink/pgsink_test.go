@@ -226,6 +226,13 @@ func TestBadDestinationNamesTheTableAndTheFix(t *testing.T) {
 // while (a graceful stop: its splits move to the others).
 func copyJob(t testing.TB, url string, workers int, chunk int64, stopOne bool) {
 	t.Helper()
+	copyJobAt(t, url, workers, chunk, stopOne, 0)
+}
+
+// copyJobAt is copyJob with each worker held to rate rows a second (0:
+// unlimited).
+func copyJobAt(t testing.TB, url string, workers int, chunk int64, stopOne bool, rate float64) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dep, err := storeurl.Open(ctx, "mem://", storeurl.Options{})
@@ -247,7 +254,7 @@ func copyJob(t testing.TB, url string, workers int, chunk int64, stopOne bool) {
 		require.NoError(t, err)
 		defer sink.Close()
 		rt, err := pipeline.Build(pipeline.Config{Name: coord.InstanceID(), CommitInterval: 100 * time.Millisecond},
-			pipeline.NewCoordinatedSource(coord, src, src), nil,
+			pipeline.NewCoordinatedSource(coord, src, src), pace(rate),
 			[]pipeline.SinkSpec{{Name: "pg", Sink: sink}}, pipeline.WithLogger(log))
 		require.NoError(t, err)
 		wctx := ctx
