@@ -15,41 +15,77 @@ const benchRows = 200_000
 
 // BenchmarkTableCopy compares, in one run, a table copy by one spate worker
 // (pgsource into pgsink over a mem store) with a plain pgx loop between the
-// same tables: COPY ... TO STDOUT piped into COPY ... FROM STDIN. The ratio
-// of their ns/op is the worker's overhead.
+// same tables: COPY ... TO STDOUT piped into COPY ... FROM STDIN on another
+// connection. The ratio of their ns/op is the worker's overhead in time,
+// the ratio of their cpu-ns/row its overhead in client CPU (the server is
+// another process). -count N runs the two in turn, N rounds:
 //
-//	go test -run '^$' -bench BenchmarkTableCopy -benchtime 3x ./pipeline/pgsink/
+//	go test -run '^$' -bench BenchmarkTableCopy -benchtime 1x -count 6 ./pipeline/pgsink/ | tee copy.txt
+//	benchstat -col /case copy.txt
 func BenchmarkTableCopy(b *testing.B) {
 	url, c := newDB(b)
 	ctx := context.Background()
+	benchTable(b, c, benchRows)
+	b.Run("case=plain-pgx-copy", func(b *testing.B) {
+		measure(b, c, benchRows, func() { plainCopy(b, ctx, url) })
+	})
+	b.Run("case=spate-1-worker", func(b *testing.B) {
+		measure(b, c, benchRows, func() { copyJobAt(b, url, 1, 50_000, false, 0) })
+	})
+}
+
+// scaleRows and scaleRate are the rate-limited benchmark's table size and
+// each worker's rate.
+const (
+	scaleRows = 60_000
+	scaleRate = 10_000
+)
+
+// BenchmarkScaleOut compares, in one run, one worker with three, each
+// worker held to scaleRate rows a second: the ratio of their ns/op is how
+// far the fleet scales out (goal: 3 workers at least 2.5× one).
+//
+//	go test -run '^$' -bench BenchmarkScaleOut -benchtime 1x -count 3 ./pipeline/pgsink/ | tee scale.txt
+//	benchstat -col /workers scale.txt
+func BenchmarkScaleOut(b *testing.B) {
+	url, c := newDB(b)
+	benchTable(b, c, scaleRows)
+	for _, n := range []int{1, 3} {
+		b.Run(fmt.Sprintf("workers=%d", n), func(b *testing.B) {
+			measure(b, c, scaleRows, func() { copyJobAt(b, url, n, 2_000, false, scaleRate) })
+		})
+	}
+}
+
+// benchTable makes src (rows rows) and an empty dst of its shape.
+func benchTable(b *testing.B, c *pgx.Conn, rows int) {
 	exec(b, c, fmt.Sprintf(`CREATE TABLE src (id int PRIMARY KEY, v text, n bigint, at timestamptz);
 		INSERT INTO src SELECT i, md5(i::text), i * 7, now() FROM generate_series(1, %d) i;
-		CREATE TABLE dst (LIKE src); ANALYZE src;`, benchRows))
-	reset := func(b *testing.B) {
+		CREATE TABLE dst (LIKE src); ANALYZE src;
+		CREATE TABLE IF NOT EXISTS spate_fence (job text NOT NULL, split text NOT NULL, dest text NOT NULL, epoch bigint NOT NULL, watermark bigint NOT NULL, last_key text, PRIMARY KEY (job, split))`, rows))
+}
+
+// measure times copy (dst emptied before each), reporting rows/op and
+// the client's CPU per row, and checks the copy.
+func measure(b *testing.B, c *pgx.Conn, rows int, copy func()) {
+	var cpu int64
+	for b.Loop() {
+		b.StopTimer()
 		exec(b, c, "TRUNCATE dst; DELETE FROM spate_fence WHERE true")
+		start := cpuTime()
+		b.StartTimer()
+		copy()
+		b.StopTimer()
+		cpu += cpuTime() - start
+		b.StartTimer()
 	}
-	exec(b, c, "CREATE TABLE IF NOT EXISTS spate_fence (job text NOT NULL, split text NOT NULL, dest text NOT NULL, epoch bigint NOT NULL, watermark bigint NOT NULL, last_key text, PRIMARY KEY (job, split))")
-	b.Run("plain-pgx-copy", func(b *testing.B) {
-		for b.Loop() {
-			b.StopTimer()
-			reset(b)
-			b.StartTimer()
-			plainCopy(b, ctx, url)
-		}
-		b.ReportMetric(float64(benchRows), "rows/op")
-	})
-	b.Run("spate-1-worker", func(b *testing.B) {
-		for b.Loop() {
-			b.StopTimer()
-			reset(b)
-			b.StartTimer()
-			copyJob(b, url, 1, 50_000, false)
-		}
-		b.ReportMetric(float64(benchRows), "rows/op")
-	})
+	b.ReportMetric(float64(rows), "rows/op")
+	if cpuTime() >= 0 {
+		b.ReportMetric(float64(cpu)/float64(b.N)/float64(rows), "cpu-ns/row")
+	}
 	var n int
-	require.NoError(b, c.QueryRow(ctx, "SELECT count(*) FROM dst").Scan(&n))
-	require.Equal(b, benchRows, n)
+	require.NoError(b, c.QueryRow(context.Background(), "SELECT count(*) FROM dst").Scan(&n))
+	require.Equal(b, rows, n)
 }
 
 func plainCopy(b *testing.B, ctx context.Context, url string) {

@@ -23,6 +23,12 @@
 // the committable in the store only records it (see
 // docs/decisions/037-a-database-sink-fences-in-the-database.md).
 //
+// Memory is bounded: a split's staged rows that reach FlushBytes are
+// flushed at once by the Write that filled them, in a fenced transaction
+// of their own, ahead of the commit (the table runs ahead of the store, as
+// above); a row over MaxRowBytes fails its batch with nothing written
+// (docs/decisions/042-the-database-sink-flushes-ahead-of-the-commit.md).
+//
 // Rows are taken as the pgsource package produces them: a record's Value
 // is the row in COPY text format, its Key the key's text.
 package pgsink
@@ -33,6 +39,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 
@@ -68,7 +75,25 @@ type Options struct {
 	// MaxConns caps the sink's connections (flushes of different splits run
 	// at once). Default 4.
 	MaxConns int
+	// FlushBytes caps the rows a split's tenancy holds in memory: once its
+	// staged rows reach it, Write flushes them in a fenced transaction of
+	// their own, ahead of the commit (the table's watermark in the fence
+	// row moves on; the next commit records it). A transaction so writes at
+	// most FlushBytes plus one row, and the sink holds at most that per
+	// split it writes. Default [DefaultFlushBytes].
+	FlushBytes int
+	// MaxRowBytes caps one row (a record's Value): a longer row fails the
+	// pipeline, naming the table, the split and the row's key, and nothing
+	// of its batch is written. Default [DefaultMaxRowBytes], the source's
+	// default cap: raise both together.
+	MaxRowBytes int
 }
+
+// DefaultFlushBytes is the default [Options.FlushBytes].
+const DefaultFlushBytes = 4 << 20
+
+// DefaultMaxRowBytes is the default [Options.MaxRowBytes]: pgsource's.
+const DefaultMaxRowBytes = pgsource.DefaultMaxRowBytes
 
 // Sink is the exactly-once PostgreSQL sink.
 type Sink struct {
@@ -84,14 +109,19 @@ type Sink struct {
 	open   int
 	slots  chan struct{}
 
-	mu     sync.Mutex
-	stages map[pipeline.PartitionID]*stage
+	mu      sync.Mutex
+	stages  map[pipeline.PartitionID]*stage
+	retired map[pipeline.PartitionID]bool // tenancies ended: their late records are dropped
 }
 
 var _ pipeline.StagingSink = (*Sink)(nil)
 
 type stage struct {
 	t pipeline.StageTenancy
+
+	// flushing serializes the tenancy's flushes: Prepare's (the
+	// controller) and those of a Write over FlushBytes (a shard writer).
+	flushing sync.Mutex
 
 	mu sync.Mutex
 	// skipBelow is the table's watermark when the tenancy began: rows
@@ -100,10 +130,12 @@ type stage struct {
 	skipBelow int64
 	checkKey  *string
 	checked   bool
+	next      int64       // the offset after the last row staged or skipped: a retried Write's rows below it are dropped
 	buf       []byte      // staged rows, each ending in '\n'
 	keys      []byte      // their keys, back to back
 	rows      []stagedRow // their offsets and ends in buf and keys
 	flushed   int64       // the table's watermark as this tenancy knows it
+	fenced    bool        // a flush found a later epoch in the fence: rows are dropped
 }
 
 type stagedRow struct {
@@ -112,10 +144,12 @@ type stagedRow struct {
 	kstart, kend int // the key in keys
 }
 
-// committable is what a commit's Output records: the table's watermark.
+// committable is what a commit's Output records: the watermark committed
+// and, when a flush ahead of the commit moved it further, the table's.
 type committable struct {
 	Epoch     uint64 `json:"epoch"`
 	Watermark int64  `json:"watermark"`
+	Table     int64  `json:"table,omitempty"`
 }
 
 // New checks the destination and the fence table (creating it if absent)
@@ -133,6 +167,12 @@ func New(ctx context.Context, o Options) (*Sink, error) {
 	if o.MaxConns <= 0 {
 		o.MaxConns = 4
 	}
+	if o.FlushBytes <= 0 {
+		o.FlushBytes = DefaultFlushBytes
+	}
+	if o.MaxRowBytes <= 0 {
+		o.MaxRowBytes = DefaultMaxRowBytes
+	}
 	cfg, err := pgx.ParseConfig(o.URL)
 	if err != nil {
 		return nil, fmt.Errorf("pgsink: the connection URL does not parse (pgx redacts its password): %w", err)
@@ -140,7 +180,7 @@ func New(ctx context.Context, o Options) (*Sink, error) {
 	if cfg.RuntimeParams["application_name"] == "" {
 		cfg.RuntimeParams["application_name"] = "spate"
 	}
-	s := &Sink{o: o, cfg: cfg, slots: make(chan struct{}, o.MaxConns), stages: map[pipeline.PartitionID]*stage{}}
+	s := &Sink{o: o, cfg: cfg, slots: make(chan struct{}, o.MaxConns), stages: map[pipeline.PartitionID]*stage{}, retired: map[pipeline.PartitionID]bool{}}
 	c, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgsink: connect to %s:%d: %w", cfg.Host, cfg.Port, err)
@@ -293,16 +333,17 @@ func (s *Sink) OpenStage(ctx context.Context, t pipeline.StageTenancy, committed
 		return fmt.Errorf("pgsink: split %s: take the fence in %s: %w", t.Split, s.o.FenceTable, err)
 	case dest != s.dest:
 		return fmt.Errorf("pgsink: split %s of job %q was written to table %s, not %s (%s): point the job at %s, or start a new job", t.Split, s.o.Job, dest, s.dest, s.o.FenceTable, dest)
-	case w < prev.Watermark:
+	case w < max(prev.Watermark, prev.Table):
 		return fmt.Errorf("pgsink: split %s: %s says table %s holds its rows up to %d, but the job committed up to %d: the fence row was deleted or the table restored; empty %s and delete job %q's rows from %s to start over",
-			t.Split, s.o.FenceTable, s.dest, w, prev.Watermark, s.dest, s.o.Job, s.o.FenceTable)
+			t.Split, s.o.FenceTable, s.dest, w, max(prev.Watermark, prev.Table), s.dest, s.o.Job, s.o.FenceTable)
 	}
-	st := &stage{t: t, skipBelow: w, flushed: w}
+	st := &stage{t: t, skipBelow: w, flushed: w, next: w}
 	if w > prev.Watermark {
 		st.checkKey = key
 	}
 	s.mu.Lock()
 	s.stages[t.Partition] = st
+	delete(s.retired, t.Partition)
 	s.mu.Unlock()
 	return nil
 }
@@ -314,34 +355,79 @@ func ignoreNoRows(err error) error {
 	return err
 }
 
-func (s *Sink) stage(p pipeline.PartitionID) *stage {
+func (s *Sink) stage(p pipeline.PartitionID) (*stage, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stages[p]
+	return s.stages[p], s.retired[p]
 }
 
 // Write implements [pipeline.Sink]: rows are staged in memory until the
-// commit's flush.
+// commit's flush, or until a split's staged rows reach FlushBytes, which
+// flushes them at once. Records of a tenancy that ended are dropped (the
+// next owner reads them again).
 func (s *Sink) Write(ctx context.Context, shard int, records []pipeline.Record) error {
-	var st *stage
-	for i := range records {
-		r := &records[i]
-		if st == nil || st.t.Partition != r.Partition {
-			if st != nil {
-				st.mu.Unlock()
-			}
-			if st = s.stage(r.Partition); st == nil {
-				return pipeline.ErrNoStage
-			}
-			st.mu.Lock()
+	for len(records) > 0 {
+		n := 1
+		for n < len(records) && records[n].Partition == records[0].Partition {
+			n++
 		}
-		if err := s.stageRow(st, r); err != nil {
-			st.mu.Unlock()
+		if err := s.writeRun(ctx, records[:n]); err != nil {
 			return err
 		}
+		records = records[n:]
 	}
-	if st != nil {
+	return nil
+}
+
+// writeRun stages records of one partition, flushing whenever the staged
+// rows reach FlushBytes.
+func (s *Sink) writeRun(ctx context.Context, records []pipeline.Record) error {
+	st, retired := s.stage(records[0].Partition)
+	if st == nil {
+		if retired {
+			return nil
+		}
+		return fmt.Errorf("pgsink: partition %d: %w (%w)", records[0].Partition, pipeline.ErrNoStage, spate.ErrFatal)
+	}
+	// A row over the cap fails the batch before any of it is staged.
+	for i := range records {
+		if r := &records[i]; len(r.Value) > s.o.MaxRowBytes {
+			key := r.Key
+			if len(key) > 64 {
+				key = append(key[:64:64], "..."...)
+			}
+			return spate.Fatalf("pgsink: split %s: table %s: the row with key %q is %d bytes, over the cap of %d (MaxRowBytes); nothing of its batch was written: raise Options.MaxRowBytes (?max_row_bytes= in a URL; the source's cap too), or leave the wide columns out of the copy (the source's Columns)",
+				st.t.Split, s.dest, key, len(r.Value), s.o.MaxRowBytes)
+		}
+	}
+	for len(records) > 0 {
+		st.mu.Lock()
+		if st.fenced {
+			st.mu.Unlock()
+			return nil // a zombie's rows: its next Prepare reports the fence
+		}
+		n := 0
+		for n < len(records) && len(st.buf) < s.o.FlushBytes {
+			if err := s.stageRow(st, &records[n]); err != nil {
+				st.mu.Unlock()
+				return err
+			}
+			n++
+		}
+		full := len(st.buf) >= s.o.FlushBytes
 		st.mu.Unlock()
+		records = records[n:]
+		if full {
+			st.flushing.Lock()
+			err := s.flushBelow(ctx, st, math.MaxInt64)
+			st.flushing.Unlock()
+			if errors.Is(err, spate.ErrFenced) {
+				return nil
+			}
+			if err != nil {
+				return err // a retry stages nothing twice (st.next)
+			}
+		}
 	}
 	return nil
 }
@@ -355,6 +441,9 @@ func (s *Sink) stageRow(st *stage, r *pipeline.Record) error {
 		}
 		return nil // in the table already
 	}
+	if r.Offset < st.next {
+		return nil // staged by an earlier attempt of this write
+	}
 	if !st.checked {
 		if got := bytes.Count(r.Value, []byte{'\t'}) + 1; got != len(s.cols) {
 			return spate.Fatalf("pgsink: split %s: rows of %d columns, and table %s takes %d (%s): give the destination the source's shape, or set Columns",
@@ -366,6 +455,7 @@ func (s *Sink) stageRow(st *stage, r *pipeline.Record) error {
 	k := len(st.keys)
 	st.keys = append(st.keys, r.Key...)
 	st.rows = append(st.rows, stagedRow{offset: r.Offset, end: len(st.buf), kstart: k, kend: len(st.keys)})
+	st.next = r.Offset + 1
 	return nil
 }
 
@@ -373,46 +463,73 @@ func (s *Sink) stageRow(st *stage, r *pipeline.Record) error {
 // staged rows below watermark and advances the fence; a fence held by a
 // later epoch rolls it back ([spate.ErrFenced]).
 func (s *Sink) Prepare(ctx context.Context, p pipeline.PartitionID, watermark int64, final bool) ([]byte, int64, bool, error) {
-	st := s.stage(p)
+	st, _ := s.stage(p)
 	if st == nil {
 		return nil, 0, false, pipeline.ErrNoStage
 	}
+	st.flushing.Lock()
+	defer st.flushing.Unlock()
+	if err := s.flushBelow(ctx, st, watermark); err != nil {
+		return nil, 0, false, err
+	}
 	st.mu.Lock()
+	c := committable{Epoch: uint64(st.t.Epoch), Watermark: watermark}
+	if st.flushed > watermark {
+		c.Table = st.flushed
+	}
+	st.mu.Unlock()
+	out, _ := json.Marshal(c)
+	return out, watermark, false, nil
+}
+
+// flushBelow writes the staged rows below watermark in one fenced
+// transaction (with the fence at watermark, or, for all of them, just
+// after the last) and drops them from memory; st.flushing is held.
+func (s *Sink) flushBelow(ctx context.Context, st *stage, watermark int64) error {
+	st.mu.Lock()
+	if st.fenced {
+		st.mu.Unlock()
+		return fmt.Errorf("pgsink: split %s: the fence in %s holds an epoch later than this tenancy's %d (a newer owner took the split); nothing written: %w", st.t.Split, s.o.FenceTable, st.t.Epoch, spate.ErrFenced)
+	}
 	n := 0
 	for n < len(st.rows) && st.rows[n].offset < watermark {
 		n++
 	}
-	var data []byte
-	var lastKey string
-	if n > 0 {
-		last := st.rows[n-1]
-		data = st.buf[:last.end:last.end]
-		lastKey = string(st.keys[last.kstart:last.kend])
+	if n == 0 {
+		st.mu.Unlock()
+		return nil
 	}
-	epoch, split, flushed := st.t.Epoch, st.t.Split, st.flushed
+	last := st.rows[n-1]
+	if n == len(st.rows) && watermark == math.MaxInt64 {
+		watermark = last.offset + 1
+	}
+	// Write appends past last.end only: the flushed bytes stay put.
+	data := st.buf[:last.end:last.end]
+	lastKey := string(st.keys[last.kstart:last.kend])
+	epoch, split := st.t.Epoch, st.t.Split
 	st.mu.Unlock()
 
-	if n > 0 {
-		if err := s.flush(ctx, split, epoch, watermark, lastKey, data); err != nil {
-			return nil, 0, false, err
-		}
-		st.mu.Lock()
-		last := st.rows[n-1]
-		rest := st.rows[n:]
-		for i := range rest {
-			rest[i].end -= last.end
-			rest[i].kstart -= last.kend
-			rest[i].kend -= last.kend
-		}
-		st.rows = append(st.rows[:0], rest...)
-		st.buf = append(st.buf[:0:0], st.buf[last.end:]...)
-		st.keys = append(st.keys[:0:0], st.keys[last.kend:]...)
-		st.flushed = watermark
-		flushed = watermark
-		st.mu.Unlock()
+	err := s.flush(ctx, split, epoch, watermark, lastKey, data)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if errors.Is(err, spate.ErrFenced) {
+		st.fenced = true
+		st.buf, st.keys, st.rows = nil, nil, nil
 	}
-	out, _ := json.Marshal(committable{Epoch: uint64(epoch), Watermark: max(flushed, watermark)})
-	return out, watermark, false, nil
+	if err != nil {
+		return err
+	}
+	rest := st.rows[n:]
+	for i := range rest {
+		rest[i].end -= last.end
+		rest[i].kstart -= last.kend
+		rest[i].kend -= last.kend
+	}
+	st.rows = append(st.rows[:0], rest...)
+	st.buf = append(st.buf[:0:0], st.buf[last.end:]...)
+	st.keys = append(st.keys[:0:0], st.keys[last.kend:]...)
+	st.flushed = max(st.flushed, watermark)
+	return nil
 }
 
 // flush is one transaction: the fence, then the rows.
@@ -461,6 +578,7 @@ func (s *Sink) Publish(context.Context, pipeline.PartitionID, []byte) error { re
 func (s *Sink) CloseStage(p pipeline.PartitionID, completed bool) {
 	s.mu.Lock()
 	delete(s.stages, p)
+	s.retired[p] = true
 	s.mu.Unlock()
 }
 

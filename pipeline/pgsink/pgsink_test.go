@@ -22,7 +22,12 @@ import (
 	"github.com/spate-go/spate/storeurl"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgservers.Main(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) != "" {
+		os.Exit(runWorker()) // a worker process of the trial
+	}
+	os.Exit(pgservers.Main(m))
+}
 
 func newDB(t testing.TB) (string, *pgx.Conn) {
 	t.Helper()
@@ -221,6 +226,13 @@ func TestBadDestinationNamesTheTableAndTheFix(t *testing.T) {
 // while (a graceful stop: its splits move to the others).
 func copyJob(t testing.TB, url string, workers int, chunk int64, stopOne bool) {
 	t.Helper()
+	copyJobAt(t, url, workers, chunk, stopOne, 0)
+}
+
+// copyJobAt is copyJob with each worker held to rate rows a second (0:
+// unlimited).
+func copyJobAt(t testing.TB, url string, workers int, chunk int64, stopOne bool, rate float64) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dep, err := storeurl.Open(ctx, "mem://", storeurl.Options{})
@@ -242,7 +254,7 @@ func copyJob(t testing.TB, url string, workers int, chunk int64, stopOne bool) {
 		require.NoError(t, err)
 		defer sink.Close()
 		rt, err := pipeline.Build(pipeline.Config{Name: coord.InstanceID(), CommitInterval: 100 * time.Millisecond},
-			pipeline.NewCoordinatedSource(coord, src, src), nil,
+			pipeline.NewCoordinatedSource(coord, src, src), pace(rate),
 			[]pipeline.SinkSpec{{Name: "pg", Sink: sink}}, pipeline.WithLogger(log))
 		require.NoError(t, err)
 		wctx := ctx
@@ -287,4 +299,138 @@ func TestCopyTableExactlyOnce(t *testing.T) {
 	var fences int
 	require.NoError(t, c.QueryRow(context.Background(), "SELECT count(*) FROM spate_fence").Scan(&fences))
 	require.Zero(t, fences, "the job's fence rows are cleaned up when it completes")
+}
+
+// fenceRow is the split's fence row: its watermark and last key.
+func fenceRow(t testing.TB, c *pgx.Conn, split string) (int64, string) {
+	t.Helper()
+	var w int64
+	var key *string
+	require.NoError(t, c.QueryRow(context.Background(), "SELECT watermark, last_key FROM spate_fence WHERE split = $1", split).Scan(&w, &key))
+	if key == nil {
+		return w, ""
+	}
+	return w, *key
+}
+
+func count(t testing.TB, c *pgx.Conn, table string) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, c.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n))
+	return n
+}
+
+// A split's staged rows are bounded by FlushBytes: once they reach it,
+// Write flushes them in a fenced transaction of their own, ahead of the
+// commit, so the sink never holds more than FlushBytes and a row per
+// split, however long the commits take. The next owner skips what such a
+// flush wrote (checking the key at the table's watermark), so the table
+// still holds each row once.
+func TestStagedRowsAreBoundedByFlushBytes(t *testing.T) {
+	url, c := newDB(t)
+	exec(t, c, "CREATE TABLE dst (id int, v text)")
+	ctx := context.Background()
+	split := spate.MustSplitID("chunk-000000")
+	const flushBytes = 1024
+	a := newSink(t, url, pgsink.Options{FlushBytes: flushBytes})
+	require.NoError(t, a.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 1}, nil))
+	committed, _, _, err := a.Prepare(ctx, 1, 0, false)
+	require.NoError(t, err)
+	const n, rowBytes = 3000, len("1234\tv1234\n")
+	for from := 0; from < n; from += 500 {
+		require.NoError(t, a.Write(ctx, 0, rows(1, from, from+500)))
+		// No commit came: all but the last FlushBytes (and a row) are in
+		// the table already.
+		staged := int64(from+500) - count(t, c, "dst")
+		require.LessOrEqual(t, staged*int64(rowBytes), int64(flushBytes+rowBytes), "rows held in memory after %d written", from+500)
+	}
+	w, key := fenceRow(t, c, split.String())
+	require.Equal(t, count(t, c, "dst"), w, "the fence row holds the table's watermark")
+	require.Equal(t, fmt.Sprint(w), key, "and the key of the row below it")
+
+	// The owner dies before any commit: the next resumes from 0, skips
+	// what the table holds and writes the rest.
+	b := newSink(t, url, pgsink.Options{FlushBytes: flushBytes})
+	require.NoError(t, b.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 2, Partition: 2}, committed))
+	require.NoError(t, b.Write(ctx, 0, rows(2, 0, n)))
+	out, _, _, err := b.Prepare(ctx, 2, n, true)
+	require.NoError(t, err)
+	missing, dups, alien := audit(t, c, "dst", n)
+	require.Zero(t, missing, "missing")
+	require.Zero(t, dups, "duplicates")
+	require.Zero(t, alien)
+	require.JSONEq(t, fmt.Sprintf(`{"epoch":2,"watermark":%d}`, n), string(out))
+
+	// A commit at a watermark below what a flush already wrote records
+	// the table's watermark too, and a fence row behind it is refused.
+	exec(t, c, "TRUNCATE dst; DELETE FROM spate_fence")
+	d := newSink(t, url, pgsink.Options{FlushBytes: flushBytes})
+	require.NoError(t, d.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 3}, nil))
+	require.NoError(t, d.Write(ctx, 0, rows(3, 0, 200)))
+	out, _, _, err = d.Prepare(ctx, 3, 10, false)
+	require.NoError(t, err)
+	w, _ = fenceRow(t, c, split.String())
+	require.Greater(t, w, int64(10))
+	require.JSONEq(t, fmt.Sprintf(`{"epoch":1,"watermark":10,"table":%d}`, w), string(out))
+	exec(t, c, "UPDATE spate_fence SET watermark = 10")
+	e := newSink(t, url, pgsink.Options{FlushBytes: flushBytes})
+	err = e.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 2, Partition: 4}, out)
+	require.ErrorContains(t, err, fmt.Sprintf("holds its rows up to 10, but the job committed up to %d: the fence row was deleted or the table restored", w))
+}
+
+// A write retried after its flush failed (a lost connection) stages
+// nothing twice.
+func TestRetriedWriteAfterAFailedFlushStagesNothingTwice(t *testing.T) {
+	url, c := newDB(t)
+	exec(t, c, "CREATE TABLE dst (id int, v text)")
+	ctx := context.Background()
+	s := newSink(t, url, pgsink.Options{FlushBytes: 1024})
+	require.NoError(t, s.OpenStage(ctx, pipeline.StageTenancy{Split: spate.MustSplitID("r"), Epoch: 1, Partition: 1}, nil))
+	require.NoError(t, s.Write(ctx, 0, rows(1, 0, 300)))
+	// The sink's pooled connections are cut: the next flush fails.
+	exec(t, c, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'spate' AND pid <> pg_backend_pid()")
+	batch := rows(1, 300, 600)
+	require.Error(t, s.Write(ctx, 0, batch))
+	require.NoError(t, s.Write(ctx, 0, batch)) // the runtime's retry: the same records
+	_, _, _, err := s.Prepare(ctx, 1, 600, true)
+	require.NoError(t, err)
+	missing, dups, _ := audit(t, c, "dst", 600)
+	require.Zero(t, missing, "missing")
+	require.Zero(t, dups, "duplicates")
+}
+
+// A row over the cap fails its batch, naming the table, the split, the
+// row's key and the fix; nothing is written.
+func TestRowOverTheCapWritesNothing(t *testing.T) {
+	url, c := newDB(t)
+	exec(t, c, "CREATE TABLE dst (id int, v text)")
+	ctx := context.Background()
+	s := newSink(t, url, pgsink.Options{MaxRowBytes: 100, FlushBytes: 64})
+	require.NoError(t, s.OpenStage(ctx, pipeline.StageTenancy{Split: spate.MustSplitID("wide"), Epoch: 1, Partition: 1}, nil))
+	batch := rows(1, 0, 10)
+	batch[7].Value = fmt.Appendf(nil, "8\t%0200d", 0)
+	err := s.Write(ctx, 0, batch)
+	require.ErrorIs(t, err, spate.ErrFatal)
+	require.ErrorContains(t, err, `pgsink: split wide: table public.dst: the row with key "8" is 202 bytes, over the cap of 100 (MaxRowBytes); nothing of its batch was written: raise Options.MaxRowBytes`)
+	require.Zero(t, count(t, c, "dst"), "nothing written")
+	w, _ := fenceRow(t, c, "wide")
+	require.Zero(t, w, "the fence did not move")
+}
+
+// Records that reach the sink after their tenancy ended (a split lost or
+// handed back while its rows were queued) are dropped, not retried for
+// ever: the next owner reads them again. A partition that never had a
+// stage is a wiring error, fatal.
+func TestRecordsOfAnEndedTenancyAreDropped(t *testing.T) {
+	url, c := newDB(t)
+	exec(t, c, "CREATE TABLE dst (id int, v text)")
+	ctx := context.Background()
+	s := newSink(t, url, pgsink.Options{})
+	require.NoError(t, s.OpenStage(ctx, pipeline.StageTenancy{Split: spate.MustSplitID("gone"), Epoch: 1, Partition: 1}, nil))
+	s.CloseStage(1, false)
+	require.NoError(t, s.Write(ctx, 0, rows(1, 0, 10)))
+	err := s.Write(ctx, 0, rows(2, 0, 10))
+	require.ErrorIs(t, err, pipeline.ErrNoStage)
+	require.ErrorIs(t, err, spate.ErrFatal)
+	require.Zero(t, count(t, c, "dst"))
 }
