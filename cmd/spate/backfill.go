@@ -97,6 +97,26 @@ later run resumes it), or with --until-idle D until no file was added, grown or
 shrunk for D: the plan turns final, every file is read to its end, and the job
 completes. Check a followed job's output with spate verify --expect.
 
+A table: --src postgres://[user@]host[:port]/db?table=NAME reads a PostgreSQL
+table in chunks of its key (the primary key, or ?key=COL: one unique, not-null
+integer, text or uuid column), each chunk a split of ?chunk_rows=N rows
+(default 100000; chunk ends found by probing the key, so sparse or skewed keys
+still give even chunks) streamed by one COPY. ?columns=A,B picks the columns,
+?where=EXPR (URL-escaped) filters the rows, ?max_row_bytes=N caps a row; these
+and the table are part of the job's identity. --dst postgres://…?table=NAME2
+writes the rows exactly once into a table of the source's shape (no primary
+key needed): each flush is one transaction that copies the rows and advances
+the split's fence row in spate_fence, which a zombie's older lease epoch no
+longer matches; a table holding another job's fence rows is refused, and the
+job's fence rows go once it completes. A directory or bucket --dst gets
+<split>.out files of one row a line: "<key>\t<row>", the row's columns in
+COPY text format (a tab or newline in a value escaped). The password comes
+from ?password_file=FILE, $PGPASSWORD, ~/.pgpass or the URL, and is never
+printed; other parameters (sslmode, ...) are the driver's. What a concurrent
+writer may be seen: each chunk is read in one snapshot, different chunks at
+different times. On completion the copy is verified: a table by the row count
+and a checksum of every chunk, a directory row by row (see spate verify).
+
 What is read: every file under --src that matches an --include pattern (all
 when none is given) and no --exclude pattern. A pattern is a glob (* ? [a-z])
 on the file's base name, or on its path relative to --src when it holds a /.
@@ -115,8 +135,8 @@ stalled on quarantined splits (see spate inspect, spate requeue); 130/143
 interrupted by SIGINT/SIGTERM after a graceful hand-back.`
 
 func (f *backfillFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.src, "src", "", "source: a directory (links to regular files are followed), or a bucket URL (file:///path, s3://bucket?region=…&prefix=…) (required)")
-	fs.StringVar(&f.dst, "dst", "", "destination directory, or bucket URL such as s3://bucket?region=… (required)")
+	fs.StringVar(&f.src, "src", "", "source: a directory (links to regular files are followed), a bucket URL (file:///path, s3://bucket?region=…&prefix=…),\nor a table postgres://[user@]host[:port]/db?table=NAME[&key=COL&columns=A,B&where=EXPR&chunk_rows=N&password_file=FILE] (required)")
+	fs.StringVar(&f.dst, "dst", "", "destination directory, bucket URL such as s3://bucket?region=…, or (from a table) a table postgres://…/db?table=NAME (required)")
 	fs.StringVar(&f.job, "job", "", "job name (default: derived from the source)")
 	fs.StringVar(&f.instance, "instance", "", "this worker's id, unique among live workers (default: host name and a random suffix); a stable id reclaims its splits at once after a crash")
 	fs.IntVar(&f.lanes, "lanes", spate.DefaultMaxInFlight, "splits this worker holds at once")

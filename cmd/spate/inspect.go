@@ -32,7 +32,7 @@ type jobFlags struct {
 
 func (j *jobFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&j.job, "job", "", "job name (default: derived from --src, or the store's only job)")
-	fs.StringVar(&j.src, "src", "", "the job's source directory or bucket URL (to derive the job name as backfill does)")
+	fs.StringVar(&j.src, "src", "", "the job's source directory, bucket URL or postgres:// table URL (to derive the job name as backfill does)")
 	fs.DurationVar(&j.lease, "lease", 15*time.Second, "the job's --lease (Redis records it with the job and refuses another; read from the store when it can be)")
 }
 
@@ -350,7 +350,7 @@ func inspectionOf(job, store string, js *spate.JobState, files []filesource.File
 
 func runInspect(args []string) int {
 	fs := newFlagSet("inspect", "[--store URL] [--job NAME] [--json]",
-		"Shows a job's state as its store holds it, without joining the job: the plan (generation,\nfinality, planned), the live members and the leader, and every split's state (leased: a\nlive worker holds it; runnable: waiting for one; completed; quarantined), owner, epoch,\nattempts, committed watermark, remaining bytes and live lease.")
+		"Shows a job's state as its store holds it, without joining the job: the plan (generation,\nfinality, planned), the live members and the leader, and every split's state (leased: a\nlive worker holds it; runnable: waiting for one; completed; quarantined), owner, epoch,\nattempts, committed watermark, remaining bytes and live lease. A table's job counts rows\ninstead of bytes and shows each split's key range.")
 	var c jobCommand
 	asJSON := fs.Bool("json", false, "print JSON (for scripts)")
 	_, log, code, ok := c.parse(fs, args)
