@@ -120,6 +120,11 @@ func parseTableURL(raw string, src bool) (*tableURL, error) {
 	if err != nil {
 		return nil, errors.New("its query does not parse: escape the parameters' values (spaces as %20, & as %26, = as %3D)")
 	}
+	for _, k := range tableParams {
+		if len(q[k]) > 1 {
+			return nil, fmt.Errorf("?%s= is given %d times: give it once", k, len(q[k]))
+		}
+	}
 	take := func(k string) string {
 		v := q.Get(k)
 		q.Del(k)

@@ -113,6 +113,24 @@ func TestBackfillTableToTableWithTwoWorkers(t *testing.T) {
 	require.Contains(t, text, "rows      20,001 of 20,001 committed (100%)", text)
 	require.Regexp(t, `chunk-000006\s+completed\s.*\sid in \(12000, 14000\]`, text)
 
+	// Every worker of the job reads the same table the same way and writes
+	// the same table: another database's table of the same name and
+	// shape, another chunk size, another destination are refused.
+	other, oc := tableDB(t)
+	sqlExec(t, oc, "CREATE TABLE events (id bigint PRIMARY KEY, body text, n int)")
+	sqlExec(t, c, "CREATE TABLE events_copy2 (LIKE events)")
+	for _, tc := range []struct{ name, src, dst, want string }{
+		{"another database", other + "&table=events&chunk_rows=2000", dst, "--src          the job's postgres://127.0.0.1:"},
+		{"another chunk size", withPassword(base, tableSecret) + "&table=events&chunk_rows=1000", dst, "belongs to another source or other split options"},
+		{"another destination", src, base + "&table=events_copy2", "--dst          the job's postgres://"},
+	} {
+		code, out, errOut := runSpate(t, dir, "", 60*time.Second, append([]string{"backfill", "--src", tc.src, "--dst", tc.dst, "--lease", "2s"}, storeArgs...)...)
+		expectCode(t, tc.name, code, exitUsage, out, errOut)
+		require.Contains(t, errOut, tc.want, tc.name)
+		require.NotContains(t, out+errOut, tableSecret, tc.name)
+	}
+	require.EqualValues(t, 0, sqlInt(t, c, "SELECT count(*) FROM events_copy2"))
+
 	verify := func() (int, string) {
 		code, out, errOut := runSpate(t, dir, "", 60*time.Second, "verify", "--src", src, "--dst", dst)
 		require.NotContains(t, out+errOut, tableSecret, "verify printed the password")
@@ -158,6 +176,12 @@ func TestBackfillTableToDirectory(t *testing.T) {
 
 	code, stdout, stderr = runSpate(t, dir, "", 60*time.Second, "verify", "--src", src, "--dst", out)
 	expectCode(t, "verify", code, 0, stdout, stderr)
+	// The same into a bucket.
+	bucket := "file://" + filepath.ToSlash(filepath.Join(dir, "bucket"))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "bucket"), 0o755))
+	code, stdout, stderr = runSpate(t, dir, "", 90*time.Second, "backfill", "--src", src, "--dst", bucket, "--store", "mem://", "--lease", "1s")
+	expectCode(t, "backfill to a bucket", code, 0, stdout, stderr)
+	require.Contains(t, stdout, "verified exactly once: all 1,500 rows of public.users are in the output once", stdout)
 	sqlExec(t, c, "UPDATE users SET note = 'changed' WHERE name = 'user01234'")
 	code, stdout, stderr = runSpate(t, dir, "", 60*time.Second, "verify", "--src", src, "--dst", out)
 	expectCode(t, "verify after a change", code, exitFailed, stdout, stderr)
@@ -246,7 +270,8 @@ func TestParseTableURL(t *testing.T) {
 	require.Equal(t, "postgres://alice:from-file@db.example:5433/shop?sslmode=disable", tu.conn)
 	require.Equal(t, "postgres://alice:xxxxx@db.example:5433/shop?sslmode=disable&table=app.orders&key=order_id&columns=a,+b&where=a+%3E+1&chunk_rows=500&max_row_bytes=4096&password_file="+url.QueryEscape(pw), tu.shown)
 	require.True(t, strings.HasPrefix(tableJob(tu.location), "app-orders-"), tableJob(tu.location))
-	for _, bad := range []string{"postgres://h/db?table=t&chunk_rows=0", "postgres://h/db?table=t&max_row_bytes=x", "postgres://h/db"} {
+	for _, bad := range []string{"postgres://h/db?table=t&chunk_rows=0", "postgres://h/db?table=t&max_row_bytes=x", "postgres://h/db",
+		"postgres://h/db?table=t&chunk_rows=10&chunk_rows=20"} {
 		_, err := parseTableURL(bad, true)
 		require.Error(t, err, bad)
 	}
