@@ -97,6 +97,26 @@ later run resumes it), or with --until-idle D until no file was added, grown or
 shrunk for D: the plan turns final, every file is read to its end, and the job
 completes. Check a followed job's output with spate verify --expect.
 
+A table: --src postgres://[user@]host[:port]/db?table=NAME reads a PostgreSQL
+table in chunks of its key (the primary key, or ?key=COL: one unique, not-null
+integer, text or uuid column), each chunk a split of ?chunk_rows=N rows
+(default 100000; chunk ends found by probing the key, so sparse or skewed keys
+still give even chunks) streamed by one COPY. ?columns=A,B picks the columns,
+?where=EXPR (URL-escaped) filters the rows, ?max_row_bytes=N caps a row; these
+and the table are part of the job's identity. --dst postgres://…?table=NAME2
+writes the rows exactly once into a table of the source's shape (no primary
+key needed): each flush is one transaction that copies the rows and advances
+the split's fence row in spate_fence, which a zombie's older lease epoch no
+longer matches; a table holding another job's fence rows is refused, and the
+job's fence rows go once it completes. A directory or bucket --dst gets
+<split>.out files of one row a line: "<key>\t<row>", the row's columns in
+COPY text format (a tab or newline in a value escaped). The password comes
+from ?password_file=FILE, $PGPASSWORD, ~/.pgpass or the URL, and is never
+printed; other parameters (sslmode, ...) are the driver's. What a concurrent
+writer may be seen: each chunk is read in one snapshot, different chunks at
+different times. On completion the copy is verified: a table by the row count
+and a checksum of every chunk, a directory row by row (see spate verify).
+
 What is read: every file under --src that matches an --include pattern (all
 when none is given) and no --exclude pattern. A pattern is a glob (* ? [a-z])
 on the file's base name, or on its path relative to --src when it holds a /.
@@ -117,8 +137,8 @@ stalled on quarantined splits (see spate inspect, spate requeue); 130/143
 interrupted by SIGINT/SIGTERM after a graceful hand-back.`
 
 func (f *backfillFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.src, "src", "", "source: a directory (links to regular files are followed), or a bucket URL (file:///path, s3://bucket?region=…&prefix=…) (required)")
-	fs.StringVar(&f.dst, "dst", "", "destination directory, or bucket URL such as s3://bucket?region=… (required)")
+	fs.StringVar(&f.src, "src", "", "source: a directory (links to regular files are followed), a bucket URL (file:///path, s3://bucket?region=…&prefix=…),\nor a table postgres://[user@]host[:port]/db?table=NAME[&key=COL&columns=A,B&where=EXPR&chunk_rows=N&password_file=FILE] (required)")
+	fs.StringVar(&f.dst, "dst", "", "destination directory, bucket URL such as s3://bucket?region=…, or (from a table) a table postgres://…/db?table=NAME (required)")
 	fs.StringVar(&f.job, "job", "", "job name (default: derived from the source)")
 	fs.StringVar(&f.instance, "instance", "", "this worker's id, unique among live workers (default: host name and a random suffix); a stable id reclaims its splits at once after a crash")
 	fs.IntVar(&f.lanes, "lanes", spate.DefaultMaxInFlight, "splits this worker holds at once")
@@ -165,6 +185,9 @@ func runBackfill(args []string) int {
 // deriveJob names a job after its source (an absolute directory, or a
 // bucket URL's location): the base name and a hash of the whole.
 func deriveJob(absSrc string) string {
+	if isTableURL(absSrc) {
+		return tableJob(absSrc)
+	}
 	sum := sha256.Sum256([]byte(absSrc))
 	return sanitizeID(filepath.Base(absSrc), 40, "src") + "-" + hex.EncodeToString(sum[:4])
 }
@@ -353,12 +376,12 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	// is warned about in the job's log format.
 	in, err := openInputLog(context.Background(), f.src, log)
 	if err != nil {
-		return usageError(fs, "--src %s: %v", f.src, err)
+		return usageError(fs, "--src %s: %v", argShown(f.src), err)
 	}
 	defer in.close()
 	out, err := openOutput(context.Background(), f.dst)
 	if err != nil {
-		return usageError(fs, "--dst %s: %v", f.dst, err)
+		return usageError(fs, "--dst %s: %v", argShown(f.dst), err)
 	}
 	defer out.close()
 	if why := f.endsOverlap(in, out); why != "" {
@@ -370,6 +393,13 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	}
 	if instance == "" {
 		instance = defaultInstance()
+	}
+	if out.table != nil {
+		// The destination table is checked (its shape, the permission to
+		// write, other jobs' fence rows) before anything starts.
+		if err := out.openTable(context.Background(), job, in); err != nil {
+			return usageError(fs, "--dst %s: %v", argShown(f.dst), err)
+		}
 	}
 
 	runCtx, cancelRun := context.WithCancel(context.Background())
@@ -393,20 +423,26 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	// watches that the store is still there.
 	conn.noteInstance(runCtx, instance)
 	leave := conn.attend(runCtx, instance)
-	watch := conn.watchStore(runCtx, log, f.lease, f.store.connectTimeout, f.restartCommand(conn, job, in.location, out.location), cancelRun)
+	watch := conn.watchStore(runCtx, log, f.lease, f.store.connectTimeout, f.restartCommand(conn, job, in.shownArg(), out.shownArg()), cancelRun)
 	defer func() {
 		if watch.err() == nil { // a store that is gone keeps nothing: its host prunes the record
 			leave()
 		}
 	}()
 
-	popts := filesource.PlannerOptions{TargetBytes: f.splitBytes, MaxFiles: f.splitFiles, MinSplits: f.minSplits, Follow: f.follow, UntilIdle: f.untilIdle,
-		Include: f.include.patterns(), Exclude: f.exclude.patterns(), NoDefaultExcludes: f.exclude.set, Logger: log}
-	if f.follow && f.discover > 0 && f.discover < f.lease {
-		popts.Discover = f.discover // the planner lists on its own between the leader's replans
-	}
 	r := &backfillRun{f: f, con: con, log: log, conn: conn, st: st, job: job, instance: instance,
-		in: in, out: out, planner: filesource.NewPlanner(in.objs, popts), sigs: sigs, started: started}
+		in: in, out: out, sigs: sigs, started: started}
+	if in.table != nil {
+		r.plan = in.table.src // a table's source plans its chunks
+	} else {
+		popts := filesource.PlannerOptions{TargetBytes: f.splitBytes, MaxFiles: f.splitFiles, MinSplits: f.minSplits, Follow: f.follow, UntilIdle: f.untilIdle,
+			Include: f.include.patterns(), Exclude: f.exclude.patterns(), NoDefaultExcludes: f.exclude.set, Logger: log}
+		if f.follow && f.discover > 0 && f.discover < f.lease {
+			popts.Discover = f.discover // the planner lists on its own between the leader's replans
+		}
+		r.planner = filesource.NewPlanner(in.objs, popts)
+		r.plan = r.planner
+	}
 	if code, done := r.announce(runCtx); done {
 		return code
 	}
@@ -442,6 +478,9 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 // Paths are compared as written and with their symbolic links resolved
 // (a --dst reached through a link into --src is inside it).
 func (f *backfillFlags) endsOverlap(in *input, out *destination) string {
+	if in.table != nil && out.table != nil && in.location == out.location {
+		return "--src and --dst name the same table (" + in.location + "): copy into another table"
+	}
 	if in.dir == "" {
 		return ""
 	}
@@ -538,8 +577,9 @@ type backfillRun struct {
 	job, instance string
 	in            *input
 	out           *destination
-	planner       *filesource.Planner
-	hist          *history // nil without --history
+	planner       *filesource.Planner // nil for a table
+	plan          spate.SplitPlanner  // the job's planner: planner, or a table's source
+	hist          *history            // nil without --history
 	sigs          *interrupts
 	started       time.Time
 }
@@ -548,7 +588,7 @@ type backfillRun struct {
 // joined, resumed; and ends the run (done) for a job of another source,
 // a complete job and a stalled one.
 func (r *backfillRun) announce(ctx context.Context) (code int, done bool) {
-	f, con, conn, st, job, instance, planner, out := r.f, r.con, r.conn, r.st, r.job, r.instance, r.planner, r.out
+	f, con, conn, st, job, instance, planner, out := r.f, r.con, r.conn, r.st, r.job, r.instance, r.plan, r.out
 	src, dst := r.in.location, out.location
 	before, _, err := readJob(ctx, st)
 	if err != nil {
@@ -572,7 +612,7 @@ func (r *backfillRun) announce(ctx context.Context) (code int, done bool) {
 	case !before.exists:
 		con.line("new job: %s -> %s", src, dst)
 	case before.completedAll:
-		con.line("job %s is already complete: all %d splits (%s) are committed completed; nothing to do", job, before.splits, bytesStr(before.total))
+		con.line("job %s is already complete: all %d splits (%s) are committed completed; nothing to do", job, before.splits, r.in.amount(before.total))
 		fmt.Fprintf(con.errOut, "spate backfill: job %s was already complete on this store; nothing was copied. To copy again from the start: spate delete %s, then spate backfill with an empty --dst\n",
 			job, f.storeArgs(job))
 		return exitOK, true
@@ -582,7 +622,7 @@ func (r *backfillRun) announce(ctx context.Context) (code int, done bool) {
 	case before.members > 0:
 		con.line("joining running job: %d of %d splits completed, %d worker(s) running", before.completed, before.splits, before.members)
 	default:
-		con.line("resuming job: %d of %d splits completed (%s of %s committed)", before.completed, before.splits, bytesStr(before.done), bytesStr(before.total))
+		con.line("resuming job: %d of %d splits completed (%s of %s committed)", before.completed, before.splits, r.in.amount(before.done), r.in.amount(before.total))
 	}
 	return exitOK, false
 }
@@ -620,8 +660,13 @@ func (r *backfillRun) build() (*backfillWorker, int) {
 		w.reg.MustRegister(w.lag)
 	}
 	oc := &observedCoord{StoreCoordinator: coord, obs: w.obs}
-	splits := &observedSplits{Source: filesource.NewSource(in.objs).WithLogger(log).WithMaxLineBytes(f.maxLineBytes).WithPlanner(planner), obs: w.obs}
-	source := pipeline.NewCoordinatedSource(oc, splits, planner, pipeline.StallDrains(true), pipeline.DriverLogger(log))
+	var splits pipeline.SplitSource
+	if in.table != nil {
+		splits = &observedTable{Source: in.table.src, obs: w.obs}
+	} else {
+		splits = &observedSplits{Source: filesource.NewSource(in.objs).WithLogger(log).WithMaxLineBytes(f.maxLineBytes).WithPlanner(planner), obs: w.obs}
+	}
+	source := pipeline.NewCoordinatedSource(oc, splits, r.plan, pipeline.StallDrains(true), pipeline.DriverLogger(log))
 	w.fileSink, err = out.sink(context.Background(), job, f.rollSize, f.rollInterval) // creates --dst
 	if err != nil {
 		_ = coord.Close()
@@ -677,7 +722,7 @@ func (w *backfillWorker) serve(addr string, con *console, conn *connector, st sp
 // it, and reports the outcome.
 func (r *backfillRun) runJob(ctx context.Context, w *backfillWorker) int {
 	con, log, out, st := r.con, r.log, r.out, r.st
-	stopProgress := r.f.progress(con, st, w.obs, w.lag, r.started)
+	stopProgress := r.f.progress(con, st, w.obs, w.lag, r.in, r.started)
 	report, runErr := w.rt.Run(ctx)
 	stopProgress()
 	con.endStatus()
@@ -785,14 +830,20 @@ func (r *backfillRun) finish(obs *observer, end runEnd) int {
 	default:
 		outcome = "stopped"
 	}
-	var verified *verifyResult
+	var verified verdict
 	if code == exitOK && f.verify && !f.follow {
-		r, err := verifyOutput(context.Background(), in.objs, out)
+		var err error
+		if in.table != nil {
+			verified, err = verifyTable(context.Background(), in.table, out)
+		} else {
+			var r verifyResult
+			r, err = verifyOutput(context.Background(), in.objs, out)
+			verified = r
+		}
 		if err != nil {
 			con.line("verification could not run: %v", err)
 			code = exitFailed
-		} else {
-			verified = &r
+			verified = nil
 		}
 	}
 	recs, inBytes := obs.records.Load(), obs.bytes.Load()
@@ -802,25 +853,27 @@ func (r *backfillRun) finish(obs *observer, end runEnd) int {
 	con.plain("\nsummary: job %s %s\n", job, outcome)
 	if final.exists {
 		con.plain("  job        %d/%d splits completed, %d quarantined; %s of %s committed\n",
-			final.completed, final.splits, final.quarantined, bytesStr(final.done), bytesStr(final.total))
+			final.completed, final.splits, final.quarantined, in.amount(final.done), in.amount(final.total))
 	}
 	con.plain("  splits     this worker gained %d (%d resumed from a commit), completed %d, lost %d, handed back %d\n",
 		gained, resumed, completedHere, lost, handed)
 	// What this worker staged; only what a won commit lists is published.
-	con.plain("  records    %s lines (%s of input) read and staged by this worker; what the job committed is published under %s\n", count(recs), bytesStr(inBytes), dst)
+	con.plain("  records    %s %s (%s of input) read and staged by this worker; what the job committed is published under %s\n", count(recs), in.unit(), bytesStr(inBytes), dst)
 	if verified != nil {
-		con.plain("  duplicates %s lines in %s (exactly-once: the output lists only what won commits covered)\n", count(verified.Duplicates), dst)
+		con.plain("  duplicates %s\n", verified.duplicates(dst))
 	} else if f.follow {
 		con.plain("  duplicates not counted here: a followed input's files may have been renamed, truncated or deleted under the job; check with spate verify --expect FILE\n")
 	} else {
 		con.plain("  duplicates not counted (counted by the verification of a completed job; see spate verify)\n")
 	}
-	con.plain("  elapsed    %v: %s lines/s, %s/s\n", elapsed.Round(10*time.Millisecond),
-		count(int64(rate(recs, elapsed))), bytesStr(int64(rate(inBytes, elapsed))))
+	con.plain("  elapsed    %v: %s %s/s, %s/s\n", elapsed.Round(10*time.Millisecond),
+		count(int64(rate(recs, elapsed))), in.unit(), bytesStr(int64(rate(inBytes, elapsed))))
 	if verified != nil {
 		con.plain("  %s\n", verified.report())
 		if !verified.OK() {
-			con.plain("  (workers on several hosts must all write to the job's --dst itself, on shared storage: each split's output is where its commits put it)\n")
+			if out.table == nil {
+				con.plain("  (workers on several hosts must all write to the job's --dst itself, on shared storage: each split's output is where its commits put it)\n")
+			}
 			code = exitFailed
 		}
 	}
@@ -890,7 +943,7 @@ func (f *backfillFlags) explainStalled(con *console, job string, s jobSummary, d
 // progress shows the job's progress until the returned stop is called: a
 // bar on a terminal, a line every 5s otherwise. A followed job's lag is
 // sampled every second (for /metrics), whatever the line's period.
-func (f *backfillFlags) progress(con *console, st spate.Store, obs *observer, lag *followLag, started time.Time) (stop func()) {
+func (f *backfillFlags) progress(con *console, st spate.Store, obs *observer, lag *followLag, in *input, started time.Time) (stop func()) {
 	period := 5 * time.Second
 	if con.tty {
 		period = 500 * time.Millisecond
@@ -925,7 +978,7 @@ func (f *backfillFlags) progress(con *console, st spate.Store, obs *observer, la
 			}
 			recs := obs.records.Load()
 			elapsed := time.Since(started)
-			here := fmt.Sprintf("this worker: %s lines, %s lines/s", count(recs), count(int64(rate(recs, elapsed))))
+			here := fmt.Sprintf("this worker: %s %s, %s %[2]s/s", count(recs), in.unit(), count(int64(rate(recs, elapsed))))
 			if err != nil || !s.exists || s.total == 0 {
 				con.setStatus("planning... " + here)
 				continue
@@ -940,7 +993,7 @@ func (f *backfillFlags) progress(con *console, st spate.Store, obs *observer, la
 				con.event("%s", following)
 			} else if !con.quiet {
 				con.event("progress %.0f%%: %d/%d splits completed, %s of %s committed; %s", 100*frac,
-					s.completed, s.splits, bytesStr(s.done), bytesStr(s.total), here)
+					s.completed, s.splits, in.amount(s.done), in.amount(s.total), here)
 			}
 		}
 	})

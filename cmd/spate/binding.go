@@ -90,9 +90,15 @@ func (f *backfillFlags) bindJob(ctx context.Context, st spate.Store, out *destin
 	// them in the other order (parameters, then binding), so a binding
 	// seen here whose plan the store lacks is truly another plan's, never
 	// a fellow first worker's that recorded both between our two reads.
-	dst, bound, err := out.readBinding(ctx)
-	if err != nil {
-		return planParams{}, err
+	// A table has no binding file: the fence table binds it to its job
+	// (pgsink refuses a table that holds another job's fence rows).
+	var dst destBinding
+	var bound bool
+	var err error
+	if out.table == nil {
+		if dst, bound, err = out.readBinding(ctx); err != nil {
+			return planParams{}, err
+		}
 	}
 	if bindJobBetweenReads != nil {
 		bindJobBetweenReads()
@@ -102,8 +108,10 @@ func (f *backfillFlags) bindJob(ctx context.Context, st spate.Store, out *destin
 		return rec, err
 	}
 	if !ok {
-		if err := f.checkNewPlan(ctx, out, job, storeDesc, before, dst, bound); err != nil {
-			return rec, err
+		if out.table == nil {
+			if err := f.checkNewPlan(ctx, out, job, storeDesc, before, dst, bound); err != nil {
+				return rec, err
+			}
 		}
 		mine.Plan = randomHex()[:16]
 		data, err := json.Marshal(mine)
@@ -127,6 +135,9 @@ func (f *backfillFlags) bindJob(ctx context.Context, st spate.Store, out *destin
 		return rec, &refusal{fmt.Sprintf("this worker's flags differ from those of job %s on this store:\n  %s\n"+
 			"every worker of a job reads the same input, planned the same way, and writes the same destination: pass the job's flags, or use another --job",
 			job, strings.Join(d, "\n  "))}
+	}
+	if out.table != nil {
+		return rec, nil
 	}
 	if bound {
 		if dst.Plan != rec.Plan {

@@ -157,6 +157,7 @@ func (f *backfillFlags) validate(fs *flag.FlagSet, pos []string) error {
 		func() error { return f.checkTimings(store) },
 		func() error { return f.checkSizes() },
 		func() error { return f.checkFollow(fs) },
+		func() error { return f.checkTable(fs) },
 		func() error { return f.checkNames() },
 		func() error { return checkAddr("metrics-addr", f.metricsAddr) },
 		func() error { return checkParentDir("history", f.history) },

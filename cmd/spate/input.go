@@ -23,8 +23,38 @@ type input struct {
 	// the absolute directory, or the bucket URL without its options.
 	location string
 	// dir is the absolute directory; empty for a bucket.
-	dir   string
+	dir string
+	// arg is --src as a command spate suggests passes it: the location,
+	// or a table's URL with its password masked ("" for the location).
+	arg string
+	// table is a postgres:// table (objs is nil then).
+	table *tableInput
 	close func() error
+}
+
+// shownArg is what a suggested command passes as --src.
+func (in *input) shownArg() string {
+	if in.arg != "" {
+		return in.arg
+	}
+	return in.location
+}
+
+// amount renders n of the input's unit, as the job's split weights count
+// it: rows of a table, bytes of files.
+func (in *input) amount(n int64) string {
+	if in.table != nil {
+		return count(n) + " rows"
+	}
+	return bytesStr(n)
+}
+
+// unit names a record of the input: a row of a table, a line of a file.
+func (in *input) unit() string {
+	if in.table != nil {
+		return "rows"
+	}
+	return "lines"
 }
 
 // realDir is the directory with every symbolic link resolved (dir when
@@ -53,6 +83,13 @@ func isBucketURL(src string) bool {
 // inputLocation is the location openInput would give src, without opening
 // it: what a job name is derived from.
 func inputLocation(src string) (string, error) {
+	if isTableURL(src) {
+		tu, err := parseTableURL(src, true)
+		if err != nil {
+			return "", err
+		}
+		return tu.location, nil
+	}
 	if isBucketURL(src) {
 		return blobsource.Location(src)
 	}
@@ -69,6 +106,9 @@ func openInput(ctx context.Context, src string) (*input, error) {
 // sockets, devices) are each named once in a warning on log, the job's
 // logger (nil: the default logger).
 func openInputLog(ctx context.Context, src string, log *slog.Logger) (*input, error) {
+	if isTableURL(src) {
+		return openTableInput(ctx, src)
+	}
 	if isBucketURL(src) {
 		objs, closeBucket, err := blobsource.OpenURL(ctx, src)
 		if err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline/filesource"
+	"github.com/spate-go/spate/pipeline/pgsource"
 	"github.com/spate-go/spate/storeurl"
 )
 
@@ -31,7 +32,7 @@ type jobFlags struct {
 
 func (j *jobFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&j.job, "job", "", "job name (default: derived from --src, or the store's only job)")
-	fs.StringVar(&j.src, "src", "", "the job's source directory or bucket URL (to derive the job name as backfill does)")
+	fs.StringVar(&j.src, "src", "", "the job's source directory, bucket URL or postgres:// table URL (to derive the job name as backfill does)")
 	fs.DurationVar(&j.lease, "lease", 15*time.Second, "the job's --lease (Redis records it with the job and refuses another; read from the store when it can be)")
 }
 
@@ -202,6 +203,10 @@ type summaryJSON struct {
 	// lease holds their split).
 	Waiting int    `json:"waiting,omitempty"`
 	State   string `json:"state"` // complete, stalled, running, following (an open plan), planning
+	// Unit is what the bytes_ counts and the splits' weights and
+	// watermarks count: "rows" for a table's job (they count rows then),
+	// else absent (bytes).
+	Unit string `json:"unit,omitempty"`
 }
 
 type splitJSON struct {
@@ -241,6 +246,9 @@ type splitJSON struct {
 	// LastFailure is why the split's last attempt was charged (a
 	// quarantined split's is why it was set aside); empty if none was.
 	LastFailure string `json:"last_failure,omitempty"`
+	// Keys, for a split of a table's job, is its chunk's key range, as
+	// "key <= 100", "key in (100, 200]" or "key > 200".
+	Keys string `json:"keys,omitempty"`
 	// Damage says which record cannot be read and why; DamageFix what to
 	// do about it. Both empty unless the state is damaged.
 	Damage    string `json:"damage,omitempty"`
@@ -291,9 +299,18 @@ func inspectionOf(job, store string, js *spate.JobState, files []filesource.File
 	for _, m := range js.Members {
 		out.Members = append(out.Members, memberJSON{Instance: m.Instance, MaxInFlight: m.MaxInFlight})
 	}
+	tableKey, table := tablePlanKey(js.Plan.Fingerprint)
+	if table {
+		out.Summary.Unit = "rows"
+	}
 	for _, sp := range js.Splits {
 		j := splitJSON{ID: sp.ID.String(), Status: string(sp.Status), State: splitState(sp), Owner: sp.Owner, Epoch: uint64(sp.Epoch),
 			Attempts: sp.Attempts, Weight: sp.Weight, LeaseOwner: sp.LeaseOwner, Revision: sp.Revision, LastFailure: sp.LastFailure}
+		if table && sp.HasSpec {
+			if lo, hi, err := pgsource.KeyRange(spate.NewSplitSpec(sp.ID, sp.Descriptor)); err == nil {
+				j.Keys = chunkRange{lo: lo, hi: hi}.keys(tableKey)
+			}
+		}
 		if r, ok := remainingBytes(sp); ok {
 			j.Remaining = &r
 			if _, tail := filesource.TailLag(derefProgress(sp.Progress)); tail && r > 0 && !sp.WrittenAt.IsZero() {
@@ -333,7 +350,7 @@ func inspectionOf(job, store string, js *spate.JobState, files []filesource.File
 
 func runInspect(args []string) int {
 	fs := newFlagSet("inspect", "[--store URL] [--job NAME] [--json]",
-		"Shows a job's state as its store holds it, without joining the job: the plan (generation,\nfinality, planned), the live members and the leader, and every split's state (leased: a\nlive worker holds it; runnable: waiting for one; completed; quarantined), owner, epoch,\nattempts, committed watermark, remaining bytes and live lease.")
+		"Shows a job's state as its store holds it, without joining the job: the plan (generation,\nfinality, planned), the live members and the leader, and every split's state (leased: a\nlive worker holds it; runnable: waiting for one; completed; quarantined), owner, epoch,\nattempts, committed watermark, remaining bytes and live lease. A table's job counts rows\ninstead of bytes and shows each split's key range.")
 	var c jobCommand
 	asJSON := fs.Bool("json", false, "print JSON (for scripts)")
 	_, log, code, ok := c.parse(fs, args)
@@ -404,6 +421,9 @@ func printInspection(w io.Writer, in inspection) {
 			waiting = fmt.Sprintf(" (%d waiting for a lane)", s.Waiting)
 		}
 		fmt.Fprintf(w, "follow    %d files followed%s, %s%s behind the input\n", s.Followed, waiting, bytesStr(s.Lag), behind)
+	} else if s.Unit == "rows" {
+		fmt.Fprintf(w, "rows      %s of %s committed (%.0f%%), %s remaining\n",
+			count(s.BytesCommitted), count(s.BytesTotal), pct, count(s.BytesRemaining))
 	} else {
 		fmt.Fprintf(w, "bytes     %s of %s committed (%.0f%%), %s remaining\n",
 			bytesStr(s.BytesCommitted), bytesStr(s.BytesTotal), pct, bytesStr(s.BytesRemaining))
@@ -411,9 +431,13 @@ func printInspection(w io.Writer, in inspection) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	files := slices.ContainsFunc(in.Splits, func(sp splitJSON) bool { return sp.File != "" })
+	keys := slices.ContainsFunc(in.Splits, func(sp splitJSON) bool { return sp.Keys != "" })
 	head := "SPLIT\tSTATE\tOWNER\tEPOCH\tATTEMPTS\tWATERMARK\tREMAINING\tLEASE"
 	if files {
 		head += "\tFILE"
+	}
+	if keys {
+		head += "\tKEYS"
 	}
 	fmt.Fprintln(tw, head)
 	for _, sp := range in.Splits {
@@ -422,7 +446,10 @@ func printInspection(w io.Writer, in inspection) {
 			wm = fmt.Sprintf("%d/%d", *sp.Watermark, sp.Weight)
 		}
 		rem := "?"
-		if sp.Remaining != nil {
+		switch {
+		case sp.Remaining != nil && s.Unit == "rows":
+			rem = count(*sp.Remaining) + " rows"
+		case sp.Remaining != nil:
 			rem = bytesStr(*sp.Remaining)
 		}
 		if sp.Behind != "" {
@@ -431,6 +458,9 @@ func printInspection(w io.Writer, in inspection) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s", sp.ID, sp.State, dash(sp.Owner), sp.Epoch, sp.Attempts, wm, rem, dash(sp.LeaseOwner))
 		if files {
 			fmt.Fprintf(tw, "\t%s", fileName(sp.File, sp.Found))
+		}
+		if keys {
+			fmt.Fprintf(tw, "\t%s", sp.Keys)
 		}
 		fmt.Fprintln(tw)
 	}

@@ -37,14 +37,14 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"backfill", "copy every line of a directory's files into another, coordinated across processes", runBackfill},
+		{"backfill", "copy every line of a directory's files (or every row of a table) into another, coordinated across processes", runBackfill},
 		{"demo", "run a self-contained fleet demo: workers, a killed worker, takeover, verification", runDemo},
 		{"inspect", "show a job's plan, members and splits", runInspect},
 		{"jobs", "list the jobs on a store", runJobs},
 		{"ui", "serve a live view of a store's jobs in the browser (read-only)", runUI},
 		{"requeue", "put a quarantined split back into play", runRequeue},
 		{"delete", "delete a job's keys from its store (not while workers run it, unless --force)", runDelete},
-		{"verify", "check that every input line of a backfill reached its output", runVerify},
+		{"verify", "check that every input line (or table row) of a backfill reached its output", runVerify},
 		{"conformance", "run the store conformance suite against a live store", runConformance},
 	}
 }

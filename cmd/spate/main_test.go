@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spate-go/spate/internal/etcdservers"
+	"github.com/spate-go/spate/internal/pgservers"
 )
 
 // spateBin is the real binary the tests run, built once by TestMain (with
@@ -40,7 +41,7 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := pgservers.Main(m) // runs the tests, then stops the PostgreSQL server they shared
 	os.RemoveAll(dir)
 	if code == 0 {
 		if err := goleak.Find(etcdservers.LeakIgnores()...); err != nil {

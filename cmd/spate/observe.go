@@ -14,6 +14,7 @@ import (
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline"
 	"github.com/spate-go/spate/pipeline/filesource"
+	"github.com/spate-go/spate/pipeline/pgsource"
 )
 
 // history appends JSON lines to the --history file: one object per line,
@@ -453,12 +454,40 @@ func (s *observedSplits) OpenSplit(op pipeline.SplitOpening) (pipeline.Lane, err
 	return s.Source.OpenSplit(op)
 }
 
+// observedTable is observedSplits for a table's source.
+type observedTable struct {
+	*pgsource.Source
+	obs *observer
+}
+
+func (s *observedTable) OpenSplit(op pipeline.SplitOpening) (pipeline.Lane, error) {
+	s.obs.opened(op)
+	poison := op.Poison
+	id := op.Spec.ID
+	op.Poison = func(reason string) {
+		s.obs.poison(id, reason)
+		if poison != nil {
+			poison(reason)
+		}
+	}
+	return s.Source.OpenSplit(op)
+}
+
 // outputSink writes through a staging sink and reports every staged
 // write to the observer. The staging methods are promoted, so Build wires
 // it to the coordinated source.
 type outputSink struct {
 	stagingSink
 	obs *observer
+}
+
+// CleanJob implements pipeline.StageCleaner when the staging sink does
+// (a table's: its fence rows go once the job completed).
+func (s *outputSink) CleanJob(ctx context.Context) error {
+	if c, ok := s.stagingSink.(pipeline.StageCleaner); ok {
+		return c.CleanJob(ctx)
+	}
+	return nil
 }
 
 func (s *outputSink) Write(ctx context.Context, shard int, records []pipeline.Record) error {

@@ -30,8 +30,19 @@ type destination struct {
 	// location names the destination in messages: the absolute directory,
 	// or the bucket URL without its options (which may carry secrets).
 	location string
-	dir      string // absolute; empty for a bucket
+	dir      string // absolute; empty for a bucket or a table
 	bucket   *blob.Bucket
+	// table is a postgres:// table: its rows are written by pgsink,
+	// fenced in the database (the fence table binds it to its job).
+	table *tableOutput
+}
+
+// shownArg is what a suggested command passes as --dst.
+func (o *destination) shownArg() string {
+	if o.table != nil {
+		return o.table.url.shown
+	}
+	return o.location
 }
 
 // stagingSink is what a backfill writes through.
@@ -43,6 +54,13 @@ type stagingSink interface {
 
 // openOutput opens dst without writing to it.
 func openOutput(ctx context.Context, dst string) (*destination, error) {
+	if isTableURL(dst) {
+		tu, err := parseTableURL(dst, false)
+		if err != nil {
+			return nil, err
+		}
+		return &destination{location: tu.location, table: &tableOutput{url: tu}}, nil
+	}
 	if isBucketURL(dst) {
 		loc, err := blobsource.Location(dst)
 		if err != nil {
@@ -65,6 +83,12 @@ func openOutput(ctx context.Context, dst string) (*destination, error) {
 // directory, claiming the destination for the job); a bucket's parts roll
 // at rollSize bytes or rollInterval.
 func (o *destination) sink(ctx context.Context, job string, rollSize int64, rollInterval time.Duration) (stagingSink, error) {
+	if o.table != nil {
+		if o.table.sink == nil {
+			return nil, fmt.Errorf("destination table %s: not opened for job %s", o.location, job)
+		}
+		return tableSink{o.table.sink}, nil
+	}
 	if o.bucket != nil {
 		s, err := blobsink.New(ctx, o.bucket, o.location, job)
 		if err != nil {
@@ -79,6 +103,9 @@ func (o *destination) sink(ctx context.Context, job string, rollSize int64, roll
 // removeStaging removes the staged output nobody lists, once the job
 // completed.
 func (o *destination) removeStaging(ctx context.Context) error {
+	if o.table != nil {
+		return nil // the sink's CleanJob removes the job's fence rows
+	}
 	if o.bucket != nil {
 		return blobsink.RemoveStaging(ctx, o.bucket)
 	}
@@ -266,6 +293,9 @@ func (o *destination) hasOutput(ctx context.Context) (bool, error) {
 }
 
 func (o *destination) close() error {
+	if o.table != nil && o.table.sink != nil {
+		return o.table.sink.Close()
+	}
 	if o.bucket != nil {
 		return o.bucket.Close()
 	}

@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"hash"
 	"hash/fnv"
@@ -330,10 +331,10 @@ func verifyExpected(ctx context.Context, expect io.Reader, out *destination) (ve
 
 func runVerify(args []string) int {
 	fs := newFlagSet("verify", "--src DIR|URL --dst DIR|URL | --expect FILE --dst DIR|URL",
-		"Checks that every line of every file under --src is in the output files (*.out) under --dst\n(a directory, or a bucket URL such as s3://bucket?region=…) exactly once. Exits 0 only if no line is missing, none is there twice, and the output holds\nnothing else (with --allow-duplicates: only if no line is missing).\n\nWith --expect, the output is checked against FILE, a record of every line written to a\nfollowed input (spate backfill --follow), whose files may since have been renamed,\ntruncated or deleted: each line of FILE must be in the output as often as FILE has it,\nand nothing else.")
-	src := fs.String("src", "", "the backfill's source: a directory or a bucket URL")
+		"Checks that every line of every file under --src is in the output files (*.out) under --dst\n(a directory, or a bucket URL such as s3://bucket?region=…) exactly once. Exits 0 only if no line is missing, none is there twice, and the output holds\nnothing else (with --allow-duplicates: only if no line is missing).\n\nWith --expect, the output is checked against FILE, a record of every line written to a\nfollowed input (spate backfill --follow), whose files may since have been renamed,\ntruncated or deleted: each line of FILE must be in the output as often as FILE has it,\nand nothing else.\n\nA table (--src postgres://…?table=T, as given to spate backfill, with its key, columns, filter\nand chunk_rows): into a table (--dst postgres://…?table=T2), the row count and a checksum of\nthe rows of every chunk of the key (the chunks the job's plan cuts) are compared, and each\nchunk that differs is named with its key range; into a directory or bucket, every row of\nthe table must be in the output once, as the table holds it now.")
+	src := fs.String("src", "", "the backfill's source: a directory, a bucket URL, or a postgres:// table URL")
 	expect := fs.String("expect", "", "instead of --src: a file holding every line that was written to the input, one per line")
-	dst := fs.String("dst", "", "the backfill's output directory or bucket URL")
+	dst := fs.String("dst", "", "the backfill's output directory, bucket URL, or postgres:// table URL")
 	allowDups := fs.Bool("allow-duplicates", false, "accept duplicates (the output of an at-least-once sink): fail only on a missing line")
 	pos, code, ok := parseArgs(fs, args)
 	if !ok {
@@ -359,7 +360,10 @@ func runVerify(args []string) int {
 	}
 	in, err := openInput(context.Background(), *src)
 	if err != nil {
-		return usageError(fs, "--src %s: %v", *src, err)
+		return usageError(fs, "--src %s: %v", argShown(*src), err)
+	}
+	if in.table != nil {
+		return verifyTableCmd(fs, in, *dst, *allowDups)
 	}
 	defer in.close()
 	out, err := openOutput(context.Background(), *dst)
@@ -399,6 +403,27 @@ func verifyAgainst(expect, dst string, allowDups bool) int {
 	}
 	fmt.Println(r.report())
 	if allowDups && r.Complete() {
+		return exitOK
+	}
+	if !r.OK() {
+		return exitFailed
+	}
+	return exitOK
+}
+
+// verifyTableCmd is spate verify of a table --src.
+func verifyTableCmd(fs *flag.FlagSet, in *input, dst string, allowDups bool) int {
+	out, err := openOutput(context.Background(), dst)
+	if err != nil {
+		return usageError(fs, "--dst %s: %v", argShown(dst), err)
+	}
+	defer out.close()
+	r, err := verifyTable(context.Background(), in.table, out)
+	if err != nil {
+		return fail(exitFailed, "verify: %v", err)
+	}
+	fmt.Println(r.report())
+	if lr, ok := r.(*tableLinesResult); ok && allowDups && lr.missing == 0 && lr.damaged == 0 {
 		return exitOK
 	}
 	if !r.OK() {

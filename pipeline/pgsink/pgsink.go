@@ -250,10 +250,19 @@ func (s *Sink) describe(ctx context.Context, c *pgx.Conn) error {
 	s.copy = "COPY " + s.dest + " (" + strings.Join(quoted, ", ") + ") FROM STDIN"
 
 	s.fence = pgx.Identifier{s.o.FenceTable}.Sanitize()
-	if _, err := c.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.fence+` (
+	create := `CREATE TABLE IF NOT EXISTS ` + s.fence + ` (
 		job text NOT NULL, split text NOT NULL, dest text NOT NULL,
 		epoch bigint NOT NULL, watermark bigint NOT NULL, last_key text,
-		PRIMARY KEY (job, split))`); err != nil {
+		PRIMARY KEY (job, split))`
+	_, err = c.Exec(ctx, create)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07") {
+		// Another worker created it at the same moment: IF NOT EXISTS does
+		// not guard against that (a unique violation in the catalog). It
+		// exists now.
+		_, err = c.Exec(ctx, create)
+	}
+	if err != nil {
 		return fmt.Errorf("pgsink: create the fence table %s: %w (the job's user needs CREATE on the schema, or create it beforehand)", s.o.FenceTable, err)
 	}
 	var other string
