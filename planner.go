@@ -61,6 +61,9 @@ type planResult struct {
 	rev     uint64
 	err     error
 	created int
+	pruned  int
+	// pruneErr is why a prune failed (the run went on).
+	pruneErr error
 }
 
 // planning is the actor's planner runs: at most one at a time, beside the
@@ -104,6 +107,8 @@ type planRun struct {
 	// known are the splits whose records the leader's view holds: a seed
 	// of one would be a create-if-absent that loses.
 	known map[string]struct{}
+	// candidates are the completed splits a prune may delete (prune.go).
+	candidates []pruneCandidate
 }
 
 // startPlan launches a due planner run off the actor goroutine. Every write
@@ -127,7 +132,7 @@ func (a *actor) startPlan() {
 			known[id] = struct{}{}
 		}
 	}
-	run := planRun{st: a.st, planner: a.planner, fpHash: a.fpHash, m: a.m, known: known}
+	run := planRun{st: a.st, planner: a.planner, fpHash: a.fpHash, m: a.m, known: known, candidates: a.pruneCandidates()}
 	done := a.planning.done
 	go func() {
 		defer cancel()
@@ -170,6 +175,19 @@ func (p planRun) run(ctx context.Context, snap planRecord, rev uint64) (res plan
 		}
 		return planResult{outcome: planError, err: err, created: created}
 	}
+	// An open plan's completed splits whose work is gone are pruned
+	// (prune.go); never under a final plan, whose count terminal
+	// detection judges.
+	// A failed prune costs store space, not the plan: the run goes on,
+	// and the next one offers the splits again.
+	pruned, pruneErr := 0, error(nil)
+	if plan.Finality != PlanFinal && snap.Finality != finalityFinal {
+		planned := make(map[string]bool, len(plan.Splits))
+		for _, s := range plan.Splits {
+			planned[s.Spec.ID.id] = true
+		}
+		pruned, pruneErr = p.prune(ctx, planned)
+	}
 	// Recount from a listing, never locally: a crash or a failed publish
 	// between seeding and publishing would otherwise desynchronise terminal
 	// detection for good. A run that had nothing to seed, under a plan
@@ -179,7 +197,7 @@ func (p planRun) run(ctx context.Context, snap planRecord, rev uint64) (res plan
 	// count below the records' could let terminal detection fire before
 	// a record the view has not seen yet.)
 	next := snap
-	if tried > 0 || uint64(len(p.known)) != snap.Planned {
+	if tried > 0 || pruned > 0 || uint64(len(p.known)) != snap.Planned {
 		entries, err := p.st.List(ctx, Durable, prefixSplit)
 		if err != nil {
 			return planResult{outcome: planError, err: err, created: created}
@@ -209,7 +227,7 @@ func (p planRun) run(ctx context.Context, snap planRecord, rev uint64) (res plan
 	if created > 0 || next.Finality != snap.Finality || next.Planned != snap.Planned {
 		out = planOK
 	}
-	return planResult{outcome: out, plan: &next, rev: o.Revision, created: created}
+	return planResult{outcome: out, plan: &next, rev: o.Revision, created: created, pruned: pruned, pruneErr: pruneErr}
 }
 
 // seed writes each planned split the view does not hold, spec first then
@@ -298,6 +316,12 @@ func (a *actor) finishPlan(res planResult) error {
 		}
 		wasFinal := a.job.plan != nil && a.job.plan.Finality == finalityFinal
 		a.setPlan(res.plan, res.rev)
+		if res.pruned > 0 {
+			a.log.Info("pruned completed splits whose work is gone", "pruned", res.pruned, "planned", res.plan.Planned)
+		}
+		if res.pruneErr != nil {
+			a.log.Warn("pruning completed splits failed; the next planner run retries", "pruned", res.pruned, "err", res.pruneErr)
+		}
 		if !wasFinal && res.plan.Finality == finalityFinal {
 			a.log.Info("plan is final", "planned", res.plan.Planned)
 		}

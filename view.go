@@ -335,6 +335,10 @@ func (a *actor) applyDurable(entries []Entry, mark uint64, complete bool) error 
 		}
 		for id, v := range a.job.splits {
 			if v.prog != nil && !listed[prefixSplit+id] && v.progAt < mark {
+				if pruned(v.prog, !listed[prefixSpec+id]) {
+					a.forgetPruned(id, 0)
+					continue
+				}
 				a.log.Warn("a split's progress record is missing from a listing; the leader restores it from the last state seen", "split", id)
 				a.forgetProgress(id, 0)
 			}
@@ -488,10 +492,17 @@ func (a *actor) durableDelete(key string, rev uint64) error {
 			a.repair(key, true)
 			return nil
 		}
+		if v := a.job.splits[id]; v != nil && pruned(v.prog, v.spec == nil) {
+			a.forgetPruned(id, rev)
+			return nil
+		}
 		a.log.Warn("a split's progress record was deleted externally; the leader restores it from the last state seen", "key", key)
 		a.forgetProgress(id, rev)
 	case strings.HasPrefix(key, prefixSpec) && a.records.damaged[key] != nil:
 		a.repair(key, true)
+	case strings.HasPrefix(key, prefixSpec) && a.completed(key[len(prefixSpec):]):
+		// A completed split's spec goes first when it is pruned (prune.go).
+		a.job.splits[key[len(prefixSpec):]].spec = nil
 	case key == keyVerdict:
 		if rev == 0 || rev > a.verdicts.recordRev {
 			a.verdicts.recordRev = max(a.verdicts.recordRev, rev)
@@ -509,6 +520,12 @@ func (a *actor) durableDelete(key string, rev uint64) error {
 		a.log.Warn("durable record deleted externally; reconcile treats it as absent", "key", key)
 	}
 	return nil
+}
+
+// completed reports whether the view holds split id's record completed.
+func (a *actor) completed(id string) bool {
+	v := a.job.splits[id]
+	return v != nil && v.prog != nil && v.prog.Status == statusCompleted
 }
 
 // upsert folds a progress record into the view: the only place progress

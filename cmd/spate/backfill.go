@@ -46,6 +46,7 @@ type backfillFlags struct {
 	follow         bool          // a continuous job: discover and follow
 	untilIdle      time.Duration // --follow: complete once the input is idle this long
 	discover       time.Duration // --follow: the listing interval (0: the lease)
+	retain         time.Duration // --follow: how long a completed split of a file that is gone is kept
 	include        patternList   // --include: the files planned (all when empty)
 	exclude        patternList   // --exclude: the files left out (--follow: default excludes when none)
 	rate           float64
@@ -130,7 +131,10 @@ NUL bytes) is refused, named in one warning. A followed file renamed away
 for 5s parks: it keeps its split but frees its lane for a file that waits
 for one (a renamed one is first read to its end), and is read on from where
 it stopped if it grows again. New files are found at once where the system
-reports them (inotify), else at the next listing.
+reports them (inotify), else at the next listing. The split of a file that is
+gone (deleted, or moved out of --src) is deleted from the store --retain (24h)
+after it completed, so a job whose logs rotate for a year holds its live files
+and that window.
 
 Exit: 0 job complete (and verified); 1 error or failed verification; 3 job
 stalled on quarantined splits (see spate inspect, spate requeue); 130/143
@@ -157,6 +161,7 @@ func (f *backfillFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.follow, "follow", false, "a continuous job: new files are discovered every --discover and each file is followed as it grows (renames, truncations and deletions included); runs until SIGINT/SIGTERM, or --until-idle (part of the job's identity)")
 	fs.DurationVar(&f.untilIdle, "until-idle", 0, "--follow: once no file was added, grown or shrunk for this long, the plan turns final and the job completes (0: run until stopped)")
 	fs.DurationVar(&f.discover, "discover", 0, "--follow: how often the leader lists --src for new files besides the file-system events it watches (at least 100ms; 0: --lease)")
+	fs.DurationVar(&f.retain, "retain", filesource.DefaultRetain, "--follow: a completed split whose file is gone (deleted, or moved out of --src) is deleted from the store this long after it completed (negative: kept forever)")
 	fs.Var(&f.include, "include", "read only the files matching this glob, on the base name or (with a /) the path relative to --src; repeatable (default: every file)")
 	fs.Var(&f.exclude, "exclude", "leave out the files matching this glob (as --include); repeatable; replaces --follow's default excludes of rotated copies and archives ('' leaves nothing out)")
 	fs.Float64Var(&f.rate, "rate", 0, "write at most this many lines per second (0: unlimited)")
@@ -435,7 +440,7 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	if in.table != nil {
 		r.plan = in.table.src // a table's source plans its chunks
 	} else {
-		popts := filesource.PlannerOptions{TargetBytes: f.splitBytes, MaxFiles: f.splitFiles, MinSplits: f.minSplits, Follow: f.follow, UntilIdle: f.untilIdle,
+		popts := filesource.PlannerOptions{TargetBytes: f.splitBytes, MaxFiles: f.splitFiles, MinSplits: f.minSplits, Follow: f.follow, UntilIdle: f.untilIdle, Retain: f.retain,
 			Include: f.include.patterns(), Exclude: f.exclude.patterns(), NoDefaultExcludes: f.exclude.set, Logger: log}
 		if f.follow && f.discover > 0 && f.discover < f.lease {
 			popts.Discover = f.discover // the planner lists on its own between the leader's replans

@@ -227,6 +227,10 @@ func (f *backfillFlags) checkFollow(fs *flag.FlagSet) error {
 		return flagErrorf("--until-idle needs --follow")
 	case !f.follow && explicitlySet(fs, "discover"):
 		return flagErrorf("--discover needs --follow")
+	case !f.follow && explicitlySet(fs, "retain"):
+		return flagErrorf("--retain needs --follow")
+	case f.retain == 0:
+		return flagErrorf("--retain 0s: must be positive (a negative value keeps the splits of files that are gone forever)")
 	case f.untilIdle < 0:
 		return flagErrorf("--until-idle %v: must not be negative (0 runs until stopped)", f.untilIdle)
 	case f.discover < 0 || f.discover > 0 && f.discover < minDiscover:

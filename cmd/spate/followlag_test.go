@@ -89,3 +89,25 @@ func TestARevokedSplitIsNotCalledLost(t *testing.T) {
 	assert.Contains(t, out.String(), "lost b: its lease ended here")
 	assert.Equal(t, 1, o.lost)
 }
+
+// The console names a followed file where it is now, as the split's last
+// commit recorded it, and the name it was found under after a rename: on
+// a gain, and on the completion, with why the split completed.
+func TestConsoleNamesAFollowedFileByItsCurrentPath(t *testing.T) {
+	width := 300
+	con, out := testConsole(&width)
+	o := newObserver(con, nil)
+	spec, err := filesource.TailSplitFor(filesource.Member{Name: "app.log", Size: 10}, filesource.FileID{Dev: 1, Ino: 2})
+	require.NoError(t, err)
+	renamed := spate.NewSplitProgress(40, []byte(`{"size":40,"name":"app.log.1"}`))
+	o.event(spate.Gained{Split: spec, Epoch: 3, Progress: &renamed})
+	assert.Contains(t, out.String(), "[follows app.log.1 (found as app.log)], resuming at byte 40")
+
+	fresh, err := filesource.TailSplitFor(filesource.Member{Name: "web.log", Size: 10}, filesource.FileID{Dev: 1, Ino: 3})
+	require.NoError(t, err)
+	o.event(spate.Gained{Split: fresh, Epoch: 1})
+	assert.Contains(t, out.String(), "[follows web.log], from the start")
+	done := spate.CompletedProgress(90, []byte(`{"size":90,"name":"web.log.1","end":"deleted"}`))
+	o.commit(fresh.ID, 1, done, nil)
+	assert.Contains(t, out.String(), "completed "+fresh.ID.String()+" [follows web.log.1 (found as web.log)]: "+filesource.EndReason("deleted"))
+}

@@ -89,6 +89,32 @@ type splitInfo struct {
 	completed bool
 	poison    string
 	revoked   bool // the leader asked for it back (a planned rebalance)
+	// tail is a followed file's split descriptor (nil for other splits),
+	// found the name the planner found the file under; files[0].Name is
+	// where the file is now, as the last commit seen says.
+	tail  []byte
+	found string
+	end   string // why a followed file's split completed
+}
+
+// describe names s's files for people: a followed file by where it is
+// now, and the name it was found under when it was renamed since.
+func (s *splitInfo) describe() string {
+	d := describeFiles(s.files, s.total, s.rng)
+	if s.tail != nil && len(s.files) == 1 && s.found != "" && s.found != s.files[0].Name {
+		d += " (found as " + s.found + ")"
+	}
+	return d
+}
+
+// followed updates a followed file's current name and end from progress.
+func (s *splitInfo) followed(p *spate.SplitProgress) {
+	if s.tail == nil || len(s.files) != 1 {
+		return
+	}
+	if f, ok := filesource.FollowedOf(s.tail, p); ok {
+		s.files[0].Name, s.found, s.end = f.Name, f.Found, f.End
+	}
 }
 
 // tenancyRef maps a pipeline partition to the split tenancy it carries.
@@ -158,8 +184,11 @@ func (o *observer) event(ev spate.Event) {
 		o.mu.Lock()
 		s := o.info(e.Split.ID)
 		s.files, s.total, s.rng, s.epoch = d.Files, d.Total(), d.Range, e.Epoch
+		s.tail = nil
 		if d.Tail != nil {
 			s.files = []filesource.Member{{Name: d.Tail.Name, Size: -1}} // followed: no size
+			s.tail = e.Split.Descriptor
+			s.followed(e.Progress)
 		}
 		o.gained++
 		from := "from the start"
@@ -174,7 +203,7 @@ func (o *observer) event(ev spate.Event) {
 				}
 			}
 		}
-		desc := describeFiles(s.files, s.total, s.rng)
+		desc := s.describe()
 		o.mu.Unlock()
 		o.con.event("gained %s (epoch %d) [%s], %s", e.Split.ID, e.Epoch, desc, from)
 		o.hist.record("gained", map[string]any{"split": e.Split.ID.String(), "epoch": uint64(e.Epoch), "resume": resume})
@@ -258,7 +287,10 @@ func (o *observer) commit(id spate.SplitID, epoch spate.LeaseEpoch, p spate.Spli
 		s.completed = true
 		o.completed++
 	}
-	total, files, rng := s.total, s.files, s.rng
+	if err == nil {
+		s.followed(&p)
+	}
+	desc, end := s.describe(), s.end
 	o.mu.Unlock()
 	fields := map[string]any{"split": id.String(), "epoch": uint64(epoch), "watermark": p.Watermark,
 		"completed": p.Completed, "outcome": outcome(err)}
@@ -268,7 +300,11 @@ func (o *observer) commit(id spate.SplitID, epoch spate.LeaseEpoch, p spate.Spli
 	o.hist.record("commit", fields)
 	switch {
 	case done:
-		o.con.event("completed %s [%s]", id, describeFiles(files, total, rng))
+		if why := filesource.EndReason(end); why != "" {
+			o.con.event("completed %s [%s]: %s", id, desc, why)
+		} else {
+			o.con.event("completed %s [%s]", id, desc)
+		}
 	case errors.Is(err, spate.ErrFenced):
 		o.con.event("commit of %s fenced: another worker owns it now (nothing was written)", id)
 	}
@@ -382,7 +418,7 @@ func (o *observer) quarantinedSplits() []string {
 		s := o.splits[id]
 		line := id.String()
 		if s != nil && len(s.files) > 0 {
-			line += " [" + describeFiles(s.files, s.total, s.rng) + "]"
+			line += " [" + s.describe() + "]"
 		}
 		if s != nil && s.poison != "" {
 			line += ": " + s.poison

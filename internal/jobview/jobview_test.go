@@ -418,6 +418,13 @@ func TestJobPageInABrowser(t *testing.T) {
 		// w2 joined after the page opened: its heartbeats are seen live.
 		chromedp.WaitVisible(`//table[@id="members"]//tr[td[1][text()="w2"]]/td[8][contains(text(),"s")][not(starts-with(text(),">"))]`),
 	))
+	// A split that completes moves after the live ones, without a reload.
+	first := spate.MustSplitID("part-00")
+	require.NoError(t, w2.c.CommitAt(t.Context(), first, w2.held[first], spate.CompletedProgress(1000, nil)))
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(`//table[@id="splits"]//tr[last()][@id="s-part-00"][@class="completed"]`)))
+	order, err := chromedp.Run(ctx, chromedp.Evaluate[string](`Array.prototype.map.call(document.querySelectorAll('#splits tr[id]'), function (r) { return r.id; }).join(" ")`))
+	require.NoError(t, err)
+	assert.Equal(t, "s-part-01 s-part-02 s-part-03 s-part-04 s-part-05 s-part-00", order, "live work first, then what is done")
 	linked, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('#s-part-03 td a[href="/jobs/job-a/splits/part-03"]') !== null`))
 	require.NoError(t, err)
 	assert.True(t, linked, "a row updated live lost its link to the split's page")

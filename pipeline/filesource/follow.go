@@ -195,6 +195,8 @@ type followState struct {
 	// a listing (a lane that saw its file renamed; the watch and the
 	// Discover tick of that call).
 	asks []chan struct{}
+	// prune is what Prune remembers between its calls.
+	prune pruneState
 }
 
 func newFollowState(opts PlannerOptions) *followState {

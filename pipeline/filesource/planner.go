@@ -369,6 +369,13 @@ type PlannerOptions struct {
 	// cannot be shorter than the lease) and the file-system events it
 	// watches where the platform has them. 0: only those.
 	Discover time.Duration
+	// Retain, with Follow, is how long the split of a followed file that
+	// is gone (deleted, or moved out of the input) is kept in the store
+	// after it completed: then the leader prunes it, so a job whose logs
+	// rotate for a year holds its live files and this window. A file that
+	// comes back after the split was pruned (moved out and back) is new
+	// work. Default [DefaultRetain]; negative: never pruned.
+	Retain time.Duration
 	// Logger is where the planner names the files it refuses (not text).
 	// Default slog.Default().
 	Logger *slog.Logger
