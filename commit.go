@@ -298,7 +298,9 @@ func nextProgress(prev *progressRecord, t *tenancy, p SplitProgress) *progressRe
 	}
 	wm := p.Watermark
 	rec.Watermark, rec.State, rec.Completed, rec.Output = &wm, p.State, p.Completed, p.Output
+	rec.Remaining = p.Remaining
 	if p.Completed {
+		rec.Remaining = 0
 		rec.Status = statusCompleted
 	}
 	return rec

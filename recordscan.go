@@ -204,7 +204,7 @@ func (s *recordScanner) record(keys []string, schema *int, id *string, fp *uint6
 }
 
 var progressKeys = []string{"schema", "id", "fp", "epoch", "status", "owner", "attempts", "advanced_epoch",
-	"watermark", "state", "completed", "output", "written_at_ms", "last_failure"}
+	"watermark", "state", "completed", "output", "written_at_ms", "last_failure", "remaining"}
 
 // scan reads data into r, a new record, if data is in the scanner's form.
 func (r *progressRecord) scan(data []byte) bool {
@@ -239,6 +239,8 @@ func (r *progressRecord) scan(data []byte) bool {
 			r.WrittenAtMs, ok = s.int(64)
 		case 13:
 			r.LastFailure, ok = s.str()
+		case 14:
+			r.Remaining, ok = s.uint(64)
 		}
 		return ok
 	})

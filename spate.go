@@ -274,6 +274,14 @@ type SplitProgress struct {
 	// compare-and-swap as the watermark, so output a commit lists becomes
 	// visible only if that commit won. Nil for at-least-once sinks.
 	Output []byte
+	// Remaining is the source's estimate of the split's input left to
+	// read after Watermark, in the units of its spec's weight (0: none or
+	// not known). It is a hint: the leader measures each running split's
+	// rate from its commits' Remaining and asks the owner of the one with
+	// the longest expected remaining time to divide it when workers idle
+	// (docs/decisions/043). A source that cannot divide its splits leaves
+	// it 0.
+	Remaining uint64
 }
 
 // NewSplitProgress returns in-progress state.

@@ -290,8 +290,12 @@ func DecodeDescriptor(b []byte) (Descriptor, error) {
 	case d.Version == RangeVersion && d.Range == nil:
 		return d, spate.Fatalf("filesource: bad descriptor: version %d without a range", d.Version)
 	case d.Version == RangeVersion:
-		if len(d.Files) != 1 || d.Range.Start < 0 || d.Range.Start >= d.Range.End || d.Range.End > d.Files[0].Size {
-			return d, spate.Fatalf("filesource: bad descriptor: range [%d, %d) of %d members (one wanted, the range inside its size)", d.Range.Start, d.Range.End, len(d.Files))
+		var size int64
+		for _, f := range d.Files {
+			size += f.Size
+		}
+		if len(d.Files) == 0 || d.Range.Start < 0 || d.Range.Start >= d.Range.End || d.Range.End > size {
+			return d, spate.Fatalf("filesource: bad descriptor: range [%d, %d) of %d members of %d bytes (the range must lie inside them)", d.Range.Start, d.Range.End, len(d.Files), size)
 		}
 	case d.Version != PackingVersion:
 		return d, spate.Fatalf("filesource: descriptor version %d, want %d or %d", d.Version, PackingVersion, RangeVersion)
