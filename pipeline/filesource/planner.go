@@ -38,6 +38,19 @@
 // nothing and completes. Offsets are relative to the range's start; keys
 // are the object's own byte offsets, as for a whole object.
 //
+// # Division
+//
+// A running split can be divided by its owner (the leader asks when the
+// fleet idles: [pipeline.DivisionProposer], [pipeline.SplitDivider]): at
+// a byte offset at or beyond what its lane has read, about the middle of
+// the rest, the split keeps the lines that start before it and gives up
+// the others to a child, by the ranges' rule. Both halves are range
+// descriptors (version 2); a divided packed split's range runs over
+// several members, its offsets those of the members concatenated. A
+// followed file is never divided, nor a split with less than
+// [MinDivideBytes] left. Each commit reports the bytes left
+// (SplitProgress.Remaining).
+//
 // # Offsets and watermarks
 //
 // A split's bytes are its members' bytes concatenated in descriptor order;
