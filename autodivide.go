@@ -39,7 +39,7 @@ const (
 	// remaining time must exceed before it is worth dividing: a division
 	// costs a few store writes and a claim, and a child needs a commit
 	// interval or two to get going.
-	divideWorth = 4
+	divideWorth = 2
 	// divideCooldown is how many of the split's commit intervals an ask
 	// stands (the owner acts on it at once; this covers its round trip
 	// and the division's write) before the leader may ask again.

@@ -64,10 +64,19 @@ func TestAnIdleFleetAsksTheOwnerToDivide(t *testing.T) {
 			assert.Equal(t, 3, readers, "every worker read part of the one split")
 			// Bounded: every division answered one ask.
 			assert.LessOrEqual(t, len(kids), asked)
-			// A division is worth it only while more than divideWorth (4)
+			// A division is worth it only while more than divideWorth (2)
 			// commit intervals (one pump) are left: far fewer than n/4
 			// pieces.
 			assert.Less(t, len(kids), n/8, "a division storm")
+			// The job's weights still add up to the input: a divided
+			// split shows what it kept, its children the rest.
+			js, err := spate.InspectJob(context.Background(), s, "")
+			require.NoError(t, err)
+			var total uint64
+			for _, sp := range js.Splits {
+				total += sp.Weight
+			}
+			assert.EqualValues(t, n, total, "the splits' weights (%d splits)", len(js.Splits))
 		})
 	})
 	t.Run("one worker", func(t *testing.T) {
