@@ -299,7 +299,9 @@ func nextProgress(prev *progressRecord, t *tenancy, p SplitProgress) *progressRe
 	wm := p.Watermark
 	rec.Watermark, rec.State, rec.Completed, rec.Output = &wm, p.State, p.Completed, p.Output
 	rec.Parked = p.Parked && !p.Completed
+	rec.Remaining = p.Remaining
 	if p.Completed {
+		rec.Remaining = 0
 		rec.Status = statusCompleted
 	}
 	return rec

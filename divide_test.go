@@ -98,12 +98,24 @@ type rangeWorker struct {
 	done   bool
 	frozen bool  // a frozen process reads and commits nothing
 	limit  int64 // read no further (tests position the reader)
+	// auto: its commits report what is left (Remaining), and it divides
+	// a split the leader asks it to (DivideRequested) in the middle of
+	// what it has not read; asked counts those asks, published the
+	// records it published.
+	auto      bool
+	asked     int
+	published int64
 }
 
 func startRange(t *testing.T, s spate.Store, id string, p spate.SplitPlanner, out *sink) *rangeWorker {
 	t.Helper()
+	return startRangeWith(t, s, testCfg(id), p, out)
+}
+
+func startRangeWith(t *testing.T, s spate.Store, cfg spate.Config, p spate.SplitPlanner, out *sink) *rangeWorker {
+	t.Helper()
 	inj := faultstore.New()
-	c, err := spate.NewStoreCoordinator(faultstore.Wrap(s, inj), testCfg(id))
+	c, err := spate.NewStoreCoordinator(faultstore.Wrap(s, inj), cfg)
 	require.NoError(t, err)
 	require.NoError(t, c.Start(p))
 	t.Cleanup(func() { c.Close() })
@@ -132,6 +144,12 @@ func (w *rangeWorker) pump() {
 				_ = w.c.ReleaseDrained(context.Background(), e.Split)
 				delete(w.held, e.Split)
 			}
+		case spate.DivideRequested:
+			w.asked++
+			if ten := w.held[e.Split]; w.auto && ten != nil {
+				_, err := w.divide(e.Split, (ten.read+ten.hi)/2)
+				require.NoError(w.t, err, "an asked division")
+			}
 		case spate.AllComplete:
 			w.done = true
 		}
@@ -150,10 +168,14 @@ func (w *rangeWorker) pump() {
 func (w *rangeWorker) commit(id spate.SplitID, ten *rangeTenancy) bool {
 	p := spate.SplitProgress{Watermark: ten.read, Completed: ten.read == ten.hi,
 		Output: rangeDesc(ten.committed, ten.read)}
+	if w.auto {
+		p.Remaining = uint64(ten.hi - ten.read)
+	}
 	err := w.c.CommitAt(context.Background(), id, ten.epoch, p)
 	switch {
 	case err == nil:
 		w.sink.publish(ten.committed, ten.read)
+		w.published += ten.read - ten.committed
 		ten.committed = ten.read
 		if p.Completed {
 			delete(w.held, id)

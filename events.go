@@ -4,8 +4,8 @@ import "fmt"
 
 // Event is an ownership or job-state change returned by
 // [SplitCoordinator.Poll]. The concrete types are [Gained], [Lost],
-// [RevokeRequested], [Quarantined], [PlanFinalized], [AllComplete] and
-// [Stalled]; use a type switch.
+// [RevokeRequested], [DivideRequested], [Quarantined], [PlanFinalized],
+// [AllComplete] and [Stalled]; use a type switch.
 //
 // Events for one split are ordered: a split is Gained before it can be Lost,
 // and a re-Gained split always carries a higher [LeaseEpoch] than the
@@ -54,6 +54,18 @@ type RevokeRequested struct {
 	Split SplitID
 }
 
+// DivideRequested means the leader asks this instance to divide a split
+// it holds (docs/decisions/043): workers idle, nothing waits for a lane,
+// and this split has the longest expected remaining time. A source that
+// can divide it gives up the unread remainder of its input to a child
+// split (the driver's Divide, decision 036); one that cannot ignores it.
+// It is a hint, never repeated for the same tenancy and children.
+type DivideRequested struct {
+	Split SplitID
+}
+
+func (e DivideRequested) String() string { return fmt.Sprintf("DivideRequested(%s)", e.Split) }
+
 // Quarantined means the split exhausted its delivery attempts and was
 // parked. It is never offered again, stays visible, and blocks [AllComplete].
 type Quarantined struct {
@@ -92,6 +104,7 @@ func (Gained) isEvent()          {}
 func (Lost) isEvent()            {}
 func (RevokeRequested) isEvent() {}
 func (Quarantined) isEvent()     {}
+func (DivideRequested) isEvent() {}
 func (PlanFinalized) isEvent()   {}
 func (AllComplete) isEvent()     {}
 func (Stalled) isEvent()         {}

@@ -231,6 +231,7 @@ func (f *JobFollower) decode(id string, s *followedSplit) error {
 func (f *JobFollower) read(id string, s *followedSplit) error {
 	st := SplitState{ID: SplitID{id: id}, Revision: s.revision, LeaseOwner: s.lease}
 	s.state, s.visible = st, false
+	var own *progressRecord // a divided split's record: its own descriptor and weight
 	if f.plan == nil {
 		return nil // read once the plan is
 	}
@@ -244,6 +245,9 @@ func (f *JobFollower) read(id string, s *followedSplit) error {
 		default:
 			st.Status, st.Owner, st.Epoch, st.Attempts, st.Progress, st.LastFailure =
 				SplitStatus(r.Status), r.owner(), LeaseEpoch(r.Epoch), r.Attempts, r.progress(), r.LastFailure
+			if r.Descriptor != nil {
+				own = r
+			}
 			if r.WrittenAtMs > 0 {
 				st.WrittenAt = time.UnixMilli(r.WrittenAtMs)
 			}
@@ -269,6 +273,11 @@ func (f *JobFollower) read(id string, s *followedSplit) error {
 			}
 		default:
 			st.Weight, st.HasSpec, st.Descriptor = s.specWeight, true, s.specDesc
+			if own != nil {
+				// What its divisions kept: their residuals are splits of
+				// their own, and counting them here too would count them twice.
+				st.Weight, st.Descriptor = max(own.Weight, 1), own.Descriptor
+			}
 		}
 	}
 	if st.Status == "" && st.Damage != nil {

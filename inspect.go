@@ -67,11 +67,14 @@ type SplitState struct {
 	LastFailure string
 	// Progress is the committed progress, nil before the first commit.
 	Progress *SplitProgress
-	Weight   uint64 // 0 when the spec is missing
-	HasSpec  bool
+	// Weight is the split's weight: its spec's, or what its runtime
+	// divisions kept of it; 0 when the spec is missing.
+	Weight  uint64
+	HasSpec bool
 	// Descriptor is the split's descriptor as its spec records it (what
-	// the source planned: a file source names its files); nil when the
-	// spec is missing. Shared: not to be modified.
+	// the source planned: a file source names its files), or, for a split
+	// divided while it ran, what its divisions kept; nil when the spec is
+	// missing. Shared: not to be modified.
 	Descriptor []byte
 	// LeaseOwner is the live lease's owner, "" when no lease is live.
 	LeaseOwner string

@@ -11,9 +11,10 @@ import (
 // leaderState is this worker's part in leading the job: the term it leads
 // (if any), an election in flight, and the term's assignment publishing.
 type leaderState struct {
-	term     *leadership  // the term this worker leads; nil: it does not lead
-	electing bool         // an election attempt is in flight
-	pub      publishState // the assignment publishing of the term (publish.go)
+	term     *leadership   // the term this worker leads; nil: it does not lead
+	electing bool          // an election attempt is in flight
+	pub      publishState  // the assignment publishing of the term (publish.go)
+	div      divideTrigger // the division trigger (autodivide.go)
 }
 
 // leadership is this worker's tenure as the planner leader. The leader

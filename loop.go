@@ -270,6 +270,7 @@ func (a *actor) step() error {
 		}
 		a.restoreMissing(now)
 		a.createChildren(now)
+		a.askDivisions(now)
 		a.startPlan()
 		if a.dirty && now.Before(a.leader.term.settleUntil) {
 			a.wake.arm(a.leader.term.settleUntil)
@@ -285,6 +286,7 @@ func (a *actor) step() error {
 	if err := a.reconcileOwn(now); err != nil {
 		return err
 	}
+	a.serveAsks()
 	if err := a.serviceRevocations(now); err != nil {
 		return err
 	}

@@ -26,6 +26,7 @@ type coordMetrics struct {
 	quarantines   prometheus.Counter
 	divisions     prometheus.Counter
 	pruned        prometheus.Counter
+	divisionAsks  prometheus.Counter
 	writes        *prometheus.CounterVec // outcome
 	writeDur      prometheus.Histogram
 	replanDur     prometheus.Histogram
@@ -83,6 +84,7 @@ func newCoordMetrics(reg prometheus.Registerer, labels prometheus.Labels) (*coor
 		quarantines:       c("quarantines_total", "Quarantine transitions this worker made."),
 		divisions:         c("divisions_total", "Runtime divisions of a running split this worker committed."),
 		pruned:            c("splits_pruned_total", "Completed splits whose work is gone deleted from the store while leader."),
+		divisionAsks:      c("division_asks_total", "Asks this worker, as leader, made of a split's owner to divide it (the fleet idled)."),
 		writes:            cv("writes_total", "Split-record writes, by outcome (conflict = lost compare-and-swap).", "outcome"),
 		writeDur:          h("write_duration_seconds", "Split-record write round trip."),
 		replanDur:         h("replan_duration_seconds", "One planner run including seeding."),
@@ -95,7 +97,7 @@ func newCoordMetrics(reg prometheus.Registerer, labels prometheus.Labels) (*coor
 	if reg != nil {
 		for _, col := range []prometheus.Collector{m.splitsOwned, m.splitsCompleted, m.splitsQuarantined, m.damaged, m.liveWorkers,
 			m.leader, m.idle, m.splitsDraining, m.acquisitions, m.losses, m.releases, m.revocations, m.planned,
-			m.replans, m.failures, m.quarantines, m.divisions, m.pruned, m.writes, m.writeDur, m.replanDur, m.reconcileDur, m.storeOpDur,
+			m.replans, m.failures, m.quarantines, m.divisions, m.pruned, m.divisionAsks, m.writes, m.writeDur, m.replanDur, m.reconcileDur, m.storeOpDur,
 			m.drainDur, m.assignLatency} {
 			if err := reg.Register(col); err != nil {
 				return nil, Fatalf("registering coordination metrics: %w (give each coordinator in one registry distinct labels with WithMetricLabels)", err)

@@ -46,6 +46,10 @@ type progressRecord struct {
 	// leader creates each as a split of its own (create-if-absent), and
 	// recreates it from here if it is missing.
 	Children []childSplit `json:"children,omitempty"`
+	// Remaining is the last commit's SplitProgress.Remaining: the input
+	// its owner had left to read (the leader's division trigger measures
+	// rates from it). Absent: not known.
+	Remaining uint64 `json:"remaining,omitempty"`
 }
 
 // childSplit is one residual of a runtime division, as its parent's

@@ -185,9 +185,10 @@ func (a *actor) publish(now time.Time) {
 		a.leader.pub.after = started.Add(publishPace * a.leader.pub.took)
 	}()
 	in, result := a.assign(now)
+	a.leader.div.noteAssignment(in, result)
 	moves := movesOf(in, result)
 	gen := a.leader.term.generation
-	writes, moved := a.job.assignWrites(result, gen)
+	writes, moved := a.job.assignWrites(result, a.leader.div.asksFor(now), gen)
 	if len(writes) == 0 {
 		return
 	}
@@ -237,7 +238,7 @@ func (a *actor) assign(now time.Time) (assignIn, map[string][]string) {
 // generation gen writes (those that differ from the view's) or deletes
 // (those of instances neither present nor inside a delay window), and
 // counts the splits result moves between instances.
-func (v *jobView) assignWrites(result map[string][]string, gen uint64) (writes []*assignWrite, moved int) {
+func (v *jobView) assignWrites(result map[string][]string, asks map[string][]divideAsk, gen uint64) (writes []*assignWrite, moved int) {
 	// Previous assignee of each split, for the "moved" count: departed
 	// instances' records first, then live members' override them.
 	prev := map[string]string{}
@@ -258,10 +259,11 @@ func (v *jobView) assignWrites(result map[string][]string, gen uint64) (writes [
 			}
 		}
 		cached, ok := v.assigns[inst]
-		if ok && cached.val.Generation == gen && slices.Equal(cached.val.Splits, ids) {
-			continue // steady state writes nothing
+		if ok && cached.val.Generation == gen && slices.Equal(cached.val.Splits, ids) &&
+			!slices.ContainsFunc(asks[inst], func(d divideAsk) bool { return !slices.Contains(cached.val.Divide, d) }) {
+			continue // steady state writes nothing (an ask that expired is dropped at the next write)
 		}
-		w := &assignWrite{inst: inst, val: &assignmentVal{Schema: SchemaVersion, Generation: gen, Splits: ids}}
+		w := &assignWrite{inst: inst, val: &assignmentVal{Schema: SchemaVersion, Generation: gen, Splits: ids, Divide: asks[inst]}}
 		if ok {
 			w.rev = cached.rev
 		}

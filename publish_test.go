@@ -355,7 +355,7 @@ func TestAssignWritesListsOnlyWhatChanges(t *testing.T) {
 	// its previous assignee.
 	v.assigns["c"] = assigned(3, "s4")
 	result := map[string][]string{"a": {"s1", "s2"}, "b": {"s3"}, "c": {"s4", "s5", "s6"}}
-	writes, moved := v.assignWrites(result, 3)
+	writes, moved := v.assignWrites(result, nil, 3)
 
 	byInst := map[string]*assignWrite{}
 	for _, w := range writes {
@@ -382,7 +382,7 @@ func TestAssignWritesListsOnlyWhatChanges(t *testing.T) {
 	assert.Equal(t, 2, moved)
 
 	// A new instance's record is created (revision 0).
-	writes, _ = v.assignWrites(map[string][]string{"a": {"s1", "s2"}, "b": {"s3"}, "c": {"s4"}, "d": {"s5", "s6"}}, 3)
+	writes, _ = v.assignWrites(map[string][]string{"a": {"s1", "s2"}, "b": {"s3"}, "c": {"s4"}, "d": {"s5", "s6"}}, nil, 3)
 	created := 0
 	for _, w := range writes {
 		if w.inst == "d" {

@@ -91,6 +91,9 @@ type assignmentVal struct {
 	Schema     int      `json:"schema"`
 	Generation uint64   `json:"generation"`
 	Splits     []string `json:"splits"`
+	// Divide asks the member to divide these splits it holds (the
+	// division trigger, autodivide.go); absent: none.
+	Divide []divideAsk `json:"divide,omitempty"`
 }
 
 func nowMs() int64 { return time.Now().UnixMilli() }

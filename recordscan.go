@@ -204,7 +204,7 @@ func (s *recordScanner) record(keys []string, schema *int, id *string, fp *uint6
 }
 
 var progressKeys = []string{"schema", "id", "fp", "epoch", "status", "owner", "attempts", "advanced_epoch",
-	"watermark", "state", "completed", "output", "written_at_ms", "last_failure", "parked"}
+	"watermark", "state", "completed", "output", "written_at_ms", "last_failure", "parked", "remaining"}
 
 // scan reads data into r, a new record, if data is in the scanner's form.
 func (r *progressRecord) scan(data []byte) bool {
@@ -241,6 +241,8 @@ func (r *progressRecord) scan(data []byte) bool {
 			r.LastFailure, ok = s.str()
 		case 14:
 			r.Parked, ok = s.bool()
+		case 15:
+			r.Remaining, ok = s.uint(64)
 		}
 		return ok
 	})

@@ -281,6 +281,14 @@ type SplitProgress struct {
 	// assigned and claimed beside it. The next commit that does not set
 	// it takes the lane back; a claim or a release clears it.
 	Parked bool
+	// Remaining is the source's estimate of the split's input left to
+	// read after Watermark, in the units of its spec's weight (0: none or
+	// not known). It is a hint: the leader measures each running split's
+	// rate from its commits' Remaining and asks the owner of the one with
+	// the longest expected remaining time to divide it when workers idle
+	// (docs/decisions/043). A source that cannot divide its splits leaves
+	// it 0.
+	Remaining uint64
 }
 
 // NewSplitProgress returns in-progress state.

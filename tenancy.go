@@ -21,6 +21,7 @@ type worker struct {
 	awaiting   map[string]time.Time // assigned and not yet held, since when
 
 	revocations revocationSet // held splits the leader moved away (revocation.go)
+	asks        workerAsks    // the leader's asks to divide held splits (autodivide.go)
 	parting     bool          // the worker is departing: it claims nothing more
 
 	ownDirty       bool // something the own-split reconcile reads changed
@@ -58,6 +59,7 @@ func (wk *worker) adopt(val *assignmentVal, now time.Time) bool {
 	}
 	wk.assignGen = val.Generation
 	wk.assignSeen = true
+	wk.asks.adopt(val.Divide)
 	wk.ownDirty = true
 	next := make(map[string]bool, len(val.Splits))
 	for _, id := range val.Splits {

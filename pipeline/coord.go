@@ -601,6 +601,8 @@ func (d *CoordinationDriver[C]) apply(src SplitSource, ev spate.Event) error {
 		if err := d.coord.DeclineRevoke(ctx, e.Split); err != nil {
 			d.opts.log.Warn("decline of a revocation failed; the coordinator forces it at its deadline", "split", e.Split, "error", err)
 		}
+	case spate.DivideRequested:
+		d.divideAsked(src, e.Split)
 	case spate.Lost:
 		if t := d.held[e.Split]; t != nil {
 			d.retire(src, t, false)

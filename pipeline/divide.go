@@ -34,6 +34,38 @@ type SplitDivider interface {
 	SplitDone(split spate.SplitID, d spate.Division, kept bool)
 }
 
+// DivisionProposer is the optional capability of a [SplitDivider] that
+// picks where its own running split is best divided, for the leader's
+// division trigger (docs/decisions/043): when the fleet idles, the leader
+// asks the owner of the split with the longest expected remaining time
+// ([spate.DivideRequested]), and the driver divides it where the source
+// proposes. A source that has it should also fill in
+// [spate.SplitProgress] Remaining in EncodeCommit: that estimate, and its
+// drop from commit to commit, is how the leader ranks the splits.
+type DivisionProposer interface {
+	// DivisionPoint proposes a division position of the split's unread
+	// input, in its watermark encoding: about the middle of what the lane
+	// has not read yet. False: the split is not worth dividing (too
+	// little left, input that grows, a lane not reading).
+	DivisionPoint(split spate.SplitID) (int64, bool)
+}
+
+// divideAsked serves the leader's ask to divide split: where the source
+// proposes, if it can divide at all. A division that failed has ended the
+// tenancy and said why (Divide); the pipeline goes on.
+func (d *CoordinationDriver[C]) divideAsked(src SplitSource, split spate.SplitID) {
+	p, ok := src.(DivisionProposer)
+	if !ok {
+		return
+	}
+	pos, ok := p.DivisionPoint(split)
+	if !ok {
+		d.opts.log.Debug("asked to divide a split with nothing worth giving up", "split", split)
+		return
+	}
+	_, _, _ = d.Divide(src, split, pos) // logged by Divide
+}
+
 // Divide divides the held split at position or beyond it: the source
 // ([SplitDivider]) proposes the division and the coordinator
 // ([spate.Divider]) records it with one fenced write. divided false with

@@ -3,8 +3,10 @@
 # workers, each --rate 10000, on the default (embedded etcd) store copy
 # 120,000 lines given as (1) 24 equal files with --split-files 1 (one file a
 # split: the reference), (2) the same at the defaults, (3) one file of
-# 100,000 lines and 20 of 1,000; wall from the first launch to the last
-# exit, the splits gained and the commits made (from --history), in
+# 100,000 lines and 20 of 1,000, at the defaults and (4) with --min-splits 1
+# (no plan-time ranges: only runtime division can share the big file);
+# wall from the first launch to the last exit, the splits gained and the
+# commits made (from --history), in
 # interleaved rounds of two binaries, so that both meet the same load.
 #
 # Usage: BEFORE_BIN=old/spate SPATE_BIN=new/spate scripts/fleet-bench.sh
@@ -44,7 +46,7 @@ run() { # run BIN SRC DIR FLAGS...: prints wall and splits
 }
 printf "%-5s %-7s %-22s %7s %7s %7s\n" round binary input wall splits commits
 for r in $(seq 1 "$RUNS"); do
-	for input in "equal --split-files 1" "equal" "skewed"; do
+	for input in "equal --split-files 1" "equal" "skewed" "skewed --min-splits 1"; do
 		set -- $input; src=$work/$1; shift
 		for v in before after; do
 			bin=$BEFORE_BIN; [[ $v == after ]] && bin=$SPATE_BIN

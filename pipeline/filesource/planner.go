@@ -38,6 +38,19 @@
 // nothing and completes. Offsets are relative to the range's start; keys
 // are the object's own byte offsets, as for a whole object.
 //
+// # Division
+//
+// A running split can be divided by its owner (the leader asks when the
+// fleet idles: [pipeline.DivisionProposer], [pipeline.SplitDivider]): at
+// a byte offset at or beyond what its lane has read, about the middle of
+// the rest, the split keeps the lines that start before it and gives up
+// the others to a child, by the ranges' rule. Both halves are range
+// descriptors (version 2); a divided packed split's range runs over
+// several members, its offsets those of the members concatenated. A
+// followed file is never divided, nor a split with less than
+// [MinDivideBytes] left. Each commit reports the bytes left
+// (SplitProgress.Remaining).
+//
 // # Offsets and watermarks
 //
 // A split's bytes are its members' bytes concatenated in descriptor order;
@@ -292,8 +305,12 @@ func DecodeDescriptor(b []byte) (Descriptor, error) {
 	case d.Version == RangeVersion && d.Range == nil:
 		return d, spate.Fatalf("filesource: bad descriptor: version %d without a range", d.Version)
 	case d.Version == RangeVersion:
-		if len(d.Files) != 1 || d.Range.Start < 0 || d.Range.Start >= d.Range.End || d.Range.End > d.Files[0].Size {
-			return d, spate.Fatalf("filesource: bad descriptor: range [%d, %d) of %d members (one wanted, the range inside its size)", d.Range.Start, d.Range.End, len(d.Files))
+		var size int64
+		for _, f := range d.Files {
+			size += f.Size
+		}
+		if len(d.Files) == 0 || d.Range.Start < 0 || d.Range.Start >= d.Range.End || d.Range.End > size {
+			return d, spate.Fatalf("filesource: bad descriptor: range [%d, %d) of %d members of %d bytes (the range must lie inside them)", d.Range.Start, d.Range.End, len(d.Files), size)
 		}
 	case d.Version != PackingVersion:
 		return d, spate.Fatalf("filesource: descriptor version %d, want %d or %d", d.Version, PackingVersion, RangeVersion)

@@ -142,8 +142,12 @@ func (s *Source) ValidateResume(spec spate.SplitSpec, p spate.SplitProgress) err
 	}
 	total := d.Total()
 	if d.Range != nil {
-		// A range's last line may end beyond the range, up to the file's end.
-		total = d.Files[0].Size - d.Range.Start
+		// A range's last line may end beyond the range, up to its last
+		// member's end.
+		total = -d.Range.Start
+		for _, f := range d.Files {
+			total += f.Size
+		}
 	}
 	if p.Watermark < 0 || p.Watermark > total {
 		return rejectedf("filesource: resume watermark %d outside the split's %d bytes", p.Watermark, total)
@@ -293,11 +297,16 @@ func (s *Source) EncodeCommit(id spate.SplitID, watermark int64) (spate.SplitPro
 		s.mu.Unlock()
 		return p, nil
 	}
-	if watermark >= st.total {
+	s.mu.Lock()
+	total := st.total
+	s.mu.Unlock()
+	if watermark >= total {
 		// A range's last line may end beyond its end.
-		return spate.CompletedProgress(max(watermark, st.total), nil), nil
+		return spate.CompletedProgress(max(watermark, total), nil), nil
 	}
-	return spate.NewSplitProgress(watermark, nil), nil
+	p := spate.NewSplitProgress(watermark, nil)
+	p.Remaining = uint64(total - watermark) // bytes, the weight's unit: the division trigger's hint
+	return p, nil
 }
 
 // Sweep completes a split whose every byte is already committed (an empty
@@ -310,6 +319,7 @@ func (s *Source) Sweep(id spate.SplitID) (*spate.SplitProgress, error) {
 	s.mu.Lock()
 	acked := st.acked
 	done := st.acked >= st.total
+	total := st.total
 	s.mu.Unlock()
 	if !done && st.lane != nil {
 		done = st.lane.ownsNoLine()
@@ -332,7 +342,7 @@ func (s *Source) Sweep(id spate.SplitID) (*spate.SplitProgress, error) {
 		return &p, nil
 	}
 	if done {
-		p := spate.CompletedProgress(st.total, nil)
+		p := spate.CompletedProgress(max(acked, total), nil)
 		return &p, nil
 	}
 	return nil, nil
@@ -418,7 +428,11 @@ type lane struct {
 	// up to the first one (its bytes are the previous range's line).
 	skipping bool
 	// noLine: the range holds no line start; its split is complete.
-	noLine    bool
+	noLine bool
+	// dividing: a runtime division is in flight (divide.go); whole is the
+	// limit before it, restored if the coordinator refuses it.
+	dividing  bool
+	whole     int64
 	exhausted bool
 	stopped   bool
 	failed    bool

@@ -44,6 +44,9 @@ type lane struct {
 	payloads []pipeline.RawPayload
 	fails    int
 	set      bool // set aside (poisoned)
+	// readCancel stops the current read (a division moved the chunk's
+	// end: divide.go).
+	readCancel context.CancelFunc
 
 	mu             sync.Mutex
 	next           int64   // ordinal of the next row to emit
@@ -53,6 +56,13 @@ type lane struct {
 	done           bool   // the chunk was read to its end and all emitted
 	committed      int64  // the last encoded watermark
 	committedState []byte
+	// Runtime division (divide.go): weight is the split's rows as planned
+	// (or as its last division kept); dividing holds the lane's emission
+	// while a division is decided; restart has the runner drop what it
+	// read ahead and read again up to the chunk's new end.
+	weight   uint64
+	dividing bool
+	restart  bool
 }
 
 type mark struct {
@@ -84,8 +94,11 @@ func (l *lane) start() {
 	if l.lastKey != nil {
 		from = l.lastKey
 	}
+	sql := l.copySQL(from)
 	l.mu.Unlock()
-	go l.read(ch, from)
+	ctx, cancel := context.WithCancel(l.ctx)
+	l.readCancel = cancel
+	go l.read(ctx, ch, sql)
 }
 
 // copySQL is the chunk's read from after from.
@@ -104,23 +117,23 @@ func (l *lane) copySQL(from *string) string {
 
 var errPoison = errors.New("row over the cap")
 
-func (l *lane) read(ch chan<- item, from *string) {
+func (l *lane) read(ctx context.Context, ch chan<- item, sql string) {
 	send := func(it item) bool {
 		select {
 		case ch <- it:
 			return true
-		case <-l.ctx.Done():
+		case <-ctx.Done():
 			return false
 		}
 	}
-	c, err := pgx.ConnectConfig(l.ctx, l.src.cfg)
+	c, err := pgx.ConnectConfig(ctx, l.src.cfg)
 	if err != nil {
 		send(item{err: fmt.Errorf("connect: %w", err)})
 		return
 	}
 	defer c.Close(context.Background())
 	w := &rowWriter{l: l, send: send}
-	_, err = c.PgConn().CopyTo(l.ctx, w, l.copySQL(from))
+	_, err = c.PgConn().CopyTo(ctx, w, sql)
 	if !w.flush() { // the rows read before an error or a poison are good
 		return
 	}
@@ -223,6 +236,19 @@ func (w *rowWriter) flush() bool {
 
 // Poll implements [pipeline.Lane].
 func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, error) {
+	l.mu.Lock()
+	restart := l.restart
+	l.restart = false
+	l.mu.Unlock()
+	if restart {
+		// A division moved the chunk's end: what was read ahead may be
+		// the residual's.
+		l.buf = nil
+		if l.readCancel != nil {
+			l.readCancel()
+		}
+		l.items = nil
+	}
 	if len(l.buf) == 0 {
 		if l.set || l.isDone() {
 			time.Sleep(timeout) // end of input: idle, never spin
@@ -252,6 +278,12 @@ func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, err
 			return nil, spate.Retryablef("pgsource: table %s, split %s: read: %v (read again from the last key emitted)", l.src.table.Name, l.split, it.err)
 		case it.eof:
 			l.mu.Lock()
+			if l.dividing || l.restart {
+				// The end of a read a division may change: read again.
+				l.mu.Unlock()
+				l.items = nil
+				return nil, nil
+			}
 			l.done = true
 			l.mu.Unlock()
 			l.src.finished(l.split)
@@ -262,9 +294,15 @@ func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, err
 		l.buf = it.rows
 	}
 	n := min(len(l.buf), max(maxRecords, 1))
+	// One critical section decides and records the emission, so that a
+	// division (divide.go) sees either all of this batch or none of it.
 	l.mu.Lock()
+	if l.dividing || l.restart {
+		l.mu.Unlock()
+		time.Sleep(min(timeout, time.Millisecond))
+		return nil, nil
+	}
 	first := l.next
-	l.mu.Unlock()
 	l.payloads = l.payloads[:0]
 	for i, r := range l.buf[:n] {
 		l.payloads = append(l.payloads, pipeline.RawPayload{Key: r.key, Value: r.value, Partition: l.part, Offset: first + int64(i)})
@@ -272,7 +310,6 @@ func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, err
 	key := unescape(l.buf[n-1].key)
 	l.buf = l.buf[n:]
 	last := first + int64(n) - 1
-	l.mu.Lock()
 	l.next = last + 1
 	l.lastKey = &key
 	l.marks = append(l.marks, mark{last: last, key: key})
@@ -306,7 +343,11 @@ func (l *lane) encode(watermark int64) (spate.SplitProgress, error) {
 	if l.done && watermark >= l.next {
 		return spate.CompletedProgress(watermark, st), nil
 	}
-	return spate.NewSplitProgress(watermark, st), nil
+	p := spate.NewSplitProgress(watermark, st)
+	if l.weight > uint64(watermark) {
+		p.Remaining = l.weight - uint64(watermark) // rows, the weight's unit: the division trigger's hint
+	}
+	return p, nil
 }
 
 // unescape decodes one field of COPY's text format.

@@ -180,7 +180,7 @@ func (s *Source) OpenSplit(o pipeline.SplitOpening) (pipeline.Lane, error) {
 		return nil, err
 	}
 	l := &lane{src: s, split: o.Spec.ID, id: o.Lane, part: o.Partition, issuer: o.Issuer,
-		poison: o.Poison, waker: o.Waker, chunk: ch}
+		poison: o.Poison, waker: o.Waker, chunk: ch, weight: o.Spec.Weight}
 	if o.Progress != nil && o.Progress.Watermark > 0 {
 		key, _ := parseState(o.Progress.State)
 		l.lastKey = &key

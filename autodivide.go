@@ -1,0 +1,276 @@
+package spate
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"time"
+)
+
+// The division trigger (docs/decisions/043): the leader asks the owner of
+// the running split with the longest expected remaining time to divide it
+// when the fleet has a free lane and no split waits for one.
+//
+// The leader is where the decision is made because it alone sees both
+// halves of it: the assignment (which members have lanes to spare, and
+// whether any split is left unplaced) and every split's progress record.
+// A commit's record carries the owner's estimate of the input it has left
+// (SplitProgress.Remaining, in the split's weight units); the leader
+// measures each running split's rate from two of its records (the drop in
+// Remaining over the owner's own WrittenAtMs clock, so no clocks are
+// compared), and the expected remaining time is what is left ÷ that rate.
+// The one worth most, if it is worth more than divideWorth commit
+// intervals (the split's own, measured the same way), is asked for: the
+// ask travels in the owner's assignment record (assignmentVal.Divide), the
+// owner's coordinator emits [DivideRequested], and the owner's source
+// divides it with the one fenced write of decision 036. The leader never
+// writes a split's record: only the owner knows where it has read.
+//
+// Bounded: at most as many asks outstanding as there are free lanes; an
+// ask stands for divideCooldown commit intervals of its split and the
+// split is not asked again meanwhile; a split is asked at most once in
+// one state (one tenancy, one count of children), so a source that
+// declines (a file being followed, a remainder below the source's
+// minimum) costs one assignment write, not a stream of them; and a divided split's rate is measured again from
+// scratch, so its next division waits at least one more commit.
+
+const (
+	// divideWorth is how many of its commit intervals a split's expected
+	// remaining time must exceed before it is worth dividing: a division
+	// costs a few store writes and a claim, and a child needs a commit
+	// interval or two to get going.
+	divideWorth = 2
+	// divideCooldown is how many of the split's commit intervals an ask
+	// stands (the owner acts on it at once; this covers its round trip
+	// and the division's write) before the leader may ask again.
+	divideCooldown = 3
+	// maxAsksPerState bounds the asks for one split in one state (its
+	// tenancy's epoch and its number of children): a source that declines
+	// would decline again.
+	maxAsksPerState = 1
+	// divideScanPace spaces the leader's scans of the running splits.
+	divideScanPace = 200 * time.Millisecond
+)
+
+// divideAsk is the leader's ask that the member holding Split divide it,
+// as its assignment record carries it. Epoch and Children are the
+// tenancy and the number of children the split's record named when the
+// leader asked: an ask the owner has answered (the record names more), or
+// one made of an earlier tenancy, is not acted on again.
+type divideAsk struct {
+	Split    string `json:"split"`
+	Epoch    uint64 `json:"epoch"`
+	Children int    `json:"children"`
+}
+
+// rateSample is the leader's measurement of one running split: its
+// record when first seen in the current state, and the last change.
+type rateSample struct {
+	epoch    uint64
+	children int
+	firstRem uint64
+	firstAt  int64 // the owner's WrittenAtMs
+	lastRem  uint64
+	lastAt   int64
+	interval int64 // ms between the last two records seen (0: one seen)
+}
+
+// rate is the split's measured rate in weight units per ms (0: not known).
+func (s *rateSample) rate() float64 {
+	if s.lastAt <= s.firstAt || s.firstRem <= s.lastRem {
+		return 0
+	}
+	return float64(s.firstRem-s.lastRem) / float64(s.lastAt-s.firstAt)
+}
+
+// askRecord is one ask the leader made.
+type askRecord struct {
+	owner    string
+	epoch    uint64
+	children int
+	until    time.Time // the ask stands until then
+	times    int       // asks in this state (epoch, children)
+}
+
+// divideTrigger is the leader's state of the trigger.
+type divideTrigger struct {
+	term     *leadership
+	samples  map[string]*rateSample
+	asked    map[string]*askRecord
+	idle     int // free lanes in the last assignment computed
+	unplaced int // splits the last assignment left without a member
+	next     time.Time
+}
+
+// noteAssignment records what the assignment just computed leaves: the
+// free lanes of the live members and the splits placed nowhere.
+func (t *divideTrigger) noteAssignment(in assignIn, result map[string][]string) {
+	t.idle, t.unplaced = 0, len(in.Splits)
+	for _, m := range in.Members {
+		t.idle += max(0, max(m.Budget, 1)-len(result[m.ID]))
+	}
+	for _, ids := range result {
+		t.unplaced -= len(ids)
+	}
+}
+
+// askDivisions, on the leader, scans the running splits when the fleet
+// idles and asks for the divisions worth making; a change of the asks
+// marks the assignment dirty, so that publishing writes them.
+func (a *actor) askDivisions(now time.Time) {
+	t := &a.leader.div
+	if t.term != a.leader.term {
+		*t = divideTrigger{term: a.leader.term, samples: map[string]*rateSample{}, asked: map[string]*askRecord{}}
+	}
+	if t.idle == 0 || t.unplaced > 0 {
+		clear(t.samples) // measured afresh when the fleet idles again
+		return
+	}
+	if now.Before(t.next) {
+		return // the next commit's watch event wakes the loop again
+	}
+	t.next = now.Add(divideScanPace)
+	changed := false
+	type candidate struct {
+		id, owner string
+		ert       float64
+		s         *rateSample
+	}
+	var cands []candidate
+	outstanding := 0
+	for id := range t.samples {
+		if v := a.job.splits[id]; v == nil || v.prog == nil || v.prog.Completed || v.prog.Status != statusRunnable {
+			delete(t.samples, id)
+		}
+	}
+	for id, ask := range t.asked {
+		v := a.job.splits[id]
+		switch {
+		case v == nil || v.prog == nil || v.prog.Completed || v.prog.Epoch != ask.epoch || len(v.prog.Children) != ask.children:
+			delete(t.asked, id) // answered, moved or done
+			changed = true
+		case now.Before(ask.until):
+			outstanding++
+		}
+	}
+	for id, v := range a.job.splits {
+		p := v.prog
+		if p == nil || p.Completed || p.Status != statusRunnable || p.Remaining == 0 || v.spec == nil {
+			continue
+		}
+		owner := p.owner()
+		if v.lease == nil || v.lease.Owner != owner || owner == "" {
+			continue // not held by its recorded owner (a claim or a move under way)
+		}
+		if _, live := a.job.presence[owner]; !live {
+			continue
+		}
+		s := t.samples[id]
+		if s == nil || s.epoch != p.Epoch || s.children != len(p.Children) || p.Remaining > s.lastRem {
+			t.samples[id] = &rateSample{epoch: p.Epoch, children: len(p.Children),
+				firstRem: p.Remaining, firstAt: p.WrittenAtMs, lastRem: p.Remaining, lastAt: p.WrittenAtMs}
+			continue
+		}
+		if p.WrittenAtMs > s.lastAt {
+			s.interval = p.WrittenAtMs - s.lastAt
+			s.lastRem, s.lastAt = p.Remaining, p.WrittenAtMs
+		}
+		r := s.rate()
+		if r <= 0 || s.interval <= 0 || s.lastRem < 2 {
+			continue
+		}
+		ert := float64(s.lastRem) / r // ms
+		if ert <= float64(divideWorth*s.interval) {
+			continue
+		}
+		if ask := t.asked[id]; ask != nil && (now.Before(ask.until) || ask.times >= maxAsksPerState) {
+			continue
+		}
+		cands = append(cands, candidate{id: id, owner: owner, ert: ert, s: s})
+	}
+	slices.SortFunc(cands, func(x, y candidate) int {
+		return cmp.Or(cmp.Compare(y.ert, x.ert), cmp.Compare(x.id, y.id))
+	})
+	for _, c := range cands {
+		if outstanding >= t.idle {
+			break
+		}
+		v := a.job.splits[c.id]
+		ask := t.asked[c.id]
+		if ask == nil {
+			ask = &askRecord{owner: c.owner, epoch: v.prog.Epoch, children: len(v.prog.Children)}
+			t.asked[c.id] = ask
+		}
+		ask.times++
+		ask.until = now.Add(time.Duration(divideCooldown*c.s.interval) * time.Millisecond)
+		outstanding++
+		changed = true
+		a.m.divisionAsks.Inc()
+		a.log.Info("asking a split's owner to divide it: workers idle and it has the longest expected remaining time",
+			"split", c.id, "owner", c.owner, "remaining", c.s.lastRem,
+			"expected_remaining", (time.Duration(c.ert) * time.Millisecond).Round(time.Millisecond), "idle_lanes", t.idle)
+	}
+	if changed {
+		a.dirty = true
+	}
+}
+
+// asksFor is the asks that member inst's assignment record carries: the
+// standing ones for the splits it holds, in split order.
+func (t *divideTrigger) asksFor(now time.Time) map[string][]divideAsk {
+	out := map[string][]divideAsk{}
+	for _, id := range slices.Sorted(maps.Keys(t.asked)) {
+		ask := t.asked[id]
+		if now.Before(ask.until) {
+			out[ask.owner] = append(out[ask.owner], divideAsk{Split: id, Epoch: ask.epoch, Children: ask.children})
+		}
+	}
+	return out
+}
+
+// ----- the owner ------------------------------------------------------------------
+
+// workerAsks is what the worker has seen of the leader's asks.
+type workerAsks struct {
+	seen map[string]divideAsk // split → the last ask noted
+	due  []divideAsk          // asks not yet acted on
+}
+
+// adopt notes the asks of a newly adopted assignment record.
+func (w *workerAsks) adopt(asks []divideAsk) {
+	for _, ask := range asks {
+		if w.seen[ask.Split] == ask {
+			continue
+		}
+		if w.seen == nil {
+			w.seen = map[string]divideAsk{}
+		}
+		w.seen[ask.Split] = ask
+		w.due = append(w.due, ask)
+	}
+}
+
+// serveAsks emits DivideRequested for each due ask of a split this worker
+// holds whose record still names the children it named when asked.
+func (a *actor) serveAsks() {
+	due := a.worker.asks.due
+	if len(due) == 0 {
+		return
+	}
+	a.worker.asks.due = nil
+	for _, ask := range due {
+		if t, held := a.worker.owned[ask.Split]; !held || t.epoch != ask.Epoch {
+			continue
+		}
+		v := a.job.splits[ask.Split]
+		if v == nil || v.prog == nil || len(v.prog.Children) != ask.Children {
+			continue
+		}
+		a.c.emit(DivideRequested{Split: SplitID{id: ask.Split}})
+	}
+	for id := range a.worker.asks.seen {
+		if _, held := a.worker.owned[id]; !held && !a.worker.assigned[id] {
+			delete(a.worker.asks.seen, id)
+		}
+	}
+}
