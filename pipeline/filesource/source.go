@@ -342,6 +342,10 @@ func (s *Source) Sweep(id spate.SplitID) (*spate.SplitProgress, error) {
 		return &p, nil
 	}
 	if done {
+		// As in EncodeCommit: a range's last line may end beyond its end,
+		// and a completion carrying that watermark may have landed
+		// though its reply was lost; completing at the range's end would
+		// move the watermark back.
 		p := spate.CompletedProgress(max(acked, total), nil)
 		return &p, nil
 	}
