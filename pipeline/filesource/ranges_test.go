@@ -187,12 +187,16 @@ func TestRangeDescriptors(t *testing.T) {
 		`{"v":1,"files":[{"name":"big","size":100,"mtime":7}],"range":{"start":0,"end":50}}`,
 		`{"v":2,"files":[{"name":"big","size":100,"mtime":7}],"range":{"start":50,"end":50}}`,
 		`{"v":2,"files":[{"name":"big","size":100,"mtime":7}],"range":{"start":50,"end":101}}`,
-		`{"v":2,"files":[{"name":"a","size":100,"mtime":7},{"name":"b","size":100,"mtime":7}],"range":{"start":0,"end":50}}`,
+		`{"v":2,"files":[{"name":"a","size":100,"mtime":7},{"name":"b","size":100,"mtime":7}],"range":{"start":150,"end":201}}`,
+		`{"v":2,"files":[],"range":{"start":0,"end":1}}`,
 		`{"v":3,"files":[{"name":"big","size":100,"mtime":7}],"range":{"start":0,"end":50}}`,
 	} {
 		_, err := filesource.DecodeDescriptor([]byte(bad))
 		require.True(t, spate.IsFatal(err), "descriptor %s: %v, want Fatal", bad, err)
-	}
+	} // A runtime division's range runs over the members concatenated.
+	d, err := filesource.DecodeDescriptor([]byte(`{"v":2,"files":[{"name":"a","size":100,"mtime":7},{"name":"b","size":100,"mtime":7}],"range":{"start":50,"end":200}}`))
+	require.NoError(t, err)
+	require.EqualValues(t, 150, d.Total())
 }
 
 // The minimum split count: an input of many small files, or of one large
