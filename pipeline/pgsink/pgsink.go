@@ -255,11 +255,14 @@ func (s *Sink) describe(ctx context.Context, c *pgx.Conn) error {
 		epoch bigint NOT NULL, watermark bigint NOT NULL, last_key text,
 		PRIMARY KEY (job, split))`
 	_, err = c.Exec(ctx, create)
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07") {
+	for try := 0; try < 3; try++ {
 		// Another worker created it at the same moment: IF NOT EXISTS does
-		// not guard against that (a unique violation in the catalog). It
-		// exists now.
+		// not guard against that (a unique violation in the catalog, or
+		// its row type or table found already there). It exists now.
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || (pe.Code != "23505" && pe.Code != "42P07" && pe.Code != "42710") {
+			break
+		}
 		_, err = c.Exec(ctx, create)
 	}
 	if err != nil {
