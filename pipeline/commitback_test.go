@@ -52,7 +52,7 @@ func TestDriverNeverCommitsBelowACommitThatMayHaveLanded(t *testing.T) {
 		// tries 5 again later.
 		require.NoError(t, f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 5}}))
 		require.Empty(t, f.coord.commits["a"])
-		// Acknowledged to 8 and a part cut to 8: its commit lands, but the
+		// Acknowledged to 8 and a part cut to 8: its commit lands, but the coordination
 		// driver hears a timeout (deferred, the controller retries it).
 		cut, lostReply = 8, true
 		require.NoError(t, f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 8}}))

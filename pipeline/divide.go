@@ -38,7 +38,7 @@ type SplitDivider interface {
 // picks where its own running split is best divided, for the leader's
 // division trigger (docs/decisions/043): when the fleet idles, the leader
 // asks the owner of the split with the longest expected remaining time
-// ([spate.DivideRequested]), and the driver divides it where the source
+// ([spate.DivideRequested]), and the coordination driver divides it where the source
 // proposes. A source that has it should also fill in
 // [spate.SplitProgress] Remaining in EncodeCommit: that estimate, and its
 // drop from commit to commit, is how the leader ranks the splits.

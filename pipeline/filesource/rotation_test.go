@@ -217,7 +217,7 @@ func TestTailLaneParksAnIdleFile(t *testing.T) {
 	l := openLane(t, src, spec, nil, pipeline.NewCheckpointer(nil), nil)
 	defer src.CloseSplit(spec.ID)
 	acked := int64(0)
-	// swept is what the driver's sweep is handed: a completion, or a
+	// swept is what the coordination driver's sweep is handed: a completion, or a
 	// change of the park state since the last commit.
 	swept := func() *spate.SplitProgress {
 		p, err := src.Sweep(spec.ID)
@@ -251,7 +251,7 @@ func TestTailLaneParksAnIdleFile(t *testing.T) {
 	require.True(t, p.Parked)
 	require.False(t, p.Completed)
 	require.Equal(t, int64(6), p.Watermark)
-	require.Nil(t, swept(), "the park state is handed to the driver once")
+	require.Nil(t, swept(), "the park state is handed to the coordination driver once")
 	assert.Equal(t, 1, logs.count("parked an idle followed file", "app.log"))
 
 	// Renamed away, written a moment ago: it takes its lane back.

@@ -36,7 +36,7 @@ type splitState struct {
 	total int64
 	// acked is the highest watermark EncodeCommit saw (or the resume point).
 	acked int64
-	// parked is whether the progress last handed to the driver was parked.
+	// parked is whether the progress last handed to the coordination driver was parked.
 	parked bool
 }
 
@@ -327,7 +327,7 @@ func (s *Source) Sweep(id spate.SplitID) (*spate.SplitProgress, error) {
 	if st.tail != nil {
 		if !st.tail.complete(acked) {
 			// A followed file that parked (or woke) since the last commit:
-			// the driver commits the change, so the lane is freed (taken).
+			// the coordination driver commits the change, so the lane is freed (taken).
 			s.mu.Lock()
 			was := st.parked
 			s.mu.Unlock()
