@@ -454,6 +454,20 @@ func TestDriverReleaseHandsBackEverything(t *testing.T) {
 	require.Len(t, f.coord.releases[0], 2, "it hands back both splits: %v", f.coord.releases)
 }
 
+// 64b: a split the coordinator gained after the driver's last poll (a
+// stop while the first claims land) is handed back too: the coordinator
+// renews its lease until it closes, so left out it would be out of the
+// peers' reach all that time.
+func TestDriverReleaseHandsBackUnpolledGains(t *testing.T) {
+	f := newDriverFixture(t)
+	f.coord.push(gained("a", 1))
+	f.expect(pipeline.LanesAdded)
+	f.coord.push(gained("b", 1), gained("c", 2))
+	require.NoError(t, f.d.Release(context.Background(), f.src))
+	require.Len(t, f.coord.releases, 1, "one release call: %v", f.coord.releases)
+	require.ElementsMatch(t, []spate.SplitID{sid("a"), sid("b"), sid("c")}, f.coord.releases[0])
+}
+
 // 65
 func TestDriverResumeValidation(t *testing.T) {
 	f := newDriverFixture(t)
