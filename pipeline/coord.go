@@ -909,15 +909,6 @@ func (d *CoordinationDriver[C]) Release(ctx context.Context, src SplitSource) er
 	for id := range d.held {
 		ids = append(ids, id)
 	}
-	unpolled, _ := d.coord.Poll()
-	for _, ev := range unpolled {
-		if g, ok := ev.(spate.Gained); ok && d.held[g.Split.ID] == nil && !slices.Contains(ids, g.Split.ID) {
-			ids = append(ids, g.Split.ID)
-		}
-	}
-	if len(ids) == 0 {
-		return nil
-	}
 	slices.SortFunc(ids, spate.SplitID.Compare)
 	if d.stage != nil && src != nil {
 		// A sink that rolls its output in parts may hold acknowledged
@@ -938,5 +929,15 @@ func (d *CoordinationDriver[C]) Release(ctx context.Context, src SplitSource) er
 			}
 		}
 	}
+	unpolled, _ := d.coord.Poll()
+	for _, ev := range unpolled {
+		if g, ok := ev.(spate.Gained); ok && d.held[g.Split.ID] == nil && !slices.Contains(ids, g.Split.ID) {
+			ids = append(ids, g.Split.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	slices.SortFunc(ids, spate.SplitID.Compare)
 	return d.coord.Release(ctx, ids...)
 }
