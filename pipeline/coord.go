@@ -898,13 +898,16 @@ func (d *CoordinationDriver[C]) Fail(src SplitSource, split spate.SplitID, reaso
 }
 
 // Release hands back every held split (shutdown). Best effort.
+//
+// Held includes splits the coordinator gained that the driver never
+// polled: claims that landed just before the stop (a worker stopped
+// while its first claims came in). The coordinator renews their leases
+// until it closes, so a split left out here stays out of its peers'
+// reach as long as the coordinator lives, not a lease's length.
 func (d *CoordinationDriver[C]) Release(ctx context.Context, src SplitSource) error {
 	ids := make([]spate.SplitID, 0, len(d.held))
 	for id := range d.held {
 		ids = append(ids, id)
-	}
-	if len(ids) == 0 {
-		return nil
 	}
 	slices.SortFunc(ids, spate.SplitID.Compare)
 	if d.stage != nil && src != nil {
@@ -926,5 +929,15 @@ func (d *CoordinationDriver[C]) Release(ctx context.Context, src SplitSource) er
 			}
 		}
 	}
+	unpolled, _ := d.coord.Poll()
+	for _, ev := range unpolled {
+		if g, ok := ev.(spate.Gained); ok && d.held[g.Split.ID] == nil && !slices.Contains(ids, g.Split.ID) {
+			ids = append(ids, g.Split.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	slices.SortFunc(ids, spate.SplitID.Compare)
 	return d.coord.Release(ctx, ids...)
 }

@@ -454,6 +454,38 @@ func TestDriverReleaseHandsBackEverything(t *testing.T) {
 	require.Len(t, f.coord.releases[0], 2, "it hands back both splits: %v", f.coord.releases)
 }
 
+// 64b: a split the coordinator gained after the driver's last poll (a
+// stop while the first claims land) is handed back too: the coordinator
+// renews its lease until it closes, so left out it would be out of the
+// peers' reach all that time.
+func TestDriverReleaseHandsBackUnpolledGains(t *testing.T) {
+	f := newDriverFixture(t)
+	f.coord.push(gained("a", 1))
+	f.expect(pipeline.LanesAdded)
+	f.coord.push(gained("b", 1), gained("c", 2))
+	require.NoError(t, f.d.Release(context.Background(), f.src))
+	require.Len(t, f.coord.releases, 1, "one release call: %v", f.coord.releases)
+	require.ElementsMatch(t, []spate.SplitID{sid("a"), sid("b"), sid("c")}, f.coord.releases[0])
+
+	// Drivers that stage their output: one that polled nothing, one that
+	// holds a split of its own.
+	g := newDriverFixture(t)
+	require.NoError(t, g.d.StageOutput(&fakeStaging{}))
+	g.coord.push(gained("x", 1), gained("y", 1))
+	require.NoError(t, g.d.Release(context.Background(), g.src))
+	require.Len(t, g.coord.releases, 1, "one release call: %v", g.coord.releases)
+	require.ElementsMatch(t, []spate.SplitID{sid("x"), sid("y")}, g.coord.releases[0])
+
+	h := newDriverFixture(t)
+	require.NoError(t, h.d.StageOutput(&fakeStaging{}))
+	h.coord.push(gained("x", 1))
+	h.expect(pipeline.LanesAdded)
+	h.coord.push(gained("y", 1))
+	require.NoError(t, h.d.Release(context.Background(), h.src))
+	require.Len(t, h.coord.releases, 1, "one release call: %v", h.coord.releases)
+	require.ElementsMatch(t, []spate.SplitID{sid("x"), sid("y")}, h.coord.releases[0])
+}
+
 // 65
 func TestDriverResumeValidation(t *testing.T) {
 	f := newDriverFixture(t)
