@@ -899,7 +899,7 @@ func (d *CoordinationDriver[C]) Fail(src SplitSource, split spate.SplitID, reaso
 
 // Release hands back every held split (shutdown). Best effort.
 //
-// Held includes splits the coordinator gained that the driver never
+// Held includes splits the coordinator gained that the coordination driver never
 // polled: claims that landed just before the stop (a worker stopped
 // while its first claims came in). The coordinator renews their leases
 // until it closes, so a split left out here stays out of its peers'

@@ -454,7 +454,7 @@ func TestDriverReleaseHandsBackEverything(t *testing.T) {
 	require.Len(t, f.coord.releases[0], 2, "it hands back both splits: %v", f.coord.releases)
 }
 
-// 64b: a split the coordinator gained after the driver's last poll (a
+// 64b: a split the coordinator gained after the coordination driver's last poll (a
 // stop while the first claims land) is handed back too: the coordinator
 // renews its lease until it closes, so left out it would be out of the
 // peers' reach all that time.
@@ -467,7 +467,7 @@ func TestDriverReleaseHandsBackUnpolledGains(t *testing.T) {
 	require.Len(t, f.coord.releases, 1, "one release call: %v", f.coord.releases)
 	require.ElementsMatch(t, []spate.SplitID{sid("a"), sid("b"), sid("c")}, f.coord.releases[0])
 
-	// Drivers that stage their output: one that polled nothing, one that
+	// Coordination drivers that stage their output: one that polled nothing, one that
 	// holds a split of its own.
 	g := newDriverFixture(t)
 	require.NoError(t, g.d.StageOutput(&fakeStaging{}))
