@@ -478,16 +478,22 @@ type observedSplits struct {
 }
 
 func (s *observedSplits) OpenSplit(op pipeline.SplitOpening) (pipeline.Lane, error) {
-	s.obs.opened(op)
+	return s.Source.OpenSplit(s.obs.opening(op))
+}
+
+// opening reports op to the observer and returns it with its poison
+// reports seen by the observer too.
+func (o *observer) opening(op pipeline.SplitOpening) pipeline.SplitOpening {
+	o.opened(op)
 	poison := op.Poison
 	id := op.Spec.ID
 	op.Poison = func(reason string) {
-		s.obs.poison(id, reason)
+		o.poison(id, reason)
 		if poison != nil {
 			poison(reason)
 		}
 	}
-	return s.Source.OpenSplit(op)
+	return op
 }
 
 // observedTable is observedSplits for a table's source.
@@ -497,16 +503,7 @@ type observedTable struct {
 }
 
 func (s *observedTable) OpenSplit(op pipeline.SplitOpening) (pipeline.Lane, error) {
-	s.obs.opened(op)
-	poison := op.Poison
-	id := op.Spec.ID
-	op.Poison = func(reason string) {
-		s.obs.poison(id, reason)
-		if poison != nil {
-			poison(reason)
-		}
-	}
-	return s.Source.OpenSplit(op)
+	return s.Source.OpenSplit(s.obs.opening(op))
 }
 
 // outputSink writes through a staging sink and reports every staged
