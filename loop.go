@@ -260,7 +260,7 @@ func (a *actor) step() error {
 		a.gauges()
 		return nil
 	}
-	if a.job.leaderObs == nil && a.leader.term == nil && a.io.due(opKey{op: "elect"}, now) {
+	if a.leader.key == nil && a.leader.term == nil && a.io.due(opKey{op: "elect"}, now) {
 		a.elect(now)
 	}
 	if a.leader.term != nil && a.w.fullView {

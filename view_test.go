@@ -176,13 +176,13 @@ func TestApplyEphemeralKeepsEntriesTouchedAfterTheMark(t *testing.T) {
 	assert.Nil(t, a.job.splits["x"].lease, "an older lease the read does not list is gone")
 	assert.Equal(t, uint64(3), a.job.splits["x"].leaseRev, "a forced absence keeps the revision seen")
 	assert.NotNil(t, a.job.splits["y"].lease, "a lease put after the mark is kept")
-	assert.Nil(t, a.job.leaderObs, "an older leader key the read does not list is gone")
+	assert.Nil(t, a.leader.key, "an older leader key the read does not list is gone")
 
 	// A leader key seen after the mark survives a read that missed it.
 	mark2 := a.job.mark()
 	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("peer", "np", 2), 9))
 	require.NoError(t, a.applyEphemeral(nil, mark2))
-	assert.NotNil(t, a.job.leaderObs)
+	assert.NotNil(t, a.leader.key)
 	assert.NotContains(t, a.job.presence, "new", "the entry kept by the first read predates the second, which misses it: gone")
 	assert.Nil(t, a.job.splits["y"].lease)
 }
@@ -275,16 +275,16 @@ func TestEphemeralLeaderKey(t *testing.T) {
 	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("me", "nonce-me", 2), 5))
 	assert.NotNil(t, a.leader.term, "our own leader key")
 	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("me", "nonce-me", 2), 4))
-	assert.Equal(t, uint64(5), a.job.leaderRev)
+	assert.Equal(t, uint64(5), a.leader.keyRev)
 	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("peer", "np", 3), 6))
 	assert.Nil(t, a.leader.term, "the leader key now belongs to another: demoted")
-	assert.Equal(t, "peer", a.job.leaderObs.Owner)
+	assert.Equal(t, "peer", a.leader.key.Owner)
 
 	a.leader.term = &leadership{generation: 3}
 	a.renew.setLeader(8, 3)
 	a.ephemeralDelete(keyLeader, 7, false)
 	assert.NotNil(t, a.leader.term, "a delete older than our own leader write does not end leadership")
-	assert.Nil(t, a.job.leaderObs)
+	assert.Nil(t, a.leader.key)
 	a.ephemeralDelete(keyLeader, 9, false)
 	assert.Nil(t, a.leader.term, "the leader key expired")
 	assert.Zero(t, a.renew.leaderRev(), "the renewer stops renewing it")

@@ -397,9 +397,7 @@ func (a *actor) absent(ks Keyspace, key string, mark uint64) error {
 	if ks == Ephemeral {
 		switch {
 		case key == keyLeader:
-			if a.job.leaderObs != nil && a.job.leaderAt < mark {
-				a.ephemeralDelete(key, 0, true)
-			}
+			a.leaderKeyAbsent(mark)
 		case strings.HasPrefix(key, prefixWorker):
 			if e, ok := a.job.presence[key[len(prefixWorker):]]; ok && e.at < mark {
 				a.ephemeralDelete(key, 0, true)

@@ -1,0 +1,332 @@
+package spate
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The view routes each record the watches, listings and re-reads deliver
+// by its key's kind to the one owner of that kind, which folds it into
+// its own state: the leader key to the leader (leader.go), presence to
+// membership (members.go), leases to the tenancy (tenancy.go), the plan
+// record to the planner (planner.go), assignment records to publishing
+// (publish.go), the verdict record to the terminal verdict (terminal.go),
+// and split records to the split table (view.go).
+
+func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
+	switch {
+	case key == keyLeader:
+		return a.leaderKeyPut(value, rev)
+	case strings.HasPrefix(key, prefixWorker):
+		inst := key[len(prefixWorker):]
+		old, known := a.job.presence[inst]
+		if known && rev <= old.rev {
+			return nil
+		}
+		if !known {
+			a.dirty = true
+			a.job.membersDirty = true
+			if l := a.leader.term; l != nil {
+				l.memberArrived(time.Now(), a.c.tm.settleQuiet)
+			}
+		}
+		// A member is proven once this worker has seen it renew (or it is
+		// this worker): a record first seen may belong to a dead process.
+		unproven := !known && inst != a.self
+		if known && old.unproven {
+			a.dirty = true // it may now be given a share of held splits
+		}
+		a.job.presence[inst] = presenceEntry{rev: rev, at: a.job.clock, unproven: unproven}
+		if _, ok := a.job.departed[inst]; ok {
+			delete(a.job.departed, inst) // a returning instance cancels its window
+			a.dirty = true
+		}
+		w, err := decodeWorker(key, value)
+		if err != nil {
+			a.log.Warn("unreadable presence record; the member keeps the default lane budget", "key", key, "err", err)
+		} else if w.MaxInFlight > 0 && a.job.caps[inst] != w.MaxInFlight {
+			a.job.caps[inst] = w.MaxInFlight
+			a.dirty = true
+		}
+		if inst == a.self && w != nil && w.Nonce != a.nonce {
+			a.renew.checkPresence() // a twin, or our predecessor's record
+		}
+	case strings.HasPrefix(key, prefixSplit):
+		id := key[len(prefixSplit):]
+		v := a.job.view(id)
+		if rev <= v.leaseRev {
+			return nil
+		}
+		if v.lease != nil && leaseHash(value) == v.leaseSum {
+			// A heartbeat: same holder, same tenancy, a later revision.
+			// Nothing to decide, nothing to decode.
+			v.leaseRev, v.leaseAt = rev, a.job.clock
+			return nil
+		}
+		a.worker.touch(id)
+		l, err := decodeLease(key, value)
+		if err != nil {
+			return err
+		}
+		if _, held := a.worker.owned[id]; held && l.Nonce != a.nonce {
+			if l.Owner == a.self {
+				// Another live process with our instance id took it. Which
+				// of the two stops is the presence record's call (the
+				// older one); here the split is simply lost.
+				a.dropLost(id, "fenced", "its lease was taken by another process with this instance id")
+				a.renew.checkPresence()
+			} else {
+				a.dropLost(id, "fenced", "its lease was taken by "+l.Owner)
+			}
+		}
+		if v.lease == nil || v.lease.Owner != l.Owner {
+			a.dirty = true
+		}
+		v.lease, v.leaseSum, v.leaseRev, v.leaseAt = l, leaseHash(value), rev, a.job.clock
+	}
+	return nil
+}
+
+// ephemeralDelete applies a delete (or, with force, an authoritative
+// absence from a listing, without a revision check).
+func (a *actor) ephemeralDelete(key string, rev uint64, force bool) {
+	switch {
+	case key == keyLeader:
+		a.leaderKeyDelete(rev, force)
+	case strings.HasPrefix(key, prefixWorker):
+		inst := key[len(prefixWorker):]
+		old, ok := a.job.presence[inst]
+		if !ok || !force && rev <= old.rev {
+			return
+		}
+		delete(a.job.presence, inst)
+		delete(a.job.caps, inst)
+		a.dirty = true
+		a.job.membersDirty = true
+		switch {
+		case inst != a.self && isGeneratedID(inst):
+			// Its id was generated: no process can come back under it, so
+			// its splits are free at once, not after the rebalance delay.
+			a.log.Info("a worker departed; its id was generated, so its splits are reassigned without the rebalance delay", "peer", inst)
+		case inst != a.self:
+			a.job.departed[inst] = time.Now()
+		case !a.worker.parting:
+			a.renew.presenceGone(rev)
+		}
+	case strings.HasPrefix(key, prefixSplit):
+		id := key[len(prefixSplit):]
+		v := a.job.view(id)
+		if !force && rev <= v.leaseRev {
+			return
+		}
+		if _, held := a.worker.owned[id]; held && (force || rev > a.renew.leaseRev(id)) {
+			a.dropLost(id, "starved", "its lease expired: renewals failed for a whole lease")
+		}
+		if v.lease != nil {
+			a.dirty = true
+		}
+		a.worker.touch(id)
+		v.lease, v.leaseSum, v.leaseAt, v.leaseGoneAt = nil, 0, a.job.clock, time.Time{}
+		if !force {
+			v.leaseRev, v.leaseGoneAt = rev, time.Now()
+		}
+		if p := v.prog; p != nil && p.Status == statusRunnable && int(p.Attempts)+1 >= a.cfg.MaxAttempts {
+			a.worker.quarantineScan = true
+		}
+	}
+}
+
+// applyEphemeral folds a complete read of the ephemeral keyspace (a watch
+// snapshot or a listing) that started at mark: every key the view holds
+// from before mark and the read does not list is gone.
+func (a *actor) applyEphemeral(entries []Entry, mark uint64) error {
+	listed := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		listed[e.Key] = true
+	}
+	if !listed[keyLeader] {
+		a.leaderKeyAbsent(mark)
+	}
+	for _, inst := range slices.Sorted(maps.Keys(a.job.presence)) {
+		if !listed[prefixWorker+inst] && a.job.presence[inst].at < mark {
+			a.ephemeralDelete(prefixWorker+inst, 0, true)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(a.job.splits)) {
+		v := a.job.splits[id]
+		if v.lease != nil && !listed[prefixSplit+id] && v.leaseAt < mark {
+			a.ephemeralDelete(prefixSplit+id, 0, true)
+		}
+	}
+	for _, e := range entries {
+		if err := a.ephemeralPut(e.Key, e.Value, e.Revision); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyDurable folds a read of the durable keyspace that started at mark.
+// With complete set, it is a whole-keyspace read: assignment records the
+// view holds from before mark that it does not list are gone.
+func (a *actor) applyDurable(entries []Entry, mark uint64, complete bool) error {
+	if complete {
+		listed := make(map[string]bool, len(entries))
+		for _, e := range entries {
+			listed[e.Key] = true
+		}
+		if a.job.plan != nil && !listed[keyPlan] && a.job.planAt < mark {
+			return errNamespaceGone(fmt.Sprintf("a listing of the durable keyspace (%d records) has no plan record", len(entries)))
+		}
+		for key, d := range a.records.damaged {
+			if !listed[key] && d.at < mark {
+				a.repair(key, true)
+			}
+		}
+		for id, v := range a.job.splits {
+			if v.prog != nil && !listed[prefixSplit+id] && v.progAt < mark {
+				if pruned(v.prog, !listed[prefixSpec+id]) {
+					a.forgetPruned(id, 0)
+					continue
+				}
+				a.log.Warn("a split's progress record is missing from a listing; the leader restores it from the last state seen", "split", id)
+				a.forgetProgress(id, 0)
+			}
+		}
+		for inst, e := range a.job.assigns {
+			if !listed[prefixAssign+inst] && e.at < mark {
+				delete(a.job.assigns, inst)
+				if inst == a.self {
+					a.forgetAssignment()
+				}
+			}
+		}
+	}
+	for _, e := range entries {
+		if err := a.durablePut(e.Key, e.Value, e.Revision, readSince(mark)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *actor) durablePut(key string, value []byte, rev uint64, src source) error {
+	switch {
+	case key == keyPlan:
+		if rev <= a.job.planRev {
+			return nil
+		}
+		p, err := decodePlan(key, value, a.fp)
+		if err != nil {
+			return err
+		}
+		a.setPlan(p, rev)
+	case strings.HasPrefix(key, prefixSpec):
+		id := key[len(prefixSpec):]
+		v := a.job.view(id)
+		if v.spec != nil {
+			return nil // immutable: the first copy wins
+		}
+		s, err := decodeSpec(key, id, value, a.fpHash)
+		if ok, err := a.readable(id, key, rev, err); !ok {
+			return err
+		}
+		v.spec = s
+		if v.prog != nil {
+			a.dirty = true
+		}
+		a.worker.touch(id)
+	case strings.HasPrefix(key, prefixSplit):
+		id := key[len(prefixSplit):]
+		if v := a.job.splits[id]; v != nil {
+			if rev == v.progRev || rev < v.progRev && !src.read {
+				return nil // an echo of what the view holds, or a stale one: skip the decode
+			}
+			if p := v.pending.Load(); p != nil && bytes.Equal(p.value, value) {
+				a.upsert(id, p.rec, rev, src) // the echo of our commit in flight
+				return nil
+			}
+		}
+		r, err := decodeProgress(key, id, value, a.fpHash)
+		if ok, err := a.readable(id, key, rev, err); !ok {
+			return err
+		}
+		a.upsert(id, r, rev, src)
+	case key == keyVerdict:
+		if rev <= a.verdicts.recordRev {
+			return nil
+		}
+		v, err := decodeVerdict(value, a.fpHash)
+		if err != nil {
+			return err
+		}
+		a.verdicts.recordRev = rev
+		a.onVerdict(v)
+	case strings.HasPrefix(key, prefixAssign):
+		inst := key[len(prefixAssign):]
+		if e, ok := a.job.assigns[inst]; ok && rev <= e.rev {
+			return nil
+		}
+		val, err := decodeAssignment(key, value)
+		if err != nil {
+			a.log.Warn("ignoring an unreadable assignment record (it is not read as an empty one)", "key", key, "err", err)
+			return nil
+		}
+		a.setAssign(inst, val, rev)
+	}
+	return nil
+}
+
+// durableDelete applies a watched delete at rev (0: revision unknown). A
+// delete at or below the revision the view holds for a split record is
+// stale: the record was re-created since (the leader restored it, and a
+// re-read saw the new one before this event arrived), and forgetting it
+// would leave the split without a record in this view for good, since
+// the restored record's own event is then dropped as an echo.
+func (a *actor) durableDelete(key string, rev uint64) error {
+	a.job.durableSeq++
+	switch {
+	case key == keyPlan:
+		return errNamespaceGone("its plan record was deleted")
+	case strings.HasPrefix(key, prefixSplit):
+		id := key[len(prefixSplit):]
+		if v := a.job.splits[id]; rev != 0 && v != nil && v.prog != nil && rev <= v.progRev {
+			return nil // stale: the record was re-created since
+		}
+		if _, ok := a.records.damaged[key]; ok {
+			a.repair(key, true)
+			return nil
+		}
+		if v := a.job.splits[id]; v != nil && pruned(v.prog, v.spec == nil) {
+			a.forgetPruned(id, rev)
+			return nil
+		}
+		a.log.Warn("a split's progress record was deleted externally; the leader restores it from the last state seen", "key", key)
+		a.forgetProgress(id, rev)
+	case strings.HasPrefix(key, prefixSpec) && a.records.damaged[key] != nil:
+		a.repair(key, true)
+	case strings.HasPrefix(key, prefixSpec) && a.completed(key[len(prefixSpec):]):
+		// A completed split's spec goes first when it is pruned (prune.go).
+		a.job.splits[key[len(prefixSpec):]].spec = nil
+	case key == keyVerdict:
+		if rev == 0 || rev > a.verdicts.recordRev {
+			a.verdicts.recordRev = max(a.verdicts.recordRev, rev)
+			a.onVerdict(nil)
+		}
+	case strings.HasPrefix(key, prefixAssign):
+		inst := key[len(prefixAssign):]
+		delete(a.job.assigns, inst)
+		if inst == a.self {
+			a.forgetAssignment()
+		}
+	case strings.HasPrefix(key, prefixProbe):
+		a.log.Debug("startup probe key cleared", "key", key)
+	default:
+		a.log.Warn("durable record deleted externally; reconcile treats it as absent", "key", key)
+	}
+	return nil
+}
