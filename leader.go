@@ -110,12 +110,12 @@ type electResult struct {
 // elect tries, beside the loop, to take the leader key and fence the plan
 // generation past its predecessor's.
 func (a *actor) elect(now time.Time) {
-	if a.job.plan == nil || a.leader.electing {
+	if a.planning.plan == nil || a.leader.electing {
 		return
 	}
 	a.leader.electing = true
-	snap, snapRev := *a.job.plan, a.job.planRev
-	newJob := len(a.job.assigns) == 0 && a.job.plan.Generation == 0
+	snap, snapRev := *a.planning.plan, a.planning.planRev
+	newJob := len(a.job.assigns) == 0 && a.planning.plan.Generation == 0
 	a.spawn(func(ctx context.Context) func() error {
 		res := a.runElection(ctx, snap, snapRev)
 		return func() error {
@@ -238,7 +238,7 @@ func (a *actor) finishElection(res electResult, newJob bool) error {
 	// is complete (and its publish proves the seeding finished); re-running
 	// it could only add splits a final plan must not grow by (a file
 	// rewritten since, say).
-	a.planning.due = a.job.plan.Finality != finalityFinal
+	a.planning.due = a.planning.plan.Finality != finalityFinal
 	return nil
 }
 

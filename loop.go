@@ -194,11 +194,11 @@ func (a *actor) loop(ctx context.Context) {
 				a.w.refreshScope()
 			}
 		case <-replan.C:
-			if a.leader.term != nil && a.job.plan != nil && a.job.plan.Finality == finalityOpen {
+			if a.leader.term != nil && a.planning.plan != nil && a.planning.plan.Finality == finalityOpen {
 				a.planning.due = true
 			}
 		case <-planTriggers:
-			if a.leader.term != nil && a.job.plan != nil && a.job.plan.Finality == finalityOpen {
+			if a.leader.term != nil && a.planning.plan != nil && a.planning.plan.Finality == finalityOpen {
 				a.planning.due = true
 			}
 		case res := <-a.planning.done:

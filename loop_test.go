@@ -169,7 +169,7 @@ func TestStepExpiresDelayWindowsAndStopsWhenTerminal(t *testing.T) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
 	p := &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityOpen}
-	a.job.plan, a.job.planRev = p, st.put(Durable, keyPlan, encode(p))
+	a.planning.plan, a.planning.planRev = p, st.put(Durable, keyPlan, encode(p))
 	a.verdicts.terminal = true
 	a.job.departed["gone"] = time.Now().Add(-a.cfg.RebalanceDelay)
 	a.job.departed["recent"] = time.Now()

@@ -175,7 +175,7 @@ func (a *actor) publish(now time.Time) {
 		return
 	}
 	a.dirty = false
-	if a.job.plan == nil || len(a.job.presence) == 0 {
+	if a.planning.plan == nil || len(a.job.presence) == 0 {
 		return
 	}
 	// Pace the next computation by this one's cost (see publishPace).

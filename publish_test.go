@@ -396,7 +396,7 @@ func TestAssignWritesListsOnlyWhatChanges(t *testing.T) {
 func TestPublishWritesOnlyChangedRecords(t *testing.T) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
-	a.job.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
+	a.planning.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
 	a.leader.term = &leadership{generation: 3}
 	a.job.presence = present("me", "peer")
 	for _, id := range []string{"s1", "s2", "s3", "s4"} {
@@ -443,7 +443,7 @@ func TestPublishWritesOnlyChangedRecords(t *testing.T) {
 func TestPublishKeepsARecordFoldedWhileItsLosingWriteWasInFlight(t *testing.T) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
-	a.job.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
+	a.planning.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
 	a.leader.term = &leadership{generation: 3}
 	a.job.presence = present("me", "peer")
 	for _, id := range []string{"s1", "s2"} {
@@ -490,7 +490,7 @@ func inputOf(v leaderView) assignIn {
 func TestPublishMovesHeldSplitsOnlyWhenTheFleetChanges(t *testing.T) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
-	a.job.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
+	a.planning.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
 	a.leader.term = &leadership{generation: 3}
 	a.job.presence = present("me", "peer")
 	hold := map[string]string{"s1": "me", "s2": "me", "s3": "me", "s4": "peer", "s5": "peer", "s6": "peer"}

@@ -2,7 +2,6 @@ package spate
 
 import (
 	"bytes"
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -179,8 +178,10 @@ func (a *actor) applyDurable(entries []Entry, mark uint64, complete bool) error 
 		for _, e := range entries {
 			listed[e.Key] = true
 		}
-		if a.job.plan != nil && !listed[keyPlan] && a.job.planAt < mark {
-			return errNamespaceGone(fmt.Sprintf("a listing of the durable keyspace (%d records) has no plan record", len(entries)))
+		if !listed[keyPlan] {
+			if err := a.planAbsent(mark, len(entries)); err != nil {
+				return err
+			}
 		}
 		for key, d := range a.records.damaged {
 			if !listed[key] && d.at < mark {
@@ -217,14 +218,7 @@ func (a *actor) applyDurable(entries []Entry, mark uint64, complete bool) error 
 func (a *actor) durablePut(key string, value []byte, rev uint64, src source) error {
 	switch {
 	case key == keyPlan:
-		if rev <= a.job.planRev {
-			return nil
-		}
-		p, err := decodePlan(key, value, a.fp)
-		if err != nil {
-			return err
-		}
-		a.setPlan(p, rev)
+		return a.planPut(key, value, rev)
 	case strings.HasPrefix(key, prefixSpec):
 		id := key[len(prefixSpec):]
 		v := a.job.view(id)

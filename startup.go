@@ -38,7 +38,7 @@ func (a *actor) startup(ctx context.Context) error {
 	if len(peers) > 0 {
 		a.log.Info("joined a fleet already running", "peers", peers)
 	} else {
-		a.log.Info("joined the job", "generation", a.job.plan.Generation)
+		a.log.Info("joined the job", "generation", a.planning.plan.Generation)
 	}
 	a.job.joinLogged = true
 	a.job.membersDirty = true
@@ -165,7 +165,7 @@ func (a *actor) join(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		a.job.plan, a.job.planRev = p, e.Revision
+		a.planning.plan, a.planning.planRev = p, e.Revision
 		return nil
 	}
 	p := &planRecord{Schema: SchemaVersion, Fingerprint: a.fp, Finality: finalityOpen, UpdatedAtMs: nowMs()}
@@ -176,7 +176,7 @@ func (a *actor) join(ctx context.Context) error {
 	if !o.Won {
 		return Retryablef("join: lost the race to create the plan record; re-reading")
 	}
-	a.job.plan, a.job.planRev = p, o.Revision
+	a.planning.plan, a.planning.planRev = p, o.Revision
 	return nil
 }
 

@@ -132,7 +132,7 @@ func TestJoin(t *testing.T) {
 		a := newTestActor(t, st, testConfig())
 		require.NoError(t, a.join(t.Context()))
 		p, rev := storedPlan(t, st)
-		assert.Equal(t, rev, a.job.planRev)
+		assert.Equal(t, rev, a.planning.planRev)
 		assert.Equal(t, testFP, p.Fingerprint)
 		assert.Equal(t, finalityOpen, p.Finality)
 		assert.Zero(t, p.Generation)
@@ -143,8 +143,8 @@ func TestJoin(t *testing.T) {
 		rev := st.put(Durable, keyPlan, encode(p))
 		a := newTestActor(t, st, testConfig())
 		require.NoError(t, a.join(t.Context()))
-		assert.Equal(t, *p, *a.job.plan)
-		assert.Equal(t, rev, a.job.planRev)
+		assert.Equal(t, *p, *a.planning.plan)
+		assert.Equal(t, rev, a.planning.planRev)
 		assert.Zero(t, st.count("create", keyPlan))
 	})
 	t.Run("a diverging fingerprint is Fatal and writes nothing", func(t *testing.T) {
@@ -154,7 +154,7 @@ func TestJoin(t *testing.T) {
 		err := a.join(t.Context())
 		assert.True(t, IsFatal(err))
 		assert.ErrorContains(t, err, "job:other")
-		assert.Nil(t, a.job.plan)
+		assert.Nil(t, a.planning.plan)
 		assert.Zero(t, st.count("create", "")+st.count("update", ""))
 	})
 }

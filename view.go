@@ -26,10 +26,6 @@ type jobView struct {
 	// departed is the members whose presence went, since when: their
 	// splits wait out the rebalance delay before they are reassigned.
 	departed   map[string]time.Time
-	plan       *planRecord
-	finalSent  bool // PlanFinalized was emitted
-	planRev    uint64
-	planAt     uint64 // clock of the last change to plan
 	assigns    map[string]assignEntry
 	durableSeq uint64 // bumps on every durable change (gates terminal listing)
 	clock      uint64 // bumps when a read of the store starts (see mark)
@@ -143,30 +139,6 @@ func errNamespaceGone(how string) error {
 	return Fatalf("the job's records are gone from the store (%s). Likely causes: the store was wiped (Redis FLUSHALL/FLUSHDB, a key eviction policy other than noeviction), "+
 		"restarted without persistence (Redis without appendonly), restored from an older backup, or the job was deleted. "+
 		"The committed progress cannot be trusted: check the store, then restore it from a backup or start the job anew (it replays from the beginning)", how)
-}
-
-// planFinalized emits PlanFinalized, once: on reading the final plan, or
-// on a terminal verdict read before the plan (a scoped worker's watch of
-// the verdict record may deliver it first; a verdict implies a final plan).
-func (a *actor) planFinalized(planned uint64) {
-	if !a.job.finalSent {
-		a.job.finalSent = true
-		a.c.emit(PlanFinalized{Planned: planned})
-	}
-}
-
-func (a *actor) setPlan(p *planRecord, rev uint64) {
-	if rev <= a.job.planRev {
-		return
-	}
-	a.job.plan, a.job.planRev, a.job.planAt = p, rev, a.job.clock
-	a.job.durableSeq++
-	if p.Finality == finalityFinal {
-		a.planFinalized(p.Planned)
-	}
-	if a.leader.term != nil && p.Generation > a.leader.term.generation {
-		a.demote(fmt.Sprintf("a successor bumped the plan generation to %d", p.Generation))
-	}
 }
 
 func (a *actor) setAssign(inst string, val *assignmentVal, rev uint64) {

@@ -325,7 +325,7 @@ func TestApplyDurableFoldsEntries(t *testing.T) {
 		{Key: prefixAssign + "peer", Value: encode(&assignmentVal{Schema: SchemaVersion, Splits: []string{"s"}}), Revision: 4},
 		{Key: prefixAssign + "bad", Value: []byte("{}"), Revision: 5},
 	}, mark, true))
-	assert.Equal(t, uint64(1), a.job.planRev)
+	assert.Equal(t, uint64(1), a.planning.planRev)
 	assert.Equal(t, uint64(3), a.job.splits["s"].spec.Weight)
 	assert.Equal(t, uint64(3), a.job.splits["s"].progRev)
 	assert.Contains(t, a.job.assigns, "peer")
@@ -353,7 +353,7 @@ func TestAPlanFromASuccessorDemotes(t *testing.T) {
 	assert.Nil(t, a.leader.term)
 	seq := a.job.durableSeq
 	require.NoError(t, a.durablePut(keyPlan, encode(p), 6, live))
-	assert.Equal(t, uint64(3), a.job.plan.Generation, "a plan at or below the held revision is stale")
+	assert.Equal(t, uint64(3), a.planning.plan.Generation, "a plan at or below the held revision is stale")
 	assert.Equal(t, seq, a.job.durableSeq)
 }
 

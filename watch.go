@@ -270,7 +270,7 @@ func (a *actor) reconcile() {
 // Its record is re-seeded from nothing (a planner's seed progress is lost:
 // the split replays from its start — duplicates, never loss).
 func (a *actor) findUnseeded() {
-	if a.leader.term == nil || !a.w.fullView || a.job.plan == nil || a.job.plan.Finality != finalityFinal {
+	if a.leader.term == nil || !a.w.fullView || a.planning.plan == nil || a.planning.plan.Finality != finalityFinal {
 		return
 	}
 	for id, v := range a.job.splits {

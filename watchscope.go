@@ -415,7 +415,7 @@ func (a *actor) absent(ks Keyspace, key string, mark uint64) error {
 	}
 	switch {
 	case key == keyPlan:
-		if a.job.plan != nil && a.job.planAt < mark {
+		if a.planning.plan != nil && a.planning.planAt < mark {
 			return errNamespaceGone("a read of this worker's keys has no plan record")
 		}
 	case key == keyVerdict:
