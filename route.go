@@ -251,15 +251,7 @@ func (a *actor) durablePut(key string, value []byte, rev uint64, src source) err
 		}
 		a.upsert(id, r, rev, src)
 	case key == keyVerdict:
-		if rev <= a.verdicts.recordRev {
-			return nil
-		}
-		v, err := decodeVerdict(value, a.fpHash)
-		if err != nil {
-			return err
-		}
-		a.verdicts.recordRev = rev
-		a.onVerdict(v)
+		return a.verdictPut(value, rev)
 	case strings.HasPrefix(key, prefixAssign):
 		inst := key[len(prefixAssign):]
 		if e, ok := a.job.assigns[inst]; ok && rev <= e.rev {
@@ -307,10 +299,7 @@ func (a *actor) durableDelete(key string, rev uint64) error {
 		// A completed split's spec goes first when it is pruned (prune.go).
 		a.job.splits[key[len(prefixSpec):]].spec = nil
 	case key == keyVerdict:
-		if rev == 0 || rev > a.verdicts.recordRev {
-			a.verdicts.recordRev = max(a.verdicts.recordRev, rev)
-			a.onVerdict(nil)
-		}
+		a.verdictDelete(rev)
 	case strings.HasPrefix(key, prefixAssign):
 		inst := key[len(prefixAssign):]
 		delete(a.job.assigns, inst)

@@ -361,3 +361,26 @@ func writeVerdict(ctx context.Context, st Store, want []byte) error {
 	}
 	return Retryablef("the verdict record kept changing under the write")
 }
+
+// verdictPut folds a put of the verdict record at rev.
+func (a *actor) verdictPut(value []byte, rev uint64) error {
+	if rev <= a.verdicts.recordRev {
+		return nil
+	}
+	v, err := decodeVerdict(value, a.fpHash)
+	if err != nil {
+		return err
+	}
+	a.verdicts.recordRev = rev
+	a.onVerdict(v)
+	return nil
+}
+
+// verdictDelete folds a delete of the verdict record at rev (0: revision
+// unknown).
+func (a *actor) verdictDelete(rev uint64) {
+	if rev == 0 || rev > a.verdicts.recordRev {
+		a.verdicts.recordRev = max(a.verdicts.recordRev, rev)
+		a.onVerdict(nil)
+	}
+}
