@@ -131,7 +131,6 @@ func (a *actor) setPlan(p *planRecord, rev uint64) {
 	}
 }
 
-
 // wait lets a planner run that ignores its cancelled context finish on
 // its own: Close waits for it at most timeout.
 func (p *planning) wait(timeout time.Duration, log *slog.Logger) {
