@@ -218,7 +218,7 @@ func (a *actor) finishElection(res electResult, newJob bool) error {
 	a.leader.term = &leadership{generation: res.val.Generation}
 	a.renew.setLeader(res.leaderRev, res.val.Generation)
 	if a.w.fullView {
-		a.job.inferDeparted(time.Now(), a.cfg.RebalanceDelay, a.log)
+		a.members.inferDeparted(a.job.splits, time.Now(), a.cfg.RebalanceDelay, a.log)
 	}
 	if newJob {
 		// A brand-new job: workers usually start together. Let them

@@ -24,6 +24,7 @@ type actor struct {
 	ctx     context.Context
 
 	job      jobView      // the view of the job (view.go)
+	members  membership   // the fleet: presence, budgets, departed members (members.go)
 	records  recordState  // records deleted or unreadable (damage.go)
 	worker   worker       // this worker's splits, claims and assignment (tenancy.go)
 	leader   leaderState  // leadership, elections and publishing (leader.go)
@@ -62,9 +63,9 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 	e.kw, _ = KeyWatcherOf(c.store)
 	a := &actor{
 		env: e, c: c, cfg: c.cfg, planner: planner,
-		job: jobView{splits: map[string]*splitView{}, presence: map[string]presenceEntry{}, caps: map[string]int{},
-			loggedPeers: map[string]bool{}, assigns: map[string]assignEntry{}, departed: map[string]time.Time{},
+		job: jobView{splits: map[string]*splitView{}, assigns: map[string]assignEntry{},
 			parents: map[string]bool{}},
+		members:  newMembership(),
 		worker:   newWorker(c.m, c.log),
 		leader:   leaderState{pub: publishState{pinnedSince: map[string]time.Time{}, landedAt: map[string]time.Time{}, moving: map[string]bool{}}},
 		records:  recordState{missing: map[string]*progressRecord{}, damaged: map[string]*damagedRecord{}},
@@ -242,10 +243,10 @@ func (a *actor) die(err error) {
 // assignment, revocation deadlines, and terminal detection.
 func (a *actor) step() error {
 	now := time.Now()
-	if expireDeparted(a.job.departed, a.cfg.RebalanceDelay, now) {
+	if expireDeparted(a.members.departed, a.cfg.RebalanceDelay, now) {
 		a.dirty = true
 	}
-	a.job.logMembership(a.log, a.self)
+	a.members.logMembership(a.log, a.self)
 	a.syncVerdict(now)
 	// Watches are kept up in every state: a worker that latched Stalled
 	// must still see the verdict withdrawn (its listing backstop closes
@@ -301,8 +302,8 @@ func (a *actor) gauges() {
 	a.m.splitsOwned.Set(float64(len(a.worker.owned)))
 	a.m.splitsCompleted.Set(float64(a.job.nCompleted))
 	a.m.splitsQuarantined.Set(float64(a.job.nQuarant))
-	live := len(a.job.presence)
-	if _, ok := a.job.presence[a.self]; !ok && !a.worker.parting {
+	live := len(a.members.presence)
+	if _, ok := a.members.presence[a.self]; !ok && !a.worker.parting {
 		live++ // self always counts
 	}
 	a.m.liveWorkers.Set(float64(live))

@@ -175,7 +175,7 @@ func (a *actor) publish(now time.Time) {
 		return
 	}
 	a.dirty = false
-	if a.planning.plan == nil || len(a.job.presence) == 0 {
+	if a.planning.plan == nil || len(a.members.presence) == 0 {
 		return
 	}
 	// Pace the next computation by this one's cost (see publishPace).
@@ -188,7 +188,8 @@ func (a *actor) publish(now time.Time) {
 	a.leader.div.noteAssignment(in, result)
 	moves := movesOf(in, result)
 	gen := a.leader.term.generation
-	writes, moved := a.job.assignWrites(result, a.leader.div.asksFor(now), gen)
+	records := leaderView{presence: a.members.presence, assigns: a.job.assigns, departed: a.members.departed}
+	writes, moved := records.assignWrites(result, a.leader.div.asksFor(now), gen)
 	if len(writes) == 0 {
 		return
 	}
@@ -211,8 +212,8 @@ func (a *actor) assign(now time.Time) (assignIn, map[string][]string) {
 	pub := &a.leader.pub
 	in, inFlight := assignInput(leaderView{now: now, pinnedSince: pub.pinnedSince, pinFor: a.c.tm.pin,
 		landedAt: pub.landedAt, moving: pub.moving, settleFor: a.c.tm.pin,
-		splits: a.job.splits, presence: a.job.presence, caps: a.job.caps,
-		assigns: a.job.assigns, departed: a.job.departed, delay: a.cfg.RebalanceDelay,
+		splits: a.job.splits, presence: a.members.presence, caps: a.members.caps,
+		assigns: a.job.assigns, departed: a.members.departed, delay: a.cfg.RebalanceDelay,
 		maxInFlight: a.cfg.MaxInFlight, seed: a.fpHash})
 	if next := trackPins(pub.pinnedSince, pub.landedAt, pub.moving, inFlight, now, a.c.tm.pin); !next.IsZero() {
 		pub.settledAt = next // the improve pass may move it again then: publish anew
@@ -238,7 +239,7 @@ func (a *actor) assign(now time.Time) (assignIn, map[string][]string) {
 // generation gen writes (those that differ from the view's) or deletes
 // (those of instances neither present nor inside a delay window), and
 // counts the splits result moves between instances.
-func (v *jobView) assignWrites(result map[string][]string, asks map[string][]divideAsk, gen uint64) (writes []*assignWrite, moved int) {
+func (v *leaderView) assignWrites(result map[string][]string, asks map[string][]divideAsk, gen uint64) (writes []*assignWrite, moved int) {
 	// Previous assignee of each split, for the "moved" count: departed
 	// instances' records first, then live members' override them.
 	prev := map[string]string{}

@@ -341,7 +341,7 @@ func isLive(live map[string]presenceEntry, id string) bool {
 // present nor inside a delay window, and counts the splits that change
 // instance, a live member's record outranking a departed one's.
 func TestAssignWritesListsOnlyWhatChanges(t *testing.T) {
-	v := jobView{
+	v := leaderView{
 		presence: present("a", "b", "c"),
 		assigns: map[string]assignEntry{
 			"a":    assigned(3, "s1", "s2"), // unchanged: no write
@@ -398,7 +398,7 @@ func TestPublishWritesOnlyChangedRecords(t *testing.T) {
 	a := newTestActor(t, st, testConfig())
 	a.planning.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
 	a.leader.term = &leadership{generation: 3}
-	a.job.presence = present("me", "peer")
+	a.members.presence = present("me", "peer")
 	for _, id := range []string{"s1", "s2", "s3", "s4"} {
 		v := a.job.view(id)
 		v.prog = rec(id, 0, "")
@@ -427,7 +427,7 @@ func TestPublishWritesOnlyChangedRecords(t *testing.T) {
 
 	// A member leaves for good (no delay window): its record is deleted and
 	// its splits go to the remaining member.
-	delete(a.job.presence, "peer")
+	delete(a.members.presence, "peer")
 	a.publish(time.Now())
 	settleIO(t, a)
 	_, ok := st.entry(Durable, prefixAssign+"peer")
@@ -445,7 +445,7 @@ func TestPublishKeepsARecordFoldedWhileItsLosingWriteWasInFlight(t *testing.T) {
 	a := newTestActor(t, st, testConfig())
 	a.planning.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
 	a.leader.term = &leadership{generation: 3}
-	a.job.presence = present("me", "peer")
+	a.members.presence = present("me", "peer")
 	for _, id := range []string{"s1", "s2"} {
 		v := a.job.view(id)
 		v.prog = rec(id, 0, "")
@@ -492,7 +492,7 @@ func TestPublishMovesHeldSplitsOnlyWhenTheFleetChanges(t *testing.T) {
 	a := newTestActor(t, st, testConfig())
 	a.planning.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
 	a.leader.term = &leadership{generation: 3}
-	a.job.presence = present("me", "peer")
+	a.members.presence = present("me", "peer")
 	hold := map[string]string{"s1": "me", "s2": "me", "s3": "me", "s4": "peer", "s5": "peer", "s6": "peer"}
 	for id, o := range hold {
 		v := a.job.view(id)
@@ -518,7 +518,7 @@ func TestPublishMovesHeldSplitsOnlyWhenTheFleetChanges(t *testing.T) {
 	require.Equal(t, map[string][]string{"me": {"s1", "s2", "s3"}, "peer": {}}, publish(), "no held split moves in a steady fleet")
 
 	// A member joins (proven): the fleet changed, so the improve pass runs.
-	a.job.presence["third"] = presenceEntry{rev: 9}
+	a.members.presence["third"] = presenceEntry{rev: 9}
 	got := publish()
 	assert.Len(t, got["me"], 1, "a join balances the held splits again: %v", got)
 }

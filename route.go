@@ -21,39 +21,7 @@ func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 	case key == keyLeader:
 		return a.leaderKeyPut(value, rev)
 	case strings.HasPrefix(key, prefixWorker):
-		inst := key[len(prefixWorker):]
-		old, known := a.job.presence[inst]
-		if known && rev <= old.rev {
-			return nil
-		}
-		if !known {
-			a.dirty = true
-			a.job.membersDirty = true
-			if l := a.leader.term; l != nil {
-				l.memberArrived(time.Now(), a.c.tm.settleQuiet)
-			}
-		}
-		// A member is proven once this worker has seen it renew (or it is
-		// this worker): a record first seen may belong to a dead process.
-		unproven := !known && inst != a.self
-		if known && old.unproven {
-			a.dirty = true // it may now be given a share of held splits
-		}
-		a.job.presence[inst] = presenceEntry{rev: rev, at: a.job.clock, unproven: unproven}
-		if _, ok := a.job.departed[inst]; ok {
-			delete(a.job.departed, inst) // a returning instance cancels its window
-			a.dirty = true
-		}
-		w, err := decodeWorker(key, value)
-		if err != nil {
-			a.log.Warn("unreadable presence record; the member keeps the default lane budget", "key", key, "err", err)
-		} else if w.MaxInFlight > 0 && a.job.caps[inst] != w.MaxInFlight {
-			a.job.caps[inst] = w.MaxInFlight
-			a.dirty = true
-		}
-		if inst == a.self && w != nil && w.Nonce != a.nonce {
-			a.renew.checkPresence() // a twin, or our predecessor's record
-		}
+		a.presencePut(key, value, rev)
 	case strings.HasPrefix(key, prefixSplit):
 		id := key[len(prefixSplit):]
 		v := a.job.view(id)
@@ -97,25 +65,7 @@ func (a *actor) ephemeralDelete(key string, rev uint64, force bool) {
 	case key == keyLeader:
 		a.leaderKeyDelete(rev, force)
 	case strings.HasPrefix(key, prefixWorker):
-		inst := key[len(prefixWorker):]
-		old, ok := a.job.presence[inst]
-		if !ok || !force && rev <= old.rev {
-			return
-		}
-		delete(a.job.presence, inst)
-		delete(a.job.caps, inst)
-		a.dirty = true
-		a.job.membersDirty = true
-		switch {
-		case inst != a.self && isGeneratedID(inst):
-			// Its id was generated: no process can come back under it, so
-			// its splits are free at once, not after the rebalance delay.
-			a.log.Info("a worker departed; its id was generated, so its splits are reassigned without the rebalance delay", "peer", inst)
-		case inst != a.self:
-			a.job.departed[inst] = time.Now()
-		case !a.worker.parting:
-			a.renew.presenceGone(rev)
-		}
+		a.presenceDelete(key[len(prefixWorker):], rev, force)
 	case strings.HasPrefix(key, prefixSplit):
 		id := key[len(prefixSplit):]
 		v := a.job.view(id)
@@ -150,11 +100,7 @@ func (a *actor) applyEphemeral(entries []Entry, mark uint64) error {
 	if !listed[keyLeader] {
 		a.leaderKeyAbsent(mark)
 	}
-	for _, inst := range slices.Sorted(maps.Keys(a.job.presence)) {
-		if !listed[prefixWorker+inst] && a.job.presence[inst].at < mark {
-			a.ephemeralDelete(prefixWorker+inst, 0, true)
-		}
-	}
+	a.presenceSweep(listed, mark)
 	for _, id := range slices.Sorted(maps.Keys(a.job.splits)) {
 		v := a.job.splits[id]
 		if v.lease != nil && !listed[prefixSplit+id] && v.leaseAt < mark {

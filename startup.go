@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"time"
 )
 
@@ -29,19 +27,7 @@ func (a *actor) startup(ctx context.Context) error {
 			return err
 		}
 	}
-	peers := slices.Sorted(maps.Keys(a.job.presence))
-	peers = slices.DeleteFunc(peers, func(p string) bool { return p == a.self })
-	for _, p := range peers {
-		a.job.loggedPeers[p] = true
-	}
-	a.job.loggedPeers[a.self] = true
-	if len(peers) > 0 {
-		a.log.Info("joined a fleet already running", "peers", peers)
-	} else {
-		a.log.Info("joined the job", "generation", a.planning.plan.Generation)
-	}
-	a.job.joinLogged = true
-	a.job.membersDirty = true
+	a.members.joined(a.log, a.self, a.planning.plan.Generation)
 	return nil
 }
 

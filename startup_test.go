@@ -196,9 +196,9 @@ func TestStartupSeesTheWholeJob(t *testing.T) {
 		a := newTestActor(t, st, testConfig())
 		require.NoError(t, a.startup(a.ctx))
 		assert.Equal(t, 1, a.job.nSplits)
-		assert.Contains(t, a.job.presence, "peer")
-		assert.Contains(t, a.job.presence, "me", "our own announced presence came back through the watch")
-		assert.True(t, a.job.joinLogged)
+		assert.Contains(t, a.members.presence, "peer")
+		assert.Contains(t, a.members.presence, "me", "our own announced presence came back through the watch")
+		assert.True(t, a.members.joinLogged)
 		for _, w := range a.w.streams {
 			assert.NotNil(t, w.ch)
 			assert.False(t, w.collecting)

@@ -13,19 +13,10 @@ import (
 // store revision it was read at; the loop clock orders reads against
 // changes (see mark).
 type jobView struct {
-	splits      map[string]*splitView
-	nSplits     int // splits with a progress record
-	nCompleted  int
-	nQuarant    int
-	presence    map[string]presenceEntry
-	caps        map[string]int
-	loggedPeers map[string]bool
-	joinLogged  bool
-	// membersDirty: the presence set changed since the last membership log.
-	membersDirty bool
-	// departed is the members whose presence went, since when: their
-	// splits wait out the rebalance delay before they are reassigned.
-	departed   map[string]time.Time
+	splits     map[string]*splitView
+	nSplits    int // splits with a progress record
+	nCompleted int
+	nQuarant   int
 	assigns    map[string]assignEntry
 	durableSeq uint64 // bumps on every durable change (gates terminal listing)
 	clock      uint64 // bumps when a read of the store starts (see mark)
@@ -64,12 +55,6 @@ type splitView struct {
 type pendingWrite struct {
 	value []byte
 	rec   *progressRecord
-}
-
-type presenceEntry struct {
-	rev      uint64
-	at       uint64
-	unproven bool // not yet seen renewing (a later revision than first seen); never self
 }
 
 type assignEntry struct {

@@ -123,12 +123,7 @@ func (a *actor) prune() {
 		}
 		delete(a.job.splits, id)
 	}
-	for inst := range a.job.presence {
-		if inst != a.self {
-			delete(a.job.presence, inst)
-			delete(a.job.caps, inst)
-		}
-	}
+	a.members.forgetPeers(a.self)
 	for inst := range a.job.assigns {
 		if inst != a.self {
 			delete(a.job.assigns, inst)
@@ -140,7 +135,6 @@ func (a *actor) prune() {
 		}
 	}
 	clear(a.records.missing)
-	clear(a.job.departed)
 	clear(a.leader.pub.pinnedSince)
 	clear(a.leader.pub.landedAt)
 	clear(a.leader.pub.moving)
@@ -399,9 +393,7 @@ func (a *actor) absent(ks Keyspace, key string, mark uint64) error {
 		case key == keyLeader:
 			a.leaderKeyAbsent(mark)
 		case strings.HasPrefix(key, prefixWorker):
-			if e, ok := a.job.presence[key[len(prefixWorker):]]; ok && e.at < mark {
-				a.ephemeralDelete(key, 0, true)
-			}
+			a.presenceAbsent(key[len(prefixWorker):], mark)
 		case strings.HasPrefix(key, prefixSplit):
 			if v := a.job.splits[key[len(prefixSplit):]]; v != nil && v.lease != nil && v.leaseAt < mark {
 				a.ephemeralDelete(key, 0, true)
