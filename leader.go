@@ -115,7 +115,7 @@ func (a *actor) elect(now time.Time) {
 	}
 	a.leader.electing = true
 	snap, snapRev := *a.planning.plan, a.planning.planRev
-	newJob := len(a.job.assigns) == 0 && a.planning.plan.Generation == 0
+	newJob := len(a.assigns.byInst) == 0 && a.planning.plan.Generation == 0
 	a.spawn(func(ctx context.Context) func() error {
 		res := a.runElection(ctx, snap, snapRev)
 		return func() error {

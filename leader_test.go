@@ -19,7 +19,7 @@ func TestElectionBumpsTheGenerationAndLeads(t *testing.T) {
 	a := newTestActor(t, st, testConfig())
 	p := &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityOpen, Generation: 4}
 	a.planning.plan, a.planning.planRev = p, st.put(Durable, keyPlan, encode(p))
-	a.job.assigns["peer"] = assigned(4, "s")
+	a.assigns.byInst["peer"] = assigned(4, "s")
 	a.elect(time.Now())
 	settleIO(t, a)
 	require.NotNil(t, a.leader.term)

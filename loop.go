@@ -23,14 +23,15 @@ type actor struct {
 	planner SplitPlanner
 	ctx     context.Context
 
-	job      jobView      // the view of the job (view.go)
-	members  membership   // the fleet: presence, budgets, departed members (members.go)
-	records  recordState  // records deleted or unreadable (damage.go)
-	worker   worker       // this worker's splits, claims and assignment (tenancy.go)
-	leader   leaderState  // leadership, elections and publishing (leader.go)
-	verdicts verdictState // the job's terminal verdict (terminal.go)
-	planning planning     // planner runs (planner.go)
-	w        watchSet     // the watches (watch.go) and scoped watching (watchscope.go)
+	job      jobView       // the view of the job (view.go)
+	members  membership    // the fleet: presence, budgets, departed members (members.go)
+	assigns  assignRecords // the assignment records (publish.go)
+	records  recordState   // records deleted or unreadable (damage.go)
+	worker   worker        // this worker's splits, claims and assignment (tenancy.go)
+	leader   leaderState   // leadership, elections and publishing (leader.go)
+	verdicts verdictState  // the job's terminal verdict (terminal.go)
+	planning planning      // planner runs (planner.go)
+	w        watchSet      // the watches (watch.go) and scoped watching (watchscope.go)
 	// dirty: an input of the leader's step changed (the assignment, the
 	// terminal check): step looks again.
 	dirty bool
@@ -63,8 +64,8 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 	e.kw, _ = KeyWatcherOf(c.store)
 	a := &actor{
 		env: e, c: c, cfg: c.cfg, planner: planner,
-		job: jobView{splits: map[string]*splitView{}, assigns: map[string]assignEntry{},
-			parents: map[string]bool{}},
+		job:      jobView{splits: map[string]*splitView{}, parents: map[string]bool{}},
+		assigns:  assignRecords{byInst: map[string]assignEntry{}},
 		members:  newMembership(),
 		worker:   newWorker(c.m, c.log),
 		leader:   leaderState{pub: publishState{pinnedSince: map[string]time.Time{}, landedAt: map[string]time.Time{}, moving: map[string]bool{}}},

@@ -407,7 +407,7 @@ func TestPublishWritesOnlyChangedRecords(t *testing.T) {
 	a.publish(time.Now())
 	settleIO(t, a)
 	require.False(t, a.leader.pub.busy)
-	require.Len(t, a.job.assigns, 2)
+	require.Len(t, a.assigns.byInst, 2)
 	total := 0
 	for _, inst := range []string{"me", "peer"} {
 		e, ok := st.entry(Durable, prefixAssign+inst)
@@ -415,7 +415,7 @@ func TestPublishWritesOnlyChangedRecords(t *testing.T) {
 		got, err := decodeAssignment(e.Key, e.Value)
 		require.NoError(t, err)
 		assert.Equal(t, uint64(3), got.Generation)
-		assert.Equal(t, a.job.assigns[inst].val.Splits, got.Splits)
+		assert.Equal(t, a.assigns.byInst[inst].val.Splits, got.Splits)
 		total += len(got.Splits)
 	}
 	assert.Equal(t, 4, total, "every pooled split is assigned once")
@@ -432,7 +432,7 @@ func TestPublishWritesOnlyChangedRecords(t *testing.T) {
 	settleIO(t, a)
 	_, ok := st.entry(Durable, prefixAssign+"peer")
 	assert.False(t, ok, "the record of an instance neither present nor inside a delay window is deleted")
-	assert.Len(t, a.job.assigns["me"].val.Splits, 4)
+	assert.Len(t, a.assigns.byInst["me"].val.Splits, 4)
 }
 
 // A publish whose update of a member's record lost its compare-and-swap
@@ -467,10 +467,10 @@ func TestPublishKeepsARecordFoldedWhileItsLosingWriteWasInFlight(t *testing.T) {
 	a.io.wg.Wait()
 	require.NotZero(t, lateRev)
 	require.NoError(t, a.durablePut(prefixAssign+"peer", encode(late), lateRev, live)) // the watch delivers it
-	require.Equal(t, lateRev, a.job.assigns["peer"].rev)
+	require.Equal(t, lateRev, a.assigns.byInst["peer"].rev)
 	require.NoError(t, a.io.runResults()) // publishDone
 
-	e, ok := a.job.assigns["peer"]
+	e, ok := a.assigns.byInst["peer"]
 	assert.True(t, ok && e.rev == lateRev, "the record folded at revision %d was forgotten by the lost write's answer: %+v", lateRev, e)
 
 	a.publish(time.Now())
@@ -503,7 +503,7 @@ func TestPublishMovesHeldSplitsOnlyWhenTheFleetChanges(t *testing.T) {
 		a.publish(time.Now())
 		settleIO(t, a)
 		out := map[string][]string{}
-		for inst, e := range a.job.assigns {
+		for inst, e := range a.assigns.byInst {
 			out[inst] = e.val.Splits
 		}
 		return out

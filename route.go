@@ -144,14 +144,7 @@ func (a *actor) applyDurable(entries []Entry, mark uint64, complete bool) error 
 				a.forgetProgress(id, 0)
 			}
 		}
-		for inst, e := range a.job.assigns {
-			if !listed[prefixAssign+inst] && e.at < mark {
-				delete(a.job.assigns, inst)
-				if inst == a.self {
-					a.forgetAssignment()
-				}
-			}
-		}
+		a.assignSweep(listed, mark)
 	}
 	for _, e := range entries {
 		if err := a.durablePut(e.Key, e.Value, e.Revision, readSince(mark)); err != nil {
@@ -199,16 +192,7 @@ func (a *actor) durablePut(key string, value []byte, rev uint64, src source) err
 	case key == keyVerdict:
 		return a.verdictPut(value, rev)
 	case strings.HasPrefix(key, prefixAssign):
-		inst := key[len(prefixAssign):]
-		if e, ok := a.job.assigns[inst]; ok && rev <= e.rev {
-			return nil
-		}
-		val, err := decodeAssignment(key, value)
-		if err != nil {
-			a.log.Warn("ignoring an unreadable assignment record (it is not read as an empty one)", "key", key, "err", err)
-			return nil
-		}
-		a.setAssign(inst, val, rev)
+		a.assignPut(key, value, rev)
 	}
 	return nil
 }
@@ -247,11 +231,7 @@ func (a *actor) durableDelete(key string, rev uint64) error {
 	case key == keyVerdict:
 		a.verdictDelete(rev)
 	case strings.HasPrefix(key, prefixAssign):
-		inst := key[len(prefixAssign):]
-		delete(a.job.assigns, inst)
-		if inst == a.self {
-			a.forgetAssignment()
-		}
+		a.assignDelete(key[len(prefixAssign):])
 	case strings.HasPrefix(key, prefixProbe):
 		a.log.Debug("startup probe key cleared", "key", key)
 	default:

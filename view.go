@@ -17,7 +17,6 @@ type jobView struct {
 	nSplits    int // splits with a progress record
 	nCompleted int
 	nQuarant   int
-	assigns    map[string]assignEntry
 	durableSeq uint64 // bumps on every durable change (gates terminal listing)
 	clock      uint64 // bumps when a read of the store starts (see mark)
 
@@ -55,12 +54,6 @@ type splitView struct {
 type pendingWrite struct {
 	value []byte
 	rec   *progressRecord
-}
-
-type assignEntry struct {
-	val *assignmentVal
-	rev uint64
-	at  uint64
 }
 
 // tenancy is one split this worker holds. Its lease revision and last
@@ -124,16 +117,6 @@ func errNamespaceGone(how string) error {
 	return Fatalf("the job's records are gone from the store (%s). Likely causes: the store was wiped (Redis FLUSHALL/FLUSHDB, a key eviction policy other than noeviction), "+
 		"restarted without persistence (Redis without appendonly), restored from an older backup, or the job was deleted. "+
 		"The committed progress cannot be trusted: check the store, then restore it from a backup or start the job anew (it replays from the beginning)", how)
-}
-
-func (a *actor) setAssign(inst string, val *assignmentVal, rev uint64) {
-	if e, ok := a.job.assigns[inst]; ok && rev <= e.rev {
-		return
-	}
-	a.job.assigns[inst] = assignEntry{val: val, rev: rev, at: a.job.clock}
-	if inst == a.self {
-		a.adoptAssignment(val, time.Now())
-	}
 }
 
 // completed reports whether the view holds split id's record completed.

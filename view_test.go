@@ -302,12 +302,12 @@ func TestApplyDurableCompleteDropsOnlyOlderAssignments(t *testing.T) {
 	require.Contains(t, a.worker.awaiting, "s")
 
 	require.NoError(t, a.applyDurable(nil, mark, false))
-	assert.Len(t, a.job.assigns, 3, "a partial read deletes nothing")
+	assert.Len(t, a.assigns.byInst, 3, "a partial read deletes nothing")
 
 	require.NoError(t, a.applyDurable(nil, mark, true))
-	assert.NotContains(t, a.job.assigns, "old")
-	assert.NotContains(t, a.job.assigns, "me")
-	assert.Contains(t, a.job.assigns, "new", "written after the read started: kept")
+	assert.NotContains(t, a.assigns.byInst, "old")
+	assert.NotContains(t, a.assigns.byInst, "me")
+	assert.Contains(t, a.assigns.byInst, "new", "written after the read started: kept")
 	assert.False(t, a.worker.assignSeen, "our own record gone: no instruction (which is not an empty one)")
 	assert.Empty(t, a.worker.assigned)
 	assert.Empty(t, a.worker.awaiting)
@@ -328,8 +328,8 @@ func TestApplyDurableFoldsEntries(t *testing.T) {
 	assert.Equal(t, uint64(1), a.planning.planRev)
 	assert.Equal(t, uint64(3), a.job.splits["s"].spec.Weight)
 	assert.Equal(t, uint64(3), a.job.splits["s"].progRev)
-	assert.Contains(t, a.job.assigns, "peer")
-	assert.NotContains(t, a.job.assigns, "bad", "an unreadable assignment is ignored, never read as an empty one")
+	assert.Contains(t, a.assigns.byInst, "peer")
+	assert.NotContains(t, a.assigns.byInst, "bad", "an unreadable assignment is ignored, never read as an empty one")
 
 	other := &specRecord{Schema: SchemaVersion, ID: "s", FP: testFPHash, Weight: 9, Descriptor: []byte("e")}
 	require.NoError(t, a.durablePut(prefixSpec+"s", encode(other), 9, live))

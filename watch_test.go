@@ -55,7 +55,7 @@ func TestWatchSnapshotIsAppliedWhole(t *testing.T) {
 	require.NoError(t, a.onWatch(d, WatchEvent{Kind: WatchPut, Key: prefixSplit + "s", Value: encode(rec("s", 0, "")), Revision: 9}, true))
 	require.NoError(t, a.onWatch(d, WatchEvent{Kind: WatchSnapshotDone}, true))
 	assert.Equal(t, 1, a.job.nSplits)
-	assert.Contains(t, a.job.assigns, "peer")
+	assert.Contains(t, a.assigns.byInst, "peer")
 }
 
 // After the snapshot, events apply one by one.
@@ -197,7 +197,7 @@ func TestReconcile(t *testing.T) {
 	assert.Equal(t, 2, st.count("list", ""), "one listing per keyspace")
 	assert.NotContains(t, a.members.presence, "ghost")
 	assert.Contains(t, a.members.presence, "peer")
-	assert.NotContains(t, a.job.assigns, "ghost")
+	assert.NotContains(t, a.assigns.byInst, "ghost")
 	assert.Equal(t, 1, a.job.nSplits)
 	assert.True(t, a.dirty)
 

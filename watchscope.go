@@ -124,11 +124,7 @@ func (a *actor) prune() {
 		delete(a.job.splits, id)
 	}
 	a.members.forgetPeers(a.self)
-	for inst := range a.job.assigns {
-		if inst != a.self {
-			delete(a.job.assigns, inst)
-		}
-	}
+	a.assigns.forgetPeers(a.self)
 	for key, d := range a.records.damaged {
 		if !a.worker.inScope(d.id) {
 			delete(a.records.damaged, key)
@@ -415,8 +411,7 @@ func (a *actor) absent(ks Keyspace, key string, mark uint64) error {
 			a.onVerdict(nil)
 		}
 	case strings.HasPrefix(key, prefixAssign):
-		if e, ok := a.job.assigns[key[len(prefixAssign):]]; ok && e.at < mark {
-			delete(a.job.assigns, key[len(prefixAssign):])
+		if a.assignAbsent(key[len(prefixAssign):], mark) {
 			a.forgetAssignment()
 		}
 	case strings.HasPrefix(key, prefixSplit):
