@@ -2,10 +2,7 @@ package spate
 
 import (
 	"bytes"
-	"maps"
-	"slices"
 	"strings"
-	"time"
 )
 
 // The view routes each record the watches, listings and re-reads deliver
@@ -23,37 +20,7 @@ func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 	case strings.HasPrefix(key, prefixWorker):
 		a.presencePut(key, value, rev)
 	case strings.HasPrefix(key, prefixSplit):
-		id := key[len(prefixSplit):]
-		v := a.job.view(id)
-		if rev <= v.leaseRev {
-			return nil
-		}
-		if v.lease != nil && leaseHash(value) == v.leaseSum {
-			// A heartbeat: same holder, same tenancy, a later revision.
-			// Nothing to decide, nothing to decode.
-			v.leaseRev, v.leaseAt = rev, a.job.clock
-			return nil
-		}
-		a.worker.touch(id)
-		l, err := decodeLease(key, value)
-		if err != nil {
-			return err
-		}
-		if _, held := a.worker.owned[id]; held && l.Nonce != a.nonce {
-			if l.Owner == a.self {
-				// Another live process with our instance id took it. Which
-				// of the two stops is the presence record's call (the
-				// older one); here the split is simply lost.
-				a.dropLost(id, "fenced", "its lease was taken by another process with this instance id")
-				a.renew.checkPresence()
-			} else {
-				a.dropLost(id, "fenced", "its lease was taken by "+l.Owner)
-			}
-		}
-		if v.lease == nil || v.lease.Owner != l.Owner {
-			a.dirty = true
-		}
-		v.lease, v.leaseSum, v.leaseRev, v.leaseAt = l, leaseHash(value), rev, a.job.clock
+		return a.leasePut(key, value, rev)
 	}
 	return nil
 }
@@ -67,25 +34,7 @@ func (a *actor) ephemeralDelete(key string, rev uint64, force bool) {
 	case strings.HasPrefix(key, prefixWorker):
 		a.presenceDelete(key[len(prefixWorker):], rev, force)
 	case strings.HasPrefix(key, prefixSplit):
-		id := key[len(prefixSplit):]
-		v := a.job.view(id)
-		if !force && rev <= v.leaseRev {
-			return
-		}
-		if _, held := a.worker.owned[id]; held && (force || rev > a.renew.leaseRev(id)) {
-			a.dropLost(id, "starved", "its lease expired: renewals failed for a whole lease")
-		}
-		if v.lease != nil {
-			a.dirty = true
-		}
-		a.worker.touch(id)
-		v.lease, v.leaseSum, v.leaseAt, v.leaseGoneAt = nil, 0, a.job.clock, time.Time{}
-		if !force {
-			v.leaseRev, v.leaseGoneAt = rev, time.Now()
-		}
-		if p := v.prog; p != nil && p.Status == statusRunnable && int(p.Attempts)+1 >= a.cfg.MaxAttempts {
-			a.worker.quarantineScan = true
-		}
+		a.leaseDelete(key[len(prefixSplit):], rev, force)
 	}
 }
 
@@ -101,12 +50,7 @@ func (a *actor) applyEphemeral(entries []Entry, mark uint64) error {
 		a.leaderKeyAbsent(mark)
 	}
 	a.presenceSweep(listed, mark)
-	for _, id := range slices.Sorted(maps.Keys(a.job.splits)) {
-		v := a.job.splits[id]
-		if v.lease != nil && !listed[prefixSplit+id] && v.leaseAt < mark {
-			a.ephemeralDelete(prefixSplit+id, 0, true)
-		}
-	}
+	a.leaseSweep(listed, mark)
 	for _, e := range entries {
 		if err := a.ephemeralPut(e.Key, e.Value, e.Revision); err != nil {
 			return err

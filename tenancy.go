@@ -2,6 +2,8 @@ package spate
 
 import (
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -142,5 +144,87 @@ func (wk *worker) touch(id string) {
 		wk.ownDirty = true
 	} else if _, held := wk.owned[id]; held {
 		wk.ownDirty = true
+	}
+}
+
+// ----- leases: folded by the tenancy -------------------------------------------
+
+// leasePut folds a put of a split's lease at rev: a lease of another
+// process on a split this worker holds ends its tenancy (Lost).
+func (a *actor) leasePut(key string, value []byte, rev uint64) error {
+	id := key[len(prefixSplit):]
+	v := a.job.view(id)
+	if rev <= v.leaseRev {
+		return nil
+	}
+	if v.lease != nil && leaseHash(value) == v.leaseSum {
+		// A heartbeat: same holder, same tenancy, a later revision.
+		// Nothing to decide, nothing to decode.
+		v.leaseRev, v.leaseAt = rev, a.job.clock
+		return nil
+	}
+	a.worker.touch(id)
+	l, err := decodeLease(key, value)
+	if err != nil {
+		return err
+	}
+	if _, held := a.worker.owned[id]; held && l.Nonce != a.nonce {
+		if l.Owner == a.self {
+			// Another live process with our instance id took it. Which
+			// of the two stops is the presence record's call (the
+			// older one); here the split is simply lost.
+			a.dropLost(id, "fenced", "its lease was taken by another process with this instance id")
+			a.renew.checkPresence()
+		} else {
+			a.dropLost(id, "fenced", "its lease was taken by "+l.Owner)
+		}
+	}
+	if v.lease == nil || v.lease.Owner != l.Owner {
+		a.dirty = true
+	}
+	v.lease, v.leaseSum, v.leaseRev, v.leaseAt = l, leaseHash(value), rev, a.job.clock
+	return nil
+}
+
+// leaseDelete folds a delete of split id's lease at rev (or, with force,
+// its authoritative absence from a read, without a revision check): a
+// tenancy here whose lease expired is lost.
+func (a *actor) leaseDelete(id string, rev uint64, force bool) {
+	v := a.job.view(id)
+	if !force && rev <= v.leaseRev {
+		return
+	}
+	if _, held := a.worker.owned[id]; held && (force || rev > a.renew.leaseRev(id)) {
+		a.dropLost(id, "starved", "its lease expired: renewals failed for a whole lease")
+	}
+	if v.lease != nil {
+		a.dirty = true
+	}
+	a.worker.touch(id)
+	v.lease, v.leaseSum, v.leaseAt, v.leaseGoneAt = nil, 0, a.job.clock, time.Time{}
+	if !force {
+		v.leaseRev, v.leaseGoneAt = rev, time.Now()
+	}
+	if p := v.prog; p != nil && p.Status == statusRunnable && int(p.Attempts)+1 >= a.cfg.MaxAttempts {
+		a.worker.quarantineScan = true
+	}
+}
+
+// leaseSweep applies a complete read of the ephemeral keyspace that
+// started at mark: a lease seen before mark that the read does not list
+// is gone.
+func (a *actor) leaseSweep(listed map[string]bool, mark uint64) {
+	for _, id := range slices.Sorted(maps.Keys(a.job.splits)) {
+		if !listed[prefixSplit+id] {
+			a.leaseAbsent(id, mark)
+		}
+	}
+}
+
+// leaseAbsent applies the absence of split id's lease from a complete
+// read that started at mark.
+func (a *actor) leaseAbsent(id string, mark uint64) {
+	if v := a.job.splits[id]; v != nil && v.lease != nil && v.leaseAt < mark {
+		a.leaseDelete(id, 0, true)
 	}
 }

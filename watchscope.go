@@ -391,9 +391,7 @@ func (a *actor) absent(ks Keyspace, key string, mark uint64) error {
 		case strings.HasPrefix(key, prefixWorker):
 			a.presenceAbsent(key[len(prefixWorker):], mark)
 		case strings.HasPrefix(key, prefixSplit):
-			if v := a.job.splits[key[len(prefixSplit):]]; v != nil && v.lease != nil && v.leaseAt < mark {
-				a.ephemeralDelete(key, 0, true)
-			}
+			a.leaseAbsent(key[len(prefixSplit):], mark)
 		}
 		return nil
 	}
