@@ -2,6 +2,7 @@ package spate
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 )
 
@@ -182,4 +183,70 @@ func (a *actor) durableDelete(key string, rev uint64) error {
 		a.log.Warn("durable record deleted externally; reconcile treats it as absent", "key", key)
 	}
 	return nil
+}
+
+// errNamespaceGone is the Fatal error of a job whose plan record vanished
+// under a running worker: the store lost or dropped the job's records, and
+// nothing it still holds can be trusted to resume from.
+func errNamespaceGone(how string) error {
+	return Fatalf("the job's records are gone from the store (%s). Likely causes: the store was wiped (Redis FLUSHALL/FLUSHDB, a key eviction policy other than noeviction), "+
+		"restarted without persistence (Redis without appendonly), restored from an older backup, or the job was deleted. "+
+		"The committed progress cannot be trusted: check the store, then restore it from a backup or start the job anew (it replays from the beginning)", how)
+}
+
+// upsert folds a progress record into the split table (foldProgress)
+// and tells the owners whose state hangs on it: damage (a record seen
+// again is no longer missing), division (children created), the
+// tenancy (touched; fenced by a claimant's epoch: Lost), the commit
+// fences, and the terminal verdict (a stall withdrawn).
+func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
+	prev, back, ok := a.job.foldProgress(id, r, rev, src, a.log)
+	if !ok {
+		return
+	}
+	delete(a.records.missing, id)
+	if prev == nil || prev.owner() != r.owner() || prev.Status != r.Status || prev.Parked != r.Parked {
+		a.dirty = true // a parked split frees a lane for the assignment
+	}
+	a.job.noteChildren(id, r)
+	a.worker.touch(id)
+	a.io.cellSaw(id, r, rev, back)
+	if t, held := a.worker.owned[id]; held && r.Epoch > t.epoch {
+		a.dropLost(id, "fenced", fmt.Sprintf("a claimant fenced it at epoch %d", r.Epoch))
+	}
+	// Emit Quarantined once per transition this worker observes (a snapshot
+	// of an already quarantined split is no transition).
+	if r.Status == statusQuarant && prev != nil && prev.Status != statusQuarant {
+		a.c.emit(Quarantined{Split: SplitID{id: id}, Attempts: r.Attempts})
+		a.log.Warn("split quarantined: out of delivery attempts; it blocks completion", "split", id, "attempts", r.Attempts)
+	}
+	if r.Status == statusRunnable && int(r.Attempts)+1 >= a.cfg.MaxAttempts {
+		a.worker.quarantineScan = true
+	}
+	if r.Status == statusRunnable && prev != nil && prev.Status == statusQuarant {
+		if a.verdicts.withdrawStall() {
+			a.dirty = true
+			a.log.Info("stall withdrawn: a quarantined split is runnable again", "split", id)
+		}
+	}
+}
+
+// forgetProgress takes a split whose progress record is gone from the
+// view: a tenancy of it here is lost, and the leader restores the record
+// (restoreMissing) from the last state the view held, so the job neither
+// hangs on a planned split without a record nor loses what it committed.
+//
+// rev is the delete's revision when a watch event carried one (0 for an
+// absence from a listing): see dropProgress.
+func (a *actor) forgetProgress(id string, rev uint64) {
+	v := a.job.splits[id]
+	if v == nil || v.prog == nil {
+		return
+	}
+	if _, held := a.worker.owned[id]; held {
+		a.dropLost(id, "fenced", "its progress record was deleted")
+	}
+	a.worker.touch(id)
+	a.records.missing[id] = a.job.dropProgress(id, rev)
+	a.dirty = true
 }

@@ -7,6 +7,18 @@ import (
 	"time"
 )
 
+// tenancy is one split this worker holds. Its lease revision and last
+// renewal live with the renewer.
+type tenancy struct {
+	epoch uint64
+	// releasing: an atomic release (releaseAtomic) is in flight. Its lease
+	// delete lands with the owner-clear, so the watches may show the lease
+	// gone, or a peer's claim after it, before the release's answer is
+	// folded; that answer, not those events, decides how the tenancy ends,
+	// so dropLost waits for it.
+	releasing bool
+}
+
 // worker is this process's side of the job: the splits it holds, the claims
 // and hand-backs in flight, and the leader's instruction to it. The loop
 // owns it; the renewer keeps the held splits' leases beside the loop.

@@ -1,17 +1,18 @@
 package spate
 
 import (
-	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"sync/atomic"
 	"time"
 )
 
-// jobView is this worker's view of the job, folded from watch events,
-// listings, re-reads and the results of its own writes (upsert is the
-// only place a split's progress state changes). Every value carries the
-// store revision it was read at; the loop clock orders reads against
-// changes (see mark).
+// jobView is this worker's split table, folded from watch events,
+// listings, re-reads and the results of its own writes (foldProgress is
+// the only place a split's progress state changes), and the loop clock.
+// Every value carries the store revision it was read at; the loop clock
+// orders reads against changes (see mark). The other record kinds are
+// folded by their owners (route.go says which).
 type jobView struct {
 	splits     map[string]*splitView
 	nSplits    int // splits with a progress record
@@ -56,18 +57,6 @@ type pendingWrite struct {
 	rec   *progressRecord
 }
 
-// tenancy is one split this worker holds. Its lease revision and last
-// renewal live with the renewer.
-type tenancy struct {
-	epoch uint64
-	// releasing: an atomic release (releaseAtomic) is in flight. Its lease
-	// delete lands with the owner-clear, so the watches may show the lease
-	// gone, or a peer's claim after it, before the release's answer is
-	// folded; that answer, not those events, decides how the tenancy ends,
-	// so dropLost waits for it.
-	releasing bool
-}
-
 // source says where a value folded into the view comes from.
 type source struct {
 	read  bool   // read from the store (a listing, snapshot or get), not a live event
@@ -108,25 +97,16 @@ var leaseSeed = maphash.MakeSeed()
 // comparison.
 func leaseHash(value []byte) uint64 { return maphash.Bytes(leaseSeed, value) }
 
-// ----- durable keys ------------------------------------------------------------
-
-// errNamespaceGone is the Fatal error of a job whose plan record vanished
-// under a running worker: the store lost or dropped the job's records, and
-// nothing it still holds can be trusted to resume from.
-func errNamespaceGone(how string) error {
-	return Fatalf("the job's records are gone from the store (%s). Likely causes: the store was wiped (Redis FLUSHALL/FLUSHDB, a key eviction policy other than noeviction), "+
-		"restarted without persistence (Redis without appendonly), restored from an older backup, or the job was deleted. "+
-		"The committed progress cannot be trusted: check the store, then restore it from a backup or start the job anew (it replays from the beginning)", how)
-}
-
 // completed reports whether the view holds split id's record completed.
 func (a *actor) completed(id string) bool {
 	v := a.job.splits[id]
 	return v != nil && v.prog != nil && v.prog.Status == statusCompleted
 }
 
-// upsert folds a progress record into the view: the only place progress
-// state changes.
+// foldProgress folds a progress record into the split table: the only
+// place progress state changes. It returns the record it replaced (prev)
+// and whether the store went back in time (back); ok is false when the
+// record changes nothing (a stale echo).
 //
 // A live value at or below the held revision is a stale echo. A value read
 // from the store with a revision below the one held means the store went
@@ -135,75 +115,43 @@ func (a *actor) completed(id string) bool {
 // what the store now says rather than filter every later write as stale;
 // but only if nothing changed the view since that read started (else the
 // read is merely older than what the view holds).
-func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
-	v := a.job.view(id)
+func (j *jobView) foldProgress(id string, r *progressRecord, rev uint64, src source, log *slog.Logger) (prev *progressRecord, back, ok bool) {
+	v := j.view(id)
 	if rev <= v.progRev {
 		if !src.read || rev == v.progRev || v.progAt >= src.since {
-			return
+			return nil, false, false
 		}
-		a.log.Warn("the store went back in time: a split record's revision is below one seen before; adopting the store's state",
+		log.Warn("the store went back in time: a split record's revision is below one seen before; adopting the store's state",
 			"split", id, "seen", v.progRev, "now", rev)
 	}
-	prev, back := v.prog, rev < v.progRev
-	a.job.durableSeq++
-	delete(a.records.missing, id)
+	prev, back = v.prog, rev < v.progRev
+	j.durableSeq++
 	if prev == nil {
-		a.job.nSplits++
-		a.dirty = true
+		j.nSplits++
 	} else {
-		if prev.owner() != r.owner() || prev.Status != r.Status || prev.Parked != r.Parked {
-			a.dirty = true // a parked split frees a lane for the assignment
-		}
-		a.job.count(prev.Status, -1)
+		j.count(prev.Status, -1)
 	}
-	a.job.count(r.Status, +1)
-	v.prog, v.progRev, v.progAt = r, rev, a.job.clock
-	a.job.noteChildren(id, r)
-	a.worker.touch(id)
-	a.io.cellSaw(id, r, rev, back)
-	if t, held := a.worker.owned[id]; held && r.Epoch > t.epoch {
-		a.dropLost(id, "fenced", fmt.Sprintf("a claimant fenced it at epoch %d", r.Epoch))
-	}
-	// Emit Quarantined once per transition this worker observes (a snapshot
-	// of an already quarantined split is no transition).
-	if r.Status == statusQuarant && prev != nil && prev.Status != statusQuarant {
-		a.c.emit(Quarantined{Split: SplitID{id: id}, Attempts: r.Attempts})
-		a.log.Warn("split quarantined: out of delivery attempts; it blocks completion", "split", id, "attempts", r.Attempts)
-	}
-	if r.Status == statusRunnable && int(r.Attempts)+1 >= a.cfg.MaxAttempts {
-		a.worker.quarantineScan = true
-	}
-	if r.Status == statusRunnable && prev != nil && prev.Status == statusQuarant {
-		if a.verdicts.withdrawStall() {
-			a.dirty = true
-			a.log.Info("stall withdrawn: a quarantined split is runnable again", "split", id)
-		}
-	}
+	j.count(r.Status, +1)
+	v.prog, v.progRev, v.progAt = r, rev, j.clock
+	return prev, back, true
 }
 
-// forgetProgress takes a split whose progress record is gone from the
-// view: a tenancy of it here is lost, and the leader restores the record
-// (restoreMissing) from the last state the view held, so the job neither
-// hangs on a planned split without a record nor loses what it committed.
-//
-// rev is the delete's revision when a watch event carried one (0 for an
-// absence from a listing): the view then holds it as the record's last
-// revision, so no value older than the delete brings the record back.
-func (a *actor) forgetProgress(id string, rev uint64) {
-	v := a.job.splits[id]
+// dropProgress takes split id's progress record out of the split table
+// and returns it (nil: the table held none). rev is the delete's revision
+// when a watch event carried one (0 for an absence from a listing): the
+// table then holds it as the record's last revision, so no value older
+// than the delete brings the record back.
+func (j *jobView) dropProgress(id string, rev uint64) *progressRecord {
+	v := j.splits[id]
 	if v == nil || v.prog == nil {
-		return
+		return nil
 	}
-	if _, held := a.worker.owned[id]; held {
-		a.dropLost(id, "fenced", "its progress record was deleted")
-	}
-	a.worker.touch(id)
-	a.job.count(v.prog.Status, -1)
-	a.job.nSplits--
-	a.records.missing[id] = v.prog
-	v.prog, v.progAt = nil, a.job.clock
+	old := v.prog
+	j.count(old.Status, -1)
+	j.nSplits--
+	v.prog, v.progAt = nil, j.clock
 	v.progRev = max(v.progRev, rev)
-	a.dirty = true
+	return old
 }
 
 func (j *jobView) count(status string, d int) {
