@@ -26,6 +26,7 @@ type actor struct {
 	job      jobView       // the view of the job (view.go)
 	members  membership    // the fleet: presence, budgets, departed members (members.go)
 	assigns  assignRecords // the assignment records (publish.go)
+	division division      // divided splits awaiting their children (divide.go)
 	records  recordState   // records deleted or unreadable (damage.go)
 	worker   worker        // this worker's splits, claims and assignment (tenancy.go)
 	leader   leaderState   // leadership, elections and publishing (leader.go)
@@ -64,7 +65,8 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 	e.kw, _ = KeyWatcherOf(c.store)
 	a := &actor{
 		env: e, c: c, cfg: c.cfg, planner: planner,
-		job:      jobView{splits: map[string]*splitView{}, parents: map[string]bool{}},
+		job:      jobView{splits: map[string]*splitView{}},
+		division: division{parents: map[string]bool{}},
 		assigns:  assignRecords{byInst: map[string]assignEntry{}},
 		members:  newMembership(),
 		worker:   newWorker(c.m, c.log),

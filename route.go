@@ -208,7 +208,7 @@ func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
 	if prev == nil || prev.owner() != r.owner() || prev.Status != r.Status || prev.Parked != r.Parked {
 		a.dirty = true // a parked split frees a lane for the assignment
 	}
-	a.job.noteChildren(id, r)
+	a.division.noteChildren(id, r)
 	a.worker.touch(id)
 	a.io.cellSaw(id, r, rev, back)
 	if t, held := a.worker.owned[id]; held && r.Epoch > t.epoch {

@@ -20,10 +20,6 @@ type jobView struct {
 	nQuarant   int
 	durableSeq uint64 // bumps on every durable change (gates terminal listing)
 	clock      uint64 // bumps when a read of the store starts (see mark)
-
-	// parents are the divided splits whose children the leader has not
-	// seen created yet (divide.go).
-	parents map[string]bool
 }
 
 // The local view is how the actor sees the job: folded from watch events,
