@@ -149,6 +149,22 @@ func (a *actor) dropLost(id, reason, why string) {
 	a.c.emit(Lost{Split: SplitID{id: id}})
 }
 
+// committed takes a won (or landed) commit of the tenancy t: the
+// revocation it answers progressed, the record goes to the split table
+// (upsert, which tells the owners that hang on it), and a completed
+// split's tenancy ends here, its lease deleted beside the loop.
+func (a *actor) committed(id string, t *tenancy, rec *progressRecord, rev uint64) {
+	a.worker.revocations.progressed(id, time.Now())
+	a.upsert(id, rec, rev, live)
+	if rec.Completed {
+		if t2, ok := a.worker.owned[id]; ok && t2 == t {
+			leaseRev := a.leave(id)
+			a.worker.revocations.settle(id, "drained")
+			a.dropLeaseAsync(id, leaseRev, t.epoch)
+		}
+	}
+}
+
 // deleteOwnLease deletes a lease this process wrote for the tenancy at
 // epoch, guarded by its revision; if a renewal moved the revision in the
 // meantime, it re-reads the key and deletes it only if it is still ours.
