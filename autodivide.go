@@ -162,7 +162,7 @@ func (a *actor) askDivisions(now time.Time) {
 		if v.lease == nil || v.lease.Owner != owner || owner == "" {
 			continue // not held by its recorded owner (a claim or a move under way)
 		}
-		if _, live := a.job.presence[owner]; !live {
+		if _, live := a.members.presence[owner]; !live {
 			continue
 		}
 		s := t.samples[id]

@@ -522,60 +522,6 @@ func (a *actor) quarantine(c claimCandidate) {
 	})
 }
 
-// deleteOwnLease deletes a lease this process wrote for the tenancy at
-// epoch, guarded by its revision; if a renewal moved the revision in the
-// meantime, it re-reads the key and deletes it only if it is still ours.
-// Best effort: what it leaves behind expires. It reports whether the key
-// is gone and at which revision it was deleted.
-func deleteOwnLease(ctx context.Context, st Store, id string, rev uint64, self, nonce string, epoch uint64) (uint64, bool) {
-	if rev == 0 {
-		return 0, false
-	}
-	key := prefixSplit + id
-	for range 2 {
-		o, err := st.Delete(ctx, Ephemeral, key, rev)
-		if err != nil {
-			return 0, false
-		}
-		if o.Won {
-			return rev, true
-		}
-		e, ok, err := st.Get(ctx, Ephemeral, key)
-		if err != nil || !ok {
-			return 0, false
-		}
-		l, err := decodeLease(key, e.Value)
-		if err != nil || l.Owner != self || l.Nonce != nonce || l.Epoch != epoch {
-			return 0, false
-		}
-		rev = e.Revision
-	}
-	return 0, false
-}
-
-// dropLeaseAsync deletes our lease beside the loop after the tenancy ended;
-// a delete that lands clears the lease from the view at once, so the next
-// claim scan does not mistake it for a live one.
-func (a *actor) dropLeaseAsync(id string, rev, epoch uint64) {
-	if rev == 0 {
-		return
-	}
-	a.spawn(func(ctx context.Context) func() error {
-		drev, ok := deleteOwnLease(ctx, a.st, id, rev, a.self, a.nonce, epoch)
-		if !ok {
-			a.log.Debug("lease delete did not land; it will expire", "split", id)
-			return nil
-		}
-		return func() error {
-			if v := a.job.splits[id]; v != nil && v.lease != nil && v.leaseRev == drev {
-				v.lease = nil
-				a.dirty = true
-			}
-			return nil
-		}
-	})
-}
-
 // adoptAssignment replaces this worker's instruction, unless a deposed
 // leader's late write would walk it backwards.
 func (a *actor) adoptAssignment(val *assignmentVal, now time.Time) {

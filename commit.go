@@ -445,15 +445,3 @@ func (a *actor) commitDone(cmd *command, t *tenancy, out commitOut, since uint64
 	}
 	return reply(Fencedf("split %s: the commit lost its compare-and-swap (another owner took it); nothing was written", id))
 }
-
-func (a *actor) committed(id string, t *tenancy, rec *progressRecord, rev uint64) {
-	a.worker.revocations.progressed(id, time.Now())
-	a.upsert(id, rec, rev, live)
-	if rec.Completed {
-		if t2, ok := a.worker.owned[id]; ok && t2 == t {
-			leaseRev := a.leave(id)
-			a.worker.revocations.settle(id, "drained")
-			a.dropLeaseAsync(id, leaseRev, t.epoch)
-		}
-	}
-}

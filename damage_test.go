@@ -92,7 +92,7 @@ func TestListingWithoutTheDamagedRecordRepairsIt(t *testing.T) {
 
 func TestJobWithADamagedSplitEndsStalledNamingIt(t *testing.T) {
 	a, st := completeView(t, 2)
-	a.job.plan.Planned = 3
+	a.planning.plan.Planned = 3
 	rev := st.put(Durable, prefixSplit+"c", []byte("garbage"))
 	require.NoError(t, a.durablePut(prefixSplit+"c", []byte("garbage"), rev, live))
 	a.detectTerminal()
@@ -105,7 +105,7 @@ func TestJobWithADamagedSplitEndsStalledNamingIt(t *testing.T) {
 // blocks completion like a damaged progress record.
 func TestJobWithADamagedSpecEndsStalled(t *testing.T) {
 	a, st := completeView(t, 2)
-	a.job.plan.Planned = 3
+	a.planning.plan.Planned = 3
 	r := rec("c", 0, "")
 	a.upsert("c", r, st.put(Durable, prefixSplit+"c", encode(r)), live)
 	require.NoError(t, a.durablePut(prefixSpec+"c", []byte("garbage"), st.put(Durable, prefixSpec+"c", []byte("garbage")), live))

@@ -223,14 +223,21 @@ func (a *actor) divideDone(cmd *command, t *tenancy, child string, out commitOut
 
 // ----- the leader creates the children ------------------------------------------
 
+// division is the divided splits whose children the leader has not
+// seen created yet (parents): noted from their records (noteChildren),
+// served by createChildren.
+type division struct {
+	parents map[string]bool
+}
+
 // noteChildren remembers a divided split whose children the leader must
 // see created (createChildren).
-func (j *jobView) noteChildren(id string, r *progressRecord) {
+func (d *division) noteChildren(id string, r *progressRecord) {
 	if len(r.Children) > 0 {
-		if j.parents == nil {
-			j.parents = map[string]bool{}
+		if d.parents == nil {
+			d.parents = map[string]bool{}
 		}
-		j.parents[id] = true
+		d.parents[id] = true
 	}
 }
 
@@ -239,10 +246,10 @@ func (j *jobView) noteChildren(id string, r *progressRecord) {
 // each create-if-absent (a create that loses found it created: the
 // watch brings it).
 func (a *actor) createChildren(now time.Time) {
-	if len(a.job.parents) == 0 {
+	if len(a.division.parents) == 0 {
 		return
 	}
-	for _, pid := range slices.Sorted(maps.Keys(a.job.parents)) {
+	for _, pid := range slices.Sorted(maps.Keys(a.division.parents)) {
 		p := a.job.splits[pid]
 		if p == nil || p.prog == nil {
 			continue // a deleted record: restoreMissing brings it back
@@ -260,7 +267,7 @@ func (a *actor) createChildren(now time.Time) {
 			a.createChild(pid, c)
 		}
 		if born {
-			delete(a.job.parents, pid)
+			delete(a.division.parents, pid)
 		}
 	}
 }

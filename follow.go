@@ -8,9 +8,11 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/spate-go/spate/internal/jobfollow"
 )
 
-// JobFollower keeps a job's state current from its records one at a
+// jobFollower keeps a job's state current from its records one at a
 // time, as a watch of the job's two keyspaces delivers them: a live view
 // pays for what changed, not for the job's size. [InspectJob] is a
 // follower fed by one listing of each keyspace, so both read records the
@@ -18,7 +20,7 @@ import (
 // split).
 //
 // A follower is not safe for concurrent use.
-type JobFollower struct {
+type jobFollower struct {
 	fingerprint string // the one wanted; "" takes the plan's
 	plan        *PlanState
 	planErr     error
@@ -44,26 +46,21 @@ type followedSplit struct {
 	visible    bool // a progress record or damage: InspectJob lists it
 }
 
-// Touched says what one record changed.
-type Touched struct {
-	// Split is the id of the split whose state the record is part of, ""
-	// for a record of the job as a whole.
-	Split string
-	// Job is set when the plan, the leader, the members or the
-	// assignments changed (a new plan re-reads every split: Job, not
-	// each Split, is set then).
-	Job bool
-	// Member is the instance whose presence record was written or
-	// deleted: a live member rewrites it every heartbeat, so a watcher
-	// sees each member's beats here.
-	Member string
+// touched says what one record changed (internal/jobfollow declares it,
+// for the job view).
+type touched = jobfollow.Touched
+
+// The job view (internal/jobview) reaches the follower through
+// internal/jobfollow: it is not part of this package's API.
+func init() {
+	jobfollow.New = func(fingerprint string) any { return newJobFollower(fingerprint) }
 }
 
-// NewJobFollower returns a follower of a job with no records yet.
+// newJobFollower returns a follower of a job with no records yet.
 // fingerprint, when non-empty, must match the job's plan (as for
 // [InspectJob]).
-func NewJobFollower(fingerprint string) *JobFollower {
-	return &JobFollower{
+func newJobFollower(fingerprint string) *jobFollower {
+	return &jobFollower{
 		fingerprint: fingerprint,
 		members:     map[string]MemberState{},
 		assignments: map[string][]string{},
@@ -74,20 +71,20 @@ func NewJobFollower(fingerprint string) *JobFollower {
 // Apply folds one watch event of keyspace ks: a put (value at revision)
 // or a delete of key. Other event kinds touch nothing. It returns what
 // the record touched, and an error only for a record that is not the
-// damage of one split (the plan's, which [JobFollower.State] reports
+// damage of one split (the plan's, which State reports
 // too).
-func (f *JobFollower) Apply(ks Keyspace, ev WatchEvent) (Touched, error) {
+func (f *jobFollower) Apply(ks Keyspace, ev WatchEvent) (touched, error) {
 	switch ev.Kind {
 	case WatchPut, WatchDelete:
 	default:
-		return Touched{}, nil
+		return touched{}, nil
 	}
 	del := ev.Kind == WatchDelete
 	key := ev.Key
 	if ks == Durable {
 		switch {
 		case key == keyPlan:
-			return Touched{Job: true}, f.setPlan(ev.Value, del)
+			return touched{Job: true}, f.setPlan(ev.Value, del)
 		case strings.HasPrefix(key, prefixSplit):
 			id := key[len(prefixSplit):]
 			s := f.split(id)
@@ -95,7 +92,7 @@ func (f *JobFollower) Apply(ks Keyspace, ev WatchEvent) (Touched, error) {
 			if !del {
 				s.progress, s.revision = ev.Value, ev.Revision
 			}
-			return Touched{Split: id}, f.decode(id, s)
+			return touched{Split: id}, f.decode(id, s)
 		case strings.HasPrefix(key, prefixSpec):
 			id := key[len(prefixSpec):]
 			s := f.split(id)
@@ -103,7 +100,7 @@ func (f *JobFollower) Apply(ks Keyspace, ev WatchEvent) (Touched, error) {
 			if !del {
 				s.spec = ev.Value
 			}
-			return Touched{Split: id}, f.decode(id, s)
+			return touched{Split: id}, f.decode(id, s)
 		case strings.HasPrefix(key, prefixAssign):
 			inst := key[len(prefixAssign):]
 			delete(f.assignments, inst)
@@ -112,9 +109,9 @@ func (f *JobFollower) Apply(ks Keyspace, ev WatchEvent) (Touched, error) {
 					f.assignments[inst] = a.Splits
 				}
 			}
-			return Touched{Job: true}, nil
+			return touched{Job: true}, nil
 		}
-		return Touched{}, nil
+		return touched{}, nil
 	}
 	switch {
 	case key == keyLeader:
@@ -124,7 +121,7 @@ func (f *JobFollower) Apply(ks Keyspace, ev WatchEvent) (Touched, error) {
 				f.leader = &LeaderState{Instance: l.Owner, Generation: l.Generation}
 			}
 		}
-		return Touched{Job: true}, nil
+		return touched{Job: true}, nil
 	case strings.HasPrefix(key, prefixWorker):
 		inst := key[len(prefixWorker):]
 		delete(f.members, inst)
@@ -135,7 +132,7 @@ func (f *JobFollower) Apply(ks Keyspace, ev WatchEvent) (Touched, error) {
 			}
 			f.members[inst] = m
 		}
-		return Touched{Job: true, Member: inst}, nil
+		return touched{Job: true, Member: inst}, nil
 	case strings.HasPrefix(key, prefixSplit):
 		id := key[len(prefixSplit):]
 		s := f.split(id)
@@ -147,12 +144,12 @@ func (f *JobFollower) Apply(ks Keyspace, ev WatchEvent) (Touched, error) {
 		}
 		s.state.LeaseOwner = s.lease
 		f.gc(id, s)
-		return Touched{Split: id}, nil
+		return touched{Split: id}, nil
 	}
-	return Touched{}, nil
+	return touched{}, nil
 }
 
-func (f *JobFollower) split(id string) *followedSplit {
+func (f *jobFollower) split(id string) *followedSplit {
 	s := f.splits[id]
 	if s == nil {
 		s = &followedSplit{}
@@ -162,13 +159,13 @@ func (f *JobFollower) split(id string) *followedSplit {
 }
 
 // gc forgets a split none of whose records is left.
-func (f *JobFollower) gc(id string, s *followedSplit) {
+func (f *jobFollower) gc(id string, s *followedSplit) {
 	if s.progress == nil && s.spec == nil && s.lease == "" {
 		delete(f.splits, id)
 	}
 }
 
-func (f *JobFollower) setPlan(value []byte, del bool) error {
+func (f *jobFollower) setPlan(value []byte, del bool) error {
 	f.plan, f.planErr = nil, nil
 	if !del {
 		var plan planRecord
@@ -218,7 +215,7 @@ func (f *JobFollower) setPlan(value []byte, del bool) error {
 }
 
 // decode reads s's records into its state, as InspectJob shows it.
-func (f *JobFollower) decode(id string, s *followedSplit) error {
+func (f *jobFollower) decode(id string, s *followedSplit) error {
 	defer f.gc(id, s)
 	if f.deferred {
 		return nil // read by Decode
@@ -228,7 +225,7 @@ func (f *JobFollower) decode(id string, s *followedSplit) error {
 
 // read is decode without forgetting an empty split: safe to run for
 // different splits at once.
-func (f *JobFollower) read(id string, s *followedSplit) error {
+func (f *jobFollower) read(id string, s *followedSplit) error {
 	st := SplitState{ID: SplitID{id: id}, Revision: s.revision, LeaseOwner: s.lease}
 	s.state, s.visible = st, false
 	var own *progressRecord // a divided split's record: its own descriptor and weight
@@ -288,14 +285,14 @@ func (f *JobFollower) read(id string, s *followedSplit) error {
 	return nil
 }
 
-// Defer makes Apply keep split records unread until [JobFollower.Decode],
+// Defer makes Apply keep split records unread until Decode,
 // which reads them on every core: for folding a snapshot of a large job
 // (each record is decoded strictly, which is most of the cost).
-func (f *JobFollower) Defer() { f.deferred = true }
+func (f *jobFollower) Defer() { f.deferred = true }
 
-// Decode reads the records Apply kept since [JobFollower.Defer], and ends
+// Decode reads the records Apply kept since Defer, and ends
 // it; it returns the first error Apply would have.
-func (f *JobFollower) Decode() error {
+func (f *jobFollower) Decode() error {
 	if !f.deferred {
 		return nil
 	}
@@ -318,7 +315,7 @@ func (f *JobFollower) Decode() error {
 }
 
 // Split returns one split's state, as [InspectJob] would list it.
-func (f *JobFollower) Split(id string) (SplitState, bool) {
+func (f *jobFollower) Split(id string) (SplitState, bool) {
 	s := f.splits[id]
 	if s == nil || !s.visible {
 		return SplitState{}, false
@@ -330,7 +327,7 @@ func (f *JobFollower) Split(id string) (SplitState, bool) {
 // (sorted) and assignments. Its cost grows with the members, not the
 // splits. It fails as [InspectJob] does while the plan is missing or
 // unreadable.
-func (f *JobFollower) Meta() (*JobState, error) {
+func (f *jobFollower) Meta() (*JobState, error) {
 	if f.planErr != nil {
 		return nil, f.planErr
 	}
@@ -345,7 +342,7 @@ func (f *JobFollower) Meta() (*JobState, error) {
 }
 
 // State is the whole job, splits sorted by id.
-func (f *JobFollower) State() (*JobState, error) {
+func (f *jobFollower) State() (*JobState, error) {
 	js, err := f.Meta()
 	if err != nil {
 		return nil, err

@@ -12,8 +12,24 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/jobfollow"
 	"github.com/spate-go/spate/stores/mem"
 )
+
+// follower is the job follower as the job view (internal/jobview) reaches
+// it: through internal/jobfollow, not the root's API.
+type follower interface {
+	Apply(ks spate.Keyspace, ev spate.WatchEvent) (jobfollow.Touched, error)
+	Defer()
+	Decode() error
+	Split(id string) (spate.SplitState, bool)
+	Meta() (*spate.JobState, error)
+	State() (*spate.JobState, error)
+}
+
+func newFollower(fingerprint string) follower {
+	return jobfollow.New(fingerprint).(follower)
+}
 
 // flat is a SplitState with its damage as text, for comparing two reads.
 type flat struct {
@@ -49,7 +65,7 @@ func startRangeWorker(t *testing.T, st spate.Store, waker spate.Waker) *spate.St
 
 // follow feeds f from watches of both keyspaces of st until ctx ends;
 // each event is applied under mu.
-func follow(ctx context.Context, t *testing.T, st spate.Store, f *spate.JobFollower, mu *sync.Mutex) {
+func follow(ctx context.Context, t *testing.T, st spate.Store, f follower, mu *sync.Mutex) {
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
 		ch, err := st.Watch(ctx, ks, "")
 		require.NoError(t, err)
@@ -71,7 +87,7 @@ func TestJobFollowerMatchesInspectJob(t *testing.T) {
 	defer st.Close()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	f := spate.NewJobFollower("")
+	f := newFollower("")
 	var mu sync.Mutex
 	follow(ctx, t, st, f, &mu)
 
@@ -174,7 +190,7 @@ func TestJobFollowerReadsSplitsOnceThePlanArrives(t *testing.T) {
 	dur, err := st.List(t.Context(), spate.Durable, "")
 	require.NoError(t, err)
 	var plan spate.Entry
-	f := spate.NewJobFollower("")
+	f := newFollower("")
 	for _, e := range dur {
 		if e.Key == "plan" {
 			plan = e
@@ -197,7 +213,7 @@ func TestJobFollowerReadsSplitsOnceThePlanArrives(t *testing.T) {
 		assert.True(t, s.HasSpec)
 	}
 
-	other := spate.NewJobFollower("another:fingerprint")
+	other := newFollower("another:fingerprint")
 	_, err = other.Apply(spate.Durable, spate.WatchEvent{Kind: spate.WatchPut, Key: plan.Key, Value: plan.Value, Revision: plan.Revision})
 	require.Error(t, err)
 	_, err = other.State()
@@ -208,4 +224,50 @@ func TestJobFollowerReadsSplitsOnceThePlanArrives(t *testing.T) {
 	require.NoError(t, err)
 	_, err = f.State()
 	require.ErrorIs(t, err, spate.ErrNoJob)
+}
+
+// A follower keeps a job's state from a watch of its records: the
+// snapshot first (here decoded at once, deferred), then each change. A
+// worker plans the job and leaves; the follower reads it from the durable
+// keyspace's watch. (This was ExampleJobFollower while the follower was
+// in the root's API.)
+func TestJobFollowerFoldsADeferredSnapshot(t *testing.T) {
+	store := mem.MustNew(mem.Options{TTL: time.Second})
+	defer store.Close()
+	cfg := spate.TimingsForLease(time.Second)
+	cfg.InstanceID = "worker-0"
+	c, err := spate.NewStoreCoordinator(store, cfg, spate.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	c.SetWaker(spate.InertWaker())
+	require.NoError(t, c.Start(rangePlanner{}))
+	require.Eventually(t, func() bool { // the plan's six splits
+		js, err := spate.InspectJob(context.Background(), store, "")
+		return err == nil && len(js.Splits) == 6
+	}, 30*time.Second, 10*time.Millisecond)
+	require.NoError(t, c.Close())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events, err := store.Watch(ctx, spate.Durable, "")
+	require.NoError(t, err)
+	f := newFollower("example:ids:v1")
+	f.Defer() // decode the snapshot on every core at once
+	for ev := range events {
+		if ev.Kind == spate.WatchSnapshotDone {
+			break
+		}
+		_, err := f.Apply(spate.Durable, ev)
+		require.NoError(t, err)
+	}
+	require.NoError(t, f.Decode())
+	js, err := f.State()
+	require.NoError(t, err)
+	assert.Equal(t, "final", fmt.Sprint(js.Plan.Finality))
+	assert.EqualValues(t, 6, js.Plan.Planned)
+	s, ok := f.Split("ids-200-300")
+	require.True(t, ok)
+	assert.Equal(t, "ids-200-300", s.ID.String())
+	assert.Equal(t, "runnable", fmt.Sprint(s.Status))
+	assert.EqualValues(t, 1, s.Weight)
+	assert.EqualValues(t, 0, s.Attempts)
 }

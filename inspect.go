@@ -121,7 +121,7 @@ var ErrNoJob = errors.New("no job here")
 func InspectJob(ctx context.Context, store Store, fingerprint string) (*JobState, error) {
 	// Two listings, no separate read of the plan: the follower reads the
 	// split records once the plan is in, whichever comes first.
-	f := NewJobFollower(fingerprint)
+	f := newJobFollower(fingerprint)
 	f.Defer()
 	for _, ks := range []Keyspace{Durable, Ephemeral} {
 		es, err := store.List(ctx, ks, "")

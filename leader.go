@@ -15,6 +15,57 @@ type leaderState struct {
 	electing bool          // an election attempt is in flight
 	pub      publishState  // the assignment publishing of the term (publish.go)
 	div      divideTrigger // the division trigger (autodivide.go)
+
+	// key is the leader key as this worker last saw it, whoever holds it
+	// (nil: absent), at revision keyRev, set at loop clock keyAt. Only
+	// the leader key's events (leaderKeyPut, leaderKeyDelete) and a won
+	// election write it.
+	key    *leaderVal
+	keyRev uint64
+	keyAt  uint64
+}
+
+// leaderKeyPut folds a put of the leader key at rev: a key of another
+// process ends this worker's term.
+func (a *actor) leaderKeyPut(value []byte, rev uint64) error {
+	if rev <= a.leader.keyRev {
+		return nil
+	}
+	l, err := decodeLeader(value)
+	if err != nil {
+		return err
+	}
+	a.leader.key, a.leader.keyRev, a.leader.keyAt = l, rev, a.job.clock
+	if a.leader.term != nil && l.Nonce != a.nonce {
+		a.demote("the leader key now belongs to " + l.Owner)
+	}
+	return nil
+}
+
+// leaderKeyDelete folds a delete of the leader key at rev (or, with
+// force, its authoritative absence from a read, without a revision
+// check): this worker's term ends unless the delete is older than its
+// own key.
+func (a *actor) leaderKeyDelete(rev uint64, force bool) {
+	if !force && rev <= a.leader.keyRev {
+		return
+	}
+	a.leader.key, a.leader.keyAt = nil, a.job.clock
+	if !force {
+		a.leader.keyRev = rev
+	}
+	if a.leader.term != nil && (force || rev > a.renew.leaderRev()) {
+		a.log.Warn("leadership lease expired")
+		a.dropLeadership()
+	}
+}
+
+// leaderKeyAbsent applies the leader key's absence from a complete read
+// that started at mark: a key seen before mark is gone.
+func (a *actor) leaderKeyAbsent(mark uint64) {
+	if a.leader.key != nil && a.leader.keyAt < mark {
+		a.leaderKeyDelete(0, true)
+	}
 }
 
 // leadership is this worker's tenure as the planner leader. The leader
@@ -59,12 +110,12 @@ type electResult struct {
 // elect tries, beside the loop, to take the leader key and fence the plan
 // generation past its predecessor's.
 func (a *actor) elect(now time.Time) {
-	if a.job.plan == nil || a.leader.electing {
+	if a.planning.plan == nil || a.leader.electing {
 		return
 	}
 	a.leader.electing = true
-	snap, snapRev := *a.job.plan, a.job.planRev
-	newJob := len(a.job.assigns) == 0 && a.job.plan.Generation == 0
+	snap, snapRev := *a.planning.plan, a.planning.planRev
+	newJob := len(a.assigns.byInst) == 0 && a.planning.plan.Generation == 0
 	a.spawn(func(ctx context.Context) func() error {
 		res := a.runElection(ctx, snap, snapRev)
 		return func() error {
@@ -150,7 +201,7 @@ func (a *actor) finishElection(res electResult, newJob bool) error {
 	if !res.won {
 		return nil
 	}
-	a.job.leaderObs, a.job.leaderRev, a.job.leaderAt = &res.val, max(a.job.leaderRev, res.leaderRev), a.job.clock
+	a.leader.key, a.leader.keyRev, a.leader.keyAt = &res.val, max(a.leader.keyRev, res.leaderRev), a.job.clock
 	if !res.bumped || a.worker.parting || a.verdicts.terminal {
 		switch {
 		case res.demote != "":
@@ -167,7 +218,7 @@ func (a *actor) finishElection(res electResult, newJob bool) error {
 	a.leader.term = &leadership{generation: res.val.Generation}
 	a.renew.setLeader(res.leaderRev, res.val.Generation)
 	if a.w.fullView {
-		a.job.inferDeparted(time.Now(), a.cfg.RebalanceDelay, a.log)
+		a.members.inferDeparted(a.job.splits, time.Now(), a.cfg.RebalanceDelay, a.log)
 	}
 	if newJob {
 		// A brand-new job: workers usually start together. Let them
@@ -187,7 +238,7 @@ func (a *actor) finishElection(res electResult, newJob bool) error {
 	// is complete (and its publish proves the seeding finished); re-running
 	// it could only add splits a final plan must not grow by (a file
 	// rewritten since, say).
-	a.planning.due = a.job.plan.Finality != finalityFinal
+	a.planning.due = a.planning.plan.Finality != finalityFinal
 	return nil
 }
 

@@ -18,13 +18,13 @@ func TestElectionBumpsTheGenerationAndLeads(t *testing.T) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
 	p := &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityOpen, Generation: 4}
-	a.job.plan, a.job.planRev = p, st.put(Durable, keyPlan, encode(p))
-	a.job.assigns["peer"] = assigned(4, "s")
+	a.planning.plan, a.planning.planRev = p, st.put(Durable, keyPlan, encode(p))
+	a.assigns.byInst["peer"] = assigned(4, "s")
 	a.elect(time.Now())
 	settleIO(t, a)
 	require.NotNil(t, a.leader.term)
 	assert.Equal(t, uint64(5), a.leader.term.generation)
-	assert.Equal(t, uint64(5), a.job.plan.Generation)
+	assert.Equal(t, uint64(5), a.planning.plan.Generation)
 	stored, err := decodePlan(keyPlan, func() []byte { e, _ := st.entry(Durable, keyPlan); return e.Value }(), testFP)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(5), stored.Generation)
@@ -41,14 +41,14 @@ func TestElectionGivesUpWhenASuccessorHoldsTheGeneration(t *testing.T) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
 	p := &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityOpen, Generation: 1}
-	a.job.plan, a.job.planRev = p, st.put(Durable, keyPlan, encode(p))
+	a.planning.plan, a.planning.planRev = p, st.put(Durable, keyPlan, encode(p))
 	successor := *p
 	successor.Generation = 2
 	st.put(Durable, keyPlan, encode(&successor)) // lands after the snapshot the election starts from
 	a.elect(time.Now())
 	settleIO(t, a)
 	assert.Nil(t, a.leader.term)
-	assert.Equal(t, uint64(2), a.job.plan.Generation, "the election folds the plan it read")
+	assert.Equal(t, uint64(2), a.planning.plan.Generation, "the election folds the plan it read")
 	_, ok := st.entry(Ephemeral, keyLeader)
 	assert.False(t, ok, "the won leader key is deleted again")
 	assert.False(t, a.io.due(opKey{op: "elect"}, time.Now()), "a failed election backs off")

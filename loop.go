@@ -23,13 +23,16 @@ type actor struct {
 	planner SplitPlanner
 	ctx     context.Context
 
-	job      jobView      // the view of the job (view.go)
-	records  recordState  // records deleted or unreadable (damage.go)
-	worker   worker       // this worker's splits, claims and assignment (tenancy.go)
-	leader   leaderState  // leadership, elections and publishing (leader.go)
-	verdicts verdictState // the job's terminal verdict (terminal.go)
-	planning planning     // planner runs (planner.go)
-	w        watchSet     // the watches (watch.go) and scoped watching (watchscope.go)
+	job      jobView       // the view of the job (view.go)
+	members  membership    // the fleet: presence, budgets, departed members (members.go)
+	assigns  assignRecords // the assignment records (publish.go)
+	division division      // divided splits awaiting their children (divide.go)
+	records  recordState   // records deleted or unreadable (damage.go)
+	worker   worker        // this worker's splits, claims and assignment (tenancy.go)
+	leader   leaderState   // leadership, elections and publishing (leader.go)
+	verdicts verdictState  // the job's terminal verdict (terminal.go)
+	planning planning      // planner runs (planner.go)
+	w        watchSet      // the watches (watch.go) and scoped watching (watchscope.go)
 	// dirty: an input of the leader's step changed (the assignment, the
 	// terminal check): step looks again.
 	dirty bool
@@ -62,9 +65,10 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 	e.kw, _ = KeyWatcherOf(c.store)
 	a := &actor{
 		env: e, c: c, cfg: c.cfg, planner: planner,
-		job: jobView{splits: map[string]*splitView{}, presence: map[string]presenceEntry{}, caps: map[string]int{},
-			loggedPeers: map[string]bool{}, assigns: map[string]assignEntry{}, departed: map[string]time.Time{},
-			parents: map[string]bool{}},
+		job:      jobView{splits: map[string]*splitView{}},
+		division: division{parents: map[string]bool{}},
+		assigns:  assignRecords{byInst: map[string]assignEntry{}},
+		members:  newMembership(),
 		worker:   newWorker(c.m, c.log),
 		leader:   leaderState{pub: publishState{pinnedSince: map[string]time.Time{}, landedAt: map[string]time.Time{}, moving: map[string]bool{}}},
 		records:  recordState{missing: map[string]*progressRecord{}, damaged: map[string]*damagedRecord{}},
@@ -194,11 +198,11 @@ func (a *actor) loop(ctx context.Context) {
 				a.w.refreshScope()
 			}
 		case <-replan.C:
-			if a.leader.term != nil && a.job.plan != nil && a.job.plan.Finality == finalityOpen {
+			if a.leader.term != nil && a.planning.plan != nil && a.planning.plan.Finality == finalityOpen {
 				a.planning.due = true
 			}
 		case <-planTriggers:
-			if a.leader.term != nil && a.job.plan != nil && a.job.plan.Finality == finalityOpen {
+			if a.leader.term != nil && a.planning.plan != nil && a.planning.plan.Finality == finalityOpen {
 				a.planning.due = true
 			}
 		case res := <-a.planning.done:
@@ -242,10 +246,10 @@ func (a *actor) die(err error) {
 // assignment, revocation deadlines, and terminal detection.
 func (a *actor) step() error {
 	now := time.Now()
-	if expireDeparted(a.job.departed, a.cfg.RebalanceDelay, now) {
+	if expireDeparted(a.members.departed, a.cfg.RebalanceDelay, now) {
 		a.dirty = true
 	}
-	a.job.logMembership(a.log, a.self)
+	a.members.logMembership(a.log, a.self)
 	a.syncVerdict(now)
 	// Watches are kept up in every state: a worker that latched Stalled
 	// must still see the verdict withdrawn (its listing backstop closes
@@ -260,7 +264,7 @@ func (a *actor) step() error {
 		a.gauges()
 		return nil
 	}
-	if a.job.leaderObs == nil && a.leader.term == nil && a.io.due(opKey{op: "elect"}, now) {
+	if a.leader.key == nil && a.leader.term == nil && a.io.due(opKey{op: "elect"}, now) {
 		a.elect(now)
 	}
 	if a.leader.term != nil && a.w.fullView {
@@ -301,8 +305,8 @@ func (a *actor) gauges() {
 	a.m.splitsOwned.Set(float64(len(a.worker.owned)))
 	a.m.splitsCompleted.Set(float64(a.job.nCompleted))
 	a.m.splitsQuarantined.Set(float64(a.job.nQuarant))
-	live := len(a.job.presence)
-	if _, ok := a.job.presence[a.self]; !ok && !a.worker.parting {
+	live := len(a.members.presence)
+	if _, ok := a.members.presence[a.self]; !ok && !a.worker.parting {
 		live++ // self always counts
 	}
 	a.m.liveWorkers.Set(float64(live))

@@ -169,13 +169,13 @@ func TestStepExpiresDelayWindowsAndStopsWhenTerminal(t *testing.T) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
 	p := &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityOpen}
-	a.job.plan, a.job.planRev = p, st.put(Durable, keyPlan, encode(p))
+	a.planning.plan, a.planning.planRev = p, st.put(Durable, keyPlan, encode(p))
 	a.verdicts.terminal = true
-	a.job.departed["gone"] = time.Now().Add(-a.cfg.RebalanceDelay)
-	a.job.departed["recent"] = time.Now()
+	a.members.departed["gone"] = time.Now().Add(-a.cfg.RebalanceDelay)
+	a.members.departed["recent"] = time.Now()
 	require.NoError(t, a.step())
-	assert.NotContains(t, a.job.departed, "gone")
-	assert.Contains(t, a.job.departed, "recent")
+	assert.NotContains(t, a.members.departed, "gone")
+	assert.Contains(t, a.members.departed, "recent")
 	assert.True(t, a.dirty)
 	assert.False(t, a.leader.electing, "no election after a terminal verdict")
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.idle))

@@ -41,17 +41,17 @@ func TestExpireDeparted(t *testing.T) {
 // The membership log runs when the presence set changes, not on every step.
 func TestMembershipIsLoggedOnlyWhenPresenceChanges(t *testing.T) {
 	a := newTestActor(t, nil, testConfig())
-	a.job.joinLogged = true
+	a.members.joinLogged = true
 	require.NoError(t, a.ephemeralPut(prefixWorker+"peer", workerBytes("n-peer", 4), 5))
-	require.True(t, a.job.membersDirty)
-	a.job.logMembership(a.log, a.self)
-	assert.True(t, a.job.loggedPeers["peer"])
-	assert.False(t, a.job.membersDirty)
+	require.True(t, a.members.dirty)
+	a.members.logMembership(a.log, a.self)
+	assert.True(t, a.members.loggedPeers["peer"])
+	assert.False(t, a.members.dirty)
 
 	require.NoError(t, a.ephemeralPut(prefixWorker+"peer", workerBytes("n-peer", 4), 6))
-	assert.False(t, a.job.membersDirty, "a presence heartbeat is no membership change")
+	assert.False(t, a.members.dirty, "a presence heartbeat is no membership change")
 	a.ephemeralDelete(prefixWorker+"peer", 7, false)
-	assert.True(t, a.job.membersDirty)
-	a.job.logMembership(a.log, a.self)
-	assert.False(t, a.job.loggedPeers["peer"])
+	assert.True(t, a.members.dirty)
+	a.members.logMembership(a.log, a.self)
+	assert.False(t, a.members.loggedPeers["peer"])
 }

@@ -73,6 +73,62 @@ type planning struct {
 	running bool               // a run is in flight
 	cancel  context.CancelFunc // cancels the run in flight (leadership lost, close)
 	done    chan planResult    // the run's result, into the loop
+
+	// plan is the plan record as this worker last saw it (nil: not yet),
+	// at revision planRev, set at loop clock planAt; finalSent: the
+	// PlanFinalized event was emitted. Only the plan record's events
+	// (planPut, planAbsent) and setPlan write them.
+	plan      *planRecord
+	planRev   uint64
+	planAt    uint64
+	finalSent bool
+}
+
+// planPut folds a put of the plan record at rev.
+func (a *actor) planPut(key string, value []byte, rev uint64) error {
+	if rev <= a.planning.planRev {
+		return nil
+	}
+	p, err := decodePlan(key, value, a.fp)
+	if err != nil {
+		return err
+	}
+	a.setPlan(p, rev)
+	return nil
+}
+
+// planAbsent applies the plan record's absence from a listing of the
+// whole durable keyspace (of n records) that started at mark: a plan seen
+// before it that the listing lacks means the job's records are gone.
+func (a *actor) planAbsent(mark uint64, n int) error {
+	if a.planning.plan != nil && a.planning.planAt < mark {
+		return errNamespaceGone(fmt.Sprintf("a listing of the durable keyspace (%d records) has no plan record", n))
+	}
+	return nil
+}
+
+// planFinalized emits PlanFinalized, once: on reading the final plan, or
+// on a terminal verdict read before the plan (a scoped worker's watch of
+// the verdict record may deliver it first; a verdict implies a final plan).
+func (a *actor) planFinalized(planned uint64) {
+	if !a.planning.finalSent {
+		a.planning.finalSent = true
+		a.c.emit(PlanFinalized{Planned: planned})
+	}
+}
+
+func (a *actor) setPlan(p *planRecord, rev uint64) {
+	if rev <= a.planning.planRev {
+		return
+	}
+	a.planning.plan, a.planning.planRev, a.planning.planAt = p, rev, a.job.clock
+	a.job.durableSeq++
+	if p.Finality == finalityFinal {
+		a.planFinalized(p.Planned)
+	}
+	if a.leader.term != nil && p.Generation > a.leader.term.generation {
+		a.demote(fmt.Sprintf("a successor bumped the plan generation to %d", p.Generation))
+	}
 }
 
 // wait lets a planner run that ignores its cancelled context finish on
@@ -116,12 +172,12 @@ type planRun struct {
 // compare-and-swap on the plan revision captured now, so it cannot race the
 // actor's decisions.
 func (a *actor) startPlan() {
-	if !a.planning.due || a.planning.running || a.job.plan == nil {
+	if !a.planning.due || a.planning.running || a.planning.plan == nil {
 		return
 	}
 	a.planning.due = false
 	a.planning.running = true
-	snap, rev := *a.job.plan, a.job.planRev
+	snap, rev := *a.planning.plan, a.planning.planRev
 	ctx, cancel := context.WithCancel(a.ctx)
 	a.planning.cancel = cancel
 	// The splits this leader's view already holds are not seeded again:
@@ -314,7 +370,7 @@ func (a *actor) finishPlan(res planResult) error {
 		} else {
 			a.m.replans.WithLabelValues("noop").Inc()
 		}
-		wasFinal := a.job.plan != nil && a.job.plan.Finality == finalityFinal
+		wasFinal := a.planning.plan != nil && a.planning.plan.Finality == finalityFinal
 		a.setPlan(res.plan, res.rev)
 		if res.pruned > 0 {
 			a.log.Info("pruned completed splits whose work is gone", "pruned", res.pruned, "planned", res.plan.Planned)

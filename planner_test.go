@@ -249,17 +249,17 @@ func TestPlanRunCancelled(t *testing.T) {
 
 func TestFinishPlan(t *testing.T) {
 	a := newTestActor(t, nil, testConfig())
-	a.job.plan, a.job.planRev = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityOpen}, 3
+	a.planning.plan, a.planning.planRev = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityOpen}, 3
 	a.planning.running = true
 
 	require.NoError(t, a.finishPlan(planResult{outcome: planError, err: Retryablef("x")}))
 	assert.False(t, a.planning.running)
-	assert.Equal(t, finalityOpen, a.job.plan.Finality)
+	assert.Equal(t, finalityOpen, a.planning.plan.Finality)
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.replans.WithLabelValues("error")))
 
 	final := &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Planned: 5}
 	require.NoError(t, a.finishPlan(planResult{outcome: planOK, plan: final, rev: 9}))
-	assert.Same(t, final, a.job.plan)
+	assert.Same(t, final, a.planning.plan)
 	assert.True(t, a.dirty)
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.m.replans.WithLabelValues("ok")))
 
@@ -279,7 +279,7 @@ func TestStartPlanRunsOffTheLoop(t *testing.T) {
 		a := newTestActor(t, st, testConfig())
 		a.planner = fixedPlan(NewSplitPlan([]PlannedSplit{planned("a", 1)}, PlanFinal))
 		p := &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityOpen}
-		a.job.plan, a.job.planRev = p, st.put(Durable, keyPlan, encode(p))
+		a.planning.plan, a.planning.planRev = p, st.put(Durable, keyPlan, encode(p))
 		a.startPlan()
 		assert.False(t, a.planning.running, "nothing due: nothing runs")
 		a.planning.due = true
@@ -288,8 +288,8 @@ func TestStartPlanRunsOffTheLoop(t *testing.T) {
 		a.startPlan() // one run at a time
 		res := <-a.planning.done
 		require.NoError(t, a.finishPlan(res))
-		assert.Equal(t, finalityFinal, a.job.plan.Finality)
-		assert.Equal(t, uint64(1), a.job.plan.Planned)
+		assert.Equal(t, finalityFinal, a.planning.plan.Finality)
+		assert.Equal(t, uint64(1), a.planning.plan.Planned)
 		assert.Equal(t, 1, st.count("update", keyPlan), "exactly one run")
 	})
 }

@@ -71,7 +71,7 @@ type pruneCandidate struct {
 // I/O in flight. Nil when the planner does not prune or the plan is
 // final.
 func (a *actor) pruneCandidates() []pruneCandidate {
-	if _, ok := a.planner.(SplitPruner); !ok || a.job.plan == nil || a.job.plan.Finality == finalityFinal {
+	if _, ok := a.planner.(SplitPruner); !ok || a.planning.plan == nil || a.planning.plan.Finality == finalityFinal {
 		return nil
 	}
 	family := map[string]bool{}

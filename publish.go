@@ -175,7 +175,7 @@ func (a *actor) publish(now time.Time) {
 		return
 	}
 	a.dirty = false
-	if a.job.plan == nil || len(a.job.presence) == 0 {
+	if a.planning.plan == nil || len(a.members.presence) == 0 {
 		return
 	}
 	// Pace the next computation by this one's cost (see publishPace).
@@ -188,7 +188,8 @@ func (a *actor) publish(now time.Time) {
 	a.leader.div.noteAssignment(in, result)
 	moves := movesOf(in, result)
 	gen := a.leader.term.generation
-	writes, moved := a.job.assignWrites(result, a.leader.div.asksFor(now), gen)
+	records := leaderView{presence: a.members.presence, assigns: a.assigns.byInst, departed: a.members.departed}
+	writes, moved := records.assignWrites(result, a.leader.div.asksFor(now), gen)
 	if len(writes) == 0 {
 		return
 	}
@@ -211,8 +212,8 @@ func (a *actor) assign(now time.Time) (assignIn, map[string][]string) {
 	pub := &a.leader.pub
 	in, inFlight := assignInput(leaderView{now: now, pinnedSince: pub.pinnedSince, pinFor: a.c.tm.pin,
 		landedAt: pub.landedAt, moving: pub.moving, settleFor: a.c.tm.pin,
-		splits: a.job.splits, presence: a.job.presence, caps: a.job.caps,
-		assigns: a.job.assigns, departed: a.job.departed, delay: a.cfg.RebalanceDelay,
+		splits: a.job.splits, presence: a.members.presence, caps: a.members.caps,
+		assigns: a.assigns.byInst, departed: a.members.departed, delay: a.cfg.RebalanceDelay,
 		maxInFlight: a.cfg.MaxInFlight, seed: a.fpHash})
 	if next := trackPins(pub.pinnedSince, pub.landedAt, pub.moving, inFlight, now, a.c.tm.pin); !next.IsZero() {
 		pub.settledAt = next // the improve pass may move it again then: publish anew
@@ -238,7 +239,7 @@ func (a *actor) assign(now time.Time) (assignIn, map[string][]string) {
 // generation gen writes (those that differ from the view's) or deletes
 // (those of instances neither present nor inside a delay window), and
 // counts the splits result moves between instances.
-func (v *jobView) assignWrites(result map[string][]string, asks map[string][]divideAsk, gen uint64) (writes []*assignWrite, moved int) {
+func (v *leaderView) assignWrites(result map[string][]string, asks map[string][]divideAsk, gen uint64) (writes []*assignWrite, moved int) {
 	// Previous assignee of each split, for the "moved" count: departed
 	// instances' records first, then live members' override them.
 	prev := map[string]string{}
@@ -310,8 +311,8 @@ func (a *actor) publishDone(writes []*assignWrite, moves map[string]string, memb
 			a.log.Warn("assignment write failed; the next change or reconcile retries", "member", w.inst, "err", w.err)
 		case w.delete:
 			if w.o.Won {
-				if e, ok := a.job.assigns[w.inst]; ok && e.rev == w.rev {
-					delete(a.job.assigns, w.inst)
+				if e, ok := a.assigns.byInst[w.inst]; ok && e.rev == w.rev {
+					delete(a.assigns.byInst, w.inst)
 				}
 				changed = true
 			}
@@ -320,8 +321,8 @@ func (a *actor) publishDone(writes []*assignWrite, moves map[string]string, memb
 			// already: forget our cached copy only if it is the one the
 			// write expected, and let the watch or the next reconcile
 			// bring the record in before publishing again.
-			if e, ok := a.job.assigns[w.inst]; ok && e.rev == w.rev {
-				delete(a.job.assigns, w.inst)
+			if e, ok := a.assigns.byInst[w.inst]; ok && e.rev == w.rev {
+				delete(a.assigns.byInst, w.inst)
 			}
 			a.failed(opKey{op: "publish"})
 			a.dirty = true
@@ -407,4 +408,83 @@ func movesOf(in assignIn, out map[string][]string) map[string]string {
 		}
 	}
 	return moves
+}
+
+// assignRecords is the assignment records as this worker last saw them,
+// by instance: written only by their events (assignPut, assignDelete,
+// assignSweep, assignAbsent) and by the outcome of the leader's own
+// writes (publishDone).
+type assignRecords struct {
+	byInst map[string]assignEntry
+}
+
+type assignEntry struct {
+	val *assignmentVal
+	rev uint64
+	at  uint64
+}
+
+// assignPut folds a put of an assignment record at rev. An unreadable
+// record is ignored, never read as an empty one.
+func (a *actor) assignPut(key string, value []byte, rev uint64) {
+	inst := key[len(prefixAssign):]
+	if e, ok := a.assigns.byInst[inst]; ok && rev <= e.rev {
+		return
+	}
+	val, err := decodeAssignment(key, value)
+	if err != nil {
+		a.log.Warn("ignoring an unreadable assignment record (it is not read as an empty one)", "key", key, "err", err)
+		return
+	}
+	a.setAssign(inst, val, rev)
+}
+
+func (a *actor) setAssign(inst string, val *assignmentVal, rev uint64) {
+	if e, ok := a.assigns.byInst[inst]; ok && rev <= e.rev {
+		return
+	}
+	a.assigns.byInst[inst] = assignEntry{val: val, rev: rev, at: a.job.clock}
+	if inst == a.self {
+		a.adoptAssignment(val, time.Now())
+	}
+}
+
+// assignDelete folds a delete of inst's assignment record.
+func (a *actor) assignDelete(inst string) {
+	delete(a.assigns.byInst, inst)
+	if inst == a.self {
+		a.forgetAssignment()
+	}
+}
+
+// assignSweep applies a listing of the whole durable keyspace that
+// started at mark: a record seen before mark that the listing lacks is
+// gone.
+func (a *actor) assignSweep(listed map[string]bool, mark uint64) {
+	for inst := range a.assigns.byInst {
+		if !listed[prefixAssign+inst] && a.assignAbsent(inst, mark) && inst == a.self {
+			a.forgetAssignment()
+		}
+	}
+}
+
+// assignAbsent applies the absence of inst's record from a complete read
+// that started at mark, and reports whether the view held it from
+// before.
+func (a *actor) assignAbsent(inst string, mark uint64) bool {
+	if e, ok := a.assigns.byInst[inst]; ok && e.at < mark {
+		delete(a.assigns.byInst, inst)
+		return true
+	}
+	return false
+}
+
+// forgetPeers forgets every record but self's: a scoped worker watches
+// only its own.
+func (r *assignRecords) forgetPeers(self string) {
+	for inst := range r.byInst {
+		if inst != self {
+			delete(r.byInst, inst)
+		}
+	}
 }

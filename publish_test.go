@@ -341,7 +341,7 @@ func isLive(live map[string]presenceEntry, id string) bool {
 // present nor inside a delay window, and counts the splits that change
 // instance, a live member's record outranking a departed one's.
 func TestAssignWritesListsOnlyWhatChanges(t *testing.T) {
-	v := jobView{
+	v := leaderView{
 		presence: present("a", "b", "c"),
 		assigns: map[string]assignEntry{
 			"a":    assigned(3, "s1", "s2"), // unchanged: no write
@@ -396,9 +396,9 @@ func TestAssignWritesListsOnlyWhatChanges(t *testing.T) {
 func TestPublishWritesOnlyChangedRecords(t *testing.T) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
-	a.job.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
+	a.planning.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
 	a.leader.term = &leadership{generation: 3}
-	a.job.presence = present("me", "peer")
+	a.members.presence = present("me", "peer")
 	for _, id := range []string{"s1", "s2", "s3", "s4"} {
 		v := a.job.view(id)
 		v.prog = rec(id, 0, "")
@@ -407,7 +407,7 @@ func TestPublishWritesOnlyChangedRecords(t *testing.T) {
 	a.publish(time.Now())
 	settleIO(t, a)
 	require.False(t, a.leader.pub.busy)
-	require.Len(t, a.job.assigns, 2)
+	require.Len(t, a.assigns.byInst, 2)
 	total := 0
 	for _, inst := range []string{"me", "peer"} {
 		e, ok := st.entry(Durable, prefixAssign+inst)
@@ -415,7 +415,7 @@ func TestPublishWritesOnlyChangedRecords(t *testing.T) {
 		got, err := decodeAssignment(e.Key, e.Value)
 		require.NoError(t, err)
 		assert.Equal(t, uint64(3), got.Generation)
-		assert.Equal(t, a.job.assigns[inst].val.Splits, got.Splits)
+		assert.Equal(t, a.assigns.byInst[inst].val.Splits, got.Splits)
 		total += len(got.Splits)
 	}
 	assert.Equal(t, 4, total, "every pooled split is assigned once")
@@ -427,12 +427,12 @@ func TestPublishWritesOnlyChangedRecords(t *testing.T) {
 
 	// A member leaves for good (no delay window): its record is deleted and
 	// its splits go to the remaining member.
-	delete(a.job.presence, "peer")
+	delete(a.members.presence, "peer")
 	a.publish(time.Now())
 	settleIO(t, a)
 	_, ok := st.entry(Durable, prefixAssign+"peer")
 	assert.False(t, ok, "the record of an instance neither present nor inside a delay window is deleted")
-	assert.Len(t, a.job.assigns["me"].val.Splits, 4)
+	assert.Len(t, a.assigns.byInst["me"].val.Splits, 4)
 }
 
 // A publish whose update of a member's record lost its compare-and-swap
@@ -443,9 +443,9 @@ func TestPublishWritesOnlyChangedRecords(t *testing.T) {
 func TestPublishKeepsARecordFoldedWhileItsLosingWriteWasInFlight(t *testing.T) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
-	a.job.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
+	a.planning.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
 	a.leader.term = &leadership{generation: 3}
-	a.job.presence = present("me", "peer")
+	a.members.presence = present("me", "peer")
 	for _, id := range []string{"s1", "s2"} {
 		v := a.job.view(id)
 		v.prog = rec(id, 0, "")
@@ -467,10 +467,10 @@ func TestPublishKeepsARecordFoldedWhileItsLosingWriteWasInFlight(t *testing.T) {
 	a.io.wg.Wait()
 	require.NotZero(t, lateRev)
 	require.NoError(t, a.durablePut(prefixAssign+"peer", encode(late), lateRev, live)) // the watch delivers it
-	require.Equal(t, lateRev, a.job.assigns["peer"].rev)
+	require.Equal(t, lateRev, a.assigns.byInst["peer"].rev)
 	require.NoError(t, a.io.runResults()) // publishDone
 
-	e, ok := a.job.assigns["peer"]
+	e, ok := a.assigns.byInst["peer"]
 	assert.True(t, ok && e.rev == lateRev, "the record folded at revision %d was forgotten by the lost write's answer: %+v", lateRev, e)
 
 	a.publish(time.Now())
@@ -490,9 +490,9 @@ func inputOf(v leaderView) assignIn {
 func TestPublishMovesHeldSplitsOnlyWhenTheFleetChanges(t *testing.T) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
-	a.job.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
+	a.planning.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Generation: 3}
 	a.leader.term = &leadership{generation: 3}
-	a.job.presence = present("me", "peer")
+	a.members.presence = present("me", "peer")
 	hold := map[string]string{"s1": "me", "s2": "me", "s3": "me", "s4": "peer", "s5": "peer", "s6": "peer"}
 	for id, o := range hold {
 		v := a.job.view(id)
@@ -503,7 +503,7 @@ func TestPublishMovesHeldSplitsOnlyWhenTheFleetChanges(t *testing.T) {
 		a.publish(time.Now())
 		settleIO(t, a)
 		out := map[string][]string{}
-		for inst, e := range a.job.assigns {
+		for inst, e := range a.assigns.byInst {
 			out[inst] = e.val.Splits
 		}
 		return out
@@ -518,7 +518,7 @@ func TestPublishMovesHeldSplitsOnlyWhenTheFleetChanges(t *testing.T) {
 	require.Equal(t, map[string][]string{"me": {"s1", "s2", "s3"}, "peer": {}}, publish(), "no held split moves in a steady fleet")
 
 	// A member joins (proven): the fleet changed, so the improve pass runs.
-	a.job.presence["third"] = presenceEntry{rev: 9}
+	a.members.presence["third"] = presenceEntry{rev: 9}
 	got := publish()
 	assert.Len(t, got["me"], 1, "a join balances the held splits again: %v", got)
 }

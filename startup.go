@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"time"
 )
 
@@ -29,19 +27,7 @@ func (a *actor) startup(ctx context.Context) error {
 			return err
 		}
 	}
-	peers := slices.Sorted(maps.Keys(a.job.presence))
-	peers = slices.DeleteFunc(peers, func(p string) bool { return p == a.self })
-	for _, p := range peers {
-		a.job.loggedPeers[p] = true
-	}
-	a.job.loggedPeers[a.self] = true
-	if len(peers) > 0 {
-		a.log.Info("joined a fleet already running", "peers", peers)
-	} else {
-		a.log.Info("joined the job", "generation", a.job.plan.Generation)
-	}
-	a.job.joinLogged = true
-	a.job.membersDirty = true
+	a.members.joined(a.log, a.self, a.planning.plan.Generation)
 	return nil
 }
 
@@ -165,7 +151,7 @@ func (a *actor) join(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		a.job.plan, a.job.planRev = p, e.Revision
+		a.planning.plan, a.planning.planRev = p, e.Revision
 		return nil
 	}
 	p := &planRecord{Schema: SchemaVersion, Fingerprint: a.fp, Finality: finalityOpen, UpdatedAtMs: nowMs()}
@@ -176,7 +162,7 @@ func (a *actor) join(ctx context.Context) error {
 	if !o.Won {
 		return Retryablef("join: lost the race to create the plan record; re-reading")
 	}
-	a.job.plan, a.job.planRev = p, o.Revision
+	a.planning.plan, a.planning.planRev = p, o.Revision
 	return nil
 }
 

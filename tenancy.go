@@ -1,9 +1,24 @@
 package spate
 
 import (
+	"context"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 )
+
+// tenancy is one split this worker holds. Its lease revision and last
+// renewal live with the renewer.
+type tenancy struct {
+	epoch uint64
+	// releasing: an atomic release (releaseAtomic) is in flight. Its lease
+	// delete lands with the owner-clear, so the watches may show the lease
+	// gone, or a peer's claim after it, before the release's answer is
+	// folded; that answer, not those events, decides how the tenancy ends,
+	// so dropLost waits for it.
+	releasing bool
+}
 
 // worker is this process's side of the job: the splits it holds, the claims
 // and hand-backs in flight, and the leader's instruction to it. The loop
@@ -134,6 +149,76 @@ func (a *actor) dropLost(id, reason, why string) {
 	a.c.emit(Lost{Split: SplitID{id: id}})
 }
 
+// committed takes a won (or landed) commit of the tenancy t: the
+// revocation it answers progressed, the record goes to the split table
+// (upsert, which tells the owners that hang on it), and a completed
+// split's tenancy ends here, its lease deleted beside the loop.
+func (a *actor) committed(id string, t *tenancy, rec *progressRecord, rev uint64) {
+	a.worker.revocations.progressed(id, time.Now())
+	a.upsert(id, rec, rev, live)
+	if rec.Completed {
+		if t2, ok := a.worker.owned[id]; ok && t2 == t {
+			leaseRev := a.leave(id)
+			a.worker.revocations.settle(id, "drained")
+			a.dropLeaseAsync(id, leaseRev, t.epoch)
+		}
+	}
+}
+
+// deleteOwnLease deletes a lease this process wrote for the tenancy at
+// epoch, guarded by its revision; if a renewal moved the revision in the
+// meantime, it re-reads the key and deletes it only if it is still ours.
+// Best effort: what it leaves behind expires. It reports whether the key
+// is gone and at which revision it was deleted.
+func deleteOwnLease(ctx context.Context, st Store, id string, rev uint64, self, nonce string, epoch uint64) (uint64, bool) {
+	if rev == 0 {
+		return 0, false
+	}
+	key := prefixSplit + id
+	for range 2 {
+		o, err := st.Delete(ctx, Ephemeral, key, rev)
+		if err != nil {
+			return 0, false
+		}
+		if o.Won {
+			return rev, true
+		}
+		e, ok, err := st.Get(ctx, Ephemeral, key)
+		if err != nil || !ok {
+			return 0, false
+		}
+		l, err := decodeLease(key, e.Value)
+		if err != nil || l.Owner != self || l.Nonce != nonce || l.Epoch != epoch {
+			return 0, false
+		}
+		rev = e.Revision
+	}
+	return 0, false
+}
+
+// dropLeaseAsync deletes our lease beside the loop after the tenancy ended;
+// a delete that lands clears the lease from the view at once, so the next
+// claim scan does not mistake it for a live one.
+func (a *actor) dropLeaseAsync(id string, rev, epoch uint64) {
+	if rev == 0 {
+		return
+	}
+	a.spawn(func(ctx context.Context) func() error {
+		drev, ok := deleteOwnLease(ctx, a.st, id, rev, a.self, a.nonce, epoch)
+		if !ok {
+			a.log.Debug("lease delete did not land; it will expire", "split", id)
+			return nil
+		}
+		return func() error {
+			if v := a.job.splits[id]; v != nil && v.lease != nil && v.leaseRev == drev {
+				v.lease = nil
+				a.dirty = true
+			}
+			return nil
+		}
+	})
+}
+
 // touch notes that a split's view changed: if it concerns this worker (it
 // holds the split or is assigned it), the next step re-runs the own-split
 // reconcile. A change to anyone else's split costs no step work.
@@ -142,5 +227,87 @@ func (wk *worker) touch(id string) {
 		wk.ownDirty = true
 	} else if _, held := wk.owned[id]; held {
 		wk.ownDirty = true
+	}
+}
+
+// ----- leases: folded by the tenancy -------------------------------------------
+
+// leasePut folds a put of a split's lease at rev: a lease of another
+// process on a split this worker holds ends its tenancy (Lost).
+func (a *actor) leasePut(key string, value []byte, rev uint64) error {
+	id := key[len(prefixSplit):]
+	v := a.job.view(id)
+	if rev <= v.leaseRev {
+		return nil
+	}
+	if v.lease != nil && leaseHash(value) == v.leaseSum {
+		// A heartbeat: same holder, same tenancy, a later revision.
+		// Nothing to decide, nothing to decode.
+		v.leaseRev, v.leaseAt = rev, a.job.clock
+		return nil
+	}
+	a.worker.touch(id)
+	l, err := decodeLease(key, value)
+	if err != nil {
+		return err
+	}
+	if _, held := a.worker.owned[id]; held && l.Nonce != a.nonce {
+		if l.Owner == a.self {
+			// Another live process with our instance id took it. Which
+			// of the two stops is the presence record's call (the
+			// older one); here the split is simply lost.
+			a.dropLost(id, "fenced", "its lease was taken by another process with this instance id")
+			a.renew.checkPresence()
+		} else {
+			a.dropLost(id, "fenced", "its lease was taken by "+l.Owner)
+		}
+	}
+	if v.lease == nil || v.lease.Owner != l.Owner {
+		a.dirty = true
+	}
+	v.lease, v.leaseSum, v.leaseRev, v.leaseAt = l, leaseHash(value), rev, a.job.clock
+	return nil
+}
+
+// leaseDelete folds a delete of split id's lease at rev (or, with force,
+// its authoritative absence from a read, without a revision check): a
+// tenancy here whose lease expired is lost.
+func (a *actor) leaseDelete(id string, rev uint64, force bool) {
+	v := a.job.view(id)
+	if !force && rev <= v.leaseRev {
+		return
+	}
+	if _, held := a.worker.owned[id]; held && (force || rev > a.renew.leaseRev(id)) {
+		a.dropLost(id, "starved", "its lease expired: renewals failed for a whole lease")
+	}
+	if v.lease != nil {
+		a.dirty = true
+	}
+	a.worker.touch(id)
+	v.lease, v.leaseSum, v.leaseAt, v.leaseGoneAt = nil, 0, a.job.clock, time.Time{}
+	if !force {
+		v.leaseRev, v.leaseGoneAt = rev, time.Now()
+	}
+	if p := v.prog; p != nil && p.Status == statusRunnable && int(p.Attempts)+1 >= a.cfg.MaxAttempts {
+		a.worker.quarantineScan = true
+	}
+}
+
+// leaseSweep applies a complete read of the ephemeral keyspace that
+// started at mark: a lease seen before mark that the read does not list
+// is gone.
+func (a *actor) leaseSweep(listed map[string]bool, mark uint64) {
+	for _, id := range slices.Sorted(maps.Keys(a.job.splits)) {
+		if !listed[prefixSplit+id] {
+			a.leaseAbsent(id, mark)
+		}
+	}
+}
+
+// leaseAbsent applies the absence of split id's lease from a complete
+// read that started at mark.
+func (a *actor) leaseAbsent(id string, mark uint64) {
+	if v := a.job.splits[id]; v != nil && v.lease != nil && v.leaseAt < mark {
+		a.leaseDelete(id, 0, true)
 	}
 }

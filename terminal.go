@@ -86,13 +86,13 @@ func (a *actor) detectTerminal() {
 	if !a.w.fullView {
 		return // a scoped worker reads the leader's verdict instead
 	}
-	if a.verdicts.terminal || a.verdicts.listing || a.job.plan == nil || a.job.plan.Finality != finalityFinal {
+	if a.verdicts.terminal || a.verdicts.listing || a.planning.plan == nil || a.planning.plan.Finality != finalityFinal {
 		return
 	}
 	// Splits out of play (damage.go) count toward the planned total, and a
 	// damaged spec leaves a runnable record that nobody can claim.
 	known, stuck := a.job.knownSplits(a.records.damagedSplits())
-	if uint64(known) < a.job.plan.Planned || a.job.nCompleted+a.job.nQuarant+stuck != a.job.nSplits {
+	if uint64(known) < a.planning.plan.Planned || a.job.nCompleted+a.job.nQuarant+stuck != a.job.nSplits {
 		return
 	}
 	if a.verdicts.listedAt != 0 && a.verdicts.listedAt == a.job.durableSeq {
@@ -134,7 +134,7 @@ func (a *actor) detectTerminal() {
 				return nil
 			}
 			known, _ := a.job.knownSplits(a.records.damagedSplits())
-			v, completed, quarantined := judgeTerminal(a.job.plan.Finality == finalityFinal, a.job.plan.Planned, known, listed, damaged)
+			v, completed, quarantined := judgeTerminal(a.planning.plan.Finality == finalityFinal, a.planning.plan.Planned, known, listed, damaged)
 			switch v {
 			case verdictAllComplete:
 				a.verdicts.terminal = true
@@ -360,4 +360,27 @@ func writeVerdict(ctx context.Context, st Store, want []byte) error {
 		}
 	}
 	return Retryablef("the verdict record kept changing under the write")
+}
+
+// verdictPut folds a put of the verdict record at rev.
+func (a *actor) verdictPut(value []byte, rev uint64) error {
+	if rev <= a.verdicts.recordRev {
+		return nil
+	}
+	v, err := decodeVerdict(value, a.fpHash)
+	if err != nil {
+		return err
+	}
+	a.verdicts.recordRev = rev
+	a.onVerdict(v)
+	return nil
+}
+
+// verdictDelete folds a delete of the verdict record at rev (0: revision
+// unknown).
+func (a *actor) verdictDelete(rev uint64) {
+	if rev == 0 || rev > a.verdicts.recordRev {
+		a.verdicts.recordRev = max(a.verdicts.recordRev, rev)
+		a.onVerdict(nil)
+	}
 }

@@ -116,7 +116,7 @@ func TestJudgeTerminalProperty(t *testing.T) {
 func completeView(t *testing.T, n int) (*actor, *fakeStore) {
 	st := newFakeStore()
 	a := newTestActor(t, st, testConfig())
-	a.job.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Planned: uint64(n)}
+	a.planning.plan = &planRecord{Schema: SchemaVersion, Fingerprint: testFP, Finality: finalityFinal, Planned: uint64(n)}
 	for i := range n {
 		id := string(rune('a' + i))
 		r := rec(id, 1, "")
@@ -143,7 +143,7 @@ func TestDetectTerminalLatchesAllCompleteOnAListing(t *testing.T) {
 // however complete the view looks.
 func TestDetectTerminalNoVerdictWhenTheListingLacksAKnownSplit(t *testing.T) {
 	a, st := completeView(t, 3)
-	a.job.plan.Planned = 2
+	a.planning.plan.Planned = 2
 	st.remove(Durable, prefixSplit+"b")
 	a.detectTerminal()
 	settleIO(t, a)
@@ -168,7 +168,7 @@ func TestDetectTerminalStalled(t *testing.T) {
 	q := rec("q", 4, "")
 	q.Status, q.Attempts = statusQuarant, 4
 	a.upsert("q", q, st.put(Durable, prefixSplit+"q", encode(q)), live)
-	a.job.plan.Planned = 3
+	a.planning.plan.Planned = 3
 	a.detectTerminal()
 	settleIO(t, a)
 	assert.True(t, a.verdicts.terminal)
@@ -177,12 +177,12 @@ func TestDetectTerminalStalled(t *testing.T) {
 
 func TestDetectTerminalGates(t *testing.T) {
 	a, st := completeView(t, 2)
-	a.job.plan.Finality = finalityOpen
+	a.planning.plan.Finality = finalityOpen
 	a.detectTerminal()
-	a.job.plan.Finality = finalityFinal
-	a.job.plan.Planned = 3
+	a.planning.plan.Finality = finalityFinal
+	a.planning.plan.Planned = 3
 	a.detectTerminal()
-	a.job.plan.Planned = 2
+	a.planning.plan.Planned = 2
 	a.upsert("r", rec("r", 0, ""), st.put(Durable, prefixSplit+"r", encode(rec("r", 0, ""))), live)
 	a.detectTerminal()
 	settleIO(t, a)

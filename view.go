@@ -1,49 +1,25 @@
 package spate
 
 import (
-	"bytes"
-	"fmt"
 	"hash/maphash"
-	"maps"
-	"slices"
-	"strings"
+	"log/slog"
 	"sync/atomic"
 	"time"
 )
 
-// jobView is this worker's view of the job, folded from watch events,
-// listings, re-reads and the results of its own writes (upsert is the
-// only place a split's progress state changes). Every value carries the
-// store revision it was read at; the loop clock orders reads against
-// changes (see mark).
+// jobView is this worker's split table, folded from watch events,
+// listings, re-reads and the results of its own writes (foldProgress is
+// the only place a split's progress state changes), and the loop clock.
+// Every value carries the store revision it was read at; the loop clock
+// orders reads against changes (see mark). The other record kinds are
+// folded by their owners (route.go says which).
 type jobView struct {
-	splits      map[string]*splitView
-	nSplits     int // splits with a progress record
-	nCompleted  int
-	nQuarant    int
-	presence    map[string]presenceEntry
-	caps        map[string]int
-	loggedPeers map[string]bool
-	joinLogged  bool
-	// membersDirty: the presence set changed since the last membership log.
-	membersDirty bool
-	// departed is the members whose presence went, since when: their
-	// splits wait out the rebalance delay before they are reassigned.
-	departed   map[string]time.Time
-	leaderObs  *leaderVal
-	leaderRev  uint64
-	leaderAt   uint64 // clock of the last change to leaderObs
-	plan       *planRecord
-	finalSent  bool // PlanFinalized was emitted
-	planRev    uint64
-	planAt     uint64 // clock of the last change to plan
-	assigns    map[string]assignEntry
+	splits     map[string]*splitView
+	nSplits    int // splits with a progress record
+	nCompleted int
+	nQuarant   int
 	durableSeq uint64 // bumps on every durable change (gates terminal listing)
 	clock      uint64 // bumps when a read of the store starts (see mark)
-
-	// parents are the divided splits whose children the leader has not
-	// seen created yet (divide.go).
-	parents map[string]bool
 }
 
 // The local view is how the actor sees the job: folded from watch events,
@@ -77,30 +53,6 @@ type pendingWrite struct {
 	rec   *progressRecord
 }
 
-type presenceEntry struct {
-	rev      uint64
-	at       uint64
-	unproven bool // not yet seen renewing (a later revision than first seen); never self
-}
-
-type assignEntry struct {
-	val *assignmentVal
-	rev uint64
-	at  uint64
-}
-
-// tenancy is one split this worker holds. Its lease revision and last
-// renewal live with the renewer.
-type tenancy struct {
-	epoch uint64
-	// releasing: an atomic release (releaseAtomic) is in flight. Its lease
-	// delete lands with the owner-clear, so the watches may show the lease
-	// gone, or a peer's claim after it, before the release's answer is
-	// folded; that answer, not those events, decides how the tenancy ends,
-	// so dropLost waits for it.
-	releasing bool
-}
-
 // source says where a value folded into the view comes from.
 type source struct {
 	read  bool   // read from the store (a listing, snapshot or get), not a live event
@@ -131,92 +83,6 @@ func (j *jobView) view(id string) *splitView {
 	return v
 }
 
-// ----- ephemeral keys ----------------------------------------------------------
-
-func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
-	switch {
-	case key == keyLeader:
-		if rev <= a.job.leaderRev {
-			return nil
-		}
-		l, err := decodeLeader(value)
-		if err != nil {
-			return err
-		}
-		a.job.leaderObs, a.job.leaderRev, a.job.leaderAt = l, rev, a.job.clock
-		if a.leader.term != nil && l.Nonce != a.nonce {
-			a.demote("the leader key now belongs to " + l.Owner)
-		}
-	case strings.HasPrefix(key, prefixWorker):
-		inst := key[len(prefixWorker):]
-		old, known := a.job.presence[inst]
-		if known && rev <= old.rev {
-			return nil
-		}
-		if !known {
-			a.dirty = true
-			a.job.membersDirty = true
-			if l := a.leader.term; l != nil {
-				l.memberArrived(time.Now(), a.c.tm.settleQuiet)
-			}
-		}
-		// A member is proven once this worker has seen it renew (or it is
-		// this worker): a record first seen may belong to a dead process.
-		unproven := !known && inst != a.self
-		if known && old.unproven {
-			a.dirty = true // it may now be given a share of held splits
-		}
-		a.job.presence[inst] = presenceEntry{rev: rev, at: a.job.clock, unproven: unproven}
-		if _, ok := a.job.departed[inst]; ok {
-			delete(a.job.departed, inst) // a returning instance cancels its window
-			a.dirty = true
-		}
-		w, err := decodeWorker(key, value)
-		if err != nil {
-			a.log.Warn("unreadable presence record; the member keeps the default lane budget", "key", key, "err", err)
-		} else if w.MaxInFlight > 0 && a.job.caps[inst] != w.MaxInFlight {
-			a.job.caps[inst] = w.MaxInFlight
-			a.dirty = true
-		}
-		if inst == a.self && w != nil && w.Nonce != a.nonce {
-			a.renew.checkPresence() // a twin, or our predecessor's record
-		}
-	case strings.HasPrefix(key, prefixSplit):
-		id := key[len(prefixSplit):]
-		v := a.job.view(id)
-		if rev <= v.leaseRev {
-			return nil
-		}
-		if v.lease != nil && leaseHash(value) == v.leaseSum {
-			// A heartbeat: same holder, same tenancy, a later revision.
-			// Nothing to decide, nothing to decode.
-			v.leaseRev, v.leaseAt = rev, a.job.clock
-			return nil
-		}
-		a.worker.touch(id)
-		l, err := decodeLease(key, value)
-		if err != nil {
-			return err
-		}
-		if _, held := a.worker.owned[id]; held && l.Nonce != a.nonce {
-			if l.Owner == a.self {
-				// Another live process with our instance id took it. Which
-				// of the two stops is the presence record's call (the
-				// older one); here the split is simply lost.
-				a.dropLost(id, "fenced", "its lease was taken by another process with this instance id")
-				a.renew.checkPresence()
-			} else {
-				a.dropLost(id, "fenced", "its lease was taken by "+l.Owner)
-			}
-		}
-		if v.lease == nil || v.lease.Owner != l.Owner {
-			a.dirty = true
-		}
-		v.lease, v.leaseSum, v.leaseRev, v.leaseAt = l, leaseHash(value), rev, a.job.clock
-	}
-	return nil
-}
-
 // leaseSeed keys leaseHash with a per-process random seed, so no record
 // can be crafted to collide with another.
 var leaseSeed = maphash.MakeSeed()
@@ -227,309 +93,16 @@ var leaseSeed = maphash.MakeSeed()
 // comparison.
 func leaseHash(value []byte) uint64 { return maphash.Bytes(leaseSeed, value) }
 
-// ephemeralDelete applies a delete (or, with force, an authoritative
-// absence from a listing, without a revision check).
-func (a *actor) ephemeralDelete(key string, rev uint64, force bool) {
-	switch {
-	case key == keyLeader:
-		if !force && rev <= a.job.leaderRev {
-			return
-		}
-		a.job.leaderObs, a.job.leaderAt = nil, a.job.clock
-		if !force {
-			a.job.leaderRev = rev
-		}
-		if a.leader.term != nil && (force || rev > a.renew.leaderRev()) {
-			a.log.Warn("leadership lease expired")
-			a.dropLeadership()
-		}
-	case strings.HasPrefix(key, prefixWorker):
-		inst := key[len(prefixWorker):]
-		old, ok := a.job.presence[inst]
-		if !ok || !force && rev <= old.rev {
-			return
-		}
-		delete(a.job.presence, inst)
-		delete(a.job.caps, inst)
-		a.dirty = true
-		a.job.membersDirty = true
-		switch {
-		case inst != a.self && isGeneratedID(inst):
-			// Its id was generated: no process can come back under it, so
-			// its splits are free at once, not after the rebalance delay.
-			a.log.Info("a worker departed; its id was generated, so its splits are reassigned without the rebalance delay", "peer", inst)
-		case inst != a.self:
-			a.job.departed[inst] = time.Now()
-		case !a.worker.parting:
-			a.renew.presenceGone(rev)
-		}
-	case strings.HasPrefix(key, prefixSplit):
-		id := key[len(prefixSplit):]
-		v := a.job.view(id)
-		if !force && rev <= v.leaseRev {
-			return
-		}
-		if _, held := a.worker.owned[id]; held && (force || rev > a.renew.leaseRev(id)) {
-			a.dropLost(id, "starved", "its lease expired: renewals failed for a whole lease")
-		}
-		if v.lease != nil {
-			a.dirty = true
-		}
-		a.worker.touch(id)
-		v.lease, v.leaseSum, v.leaseAt, v.leaseGoneAt = nil, 0, a.job.clock, time.Time{}
-		if !force {
-			v.leaseRev, v.leaseGoneAt = rev, time.Now()
-		}
-		if p := v.prog; p != nil && p.Status == statusRunnable && int(p.Attempts)+1 >= a.cfg.MaxAttempts {
-			a.worker.quarantineScan = true
-		}
-	}
-}
-
-// applyEphemeral folds a complete read of the ephemeral keyspace (a watch
-// snapshot or a listing) that started at mark: every key the view holds
-// from before mark and the read does not list is gone.
-func (a *actor) applyEphemeral(entries []Entry, mark uint64) error {
-	listed := make(map[string]bool, len(entries))
-	for _, e := range entries {
-		listed[e.Key] = true
-	}
-	if a.job.leaderObs != nil && !listed[keyLeader] && a.job.leaderAt < mark {
-		a.ephemeralDelete(keyLeader, 0, true)
-	}
-	for _, inst := range slices.Sorted(maps.Keys(a.job.presence)) {
-		if !listed[prefixWorker+inst] && a.job.presence[inst].at < mark {
-			a.ephemeralDelete(prefixWorker+inst, 0, true)
-		}
-	}
-	for _, id := range slices.Sorted(maps.Keys(a.job.splits)) {
-		v := a.job.splits[id]
-		if v.lease != nil && !listed[prefixSplit+id] && v.leaseAt < mark {
-			a.ephemeralDelete(prefixSplit+id, 0, true)
-		}
-	}
-	for _, e := range entries {
-		if err := a.ephemeralPut(e.Key, e.Value, e.Revision); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// applyDurable folds a read of the durable keyspace that started at mark.
-// With complete set, it is a whole-keyspace read: assignment records the
-// view holds from before mark that it does not list are gone.
-func (a *actor) applyDurable(entries []Entry, mark uint64, complete bool) error {
-	if complete {
-		listed := make(map[string]bool, len(entries))
-		for _, e := range entries {
-			listed[e.Key] = true
-		}
-		if a.job.plan != nil && !listed[keyPlan] && a.job.planAt < mark {
-			return errNamespaceGone(fmt.Sprintf("a listing of the durable keyspace (%d records) has no plan record", len(entries)))
-		}
-		for key, d := range a.records.damaged {
-			if !listed[key] && d.at < mark {
-				a.repair(key, true)
-			}
-		}
-		for id, v := range a.job.splits {
-			if v.prog != nil && !listed[prefixSplit+id] && v.progAt < mark {
-				if pruned(v.prog, !listed[prefixSpec+id]) {
-					a.forgetPruned(id, 0)
-					continue
-				}
-				a.log.Warn("a split's progress record is missing from a listing; the leader restores it from the last state seen", "split", id)
-				a.forgetProgress(id, 0)
-			}
-		}
-		for inst, e := range a.job.assigns {
-			if !listed[prefixAssign+inst] && e.at < mark {
-				delete(a.job.assigns, inst)
-				if inst == a.self {
-					a.forgetAssignment()
-				}
-			}
-		}
-	}
-	for _, e := range entries {
-		if err := a.durablePut(e.Key, e.Value, e.Revision, readSince(mark)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// ----- durable keys ------------------------------------------------------------
-
-// errNamespaceGone is the Fatal error of a job whose plan record vanished
-// under a running worker: the store lost or dropped the job's records, and
-// nothing it still holds can be trusted to resume from.
-func errNamespaceGone(how string) error {
-	return Fatalf("the job's records are gone from the store (%s). Likely causes: the store was wiped (Redis FLUSHALL/FLUSHDB, a key eviction policy other than noeviction), "+
-		"restarted without persistence (Redis without appendonly), restored from an older backup, or the job was deleted. "+
-		"The committed progress cannot be trusted: check the store, then restore it from a backup or start the job anew (it replays from the beginning)", how)
-}
-
-func (a *actor) durablePut(key string, value []byte, rev uint64, src source) error {
-	switch {
-	case key == keyPlan:
-		if rev <= a.job.planRev {
-			return nil
-		}
-		p, err := decodePlan(key, value, a.fp)
-		if err != nil {
-			return err
-		}
-		a.setPlan(p, rev)
-	case strings.HasPrefix(key, prefixSpec):
-		id := key[len(prefixSpec):]
-		v := a.job.view(id)
-		if v.spec != nil {
-			return nil // immutable: the first copy wins
-		}
-		s, err := decodeSpec(key, id, value, a.fpHash)
-		if ok, err := a.readable(id, key, rev, err); !ok {
-			return err
-		}
-		v.spec = s
-		if v.prog != nil {
-			a.dirty = true
-		}
-		a.worker.touch(id)
-	case strings.HasPrefix(key, prefixSplit):
-		id := key[len(prefixSplit):]
-		if v := a.job.splits[id]; v != nil {
-			if rev == v.progRev || rev < v.progRev && !src.read {
-				return nil // an echo of what the view holds, or a stale one: skip the decode
-			}
-			if p := v.pending.Load(); p != nil && bytes.Equal(p.value, value) {
-				a.upsert(id, p.rec, rev, src) // the echo of our commit in flight
-				return nil
-			}
-		}
-		r, err := decodeProgress(key, id, value, a.fpHash)
-		if ok, err := a.readable(id, key, rev, err); !ok {
-			return err
-		}
-		a.upsert(id, r, rev, src)
-	case key == keyVerdict:
-		if rev <= a.verdicts.recordRev {
-			return nil
-		}
-		v, err := decodeVerdict(value, a.fpHash)
-		if err != nil {
-			return err
-		}
-		a.verdicts.recordRev = rev
-		a.onVerdict(v)
-	case strings.HasPrefix(key, prefixAssign):
-		inst := key[len(prefixAssign):]
-		if e, ok := a.job.assigns[inst]; ok && rev <= e.rev {
-			return nil
-		}
-		val, err := decodeAssignment(key, value)
-		if err != nil {
-			a.log.Warn("ignoring an unreadable assignment record (it is not read as an empty one)", "key", key, "err", err)
-			return nil
-		}
-		a.setAssign(inst, val, rev)
-	}
-	return nil
-}
-
-// planFinalized emits PlanFinalized, once: on reading the final plan, or
-// on a terminal verdict read before the plan (a scoped worker's watch of
-// the verdict record may deliver it first; a verdict implies a final plan).
-func (a *actor) planFinalized(planned uint64) {
-	if !a.job.finalSent {
-		a.job.finalSent = true
-		a.c.emit(PlanFinalized{Planned: planned})
-	}
-}
-
-func (a *actor) setPlan(p *planRecord, rev uint64) {
-	if rev <= a.job.planRev {
-		return
-	}
-	a.job.plan, a.job.planRev, a.job.planAt = p, rev, a.job.clock
-	a.job.durableSeq++
-	if p.Finality == finalityFinal {
-		a.planFinalized(p.Planned)
-	}
-	if a.leader.term != nil && p.Generation > a.leader.term.generation {
-		a.demote(fmt.Sprintf("a successor bumped the plan generation to %d", p.Generation))
-	}
-}
-
-func (a *actor) setAssign(inst string, val *assignmentVal, rev uint64) {
-	if e, ok := a.job.assigns[inst]; ok && rev <= e.rev {
-		return
-	}
-	a.job.assigns[inst] = assignEntry{val: val, rev: rev, at: a.job.clock}
-	if inst == a.self {
-		a.adoptAssignment(val, time.Now())
-	}
-}
-
-// durableDelete applies a watched delete at rev (0: revision unknown). A
-// delete at or below the revision the view holds for a split record is
-// stale: the record was re-created since (the leader restored it, and a
-// re-read saw the new one before this event arrived), and forgetting it
-// would leave the split without a record in this view for good, since
-// the restored record's own event is then dropped as an echo.
-func (a *actor) durableDelete(key string, rev uint64) error {
-	a.job.durableSeq++
-	switch {
-	case key == keyPlan:
-		return errNamespaceGone("its plan record was deleted")
-	case strings.HasPrefix(key, prefixSplit):
-		id := key[len(prefixSplit):]
-		if v := a.job.splits[id]; rev != 0 && v != nil && v.prog != nil && rev <= v.progRev {
-			return nil // stale: the record was re-created since
-		}
-		if _, ok := a.records.damaged[key]; ok {
-			a.repair(key, true)
-			return nil
-		}
-		if v := a.job.splits[id]; v != nil && pruned(v.prog, v.spec == nil) {
-			a.forgetPruned(id, rev)
-			return nil
-		}
-		a.log.Warn("a split's progress record was deleted externally; the leader restores it from the last state seen", "key", key)
-		a.forgetProgress(id, rev)
-	case strings.HasPrefix(key, prefixSpec) && a.records.damaged[key] != nil:
-		a.repair(key, true)
-	case strings.HasPrefix(key, prefixSpec) && a.completed(key[len(prefixSpec):]):
-		// A completed split's spec goes first when it is pruned (prune.go).
-		a.job.splits[key[len(prefixSpec):]].spec = nil
-	case key == keyVerdict:
-		if rev == 0 || rev > a.verdicts.recordRev {
-			a.verdicts.recordRev = max(a.verdicts.recordRev, rev)
-			a.onVerdict(nil)
-		}
-	case strings.HasPrefix(key, prefixAssign):
-		inst := key[len(prefixAssign):]
-		delete(a.job.assigns, inst)
-		if inst == a.self {
-			a.forgetAssignment()
-		}
-	case strings.HasPrefix(key, prefixProbe):
-		a.log.Debug("startup probe key cleared", "key", key)
-	default:
-		a.log.Warn("durable record deleted externally; reconcile treats it as absent", "key", key)
-	}
-	return nil
-}
-
 // completed reports whether the view holds split id's record completed.
 func (a *actor) completed(id string) bool {
 	v := a.job.splits[id]
 	return v != nil && v.prog != nil && v.prog.Status == statusCompleted
 }
 
-// upsert folds a progress record into the view: the only place progress
-// state changes.
+// foldProgress folds a progress record into the split table: the only
+// place progress state changes. It returns the record it replaced (prev)
+// and whether the store went back in time (back); ok is false when the
+// record changes nothing (a stale echo).
 //
 // A live value at or below the held revision is a stale echo. A value read
 // from the store with a revision below the one held means the store went
@@ -538,75 +111,43 @@ func (a *actor) completed(id string) bool {
 // what the store now says rather than filter every later write as stale;
 // but only if nothing changed the view since that read started (else the
 // read is merely older than what the view holds).
-func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
-	v := a.job.view(id)
+func (j *jobView) foldProgress(id string, r *progressRecord, rev uint64, src source, log *slog.Logger) (prev *progressRecord, back, ok bool) {
+	v := j.view(id)
 	if rev <= v.progRev {
 		if !src.read || rev == v.progRev || v.progAt >= src.since {
-			return
+			return nil, false, false
 		}
-		a.log.Warn("the store went back in time: a split record's revision is below one seen before; adopting the store's state",
+		log.Warn("the store went back in time: a split record's revision is below one seen before; adopting the store's state",
 			"split", id, "seen", v.progRev, "now", rev)
 	}
-	prev, back := v.prog, rev < v.progRev
-	a.job.durableSeq++
-	delete(a.records.missing, id)
+	prev, back = v.prog, rev < v.progRev
+	j.durableSeq++
 	if prev == nil {
-		a.job.nSplits++
-		a.dirty = true
+		j.nSplits++
 	} else {
-		if prev.owner() != r.owner() || prev.Status != r.Status || prev.Parked != r.Parked {
-			a.dirty = true // a parked split frees a lane for the assignment
-		}
-		a.job.count(prev.Status, -1)
+		j.count(prev.Status, -1)
 	}
-	a.job.count(r.Status, +1)
-	v.prog, v.progRev, v.progAt = r, rev, a.job.clock
-	a.job.noteChildren(id, r)
-	a.worker.touch(id)
-	a.io.cellSaw(id, r, rev, back)
-	if t, held := a.worker.owned[id]; held && r.Epoch > t.epoch {
-		a.dropLost(id, "fenced", fmt.Sprintf("a claimant fenced it at epoch %d", r.Epoch))
-	}
-	// Emit Quarantined once per transition this worker observes (a snapshot
-	// of an already quarantined split is no transition).
-	if r.Status == statusQuarant && prev != nil && prev.Status != statusQuarant {
-		a.c.emit(Quarantined{Split: SplitID{id: id}, Attempts: r.Attempts})
-		a.log.Warn("split quarantined: out of delivery attempts; it blocks completion", "split", id, "attempts", r.Attempts)
-	}
-	if r.Status == statusRunnable && int(r.Attempts)+1 >= a.cfg.MaxAttempts {
-		a.worker.quarantineScan = true
-	}
-	if r.Status == statusRunnable && prev != nil && prev.Status == statusQuarant {
-		if a.verdicts.withdrawStall() {
-			a.dirty = true
-			a.log.Info("stall withdrawn: a quarantined split is runnable again", "split", id)
-		}
-	}
+	j.count(r.Status, +1)
+	v.prog, v.progRev, v.progAt = r, rev, j.clock
+	return prev, back, true
 }
 
-// forgetProgress takes a split whose progress record is gone from the
-// view: a tenancy of it here is lost, and the leader restores the record
-// (restoreMissing) from the last state the view held, so the job neither
-// hangs on a planned split without a record nor loses what it committed.
-//
-// rev is the delete's revision when a watch event carried one (0 for an
-// absence from a listing): the view then holds it as the record's last
-// revision, so no value older than the delete brings the record back.
-func (a *actor) forgetProgress(id string, rev uint64) {
-	v := a.job.splits[id]
+// dropProgress takes split id's progress record out of the split table
+// and returns it (nil: the table held none). rev is the delete's revision
+// when a watch event carried one (0 for an absence from a listing): the
+// table then holds it as the record's last revision, so no value older
+// than the delete brings the record back.
+func (j *jobView) dropProgress(id string, rev uint64) *progressRecord {
+	v := j.splits[id]
 	if v == nil || v.prog == nil {
-		return
+		return nil
 	}
-	if _, held := a.worker.owned[id]; held {
-		a.dropLost(id, "fenced", "its progress record was deleted")
-	}
-	a.worker.touch(id)
-	a.job.count(v.prog.Status, -1)
-	a.job.nSplits--
-	a.records.missing[id] = v.prog
-	v.prog, v.progAt = nil, a.job.clock
+	old := v.prog
+	j.count(old.Status, -1)
+	j.nSplits--
+	v.prog, v.progAt = nil, j.clock
 	v.progRev = max(v.progRev, rev)
-	a.dirty = true
+	return old
 }
 
 func (j *jobView) count(status string, d int) {

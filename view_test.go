@@ -165,25 +165,25 @@ func TestApplyEphemeralKeepsEntriesTouchedAfterTheMark(t *testing.T) {
 		{Key: prefixWorker + "fresh", Value: workerBytes("n4", 1), Revision: 8},
 	}, mark))
 
-	assert.NotContains(t, a.job.presence, "old", "unlisted and older than the read: gone")
-	assert.Contains(t, a.job.departed, "old", "a vanished peer starts its rebalance-delay window")
-	assert.False(t, a.job.departed["old"].Before(before))
-	assert.NotContains(t, a.job.caps, "old")
-	assert.Contains(t, a.job.presence, "new", "changed after the read started: kept")
-	assert.Equal(t, uint64(7), a.job.presence["listed"].rev)
-	assert.Equal(t, 5, a.job.caps["listed"], "a listed record is folded")
-	assert.Contains(t, a.job.presence, "fresh")
+	assert.NotContains(t, a.members.presence, "old", "unlisted and older than the read: gone")
+	assert.Contains(t, a.members.departed, "old", "a vanished peer starts its rebalance-delay window")
+	assert.False(t, a.members.departed["old"].Before(before))
+	assert.NotContains(t, a.members.caps, "old")
+	assert.Contains(t, a.members.presence, "new", "changed after the read started: kept")
+	assert.Equal(t, uint64(7), a.members.presence["listed"].rev)
+	assert.Equal(t, 5, a.members.caps["listed"], "a listed record is folded")
+	assert.Contains(t, a.members.presence, "fresh")
 	assert.Nil(t, a.job.splits["x"].lease, "an older lease the read does not list is gone")
 	assert.Equal(t, uint64(3), a.job.splits["x"].leaseRev, "a forced absence keeps the revision seen")
 	assert.NotNil(t, a.job.splits["y"].lease, "a lease put after the mark is kept")
-	assert.Nil(t, a.job.leaderObs, "an older leader key the read does not list is gone")
+	assert.Nil(t, a.leader.key, "an older leader key the read does not list is gone")
 
 	// A leader key seen after the mark survives a read that missed it.
 	mark2 := a.job.mark()
 	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("peer", "np", 2), 9))
 	require.NoError(t, a.applyEphemeral(nil, mark2))
-	assert.NotNil(t, a.job.leaderObs)
-	assert.NotContains(t, a.job.presence, "new", "the entry kept by the first read predates the second, which misses it: gone")
+	assert.NotNil(t, a.leader.key)
+	assert.NotContains(t, a.members.presence, "new", "the entry kept by the first read predates the second, which misses it: gone")
 	assert.Nil(t, a.job.splits["y"].lease)
 }
 
@@ -191,27 +191,27 @@ func TestEphemeralPresenceLifecycle(t *testing.T) {
 	a := newTestActor(t, nil, testConfig())
 	require.NoError(t, a.ephemeralPut(prefixWorker+"p", workerBytes("n", 6), 3))
 	assert.True(t, a.dirty)
-	assert.Equal(t, 6, a.job.caps["p"])
-	assert.True(t, a.job.presence["p"].unproven, "a member first seen may be a dead process's record")
+	assert.Equal(t, 6, a.members.caps["p"])
+	assert.True(t, a.members.presence["p"].unproven, "a member first seen may be a dead process's record")
 	a.dirty = false
 	require.NoError(t, a.ephemeralPut(prefixWorker+"p", workerBytes("n", 6), 3))
 	assert.False(t, a.dirty, "a stale renewal changes nothing")
 	require.NoError(t, a.ephemeralPut(prefixWorker+"p", workerBytes("n", 6), 4))
 	assert.True(t, a.dirty, "its first renewal proves it alive: it may now be given held splits")
-	assert.False(t, a.job.presence["p"].unproven)
+	assert.False(t, a.members.presence["p"].unproven)
 	a.dirty = false
 	require.NoError(t, a.ephemeralPut(prefixWorker+"p", workerBytes("n", 6), 5))
 	assert.False(t, a.dirty, "a renewal of a known member with an unchanged cap changes nothing")
 	require.NoError(t, a.ephemeralPut(prefixWorker+"p", []byte("garbage"), 6))
-	assert.Equal(t, 6, a.job.caps["p"], "an unreadable presence record keeps the member, at its last cap")
+	assert.Equal(t, 6, a.members.caps["p"], "an unreadable presence record keeps the member, at its last cap")
 
 	a.ephemeralDelete(prefixWorker+"p", 4, false)
-	assert.Contains(t, a.job.presence, "p", "a delete at or below the held revision is stale")
+	assert.Contains(t, a.members.presence, "p", "a delete at or below the held revision is stale")
 	a.ephemeralDelete(prefixWorker+"p", 7, false)
-	assert.NotContains(t, a.job.presence, "p")
-	assert.Contains(t, a.job.departed, "p")
+	assert.NotContains(t, a.members.presence, "p")
+	assert.Contains(t, a.members.departed, "p")
 	require.NoError(t, a.ephemeralPut(prefixWorker+"p", workerBytes("n2", 6), 8))
-	assert.NotContains(t, a.job.departed, "p", "a returning instance cancels its window")
+	assert.NotContains(t, a.members.departed, "p", "a returning instance cancels its window")
 }
 
 func TestEphemeralOwnPresence(t *testing.T) {
@@ -226,7 +226,7 @@ func TestEphemeralOwnPresence(t *testing.T) {
 	a.ephemeralDelete(prefixWorker+"me", 7, false)
 	assert.Len(t, a.renew.check, 1, "our presence expired: the renewer rewrites it at once")
 	assert.Zero(t, a.renew.presRev, "the renewer re-creates it instead of updating a revision that is gone")
-	assert.NotContains(t, a.job.departed, "me", "we are no departed peer")
+	assert.NotContains(t, a.members.departed, "me", "we are no departed peer")
 }
 
 func TestEphemeralLeaseOfAHeldSplit(t *testing.T) {
@@ -275,16 +275,16 @@ func TestEphemeralLeaderKey(t *testing.T) {
 	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("me", "nonce-me", 2), 5))
 	assert.NotNil(t, a.leader.term, "our own leader key")
 	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("me", "nonce-me", 2), 4))
-	assert.Equal(t, uint64(5), a.job.leaderRev)
+	assert.Equal(t, uint64(5), a.leader.keyRev)
 	require.NoError(t, a.ephemeralPut(keyLeader, leaderBytes("peer", "np", 3), 6))
 	assert.Nil(t, a.leader.term, "the leader key now belongs to another: demoted")
-	assert.Equal(t, "peer", a.job.leaderObs.Owner)
+	assert.Equal(t, "peer", a.leader.key.Owner)
 
 	a.leader.term = &leadership{generation: 3}
 	a.renew.setLeader(8, 3)
 	a.ephemeralDelete(keyLeader, 7, false)
 	assert.NotNil(t, a.leader.term, "a delete older than our own leader write does not end leadership")
-	assert.Nil(t, a.job.leaderObs)
+	assert.Nil(t, a.leader.key)
 	a.ephemeralDelete(keyLeader, 9, false)
 	assert.Nil(t, a.leader.term, "the leader key expired")
 	assert.Zero(t, a.renew.leaderRev(), "the renewer stops renewing it")
@@ -302,12 +302,12 @@ func TestApplyDurableCompleteDropsOnlyOlderAssignments(t *testing.T) {
 	require.Contains(t, a.worker.awaiting, "s")
 
 	require.NoError(t, a.applyDurable(nil, mark, false))
-	assert.Len(t, a.job.assigns, 3, "a partial read deletes nothing")
+	assert.Len(t, a.assigns.byInst, 3, "a partial read deletes nothing")
 
 	require.NoError(t, a.applyDurable(nil, mark, true))
-	assert.NotContains(t, a.job.assigns, "old")
-	assert.NotContains(t, a.job.assigns, "me")
-	assert.Contains(t, a.job.assigns, "new", "written after the read started: kept")
+	assert.NotContains(t, a.assigns.byInst, "old")
+	assert.NotContains(t, a.assigns.byInst, "me")
+	assert.Contains(t, a.assigns.byInst, "new", "written after the read started: kept")
 	assert.False(t, a.worker.assignSeen, "our own record gone: no instruction (which is not an empty one)")
 	assert.Empty(t, a.worker.assigned)
 	assert.Empty(t, a.worker.awaiting)
@@ -325,11 +325,11 @@ func TestApplyDurableFoldsEntries(t *testing.T) {
 		{Key: prefixAssign + "peer", Value: encode(&assignmentVal{Schema: SchemaVersion, Splits: []string{"s"}}), Revision: 4},
 		{Key: prefixAssign + "bad", Value: []byte("{}"), Revision: 5},
 	}, mark, true))
-	assert.Equal(t, uint64(1), a.job.planRev)
+	assert.Equal(t, uint64(1), a.planning.planRev)
 	assert.Equal(t, uint64(3), a.job.splits["s"].spec.Weight)
 	assert.Equal(t, uint64(3), a.job.splits["s"].progRev)
-	assert.Contains(t, a.job.assigns, "peer")
-	assert.NotContains(t, a.job.assigns, "bad", "an unreadable assignment is ignored, never read as an empty one")
+	assert.Contains(t, a.assigns.byInst, "peer")
+	assert.NotContains(t, a.assigns.byInst, "bad", "an unreadable assignment is ignored, never read as an empty one")
 
 	other := &specRecord{Schema: SchemaVersion, ID: "s", FP: testFPHash, Weight: 9, Descriptor: []byte("e")}
 	require.NoError(t, a.durablePut(prefixSpec+"s", encode(other), 9, live))
@@ -353,7 +353,7 @@ func TestAPlanFromASuccessorDemotes(t *testing.T) {
 	assert.Nil(t, a.leader.term)
 	seq := a.job.durableSeq
 	require.NoError(t, a.durablePut(keyPlan, encode(p), 6, live))
-	assert.Equal(t, uint64(3), a.job.plan.Generation, "a plan at or below the held revision is stale")
+	assert.Equal(t, uint64(3), a.planning.plan.Generation, "a plan at or below the held revision is stale")
 	assert.Equal(t, seq, a.job.durableSeq)
 }
 
@@ -447,8 +447,8 @@ func TestAGeneratedMemberDepartsWithoutADelay(t *testing.T) {
 	require.NoError(t, a.ephemeralPut(prefixWorker+"pod-0", workerBytes("m", 2), 4))
 	a.ephemeralDelete(prefixWorker+gen, 5, false)
 	a.ephemeralDelete(prefixWorker+"pod-0", 6, false)
-	assert.NotContains(t, a.job.departed, gen, "a generated id never comes back: no window")
-	assert.Contains(t, a.job.departed, "pod-0", "a stable id may come back: its splits wait out the window")
+	assert.NotContains(t, a.members.departed, gen, "a generated id never comes back: no window")
+	assert.Contains(t, a.members.departed, "pod-0", "a stable id may come back: its splits wait out the window")
 }
 
 // A leader elected after a worker died never saw its presence record: it
@@ -461,9 +461,9 @@ func TestInferDepartedSkipsGeneratedIDs(t *testing.T) {
 	require.False(t, isGeneratedID("spate-XYZ"))
 	a.job.view("s1").prog = rec("s1", 1, gen)
 	a.job.view("s2").prog = rec("s2", 1, "pod-0")
-	a.job.inferDeparted(time.Now(), a.cfg.RebalanceDelay, a.log)
-	assert.NotContains(t, a.job.departed, gen)
-	assert.Contains(t, a.job.departed, "pod-0")
+	a.members.inferDeparted(a.job.splits, time.Now(), a.cfg.RebalanceDelay, a.log)
+	assert.NotContains(t, a.members.departed, gen)
+	assert.Contains(t, a.members.departed, "pod-0")
 }
 
 func TestTheJobViewsClockAndCountsAreItsOwn(t *testing.T) {

@@ -190,37 +190,7 @@ func (a *actor) noteFullView() {
 		a.w.fullView = true
 		a.dirty = true
 		if a.leader.term != nil {
-			a.job.inferDeparted(time.Now(), a.cfg.RebalanceDelay, a.log)
-		}
-	}
-}
-
-// inferDeparted starts a rebalance-delay window, at now, for every owner
-// of a split record that has no presence and no window yet: a leader that
-// did not watch the members before it was elected (it watched only its
-// own keys, or it just started) never saw them leave, and without a
-// window would hand a departed worker's splits on at once.
-func (j *jobView) inferDeparted(now time.Time, delay time.Duration, log *slog.Logger) {
-	if delay == NoRebalanceDelay {
-		return
-	}
-	for _, v := range j.splits {
-		if v.prog == nil {
-			continue
-		}
-		inst := v.prog.owner()
-		if inst == "" {
-			continue
-		}
-		if _, present := j.presence[inst]; present {
-			continue
-		}
-		if isGeneratedID(inst) {
-			continue // a generated id never comes back: no delay
-		}
-		if _, waiting := j.departed[inst]; !waiting {
-			j.departed[inst] = now
-			log.Info("a split's owner is not present: its splits wait out the rebalance delay", "peer", inst, "delay", delay)
+			a.members.inferDeparted(a.job.splits, time.Now(), a.cfg.RebalanceDelay, a.log)
 		}
 	}
 }
@@ -270,7 +240,7 @@ func (a *actor) reconcile() {
 // Its record is re-seeded from nothing (a planner's seed progress is lost:
 // the split replays from its start — duplicates, never loss).
 func (a *actor) findUnseeded() {
-	if a.leader.term == nil || !a.w.fullView || a.job.plan == nil || a.job.plan.Finality != finalityFinal {
+	if a.leader.term == nil || !a.w.fullView || a.planning.plan == nil || a.planning.plan.Finality != finalityFinal {
 		return
 	}
 	for id, v := range a.job.splits {

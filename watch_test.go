@@ -39,13 +39,13 @@ func TestWatchSnapshotIsAppliedWhole(t *testing.T) {
 	openTestWatch(a, w)
 	require.NoError(t, a.onWatch(w, WatchEvent{Kind: WatchPut, Key: prefixWorker + "p", Value: workerBytes("n", 1), Revision: 5}, true))
 	require.NoError(t, a.onWatch(w, WatchEvent{Kind: WatchDelete, Key: prefixWorker + "q", Revision: 6}, true))
-	assert.NotContains(t, a.job.presence, "p", "nothing is applied before SnapshotDone")
-	assert.Contains(t, a.job.presence, "stale")
+	assert.NotContains(t, a.members.presence, "p", "nothing is applied before SnapshotDone")
+	assert.Contains(t, a.members.presence, "stale")
 	require.NoError(t, a.onWatch(w, WatchEvent{Kind: WatchSnapshotDone}, true))
 	assert.False(t, w.collecting)
 	assert.Nil(t, w.snapshot)
-	assert.Contains(t, a.job.presence, "p")
-	assert.NotContains(t, a.job.presence, "stale", "the snapshot is authoritative for what predates it")
+	assert.Contains(t, a.members.presence, "p")
+	assert.NotContains(t, a.members.presence, "stale", "the snapshot is authoritative for what predates it")
 
 	// A durable snapshot applies without deleting assignments (a watch
 	// snapshot is not the reconcile listing).
@@ -55,7 +55,7 @@ func TestWatchSnapshotIsAppliedWhole(t *testing.T) {
 	require.NoError(t, a.onWatch(d, WatchEvent{Kind: WatchPut, Key: prefixSplit + "s", Value: encode(rec("s", 0, "")), Revision: 9}, true))
 	require.NoError(t, a.onWatch(d, WatchEvent{Kind: WatchSnapshotDone}, true))
 	assert.Equal(t, 1, a.job.nSplits)
-	assert.Contains(t, a.job.assigns, "peer")
+	assert.Contains(t, a.assigns.byInst, "peer")
 }
 
 // After the snapshot, events apply one by one.
@@ -63,9 +63,9 @@ func TestWatchLiveEvents(t *testing.T) {
 	a := newTestActor(t, nil, testConfig())
 	e, d := a.w.streams[0], a.w.streams[1]
 	require.NoError(t, a.onWatch(e, WatchEvent{Kind: WatchPut, Key: prefixWorker + "p", Value: workerBytes("n", 3), Revision: 2}, true))
-	assert.Equal(t, 3, a.job.caps["p"])
+	assert.Equal(t, 3, a.members.caps["p"])
 	require.NoError(t, a.onWatch(e, WatchEvent{Kind: WatchDelete, Key: prefixWorker + "p", Revision: 3}, true))
-	assert.NotContains(t, a.job.presence, "p")
+	assert.NotContains(t, a.members.presence, "p")
 	require.NoError(t, a.onWatch(d, WatchEvent{Kind: WatchPut, Key: prefixSplit + "s", Value: encode(rec("s", 0, "")), Revision: 4}, true))
 	assert.Equal(t, uint64(4), a.job.splits["s"].progRev)
 	require.NoError(t, a.onWatch(d, WatchEvent{Kind: WatchPut, Key: prefixAssign + "me", Value: encode(&assignmentVal{Schema: SchemaVersion, Splits: []string{"s"}}), Revision: 5}, true))
@@ -154,7 +154,7 @@ func TestOpenWatch(t *testing.T) {
 			ev, ok := <-w.ch
 			require.NoError(t, a.onWatch(w, ev, ok))
 		}
-		assert.Contains(t, a.job.presence, "peer")
+		assert.Contains(t, a.members.presence, "peer")
 
 		// A failed re-watch is retried later; a Fatal one stops the loop.
 		d := a.w.streams[1]
@@ -195,9 +195,9 @@ func TestReconcile(t *testing.T) {
 	settleIO(t, a)
 	assert.False(t, a.w.reconciling)
 	assert.Equal(t, 2, st.count("list", ""), "one listing per keyspace")
-	assert.NotContains(t, a.job.presence, "ghost")
-	assert.Contains(t, a.job.presence, "peer")
-	assert.NotContains(t, a.job.assigns, "ghost")
+	assert.NotContains(t, a.members.presence, "ghost")
+	assert.Contains(t, a.members.presence, "peer")
+	assert.NotContains(t, a.assigns.byInst, "ghost")
 	assert.Equal(t, 1, a.job.nSplits)
 	assert.True(t, a.dirty)
 
@@ -210,7 +210,7 @@ func TestReconcile(t *testing.T) {
 	})
 	a.reconcile()
 	settleIO(t, a)
-	assert.Contains(t, a.job.presence, "peer", "a failed listing deletes nothing")
+	assert.Contains(t, a.members.presence, "peer", "a failed listing deletes nothing")
 }
 
 func TestKeyGroupsCountTheKeysTheyCoverAndHaveLoaded(t *testing.T) {

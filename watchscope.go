@@ -123,24 +123,14 @@ func (a *actor) prune() {
 		}
 		delete(a.job.splits, id)
 	}
-	for inst := range a.job.presence {
-		if inst != a.self {
-			delete(a.job.presence, inst)
-			delete(a.job.caps, inst)
-		}
-	}
-	for inst := range a.job.assigns {
-		if inst != a.self {
-			delete(a.job.assigns, inst)
-		}
-	}
+	a.members.forgetPeers(a.self)
+	a.assigns.forgetPeers(a.self)
 	for key, d := range a.records.damaged {
 		if !a.worker.inScope(d.id) {
 			delete(a.records.damaged, key)
 		}
 	}
 	clear(a.records.missing)
-	clear(a.job.departed)
 	clear(a.leader.pub.pinnedSince)
 	clear(a.leader.pub.landedAt)
 	clear(a.leader.pub.moving)
@@ -397,17 +387,11 @@ func (a *actor) absent(ks Keyspace, key string, mark uint64) error {
 	if ks == Ephemeral {
 		switch {
 		case key == keyLeader:
-			if a.job.leaderObs != nil && a.job.leaderAt < mark {
-				a.ephemeralDelete(key, 0, true)
-			}
+			a.leaderKeyAbsent(mark)
 		case strings.HasPrefix(key, prefixWorker):
-			if e, ok := a.job.presence[key[len(prefixWorker):]]; ok && e.at < mark {
-				a.ephemeralDelete(key, 0, true)
-			}
+			a.presenceAbsent(key[len(prefixWorker):], mark)
 		case strings.HasPrefix(key, prefixSplit):
-			if v := a.job.splits[key[len(prefixSplit):]]; v != nil && v.lease != nil && v.leaseAt < mark {
-				a.ephemeralDelete(key, 0, true)
-			}
+			a.leaseAbsent(key[len(prefixSplit):], mark)
 		}
 		return nil
 	}
@@ -417,7 +401,7 @@ func (a *actor) absent(ks Keyspace, key string, mark uint64) error {
 	}
 	switch {
 	case key == keyPlan:
-		if a.job.plan != nil && a.job.planAt < mark {
+		if a.planning.plan != nil && a.planning.planAt < mark {
 			return errNamespaceGone("a read of this worker's keys has no plan record")
 		}
 	case key == keyVerdict:
@@ -425,8 +409,7 @@ func (a *actor) absent(ks Keyspace, key string, mark uint64) error {
 			a.onVerdict(nil)
 		}
 	case strings.HasPrefix(key, prefixAssign):
-		if e, ok := a.job.assigns[key[len(prefixAssign):]]; ok && e.at < mark {
-			delete(a.job.assigns, key[len(prefixAssign):])
+		if a.assignAbsent(key[len(prefixAssign):], mark) {
 			a.forgetAssignment()
 		}
 	case strings.HasPrefix(key, prefixSplit):

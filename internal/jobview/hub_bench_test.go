@@ -110,8 +110,8 @@ func seedJob(b *testing.B, n int) *benchJob {
 }
 
 // snapshot feeds a new follower the job as a watch's snapshot would.
-func (j *benchJob) follower(b *testing.B) *spate.JobFollower {
-	f := spate.NewJobFollower("")
+func (j *benchJob) follower(b *testing.B) follower {
+	f := newFollower("")
 	f.Defer()
 	defer func() {
 		if err := f.Decode(); err != nil {
