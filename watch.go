@@ -27,6 +27,8 @@ type watchSet struct {
 	scopeDirty bool // the scope may have changed: rescope
 
 	reconciling bool // a reconcile listing is in flight (reconcile)
+
+	failLog watchFailLog // failed (re-)watches, said once then rate-limited
 }
 
 // rewatchDelay is the least the actor waits before re-establishing a
@@ -67,12 +69,13 @@ func (a *actor) openWatch(w *watchState) {
 				if kindOf(err) == kindFatal {
 					return fmt.Errorf("watch %s: %w", w.ks, err)
 				}
-				a.log.Warn("re-watch failed; retrying", "keyspace", w.ks, "err", err)
+				a.w.failLog.fail(a.log, "re-watch failed; retrying", "keyspace", w.ks, "err", err)
 				a.w.rewatchSoon()
 				return nil
 			}
 			w.ch, w.cancel, w.collecting, w.snapshot = ch, cancel, true, nil
 			w.since, w.deadline = since, time.Now().Add(a.c.tm.snapshotBudget)
+			a.w.failLog.ok(a.log)
 			return nil
 		}
 	})

@@ -219,11 +219,12 @@ func (a *actor) openGroup(ks Keyspace, keys []string) {
 				if kindOf(err) == kindFatal {
 					return fmt.Errorf("watch %d %s keys: %w", len(keys), ks, err)
 				}
-				a.log.Warn("key watch failed; retrying", "keyspace", ks, "keys", len(keys), "err", err)
+				a.w.failLog.fail(a.log, "key watch failed; retrying", "keyspace", ks, "keys", len(keys), "err", err)
 				a.w.rewatchSoon()
 				return nil
 			}
 			a.startGroup(g, gctx, ch, cancel, since)
+			a.w.failLog.ok(a.log)
 			return nil
 		}
 	})

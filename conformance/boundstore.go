@@ -12,7 +12,11 @@ import (
 // store, of its optional capabilities and of its sessions goes through
 // bounded, so a driver whose Get (or any other call) never returns, sleeps
 // or spins ends the rule with a verdict naming the call, as its Watch does.
-// [env.open] hands every rule its stores wrapped.
+// [env.open] hands every rule its stores wrapped, and the store of every
+// coordinator a rule starts (a fleet's workers, the starvation scenarios'
+// solo workers) is wrapped too: a call a coordinator makes on its own
+// goroutines that never returns fails the rule naming the call, instead
+// of hanging the coordinator (and the rule's cleanup, which closes it).
 //
 // The wrapper has exactly the driver's capabilities: a rule that finds
 // [spate.Releaser], [spate.KeyWatcher] or [spate.Sessioner] by a type

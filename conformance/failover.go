@@ -68,6 +68,7 @@ func RunFailover(t *testing.T, newHarness HarnessMaker, hooks FailoverHooks, opt
 		for {
 			s, err := e.h.NewStore(e.ctx)
 			if err == nil {
+				s = bind(e, s)
 				ctx, cancel := context.WithTimeout(e.ctx, leases(f))
 				js, err = spate.InspectJob(ctx, s, "")
 				cancel()

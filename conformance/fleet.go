@@ -21,6 +21,7 @@ import (
 // StoreCoordinator over its own store client behind its own fault injector,
 // driven by a simulated source. Tests pump it until a condition holds.
 type fleet struct {
+	e       *env // the rule's: every worker's store is bounded through it
 	t       testing.TB
 	h       Harness
 	ctx     context.Context
@@ -123,7 +124,7 @@ func testConfig(ttl time.Duration) spate.Config {
 func newFleet(e *env, planner spate.SplitPlanner) *fleet {
 	probe := e.open()
 	ttl := probe.Capabilities().TTL
-	f := &fleet{t: e.t, h: e.h, ctx: e.ctx, cfg: testConfig(ttl), planner: planner,
+	f := &fleet{e: e, t: e.t, h: e.h, ctx: e.ctx, cfg: testConfig(ttl), planner: planner,
 		tick: 20 * time.Millisecond, commits: map[string][]commitRecord{}, attempts: map[string][]commitRecord{}}
 	e.t.Cleanup(func() {
 		for _, w := range f.workers {
@@ -169,6 +170,10 @@ func (f *fleet) startPausedWith(name string, wrap func(spate.Store) spate.Store,
 	if err != nil {
 		f.t.Fatalf("harness: open store: %v", err)
 	}
+	// Every call the worker's coordinator makes is bounded
+	// (boundstore.go): a driver call that never returns fails the rule
+	// naming the call. The suite's own faults go on top, unbounded.
+	s = bind(f.e, s)
 	w.store = s
 	cfg := f.cfg
 	cfg.InstanceID = w.id

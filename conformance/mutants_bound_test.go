@@ -64,10 +64,12 @@ func spin(sh *shared, _ context.Context) bool {
 	}
 }
 
-// getRules and listRules are rules whose first calls include Get and List.
+// getRules and listRules are rules whose first calls include Get and List;
+// coordBoundRules, a coordinator rule whose workers list the job's splits.
 var (
-	getRules  = []string{"GetReadsTheLatestWrite"}
-	listRules = []string{"ListReturnsLiveKeys"}
+	coordBoundRules = []string{"TwoWorkersPartitionDisjointly"}
+	getRules        = []string{"GetReadsTheLatestWrite"}
+	listRules       = []string{"ListReturnsLiveKeys"}
 )
 
 var boundMutants = []mutant{
@@ -88,6 +90,19 @@ var boundMutants = []mutant{
 		return &hooked{Store: s, list: func(ctx context.Context, ks spate.Keyspace, p string) ([]spate.Entry, error) {
 			<-sh.closed
 			return nil, spate.Retryablef("the store closed")
+		}}
+	}},
+
+	// A coordinator's call: the listing of the job's splits never
+	// returns, deaf to its context. The coordinator calls it from its own
+	// goroutines, through the store the fleet opened for the worker.
+	{name: "split-listing-never-returns", breaks: coordBoundRules, wrap: func(sh *shared, s *mem.Store) spate.Store {
+		return &hooked{Store: s, list: func(ctx context.Context, ks spate.Keyspace, p string) ([]spate.Entry, error) {
+			if ks == spate.Durable && p == "split." {
+				<-sh.closed
+				return nil, spate.Retryablef("the store closed")
+			}
+			return s.List(ctx, ks, p)
 		}}
 	}},
 
@@ -141,6 +156,23 @@ func TestRulesEndWhateverTheDriverDoes(t *testing.T) {
 			t.Logf("%s:\n%s", c.name, verdicts(failed))
 		})
 	}
+	// A coordinator rule: the stores the fleet opens for its workers are
+	// bounded too, so a call a coordinator makes that never returns fails
+	// the rule naming the call (once, the coordinator hung on it and the
+	// rule ended on its own wait, naming nothing, or not at all).
+	t.Run("split-listing-never-returns", func(t *testing.T) {
+		t.Parallel()
+		const name = "split-listing-never-returns"
+		m := boundMutants[slices.IndexFunc(boundMutants, func(m mutant) bool { return m.name == name })]
+		failed := catch(t, conformance.CheckCoordinator, mutantHarness(boundMutants, name), m.breaks)
+		for _, r := range m.breaks {
+			require.Contains(t, failed, r, "%s: the rule must end with a verdict", name)
+			log := strings.Join(failed[r], "\n")
+			assert.Contains(t, log, "a store call returns within its bound", "%s: %s failed, but not on the bound:\n%s", name, r, log)
+			assert.Contains(t, log, `List(durable, "split.") did not return within 30s`, "%s: the verdict names the call:\n%s", name, log)
+		}
+		t.Logf("%s:\n%s", name, verdicts(failed))
+	})
 	// A Watch that spins keeps a bubble's virtual time still, so only the
 	// real-time watchdog of RunStore can end the rule: it ends the test
 	// binary naming the rule and the call. Run in a subprocess.

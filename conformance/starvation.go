@@ -61,6 +61,7 @@ func scenConcurrentCommitters(e *env) {
 			}
 			raw, err := openStore(e.ctx, h)
 			require.NoError(e.t, err, "harness: open store")
+			raw = bind(e, raw)
 			defer raw.Close()
 			ttl := raw.Capabilities().TTL
 			w := startSolo(e, h, "committer", starvationConfig(ttl, n), planOf(fmt.Sprintf("committers%d", n), n))
@@ -159,6 +160,7 @@ func startSolo(e *env, h Harness, name string, cfg spate.Config, p spate.SplitPl
 	e.t.Helper()
 	s, err := openStore(e.ctx, h)
 	require.NoError(e.t, err, "harness: open store")
+	s = bind(e, s) // every call of the coordinator bounded (boundstore.go)
 	w := &soloWorker{e: e, name: name, store: s, inj: faultstore.New(), waker: spate.NewWaker(), gained: map[string]spate.Gained{}}
 	for _, r := range rules {
 		w.inj.Add(r)

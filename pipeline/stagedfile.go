@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/atomicfile"
@@ -200,7 +201,8 @@ func (s *StagedFileSink) Destination() string { return s.dir }
 // against the committed output, finishes the publish the record lists,
 // discards every other staged file of the split and opens a staging file
 // for the tenancy.
-func (s *StagedFileSink) OpenStage(ctx context.Context, t StageTenancy, committed []byte) error {
+func (s *StagedFileSink) OpenStage(ctx context.Context, t StageTenancy, committed []byte) (err error) {
+	defer func() { err = markFileFault(err) }() // filefault.go
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -550,7 +552,8 @@ func (fs *fileStage) committable() []byte {
 
 // Publish implements [StagingSink]: it copies the listed range to the
 // published file at the committed length and fsyncs it.
-func (s *StagedFileSink) Publish(ctx context.Context, p PartitionID, committable []byte) error {
+func (s *StagedFileSink) Publish(ctx context.Context, p PartitionID, committable []byte) (err error) {
+	defer func() { err = markFileFault(err) }() // filefault.go
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -741,7 +744,7 @@ func mkdirDurable(dir string) error {
 		st, err := os.Stat(d)
 		if err == nil {
 			if !st.IsDir() {
-				return fmt.Errorf("%s is not a directory", d)
+				return &fs.PathError{Op: "mkdir", Path: d, Err: syscall.ENOTDIR} // Fatal, with the fix (filefault.go)
 			}
 			break
 		}

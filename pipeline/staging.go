@@ -274,6 +274,15 @@ func (d *CoordinationDriver[C]) publish(t *tenancy, committable []byte) error {
 		d.ReportPoison(t.spec.ID, fmt.Sprintf("output: %v", err))
 		return nil
 	}
+	if errors.Is(err, spate.ErrFatal) && !errors.Is(err, context.DeadlineExceeded) {
+		// A destination that refuses for good (permission denied, a
+		// read-only filesystem: the sink's fix is in err): set aside as
+		// damage is, not retried forever.
+		t.outputDamaged = true
+		d.opts.log.Error("the split's output cannot be published; setting the split aside", "split", t.spec.ID, "error", err)
+		d.ReportPoison(t.spec.ID, fmt.Sprintf("output: %v", err))
+		return nil
+	}
 	if errors.Is(err, syscall.ENOSPC) {
 		if t.noSpace++; t.noSpace >= publishNoSpaceAttempts {
 			return spate.Fatalf("publishing the output of split %s failed %d times: %v; free space on the destination and run again (what is committed resumes, nothing is lost)", t.spec.ID, t.noSpace, err)
