@@ -72,6 +72,10 @@ func (s *StagedFileSink) recoverWhole(fs *fileStage, committed []byte) (wholeSou
 		if err := s.recover(fs, committed); err != nil {
 			return wholeSource{}, err
 		}
+		if fs.out != nil {
+			_ = fs.out.Close() // never written again: the next publish renames
+			fs.out = nil
+		}
 		return wholeSource{path: fs.finalPath, n: fs.finalLen, crc: fs.finalCRC}, nil
 	}
 	if c.File != fs.finalRel {
@@ -233,9 +237,12 @@ func (fs *fileStage) prepareWhole(i int, watermark, cut int64, cutCRC uint32, fi
 		// The records past the cut are gone from the file: their marks go
 		// with them (they are never committed by this tenancy).
 		fs.size, fs.pcrc, fs.marks = cut, cutCRC, fs.marks[:i]
-		fs.synced = min(fs.synced, cut)
+		// The fsync below makes the new length durable too (a staging
+		// file that came back from a crash longer than listed would be
+		// taken for damage), on a retry as well.
+		fs.synced = -1
 	}
-	if cut > fs.synced || final && fs.synced < fs.size {
+	if cut > fs.synced {
 		size := fs.size
 		if err := fs.f.Sync(); err != nil {
 			return nil, false, fmt.Errorf("file sink: cannot make the staging file %s durable: %w", fs.stagePath, err)

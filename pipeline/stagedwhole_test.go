@@ -105,7 +105,7 @@ func TestStagedFileSinkPublishWholeTakeoverFencesTheZombie(t *testing.T) {
 	write(t, a, 0, 12, 30)
 	prepareFinal(t, a, 0, 30)
 
-	write(t, b, 3, 5, 16)
+	write(t, b, 3, 5, 20) // a hand-back at 16: 16..19 are cut from the file
 	c, pending := prepareFinal(t, b, 3, 16)
 	require.True(t, pending)
 	require.NoError(t, b.Publish(context.Background(), 3, c))
