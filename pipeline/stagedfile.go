@@ -90,6 +90,10 @@ type fileStage struct {
 	sealed bool // whole: the final commit's cut is fsynced and f closed
 	// sealedAt is the watermark of the final commit (whole, sealed).
 	sealedAt int64
+	// listedStage (whole) is the earlier staging file the committed
+	// record listed when the tenancy opened: kept until a won commit
+	// lists this tenancy's own.
+	listedStage string
 
 	stageRel  string // relative to the destination, as committables name it
 	stagePath string

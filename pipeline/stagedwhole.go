@@ -168,7 +168,11 @@ func publishWhole(fs *fileStage, c stagedCommit, stagePath string) error {
 }
 
 // openWhole creates the tenancy's staging file holding the committed
-// output src lists, and discards every other staging file of the split.
+// output src lists, and discards every other staging file of the split
+// but src: that one stays listed by the committed record until a commit
+// of this tenancy lists its own file (an owner that dies before that
+// leaves the next one the same source), and goes at this tenancy's
+// first publish.
 func (s *StagedFileSink) openWhole(fs *fileStage, src wholeSource) error {
 	f, err := os.OpenFile(fs.stagePath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -192,7 +196,7 @@ func (s *StagedFileSink) openWhole(fs *fileStage, src wholeSource) error {
 		return fmt.Errorf("cannot list the staging directory %s: %w", fs.stageDir, err)
 	}
 	for _, e := range entries {
-		if p := filepath.Join(fs.stageDir, e.Name()); p != fs.stagePath {
+		if p := filepath.Join(fs.stageDir, e.Name()); p != fs.stagePath && p != src.path {
 			if err := os.RemoveAll(p); err != nil {
 				_ = f.Close()
 				return fmt.Errorf("cannot discard the unlisted staging file %s: %w", p, err)
@@ -200,6 +204,9 @@ func (s *StagedFileSink) openWhole(fs *fileStage, src wholeSource) error {
 		}
 	}
 	fs.f = f
+	if src.path != fs.finalPath {
+		fs.listedStage = src.path
+	}
 	fs.size, fs.pcrc = src.n, src.crc
 	fs.to, fs.toCRC = src.n, src.crc
 	return nil
@@ -270,6 +277,13 @@ func (fs *fileStage) committableWhole() []byte {
 
 // publishWholeListed is Publish of whole-file publishing, with fs locked.
 func (fs *fileStage) publishWholeListed(c stagedCommit) error {
+	if fs.listedStage != "" && c.Stage == fs.stageRel {
+		// A won commit lists this tenancy's file: the one the record
+		// listed before is nobody's source any more.
+		if err := os.Remove(fs.listedStage); err == nil || errors.Is(err, os.ErrNotExist) {
+			fs.listedStage = ""
+		}
+	}
 	if !c.Whole || fs.finalLen >= c.To {
 		return nil // nothing listed, or published already
 	}

@@ -82,6 +82,27 @@ func TestStagedFileSinkPublishWholeWritesEachByteOnce(t *testing.T) {
 	assert.NoDirExists(t, filepath.Join(dst, ".spate", "stage", stageSplit.String()))
 }
 
+// An owner that dies before its first commit leaves the next owner the
+// same source: the staging file the committed record lists is not
+// deleted by a tenancy that never listed its own (it was, and the third
+// owner found the split's committed output gone).
+func TestStagedFileSinkPublishWholeSurvivesTwoTakeoversWithoutACommit(t *testing.T) {
+	dst := t.TempDir()
+	a := newWholeSink(t, dst)
+	openStage(t, a, 1, 0, nil)
+	write(t, a, 0, 0, 6)
+	won := prepare(t, a, 0, 6) // wins; A dies
+	b := newWholeSink(t, dst)
+	openStage(t, b, 2, 1, won)
+	write(t, b, 1, 6, 8) // B dies before any commit
+	c := newWholeSink(t, dst)
+	openStage(t, c, 3, 2, won)
+	write(t, c, 2, 6, 10)
+	final, _ := prepareFinal(t, c, 2, 10)
+	require.NoError(t, c.Publish(context.Background(), 2, final))
+	requireExactly(t, c, stageSplit, 10)
+}
+
 // Whole publishing of a zombie: an owner frozen after a commit keeps
 // staging; the new owner copies the committed prefix from the listed
 // staging file into its own, deletes the old one, and publishes exactly
@@ -96,8 +117,10 @@ func TestStagedFileSinkPublishWholeTakeoverFencesTheZombie(t *testing.T) {
 
 	b := newWholeSink(t, dst)
 	openStage(t, b, 2, 3, won)
-	assert.NoFileExists(t, stagePathOf(dst, 1), "the old owner's staging file is discarded")
+	assert.FileExists(t, stagePathOf(dst, 1), "the listed staging file stays until b's own is listed")
 	requireExactly(t, b, stageSplit, 0)
+	require.NoError(t, b.Publish(context.Background(), 3, prepare(t, b, 3, 5)))
+	assert.NoFileExists(t, stagePathOf(dst, 1), "the old owner's staging file is discarded once b's commit lists its own")
 
 	// The zombie wakes: it stages into its deleted file; its final
 	// commit is fenced, so nobody publishes it (publishing what it did
