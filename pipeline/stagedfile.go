@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/atomicfile"
@@ -65,6 +66,15 @@ type StagedFileSink struct {
 	// Format renders one record onto buf (default: key, tab, value,
 	// newline). Set it before the first write.
 	Format func(buf []byte, r Record) []byte
+	// PublishWhole publishes each split's file whole, by renaming its
+	// staging file, once the commit that completes the split (or hands it
+	// back) won, instead of appending each commit's range to it: every
+	// byte is written once rather than twice, but a split's output is
+	// visible only once it completes. For bounded jobs; set it before the
+	// first OpenStage (see stagedwhole.go for the layout and its safety).
+	PublishWhole bool
+
+	noSpace atomic.Int32 // stage openings a full disk failed in a row
 
 	mu      sync.Mutex
 	stages  map[PartitionID]*fileStage
@@ -76,6 +86,14 @@ type fileStage struct {
 	mu     sync.Mutex
 	closed bool
 	split  spate.SplitID
+	whole  bool // PublishWhole: the staging file is published by rename
+	sealed bool // whole: the final commit's cut is fsynced and f closed
+	// sealedAt is the watermark of the final commit (whole, sealed).
+	sealedAt int64
+	// listedStage (whole) is the earlier staging file the committed
+	// record listed when the tenancy opened: kept until a won commit
+	// lists this tenancy's own.
+	listedStage string
 
 	stageRel  string // relative to the destination, as committables name it
 	stagePath string
@@ -121,6 +139,9 @@ type stagedCommit struct {
 	From  int64  `json:"from,omitempty"`
 	To    int64  `json:"to,omitempty"`
 	RCRC  uint32 `json:"rcrc,omitempty"`
+	// Whole (version 2, whole-file publishing): Stage's [0, To) is to be
+	// renamed to File.
+	Whole bool `json:"whole,omitempty"`
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -204,7 +225,12 @@ func (s *StagedFileSink) OpenStage(ctx context.Context, t StageTenancy, committe
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	return s.classifyStageError(s.openStage(t, committed))
+}
+
+func (s *StagedFileSink) openStage(t StageTenancy, committed []byte) error {
 	fs := &fileStage{
+		whole:     s.PublishWhole,
 		split:     t.Split,
 		finalRel:  t.Split.String() + stagedSuffix,
 		finalPath: s.Path(t.Split),
@@ -212,6 +238,12 @@ func (s *StagedFileSink) OpenStage(ctx context.Context, t StageTenancy, committe
 	}
 	fs.stageRel = filepath.ToSlash(filepath.Join(stagedMetaDir, stagedStageDir, t.Split.String(), strconv.FormatUint(uint64(t.Epoch), 10)+".stage"))
 	fs.stagePath = filepath.Join(s.dir, filepath.FromSlash(fs.stageRel))
+	if fs.whole {
+		return s.openStageWhole(t, fs, committed)
+	}
+	if c, err := decodeStagedCommit(committed); committed != nil && err == nil && c.V == stagedCommitWhole {
+		return fmt.Errorf("the committed output of split %s was staged by a file sink that publishes whole files (PublishWhole; spate backfill --publish=complete): resume the job with that setting", t.Split)
+	}
 	if err := s.recover(fs, committed); err != nil {
 		return err
 	}
@@ -238,11 +270,31 @@ func (s *StagedFileSink) OpenStage(ctx context.Context, t StageTenancy, committe
 		return fmt.Errorf("cannot make the staging file %s durable: %w", fs.stagePath, err)
 	}
 	fs.f = f
-	s.mu.Lock()
-	s.stages[t.Partition] = fs
-	delete(s.retired, t.Partition)
-	s.mu.Unlock()
+	s.register(t.Partition, fs)
 	return nil
+}
+
+// openStageWhole is OpenStage of whole-file publishing.
+func (s *StagedFileSink) openStageWhole(t StageTenancy, fs *fileStage, committed []byte) error {
+	src, err := s.recoverWhole(fs, committed)
+	if err != nil {
+		return err
+	}
+	if err := mkdirDurable(fs.stageDir); err != nil {
+		return fmt.Errorf("cannot create the staging directory %s: %w", fs.stageDir, err)
+	}
+	if err := s.openWhole(fs, src); err != nil {
+		return err
+	}
+	s.register(t.Partition, fs)
+	return nil
+}
+
+func (s *StagedFileSink) register(p PartitionID, fs *fileStage) {
+	s.mu.Lock()
+	s.stages[p] = fs
+	delete(s.retired, p)
+	s.mu.Unlock()
 }
 
 // recover brings the split's published file to the committed output:
@@ -440,8 +492,8 @@ func (s *StagedFileSink) writeRun(p PartitionID, records []Record) error {
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	if fs.closed {
-		return nil
+	if fs.closed || fs.sealed {
+		return nil // never committed under this tenancy
 	}
 	if n := len(fs.marks); n > 0 && records[0].Offset < fs.marks[n-1].off {
 		return fmt.Errorf("file sink: split %s: record offset %d after %d: a staging sink needs a split's records in offset order (%w)",
@@ -500,11 +552,11 @@ func (s *StagedFileSink) writeRun(p PartitionID, records []Record) error {
 // watermark (final makes no difference): a published file grows by
 // every commit.
 func (s *StagedFileSink) Prepare(ctx context.Context, p PartitionID, watermark int64, final bool) ([]byte, int64, bool, error) {
-	out, pending, err := s.prepare(ctx, p, watermark)
+	out, pending, err := s.prepare(ctx, p, watermark, final)
 	return out, watermark, pending, err
 }
 
-func (s *StagedFileSink) prepare(ctx context.Context, p PartitionID, watermark int64) ([]byte, bool, error) {
+func (s *StagedFileSink) prepare(ctx context.Context, p PartitionID, watermark int64, final bool) ([]byte, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
@@ -523,6 +575,9 @@ func (s *StagedFileSink) prepare(ctx context.Context, p PartitionID, watermark i
 	})
 	if i > 0 && fs.marks[i-1].end > cut {
 		cut, cutCRC = fs.marks[i-1].end, fs.marks[i-1].pcrc
+	}
+	if fs.whole {
+		return fs.prepareWhole(i, watermark, cut, cutCRC, final)
 	}
 	if cut > fs.synced {
 		size := fs.size
@@ -564,6 +619,9 @@ func (s *StagedFileSink) Publish(ctx context.Context, p PartitionID, committable
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	if fs.whole {
+		return fs.publishWholeListed(c)
+	}
 	n := c.To - c.From
 	if n <= 0 || c.Len+n <= fs.finalLen {
 		return nil // nothing listed, or published already
@@ -659,8 +717,11 @@ func decodeStagedCommit(b []byte) (stagedCommit, error) {
 	if err := dec.Decode(&c); err != nil {
 		return c, fmt.Errorf("file sink: committable %.64q: %w", b, err)
 	}
-	if c.V != 1 || c.File == "" || c.Len < 0 || c.From < 0 || c.To < c.From || (c.To > c.From && c.Stage == "") {
-		return c, fmt.Errorf("file sink: committable %.64q is not a version-1 file committable", b)
+	switch {
+	case c.V == 1 && (c.File == "" || c.Len < 0 || c.From < 0 || c.To < c.From || (c.To > c.From && c.Stage == "") || c.Whole),
+		c.V == stagedCommitWhole && (c.File == "" || c.Stage == "" || c.Len < 0 || c.From != 0 || c.To < c.Len),
+		c.V != 1 && c.V != stagedCommitWhole:
+		return c, fmt.Errorf("file sink: committable %.64q is not a version-1 or version-2 file committable", b)
 	}
 	if !filepath.IsLocal(filepath.FromSlash(c.File)) || (c.Stage != "" && !filepath.IsLocal(filepath.FromSlash(c.Stage))) {
 		return c, fmt.Errorf("file sink: committable %.64q names a file outside the destination", b)
