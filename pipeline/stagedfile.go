@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -151,6 +152,8 @@ const (
 	stagedJobFile  = "job"
 	stagedStageDir = "stage"
 	stagedSuffix   = ".out"
+	// stagedStageSuffix ends a tenancy's staging file, <epoch>.stage.
+	stagedStageSuffix = ".stage"
 )
 
 // NewStagedFileSink writes the output of job to dir (created if absent).
@@ -236,7 +239,7 @@ func (s *StagedFileSink) openStage(t StageTenancy, committed []byte) error {
 		finalPath: s.Path(t.Split),
 		stageDir:  filepath.Join(s.dir, stagedMetaDir, stagedStageDir, t.Split.String()),
 	}
-	fs.stageRel = filepath.ToSlash(filepath.Join(stagedMetaDir, stagedStageDir, t.Split.String(), strconv.FormatUint(uint64(t.Epoch), 10)+".stage"))
+	fs.stageRel = filepath.ToSlash(filepath.Join(stagedMetaDir, stagedStageDir, t.Split.String(), strconv.FormatUint(uint64(t.Epoch), 10)+stagedStageSuffix))
 	fs.stagePath = filepath.Join(s.dir, filepath.FromSlash(fs.stageRel))
 	if fs.whole {
 		return s.openStageWhole(t, fs, committed)
@@ -250,16 +253,10 @@ func (s *StagedFileSink) openStage(t StageTenancy, committed []byte) error {
 	if err := mkdirDurable(fs.stageDir); err != nil {
 		return fmt.Errorf("cannot create the staging directory %s: %w", fs.stageDir, err)
 	}
-	// Discard what the committed record does not list: every staging file
+	// Discard what the committed record does not list: the staging files
 	// of earlier tenancies (their listed ranges are published now).
-	entries, err := os.ReadDir(fs.stageDir)
-	if err != nil {
-		return fmt.Errorf("cannot list the staging directory %s: %w", fs.stageDir, err)
-	}
-	for _, e := range entries {
-		if err := os.RemoveAll(filepath.Join(fs.stageDir, e.Name())); err != nil {
-			return fmt.Errorf("cannot discard the unlisted staging file %s: %w", filepath.Join(fs.stageDir, e.Name()), err)
-		}
+	if err := discardEarlierStages(fs.stageDir, t.Epoch, ""); err != nil {
+		return err
 	}
 	f, err := os.OpenFile(fs.stagePath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -283,7 +280,7 @@ func (s *StagedFileSink) openStageWhole(t StageTenancy, fs *fileStage, committed
 	if err := mkdirDurable(fs.stageDir); err != nil {
 		return fmt.Errorf("cannot create the staging directory %s: %w", fs.stageDir, err)
 	}
-	if err := s.openWhole(fs, src); err != nil {
+	if err := s.openWhole(fs, t.Epoch, src); err != nil {
 		return err
 	}
 	s.register(t.Partition, fs)
@@ -295,6 +292,38 @@ func (s *StagedFileSink) register(p PartitionID, fs *fileStage) {
 	s.stages[p] = fs
 	delete(s.retired, p)
 	s.mu.Unlock()
+}
+
+// discardEarlierStages removes the staging files in stageDir of the
+// split's tenancies before epoch, but keep (a path; "" keeps none), and
+// anything there that is no tenancy's staging file.
+//
+// A staging file of a later tenancy is never touched: this tenancy is
+// then a zombie (its process froze between gaining the split and opening
+// its stage, and a newer owner took the split over meanwhile), and the
+// newer owner's commits list that file. Epochs only grow, so the newer
+// owner's own stage removes the zombie's file in turn, and the split's
+// completion removes whatever a zombie left.
+func discardEarlierStages(stageDir string, epoch spate.LeaseEpoch, keep string) error {
+	entries, err := os.ReadDir(stageDir)
+	if err != nil {
+		return fmt.Errorf("cannot list the staging directory %s: %w", stageDir, err)
+	}
+	for _, e := range entries {
+		p := filepath.Join(stageDir, e.Name())
+		if p == keep {
+			continue
+		}
+		if n, ok := strings.CutSuffix(e.Name(), stagedStageSuffix); ok && !e.IsDir() {
+			if other, err := strconv.ParseUint(n, 10, 64); err == nil && spate.LeaseEpoch(other) >= epoch {
+				continue // this tenancy's own, or a newer owner's
+			}
+		}
+		if err := os.RemoveAll(p); err != nil {
+			return fmt.Errorf("cannot discard the unlisted staging file %s: %w", p, err)
+		}
+	}
+	return nil
 }
 
 // recover brings the split's published file to the committed output:

@@ -168,12 +168,13 @@ func publishWhole(fs *fileStage, c stagedCommit, stagePath string) error {
 }
 
 // openWhole creates the tenancy's staging file holding the committed
-// output src lists, and discards every other staging file of the split
-// but src: that one stays listed by the committed record until a commit
+// output src lists, and discards the staging files of the split's earlier
+// tenancies but src (see discardEarlierStages: a newer owner's are never
+// touched): that one stays listed by the committed record until a commit
 // of this tenancy lists its own file (an owner that dies before that
 // leaves the next one the same source), and goes at this tenancy's
 // first publish.
-func (s *StagedFileSink) openWhole(fs *fileStage, src wholeSource) error {
+func (s *StagedFileSink) openWhole(fs *fileStage, epoch spate.LeaseEpoch, src wholeSource) error {
 	f, err := os.OpenFile(fs.stagePath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return fmt.Errorf("cannot create the staging file %s: %w", fs.stagePath, err)
@@ -190,18 +191,9 @@ func (s *StagedFileSink) openWhole(fs *fileStage, src wholeSource) error {
 		_ = f.Close()
 		return fmt.Errorf("cannot make the staging file %s durable: %w", fs.stagePath, err)
 	}
-	entries, err := os.ReadDir(fs.stageDir)
-	if err != nil {
+	if err := discardEarlierStages(fs.stageDir, epoch, src.path); err != nil {
 		_ = f.Close()
-		return fmt.Errorf("cannot list the staging directory %s: %w", fs.stageDir, err)
-	}
-	for _, e := range entries {
-		if p := filepath.Join(fs.stageDir, e.Name()); p != fs.stagePath && p != src.path {
-			if err := os.RemoveAll(p); err != nil {
-				_ = f.Close()
-				return fmt.Errorf("cannot discard the unlisted staging file %s: %w", p, err)
-			}
-		}
+		return err
 	}
 	fs.f = f
 	if src.path != fs.finalPath {

@@ -309,3 +309,59 @@ func TestStagedFileSinkMarksTransientStageFaultsRetryable(t *testing.T) {
 	assert.False(t, spate.IsRetryable(err), "%v", err)
 	assert.False(t, errors.Is(err, spate.ErrRetryable))
 }
+
+// A tenancy whose stage opens late (its process frozen between gaining
+// the split and opening the stage, woken after a newer owner took the
+// split over) is a zombie: its stage must not reach the newer owner's
+// staging file, which that owner's commits list. Without the guard the
+// late open deleted every other staging file of the split: under whole
+// publishing the newer owner's final commit then listed a file that was
+// gone, its rename failed, and the split was set aside (the kill/stop
+// test of spate backfill --publish complete, about 2 runs in 3); under
+// the default publishing the next owner after it found the listed range
+// gone.
+func TestStagedFileSinkALateZombieStageKeepsNewerStagingFiles(t *testing.T) {
+	for _, whole := range []bool{true, false} {
+		t.Run(fmt.Sprintf("whole=%t", whole), func(t *testing.T) {
+			dst := t.TempDir()
+			sink := func() *StagedFileSink {
+				s, err := NewStagedFileSink(dst, "job")
+				require.NoError(t, err)
+				s.PublishWhole = whole
+				t.Cleanup(func() { s.Close() })
+				return s
+			}
+			// B owns the split at epoch 2 (epoch 1, the zombie's, gained
+			// it first and froze before opening its stage).
+			b := sink()
+			openStage(t, b, 2, 1, nil)
+			write(t, b, 1, 0, 6)
+			won := prepare(t, b, 1, 6) // wins; not yet published
+
+			// The zombie wakes and opens its stage of epoch 1 with the
+			// record it read when it gained the split (none).
+			zombie := sink()
+			openStage(t, zombie, 1, 0, nil)
+			write(t, zombie, 0, 0, 3)
+			require.FileExists(t, stagePathOf(dst, 2), "the zombie's stage deleted the staging file the newer owner's commit lists")
+
+			if whole {
+				require.NoError(t, b.Publish(context.Background(), 1, won))
+				write(t, b, 1, 6, 10)
+				final, pending := prepareFinal(t, b, 1, 10)
+				require.True(t, pending)
+				require.NoError(t, b.Publish(context.Background(), 1, final), "the newer owner's listed staging file must still be there to publish")
+				requireExactly(t, b, stageSplit, 10)
+				return
+			}
+			// Default publishing: B dies before publishing; C takes over
+			// from B's record and publishes the range it lists from B's
+			// staging file.
+			c := sink()
+			openStage(t, c, 3, 2, won)
+			write(t, c, 2, 6, 10)
+			require.NoError(t, c.Publish(context.Background(), 2, prepare(t, c, 2, 10)))
+			requireExactly(t, c, stageSplit, 10)
+		})
+	}
+}

@@ -31,6 +31,13 @@ func TestBackfillPublishCompleteIsExactlyOnce(t *testing.T) {
 			"--instance", fmt.Sprintf("w%d", i), "--lease", lease.String(), "--commit-interval", "200ms",
 			"--rate", "1500", "--split-bytes", "32768", "--verify=false", "--publish", "complete"}, storeArgs...)...))
 	}
+	t.Cleanup(func() {
+		if t.Failed() { // the other workers' side of a failure
+			for i, w := range ws {
+				t.Logf("worker w%d stdout:\n%s\nstderr:\n%s", i, w.stdout.String(), w.stderr.String())
+			}
+		}
+	})
 	killed := ws[0]
 	killed.stdout.waitFor(t, killed, "gained ", 2*time.Minute)
 	require.NoError(t, killed.cmd.Process.Kill())
