@@ -32,8 +32,10 @@ import (
 // its tenancy had closed before the commit that lists it. A new owner
 // renames what the committed record lists (if the old owner had not),
 // copies the committed prefix into a staging file of its own and deletes
-// every other staging file of the split (a zombie's writes then reach an
-// unlinked file; its commits are fenced).
+// the staging files of the split's earlier tenancies (a zombie's writes
+// then reach an unlinked file; its commits are fenced). It never touches a
+// later tenancy's: a stage that opens late is a zombie's, and the newer
+// owner's commits list that file.
 //
 // The published file appears whole when its split completes (or is handed
 // back: then it is replaced, by rename, by a longer one when the split
