@@ -13,7 +13,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/spate-go/spate"
@@ -66,6 +68,15 @@ type StagedFileSink struct {
 	// Format renders one record onto buf (default: key, tab, value,
 	// newline). Set it before the first write.
 	Format func(buf []byte, r Record) []byte
+	// PublishWhole publishes each split's file whole, by renaming its
+	// staging file, once the commit that completes the split (or hands it
+	// back) won, instead of appending each commit's range to it: every
+	// byte is written once rather than twice, but a split's output is
+	// visible only once it completes. For bounded jobs; set it before the
+	// first OpenStage (see stagedwhole.go for the layout and its safety).
+	PublishWhole bool
+
+	noSpace atomic.Int32 // stage openings a full disk failed in a row
 
 	mu      sync.Mutex
 	stages  map[PartitionID]*fileStage
@@ -77,6 +88,14 @@ type fileStage struct {
 	mu     sync.Mutex
 	closed bool
 	split  spate.SplitID
+	whole  bool // PublishWhole: the staging file is published by rename
+	sealed bool // whole: the final commit's cut is fsynced and f closed
+	// sealedAt is the watermark of the final commit (whole, sealed).
+	sealedAt int64
+	// listedStage (whole) is the earlier staging file the committed
+	// record listed when the tenancy opened: kept until a won commit
+	// lists this tenancy's own.
+	listedStage string
 
 	stageRel  string // relative to the destination, as committables name it
 	stagePath string
@@ -122,6 +141,9 @@ type stagedCommit struct {
 	From  int64  `json:"from,omitempty"`
 	To    int64  `json:"to,omitempty"`
 	RCRC  uint32 `json:"rcrc,omitempty"`
+	// Whole (version 2, whole-file publishing): Stage's [0, To) is to be
+	// renamed to File.
+	Whole bool `json:"whole,omitempty"`
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -131,6 +153,8 @@ const (
 	stagedJobFile  = "job"
 	stagedStageDir = "stage"
 	stagedSuffix   = ".out"
+	// stagedStageSuffix ends a tenancy's staging file, <epoch>.stage.
+	stagedStageSuffix = ".stage"
 )
 
 // NewStagedFileSink writes the output of job to dir (created if absent).
@@ -206,30 +230,35 @@ func (s *StagedFileSink) OpenStage(ctx context.Context, t StageTenancy, committe
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	return s.classifyStageError(s.openStage(t, committed))
+}
+
+func (s *StagedFileSink) openStage(t StageTenancy, committed []byte) error {
 	fs := &fileStage{
+		whole:     s.PublishWhole,
 		split:     t.Split,
 		finalRel:  t.Split.String() + stagedSuffix,
 		finalPath: s.Path(t.Split),
 		stageDir:  filepath.Join(s.dir, stagedMetaDir, stagedStageDir, t.Split.String()),
 	}
-	fs.stageRel = filepath.ToSlash(filepath.Join(stagedMetaDir, stagedStageDir, t.Split.String(), strconv.FormatUint(uint64(t.Epoch), 10)+".stage"))
+	fs.stageRel = filepath.ToSlash(filepath.Join(stagedMetaDir, stagedStageDir, t.Split.String(), strconv.FormatUint(uint64(t.Epoch), 10)+stagedStageSuffix))
 	fs.stagePath = filepath.Join(s.dir, filepath.FromSlash(fs.stageRel))
+	if fs.whole {
+		return s.openStageWhole(t, fs, committed)
+	}
+	if c, err := decodeStagedCommit(committed); committed != nil && err == nil && c.V == stagedCommitWhole {
+		return fmt.Errorf("the committed output of split %s was staged by a file sink that publishes whole files (PublishWhole; spate backfill --publish=complete): resume the job with that setting", t.Split)
+	}
 	if err := s.recover(fs, committed); err != nil {
 		return err
 	}
 	if err := mkdirDurable(fs.stageDir); err != nil {
 		return fmt.Errorf("cannot create the staging directory %s: %w", fs.stageDir, err)
 	}
-	// Discard what the committed record does not list: every staging file
+	// Discard what the committed record does not list: the staging files
 	// of earlier tenancies (their listed ranges are published now).
-	entries, err := os.ReadDir(fs.stageDir)
-	if err != nil {
-		return fmt.Errorf("cannot list the staging directory %s: %w", fs.stageDir, err)
-	}
-	for _, e := range entries {
-		if err := os.RemoveAll(filepath.Join(fs.stageDir, e.Name())); err != nil {
-			return fmt.Errorf("cannot discard the unlisted staging file %s: %w", filepath.Join(fs.stageDir, e.Name()), err)
-		}
+	if err := discardEarlierStages(fs.stageDir, t.Epoch, ""); err != nil {
+		return err
 	}
 	f, err := os.OpenFile(fs.stagePath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -240,10 +269,62 @@ func (s *StagedFileSink) OpenStage(ctx context.Context, t StageTenancy, committe
 		return fmt.Errorf("cannot make the staging file %s durable: %w", fs.stagePath, err)
 	}
 	fs.f = f
+	s.register(t.Partition, fs)
+	return nil
+}
+
+// openStageWhole is OpenStage of whole-file publishing.
+func (s *StagedFileSink) openStageWhole(t StageTenancy, fs *fileStage, committed []byte) error {
+	src, err := s.recoverWhole(fs, committed)
+	if err != nil {
+		return err
+	}
+	if err := mkdirDurable(fs.stageDir); err != nil {
+		return fmt.Errorf("cannot create the staging directory %s: %w", fs.stageDir, err)
+	}
+	if err := s.openWhole(fs, t.Epoch, src); err != nil {
+		return err
+	}
+	s.register(t.Partition, fs)
+	return nil
+}
+
+func (s *StagedFileSink) register(p PartitionID, fs *fileStage) {
 	s.mu.Lock()
-	s.stages[t.Partition] = fs
-	delete(s.retired, t.Partition)
+	s.stages[p] = fs
+	delete(s.retired, p)
 	s.mu.Unlock()
+}
+
+// discardEarlierStages removes the staging files in stageDir of the
+// split's tenancies before epoch, but keep (a path; "" keeps none), and
+// anything there that is no tenancy's staging file.
+//
+// A staging file of a later tenancy is never touched: this tenancy is
+// then a zombie (its process froze between gaining the split and opening
+// its stage, and a newer owner took the split over meanwhile), and the
+// newer owner's commits list that file. Epochs only grow, so the newer
+// owner's own stage removes the zombie's file in turn, and the split's
+// completion removes whatever a zombie left.
+func discardEarlierStages(stageDir string, epoch spate.LeaseEpoch, keep string) error {
+	entries, err := os.ReadDir(stageDir)
+	if err != nil {
+		return fmt.Errorf("cannot list the staging directory %s: %w", stageDir, err)
+	}
+	for _, e := range entries {
+		p := filepath.Join(stageDir, e.Name())
+		if p == keep {
+			continue
+		}
+		if n, ok := strings.CutSuffix(e.Name(), stagedStageSuffix); ok && !e.IsDir() {
+			if other, err := strconv.ParseUint(n, 10, 64); err == nil && spate.LeaseEpoch(other) >= epoch {
+				continue // this tenancy's own, or a newer owner's
+			}
+		}
+		if err := os.RemoveAll(p); err != nil {
+			return fmt.Errorf("cannot discard the unlisted staging file %s: %w", p, err)
+		}
+	}
 	return nil
 }
 
@@ -442,8 +523,8 @@ func (s *StagedFileSink) writeRun(p PartitionID, records []Record) error {
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	if fs.closed {
-		return nil
+	if fs.closed || fs.sealed {
+		return nil // never committed under this tenancy
 	}
 	if n := len(fs.marks); n > 0 && records[0].Offset < fs.marks[n-1].off {
 		return fmt.Errorf("file sink: split %s: record offset %d after %d: a staging sink needs a split's records in offset order (%w)",
@@ -502,11 +583,11 @@ func (s *StagedFileSink) writeRun(p PartitionID, records []Record) error {
 // watermark (final makes no difference): a published file grows by
 // every commit.
 func (s *StagedFileSink) Prepare(ctx context.Context, p PartitionID, watermark int64, final bool) ([]byte, int64, bool, error) {
-	out, pending, err := s.prepare(ctx, p, watermark)
+	out, pending, err := s.prepare(ctx, p, watermark, final)
 	return out, watermark, pending, err
 }
 
-func (s *StagedFileSink) prepare(ctx context.Context, p PartitionID, watermark int64) ([]byte, bool, error) {
+func (s *StagedFileSink) prepare(ctx context.Context, p PartitionID, watermark int64, final bool) ([]byte, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
@@ -525,6 +606,9 @@ func (s *StagedFileSink) prepare(ctx context.Context, p PartitionID, watermark i
 	})
 	if i > 0 && fs.marks[i-1].end > cut {
 		cut, cutCRC = fs.marks[i-1].end, fs.marks[i-1].pcrc
+	}
+	if fs.whole {
+		return fs.prepareWhole(i, watermark, cut, cutCRC, final)
 	}
 	if cut > fs.synced {
 		size := fs.size
@@ -567,6 +651,9 @@ func (s *StagedFileSink) Publish(ctx context.Context, p PartitionID, committable
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	if fs.whole {
+		return fs.publishWholeListed(c)
+	}
 	n := c.To - c.From
 	if n <= 0 || c.Len+n <= fs.finalLen {
 		return nil // nothing listed, or published already
@@ -662,8 +749,11 @@ func decodeStagedCommit(b []byte) (stagedCommit, error) {
 	if err := dec.Decode(&c); err != nil {
 		return c, fmt.Errorf("file sink: committable %.64q: %w", b, err)
 	}
-	if c.V != 1 || c.File == "" || c.Len < 0 || c.From < 0 || c.To < c.From || (c.To > c.From && c.Stage == "") {
-		return c, fmt.Errorf("file sink: committable %.64q is not a version-1 file committable", b)
+	switch {
+	case c.V == 1 && (c.File == "" || c.Len < 0 || c.From < 0 || c.To < c.From || (c.To > c.From && c.Stage == "") || c.Whole),
+		c.V == stagedCommitWhole && (c.File == "" || c.Stage == "" || c.Len < 0 || c.From != 0 || c.To < c.Len),
+		c.V != 1 && c.V != stagedCommitWhole:
+		return c, fmt.Errorf("file sink: committable %.64q is not a version-1 or version-2 file committable", b)
 	}
 	if !filepath.IsLocal(filepath.FromSlash(c.File)) || (c.Stage != "" && !filepath.IsLocal(filepath.FromSlash(c.Stage))) {
 		return c, fmt.Errorf("file sink: committable %.64q names a file outside the destination", b)

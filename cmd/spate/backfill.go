@@ -37,6 +37,7 @@ type backfillFlags struct {
 	commitInterval time.Duration
 	rollSize       int64         // bucket --dst: staged bytes that make a part
 	rollInterval   time.Duration // bucket --dst: age that makes a part
+	publish        string        // directory --dst: "commit" or "complete"
 	drainTimeout   time.Duration
 	rebalanceDelay time.Duration
 	splitBytes     int64
@@ -154,6 +155,7 @@ func (f *backfillFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.rebalanceDelay, "rebalance-delay", 0, "how long a departed worker's splits wait for it to come back (0: reassign at once)")
 	fs.Int64Var(&f.splitBytes, "split-bytes", 64<<20, "target bytes per split (part of the job's identity)")
 	fs.Int64Var(&f.rollSize, "roll-size", blobsink.DefaultRollSize, "bucket --dst: the staged bytes of a split that make an output part")
+	fs.StringVar(&f.publish, "publish", publishCommit, "directory --dst: when a split's output file DST/<split>.out is published: commit (it grows at every commit; each byte is written twice, staged then copied) or complete (it appears whole, renamed from its staging file, when the split completes; each byte is written once; not with --follow)")
 	fs.DurationVar(&f.rollInterval, "roll-interval", blobsink.DefaultRollInterval, "bucket --dst: a split's output becomes a part at most this long after it was read (latency against object count)")
 	fs.IntVar(&f.splitFiles, "split-files", 16, "maximum files per split (part of the job's identity)")
 	fs.IntVar(&f.minSplits, "min-splits", filesource.DefaultMinSplits, "the fewest splits the plan aims at, so that every worker of a fleet has work: the bytes per split are lowered to the input's bytes divided by this, not below 64 KiB, and a larger file is divided into line-aligned byte ranges (1: off; part of the job's identity)")
@@ -672,7 +674,7 @@ func (r *backfillRun) build() (*backfillWorker, int) {
 		splits = &observedSplits{Source: filesource.NewSource(in.objs).WithLogger(log).WithMaxLineBytes(f.maxLineBytes).WithPlanner(planner), obs: w.obs}
 	}
 	source := pipeline.NewCoordinatedSource(oc, splits, r.plan, pipeline.StallDrains(true), pipeline.DriverLogger(log))
-	w.fileSink, err = out.sink(context.Background(), job, f.rollSize, f.rollInterval) // creates --dst
+	w.fileSink, err = out.sink(context.Background(), job, f.rollSize, f.rollInterval, f.publish == publishComplete) // creates --dst
 	if err != nil {
 		_ = coord.Close()
 		return nil, fail(exitFailed, "%v", err)

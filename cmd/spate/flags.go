@@ -220,7 +220,14 @@ func (f *backfillFlags) checkSizes() error {
 	)
 }
 
-// checkFollow checks the flags of a continuous job and the read rate.
+// The values of --publish.
+const (
+	publishCommit   = "commit"
+	publishComplete = "complete"
+)
+
+// checkFollow checks the flags of a continuous job, --publish and the
+// read rate.
 func (f *backfillFlags) checkFollow(fs *flag.FlagSet) error {
 	switch {
 	case !f.follow && explicitlySet(fs, "until-idle"):
@@ -239,6 +246,12 @@ func (f *backfillFlags) checkFollow(fs *flag.FlagSet) error {
 		return flagErrorf("--include: %v", f.include.err)
 	case f.exclude.err != nil:
 		return flagErrorf("--exclude: %v", f.exclude.err)
+	case f.publish != publishCommit && f.publish != publishComplete:
+		return flagErrorf("--publish %q: must be %s (the file grows at every commit) or %s (it appears whole when its split completes)", f.publish, publishCommit, publishComplete)
+	case f.publish == publishComplete && f.follow:
+		return flagErrorf("--publish %s needs a bounded job: a followed file's split completes only at --until-idle, so its output would stay unpublished; drop --follow or use --publish %s", publishComplete, publishCommit)
+	case f.publish == publishComplete && isBucketURL(f.dst):
+		return flagErrorf("--publish applies to a directory --dst; a bucket --dst publishes parts (see --roll-size)")
 	case math.IsNaN(f.rate) || math.IsInf(f.rate, 0) || f.rate < 0:
 		return flagErrorf("--rate %v: must be 0 (unlimited) or a positive number of lines per second", f.rate)
 	}

@@ -81,8 +81,10 @@ func openOutput(ctx context.Context, dst string) (*destination, error) {
 
 // sink creates the destination's staging sink for job (creating a
 // directory, claiming the destination for the job); a bucket's parts roll
-// at rollSize bytes or rollInterval.
-func (o *destination) sink(ctx context.Context, job string, rollSize int64, rollInterval time.Duration) (stagingSink, error) {
+// at rollSize bytes or rollInterval; a directory's files are published
+// whole at their split's completion when whole is set (--publish
+// complete).
+func (o *destination) sink(ctx context.Context, job string, rollSize int64, rollInterval time.Duration, whole bool) (stagingSink, error) {
 	if o.table != nil {
 		if o.table.sink == nil {
 			return nil, fmt.Errorf("destination table %s: not opened for job %s", o.location, job)
@@ -97,7 +99,12 @@ func (o *destination) sink(ctx context.Context, job string, rollSize int64, roll
 		s.RollSize, s.RollInterval = rollSize, rollInterval
 		return s, nil
 	}
-	return pipeline.NewStagedFileSink(o.dir, job)
+	s, err := pipeline.NewStagedFileSink(o.dir, job)
+	if err != nil {
+		return nil, err
+	}
+	s.PublishWhole = whole
+	return s, nil
 }
 
 // removeStaging removes the staged output nobody lists, once the job
