@@ -21,11 +21,22 @@ import (
 // after its last write; nothing below waits for it by the clock.
 const parkRelease = 300 * time.Millisecond
 
+// parker is one follower of startParking: it reads the directory in,
+// writes to the staging directory dst, holds at most lanes splits at once
+// and logs its source's and planner's events to events.
+type parker struct {
+	name    string
+	in, dst string
+	lanes   int
+	popts   filesource.PlannerOptions
+	events  *recorded
+}
+
 // startParking starts one follower whose source obeys the planner's
-// options (ReleaseAfter) and holds at most lanes splits at once, writing
-// to the staging directory dst.
-func startParking(t *testing.T, name string, store spate.Store, in, dst string, lanes int, popts filesource.PlannerOptions, events *recorded) *stagedWorker {
+// options (ReleaseAfter).
+func startParking(t *testing.T, store spate.Store, p parker) *stagedWorker {
 	t.Helper()
+	name, in, dst, lanes, popts, events := p.name, p.in, p.dst, p.lanes, p.popts, p.events
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	coord, err := spate.NewStoreCoordinator(store, e2eConfig(name, lanes), spate.WithLogger(quiet))
 	require.NoError(t, err)
@@ -108,7 +119,7 @@ func TestARenamedIdleFileThatGrowsAgainIsReadOn(t *testing.T) {
 	defer observer.Close()
 	events := &recorded{}
 	popts := filesource.PlannerOptions{Follow: true, ReleaseAfter: parkRelease, UntilIdle: 3 * time.Second}
-	wk := startParking(t, "w1", h, in, dst, 2, popts, events)
+	wk := startParking(t, h, parker{name: "w1", in: in, dst: dst, lanes: 2, popts: popts, events: events})
 	published := func(line string) bool { return publishedValues(t, dst)[line] > 0 }
 
 	waitFor(t, "the first lines published", func() bool { return published(lineText("a", 40)) })
@@ -152,7 +163,7 @@ func TestAnIdleFileGivesItsLaneToALiveOne(t *testing.T) {
 	defer observer.Close()
 	events := &recorded{}
 	popts := filesource.PlannerOptions{Follow: true, ReleaseAfter: parkRelease, UntilIdle: 3 * time.Second}
-	wk := startParking(t, "w1", h, in, dst, 1, popts, events)
+	wk := startParking(t, h, parker{name: "w1", in: in, dst: dst, lanes: 1, popts: popts, events: events})
 	published := func(line string) bool { return publishedValues(t, dst)[line] > 0 }
 
 	waitFor(t, "idle.log published", func() bool { return published(lineText("i", 30)) })

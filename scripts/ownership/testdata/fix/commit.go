@@ -1,0 +1,3 @@
+package fix
+
+func (a *actor) committed(k string) { a.upsert(k) }

@@ -1,0 +1,7 @@
+package fix
+
+type StoreCoordinator struct {
+	events []string
+}
+
+func (c *StoreCoordinator) emit(e string) { c.events = append(c.events, e) }
