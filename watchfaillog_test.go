@@ -46,28 +46,81 @@ func (l *logLines) count(line string) int {
 	return n
 }
 
-// downWatches is a store whose watches fail (Retryable, as a store gone
-// away does) while down is set.
+// downWatches is a store whose watches can be taken down: goDown breaks
+// every open watch (a Retryable WatchError, as a lost connection does)
+// and fails every new one until goUp.
 type downWatches struct {
 	*watchLog
-	down  atomic.Bool
-	tries atomic.Int64
+	mu    sync.Mutex
+	down  bool
+	brk   chan struct{} // closed by goDown
+	tries atomic.Int64  // watches refused while down
+}
+
+var errGone = spate.Retryablef("dial tcp 127.0.0.1:2379: connect: connection refused")
+
+func (d *downWatches) goDown() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.down = true
+	close(d.brk)
+}
+
+func (d *downWatches) goUp() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.down, d.brk = false, make(chan struct{})
 }
 
 func (d *downWatches) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
-	if d.down.Load() {
-		d.tries.Add(1)
-		return nil, spate.Retryablef("dial tcp 127.0.0.1:2379: connect: connection refused")
-	}
-	return d.watchLog.Watch(ctx, ks, prefix)
+	return d.open(ctx, func() (<-chan spate.WatchEvent, error) { return d.watchLog.Watch(ctx, ks, prefix) })
 }
 
 func (d *downWatches) WatchKeys(ctx context.Context, ks spate.Keyspace, keys []string) (<-chan spate.WatchEvent, error) {
-	if d.down.Load() {
+	return d.open(ctx, func() (<-chan spate.WatchEvent, error) { return d.watchLog.WatchKeys(ctx, ks, keys) })
+}
+
+func (d *downWatches) open(ctx context.Context, watch func() (<-chan spate.WatchEvent, error)) (<-chan spate.WatchEvent, error) {
+	d.mu.Lock()
+	down, brk := d.down, d.brk
+	d.mu.Unlock()
+	if down {
 		d.tries.Add(1)
-		return nil, spate.Retryablef("dial tcp 127.0.0.1:2379: connect: connection refused")
+		return nil, errGone
 	}
-	return d.watchLog.WatchKeys(ctx, ks, keys)
+	in, err := watch()
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan spate.WatchEvent)
+	go func() {
+		defer close(out)
+		defer func() {
+			<-ctx.Done()
+			for range in {
+			}
+		}()
+		for {
+			select {
+			case ev, ok := <-in:
+				if !ok {
+					return
+				}
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return
+				}
+			case <-brk:
+				select {
+				case out <- spate.WatchEvent{Kind: spate.WatchError, Err: errGone}:
+				case <-ctx.Done():
+				}
+				return
+			}
+		}
+	}()
+	return out, nil
 }
 
 // A worker whose watches keep failing while its store is away (the
@@ -89,14 +142,16 @@ func TestFailingKeyWatchIsSaidOnceThenRateLimited(t *testing.T) {
 		a := startTWWith(t, newWatchLog(ca), testCfg("a"), p, slog.New(slog.DiscardHandler))
 		pumpUntil(t, 40*testLease, "a leads and holds the job", func() bool { return len(a.held) == 4 }, a)
 
-		// b joins, not leading: it watches its own keys, and every try
-		// fails.
+		// b joins, not leading: it watches its own keys. Then its store
+		// goes away: every watch breaks, and every try to watch again
+		// fails for a minute.
 		cb, err := s.Connect()
 		require.NoError(t, err)
-		b := &downWatches{watchLog: newWatchLog(cb)}
-		b.down.Store(true)
+		b := &downWatches{watchLog: newWatchLog(cb), brk: make(chan struct{})}
 		logs := &logLines{}
 		wb := startTWWith(t, b, testCfg("b"), p, slog.New(logs))
+		pumpUntil(t, 40*testLease, "b holds splits", func() bool { return len(wb.held) > 0 }, a, wb)
+		b.goDown()
 		const window = 40 * testLease // 60 s
 		for end := time.Now().Add(window); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 			a.pump()
@@ -110,7 +165,7 @@ func TestFailingKeyWatchIsSaidOnceThenRateLimited(t *testing.T) {
 			warned, tries, strings.Join(logs.lines, "\n"))
 		require.GreaterOrEqual(t, warned, 1, "the failure was never said")
 
-		b.down.Store(false)
+		b.goUp()
 		pumpUntil(t, 20*testLease, "b's watches established again", func() bool { return logs.count("INFO watch established again") == 1 }, a, wb)
 	})
 }
