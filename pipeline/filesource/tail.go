@@ -123,11 +123,17 @@ func (l *tailLane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch,
 		}
 	}
 	l.pays, l.keys = l.pays[:0], l.keys[:0]
+	if l.f == nil && !l.done {
+		// Parked with its descriptor closed: reopened once the file grew.
+		if err := l.wake(); err != nil {
+			l.failLocked(err)
+		}
+	}
 	if l.r > 0 {
 		l.w = copy(l.buf, l.buf[l.r:l.w])
 		l.r = 0
 	}
-	for len(l.pays) < maxRecords {
+	for len(l.pays) < maxRecords && l.f != nil {
 		if i := bytes.IndexByte(l.buf[l.r:l.w], '\n'); i >= 0 {
 			if i > l.maxLine {
 				l.failLocked(lineTooLong(l.name, l.pos-l.base, l.maxLine))
@@ -255,6 +261,7 @@ func (l *tailLane) atEnd() (bool, error) {
 			}
 		}
 		l.parked = true
+		l.letGo()
 		idle := time.Since(info.ModTime()).Round(time.Second)
 		if renamed {
 			l.log.Info("parked a followed file that was renamed away and is idle: read to its end, it frees its lane; its split resumes if it grows again, and completes when it is deleted",
@@ -266,6 +273,82 @@ func (l *tailLane) atEnd() (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// letGo closes a parked file's descriptor (and frees its buffer when it
+// holds nothing unread), so that a worker with many parked files does not
+// hold one descriptor each: wake opens it again when it grows. A file
+// moved out of the root, or on a platform without file identities, stays
+// open: it could not be found again with certainty.
+func (l *tailLane) letGo() {
+	if l.outside || l.f == nil {
+		return
+	}
+	if _, err := identifyOpen(l.f); err != nil {
+		return
+	}
+	l.closeLocked()
+	if l.r == l.w {
+		l.buf, l.r, l.w = nil, 0, 0
+	}
+}
+
+// wake looks at a parked file whose descriptor letGo closed, every
+// growthPoll: at its name, or (renamed) wherever under the root its
+// identity is now. Once it has grown, shrunk (a truncation) or the plan
+// turned final, it is opened again, checked to be the same file, and read
+// on from where the lane stopped; a file that is nowhere under the root
+// any more (deleted, or moved out while parked) ends the split at the end
+// of what was read.
+func (l *tailLane) wake() error {
+	if time.Since(l.checked) < growthPoll {
+		return nil
+	}
+	l.checked = time.Now()
+	path := filepath.Join(l.root, filepath.FromSlash(l.name))
+	if id, err := identify(path); err != nil || id != l.want.FileID {
+		now, ok := l.lookup()
+		if !ok {
+			l.log.Info("a parked followed file is gone (deleted, or moved out of the input): its split completes at the end of what was read",
+				"file", quoteName(l.name), "split", l.split)
+			if err := l.flushPartial(); err != nil {
+				return err
+			}
+			l.done, l.end = true, endDeleted
+			return nil
+		}
+		l.log.Info("a followed file was renamed (a rotation?): its split goes on reading it under its new name; a new file at the old name is new work",
+			"file", quoteName(l.name), "now", quoteName(now), "split", l.split)
+		l.name = now
+		l.follow.ask()
+		path = filepath.Join(l.root, filepath.FromSlash(l.name))
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil // renamed or deleted since: the next look finds out
+	}
+	read := l.pos - l.base + int64(l.w-l.r) // file offset of the next byte to read
+	if info.Size() == read && !l.final {
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	if id, err := identifyOpen(f); err != nil || id != l.want.FileID {
+		f.Close()
+		return nil // replaced since the look: the next look finds it
+	}
+	if _, err := f.Seek(read, io.SeekStart); err != nil {
+		f.Close()
+		return fmt.Errorf("seek %s: %w", l.name, err)
+	}
+	l.f = f
+	if l.buf == nil {
+		l.buf = make([]byte, laneBufSize)
+	}
+	l.checked = time.Time{} // a shrunk file is seen at the first look at its end
+	return nil
 }
 
 // unpark takes the lane back for a parked file that grew: worth an INFO
