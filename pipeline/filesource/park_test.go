@@ -290,3 +290,49 @@ func TestParkedFilesHoldNoDescriptor(t *testing.T) {
 	})
 	require.True(t, p != nil && p.Completed, "a parked file deleted: its split did not complete")
 }
+
+// A followed file truncated and written past its committed offset while
+// no worker held its split (logrotate's copytruncate during a takeover)
+// is read again from its start by the next owner: its new lines are
+// shipped, and the split is not failed as an input that drifted (the old
+// code: "resume offset 9 of app.log is not on a line boundary", then
+// quarantine), nor resumed mid-content where the new bytes happen to end
+// a line there (the old code skipped the new file's first line).
+func TestATailTruncatedAndRewrittenWhileUnheldIsReadFromItsStart(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		content string
+		want    []string
+	}{
+		{"mid-line at the old offset", "n1-long\nn2\n", []string{"n1-long", "n2"}},
+		{"a line ends at the old offset", "n1-abcde\nn2\n", []string{"n1-abcde", "n2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			corpus(t, dir, map[string]string{"app.log": "o1\no2\no3\n"})
+			var logs logLines
+			planner := filesource.NewPlanner(filesource.Dir(dir), filesource.PlannerOptions{Follow: true, Logger: logs.logger()})
+			plan, err := planner.Plan(context.Background(), spate.PlanContext{})
+			require.NoError(t, err)
+			require.Len(t, plan.Splits, 1)
+			spec := plan.Splits[0].Spec
+
+			src := filesource.NewSource(filesource.Dir(dir)).WithLogger(logs.logger()).WithPlanner(planner)
+			l := openLane(t, src, spec, nil, pipeline.NewCheckpointer(nil), nil)
+			require.Equal(t, []string{"o1", "o2", "o3"}, pollTail(t, l, 500, func(ls []string) bool { return len(ls) == 3 }))
+			p, err := src.EncodeCommit(spec.ID, 9)
+			require.NoError(t, err)
+			src.CloseSplit(spec.ID)
+
+			// copytruncate while nobody holds the split; the application
+			// writes on, past the committed offset, before a worker resumes.
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "app.log"), []byte(tc.content), 0o644))
+
+			next := filesource.NewSource(filesource.Dir(dir)).WithLogger(logs.logger()).WithPlanner(planner)
+			l2 := openLane(t, next, spec, &p, pipeline.NewCheckpointer(nil), nil)
+			defer next.CloseSplit(spec.ID)
+			require.Equal(t, tc.want, pollTail(t, l2, 500, func(ls []string) bool { return len(ls) >= len(tc.want) }))
+			assert.Equal(t, 1, logs.count("truncated and written again while no worker held its split", "app.log"))
+		})
+	}
+}
