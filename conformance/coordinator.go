@@ -52,6 +52,9 @@ var CoordinatorRules = []Rule{
 	{Name: "DeletedProgressRecordIsRestored",
 		Contract: "A progress record deleted out of band is restored by the leader and the job still completes with every split's record present.",
 		body:     scenDeletedProgress},
+	{Name: "PrunedSplitsLeaveTheStore",
+		Contract: "In an open plan, a completed split its planner prunes (its work gone) loses its spec and progress record and is never gained again; completed splits the planner keeps, and live ones, stay.",
+		body:     scenPrune},
 	{Name: "AllCompleteReachesAnIdleStandby",
 		Contract: "A worker that joins after the work is done, and never owns anything, still receives AllComplete.",
 		body:     scenIdleStandby},
@@ -539,6 +542,108 @@ func scenDeletedProgress(e *env) {
 	js := inspect(e, raw)
 	if s, ok := js.Split(victim); !ok || s.Status != spate.StatusCompleted {
 		e.t.Errorf("rule: a deleted progress record is restored and its split completed; it is %v (present %t)", s, ok)
+	}
+}
+
+// prunePlanner is an open plan of files that come and go: it plans the
+// live ones, and prunes (retention 0) the completed splits of those gone.
+type prunePlanner struct {
+	mu   sync.Mutex
+	live []string
+	gone map[string]bool
+}
+
+func (p *prunePlanner) Fingerprint() string { return "conformance:prune" }
+
+func (p *prunePlanner) Plan(context.Context, spate.PlanContext) (spate.SplitPlan, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ss []spate.PlannedSplit
+	for _, id := range p.live {
+		ss = append(ss, spate.NewPlannedSplit(spate.NewSplitSpec(spate.MustSplitID(id), []byte("file:"+id))))
+	}
+	return spate.NewSplitPlan(ss, spate.PlanOpen), nil
+}
+
+func (p *prunePlanner) Prune(_ context.Context, done []spate.DoneSplit) ([]spate.SplitID, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []spate.SplitID
+	for _, d := range done {
+		if p.gone[d.Spec.ID.String()] {
+			out = append(out, d.Spec.ID)
+		}
+	}
+	return out, nil
+}
+
+// scenPrune: an open plan's worker completes four splits; two of them
+// are then gone (and a fifth appears). The leader prunes those two: their
+// spec and progress record are deleted from the store (each a
+// revision-guarded single-key delete), no view restores them and nobody
+// gains them again, while the completed splits the planner keeps and the
+// new one stay. Pruning is the only delete of a spec, so a store whose
+// guarded delete misbehaves shows here.
+func scenPrune(e *env) {
+	p := &prunePlanner{live: []string{"prune-00", "prune-01", "prune-02", "prune-03"}, gone: map[string]bool{}}
+	f := newFleet(e, p)
+	a := f.start("a")
+	raw := e.open()
+	completed := func(ids ...string) func() bool {
+		return func() bool {
+			js, err := spate.InspectJob(e.ctx, raw, "")
+			if err != nil {
+				return false
+			}
+			for _, id := range ids {
+				if s, ok := js.Split(id); !ok || s.Status != spate.StatusCompleted {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	f.until(30*leases(f), "four splits completed", completed("prune-00", "prune-01", "prune-02", "prune-03"))
+	p.mu.Lock()
+	p.live = []string{"prune-02", "prune-03", "prune-04"}
+	p.gone["prune-00"], p.gone["prune-01"] = true, true
+	p.mu.Unlock()
+	pruned := func() bool {
+		for _, id := range []string{"prune-00", "prune-01"} {
+			for _, key := range []string{"spec." + id, "split." + id} {
+				if _, ok, err := raw.Get(e.ctx, spate.Durable, key); err != nil || ok {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	// The leader replans every ReplanInterval (a lease) and prunes after
+	// each run of the open plan.
+	f.until(30*leases(f), "the gone splits' records deleted and the new split completed", func() bool {
+		return pruned() && completed("prune-04")()
+	})
+	// Two more replans: nothing comes back, nothing else goes.
+	f.hold(2*leases(f), "the pruned splits staying gone", pruned)
+	js := inspect(e, raw)
+	for _, id := range []string{"prune-02", "prune-03", "prune-04"} {
+		if s, ok := js.Split(id); !ok || s.Status != spate.StatusCompleted {
+			e.t.Errorf("rule: a completed split the planner keeps stays in the store; %s is %v (present %t)", id, s, ok)
+		}
+	}
+	for _, id := range []string{"prune-00", "prune-01"} {
+		if _, ok := js.Split(id); ok {
+			e.t.Errorf("rule: a pruned split leaves every view; %s is still listed", id)
+		}
+	}
+	gained := map[string]int{}
+	for _, g := range a.gains {
+		gained[g.Split.ID.String()]++
+	}
+	for id, n := range gained {
+		if n > 1 {
+			e.t.Errorf("rule: a split is gained once here (one worker, no fault); %s was gained %d times", id, n)
+		}
 	}
 }
 

@@ -14,7 +14,8 @@
 #
 # Needs Debian's chromium (apt-get install -y chromium; or $CHROMIUM).
 # Usage: scripts/job-page-screenshot.sh [OUT.png]
-# GO=gt runs the build through another go wrapper.
+# GO=gt runs the build through another go wrapper; SPATE=PATH uses that
+# spate binary instead of building one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-docs/images/ui-job.png}"
@@ -31,7 +32,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"${GO:-go}" build -o "$work/spate" ./cmd/spate
+if [ -n "${SPATE:-}" ]; then
+	cp "$SPATE" "$work/spate" # a spate binary built already
+else
+	"${GO:-go}" build -o "$work/spate" ./cmd/spate
+fi
 mkdir -p "$work/src" "$work/dst"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 etcd="127.0.0.1:$(free_port)"

@@ -181,8 +181,9 @@ type memberJSON struct {
 type summaryJSON struct {
 	Splits      int `json:"splits"`
 	Completed   int `json:"completed"`
-	Leased      int `json:"leased"`   // held by a live worker
-	Runnable    int `json:"runnable"` // waiting for a worker
+	Leased      int `json:"leased"`           // held by a live worker
+	Parked      int `json:"parked,omitempty"` // of the leased, idle followed files: they take no lane until they grow
+	Runnable    int `json:"runnable"`         // waiting for a worker
 	Quarantined int `json:"quarantined"`
 	Damaged     int `json:"damaged"` // out of play: one of the split's records cannot be read
 	// BytesTotal counts a split of unknown size as 1 byte.
@@ -213,7 +214,8 @@ type splitJSON struct {
 	ID     string `json:"id"`
 	Status string `json:"status"` // the stored status: runnable, completed or quarantined
 	// State is the status, or leased for a runnable split a live worker
-	// holds.
+	// holds, parked for one whose followed file is idle (held, it takes
+	// no lane until the file grows).
 	State string `json:"state"`
 	// Remaining is the bytes left to commit (size less watermark; for a
 	// followed file, what it held beyond the last commit); null when the
@@ -306,6 +308,10 @@ func inspectionOf(job, store string, js *spate.JobState, files []filesource.File
 	for _, sp := range js.Splits {
 		j := splitJSON{ID: sp.ID.String(), Status: string(sp.Status), State: splitState(sp), Owner: sp.Owner, Epoch: uint64(sp.Epoch),
 			Attempts: sp.Attempts, Weight: sp.Weight, LeaseOwner: sp.LeaseOwner, Revision: sp.Revision, LastFailure: sp.LastFailure}
+		if j.State == "leased" && sp.Progress != nil && sp.Progress.Parked {
+			j.State = "parked"
+			out.Summary.Parked++
+		}
 		if table && sp.HasSpec {
 			if lo, hi, err := pgsource.KeyRange(spate.NewSplitSpec(sp.ID, sp.Descriptor)); err == nil {
 				j.Keys = chunkRange{lo: lo, hi: hi}.keys(tableKey)
@@ -405,8 +411,12 @@ func printInspection(w io.Writer, in inspection) {
 	if s.BytesTotal > 0 {
 		pct = 100 * float64(s.BytesCommitted) / float64(s.BytesTotal)
 	}
-	fmt.Fprintf(w, "state     %s: %d/%d splits completed, %d leased (running), %d runnable (waiting), %d quarantined",
-		s.State, s.Completed, s.Splits, s.Leased, s.Runnable, s.Quarantined)
+	leased := fmt.Sprintf("%d leased (running)", s.Leased)
+	if s.Parked > 0 {
+		leased = fmt.Sprintf("%d leased (%d running, %d parked: idle files, no lane)", s.Leased, s.Leased-s.Parked, s.Parked)
+	}
+	fmt.Fprintf(w, "state     %s: %d/%d splits completed, %s, %d runnable (waiting), %d quarantined",
+		s.State, s.Completed, s.Splits, leased, s.Runnable, s.Quarantined)
 	if s.Damaged > 0 {
 		fmt.Fprintf(w, ", %d damaged", s.Damaged)
 	}

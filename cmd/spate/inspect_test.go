@@ -171,11 +171,15 @@ func TestInspectionNamesFollowedFilesAndTheirLag(t *testing.T) {
 	gone.Status = spate.StatusCompleted
 	require.NoError(t, os.Rename(filepath.Join(dir, "app.log"), filepath.Join(dir, "app.log.1")))
 	app.Progress.State = []byte(`{"size":60,"name":"app.log.1"}`) // its lane saw the rename
-	js := &spate.JobState{Plan: spate.PlanState{Fingerprint: "fp", Finality: spate.PlanOpen, Planned: 3},
-		Splits: []spate.SplitState{app, gone, waiting}}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "idle.log"), []byte("z\n"), 0o644))
+	idle := tail("t-idle", "idle.log", &spate.SplitProgress{Watermark: 2, Parked: true, State: []byte(`{"size":2}`)}, "w2")
+	js := &spate.JobState{Plan: spate.PlanState{Fingerprint: "fp", Finality: spate.PlanOpen, Planned: 4},
+		Splits: []spate.SplitState{app, gone, waiting, idle}}
 
 	in := inspectionOf("job", "store", js, filesource.NewLagMeter(dir).Measure(js.Splits))
-	assert.Equal(t, 2, in.Summary.Followed)
+	assert.Equal(t, 3, in.Summary.Followed)
+	assert.Equal(t, 2, in.Summary.Leased)
+	assert.Equal(t, 1, in.Summary.Parked)
 	assert.Equal(t, 1, in.Summary.Waiting)
 	assert.Equal(t, int64(40+40), in.Summary.Lag, "app.log.1 holds 100 B, 60 committed; new.log's 40 B wait")
 	byID := map[string]splitJSON{}
@@ -189,14 +193,19 @@ func TestInspectionNamesFollowedFilesAndTheirLag(t *testing.T) {
 	assert.Equal(t, ptr(int64(40)), byID["t-new"].LagBytes)
 	assert.Equal(t, "app.log.1", byID["t-gone"].File)
 	assert.Contains(t, byID["t-gone"].End, "deleted")
+	assert.Equal(t, "parked", byID["t-idle"].State, "an idle followed file's split shown as running")
+	assert.Equal(t, "idle.log", byID["t-idle"].File)
 
 	var out bytes.Buffer
 	printInspection(&out, in)
-	assert.Contains(t, out.String(), "follow    2 files followed (1 waiting for a lane), 80 B")
+	assert.Contains(t, out.String(), "follow    3 files followed (1 waiting for a lane), 80 B")
+	assert.Contains(t, out.String(), "2 leased (1 running, 1 parked: idle files, no lane)")
+	assert.Regexp(t, `(?m)^t-idle\s+parked\s.*idle\.log$`, out.String())
 	assert.Regexp(t, `(?m)^t-app\s+leased\s.*40 B.*app\.log\.1 \(found as app\.log\)$`, out.String())
 	assert.Regexp(t, `(?m)^t-new\s+runnable\s.*new\.log$`, out.String())
 	b, err := json.Marshal(in)
 	require.NoError(t, err)
 	assert.Contains(t, string(b), `"file":"app.log.1","found":"app.log"`)
 	assert.Contains(t, string(b), `"lag_bytes":40`)
+	assert.Contains(t, string(b), `"parked":1`)
 }

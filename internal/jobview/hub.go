@@ -453,7 +453,7 @@ func (h *hub) rowOf(sp spate.SplitState, now time.Time) row {
 func (h *hub) add(r row) {
 	h.rows[r.ID] = r
 	h.sum.count(r, 1)
-	if r.State == "leased" {
+	if r.State == "leased" || r.State == "parked" {
 		h.leased[r.ID] = true
 	}
 }

@@ -292,7 +292,7 @@ func (s *Server) jobPage(w http.ResponseWriter, r *http.Request) {
 
 // liveFirst ranks a row's state: the work under way first, then what
 // waits, what needs an operator, and what is done.
-var liveFirst = map[string]int{"leased": 0, "runnable": 1, "quarantined": 2, "damaged": 3, "completed": 4}
+var liveFirst = map[string]int{"leased": 0, "runnable": 1, "parked": 2, "quarantined": 3, "damaged": 4, "completed": 5}
 
 func sortRows(rs []row, by string) {
 	switch by {

@@ -37,6 +37,7 @@ type summary struct {
 	Splits      int     `json:"splits"`
 	Completed   int     `json:"completed"`
 	Leased      int     `json:"leased"`
+	Parked      int     `json:"parked"` // leased splits of idle followed files: they take no lane
 	Runnable    int     `json:"runnable"`
 	Quarantined int     `json:"quarantined"`
 	Damaged     int     `json:"damaged"`
@@ -65,7 +66,7 @@ type member struct {
 // one that differs.
 type row struct {
 	ID        string `json:"id"`
-	State     string `json:"state"` // leased, runnable, completed, quarantined, damaged
+	State     string `json:"state"` // leased, parked (a leased idle followed file), runnable, completed, quarantined, damaged
 	Owner     string `json:"owner"`
 	Lease     string `json:"lease"`
 	Epoch     uint64 `json:"epoch"`
@@ -118,6 +119,8 @@ func rowOf(sp spate.SplitState, now time.Time, rates map[string]rate) row {
 	case sp.Damage != nil:
 		r.State, r.Damage = string(spate.StatusDamaged), sp.Damage.Error()
 	case sp.Status == spate.StatusCompleted, sp.Status == spate.StatusQuarantined:
+	case sp.LeaseOwner != "" && sp.Progress != nil && sp.Progress.Parked:
+		r.State = "parked" // held, but an idle followed file takes no lane
 	case sp.LeaseOwner != "":
 		r.State = "leased"
 	}
@@ -232,6 +235,8 @@ func (s *summary) count(r row, sign int) {
 	case "leased":
 		s.Leased += sign
 		s.Rate += float64(sign) * float64(r.Rate) // integers: exact, no drift
+	case "parked":
+		s.Parked += sign
 	default:
 		s.Runnable += sign
 	}
@@ -250,7 +255,7 @@ func (s summary) finished(final bool) summary {
 		s.State = "complete"
 	case !final:
 		s.State = "following" // an open plan: a continuous job (as spate inspect says)
-	case s.Leased == 0 && s.Runnable == 0 && s.Completed < s.Splits:
+	case s.Leased == 0 && s.Parked == 0 && s.Runnable == 0 && s.Completed < s.Splits:
 		s.State = "stalled"
 	default:
 		s.State = "running"
@@ -263,7 +268,7 @@ func (s summary) finished(final bool) summary {
 }
 
 // membersOf is the members' lines: from the job's meta, and the leased
-// rows (what each holds, its bytes left and rate).
+// rows, parked ones too (what each holds, its bytes left and rate).
 func membersOf(meta *spate.JobState, leader string, beats map[string]beat, now time.Time, leased iter.Seq[row]) []member {
 	members := map[string]*member{}
 	for _, m := range meta.Members {

@@ -110,6 +110,40 @@ func TestAFollowedFilesRowNamesItsFile(t *testing.T) {
 	assert.Equal(t, int64(-1), r.Left)
 }
 
+// A parked split (an idle followed file: held, but it takes no lane) is
+// shown as parked, naming its file, not as a running lease: counted apart
+// in the summary, still held by its member, listed after the live work
+// and the files waiting for a lane, and not taken for a stall.
+func TestAParkedSplitIsShownAsParked(t *testing.T) {
+	desc := []byte(`{"v":1,"files":null,"tail":{"name":"app.log","dev":1,"ino":2}}`)
+	sp := spate.SplitState{ID: spate.MustSplitID("t1"), Status: spate.StatusRunnable, LeaseOwner: "w1", Owner: "w1", Weight: 10, HasSpec: true, Descriptor: desc,
+		Progress: &spate.SplitProgress{Watermark: 100, Parked: true, State: []byte(`{"size":100,"name":"app.log.1"}`)}}
+	r := rowOf(sp, time.Now(), map[string]rate{})
+	assert.Equal(t, "parked", r.State)
+	assert.Equal(t, "app.log.1", r.File)
+	assert.Equal(t, "app.log", r.Found)
+
+	var s summary
+	s.count(r, 1)
+	assert.Equal(t, 1, s.Parked)
+	assert.Zero(t, s.Leased, "a parked split counted as a running lease")
+	assert.Zero(t, s.Runnable, "a parked split counted as waiting for a lane")
+	assert.Equal(t, "running", s.finished(true).State, "a job whose only live split is parked is not stalled")
+
+	meta := &spate.JobState{Members: []spate.MemberState{{Instance: "w1", MaxInFlight: 2}}}
+	ms := membersOf(meta, "w1", nil, time.Now(), func(yield func(row) bool) { yield(r) })
+	require.Len(t, ms, 1)
+	assert.Equal(t, 1, ms[0].Held, "the parked split is still its member's")
+
+	rs := []row{{ID: "a", State: "parked"}, {ID: "b", State: "completed"}, {ID: "c", State: "runnable"}, {ID: "d", State: "leased"}}
+	sortRows(rs, "")
+	var ids []string
+	for _, r := range rs {
+		ids = append(ids, r.ID)
+	}
+	assert.Equal(t, []string{"d", "c", "a", "b"}, ids)
+}
+
 // A split's rate follows its commits and falls to 0 within a window once
 // its file stops growing, though the row is redone while nothing changes.
 func TestARateDecaysWhenAFileStops(t *testing.T) {

@@ -92,9 +92,9 @@ type FileLag struct {
 	// now, when the file could be looked at, else as the last commit saw it.
 	Bytes int64
 	// Age is how old the oldest unread byte is, at most: the time since
-	// the file was last seen with nothing left to commit (a sample, or a
-	// commit that recorded no lag, or the file's birth for a file never
-	// committed). 0 when nothing is behind.
+	// the file was last seen no longer than its committed offset (a
+	// sample, or a commit that recorded no lag, or the file's birth for a
+	// file never committed). 0 when nothing is behind.
 	Age time.Duration
 	// Seen: Bytes is the file's size now, not the last commit's record.
 	Seen bool
@@ -107,20 +107,62 @@ type FileLag struct {
 // LagMeter measures the lag of a job's followed files: it looks at each
 // live split's file under the root (at the name its last commit saw, or
 // where the planner found it, checked by identity) and remembers, per
-// split, when the file was last seen with nothing left to commit, which
-// bounds the age of the oldest unread byte. It is safe for concurrent use.
+// split, the sizes it saw the file at and when: the oldest unread byte
+// (at the committed offset) was written after the last look that saw the
+// file no longer than that offset, which bounds its age. A file written
+// all the time is never seen with nothing behind, but its commits pass
+// what earlier looks saw. It is safe for concurrent use.
 type LagMeter struct {
 	root string
 	now  func() time.Time
 
 	mu       sync.Mutex
-	caughtUp map[string]time.Time // per split: last seen with nothing behind
+	caughtUp map[string]*lagTrack // per split
+}
+
+// lagTrack is what a LagMeter remembers of a split: since bounds the age
+// of its oldest unread byte (written after it), and looks are the sizes
+// seen since, each larger than the committed offset when last measured.
+type lagTrack struct {
+	since time.Time
+	looks []sizeAt
+}
+
+type sizeAt struct {
+	at   time.Time
+	size int64
+}
+
+// maxLooks bounds the looks a LagMeter keeps per split (a split whose
+// commits stopped gains one a sample); past it the oldest go, and the age
+// keeps its older, looser bound.
+const maxLooks = 1024
+
+// look notes the file's size at now and moves since to the last look
+// that saw it no longer than committed.
+func (tr *lagTrack) look(now time.Time, size, committed int64) {
+	tr.looks = append(tr.looks, sizeAt{now, size})
+	last := -1
+	for i, l := range tr.looks {
+		if l.size <= committed {
+			last = i
+		}
+	}
+	if last >= 0 {
+		if tr.looks[last].at.After(tr.since) {
+			tr.since = tr.looks[last].at
+		}
+		tr.looks = slices.Delete(tr.looks, 0, last+1)
+	}
+	if n := len(tr.looks); n > maxLooks {
+		tr.looks = slices.Delete(tr.looks, 0, n-maxLooks)
+	}
 }
 
 // NewLagMeter measures the followed files under root ("" looks at no
 // file: what the commits recorded only).
 func NewLagMeter(root string) *LagMeter {
-	return &LagMeter{root: root, now: time.Now, caughtUp: map[string]time.Time{}}
+	return &LagMeter{root: root, now: time.Now, caughtUp: map[string]*lagTrack{}}
 }
 
 // Measure is the lag of every followed file of splits whose split is not
@@ -145,21 +187,26 @@ func (m *LagMeter) Measure(splits []spate.SplitState) []FileLag {
 		if sp.Progress == nil {
 			fl.Bytes = -1 // unknown until looked at
 		}
+		var size int64
+		committed := f.Committed
 		if info, name, ok := m.look(f); ok {
 			fl.Seen, fl.Name, fl.ModTime = true, name, info.ModTime()
-			fl.Bytes = max(info.Size()-f.Committed, 0)
-			if info.Size() < f.Committed {
-				fl.Bytes = info.Size() // truncated: all of it is to read again
+			size = info.Size()
+			fl.Bytes = max(size-f.Committed, 0)
+			if size < f.Committed {
+				fl.Bytes = size // truncated: all of it is to read again
+				committed = 0
 			}
 		}
 		fl.Bytes = max(fl.Bytes, 0)
-		last, known := m.caughtUp[id]
+		tr := m.caughtUp[id]
 		switch {
 		case fl.Bytes == 0:
-			m.caughtUp[id] = now
-		case !known:
+			m.caughtUp[id] = &lagTrack{since: now}
+		case tr == nil:
 			// First look, and bytes are behind: since when is not known
 			// here; what the records say bounds it.
+			var last time.Time
 			switch {
 			case sp.Progress != nil && f.Lag == 0 && !sp.WrittenAt.IsZero():
 				last = sp.WrittenAt // nothing was behind at that commit
@@ -172,10 +219,14 @@ func (m *LagMeter) Measure(splits []spate.SplitState) []FileLag {
 			default:
 				last = now
 			}
-			m.caughtUp[id] = last
-			fl.Age = max(now.Sub(last), 0)
-		default:
-			fl.Age = max(now.Sub(last), 0)
+			tr = &lagTrack{since: last}
+			m.caughtUp[id] = tr
+		}
+		if fl.Bytes > 0 {
+			if fl.Seen {
+				tr.look(now, size, committed)
+			}
+			fl.Age = max(now.Sub(tr.since), 0)
 		}
 		out = append(out, fl)
 	}

@@ -101,6 +101,48 @@ func TestLagMeterMeasuresEachFollowedFile(t *testing.T) {
 	assert.Empty(t, m.caughtUp)
 }
 
+// A file written all the time is never seen with nothing behind its
+// commits, but each commit passes what an earlier look saw: the age of
+// its oldest unread byte is bounded by that look, and stays about a
+// sample (one second here) while the commits keep up, instead of growing
+// from the file's first byte for as long as the writer writes.
+func TestLagMeterAgeOfAFileWrittenAllTheTime(t *testing.T) {
+	root := t.TempDir()
+	f, err := os.OpenFile(filepath.Join(root, "app.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	require.NoError(t, err)
+	defer f.Close()
+	now := time.Now().Add(time.Minute)
+	m := NewLagMeter(root)
+	m.now = func() time.Time { return now }
+	var committed int64
+	for i := range 30 {
+		_, err := f.Write(make([]byte, 100)) // 100 bytes a second
+		require.NoError(t, err)
+		sp := tailSplit(t, root, "a", "app.log", tailProgress(t, committed, tailState{Size: committed + 100}), "w1", now)
+		lags := m.Measure([]spate.SplitState{sp})
+		require.Len(t, lags, 1)
+		assert.Equal(t, int64(100), lags[0].Bytes)
+		if i > 0 {
+			assert.Equal(t, time.Second, lags[0].Age, "look %d: the commit reached what the look a second ago saw", i)
+		}
+		committed += 100 // the commit a second later reaches what this look saw
+		now = now.Add(time.Second)
+	}
+	assert.LessOrEqual(t, len(m.caughtUp["a"].looks), 2, "looks kept past the committed offset")
+
+	// The commits stop: the age grows from the last look they passed.
+	for range 5 {
+		_, err := f.Write(make([]byte, 100))
+		require.NoError(t, err)
+		sp := tailSplit(t, root, "a", "app.log", tailProgress(t, committed, tailState{Size: committed}), "w1", now)
+		lags := m.Measure([]spate.SplitState{sp})
+		require.Len(t, lags, 1)
+		now = now.Add(time.Second)
+	}
+	sp := tailSplit(t, root, "a", "app.log", tailProgress(t, committed, tailState{Size: committed}), "w1", now)
+	assert.Equal(t, 6*time.Second, m.Measure([]spate.SplitState{sp})[0].Age)
+}
+
 func TestFollowedOfReadsTheRecords(t *testing.T) {
 	root := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(root, "x.log"), []byte("a\n"), 0o644))

@@ -259,7 +259,7 @@ func (s *Source) openTail(o pipeline.SplitOpening, t Tail, start int64) (pipelin
 	l := &tailLane{
 		id: o.Lane, part: o.Partition, split: o.Spec.ID, root: dir.LocalRoot(), want: t,
 		issuer: o.Issuer, poison: o.Poison, log: s.log, name: t.Name, maxLine: s.maxLine, follow: s.follow,
-		pos: start, base: ts.Base, bases: []baseFrom{{from: 0, base: ts.Base}}, committed: ts.Size,
+		pos: start, base: ts.Base, bases: []baseFrom{{from: 0, base: ts.Base}}, committed: ts.Size, resumePrint: ts.Print,
 	}
 	l.onExhausted = func() {
 		s.mu.Lock()

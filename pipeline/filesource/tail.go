@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -32,7 +33,17 @@ type tailState struct {
 	// found; End is why its split completed (see lag.go).
 	Name string `json:"name,omitempty"`
 	End  string `json:"end,omitempty"`
+	// Print is the CRC-32 (hex) of the up to printLen bytes before the
+	// committed file offset, as the lane read them: a lane that resumes
+	// the split checks the file still holds them there, and reads a file
+	// that was truncated and written past that offset again (copytruncate
+	// while no worker held the split) from its start. Absent when
+	// unknown (the file was truncated since, or nothing was committed).
+	Print string `json:"print,omitempty"`
 }
+
+// printLen is how many bytes before a committed offset tailState.Print covers.
+const printLen = 64
 
 func decodeTailState(b []byte) (tailState, error) {
 	var st tailState
@@ -71,8 +82,13 @@ type tailLane struct {
 	// unknown): what of it a truncation or deletion while nobody held the
 	// split took from under the lane.
 	committed int64
+	// resumePrint is the resumed commit's Print ("" when it has none).
+	resumePrint string
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// printAt and print are the last Print computed, at that watermark.
+	printAt int64
+	print   string
 	f       *os.File
 	name    string // where the file was found: the want's name, or its new name
 	pos     int64  // split offset of the next byte not yet emitted
@@ -89,6 +105,7 @@ type tailLane struct {
 	sniff   bool // the next bytes read are the file's first: check they are text
 	started bool
 	parked  bool   // idle past ReleaseAfter at its end: its split takes no lane until the file grows
+	missed  int    // parked and closed: looks in a row that found the file nowhere under the root
 	done    bool   // the file ended for good: every byte emitted
 	end     string // why it ended
 	stopped bool
@@ -123,11 +140,17 @@ func (l *tailLane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch,
 		}
 	}
 	l.pays, l.keys = l.pays[:0], l.keys[:0]
+	if l.f == nil && !l.done {
+		// Parked with its descriptor closed: reopened once the file grew.
+		if err := l.wake(); err != nil {
+			l.failLocked(err)
+		}
+	}
 	if l.r > 0 {
 		l.w = copy(l.buf, l.buf[l.r:l.w])
 		l.r = 0
 	}
-	for len(l.pays) < maxRecords {
+	for len(l.pays) < maxRecords && l.f != nil {
 		if i := bytes.IndexByte(l.buf[l.r:l.w], '\n'); i >= 0 {
 			if i > l.maxLine {
 				l.failLocked(lineTooLong(l.name, l.pos-l.base, l.maxLine))
@@ -255,6 +278,7 @@ func (l *tailLane) atEnd() (bool, error) {
 			}
 		}
 		l.parked = true
+		l.letGo()
 		idle := time.Since(info.ModTime()).Round(time.Second)
 		if renamed {
 			l.log.Info("parked a followed file that was renamed away and is idle: read to its end, it frees its lane; its split resumes if it grows again, and completes when it is deleted",
@@ -266,6 +290,88 @@ func (l *tailLane) atEnd() (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// letGo closes a parked file's descriptor (and frees its buffer when it
+// holds nothing unread), so that a worker with many parked files does not
+// hold one descriptor each: wake opens it again when it grows. A file
+// moved out of the root, or on a platform without file identities, stays
+// open: it could not be found again with certainty.
+func (l *tailLane) letGo() {
+	if l.outside || l.f == nil {
+		return
+	}
+	if _, err := identifyOpen(l.f); err != nil {
+		return
+	}
+	l.closeLocked()
+	if l.r == l.w {
+		l.buf, l.r, l.w = nil, 0, 0
+	}
+}
+
+// wake looks at a parked file whose descriptor letGo closed, every
+// growthPoll: at its name, or (renamed) wherever under the root its
+// identity is now. Once it has grown, shrunk (a truncation) or the plan
+// turned final, it is opened again, checked to be the same file, and read
+// on from where the lane stopped; a file that is nowhere under the root
+// any more (deleted, or moved out while parked) ends the split at the end
+// of what was read.
+func (l *tailLane) wake() error {
+	if time.Since(l.checked) < growthPoll {
+		return nil
+	}
+	l.checked = time.Now()
+	path := filepath.Join(l.root, filepath.FromSlash(l.name))
+	if id, err := identify(path); err != nil || id != l.want.FileID {
+		now, ok := l.lookup()
+		if !ok {
+			// A walk racing a rename (logrotate's .1 → .2) can miss the
+			// file once: gone only when two looks in a row miss it.
+			if l.missed++; l.missed < 2 {
+				return nil
+			}
+			l.log.Info("a parked followed file is gone (deleted, or moved out of the input): its split completes at the end of what was read",
+				"file", quoteName(l.name), "split", l.split)
+			if err := l.flushPartial(); err != nil {
+				return err
+			}
+			l.done, l.end = true, endDeleted
+			return nil
+		}
+		l.log.Info("a followed file was renamed (a rotation?): its split goes on reading it under its new name; a new file at the old name is new work",
+			"file", quoteName(l.name), "now", quoteName(now), "split", l.split)
+		l.name = now
+		l.follow.ask()
+		path = filepath.Join(l.root, filepath.FromSlash(l.name))
+	}
+	l.missed = 0
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil // renamed or deleted since: the next look finds out
+	}
+	read := l.pos - l.base + int64(l.w-l.r) // file offset of the next byte to read
+	if info.Size() == read && !l.final {
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	if id, err := identifyOpen(f); err != nil || id != l.want.FileID {
+		f.Close()
+		return nil // replaced since the look: the next look finds it
+	}
+	if _, err := f.Seek(read, io.SeekStart); err != nil {
+		f.Close()
+		return fmt.Errorf("seek %s: %w", l.name, err)
+	}
+	l.f = f
+	if l.buf == nil {
+		l.buf = make([]byte, laneBufSize)
+	}
+	l.checked = time.Time{} // a shrunk file is seen at the first look at its end
+	return nil
 }
 
 // unpark takes the lane back for a parked file that grew: worth an INFO
@@ -395,17 +501,30 @@ func (l *tailLane) open() error {
 		l.bases = append(l.bases, baseFrom{from: l.pos, base: l.base})
 		off = 0
 	}
-	if off == 0 {
-		l.sniff = true
-	} else {
-		// The resume point must start a line.
-		var b [1]byte
-		if _, err := f.ReadAt(b[:], off-1); err != nil {
+	if off > 0 {
+		// The bytes before the resume point must be those the last commit
+		// read (its Print), or at least end a line (a commit without one):
+		// else the file was truncated while nobody held the split and
+		// written past the resume point since (copytruncate). It is read
+		// again from its start, as a file found smaller is.
+		n := min(off, printLen)
+		b := make([]byte, n)
+		if _, err := f.ReadAt(b, off-n); err != nil {
 			return fmt.Errorf("resume check of %s: %w", l.name, err)
 		}
-		if b[0] != '\n' {
-			return fmt.Errorf("%w: resume offset %d of %s is not on a line boundary", errDrift, off, l.name)
+		sum := fmt.Sprintf("%08x", crc32.ChecksumIEEE(b))
+		if l.resumePrint != "" && sum != l.resumePrint || l.resumePrint == "" && b[n-1] != '\n' {
+			l.log.Warn("a followed file was truncated and written again while no worker held its split: the bytes its last commit had not reached cannot be read; it is read again from its start",
+				"file", quoteName(l.name), "split", l.split, "unread_bytes", max(l.committed-off, 0), "resume_offset", off, "size", info.Size())
+			l.base = l.pos
+			l.bases = append(l.bases, baseFrom{from: l.pos, base: l.base})
+			off = 0
+		} else {
+			l.printAt, l.print = l.pos, sum
 		}
+	}
+	if off == 0 {
+		l.sniff = true
 	}
 	if _, err := f.Seek(off, io.SeekStart); err != nil {
 		return fmt.Errorf("seek %s: %w", l.name, err)
@@ -494,7 +613,7 @@ func (l *tailLane) baseFor(watermark int64) int64 {
 func (l *tailLane) progress(watermark int64) spate.SplitProgress {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	ts := tailState{Base: l.baseFor(watermark), Size: l.size}
+	ts := tailState{Base: l.baseFor(watermark), Size: l.size, Print: l.printOf(watermark)}
 	if l.name != l.want.Name {
 		ts.Name = l.name
 	}
@@ -507,6 +626,27 @@ func (l *tailLane) progress(watermark int64) spate.SplitProgress {
 	p := spate.NewSplitProgress(watermark, st)
 	p.Parked = l.parkedAt(watermark)
 	return p
+}
+
+// printOf is tailState.Print at watermark: the CRC-32 of the bytes the
+// file holds before its offset, read again from the open file, while no
+// truncation came after it ("" otherwise, or when the file is closed and
+// the last Print was at another watermark).
+func (l *tailLane) printOf(watermark int64) string {
+	if l.printAt == watermark && l.print != "" {
+		return l.print
+	}
+	off := watermark - l.base
+	if l.f == nil || off <= 0 || l.baseFor(watermark) != l.base || l.done {
+		return ""
+	}
+	n := min(off, printLen)
+	b := make([]byte, n)
+	if _, err := l.f.ReadAt(b, off-n); err != nil {
+		return ""
+	}
+	l.printAt, l.print = watermark, fmt.Sprintf("%08x", crc32.ChecksumIEEE(b))
+	return l.print
 }
 
 // parkedAt reports whether the split is parked with every byte it emitted
