@@ -300,8 +300,9 @@ var transientErrnos = []syscall.Errno{syscall.EINTR, syscall.EAGAIN, syscall.EBU
 
 // noSpaceStageRetries bounds the stage openings of one sink in a row that
 // a full disk fails and that are tried again (marked Retryable, so they
-// cost the split no attempt): about 3 s of the driver's backoff for
-// space to come back (a log rotated, another job's staging removed).
+// cost the split no attempt): about 3 s of the coordination driver's
+// backoff for space to come back (a log rotated, another job's staging
+// removed).
 // Past it the error is reported unmarked, and the split is set aside with
 // it as the reason.
 const noSpaceStageRetries = 5

@@ -272,9 +272,10 @@ func TestStagedFileSinkPublishWholeDamage(t *testing.T) {
 }
 
 // The file sink's stage openings mark passing file-system faults
-// Retryable (the driver tries again without spending an attempt); a full
-// disk only a bounded number of times in a row, then as the error it is
-// (the split is set aside with it as the reason); damage never.
+// Retryable (the coordination driver tries again without spending an
+// attempt); a full disk only a bounded number of times in a row, then as
+// the error it is (the split is set aside with it as the reason); damage
+// never.
 func TestStagedFileSinkMarksTransientStageFaultsRetryable(t *testing.T) {
 	s, err := NewStagedFileSink(t.TempDir(), "")
 	require.NoError(t, err)
