@@ -64,16 +64,25 @@ func scenConcurrentCommitters(e *env) {
 			raw = bind(e, raw)
 			defer raw.Close()
 			ttl := raw.Capabilities().TTL
-			w := startSolo(e, h, "committer", starvationConfig(ttl, n), planOf(fmt.Sprintf("committers%d", n), n))
+			cfg := starvationConfig(ttl, n)
+			// A commit is one compare-and-swap bounded by OpTimeout. How
+			// long the store takes for one while n others are in flight is
+			// the store's (and the machine's), not the coordinator's: it is
+			// measured here, and the op timeout derives from it.
+			rt := casRoundTrip(e, raw, fmt.Sprintf("rt%d.", n), n)
+			cfg.OpTimeout = commitOpTimeout(cfg.OpTimeout, ttl, rt+ttl/300)
+			w := startSolo(e, h, "committer", cfg, planOf(fmt.Sprintf("committers%d", n), n))
 			defer w.stop()
 			w.waitHolding(n)
 			w.inj.Add(faultstore.Rule{Delay: ttl / 300})
 			st := w.runLanes(3*ttl, backToBack)
 			w.pollFor(ttl / 2)
-			e.t.Logf("n=%d: %d commits in 3 leases (%.0f/s), %d failed", n, st.commits, float64(st.commits)/(3*ttl).Seconds(), st.failures)
+			e.t.Logf("n=%d: %d commits in 3 leases (%.0f/s), %d failed; %d concurrent compare-and-swaps took up to %v before the load, op timeout %v",
+				n, st.commits, float64(st.commits)/(3*ttl).Seconds(), st.failures, n, rt, cfg.OpTimeout)
 			w.checkStarvation(raw, n, st,
 				fmt.Sprintf("rule: lease renewal is never queued behind commits (%d goroutines committing back to back for 3 leases)", n),
-				fmt.Sprintf("rule: concurrent commits on different splits all succeed on a healthy store (%d goroutines)", n))
+				fmt.Sprintf("rule: concurrent commits on different splits all succeed on a healthy store (%d goroutines; the store's compare-and-swap took up to %v at that concurrency before the load, plus the injected %v; op timeout %v)",
+					n, rt, ttl/300, cfg.OpTimeout))
 		}()
 	}
 }
@@ -121,6 +130,70 @@ func scenSlowListings(e *env) {
 	w.checkStarvation(raw, splits, st,
 		"rule: a listing never delays lease renewal (every List takes lease/2, within its deadline)",
 		"rule: a commit never waits behind a listing")
+}
+
+// casRoundTripRounds is how many compare-and-swaps each of casRoundTrip's
+// goroutines makes.
+const casRoundTripRounds = 4
+
+// casRoundTrip measures the store's compare-and-swap round trip at the
+// concurrency of a scenario: n goroutines each create a durable key of its
+// own under prefix and update it back to back, casRoundTripRounds times,
+// then delete it. It returns the slowest update: what one commit among n
+// in flight costs on this store, on this machine, now (a loaded machine
+// makes it longer; in a bubble it is 0).
+func casRoundTrip(e *env, raw spate.Store, prefix string, n int) time.Duration {
+	e.t.Helper()
+	var (
+		mu      sync.Mutex
+		slowest time.Duration
+		wg      sync.WaitGroup
+		errs    = make(chan error, n)
+	)
+	for i := range n {
+		wg.Go(func() {
+			key := fmt.Sprintf("%sk%d", prefix, i)
+			o, err := raw.Create(e.ctx, spate.Durable, key, []byte("0"))
+			if err == nil && !o.Won {
+				err = fmt.Errorf("create %q: key exists", key)
+			}
+			rev := o.Revision
+			for r := 1; err == nil && r <= casRoundTripRounds; r++ {
+				start := time.Now()
+				o, err = raw.Update(e.ctx, spate.Durable, key, []byte(fmt.Sprint(r)), rev)
+				took := time.Since(start)
+				if err == nil && !o.Won {
+					err = fmt.Errorf("update %q at revision %d: lost", key, rev)
+				}
+				rev = o.Revision
+				mu.Lock()
+				slowest = max(slowest, took)
+				mu.Unlock()
+			}
+			if err == nil {
+				_, err = raw.Delete(e.ctx, spate.Durable, key, rev)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(e.t, err, "measuring the store's compare-and-swap round trip (%d at once)", n)
+	}
+	return slowest
+}
+
+// commitOpTimeout is the op timeout of a scenario whose commits each cost
+// a measured round trip rt: ten of it, never below the suite's own (op)
+// and never above half the lease (a lease must cover two op timeouts).
+// Ten, because the measurement is a few hundred round trips and the load
+// thousands of commits over three leases, beside renewals and polls: on
+// etcd the measurement's slowest was about the load's average (64 at once:
+// 54 ms, and 1,194 commits/s), and a loaded CI run had commits past four
+// times its average (154 of 3,038 past 500 ms, average 126 ms).
+func commitOpTimeout(op, ttl, rt time.Duration) time.Duration {
+	return min(max(op, 10*rt), ttl/2)
 }
 
 // backToBack paces every lane with no pause between commits.

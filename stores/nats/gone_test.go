@@ -2,14 +2,17 @@ package nats_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/faultproxy"
 	"github.com/spate-go/spate/internal/natsservers"
 	spatenats "github.com/spate-go/spate/stores/nats"
 )
@@ -105,5 +108,52 @@ func TestDeletedBucketIsFatal(t *testing.T) {
 	_, err = s.Watch(testCtx(t, 2*time.Second), spate.Ephemeral, "gone.")
 	require.ErrorIs(t, err, spate.ErrFatal)
 	require.NotErrorIs(t, err, spate.ErrRetryable)
+	require.ErrorContains(t, err, "deleted")
+}
+
+// TestDeletionIsBelievedThoughCallsEndMidRequest: a call whose deadline
+// ends while its request is in flight got no answer, and no answer says
+// nothing about the stream. Here every request takes at least 300 ms (a
+// proxy's latency) and calls of 1 s, which get answers, alternate with
+// calls of 100 ms, which never do: the deletion is still believed once
+// the answers have said so for the driver's wait. (A cut request once
+// counted as the stream being there again and restarted the wait, so on
+// a loaded machine, where a short call's request is often cut, a deleted
+// bucket stayed Retryable for good: TestDeletedBucketIsFatal failed with
+// no Fatal in 30 s.)
+func TestDeletionIsBelievedThoughCallsEndMidRequest(t *testing.T) {
+	t.Parallel()
+	srv := natsservers.Start(t)
+	proxy := faultproxy.New(t, strings.TrimPrefix(srv.URL, "nats://"))
+	nc, err := natsgo.Connect("nats://" + proxy.Addr())
+	require.NoError(t, err, "connect through the proxy")
+	t.Cleanup(nc.Close)
+	job := natsservers.NewJob()
+	s := open(t, nc, spatenats.Options{Job: job, TTL: 2 * time.Second})
+	ctx := testCtx(t, 40*time.Second)
+	mustCreate(t, ctx, s, spate.Ephemeral, "gone.k")
+
+	direct := srv.Connect(t)
+	js, streams := jobStreams(t, direct, job)
+	require.NoError(t, js.DeleteStream(ctx, streams[1]))
+	_, ename := spatenats.Buckets(job)
+	proxy.SetLatency(150 * time.Millisecond) // each way: 300 ms a request
+
+	start := time.Now()
+	for calls := 1; ; calls++ {
+		d := time.Second
+		if calls%2 == 0 {
+			d = 100 * time.Millisecond // ends mid-request: no answer
+		}
+		_, err = s.List(testCtx(t, d), spate.Ephemeral, "gone.")
+		if errors.Is(err, spate.ErrFatal) {
+			t.Logf("call %d, %v after the first, was told the bucket is gone", calls, time.Since(start).Round(time.Millisecond))
+			break
+		}
+		require.ErrorIs(t, err, spate.ErrRetryable, "call %d", calls)
+		require.NoError(t, ctx.Err(), "no call was told the bucket is gone in %v: the calls cut mid-request restarted the wait", time.Since(start).Round(time.Second))
+	}
+	require.NotErrorIs(t, err, spate.ErrRetryable)
+	require.ErrorContains(t, err, ename)
 	require.ErrorContains(t, err, "deleted")
 }

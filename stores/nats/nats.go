@@ -528,7 +528,8 @@ const goneWait = 5 * time.Second
 // error is Retryable). New has seen the stream, so that answer is taken as
 // final only when it persists: once every request about the bucket has
 // had it for goneWait, across calls (an op timeout may be shorter than
-// goneWait), the error is Fatal at once. A CI run on a loaded 3-node R3 cluster got it for a stream
+// goneWait; a request cut by its call's deadline got no answer and does
+// not restart the wait), the error is Fatal at once. A CI run on a loaded 3-node R3 cluster got it for a stream
 // the test had just written to, and failed a key watch's snapshot read.
 // The cause was not caught. nats-server answers so from a meta leader
 // that holds no assignment for the stream, as a new meta leader would
@@ -539,7 +540,9 @@ func onStream[T any](ctx context.Context, b *bucket, op func() (T, error)) (T, e
 	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 250*time.Millisecond) {
 		v, err := op()
 		if !errors.Is(err, jetstream.ErrStreamNotFound) {
-			if b.goneSince.Load() != 0 {
+			// A request cut by ctx's end got no answer, which says nothing
+			// about the stream: the wait goes on. Any answer ends it.
+			if (err == nil || ctx.Err() == nil) && b.goneSince.Load() != 0 {
 				b.goneSince.Store(0)
 			}
 			return v, err
