@@ -231,6 +231,11 @@ func copyJob(t testing.TB, url string, workers int, chunk int64, stopOne bool) {
 
 // copyJobAt is copyJob with each worker held to rate rows a second (0:
 // unlimited).
+// sinkOpts are the sink's runtime options as `spate backfill` sets them:
+// a batch lingers 5 ms, not the default second (the sink stages rows
+// itself until the commit, so a long linger only delays them).
+var sinkOpts = pipeline.SinkOptions{Linger: 5 * time.Millisecond}
+
 func copyJobAt(t testing.TB, url string, workers int, chunk int64, stopOne bool, rate float64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -255,7 +260,7 @@ func copyJobAt(t testing.TB, url string, workers int, chunk int64, stopOne bool,
 		defer sink.Close()
 		rt, err := pipeline.Build(pipeline.Config{Name: coord.InstanceID(), CommitInterval: 100 * time.Millisecond},
 			pipeline.NewCoordinatedSource(coord, src, src), pace(rate),
-			[]pipeline.SinkSpec{{Name: "pg", Sink: sink}}, pipeline.WithLogger(log))
+			[]pipeline.SinkSpec{{Name: "pg", Sink: sink, Options: sinkOpts}}, pipeline.WithLogger(log))
 		require.NoError(t, err)
 		wctx := ctx
 		if stopOne && i == 0 {
