@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/spate-go/spate/pipeline"
 	"github.com/spate-go/spate/pipeline/pgsink"
 	"github.com/spate-go/spate/pipeline/pgsource"
 	"github.com/spate-go/spate/storeurl"
@@ -240,18 +239,9 @@ func (o *destination) openTable(ctx context.Context, job string, in *input) erro
 	return nil
 }
 
-// tableSink is the pgsink as a backfill's staging sink.
+// tableSink is the pgsink as a backfill's staging sink (its WriteChunks
+// stages the chunks in turn, without copying them into one slice).
 type tableSink struct{ *pgsink.Sink }
-
-// WriteChunks implements pipeline.ChunkedSink: the chunks as one write
-// (a failed write is retried whole, so it must not be split in parts that
-// each stage rows).
-func (s tableSink) WriteChunks(ctx context.Context, shard int, chunks [][]pipeline.Record) error {
-	if len(chunks) == 1 {
-		return s.Write(ctx, shard, chunks[0])
-	}
-	return s.Write(ctx, shard, slices.Concat(chunks...))
-}
 
 // argShown is a --src or --dst as messages show it: a table URL with its
 // password masked, anything else as given.

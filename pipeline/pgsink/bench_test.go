@@ -1,6 +1,7 @@
 package pgsink_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -18,10 +19,12 @@ const benchRows = 200_000
 // same tables: COPY ... TO STDOUT piped into COPY ... FROM STDIN on another
 // connection. The ratio of their ns/op is the worker's overhead in time,
 // the ratio of their cpu-ns/row its overhead in client CPU (the server is
-// another process). -count N runs the two in turn, N rounds:
+// another process). -count N would run each case N times in a row; for
+// rounds that alternate, run the test binary once per round:
 //
-//	go test -run '^$' -bench BenchmarkTableCopy -benchtime 1x -count 6 ./pipeline/pgsink/ | tee copy.txt
-//	benchstat -col /case copy.txt
+//	go test -c -o pgsink.test ./pipeline/pgsink/
+//	for i in 1 2 3 4 5 6; do ./pgsink.test -test.run '^$' -test.bench 'TableCopy|ScaleOut' -test.benchtime 1x; done | tee bench.txt
+//	benchstat -col /case bench.txt; benchstat -col /workers bench.txt
 func BenchmarkTableCopy(b *testing.B) {
 	url, c := newDB(b)
 	ctx := context.Background()
@@ -45,8 +48,7 @@ const (
 // worker held to scaleRate rows a second: the ratio of their ns/op is how
 // far the fleet scales out (goal: 3 workers at least 2.5× one).
 //
-//	go test -run '^$' -bench BenchmarkScaleOut -benchtime 1x -count 3 ./pipeline/pgsink/ | tee scale.txt
-//	benchstat -col /workers scale.txt
+// Run it in alternating rounds as BenchmarkTableCopy says.
 func BenchmarkScaleOut(b *testing.B) {
 	url, c := newDB(b)
 	benchTable(b, c, scaleRows)
@@ -95,10 +97,18 @@ func plainCopy(b *testing.B, ctx context.Context, url string) {
 	to, err := pgx.Connect(ctx, url)
 	require.NoError(b, err)
 	defer to.Close(ctx)
+	// pgconn writes each row COPY sends as a Write of its own, and
+	// CopyFrom sends each Read as a message of its own: unbuffered, the
+	// pipe would hand over and send rows one by one. A shell pipe between
+	// two psql buffers; so does this one.
 	r, w := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		_, err := from.PgConn().CopyTo(ctx, w, "COPY (SELECT * FROM src ORDER BY id) TO STDOUT")
+		bw := bufio.NewWriterSize(w, 64<<10)
+		_, err := from.PgConn().CopyTo(ctx, bw, "COPY (SELECT * FROM src ORDER BY id) TO STDOUT")
+		if err == nil {
+			err = bw.Flush()
+		}
 		w.CloseWithError(err)
 		done <- err
 	}()

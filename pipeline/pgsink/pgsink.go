@@ -114,7 +114,10 @@ type Sink struct {
 	retired map[pipeline.PartitionID]bool // tenancies ended: their late records are dropped
 }
 
-var _ pipeline.StagingSink = (*Sink)(nil)
+var (
+	_ pipeline.StagingSink = (*Sink)(nil)
+	_ pipeline.ChunkedSink = (*Sink)(nil)
+)
 
 type stage struct {
 	t pipeline.StageTenancy
@@ -391,6 +394,19 @@ func (s *Sink) Write(ctx context.Context, shard int, records []pipeline.Record) 
 	return nil
 }
 
+// WriteChunks implements [pipeline.ChunkedSink]: the chunks are staged in
+// turn, as Write would stage them as one slice, without copying them into
+// one first. A retried write stages nothing twice: rows below a split's
+// last staged offset are dropped.
+func (s *Sink) WriteChunks(ctx context.Context, shard int, chunks [][]pipeline.Record) error {
+	for _, c := range chunks {
+		if err := s.Write(ctx, shard, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // writeRun stages records of one partition, flushing whenever the staged
 // rows reach FlushBytes.
 func (s *Sink) writeRun(ctx context.Context, records []pipeline.Record) error {
@@ -538,8 +554,11 @@ func (s *Sink) flushBelow(ctx context.Context, st *stage, watermark int64) error
 		rest[i].kend -= last.kend
 	}
 	st.rows = append(st.rows[:0], rest...)
-	st.buf = append(st.buf[:0:0], st.buf[last.end:]...)
-	st.keys = append(st.keys[:0:0], st.keys[last.kend:]...)
+	// The flush is over, so nothing reads the flushed bytes any more: the
+	// rest moves to the front and the buffers are reused, not grown again
+	// from nothing for every flush.
+	st.buf = st.buf[:copy(st.buf, st.buf[last.end:])]
+	st.keys = st.keys[:copy(st.keys, st.keys[last.kend:])]
 	st.flushed = max(st.flushed, watermark)
 	return nil
 }
