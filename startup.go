@@ -27,7 +27,7 @@ func (a *actor) startup(ctx context.Context) error {
 			return err
 		}
 	}
-	a.members.joined(a.log, a.self, a.planning.plan.Generation)
+	a.members.joined(a.log, a.self, a.planning.plan)
 	return nil
 }
 
