@@ -140,3 +140,14 @@ func (r *recordState) damagedSplits() []string {
 
 // damagedKeys is the sorted keys of the damaged records.
 func (r *recordState) damagedKeys() []string { return slices.Sorted(maps.Keys(r.damaged)) }
+
+// keepOnly forgets the damage of every split keep refuses, and every
+// missing record (the leader restores those; a scoped worker is not it).
+func (r *recordState) keepOnly(keep func(id string) bool) {
+	for key, d := range r.damaged {
+		if !keep(d.id) {
+			delete(r.damaged, key)
+		}
+	}
+	clear(r.missing)
+}

@@ -158,3 +158,18 @@ func (j *jobView) count(status string, d int) {
 		j.nQuarant += d
 	}
 }
+
+// keepOnly drops from the split table every split keep refuses (a scoped
+// worker forgets what it no longer watches).
+func (j *jobView) keepOnly(keep func(id string) bool) {
+	for id, v := range j.splits {
+		if keep(id) {
+			continue
+		}
+		if v.prog != nil {
+			j.count(v.prog.Status, -1)
+			j.nSplits--
+		}
+		delete(j.splits, id)
+	}
+}
