@@ -151,3 +151,11 @@ func (r *recordState) keepOnly(keep func(id string) bool) {
 	}
 	clear(r.missing)
 }
+
+// found notes that split id's progress record is in the view again:
+// there is nothing to restore.
+func (r *recordState) found(id string) { delete(r.missing, id) }
+
+// lost notes that split id's progress record is missing from the store;
+// the leader restores last (restoreMissing).
+func (r *recordState) lost(id string, last *progressRecord) { r.missing[id] = last }

@@ -204,7 +204,7 @@ func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
 	if !ok {
 		return
 	}
-	delete(a.records.missing, id)
+	a.records.found(id)
 	if prev == nil || prev.owner() != r.owner() || prev.Status != r.Status || prev.Parked != r.Parked {
 		a.dirty = true // a parked split frees a lane for the assignment
 	}
@@ -247,6 +247,6 @@ func (a *actor) forgetProgress(id string, rev uint64) {
 		a.dropLost(id, "fenced", "its progress record was deleted")
 	}
 	a.worker.touch(id)
-	a.records.missing[id] = a.job.dropProgress(id, rev)
+	a.records.lost(id, a.job.dropProgress(id, rev))
 	a.dirty = true
 }

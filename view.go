@@ -173,3 +173,24 @@ func (j *jobView) keepOnly(keep func(id string) bool) {
 		delete(j.splits, id)
 	}
 }
+
+// dropPruned takes a pruned split's records out of the table (its entry
+// stays only while a lease of it is live); rev is as for dropProgress. It
+// reports whether the table held the split.
+func (j *jobView) dropPruned(id string, rev uint64) bool {
+	v := j.splits[id]
+	if v == nil {
+		return false
+	}
+	if v.prog != nil {
+		j.count(v.prog.Status, -1)
+		j.nSplits--
+	}
+	j.durableSeq++
+	v.prog, v.spec, v.progAt = nil, nil, j.clock
+	v.progRev = max(v.progRev, rev)
+	if v.lease == nil {
+		delete(j.splits, id)
+	}
+	return true
+}
