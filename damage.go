@@ -68,14 +68,11 @@ func (a *actor) damage(id, key string, rev uint64, err error) {
 	d.err, d.at = err, a.job.clock
 	v := a.job.view(id)
 	if key == prefixSplit+id {
-		if v.prog != nil {
-			if _, held := a.worker.owned[id]; held {
-				a.dropLost(id, "damaged", "its progress record became unreadable")
-			}
-			a.job.count(v.prog.Status, -1)
-			a.job.nSplits--
-			d.last = v.prog
-			v.prog = nil
+		if _, held := a.worker.owned[id]; held && v.prog != nil {
+			a.dropLost(id, "damaged", "its progress record became unreadable")
+		}
+		if last := a.job.dropUnreadable(id, rev); last != nil {
+			d.last = last
 		}
 		if m := a.records.missing[id]; m != nil {
 			if d.last == nil {
@@ -83,11 +80,8 @@ func (a *actor) damage(id, key string, rev uint64, err error) {
 			}
 			delete(a.records.missing, id) // the key exists: nothing to restore
 		}
-		if rev > v.progRev {
-			v.progRev, v.progAt = rev, a.job.clock
-		}
 	}
-	a.job.durableSeq++
+	a.job.durableChanged()
 	a.dirty = true
 	if !seen {
 		a.m.damaged.Set(float64(len(a.records.damaged)))
@@ -105,7 +99,7 @@ func (a *actor) repair(key string, deleted bool) {
 	}
 	delete(a.records.damaged, key)
 	a.m.damaged.Set(float64(len(a.records.damaged)))
-	a.job.durableSeq++
+	a.job.durableChanged()
 	a.dirty = true
 	if deleted && key == prefixSplit+d.id && d.last != nil {
 		a.records.missing[d.id] = d.last // the leader restores it (restoreMissing)

@@ -122,7 +122,7 @@ func (a *actor) setPlan(p *planRecord, rev uint64) {
 		return
 	}
 	a.planning.plan, a.planning.planRev, a.planning.planAt = p, rev, a.job.clock
-	a.job.durableSeq++
+	a.job.durableChanged()
 	if p.Finality == finalityFinal {
 		a.planFinalized(p.Planned)
 	}

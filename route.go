@@ -149,7 +149,7 @@ func (a *actor) durablePut(key string, value []byte, rev uint64, src source) err
 // would leave the split without a record in this view for good, since
 // the restored record's own event is then dropped as an echo.
 func (a *actor) durableDelete(key string, rev uint64) error {
-	a.job.durableSeq++
+	a.job.durableChanged()
 	switch {
 	case key == keyPlan:
 		return errNamespaceGone("its plan record was deleted")

@@ -194,3 +194,24 @@ func (j *jobView) dropPruned(id string, rev uint64) bool {
 	}
 	return true
 }
+
+// durableChanged notes a change of the durable keyspace as the view holds
+// it (durableSeq gates the terminal listing).
+func (j *jobView) durableChanged() { j.durableSeq++ }
+
+// dropUnreadable takes split id's progress record out of the table when
+// the record became unreadable at rev (0 if unknown), and returns the
+// last one it held (nil: none). The table holds rev as the record's last
+// revision, so no older value brings the record back.
+func (j *jobView) dropUnreadable(id string, rev uint64) (last *progressRecord) {
+	v := j.view(id)
+	if v.prog != nil {
+		j.count(v.prog.Status, -1)
+		j.nSplits--
+		last, v.prog = v.prog, nil
+	}
+	if rev > v.progRev {
+		v.progRev, v.progAt = rev, j.clock
+	}
+	return last
+}

@@ -136,15 +136,7 @@ func (a *actor) rescope() {
 		ids[id] = true
 	}
 	// Splits that left the scope leave the view.
-	for id, v := range a.job.splits {
-		if !ids[id] && !a.io.busy[id] {
-			if v.prog != nil {
-				a.job.count(v.prog.Status, -1)
-				a.job.nSplits--
-			}
-			delete(a.job.splits, id)
-		}
-	}
+	a.job.keepOnly(func(id string) bool { return ids[id] || a.io.busy[id] })
 	watched, stale := 0, 0
 	for _, ks := range keyspaces {
 		for key, n := range a.w.covered[ks-1] {
