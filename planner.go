@@ -84,6 +84,10 @@ type planning struct {
 	finalSent bool
 }
 
+// joined holds the plan record that joining the job read or created, at
+// rev (startup, before the watches fold anything).
+func (p *planning) joined(plan *planRecord, rev uint64) { p.plan, p.planRev = plan, rev }
+
 // planPut folds a put of the plan record at rev.
 func (a *actor) planPut(key string, value []byte, rev uint64) error {
 	if rev <= a.planning.planRev {

@@ -172,7 +172,7 @@ func (a *actor) durableDelete(key string, rev uint64) error {
 		a.repair(key, true)
 	case strings.HasPrefix(key, prefixSpec) && a.completed(key[len(prefixSpec):]):
 		// A completed split's spec goes first when it is pruned (prune.go).
-		a.job.splits[key[len(prefixSpec):]].spec = nil
+		a.job.forgetSpec(key[len(prefixSpec):])
 	case key == keyVerdict:
 		a.verdictDelete(rev)
 	case strings.HasPrefix(key, prefixAssign):

@@ -215,3 +215,7 @@ func (j *jobView) dropUnreadable(id string, rev uint64) (last *progressRecord) {
 	}
 	return last
 }
+
+// forgetSpec drops split id's spec from the table: a completed split's
+// spec goes first when it is pruned (prune.go). The table must hold id.
+func (j *jobView) forgetSpec(id string) { j.splits[id].spec = nil }
