@@ -271,12 +271,12 @@ func (a *actor) claim(c claimCandidate) {
 	if v.lease != nil && v.lease.Owner == a.self {
 		in.takeLease, in.leaseRev = true, v.leaseRev
 	}
-	a.worker.claiming++
+	a.worker.claimStarted()
 	since := a.job.mark()
 	a.splitIO(c.id, func(ctx context.Context) func() error {
 		out := a.claimIO(ctx, in)
 		return func() error {
-			a.worker.claiming--
+			a.worker.claimEnded()
 			return a.claimDone(in, out, since)
 		}
 	})
@@ -426,10 +426,9 @@ func (a *actor) claimDone(in claimIn, out claimOut, since uint64) error {
 	next := out.rec.Epoch
 	a.m.acquisitions.WithLabelValues(out.kind.acquisitionReason()).Inc()
 	t := &tenancy{epoch: next}
-	a.worker.owned[id] = t
+	a.worker.gain(id, t)
 	a.w.scopeDirty = true
 	a.renew.hold(id, next, out.leaseRev, out.sent, out.sess)
-	delete(a.worker.selfFenced, id)
 	a.upsert(id, out.rec, out.rev, live)
 	a.io.openCell(id, t, a.job.splits[id])
 	if out.leaseRev > v.leaseRev {
@@ -442,9 +441,8 @@ func (a *actor) claimDone(in claimIn, out claimOut, since uint64) error {
 		a.dropLost(id, "fenced", fmt.Sprintf("a claimant fenced it at epoch %d", v.prog.Epoch))
 		return nil
 	}
-	if at, ok := a.worker.awaiting[id]; ok {
+	if at, ok := a.worker.arrived(id); ok {
 		a.m.assignLatency.Observe(time.Since(at).Seconds())
-		delete(a.worker.awaiting, id)
 	}
 	a.log.Debug("split claimed", "split", id, "epoch", next, "kind", out.kind.String())
 	desc, weight := v.own()

@@ -68,14 +68,11 @@ func (a *actor) damage(id, key string, rev uint64, err error) {
 	d.err, d.at = err, a.job.clock
 	v := a.job.view(id)
 	if key == prefixSplit+id {
-		if v.prog != nil {
-			if _, held := a.worker.owned[id]; held {
-				a.dropLost(id, "damaged", "its progress record became unreadable")
-			}
-			a.job.count(v.prog.Status, -1)
-			a.job.nSplits--
-			d.last = v.prog
-			v.prog = nil
+		if _, held := a.worker.owned[id]; held && v.prog != nil {
+			a.dropLost(id, "damaged", "its progress record became unreadable")
+		}
+		if last := a.job.dropUnreadable(id, rev); last != nil {
+			d.last = last
 		}
 		if m := a.records.missing[id]; m != nil {
 			if d.last == nil {
@@ -83,11 +80,8 @@ func (a *actor) damage(id, key string, rev uint64, err error) {
 			}
 			delete(a.records.missing, id) // the key exists: nothing to restore
 		}
-		if rev > v.progRev {
-			v.progRev, v.progAt = rev, a.job.clock
-		}
 	}
-	a.job.durableSeq++
+	a.job.durableChanged()
 	a.dirty = true
 	if !seen {
 		a.m.damaged.Set(float64(len(a.records.damaged)))
@@ -105,7 +99,7 @@ func (a *actor) repair(key string, deleted bool) {
 	}
 	delete(a.records.damaged, key)
 	a.m.damaged.Set(float64(len(a.records.damaged)))
-	a.job.durableSeq++
+	a.job.durableChanged()
 	a.dirty = true
 	if deleted && key == prefixSplit+d.id && d.last != nil {
 		a.records.missing[d.id] = d.last // the leader restores it (restoreMissing)
@@ -140,3 +134,22 @@ func (r *recordState) damagedSplits() []string {
 
 // damagedKeys is the sorted keys of the damaged records.
 func (r *recordState) damagedKeys() []string { return slices.Sorted(maps.Keys(r.damaged)) }
+
+// keepOnly forgets the damage of every split keep refuses, and every
+// missing record (the leader restores those; a scoped worker is not it).
+func (r *recordState) keepOnly(keep func(id string) bool) {
+	for key, d := range r.damaged {
+		if !keep(d.id) {
+			delete(r.damaged, key)
+		}
+	}
+	clear(r.missing)
+}
+
+// found notes that split id's progress record is in the view again:
+// there is nothing to restore.
+func (r *recordState) found(id string) { delete(r.missing, id) }
+
+// lost notes that split id's progress record is missing from the store;
+// the leader restores last (restoreMissing).
+func (r *recordState) lost(id string, last *progressRecord) { r.missing[id] = last }

@@ -1,6 +1,9 @@
 package spate
 
-import "log/slog"
+import (
+	"hash/fnv"
+	"log/slog"
+)
 
 // env is what the actor's store calls need and what never changes once
 // the actor is built: the store and its optional capabilities, this
@@ -24,4 +27,16 @@ type env struct {
 	nonce  string // this process's nonce: two processes with one id differ in it
 	fp     string // the job's fingerprint
 	fpHash uint64
+}
+
+// newEnv builds the actor's env for coordinator c and the job's
+// fingerprint fp.
+func newEnv(c *StoreCoordinator, fp string) env {
+	h := fnv.New64a()
+	h.Write([]byte(c.cfg.InstanceID + "/" + c.nonce))
+	e := env{st: c.store, log: c.log, m: c.m, self: c.cfg.InstanceID, nonce: c.nonce, fp: fp, fpHash: FingerprintHash(fp)}
+	e.renew = newRenewer(c.store, c.cfg, c.log, c.m, e.self, e.nonce, h.Sum64())
+	e.rel, _ = ReleaserOf(c.store)
+	e.kw, _ = KeyWatcherOf(c.store)
+	return e
 }

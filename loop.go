@@ -2,7 +2,6 @@ package spate
 
 import (
 	"context"
-	"hash/fnv"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -57,14 +56,8 @@ type loopIO struct {
 }
 
 func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
-	h := fnv.New64a()
-	h.Write([]byte(c.cfg.InstanceID + "/" + c.nonce))
-	e := env{st: c.store, log: c.log, m: c.m, self: c.cfg.InstanceID, nonce: c.nonce, fp: fp, fpHash: FingerprintHash(fp)}
-	e.renew = newRenewer(c.store, c.cfg, c.log, c.m, e.self, e.nonce, h.Sum64())
-	e.rel, _ = ReleaserOf(c.store)
-	e.kw, _ = KeyWatcherOf(c.store)
 	a := &actor{
-		env: e, c: c, cfg: c.cfg, planner: planner,
+		env: newEnv(c, fp), c: c, cfg: c.cfg, planner: planner,
 		job:      jobView{splits: map[string]*splitView{}},
 		division: division{parents: map[string]bool{}},
 		assigns:  assignRecords{byInst: map[string]assignEntry{}},

@@ -129,7 +129,7 @@ func (m *membership) forgetPeers(self string) {
 
 // joined logs this worker's joining, once its first watches are in:
 // the peers already present are announced as part of it, not one by one.
-func (m *membership) joined(log *slog.Logger, self string, generation uint64) {
+func (m *membership) joined(log *slog.Logger, self string, plan *planRecord) {
 	peers := slices.Sorted(maps.Keys(m.presence))
 	peers = slices.DeleteFunc(peers, func(p string) bool { return p == self })
 	for _, p := range peers {
@@ -139,7 +139,7 @@ func (m *membership) joined(log *slog.Logger, self string, generation uint64) {
 	if len(peers) > 0 {
 		log.Info("joined a fleet already running", "peers", peers)
 	} else {
-		log.Info("joined the job", "generation", generation)
+		log.Info("joined the job", "generation", plan.Generation)
 	}
 	m.joinLogged = true
 	m.dirty = true

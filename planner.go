@@ -84,6 +84,10 @@ type planning struct {
 	finalSent bool
 }
 
+// joined holds the plan record that joining the job read or created, at
+// rev (startup, before the watches fold anything).
+func (p *planning) joined(plan *planRecord, rev uint64) { p.plan, p.planRev = plan, rev }
+
 // planPut folds a put of the plan record at rev.
 func (a *actor) planPut(key string, value []byte, rev uint64) error {
 	if rev <= a.planning.planRev {
@@ -122,7 +126,7 @@ func (a *actor) setPlan(p *planRecord, rev uint64) {
 		return
 	}
 	a.planning.plan, a.planning.planRev, a.planning.planAt = p, rev, a.job.clock
-	a.job.durableSeq++
+	a.job.durableChanged()
 	if p.Finality == finalityFinal {
 		a.planFinalized(p.Planned)
 	}

@@ -205,22 +205,11 @@ func pruned(last *progressRecord, specGone bool) bool {
 // lists its records again brings the split back until the next listing,
 // which finds both records gone and forgets it again: never a restore.)
 func (a *actor) forgetPruned(id string, rev uint64) {
-	v := a.job.splits[id]
-	if v == nil {
+	if !a.job.dropPruned(id, rev) {
 		return
 	}
-	if v.prog != nil {
-		a.job.count(v.prog.Status, -1)
-		a.job.nSplits--
-	}
 	a.worker.touch(id)
-	delete(a.records.missing, id)
-	a.job.durableSeq++
+	a.records.found(id)
 	a.dirty = true
-	v.prog, v.spec, v.progAt = nil, nil, a.job.clock
-	v.progRev = max(v.progRev, rev)
-	if v.lease == nil {
-		delete(a.job.splits, id)
-	}
 	a.log.Debug("a completed split whose work is gone was pruned from the store", "split", id)
 }

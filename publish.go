@@ -488,3 +488,11 @@ func (r *assignRecords) forgetPeers(self string) {
 		}
 	}
 }
+
+// forgetMoves forgets the moves in flight and settling: a scoped worker
+// keeps no leader's bookkeeping.
+func (p *publishState) forgetMoves() {
+	clear(p.pinnedSince)
+	clear(p.landedAt)
+	clear(p.moving)
+}

@@ -66,21 +66,20 @@ func (a *actor) release(cmd *command) error {
 	// assignment may still name them here), and a source handing splits
 	// back outside a drain (it is leaving) claims nothing new meanwhile.
 	for _, s := range cmd.splits {
-		a.worker.handingBack[s.id]++
+		a.worker.handBack(s.id)
 		a.w.scopeDirty = true
 	}
 	if !drained {
-		a.worker.undrained++
+		a.worker.undrainedRelease(+1)
 	}
 	finish := func() {
 		for _, s := range cmd.splits {
-			if a.worker.handingBack[s.id]--; a.worker.handingBack[s.id] <= 0 {
-				delete(a.worker.handingBack, s.id)
+			if a.worker.handedBack(s.id) {
 				a.w.scopeDirty = true
 			}
 		}
 		if !drained {
-			a.worker.undrained--
+			a.worker.undrainedRelease(-1)
 		}
 		a.m.releases.Add(float64(released))
 		// A departure is judged on what was asked, not on what landed; a
@@ -261,16 +260,14 @@ func (a *actor) releaseAtomic(id string, t *tenancy, rec *progressRecord, baseRe
 // part stops this worker taking part after it released its last split on
 // shutdown: no claims, no elections, leadership and presence given up.
 func (a *actor) part() {
-	if a.worker.parting {
+	if !a.worker.part() {
 		return
 	}
-	a.worker.parting = true
 	if a.leader.term != nil {
 		// Leaving is not a loss: an operator has nothing to act on.
 		a.log.Info("leadership given up: this worker is leaving the fleet")
 		a.resign()
 	}
-	clear(a.worker.awaiting)
 	a.deleteKey(Ephemeral, prefixWorker+a.self, a.renew.stopPresence())
 	a.log.Info("leaving the fleet", "still_held", len(a.worker.owned))
 }

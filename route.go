@@ -149,7 +149,7 @@ func (a *actor) durablePut(key string, value []byte, rev uint64, src source) err
 // would leave the split without a record in this view for good, since
 // the restored record's own event is then dropped as an echo.
 func (a *actor) durableDelete(key string, rev uint64) error {
-	a.job.durableSeq++
+	a.job.durableChanged()
 	switch {
 	case key == keyPlan:
 		return errNamespaceGone("its plan record was deleted")
@@ -172,7 +172,7 @@ func (a *actor) durableDelete(key string, rev uint64) error {
 		a.repair(key, true)
 	case strings.HasPrefix(key, prefixSpec) && a.completed(key[len(prefixSpec):]):
 		// A completed split's spec goes first when it is pruned (prune.go).
-		a.job.splits[key[len(prefixSpec):]].spec = nil
+		a.job.forgetSpec(key[len(prefixSpec):])
 	case key == keyVerdict:
 		a.verdictDelete(rev)
 	case strings.HasPrefix(key, prefixAssign):
@@ -204,7 +204,7 @@ func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
 	if !ok {
 		return
 	}
-	delete(a.records.missing, id)
+	a.records.found(id)
 	if prev == nil || prev.owner() != r.owner() || prev.Status != r.Status || prev.Parked != r.Parked {
 		a.dirty = true // a parked split frees a lane for the assignment
 	}
@@ -247,6 +247,6 @@ func (a *actor) forgetProgress(id string, rev uint64) {
 		a.dropLost(id, "fenced", "its progress record was deleted")
 	}
 	a.worker.touch(id)
-	a.records.missing[id] = a.job.dropProgress(id, rev)
+	a.records.lost(id, a.job.dropProgress(id, rev))
 	a.dirty = true
 }

@@ -27,7 +27,7 @@ func (a *actor) startup(ctx context.Context) error {
 			return err
 		}
 	}
-	a.members.joined(a.log, a.self, a.planning.plan.Generation)
+	a.members.joined(a.log, a.self, a.planning.plan)
 	return nil
 }
 
@@ -151,7 +151,7 @@ func (a *actor) join(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		a.planning.plan, a.planning.planRev = p, e.Revision
+		a.planning.joined(p, e.Revision)
 		return nil
 	}
 	p := &planRecord{Schema: SchemaVersion, Fingerprint: a.fp, Finality: finalityOpen, UpdatedAtMs: nowMs()}
@@ -162,7 +162,7 @@ func (a *actor) join(ctx context.Context) error {
 	if !o.Won {
 		return Retryablef("join: lost the race to create the plan record; re-reading")
 	}
-	a.planning.plan, a.planning.planRev = p, o.Revision
+	a.planning.joined(p, o.Revision)
 	return nil
 }
 

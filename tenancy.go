@@ -112,6 +112,56 @@ func (wk *worker) forget() {
 	clear(wk.awaiting)
 }
 
+// ----- the worker's transitions, called by claims.go and release.go -------------
+
+// claimStarted and claimEnded count the claims in flight.
+func (wk *worker) claimStarted() { wk.claiming++ }
+func (wk *worker) claimEnded()   { wk.claiming-- }
+
+// gain takes a won claim: split id is held under t, and a self-fence of
+// it (which made this claim attempt-free) is forgotten.
+func (wk *worker) gain(id string, t *tenancy) {
+	wk.owned[id] = t
+	delete(wk.selfFenced, id)
+}
+
+// arrived takes split id off the splits awaiting their claim since they
+// were assigned, and says since when it waited.
+func (wk *worker) arrived(id string) (since time.Time, ok bool) {
+	since, ok = wk.awaiting[id]
+	if ok {
+		delete(wk.awaiting, id)
+	}
+	return since, ok
+}
+
+// handBack notes a release handing split id back: nothing re-claims it
+// meanwhile. handedBack ends one, and reports whether none is left.
+func (wk *worker) handBack(id string) { wk.handingBack[id]++ }
+
+func (wk *worker) handedBack(id string) bool {
+	if wk.handingBack[id]--; wk.handingBack[id] <= 0 {
+		delete(wk.handingBack, id)
+		return true
+	}
+	return false
+}
+
+// undrainedRelease counts release commands (not drained hand-backs) in
+// flight, d being +1 or -1: no claims meanwhile.
+func (wk *worker) undrainedRelease(d int) { wk.undrained += d }
+
+// part marks the worker leaving the fleet, and reports whether it was not
+// already: no claims from now on, and no split awaits a claim.
+func (wk *worker) part() bool {
+	if wk.parting {
+		return false
+	}
+	wk.parting = true
+	clear(wk.awaiting)
+	return true
+}
+
 // The end of a tenancy, on the loop: leave when the worker ends it itself
 // (its own write decides the record), dropLost when it is taken from it.
 

@@ -158,3 +158,64 @@ func (j *jobView) count(status string, d int) {
 		j.nQuarant += d
 	}
 }
+
+// keepOnly drops from the split table every split keep refuses (a scoped
+// worker forgets what it no longer watches).
+func (j *jobView) keepOnly(keep func(id string) bool) {
+	for id, v := range j.splits {
+		if keep(id) {
+			continue
+		}
+		if v.prog != nil {
+			j.count(v.prog.Status, -1)
+			j.nSplits--
+		}
+		delete(j.splits, id)
+	}
+}
+
+// dropPruned takes a pruned split's records out of the table (its entry
+// stays only while a lease of it is live); rev is as for dropProgress. It
+// reports whether the table held the split.
+func (j *jobView) dropPruned(id string, rev uint64) bool {
+	v := j.splits[id]
+	if v == nil {
+		return false
+	}
+	if v.prog != nil {
+		j.count(v.prog.Status, -1)
+		j.nSplits--
+	}
+	j.durableSeq++
+	v.prog, v.spec, v.progAt = nil, nil, j.clock
+	v.progRev = max(v.progRev, rev)
+	if v.lease == nil {
+		delete(j.splits, id)
+	}
+	return true
+}
+
+// durableChanged notes a change of the durable keyspace as the view holds
+// it (durableSeq gates the terminal listing).
+func (j *jobView) durableChanged() { j.durableSeq++ }
+
+// dropUnreadable takes split id's progress record out of the table when
+// the record became unreadable at rev (0 if unknown), and returns the
+// last one it held (nil: none). The table holds rev as the record's last
+// revision, so no older value brings the record back.
+func (j *jobView) dropUnreadable(id string, rev uint64) (last *progressRecord) {
+	v := j.view(id)
+	if v.prog != nil {
+		j.count(v.prog.Status, -1)
+		j.nSplits--
+		last, v.prog = v.prog, nil
+	}
+	if rev > v.progRev {
+		v.progRev, v.progAt = rev, j.clock
+	}
+	return last
+}
+
+// forgetSpec drops split id's spec from the table: a completed split's
+// spec goes first when it is pruned (prune.go). The table must hold id.
+func (j *jobView) forgetSpec(id string) { j.splits[id].spec = nil }

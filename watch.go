@@ -249,7 +249,7 @@ func (a *actor) findUnseeded() {
 	for id, v := range a.job.splits {
 		if v.spec != nil && v.prog == nil && a.records.missing[id] == nil && !a.records.splitDamaged(id) {
 			a.log.Warn("a planned split has a spec but no progress record; re-seeding it", "split", id)
-			a.records.missing[id] = newProgressRecord(id, a.fpHash, nil)
+			a.records.lost(id, newProgressRecord(id, a.fpHash, nil))
 		}
 	}
 }

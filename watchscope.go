@@ -113,27 +113,11 @@ func (a *actor) syncWatchMode() {
 // prune drops from the view what a scoped worker does not watch: other
 // splits, other members, other assignments and the leader's bookkeeping.
 func (a *actor) prune() {
-	for id, v := range a.job.splits {
-		if a.worker.inScope(id) || a.io.busy[id] {
-			continue
-		}
-		if v.prog != nil {
-			a.job.count(v.prog.Status, -1)
-			a.job.nSplits--
-		}
-		delete(a.job.splits, id)
-	}
+	a.job.keepOnly(func(id string) bool { return a.worker.inScope(id) || a.io.busy[id] })
 	a.members.forgetPeers(a.self)
 	a.assigns.forgetPeers(a.self)
-	for key, d := range a.records.damaged {
-		if !a.worker.inScope(d.id) {
-			delete(a.records.damaged, key)
-		}
-	}
-	clear(a.records.missing)
-	clear(a.leader.pub.pinnedSince)
-	clear(a.leader.pub.landedAt)
-	clear(a.leader.pub.moving)
+	a.records.keepOnly(a.worker.inScope)
+	a.leader.pub.forgetMoves()
 	a.m.damaged.Set(float64(len(a.records.damaged)))
 }
 
@@ -152,15 +136,7 @@ func (a *actor) rescope() {
 		ids[id] = true
 	}
 	// Splits that left the scope leave the view.
-	for id, v := range a.job.splits {
-		if !ids[id] && !a.io.busy[id] {
-			if v.prog != nil {
-				a.job.count(v.prog.Status, -1)
-				a.job.nSplits--
-			}
-			delete(a.job.splits, id)
-		}
-	}
+	a.job.keepOnly(func(id string) bool { return ids[id] || a.io.busy[id] })
 	watched, stale := 0, 0
 	for _, ks := range keyspaces {
 		for key, n := range a.w.covered[ks-1] {
