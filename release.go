@@ -16,8 +16,9 @@ import (
 // one write, releaseAtomic) and blocks re-claims of what it hands back.
 
 // Release implements [SplitCoordinator]. It is best effort: when the actor
-// is alive but slow it returns nil (the queued release may still run; the
-// leases expire otherwise); when the actor is gone it releases directly.
+// is alive but slow it returns nil (the queued release may still run, and
+// Close hands back what is still held); when the actor is gone it releases
+// directly.
 func (c *StoreCoordinator) Release(ctx context.Context, splits ...SplitID) error {
 	err := c.do(ctx, &command{kind: cmdRelease, splits: splits})
 	if err == nil {
@@ -29,7 +30,10 @@ func (c *StoreCoordinator) Release(ctx context.Context, splits ...SplitID) error
 			c.directRelease(splits)
 		}
 	default:
-		c.log.Warn("release did not complete; the leases will expire instead", "splits", len(splits), "err", err)
+		// The command stays queued: the actor may still run it, and
+		// Close hands back whatever is still held (directRelease). The
+		// leases expire only if this process stops renewing them.
+		c.log.Warn("release did not complete in time; it stays queued, and Close hands back what is still held", "splits", len(splits), "err", err)
 	}
 	return nil
 }
