@@ -30,27 +30,32 @@ func TestStalledConsumerBreaksTheWatch(t *testing.T) {
 	t.Parallel()
 	srv := natsservers.Start(t)
 	nc := srv.Connect(t)
-	job := natsservers.NewJob()
-	s := open(t, nc, spatenats.Options{Job: job, TTL: 2 * time.Second})
 	// The pause outlasts the test: an event that comes at all came from a
 	// watch that noticed.
 	pause := 10 * spatenats.WatchStallBound
 	ctx := testCtx(t, pause)
-	js, streams := jobStreams(t, nc, job)
 
 	for _, tc := range []struct {
 		name  string
-		watch func(context.Context) (<-chan spate.WatchEvent, error)
+		watch func(context.Context, *spatenats.Store) (<-chan spate.WatchEvent, error)
 	}{
-		{"watch", func(ctx context.Context) (<-chan spate.WatchEvent, error) { return s.Watch(ctx, spate.Durable, "st.") }},
-		{"watch-keys", func(ctx context.Context) (<-chan spate.WatchEvent, error) {
+		{"watch", func(ctx context.Context, s *spatenats.Store) (<-chan spate.WatchEvent, error) {
+			return s.Watch(ctx, spate.Durable, "st.")
+		}},
+		{"watch-keys", func(ctx context.Context, s *spatenats.Store) (<-chan spate.WatchEvent, error) {
 			return s.WatchKeys(ctx, spate.Durable, []string{"st.keys"})
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// A job (and so streams) of its own: the consumers an earlier
+			// case's watches leave are deleted asynchronously, and would
+			// be counted with this watch's.
+			job := natsservers.NewJob()
+			s := open(t, nc, spatenats.Options{Job: job, TTL: 2 * time.Second})
+			js, streams := jobStreams(t, nc, job)
 			wctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			ch, err := tc.watch(wctx)
+			ch, err := tc.watch(wctx, s)
 			require.NoError(t, err)
 			for ev := range ch {
 				require.NotEqual(t, spate.WatchError, ev.Kind, "snapshot: %v", ev.Err)
@@ -94,7 +99,7 @@ func TestStalledConsumerBreaksTheWatch(t *testing.T) {
 					3*spatenats.WatchStallBound, key)
 			}
 			// A new watch (a new consumer) sees the change.
-			ch2, err := tc.watch(wctx)
+			ch2, err := tc.watch(wctx, s)
 			require.NoError(t, err)
 			seen := false
 			for ev := range ch2 {
