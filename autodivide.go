@@ -37,9 +37,12 @@ import (
 const (
 	// divideWorth is how many of its commit intervals a split's expected
 	// remaining time must exceed before it is worth dividing: a division
-	// costs a few store writes and a claim, and a child needs a commit
-	// interval or two to get going.
-	divideWorth = 2
+	// costs a few store writes and a claim. One: the fleet's last worker
+	// then finishes within about a commit interval of the others (the
+	// issue's goal); with two, a remainder of 1-2 intervals stayed on one
+	// worker while the rest idled (a finish spread of up to 1.5 s at a
+	// 1 s commit interval, scripts/fleet-bench.sh with --min-splits 1).
+	divideWorth = 1
 	// divideCooldown is how many of the split's commit intervals an ask
 	// stands (the owner acts on it at once; this covers its round trip
 	// and the division's write) before the leader may ask again.

@@ -64,8 +64,8 @@ func TestAnIdleFleetAsksTheOwnerToDivide(t *testing.T) {
 			assert.Equal(t, 3, readers, "every worker read part of the one split")
 			// Bounded: every division answered one ask.
 			assert.LessOrEqual(t, len(kids), asked)
-			// A division is worth it only while more than divideWorth (2)
-			// commit intervals (one pump) are left: far fewer than n/4
+			// A division is worth it only while more than divideWorth (1)
+			// commit interval (one pump) is left: far fewer than n/4
 			// pieces.
 			assert.Less(t, len(kids), n/8, "a division storm")
 			// The job's weights still add up to the input: a divided

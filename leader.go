@@ -225,8 +225,9 @@ func (a *actor) finishElection(res electResult, newJob bool) error {
 		// announce themselves before the first assignment, instead of
 		// handing everything to the first and rebalancing it as each of
 		// the others arrives (each move a drain): the first assignment
-		// waits until membership has been quiet for settleQuiet (about a
-		// second), at most a third of the lease.
+		// waits until membership has been quiet for settleQuiet (a quarter
+		// second at most; each arrival starts it again), at most a third of
+		// the lease.
 		now := time.Now()
 		a.leader.term.settleCap = now.Add(a.c.tm.settleCap)
 		a.leader.term.settleUntil = minTime(now.Add(a.c.tm.settleQuiet), a.leader.term.settleCap)

@@ -43,8 +43,11 @@ type timings struct {
 	snapshotBudget time.Duration
 	// settleQuiet is how long a new job's membership must stay unchanged
 	// before the first assignment: long enough for workers started
-	// together to announce themselves, short enough that a lone worker
-	// starts at once. min(1 s, lease/10).
+	// together to announce themselves (each arrival starts it again), short
+	// enough that a lone worker starts at once. min(250 ms, lease/10):
+	// three workers launched together announced themselves within the same
+	// 100 ms, and the 1 s this was before was most of a lone worker's time
+	// to its first split (docs/decisions/052).
 	settleQuiet time.Duration
 	// settleCap bounds a new job's whole settle window: lease/3.
 	settleCap time.Duration
@@ -85,7 +88,7 @@ func deriveTimings(c Config) timings {
 		releaseSettle:  min(lease/20, 100*time.Millisecond),
 		rewatchJitter:  min(lease/4, 5*time.Second),
 		snapshotBudget: 3 * op,
-		settleQuiet:    min(time.Second, lease/10),
+		settleQuiet:    min(250*time.Millisecond, lease/10),
 		settleCap:      lease / 3,
 		pin:            drain + lease,
 		beat:           lease / 3,
