@@ -116,7 +116,7 @@ var CoordinatorRules = []Rule{
 		Contract: "A job completes while watch streams keep breaking: re-watching and the reconcile backstop keep it going.",
 		body:     scenBrokenWatches},
 	{Name: "ConcurrentCommittersKeepTheirLeases",
-		Contract: "A worker committing many splits concurrently on a slow store loses no lease, fails no commit and is charged no attempt.",
+		Contract: "A worker committing many splits concurrently on a slow store loses no lease, fails no commit while the store itself answers (a witness outside the coordinator measures it), and is charged no attempt.",
 		body:     scenConcurrentCommitters},
 	{Name: "SlowStoreLanesKeepTheirLeases",
 		Contract: "A worker whose every store operation is slow keeps its leases across 16 committing lanes: nothing lost, no commit failed, no attempt charged.",

@@ -299,7 +299,13 @@ func TestLeasesDoNotLeak(t *testing.T) {
 		require.NoError(t, err)
 		return len(resp.Leases)
 	}
-	s, err := etcd.New(ctx, c.Client(t, nil), opts(etcdservers.FreshPrefix()))
+	// The test counts leases revoked, not expired: its key must outlive
+	// every write below however slow the machine. With the 2 s test TTL,
+	// beside 2 busy processes, "k" expired during the ten lost writes and
+	// a later Create of it won.
+	so := opts(etcdservers.FreshPrefix())
+	so.TTL = time.Minute
+	s, err := etcd.New(ctx, c.Client(t, nil), so)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	reaped := make(chan clientv3.LeaseID, 64)
