@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -375,16 +376,18 @@ func (o *observer) durable(records []pipeline.Record) {
 	var order []pipeline.PartitionID
 	spans := map[pipeline.PartitionID]*span{}
 	for _, r := range records {
-		n++
+		rows := rowsIn(r)
+		n += int64(rows)
 		b += int64(len(r.Value)) + 1
+		first := r.Offset - int64(rows) + 1
 		sp := spans[r.Partition]
 		if sp == nil {
-			sp = &span{first: r.Offset, last: r.Offset}
+			sp = &span{first: first, last: r.Offset}
 			spans[r.Partition] = sp
 			order = append(order, r.Partition)
 		}
-		sp.n++
-		sp.first = min(sp.first, r.Offset)
+		sp.n += rows
+		sp.first = min(sp.first, first)
 		sp.last = max(sp.last, r.Offset)
 	}
 	o.records.Add(n)
@@ -400,6 +403,13 @@ func (o *observer) durable(records []pipeline.Record) {
 		o.hist.record("durable", map[string]any{"split": ref.split.String(), "epoch": uint64(ref.epoch),
 			"partition": uint32(p), "records": sp.n, "first": sp.first, "last": sp.last})
 	}
+}
+
+// rowsIn is the lines (rows) r carries: one, or a table's packed rows
+// (pgsource's PackRows), one a line. A line read from a file holds no
+// newline.
+func rowsIn(r pipeline.Record) int {
+	return bytes.Count(r.Value, []byte{'\n'}) + 1
 }
 
 // verdict is the job state this worker saw.
@@ -561,7 +571,8 @@ func newPacer(perSecond float64) *pacer {
 	return &pacer{every: time.Duration(float64(time.Second) / perSecond)}
 }
 
-func (p *pacer) take() {
+// take admits n lines (rows).
+func (p *pacer) take(n int) {
 	p.mu.Lock()
 	now := time.Now()
 	// Up to paceCredit of lateness (oversleeping, a slow poll) is made up
@@ -569,7 +580,7 @@ func (p *pacer) take() {
 	if floor := now.Add(-paceCredit); p.next.Before(floor) {
 		p.next = floor
 	}
-	p.next = p.next.Add(p.every)
+	p.next = p.next.Add(time.Duration(n) * p.every)
 	ahead := p.next.Sub(now)
 	p.mu.Unlock()
 	if ahead > time.Millisecond {
@@ -583,7 +594,7 @@ func (p *pacer) stages() []pipeline.Stage {
 		return nil
 	}
 	return []pipeline.Stage{pipeline.Map("pace", pipeline.Fail, func(r pipeline.Record) (pipeline.Record, error) {
-		p.take()
+		p.take(rowsIn(r))
 		return r, nil
 	})}
 }
