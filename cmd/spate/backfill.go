@@ -662,6 +662,7 @@ func (r *backfillRun) build() (*backfillWorker, int) {
 	}
 	w.coord = coord
 	w.obs = newObserver(con, hist)
+	w.obs.table = in.table != nil
 	if f.follow {
 		w.lag = newFollowLag(in.dir)
 		w.reg.MustRegister(w.lag)
@@ -998,7 +999,7 @@ func (f *backfillFlags) progress(con *console, st spate.Store, obs *observer, la
 			if con.tty && f.follow {
 				con.setStatus(fitWidth(following, con.columns()))
 			} else if con.tty {
-				con.setStatus(progressStatus(con.columns(), frac, s, here))
+				con.setStatus(progressStatus(con.columns(), frac, s, here, in.amount))
 			} else if !con.quiet && f.follow {
 				con.event("%s", following)
 			} else if !con.quiet {

@@ -131,6 +131,9 @@ type tenancyRef struct {
 type observer struct {
 	con  *console
 	hist *history
+	// table: the splits are a table's chunks (rows, key ranges), not
+	// byte ranges of files.
+	table bool
 
 	mu          sync.Mutex
 	splits      map[spate.SplitID]*splitInfo
@@ -205,6 +208,15 @@ func (o *observer) event(ev spate.Event) {
 			}
 		}
 		desc := s.describe()
+		if o.table {
+			desc, from = describeChunk(e.Split), "from the start"
+			if e.Progress != nil && e.Progress.Watermark > 0 {
+				from = fmt.Sprintf("resuming at row %s", count(e.Progress.Watermark))
+				if e.Split.Weight > 0 {
+					from += fmt.Sprintf(" of about %s", count(int64(e.Split.Weight)))
+				}
+			}
+		}
 		o.mu.Unlock()
 		o.con.event("gained %s (epoch %d) [%s], %s", e.Split.ID, e.Epoch, desc, from)
 		o.hist.record("gained", map[string]any{"split": e.Split.ID.String(), "epoch": uint64(e.Epoch), "resume": resume})
@@ -403,6 +415,26 @@ func (o *observer) durable(records []pipeline.Record) {
 		o.hist.record("durable", map[string]any{"split": ref.split.String(), "epoch": uint64(ref.epoch),
 			"partition": uint32(p), "records": sp.n, "first": sp.first, "last": sp.last})
 	}
+}
+
+// describeChunk shows a table's split: its key range, and its rows as
+// planned.
+func describeChunk(spec spate.SplitSpec) string {
+	lo, hi, err := pgsource.KeyRange(spec)
+	if err != nil {
+		return "a chunk of the table"
+	}
+	show := func(k *string, none string) string {
+		if k == nil {
+			return none
+		}
+		return fitWidth(*k, 40)
+	}
+	d := fmt.Sprintf("keys (%s, %s]", show(lo, "start"), show(hi, "end"))
+	if spec.Weight > 0 {
+		d += fmt.Sprintf(", about %s rows", count(int64(spec.Weight)))
+	}
+	return d
 }
 
 // rowsIn is the lines (rows) r carries: one, or a table's packed rows
