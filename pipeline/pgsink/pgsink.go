@@ -7,10 +7,14 @@
 // split's watermark as far as the destination table has it. Each flush (a
 // commit's Prepare) is one transaction:
 //
-//	UPDATE spate_fence SET epoch = $e, watermark = $w, last_key = $k
-//	  WHERE job = $j AND split = $s AND epoch <= $e   -- 0 rows: a zombie, roll back
-//	COPY dest (cols) FROM STDIN                         -- the rows below $w
+//	SELECT epoch, watermark FROM spate_fence
+//	  WHERE job = $j AND split = $s FOR UPDATE         -- a later epoch: a zombie, roll back
+//	UPDATE spate_fence SET epoch = $e, watermark = $w, last_key = $k WHERE ...
+//	COPY dest (cols) FROM STDIN                         -- the rows below $w it lacks
 //	COMMIT
+//
+// within half the lease (Options.Lease): a flush blocked in the database
+// ends, rolled back, before the tenancy can.
 //
 // A new owner first takes the fence at its own, higher epoch (which shuts
 // the old owner out: its next flush updates no row and rolls back, writing
