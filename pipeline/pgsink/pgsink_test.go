@@ -563,7 +563,7 @@ func TestBlockedFlushEndsBeforeTheLease(t *testing.T) {
 	s := newSink(t, url, pgsink.Options{Lease: lease})
 	split := spate.MustSplitID("chunk-000000")
 	require.NoError(t, s.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 1}, nil))
-	require.NoError(t, s.Write(ctx, 0, pack(rows(1, 0, 100), 10)))
+	require.NoError(t, s.Write(ctx, 0, rows(1, 0, 100)))
 
 	locker, err := pgx.Connect(ctx, url)
 	require.NoError(t, err)
@@ -612,11 +612,11 @@ func TestFlushTriedAgainAfterItsCommitWritesNothingTwice(t *testing.T) {
 	a, b := newSink(t, url, pgsink.Options{}), newSink(t, url, pgsink.Options{})
 	require.NoError(t, a.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 1}, nil))
 	require.NoError(t, b.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 2}, nil))
-	require.NoError(t, a.Write(ctx, 0, pack(rows(1, 0, 60), 10)))
+	require.NoError(t, a.Write(ctx, 0, rows(1, 0, 60)))
 	_, _, _, err := a.Prepare(ctx, 1, 40, false)
 	require.NoError(t, err)
 	// b's flush holds rows 0..59, 0..39 of which are in the table already.
-	require.NoError(t, b.Write(ctx, 0, pack(rows(2, 0, 60), 10)))
+	require.NoError(t, b.Write(ctx, 0, rows(2, 0, 60)))
 	_, _, _, err = b.Prepare(ctx, 2, 30, false) // all in the table: nothing written
 	require.NoError(t, err)
 	_, _, _, err = b.Prepare(ctx, 2, 60, false)
