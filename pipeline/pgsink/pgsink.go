@@ -550,6 +550,12 @@ func (s *Sink) stageRow(st *stage, r *pipeline.Record) error {
 		}
 		st.checked = true
 	}
+	if need := len(st.buf) + len(value) + 1; need > cap(st.buf) && first < r.Offset {
+		// Packed rows fill the buffer to FlushBytes a megabyte at a time:
+		// room for all of it at once, not regrown (and copied) from small.
+		grown := make([]byte, len(st.buf), max(need, s.o.FlushBytes+len(value)+1))
+		st.buf = grown[:copy(grown, st.buf)]
+	}
 	st.buf = append(append(st.buf, value...), '\n')
 	if i := bytes.LastIndexByte(key, '\n'); i >= 0 {
 		key = key[i+1:]
