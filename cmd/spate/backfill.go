@@ -404,7 +404,7 @@ func (f *backfillFlags) run(fs *flag.FlagSet) int {
 	if out.table != nil {
 		// The destination table is checked (its shape, the permission to
 		// write, other jobs' fence rows) before anything starts.
-		if err := out.openTable(context.Background(), job, in); err != nil {
+		if err := out.openTable(context.Background(), job, in, f.lease); err != nil {
 			return usageError(fs, "--dst %s: %v", argShown(f.dst), err)
 		}
 	}
@@ -662,6 +662,7 @@ func (r *backfillRun) build() (*backfillWorker, int) {
 	}
 	w.coord = coord
 	w.obs = newObserver(con, hist)
+	w.obs.table = in.table != nil
 	if f.follow {
 		w.lag = newFollowLag(in.dir)
 		w.reg.MustRegister(w.lag)
@@ -669,6 +670,9 @@ func (r *backfillRun) build() (*backfillWorker, int) {
 	oc := &observedCoord{StoreCoordinator: coord, obs: w.obs}
 	var splits pipeline.SplitSource
 	if in.table != nil {
+		// Into a table, a record carries a batch of rows, which the table's
+		// sink copies as they are; into files, a row a record (a line).
+		in.table.src.PackRows(out.table != nil)
 		splits = &observedTable{Source: in.table.src, obs: w.obs}
 	} else {
 		splits = &observedSplits{Source: filesource.NewSource(in.objs).WithLogger(log).WithMaxLineBytes(f.maxLineBytes).WithPlanner(planner), obs: w.obs}
@@ -995,7 +999,7 @@ func (f *backfillFlags) progress(con *console, st spate.Store, obs *observer, la
 			if con.tty && f.follow {
 				con.setStatus(fitWidth(following, con.columns()))
 			} else if con.tty {
-				con.setStatus(progressStatus(con.columns(), frac, s, here))
+				con.setStatus(progressStatus(con.columns(), frac, s, here, in.amount))
 			} else if !con.quiet && f.follow {
 				con.event("%s", following)
 			} else if !con.quiet {

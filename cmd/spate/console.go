@@ -170,11 +170,14 @@ func (l consoleLog) Write(p []byte) (int, error) {
 // columns wide: a bar, then as many of the percentage, the split count,
 // the committed bytes and this worker's rate as fit; the bar takes the
 // room left, between 10 and 30 cells.
-func progressStatus(width int, frac float64, s jobSummary, here string) string {
+//
+// amount renders the job's done and total: bytes of files, rows of a
+// table (input.amount).
+func progressStatus(width int, frac float64, s jobSummary, here string, amount func(int64) string) string {
 	const minBar, maxBar = 10, 30
 	parts := []string{fmt.Sprintf("%3.0f%%", 100*min(max(frac, 0), 1)),
 		fmt.Sprintf("%d/%d splits", s.completed, s.splits),
-		fmt.Sprintf("%s/%s", bytesStr(s.done), bytesStr(s.total)), here}
+		fmt.Sprintf("%s/%s", strings.TrimSuffix(amount(s.done), " rows"), amount(s.total)), here}
 	avail := width - 1
 	for n := len(parts); n >= 1; n-- {
 		tail := strings.Join(parts[:n], "  ")

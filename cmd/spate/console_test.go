@@ -17,7 +17,7 @@ func TestProgressStatusFitsTheWidth(t *testing.T) {
 	s := jobSummary{exists: true, splits: 12345, completed: 6789, done: 900 << 30, total: 1800 << 30}
 	here := "this worker: " + count(123456789) + " lines, " + count(98765) + " lines/s"
 	for _, width := range []int{10, 20, 40, 60, 80, 100, 120, 200} {
-		got := progressStatus(width, 0.5, s, here)
+		got := progressStatus(width, 0.5, s, here, bytesStr)
 		assert.LessOrEqual(t, utf8.RuneCountInString(got), width-1, "width %d: %q", width, got)
 		switch {
 		case width >= 160:
@@ -30,6 +30,15 @@ func TestProgressStatusFitsTheWidth(t *testing.T) {
 			assert.Contains(t, got, "50%", "width %d", width)
 		}
 	}
+}
+
+// A table job's progress line counts rows, not bytes.
+func TestProgressStatusOfATableCountsRows(t *testing.T) {
+	s := jobSummary{exists: true, splits: 40, completed: 10, done: 500_000, total: 2_000_000}
+	in := &input{table: &tableInput{}}
+	got := progressStatus(120, 0.25, s, "this worker: 500,000 rows, 100,000 rows/s", in.amount)
+	assert.Contains(t, got, "10/40 splits  500,000/2,000,000 rows  this worker")
+	assert.NotContains(t, got, "iB")
 }
 
 func TestFitWidth(t *testing.T) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -130,6 +131,9 @@ type tenancyRef struct {
 type observer struct {
 	con  *console
 	hist *history
+	// table: the splits are a table's chunks (rows, key ranges), not
+	// byte ranges of files.
+	table bool
 
 	mu          sync.Mutex
 	splits      map[spate.SplitID]*splitInfo
@@ -204,6 +208,15 @@ func (o *observer) event(ev spate.Event) {
 			}
 		}
 		desc := s.describe()
+		if o.table {
+			desc, from = describeChunk(e.Split), "from the start"
+			if e.Progress != nil && e.Progress.Watermark > 0 {
+				from = fmt.Sprintf("resuming at row %s", count(e.Progress.Watermark))
+				if e.Split.Weight > 0 {
+					from += fmt.Sprintf(" of about %s", count(int64(e.Split.Weight)))
+				}
+			}
+		}
 		o.mu.Unlock()
 		o.con.event("gained %s (epoch %d) [%s], %s", e.Split.ID, e.Epoch, desc, from)
 		o.hist.record("gained", map[string]any{"split": e.Split.ID.String(), "epoch": uint64(e.Epoch), "resume": resume})
@@ -375,16 +388,18 @@ func (o *observer) durable(records []pipeline.Record) {
 	var order []pipeline.PartitionID
 	spans := map[pipeline.PartitionID]*span{}
 	for _, r := range records {
-		n++
+		rows := rowsIn(r)
+		n += int64(rows)
 		b += int64(len(r.Value)) + 1
+		first := r.Offset - int64(rows) + 1
 		sp := spans[r.Partition]
 		if sp == nil {
-			sp = &span{first: r.Offset, last: r.Offset}
+			sp = &span{first: first, last: r.Offset}
 			spans[r.Partition] = sp
 			order = append(order, r.Partition)
 		}
-		sp.n++
-		sp.first = min(sp.first, r.Offset)
+		sp.n += rows
+		sp.first = min(sp.first, first)
 		sp.last = max(sp.last, r.Offset)
 	}
 	o.records.Add(n)
@@ -400,6 +415,33 @@ func (o *observer) durable(records []pipeline.Record) {
 		o.hist.record("durable", map[string]any{"split": ref.split.String(), "epoch": uint64(ref.epoch),
 			"partition": uint32(p), "records": sp.n, "first": sp.first, "last": sp.last})
 	}
+}
+
+// describeChunk shows a table's split: its key range, and its rows as
+// planned.
+func describeChunk(spec spate.SplitSpec) string {
+	lo, hi, err := pgsource.KeyRange(spec)
+	if err != nil {
+		return "a chunk of the table"
+	}
+	show := func(k *string, none string) string {
+		if k == nil {
+			return none
+		}
+		return fitWidth(*k, 40)
+	}
+	d := fmt.Sprintf("keys (%s, %s]", show(lo, "start"), show(hi, "end"))
+	if spec.Weight > 0 {
+		d += fmt.Sprintf(", about %s rows", count(int64(spec.Weight)))
+	}
+	return d
+}
+
+// rowsIn is the lines (rows) r carries: one, or a table's packed rows
+// (pgsource's PackRows), one a line. A line read from a file holds no
+// newline.
+func rowsIn(r pipeline.Record) int {
+	return bytes.Count(r.Value, []byte{'\n'}) + 1
 }
 
 // verdict is the job state this worker saw.
@@ -561,7 +603,8 @@ func newPacer(perSecond float64) *pacer {
 	return &pacer{every: time.Duration(float64(time.Second) / perSecond)}
 }
 
-func (p *pacer) take() {
+// take admits n lines (rows).
+func (p *pacer) take(n int) {
 	p.mu.Lock()
 	now := time.Now()
 	// Up to paceCredit of lateness (oversleeping, a slow poll) is made up
@@ -569,7 +612,7 @@ func (p *pacer) take() {
 	if floor := now.Add(-paceCredit); p.next.Before(floor) {
 		p.next = floor
 	}
-	p.next = p.next.Add(p.every)
+	p.next = p.next.Add(time.Duration(n) * p.every)
 	ahead := p.next.Sub(now)
 	p.mu.Unlock()
 	if ahead > time.Millisecond {
@@ -583,7 +626,7 @@ func (p *pacer) stages() []pipeline.Stage {
 		return nil
 	}
 	return []pipeline.Stage{pipeline.Map("pace", pipeline.Fail, func(r pipeline.Record) (pipeline.Record, error) {
-		p.take()
+		p.take(rowsIn(r))
 		return r, nil
 	})}
 }

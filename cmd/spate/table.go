@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spate-go/spate/pipeline/pgsink"
 	"github.com/spate-go/spate/pipeline/pgsource"
@@ -226,12 +227,12 @@ type tableOutput struct {
 // openTable checks the destination table for job, whose rows have the
 // source's columns: its shape, the permission to write, and the fence
 // table (created if absent, refusing a table that holds another job's
-// rows).
-func (o *destination) openTable(ctx context.Context, job string, in *input) error {
+// rows). A flush is given half the lease (pgsink's Options.Lease).
+func (o *destination) openTable(ctx context.Context, job string, in *input, lease time.Duration) error {
 	if in.table == nil {
 		return fmt.Errorf("a table takes a table's rows: --src must be a postgres:// table too (or give --dst a directory or a bucket)")
 	}
-	s, err := pgsink.New(ctx, pgsink.Options{URL: o.table.url.conn, Table: o.table.url.opts.Table, Job: job, Shape: in.table.src.Table().Columns})
+	s, err := pgsink.New(ctx, pgsink.Options{URL: o.table.url.conn, Table: o.table.url.opts.Table, Job: job, Shape: in.table.src.Table().Columns, Lease: lease})
 	if err != nil {
 		return tableError(err)
 	}

@@ -7,10 +7,14 @@
 // split's watermark as far as the destination table has it. Each flush (a
 // commit's Prepare) is one transaction:
 //
-//	UPDATE spate_fence SET epoch = $e, watermark = $w, last_key = $k
-//	  WHERE job = $j AND split = $s AND epoch <= $e   -- 0 rows: a zombie, roll back
-//	COPY dest (cols) FROM STDIN                         -- the rows below $w
+//	SELECT epoch, watermark FROM spate_fence
+//	  WHERE job = $j AND split = $s FOR UPDATE         -- a later epoch: a zombie, roll back
+//	UPDATE spate_fence SET epoch = $e, watermark = $w, last_key = $k WHERE ...
+//	COPY dest (cols) FROM STDIN                         -- the rows below $w it lacks
 //	COMMIT
+//
+// within half the lease (Options.Lease): a flush blocked in the database
+// ends, rolled back, before the tenancy can.
 //
 // A new owner first takes the fence at its own, higher epoch (which shuts
 // the old owner out: its next flush updates no row and rolls back, writing
@@ -30,7 +34,10 @@
 // (docs/decisions/042-the-database-sink-flushes-ahead-of-the-commit.md).
 //
 // Rows are taken as the pgsource package produces them: a record's Value
-// is the row in COPY text format, its Key the key's text.
+// is the row in COPY text format, its Key the key's text. A record may
+// carry many rows (pgsource.Options.PackRows): its Value their lines and
+// its Key their keys, each joined by '\n', its Offset the last row's; the
+// sink then stages and copies the lines as they are, a batch at a time.
 package pgsink
 
 import (
@@ -40,8 +47,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -87,6 +96,15 @@ type Options struct {
 	// of its batch is written. Default [DefaultMaxRowBytes], the source's
 	// default cap: raise both together.
 	MaxRowBytes int
+	// Lease is the job's lease (spate.Config.LeaseDuration): a flush is
+	// given at most half of it, so that one blocked in the database (by
+	// another session's lock, a stalled server) ends, rolled back, before
+	// the tenancy's lease can: a lease renewed a third of a lease ago
+	// still has two thirds left when the flush starts. Its transaction
+	// runs with statement_timeout set to that, and the client cancels it
+	// then too. A flush that runs out of time fails retryably, having
+	// written nothing. Default [spate.DefaultLeaseDuration].
+	Lease time.Duration
 }
 
 // DefaultFlushBytes is the default [Options.FlushBytes].
@@ -141,10 +159,11 @@ type stage struct {
 	fenced    bool        // a flush found a later epoch in the fence: rows are dropped
 }
 
+// stagedRow is a record staged: one row, or the rows of a packed one.
 type stagedRow struct {
-	offset       int64
-	end          int // end of the row in buf
-	kstart, kend int // the key in keys
+	first, offset int64 // the first row's offset and the last's
+	end           int   // end of the rows in buf
+	kstart, kend  int   // the last row's key in keys
 }
 
 // committable is what a commit's Output records: the watermark committed
@@ -175,6 +194,9 @@ func New(ctx context.Context, o Options) (*Sink, error) {
 	}
 	if o.MaxRowBytes <= 0 {
 		o.MaxRowBytes = DefaultMaxRowBytes
+	}
+	if o.Lease <= 0 {
+		o.Lease = spate.DefaultLeaseDuration
 	}
 	cfg, err := pgx.ParseConfig(o.URL)
 	if err != nil {
@@ -420,12 +442,15 @@ func (s *Sink) writeRun(ctx context.Context, records []pipeline.Record) error {
 	// A row over the cap fails the batch before any of it is staged.
 	for i := range records {
 		if r := &records[i]; len(r.Value) > s.o.MaxRowBytes {
-			key := r.Key
+			key, size, over := overCap(r, s.o.MaxRowBytes)
+			if !over {
+				continue // a packed record, each of its rows under the cap
+			}
 			if len(key) > 64 {
 				key = append(key[:64:64], "..."...)
 			}
 			return spate.Fatalf("pgsink: split %s: table %s: the row with key %q is %d bytes, over the cap of %d (MaxRowBytes); nothing of its batch was written: raise Options.MaxRowBytes (?max_row_bytes= in a URL; the source's cap too), or leave the wide columns out of the copy (the source's Columns)",
-				st.t.Split, s.dest, key, len(r.Value), s.o.MaxRowBytes)
+				st.t.Split, s.dest, key, size, s.o.MaxRowBytes)
 		}
 	}
 	for len(records) > 0 {
@@ -460,29 +485,84 @@ func (s *Sink) writeRun(ctx context.Context, records []pipeline.Record) error {
 	return nil
 }
 
-// stageRow stages r; st.mu is held.
-func (s *Sink) stageRow(st *stage, r *pipeline.Record) error {
-	if r.Offset < st.skipBelow {
-		if r.Offset == st.skipBelow-1 && st.checkKey != nil && *st.checkKey != string(r.Key) {
-			return spate.Fatalf("pgsink: split %s: table %s holds the split's rows up to the one with key %q, but the source now reads key %q there: the source's chunk changed under the job, so resuming could lose or repeat rows; copy again into an emptied table (and delete job %q's rows from %s)",
-				st.t.Split, s.dest, *st.checkKey, r.Key, s.o.Job, s.o.FenceTable)
-		}
-		return nil // in the table already
+// overCap finds the first row of r over max bytes: its key and size.
+func overCap(r *pipeline.Record, max int) ([]byte, int, bool) {
+	if bytes.IndexByte(r.Value, '\n') < 0 {
+		return r.Key, len(r.Value), len(r.Value) > max
 	}
-	if r.Offset < st.next {
-		return nil // staged by an earlier attempt of this write
+	keys, value := r.Key, r.Value
+	for len(value) > 0 {
+		line, restV, _ := bytes.Cut(value, []byte{'\n'})
+		key, restK, _ := bytes.Cut(keys, []byte{'\n'})
+		if len(line) > max {
+			return key, len(line), true
+		}
+		value, keys = restV, restK
+	}
+	return nil, 0, false
+}
+
+// dropLines is b after its first n lines ('\n'-separated).
+func dropLines(b []byte, n int64) []byte {
+	for ; n > 0; n-- {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return nil
+		}
+		b = b[i+1:]
+	}
+	return b
+}
+
+// stageRow stages r (one row, or the rows of a packed record); st.mu is
+// held.
+func (s *Sink) stageRow(st *stage, r *pipeline.Record) error {
+	value, key := r.Value, r.Key
+	first := r.Offset
+	if bytes.IndexByte(value, '\n') >= 0 {
+		first = r.Offset - int64(bytes.Count(value, []byte{'\n'}))
+		if got := int64(bytes.Count(key, []byte{'\n'})); got != r.Offset-first {
+			return spate.Fatalf("pgsink: split %s: a record of %d rows carries %d keys: pack a row's key with each row (pgsource.Options.PackRows)", st.t.Split, r.Offset-first+1, got+1)
+		}
+	}
+	// Rows in the table already, or staged by an earlier attempt of
+	// this write, are dropped.
+	if from := max(st.skipBelow, st.next); first < from {
+		if st.checkKey != nil && first < st.skipBelow && r.Offset >= st.skipBelow-1 {
+			// The key of row skipBelow-1 must be the one the fence recorded.
+			k, _, _ := bytes.Cut(dropLines(key, st.skipBelow-1-first), []byte{'\n'})
+			if *st.checkKey != string(k) {
+				return spate.Fatalf("pgsink: split %s: table %s holds the split's rows up to the one with key %q, but the source now reads key %q there: the source's chunk changed under the job, so resuming could lose or repeat rows; copy again into an emptied table (and delete job %q's rows from %s)",
+					st.t.Split, s.dest, *st.checkKey, k, s.o.Job, s.o.FenceTable)
+			}
+		}
+		if r.Offset < from {
+			return nil
+		}
+		value, key = dropLines(value, from-first), dropLines(key, from-first)
+		first = from
 	}
 	if !st.checked {
-		if got := bytes.Count(r.Value, []byte{'\t'}) + 1; got != len(s.cols) {
+		line, _, _ := bytes.Cut(value, []byte{'\n'})
+		if got := bytes.Count(line, []byte{'\t'}) + 1; got != len(s.cols) {
 			return spate.Fatalf("pgsink: split %s: rows of %d columns, and table %s takes %d (%s): give the destination the source's shape, or set Columns",
 				st.t.Split, got, s.dest, len(s.cols), strings.Join(s.cols, ", "))
 		}
 		st.checked = true
 	}
-	st.buf = append(append(st.buf, r.Value...), '\n')
+	if need := len(st.buf) + len(value) + 1; need > cap(st.buf) && first < r.Offset {
+		// Packed rows fill the buffer to FlushBytes a megabyte at a time:
+		// room for all of it at once, not regrown (and copied) from small.
+		grown := make([]byte, len(st.buf), max(need, s.o.FlushBytes+len(value)+1))
+		st.buf = grown[:copy(grown, st.buf)]
+	}
+	st.buf = append(append(st.buf, value...), '\n')
+	if i := bytes.LastIndexByte(key, '\n'); i >= 0 {
+		key = key[i+1:]
+	}
 	k := len(st.keys)
-	st.keys = append(st.keys, r.Key...)
-	st.rows = append(st.rows, stagedRow{offset: r.Offset, end: len(st.buf), kstart: k, kend: len(st.keys)})
+	st.keys = append(st.keys, key...)
+	st.rows = append(st.rows, stagedRow{first: first, offset: r.Offset, end: len(st.buf), kstart: k, kend: len(st.keys)})
 	st.next = r.Offset + 1
 	return nil
 }
@@ -523,6 +603,10 @@ func (s *Sink) flushBelow(ctx context.Context, st *stage, watermark int64) error
 	for n < len(st.rows) && st.rows[n].offset < watermark {
 		n++
 	}
+	if n < len(st.rows) && st.rows[n].first < watermark {
+		st.mu.Unlock()
+		return spate.Fatalf("pgsink: split %s: watermark %d falls inside a packed record (rows %d to %d): a commit must end at a record's end", st.t.Split, watermark, st.rows[n].first, st.rows[n].offset)
+	}
 	if n == 0 {
 		st.mu.Unlock()
 		return nil
@@ -537,7 +621,7 @@ func (s *Sink) flushBelow(ctx context.Context, st *stage, watermark int64) error
 	epoch, split := st.t.Epoch, st.t.Split
 	st.mu.Unlock()
 
-	err := s.flush(ctx, split, epoch, watermark, lastKey, data)
+	err := s.flush(ctx, split, epoch, watermark, lastKey, data, st.rows[:n:n])
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if errors.Is(err, spate.ErrFenced) {
@@ -563,13 +647,30 @@ func (s *Sink) flushBelow(ctx context.Context, st *stage, watermark int64) error
 	return nil
 }
 
-// flush is one transaction: the fence, then the rows.
-func (s *Sink) flush(ctx context.Context, split spate.SplitID, epoch spate.LeaseEpoch, watermark int64, lastKey string, data []byte) (err error) {
+// flushTimeout is a flush's time: half the lease.
+func (s *Sink) flushTimeout() time.Duration { return s.o.Lease / 2 }
+
+// flush is one transaction: the fence, then the rows; within
+// flushTimeout, or it fails retryably with nothing written.
+//
+// The rows the fence says the table holds already are not written again:
+// a flush whose commit went through while its client saw an error (a
+// connection lost, the time out) is tried again as a whole.
+func (s *Sink) flush(ctx context.Context, split spate.SplitID, epoch spate.LeaseEpoch, watermark int64, lastKey string, data []byte, rows []stagedRow) (err error) {
+	limit := s.flushTimeout()
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
 	c, err := s.conn(ctx)
 	if err != nil {
 		return err
 	}
 	defer func() { s.put(c, err) }()
+	defer func() {
+		if err != nil && !errors.Is(err, spate.ErrFenced) && !errors.Is(err, spate.ErrFatal) && (ctx.Err() != nil || isQueryCanceled(err)) {
+			err = spate.Retryablef("pgsink: split %s: the flush into %s did not finish within %v (half the lease of %v, so that it ends before the tenancy can) and was rolled back, nothing written; it is tried again (is another session holding a lock on %s or %s? see pg_locks): %v",
+				split, s.dest, limit, s.o.Lease, s.dest, s.o.FenceTable, err)
+		}
+	}()
 	tx, err := c.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("pgsink: split %s: begin: %w", split, err)
@@ -579,17 +680,46 @@ func (s *Sink) flush(ctx context.Context, split spate.SplitID, epoch spate.Lease
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	tag, err := tx.Exec(ctx, `UPDATE `+s.fence+` SET epoch = $1, watermark = $2, last_key = $3
-		WHERE job = $4 AND split = $5 AND epoch <= $1`, int64(epoch), watermark, lastKey, s.o.Job, split.String())
-	if err != nil {
-		return fmt.Errorf("pgsink: split %s: advance the fence in %s: %w", split, s.o.FenceTable, err)
+	// The server ends the transaction's statements in time even if the
+	// client cannot (the client's cancel needs a connection of its own).
+	if _, err = tx.Exec(ctx, "SELECT set_config('statement_timeout', $1, true)", strconv.FormatInt(max(limit.Milliseconds(), 1), 10)); err != nil {
+		return fmt.Errorf("pgsink: split %s: set the flush's statement_timeout: %w", split, err)
 	}
-	if tag.RowsAffected() == 0 {
+	var held, have int64
+	err = tx.QueryRow(ctx, `SELECT epoch, watermark FROM `+s.fence+` WHERE job = $1 AND split = $2 FOR UPDATE`, s.o.Job, split.String()).Scan(&held, &have)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("pgsink: split %s: read the fence in %s: %w", split, s.o.FenceTable, err)
+	}
+	if errors.Is(err, pgx.ErrNoRows) || held > int64(epoch) {
 		return fmt.Errorf("pgsink: split %s: the fence in %s holds an epoch later than this tenancy's %d (a newer owner took the split); nothing written: %w", split, s.o.FenceTable, epoch, spate.ErrFenced)
 	}
-	if _, err = c.PgConn().CopyFrom(ctx, bytes.NewReader(data), s.copy); err != nil {
+	if have >= watermark {
+		return tx.Rollback(ctx) // in the table already: an earlier try's commit went through
+	}
+	if have > rows[0].first {
+		i := 0
+		for i < len(rows) && rows[i].offset < have {
+			i++
+		}
+		switch {
+		case i == len(rows):
+			data = nil
+		case rows[i].first != have:
+			return spate.Fatalf("pgsink: split %s: %s says table %s holds the split's rows up to %d, inside a record staged (rows %d to %d): delete job %q's rows from %s and copy again into an emptied table",
+				split, s.o.FenceTable, s.dest, have, rows[i].first, rows[i].offset, s.o.Job, s.o.FenceTable)
+		case i > 0:
+			data = data[rows[i-1].end:]
+		}
+	}
+	if _, err = tx.Exec(ctx, `UPDATE `+s.fence+` SET epoch = $1, watermark = $2, last_key = $3
+		WHERE job = $4 AND split = $5`, int64(epoch), watermark, lastKey, s.o.Job, split.String()); err != nil {
+		return fmt.Errorf("pgsink: split %s: advance the fence in %s: %w", split, s.o.FenceTable, err)
+	}
+	if len(data) == 0 {
+		// Nothing left to write.
+	} else if _, err = c.PgConn().CopyFrom(ctx, bytes.NewReader(data), s.copy); err != nil {
 		var pe *pgconn.PgError
-		if errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23") || strings.HasPrefix(pe.Code, "42")) {
+		if errors.As(err, &pe) && !isQueryCanceled(err) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23") || strings.HasPrefix(pe.Code, "42")) {
 			return spate.Fatalf("pgsink: split %s: table %s refuses the rows: %v: give the destination the source's shape (CREATE TABLE ... (LIKE source_table)) and drop constraints the source's rows break", split, s.dest, err)
 		}
 		return fmt.Errorf("pgsink: split %s: copy into %s: %w", split, s.dest, err)
@@ -598,6 +728,13 @@ func (s *Sink) flush(ctx context.Context, split spate.SplitID, epoch spate.Lease
 		return fmt.Errorf("pgsink: split %s: commit into %s: %w", split, s.dest, err)
 	}
 	return nil
+}
+
+// isQueryCanceled reports whether err is the server's cancel of a
+// statement (statement_timeout, or the client's cancel request).
+func isQueryCanceled(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "57014"
 }
 
 // Publish implements [pipeline.StagingSink]: nothing to do, the flush

@@ -1,6 +1,7 @@
 package pgsink_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -253,9 +254,9 @@ func copyJobAt(t testing.TB, url string, workers int, chunk int64, stopOne bool,
 		coord, err := spate.NewStoreCoordinator(st, spate.TimingsForLease(2*time.Second), spate.WithLogger(log))
 		require.NoError(t, err)
 		defer coord.Close()
-		src, err := pgsource.New(ctx, pgsource.Options{URL: url, Table: "src", ChunkRows: chunk})
+		src, err := pgsource.New(ctx, pgsource.Options{URL: url, Table: "src", ChunkRows: chunk, PackRows: true})
 		require.NoError(t, err)
-		sink, err := pgsink.New(ctx, pgsink.Options{URL: url, Table: "dst", Job: "copy", Shape: src.Table().Columns})
+		sink, err := pgsink.New(ctx, pgsink.Options{URL: url, Table: "dst", Job: "copy", Shape: src.Table().Columns, Lease: 2 * time.Second})
 		require.NoError(t, err)
 		defer sink.Close()
 		rt, err := pipeline.Build(pipeline.Config{Name: coord.InstanceID(), CommitInterval: 100 * time.Millisecond},
@@ -465,4 +466,166 @@ func TestRetriedChunkedWriteStagesNothingTwice(t *testing.T) {
 	require.Equal(t, 700, n, "rows")
 	require.Zero(t, dups, "duplicates")
 	require.Zero(t, wrong, "rows of neither split")
+}
+
+// pack packs records of one partition n at a time, as pgsource's
+// PackRows does: lines and keys joined by '\n', the last row's offset.
+func pack(records []pipeline.Record, n int) []pipeline.Record {
+	var out []pipeline.Record
+	for len(records) > 0 {
+		k := min(n, len(records))
+		var keys, values [][]byte
+		for _, r := range records[:k] {
+			keys, values = append(keys, r.Key), append(values, r.Value)
+		}
+		out = append(out, pipeline.Record{Key: bytes.Join(keys, []byte{'\n'}), Value: bytes.Join(values, []byte{'\n'}),
+			Partition: records[0].Partition, Offset: records[k-1].Offset})
+		records = records[k:]
+	}
+	return out
+}
+
+// Packed records (many rows a record) resume as single rows do: the rows
+// of a record below the table's watermark are dropped, the rest written,
+// and the key just below the watermark is checked inside a record too.
+func TestPackedRecordsSkipWhatTheTableHolds(t *testing.T) {
+	url, c := newDB(t)
+	exec(t, c, "CREATE TABLE dst (id int, v text)")
+	ctx := context.Background()
+	split := spate.MustSplitID("chunk-000000")
+	ahead := func() []byte {
+		a := newSink(t, url, pgsink.Options{}) // creates the fence table
+		exec(t, c, "TRUNCATE dst; DELETE FROM spate_fence")
+		require.NoError(t, a.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 1}, nil))
+		require.NoError(t, a.Write(ctx, 0, pack(rows(1, 0, 100), 10)))
+		committed, _, _, err := a.Prepare(ctx, 1, 40, false)
+		require.NoError(t, err)
+		_, _, _, err = a.Prepare(ctx, 1, 80, false) // flushed; the store commit is lost
+		require.NoError(t, err)
+		return committed
+	}
+	committed := ahead()
+	b := newSink(t, url, pgsink.Options{})
+	require.NoError(t, b.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 2, Partition: 2}, committed))
+	// Records of 7 rows from 40: rows 75..81 straddle the table's 80.
+	require.NoError(t, b.Write(ctx, 0, pack(rows(2, 40, 100), 7)))
+	_, _, _, err := b.Prepare(ctx, 2, 100, true)
+	require.NoError(t, err)
+	missing, dups, alien := audit(t, c, "dst", 100)
+	require.Zero(t, missing, "missing")
+	require.Zero(t, dups, "duplicates")
+	require.Zero(t, alien)
+	var same bool
+	require.NoError(t, c.QueryRow(ctx, "SELECT bool_and(v = 'v' || id) FROM dst").Scan(&same))
+	require.True(t, same, "every row's columns copied")
+
+	// The row below the table's watermark, inside a record, is another one.
+	committed = ahead()
+	c2 := newSink(t, url, pgsink.Options{})
+	require.NoError(t, c2.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 2, Partition: 3}, committed))
+	shifted := rows(3, 40, 100)
+	shifted[39].Key = []byte("999") // offset 79 now holds another key
+	err = c2.Write(ctx, 0, pack(shifted, 7))
+	require.ErrorIs(t, err, spate.ErrFatal)
+	require.ErrorContains(t, err, `table public.dst holds the split's rows up to the one with key "80", but the source now reads key "999" there`)
+
+	// A commit inside a packed record is refused, with nothing written.
+	exec(t, c, "TRUNCATE dst; DELETE FROM spate_fence")
+	d := newSink(t, url, pgsink.Options{})
+	require.NoError(t, d.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 4}, nil))
+	require.NoError(t, d.Write(ctx, 0, pack(rows(4, 0, 20), 10)))
+	_, _, _, err = d.Prepare(ctx, 4, 15, false)
+	require.ErrorIs(t, err, spate.ErrFatal)
+	require.ErrorContains(t, err, "watermark 15 falls inside a packed record (rows 10 to 19)")
+
+	// A row over the cap inside a packed record fails its batch.
+	e := newSink(t, url, pgsink.Options{MaxRowBytes: 64})
+	require.NoError(t, e.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 2, Partition: 5}, nil))
+	wide := rows(5, 0, 20)
+	wide[13].Value = append(wide[13].Value, bytes.Repeat([]byte{'x'}, 100)...)
+	err = e.Write(ctx, 0, pack(wide, 10))
+	require.ErrorIs(t, err, spate.ErrFatal)
+	require.ErrorContains(t, err, `the row with key "14" is 106 bytes, over the cap of 64`)
+	var n int
+	require.NoError(t, c.QueryRow(ctx, "SELECT count(*) FROM dst").Scan(&n))
+	require.Zero(t, n)
+}
+
+// A flush blocked in the database (another session holds a lock on the
+// destination) ends within half the lease, rolled back, with a retryable
+// error naming the time out; tried again once the lock is gone, it writes
+// each row once.
+func TestBlockedFlushEndsBeforeTheLease(t *testing.T) {
+	url, c := newDB(t)
+	exec(t, c, "CREATE TABLE dst (id int, v text)")
+	ctx := context.Background()
+	const lease = 2 * time.Second
+	s := newSink(t, url, pgsink.Options{Lease: lease})
+	split := spate.MustSplitID("chunk-000000")
+	require.NoError(t, s.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 1}, nil))
+	require.NoError(t, s.Write(ctx, 0, rows(1, 0, 100)))
+
+	locker, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer locker.Close(ctx)
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "LOCK TABLE dst IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() {
+		_, _, _, err := s.Prepare(ctx, 1, 50, false)
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(20 * lease): // a bound far past the flush's time, not a speed check
+		require.FailNow(t, "the blocked flush did not end")
+	}
+	require.Error(t, err)
+	require.True(t, spate.IsRetryable(err), "retryable: %v", err)
+	require.ErrorContains(t, err, "did not finish within 1s (half the lease of 2s")
+	require.NoError(t, tx.Rollback(ctx))
+	w, _ := fenceRow(t, c, split.String())
+	require.Zero(t, w, "the fence did not move")
+
+	_, _, _, err = s.Prepare(ctx, 1, 50, false)
+	require.NoError(t, err)
+	_, _, _, err = s.Prepare(ctx, 1, 100, true)
+	require.NoError(t, err)
+	missing, dups, alien := audit(t, c, "dst", 100)
+	require.Zero(t, missing, "missing")
+	require.Zero(t, dups, "duplicates")
+	require.Zero(t, alien)
+}
+
+// A flush whose commit went through while its client saw an error is
+// tried again as a whole: the rows the fence says the table holds are not
+// written again. (Modelled by a second tenancy at the same epoch, opened
+// before the first one's flush.)
+func TestFlushTriedAgainAfterItsCommitWritesNothingTwice(t *testing.T) {
+	url, c := newDB(t)
+	exec(t, c, "CREATE TABLE dst (id int, v text)")
+	ctx := context.Background()
+	split := spate.MustSplitID("chunk-000000")
+	a, b := newSink(t, url, pgsink.Options{}), newSink(t, url, pgsink.Options{})
+	require.NoError(t, a.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 1}, nil))
+	require.NoError(t, b.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 2}, nil))
+	require.NoError(t, a.Write(ctx, 0, rows(1, 0, 60)))
+	_, _, _, err := a.Prepare(ctx, 1, 40, false)
+	require.NoError(t, err)
+	// b's flush holds rows 0..59, 0..39 of which are in the table already.
+	require.NoError(t, b.Write(ctx, 0, rows(2, 0, 60)))
+	_, _, _, err = b.Prepare(ctx, 2, 30, false) // all in the table: nothing written
+	require.NoError(t, err)
+	_, _, _, err = b.Prepare(ctx, 2, 60, false)
+	require.NoError(t, err)
+	missing, dups, alien := audit(t, c, "dst", 60)
+	require.Zero(t, missing, "missing")
+	require.Zero(t, dups, "duplicates")
+	require.Zero(t, alien)
+	w, key := fenceRow(t, c, split.String())
+	require.EqualValues(t, 60, w)
+	require.Equal(t, "60", key)
 }

@@ -2,6 +2,7 @@ package pgsink_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -75,11 +76,11 @@ func runWorker() int {
 			return err
 		}
 		defer coord.Close()
-		src, err := pgsource.New(ctx, pgsource.Options{URL: a.DB, Table: "src", ChunkRows: a.Chunk})
+		src, err := pgsource.New(ctx, pgsource.Options{URL: a.DB, Table: "src", ChunkRows: a.Chunk, PackRows: true})
 		if err != nil {
 			return err
 		}
-		sink, err := pgsink.New(ctx, pgsink.Options{URL: a.DB, Table: "dst", Job: a.Job, Shape: src.Table().Columns})
+		sink, err := pgsink.New(ctx, pgsink.Options{URL: a.DB, Table: "dst", Job: a.Job, Shape: src.Table().Columns, Lease: a.Lease})
 		if err != nil {
 			return err
 		}
@@ -128,8 +129,9 @@ func (s *loudSink) Prepare(ctx context.Context, p pipeline.PartitionID, w int64,
 	return out, covered, pending, err
 }
 
-// pace is a chain that admits at most perSecond records a second (none
-// when 0): a worker limited to a fixed rate.
+// pace is a chain that admits at most perSecond rows a second (none
+// when 0): a worker limited to a fixed rate. A packed record (pgsource's
+// PackRows) counts its rows, one a line.
 func pace(perSecond float64) []pipeline.Stage {
 	if perSecond <= 0 {
 		return nil
@@ -143,7 +145,7 @@ func pace(perSecond float64) []pipeline.Stage {
 		if floor := now.Add(-50 * time.Millisecond); next.Before(floor) {
 			next = floor // lateness is made up for, an idle spell is not saved up
 		}
-		next = next.Add(every)
+		next = next.Add(time.Duration(bytes.Count(r.Value, []byte{'\n'})+1) * every)
 		ahead := next.Sub(now)
 		mu.Unlock()
 		if ahead > time.Millisecond {

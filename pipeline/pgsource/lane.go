@@ -70,8 +70,24 @@ type mark struct {
 	key  string
 }
 
-// row is one row as read: slices of one batch's arena.
-type row struct{ key, value []byte }
+// row is one row as read, or with PackRows n > 1 rows packed: their
+// lines joined by '\n' and their keys likewise. Slices of one batch's
+// arena.
+type row struct {
+	key, value []byte
+	n          int
+}
+
+// rowsIn is how many rows r holds.
+func (r row) rowsIn() int64 { return int64(max(r.n, 1)) }
+
+// lastKey is the key of r's last row.
+func (r row) lastKey() []byte {
+	if r.n > 1 {
+		return r.key[bytes.LastIndexByte(r.key, '\n')+1:]
+	}
+	return r.key
+}
 
 // item is what the chunk's reader hands the lane: rows, then the end or an
 // error.
@@ -160,6 +176,10 @@ type rowWriter struct {
 	spans   [][3]int // key start, tab, end of each row in arena
 	partial []byte
 	poison  string
+	// With PackRows: the rows' lines go to arena and their keys to keys,
+	// each joined by '\n'; packed counts them.
+	keys   []byte
+	packed int
 }
 
 func (w *rowWriter) Write(p []byte) (int, error) {
@@ -210,6 +230,20 @@ func (w *rowWriter) add(line []byte) error {
 			t.Name, t.Key, tab, MaxKeyBytes)
 		return errPoison
 	}
+	if w.l.src.opts.PackRows {
+		if w.packed > 0 {
+			w.arena = append(w.arena, '\n')
+			w.keys = append(w.keys, '\n')
+		}
+		w.arena = append(w.arena, line[tab+1:]...)
+		w.keys = append(w.keys, line[:tab]...)
+		if w.packed++; len(w.arena) >= readBatchBytes {
+			if !w.flush() {
+				return context.Canceled
+			}
+		}
+		return nil
+	}
 	start := len(w.arena)
 	w.arena = append(w.arena, line...)
 	w.spans = append(w.spans, [3]int{start, start + tab, len(w.arena)})
@@ -223,6 +257,13 @@ func (w *rowWriter) add(line []byte) error {
 
 // flush hands the rows read so far over; false when the lane closed.
 func (w *rowWriter) flush() bool {
+	if w.packed > 0 {
+		r := row{key: w.keys, value: w.arena, n: w.packed}
+		w.arena = make([]byte, 0, readBatchBytes+readBatchBytes/4)
+		w.keys = make([]byte, 0, cap(w.keys))
+		w.packed = 0
+		return w.send(item{rows: []row{r}})
+	}
 	if len(w.spans) == 0 {
 		return true
 	}
@@ -302,14 +343,15 @@ func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, err
 		time.Sleep(min(timeout, time.Millisecond))
 		return nil, nil
 	}
-	first := l.next
+	end := l.next // after the last row emitted
 	l.payloads = l.payloads[:0]
-	for i, r := range l.buf[:n] {
-		l.payloads = append(l.payloads, pipeline.RawPayload{Key: r.key, Value: r.value, Partition: l.part, Offset: first + int64(i)})
+	for _, r := range l.buf[:n] {
+		end += r.rowsIn()
+		l.payloads = append(l.payloads, pipeline.RawPayload{Key: r.key, Value: r.value, Partition: l.part, Offset: end - 1})
 	}
-	key := unescape(l.buf[n-1].key)
+	key := unescape(l.buf[n-1].lastKey())
 	l.buf = l.buf[n:]
-	last := first + int64(n) - 1
+	last := end - 1
 	l.next = last + 1
 	l.lastKey = &key
 	l.marks = append(l.marks, mark{last: last, key: key})

@@ -65,6 +65,10 @@ func New(ctx context.Context, o Options) (*Source, error) {
 // Table is what New found.
 func (s *Source) Table() *Table { return s.table }
 
+// PackRows sets [Options.PackRows]: whether a record carries many rows.
+// Call it before the source opens a split (before the runtime runs).
+func (s *Source) PackRows(on bool) { s.opts.PackRows = on }
+
 // Fingerprint implements [spate.SplitPlanner]: the table, key, columns,
 // filter and chunk size (never the URL, which may hold a password).
 func (s *Source) Fingerprint() string {

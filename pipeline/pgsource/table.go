@@ -82,6 +82,13 @@ type Options struct {
 	ChunkRows int64
 	// MaxRowBytes caps one row's text. Default [DefaultMaxRowBytes].
 	MaxRowBytes int
+	// PackRows makes a record carry many rows (up to about a megabyte):
+	// its Value is their lines in COPY text format joined by '\n', its Key
+	// their keys joined by '\n' (in the same order), and its Offset the
+	// last row's ordinal. A table-to-table copy into pgsink takes records
+	// so, and the runtime then handles a record per batch of rows, not
+	// one per row. Default: a record per row.
+	PackRows bool
 }
 
 // Column is one column of a table.
