@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spate-go/spate/internal/jobfollow"
+	"github.com/spate-go/spate/internal/jobfollow/hook"
 )
 
 // jobFollower keeps a job's state current from its records one at a
@@ -46,14 +46,15 @@ type followedSplit struct {
 	visible    bool // a progress record or damage: InspectJob lists it
 }
 
-// touched says what one record changed (internal/jobfollow declares it,
-// for the job view).
-type touched = jobfollow.Touched
+// touched says what one record changed (internal/jobfollow/hook declares
+// it, for the job view).
+type touched = hook.Touched
 
 // The job view (internal/jobview) reaches the follower through
-// internal/jobfollow: it is not part of this package's API.
+// internal/jobfollow (its method set is jobfollow.Follower): it is not part
+// of this package's API.
 func init() {
-	jobfollow.New = func(fingerprint string) any { return newJobFollower(fingerprint) }
+	hook.New = func(fingerprint string) any { return newJobFollower(fingerprint) }
 }
 
 // newJobFollower returns a follower of a job with no records yet.

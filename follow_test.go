@@ -16,21 +16,6 @@ import (
 	"github.com/spate-go/spate/stores/mem"
 )
 
-// follower is the job follower as the job view (internal/jobview) reaches
-// it: through internal/jobfollow, not the root's API.
-type follower interface {
-	Apply(ks spate.Keyspace, ev spate.WatchEvent) (jobfollow.Touched, error)
-	Defer()
-	Decode() error
-	Split(id string) (spate.SplitState, bool)
-	Meta() (*spate.JobState, error)
-	State() (*spate.JobState, error)
-}
-
-func newFollower(fingerprint string) follower {
-	return jobfollow.New(fingerprint).(follower)
-}
-
 // flat is a SplitState with its damage as text, for comparing two reads.
 type flat struct {
 	spate.SplitState
@@ -65,7 +50,7 @@ func startRangeWorker(t *testing.T, st spate.Store, waker spate.Waker) *spate.St
 
 // follow feeds f from watches of both keyspaces of st until ctx ends;
 // each event is applied under mu.
-func follow(ctx context.Context, t *testing.T, st spate.Store, f follower, mu *sync.Mutex) {
+func follow(ctx context.Context, t *testing.T, st spate.Store, f jobfollow.Follower, mu *sync.Mutex) {
 	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
 		ch, err := st.Watch(ctx, ks, "")
 		require.NoError(t, err)
@@ -87,7 +72,7 @@ func TestJobFollowerMatchesInspectJob(t *testing.T) {
 	defer st.Close()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	f := newFollower("")
+	f := jobfollow.New("")
 	var mu sync.Mutex
 	follow(ctx, t, st, f, &mu)
 
@@ -190,7 +175,7 @@ func TestJobFollowerReadsSplitsOnceThePlanArrives(t *testing.T) {
 	dur, err := st.List(t.Context(), spate.Durable, "")
 	require.NoError(t, err)
 	var plan spate.Entry
-	f := newFollower("")
+	f := jobfollow.New("")
 	for _, e := range dur {
 		if e.Key == "plan" {
 			plan = e
@@ -213,7 +198,7 @@ func TestJobFollowerReadsSplitsOnceThePlanArrives(t *testing.T) {
 		assert.True(t, s.HasSpec)
 	}
 
-	other := newFollower("another:fingerprint")
+	other := jobfollow.New("another:fingerprint")
 	_, err = other.Apply(spate.Durable, spate.WatchEvent{Kind: spate.WatchPut, Key: plan.Key, Value: plan.Value, Revision: plan.Revision})
 	require.Error(t, err)
 	_, err = other.State()
@@ -250,7 +235,7 @@ func TestJobFollowerFoldsADeferredSnapshot(t *testing.T) {
 	defer cancel()
 	events, err := store.Watch(ctx, spate.Durable, "")
 	require.NoError(t, err)
-	f := newFollower("example:ids:v1")
+	f := jobfollow.New("example:ids:v1")
 	f.Defer() // decode the snapshot on every core at once
 	for ev := range events {
 		if ev.Kind == spate.WatchSnapshotDone {

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/humanize"
 	"github.com/spate-go/spate/internal/jobview"
 	"github.com/spate-go/spate/pipeline/filesource"
 )
@@ -184,7 +185,11 @@ func followingLine(s jobSummary, t lagTotals, here string) string {
 	}
 	age := ""
 	if t.age > 0 {
-		age = fmt.Sprintf(" (oldest unread byte ~%v old)", t.age.Round(time.Second))
+		about := "~"
+		if t.age < time.Second {
+			about = "" // "<1s"
+		}
+		age = fmt.Sprintf(" (oldest unread byte %s%s old)", about, humanize.Duration(t.age))
 	}
 	return fmt.Sprintf("following %d files%s (%d splits, %d completed): %s behind%s; %s",
 		t.files, waiting, s.splits, s.completed, bytesStr(t.bytes), age, here)

@@ -71,6 +71,15 @@ func TestFollowingLineCountsWaitingFiles(t *testing.T) {
 	files := []filesource.FileLag{{Bytes: 100, Age: 3 * time.Second}, {Bytes: 1300, Waiting: true, Age: 12 * time.Second}}
 	line := followingLine(jobSummary{splits: 5, completed: 3}, totalLag(files), "here")
 	assert.Equal(t, "following 2 files, 1 waiting for a lane (5 splits, 3 completed): 1.4 KiB behind (oldest unread byte ~12s old); here", line)
+
+	// Ages are rounded as the job page rounds them.
+	for age, want := range map[time.Duration]string{
+		400 * time.Millisecond:                               "(oldest unread byte <1s old)",
+		3*time.Minute + 5*time.Second + 400*time.Millisecond: "(oldest unread byte ~3m05s old)",
+	} {
+		line = followingLine(jobSummary{splits: 1}, totalLag([]filesource.FileLag{{Bytes: 10, Age: age}}), "here")
+		assert.Contains(t, line, want)
+	}
 }
 
 // A planned rebalance whose drain was cut short is said to be one, not a

@@ -146,6 +146,10 @@ type dirInput struct {
 	filesource.Objects // Location and Open: os.Open follows links
 	root               string
 	skips              *filesource.SkipLog
+	// entered, if set, is called with each entry's path after its
+	// directory was read and before the entry is looked at: a test's way
+	// to rename or delete the file in between, as logrotate may.
+	entered func(path string)
 }
 
 // LocalRoot implements filesource.LocalDir: a directory's files can be
@@ -171,13 +175,24 @@ func (d dirInput) List(ctx context.Context) ([]filesource.Member, error) {
 		if err != nil {
 			return err
 		}
+		if d.entered != nil {
+			d.entered(path)
+		}
 		var info fs.FileInfo
 		switch {
 		case e.Type().IsRegular():
 			info, err = e.Info()
+			if errors.Is(err, fs.ErrNotExist) {
+				d.gone(filepath.ToSlash(rel))
+				return nil
+			}
 		case e.Type()&fs.ModeSymlink != 0:
 			target, _ := os.Readlink(path)
 			if info, err = os.Stat(path); err != nil {
+				if _, lerr := os.Lstat(path); errors.Is(lerr, fs.ErrNotExist) {
+					d.gone(filepath.ToSlash(rel)) // the link itself went away
+					return nil
+				}
 				var pe *fs.PathError
 				if errors.As(err, &pe) {
 					err = pe.Err
@@ -210,6 +225,19 @@ func (d dirInput) List(ctx context.Context) ([]filesource.Member, error) {
 	}
 	filesource.SortMembers(out)
 	return out, nil
+}
+
+// gone notes, at debug level, that the file name was in the directory
+// when it was read and was renamed or deleted before it could be looked
+// at: logrotate at work, normal. It is left out of this listing; the next
+// one finds it under its new name, if it has one.
+func (d dirInput) gone(name string) {
+	log := slog.Default()
+	if d.skips != nil && d.skips.Logger != nil {
+		log = d.skips.Logger
+	}
+	log.Debug("a file was renamed or deleted while its directory was listed; the next listing finds it under its new name",
+		"file", name)
 }
 
 // skip warns, once per file, that a special file is not read.

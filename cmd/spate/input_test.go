@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,6 +50,50 @@ func TestDirInputFollowsLinksToFiles(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want[0].Size, ms[1].Size, "a regular file is listed as filesource.Dir lists it")
 	}
+}
+
+// A file renamed or deleted between the directory's read and the look at
+// its entry (logrotate shifting app.log.1 to app.log.2, deleting the
+// oldest, removing a link) is left out of that listing, at debug level:
+// the listing succeeds, and the next one finds the file under its new
+// name. (It failed the whole listing with "lstat …: no such file or
+// directory", a WARN and a lost replan, in the logrotate trial.)
+func TestDirInputListingRacingARotation(t *testing.T) {
+	src := t.TempDir()
+	for _, name := range []string{"app1.log", "app1.log.1", "app2.log.3"} {
+		require.NoError(t, os.WriteFile(filepath.Join(src, name), []byte("a line\n"), 0o644))
+	}
+	require.NoError(t, os.Symlink("app1.log", filepath.Join(src, "current.log")))
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	in := dirInput{Objects: filesource.Dir(src), root: src, skips: &filesource.SkipLog{Logger: log}}
+	in.entered = func(path string) {
+		switch filepath.Base(path) {
+		case "app1.log.1":
+			require.NoError(t, os.Rename(path, filepath.Join(src, "app1.log.2")))
+		case "app2.log.3":
+			require.NoError(t, os.Remove(path))
+		case "current.log":
+			require.NoError(t, os.Remove(path))
+		}
+	}
+	names := func() []string {
+		ms, err := in.List(context.Background())
+		require.NoError(t, err, "a file that went away during the listing fails it")
+		var out []string
+		for _, m := range ms {
+			out = append(out, m.Name)
+		}
+		return out
+	}
+	assert.Equal(t, []string{"app1.log"}, names(), "the files gone since the directory was read are left out")
+	assert.NotContains(t, logs.String(), "level=WARN")
+	assert.Contains(t, logs.String(), "level=DEBUG")
+	for _, name := range []string{"app1.log.1", "app2.log.3", "current.log"} {
+		assert.Contains(t, logs.String(), "file="+name)
+	}
+	in.entered = nil
+	assert.Equal(t, []string{"app1.log", "app1.log.2"}, names(), "the next listing finds the renamed file")
 }
 
 // A link to a directory and a dangling link are refused, naming the link.

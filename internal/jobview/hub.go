@@ -14,15 +14,16 @@ import (
 	"time"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/jobfollow"
 )
 
 // A hub is the one reader of one job that every open page of it shares.
 // It watches the job's two keyspaces once, folds each record into a
-// follower (follower.go) and, at most once per refresh, turns the splits
-// that changed into rows: the summary and members are kept by adding and
-// taking away the changed rows' shares, so a refresh costs what changed,
-// not the job's size or the number of pages. Subscribers get only the
-// changed rows.
+// follower (internal/jobfollow) and, at most once per refresh, turns the
+// splits that changed into rows: the summary and members are kept by
+// adding and taking away the changed rows' shares, so a refresh costs what
+// changed, not the job's size or the number of pages. Subscribers get only
+// the changed rows.
 type hub struct {
 	job     string
 	st      spate.Store
@@ -174,7 +175,7 @@ func (h *hub) follow(ctx context.Context, tick <-chan time.Time, readyOnce func(
 	for i, ks := range hubKeyspaces {
 		chs[i] = h.watch(wctx, ks)
 	}
-	r := &reading{h: h, f: newFollower(""), live: map[spate.Keyspace]bool{}, dirty: map[string]bool{}, readyOnce: readyOnce}
+	r := &reading{h: h, f: jobfollow.New(""), live: map[spate.Keyspace]bool{}, dirty: map[string]bool{}, readyOnce: readyOnce}
 	r.f.Defer() // the snapshots are read on every core at once
 	for {
 		select {
@@ -206,7 +207,7 @@ func received(i int, ev spate.WatchEvent, ok bool) watched {
 // and what changed since the pages were last updated.
 type reading struct {
 	h         *hub
-	f         follower
+	f         jobfollow.Follower
 	live      map[spate.Keyspace]bool // its snapshot is in
 	snapshots int
 	dirty     map[string]bool // splits changed since the last update
@@ -328,14 +329,14 @@ func (h *hub) beat(inst string, put, live bool) {
 
 // rebuild makes the view whole from f: the first paint, and after a
 // broken watch. Subscribers get every row again.
-func (h *hub) rebuild(f follower, rev uint64) {
+func (h *hub) rebuild(f jobfollow.Follower, rev uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.rebuildLocked(f, rev, h.now())
 }
 
 // rebuildLocked is rebuild with h.mu held.
-func (h *hub) rebuildLocked(f follower, rev uint64, now time.Time) {
+func (h *hub) rebuildLocked(f jobfollow.Follower, rev uint64, now time.Time) {
 	js, err := f.State()
 	h.err = err
 	if err != nil {
@@ -378,7 +379,7 @@ func (h *hub) rebuildLocked(f follower, rev uint64, now time.Time) {
 
 // update turns the dirty splits into rows, keeps the summary by their
 // shares, and sends the rows that changed.
-func (h *hub) update(f follower, dirty map[string]bool, rev uint64, metaDirty bool) {
+func (h *hub) update(f jobfollow.Follower, dirty map[string]bool, rev uint64, metaDirty bool) {
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()

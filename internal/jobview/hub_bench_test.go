@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/jobfollow"
 	"github.com/spate-go/spate/stores/mem"
 )
 
@@ -110,8 +111,8 @@ func seedJob(b *testing.B, n int) *benchJob {
 }
 
 // snapshot feeds a new follower the job as a watch's snapshot would.
-func (j *benchJob) follower(b *testing.B) follower {
-	f := newFollower("")
+func (j *benchJob) follower(b *testing.B) jobfollow.Follower {
+	f := jobfollow.New("")
 	f.Defer()
 	defer func() {
 		if err := f.Decode(); err != nil {

@@ -432,6 +432,32 @@ func TestJobPageInABrowser(t *testing.T) {
 	require.NoError(t, err)
 	assert.Positive(t, lines, "the throughput chart drew no worker's line")
 
+	// The page renders the ages it keeps up to date as the server renders
+	// durations: rounded, seconds padded, never milliseconds. Two cells
+	// of the page's kind are added: one written 2m01s ago, one whose
+	// write time is ahead of this clock; the page's ticker fills them.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](`(function () {
+		var t = document.createElement("table"), tr = t.insertRow(-1);
+		var past = tr.insertCell(-1), ahead = tr.insertCell(-1);
+		past.id = "probe-past"; past.setAttribute("data-written", String(Date.now() - 121000));
+		ahead.id = "probe-ahead"; ahead.setAttribute("data-written", String(Date.now() + 3600000));
+		document.body.appendChild(t);
+	})()`),
+		chromedp.WaitVisible(`//td[@id="probe-past"][contains(text(), "ago")]`),
+		chromedp.WaitVisible(`//td[@id="probe-ahead"][contains(text(), "ago")]`)))
+	past, err := chromedp.Run(ctx, chromedp.Text(`#probe-past`))
+	require.NoError(t, err)
+	assert.Regexp(t, `^2m\d\ds ago$`, past)
+	ahead, err := chromedp.Run(ctx, chromedp.Text(`#probe-ahead`))
+	require.NoError(t, err)
+	assert.Equal(t, "0s ago", ahead)
+	etas, err := chromedp.Run(ctx, chromedp.Evaluate[string](`Array.prototype.map.call(document.querySelectorAll('#splits tr[id] td:nth-child(9)'), function (td) { return td.textContent; }).join(" ")`))
+	require.NoError(t, err)
+	assert.NotRegexp(t, `ms|\.`, etas, "an ETA in milliseconds or with fractions")
+	sumRate, err := chromedp.Run(ctx, chromedp.Text(`#sum-rate`))
+	require.NoError(t, err)
+	assert.NotRegexp(t, `\dms|\d\.\d+s`, sumRate, "the job's ETA in milliseconds or with fractions")
+
 	// The markup the store holds is text: nothing ran.
 	xssRan, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.__xss !== undefined`))
 	require.NoError(t, err)

@@ -3,7 +3,6 @@ package jobview
 import (
 	"cmp"
 	"encoding/json"
-	"fmt"
 	"iter"
 	"maps"
 	"slices"
@@ -308,21 +307,9 @@ func beatAge(beats map[string]beat, inst string, now time.Time) string {
 	return age(d)
 }
 
-// age renders a duration as an operator reads it: 850ms, 12s, 3m4s, 2h5m.
-func age(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "0s"
-	case d < time.Second:
-		return fmt.Sprintf("%dms", d.Milliseconds())
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60)
-	default:
-		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
-	}
-}
+// age renders a duration as an operator reads it: <1s, 12s, 3m05s, 2h05m
+// (the page's script renders the ages it updates the same way).
+func age(d time.Duration) string { return humanize.Duration(d) }
 
 // chart is the progress chart's polylines, drawn by the page as inline
 // SVG in 600×120 boxes: done and total bytes over the time kept, and each

@@ -191,3 +191,23 @@ func TestAHandBackIsNotALoss(t *testing.T) {
 	assert.Equal(t, "released", transitions(held, handed, now)[0].Kind)
 	assert.Equal(t, "lost", transitions(held, died, now)[0].Kind)
 }
+
+// ETAs are rounded as an operator reads them: a split about to finish
+// shows "<1s", not "312ms"; the job's shows minutes and padded seconds.
+func TestETAsAreHumanRounded(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	rates := map[string]rate{}
+	sp := spate.SplitState{ID: spate.MustSplitID("t1"), Status: spate.StatusRunnable, LeaseOwner: "w1", Owner: "w1", Weight: 10_000, HasSpec: true,
+		Progress: &spate.SplitProgress{Watermark: 0}}
+	rowOf(sp, t0, rates)
+	// 9,688 B in 3 s: 3,229 B/s, 312 B left, due in ~97 ms.
+	sp.Progress = &spate.SplitProgress{Watermark: 9_688}
+	r := rowOf(sp, t0.Add(3*time.Second), rates)
+	require.Equal(t, int64(312), r.Left)
+	require.Positive(t, r.Rate)
+	assert.Equal(t, "<1s", r.ETA)
+
+	// 1 MiB/s with 185.4 MiB left: 3m05s.
+	s := summary{Splits: 1, Leased: 1, Rate: 1 << 20, BytesTotal: 200 << 20, BytesDone: 200<<20 - 1854<<20/10}
+	assert.Equal(t, "3m05s", s.finished(true).ETA)
+}
