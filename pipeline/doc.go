@@ -73,7 +73,7 @@
 // At least once through a plain [Sink]: a watermark never passes data that
 // is unacknowledged or failed, across revocations, failures and shutdown;
 // anything written but not committed replays after a restart or under a
-// new owner. Exactly once through a [StagingSink] ([StagedFileSink], or
+// new owner. Exactly once through a [StagingSink] (filesink.StagedFileSink, or
 // pipeline/blobsink for buckets) wired to a [CoordinatedSource]: its
 // committable rides in the split's fenced commit, so only output a won
 // commit lists is ever published. In steady state nothing replays either
