@@ -85,12 +85,12 @@ func (s *FileSink) shard(i int) (*fileShard, error) {
 	return fs, nil
 }
 
-// Write implements [Sink]: append, fsync, then report durable.
+// Write implements [pipeline.Sink]: append, fsync, then report durable.
 func (s *FileSink) Write(ctx context.Context, shard int, records []pipeline.Record) error {
 	return s.WriteChunks(ctx, shard, [][]pipeline.Record{records})
 }
 
-// WriteChunks implements [ChunkedSink]: the lines of all the chunks are
+// WriteChunks implements [pipeline.ChunkedSink]: the lines of all the chunks are
 // appended through one pooled buffer (in pieces of at most 256 KiB, so a
 // write of any size allocates nothing), then fsynced once.
 func (s *FileSink) WriteChunks(ctx context.Context, shard int, chunks [][]pipeline.Record) error {
@@ -152,7 +152,7 @@ func (s *FileSink) WriteChunks(ctx context.Context, shard int, chunks [][]pipeli
 	return nil
 }
 
-// Destination implements [SinkDestination]: the directory written to.
+// Destination implements [pipeline.SinkDestination]: the directory written to.
 func (s *FileSink) Destination() string { return s.dir }
 
 // Close closes the files.

@@ -24,7 +24,7 @@ import (
 	"github.com/spate-go/spate/pipeline/internal/filehook"
 )
 
-// StagedFileSink is the exactly-once file sink: a [StagingSink] that
+// StagedFileSink is the exactly-once file sink: a [pipeline.StagingSink] that
 // writes each split's output to one file named by the split,
 // DIR/<split>.out, whoever owns the split, so a takeover appends where the
 // split's output already is.
@@ -220,10 +220,10 @@ func (s *StagedFileSink) Path(split spate.SplitID) string {
 	return filepath.Join(s.dir, split.String()+stagedSuffix)
 }
 
-// Destination implements [SinkDestination].
+// Destination implements [pipeline.SinkDestination].
 func (s *StagedFileSink) Destination() string { return s.dir }
 
-// OpenStage implements [StagingSink]: it checks the split's published file
+// OpenStage implements [pipeline.StagingSink]: it checks the split's published file
 // against the committed output, finishes the publish the record lists,
 // discards every other staged file of the split and opens a staging file
 // for the tenancy.
@@ -483,12 +483,12 @@ func (s *StagedFileSink) stage(p pipeline.PartitionID) (*fileStage, bool) {
 	return s.stages[p], s.retired[p]
 }
 
-// Write implements [Sink]: it stages the records.
+// Write implements [pipeline.Sink]: it stages the records.
 func (s *StagedFileSink) Write(ctx context.Context, shard int, records []pipeline.Record) error {
 	return s.WriteChunks(ctx, shard, [][]pipeline.Record{records})
 }
 
-// WriteChunks implements [ChunkedSink]: each run of one partition's
+// WriteChunks implements [pipeline.ChunkedSink]: each run of one partition's
 // records is appended to its tenancy's staging file. Records of a
 // partition whose tenancy ended are dropped: they are never committed
 // under it.
@@ -576,7 +576,7 @@ func (s *StagedFileSink) writeRun(p pipeline.PartitionID, records []pipeline.Rec
 	return nil
 }
 
-// Prepare implements [StagingSink]: it fsyncs the staging file and lists
+// Prepare implements [pipeline.StagingSink]: it fsyncs the staging file and lists
 // the staged range of the records below watermark. It always covers the
 // watermark (final makes no difference): a published file grows by
 // every commit.
@@ -632,7 +632,7 @@ func (fs *fileStage) committable() []byte {
 	return b
 }
 
-// Publish implements [StagingSink]: it copies the listed range to the
+// Publish implements [pipeline.StagingSink]: it copies the listed range to the
 // published file at the committed length and fsyncs it.
 func (s *StagedFileSink) Publish(ctx context.Context, p pipeline.PartitionID, committable []byte) (err error) {
 	defer func() { err = markFileFault(err) }() // filefault.go
@@ -674,7 +674,7 @@ func (s *StagedFileSink) Publish(ctx context.Context, p pipeline.PartitionID, co
 	return nil
 }
 
-// CloseStage implements [StagingSink]. A completed split's staging
+// CloseStage implements [pipeline.StagingSink]. A completed split's staging
 // directory is removed.
 func (s *StagedFileSink) CloseStage(p pipeline.PartitionID, completed bool) {
 	s.mu.Lock()
