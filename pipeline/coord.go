@@ -184,9 +184,9 @@ type driverOptions struct {
 // instead of failing it. Default false: Stalled is fatal.
 func StallDrains(v bool) DriverOption { return func(o *driverOptions) { o.stallDrains = v } }
 
-// DriverOpTimeout bounds each coordinator call the coordination driver
+// driverOpTimeout bounds each coordinator call the coordination driver
 // makes. Default 30s.
-func DriverOpTimeout(d time.Duration) DriverOption {
+func driverOpTimeout(d time.Duration) DriverOption {
 	return func(o *driverOptions) { o.opTimeout = d }
 }
 

@@ -20,7 +20,7 @@
 //
 // Every polled batch carries one [AckRef]. Go has no destructors, so
 // references are counted explicitly: whoever keeps a batch's data past the
-// push holds a reference ([AckRef.Clone], [AckSet]) and gives it back exactly
+// push holds a reference ([AckRef.Clone], or an ack set) and gives it back exactly
 // once. Dropping a record on purpose (a filter, a Skip policy) is delivery;
 // every path that loses data (a failed chain, an abandoned blocked batch, a
 // torn-down queue, a sink that gave up) fails the reference before it

@@ -190,7 +190,7 @@ type SourceEvent struct {
 	Kind       EventKind
 	Lanes      []Lane        // LanesAssigned, LanesAdded
 	LaneIDs    []LaneID      // LanesRevoked, LanesRetired
-	Barrier    *DrainBarrier // LanesRevoked
+	Barrier    *drainBarrier // LanesRevoked
 	Partitions []PartitionID // CommitReady
 }
 
@@ -205,8 +205,8 @@ func AddedEvent(lanes ...Lane) SourceEvent { return SourceEvent{Kind: LanesAdded
 
 // RevokedEvent revokes lanes with a fresh barrier of one party per lane,
 // which it returns too so the source can wait on it itself.
-func RevokedEvent(lanes ...LaneID) (SourceEvent, *DrainBarrier) {
-	b := NewDrainBarrier(len(lanes))
+func RevokedEvent(lanes ...LaneID) (SourceEvent, *drainBarrier) {
+	b := newDrainBarrier(len(lanes))
 	return SourceEvent{Kind: LanesRevoked, LaneIDs: lanes, Barrier: b}, b
 }
 
