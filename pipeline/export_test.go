@@ -12,3 +12,11 @@ const PushFatal = pushFatal
 type PushOutcome = pushOutcome
 
 const BlockCapacity = blockCapacity
+
+var AddedEvent = addedEvent
+var AssignedEvent = assignedEvent
+var CommitReadyEvent = commitReadyEvent
+var DrainedEvent = drainedEvent
+var IdleEvent = idleEvent
+var RetiredEvent = retiredEvent
+var RevokedEvent = revokedEvent
