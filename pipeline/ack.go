@@ -14,7 +14,7 @@ type ackEvent struct {
 	resolve bool
 	id      BatchID
 	last    int64
-	status  AckStatus
+	status  ackStatus
 }
 
 // ackHub is what issuers and AckRefs share with their checkpointer.
@@ -82,9 +82,9 @@ func (a *AckRef) Release() {
 	if n < 0 {
 		panic(fmt.Sprintf("pipeline: AckRef %s released more often than it was held", a.id))
 	}
-	status := AckDelivered
+	status := ackDelivered
 	if a.failed.Load() {
-		status = AckFailed
+		status = ackFailed
 	}
 	a.hub.live.Add(-1)
 	a.hub.q.Push(ackEvent{resolve: true, id: a.id, last: a.last, status: status})
@@ -133,20 +133,20 @@ func (i *AckIssuer) Issue(p PartitionID, lastOffset int64) *AckRef {
 	return a
 }
 
-// AckSet holds one reference to each of a set of batches: the handles of
+// ackSet holds one reference to each of a set of batches: the handles of
 // an encoded chunk, a sink batch or a parked chunk. Its default is failure:
-// only [AckSet.Deliver], after a durable write, delivers; every other way
-// out calls [AckSet.Abandon]. An AckSet is not safe for concurrent use.
-type AckSet struct {
+// only [ackSet.Deliver], after a durable write, delivers; every other way
+// out calls [ackSet.Abandon]. An ackSet is not safe for concurrent use.
+type ackSet struct {
 	refs []*AckRef
 }
 
 // Add takes ownership of one reference of a (clone first to keep yours).
-func (s *AckSet) Add(a *AckRef) { s.refs = append(s.refs, a) }
+func (s *ackSet) Add(a *AckRef) { s.refs = append(s.refs, a) }
 
 // AddOnce clones a into the set unless a is already its newest member: a
 // chunk fed record by record from one batch holds that batch once.
-func (s *AckSet) AddOnce(a *AckRef) {
+func (s *ackSet) AddOnce(a *AckRef) {
 	if n := len(s.refs); n > 0 && s.refs[n-1] == a {
 		return
 	}
@@ -154,16 +154,16 @@ func (s *AckSet) AddOnce(a *AckRef) {
 }
 
 // Absorb moves every reference of o into s, leaving o empty.
-func (s *AckSet) Absorb(o *AckSet) {
+func (s *ackSet) Absorb(o *ackSet) {
 	s.refs = append(s.refs, o.refs...)
 	o.refs = nil
 }
 
 // Len is the number of references held.
-func (s *AckSet) Len() int { return len(s.refs) }
+func (s *ackSet) Len() int { return len(s.refs) }
 
 // Deliver releases every reference as delivered and empties the set.
-func (s *AckSet) Deliver() {
+func (s *ackSet) Deliver() {
 	for _, a := range s.refs {
 		a.Release()
 	}
@@ -171,7 +171,7 @@ func (s *AckSet) Deliver() {
 }
 
 // Abandon fails and releases every reference and empties the set.
-func (s *AckSet) Abandon() {
+func (s *ackSet) Abandon() {
 	for _, a := range s.refs {
 		a.Abandon()
 	}

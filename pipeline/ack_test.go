@@ -47,12 +47,12 @@ func TestAckSetDefaultsToFailure(t *testing.T) {
 	_ = cp.BeginEpoch([]PartitionID{0, 1}, 1)
 	is := cp.Issuer()
 	a, b := is.Issue(0, 0), is.Issue(1, 0)
-	var delivered, abandoned AckSet
+	var delivered, abandoned ackSet
 	delivered.AddOnce(a)
 	delivered.AddOnce(a) // once per chunk
 	abandoned.AddOnce(b)
 	require.Equal(t, 1, delivered.Len(), "AddOnce held a batch twice")
-	var moved AckSet
+	var moved ackSet
 	moved.Absorb(&delivered)
 	require.Zero(t, delivered.Len(), "Absorb must move every reference")
 	require.Equal(t, 1, moved.Len(), "Absorb must move every reference")

@@ -6,23 +6,23 @@ import (
 	"time"
 )
 
-// InflightBudget counts the bytes between the chain terminals and durable
+// inflightBudget counts the bytes between the chain terminals and durable
 // sink writes: a terminal adds a chunk's size when it seals it (a parked
 // chunk counts), a sink worker subtracts it when the chunk's batch settles
 // or is abandoned. It is a gauge for backpressure, not a lock: adds never
 // block and never fail.
-type InflightBudget struct {
+type inflightBudget struct {
 	used atomic.Int64
 	max  int64
 }
 
-// NewInflightBudget returns a budget whose capacity is maxBytes (at least 1).
-func NewInflightBudget(maxBytes int64) *InflightBudget {
-	return &InflightBudget{max: max(maxBytes, 1)}
+// newInflightBudget returns a budget whose capacity is maxBytes (at least 1).
+func newInflightBudget(maxBytes int64) *inflightBudget {
+	return &inflightBudget{max: max(maxBytes, 1)}
 }
 
 // Add counts n more bytes in flight (saturating).
-func (b *InflightBudget) Add(n int64) {
+func (b *inflightBudget) Add(n int64) {
 	if n <= 0 {
 		return
 	}
@@ -39,7 +39,7 @@ func (b *InflightBudget) Add(n int64) {
 }
 
 // Sub counts n bytes settled; usage never goes below zero.
-func (b *InflightBudget) Sub(n int64) {
+func (b *inflightBudget) Sub(n int64) {
 	if n <= 0 {
 		return
 	}
@@ -53,10 +53,10 @@ func (b *InflightBudget) Sub(n int64) {
 }
 
 // Usage is the bytes in flight.
-func (b *InflightBudget) Usage() int64 { return b.used.Load() }
+func (b *inflightBudget) Usage() int64 { return b.used.Load() }
 
 // Max is the budget's capacity.
-func (b *InflightBudget) Max() int64 { return b.max }
+func (b *inflightBudget) Max() int64 { return b.max }
 
 // bpParams are a runner's pause and resume thresholds.
 type bpParams struct {

@@ -30,7 +30,7 @@ func TestWatermarkController(t *testing.T) {
 }
 
 func TestInflightBudgetSaturates(t *testing.T) {
-	b := NewInflightBudget(10)
+	b := newInflightBudget(10)
 	b.Add(5)
 	b.Sub(8)
 	require.Zero(t, b.Usage(), "usage went below zero: %d", b.Usage())

@@ -6,19 +6,19 @@ import (
 	"time"
 )
 
-// DrainBarrier is a countdown shared by every party of a drain: created with
-// N parties, each calls [DrainBarrier.Arrive] exactly once, and waiters are
+// drainBarrier is a countdown shared by every party of a drain: created with
+// N parties, each calls [drainBarrier.Arrive] exactly once, and waiters are
 // released when the count reaches zero. A barrier of zero parties is
 // complete from the start. It is safe for concurrent use; copy the pointer.
-type DrainBarrier struct {
+type drainBarrier struct {
 	remaining atomic.Int64
 	done      chan struct{}
 	once      sync.Once
 }
 
-// NewDrainBarrier returns a barrier waiting for n parties.
-func NewDrainBarrier(n int) *DrainBarrier {
-	b := &DrainBarrier{done: make(chan struct{})}
+// newDrainBarrier returns a barrier waiting for n parties.
+func newDrainBarrier(n int) *drainBarrier {
+	b := &drainBarrier{done: make(chan struct{})}
 	b.remaining.Store(int64(n))
 	if n <= 0 {
 		b.once.Do(func() { close(b.done) })
@@ -28,7 +28,7 @@ func NewDrainBarrier(n int) *DrainBarrier {
 
 // Arrive records one party's arrival. Arrivals past the party count are
 // ignored.
-func (b *DrainBarrier) Arrive() {
+func (b *drainBarrier) Arrive() {
 	if b.remaining.Add(-1) == 0 {
 		b.once.Do(func() { close(b.done) })
 	}
@@ -36,7 +36,7 @@ func (b *DrainBarrier) Arrive() {
 
 // Wait reports whether every party arrived within timeout. Waiting on a
 // complete barrier returns true at once.
-func (b *DrainBarrier) Wait(timeout time.Duration) bool {
+func (b *drainBarrier) Wait(timeout time.Duration) bool {
 	select {
 	case <-b.done:
 		return true
@@ -56,7 +56,7 @@ func (b *DrainBarrier) Wait(timeout time.Duration) bool {
 }
 
 // Done reports whether every party arrived.
-func (b *DrainBarrier) Done() bool {
+func (b *drainBarrier) Done() bool {
 	select {
 	case <-b.done:
 		return true
@@ -66,7 +66,7 @@ func (b *DrainBarrier) Done() bool {
 }
 
 // C is closed once every party arrived.
-func (b *DrainBarrier) C() <-chan struct{} { return b.done }
+func (b *drainBarrier) C() <-chan struct{} { return b.done }
 
 // Remaining reports the parties still missing (never negative).
-func (b *DrainBarrier) Remaining() int { return int(max(b.remaining.Load(), 0)) }
+func (b *drainBarrier) Remaining() int { return int(max(b.remaining.Load(), 0)) }

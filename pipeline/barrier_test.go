@@ -9,7 +9,7 @@ import (
 
 func TestDrainBarrier(t *testing.T) {
 	t.Run("completes when every party arrives", func(t *testing.T) {
-		b := NewDrainBarrier(2)
+		b := newDrainBarrier(2)
 		b.Arrive()
 		require.False(t, b.Wait(time.Millisecond), "barrier completed with a party missing")
 		require.Equal(t, 1, b.Remaining(), "remaining = %d, want 1", b.Remaining())
@@ -18,10 +18,10 @@ func TestDrainBarrier(t *testing.T) {
 		require.True(t, b.Wait(0), "waiting after completion must return true at once")
 	})
 	t.Run("zero parties is complete", func(t *testing.T) {
-		require.True(t, NewDrainBarrier(0).Wait(0), "a zero-party barrier must be complete")
+		require.True(t, newDrainBarrier(0).Wait(0), "a zero-party barrier must be complete")
 	})
 	t.Run("extra arrivals are ignored", func(t *testing.T) {
-		b := NewDrainBarrier(1)
+		b := newDrainBarrier(1)
 		b.Arrive()
 		b.Arrive()
 		require.True(t, b.Done(), "barrier state broken by an extra arrival")

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/filesink"
 )
 
 // benchLane serves total records in batches, reusing one payload buffer
@@ -293,13 +294,13 @@ func (s *benchSinks) open(b *testing.B) pipeline.ChunkedSink {
 	if s.kind != "file" {
 		return pipeline.NopSink{}
 	}
-	fs, err := pipeline.NewFileSink(s.dir, "bench")
+	fs, err := filesink.NewFileSink(s.dir, "bench")
 	require.NoError(b, err)
 	return fs
 }
 
 func (s *benchSinks) check(b *testing.B, sink pipeline.ChunkedSink) {
-	fs, ok := sink.(*pipeline.FileSink)
+	fs, ok := sink.(*filesink.FileSink)
 	if !ok {
 		return
 	}

@@ -5,35 +5,35 @@ import (
 	"time"
 )
 
-// PushKind says how a push or flush ended.
-type PushKind uint8
+// pushKind says how a push or flush ended.
+type pushKind uint8
 
 const (
-	// PushDone: everything was accepted.
-	PushDone PushKind = iota
-	// PushBlocked: the chain cannot take more now; push again from
+	// pushDone: everything was accepted.
+	pushDone pushKind = iota
+	// pushBlocked: the chain cannot take more now; push again from
 	// ResumeAt after a short wait. Payloads before ResumeAt were processed
 	// and never run again.
-	PushBlocked
-	// PushFatal: the chain failed for good; Err says why.
-	PushFatal
+	pushBlocked
+	// pushFatal: the chain failed for good; Err says why.
+	pushFatal
 )
 
-// BlockReason says why a chain is blocked.
-type BlockReason uint8
+// blockReason says why a chain is blocked.
+type blockReason uint8
 
 const (
-	// BlockCapacity: a sink queue is full (counts as backpressure).
-	BlockCapacity BlockReason = iota
-	// BlockNotReady: a stage is not ready (does not count as backpressure).
-	BlockNotReady
+	// blockCapacity: a sink queue is full (counts as backpressure).
+	blockCapacity blockReason = iota
+	// blockNotReady: a stage is not ready (does not count as backpressure).
+	blockNotReady
 )
 
-// PushOutcome is the result of [Chain.PushBatch] and [Chain.Flush].
-type PushOutcome struct {
-	Kind     PushKind
+// pushOutcome is the result of [Chain.PushBatch] and [Chain.Flush].
+type pushOutcome struct {
+	Kind     pushKind
 	ResumeAt int
-	Reason   BlockReason
+	Reason   blockReason
 	Err      *FatalError
 }
 
@@ -44,15 +44,15 @@ type PushOutcome struct {
 // Acknowledgments: the runtime keeps the batch's own reference and
 // releases it after the push; a chain that keeps any of the batch's data
 // beyond the call (a partial chunk, a queued chunk) must hold a reference of
-// its own for it ([AckRef.Clone], [AckSet]) and must fail it if that data
+// its own for it ([AckRef.Clone], [ackSet]) and must fail it if that data
 // is dropped.
 type Chain interface {
 	// PushBatch pushes b's payloads from index from on. It must not block
 	// on a full queue: it parks the data and reports Blocked.
-	PushBatch(b *Batch, from int) PushOutcome
+	PushBatch(b *Batch, from int) pushOutcome
 	// Flush seals and sends partial output. Blocked means some of it is
 	// still parked.
-	Flush() PushOutcome
+	Flush() pushOutcome
 	// AbandonBatch forgets the current batch's resume state: its ack was
 	// failed and its data replays.
 	AbandonBatch()
@@ -70,8 +70,8 @@ type roomWaiter interface {
 	waitRoom(max time.Duration) bool
 }
 
-// ChainFactory builds the chain of runner thread i.
-type ChainFactory func(thread int) Chain
+// chainFactory builds the chain of runner thread i.
+type chainFactory func(thread int) Chain
 
 // Record is a record inside a chain: the payload as the stages see and
 // rewrite it.
@@ -159,13 +159,13 @@ type standardChain struct {
 
 type stageErrCounters struct{ skip, fail interface{ Inc() } }
 
-// NewChainFactory returns a factory of chains that run stages and write to
+// newChainFactory returns a factory of chains that run stages and write to
 // every sink runtime (fan-out: each sink gets every record).
-func NewChainFactory(stages []Stage, sinks ...*SinkRuntime) ChainFactory {
+func newChainFactory(stages []Stage, sinks ...*sinkRuntime) chainFactory {
 	return func(int) Chain { return newStandardChain(stages, sinks) }
 }
 
-func newStandardChain(stages []Stage, sinks []*SinkRuntime) *standardChain {
+func newStandardChain(stages []Stage, sinks []*sinkRuntime) *standardChain {
 	c := &standardChain{stages: stages}
 	for _, s := range sinks {
 		c.terminals = append(c.terminals, s.newTerminal())
@@ -232,12 +232,12 @@ func (c *standardChain) unpark() bool {
 	return ok
 }
 
-func (c *standardChain) PushBatch(b *Batch, from int) PushOutcome {
+func (c *standardChain) PushBatch(b *Batch, from int) pushOutcome {
 	if c.fatal != nil {
-		return PushOutcome{Kind: PushFatal, Err: c.fatal}
+		return pushOutcome{Kind: pushFatal, Err: c.fatal}
 	}
 	if !c.unpark() {
-		return PushOutcome{Kind: PushBlocked, ResumeAt: from, Reason: BlockCapacity}
+		return pushOutcome{Kind: pushBlocked, ResumeAt: from, Reason: blockCapacity}
 	}
 	if len(c.stages) == 0 {
 		return c.pushDirect(b, from)
@@ -249,26 +249,26 @@ func (c *standardChain) PushBatch(b *Batch, from int) PushOutcome {
 		p := &b.Payloads[i]
 		emit(Record{Key: p.Key, Value: p.Value, Partition: p.Partition, Offset: p.Offset, TimestampMs: p.TimestampMs})
 		if c.fatal != nil {
-			return PushOutcome{Kind: PushFatal, Err: c.fatal}
+			return pushOutcome{Kind: pushFatal, Err: c.fatal}
 		}
 		if c.blocked() {
-			return PushOutcome{Kind: PushBlocked, ResumeAt: i + 1, Reason: BlockCapacity}
+			return pushOutcome{Kind: pushBlocked, ResumeAt: i + 1, Reason: blockCapacity}
 		}
 	}
-	return PushOutcome{Kind: PushDone}
+	return pushOutcome{Kind: pushDone}
 }
 
 // pushDirect is PushBatch's fast path for a chain without stages: every
 // payload is copied straight into the terminals' chunks, with no record
 // built and no closure called per record.
-func (c *standardChain) pushDirect(b *Batch, from int) PushOutcome {
+func (c *standardChain) pushDirect(b *Batch, from int) pushOutcome {
 	ps := b.Payloads
 	if len(c.terminals) == 1 {
 		t := c.terminals[0]
 		if n := t.addRun(ps, from, b.Ack); t.blocked() {
-			return PushOutcome{Kind: PushBlocked, ResumeAt: n, Reason: BlockCapacity}
+			return pushOutcome{Kind: pushBlocked, ResumeAt: n, Reason: blockCapacity}
 		}
-		return PushOutcome{Kind: PushDone}
+		return pushOutcome{Kind: pushDone}
 	}
 	for i := from; i < len(ps); i++ {
 		p := &ps[i]
@@ -276,23 +276,23 @@ func (c *standardChain) pushDirect(b *Batch, from int) PushOutcome {
 			t.add(p.Key, p.Value, p.Partition, p.Offset, p.TimestampMs, b.Ack)
 		}
 		if c.blocked() {
-			return PushOutcome{Kind: PushBlocked, ResumeAt: i + 1, Reason: BlockCapacity}
+			return pushOutcome{Kind: pushBlocked, ResumeAt: i + 1, Reason: blockCapacity}
 		}
 	}
-	return PushOutcome{Kind: PushDone}
+	return pushOutcome{Kind: pushDone}
 }
 
-func (c *standardChain) Flush() PushOutcome {
+func (c *standardChain) Flush() pushOutcome {
 	if c.fatal != nil {
-		return PushOutcome{Kind: PushFatal, Err: c.fatal}
+		return pushOutcome{Kind: pushFatal, Err: c.fatal}
 	}
 	for _, t := range c.terminals {
 		t.sealAll()
 	}
 	if !c.unpark() {
-		return PushOutcome{Kind: PushBlocked, Reason: BlockCapacity}
+		return pushOutcome{Kind: pushBlocked, Reason: blockCapacity}
 	}
-	return PushOutcome{Kind: PushDone}
+	return pushOutcome{Kind: pushDone}
 }
 
 func (c *standardChain) AbandonBatch() { c.ack = nil }
@@ -326,7 +326,7 @@ type chunk struct {
 	records []Record
 	arena   []byte
 	bytes   int64
-	acks    AckSet
+	acks    ackSet
 	// outgrown: a record did not fit the arena, which was reallocated, so
 	// earlier records point into the old one (the chunk is not recycled).
 	outgrown bool
@@ -335,7 +335,7 @@ type chunk struct {
 // terminal is one chain's end toward one sink: per-shard chunks being
 // filled, and the sealed chunks a full queue refused (parked, in order).
 type terminal struct {
-	s       *SinkRuntime
+	s       *sinkRuntime
 	current []*chunk
 	parked  []*chunk // FIFO across shards; each chunk knows its shard
 	shardOf map[*chunk]int
@@ -533,11 +533,11 @@ func (t *terminal) close() {
 	clear(t.shardOf)
 }
 
-func (o PushOutcome) String() string {
+func (o pushOutcome) String() string {
 	switch o.Kind {
-	case PushDone:
+	case pushDone:
 		return "done"
-	case PushBlocked:
+	case pushBlocked:
 		return fmt.Sprintf("blocked(at %d)", o.ResumeAt)
 	}
 	return fmt.Sprintf("fatal(%v)", o.Err)

@@ -167,10 +167,10 @@ func TestCheckpointerEpochChurn(t *testing.T) {
 
 func TestStopArithmetic(t *testing.T) {
 	trigger := time.Unix(1000, 0)
-	st := newStopTimes(trigger, 25*time.Second, DefaultStopReserve)
+	st := newStopTimes(trigger, 25*time.Second, defaultStopReserve)
 	require.True(t, st.deadline.Equal(trigger.Add(25*time.Second)), "stop times %+v", st)
 	require.True(t, st.reserveAt.Equal(trigger.Add(20*time.Second)), "stop times %+v", st)
-	short := newStopTimes(trigger, 3*time.Second, DefaultStopReserve)
+	short := newStopTimes(trigger, 3*time.Second, defaultStopReserve)
 	require.True(t, short.reserveAt.Equal(trigger), "the reserve never precedes the trigger")
 	now := trigger
 	require.Equal(t, 4*time.Second, stopBudget(now, now.Add(4*time.Second), 10*time.Second), "stop budget")

@@ -8,11 +8,11 @@ import (
 	"time"
 )
 
-// PendingGate is the runner half of a partition's hard pending-batch
+// pendingGate is the runner half of a partition's hard pending-batch
 // ceiling: the assignment epoch the gate belongs to and the partition's
 // advance counter, which the checkpointer bumps by the number of batches
 // each watermark advance retires.
-type PendingGate struct {
+type pendingGate struct {
 	Epoch    uint32
 	Advanced *atomic.Uint64
 	// Committed counts the partition's batches whose watermark the source
@@ -36,7 +36,7 @@ type Checkpointer struct {
 	begun    bool
 	trackers map[PartitionID]*partitionTracker
 	counters map[PartitionID]*atomic.Uint64
-	commits  map[PartitionID]*atomic.Uint64 // batches committed, see PendingGate
+	commits  map[PartitionID]*atomic.Uint64 // batches committed, see pendingGate
 	admitted map[PartitionID]bool           // partitions admitted this epoch, live or revoked
 	scratch  []ackEvent
 	deferred []ackEvent
@@ -131,17 +131,17 @@ func (c *Checkpointer) Revoke(partitions []PartitionID) {
 func (c *Checkpointer) Tracks(p PartitionID) bool { return c.trackers[p] != nil }
 
 // Gate returns the pending gate of p in the current epoch.
-func (c *Checkpointer) Gate(p PartitionID) (PendingGate, bool) {
+func (c *Checkpointer) Gate(p PartitionID) (pendingGate, bool) {
 	ctr := c.counters[p]
 	if ctr == nil {
-		return PendingGate{}, false
+		return pendingGate{}, false
 	}
-	return PendingGate{Epoch: c.epoch, Advanced: ctr, Committed: c.commits[p]}, true
+	return pendingGate{Epoch: c.epoch, Advanced: ctr, Committed: c.commits[p]}, true
 }
 
 // commitMark is how far a partition's batches had advanced when its
 // watermark was taken: once a commit of that watermark lands, n is stored
-// (by max) into ctr, the partition's [PendingGate.Committed].
+// (by max) into ctr, the partition's [pendingGate.Committed].
 type commitMark struct {
 	ctr *atomic.Uint64
 	n   uint64

@@ -8,32 +8,32 @@ import (
 
 // Defaults of [Config].
 const (
-	DefaultCommitInterval    = 5 * time.Second
-	DefaultMaxPendingBatches = 1024
-	// DefaultMaxUncommittedBytes is the per-partition ceiling of bytes
+	defaultCommitInterval    = 5 * time.Second
+	defaultMaxPendingBatches = 1024
+	// defaultMaxUncommittedBytes is the per-partition ceiling of bytes
 	// polled and not yet committed (64 MiB).
-	DefaultMaxUncommittedBytes = 64 << 20
-	DefaultDrainTimeout        = 25 * time.Second
-	DefaultStalledFailAfter    = 120 * time.Second
-	DefaultMaxInflightBytes    = 256 << 20
-	DefaultHighRatio           = 0.8
-	DefaultLowRatio            = 0.5
-	DefaultMinPause            = 500 * time.Millisecond
-	DefaultMaxRecords          = 512
-	DefaultPollTimeout         = 10 * time.Millisecond
-	DefaultIdleFlush           = 100 * time.Millisecond
-	DefaultBlockedRetry        = 2 * time.Millisecond
-	DefaultBlockGrace          = 10 * time.Millisecond
-	DefaultEventPollTimeout    = 50 * time.Millisecond
-	// DefaultStopReserve is how long before the drain deadline a graceful
+	defaultMaxUncommittedBytes = 64 << 20
+	defaultDrainTimeout        = 25 * time.Second
+	defaultStalledFailAfter    = 120 * time.Second
+	defaultMaxInflightBytes    = 256 << 20
+	defaultHighRatio           = 0.8
+	defaultLowRatio            = 0.5
+	defaultMinPause            = 500 * time.Millisecond
+	defaultMaxRecords          = 512
+	defaultPollTimeout         = 10 * time.Millisecond
+	defaultIdleFlush           = 100 * time.Millisecond
+	defaultBlockedRetry        = 2 * time.Millisecond
+	defaultBlockGrace          = 10 * time.Millisecond
+	defaultEventPollTimeout    = 50 * time.Millisecond
+	// defaultStopReserve is how long before the drain deadline a graceful
 	// stop's reading ends.
-	DefaultStopReserve = 5 * time.Second
-	// DefaultCloseShare is the part of the drain deadline kept for the
+	defaultStopReserve = 5 * time.Second
+	// defaultCloseShare is the part of the drain deadline kept for the
 	// source's close when it has one ([SourceCloser]).
-	DefaultCloseShare = time.Second
-	// FastCommitPoll is the controller's cadence while a CommitReady
+	defaultCloseShare = time.Second
+	// fastCommitPoll is the controller's cadence while a CommitReady
 	// partition is chased.
-	FastCommitPoll = time.Millisecond
+	fastCommitPoll = time.Millisecond
 )
 
 // Config holds a pipeline's knobs. A zero field takes its default.
@@ -119,36 +119,36 @@ func (c Config) WithDefaults() Config {
 	if c.Threads == 0 {
 		c.Threads = 1
 	}
-	d(&c.CommitInterval, DefaultCommitInterval)
+	d(&c.CommitInterval, defaultCommitInterval)
 	d(&c.ChaseWindow, c.CommitInterval)
 	if c.MaxPendingBatches == 0 {
-		c.MaxPendingBatches = DefaultMaxPendingBatches
+		c.MaxPendingBatches = defaultMaxPendingBatches
 	}
 	if c.MaxUncommittedBytes == 0 {
-		c.MaxUncommittedBytes = DefaultMaxUncommittedBytes
+		c.MaxUncommittedBytes = defaultMaxUncommittedBytes
 	}
-	d(&c.DrainTimeout, DefaultDrainTimeout)
-	d(&c.StalledFailAfter, DefaultStalledFailAfter)
+	d(&c.DrainTimeout, defaultDrainTimeout)
+	d(&c.StalledFailAfter, defaultStalledFailAfter)
 	if c.MaxInflightBytes == 0 {
-		c.MaxInflightBytes = DefaultMaxInflightBytes
+		c.MaxInflightBytes = defaultMaxInflightBytes
 	}
 	if c.HighRatio == 0 {
-		c.HighRatio = DefaultHighRatio
+		c.HighRatio = defaultHighRatio
 	}
 	if c.LowRatio == 0 {
-		c.LowRatio = DefaultLowRatio
+		c.LowRatio = defaultLowRatio
 	}
-	d(&c.MinPause, DefaultMinPause)
+	d(&c.MinPause, defaultMinPause)
 	if c.MaxRecords == 0 {
-		c.MaxRecords = DefaultMaxRecords
+		c.MaxRecords = defaultMaxRecords
 	}
-	d(&c.PollTimeout, DefaultPollTimeout)
-	d(&c.IdleFlush, DefaultIdleFlush)
-	d(&c.BlockedRetry, DefaultBlockedRetry)
-	d(&c.BlockGrace, DefaultBlockGrace)
-	d(&c.EventPollTimeout, DefaultEventPollTimeout)
-	d(&c.StopReserve, DefaultStopReserve)
-	d(&c.CloseShare, DefaultCloseShare)
+	d(&c.PollTimeout, defaultPollTimeout)
+	d(&c.IdleFlush, defaultIdleFlush)
+	d(&c.BlockedRetry, defaultBlockedRetry)
+	d(&c.BlockGrace, defaultBlockGrace)
+	d(&c.EventPollTimeout, defaultEventPollTimeout)
+	d(&c.StopReserve, defaultStopReserve)
+	d(&c.CloseShare, defaultCloseShare)
 	return c
 }
 

@@ -106,7 +106,7 @@ type controller struct {
 	closeShare  time.Duration
 	health      *HealthState
 	m           *metrics
-	budget      *InflightBudget
+	budget      *inflightBudget
 	srcMetrics  *SourceMetrics
 	failures    func() string
 	sinkFatal   func() *FatalError
@@ -167,7 +167,7 @@ func (c *controller) run() {
 // serving is what the serve loop keeps from one pass to the next.
 type serving struct {
 	lastCommit time.Time // the last commit tick
-	// Partitions whose final acks are chased at FastCommitPoll, each with its
+	// Partitions whose final acks are chased at fastCommitPoll, each with its
 	// own deadline: one shared deadline re-armed by every hint would pin the
 	// controller at the fast cadence while any partition stays stalled.
 	fastCommit map[PartitionID]time.Time
@@ -294,7 +294,7 @@ func (c *controller) commitCeiling() {
 func (c *controller) pollSource(sv *serving, revokeBudget time.Duration) (drained bool) {
 	pollTimeout := c.cfg.EventPollTimeout
 	if len(sv.fastCommit) > 0 {
-		pollTimeout = min(pollTimeout, FastCommitPoll)
+		pollTimeout = min(pollTimeout, fastCommitPoll)
 	}
 	ev, err := c.src.PollEvents(pollTimeout)
 	switch {
@@ -381,7 +381,7 @@ func (c *controller) chase(sv *serving) {
 		}
 	}
 	// While commits fail the tick retries them: a chase at
-	// FastCommitPoll would hammer a store that refuses writes.
+	// fastCommitPoll would hammer a store that refuses writes.
 	if len(chasing) > 0 && !c.commitFailing {
 		c.commitCycle(chasing, false)
 		for p := range chasing {
@@ -436,7 +436,7 @@ func (c *controller) drain(stopSignal *StopSignal, opened, drainedExit bool, sto
 	lanesBy := lanesDeadline(c.stopNow(), deadline, c.closeShare)
 
 	// Every runner flushes its chain, drops its lanes and arrives.
-	barrier := NewDrainBarrier(len(c.controls))
+	barrier := newDrainBarrier(len(c.controls))
 	for _, q := range c.controls {
 		q.Push(controlMsg{kind: ctlShutdown, barrier: barrier, deadline: lanesBy})
 	}
@@ -776,7 +776,7 @@ func (c *controller) placeGroups(lanes []Lane) {
 				thread = i
 			}
 		}
-		var gate *PendingGate
+		var gate *pendingGate
 		if g, ok := c.cp.Gate(p); ok {
 			gate = &g
 		} else {
@@ -809,7 +809,7 @@ func (c *controller) handleAssign(lanes []Lane, budget time.Duration) {
 		c.log.Warn("assignment received while lanes are live; draining and revoking them first (sources should revoke before reassigning)",
 			"live_lanes", len(c.assignment))
 		live := slices.Collect(maps.Keys(c.assignment))
-		c.revokeLanes(live, NewDrainBarrier(len(live)), budget)
+		c.revokeLanes(live, newDrainBarrier(len(live)), budget)
 	}
 	c.epoch++
 	parts := partitionsOf(lanes)
@@ -853,10 +853,10 @@ func (c *controller) handleAdded(lanes []Lane) {
 	c.m.lanesActive.WithLabelValues(compSource, compSource).Set(float64(len(c.assignment)))
 }
 
-func (c *controller) handleRevoke(lanes []LaneID, barrier *DrainBarrier, budget time.Duration) {
+func (c *controller) handleRevoke(lanes []LaneID, barrier *drainBarrier, budget time.Duration) {
 	c.m.rebalances.WithLabelValues(compSource, compSource, "revoke").Inc()
 	if barrier == nil {
-		barrier = NewDrainBarrier(len(lanes))
+		barrier = newDrainBarrier(len(lanes))
 	}
 	c.revokeLanes(lanes, barrier, budget)
 	c.m.lanesActive.WithLabelValues(compSource, compSource).Set(float64(len(c.assignment)))
@@ -909,7 +909,7 @@ func (c *controller) removeAssigned(lanes []LaneID) []PartitionID {
 
 // revokeLanes stops the owning threads, waits for the drain, commits what
 // it acknowledged, then drops tracking of partitions left without lanes.
-func (c *controller) revokeLanes(lanes []LaneID, barrier *DrainBarrier, budget time.Duration) {
+func (c *controller) revokeLanes(lanes []LaneID, barrier *drainBarrier, budget time.Duration) {
 	deadline := c.stopNow().Add(budget)
 	byThread := map[int][]LaneID{}
 	for _, l := range lanes {
@@ -949,7 +949,7 @@ func (c *controller) removeAssignedRevoked(lanes []LaneID) []PartitionID {
 // source renews what it holds in slices (it gets no PollEvents meanwhile),
 // and a stop the runners must serve now sets their flag so a runner held by
 // a blocked batch abandons it and arrives.
-func (c *controller) waitRevocation(barrier *DrainBarrier, deadline time.Time) bool {
+func (c *controller) waitRevocation(barrier *drainBarrier, deadline time.Time) bool {
 	for {
 		left := deadline.Sub(c.stopNow())
 		if barrier.Wait(min(left, stopPoll)) {

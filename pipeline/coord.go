@@ -184,9 +184,9 @@ type driverOptions struct {
 // instead of failing it. Default false: Stalled is fatal.
 func StallDrains(v bool) DriverOption { return func(o *driverOptions) { o.stallDrains = v } }
 
-// DriverOpTimeout bounds each coordinator call the coordination driver
+// driverOpTimeout bounds each coordinator call the coordination driver
 // makes. Default 30s.
-func DriverOpTimeout(d time.Duration) DriverOption {
+func driverOpTimeout(d time.Duration) DriverOption {
 	return func(o *driverOptions) { o.opTimeout = d }
 }
 
@@ -297,7 +297,7 @@ func (d *CoordinationDriver[C]) Start(planner spate.SplitPlanner) (SourceEvent, 
 	if err := d.coord.Start(planner); err != nil {
 		return SourceEvent{}, err
 	}
-	return AssignedEvent(), nil
+	return assignedEvent(), nil
 }
 
 func (d *CoordinationDriver[C]) ctx() (context.Context, context.CancelFunc) {
@@ -341,13 +341,13 @@ func (d *CoordinationDriver[C]) PollEvents(src SplitSource, timeout time.Duratio
 		if len(d.lost) > 0 {
 			lanes := d.lost
 			d.lost = nil
-			ev, _ := RevokedEvent(lanes...)
+			ev, _ := revokedEvent(lanes...)
 			return ev, nil
 		}
 		if len(d.retired) > 0 {
 			lanes := d.retired
 			d.retired = nil
-			return RetiredEvent(lanes...), nil
+			return retiredEvent(lanes...), nil
 		}
 		// Retired tenancies' lane events were delivered: stop absorbing
 		// their late watermarks.
@@ -363,14 +363,14 @@ func (d *CoordinationDriver[C]) PollEvents(src SplitSource, timeout time.Duratio
 				if err != nil {
 					return SourceEvent{}, err
 				}
-				return AddedEvent(lanes...), nil
+				return addedEvent(lanes...), nil
 			}
 		}
 		if d.stalled != nil {
 			if d.opts.stallDrains {
 				d.opts.log.Warn("the job stalled: some splits are quarantined or their records damaged; draining as configured",
 					"completed", d.stalled.Completed, "quarantined", d.stalled.Quarantined, "damaged", d.stalled.Damaged)
-				return DrainedEvent(), nil
+				return drainedEvent(), nil
 			}
 			if len(d.stalled.Damaged) > 0 {
 				return SourceEvent{}, spate.Fatalf("coordinated job stalled: %d splits completed, %d quarantined, %d out of play because a record is damaged (%s; the coordinator's log names each key and its fix)",
@@ -381,7 +381,7 @@ func (d *CoordinationDriver[C]) PollEvents(src SplitSource, timeout time.Duratio
 		}
 		if d.allComplete {
 			d.cleanStages()
-			return DrainedEvent(), nil
+			return drainedEvent(), nil
 		}
 		d.reofferPoison()
 
@@ -419,7 +419,7 @@ func (d *CoordinationDriver[C]) PollEvents(src SplitSource, timeout time.Duratio
 		}
 	}
 	if len(parts) > 0 {
-		return CommitReadyEvent(parts...), nil
+		return commitReadyEvent(parts...), nil
 	}
 	if due, ok := d.nextStageRetry(); ok {
 		timeout = min(timeout, max(time.Until(due), 0))
@@ -432,7 +432,7 @@ func (d *CoordinationDriver[C]) PollEvents(src SplitSource, timeout time.Duratio
 		}
 		t.Stop()
 	}
-	return IdleEvent(), nil
+	return idleEvent(), nil
 }
 
 // pickError keeps the first error unless a later one is Fatal: a Fatal

@@ -20,7 +20,7 @@
 //
 // Every polled batch carries one [AckRef]. Go has no destructors, so
 // references are counted explicitly: whoever keeps a batch's data past the
-// push holds a reference ([AckRef.Clone], [AckSet]) and gives it back exactly
+// push holds a reference ([AckRef.Clone], or an ack set) and gives it back exactly
 // once. Dropping a record on purpose (a filter, a Skip policy) is delivery;
 // every path that loses data (a failed chain, an abandoned blocked batch, a
 // torn-down queue, a sink that gave up) fails the reference before it
@@ -73,7 +73,7 @@
 // At least once through a plain [Sink]: a watermark never passes data that
 // is unacknowledged or failed, across revocations, failures and shutdown;
 // anything written but not committed replays after a restart or under a
-// new owner. Exactly once through a [StagingSink] ([StagedFileSink], or
+// new owner. Exactly once through a [StagingSink] (filesink.StagedFileSink, or
 // pipeline/blobsink for buckets) wired to a [CoordinatedSource]: its
 // committable rides in the split's fenced commit, so only output a won
 // commit lists is ever published. In steady state nothing replays either

@@ -16,9 +16,11 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/filesink"
+	"github.com/spate-go/spate/pipeline/internal/filehook"
 )
 
-// The staged file sink marks its faults (filefault.go): a disk fault that
+// The staged file sink marks its faults (filesink/filefault.go): a disk fault that
 // passes keeps the split held and its stage is retried with backoff; a
 // refusal no retry mends sets the split aside with an error naming the
 // path and the fix. Before, every fault was unmarked: a passing one at
@@ -31,7 +33,7 @@ import (
 func stageLines(t *testing.T, dst, split string, n int64) []byte {
 	t.Helper()
 	ctx := context.Background()
-	sink, err := pipeline.NewStagedFileSink(dst, "")
+	sink, err := filesink.NewStagedFileSink(dst, "")
 	require.NoError(t, err)
 	defer sink.Close()
 	const p = pipeline.PartitionID(99)
@@ -57,7 +59,7 @@ func TestTransientDiskFaultAtOpenStageIsRetried(t *testing.T) {
 		committed := stageLines(t, dst, "a", 4)
 		const failures = 3
 		var writes atomic.Int64
-		defer pipeline.SetPublishWriteForTest(func(out *os.File, off, n int64, write func() error) error {
+		defer filehook.SetPublishWriteForTest(func(out *os.File, off, n int64, write func() error) error {
 			if writes.Add(1) <= failures {
 				return &os.PathError{Op: "write", Path: out.Name(), Err: syscall.EIO}
 			}
@@ -65,7 +67,7 @@ func TestTransientDiskFaultAtOpenStageIsRetried(t *testing.T) {
 		})()
 
 		f := newDriverFixture(t)
-		sink, err := pipeline.NewStagedFileSink(dst, "")
+		sink, err := filesink.NewStagedFileSink(dst, "")
 		require.NoError(t, err)
 		defer sink.Close()
 		require.NoError(t, f.d.StageOutput(sink))
@@ -112,7 +114,7 @@ func TestTransientDiskFaultAtOpenStageIsRetried(t *testing.T) {
 func TestRefusedStageDirectorySetsTheSplitAsideNamingThePath(t *testing.T) {
 	dst := t.TempDir()
 	f := newDriverFixture(t)
-	sink, err := pipeline.NewStagedFileSink(dst, "")
+	sink, err := filesink.NewStagedFileSink(dst, "")
 	require.NoError(t, err)
 	defer sink.Close()
 	blocker := filepath.Join(dst, ".spate", "stage", "a")
@@ -134,7 +136,7 @@ func TestRefusedStageDirectorySetsTheSplitAsideNamingThePath(t *testing.T) {
 func TestReadOnlyDestinationAtPublishSetsTheSplitAside(t *testing.T) {
 	f := newDriverFixture(t)
 	dst := t.TempDir()
-	sink, err := pipeline.NewStagedFileSink(dst, "")
+	sink, err := filesink.NewStagedFileSink(dst, "")
 	require.NoError(t, err)
 	defer sink.Close()
 	stage := &countingStage{StagedFileSink: sink}
@@ -155,7 +157,7 @@ func TestReadOnlyDestinationAtPublishSetsTheSplitAside(t *testing.T) {
 	write(0, 4)
 	commit(4)
 	published := filepath.Join(dst, "a.out")
-	defer pipeline.SetPublishWriteForTest(func(out *os.File, off, n int64, write func() error) error {
+	defer filehook.SetPublishWriteForTest(func(out *os.File, off, n int64, write func() error) error {
 		return &os.PathError{Op: "write", Path: out.Name(), Err: syscall.EROFS}
 	})()
 	write(4, 8)

@@ -34,20 +34,20 @@ type Watermark struct {
 	Offset    int64
 }
 
-// AckStatus is how a batch resolved.
-type AckStatus uint8
+// ackStatus is how a batch resolved.
+type ackStatus uint8
 
 const (
-	// AckDelivered: every record derived from the batch is durable (or was
+	// ackDelivered: every record derived from the batch is durable (or was
 	// deliberately dropped: filtered, skipped by policy).
-	AckDelivered AckStatus = iota
-	// AckFailed: some record derived from the batch was not made durable. The
+	ackDelivered ackStatus = iota
+	// ackFailed: some record derived from the batch was not made durable. The
 	// watermark never advances past a failed batch.
-	AckFailed
+	ackFailed
 )
 
-func (s AckStatus) String() string {
-	if s == AckDelivered {
+func (s ackStatus) String() string {
+	if s == ackDelivered {
 		return "delivered"
 	}
 	return "failed"

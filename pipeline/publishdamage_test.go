@@ -11,11 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/filesink"
 )
 
 // countingStage counts the publishes of a staged file sink.
 type countingStage struct {
-	*pipeline.StagedFileSink
+	*filesink.StagedFileSink
 	publishes atomic.Int64
 }
 
@@ -32,7 +33,7 @@ func (c *countingStage) Publish(ctx context.Context, p pipeline.PartitionID, com
 func TestDriverSetsASplitWithDeletedOutputAside(t *testing.T) {
 	f := newDriverFixture(t)
 	dst := t.TempDir()
-	sink, err := pipeline.NewStagedFileSink(dst, "")
+	sink, err := filesink.NewStagedFileSink(dst, "")
 	require.NoError(t, err)
 	defer sink.Close()
 	stage := &countingStage{StagedFileSink: sink}

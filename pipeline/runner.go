@@ -22,9 +22,9 @@ const (
 type controlMsg struct {
 	kind     controlKind
 	lane     Lane
-	gate     *PendingGate
+	gate     *pendingGate
 	lanes    []LaneID
-	barrier  *DrainBarrier
+	barrier  *drainBarrier
 	deadline time.Time
 }
 
@@ -110,7 +110,7 @@ type runner struct {
 	events      *mpsc[runnerEvent]
 	chain       Chain
 	bp          *watermarkController
-	budget      *InflightBudget
+	budget      *inflightBudget
 	queuesBelow func(float64) bool
 	health      *HealthState
 	shutdown    *atomic.Bool
@@ -279,9 +279,9 @@ func (r *runner) runBatch(b *Batch) (fe *FatalError) {
 		}
 		out := r.chain.PushBatch(b, from)
 		switch out.Kind {
-		case PushDone:
+		case pushDone:
 			return nil
-		case PushFatal:
+		case pushFatal:
 			b.Ack.Fail()
 			if out.Err == nil {
 				return fatalf(r.component, "operator chain failed")
@@ -295,7 +295,7 @@ func (r *runner) runBatch(b *Batch) (fe *FatalError) {
 			r.chain.AbandonBatch()
 			return nil
 		}
-		if out.Reason != BlockCapacity {
+		if out.Reason != blockCapacity {
 			time.Sleep(r.cfg.BlockedRetry)
 			continue
 		}
@@ -501,25 +501,25 @@ func (r *runner) flushOnce() {
 	}
 	out := r.safeFlush()
 	switch out.Kind {
-	case PushDone:
+	case pushDone:
 		r.flushedSinceData = true
-	case PushBlocked:
-		if out.Reason == BlockCapacity {
+	case pushBlocked:
+		if out.Reason == blockCapacity {
 			r.bp.onSendRejected()
 		}
-	case PushFatal:
+	case pushFatal:
 		r.reportFatal(out.Err)
 	}
 }
 
-func (r *runner) safeFlush() (out PushOutcome) {
+func (r *runner) safeFlush() (out pushOutcome) {
 	defer func() {
 		if v := recover(); v != nil {
-			out = PushOutcome{Kind: PushFatal, Err: fatalf(r.component, "operator chain panicked: %v", v)}
+			out = pushOutcome{Kind: pushFatal, Err: fatalf(r.component, "operator chain panicked: %v", v)}
 		}
 	}()
 	out = r.chain.Flush()
-	if out.Kind == PushFatal && out.Err == nil {
+	if out.Kind == pushFatal && out.Err == nil {
 		out.Err = fatalf(r.component, "operator chain flush failed")
 	}
 	return out
@@ -549,14 +549,14 @@ func (r *runner) flushUntil(deadline time.Time) {
 		r.health.beat(r.i)
 		out := r.safeFlush()
 		switch out.Kind {
-		case PushDone:
+		case pushDone:
 			r.flushedSinceData = true
 			return
-		case PushFatal:
+		case pushFatal:
 			r.reportFatal(out.Err)
 			return
 		}
-		if out.Reason == BlockCapacity {
+		if out.Reason == blockCapacity {
 			r.bp.onSendRejected()
 		}
 		if !time.Now().Before(deadline) {

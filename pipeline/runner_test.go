@@ -16,15 +16,15 @@ type blockingChain struct {
 	blocks, pushes, waits int
 }
 
-func (c *blockingChain) PushBatch(b *Batch, from int) PushOutcome {
+func (c *blockingChain) PushBatch(b *Batch, from int) pushOutcome {
 	c.pushes++
 	if c.pushes <= c.blocks {
-		return PushOutcome{Kind: PushBlocked, ResumeAt: from, Reason: BlockCapacity}
+		return pushOutcome{Kind: pushBlocked, ResumeAt: from, Reason: blockCapacity}
 	}
-	return PushOutcome{Kind: PushDone}
+	return pushOutcome{Kind: pushDone}
 }
 
-func (c *blockingChain) Flush() PushOutcome { return PushOutcome{Kind: PushDone} }
+func (c *blockingChain) Flush() pushOutcome { return pushOutcome{Kind: pushDone} }
 func (c *blockingChain) AbandonBatch()      {}
 func (c *blockingChain) Close()             {}
 
@@ -53,7 +53,7 @@ func newTestRunner(t *testing.T, chain Chain, grace time.Duration) *runner {
 	return &runner{
 		cfg: &cfg, ctl: newMPSC[controlMsg](), events: newMPSC[runnerEvent](), chain: chain,
 		bp:     newWatermarkController(newBPParams(1<<20, cfg.HighRatio, cfg.LowRatio, cfg.MinPause), nil),
-		budget: NewInflightBudget(1 << 20), queuesBelow: func(float64) bool { return true },
+		budget: newInflightBudget(1 << 20), queuesBelow: func(float64) bool { return true },
 		health: newHealthState(1, nil), shutdown: new(atomic.Bool), m: m.forRunner(0),
 		log: slog.New(slog.NewTextHandler(io.Discard, nil)), component: "runner-0", gates: map[PartitionID]*gateState{},
 	}

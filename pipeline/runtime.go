@@ -93,9 +93,9 @@ func WithRegisterer(reg prometheus.Registerer) Option {
 type Runtime struct {
 	cfg    Config
 	src    Source
-	chains ChainFactory
-	sinks  SinkHooks
-	budget *InflightBudget
+	chains chainFactory
+	sinks  sinkHooks
+	budget *inflightBudget
 	m      *metrics
 	log    *slog.Logger
 	health *HealthState
@@ -106,7 +106,7 @@ type Runtime struct {
 // New assembles a runtime from a source, a chain per runner and the sinks'
 // hooks. budget is shared with the sinks (nil: a fresh one of
 // MaxInflightBytes). Nothing starts until Run.
-func New(cfg Config, src Source, chains ChainFactory, sinks SinkHooks, budget *InflightBudget, opts ...Option) (*Runtime, error) {
+func New(cfg Config, src Source, chains chainFactory, sinks sinkHooks, budget *inflightBudget, opts ...Option) (*Runtime, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -123,7 +123,7 @@ func New(cfg Config, src Source, chains ChainFactory, sinks SinkHooks, budget *I
 		return nil, err
 	}
 	if budget == nil {
-		budget = NewInflightBudget(cfg.MaxInflightBytes)
+		budget = newInflightBudget(cfg.MaxInflightBytes)
 	}
 	if sinks.QueuesBelow == nil {
 		sinks.QueuesBelow = func(float64) bool { return true }
@@ -150,16 +150,16 @@ func Build(cfg Config, src Source, stages []Stage, sinks []SinkSpec, opts ...Opt
 	if err := wireStaging(src, sinks); err != nil {
 		return nil, err
 	}
-	budget := NewInflightBudget(cfg.WithDefaults().MaxInflightBytes)
-	rts := make([]*SinkRuntime, len(sinks))
+	budget := newInflightBudget(cfg.WithDefaults().MaxInflightBytes)
+	rts := make([]*sinkRuntime, len(sinks))
 	for i, s := range sinks {
-		rts[i] = NewSinkRuntime(s.Name, s.Sink, s.Options, budget)
+		rts[i] = newSinkRuntime(s.Name, s.Sink, s.Options, budget)
 	}
-	return New(cfg, src, NewChainFactory(stages, rts...), Sinks(rts...), budget, opts...)
+	return New(cfg, src, newChainFactory(stages, rts...), Sinks(rts...), budget, opts...)
 }
 
 // Budget is the in-flight byte budget shared with the sinks.
-func (r *Runtime) Budget() *InflightBudget { return r.budget }
+func (r *Runtime) Budget() *inflightBudget { return r.budget }
 
 // Health is the pipeline's health state.
 func (r *Runtime) Health() *HealthState { return r.health }
@@ -352,7 +352,7 @@ func (r *Runtime) controllerDied(s *runState) (ExitReport, error) {
 	r.log.Error(why)
 	s.shutdown.Store(true)
 	deadline := time.Now().Add(cfg.DrainTimeout)
-	b := NewDrainBarrier(cfg.Threads)
+	b := newDrainBarrier(cfg.Threads)
 	for _, q := range s.controls {
 		q.Push(controlMsg{kind: ctlShutdown, barrier: b, deadline: deadline})
 	}

@@ -66,7 +66,7 @@ type SinkProber interface {
 	Probe(ctx context.Context) error
 }
 
-// SinkOptions tune a [SinkRuntime]. A zero field takes its default.
+// SinkOptions tune a [sinkRuntime]. A zero field takes its default.
 type SinkOptions struct {
 	// Shards is the number of queues and writer goroutines. Default 1.
 	Shards int
@@ -150,15 +150,15 @@ type DrainReport struct {
 	Overran bool
 }
 
-// SinkRuntime runs one sink: sharded bounded queues of chunks fed by the
+// sinkRuntime runs one sink: sharded bounded queues of chunks fed by the
 // chain terminals without blocking, one writer goroutine per shard that
 // batches chunks and writes them with retries, and the acknowledgments:
 // delivered after a durable write, failed on every other way out.
-type SinkRuntime struct {
+type sinkRuntime struct {
 	name   string
 	sink   Sink
 	opts   SinkOptions
-	budget *InflightBudget
+	budget *inflightBudget
 	log    *slog.Logger
 	met    atomic.Pointer[metrics]
 	h      sinkHandles
@@ -192,9 +192,9 @@ type SinkDestination interface {
 }
 
 // Fatal is the error the sink failed with for good, nil while it has not.
-func (s *SinkRuntime) Fatal() *FatalError { return s.fatal.Load() }
+func (s *sinkRuntime) Fatal() *FatalError { return s.fatal.Load() }
 
-func (s *SinkRuntime) failFatal(fe *FatalError) {
+func (s *sinkRuntime) failFatal(fe *FatalError) {
 	s.fatalOnce.Do(func() {
 		s.fatal.Store(fe)
 		close(s.failed)
@@ -202,7 +202,7 @@ func (s *SinkRuntime) failFatal(fe *FatalError) {
 }
 
 // noSpaceError is the fatal error of a sink out of space.
-func (s *SinkRuntime) noSpaceError(attempts int, err error) *FatalError {
+func (s *sinkRuntime) noSpaceError(attempts int, err error) *FatalError {
 	dest := ""
 	if d, ok := s.sink.(SinkDestination); ok {
 		dest = " to " + d.Destination()
@@ -211,10 +211,10 @@ func (s *SinkRuntime) noSpaceError(attempts int, err error) *FatalError {
 		s.name, dest, attempts, err)
 }
 
-// NewSinkRuntime prepares a sink's queues; the pipeline starts its writers.
-func NewSinkRuntime(name string, sink Sink, opts SinkOptions, budget *InflightBudget) *SinkRuntime {
+// newSinkRuntime prepares a sink's queues; the pipeline starts its writers.
+func newSinkRuntime(name string, sink Sink, opts SinkOptions, budget *inflightBudget) *sinkRuntime {
 	opts = opts.withDefaults()
-	s := &SinkRuntime{name: name, sink: sink, opts: opts, budget: budget, log: slog.Default()}
+	s := &sinkRuntime{name: name, sink: sink, opts: opts, budget: budget, log: slog.Default()}
 	s.free = chunkFreeList{max: 2*opts.QueueCapacity*opts.Shards + 8, overflow: chunkPool(opts.ChunkTargetBytes)}
 	s.queues = make([]chan *chunk, opts.Shards)
 	s.depth = make([]atomic.Int64, opts.Shards)
@@ -227,11 +227,11 @@ func NewSinkRuntime(name string, sink Sink, opts SinkOptions, budget *InflightBu
 }
 
 // Name is the sink's name.
-func (s *SinkRuntime) Name() string { return s.name }
+func (s *sinkRuntime) Name() string { return s.name }
 
-func (s *SinkRuntime) m() *metrics { return s.met.Load() }
+func (s *sinkRuntime) m() *metrics { return s.met.Load() }
 
-func (s *SinkRuntime) newTerminal() *terminal {
+func (s *sinkRuntime) newTerminal() *terminal {
 	return &terminal{s: s, current: make([]*chunk, len(s.queues)), shardOf: map[*chunk]int{}, lastRecords: make([]int, len(s.queues))}
 }
 
@@ -244,7 +244,7 @@ type sinkHandles struct {
 }
 
 // start launches the writers. Idempotent.
-func (s *SinkRuntime) start(m *metrics, log *slog.Logger) {
+func (s *sinkRuntime) start(m *metrics, log *slog.Logger) {
 	s.startOnce.Do(func() {
 		if log != nil {
 			s.log = log.With("sink", s.name)
@@ -273,7 +273,7 @@ func (s *SinkRuntime) start(m *metrics, log *slog.Logger) {
 }
 
 // trySend offers a sealed chunk to a shard queue without blocking.
-func (s *SinkRuntime) trySend(shard int, ch *chunk) bool {
+func (s *sinkRuntime) trySend(shard int, ch *chunk) bool {
 	select {
 	case s.queues[shard] <- ch:
 		s.depth[shard].Add(1)
@@ -289,7 +289,7 @@ func (s *SinkRuntime) trySend(shard int, ch *chunk) bool {
 // sendWait offers a sealed chunk to a shard queue, waiting until the
 // queue takes it or timeout fires. Only a runner retrying a blocked batch
 // waits, and never longer than its retry step.
-func (s *SinkRuntime) sendWait(shard int, ch *chunk, timeout <-chan time.Time) bool {
+func (s *sinkRuntime) sendWait(shard int, ch *chunk, timeout <-chan time.Time) bool {
 	select {
 	case s.queues[shard] <- ch:
 		s.depth[shard].Add(1)
@@ -301,7 +301,7 @@ func (s *SinkRuntime) sendWait(shard int, ch *chunk, timeout <-chan time.Time) b
 
 // AllBelow reports whether every shard queue holds at most
 // floor(capacity × ratio) chunks.
-func (s *SinkRuntime) AllBelow(ratio float64) bool {
+func (s *sinkRuntime) AllBelow(ratio float64) bool {
 	limit := int64(float64(s.opts.QueueCapacity) * ratio)
 	for i := range s.depth {
 		if s.depth[i].Load() > limit {
@@ -313,7 +313,7 @@ func (s *SinkRuntime) AllBelow(ratio float64) bool {
 
 // closeQueues ends intake: call it once every chain that feeds the sink was
 // closed. Writers then drain what is queued.
-func (s *SinkRuntime) closeQueues() {
+func (s *sinkRuntime) closeQueues() {
 	s.closeOnce.Do(func() {
 		for _, q := range s.queues {
 			close(q)
@@ -324,7 +324,7 @@ func (s *SinkRuntime) closeQueues() {
 // drain waits for the writers to write everything queued, until ctx's
 // deadline; past it, the write under way is cancelled and the rest is
 // abandoned (acknowledgments failed).
-func (s *SinkRuntime) drain(ctx context.Context) DrainReport {
+func (s *sinkRuntime) drain(ctx context.Context) DrainReport {
 	s.draining.Store(true)
 	before := s.flushed.Load()
 	beforeAb := s.abandoned.Load()
@@ -356,7 +356,7 @@ func (s *SinkRuntime) drain(ctx context.Context) DrainReport {
 }
 
 // stop aborts everything at once (a failed start, a hard stop).
-func (s *SinkRuntime) stop() {
+func (s *sinkRuntime) stop() {
 	s.abort()
 	s.closeQueues()
 	s.wg.Wait()
@@ -364,7 +364,7 @@ func (s *SinkRuntime) stop() {
 }
 
 // Failure is why the sink last abandoned a batch, or "".
-func (s *SinkRuntime) Failure() string {
+func (s *sinkRuntime) Failure() string {
 	if p := s.lastFailure.Load(); p != nil {
 		return *p
 	}
@@ -376,7 +376,7 @@ type sinkBatch struct {
 	held    []*chunk // the chunks themselves, recycled after the write
 	records int
 	bytes   int64
-	acks    AckSet
+	acks    ackSet
 }
 
 // flat returns the batch's records as one slice: the only chunk's, or
@@ -408,7 +408,7 @@ func (b *sinkBatch) flat(scratch *[]Record) []Record {
 // intake (backpressure): without that bound a sink slower than its source
 // kept up to two batch caps in flight (with FileSink and the defaults,
 // some 220 MB of chunks for a 100 MB run), each chunk allocated anew.
-func (s *SinkRuntime) worker(shard int) {
+func (s *sinkRuntime) worker(shard int) {
 	writes := make(chan *sinkBatch) // unbuffered: taken when the writer is free
 	writerDone := make(chan struct{})
 	go func() {
@@ -431,7 +431,7 @@ func (s *SinkRuntime) worker(shard int) {
 // shardBatcher is the state of one shard's intake: the batch it is
 // building, its linger timer, and whether the batch is due.
 type shardBatcher struct {
-	s      *SinkRuntime
+	s      *sinkRuntime
 	shard  int
 	q      chan *chunk
 	writes chan<- *sinkBatch
@@ -540,14 +540,14 @@ func (bt *shardBatcher) abort() {
 	}
 }
 
-func (s *SinkRuntime) abandonChunk(ch *chunk) {
+func (s *sinkRuntime) abandonChunk(ch *chunk) {
 	s.budget.Sub(ch.bytes)
 	ch.acks.Abandon()
 	s.abandoned.Add(1)
 	s.h.abandoned.Inc()
 }
 
-func (s *SinkRuntime) abandon(b *sinkBatch, why string) {
+func (s *sinkRuntime) abandon(b *sinkBatch, why string) {
 	if b.records == 0 && b.acks.Len() == 0 {
 		return
 	}
@@ -628,7 +628,7 @@ func chunkPool(target int64) *sync.Pool {
 
 // getChunk returns an empty chunk: a recycled one, or a new one whose
 // arena holds the chunk target and whose record slice holds records.
-func (s *SinkRuntime) getChunk(records int) *chunk {
+func (s *sinkRuntime) getChunk(records int) *chunk {
 	if ch := s.free.get(); ch != nil {
 		return ch
 	}
@@ -641,7 +641,7 @@ func (s *SinkRuntime) getChunk(records int) *chunk {
 // write returned, or for a batch no write was handed. A chunk whose arena
 // was outgrown (a huge record) is left to the garbage collector: its
 // records may point into the older arena, and its arena is oversized.
-func (s *SinkRuntime) recycle(b *sinkBatch) {
+func (s *sinkRuntime) recycle(b *sinkBatch) {
 	for _, ch := range b.held {
 		if ch.outgrown {
 			continue
@@ -651,7 +651,7 @@ func (s *SinkRuntime) recycle(b *sinkBatch) {
 		ch.records = ch.records[:0]
 		ch.arena = ch.arena[:0]
 		ch.bytes = 0
-		ch.acks = AckSet{}
+		ch.acks = ackSet{}
 		s.free.put(ch)
 	}
 	*b = sinkBatch{}
@@ -659,7 +659,7 @@ func (s *SinkRuntime) recycle(b *sinkBatch) {
 
 // write writes b with retries and resolves its acknowledgments. scratch is
 // the writer's buffer for flattening a batch for [Sink.Write].
-func (s *SinkRuntime) write(shard int, b *sinkBatch, scratch *[]Record) {
+func (s *sinkRuntime) write(shard int, b *sinkBatch, scratch *[]Record) {
 	cs, chunked := s.sink.(ChunkedSink)
 	var flat []Record
 	if !chunked {
@@ -730,9 +730,9 @@ func (s *SinkRuntime) write(shard int, b *sinkBatch, scratch *[]Record) {
 	}
 }
 
-// SinkHooks is what the runtime needs from its sinks. [Sinks] builds it
+// sinkHooks is what the runtime needs from its sinks. [Sinks] builds it
 // from sink runtimes; tests may supply their own.
-type SinkHooks struct {
+type sinkHooks struct {
 	// start launches the writers (called once by Run).
 	start func(m *metrics, log *slog.Logger)
 	// QueuesBelow reports whether every queue of every sink is at most
@@ -753,8 +753,8 @@ type SinkHooks struct {
 }
 
 // Sinks combines sink runtimes into the runtime's hooks.
-func Sinks(rts ...*SinkRuntime) SinkHooks {
-	h := SinkHooks{
+func Sinks(rts ...*sinkRuntime) sinkHooks {
+	h := sinkHooks{
 		start: func(m *metrics, log *slog.Logger) {
 			for _, s := range rts {
 				s.start(m, log)

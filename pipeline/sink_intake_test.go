@@ -48,8 +48,8 @@ func (s *blockingSink) writes() []int {
 // of a small batch per linger and a queue full behind them.
 func TestBatchGrowsWhileTheWriterIsBusy(t *testing.T) {
 	sink := &blockingSink{started: make(chan struct{}), release: make(chan struct{})}
-	budget := NewInflightBudget(1 << 30)
-	s := NewSinkRuntime("grow", sink, SinkOptions{Shards: 1, QueueCapacity: 64, Linger: time.Millisecond}, budget)
+	budget := newInflightBudget(1 << 30)
+	s := newSinkRuntime("grow", sink, SinkOptions{Shards: 1, QueueCapacity: 64, Linger: time.Millisecond}, budget)
 	s.start(nil, nil)
 	send := func(records int) {
 		t.Helper()
@@ -92,9 +92,9 @@ func TestBatchGrowsWhileTheWriterIsBusy(t *testing.T) {
 // number of chunks in flight instead of up to two batch caps.
 func TestBatchTakesAQueueWorthWhileTheWriterIsBusy(t *testing.T) {
 	sink := &blockingSink{started: make(chan struct{}), release: make(chan struct{})}
-	budget := NewInflightBudget(1 << 30)
+	budget := newInflightBudget(1 << 30)
 	const queue = 4
-	s := NewSinkRuntime("bounded", sink, SinkOptions{Shards: 1, QueueCapacity: queue, Linger: time.Millisecond}, budget)
+	s := newSinkRuntime("bounded", sink, SinkOptions{Shards: 1, QueueCapacity: queue, Linger: time.Millisecond}, budget)
 	s.start(nil, nil)
 	send := func(records int) bool {
 		ch := &chunk{records: make([]Record, records), bytes: int64(records)}

@@ -14,12 +14,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/filesink"
 )
 
 // The file sink writes one line per record and is durable before it acks.
 func TestFileSinkWritesLines(t *testing.T) {
 	dir := t.TempDir()
-	fs, err := pipeline.NewFileSink(dir, "out")
+	fs, err := filesink.NewFileSink(dir, "out")
 	require.NoError(t, err)
 	defer fs.Close()
 	var src *fakeSource
@@ -46,7 +47,7 @@ func TestFileSinkWritesLines(t *testing.T) {
 // A write larger than FileSink's buffer goes out in pieces: every line of
 // every chunk lands once, in order, and a second write appends after it.
 func TestFileSinkWritesLargeBatchesInOrder(t *testing.T) {
-	fs, err := pipeline.NewFileSink(t.TempDir(), "big")
+	fs, err := filesink.NewFileSink(t.TempDir(), "big")
 	require.NoError(t, err)
 	defer fs.Close()
 	value := bytes.Repeat([]byte("x"), 300)

@@ -190,38 +190,38 @@ type SourceEvent struct {
 	Kind       EventKind
 	Lanes      []Lane        // LanesAssigned, LanesAdded
 	LaneIDs    []LaneID      // LanesRevoked, LanesRetired
-	Barrier    *DrainBarrier // LanesRevoked
+	Barrier    *drainBarrier // LanesRevoked
 	Partitions []PartitionID // CommitReady
 }
 
-// IdleEvent reports nothing new.
-func IdleEvent() SourceEvent { return SourceEvent{} }
+// idleEvent reports nothing new.
+func idleEvent() SourceEvent { return SourceEvent{} }
 
-// AssignedEvent is a full replacement assignment (possibly empty).
-func AssignedEvent(lanes ...Lane) SourceEvent { return SourceEvent{Kind: LanesAssigned, Lanes: lanes} }
+// assignedEvent is a full replacement assignment (possibly empty).
+func assignedEvent(lanes ...Lane) SourceEvent { return SourceEvent{Kind: LanesAssigned, Lanes: lanes} }
 
-// AddedEvent adds lanes to the current epoch.
-func AddedEvent(lanes ...Lane) SourceEvent { return SourceEvent{Kind: LanesAdded, Lanes: lanes} }
+// addedEvent adds lanes to the current epoch.
+func addedEvent(lanes ...Lane) SourceEvent { return SourceEvent{Kind: LanesAdded, Lanes: lanes} }
 
-// RevokedEvent revokes lanes with a fresh barrier of one party per lane,
+// revokedEvent revokes lanes with a fresh barrier of one party per lane,
 // which it returns too so the source can wait on it itself.
-func RevokedEvent(lanes ...LaneID) (SourceEvent, *DrainBarrier) {
-	b := NewDrainBarrier(len(lanes))
+func revokedEvent(lanes ...LaneID) (SourceEvent, *drainBarrier) {
+	b := newDrainBarrier(len(lanes))
 	return SourceEvent{Kind: LanesRevoked, LaneIDs: lanes, Barrier: b}, b
 }
 
-// RetiredEvent removes finished, committed lanes.
-func RetiredEvent(lanes ...LaneID) SourceEvent {
+// retiredEvent removes finished, committed lanes.
+func retiredEvent(lanes ...LaneID) SourceEvent {
 	return SourceEvent{Kind: LanesRetired, LaneIDs: lanes}
 }
 
-// CommitReadyEvent hints that partitions reached end of input.
-func CommitReadyEvent(partitions ...PartitionID) SourceEvent {
+// commitReadyEvent hints that partitions reached end of input.
+func commitReadyEvent(partitions ...PartitionID) SourceEvent {
 	return SourceEvent{Kind: CommitReady, Partitions: partitions}
 }
 
-// DrainedEvent reports the input exhausted.
-func DrainedEvent() SourceEvent { return SourceEvent{Kind: Drained} }
+// drainedEvent reports the input exhausted.
+func drainedEvent() SourceEvent { return SourceEvent{Kind: Drained} }
 
 // StopSignal lets a source see a graceful stop: Stopping reports true from
 // the trigger until the controller's reading ends. The drain's commits, the

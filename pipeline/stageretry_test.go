@@ -15,12 +15,13 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/filesink"
 )
 
 // flakyStage is a staged file sink whose OpenStage fails with err for its
 // first failures calls, as a bucket or a disk with a passing fault does.
 type flakyStage struct {
-	*pipeline.StagedFileSink
+	*filesink.StagedFileSink
 	failures int64
 	err      error
 	opens    atomic.Int64
@@ -42,7 +43,7 @@ func TestDriverRetriesATransientStageFault(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newDriverFixture(t)
 		dst := t.TempDir()
-		sink, err := pipeline.NewStagedFileSink(dst, "")
+		sink, err := filesink.NewStagedFileSink(dst, "")
 		require.NoError(t, err)
 		defer sink.Close()
 		const failures = 4
@@ -89,7 +90,7 @@ func TestDriverRetriesATransientStageFault(t *testing.T) {
 // spending one attempt, as before.
 func TestDriverSetsAsideARefusedStage(t *testing.T) {
 	f := newDriverFixture(t)
-	sink, err := pipeline.NewStagedFileSink(t.TempDir(), "")
+	sink, err := filesink.NewStagedFileSink(t.TempDir(), "")
 	require.NoError(t, err)
 	defer sink.Close()
 	stage := &flakyStage{StagedFileSink: sink, failures: 1, err: fmt.Errorf("a.out already holds 12 bytes, but split a has no committed output")}
@@ -107,7 +108,7 @@ func TestDriverSetsAsideARefusedStage(t *testing.T) {
 // when the coordinator wants it back: nothing was read from it.
 func TestDriverHandsBackASplitWaitingForItsStage(t *testing.T) {
 	f := newDriverFixture(t)
-	sink, err := pipeline.NewStagedFileSink(t.TempDir(), "")
+	sink, err := filesink.NewStagedFileSink(t.TempDir(), "")
 	require.NoError(t, err)
 	defer sink.Close()
 	stage := &flakyStage{StagedFileSink: sink, failures: 1000, err: spate.Retryablef("connection reset by peer")}

@@ -33,7 +33,7 @@ import (
 // A process frozen past its lease (a zombie) can still stage, but its
 // commits are fenced, so nothing it stages is ever listed, and it can
 // never change a published byte: what it may still hold open is never
-// published by rename or truncation (see [StagedFileSink]).
+// published by rename or truncation (see pipeline/filesink).
 //
 // [Build] wires a staging sink to a [CoordinatedSource] by itself; at most
 // one sink of a pipeline stages (one committable per commit). A sink that

@@ -53,7 +53,7 @@ func (t *partitionTracker) register(seq uint64, last int64) error {
 	return nil
 }
 
-func (t *partitionTracker) resolve(seq uint64, status AckStatus) resolveOutcome {
+func (t *partitionTracker) resolve(seq uint64, status ackStatus) resolveOutcome {
 	if seq < t.headSeq {
 		return resolveAlreadyAdvanced
 	}
@@ -64,7 +64,7 @@ func (t *partitionTracker) resolve(seq uint64, status AckStatus) resolveOutcome 
 	if s.state != slotPending {
 		return resolveDuplicate
 	}
-	if status == AckDelivered {
+	if status == ackDelivered {
 		s.state = slotDelivered
 	} else {
 		s.state = slotFailed

@@ -18,11 +18,11 @@ func TestTracker(t *testing.T) {
 	t.Run("out of order waits for the head", func(t *testing.T) {
 		var tr partitionTracker
 		reg(&tr, 9, 19, 29)
-		tr.resolve(2, AckDelivered)
-		tr.resolve(1, AckDelivered)
+		tr.resolve(2, ackDelivered)
+		tr.resolve(1, ackDelivered)
 		_, _, moved := tr.advance(now)
 		require.False(t, moved, "advanced past a pending head")
-		tr.resolve(0, AckDelivered)
+		tr.resolve(0, ackDelivered)
 		off, retired, moved := tr.advance(now)
 		require.True(t, moved, "advance = %d,%d,%v want 30,3,true", off, retired, moved)
 		require.Equal(t, int64(30), off, "advance = %d,%d,%v want 30,3,true", off, retired, moved)
@@ -31,9 +31,9 @@ func TestTracker(t *testing.T) {
 	t.Run("a failure at the head stalls for good and commits up to it", func(t *testing.T) {
 		var tr partitionTracker
 		reg(&tr, 9, 19, 29)
-		tr.resolve(0, AckDelivered)
-		tr.resolve(1, AckFailed)
-		tr.resolve(2, AckDelivered)
+		tr.resolve(0, ackDelivered)
+		tr.resolve(1, ackFailed)
+		tr.resolve(2, ackDelivered)
 		off, _, moved := tr.advance(now)
 		require.True(t, moved, "advance = %d,%v stalled=%v; want 10,true,true", off, moved, tr.stalled)
 		require.Equal(t, int64(10), off, "advance = %d,%v stalled=%v; want 10,true,true", off, moved, tr.stalled)
@@ -45,21 +45,21 @@ func TestTracker(t *testing.T) {
 	t.Run("a failure behind a pending batch stalls only at the head", func(t *testing.T) {
 		var tr partitionTracker
 		reg(&tr, 9, 19)
-		tr.resolve(1, AckFailed)
+		tr.resolve(1, ackFailed)
 		tr.advance(now)
 		require.False(t, tr.stalled, "stalled before the failed batch reached the head")
-		tr.resolve(0, AckDelivered)
+		tr.resolve(0, ackDelivered)
 		tr.advance(now)
 		require.True(t, tr.stalled, "not stalled once the failed batch is the head")
 	})
 	t.Run("outcomes", func(t *testing.T) {
 		var tr partitionTracker
 		reg(&tr, 0)
-		require.Equal(t, resolveApplied, tr.resolve(0, AckDelivered), "applied then duplicate expected")
-		require.Equal(t, resolveDuplicate, tr.resolve(0, AckDelivered), "applied then duplicate expected")
+		require.Equal(t, resolveApplied, tr.resolve(0, ackDelivered), "applied then duplicate expected")
+		require.Equal(t, resolveDuplicate, tr.resolve(0, ackDelivered), "applied then duplicate expected")
 		tr.advance(now)
-		require.Equal(t, resolveAlreadyAdvanced, tr.resolve(0, AckDelivered), "already advanced expected")
-		require.Equal(t, resolveUnregistered, tr.resolve(5, AckDelivered), "unregistered expected")
+		require.Equal(t, resolveAlreadyAdvanced, tr.resolve(0, ackDelivered), "already advanced expected")
+		require.Equal(t, resolveUnregistered, tr.resolve(5, ackDelivered), "unregistered expected")
 		require.Error(t, tr.register(7, 0), "a registration gap must be an error")
 	})
 }
@@ -78,10 +78,10 @@ func TestTrackerMatchesModel(t *testing.T) {
 		var last int64 = -1
 		for step, i := range order {
 			failed := rapid.IntRange(0, 9).Draw(t, "fail") == 0
-			st := AckDelivered
+			st := ackDelivered
 			status[i] = 1
 			if failed {
-				st = AckFailed
+				st = ackFailed
 				status[i] = 2
 			}
 			tr.resolve(uint64(i), st)

@@ -20,6 +20,7 @@ import (
 	"github.com/spate-go/spate/internal/atomicfile"
 	"github.com/spate-go/spate/pipeline"
 	"github.com/spate-go/spate/pipeline/blobsink"
+	"github.com/spate-go/spate/pipeline/filesink"
 	"github.com/spate-go/spate/pipeline/filesource/blobsource"
 )
 
@@ -99,7 +100,7 @@ func (o *destination) sink(ctx context.Context, job string, rollSize int64, roll
 		s.RollSize, s.RollInterval = rollSize, rollInterval
 		return s, nil
 	}
-	s, err := pipeline.NewStagedFileSink(o.dir, job)
+	s, err := filesink.NewStagedFileSink(o.dir, job)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +117,7 @@ func (o *destination) removeStaging(ctx context.Context) error {
 	if o.bucket != nil {
 		return blobsink.RemoveStaging(ctx, o.bucket)
 	}
-	return pipeline.RemoveStaging(o.dir)
+	return filesink.RemoveStaging(o.dir)
 }
 
 // eachOutput calls fn with every published output file or part, in name

@@ -1,7 +1,7 @@
 // Command rangescan is a library user's own coordinated job, in one file: a
 // range scan of ids [0, -ids) cut into -splits weighted splits, run by
 // -workers pipeline workers in this process over one coordination store,
-// written exactly once to -dst by pipeline.StagedFileSink, then verified.
+// written exactly once to -dst by filesink.StagedFileSink, then verified.
 //
 //	go run ./examples/rangescan                       # in-memory store
 //	go run ./examples/rangescan -store redis://127.0.0.1:6379 -dst /tmp/scan
@@ -30,6 +30,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/filesink"
 	_ "github.com/spate-go/spate/stores/etcd"
 	_ "github.com/spate-go/spate/stores/mem"
 	_ "github.com/spate-go/spate/stores/nats"
@@ -276,9 +277,9 @@ func run(ctx context.Context, o options) ([]pipeline.ExitReport, error) {
 			Close() error
 		}
 		if o.atLeastOnce {
-			sink, err = pipeline.NewFileSink(o.dst, name)
+			sink, err = filesink.NewFileSink(o.dst, name)
 		} else {
-			sink, err = pipeline.NewStagedFileSink(o.dst, o.job)
+			sink, err = filesink.NewStagedFileSink(o.dst, o.job)
 		}
 		if err != nil {
 			return nil, err

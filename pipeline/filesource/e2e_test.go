@@ -18,6 +18,7 @@ import (
 	"github.com/spate-go/spate/faultstore"
 	"github.com/spate-go/spate/internal/promtest"
 	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/filesink"
 	"github.com/spate-go/spate/pipeline/filesource"
 	"github.com/spate-go/spate/stores/mem"
 )
@@ -44,7 +45,7 @@ func e2eConfig(name string, maxInFlight int) spate.Config {
 // worker is one pipeline instance of the end-to-end test.
 type worker struct {
 	name  string
-	out   *pipeline.FileSink
+	out   *filesink.FileSink
 	coord *spate.StoreCoordinator
 	rt    *pipeline.Runtime
 	done  chan pipeline.ExitReport
@@ -65,7 +66,7 @@ func startWorkerWith(t *testing.T, name string, store spate.Store, in string, po
 	}
 	coord, err := spate.NewStoreCoordinator(store, cfg, copts...)
 	require.NoError(t, err)
-	out, err := pipeline.NewFileSink(filepath.Join(t.TempDir(), name), "out")
+	out, err := filesink.NewFileSink(filepath.Join(t.TempDir(), name), "out")
 	require.NoError(t, err)
 	pcfg := testConfig()
 	pcfg.Name = name
@@ -104,7 +105,7 @@ func (w *worker) wait(t *testing.T) pipeline.ExitReport {
 // slowSink is a FileSink whose every write first takes 3ms. It overrides
 // WriteChunks as well as Write: the runtime calls the embedded FileSink's
 // WriteChunks otherwise, and the sink would not be slow at all.
-type slowSink struct{ *pipeline.FileSink }
+type slowSink struct{ *filesink.FileSink }
 
 func (s slowSink) Write(ctx context.Context, shard int, records []pipeline.Record) error {
 	return s.WriteChunks(ctx, shard, [][]pipeline.Record{records})

@@ -20,6 +20,7 @@ import (
 	"github.com/spate-go/spate/internal/s3test"
 	"github.com/spate-go/spate/pipeline"
 	"github.com/spate-go/spate/pipeline/blobsink"
+	"github.com/spate-go/spate/pipeline/filesink"
 	"github.com/spate-go/spate/pipeline/filesource"
 	"github.com/spate-go/spate/stores/mem"
 )
@@ -163,7 +164,7 @@ func TestStagedOutputIsExactlyOnceThroughAZombie(t *testing.T) {
 	t.Run("dir", func(t *testing.T) {
 		dst := t.TempDir()
 		newSink := func() stagedSink {
-			sink, err := pipeline.NewStagedFileSink(dst, "e2e")
+			sink, err := filesink.NewStagedFileSink(dst, "e2e")
 			require.NoError(t, err)
 			return sink
 		}
@@ -179,7 +180,7 @@ func TestStagedOutputIsExactlyOnceThroughAZombie(t *testing.T) {
 			}
 			require.True(t, strings.HasSuffix(e.Name(), ".out"), "unexpected %s in the destination", e.Name())
 		}
-		require.NoError(t, pipeline.RemoveStaging(dst))
+		require.NoError(t, filesink.RemoveStaging(dst))
 		left, err := os.ReadDir(filepath.Join(dst, ".spate", "stage"))
 		require.NoError(t, err)
 		require.Empty(t, left)

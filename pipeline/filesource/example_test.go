@@ -14,6 +14,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/filesink"
 	"github.com/spate-go/spate/pipeline/filesource"
 	"github.com/spate-go/spate/stores/mem"
 )
@@ -41,7 +42,7 @@ func Example() {
 	}
 	defer coord.Close()
 
-	sink, _ := pipeline.NewFileSink(out, "lines")
+	sink, _ := filesink.NewFileSink(out, "lines")
 	defer sink.Close()
 	rt, err := pipeline.Build(pipeline.Config{Name: "backfill", CommitInterval: 50 * time.Millisecond},
 		filesource.New(filesource.Dir(in), coord, filesource.PlannerOptions{}), nil,
@@ -93,7 +94,7 @@ func Example_follow() {
 	}
 	defer coord.Close()
 
-	sink, _ := pipeline.NewStagedFileSink(out, "follow")
+	sink, _ := filesink.NewStagedFileSink(out, "follow")
 	defer sink.Close()
 	objs := filesource.Dir(in)
 	src := pipeline.NewCoordinatedSource(coord, filesource.NewSource(objs).WithLogger(quiet),

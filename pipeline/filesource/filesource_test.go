@@ -19,6 +19,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/filesink"
 	"github.com/spate-go/spate/pipeline/filesource"
 )
 
@@ -213,7 +214,7 @@ func (c *localCoord) Depart(context.Context) error { return nil }
 func (c *localCoord) Close() error { return nil }
 
 // outputLines reads a file sink's output back as key -> count.
-func outputLines(t *testing.T, fs *pipeline.FileSink, shards int) map[string]int {
+func outputLines(t *testing.T, fs *filesink.FileSink, shards int) map[string]int {
 	t.Helper()
 	seen := map[string]int{}
 	for i := range shards {

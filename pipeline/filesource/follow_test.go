@@ -20,6 +20,7 @@ import (
 	"github.com/spate-go/spate/internal/s3test"
 	"github.com/spate-go/spate/pipeline"
 	"github.com/spate-go/spate/pipeline/blobsink"
+	"github.com/spate-go/spate/pipeline/filesink"
 	"github.com/spate-go/spate/pipeline/filesource"
 	"github.com/spate-go/spate/stores/mem"
 )
@@ -111,7 +112,7 @@ func TestFollowedDirectoryIsCopiedExactlyOnce(t *testing.T) {
 	t.Run("dir", func(t *testing.T) {
 		dst := t.TempDir()
 		followRun(t, func() stagedSink {
-			sink, err := pipeline.NewStagedFileSink(dst, "follow")
+			sink, err := filesink.NewStagedFileSink(dst, "follow")
 			require.NoError(t, err)
 			return sink
 		}, func() map[string]int { return publishedValues(t, dst) })

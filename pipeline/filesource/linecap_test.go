@@ -12,6 +12,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/filesink"
 	"github.com/spate-go/spate/pipeline/filesource"
 	"github.com/spate-go/spate/stores/mem"
 )
@@ -129,7 +130,7 @@ func TestJobWithALineOverTheDefaultCapCompletesTheRest(t *testing.T) {
 	defer store.Close()
 	dst := t.TempDir()
 	w := startStaged(t, "only", store, in, func() stagedSink {
-		sink, err := pipeline.NewStagedFileSink(dst, "out")
+		sink, err := filesink.NewStagedFileSink(dst, "out")
 		require.NoError(t, err)
 		return sink
 	}, filesource.PlannerOptions{MaxFiles: 1})

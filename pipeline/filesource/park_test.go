@@ -17,6 +17,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/filesink"
 	"github.com/spate-go/spate/pipeline/filesource"
 	"github.com/spate-go/spate/stores/mem"
 )
@@ -44,7 +45,7 @@ func startParking(t *testing.T, store spate.Store, p parker) *stagedWorker {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	coord, err := spate.NewStoreCoordinator(store, e2eConfig(name, lanes), spate.WithLogger(quiet))
 	require.NoError(t, err)
-	sink, err := pipeline.NewStagedFileSink(dst, "park")
+	sink, err := filesink.NewStagedFileSink(dst, "park")
 	require.NoError(t, err)
 	pcfg := testConfig()
 	pcfg.Name = name

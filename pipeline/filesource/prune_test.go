@@ -14,6 +14,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/filesink"
 	"github.com/spate-go/spate/pipeline/filesource"
 	"github.com/spate-go/spate/stores/mem"
 )
@@ -34,7 +35,7 @@ func TestFollowPrunesTheSplitsOfRotatedFilesThatAreGone(t *testing.T) {
 	store := mem.MustNew(mem.Options{TTL: e2eLease})
 	defer store.Close()
 	newSink := func() stagedSink {
-		sink, err := pipeline.NewStagedFileSink(dst, "prune")
+		sink, err := filesink.NewStagedFileSink(dst, "prune")
 		require.NoError(t, err)
 		return sink
 	}

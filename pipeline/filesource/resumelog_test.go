@@ -15,6 +15,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/filesink"
 	"github.com/spate-go/spate/pipeline/filesource"
 	"github.com/spate-go/spate/stores/mem"
 )
@@ -57,7 +58,7 @@ func TestResumeRejectionIsLoggedOnce(t *testing.T) {
 	coord, err := spate.NewStoreCoordinator(store, e2eConfig("taker", 4), spate.WithLogger(log))
 	require.NoError(t, err)
 	defer coord.Close()
-	out, err := pipeline.NewFileSink(filepath.Join(t.TempDir(), "taker"), "out")
+	out, err := filesink.NewFileSink(filepath.Join(t.TempDir(), "taker"), "out")
 	require.NoError(t, err)
 	defer out.Close()
 	pcfg := testConfig()

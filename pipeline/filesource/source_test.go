@@ -15,6 +15,7 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/filesink"
 	"github.com/spate-go/spate/pipeline/filesource"
 )
 
@@ -74,7 +75,7 @@ func TestBackfillDeliversEveryLine(t *testing.T) {
 	lines := corpus(t, in, genCorpus(t, in, 40, 60, 1))
 	coord := &localCoord{durable: &localStore{progress: map[spate.SplitID]spate.SplitProgress{}}}
 	src := filesource.New(filesource.Dir(in), coord, filesource.PlannerOptions{TargetBytes: 4 << 10, MaxFiles: 4})
-	sink, _ := pipeline.NewFileSink(outDir, "out")
+	sink, _ := filesink.NewFileSink(outDir, "out")
 	defer sink.Close()
 	rt, err := pipeline.Build(testConfig(), src, nil, []pipeline.SinkSpec{{Name: "file", Sink: sink, Options: sinkOpts()}})
 	require.NoError(t, err)
@@ -98,7 +99,7 @@ func TestBackfillResumesAfterAStop(t *testing.T) {
 	in, outDir := t.TempDir(), t.TempDir()
 	lines := corpus(t, in, genCorpus(t, in, 30, 200, 2))
 	store := &localStore{progress: map[spate.SplitID]spate.SplitProgress{}}
-	sink, _ := pipeline.NewFileSink(outDir, "out")
+	sink, _ := filesink.NewFileSink(outDir, "out")
 	defer sink.Close()
 	cfg := testConfig()
 	cfg.MaxRecords = 8

@@ -1,4 +1,4 @@
-package pipeline
+package filesink
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/internal/filehook"
 )
 
 func newWholeSink(t *testing.T, dst string) *StagedFileSink {
@@ -24,7 +26,7 @@ func newWholeSink(t *testing.T, dst string) *StagedFileSink {
 	return s
 }
 
-func prepareFinal(t *testing.T, s *StagedFileSink, p PartitionID, w int64) ([]byte, bool) {
+func prepareFinal(t *testing.T, s *StagedFileSink, p pipeline.PartitionID, w int64) ([]byte, bool) {
 	t.Helper()
 	c, covered, pending, err := s.Prepare(context.Background(), p, w, true)
 	require.NoError(t, err)
@@ -47,9 +49,9 @@ func TestStagedFileSinkPublishWholeWritesEachByteOnce(t *testing.T) {
 	s := newWholeSink(t, dst)
 	openStage(t, s, 1, 0, nil)
 	var publishes int
-	old := publishWrite
-	publishWrite = func(out *os.File, off, n int64, write func() error) error { publishes++; return write() }
-	t.Cleanup(func() { publishWrite = old })
+	old := filehook.PublishWrite
+	filehook.PublishWrite = func(out *os.File, off, n int64, write func() error) error { publishes++; return write() }
+	t.Cleanup(func() { filehook.PublishWrite = old })
 
 	write(t, s, 0, 0, 10)
 	c, _, pending, err := s.Prepare(context.Background(), 0, 5, false)
@@ -201,7 +203,7 @@ func TestStagedFileSinkPublishWholeDamage(t *testing.T) {
 		requireExactly(t, s, stageSplit, 0)
 
 		b := newWholeSink(t, dst)
-		err = b.OpenStage(context.Background(), StageTenancy{Split: stageSplit, Epoch: 2, Partition: 1}, c)
+		err = b.OpenStage(context.Background(), pipeline.StageTenancy{Split: stageSplit, Epoch: 2, Partition: 1}, c)
 		require.ErrorContains(t, err, "is gone")
 	})
 	t.Run("published file altered after a hand-back", func(t *testing.T) {
@@ -219,7 +221,7 @@ func TestStagedFileSinkPublishWholeDamage(t *testing.T) {
 		require.NoError(t, f.Close())
 
 		b := newWholeSink(t, dst)
-		err = b.OpenStage(context.Background(), StageTenancy{Split: stageSplit, Epoch: 2, Partition: 1}, c)
+		err = b.OpenStage(context.Background(), pipeline.StageTenancy{Split: stageSplit, Epoch: 2, Partition: 1}, c)
 		require.ErrorContains(t, err, "altered under the job")
 		require.ErrorContains(t, err, s.Path(stageSplit))
 	})
@@ -227,7 +229,7 @@ func TestStagedFileSinkPublishWholeDamage(t *testing.T) {
 		dst := t.TempDir()
 		require.NoError(t, os.WriteFile(filepath.Join(dst, stageSplit.String()+".out"), []byte("someone else's\n"), 0o644))
 		s := newWholeSink(t, dst)
-		err := s.OpenStage(context.Background(), StageTenancy{Split: stageSplit, Epoch: 1}, nil)
+		err := s.OpenStage(context.Background(), pipeline.StageTenancy{Split: stageSplit, Epoch: 1}, nil)
 		require.ErrorContains(t, err, "has no committed output")
 	})
 	t.Run("a default-mode sink refuses a whole-mode record", func(t *testing.T) {
@@ -239,7 +241,7 @@ func TestStagedFileSinkPublishWholeDamage(t *testing.T) {
 		d, err := NewStagedFileSink(dst, "job")
 		require.NoError(t, err)
 		defer d.Close()
-		err = d.OpenStage(context.Background(), StageTenancy{Split: stageSplit, Epoch: 2}, c)
+		err = d.OpenStage(context.Background(), pipeline.StageTenancy{Split: stageSplit, Epoch: 2}, c)
 		require.ErrorContains(t, err, "--publish=complete")
 	})
 	t.Run("a whole-mode sink finishes a default-mode record", func(t *testing.T) {
@@ -290,7 +292,7 @@ func TestStagedFileSinkMarksTransientStageFaultsRetryable(t *testing.T) {
 		assert.ErrorIs(t, err, errno)
 	}
 	assert.False(t, transientStageError(s.classifyStageError(pathErr(syscall.EACCES))))
-	assert.False(t, transientStageError(s.classifyStageError(fmt.Errorf("%w: x was altered", ErrOutputDamaged))))
+	assert.False(t, transientStageError(s.classifyStageError(fmt.Errorf("%w: x was altered", pipeline.ErrOutputDamaged))))
 	for i := range noSpaceStageRetries {
 		assert.True(t, transientStageError(s.classifyStageError(pathErr(syscall.ENOSPC))), "full disk %d", i+1)
 	}
@@ -305,7 +307,7 @@ func TestStagedFileSinkMarksTransientStageFaultsRetryable(t *testing.T) {
 	dst := t.TempDir()
 	w := newWholeSink(t, dst)
 	require.NoError(t, os.WriteFile(filepath.Join(dst, ".spate", "stage", stageSplit.String()), nil, 0o644))
-	err = w.OpenStage(context.Background(), StageTenancy{Split: stageSplit, Epoch: 1}, nil)
+	err = w.OpenStage(context.Background(), pipeline.StageTenancy{Split: stageSplit, Epoch: 1}, nil)
 	require.Error(t, err)
 	assert.False(t, spate.IsRetryable(err), "%v", err)
 	assert.False(t, errors.Is(err, spate.ErrRetryable))
@@ -365,4 +367,17 @@ func TestStagedFileSinkALateZombieStageKeepsNewerStagingFiles(t *testing.T) {
 			requireExactly(t, c, stageSplit, 10)
 		})
 	}
+}
+
+// transientStageError is the coordination driver's rule for an OpenStage
+// error (pipeline's staging.go, same name): a fault that passes is marked
+// retryable (or is the call's deadline) and is neither damage nor fatal.
+// The sink's side of that contract is the marks this package's tests
+// check; the driver's side is tested in package pipeline.
+func transientStageError(err error) bool {
+	var fe *pipeline.FatalError
+	if errors.Is(err, pipeline.ErrOutputDamaged) || (errors.As(err, &fe) || spate.IsFatal(err) || spate.IsFenced(err)) && !errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	return spate.IsRetryable(err) || errors.Is(err, context.DeadlineExceeded)
 }

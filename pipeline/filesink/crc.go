@@ -1,4 +1,4 @@
-package pipeline
+package filesink
 
 // crcCombine returns the CRC-32C of A||B from crcA, crcB and the length of
 // B, without reading either (zlib's crc32_combine, over the Castagnoli

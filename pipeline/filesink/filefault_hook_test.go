@@ -1,4 +1,4 @@
-package pipeline
+package filesink
 
 import (
 	"errors"
@@ -10,15 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/pipeline"
 )
-
-// SetPublishWriteForTest replaces the file sink's publish write (the
-// fault-injecting hook of the tests outside the package) until restore.
-func SetPublishWriteForTest(f func(out *os.File, off, n int64, write func() error) error) (restore func()) {
-	real := publishWrite
-	publishWrite = f
-	return func() { publishWrite = real }
-}
 
 // Each fault of the file sink is marked with its kind: a disk fault that
 // passes Retryable, a refusal no retry mends Fatal with the fix and the
@@ -48,7 +41,7 @@ func TestFileSinkFaultsAreMarked(t *testing.T) {
 	}
 	for _, err := range []error{
 		errors.New("the committed output of split a names another file"),
-		fmt.Errorf("%w: gone: %w", ErrOutputDamaged, syscall.EIO),
+		fmt.Errorf("%w: gone: %w", pipeline.ErrOutputDamaged, syscall.EIO),
 		spate.Fatalf("refused: %w", syscall.ENOSPC),
 		pe("open", syscall.ENOENT),
 	} {

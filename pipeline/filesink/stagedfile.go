@@ -1,4 +1,4 @@
-package pipeline
+package filesink
 
 import (
 	"bytes"
@@ -20,9 +20,11 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/internal/atomicfile"
+	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/internal/filehook"
 )
 
-// StagedFileSink is the exactly-once file sink: a [StagingSink] that
+// StagedFileSink is the exactly-once file sink: a [pipeline.StagingSink] that
 // writes each split's output to one file named by the split,
 // DIR/<split>.out, whoever owns the split, so a takeover appends where the
 // split's output already is.
@@ -67,7 +69,7 @@ type StagedFileSink struct {
 	dir string
 	// Format renders one record onto buf (default: key, tab, value,
 	// newline). Set it before the first write.
-	Format func(buf []byte, r Record) []byte
+	Format func(buf []byte, r pipeline.Record) []byte
 	// PublishWhole publishes each split's file whole, by renaming its
 	// staging file, once the commit that completes the split (or hands it
 	// back) won, instead of appending each commit's range to it: every
@@ -79,8 +81,8 @@ type StagedFileSink struct {
 	noSpace atomic.Int32 // stage openings a full disk failed in a row
 
 	mu      sync.Mutex
-	stages  map[PartitionID]*fileStage
-	retired map[PartitionID]bool
+	stages  map[pipeline.PartitionID]*fileStage
+	retired map[pipeline.PartitionID]bool
 }
 
 // fileStage is one tenancy's staging file and its split's published file.
@@ -171,7 +173,7 @@ func NewStagedFileSink(dir, job string) (*StagedFileSink, error) {
 			return nil, err
 		}
 	}
-	return &StagedFileSink{dir: dir, Format: formatLine, stages: map[PartitionID]*fileStage{}, retired: map[PartitionID]bool{}}, nil
+	return &StagedFileSink{dir: dir, Format: formatLine, stages: map[pipeline.PartitionID]*fileStage{}, retired: map[pipeline.PartitionID]bool{}}, nil
 }
 
 // claimDestination writes or checks the destination's job marker. The
@@ -218,14 +220,14 @@ func (s *StagedFileSink) Path(split spate.SplitID) string {
 	return filepath.Join(s.dir, split.String()+stagedSuffix)
 }
 
-// Destination implements [SinkDestination].
+// Destination implements [pipeline.SinkDestination].
 func (s *StagedFileSink) Destination() string { return s.dir }
 
-// OpenStage implements [StagingSink]: it checks the split's published file
+// OpenStage implements [pipeline.StagingSink]: it checks the split's published file
 // against the committed output, finishes the publish the record lists,
 // discards every other staged file of the split and opens a staging file
 // for the tenancy.
-func (s *StagedFileSink) OpenStage(ctx context.Context, t StageTenancy, committed []byte) (err error) {
+func (s *StagedFileSink) OpenStage(ctx context.Context, t pipeline.StageTenancy, committed []byte) (err error) {
 	defer func() { err = markFileFault(err) }() // filefault.go
 	if err := ctx.Err(); err != nil {
 		return err
@@ -233,7 +235,7 @@ func (s *StagedFileSink) OpenStage(ctx context.Context, t StageTenancy, committe
 	return s.classifyStageError(s.openStage(t, committed))
 }
 
-func (s *StagedFileSink) openStage(t StageTenancy, committed []byte) error {
+func (s *StagedFileSink) openStage(t pipeline.StageTenancy, committed []byte) error {
 	fs := &fileStage{
 		whole:     s.PublishWhole,
 		split:     t.Split,
@@ -274,7 +276,7 @@ func (s *StagedFileSink) openStage(t StageTenancy, committed []byte) error {
 }
 
 // openStageWhole is OpenStage of whole-file publishing.
-func (s *StagedFileSink) openStageWhole(t StageTenancy, fs *fileStage, committed []byte) error {
+func (s *StagedFileSink) openStageWhole(t pipeline.StageTenancy, fs *fileStage, committed []byte) error {
 	src, err := s.recoverWhole(fs, committed)
 	if err != nil {
 		return err
@@ -289,7 +291,7 @@ func (s *StagedFileSink) openStageWhole(t StageTenancy, fs *fileStage, committed
 	return nil
 }
 
-func (s *StagedFileSink) register(p PartitionID, fs *fileStage) {
+func (s *StagedFileSink) register(p pipeline.PartitionID, fs *fileStage) {
 	s.mu.Lock()
 	s.stages[p] = fs
 	delete(s.retired, p)
@@ -420,10 +422,6 @@ func (fs *fileStage) publishRange(off, from, n int64) error {
 	return fs.publish(off, n, func() error { return copyRange(fs.out, off, fs.f, from, n) })
 }
 
-// publishWrite runs a publish's write of n bytes at off to out. Tests
-// replace it to inject a write that fails halfway, as a full disk does.
-var publishWrite = func(out *os.File, off, n int64, write func() error) error { return write() }
-
 // publish checks the published file, writes n bytes at off with write and
 // fsyncs it.
 func (fs *fileStage) publish(off, n int64, write func() error) error {
@@ -442,19 +440,19 @@ func (fs *fileStage) publish(off, n int64, write func() error) error {
 	// the commit fixed (or partly past it: an interrupted publish).
 	st, err := os.Stat(fs.finalPath)
 	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%w: the published file %s is gone (%v): it was deleted under the job; restore it, or delete the job and its output and run again", ErrOutputDamaged, fs.finalPath, err)
+		return fmt.Errorf("%w: the published file %s is gone (%v): it was deleted under the job; restore it, or delete the job and its output and run again", pipeline.ErrOutputDamaged, fs.finalPath, err)
 	}
 	if err != nil {
 		return fmt.Errorf("cannot read the published file %s: %w", fs.finalPath, err)
 	}
 	if ost, err := fs.out.Stat(); err != nil || !os.SameFile(st, ost) {
-		return fmt.Errorf("%w: the published file %s was replaced under the job; restore it, or delete the job and its output and run again", ErrOutputDamaged, fs.finalPath)
+		return fmt.Errorf("%w: the published file %s was replaced under the job; restore it, or delete the job and its output and run again", pipeline.ErrOutputDamaged, fs.finalPath)
 	}
 	if st.Size() < off {
-		return fmt.Errorf("%w: %s holds %d bytes but %d are committed: it was truncated under the job; restore it, or delete the job and its output and run again", ErrOutputDamaged, fs.finalPath, st.Size(), off)
+		return fmt.Errorf("%w: %s holds %d bytes but %d are committed: it was truncated under the job; restore it, or delete the job and its output and run again", pipeline.ErrOutputDamaged, fs.finalPath, st.Size(), off)
 	}
 	if st.Size() > off+n {
-		return fmt.Errorf("%w: %w", ErrOutputDamaged, pastCommitted(fs.finalPath, st.Size()-off-n, off+n))
+		return fmt.Errorf("%w: %w", pipeline.ErrOutputDamaged, pastCommitted(fs.finalPath, st.Size()-off-n, off+n))
 	}
 	// No torn line is ever visible under the final name: a full disk
 	// fails the reservation before a byte is written, and a write that
@@ -463,7 +461,7 @@ func (fs *fileStage) publish(off, n int64, write func() error) error {
 	if err := reserve(fs.out, off, n); err != nil {
 		return fmt.Errorf("cannot publish to %s: %w", fs.finalPath, err)
 	}
-	if err := publishWrite(fs.out, off, n, write); err != nil {
+	if err := filehook.PublishWrite(fs.out, off, n, write); err != nil {
 		if ost, serr := fs.out.Stat(); serr == nil && ost.Size() > off && ost.Size() <= off+n {
 			if terr := fs.out.Truncate(off); terr == nil {
 				_ = fs.out.Sync()
@@ -479,22 +477,22 @@ func (fs *fileStage) publish(off, n int64, write func() error) error {
 	return nil
 }
 
-func (s *StagedFileSink) stage(p PartitionID) (*fileStage, bool) {
+func (s *StagedFileSink) stage(p pipeline.PartitionID) (*fileStage, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.stages[p], s.retired[p]
 }
 
-// Write implements [Sink]: it stages the records.
-func (s *StagedFileSink) Write(ctx context.Context, shard int, records []Record) error {
-	return s.WriteChunks(ctx, shard, [][]Record{records})
+// Write implements [pipeline.Sink]: it stages the records.
+func (s *StagedFileSink) Write(ctx context.Context, shard int, records []pipeline.Record) error {
+	return s.WriteChunks(ctx, shard, [][]pipeline.Record{records})
 }
 
-// WriteChunks implements [ChunkedSink]: each run of one partition's
+// WriteChunks implements [pipeline.ChunkedSink]: each run of one partition's
 // records is appended to its tenancy's staging file. Records of a
 // partition whose tenancy ended are dropped: they are never committed
 // under it.
-func (s *StagedFileSink) WriteChunks(ctx context.Context, shard int, chunks [][]Record) error {
+func (s *StagedFileSink) WriteChunks(ctx context.Context, shard int, chunks [][]pipeline.Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -513,13 +511,13 @@ func (s *StagedFileSink) WriteChunks(ctx context.Context, shard int, chunks [][]
 	return nil
 }
 
-func (s *StagedFileSink) writeRun(p PartitionID, records []Record) error {
+func (s *StagedFileSink) writeRun(p pipeline.PartitionID, records []pipeline.Record) error {
 	fs, retired := s.stage(p)
 	if fs == nil {
 		if retired {
 			return nil
 		}
-		return fmt.Errorf("file sink: partition %d: %w (%w)", p, ErrNoStage, spate.ErrFatal)
+		return fmt.Errorf("file sink: partition %d: %w (%w)", p, pipeline.ErrNoStage, spate.ErrFatal)
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -578,16 +576,16 @@ func (s *StagedFileSink) writeRun(p PartitionID, records []Record) error {
 	return nil
 }
 
-// Prepare implements [StagingSink]: it fsyncs the staging file and lists
+// Prepare implements [pipeline.StagingSink]: it fsyncs the staging file and lists
 // the staged range of the records below watermark. It always covers the
 // watermark (final makes no difference): a published file grows by
 // every commit.
-func (s *StagedFileSink) Prepare(ctx context.Context, p PartitionID, watermark int64, final bool) ([]byte, int64, bool, error) {
+func (s *StagedFileSink) Prepare(ctx context.Context, p pipeline.PartitionID, watermark int64, final bool) ([]byte, int64, bool, error) {
 	out, pending, err := s.prepare(ctx, p, watermark, final)
 	return out, watermark, pending, err
 }
 
-func (s *StagedFileSink) prepare(ctx context.Context, p PartitionID, watermark int64, final bool) ([]byte, bool, error) {
+func (s *StagedFileSink) prepare(ctx context.Context, p pipeline.PartitionID, watermark int64, final bool) ([]byte, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
@@ -634,9 +632,9 @@ func (fs *fileStage) committable() []byte {
 	return b
 }
 
-// Publish implements [StagingSink]: it copies the listed range to the
+// Publish implements [pipeline.StagingSink]: it copies the listed range to the
 // published file at the committed length and fsyncs it.
-func (s *StagedFileSink) Publish(ctx context.Context, p PartitionID, committable []byte) (err error) {
+func (s *StagedFileSink) Publish(ctx context.Context, p pipeline.PartitionID, committable []byte) (err error) {
 	defer func() { err = markFileFault(err) }() // filefault.go
 	if err := ctx.Err(); err != nil {
 		return err
@@ -676,9 +674,9 @@ func (s *StagedFileSink) Publish(ctx context.Context, p PartitionID, committable
 	return nil
 }
 
-// CloseStage implements [StagingSink]. A completed split's staging
+// CloseStage implements [pipeline.StagingSink]. A completed split's staging
 // directory is removed.
-func (s *StagedFileSink) CloseStage(p PartitionID, completed bool) {
+func (s *StagedFileSink) CloseStage(p pipeline.PartitionID, completed bool) {
 	s.mu.Lock()
 	fs := s.stages[p]
 	delete(s.stages, p)
@@ -711,7 +709,7 @@ func (fs *fileStage) close() {
 func (s *StagedFileSink) Close() error {
 	s.mu.Lock()
 	stages := s.stages
-	s.stages = map[PartitionID]*fileStage{}
+	s.stages = map[pipeline.PartitionID]*fileStage{}
 	s.mu.Unlock()
 	for _, fs := range stages {
 		fs.mu.Lock()

@@ -1,4 +1,4 @@
-package pipeline
+package filesink
 
 import (
 	"bufio"
@@ -17,14 +17,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/internal/filehook"
 )
 
 var stageSplit = spate.MustSplitID("s1")
 
-func stageRecords(p PartitionID, from, to int64) []Record {
-	var rs []Record
+func stageRecords(p pipeline.PartitionID, from, to int64) []pipeline.Record {
+	var rs []pipeline.Record
 	for i := from; i < to; i++ {
-		rs = append(rs, Record{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "line %d", i), Partition: p, Offset: i})
+		rs = append(rs, pipeline.Record{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "line %d", i), Partition: p, Offset: i})
 	}
 	return rs
 }
@@ -58,17 +60,17 @@ func requireExactly(t *testing.T, s *StagedFileSink, split spate.SplitID, n int)
 	require.Len(t, seen, n)
 }
 
-func openStage(t *testing.T, s *StagedFileSink, epoch uint64, p PartitionID, committed []byte) {
+func openStage(t *testing.T, s *StagedFileSink, epoch uint64, p pipeline.PartitionID, committed []byte) {
 	t.Helper()
-	require.NoError(t, s.OpenStage(context.Background(), StageTenancy{Split: stageSplit, Epoch: spate.LeaseEpoch(epoch), Partition: p}, committed))
+	require.NoError(t, s.OpenStage(context.Background(), pipeline.StageTenancy{Split: stageSplit, Epoch: spate.LeaseEpoch(epoch), Partition: p}, committed))
 }
 
-func write(t *testing.T, s *StagedFileSink, p PartitionID, from, to int64) {
+func write(t *testing.T, s *StagedFileSink, p pipeline.PartitionID, from, to int64) {
 	t.Helper()
 	require.NoError(t, s.Write(context.Background(), 0, stageRecords(p, from, to)))
 }
 
-func prepare(t *testing.T, s *StagedFileSink, p PartitionID, w int64) []byte {
+func prepare(t *testing.T, s *StagedFileSink, p pipeline.PartitionID, w int64) []byte {
 	t.Helper()
 	c, _, _, err := s.Prepare(context.Background(), p, w, false)
 	require.NoError(t, err)
@@ -248,7 +250,7 @@ func TestStagedFileSinkDamage(t *testing.T) {
 			b, err := NewStagedFileSink(dst, "job")
 			require.NoError(t, err)
 			defer b.Close()
-			err = b.OpenStage(context.Background(), StageTenancy{Split: stageSplit, Epoch: 2, Partition: 1}, committed)
+			err = b.OpenStage(context.Background(), pipeline.StageTenancy{Split: stageSplit, Epoch: 2, Partition: 1}, committed)
 			require.Error(t, err)
 			for _, w := range tc.want {
 				assert.Contains(t, err.Error(), strings.TrimPrefix(w, "/"))
@@ -264,7 +266,7 @@ func TestStagedFileSinkDamage(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(dst, stageSplit.String()+".out"), []byte("someone else's\n"), 0o644))
 		s, err := NewStagedFileSink(dst, "job")
 		require.NoError(t, err)
-		err = s.OpenStage(context.Background(), StageTenancy{Split: stageSplit, Epoch: 1}, nil)
+		err = s.OpenStage(context.Background(), pipeline.StageTenancy{Split: stageSplit, Epoch: 1}, nil)
 		require.ErrorContains(t, err, "already holds 15 bytes")
 		require.ErrorContains(t, err, "empty destination")
 	})
@@ -301,7 +303,7 @@ func TestStagedFileSinkDamage(t *testing.T) {
 		s, err := NewStagedFileSink(t.TempDir(), "job")
 		require.NoError(t, err)
 		for _, c := range []string{`{"offset":12}`, `not json`, `{"v":1,"file":"../../etc/passwd","len":0,"crc":0}`, `{"v":2,"file":"s1.out"}`} {
-			err = s.OpenStage(context.Background(), StageTenancy{Split: stageSplit, Epoch: 1}, []byte(c))
+			err = s.OpenStage(context.Background(), pipeline.StageTenancy{Split: stageSplit, Epoch: 1}, []byte(c))
 			require.ErrorContains(t, err, "not this sink's", c)
 		}
 	})
@@ -312,7 +314,7 @@ func TestStagedFileSinkRefusesUnwiredAndDisorderedRecords(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 	err = s.Write(context.Background(), 0, stageRecords(3, 0, 2))
-	require.ErrorIs(t, err, ErrNoStage)
+	require.ErrorIs(t, err, pipeline.ErrNoStage)
 	require.ErrorIs(t, err, spate.ErrFatal)
 
 	openStage(t, s, 1, 0, nil)
@@ -408,9 +410,9 @@ func TestStagedFileSinkUndoesAPublishTornByAFullDisk(t *testing.T) {
 	require.NoError(t, err)
 
 	c := prepare(t, s, 0, 10)
-	real := publishWrite
-	defer func() { publishWrite = real }()
-	publishWrite = func(out *os.File, off, n int64, _ func() error) error {
+	real := filehook.PublishWrite
+	defer func() { filehook.PublishWrite = real }()
+	filehook.PublishWrite = func(out *os.File, off, n int64, _ func() error) error {
 		if _, err := out.WriteAt(bytes.Repeat([]byte("x"), int(n/2)), off); err != nil {
 			return err
 		}
@@ -423,7 +425,7 @@ func TestStagedFileSinkUndoesAPublishTornByAFullDisk(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, string(before), string(after), "a torn publish is visible under the final name")
 
-	publishWrite = real
+	filehook.PublishWrite = real
 	require.NoError(t, s.Publish(context.Background(), 0, c), "the retry")
 	requireExactly(t, s, stageSplit, 10)
 }
@@ -445,7 +447,7 @@ func TestStagedFileSinkBlamesARolledBackStoreSafely(t *testing.T) {
 	s.CloseStage(0, false)
 
 	// The store went back to the record of the first commit.
-	err = s.OpenStage(context.Background(), StageTenancy{Split: stageSplit, Epoch: 2, Partition: 1}, older)
+	err = s.OpenStage(context.Background(), pipeline.StageTenancy{Split: stageSplit, Epoch: 2, Partition: 1}, older)
 	require.Error(t, err)
 	for _, want := range []string{s.Path(stageSplit), "the store lost commits", "restored from a backup or rolled back", "do not delete it"} {
 		assert.Contains(t, err.Error(), want)

@@ -1,4 +1,4 @@
-package pipeline
+package filesink
 
 import (
 	"hash/crc32"

@@ -1,4 +1,4 @@
-package pipeline
+package filesink
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"syscall"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/pipeline"
 )
 
 // The staged file sink marks its faults, as the bucket sink does
@@ -49,7 +50,7 @@ func (f *fileFault) Unwrap() []error { return []error{f.err, f.kind} }
 // (see above).
 func markFileFault(err error) error {
 	if err == nil || errors.Is(err, spate.ErrRetryable) || errors.Is(err, spate.ErrFatal) ||
-		errors.Is(err, spate.ErrFenced) || errors.Is(err, ErrOutputDamaged) {
+		errors.Is(err, spate.ErrFenced) || errors.Is(err, pipeline.ErrOutputDamaged) {
 		return err
 	}
 	var errno syscall.Errno

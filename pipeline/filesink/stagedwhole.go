@@ -1,4 +1,4 @@
-package pipeline
+package filesink
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/pipeline"
 )
 
 // Whole-file publishing ([StagedFileSink.PublishWhole]): a tenancy's
@@ -114,9 +115,9 @@ func checkPublished(path string, n int64, crc uint32) error {
 	}
 	switch {
 	case size < n:
-		return fmt.Errorf("%w: %s holds %d bytes but %d are committed: it was truncated or deleted under the job; restore it, or delete the job and its output and run again", ErrOutputDamaged, path, size, n)
+		return fmt.Errorf("%w: %s holds %d bytes but %d are committed: it was truncated or deleted under the job; restore it, or delete the job and its output and run again", pipeline.ErrOutputDamaged, path, size, n)
 	case size > n:
-		return fmt.Errorf("%w: %w", ErrOutputDamaged, pastCommitted(path, size-n, n))
+		return fmt.Errorf("%w: %w", pipeline.ErrOutputDamaged, pastCommitted(path, size-n, n))
 	case n == 0:
 		return nil
 	}
@@ -125,7 +126,7 @@ func checkPublished(path string, n int64, crc uint32) error {
 		return fmt.Errorf("cannot read the published file %s: %w", path, err)
 	}
 	if got != crc {
-		return fmt.Errorf("%w: %s was altered under the job: its %d bytes no longer match the committed checksum; restore it, or delete the job and its output and run again", ErrOutputDamaged, path, n)
+		return fmt.Errorf("%w: %s was altered under the job: its %d bytes no longer match the committed checksum; restore it, or delete the job and its output and run again", pipeline.ErrOutputDamaged, path, n)
 	}
 	return nil
 }
@@ -157,7 +158,7 @@ func publishWhole(fs *fileStage, c stagedCommit, stagePath string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("%w: the staging file %s that split %s's committed record lists is damaged (%v): the committed output cannot be published; delete the job and its output and run again",
-			ErrOutputDamaged, stagePath, fs.split, err)
+			pipeline.ErrOutputDamaged, stagePath, fs.split, err)
 	}
 	if err := os.Rename(stagePath, fs.finalPath); err != nil {
 		return fmt.Errorf("cannot publish %s as %s: %w", stagePath, fs.finalPath, err)
@@ -315,7 +316,7 @@ func (s *StagedFileSink) classifyStageError(err error) error {
 		s.noSpace.Store(0)
 		return nil
 	}
-	if errors.Is(err, ErrOutputDamaged) {
+	if errors.Is(err, pipeline.ErrOutputDamaged) {
 		return err
 	}
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {

@@ -1,4 +1,4 @@
-package pipeline
+package filesink
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+
+	"github.com/spate-go/spate/pipeline"
 )
 
 // FileSink appends records to one file per shard and fsyncs before it
@@ -19,7 +21,7 @@ import (
 type FileSink struct {
 	dir, prefix string
 	// Format renders one record onto buf.
-	Format func(buf []byte, r Record) []byte
+	Format func(buf []byte, r pipeline.Record) []byte
 	mu     sync.Mutex
 	files  map[int]*fileShard
 }
@@ -51,7 +53,7 @@ func NewFileSink(dir, prefix string) (*FileSink, error) {
 	return &FileSink{dir: dir, prefix: prefix, files: map[int]*fileShard{}, Format: formatLine}, nil
 }
 
-func formatLine(buf []byte, r Record) []byte {
+func formatLine(buf []byte, r pipeline.Record) []byte {
 	buf = append(buf, r.Key...)
 	buf = append(buf, '\t')
 	buf = append(buf, r.Value...)
@@ -83,15 +85,15 @@ func (s *FileSink) shard(i int) (*fileShard, error) {
 	return fs, nil
 }
 
-// Write implements [Sink]: append, fsync, then report durable.
-func (s *FileSink) Write(ctx context.Context, shard int, records []Record) error {
-	return s.WriteChunks(ctx, shard, [][]Record{records})
+// Write implements [pipeline.Sink]: append, fsync, then report durable.
+func (s *FileSink) Write(ctx context.Context, shard int, records []pipeline.Record) error {
+	return s.WriteChunks(ctx, shard, [][]pipeline.Record{records})
 }
 
-// WriteChunks implements [ChunkedSink]: the lines of all the chunks are
+// WriteChunks implements [pipeline.ChunkedSink]: the lines of all the chunks are
 // appended through one pooled buffer (in pieces of at most 256 KiB, so a
 // write of any size allocates nothing), then fsynced once.
-func (s *FileSink) WriteChunks(ctx context.Context, shard int, chunks [][]Record) error {
+func (s *FileSink) WriteChunks(ctx context.Context, shard int, chunks [][]pipeline.Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -150,7 +152,7 @@ func (s *FileSink) WriteChunks(ctx context.Context, shard int, chunks [][]Record
 	return nil
 }
 
-// Destination implements [SinkDestination]: the directory written to.
+// Destination implements [pipeline.SinkDestination]: the directory written to.
 func (s *FileSink) Destination() string { return s.dir }
 
 // Close closes the files.
@@ -166,64 +168,3 @@ func (s *FileSink) Close() error {
 	}
 	return first
 }
-
-// CaptureSink keeps every written record in memory, for tests. Fail, when
-// set, decides each write's outcome before anything is kept.
-type CaptureSink struct {
-	mu      sync.Mutex
-	records []Record
-	writes  int
-	// Fail returns the error a write fails with (nil: the write lands).
-	Fail func(shard int, records []Record) error
-}
-
-// Write implements [Sink].
-func (c *CaptureSink) Write(ctx context.Context, shard int, records []Record) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.writes++
-	if c.Fail != nil {
-		if err := c.Fail(shard, records); err != nil {
-			return err
-		}
-	}
-	for _, r := range records {
-		r.Key = append([]byte(nil), r.Key...)
-		r.Value = append([]byte(nil), r.Value...)
-		c.records = append(c.records, r)
-	}
-	return nil
-}
-
-// Records returns a copy of everything written.
-func (c *CaptureSink) Records() []Record {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]Record(nil), c.records...)
-}
-
-// Len is the number of records written.
-func (c *CaptureSink) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.records)
-}
-
-// Writes is the number of Write calls.
-func (c *CaptureSink) Writes() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.writes
-}
-
-// NopSink accepts every write and keeps nothing (benchmarks).
-type NopSink struct{}
-
-// Write implements [Sink].
-func (NopSink) Write(context.Context, int, []Record) error { return nil }
-
-// WriteChunks implements [ChunkedSink].
-func (NopSink) WriteChunks(context.Context, int, [][]Record) error { return nil }
