@@ -216,6 +216,13 @@ func TestFollowNextToLogrotate(t *testing.T) {
 	if tr.full {
 		stopFor = 30 * time.Second
 	}
+	// The rotations start once every application's first line is in the
+	// output: lines a copytruncate moves into the copy before the fleet
+	// first opened the file are not followed (the copy is excluded by
+	// default, as in other log shippers), and a loaded machine can take
+	// longer than tr.every to start three workers. What the trial judges is
+	// rotation while following.
+	firstLines(t, out, tr.apps, 2*time.Minute)
 	begin := time.Now()
 	faulting := make(chan struct{})
 	go func() {
@@ -569,4 +576,26 @@ func (s *rotSampler) report(t *testing.T, w0 *proc, from time.Time) {
 	for i := 0; i < len(progress); i += max(1, len(progress)/12) {
 		t.Logf("progress: %s", progress[i])
 	}
+}
+
+// firstLines waits until the output holds a line of each application.
+func firstLines(t *testing.T, out *outputWatch, apps []rotatedApp, within time.Duration) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		out.mu.Lock()
+		defer out.mu.Unlock()
+		for _, a := range apps {
+			found := false
+			for line := range out.seen {
+				if strings.HasPrefix(line, a.name+"-") {
+					found = true
+					break
+				}
+			}
+			if !found {
+				return false
+			}
+		}
+		return true
+	}, within, 100*time.Millisecond, "every application's first line in the output")
 }
