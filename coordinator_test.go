@@ -302,39 +302,6 @@ func TestCloseDoesNotWaitForAStuckPlanner(t *testing.T) {
 	})
 }
 
-// A new job's first assignment waits only until membership is quiet (about
-// a second), not a third of the lease: a lone worker at the default 30 s
-// lease gains its first split within two seconds (it waited 10 s before).
-func TestLoneWorkerStartsWithinSeconds(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := mem.MustNew(mem.Options{TTL: spate.DefaultLeaseDuration})
-		defer s.Close()
-		c, err := spate.NewStoreCoordinator(s, spate.Config{InstanceID: "lone"}, spate.WithLogger(slog.New(slog.DiscardHandler)))
-		require.NoError(t, err)
-		w := spate.NewWaker()
-		c.SetWaker(w)
-		start := time.Now()
-		require.NoError(t, c.Start(plan("lone", 2)))
-		defer c.Close()
-		for {
-			select {
-			case <-w.C():
-			case <-time.After(spate.DefaultLeaseDuration):
-				require.FailNow(t, "no split gained within a lease")
-			}
-			evs, err := c.Poll()
-			require.NoError(t, err)
-			for _, ev := range evs {
-				if _, ok := ev.(spate.Gained); ok {
-					took := time.Since(start)
-					assert.LessOrEqual(t, took, 2*time.Second, "a lone worker's first split took %v", took)
-					return
-				}
-			}
-		}
-	})
-}
-
 // A fixed fleet of 5 workers holding 200 weighted splits, none of which
 // completes: once every split is placed on all five (a member that joins
 // late makes a legitimate rebalance first), nothing changes hands for 20
