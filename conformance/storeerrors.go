@@ -111,18 +111,34 @@ func testValueCapReported(e *env) {
 		size = 1 << 20
 	}
 	for _, ks := range keyspaces {
-		v := bytes.Repeat([]byte{'c'}, size)
-		o, err := s.Create(e.ctx, ks, "cap.at", v)
-		require.NoError(e.t, err, "rule: the store accepts values up to its reported cap (%d, 0 = none); a %s create of %d bytes failed", limit, ks, size)
-		require.True(e.t, o.Won, "create of an absent key lost")
-		en, ok := mustGet(e, s, ks, "cap.at")
-		require.True(e.t, ok && bytes.Equal(en.Value, v), "rule: a value of the cap's size reads back whole; %s read %d bytes (present %t)", ks, len(en.Value), ok)
-		v = bytes.Repeat([]byte{'u'}, size)
-		o, err = s.Update(e.ctx, ks, "cap.at", v, o.Revision)
-		require.NoError(e.t, err, "rule: the store accepts values up to its reported cap (%d, 0 = none); a %s update of %d bytes failed", limit, ks, size)
-		require.True(e.t, o.Won, "update at the current revision lost")
-		en, ok = mustGet(e, s, ks, "cap.at")
-		require.True(e.t, ok && bytes.Equal(en.Value, v), "rule: a value of the cap's size reads back whole; %s read %d bytes after the update", ks, len(en.Value))
+		e.withinATTL(s, ks, func(attempt int) string {
+			key := fmt.Sprintf("cap.at%d", attempt)
+			v := bytes.Repeat([]byte{'c'}, size)
+			o, err := s.Create(e.ctx, ks, key, v)
+			if err != nil {
+				return fmt.Sprintf("rule: the store accepts values up to its reported cap (%d, 0 = none); a %s create of %d bytes failed: %v", limit, ks, size, err)
+			}
+			if !o.Won {
+				return fmt.Sprintf("create of an absent key lost (%s %q)", ks, key)
+			}
+			en, ok := mustGet(e, s, ks, key)
+			if !ok || !bytes.Equal(en.Value, v) {
+				return fmt.Sprintf("rule: a value of the cap's size reads back whole; %s read %d bytes (present %t)", ks, len(en.Value), ok)
+			}
+			v = bytes.Repeat([]byte{'u'}, size)
+			o, err = s.Update(e.ctx, ks, key, v, o.Revision)
+			if err != nil {
+				return fmt.Sprintf("rule: the store accepts values up to its reported cap (%d, 0 = none); a %s update of %d bytes failed: %v", limit, ks, size, err)
+			}
+			if !o.Won {
+				return fmt.Sprintf("update at the current revision lost (%s %q)", ks, key)
+			}
+			en, ok = mustGet(e, s, ks, key)
+			if !ok || !bytes.Equal(en.Value, v) {
+				return fmt.Sprintf("rule: a value of the cap's size reads back whole; %s read %d bytes after the update (present %t)", ks, len(en.Value), ok)
+			}
+			return ""
+		})
 	}
 }
 
