@@ -137,6 +137,39 @@ func (e *env) open() spate.Store {
 	return b
 }
 
+// ttlPasses is how many times withinATTL makes a pass that outlasted the
+// TTL before it judges the rule by the last one.
+const ttlPasses = 3
+
+// withinATTL runs pass, a sequence of writes and reads of keyspace ks on s
+// that judges itself and returns its failure ("" for none), and fails the
+// rule with it. An ephemeral key lives at least one TTL from the start of
+// its last write and may be gone after that, which no rule forbids; the
+// tests' TTLs are the stores' floors (2 s on NATS), and a loaded machine
+// can stall a process for that long between two calls. So a pass on the
+// ephemeral keyspace that failed after running for a TTL or more (from
+// its start to its end) is made again, with its attempt number (0, 1, ...)
+// to name fresh keys by, up to ttlPasses times; a pass that failed within
+// a TTL, or on the durable keyspace, or the last pass, fails the rule.
+// Each pass left out is logged.
+func (e *env) withinATTL(s spate.Store, ks spate.Keyspace, pass func(attempt int) string) {
+	e.t.Helper()
+	ttl := s.Capabilities().TTL
+	for attempt := 0; ; attempt++ {
+		began := time.Now()
+		failure := pass(attempt)
+		took := time.Since(began)
+		if failure == "" {
+			return
+		}
+		if ks != spate.Ephemeral || took < ttl || attempt+1 >= ttlPasses {
+			e.t.Fatalf("%s (the pass took %v; TTL %v; attempt %d of at most %d)", failure, took.Round(time.Millisecond), ttl, attempt+1, ttlPasses)
+		}
+		e.t.Logf("a pass that took %v, a TTL (%v) or more, failed: its key may have expired; again with a fresh key (%d of at most %d): %s",
+			took.Round(time.Millisecond), ttl, attempt+2, ttlPasses, failure)
+	}
+}
+
 // openRetryBudget bounds how long openStore retries Retryable failures.
 const openRetryBudget = 30 * time.Second
 

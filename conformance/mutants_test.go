@@ -50,6 +50,7 @@ type shared struct {
 	cache   map[string]spate.Entry
 	closed  chan struct{} // closed with the harness: background goroutines stop
 	onClose []func()      // run when the harness closes
+	stalled bool          // a-stall-past-a-ttl-once: its one stall was made
 }
 
 // sibling returns another handle on s's data, closed with the harness: a

@@ -70,6 +70,26 @@ var slowMutants = []mutant{
 			return out, nil
 		}}
 	}},
+	// The process stalls once for 1.5 TTLs, before the first read of a
+	// live ephemeral key of the harness, as a loaded machine stalls one
+	// (load 5 to 6 beside a NATS R3 cluster with a 2 s TTL): the key the
+	// rule wrote just before expires before the read. A rule that judges
+	// a write by a read after it must tell that from a fault.
+	{name: "a-stall-past-a-ttl-once", wrap: func(sh *shared, s *mem.Store) spate.Store {
+		return &hooked{Store: s, get: func(ctx context.Context, ks spate.Keyspace, k string) (spate.Entry, bool, error) {
+			if _, live, err := s.Get(ctx, ks, k); err != nil || !live || ks != spate.Ephemeral {
+				return s.Get(ctx, ks, k)
+			}
+			sh.mu.Lock()
+			stall := !sh.stalled
+			sh.stalled = true
+			sh.mu.Unlock()
+			if stall && !sh.sleep(ttl*3/2) {
+				return spate.Entry{}, false, spate.Retryablef("the store closed")
+			}
+			return s.Get(ctx, ks, k)
+		}}
+	}},
 	// A key watch's SnapshotDone comes 1.5 TTLs after its snapshot, as
 	// a loaded NATS R3 cluster took about that long to set one up: an
 	// ephemeral key written before the watch expires before the rule's
@@ -108,6 +128,7 @@ func TestTimedRulesPassASlowStore(t *testing.T) {
 		"round-trips-of-100ms":        {"WatchHasNoGaps", "WatchKeysHasNoGaps", "ListNeverUnderReports"},
 		"snapshot-read-key-by-key":    {"WatchHasNoGaps"},
 		"key-watch-ready-after-a-ttl": {"WatchKeysWatchesARepeatedKeyOnce"},
+		"a-stall-past-a-ttl-once":     {"ValueCapIsReported", "OutcomeReportsWhetherTheWriteApplied"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			failed := catch(t, conformance.CheckStore, mutantHarness(slowMutants, name), rules)

@@ -191,6 +191,20 @@ func (wit *witness) stalled(sp span) bool {
 	return false
 }
 
+// longestDuring is the longest call of the witness's that took at least
+// its stall and overlapped sp; 0 if none did.
+func (wit *witness) longestDuring(sp span) time.Duration {
+	wit.mu.Lock()
+	defer wit.mu.Unlock()
+	var d time.Duration
+	for _, s := range wit.slow {
+		if s.overlaps(sp) {
+			d = max(d, s.end.Sub(s.start))
+		}
+	}
+	return d
+}
+
 // scenSlowStoreLanes: every store operation of the worker takes a round
 // trip of lease/100 (100 ms under a 10 s lease), and 16 lanes each commit
 // their split every lease/20 to lease/10 (jittered, seeded) for three

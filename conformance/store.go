@@ -438,38 +438,58 @@ func testGuardedDelete(e *env) {
 func testOutcomeWon(e *env) {
 	s, other := e.open(), e.open()
 	for _, ks := range keyspaces {
-		read := func() string {
-			en, ok := mustGet(e, other, ks, "ow.k")
-			if !ok {
-				return "absent"
+		e.withinATTL(s, ks, func(attempt int) string {
+			key := fmt.Sprintf("ow.k%d", attempt)
+			read := func() string {
+				en, ok := mustGet(e, other, ks, key)
+				if !ok {
+					return "absent"
+				}
+				return fmt.Sprintf("%s@%d", en.Value, en.Revision)
 			}
-			return fmt.Sprintf("%s@%d", en.Value, en.Revision)
-		}
-		step := func(what string, o spate.Outcome, err error, before string, applied func(now string) bool) {
-			e.t.Helper()
-			require.NoError(e.t, err, "%s %s", ks, what)
-			now := read()
-			assert.Equal(e.t, applied(now), o.Won, "rule: Won reports whether the write applied; %s %s reported Won=%t, and the key went %s -> %s",
-				ks, what, o.Won, before, now)
-		}
-		before := read()
-		c, err := s.Create(e.ctx, ks, "ow.k", []byte("a"))
-		step("create of an absent key", c, err, before, func(now string) bool { return now != before })
-		before = read()
-		o, err := s.Create(e.ctx, ks, "ow.k", []byte("b"))
-		step("create of a live key", o, err, before, func(now string) bool { return now != before })
-		before = read()
-		u, err := s.Update(e.ctx, ks, "ow.k", []byte("c"), c.Revision)
-		step("update at the current revision", u, err, before, func(now string) bool { return now != before })
-		before = read()
-		o, err = s.Update(e.ctx, ks, "ow.k", []byte("d"), c.Revision)
-		step("update at a stale revision", o, err, before, func(now string) bool { return now != before })
-		before = read()
-		o, err = s.Delete(e.ctx, ks, "ow.k", c.Revision)
-		step("guarded delete at a stale revision", o, err, before, func(now string) bool { return now != before })
-		before = read()
-		o, err = s.Delete(e.ctx, ks, "ow.k", u.Revision)
-		step("guarded delete at the current revision", o, err, before, func(now string) bool { return now == "absent" })
+			// step judges one write: whether it applied, by what other
+			// reads before and after it.
+			step := func(what string, o spate.Outcome, err error, before string, applied func(now string) bool) string {
+				if err != nil {
+					return fmt.Sprintf("%s %s: unexpected error: %v", ks, what, err)
+				}
+				now := read()
+				if applied(now) != o.Won {
+					return fmt.Sprintf("rule: Won reports whether the write applied; %s %s reported Won=%t, and the key went %s -> %s",
+						ks, what, o.Won, before, now)
+				}
+				return ""
+			}
+			changed := func(before string) func(string) bool { return func(now string) bool { return now != before } }
+			before := read()
+			c, err := s.Create(e.ctx, ks, key, []byte("a"))
+			if f := step("create of an absent key", c, err, before, changed(before)); f != "" {
+				return f
+			}
+			before = read()
+			o, err := s.Create(e.ctx, ks, key, []byte("b"))
+			if f := step("create of a live key", o, err, before, changed(before)); f != "" {
+				return f
+			}
+			before = read()
+			u, err := s.Update(e.ctx, ks, key, []byte("c"), c.Revision)
+			if f := step("update at the current revision", u, err, before, changed(before)); f != "" {
+				return f
+			}
+			before = read()
+			o, err = s.Update(e.ctx, ks, key, []byte("d"), c.Revision)
+			if f := step("update at a stale revision", o, err, before, changed(before)); f != "" {
+				return f
+			}
+			before = read()
+			o, err = s.Delete(e.ctx, ks, key, c.Revision)
+			if f := step("guarded delete at a stale revision", o, err, before, changed(before)); f != "" {
+				return f
+			}
+			before = read()
+			o, err = s.Delete(e.ctx, ks, key, u.Revision)
+			return step("guarded delete at the current revision", o, err, before, func(now string) bool { return now == "absent" })
+		})
 	}
 }
 

@@ -67,7 +67,12 @@ func testTTLFloor(e *env) {
 // sleeps 5 ms a call, 500 ms); a loaded machine slows some batches of a
 // correct driver, not all of them.
 func testCapabilitiesNeverBlock(e *env) {
-	const capBatches, capCalls, capFloor = 5, 100, 10 * time.Millisecond
+	// capRounds: a phase over the limit is measured again, up to this
+	// many rounds of capBatches in all: a loaded machine (cmd/spate's
+	// tests beside the store, load 6) slowed every batch of one round of
+	// a healthy Redis store past the limit (12.5 ms), while a call that
+	// asks the server is slower in every round.
+	const capBatches, capCalls, capRounds, capFloor = 5, 100, 3, 10 * time.Millisecond
 	s := e.open()
 	rtt := time.Duration(math.MaxInt64)
 	for range capBatches {
@@ -78,12 +83,14 @@ func testCapabilitiesNeverBlock(e *env) {
 	limit := max(10*rtt, capFloor)
 	fastest := func() time.Duration {
 		best := time.Duration(math.MaxInt64)
-		for range capBatches {
-			at := time.Now()
-			for range capCalls {
-				s.Capabilities()
+		for round := 0; round < capRounds && best >= limit; round++ {
+			for range capBatches {
+				at := time.Now()
+				for range capCalls {
+					s.Capabilities()
+				}
+				best = min(best, time.Since(at))
 			}
-			best = min(best, time.Since(at))
 		}
 		return best
 	}
@@ -94,8 +101,8 @@ func testCapabilitiesNeverBlock(e *env) {
 	require.NoError(e.t, s.Close(), "close")
 	took = append(took, fastest())
 	for i, d := range took {
-		require.Less(e.t, d, limit, "rule: Capabilities never blocks; %s, the fastest of %d batches of %d calls took %v, not under 10 round trips of a Get (fastest %v) or %v",
-			phases[i], capBatches, capCalls, d, rtt, capFloor)
+		require.Less(e.t, d, limit, "rule: Capabilities never blocks; %s, the fastest of up to %d batches of %d calls took %v, not under 10 round trips of a Get (fastest %v) or %v",
+			phases[i], capRounds*capBatches, capCalls, d, rtt, capFloor)
 	}
 }
 
@@ -111,18 +118,34 @@ func testValueCapReported(e *env) {
 		size = 1 << 20
 	}
 	for _, ks := range keyspaces {
-		v := bytes.Repeat([]byte{'c'}, size)
-		o, err := s.Create(e.ctx, ks, "cap.at", v)
-		require.NoError(e.t, err, "rule: the store accepts values up to its reported cap (%d, 0 = none); a %s create of %d bytes failed", limit, ks, size)
-		require.True(e.t, o.Won, "create of an absent key lost")
-		en, ok := mustGet(e, s, ks, "cap.at")
-		require.True(e.t, ok && bytes.Equal(en.Value, v), "rule: a value of the cap's size reads back whole; %s read %d bytes (present %t)", ks, len(en.Value), ok)
-		v = bytes.Repeat([]byte{'u'}, size)
-		o, err = s.Update(e.ctx, ks, "cap.at", v, o.Revision)
-		require.NoError(e.t, err, "rule: the store accepts values up to its reported cap (%d, 0 = none); a %s update of %d bytes failed", limit, ks, size)
-		require.True(e.t, o.Won, "update at the current revision lost")
-		en, ok = mustGet(e, s, ks, "cap.at")
-		require.True(e.t, ok && bytes.Equal(en.Value, v), "rule: a value of the cap's size reads back whole; %s read %d bytes after the update", ks, len(en.Value))
+		e.withinATTL(s, ks, func(attempt int) string {
+			key := fmt.Sprintf("cap.at%d", attempt)
+			v := bytes.Repeat([]byte{'c'}, size)
+			o, err := s.Create(e.ctx, ks, key, v)
+			if err != nil {
+				return fmt.Sprintf("rule: the store accepts values up to its reported cap (%d, 0 = none); a %s create of %d bytes failed: %v", limit, ks, size, err)
+			}
+			if !o.Won {
+				return fmt.Sprintf("create of an absent key lost (%s %q)", ks, key)
+			}
+			en, ok := mustGet(e, s, ks, key)
+			if !ok || !bytes.Equal(en.Value, v) {
+				return fmt.Sprintf("rule: a value of the cap's size reads back whole; %s read %d bytes (present %t)", ks, len(en.Value), ok)
+			}
+			v = bytes.Repeat([]byte{'u'}, size)
+			o, err = s.Update(e.ctx, ks, key, v, o.Revision)
+			if err != nil {
+				return fmt.Sprintf("rule: the store accepts values up to its reported cap (%d, 0 = none); a %s update of %d bytes failed: %v", limit, ks, size, err)
+			}
+			if !o.Won {
+				return fmt.Sprintf("update at the current revision lost (%s %q)", ks, key)
+			}
+			en, ok = mustGet(e, s, ks, key)
+			if !ok || !bytes.Equal(en.Value, v) {
+				return fmt.Sprintf("rule: a value of the cap's size reads back whole; %s read %d bytes after the update (present %t)", ks, len(en.Value), ok)
+			}
+			return ""
+		})
 	}
 }
 

@@ -98,65 +98,25 @@ func TestWatchKeysIsNative(t *testing.T) {
 // and unlisted ones too, the snapshot of every round holds every listed key
 // that was live throughout, and no key that is not listed.
 func TestWatchKeysSnapshotNeverUnderReports(t *testing.T) {
-	h := natsservers.NewHarness(t, ttl)
-	ctx := testCtx(t, 60*time.Second)
-	s, err := h.NewNATSStore(ctx)
-	require.NoError(t, err)
-	churner, err := h.NewNATSStore(ctx)
-	require.NoError(t, err)
-	const stable = 40
-	var listed []string
-	for i := range stable {
-		listed = append(listed, fmt.Sprintf("sk.stable.%02d", i))
+	var stable, listed []string
+	for i := range 40 {
+		stable = append(stable, fmt.Sprintf("sk.stable.%02d", i))
 	}
+	listed = append(listed, stable...)
 	for i := range 7 {
 		listed = append(listed, fmt.Sprintf("sk.churn.%d", i))
 	}
-	for _, ks := range []spate.Keyspace{spate.Durable, spate.Ephemeral} {
-		revs := make([]uint64, stable)
-		for i := range stable {
-			o, err := s.Create(ctx, ks, listed[i], []byte("v"))
-			require.NoError(t, err)
-			require.True(t, o.Won)
-			revs[i] = o.Revision
-		}
-		cctx, cancel := context.WithCancel(ctx)
-		churned := make(chan error, 1)
-		go func() {
-			defer close(churned)
-			for i := 0; cctx.Err() == nil; i++ {
-				for _, k := range []string{fmt.Sprintf("sk.churn.%d", i%7), fmt.Sprintf("sk.other.%d", i%5)} {
-					if o, err := churner.Create(cctx, ks, k, []byte("x")); err == nil && o.Won {
-						_, _ = churner.Delete(cctx, ks, k, o.Revision)
-					}
-				}
-				j := i % stable
-				o, err := churner.Update(cctx, ks, listed[j], []byte("y"), revs[j])
-				if err != nil && cctx.Err() == nil {
-					churned <- err
-					return
-				}
-				if o.Won {
-					revs[j] = o.Revision
-				}
-			}
-		}()
-		for round := range 15 {
-			wctx, wcancel := context.WithCancel(ctx)
-			ch, err := s.WatchKeys(wctx, ks, listed)
-			require.NoError(t, err)
-			have := snapshotOf(t, ch)
-			wcancel()
+	snapshotsUnderChurn(t, stable, func(i int) []string {
+		return []string{fmt.Sprintf("sk.churn.%d", i%7), fmt.Sprintf("sk.other.%d", i%5)}
+	},
+		func(ctx context.Context, s *spatenats.Store, ks spate.Keyspace) (<-chan spate.WatchEvent, error) {
+			return s.WatchKeys(ctx, ks, listed)
+		},
+		func(t *testing.T, ks spate.Keyspace, round int, have map[string]uint64) {
 			for k := range have {
 				assert.True(t, slices.Contains(listed, k), "%v snapshot %d holds %q, not listed", ks, round, k)
 			}
-			for _, k := range listed[:stable] {
-				assert.Contains(t, have, k, "%v snapshot %d misses %q, live throughout (%d keys in it)", ks, round, k, len(have))
-			}
-		}
-		cancel()
-		require.NoError(t, <-churned)
-	}
+		})
 }
 
 // requireBreaksRetryable reads ch until it closes; its last event must be a
