@@ -57,11 +57,11 @@ func (c *CaptureSink) Writes() int {
 	return c.writes
 }
 
-// NopSink accepts every write and keeps nothing (benchmarks).
-type NopSink struct{}
+// nopSink accepts every write and keeps nothing (benchmarks).
+type nopSink struct{}
 
 // Write implements [Sink].
-func (NopSink) Write(context.Context, int, []Record) error { return nil }
+func (nopSink) Write(context.Context, int, []Record) error { return nil }
 
 // WriteChunks implements [ChunkedSink].
-func (NopSink) WriteChunks(context.Context, int, [][]Record) error { return nil }
+func (nopSink) WriteChunks(context.Context, int, [][]Record) error { return nil }
