@@ -56,12 +56,3 @@ func (c *CaptureSink) Writes() int {
 	defer c.mu.Unlock()
 	return c.writes
 }
-
-// nopSink accepts every write and keeps nothing (benchmarks).
-type nopSink struct{}
-
-// Write implements [Sink].
-func (nopSink) Write(context.Context, int, []Record) error { return nil }
-
-// WriteChunks implements [ChunkedSink].
-func (nopSink) WriteChunks(context.Context, int, [][]Record) error { return nil }

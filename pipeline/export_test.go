@@ -1,5 +1,7 @@
 package pipeline
 
+import "context"
+
 // The engine's names, unexported in the package, under their old names
 // for the tests of package pipeline_test.
 type AckSet = ackSet
@@ -46,4 +48,10 @@ var New = newRuntime
 type Chain = runnerChain
 
 // NopSink accepts every write and keeps nothing (benchmarks).
-type NopSink = nopSink
+type NopSink struct{}
+
+// Write implements [Sink].
+func (NopSink) Write(context.Context, int, []Record) error { return nil }
+
+// WriteChunks implements [ChunkedSink].
+func (NopSink) WriteChunks(context.Context, int, [][]Record) error { return nil }
