@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/conformance/internal/countstore"
 )
 
 // LifecycleGoals are the store calls one step of a split's lifecycle may
@@ -100,7 +101,7 @@ func measureLifecycle(e *env, mode string, last bool) (disturbed string) {
 		l := &callLog{}
 		logs[name] = l
 		return func(s spate.Store) spate.Store {
-			return &countingStore{Store: s, c: &scaleCounters{brk: make(chan struct{})}, calls: l, plain: mode == "plain"}
+			return &countstore.Store{Store: s, C: countstore.NewCounters(), Calls: l, Plain: mode == "plain"}
 		}
 	}
 	settle := func() { f.hold(max(leases(f)/8, 200*time.Millisecond), "settling", func() bool { return true }) }
@@ -202,13 +203,13 @@ func (c storeCall) String() string { return c.op + "/" + c.ks.String() + ":" + c
 func (c storeCall) renewal() bool { return c.op == "update" && c.ks == spate.Ephemeral }
 
 // callLog is the keyed calls of one worker's store, in the order they
-// returned. A nil log records nothing.
+// returned (a countstore.CallRecorder). A nil log records nothing.
 type callLog struct {
 	mu    sync.Mutex
 	calls []storeCall
 }
 
-func (l *callLog) add(op string, ks spate.Keyspace, key string, ok bool, err error) {
+func (l *callLog) Add(op string, ks spate.Keyspace, key string, ok bool, err error) {
 	if l == nil {
 		return
 	}

@@ -12,7 +12,7 @@ import (
 // the resolution of that AckRef.
 type ackEvent struct {
 	resolve bool
-	id      BatchID
+	id      batchID
 	last    int64
 	status  ackStatus
 }
@@ -45,7 +45,7 @@ type ackHub struct {
 // Release leaves the batch pending forever, which stalls its partition's
 // watermark (never a loss) and is counted by [Checkpointer.Unresolved].
 type AckRef struct {
-	id     BatchID
+	id     batchID
 	last   int64
 	refs   atomic.Int64
 	failed atomic.Bool
@@ -53,7 +53,7 @@ type AckRef struct {
 }
 
 // ID is the batch's identity.
-func (a *AckRef) ID() BatchID { return a.id }
+func (a *AckRef) ID() batchID { return a.id }
 
 // LastOffset is the offset of the batch's last record.
 func (a *AckRef) LastOffset() int64 { return a.last }
@@ -125,7 +125,7 @@ func (i *AckIssuer) Issue(p PartitionID, lastOffset int64) *AckRef {
 	seq := i.seqs[p]
 	i.seqs[p] = seq + 1
 	i.mu.Unlock()
-	id := BatchID{Partition: p, Epoch: epoch, Seq: seq}
+	id := batchID{Partition: p, Epoch: epoch, Seq: seq}
 	i.hub.q.Push(ackEvent{id: id, last: lastOffset})
 	a := &AckRef{id: id, last: lastOffset, hub: i.hub}
 	a.refs.Store(1)

@@ -38,7 +38,7 @@ func TestAckRefAnyFailurePoisonsTheBatch(t *testing.T) {
 	_, _ = cp.drain()
 	got := cp.TakeWatermarks()
 	require.Empty(t, got, "a failed batch advanced the watermark: %v", got)
-	st := cp.StalledPartitions()
+	st := cp.stalledPartitions()
 	require.Len(t, st, 1, "stalled = %v, want partition 0", st)
 }
 

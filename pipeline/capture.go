@@ -56,12 +56,3 @@ func (c *CaptureSink) Writes() int {
 	defer c.mu.Unlock()
 	return c.writes
 }
-
-// NopSink accepts every write and keeps nothing (benchmarks).
-type NopSink struct{}
-
-// Write implements [Sink].
-func (NopSink) Write(context.Context, int, []Record) error { return nil }
-
-// WriteChunks implements [ChunkedSink].
-func (NopSink) WriteChunks(context.Context, int, [][]Record) error { return nil }

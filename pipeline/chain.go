@@ -29,7 +29,7 @@ const (
 	blockNotReady
 )
 
-// pushOutcome is the result of [Chain.PushBatch] and [Chain.Flush].
+// pushOutcome is the result of [runnerChain.PushBatch] and [runnerChain.Flush].
 type pushOutcome struct {
 	Kind     pushKind
 	ResumeAt int
@@ -37,7 +37,7 @@ type pushOutcome struct {
 	Err      *FatalError
 }
 
-// Chain is one runner's operator chain: it takes polled batches through
+// runnerChain is one runner's operator chain: it takes polled batches through
 // the transform stages into the sink queues. A chain is owned by one runner
 // goroutine and never shared.
 //
@@ -46,7 +46,7 @@ type pushOutcome struct {
 // beyond the call (a partial chunk, a queued chunk) must hold a reference of
 // its own for it ([AckRef.Clone], [ackSet]) and must fail it if that data
 // is dropped.
-type Chain interface {
+type runnerChain interface {
 	// PushBatch pushes b's payloads from index from on. It must not block
 	// on a full queue: it parks the data and reports Blocked.
 	PushBatch(b *Batch, from int) pushOutcome
@@ -71,7 +71,7 @@ type roomWaiter interface {
 }
 
 // chainFactory builds the chain of runner thread i.
-type chainFactory func(thread int) Chain
+type chainFactory func(thread int) runnerChain
 
 // Record is a record inside a chain: the payload as the stages see and
 // rewrite it.
@@ -162,7 +162,7 @@ type stageErrCounters struct{ skip, fail interface{ Inc() } }
 // newChainFactory returns a factory of chains that run stages and write to
 // every sink runtime (fan-out: each sink gets every record).
 func newChainFactory(stages []Stage, sinks ...*sinkRuntime) chainFactory {
-	return func(int) Chain { return newStandardChain(stages, sinks) }
+	return func(int) runnerChain { return newStandardChain(stages, sinks) }
 }
 
 func newStandardChain(stages []Stage, sinks []*sinkRuntime) *standardChain {

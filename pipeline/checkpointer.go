@@ -263,38 +263,38 @@ func (c *Checkpointer) MaxPending() int {
 	return m
 }
 
-// PendingByPartition lists every tracked partition's pending count, sorted.
-func (c *Checkpointer) PendingByPartition() []PartitionCount {
-	out := make([]PartitionCount, 0, len(c.trackers))
+// pendingByPartition lists every tracked partition's pending count, sorted.
+func (c *Checkpointer) pendingByPartition() []partitionCount {
+	out := make([]partitionCount, 0, len(c.trackers))
 	for p, t := range c.trackers {
-		out = append(out, PartitionCount{Partition: p, N: t.pending()})
+		out = append(out, partitionCount{Partition: p, N: t.pending()})
 	}
-	slices.SortFunc(out, func(a, b PartitionCount) int { return cmp.Compare(a.Partition, b.Partition) })
+	slices.SortFunc(out, func(a, b partitionCount) int { return cmp.Compare(a.Partition, b.Partition) })
 	return out
 }
 
-// PartitionCount is a per-partition count.
-type PartitionCount struct {
+// partitionCount is a per-partition count.
+type partitionCount struct {
 	Partition PartitionID
 	N         int
 }
 
-// StalledPartition is a partition whose watermark is stuck behind a failed
+// stalledPartition is a partition whose watermark is stuck behind a failed
 // batch, and since when.
-type StalledPartition struct {
+type stalledPartition struct {
 	Partition PartitionID
 	Since     time.Time
 }
 
-// StalledPartitions lists every stalled tracker, sorted by partition.
-func (c *Checkpointer) StalledPartitions() []StalledPartition {
-	var out []StalledPartition
+// stalledPartitions lists every stalled tracker, sorted by partition.
+func (c *Checkpointer) stalledPartitions() []stalledPartition {
+	var out []stalledPartition
 	for p, t := range c.trackers {
 		if t.stalled {
-			out = append(out, StalledPartition{Partition: p, Since: t.stalledSince})
+			out = append(out, stalledPartition{Partition: p, Since: t.stalledSince})
 		}
 	}
-	slices.SortFunc(out, func(a, b StalledPartition) int { return cmp.Compare(a.Partition, b.Partition) })
+	slices.SortFunc(out, func(a, b stalledPartition) int { return cmp.Compare(a.Partition, b.Partition) })
 	return out
 }
 

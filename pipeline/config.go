@@ -29,10 +29,10 @@ const (
 	// stop's reading ends.
 	defaultStopReserve = 5 * time.Second
 	// defaultCloseShare is the part of the drain deadline kept for the
-	// source's close when it has one ([SourceCloser]).
+	// source's close when it has one.
 	defaultCloseShare = time.Second
-	// fastCommitPoll is the controller's cadence while a CommitReady
-	// partition is chased.
+	// fastCommitPoll is the controller's cadence while a partition that
+	// reached end of input is chased.
 	fastCommitPoll = time.Millisecond
 )
 
@@ -44,7 +44,7 @@ type Config struct {
 	Threads int
 	// CommitInterval is the commit tick. Default 5s.
 	CommitInterval time.Duration
-	// ChaseWindow bounds each CommitReady partition's fast-commit chase.
+	// ChaseWindow bounds each end-of-input partition's fast-commit chase.
 	// Default CommitInterval.
 	ChaseWindow time.Duration
 	// MaxPendingBatches is the hard per-partition ceiling of batches polled
@@ -102,7 +102,7 @@ type Config struct {
 	// StopReserve: a graceful stop reads on until this long before its
 	// drain deadline. Default 5s.
 	StopReserve time.Duration
-	// CloseShare is kept from the drain deadline for a [SourceCloser]'s
+	// CloseShare is kept from the drain deadline for the source's
 	// Close. Default 1s (zero for sources without Close).
 	CloseShare time.Duration
 	// PerPartitionDetail publishes per-partition pending gauges.

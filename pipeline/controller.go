@@ -83,7 +83,7 @@ type controllerSignal struct {
 
 type controllerReport struct {
 	failure         *FatalError
-	drained         bool // the source reported Drained: the run ended its input
+	drained         bool // the source reported its input drained: the run ended its input
 	finalWatermarks []Watermark
 	closeBy         time.Time
 	unresolved      int64
@@ -104,10 +104,10 @@ type controller struct {
 	stopNow     func() time.Time // the clock a stop's reserve and deadlines are read on
 	now         func() time.Time // the clock of the commit tick and the chase
 	closeShare  time.Duration
-	health      *HealthState
+	health      *healthState
 	m           *metrics
 	budget      *inflightBudget
-	srcMetrics  *SourceMetrics
+	srcMetrics  *sourceMetrics
 	failures    func() string
 	sinkFatal   func() *FatalError
 	log         *slog.Logger
@@ -149,10 +149,10 @@ func (c *controller) run() {
 	c.committed = map[PartitionID]int64{}
 	c.revokedCommitted = map[PartitionID]int64{}
 
-	stopSignal := &StopSignal{flag: &c.stop.flag}
+	sig := &stopSignal{flag: &c.stop.flag}
 	if err := c.src.Open(SourceCtx{
 		Issuer:             c.cp.Issuer(),
-		Stop:               stopSignal,
+		Stop:               sig,
 		Metrics:            c.srcMetrics,
 		Threads:            len(c.controls),
 		PerPartitionDetail: c.cfg.PerPartitionDetail,
@@ -161,7 +161,7 @@ func (c *controller) run() {
 	}
 	opened := c.failure == nil
 	drainedExit, stopping := c.serve()
-	c.drain(stopSignal, opened, drainedExit, stopping)
+	c.drain(sig, opened, drainedExit, stopping)
 }
 
 // serving is what the serve loop keeps from one pass to the next.
@@ -225,7 +225,7 @@ func (c *controller) stopPhase(sv *serving) (revokeBudget time.Duration, ended b
 		}
 		st := newStopTimes(trigger, c.cfg.DrainTimeout, c.cfg.StopReserve)
 		sv.stopping = &st
-		c.m.setState(StateDraining)
+		c.m.setState(stateDraining)
 	}
 	if sv.stopping != nil && (!c.stopNow().Before(sv.stopping.reserveAt) || !c.src.ReadingOnStop()) {
 		return 0, true
@@ -266,7 +266,7 @@ func (c *controller) commitTick(sv *serving) {
 		// A watermark stalled behind a failed batch is permanent; past
 		// the limit a sink leg is broken for good: fail and replay.
 		cpNow := c.cp.Now()
-		for _, sp := range c.cp.StalledPartitions() {
+		for _, sp := range c.cp.stalledPartitions() {
 			if age := cpNow.Sub(sp.Since); age > c.cfg.StalledFailAfter {
 				c.fail(fatalf("checkpoint", "%s", c.withSinkFailures(fmt.Sprintf(
 					"partition %d watermark stalled behind a failed batch for %v (limit %v); a sink leg is permanently failing",
@@ -306,22 +306,22 @@ func (c *controller) pollSource(sv *serving, revokeBudget time.Duration) (draine
 		}
 	default:
 		switch ev.Kind {
-		case LanesAssigned:
+		case evLanesAssigned:
 			c.handleAssign(ev.Lanes, revokeBudget)
 			// A new epoch may hand back a hinted partition id; its new
 			// lanes have not hinted.
 			clear(sv.fastCommit)
 			clear(sv.afterWindow)
 			if sv.stopping != nil {
-				c.m.setState(StateDraining)
+				c.m.setState(stateDraining)
 			}
-		case LanesRevoked:
+		case evLanesRevoked:
 			c.handleRevoke(ev.LaneIDs, ev.Barrier, revokeBudget)
-		case LanesRetired:
+		case evLanesRetired:
 			c.handleRetired(ev.LaneIDs)
-		case LanesAdded:
+		case evLanesAdded:
 			c.handleAdded(ev.Lanes)
-		case CommitReady:
+		case evCommitReady:
 			// Chasing is useless while the tail sits in a chain: flush the
 			// owning threads first.
 			threads := map[int]bool{}
@@ -343,7 +343,7 @@ func (c *controller) pollSource(sv *serving, revokeBudget time.Duration) (draine
 					sv.fastCommit[p] = until
 				}
 			}
-		case Drained:
+		case evDrained:
 			c.log.Info("source drained; starting the graceful completion drain")
 			return true
 		}
@@ -410,16 +410,16 @@ func (c *controller) chase(sv *serving) {
 // drain is the drain sequence (after a stop, a failure or the source's
 // drain): the runners stop and flush, the sinks drain, the final commit
 // lands and the controller reports to main.
-func (c *controller) drain(stopSignal *StopSignal, opened, drainedExit bool, stopping *stopTimes) {
+func (c *controller) drain(sig *stopSignal, opened, drainedExit bool, stopping *stopTimes) {
 	// Set the runners' flag: a runner retrying a blocked batch watches only
 	// that, and main joins runners without a timeout.
 	c.shutdown.Store(true)
 	// The drain's commits, the final one included, run with the signal clear.
-	stopSignal.close()
+	sig.close()
 	if c.failure != nil {
-		c.m.setState(StateFailed)
+		c.m.setState(stateFailed)
 	} else {
-		c.m.setState(StateDraining)
+		c.m.setState(stateDraining)
 	}
 	// End the stop's reading (a coordinated source leaves the fleet); what
 	// the source holds is handed back at Close, after the final commit.
@@ -456,7 +456,7 @@ func (c *controller) drain(stopSignal *StopSignal, opened, drainedExit bool, sto
 		}
 	}
 	if c.failure != nil {
-		c.m.setState(StateFailed)
+		c.m.setState(stateFailed)
 	}
 
 	// Main joins the runners (closing the sink queues) and drains the sink.
@@ -501,7 +501,7 @@ func (c *controller) finalCommit(drainedExit bool) {
 				len(c.pendingCommit), extra))
 		}
 		if c.failure != nil {
-			c.m.setState(StateFailed)
+			c.m.setState(stateFailed)
 		}
 	}
 }
@@ -617,13 +617,13 @@ func (c *controller) commitCycle(only map[PartitionID]bool, final bool) {
 	c.m.pendingBatches.WithLabelValues(compCheck, compCheck).Set(float64(maxPending))
 	if only == nil && c.cfg.PerPartitionDetail {
 		c.m.partitionPending.Reset()
-		for _, pc := range c.cp.PendingByPartition() {
+		for _, pc := range c.cp.pendingByPartition() {
 			c.m.partitionPending.WithLabelValues(compCheck, compCheck, fmt.Sprint(pc.Partition)).Set(float64(pc.N))
 		}
 	}
 	var age time.Duration
 	now := c.cp.Now()
-	for _, sp := range c.cp.StalledPartitions() {
+	for _, sp := range c.cp.stalledPartitions() {
 		age = max(age, now.Sub(sp.Since))
 	}
 	c.m.watermarkAge.WithLabelValues(compCheck, compCheck).Set(age.Seconds())
@@ -645,7 +645,7 @@ func (c *controller) commitCycle(only map[PartitionID]bool, final bool) {
 	err := c.src.Commit(positions)
 	c.m.commit(err == nil, time.Since(start))
 	var deferred map[PartitionID]bool
-	if d, ok := c.src.(CommitDeferrer); ok && err == nil {
+	if d, ok := c.src.(commitDeferrer); ok && err == nil {
 		parts, derr := d.TakeDeferred()
 		// The final pass has no next tick: what it deferred rides the
 		// source's own retries, as before.
@@ -834,7 +834,7 @@ func (c *controller) handleAssign(lanes []Lane, budget time.Duration) {
 	c.health.setAssignmentReceived()
 	c.m.rebalances.WithLabelValues(compSource, compSource, "assign").Inc()
 	c.m.lanesActive.WithLabelValues(compSource, compSource).Set(float64(len(c.assignment)))
-	c.m.setState(StateRunning)
+	c.m.setState(stateRunning)
 }
 
 // handleAdded merges lanes into the current epoch. The checkpointer admits

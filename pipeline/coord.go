@@ -197,17 +197,17 @@ func DriverLogger(l *slog.Logger) DriverOption { return func(o *driverOptions) {
 // into the runtime's lane events for a [SplitSource]. It is synchronous
 // and used from the controller goroutine only (except [ReportPoison]).
 //
-// Every tenancy gets a fresh partition id and lane id. Gains become
-// LanesAdded, involuntary losses and fences become LanesRevoked (with a
-// drain barrier), completed or drained hand-backs become LanesRetired,
-// end-of-input hints become CommitReady, AllComplete becomes Drained, and
-// Stalled is a fatal error (or Drained, see [StallDrains]).
+// Every tenancy gets a fresh partition id and lane id. Gains add lanes,
+// involuntary losses and fences revoke them (with a drain barrier),
+// completed or drained hand-backs retire them, end-of-input hints tighten
+// the commit cadence, AllComplete drains the pipeline, and Stalled is a
+// fatal error (or a drain, see [StallDrains]).
 type CoordinationDriver[C spate.SplitCoordinator] struct {
 	coord  C
 	waker  spate.Waker
 	opts   driverOptions
 	issuer *AckIssuer
-	stop   *StopSignal
+	stop   *stopSignal
 	// stage, when set, is the staging sink whose committables ride in
 	// the commits (exactly-once output).
 	stage StagingSink
@@ -291,11 +291,11 @@ func (d *CoordinationDriver[C]) Open(ctx SourceCtx) {
 }
 
 // Start starts the coordinator with planner and returns the empty
-// LanesAssigned ready signal, which the source must return from the same
+// assignment (the ready signal), which the source must return from the same
 // PollEvents call.
-func (d *CoordinationDriver[C]) Start(planner spate.SplitPlanner) (SourceEvent, error) {
+func (d *CoordinationDriver[C]) Start(planner spate.SplitPlanner) (sourceEvent, error) {
 	if err := d.coord.Start(planner); err != nil {
-		return SourceEvent{}, err
+		return sourceEvent{}, err
 	}
 	return assignedEvent(), nil
 }
@@ -313,8 +313,8 @@ func (d *CoordinationDriver[C]) ReportPoison(split spate.SplitID, reason string)
 	d.waker.Wake()
 }
 
-// Assignment is one held split and its lane.
-type Assignment struct {
+// splitAssignment is one held split and its lane.
+type splitAssignment struct {
 	Split     spate.SplitID
 	Partition PartitionID
 	Lane      LaneID
@@ -322,20 +322,21 @@ type Assignment struct {
 }
 
 // Assignments lists the held splits, sorted by id.
-func (d *CoordinationDriver[C]) Assignments() []Assignment {
-	out := make([]Assignment, 0, len(d.held))
+func (d *CoordinationDriver[C]) Assignments() []splitAssignment {
+	out := make([]splitAssignment, 0, len(d.held))
 	for id, t := range d.held {
-		out = append(out, Assignment{Split: id, Partition: t.partition, Lane: t.lane, Draining: t.state == tenancyDraining})
+		out = append(out, splitAssignment{Split: id, Partition: t.partition, Lane: t.lane, Draining: t.state == tenancyDraining})
 	}
-	slices.SortFunc(out, func(a, b Assignment) int { return a.Split.Compare(b.Split) })
+	slices.SortFunc(out, func(a, b splitAssignment) int { return a.Split.Compare(b.Split) })
 	return out
 }
 
 // PollEvents returns at most one runtime event, in priority order: losses
-// (LanesRevoked), retirements (LanesRetired), gains (LanesAdded), a
-// terminal job state (Drained, or the Stalled error), then CommitReady;
-// otherwise it parks on the waker for up to timeout and returns Idle.
-func (d *CoordinationDriver[C]) PollEvents(src SplitSource, timeout time.Duration) (SourceEvent, error) {
+// (lanes revoked), retirements (lanes retired), gains (lanes added), a
+// terminal job state (drained, or the Stalled error), then end-of-input
+// hints; otherwise it parks on the waker for up to timeout and returns an
+// idle event.
+func (d *CoordinationDriver[C]) PollEvents(src SplitSource, timeout time.Duration) (sourceEvent, error) {
 	d.takePoison(src)
 	for {
 		if len(d.lost) > 0 {
@@ -361,7 +362,7 @@ func (d *CoordinationDriver[C]) PollEvents(src SplitSource, timeout time.Duratio
 			} else {
 				lanes, err := d.openStaged(src)
 				if err != nil {
-					return SourceEvent{}, err
+					return sourceEvent{}, err
 				}
 				return addedEvent(lanes...), nil
 			}
@@ -373,10 +374,10 @@ func (d *CoordinationDriver[C]) PollEvents(src SplitSource, timeout time.Duratio
 				return drainedEvent(), nil
 			}
 			if len(d.stalled.Damaged) > 0 {
-				return SourceEvent{}, spate.Fatalf("coordinated job stalled: %d splits completed, %d quarantined, %d out of play because a record is damaged (%s; the coordinator's log names each key and its fix)",
+				return sourceEvent{}, spate.Fatalf("coordinated job stalled: %d splits completed, %d quarantined, %d out of play because a record is damaged (%s; the coordinator's log names each key and its fix)",
 					d.stalled.Completed, d.stalled.Quarantined, len(d.stalled.Damaged), strings.Join(d.stalled.Damaged, ", "))
 			}
-			return SourceEvent{}, spate.Fatalf("coordinated job stalled: %d splits completed, %d quarantined (see spate_coordination_splits_quarantined); requeue or fix the quarantined splits",
+			return sourceEvent{}, spate.Fatalf("coordinated job stalled: %d splits completed, %d quarantined (see spate_coordination_splits_quarantined); requeue or fix the quarantined splits",
 				d.stalled.Completed, d.stalled.Quarantined)
 		}
 		if d.allComplete {
@@ -402,7 +403,7 @@ func (d *CoordinationDriver[C]) PollEvents(src SplitSource, timeout time.Duratio
 			applyErr = pickError(applyErr, err)
 		}
 		if applyErr != nil {
-			return SourceEvent{}, applyErr
+			return sourceEvent{}, applyErr
 		}
 		if len(d.lost) > 0 || len(d.retired) > 0 || d.stagedDue(time.Now()) || d.stalled != nil || d.allComplete {
 			continue
@@ -814,7 +815,7 @@ func (d *CoordinationDriver[C]) deferCommit(t *tenancy, p *spate.SplitProgress, 
 	return nil
 }
 
-// TakeDeferred implements [CommitDeferrer]: the partitions whose commit
+// TakeDeferred implements [commitDeferrer]: the partitions whose commit
 // the last [CoordinationDriver.Commit] deferred, and the first such error.
 func (d *CoordinationDriver[C]) TakeDeferred() ([]PartitionID, error) {
 	out := slices.Clone(d.deferred)

@@ -20,7 +20,7 @@ type StopReader interface {
 // stop reads on while a held split is unfinished, then hands the
 // unfinished ones back.
 type CoordinatedSource[C spate.SplitCoordinator] struct {
-	BaseSource
+	baseSource
 	Driver  *CoordinationDriver[C]
 	Splits  SplitSource
 	Planner spate.SplitPlanner
@@ -34,7 +34,7 @@ func NewCoordinatedSource[C spate.SplitCoordinator](coord C, splits SplitSource,
 
 // StageOutput makes the source's commits carry sink's committable and
 // publish it once they win: exactly-once output. [Build] calls it for a
-// staging sink; call it before Run when assembling with [New].
+// staging sink; call it before Run when assembling the runtime by hand.
 func (s *CoordinatedSource[C]) StageOutput(sink StagingSink) error {
 	return s.Driver.StageOutput(sink)
 }
@@ -47,7 +47,7 @@ func (s *CoordinatedSource[C]) Open(ctx SourceCtx) error {
 
 // PollEvents implements [Source]: the first call starts the coordinator and
 // returns the empty ready assignment.
-func (s *CoordinatedSource[C]) PollEvents(timeout time.Duration) (SourceEvent, error) {
+func (s *CoordinatedSource[C]) PollEvents(timeout time.Duration) (sourceEvent, error) {
 	if !s.started {
 		s.started = true
 		return s.Driver.Start(s.Planner)
@@ -60,7 +60,7 @@ func (s *CoordinatedSource[C]) Commit(positions []Watermark) error {
 	return s.Driver.Commit(s.Splits, positions)
 }
 
-// TakeDeferred implements [CommitDeferrer].
+// TakeDeferred implements [commitDeferrer].
 func (s *CoordinatedSource[C]) TakeDeferred() ([]PartitionID, error) {
 	return s.Driver.TakeDeferred()
 }
@@ -95,7 +95,7 @@ func (s *CoordinatedSource[C]) StopReading() error {
 	return s.Driver.Coordinator().Depart(ctx)
 }
 
-// Close implements [SourceCloser]: whatever is still held is handed back.
+// Close implements [sourceCloser]: whatever is still held is handed back.
 func (s *CoordinatedSource[C]) Close(ctx context.Context) error {
 	return s.Driver.Release(ctx, s.Splits)
 }

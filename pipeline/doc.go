@@ -9,9 +9,9 @@
 // runner goroutines and one writer goroutine per sink shard. The controller is the
 // only caller of [Source] methods: it applies assignment changes, harvests
 // acknowledgments on every pass, commits on the commit tick (and faster for
-// partitions a source hints with CommitReady), applies the runners'
+// partitions whose lanes reached end of input), applies the runners'
 // pause and resume requests, and runs the drain. Each runner owns its lanes
-// and its [Chain]; it serves control messages before every lane poll, so a
+// and its chain; it serves control messages before every lane poll, so a
 // stopped lane is never polled again. Control, event and acknowledgment
 // queues are unbounded and never block their sender: a poll loop never
 // waits on a channel send.
@@ -62,11 +62,11 @@
 // deadline (Config.DrainTimeout after the trigger). Then the source stops
 // taking on work ([Source.StopReading]), the runners flush and drop their
 // lanes, the sink queues close and drain until the deadline (what is not
-// written by then is abandoned and replays), the final commit runs, and a
-// [SourceCloser] gets Config.CloseShare to close — a coordinated source
-// hands its splits back only then, after the final commit. A source that
-// reports Drained ends the run the same way; its Completed exit then means
-// every record was acknowledged and committed, else the run fails.
+// written by then is abandoned and replays), the final commit runs, and the
+// source gets Config.CloseShare to close — a coordinated source hands its
+// splits back only then, after the final commit. A source whose input is
+// drained (a bounded job done) ends the run the same way; its Completed exit
+// then means every record was acknowledged and committed, else the run fails.
 //
 // # Delivery
 //

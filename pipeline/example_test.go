@@ -6,74 +6,51 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync/atomic"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline"
+	"github.com/spate-go/spate/pipeline/filesource"
+	"github.com/spate-go/spate/stores/mem"
 )
 
-// wordsLane serves a fixed list of words, one batch per poll.
-type wordsLane struct {
-	words  []string
-	next   int
-	issuer *pipeline.AckIssuer
-	done   *atomic.Bool
-}
-
-func (l *wordsLane) ID() pipeline.LaneID             { return 0 }
-func (l *wordsLane) Partition() pipeline.PartitionID { return 0 }
-
-func (l *wordsLane) Poll(max int, timeout time.Duration) (*pipeline.Batch, error) {
-	if l.next == len(l.words) {
-		l.done.Store(true) // decided on an empty poll after the last batch
-		time.Sleep(timeout)
-		return nil, nil
-	}
-	b := &pipeline.Batch{}
-	for ; l.next < len(l.words) && len(b.Payloads) < max; l.next++ {
-		b.Payloads = append(b.Payloads, pipeline.RawPayload{Value: []byte(l.words[l.next]), Offset: int64(l.next)})
-	}
-	b.Ack = l.issuer.Issue(0, int64(l.next-1))
-	return b, nil
-}
-
-// wordsSource is a bounded source: one lane, then Drained.
-type wordsSource struct {
-	pipeline.BaseSource
-	words    []string
-	issuer   *pipeline.AckIssuer
-	assigned bool
-	done     atomic.Bool
-}
-
-func (s *wordsSource) Open(ctx pipeline.SourceCtx) error { s.issuer = ctx.Issuer; return nil }
-
-func (s *wordsSource) PollEvents(timeout time.Duration) (pipeline.SourceEvent, error) {
-	switch {
-	case !s.assigned:
-		s.assigned = true
-		return pipeline.AssignedEvent(&wordsLane{words: s.words, issuer: s.issuer, done: &s.done}), nil
-	case s.done.Load():
-		return pipeline.DrainedEvent(), nil
-	}
-	time.Sleep(timeout)
-	return pipeline.IdleEvent(), nil
-}
-
-func (s *wordsSource) Commit(ws []pipeline.Watermark) error {
-	for _, w := range ws {
-		fmt.Printf("commit partition %d at %d\n", w.Partition, w.Offset)
-	}
-	return nil
-}
-
-// A bounded pipeline: a map and a filter stage into a capture sink. The
-// run ends on its own once the source is drained, and its Completed exit
-// means every record was acknowledged and committed.
+// A job assembled from a source, three stages and a sink: a coordinated
+// backfill of a directory (one instance, an in-memory store) through a
+// flat-map that splits lines into words, a filter that skips "beta" and a
+// map to upper case, into a capture sink. The run ends by itself once every
+// split is completed, and its Completed exit means every record was
+// acknowledged and committed.
 func ExampleBuild() {
-	src := &wordsSource{words: []string{"alpha", "beta", "gamma", "delta"}}
-	sink := &pipeline.CaptureSink{}
+	in, _ := os.MkdirTemp("", "in")
+	defer os.RemoveAll(in)
+	_ = os.WriteFile(filepath.Join(in, "a.log"), []byte("alpha beta\ngamma\n"), 0o644)
+	_ = os.WriteFile(filepath.Join(in, "b.log"), []byte("delta\n"), 0o644)
+
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	store := mem.MustNew(mem.Options{TTL: time.Second})
+	defer store.Close()
+	coord, err := spate.NewStoreCoordinator(store, spate.Config{
+		InstanceID: "worker-1", LeaseDuration: time.Second, OpTimeout: 100 * time.Millisecond,
+		ReplanInterval: time.Second, ReconcileInterval: 100 * time.Millisecond, RebalanceDelay: spate.NoRebalanceDelay,
+	}, spate.WithLogger(quiet))
+	if err != nil {
+		panic(err)
+	}
+	defer coord.Close()
+
 	stages := []pipeline.Stage{
+		pipeline.FlatMap("words", pipeline.Fail, func(r pipeline.Record, emit func(pipeline.Record)) error {
+			for _, w := range strings.Fields(string(r.Value)) {
+				out := r
+				out.Value = []byte(w)
+				emit(out)
+			}
+			return nil
+		}),
 		pipeline.Filter("no-beta", pipeline.Skip, func(r pipeline.Record) (bool, error) {
 			return string(r.Value) != "beta", nil
 		}),
@@ -82,21 +59,23 @@ func ExampleBuild() {
 			return r, nil
 		}),
 	}
-	rt, err := pipeline.Build(pipeline.Config{Name: "words", CommitInterval: time.Hour}, src, stages,
+	sink := &pipeline.CaptureSink{}
+	rt, err := pipeline.Build(pipeline.Config{Name: "words", CommitInterval: 50 * time.Millisecond},
+		filesource.New(filesource.Dir(in), coord, filesource.PlannerOptions{}), stages,
 		[]pipeline.SinkSpec{{Name: "capture", Sink: sink, Options: pipeline.SinkOptions{Linger: time.Millisecond}}},
-		pipeline.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+		pipeline.WithLogger(quiet))
 	if err != nil {
 		panic(err)
 	}
 	report, err := rt.Run(context.Background())
-	fmt.Println(report.State, err, report.FinalWatermarks)
+	fmt.Println(report.State, err)
+	var words []string
 	for _, r := range sink.Records() {
-		fmt.Println(string(r.Value))
+		words = append(words, string(r.Value))
 	}
+	slices.Sort(words) // the files' lines may arrive in any order
+	fmt.Println(words)
 	// Output:
-	// commit partition 0 at 4
-	// completed <nil> [{0 4}]
-	// ALPHA
-	// GAMMA
-	// DELTA
+	// completed <nil>
+	// [ALPHA DELTA GAMMA]
 }

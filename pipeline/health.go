@@ -6,16 +6,16 @@ import (
 	"time"
 )
 
-// Health thresholds: a runner heartbeat older than HeartbeatStale, or a
-// watermark stalled for longer than WatermarkStuck while data is flowing,
+// Health thresholds: a runner heartbeat older than heartbeatStale, or a
+// watermark stalled for longer than watermarkStuck while data is flowing,
 // fails liveness.
 const (
-	HeartbeatStale = 30 * time.Second
-	WatermarkStuck = 300 * time.Second
+	heartbeatStale = 30 * time.Second
+	watermarkStuck = 300 * time.Second
 )
 
-// HealthState is the pipeline's liveness and readiness, kept in atomics.
-type HealthState struct {
+// healthState is the pipeline's liveness and readiness, kept in atomics.
+type healthState struct {
 	start       time.Time
 	beats       []atomic.Int64 // ms since start, per runner
 	assigned    atomic.Bool
@@ -25,47 +25,47 @@ type HealthState struct {
 	now         func() time.Time
 }
 
-func newHealthState(threads int, now func() time.Time) *HealthState {
+func newHealthState(threads int, now func() time.Time) *healthState {
 	if now == nil {
 		now = time.Now
 	}
-	return &HealthState{start: now(), beats: make([]atomic.Int64, threads), now: now}
+	return &healthState{start: now(), beats: make([]atomic.Int64, threads), now: now}
 }
 
-func (h *HealthState) elapsedMs() int64 { return h.now().Sub(h.start).Milliseconds() }
+func (h *healthState) elapsedMs() int64 { return h.now().Sub(h.start).Milliseconds() }
 
 // beat records a heartbeat of runner i.
-func (h *HealthState) beat(i int) { h.beats[i].Store(h.elapsedMs()) }
+func (h *healthState) beat(i int) { h.beats[i].Store(h.elapsedMs()) }
 
-func (h *HealthState) setAssignmentReceived() { h.assigned.Store(true) }
+func (h *healthState) setAssignmentReceived() { h.assigned.Store(true) }
 
-func (h *HealthState) setSinksConnected(ok bool) { h.sinksOK.Store(ok) }
+func (h *healthState) setSinksConnected(ok bool) { h.sinksOK.Store(ok) }
 
-func (h *HealthState) reportWatermark(age time.Duration, flowing bool) {
+func (h *healthState) reportWatermark(age time.Duration, flowing bool) {
 	h.watermarkMs.Store(age.Milliseconds())
 	h.flowing.Store(flowing)
 }
 
 // Ready reports whether an assignment arrived and the sinks are connected.
-func (h *HealthState) Ready() bool { return h.assigned.Load() && h.sinksOK.Load() }
+func (h *healthState) Ready() bool { return h.assigned.Load() && h.sinksOK.Load() }
 
 // Live reports whether every runner beat recently and no watermark is
 // stuck while data flows.
-func (h *HealthState) Live() bool {
+func (h *healthState) Live() bool {
 	now := h.elapsedMs()
 	for i := range h.beats {
-		if time.Duration(now-h.beats[i].Load())*time.Millisecond > HeartbeatStale {
+		if time.Duration(now-h.beats[i].Load())*time.Millisecond > heartbeatStale {
 			return false
 		}
 	}
-	stuck := h.flowing.Load() && time.Duration(h.watermarkMs.Load())*time.Millisecond > WatermarkStuck
+	stuck := h.flowing.Load() && time.Duration(h.watermarkMs.Load())*time.Millisecond > watermarkStuck
 	return !stuck
 }
 
 // Handler serves GET /healthz (liveness) and /readyz (readiness), and
 // /metrics when metrics is non-nil; other paths are 404 and other methods
 // 405.
-func (h *HealthState) Handler(metrics http.Handler) http.Handler {
+func (h *healthState) Handler(metrics http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var ok bool
 		switch r.URL.Path {

@@ -16,13 +16,13 @@ func TestHealthState(t *testing.T) {
 	h.setAssignmentReceived()
 	require.True(t, h.Ready(), "ready and live expected")
 	require.True(t, h.Live(), "ready and live expected")
-	now = now.Add(HeartbeatStale + time.Second)
+	now = now.Add(heartbeatStale + time.Second)
 	h.beat(0)
 	require.False(t, h.Live(), "a stale heartbeat must fail liveness")
 	h.beat(1)
-	h.reportWatermark(WatermarkStuck+time.Second, false)
+	h.reportWatermark(watermarkStuck+time.Second, false)
 	require.True(t, h.Live(), "a stuck watermark counts only while data flows")
-	h.reportWatermark(WatermarkStuck+time.Second, true)
+	h.reportWatermark(watermarkStuck+time.Second, true)
 	require.False(t, h.Live(), "a stuck watermark with data flowing fails liveness")
 }
 

@@ -10,20 +10,20 @@ type PartitionID uint32
 
 // LaneID is the unit of polling: one pollable data-plane object owned by
 // exactly one runner goroutine. It is stable until the lane is revoked or
-// retired. Several lanes may share a partition. Lanes added through
-// [LanesAdded] must carry ids never used before in the source's lifetime.
+// retired. Several lanes may share a partition. A lane id is never reused
+// in the source's lifetime.
 type LaneID uint32
 
-// BatchID identifies one polled batch: its partition, the assignment epoch
+// batchID identifies one polled batch: its partition, the assignment epoch
 // it was issued in, and its sequence number, contiguous from 0 per
 // (issuer, partition, epoch).
-type BatchID struct {
+type batchID struct {
 	Partition PartitionID
 	Epoch     uint32
 	Seq       uint64
 }
 
-func (b BatchID) String() string {
+func (b batchID) String() string {
 	return fmt.Sprintf("p%d/e%d/s%d", b.Partition, b.Epoch, b.Seq)
 }
 

@@ -9,24 +9,24 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Version is reported by spate_pipeline_info.
-const Version = "0.1.0"
+// pipelineVersion is reported by spate_pipeline_info.
+const pipelineVersion = "0.1.0"
 
 // durationBuckets are the buckets of every *_duration_seconds histogram:
 // 1 ms to 60 s.
 var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 
-// PipelineState is the one-hot value of spate_pipeline_state.
-type PipelineState uint8
+// pipelineState is the one-hot value of spate_pipeline_state.
+type pipelineState uint8
 
 const (
-	StateStarting PipelineState = iota
-	StateRunning
-	StateDraining
-	StateFailed
+	stateStarting pipelineState = iota
+	stateRunning
+	stateDraining
+	stateFailed
 )
 
-func (s PipelineState) String() string {
+func (s pipelineState) String() string {
 	return [...]string{"starting", "running", "draining", "failed"}[s]
 }
 
@@ -123,8 +123,8 @@ const (
 	compSource   = "source"
 )
 
-func (m *metrics) setState(s PipelineState) {
-	for st := StateStarting; st <= StateFailed; st++ {
+func (m *metrics) setState(s pipelineState) {
+	for st := stateStarting; st <= stateFailed; st++ {
 		v := 0.0
 		if st == s {
 			v = 1
@@ -161,15 +161,15 @@ func (m *metrics) forRunner(i int) runnerMetrics {
 	}
 }
 
-// SourceMetrics is the handle a source publishes its own measurements
+// sourceMetrics is the handle a source publishes its own measurements
 // through (the runtime records everything else).
-type SourceMetrics struct {
+type sourceMetrics struct {
 	m             *metrics
 	componentType string
 }
 
 // SetLag publishes a partition's lag in records.
-func (s *SourceMetrics) SetLag(p PartitionID, records int64) {
+func (s *sourceMetrics) SetLag(p PartitionID, records int64) {
 	if s == nil {
 		return
 	}
@@ -177,7 +177,7 @@ func (s *SourceMetrics) SetLag(p PartitionID, records int64) {
 }
 
 // DeleteLag removes a partition's lag series (the partition left).
-func (s *SourceMetrics) DeleteLag(p PartitionID) {
+func (s *sourceMetrics) DeleteLag(p PartitionID) {
 	if s == nil {
 		return
 	}

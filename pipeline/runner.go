@@ -108,11 +108,11 @@ type runner struct {
 	cfg         *Config
 	ctl         *mpsc[controlMsg]
 	events      *mpsc[runnerEvent]
-	chain       Chain
+	chain       runnerChain
 	bp          *watermarkController
 	budget      *inflightBudget
 	queuesBelow func(float64) bool
-	health      *HealthState
+	health      *healthState
 	shutdown    *atomic.Bool
 	// commitsFailing is set by the controller while its commits do not
 	// land: nothing read then can be committed, and all of it replays if

@@ -45,7 +45,7 @@ func (c *roomChain) waitRoom(time.Duration) bool {
 	return true
 }
 
-func newTestRunner(t *testing.T, chain Chain, grace time.Duration) *runner {
+func newTestRunner(t *testing.T, chain runnerChain, grace time.Duration) *runner {
 	t.Helper()
 	m, err := newMetrics("runner-test", nil)
 	require.NoError(t, err)

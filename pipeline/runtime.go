@@ -82,7 +82,7 @@ type runtimeOptions struct {
 func WithLogger(l *slog.Logger) Option { return func(o *runtimeOptions) { o.log = l } }
 
 // WithRegisterer registers the pipeline's metrics on reg (none by default).
-// Use one registry per pipeline: a duplicate registration fails New.
+// Use one registry per pipeline: a duplicate registration fails Build.
 func WithRegisterer(reg prometheus.Registerer) Option {
 	return func(o *runtimeOptions) { o.reg = reg }
 }
@@ -98,15 +98,15 @@ type Runtime struct {
 	budget *inflightBudget
 	m      *metrics
 	log    *slog.Logger
-	health *HealthState
+	health *healthState
 	stop   *stopRequest
 	ran    atomic.Bool
 }
 
-// New assembles a runtime from a source, a chain per runner and the sinks'
+// newRuntime assembles a runtime from a source, a chain per runner and the sinks'
 // hooks. budget is shared with the sinks (nil: a fresh one of
 // MaxInflightBytes). Nothing starts until Run.
-func New(cfg Config, src Source, chains chainFactory, sinks sinkHooks, budget *inflightBudget, opts ...Option) (*Runtime, error) {
+func newRuntime(cfg Config, src Source, chains chainFactory, sinks sinkHooks, budget *inflightBudget, opts ...Option) (*Runtime, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -155,14 +155,11 @@ func Build(cfg Config, src Source, stages []Stage, sinks []SinkSpec, opts ...Opt
 	for i, s := range sinks {
 		rts[i] = newSinkRuntime(s.Name, s.Sink, s.Options, budget)
 	}
-	return New(cfg, src, newChainFactory(stages, rts...), Sinks(rts...), budget, opts...)
+	return newRuntime(cfg, src, newChainFactory(stages, rts...), newSinkHooks(rts...), budget, opts...)
 }
 
 // Budget is the in-flight byte budget shared with the sinks.
 func (r *Runtime) Budget() *inflightBudget { return r.budget }
-
-// Health is the pipeline's health state.
-func (r *Runtime) Health() *HealthState { return r.health }
 
 // Handler serves /healthz and /readyz, and /metrics when metrics is non-nil
 // (for instance promhttp.HandlerFor(registry, ...)).
@@ -183,9 +180,9 @@ func (r *Runtime) Run(ctx context.Context) (ExitReport, error) {
 	defer unwatch()
 
 	m := r.m
-	m.info.WithLabelValues(compPipeline, compPipeline, Version).Set(1)
+	m.info.WithLabelValues(compPipeline, compPipeline, pipelineVersion).Set(1)
 	m.threads.WithLabelValues(compPipeline, compPipeline).Set(float64(r.cfg.Threads))
-	m.setState(StateStarting)
+	m.setState(stateStarting)
 
 	if r.sinks.start != nil {
 		r.sinks.start(m, r.log)
@@ -268,14 +265,14 @@ func (r *Runtime) startRunners(s *runState) {
 func (r *Runtime) startController(s *runState) {
 	cfg := r.cfg
 	closeShare := time.Duration(0)
-	if _, ok := r.src.(SourceCloser); ok {
+	if _, ok := r.src.(sourceCloser); ok {
 		closeShare = cfg.CloseShare
 	}
 	c := &controller{
 		cfg: cfg, src: r.src, cp: s.cp, controls: s.controls, events: s.events, toMain: s.toMain,
 		sinkDrained: s.sinkDrained, stop: r.stop, shutdown: s.shutdown, commitsFailing: s.commitsFailing, stopNow: time.Now, now: time.Now,
 		closeShare: closeShare, health: r.health, m: r.m, budget: r.budget,
-		srcMetrics: &SourceMetrics{m: r.m, componentType: compSource}, failures: r.sinks.Failures,
+		srcMetrics: &sourceMetrics{m: r.m, componentType: compSource}, failures: r.sinks.Failures,
 		sinkFatal: r.sinks.Fatal,
 		log:       r.log.With("component", "controller"),
 	}
@@ -358,7 +355,7 @@ func (r *Runtime) controllerDied(s *runState) (ExitReport, error) {
 	}
 	s.runners.Wait()
 	r.drainSinks(s, time.Now().Add(cfg.DrainTimeout))
-	r.m.setState(StateFailed)
+	r.m.setState(stateFailed)
 	report := &s.report
 	report.State = Failed
 	report.Failure = &FatalError{Component: "controller", Reason: why}
@@ -384,7 +381,7 @@ func (r *Runtime) finish(s *runState, finished *controllerReport) (ExitReport, e
 			if e.panic != nil {
 				report.State = Failed
 				report.Failure = e.panic
-				r.m.setState(StateFailed)
+				r.m.setState(stateFailed)
 				break
 			}
 		}
@@ -402,7 +399,7 @@ func (r *Runtime) finish(s *runState, finished *controllerReport) (ExitReport, e
 }
 
 func (r *Runtime) closeSource(by time.Time) {
-	cl, ok := r.src.(SourceCloser)
+	cl, ok := r.src.(sourceCloser)
 	if !ok {
 		return
 	}

@@ -730,7 +730,7 @@ func (s *sinkRuntime) write(shard int, b *sinkBatch, scratch *[]Record) {
 	}
 }
 
-// sinkHooks is what the runtime needs from its sinks. [Sinks] builds it
+// sinkHooks is what the runtime needs from its sinks. [newSinkHooks] builds it
 // from sink runtimes; tests may supply their own.
 type sinkHooks struct {
 	// start launches the writers (called once by Run).
@@ -752,8 +752,8 @@ type sinkHooks struct {
 	Fatal func() *FatalError
 }
 
-// Sinks combines sink runtimes into the runtime's hooks.
-func Sinks(rts ...*sinkRuntime) sinkHooks {
+// newSinkHooks combines sink runtimes into the runtime's hooks.
+func newSinkHooks(rts ...*sinkRuntime) sinkHooks {
 	h := sinkHooks{
 		start: func(m *metrics, log *slog.Logger) {
 			for _, s := range rts {

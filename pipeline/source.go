@@ -50,30 +50,34 @@ type SourceCtx struct {
 	// Issuer is the acknowledgment issuer. Clone it per producer context;
 	// all batches of one partition in one epoch must come from one issuer.
 	Issuer *AckIssuer
-	// Stop reports a graceful stop in progress (see [StopSignal]).
-	Stop *StopSignal
+	// Stop reports a graceful stop in progress.
+	Stop *stopSignal
 	// Metrics lets the source publish what only it can measure (lag).
-	Metrics *SourceMetrics
+	Metrics *sourceMetrics
 	// Threads is the number of runner goroutines.
 	Threads int
 	// PerPartitionDetail mirrors [Config.PerPartitionDetail].
 	PerPartitionDetail bool
 }
 
-// Source is the control plane of a pipeline's input. Only the controller
-// goroutine calls these methods, one at a time, so an implementation needs
-// no locking for its control plane (lanes run elsewhere).
+// Source is the control plane of a pipeline's input as the runtime drives
+// it, and what [Build] takes. [CoordinatedSource] is its implementation:
+// the events it returns are the package's own, so the contract is sealed
+// in the package, and a source author writes a [SplitSource] (and its
+// [Lane]) instead. Only the controller goroutine calls these methods, one
+// at a time, so an implementation needs no locking for its control plane
+// (lanes run elsewhere).
 //
 // Error classes: a Fatal error (see [spate.IsFatal]; an unclassified error
 // counts as Fatal) stops the pipeline; any other error is logged and
-// tolerated. Embed [BaseSource] for the optional methods' defaults.
+// tolerated.
 type Source interface {
 	// Open is called once, before anything else.
 	Open(ctx SourceCtx) error
 	// PollEvents services control-plane work and returns one event, waiting
 	// at most timeout. It must never block on data-plane progress that the
 	// source gates itself.
-	PollEvents(timeout time.Duration) (SourceEvent, error)
+	PollEvents(timeout time.Duration) (sourceEvent, error)
 	// Commit stores committable positions: per partition, one past the last
 	// acknowledged record.
 	Commit(positions []Watermark) error
@@ -91,7 +95,7 @@ type Source interface {
 	ReadingOnStop() bool
 	// StopReading ends the stop's reading: the source takes on no new work.
 	// It is called once when the controller loop ends, before the runners
-	// drain (not after a Drained exit, nor when Open failed). What the
+	// drain (not after a drained exit, nor when Open failed). What the
 	// source holds is handed back only at Close, after the final commit,
 	// so that nothing read and written before the stop replays.
 	StopReading() error
@@ -100,141 +104,143 @@ type Source interface {
 	RenewHeld()
 }
 
-// SourceCloser is implemented by sources with a close step after the final
+// sourceCloser is implemented by sources with a close step after the final
 // commit (a feed that hands back, a client to disconnect). Close must end
 // by ctx's deadline; the runtime reserves [Config.CloseShare] of the drain
 // deadline for it.
-type SourceCloser interface {
+type sourceCloser interface {
 	Close(ctx context.Context) error
 }
 
-// CommitDeferrer is implemented by sources whose Commit returns nil for a
+// commitDeferrer is implemented by sources whose Commit returns nil for a
 // retryable failure and keeps the position for a later commit (a
 // [CoordinatedSource]). Right after a Commit that returned nil the
 // controller asks which partitions it deferred: their positions stay
 // pending (retried at the next tick) and do not count as committed for
 // [Config.MaxUncommittedBytes].
-type CommitDeferrer interface {
+type commitDeferrer interface {
 	// TakeDeferred returns the partitions the last Commit deferred and the
 	// first error that deferred one (nil, nil when it deferred none).
 	TakeDeferred() ([]PartitionID, error)
 }
 
-// BaseSource supplies the optional methods of [Source] with neutral
+// baseSource supplies the optional methods of [Source] with neutral
 // behaviour: no-op flush, pause, resume, hand-back and renewal; no reading
 // on a stop.
-type BaseSource struct{}
+type baseSource struct{}
 
-func (BaseSource) FlushCommits() error   { return nil }
-func (BaseSource) Pause([]LaneID) error  { return nil }
-func (BaseSource) Resume([]LaneID) error { return nil }
-func (BaseSource) ReadingOnStop() bool   { return false }
-func (BaseSource) StopReading() error    { return nil }
-func (BaseSource) RenewHeld()            {}
+func (baseSource) FlushCommits() error   { return nil }
+func (baseSource) Pause([]LaneID) error  { return nil }
+func (baseSource) Resume([]LaneID) error { return nil }
+func (baseSource) ReadingOnStop() bool   { return false }
+func (baseSource) StopReading() error    { return nil }
+func (baseSource) RenewHeld()            {}
 
-// EventKind says what a [SourceEvent] is.
-type EventKind uint8
+// eventKind says what a [sourceEvent] is.
+type eventKind uint8
 
 const (
-	// Idle: nothing happened within the timeout.
-	Idle EventKind = iota
-	// LanesAssigned is an eager, full replacement assignment that starts a
+	// evIdle: nothing happened within the timeout.
+	evIdle eventKind = iota
+	// evLanesAssigned is an eager, full replacement assignment that starts a
 	// new assignment epoch covering exactly its lanes' partitions. Revoke
 	// every lane before it. An empty assignment is legal: it is the ready
 	// signal that marks the pipeline running.
-	LanesAssigned
-	// LanesAdded adds lanes to the current epoch; live lanes and their
+	evLanesAssigned
+	// evLanesAdded adds lanes to the current epoch; live lanes and their
 	// in-flight acknowledgments are untouched. Lane ids must be new and
 	// partitions never admitted before in this epoch.
-	LanesAdded
-	// LanesRevoked takes lanes away: the runtime stops and drains them,
+	evLanesAdded
+	// evLanesRevoked takes lanes away: the runtime stops and drains them,
 	// waits on the barrier (one party per lane), commits and flushes
 	// commits. Only then may the source finish the revocation.
-	LanesRevoked
-	// LanesRetired removes lanes whose work is delivered, acknowledged and
+	evLanesRevoked
+	// evLanesRetired removes lanes whose work is delivered, acknowledged and
 	// committed, with no barrier, flush or commit. Anything else must be
 	// revoked.
-	LanesRetired
-	// CommitReady hints that the partitions' lanes reached end of input:
+	evLanesRetired
+	// evCommitReady hints that the partitions' lanes reached end of input:
 	// the runtime tightens the commit cadence for them. Latency only.
-	CommitReady
-	// Drained: the input is exhausted for good. The pipeline drains and
+	evCommitReady
+	// evDrained: the input is exhausted for good. The pipeline drains and
 	// exits Completed only if everything was acknowledged and committed.
 	// Report it only once no lane holds unemitted data; keep reporting it.
-	Drained
+	evDrained
 )
 
-func (k EventKind) String() string {
+func (k eventKind) String() string {
 	switch k {
-	case Idle:
+	case evIdle:
 		return "Idle"
-	case LanesAssigned:
+	case evLanesAssigned:
 		return "LanesAssigned"
-	case LanesAdded:
+	case evLanesAdded:
 		return "LanesAdded"
-	case LanesRevoked:
+	case evLanesRevoked:
 		return "LanesRevoked"
-	case LanesRetired:
+	case evLanesRetired:
 		return "LanesRetired"
-	case CommitReady:
+	case evCommitReady:
 		return "CommitReady"
-	case Drained:
+	case evDrained:
 		return "Drained"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
 
-// SourceEvent is what [Source.PollEvents] returns. Build it with the
-// constructors; the zero value is Idle.
-type SourceEvent struct {
-	Kind       EventKind
-	Lanes      []Lane        // LanesAssigned, LanesAdded
-	LaneIDs    []LaneID      // LanesRevoked, LanesRetired
-	Barrier    *drainBarrier // LanesRevoked
-	Partitions []PartitionID // CommitReady
+// sourceEvent is what [Source.PollEvents] returns. Build it with the
+// constructors; the zero value is evIdle.
+type sourceEvent struct {
+	Kind       eventKind
+	Lanes      []Lane        // evLanesAssigned, evLanesAdded
+	LaneIDs    []LaneID      // evLanesRevoked, evLanesRetired
+	Barrier    *drainBarrier // evLanesRevoked
+	Partitions []PartitionID // evCommitReady
 }
 
 // idleEvent reports nothing new.
-func idleEvent() SourceEvent { return SourceEvent{} }
+func idleEvent() sourceEvent { return sourceEvent{} }
 
 // assignedEvent is a full replacement assignment (possibly empty).
-func assignedEvent(lanes ...Lane) SourceEvent { return SourceEvent{Kind: LanesAssigned, Lanes: lanes} }
+func assignedEvent(lanes ...Lane) sourceEvent {
+	return sourceEvent{Kind: evLanesAssigned, Lanes: lanes}
+}
 
 // addedEvent adds lanes to the current epoch.
-func addedEvent(lanes ...Lane) SourceEvent { return SourceEvent{Kind: LanesAdded, Lanes: lanes} }
+func addedEvent(lanes ...Lane) sourceEvent { return sourceEvent{Kind: evLanesAdded, Lanes: lanes} }
 
 // revokedEvent revokes lanes with a fresh barrier of one party per lane,
 // which it returns too so the source can wait on it itself.
-func revokedEvent(lanes ...LaneID) (SourceEvent, *drainBarrier) {
+func revokedEvent(lanes ...LaneID) (sourceEvent, *drainBarrier) {
 	b := newDrainBarrier(len(lanes))
-	return SourceEvent{Kind: LanesRevoked, LaneIDs: lanes, Barrier: b}, b
+	return sourceEvent{Kind: evLanesRevoked, LaneIDs: lanes, Barrier: b}, b
 }
 
 // retiredEvent removes finished, committed lanes.
-func retiredEvent(lanes ...LaneID) SourceEvent {
-	return SourceEvent{Kind: LanesRetired, LaneIDs: lanes}
+func retiredEvent(lanes ...LaneID) sourceEvent {
+	return sourceEvent{Kind: evLanesRetired, LaneIDs: lanes}
 }
 
 // commitReadyEvent hints that partitions reached end of input.
-func commitReadyEvent(partitions ...PartitionID) SourceEvent {
-	return SourceEvent{Kind: CommitReady, Partitions: partitions}
+func commitReadyEvent(partitions ...PartitionID) sourceEvent {
+	return sourceEvent{Kind: evCommitReady, Partitions: partitions}
 }
 
 // drainedEvent reports the input exhausted.
-func drainedEvent() SourceEvent { return SourceEvent{Kind: Drained} }
+func drainedEvent() sourceEvent { return sourceEvent{Kind: evDrained} }
 
-// StopSignal lets a source see a graceful stop: Stopping reports true from
+// stopSignal lets a source see a graceful stop: Stopping reports true from
 // the trigger until the controller's reading ends. The drain's commits, the
 // final one included, run with the signal clear, so a source that behaves
 // differently while stopping (declining new work) commits normally.
-type StopSignal struct {
+type stopSignal struct {
 	flag   *atomic.Bool
 	closed atomic.Bool
 }
 
 // Stopping reports a graceful stop whose reading is under way.
-func (s *StopSignal) Stopping() bool {
+func (s *stopSignal) Stopping() bool {
 	return s != nil && s.flag != nil && s.flag.Load() && !s.closed.Load()
 }
 
-func (s *StopSignal) close() { s.closed.Store(true) }
+func (s *stopSignal) close() { s.closed.Store(true) }

@@ -218,6 +218,14 @@ func PartKey(split spate.SplitID, i int) string {
 // Destination implements [pipeline.SinkDestination].
 func (s *Sink) Destination() string { return s.location }
 
+// The runtime finds these capabilities by type assertion: a drifted method
+// would switch one off without a compile error, so the build checks them.
+var (
+	_ pipeline.StagingSink     = (*Sink)(nil)
+	_ pipeline.ChunkedSink     = (*Sink)(nil)
+	_ pipeline.SinkDestination = (*Sink)(nil)
+)
+
 func (s *Sink) rollSize() int64 {
 	if s.RollSize > 0 {
 		return s.RollSize

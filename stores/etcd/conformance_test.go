@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate/conformance"
+	"github.com/spate-go/spate/conformance/scale"
 	"github.com/spate-go/spate/stores/etcd/etcdtest"
 )
 
@@ -34,7 +35,7 @@ func BenchmarkConformance(b *testing.B) {
 }
 
 // BenchmarkScale measures a fleet of W coordinators over one embedded etcd
-// member in real time (conformance.MeasureScale; the server's CPU is in the
+// member in real time (scale.Measure; the server's CPU is in the
 // figures, it runs in the test process):
 //
 //	go test -run '^$' -bench 'Scale/workers=50/' -benchtime 1x -timeout 60m ./stores/etcd
@@ -44,9 +45,9 @@ func BenchmarkConformance(b *testing.B) {
 func BenchmarkScale(b *testing.B) {
 	for _, w := range []int{10, 50, 100} {
 		b.Run(fmt.Sprintf("workers=%d", w), func(b *testing.B) {
-			conformance.BenchScaleWatches(b, func(t testing.TB) conformance.Harness {
+			scale.BenchWatches(b, func(t testing.TB) conformance.Harness {
 				return etcdtest.Start(t).HarnessMaker(10 * time.Second)(t)
-			}, conformance.ScaleOptions{Workers: w})
+			}, scale.Options{Workers: w})
 		})
 	}
 }

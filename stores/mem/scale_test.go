@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate/conformance"
+	"github.com/spate-go/spate/conformance/scale"
 	"github.com/spate-go/spate/stores/mem"
 )
 
@@ -24,7 +25,7 @@ var (
 	scaleWatch   = flag.String("scale-watch", "both", "what TestScale's workers watch: keys, whole (the whole job: the baseline) or both")
 )
 
-// TestScale measures the fleet in virtual time (conformance.MeasureScale):
+// TestScale measures the fleet in virtual time (scale.Measure):
 //
 //	go test ./stores/mem -run '^TestScale$' -v -args -scale 10,100,1000
 //
@@ -47,7 +48,7 @@ func TestScale(t *testing.T) {
 			sizes = append(sizes, n)
 		}
 	}
-	var results []conformance.ScaleResult
+	var results []scale.Result
 	var prof *windowProfiler
 	if *scaleProfile != "" {
 		prof = startWindowProfiler(t, *scaleProfile)
@@ -59,11 +60,11 @@ func TestScale(t *testing.T) {
 			mk := func(testing.TB) conformance.Harness {
 				return harness{root: mem.MustNew(mem.Options{TTL: 10 * time.Second})}
 			}
-			o := conformance.ScaleOptions{Workers: w, WholeJob: run.wholeJob, Window: *scaleWindow}
+			o := scale.Options{Workers: w, WholeJob: run.wholeJob, Window: *scaleWindow}
 			if prof != nil && i == len(all)-1 {
 				o.OnWindow = prof.window
 			}
-			r := conformance.MeasureScale(t, mk, o)
+			r := scale.Measure(t, mk, o)
 			t.Log(r.Row())
 			results = append(results, r)
 			require.Equal(t, r.Splits, r.Placed, "every split placed")
@@ -72,11 +73,11 @@ func TestScale(t *testing.T) {
 			require.Positive(t, r.ReadsAfterBreakMedian, "the median worker re-read what it watched after the break")
 		})
 	}
-	conformance.WriteScaleTable(os.Stdout, results)
+	scale.WriteTable(os.Stdout, results)
 }
 
 // windowProfiler profiles a scale run's steady-state window from a
-// goroutine outside the synctest bubble (conformance.ScaleOptions.OnWindow).
+// goroutine outside the synctest bubble (scale.Options.OnWindow).
 type windowProfiler struct {
 	req chan bool
 	ack chan error
@@ -146,9 +147,9 @@ func runs(sizes []int) []scaleRun {
 func BenchmarkScale(b *testing.B) {
 	for _, w := range []int{10, 50, 100} {
 		b.Run(fmt.Sprintf("workers=%d", w), func(b *testing.B) {
-			conformance.BenchScaleWatches(b, func(testing.TB) conformance.Harness {
+			scale.BenchWatches(b, func(testing.TB) conformance.Harness {
 				return harness{root: mem.MustNew(mem.Options{TTL: 10 * time.Second})}
-			}, conformance.ScaleOptions{Workers: w})
+			}, scale.Options{Workers: w})
 		})
 	}
 }

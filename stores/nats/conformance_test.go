@@ -7,6 +7,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spate-go/spate/conformance"
+	"github.com/spate-go/spate/conformance/scale"
 	"github.com/spate-go/spate/internal/natsservers"
 	spatenats "github.com/spate-go/spate/stores/nats"
 )
@@ -88,7 +89,7 @@ func BenchmarkConformance(b *testing.B) {
 }
 
 // BenchmarkScale measures a fleet of 50 coordinators over one embedded
-// nats-server in real time (conformance.MeasureScale; the server's CPU is
+// nats-server in real time (scale.Measure; the server's CPU is
 // in the figures):
 //
 //	go test -run '^$' -bench 'Scale' -benchtime 1x -timeout 60m ./stores/nats
@@ -97,7 +98,7 @@ func BenchmarkConformance(b *testing.B) {
 // baseline) and with each its own keys (watch=keys).
 func BenchmarkScale(b *testing.B) {
 	b.Run("workers=50", func(b *testing.B) {
-		conformance.BenchScaleWatches(b, func(t testing.TB) conformance.Harness { return natsservers.NewHarness(t, 10*time.Second) },
-			conformance.ScaleOptions{Workers: 50})
+		scale.BenchWatches(b, func(t testing.TB) conformance.Harness { return natsservers.NewHarness(t, 10*time.Second) },
+			scale.Options{Workers: 50})
 	})
 }

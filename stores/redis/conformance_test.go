@@ -7,6 +7,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spate-go/spate/conformance"
+	"github.com/spate-go/spate/conformance/scale"
 	"github.com/spate-go/spate/internal/redisservers"
 )
 
@@ -75,7 +76,7 @@ func TestChaos(t *testing.T) {
 }
 
 // BenchmarkScale measures a fleet of 50 coordinators over one spawned
-// redis-server in real time (conformance.MeasureScale):
+// redis-server in real time (scale.Measure):
 //
 //	go test -run '^$' -bench 'Scale' -benchtime 1x -timeout 60m ./stores/redis
 //
@@ -83,8 +84,8 @@ func TestChaos(t *testing.T) {
 // baseline) and with each its own keys (watch=keys).
 func BenchmarkScale(b *testing.B) {
 	b.Run("workers=50", func(b *testing.B) {
-		conformance.BenchScaleWatches(b, func(t testing.TB) conformance.Harness {
+		scale.BenchWatches(b, func(t testing.TB) conformance.Harness {
 			return redisservers.Start(t).HarnessMaker(10 * time.Second)(t)
-		}, conformance.ScaleOptions{Workers: 50})
+		}, scale.Options{Workers: 50})
 	})
 }

@@ -1,9 +1,19 @@
-package conformance
+// Package scale measures what a fleet of coordinators costs a store: a
+// fleet of workers at the product's timings over one store of a
+// conformance harness, through placement, a steady-state window, a watch
+// break on every worker and one worker's death. Every driver's tests run
+// it (stores/mem in virtual time, the others as benchmarks against a real
+// server); docs/performance.md is made from its tables.
+//
+// It is measurement, not a rule of the contract: the contract's rules are
+// in package conformance.
+package scale
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -16,10 +26,12 @@ import (
 	"time"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/conformance"
+	"github.com/spate-go/spate/conformance/internal/countstore"
 )
 
-// ScaleOptions shapes one fleet-scale measurement (see [MeasureScale]).
-type ScaleOptions struct {
+// Options shapes one fleet-scale measurement (see [Measure]).
+type Options struct {
 	// Workers is the number of coordinators in the fleet. Required.
 	Workers int
 	// Splits is the job's size; 0 means 100 per worker.
@@ -46,9 +58,9 @@ type ScaleOptions struct {
 	OnWindow func(start bool)
 }
 
-// ScaleResult is what [MeasureScale] observed. Rates are per second of the
+// Result is what [Measure] observed. Rates are per second of the
 // clock the fleet ran on (virtual inside a synctest bubble).
-type ScaleResult struct {
+type Result struct {
 	Workers, Splits int
 	// Watch is what a non-leader watches: "keys" (its own, the store's
 	// KeyWatcher) or "whole job".
@@ -92,26 +104,26 @@ type ScaleResult struct {
 }
 
 // EventsPerWrite is watch events delivered per store write.
-func (r ScaleResult) EventsPerWrite() float64 {
+func (r Result) EventsPerWrite() float64 {
 	if r.WritesPerSec == 0 {
 		return 0
 	}
 	return r.EventsPerSec / r.WritesPerSec
 }
 
-// ScaleHeader is the header of [ScaleResult.Row]'s table.
-const ScaleHeader = "| workers × splits | a worker watches | placed | first placement | writes/s | events/s | events per write | reads/s | re-read after a watch break (total; max, median worker; median worker's watched keys) | CPU core-s/s (total, per worker) | heap per worker | takeover | leases lost | quarantined |\n" +
+// Header is the header of [Result.Row]'s table.
+const Header = "| workers × splits | a worker watches | placed | first placement | writes/s | events/s | events per write | reads/s | re-read after a watch break (total; max, median worker; median worker's watched keys) | CPU core-s/s (total, per worker) | heap per worker | takeover | leases lost | quarantined |\n" +
 	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 
-// Row formats r as one markdown table row under [ScaleHeader].
-func (r ScaleResult) Row() string {
+// Row formats r as one markdown table row under [Header].
+func (r Result) Row() string {
 	return fmt.Sprintf("| %d × %d | %s | %d | %.1fs | %.0f | %.0f | %.2f | %.0f | %d; %d, %d; %d | %.3f, %.4f | %.2f MB | %.1fs | %d | %d |",
 		r.Workers, r.Splits, r.Watch, r.Placed, r.Placement.Seconds(), r.WritesPerSec, r.EventsPerSec, r.EventsPerWrite(),
 		r.ReadsPerSec, r.ReadsAfterBreak, r.ReadsAfterBreakMax, r.ReadsAfterBreakMedian, r.OwnKeysMedian, r.CPUPerSec, r.CPUPerSec/float64(r.Workers), r.HeapPerWorker/1e6,
 		r.Takeover.Seconds(), r.LeasesLost, r.Quarantined)
 }
 
-// MeasureScale runs a fleet of o.Workers coordinators over one store of
+// Measure runs a fleet of o.Workers coordinators over one store of
 // the harness, every one at the product's default timings for the store's
 // TTL (spate.TimingsForLease) with a lane budget of twice its share of the
 // job,
@@ -119,7 +131,7 @@ func (r ScaleResult) Row() string {
 // then the steady state for o.Window, then a simultaneous watch break on
 // every worker, then one worker's death. Run it inside a synctest bubble
 // for virtual time.
-func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
+func Measure(t testing.TB, mk conformance.HarnessMaker, o Options) Result {
 	if o.Splits == 0 {
 		o.Splits = 100 * o.Workers
 	}
@@ -140,8 +152,8 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 	if o.Placement == 0 {
 		o.Placement = 20 * ttl
 	}
-	r := &scaleRun{t: t, o: o, cfg: spate.TimingsForLease(ttl), cnt: &scaleCounters{brk: make(chan struct{})},
-		res: ScaleResult{Workers: o.Workers, Splits: o.Splits, Watch: "whole job"}}
+	r := &scaleRun{t: t, o: o, cfg: spate.TimingsForLease(ttl), cnt: countstore.NewCounters(),
+		res: Result{Workers: o.Workers, Splits: o.Splits, Watch: "whole job"}}
 	// Lanes for twice a worker's share, so the survivors can take a dead
 	// worker's splits.
 	r.cfg.MaxInFlight = 2 * ((o.Splits + o.Workers - 1) / o.Workers)
@@ -155,21 +167,21 @@ func MeasureScale(t testing.TB, mk HarnessMaker, o ScaleOptions) ScaleResult {
 	r.measureWindow(heap0)
 	r.breakWatches()
 	r.killOne()
-	r.phase("takeover took %v; stopping the fleet\n%s\n%s", r.res.Takeover.Round(time.Millisecond), ScaleHeader, r.res.Row())
+	r.phase("takeover took %v; stopping the fleet\n%s\n%s", r.res.Takeover.Round(time.Millisecond), Header, r.res.Row())
 	return r.res
 }
 
-// scaleRun is one MeasureScale run. Its phases, in order: startFleet,
+// scaleRun is one Measure run. Its phases, in order: startFleet,
 // place (until every split is held), measureWindow (the steady state),
 // breakWatches (every watch at once), killOne (a worker's takeover).
 type scaleRun struct {
 	t     testing.TB
-	o     ScaleOptions
+	o     Options
 	cfg   spate.Config
-	cnt   *scaleCounters
+	cnt   *countstore.Counters
 	fleet []*scaleWorker
 	start time.Time
-	res   ScaleResult
+	res   Result
 }
 
 func (r *scaleRun) phase(format string, args ...any) {
@@ -178,7 +190,7 @@ func (r *scaleRun) phase(format string, args ...any) {
 	}
 }
 
-func (r *scaleRun) startFleet(h Harness) {
+func (r *scaleRun) startFleet(h conformance.Harness) {
 	r.phase("starting the fleet")
 	planner := planOf("scale", r.o.Splits)
 	r.start = time.Now()
@@ -190,7 +202,7 @@ func (r *scaleRun) startFleet(h Harness) {
 		}
 		c := r.cfg
 		c.InstanceID = fmt.Sprintf("w%04d", i)
-		cs := &countingStore{Store: s, c: r.cnt, wholeJob: r.o.WholeJob}
+		cs := &countstore.Store{Store: s, C: r.cnt, WholeJob: r.o.WholeJob}
 		coord, err := spate.NewStoreCoordinator(cs, c, spate.WithLogger(testLogger(c.InstanceID)))
 		if err != nil {
 			r.t.Fatalf("scale: %v", err)
@@ -248,7 +260,7 @@ func (r *scaleRun) place() {
 // heap before the fleet started.
 func (r *scaleRun) measureWindow(heap0 uint64) {
 	r.phase("measuring for %v", r.o.Window)
-	w0, e0, r0 := r.cnt.writes.Load(), r.cnt.events.Load(), r.cnt.reads.Load()
+	w0, e0, r0 := r.cnt.Writes.Load(), r.cnt.Events.Load(), r.cnt.Reads.Load()
 	if r.o.OnWindow != nil {
 		r.o.OnWindow(true)
 	}
@@ -259,9 +271,9 @@ func (r *scaleRun) measureWindow(heap0 uint64) {
 	}
 	secs := time.Since(t0).Seconds()
 	r.res.CPUPerSec = (cpuTime() - cpu0).Seconds() / secs
-	r.res.WritesPerSec = float64(r.cnt.writes.Load()-w0) / secs
-	r.res.EventsPerSec = float64(r.cnt.events.Load()-e0) / secs
-	r.res.ReadsPerSec = float64(r.cnt.reads.Load()-r0) / secs
+	r.res.WritesPerSec = float64(r.cnt.Writes.Load()-w0) / secs
+	r.res.EventsPerSec = float64(r.cnt.Events.Load()-e0) / secs
+	r.res.ReadsPerSec = float64(r.cnt.Reads.Load()-r0) / secs
 	r.res.HeapPerWorker = float64(liveHeap()-heap0) / float64(r.o.Workers)
 }
 
@@ -272,13 +284,13 @@ func (r *scaleRun) breakWatches() {
 	before := make([]int64, len(r.fleet))
 	watched := make([]int64, len(r.fleet))
 	for i, w := range r.fleet {
-		before[i], watched[i] = w.cs.rereads.Load(), w.cs.watching.Load()
+		before[i], watched[i] = w.cs.Rereads.Load(), w.cs.Watching.Load()
 	}
-	r.cnt.breakAll()
+	r.cnt.BreakAll()
 	time.Sleep(r.cfg.LeaseDuration)
 	per := make([]int64, len(r.fleet))
 	for i, w := range r.fleet {
-		per[i] = w.cs.rereads.Load() - before[i]
+		per[i] = w.cs.Rereads.Load() - before[i]
 		r.res.ReadsAfterBreak += per[i]
 	}
 	slices.Sort(per)
@@ -307,10 +319,10 @@ func (r *scaleRun) killOne() {
 	}
 }
 
-// WriteScaleTable writes results as a markdown table.
-func WriteScaleTable(w io.Writer, results []ScaleResult) {
+// WriteTable writes results as a markdown table.
+func WriteTable(w io.Writer, results []Result) {
 	var b strings.Builder
-	b.WriteString(ScaleHeader + "\n")
+	b.WriteString(Header + "\n")
 	for _, r := range results {
 		b.WriteString(r.Row() + "\n")
 	}
@@ -332,283 +344,17 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// scaleCounters are shared by every worker's countingStore.
-type scaleCounters struct {
-	writes, events, reads atomic.Int64
-	mu                    sync.Mutex
-	brk                   chan struct{} // closed to break every open watch
-}
-
-func (c *scaleCounters) breakAll() {
-	c.mu.Lock()
-	close(c.brk)
-	c.brk = make(chan struct{})
-	c.mu.Unlock()
-}
-
-func (c *scaleCounters) breaker() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.brk
-}
-
-// countingStore counts a worker's store traffic and can break its watches.
-// With calls set it also logs every keyed call (MeasureLifecycle); with
-// plain set it hides the Releaser capability.
-type countingStore struct {
-	spate.Store
-	c        *scaleCounters
-	reads    atomic.Int64 // this worker's reads
-	rereads  atomic.Int64 // snapshot entries re-read because a break ended their watch
-	watching atomic.Int64 // keys listed by this worker's open key watches
-	wmu      sync.Mutex
-	broken   [2]map[string]bool // by keyspace: prefixes whose watch a break ended, not yet re-opened
-	lostKeys [2]map[string]bool // by keyspace: keys whose key watch a break ended, not yet re-read
-	calls    *callLog
-	plain    bool
-	wholeJob bool // hide the KeyWatcher capability
-}
-
-func (s *countingStore) Create(ctx context.Context, ks spate.Keyspace, key string, v []byte) (spate.Outcome, error) {
-	s.c.writes.Add(1)
-	o, err := s.Store.Create(ctx, ks, key, v)
-	s.calls.add("create", ks, key, o.Won, err)
-	return o, err
-}
-
-func (s *countingStore) Update(ctx context.Context, ks spate.Keyspace, key string, v []byte, rev uint64) (spate.Outcome, error) {
-	s.c.writes.Add(1)
-	o, err := s.Store.Update(ctx, ks, key, v, rev)
-	s.calls.add("update", ks, key, o.Won, err)
-	return o, err
-}
-
-// read counts n entries read, for the fleet and for this worker.
-func (s *countingStore) read(n int64) {
-	s.c.reads.Add(n)
-	s.reads.Add(n)
-}
-
-// Capabilities passes the Releaser capability on when the store has it
-// (and plain is not set), and the KeyWatcher capability when the store
-// has it (and wholeJob is not set).
-func (s *countingStore) Capabilities() spate.Capabilities {
-	c := s.Store.Capabilities()
-	_, c.UpdateAndDelete = spate.ReleaserOf(s.Store)
-	c.UpdateAndDelete = c.UpdateAndDelete && !s.plain
-	_, c.WatchKeys = spate.KeyWatcherOf(s.Store)
-	c.WatchKeys = c.WatchKeys && !s.wholeJob
-	_, c.Sessions = spate.SessionerOf(s.Store)
-	return c
-}
-
-// NewSession passes the Sessioner capability on when the store has it;
-// the session's Create and Update count as writes, and so does its
-// KeepAlive (one round trip that renews every bound key).
-func (s *countingStore) NewSession(ctx context.Context) (spate.Session, error) {
-	sr, ok := spate.SessionerOf(s.Store)
-	if !ok {
-		return nil, fmt.Errorf("conformance: the store has no Sessioner capability: %w", spate.ErrFatal)
-	}
-	in, err := sr.NewSession(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &countingSession{Session: in, s: s}, nil
-}
-
-type countingSession struct {
-	spate.Session
-	s *countingStore
-}
-
-func (cs *countingSession) Create(ctx context.Context, key string, v []byte) (spate.Outcome, error) {
-	cs.s.c.writes.Add(1)
-	o, err := cs.Session.Create(ctx, key, v)
-	cs.s.calls.add("session-create", spate.Ephemeral, key, o.Won, err)
-	return o, err
-}
-
-func (cs *countingSession) Update(ctx context.Context, key string, v []byte, rev uint64) (spate.Outcome, error) {
-	cs.s.c.writes.Add(1)
-	o, err := cs.Session.Update(ctx, key, v, rev)
-	cs.s.calls.add("session-update", spate.Ephemeral, key, o.Won, err)
-	return o, err
-}
-
-func (cs *countingSession) KeepAlive(ctx context.Context) error {
-	cs.s.c.writes.Add(1)
-	err := cs.Session.KeepAlive(ctx)
-	cs.s.calls.add("keep-alive", spate.Ephemeral, "", err == nil, err)
-	return err
-}
-
-// UpdateAndDelete counts one write: the release's one round trip.
-func (s *countingStore) UpdateAndDelete(ctx context.Context, dk string, v []byte, rev uint64, ek string, leaseRev uint64) (spate.Outcome, spate.Outcome, error) {
-	r, ok := spate.ReleaserOf(s.Store)
-	if !ok || s.plain {
-		return spate.Outcome{}, spate.Outcome{}, fmt.Errorf("conformance: the store has no Releaser capability: %w", spate.ErrFatal)
-	}
-	s.c.writes.Add(1)
-	u, d, err := r.UpdateAndDelete(ctx, dk, v, rev, ek, leaseRev)
-	s.calls.add("update-and-delete", spate.Durable, dk, u.Won && d.Won, err)
-	return u, d, err
-}
-
-func (s *countingStore) Delete(ctx context.Context, ks spate.Keyspace, key string, rev uint64) (spate.Outcome, error) {
-	s.c.writes.Add(1)
-	o, err := s.Store.Delete(ctx, ks, key, rev)
-	s.calls.add("delete", ks, key, o.Won, err)
-	return o, err
-}
-
-func (s *countingStore) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
-	s.read(1)
-	e, ok, err := s.Store.Get(ctx, ks, key)
-	s.calls.add("get", ks, key, ok, err)
-	return e, ok, err
-}
-
-func (s *countingStore) List(ctx context.Context, ks spate.Keyspace, prefix string) ([]spate.Entry, error) {
-	es, err := s.Store.List(ctx, ks, prefix)
-	s.read(int64(max(len(es), 1)))
-	return es, err
-}
-
-func (s *countingStore) Watch(ctx context.Context, ks spate.Keyspace, prefix string) (<-chan spate.WatchEvent, error) {
-	return s.count(ctx, ks, prefix, nil, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
-		return s.Store.Watch(ctx, ks, prefix)
-	})
-}
-
-// WatchKeys counts a key watch's traffic as Watch does.
-func (s *countingStore) WatchKeys(ctx context.Context, ks spate.Keyspace, keys []string) (<-chan spate.WatchEvent, error) {
-	kw, ok := spate.KeyWatcherOf(s.Store)
-	if !ok || s.wholeJob {
-		return nil, fmt.Errorf("conformance: the store has no KeyWatcher capability: %w", spate.ErrFatal)
-	}
-	return s.count(ctx, ks, "", keys, func(ctx context.Context) (<-chan spate.WatchEvent, error) {
-		return kw.WatchKeys(ctx, ks, keys)
-	})
-}
-
-// opened records a watch of prefix in ks, or of keys (non-nil) in ks,
-// and says whether it re-opens a prefix watch that a break ended.
-func (s *countingStore) opened(ks spate.Keyspace, prefix string, keys []string) (reopen bool) {
-	s.watching.Add(int64(len(keys)))
-	if keys != nil {
-		return false
-	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	reopen = s.broken[ks-1][prefix]
-	delete(s.broken[ks-1], prefix)
-	return reopen
-}
-
-// closed records the end of a watch opened as opened was told; broke says
-// a break ended it: a prefix watch is then re-read when re-opened, a key
-// watch's keys each when a later snapshot first holds it.
-func (s *countingStore) closed(ks spate.Keyspace, prefix string, keys []string, broke bool) {
-	s.watching.Add(-int64(len(keys)))
-	if !broke {
-		return
-	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if s.broken[ks-1] == nil {
-		s.broken[ks-1], s.lostKeys[ks-1] = map[string]bool{}, map[string]bool{}
-	}
-	if keys == nil {
-		s.broken[ks-1][prefix] = true
-	}
-	for _, k := range keys {
-		s.lostKeys[ks-1][k] = true
-	}
-}
-
-// reread says whether a snapshot entry of key in ks re-reads a key whose
-// key watch a break ended (the first snapshot to hold it since).
-func (s *countingStore) reread(ks spate.Keyspace, key string) bool {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if !s.lostKeys[ks-1][key] {
-		return false
-	}
-	delete(s.lostKeys[ks-1], key)
-	return true
-}
-
-// count opens a stream with open and counts what it delivers: snapshot
-// entries as reads, live puts and deletes as events. The stream watches
-// prefix in ks, or keys (non-nil) in ks. A snapshot entry
-// that re-reads what a break took away (a re-opened prefix watch's, or a
-// key whose key watch broke) counts as a re-read too, whatever group the
-// key is watched in now.
-func (s *countingStore) count(ctx context.Context, ks spate.Keyspace, prefix string, keys []string, open func(context.Context) (<-chan spate.WatchEvent, error)) (<-chan spate.WatchEvent, error) {
-	wctx, cancel := context.WithCancel(ctx)
-	in, err := open(wctx)
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	brk := s.c.breaker()
-	reopen := s.opened(ks, prefix, keys)
-	out := make(chan spate.WatchEvent)
-	go func() {
-		broke := false
-		defer func() { s.closed(ks, prefix, keys, broke) }()
-		defer close(out)
-		defer cancel()
-		snap := true
-		for {
-			select {
-			case ev, ok := <-in:
-				if !ok {
-					return
-				}
-				switch {
-				case ev.Kind == spate.WatchSnapshotDone:
-					snap = false
-				case snap && ev.Kind == spate.WatchPut:
-					s.read(1)
-					if reopen || keys != nil && s.reread(ks, ev.Key) {
-						s.rereads.Add(1)
-					}
-				case !snap && (ev.Kind == spate.WatchPut || ev.Kind == spate.WatchDelete):
-					s.c.events.Add(1)
-				}
-				select {
-				case out <- ev:
-				case <-ctx.Done():
-					return
-				}
-			case <-brk:
-				broke = true
-				select {
-				case out <- spate.WatchEvent{Kind: spate.WatchError, Err: spate.Retryablef("scale: simulated store restart")}:
-				case <-ctx.Done():
-				}
-				return
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out, nil
-}
-
 // scaleWorker drives one coordinator like a source: it commits every held
 // split every `every`, hands back what it is asked to, and counts what it
 // lost.
 type scaleWorker struct {
 	c     *spate.StoreCoordinator
-	cs    *countingStore
+	cs    *countstore.Store
 	st    spate.Store
 	waker spate.Waker
 	every time.Duration
 	rng   *rand.Rand
-	cnt   *scaleCounters
+	cnt   *countstore.Counters
 
 	held              map[spate.SplitID]*scaleSplit
 	nHeld             atomic.Int64
@@ -713,16 +459,16 @@ func (w *scaleWorker) close() {
 	}
 }
 
-// BenchScale runs [MeasureScale] once, in real time, and reports its
+// Bench runs [Measure] once, in real time, and reports its
 // figures as benchmark metrics (use -benchtime 1x):
 //
 //	go test -run '^$' -bench 'Scale/workers=50$' -benchtime 1x ./stores/etcd
 //
-// BenchScaleWatches runs BenchScale twice, as sub-benchmarks
+// BenchWatches runs Bench twice, as sub-benchmarks
 // watch=whole (every worker watching the whole job: the baseline) and
 // watch=keys (each worker its own keys, on a store with KeyWatcher), so
 // that both come from one command on one machine.
-func BenchScaleWatches(b *testing.B, mk HarnessMaker, o ScaleOptions) {
+func BenchWatches(b *testing.B, mk conformance.HarnessMaker, o Options) {
 	for _, whole := range []bool{true, false} {
 		name := "watch=keys"
 		if whole {
@@ -731,17 +477,17 @@ func BenchScaleWatches(b *testing.B, mk HarnessMaker, o ScaleOptions) {
 		b.Run(name, func(b *testing.B) {
 			o := o
 			o.WholeJob = whole
-			BenchScale(b, mk, o)
+			Bench(b, mk, o)
 		})
 	}
 }
 
-func BenchScale(b *testing.B, mk HarnessMaker, o ScaleOptions) {
+func Bench(b *testing.B, mk conformance.HarnessMaker, o Options) {
 	if o.Progress == nil {
 		o.Progress = os.Stderr
 	}
-	r := MeasureScale(b, mk, o)
-	b.Log(ScaleHeader + "\n" + r.Row())
+	r := Measure(b, mk, o)
+	b.Log(Header + "\n" + r.Row())
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(r.WritesPerSec, "writes/s")
 	b.ReportMetric(r.EventsPerSec, "events/s")
@@ -755,4 +501,41 @@ func BenchScale(b *testing.B, mk HarnessMaker, o ScaleOptions) {
 	b.ReportMetric(r.Takeover.Seconds(), "takeover-s")
 	b.ReportMetric(float64(r.LeasesLost), "leases-lost")
 	b.ReportMetric(float64(r.Quarantined), "quarantined")
+}
+
+// closeHarness closes h, failing tb if that fails.
+func closeHarness(tb testing.TB, h conformance.Harness) {
+	if err := h.Close(); err != nil {
+		tb.Errorf("harness: close: %v (what the run wrote may be left on the server)", err)
+	}
+}
+
+// staticPlanner plans a fixed list of splits.
+type staticPlanner struct {
+	fp     string
+	splits []spate.PlannedSplit
+}
+
+func (p *staticPlanner) Fingerprint() string { return p.fp }
+func (p *staticPlanner) Plan(context.Context, spate.PlanContext) (spate.SplitPlan, error) {
+	return spate.NewSplitPlan(p.splits, spate.PlanFinal), nil
+}
+
+// planOf plans n weight-1 splits named prefix-00.. as a final plan (as the
+// conformance suite's planner does).
+func planOf(prefix string, n int) *staticPlanner {
+	p := &staticPlanner{fp: "conformance:" + prefix}
+	for i := range n {
+		p.splits = append(p.splits, spate.NewPlannedSplit(spate.NewSplitSpec(
+			spate.MustSplitID(fmt.Sprintf("%s-%02d", prefix, i)), []byte("range:"+prefix))))
+	}
+	return p
+}
+
+// testLogger is a worker's logger: discarded unless SPATE_TEST_LOG is set.
+func testLogger(name string) *slog.Logger {
+	if os.Getenv("SPATE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("w", name)
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
