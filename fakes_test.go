@@ -244,7 +244,7 @@ var _ Store = (*fakeStore)(nil)
 
 const testFP = "job:test:v1"
 
-var testFPHash = FingerprintHash(testFP)
+var testFPHash = fingerprintHash(testFP)
 
 // testConfig is a valid configuration for the instance "me".
 func testConfig() Config {

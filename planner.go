@@ -318,7 +318,7 @@ func (p planRun) seed(ctx context.Context, splits []PlannedSplit, gen uint64) (c
 		}
 		tried++
 		spec := encode(&specRecord{Schema: SchemaVersion, ID: id, FP: p.fpHash, Generation: gen,
-			Weight: s.Spec.EffectiveWeight(), Descriptor: nonNil(s.Spec.Descriptor)})
+			Weight: s.Spec.effectiveWeight(), Descriptor: nonNil(s.Spec.Descriptor)})
 		prog := encode(newProgressRecord(id, p.fpHash, s.Seed))
 		sem <- struct{}{}
 		wg.Go(func() {
