@@ -265,8 +265,6 @@ func newTestActor(t testing.TB, st Store, cfg Config) *actor {
 	c.act = a
 	ctx, cancel := context.WithCancel(context.Background())
 	a.ctx = ctx
-	a.w.rewatch = time.NewTimer(time.Hour)
-	a.w.rewatch.Stop()
 	t.Cleanup(func() {
 		cancel()
 		a.io.wg.Wait() // no I/O goroutine outlives its test
