@@ -278,8 +278,9 @@ func (a *actor) step() error {
 
 func (a *actor) gauges() {
 	a.m.splitsOwned.Set(float64(len(a.worker.owned)))
-	a.m.splitsCompleted.Set(float64(a.job.nCompleted))
-	a.m.splitsQuarantined.Set(float64(a.job.nQuarant))
+	completed, quarantined := a.job.terminalCounts()
+	a.m.splitsCompleted.Set(float64(completed))
+	a.m.splitsQuarantined.Set(float64(quarantined))
 	live := len(a.members.presence)
 	if _, ok := a.members.presence[a.self]; !ok && !a.worker.parting {
 		live++ // self always counts
@@ -339,6 +340,11 @@ func (a *actor) spawn(io func(ctx context.Context) func() error) {
 	}
 	a.io.goBeside(func() { a.io.results.put(io(a.ctx)) })
 }
+
+// closing reports whether the coordinator is closing: the loop has
+// exited or its context is done, so a write that failed was likely
+// cancelled by the close.
+func (a *actor) closing() bool { return a.io.stopping || a.ctx.Err() != nil }
 
 // goBeside runs f on its own goroutine, which shutdown waits for.
 func (l *loopIO) goBeside(f func()) {

@@ -123,9 +123,9 @@ func (a *actor) prune() {
 	a.job.keepOnly(func(id string) bool { return a.worker.inScope(id) || a.io.busy[id] })
 	a.members.forgetPeers(a.self)
 	a.assigns.forgetPeers(a.self)
-	a.records.keepOnly(a.worker.inScope)
+	damaged := a.records.keepOnly(a.worker.inScope)
 	a.leader.pub.forgetMoves()
-	a.m.damaged.Set(float64(len(a.records.damaged)))
+	a.m.damaged.Set(float64(damaged))
 }
 
 // rescope opens groups for the keys the scope gained and forgets the
@@ -371,7 +371,7 @@ func (a *actor) absent(ks Keyspace, key string, mark uint64) error {
 		}
 		return nil
 	}
-	if d := a.records.damaged[key]; d != nil && d.at < mark {
+	if a.records.damagedBefore(key, mark) {
 		a.repair(key, true)
 		return nil
 	}
