@@ -177,14 +177,14 @@ func (a *actor) reconcileOwn(now time.Time) error {
 		// alive or whose progress record's update has not reached it yet.
 		// The scan covers the assigned splits; a pending quarantine
 		// decision runs it even with every lane busy.
-		a.worker.quarantineScan = false
+		a.worker.quarantineScanned()
 		for _, c := range claimCandidates(a.claimInputs(), a.self, a.cfg.MaxAttempts) {
 			if !a.w.viewLoaded(c.id) {
 				continue // its snapshot brings ownDirty
 			}
 			if !a.io.due(opKey{"claim", c.id}, now) {
 				if c.quarantine {
-					a.worker.quarantineScan = true // keep the decision pending
+					a.worker.scanForQuarantine() // keep the decision pending
 				}
 				continue
 			}
@@ -503,7 +503,7 @@ func (a *actor) quarantine(c claimCandidate) {
 			case err != nil:
 				a.m.writes.WithLabelValues("error").Inc()
 				a.failed(opKey{"claim", c.id})
-				a.worker.quarantineScan = true // retry, or a worker at its budget never revisits it
+				a.worker.scanForQuarantine() // retry, or a worker at its budget never revisits it
 			case !o.Won:
 				a.m.writes.WithLabelValues("conflict").Inc()
 				a.failed(opKey{"claim", c.id})

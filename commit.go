@@ -69,9 +69,15 @@ type fenceCell struct {
 	rev    uint64          // its revision
 }
 
+// fenceCells is the loop's table of the held splits' commit fences.
+type fenceCells struct {
+	cells  map[string]*fenceCell
+	shared *sync.Map // the coordinator's copy of cells, read by committing goroutines
+}
+
 // openCell makes a split just claimed committable on the caller's
 // goroutine.
-func (l *loopIO) openCell(id string, t *tenancy, v *splitView) {
+func (l *fenceCells) openCell(id string, t *tenancy, v *splitView) {
 	c := &fenceCell{open: true, t: t, v: v, rec: v.prog, rev: v.progRev}
 	l.cells[id] = c
 	l.shared.Store(id, c)
@@ -79,7 +85,7 @@ func (l *loopIO) openCell(id string, t *tenancy, v *splitView) {
 
 // closeCell ends a tenancy's fast path; a commit already in flight
 // finishes and reports to the loop as usual.
-func (l *loopIO) closeCell(id string) {
+func (l *fenceCells) closeCell(id string) {
 	c := l.cells[id]
 	if c == nil {
 		return
@@ -117,7 +123,7 @@ func (a *actor) reserve(id string) bool {
 
 // unreserve hands split id's cell back once the loop's write is done,
 // at the state the view holds now (v: the split's view, nil if gone).
-func (l *loopIO) unreserve(id string, v *splitView) {
+func (l *fenceCells) unreserve(id string, v *splitView) {
 	c := l.cells[id]
 	if c == nil || !c.held {
 		return
@@ -133,7 +139,7 @@ func (l *loopIO) unreserve(id string, v *splitView) {
 
 // cellSaw keeps a held split's cell at the newest record the view holds;
 // back says the view adopted a lower revision (the store went back in time).
-func (l *loopIO) cellSaw(id string, r *progressRecord, rev uint64, back bool) {
+func (l *fenceCells) cellSaw(id string, r *progressRecord, rev uint64, back bool) {
 	c := l.cells[id]
 	if c == nil {
 		return
@@ -146,7 +152,7 @@ func (l *loopIO) cellSaw(id string, r *progressRecord, rev uint64, back bool) {
 }
 
 // committing reports whether a commit is in flight on split id's cell.
-func (l *loopIO) committing(id string) bool {
+func (l *fenceCells) committing(id string) bool {
 	c := l.cells[id]
 	if c == nil {
 		return false

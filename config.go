@@ -93,10 +93,9 @@ type Config struct {
 	DrainDeadline time.Duration
 }
 
-// DefaultConfig returns the defaults, with a fresh random instance id.
-func DefaultConfig() Config { return Config{}.WithDefaults() }
-
-// WithDefaults returns c with every zero field set to its default.
+// WithDefaults returns c with every zero field set to its default; an
+// empty InstanceID gets a fresh random one. Config{}.WithDefaults() is the
+// default config.
 func (c Config) WithDefaults() Config {
 	setDur := func(d *time.Duration, def time.Duration) {
 		if *d == 0 {
@@ -225,9 +224,6 @@ func TimingsForLease(lease time.Duration) Config {
 	}
 }
 
-// RenewInterval is the nominal heartbeat period: a third of the lease.
-func (c Config) RenewInterval() time.Duration { return c.WithDefaults().LeaseDuration / 3 }
-
 // configJSON mirrors Config with durations as Go duration strings.
 type configJSON struct {
 	LeaseDuration      string `json:"lease_duration,omitempty"`
@@ -262,11 +258,11 @@ func (c Config) MarshalJSON() ([]byte, error) {
 	})
 }
 
-// ParseConfig decodes a JSON config strictly: unknown fields, trailing data
+// parseConfig decodes a JSON config strictly: unknown fields, trailing data
 // and malformed durations are errors. Durations are Go duration strings
 // ("1.5s"); rebalance_delay also accepts "none" for [NoRebalanceDelay]. The
 // result is not validated; call [Config.Validate].
-func ParseConfig(data []byte) (Config, error) {
+func parseConfig(data []byte) (Config, error) {
 	var j configJSON
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -308,9 +304,12 @@ func ParseConfig(data []byte) (Config, error) {
 	return c, nil
 }
 
-// UnmarshalJSON decodes like [ParseConfig].
+// UnmarshalJSON decodes a JSON config strictly: unknown fields and
+// malformed durations are Fatal errors. Durations are Go duration strings
+// ("1.5s"); rebalance_delay also accepts "none" for [NoRebalanceDelay]. The
+// result is not validated; call [Config.Validate].
 func (c *Config) UnmarshalJSON(data []byte) error {
-	v, err := ParseConfig(data)
+	v, err := parseConfig(data)
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 func TestConfigDefaults(t *testing.T) {
-	c := spate.DefaultConfig()
+	c := spate.Config{}.WithDefaults()
 	require.Equal(t, 30*time.Second, c.LeaseDuration, "defaults: %+v", c)
 	require.Equal(t, 10*time.Second, c.OpTimeout, "defaults: %+v", c)
 	require.Equal(t, 4, c.MaxAttempts, "defaults: %+v", c)
@@ -24,9 +24,8 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, 10*time.Second, c.DrainDeadline, "defaults: %+v", c)
 	require.True(t, strings.HasPrefix(c.InstanceID, "spate-"), "default instance id %q", c.InstanceID)
 	require.Len(t, c.InstanceID, len("spate-")+32, "default instance id %q", c.InstanceID)
-	require.NotEqual(t, c.InstanceID, spate.DefaultConfig().InstanceID, "default instance ids must be random per process")
+	require.NotEqual(t, c.InstanceID, spate.Config{}.WithDefaults().InstanceID, "default instance ids must be random per process")
 	require.NoError(t, c.Validate(), "defaults must validate")
-	require.Equal(t, 10*time.Second, c.RenewInterval(), "renew interval")
 	require.NoError(t, (spate.Config{RebalanceDelay: spate.NoRebalanceDelay}).Validate(), "NoRebalanceDelay is legal")
 }
 
@@ -61,21 +60,5 @@ func TestConfigValidateReportsEveryViolation(t *testing.T) {
 	err := spate.Config{OpTimeout: time.Millisecond, MaxAttempts: -1, InstanceID: "a b"}.Validate()
 	for _, want := range []string{"op_timeout", "max_attempts", "instance_id"} {
 		assert.ErrorContains(t, err, want, "joined error %v misses %q", err, want)
-	}
-}
-
-func TestParseConfig(t *testing.T) {
-	c, err := spate.ParseConfig([]byte(`{"lease_duration":"1.5s","op_timeout":"200ms","rebalance_delay":"none","max_in_flight":3}`))
-	require.NoError(t, err)
-	require.Equal(t, 1500*time.Millisecond, c.LeaseDuration, "parsed %+v", c)
-	require.Equal(t, 200*time.Millisecond, c.OpTimeout, "parsed %+v", c)
-	require.Equal(t, spate.NoRebalanceDelay, c.RebalanceDelay, "parsed %+v", c)
-	require.Equal(t, 3, c.MaxInFlight, "parsed %+v", c)
-	round, err := spate.ParseConfig([]byte(c.String()))
-	require.NoError(t, err, "round trip")
-	require.Equal(t, c, round, "round trip")
-	for _, bad := range []string{`{"lease":"1s"}`, `{"lease_duration":"soon"}`, `{"lease_duration":5}`, `{} {}`, `[`} {
-		_, err := spate.ParseConfig([]byte(bad))
-		assert.True(t, spate.IsFatal(err), "ParseConfig(%s) = %v, want a Fatal error", bad, err)
 	}
 }

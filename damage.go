@@ -137,13 +137,22 @@ func (r *recordState) damagedKeys() []string { return slices.Sorted(maps.Keys(r.
 
 // keepOnly forgets the damage of every split keep refuses, and every
 // missing record (the leader restores those; a scoped worker is not it).
-func (r *recordState) keepOnly(keep func(id string) bool) {
+// It returns how many damaged records are left.
+func (r *recordState) keepOnly(keep func(id string) bool) (damaged int) {
 	for key, d := range r.damaged {
 		if !keep(d.id) {
 			delete(r.damaged, key)
 		}
 	}
 	clear(r.missing)
+	return len(r.damaged)
+}
+
+// damagedBefore reports whether key is damaged as last seen before loop
+// clock mark.
+func (r *recordState) damagedBefore(key string, mark uint64) bool {
+	d := r.damaged[key]
+	return d != nil && d.at < mark
 }
 
 // found notes that split id's progress record is in the view again:

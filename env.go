@@ -34,7 +34,7 @@ type env struct {
 func newEnv(c *StoreCoordinator, fp string) env {
 	h := fnv.New64a()
 	h.Write([]byte(c.cfg.InstanceID + "/" + c.nonce))
-	e := env{st: c.store, log: c.log, m: c.m, self: c.cfg.InstanceID, nonce: c.nonce, fp: fp, fpHash: FingerprintHash(fp)}
+	e := env{st: c.store, log: c.log, m: c.m, self: c.cfg.InstanceID, nonce: c.nonce, fp: fp, fpHash: fingerprintHash(fp)}
 	e.renew = newRenewer(c.store, c.cfg, c.log, c.m, e.self, e.nonce, h.Sum64())
 	e.rel, _ = ReleaserOf(c.store)
 	e.kw, _ = KeyWatcherOf(c.store)

@@ -53,7 +53,7 @@ func TestEnvHoldsTheStoreItsCapabilitiesAndTheIdentity(t *testing.T) {
 			assert.Equal(t, cfg.InstanceID, a.self)
 			assert.Equal(t, "nonce-me", a.nonce)
 			assert.Equal(t, testFP, a.fp)
-			assert.Equal(t, FingerprintHash(testFP), a.fpHash)
+			assert.Equal(t, fingerprintHash(testFP), a.fpHash)
 			require.NotNil(t, a.renew)
 			assert.Same(t, a.c.log, a.log)
 			assert.Same(t, a.c.m, a.m)

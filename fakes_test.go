@@ -244,7 +244,7 @@ var _ Store = (*fakeStore)(nil)
 
 const testFP = "job:test:v1"
 
-var testFPHash = FingerprintHash(testFP)
+var testFPHash = fingerprintHash(testFP)
 
 // testConfig is a valid configuration for the instance "me".
 func testConfig() Config {
@@ -265,8 +265,6 @@ func newTestActor(t testing.TB, st Store, cfg Config) *actor {
 	c.act = a
 	ctx, cancel := context.WithCancel(context.Background())
 	a.ctx = ctx
-	a.w.rewatch = time.NewTimer(time.Hour)
-	a.w.rewatch.Stop()
 	t.Cleanup(func() {
 		cancel()
 		a.io.wg.Wait() // no I/O goroutine outlives its test

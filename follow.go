@@ -196,7 +196,7 @@ func (f *jobFollower) setPlan(value []byte, del bool) error {
 	// new one (the first plan) re-reads every split.
 	fp := uint64(0)
 	if f.plan != nil {
-		fp = FingerprintHash(f.plan.Fingerprint)
+		fp = fingerprintHash(f.plan.Fingerprint)
 	}
 	if fp == f.fp {
 		return f.planErr

@@ -11,7 +11,7 @@ import (
 // decodes to the same record.
 
 func FuzzDecodeProgress(f *testing.F) {
-	fp := FingerprintHash("fuzz")
+	fp := fingerprintHash("fuzz")
 	f.Add(encode(newProgressRecord("s", fp, nil)))
 	f.Add(encode(newProgressRecord("s", fp, &SplitProgress{Watermark: -5, State: []byte{0, 1}, Completed: true})))
 	f.Add([]byte(`{"schema":1,"id":"s","fp":1,"epoch":18446744073709551615,"status":"runnable","owner":"x","attempts":1,"watermark":null,"state":null,"completed":false,"written_at_ms":0}`))
@@ -91,7 +91,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{"max_in_flight":-1}`))
 	f.Add([]byte(`{"lease_duration":"-3h"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := ParseConfig(data)
+		c, err := parseConfig(data)
 		if err != nil {
 			require.ErrorIs(t, err, ErrFatal, "unclassified parse error")
 			return
@@ -99,7 +99,7 @@ func FuzzParseConfig(f *testing.F) {
 		if err := c.Validate(); err != nil {
 			require.ErrorIs(t, err, ErrFatal, "unclassified validation error")
 		}
-		again, err := ParseConfig([]byte(c.String()))
+		again, err := parseConfig([]byte(c.String()))
 		require.NoError(t, err, "config does not round-trip: %+v -> %+v", c, again)
 		require.Equal(t, c, again, "config does not round-trip: %+v -> %+v", c, again)
 	})

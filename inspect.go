@@ -171,7 +171,7 @@ func RequeueSplit(ctx context.Context, store Store, fingerprint string, id Split
 	if !ok {
 		return Fatalf("requeue: split %s does not exist", id)
 	}
-	r, err := decodeProgress(key, id.id, e.Value, FingerprintHash(fingerprint))
+	r, err := decodeProgress(key, id.id, e.Value, fingerprintHash(fingerprint))
 	if err != nil {
 		return err
 	}

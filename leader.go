@@ -235,11 +235,7 @@ func (a *actor) finishElection(res electResult, newJob bool) error {
 	a.dirty = true
 	a.m.leader.Set(1)
 	a.log.Info("elected planner leader", "generation", res.val.Generation)
-	// Decision: a final plan is never re-run. Final means the enumeration
-	// is complete (and its publish proves the seeding finished); re-running
-	// it could only add splits a final plan must not grow by (a file
-	// rewritten since, say).
-	a.planning.due = a.planning.plan.Finality != finalityFinal
+	a.planning.elected() // a final plan is never re-run
 	return nil
 }
 
@@ -263,10 +259,7 @@ func (a *actor) resign() {
 func (a *actor) dropLeadership() uint64 {
 	a.leader.term = nil
 	a.m.leader.Set(0)
-	a.planning.due = false
-	if a.planning.cancel != nil {
-		a.planning.cancel()
-	}
+	a.planning.stop()
 	return a.renew.clearLeader()
 }
 

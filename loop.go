@@ -45,14 +45,13 @@ type actor struct {
 // one at a time and in order (busy, later), and an operation that failed
 // backs off (retry).
 type loopIO struct {
-	wg       sync.WaitGroup
-	results  *signalQueue[func() error]
-	busy     map[string]bool           // splits with a write of the loop's in flight
-	cells    map[string]*fenceCell     // held splits' commit fences (commit.go)
-	shared   *sync.Map                 // the coordinator's copy of cells, read by committing goroutines
-	later    map[string][]func() error // work waiting for a busy split
-	stopping bool                      // the loop has exited: no new I/O
-	retry    map[opKey]time.Time       // failed operations: not before then
+	wg         sync.WaitGroup
+	results    *signalQueue[func() error]
+	busy       map[string]bool           // splits with a write of the loop's in flight
+	fenceCells                           // held splits' commit fences (commit.go)
+	later      map[string][]func() error // work waiting for a busy split
+	stopping   bool                      // the loop has exited: no new I/O
+	retry      map[opKey]time.Time       // failed operations: not before then
 }
 
 func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
@@ -66,20 +65,10 @@ func newActor(c *StoreCoordinator, planner SplitPlanner, fp string) *actor {
 		leader:   leaderState{pub: publishState{pinnedSince: map[string]time.Time{}, landedAt: map[string]time.Time{}, moving: map[string]bool{}}},
 		records:  recordState{missing: map[string]*progressRecord{}, damaged: map[string]*damagedRecord{}},
 		planning: planning{done: make(chan planResult, 1)},
-		w: watchSet{
-			streams:       [2]*watchState{{ks: Ephemeral}, {ks: Durable}},
-			groups:        map[*keyGroup]struct{}{},
-			covered:       [2]map[string]int{{}, {}},
-			loaded:        [2]map[string]int{{}, {}},
-			keyEvents:     make(chan keyEvent, stepBatch),
-			rewatchJitter: c.tm.rewatchJitter,
-		},
-		io: loopIO{busy: map[string]bool{}, cells: map[string]*fenceCell{}, shared: &c.cells, later: map[string][]func() error{},
+		io: loopIO{busy: map[string]bool{}, fenceCells: fenceCells{cells: map[string]*fenceCell{}, shared: &c.cells}, later: map[string][]func() error{},
 			results: newSignalQueue[func() error](), retry: map[opKey]time.Time{}},
 	}
-	// Without KeyWatcher every worker watches the whole job from startup
-	// on (which completes both snapshots before the loop runs).
-	a.w.fullView = a.kw == nil
+	a.w = newWatchSet(c.tm.rewatchJitter, a.kw != nil)
 	return a
 }
 
@@ -90,8 +79,6 @@ const stepBatch = 64
 // then shutdown.
 func (a *actor) run(ctx context.Context) {
 	a.ctx = ctx
-	a.w.rewatch = time.NewTimer(time.Hour)
-	a.w.rewatch.Stop()
 	defer a.w.rewatch.Stop()
 	a.wake.start()
 	defer a.wake.stop()
@@ -191,13 +178,9 @@ func (a *actor) loop(ctx context.Context) {
 				a.w.refreshScope()
 			}
 		case <-replan.C:
-			if a.leader.term != nil && a.planning.plan != nil && a.planning.plan.Finality == finalityOpen {
-				a.planning.due = true
-			}
+			a.replanOpen()
 		case <-planTriggers:
-			if a.leader.term != nil && a.planning.plan != nil && a.planning.plan.Finality == finalityOpen {
-				a.planning.due = true
-			}
+			a.replanOpen()
 		case res := <-a.planning.done:
 			err = a.finishPlan(res)
 		}
@@ -261,8 +244,7 @@ func (a *actor) step() error {
 		a.elect(now)
 	}
 	if a.leader.term != nil && a.w.fullView {
-		if !a.leader.pub.settledAt.IsZero() && !now.Before(a.leader.pub.settledAt) {
-			a.leader.pub.settledAt = time.Time{}
+		if a.leader.pub.settleEnded(now) {
 			a.dirty = true // a settling split may move again
 		}
 		a.restoreMissing(now)
@@ -296,8 +278,9 @@ func (a *actor) step() error {
 
 func (a *actor) gauges() {
 	a.m.splitsOwned.Set(float64(len(a.worker.owned)))
-	a.m.splitsCompleted.Set(float64(a.job.nCompleted))
-	a.m.splitsQuarantined.Set(float64(a.job.nQuarant))
+	completed, quarantined := a.job.terminalCounts()
+	a.m.splitsCompleted.Set(float64(completed))
+	a.m.splitsQuarantined.Set(float64(quarantined))
 	live := len(a.members.presence)
 	if _, ok := a.members.presence[a.self]; !ok && !a.worker.parting {
 		live++ // self always counts
@@ -355,10 +338,20 @@ func (a *actor) spawn(io func(ctx context.Context) func() error) {
 	if a.io.stopping {
 		return
 	}
-	a.io.wg.Add(1)
+	a.io.goBeside(func() { a.io.results.put(io(a.ctx)) })
+}
+
+// closing reports whether the coordinator is closing: the loop has
+// exited or its context is done, so a write that failed was likely
+// cancelled by the close.
+func (a *actor) closing() bool { return a.io.stopping || a.ctx.Err() != nil }
+
+// goBeside runs f on its own goroutine, which shutdown waits for.
+func (l *loopIO) goBeside(f func()) {
+	l.wg.Add(1)
 	go func() {
-		defer a.io.wg.Done()
-		a.io.results.put(io(a.ctx))
+		defer l.wg.Done()
+		f()
 	}()
 }
 

@@ -101,7 +101,7 @@ func (w *openWorker) pump(t *testing.T, won map[spate.SplitID]int) {
 // AllComplete.
 func TestAnOpenPlanGrowsWhileWorkersJoinLeaveAndDie(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := spate.DefaultConfig()
+		cfg := spate.Config{}.WithDefaults()
 		s := mem.MustNew(mem.Options{TTL: cfg.LeaseDuration})
 		defer s.Close()
 		p := &growingPlanner{last: 6}

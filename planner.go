@@ -88,6 +88,29 @@ type planning struct {
 // rev (startup, before the watches fold anything).
 func (p *planning) joined(plan *planRecord, rev uint64) { p.plan, p.planRev = plan, rev }
 
+// elected makes a run due for a new leader. Decision: a final plan is
+// never re-run. Final means the enumeration is complete (and its publish
+// proves the seeding finished); re-running it could only add splits a
+// final plan must not grow by (a file rewritten since, say).
+func (p *planning) elected() { p.due = p.plan.Finality != finalityFinal }
+
+// stop ends the leader's planning: no run is due, and the one in flight
+// is cancelled.
+func (p *planning) stop() {
+	p.due = false
+	if p.cancel != nil {
+		p.cancel()
+	}
+}
+
+// replanOpen makes a run due on the leader while the plan is open (the
+// replan interval or a plan trigger fired).
+func (a *actor) replanOpen() {
+	if a.leader.term != nil && a.planning.plan != nil && a.planning.plan.Finality == finalityOpen {
+		a.planning.due = true
+	}
+}
+
 // planPut folds a put of the plan record at rev.
 func (a *actor) planPut(key string, value []byte, rev uint64) error {
 	if rev <= a.planning.planRev {
@@ -318,7 +341,7 @@ func (p planRun) seed(ctx context.Context, splits []PlannedSplit, gen uint64) (c
 		}
 		tried++
 		spec := encode(&specRecord{Schema: SchemaVersion, ID: id, FP: p.fpHash, Generation: gen,
-			Weight: s.Spec.EffectiveWeight(), Descriptor: nonNil(s.Spec.Descriptor)})
+			Weight: s.Spec.effectiveWeight(), Descriptor: nonNil(s.Spec.Descriptor)})
 		prog := encode(newProgressRecord(id, p.fpHash, s.Seed))
 		sem <- struct{}{}
 		wg.Go(func() {

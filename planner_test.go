@@ -366,3 +366,11 @@ func TestPlanningWaitIsBoundedByTheTimeout(t *testing.T) {
 		assert.Contains(t, logged.String(), "leaving it behind")
 	})
 }
+
+// TestZeroWeightBalancesAsOne moved from spate_test.go's
+// TestBuildersCoverTheSeamTypes when effectiveWeight left the API.
+func TestZeroWeightBalancesAsOne(t *testing.T) {
+	spec := NewSplitSpec(MustSplitID("s"), []byte("d"))
+	w := spec.WithWeight(0).effectiveWeight()
+	assert.Equal(t, uint64(1), w, "weight 0 is treated as 1, got %d", w)
+}

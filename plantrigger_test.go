@@ -39,7 +39,7 @@ func (p *triggeredPlanner) runCount() int {
 // coordinator closes.
 func TestPlanTriggerRunsThePlannerAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := spate.DefaultConfig()
+		cfg := spate.Config{}.WithDefaults()
 		cfg.InstanceID = "a"
 		cfg.ReplanInterval = time.Hour
 		s := mem.MustNew(mem.Options{TTL: cfg.LeaseDuration})

@@ -34,7 +34,7 @@ func TestProgressRecordRoundTrips(t *testing.T) {
 }
 
 func TestRecordParseErrorsAreDistinctAndActionable(t *testing.T) {
-	fp := FingerprintHash("job:v1")
+	fp := fingerprintHash("job:v1")
 	good := encode(newProgressRecord("s-1", fp, nil))
 	cases := []struct {
 		name, data, want string
@@ -58,12 +58,12 @@ func TestRecordParseErrorsAreDistinctAndActionable(t *testing.T) {
 }
 
 func TestFingerprintHashDecodesAsUint64(t *testing.T) {
-	fp := FingerprintHash("a fingerprint whose hash exceeds 2^53")
+	fp := fingerprintHash("a fingerprint whose hash exceeds 2^53")
 	r := newProgressRecord("s", fp, nil)
 	got, err := decodeProgress("split.s", "s", encode(r), fp)
 	require.NoError(t, err, "fp %d decoded as %v (%v)", fp, got, err)
 	require.Equal(t, fp, got.FP, "fp %d decoded as %v (%v)", fp, got, err)
-	require.NotEqual(t, FingerprintHash("x"), FingerprintHash("y"), "distinct fingerprints collide")
+	require.NotEqual(t, fingerprintHash("x"), fingerprintHash("y"), "distinct fingerprints collide")
 }
 
 func TestSeededCompletedRecordIsTerminal(t *testing.T) {

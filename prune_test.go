@@ -101,7 +101,7 @@ type pruneWorker struct {
 // never shipped twice), no view restores it, and no assignment names it.
 func TestAnOpenPlanPrunesCompletedSplitsWhoseWorkIsGone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := spate.DefaultConfig()
+		cfg := spate.Config{}.WithDefaults()
 		s := mem.MustNew(mem.Options{TTL: cfg.LeaseDuration})
 		defer s.Close()
 		const retain = 10 * time.Minute

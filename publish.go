@@ -31,6 +31,16 @@ type publishState struct {
 	balanced    string               // members and budgets the improve pass last ran on (fleetSignature)
 }
 
+// settleEnded reports, once, that the settling pause set by the last
+// publish is over at now: a settling split may move again.
+func (p *publishState) settleEnded(now time.Time) bool {
+	if p.settledAt.IsZero() || now.Before(p.settledAt) {
+		return false
+	}
+	p.settledAt = time.Time{}
+	return true
+}
+
 // leaderView is what the assignment input is built from.
 type leaderView struct {
 	now         time.Time

@@ -31,10 +31,10 @@ const (
 	finalityFinal   = "final"
 )
 
-// FingerprintHash is the 64-bit FNV-1a hash of a job fingerprint, stored in
+// fingerprintHash is the 64-bit FNV-1a hash of a job fingerprint, stored in
 // every spec and progress record so that two jobs sharing a namespace cannot
 // read each other's records as their own.
-func FingerprintHash(fingerprint string) uint64 {
+func fingerprintHash(fingerprint string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(fingerprint))
 	return h.Sum64()

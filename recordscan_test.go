@@ -232,7 +232,7 @@ func TestRecordScannerAgreesWithTheStrictDecoder(t *testing.T) {
 // decodeProgress and decodeSpec give the same result on the same bytes
 // whichever path reads them.
 func TestARecordTheScannerGivesUpOnIsReadStrictly(t *testing.T) {
-	fp := FingerprintHash("job")
+	fp := fingerprintHash("job")
 	owner := "w1"
 	w := int64(7)
 	r := &progressRecord{Schema: SchemaVersion, ID: "s1", FP: fp, Status: statusRunnable, Owner: &owner, Watermark: &w, LastFailure: "lost <lease> & ran \"out\""}
@@ -271,7 +271,7 @@ func jsonNum(v uint64) string {
 }
 
 func BenchmarkDecodeProgress(b *testing.B) {
-	fp := FingerprintHash("bench")
+	fp := fingerprintHash("bench")
 	owner := "spate-0123456789abcdef0123456789abcdef"
 	w := int64(123456789)
 	data := encode(&progressRecord{Schema: SchemaVersion, ID: "split-000123", FP: fp, Epoch: 4, Status: statusRunnable, Owner: &owner,
@@ -298,7 +298,7 @@ func BenchmarkDecodeProgress(b *testing.B) {
 // canonical record each: the scanner gives up, and decodeProgress still
 // reads (or refuses) the record as the strict decoder does.
 func TestRecordScannerGivesUpOnEachFormItDoesNotRead(t *testing.T) {
-	fp := FingerprintHash("job")
+	fp := fingerprintHash("job")
 	owner := "w1"
 	w := int64(7)
 	canonical := string(encode(&progressRecord{Schema: SchemaVersion, ID: "s1", FP: fp, Epoch: 3, Status: statusRunnable,

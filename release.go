@@ -160,7 +160,7 @@ func (a *actor) releaseSplit(id string, done func(releaseResult)) error {
 				// claim is the conservative kind, but the split is not
 				// pinned here.
 				a.m.writes.WithLabelValues("error").Inc()
-				if a.io.stopping || a.ctx.Err() != nil {
+				if a.closing() {
 					// The coordinator is closing and cancelled the write:
 					// keep the tenancy, so that Close hands it back
 					// directly.
@@ -217,7 +217,7 @@ func (a *actor) releaseAtomic(id string, t *tenancy, rec *progressRecord, baseRe
 			switch {
 			case err != nil:
 				a.m.writes.WithLabelValues("error").Inc()
-				if a.io.stopping || a.ctx.Err() != nil {
+				if a.closing() {
 					// As on the plain path: keep the tenancy, renewed,
 					// so that Close hands it back directly.
 					if still && renewing {

@@ -221,7 +221,7 @@ func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
 		a.log.Warn("split quarantined: out of delivery attempts; it blocks completion", "split", id, "attempts", r.Attempts)
 	}
 	if r.Status == statusRunnable && int(r.Attempts)+1 >= a.cfg.MaxAttempts {
-		a.worker.quarantineScan = true
+		a.worker.scanForQuarantine()
 	}
 	if r.Status == statusRunnable && prev != nil && prev.Status == statusQuarant {
 		if a.verdicts.withdrawStall() {

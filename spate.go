@@ -157,8 +157,7 @@ type SplitSpec struct {
 	// Weight is the split's relative cost (bytes, rows) and the balance
 	// objective: the leader distributes summed weight, not split counts. A
 	// planner that leaves every weight at 1 gets count balancing, which is
-	// right when splits are uniform. 0 is treated as 1 (see
-	// [SplitSpec.EffectiveWeight]).
+	// right when splits are uniform. 0 is treated as 1.
 	Weight uint64
 }
 
@@ -173,8 +172,8 @@ func (s SplitSpec) WithWeight(w uint64) SplitSpec {
 	return s
 }
 
-// EffectiveWeight is the weight the assignment balances on: max(Weight, 1).
-func (s SplitSpec) EffectiveWeight() uint64 { return max(s.Weight, 1) }
+// effectiveWeight is the weight the assignment balances on: max(Weight, 1).
+func (s SplitSpec) effectiveWeight() uint64 { return max(s.Weight, 1) }
 
 // PlannedSplit is a split as the planner submits it: the spec plus optional
 // seed progress. Seeds are first-writer-wins: a seed never overwrites an

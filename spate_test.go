@@ -43,8 +43,6 @@ func TestBuildersCoverTheSeamTypes(t *testing.T) {
 	assert.Equal(t, uint64(1), spec.Weight, "default weight %d, want 1", spec.Weight)
 	w := spec.WithWeight(64 << 20).Weight
 	assert.Equal(t, uint64(64<<20), w, "WithWeight: %d", w)
-	w = spec.WithWeight(0).EffectiveWeight()
-	assert.Equal(t, uint64(1), w, "weight 0 is treated as 1, got %d", w)
 	planned := spate.NewPlannedSplit(spec)
 	assert.Nil(t, planned.Seed, "NewPlannedSplit has no seed")
 	seeded := planned.WithSeed(spate.NewSplitProgress(7, []byte("state")))

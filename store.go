@@ -154,9 +154,6 @@ func (k Keyspace) String() string {
 	return fmt.Sprintf("Keyspace(%d)", uint8(k))
 }
 
-// Valid reports whether k is Durable or Ephemeral.
-func (k Keyspace) Valid() bool { return k == Durable || k == Ephemeral }
-
 // AnyRevision as the expected revision of [Store.Delete] makes the delete
 // unconditional.
 const AnyRevision uint64 = 0
@@ -346,16 +343,6 @@ func validateKeyish(what, s string, trailingDot bool) error {
 		if !identByte(c) {
 			return bad(fmt.Sprintf("holds %q outside [A-Za-z0-9_.-]", c))
 		}
-	}
-	return nil
-}
-
-// ValidateValue checks a value against a store's cap (0 means none); the
-// error matches [ErrValueTooLarge] and [ErrFatal].
-func ValidateValue(value []byte, maxSize int) error {
-	if maxSize > 0 && len(value) > maxSize {
-		return fmt.Errorf("value of %d bytes exceeds the store's cap of %d: %w: %w",
-			len(value), maxSize, ErrValueTooLarge, ErrFatal)
 	}
 	return nil
 }

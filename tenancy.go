@@ -339,9 +339,17 @@ func (a *actor) leaseDelete(id string, rev uint64, force bool) {
 		v.leaseRev, v.leaseGoneAt = rev, time.Now()
 	}
 	if p := v.prog; p != nil && p.Status == statusRunnable && int(p.Attempts)+1 >= a.cfg.MaxAttempts {
-		a.worker.quarantineScan = true
+		a.worker.scanForQuarantine()
 	}
 }
+
+// scanForQuarantine makes the next reconcileOwn scan the assigned splits
+// for quarantine even with every lane busy: one of them may be out of
+// attempts.
+func (w *worker) scanForQuarantine() { w.quarantineScan = true }
+
+// quarantineScanned notes that reconcileOwn's scan began.
+func (w *worker) quarantineScanned() { w.quarantineScan = false }
 
 // leaseSweep applies a complete read of the ephemeral keyspace that
 // started at mark: a lease seen before mark that the read does not list

@@ -289,7 +289,7 @@ func (a *actor) syncVerdict(now time.Time) {
 		return func() error {
 			a.verdicts.syncing = false
 			if err != nil {
-				if a.ctx.Err() != nil || a.io.stopping {
+				if a.closing() {
 					// The coordinator is closing: the write was cancelled,
 					// and a successor leader judges the job afresh.
 					a.log.Debug("verdict record not written: the coordinator is closing", "err", err)

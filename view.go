@@ -150,6 +150,10 @@ func (j *jobView) dropProgress(id string, rev uint64) *progressRecord {
 	return old
 }
 
+// terminalCounts is how many splits of the view are completed and how
+// many quarantined.
+func (j *jobView) terminalCounts() (completed, quarantined int) { return j.nCompleted, j.nQuarant }
+
 func (j *jobView) count(status string, d int) {
 	switch status {
 	case statusCompleted:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 )
 
@@ -20,15 +21,29 @@ type watchSet struct {
 	// leases and the fence cells keep commits going; only the view waits.
 	rewatchJitter time.Duration
 
-	groups     map[*keyGroup]struct{}
-	covered    [2]map[string]int // keys watched by the key groups, per keyspace, with how many groups
-	loaded     [2]map[string]int // of those, keys whose group's snapshot is in, with how many groups
+	keyScope   // the scoped mode's key groups (watchscope.go)
 	keyEvents  chan keyEvent
 	scopeDirty bool // the scope may have changed: rescope
 
 	reconciling bool // a reconcile listing is in flight (reconcile)
 
 	failLog watchFailLog // failed (re-)watches, said once then rate-limited
+}
+
+// newWatchSet returns a worker's watches, none open yet. Without key
+// watches (scoped is false) every worker watches the whole job from
+// startup on (which completes both snapshots before the loop runs).
+func newWatchSet(rewatchJitter time.Duration, scoped bool) watchSet {
+	ws := watchSet{
+		streams:       [2]*watchState{{ks: Ephemeral}, {ks: Durable}},
+		fullView:      !scoped,
+		rewatch:       time.NewTimer(time.Hour),
+		rewatchJitter: rewatchJitter,
+		keyScope:      newKeyScope(),
+		keyEvents:     make(chan keyEvent, stepBatch),
+	}
+	ws.rewatch.Stop()
+	return ws
 }
 
 // rewatchDelay is the least the actor waits before re-establishing a
@@ -86,6 +101,21 @@ func (w *watchState) close() {
 		w.cancel()
 	}
 	w.ch, w.cancel, w.collecting, w.snapshot = nil, nil, false, nil
+}
+
+// rewatchSoon schedules a jittered re-establishment of what broke.
+func (ws *watchSet) rewatchSoon() {
+	ws.rewatchPending = true
+	ws.rewatch.Reset(rewatchDelay + rand.N(ws.rewatchJitter))
+}
+
+// closeStreams ends the whole-job watches: the view is no longer the
+// whole job.
+func (ws *watchSet) closeStreams() {
+	for _, w := range ws.streams {
+		w.close()
+	}
+	ws.fullView = false
 }
 
 // reestablish reopens what is down: the whole-job watches, or on a

@@ -214,7 +214,7 @@ func TestReconcile(t *testing.T) {
 }
 
 func TestKeyGroupsCountTheKeysTheyCoverAndHaveLoaded(t *testing.T) {
-	ws := watchSet{groups: map[*keyGroup]struct{}{}, covered: [2]map[string]int{{}, {}}, loaded: [2]map[string]int{{}, {}}}
+	ws := watchSet{keyScope: newKeyScope()}
 	cancelled := 0
 	add := func(keys ...string) *keyGroup {
 		g := &keyGroup{ks: Durable, keys: keys, cancel: func() { cancelled++ }}
@@ -248,7 +248,7 @@ func TestKeyGroupsCountTheKeysTheyCoverAndHaveLoaded(t *testing.T) {
 // A scoped worker's view holds a split once both the group watching its
 // lease and the one watching its progress record have their snapshots in.
 func TestViewLoadedNeedsBothKeyspaces(t *testing.T) {
-	ws := watchSet{groups: map[*keyGroup]struct{}{}, covered: [2]map[string]int{{}, {}}, loaded: [2]map[string]int{{}, {}}}
+	ws := watchSet{keyScope: newKeyScope()}
 	assert.False(t, ws.viewLoaded("s1"))
 	ws.markLoaded(&keyGroup{ks: Durable, keys: []string{prefixSplit + "s1"}})
 	assert.False(t, ws.viewLoaded("s1"), "the lease's group is not in yet")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -23,6 +22,17 @@ import (
 // opened for the keys the scope gained, and keys it lost are dropped from
 // the view at once (their later events are ignored); when the dropped keys
 // outnumber the watched ones, every group is replaced by fresh ones.
+
+// keyScope is the scoped mode's key groups and the keys they cover.
+type keyScope struct {
+	groups  map[*keyGroup]struct{}
+	covered [2]map[string]int // keys watched by the key groups, per keyspace, with how many groups
+	loaded  [2]map[string]int // of those, keys whose group's snapshot is in, with how many groups
+}
+
+func newKeyScope() keyScope {
+	return keyScope{groups: map[*keyGroup]struct{}{}, covered: [2]map[string]int{{}, {}}, loaded: [2]map[string]int{{}, {}}}
+}
 
 // keyGroup is one key watch of the scoped mode.
 type keyGroup struct {
@@ -98,10 +108,7 @@ func (a *actor) syncWatchMode() {
 		return
 	}
 	if a.w.fullView || a.w.streams[0].ch != nil || a.w.streams[1].ch != nil {
-		for _, w := range a.w.streams {
-			w.close()
-		}
-		a.w.fullView = false
+		a.w.closeStreams()
 		a.prune()
 		a.w.scopeDirty = true
 	}
@@ -116,9 +123,9 @@ func (a *actor) prune() {
 	a.job.keepOnly(func(id string) bool { return a.worker.inScope(id) || a.io.busy[id] })
 	a.members.forgetPeers(a.self)
 	a.assigns.forgetPeers(a.self)
-	a.records.keepOnly(a.worker.inScope)
+	damaged := a.records.keepOnly(a.worker.inScope)
 	a.leader.pub.forgetMoves()
-	a.m.damaged.Set(float64(len(a.records.damaged)))
+	a.m.damaged.Set(float64(damaged))
 }
 
 // rescope opens groups for the keys the scope gained and forgets the
@@ -210,9 +217,7 @@ func (a *actor) openGroup(ks Keyspace, keys []string) {
 func (a *actor) startGroup(g *keyGroup, ctx context.Context, ch <-chan WatchEvent, cancel context.CancelFunc, since uint64) {
 	g.cancel, g.collecting, g.since = cancel, true, since
 	g.deadline = time.Now().Add(a.c.tm.snapshotBudget)
-	a.io.wg.Add(1)
-	go func() {
-		defer a.io.wg.Done()
+	a.io.goBeside(func() {
 		for {
 			ev, ok := <-ch
 			select {
@@ -226,7 +231,7 @@ func (a *actor) startGroup(g *keyGroup, ctx context.Context, ch <-chan WatchEven
 				return
 			}
 		}
-	}()
+	})
 }
 
 // dropGroup ends a group: its keys are no longer covered by it.
@@ -279,12 +284,6 @@ func (ws *watchSet) closeGroups() {
 	for g := range ws.groups {
 		ws.dropGroup(g)
 	}
-}
-
-// rewatchSoon schedules a jittered re-establishment of what broke.
-func (ws *watchSet) rewatchSoon() {
-	ws.rewatchPending = true
-	ws.rewatch.Reset(rewatchDelay + rand.N(ws.rewatchJitter))
 }
 
 // onKeyEvent handles one item of a key group's stream.
@@ -372,7 +371,7 @@ func (a *actor) absent(ks Keyspace, key string, mark uint64) error {
 		}
 		return nil
 	}
-	if d := a.records.damaged[key]; d != nil && d.at < mark {
+	if a.records.damagedBefore(key, mark) {
 		a.repair(key, true)
 		return nil
 	}

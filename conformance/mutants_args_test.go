@@ -214,7 +214,7 @@ var argMutants = []mutant{
 	{name: "keyspace-error-unclassified", breaks: []string{"ErrorsAreRetryableOrFatal", "InvalidKeyspacesAreFatal"},
 		wrap: func(_ *shared, s *mem.Store) spate.Store {
 			return &hooked{Store: s, pre: func(_ context.Context, ks spate.Keyspace) error {
-				if !ks.Valid() {
+				if ks != spate.Durable && ks != spate.Ephemeral {
 					return errors.New("mem: no such keyspace")
 				}
 				return nil

@@ -174,7 +174,7 @@ func (p *PortableStore) Do(op string, f func() error) error {
 func (p *PortableStore) begin(ctx context.Context, op string, ks spate.Keyspace, key string, isPrefix bool, value []byte, write bool) (context.Context, hold, error) {
 	var err error
 	switch {
-	case !ks.Valid():
+	case ks != spate.Durable && ks != spate.Ephemeral:
 		err = fmt.Errorf("invalid keyspace: %w", spate.ErrFatal)
 	case isPrefix:
 		err = spate.ValidatePrefix(key)
@@ -182,7 +182,7 @@ func (p *PortableStore) begin(ctx context.Context, op string, ks spate.Keyspace,
 		err = spate.ValidateKey(key)
 	}
 	if err == nil && write {
-		err = spate.ValidateValue(value, p.caps.MaxValueSize)
+		err = validateValue(value, p.caps.MaxValueSize)
 	}
 	if err == nil && ctx.Err() != nil {
 		err = fmt.Errorf("%w: %w", ctx.Err(), spate.ErrRetryable)
@@ -688,6 +688,16 @@ func ClosedError(driver string) error {
 func ContextError(ctx context.Context, driver, op string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s: %s: %w: %w", driver, op, err, spate.ErrRetryable)
+	}
+	return nil
+}
+
+// validateValue checks a value against a store's cap (0 means none); the
+// error matches [spate.ErrValueTooLarge] and [spate.ErrFatal].
+func validateValue(value []byte, maxSize int) error {
+	if maxSize > 0 && len(value) > maxSize {
+		return fmt.Errorf("value of %d bytes exceeds the store's cap of %d: %w: %w",
+			len(value), maxSize, spate.ErrValueTooLarge, spate.ErrFatal)
 	}
 	return nil
 }
