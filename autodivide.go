@@ -212,18 +212,7 @@ func (a *actor) askDivisions(now time.Time) {
 		if v.lease == nil {
 			waiting++
 		}
-		if v.spec == nil {
-			continue
-		}
-		// What is left: the last commit's estimate, or, before the
-		// tenancy's first commit of a split never committed, all of it
-		// (the claim's record is then the first sample: the first commit
-		// measures a rate, a commit interval sooner than two commits).
-		rem := p.Remaining
-		if p.Watermark == nil {
-			rem = max(v.spec.Weight, 1)
-		}
-		if rem == 0 {
+		if p.Remaining == 0 || v.spec == nil {
 			continue
 		}
 		owner := p.owner()
@@ -244,17 +233,17 @@ func (a *actor) askDivisions(now time.Time) {
 				t.inherited[c.ID] = carried
 			}
 			fresh = &rateSample{pace: carried}
-		case s == nil || s.epoch != p.Epoch || s.children != len(p.Children) || rem > s.lastRem:
+		case s == nil || s.epoch != p.Epoch || s.children != len(p.Children) || p.Remaining > s.lastRem:
 			// A new split (a child starts at its parent's pace), a new
 			// tenancy, or a record that went back: measured afresh.
 			fresh = &rateSample{pace: t.inherited[id]}
 		case p.WrittenAtMs > s.lastAt:
 			s.interval = p.WrittenAtMs - s.lastAt
-			s.lastRem, s.lastAt = rem, p.WrittenAtMs
+			s.lastRem, s.lastAt = p.Remaining, p.WrittenAtMs
 		}
 		if fresh != nil {
 			fresh.epoch, fresh.children = p.Epoch, len(p.Children)
-			fresh.firstRem, fresh.firstAt, fresh.lastRem, fresh.lastAt = rem, p.WrittenAtMs, rem, p.WrittenAtMs
+			fresh.firstRem, fresh.firstAt, fresh.lastRem, fresh.lastAt = p.Remaining, p.WrittenAtMs, p.Remaining, p.WrittenAtMs
 			s = fresh
 			t.samples[id] = s
 			delete(t.inherited, id)

@@ -44,7 +44,7 @@ func TestTheTriggerAsksForARemainderOfMoreThanOneCommitInterval(t *testing.T) {
 			a.askDivisions(now) // the first record: no rate yet
 			require.Empty(t, a.leader.div.asked)
 			next := *v.prog
-			next.Watermark, next.Remaining, next.WrittenAtMs = new(int64(3000-tc.after)), tc.after, 11_000
+			next.Remaining, next.WrittenAtMs = tc.after, 11_000
 			v.prog = &next
 			a.askDivisions(now.Add(time.Second))
 			if tc.asked {
@@ -84,7 +84,7 @@ func TestADividedSplitAndItsChildKeepTheirPace(t *testing.T) {
 	require.Empty(t, a.leader.div.asked)
 	// One commit interval (1 s) later 1000 units were read: 1 unit/ms.
 	next := *v.prog
-	next.Watermark, next.Remaining, next.WrittenAtMs = new(int64(1000)), 5000, 11_000
+	next.Remaining, next.WrittenAtMs = 5000, 11_000
 	v.prog = &next
 	now = now.Add(time.Second)
 	a.askDivisions(now)
@@ -122,34 +122,4 @@ func TestADividedSplitAndItsChildKeepTheirPace(t *testing.T) {
 	a.askDivisions(now)
 	assert.Contains(t, a.leader.div.asked, "s", "the divided split keeps its pace")
 	assert.Contains(t, a.leader.div.asked, child, "the child starts at its parent's pace")
-}
-
-// A split never committed has all its weight left when claimed: the
-// claim's record is the trigger's first sample, so the first commit
-// measures a rate and an idle fleet asks for a division then, a commit
-// interval sooner than when two commits were needed (the first division
-// of a big file read by one worker, scripts/fleet-bench.sh with
-// --min-splits 1).
-func TestTheFirstCommitOfAFreshSplitMeasuresItsRate(t *testing.T) {
-	a := newTestActor(t, newFakeStore(), testConfig())
-	a.leader.term = &leadership{generation: 1}
-	a.members.presence["owner"] = presenceEntry{rev: 1}
-	a.members.presence["idle"] = presenceEntry{rev: 2}
-	owner := "owner"
-	// The claim: no watermark and no estimate yet, on the owner's clock.
-	v := &splitView{spec: &specRecord{Schema: SchemaVersion, ID: "s", Weight: 6000},
-		lease: &leaseVal{Schema: SchemaVersion, Owner: owner, Epoch: 1},
-		prog:  &progressRecord{Schema: SchemaVersion, ID: "s", Epoch: 1, Status: statusRunnable, Owner: &owner, WrittenAtMs: 10_000}}
-	a.job.splits["s"] = v
-	now := time.Now()
-	a.askDivisions(now)
-	a.leader.div.idle, a.leader.div.unplaced = 1, 0
-	a.askDivisions(now)
-	require.Empty(t, a.leader.div.asked, "nothing read yet: no rate")
-	// The first commit, a commit interval later: 1000 of 6000 read.
-	next := *v.prog
-	next.Watermark, next.Remaining, next.WrittenAtMs = new(int64(1000)), 5000, 11_000
-	v.prog = &next
-	a.askDivisions(now.Add(time.Second))
-	assert.Contains(t, a.leader.div.asked, "s", "5 s left at 1 unit/ms after the first commit")
 }
