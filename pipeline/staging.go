@@ -126,10 +126,13 @@ const (
 	stageRetryMax = 5 * time.Second
 )
 
-// transientStageError reports whether an OpenStage error is a fault that
-// passes (marked [spate.ErrRetryable], or the call's deadline), rather
-// than damage or a refusal that no retry can mend.
-func transientStageError(err error) bool {
+// TransientStageError reports whether the coordination driver treats an
+// error of [StagingSink.OpenStage] as a fault that passes (marked
+// [spate.ErrRetryable], or the call's deadline) and opens the stage again
+// later, rather than as damage or a refusal that no retry can mend, which
+// sets the split aside with the error as its reason. A sink's tests use
+// it to check how the coordination driver will read the sink's errors.
+func TransientStageError(err error) bool {
 	if errors.Is(err, ErrOutputDamaged) || isFatal(err) && !errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
@@ -193,7 +196,7 @@ func (d *CoordinationDriver[C]) openStages() error {
 			kept = append(kept, t)
 			continue
 		}
-		if transientStageError(err) {
+		if TransientStageError(err) {
 			t.stageFails++
 			wait := min(stageRetryMin<<min(t.stageFails-1, 16), stageRetryMax)
 			t.stageRetryAt = time.Now().Add(wait)

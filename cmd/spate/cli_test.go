@@ -514,7 +514,7 @@ func TestBackfillOutOfSpaceFailsFast(t *testing.T) {
 	dir, src, dst := fullDst(t)
 	began := time.Now()
 	code, out, errOut := runSpate(t, dir, "", 30*time.Second, "backfill", "--src", src, "--dst", dst,
-		"--store", "mem://", "--instance", "w1", "--lease", "1s", "--split-bytes", "8192")
+		"--store", "mem://", "--instance", "w1", "--lease", "1s", "--split-bytes", "8192", "--publish", "commit")
 	took := time.Since(began)
 	expectCode(t, "out-of-space backfill", code, exitFailed, out, errOut)
 	all := out + errOut
@@ -532,7 +532,7 @@ func TestBackfillOutOfSpaceSIGINTExitsPromptly(t *testing.T) {
 	t.Parallel()
 	dir, src, dst := fullDst(t)
 	p := start(t, dir, "", "backfill", "--src", src, "--dst", dst,
-		"--store", "mem://", "--instance", "w1", "--lease", "1s", "--split-bytes", "8192")
+		"--store", "mem://", "--instance", "w1", "--lease", "1s", "--split-bytes", "8192", "--publish", "commit")
 	p.stderr.waitFor(t, p, "publishing committed output failed; it is retried", 20*time.Second)
 	require.NoError(t, p.cmd.Process.Signal(os.Interrupt))
 	signalled := time.Now()
@@ -546,7 +546,8 @@ func TestBackfillOutOfSpaceSIGINTExitsPromptly(t *testing.T) {
 // fullDst returns a test directory, a corpus under it, and a --dst whose
 // published files (one per split of the job at --split-bytes 8192) are
 // /dev/full, which fails every write with ENOSPC, so no real disk is
-// filled. Lines are staged, committed, and fail to publish.
+// filled. Lines are staged, committed, and fail to publish (by copy:
+// --publish commit; whole publishing renames over the name).
 func fullDst(t *testing.T) (dir, src, dst string) {
 	t.Helper()
 	if _, err := os.Stat("/dev/full"); err != nil {

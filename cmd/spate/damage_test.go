@@ -23,6 +23,8 @@ func TestBackfillSetsADamagedOutputAside(t *testing.T) {
 	args := []string{"backfill", "--src", src, "--dst", dst, "--job", "damage", "--lease", "2s",
 		// One file a split, not divided into ranges: a split is long under way.
 		"--split-bytes", "1048576", "--split-files", "1", "--min-splits", "1",
+		// Published at every commit, so the file grows under way.
+		"--publish", "commit",
 		"--commit-interval", "200ms", "--data-dir", filepath.Join(dir, "etcd")}
 	p := start(t, dir, "", append(args, "--rate", "600")...) // each split takes ~15 s
 	// Wait for a split under way whose published file grew three times:

@@ -226,9 +226,23 @@ const (
 	publishComplete = "complete"
 )
 
+// defaultPublish is --publish when it is not given: a bounded job's
+// directory output is published whole (each byte written once); a
+// followed job's, whose splits complete only at --until-idle, at every
+// commit. A bucket --dst publishes parts and ignores it.
+func (f *backfillFlags) defaultPublish() string {
+	if f.follow || isBucketURL(f.dst) {
+		return publishCommit
+	}
+	return publishComplete
+}
+
 // checkFollow checks the flags of a continuous job, --publish and the
 // read rate.
 func (f *backfillFlags) checkFollow(fs *flag.FlagSet) error {
+	if f.publish == "" {
+		f.publish = f.defaultPublish()
+	}
 	switch {
 	case !f.follow && explicitlySet(fs, "until-idle"):
 		return flagErrorf("--until-idle needs --follow")

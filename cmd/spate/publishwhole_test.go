@@ -1,11 +1,13 @@
 package main
 
 import (
+	"flag"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -27,5 +29,29 @@ func TestBackfillPublishFlag(t *testing.T) {
 		expectCode(t, strings.Join(c.args, " "), code, exitUsage, out, errOut)
 		require.Contains(t, errOut, c.want)
 		require.NoDirExists(t, filepath.Join(dir, "dst"), "created before the flags were checked")
+	}
+}
+
+// Without --publish, a bounded job publishes whole files (each byte
+// written once); a followed job, and a bucket --dst (whose parts ignore
+// it), publish at every commit (decision 054).
+func TestBackfillPublishDefault(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, publishComplete},
+		{[]string{"--follow"}, publishCommit},
+		{[]string{"--dst", "s3://bucket?region=x"}, publishCommit},
+		{[]string{"--publish", "commit"}, publishCommit},
+		{[]string{"--publish", "complete"}, publishComplete},
+	} {
+		var f backfillFlags
+		fs := flag.NewFlagSet("backfill", flag.ContinueOnError)
+		f.register(fs)
+		require.NoError(t, fs.Parse(append([]string{"--src", "src", "--dst", "dst"}, c.args...)))
+		require.NoError(t, f.checkFollow(fs), "%v", c.args)
+		assert.Equal(t, c.want, f.publish, "--publish with %v", c.args)
 	}
 }

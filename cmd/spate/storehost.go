@@ -246,7 +246,7 @@ func (f *backfillFlags) restartCommand(conn *connector, job, src, dst string) st
 		parts = append(parts, "--embed-addr", f.store.embedAddr)
 	}
 	parts = append(parts, "--lease", f.lease.String())
-	if f.publish != "" && f.publish != publishCommit {
+	if f.publish != "" && !isBucketURL(f.dst) && f.publish != publishComplete { // the command's default (no --follow)
 		parts = append(parts, "--publish", f.publish)
 	}
 	return strings.Join(parts, " ") + " (any worker of the job started on that data directory restarts the store from its data)"

@@ -5,7 +5,7 @@
 //   - [Start] starts one member from a [Member] description (data directory,
 //     URLs, raft timing, TLS, logger) and waits until it serves clients;
 //   - [StartOrJoin] is the start-or-join logic of `spate`'s default store: a
-//     single-member etcd with production raft timing on a fixed loopback
+//     single-member etcd with a short election timeout on a fixed loopback
 //     port and a local data directory, so that several `spate` processes on
 //     one machine share one store. The first process starts (and hosts) it;
 //     the others find it on the port and connect to it.
@@ -38,6 +38,23 @@ import (
 const (
 	ProductionTickMs     = 100
 	ProductionElectionMs = 1000
+)
+
+// Raft timing of the default store's lone member ([StartOrJoin]). A
+// single member elects itself: etcd fast-forwards all but one of its
+// election ticks at start, but raft draws the election timeout at random
+// between one and two timeouts, so the member still waits up to one
+// election timeout (0.5 s on average at production timing, most of a
+// one-worker job's time to its first split) before it campaigns, and it
+// serves clients only once it leads. With no peers, the timeout guards
+// nothing else: a leader without peers never loses its leadership. The
+// shorter timing costs 20 ticks a second instead of 10 and lowers the
+// server's minimum lease TTL to 1 s; spate keeps the default store's lease
+// floor at the production value's 2 s (cmd/spate), so leases are
+// unchanged. A multi-member cluster keeps production timing.
+const (
+	LocalTickMs     = 50
+	LocalElectionMs = 250
 )
 
 // DefaultReadyTimeout bounds how long [Start] waits for a member to serve.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
@@ -120,4 +121,22 @@ func TestStartOrJoinWaitsForTheLockHolder(t *testing.T) {
 	require.False(t, hosted, "the waiter started a second member instead of joining")
 	_, err = os.Stat(opts.DataDir)
 	require.True(t, os.IsNotExist(err), "the waiter touched the locked data directory: %v", err)
+}
+
+// The default store's lone member runs a lone member's short raft timing
+// (it serves only once it elected itself, which production timing delays
+// by up to a second); its lease floor drops to one second with it, below
+// the two seconds spate keeps for the default store.
+func TestStartOrJoinHostsALoneMemberWithShortElections(t *testing.T) {
+	opts := LocalOptions{DataDir: filepath.Join(t.TempDir(), "etcd"), ClientAddr: "127.0.0.1:" + strconv.Itoa(freeport.WithOffset(t, 10))}
+	host, err := StartOrJoin(t.Context(), opts)
+	require.NoError(t, err)
+	defer host.Close()
+	require.True(t, host.Hosted())
+	cfg := host.etcd.Config()
+	assert.EqualValues(t, LocalTickMs, cfg.TickMs)
+	assert.EqualValues(t, LocalElectionMs, cfg.ElectionMs)
+	g, err := client(t, host.Endpoint).Grant(t.Context(), 1)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, g.TTL, "the server's minimum lease TTL (1.5 election timeouts, whole seconds)")
 }

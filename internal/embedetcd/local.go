@@ -96,8 +96,9 @@ func (l *Local) Close() {
 //  2. otherwise the data directory's lock file is taken (flock); a process
 //     holding it is starting or hosting a server, so this one waits for it
 //     to answer and joins;
-//  3. holding the lock, it starts the member (production raft timing,
-//     hourly auto-compaction) and hosts it until Close.
+//  3. holding the lock, it starts the member (a lone member's short raft
+//     timing, [LocalElectionMs]; hourly auto-compaction) and hosts it
+//     until Close.
 //
 // Something other than etcd listening on ClientAddr is an error matching
 // [ErrNotEtcd].
@@ -172,6 +173,8 @@ func StartOrJoin(ctx context.Context, opts LocalOptions) (*Local, error) {
 		Dir:                     opts.DataDir,
 		ClientURL:               url.URL{Scheme: "http", Host: opts.ClientAddr},
 		PeerURL:                 url.URL{Scheme: "http", Host: opts.PeerAddr},
+		TickMs:                  LocalTickMs,
+		ElectionMs:              LocalElectionMs,
 		Logger:                  opts.Logger,
 		AutoCompactionRetention: "1h",
 	})

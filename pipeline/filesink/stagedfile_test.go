@@ -23,6 +23,17 @@ import (
 
 var stageSplit = spate.MustSplitID("s1")
 
+// newSink opens a staged file sink of job "job" on dst, closed when the
+// test ends; whole publishes whole files (PublishWhole).
+func newSink(t *testing.T, dst string, whole bool) *StagedFileSink {
+	t.Helper()
+	s, err := NewStagedFileSink(dst, "job")
+	require.NoError(t, err)
+	s.PublishWhole = whole
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func stageRecords(p pipeline.PartitionID, from, to int64) []pipeline.Record {
 	var rs []pipeline.Record
 	for i := from; i < to; i++ {
@@ -78,9 +89,7 @@ func prepare(t *testing.T, s *StagedFileSink, p pipeline.PartitionID, w int64) [
 }
 
 func TestStagedFileSinkPublishesOnlyWhatACommitLists(t *testing.T) {
-	s, err := NewStagedFileSink(t.TempDir(), "job")
-	require.NoError(t, err)
-	defer s.Close()
+	s := newSink(t, t.TempDir(), false)
 	openStage(t, s, 1, 0, nil)
 	write(t, s, 0, 0, 10)
 	requireExactly(t, s, stageSplit, 0) // staged, nothing visible
@@ -111,9 +120,7 @@ func TestStagedFileSinkPublishesOnlyWhatACommitLists(t *testing.T) {
 // same place) but nothing it stages later is ever listed.
 func TestStagedFileSinkTakeoverFinishesThePublishAndFencesTheZombie(t *testing.T) {
 	dst := t.TempDir()
-	a, err := NewStagedFileSink(dst, "job")
-	require.NoError(t, err)
-	defer a.Close()
+	a := newSink(t, dst, false)
 	openStage(t, a, 1, 0, nil)
 	write(t, a, 0, 0, 4)
 	require.NoError(t, a.Publish(context.Background(), 0, prepare(t, a, 0, 4)))
@@ -121,9 +128,7 @@ func TestStagedFileSinkTakeoverFinishesThePublishAndFencesTheZombie(t *testing.T
 	won := prepare(t, a, 0, 8) // the commit carrying it wins; A freezes before publishing
 	write(t, a, 0, 8, 12)      // staged past the commit: never listed
 
-	b, err := NewStagedFileSink(dst, "job")
-	require.NoError(t, err)
-	defer b.Close()
+	b := newSink(t, dst, false)
 	openStage(t, b, 2, 7, won)
 	requireExactly(t, b, stageSplit, 8)
 	stage1 := filepath.Join(dst, ".spate", "stage", stageSplit.String(), "1.stage")
@@ -148,9 +153,7 @@ func TestStagedFileSinkResumesFromAnyInterruption(t *testing.T) {
 	for _, point := range []string{"before-commit", "before-publish", "mid-publish", "after-publish"} {
 		t.Run(point, func(t *testing.T) {
 			dst := t.TempDir()
-			a, err := NewStagedFileSink(dst, "job")
-			require.NoError(t, err)
-			defer a.Close()
+			a := newSink(t, dst, false)
 			openStage(t, a, 1, 0, nil)
 			write(t, a, 0, 0, 5)
 			committed := prepare(t, a, 0, 5)
@@ -180,9 +183,7 @@ func TestStagedFileSinkResumesFromAnyInterruption(t *testing.T) {
 			}
 			a.Close()
 
-			b, err := NewStagedFileSink(dst, "job")
-			require.NoError(t, err)
-			defer b.Close()
+			b := newSink(t, dst, false)
 			openStage(t, b, 2, 1, committed)
 			requireExactly(t, b, stageSplit, want)
 			write(t, b, 1, int64(want), 12)
@@ -247,10 +248,8 @@ func TestStagedFileSinkDamage(t *testing.T) {
 			dst, committed := setup(t)
 			tc.damage(t, dst)
 			before, _ := os.ReadFile(published(dst))
-			b, err := NewStagedFileSink(dst, "job")
-			require.NoError(t, err)
-			defer b.Close()
-			err = b.OpenStage(context.Background(), pipeline.StageTenancy{Split: stageSplit, Epoch: 2, Partition: 1}, committed)
+			b := newSink(t, dst, false)
+			err := b.OpenStage(context.Background(), pipeline.StageTenancy{Split: stageSplit, Epoch: 2, Partition: 1}, committed)
 			require.Error(t, err)
 			for _, w := range tc.want {
 				assert.Contains(t, err.Error(), strings.TrimPrefix(w, "/"))
@@ -287,15 +286,13 @@ func TestStagedFileSinkDamage(t *testing.T) {
 	})
 	t.Run("published file deleted under a running tenancy", func(t *testing.T) {
 		dst := t.TempDir()
-		s, err := NewStagedFileSink(dst, "job")
-		require.NoError(t, err)
-		defer s.Close()
+		s := newSink(t, dst, false)
 		openStage(t, s, 1, 0, nil)
 		write(t, s, 0, 0, 4)
 		require.NoError(t, s.Publish(context.Background(), 0, prepare(t, s, 0, 4)))
 		require.NoError(t, os.Remove(s.Path(stageSplit)))
 		write(t, s, 0, 4, 8)
-		err = s.Publish(context.Background(), 0, prepare(t, s, 0, 8))
+		err := s.Publish(context.Background(), 0, prepare(t, s, 0, 8))
 		require.ErrorContains(t, err, "is gone")
 		require.ErrorContains(t, err, s.Path(stageSplit))
 	})
@@ -399,9 +396,7 @@ func TestStagedFileSinkMakesTheDirectoriesItCreatesDurable(t *testing.T) {
 // file never shows more than whole committed lines, and the retry
 // publishes the range whole.
 func TestStagedFileSinkUndoesAPublishTornByAFullDisk(t *testing.T) {
-	s, err := NewStagedFileSink(t.TempDir(), "job")
-	require.NoError(t, err)
-	defer s.Close()
+	s := newSink(t, t.TempDir(), false)
 	openStage(t, s, 1, 0, nil)
 	write(t, s, 0, 0, 10)
 	require.NoError(t, s.Publish(context.Background(), 0, prepare(t, s, 0, 5)))
@@ -435,9 +430,7 @@ func TestStagedFileSinkUndoesAPublishTornByAFullDisk(t *testing.T) {
 // advises deleting the file (it holds committed output).
 func TestStagedFileSinkBlamesARolledBackStoreSafely(t *testing.T) {
 	dir := t.TempDir()
-	s, err := NewStagedFileSink(dir, "job")
-	require.NoError(t, err)
-	defer s.Close()
+	s := newSink(t, dir, false)
 	openStage(t, s, 1, 0, nil)
 	write(t, s, 0, 0, 10)
 	older := prepare(t, s, 0, 5)
@@ -447,7 +440,7 @@ func TestStagedFileSinkBlamesARolledBackStoreSafely(t *testing.T) {
 	s.CloseStage(0, false)
 
 	// The store went back to the record of the first commit.
-	err = s.OpenStage(context.Background(), pipeline.StageTenancy{Split: stageSplit, Epoch: 2, Partition: 1}, older)
+	err := s.OpenStage(context.Background(), pipeline.StageTenancy{Split: stageSplit, Epoch: 2, Partition: 1}, older)
 	require.Error(t, err)
 	for _, want := range []string{s.Path(stageSplit), "the store lost commits", "restored from a backup or rolled back", "do not delete it"} {
 		assert.Contains(t, err.Error(), want)

@@ -17,15 +17,6 @@ import (
 	"github.com/spate-go/spate/pipeline/internal/filehook"
 )
 
-func newWholeSink(t *testing.T, dst string) *StagedFileSink {
-	t.Helper()
-	s, err := NewStagedFileSink(dst, "job")
-	require.NoError(t, err)
-	s.PublishWhole = true
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 func prepareFinal(t *testing.T, s *StagedFileSink, p pipeline.PartitionID, w int64) ([]byte, bool) {
 	t.Helper()
 	c, covered, pending, err := s.Prepare(context.Background(), p, w, true)
@@ -46,7 +37,7 @@ func stagePathOf(dst string, epoch int) string {
 // another file: the inode differs and this test fails.)
 func TestStagedFileSinkPublishWholeWritesEachByteOnce(t *testing.T) {
 	dst := t.TempDir()
-	s := newWholeSink(t, dst)
+	s := newSink(t, dst, true)
 	openStage(t, s, 1, 0, nil)
 	var publishes int
 	old := filehook.PublishWrite
@@ -90,14 +81,14 @@ func TestStagedFileSinkPublishWholeWritesEachByteOnce(t *testing.T) {
 // owner found the split's committed output gone).
 func TestStagedFileSinkPublishWholeSurvivesTwoTakeoversWithoutACommit(t *testing.T) {
 	dst := t.TempDir()
-	a := newWholeSink(t, dst)
+	a := newSink(t, dst, true)
 	openStage(t, a, 1, 0, nil)
 	write(t, a, 0, 0, 6)
 	won := prepare(t, a, 0, 6) // wins; A dies
-	b := newWholeSink(t, dst)
+	b := newSink(t, dst, true)
 	openStage(t, b, 2, 1, won)
 	write(t, b, 1, 6, 8) // B dies before any commit
-	c := newWholeSink(t, dst)
+	c := newSink(t, dst, true)
 	openStage(t, c, 3, 2, won)
 	write(t, c, 2, 6, 10)
 	final, _ := prepareFinal(t, c, 2, 10)
@@ -111,13 +102,13 @@ func TestStagedFileSinkPublishWholeSurvivesTwoTakeoversWithoutACommit(t *testing
 // once; the zombie's later stage and commits reach nothing published.
 func TestStagedFileSinkPublishWholeTakeoverFencesTheZombie(t *testing.T) {
 	dst := t.TempDir()
-	a := newWholeSink(t, dst)
+	a := newSink(t, dst, true)
 	openStage(t, a, 1, 0, nil)
 	write(t, a, 0, 0, 8)
 	won := prepare(t, a, 0, 5) // wins; A freezes
 	write(t, a, 0, 8, 12)
 
-	b := newWholeSink(t, dst)
+	b := newSink(t, dst, true)
 	openStage(t, b, 2, 3, won)
 	assert.FileExists(t, stagePathOf(dst, 1), "the listed staging file stays until b's own is listed")
 	requireExactly(t, b, stageSplit, 0)
@@ -146,7 +137,7 @@ func TestStagedFileSinkPublishWholeResumesFromAnyInterruption(t *testing.T) {
 	for _, point := range []string{"before-commit", "before-publish", "after-publish", "zombie-publishes-late"} {
 		t.Run(point, func(t *testing.T) {
 			dst := t.TempDir()
-			a := newWholeSink(t, dst)
+			a := newSink(t, dst, true)
 			openStage(t, a, 1, 0, nil)
 			write(t, a, 0, 0, 10)
 			committed := prepare(t, a, 0, 5)
@@ -163,7 +154,7 @@ func TestStagedFileSinkPublishWholeResumesFromAnyInterruption(t *testing.T) {
 				require.NoError(t, a.Publish(context.Background(), 0, final))
 			}
 
-			b := newWholeSink(t, dst)
+			b := newSink(t, dst, true)
 			openStage(t, b, 2, 1, committed)
 			if point != "before-commit" {
 				requireExactly(t, b, stageSplit, 10) // the next owner finished the rename
@@ -192,7 +183,7 @@ func TestStagedFileSinkPublishWholeResumesFromAnyInterruption(t *testing.T) {
 func TestStagedFileSinkPublishWholeDamage(t *testing.T) {
 	t.Run("staging file deleted before the rename", func(t *testing.T) {
 		dst := t.TempDir()
-		s := newWholeSink(t, dst)
+		s := newSink(t, dst, true)
 		openStage(t, s, 1, 0, nil)
 		write(t, s, 0, 0, 6)
 		c, _ := prepareFinal(t, s, 0, 6)
@@ -202,13 +193,13 @@ func TestStagedFileSinkPublishWholeDamage(t *testing.T) {
 		require.ErrorContains(t, err, "is gone")
 		requireExactly(t, s, stageSplit, 0)
 
-		b := newWholeSink(t, dst)
+		b := newSink(t, dst, true)
 		err = b.OpenStage(context.Background(), pipeline.StageTenancy{Split: stageSplit, Epoch: 2, Partition: 1}, c)
 		require.ErrorContains(t, err, "is gone")
 	})
 	t.Run("published file altered after a hand-back", func(t *testing.T) {
 		dst := t.TempDir()
-		s := newWholeSink(t, dst)
+		s := newSink(t, dst, true)
 		openStage(t, s, 1, 0, nil)
 		write(t, s, 0, 0, 6)
 		c, _ := prepareFinal(t, s, 0, 6)
@@ -220,7 +211,7 @@ func TestStagedFileSinkPublishWholeDamage(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, f.Close())
 
-		b := newWholeSink(t, dst)
+		b := newSink(t, dst, true)
 		err = b.OpenStage(context.Background(), pipeline.StageTenancy{Split: stageSplit, Epoch: 2, Partition: 1}, c)
 		require.ErrorContains(t, err, "altered under the job")
 		require.ErrorContains(t, err, s.Path(stageSplit))
@@ -228,33 +219,29 @@ func TestStagedFileSinkPublishWholeDamage(t *testing.T) {
 	t.Run("published name present with no committed output", func(t *testing.T) {
 		dst := t.TempDir()
 		require.NoError(t, os.WriteFile(filepath.Join(dst, stageSplit.String()+".out"), []byte("someone else's\n"), 0o644))
-		s := newWholeSink(t, dst)
+		s := newSink(t, dst, true)
 		err := s.OpenStage(context.Background(), pipeline.StageTenancy{Split: stageSplit, Epoch: 1}, nil)
 		require.ErrorContains(t, err, "has no committed output")
 	})
 	t.Run("a default-mode sink refuses a whole-mode record", func(t *testing.T) {
 		dst := t.TempDir()
-		s := newWholeSink(t, dst)
+		s := newSink(t, dst, true)
 		openStage(t, s, 1, 0, nil)
 		write(t, s, 0, 0, 3)
 		c := prepare(t, s, 0, 3)
-		d, err := NewStagedFileSink(dst, "job")
-		require.NoError(t, err)
-		defer d.Close()
-		err = d.OpenStage(context.Background(), pipeline.StageTenancy{Split: stageSplit, Epoch: 2}, c)
+		d := newSink(t, dst, false)
+		err := d.OpenStage(context.Background(), pipeline.StageTenancy{Split: stageSplit, Epoch: 2}, c)
 		require.ErrorContains(t, err, "--publish=complete")
 	})
 	t.Run("a whole-mode sink finishes a default-mode record", func(t *testing.T) {
 		dst := t.TempDir()
-		d, err := NewStagedFileSink(dst, "job")
-		require.NoError(t, err)
-		defer d.Close()
+		d := newSink(t, dst, false)
 		openStage(t, d, 1, 0, nil)
 		write(t, d, 0, 0, 4)
 		require.NoError(t, d.Publish(context.Background(), 0, prepare(t, d, 0, 4)))
 		write(t, d, 0, 4, 7)
 		won := prepare(t, d, 0, 7) // won, not published
-		s := newWholeSink(t, dst)
+		s := newSink(t, dst, true)
 		openStage(t, s, 2, 1, won)
 		requireExactly(t, s, stageSplit, 7)
 		write(t, s, 1, 7, 9)
@@ -263,7 +250,7 @@ func TestStagedFileSinkPublishWholeDamage(t *testing.T) {
 		requireExactly(t, s, stageSplit, 9)
 	})
 	t.Run("a commit past the final one is refused", func(t *testing.T) {
-		s := newWholeSink(t, t.TempDir())
+		s := newSink(t, t.TempDir(), true)
 		openStage(t, s, 1, 0, nil)
 		write(t, s, 0, 0, 3)
 		prepareFinal(t, s, 0, 3)
@@ -287,25 +274,25 @@ func TestStagedFileSinkMarksTransientStageFaultsRetryable(t *testing.T) {
 	}
 	for _, errno := range []syscall.Errno{syscall.EINTR, syscall.EAGAIN, syscall.EMFILE, syscall.ESTALE} {
 		err := s.classifyStageError(pathErr(errno))
-		assert.True(t, transientStageError(err), "%v", errno)
+		assert.True(t, pipeline.TransientStageError(err), "%v", errno)
 		assert.Equal(t, pathErr(errno).Error(), err.Error(), "the message is unchanged")
 		assert.ErrorIs(t, err, errno)
 	}
-	assert.False(t, transientStageError(s.classifyStageError(pathErr(syscall.EACCES))))
-	assert.False(t, transientStageError(s.classifyStageError(fmt.Errorf("%w: x was altered", pipeline.ErrOutputDamaged))))
+	assert.False(t, pipeline.TransientStageError(s.classifyStageError(pathErr(syscall.EACCES))))
+	assert.False(t, pipeline.TransientStageError(s.classifyStageError(fmt.Errorf("%w: x was altered", pipeline.ErrOutputDamaged))))
 	for i := range noSpaceStageRetries {
-		assert.True(t, transientStageError(s.classifyStageError(pathErr(syscall.ENOSPC))), "full disk %d", i+1)
+		assert.True(t, pipeline.TransientStageError(s.classifyStageError(pathErr(syscall.ENOSPC))), "full disk %d", i+1)
 	}
 	err = s.classifyStageError(pathErr(syscall.ENOSPC))
-	assert.False(t, transientStageError(err), "a disk full past the bounded retries")
+	assert.False(t, pipeline.TransientStageError(err), "a disk full past the bounded retries")
 	assert.ErrorIs(t, err, syscall.ENOSPC)
 	require.NoError(t, s.classifyStageError(nil))
-	assert.True(t, transientStageError(s.classifyStageError(pathErr(syscall.EDQUOT))), "a success starts the count again")
+	assert.True(t, pipeline.TransientStageError(s.classifyStageError(pathErr(syscall.EDQUOT))), "a success starts the count again")
 
 	// A real fault through OpenStage: the destination's staging directory
 	// replaced by a file is no passing fault.
 	dst := t.TempDir()
-	w := newWholeSink(t, dst)
+	w := newSink(t, dst, true)
 	require.NoError(t, os.WriteFile(filepath.Join(dst, ".spate", "stage", stageSplit.String()), nil, 0o644))
 	err = w.OpenStage(context.Background(), pipeline.StageTenancy{Split: stageSplit, Epoch: 1}, nil)
 	require.Error(t, err)
@@ -327,13 +314,7 @@ func TestStagedFileSinkALateZombieStageKeepsNewerStagingFiles(t *testing.T) {
 	for _, whole := range []bool{true, false} {
 		t.Run(fmt.Sprintf("whole=%t", whole), func(t *testing.T) {
 			dst := t.TempDir()
-			sink := func() *StagedFileSink {
-				s, err := NewStagedFileSink(dst, "job")
-				require.NoError(t, err)
-				s.PublishWhole = whole
-				t.Cleanup(func() { s.Close() })
-				return s
-			}
+			sink := func() *StagedFileSink { return newSink(t, dst, whole) }
 			// B owns the split at epoch 2 (epoch 1, the zombie's, gained
 			// it first and froze before opening its stage).
 			b := sink()
@@ -367,17 +348,4 @@ func TestStagedFileSinkALateZombieStageKeepsNewerStagingFiles(t *testing.T) {
 			requireExactly(t, c, stageSplit, 10)
 		})
 	}
-}
-
-// transientStageError is the coordination driver's rule for an OpenStage
-// error (pipeline's staging.go, same name): a fault that passes is marked
-// retryable (or is the call's deadline) and is neither damage nor fatal.
-// The sink's side of that contract is the marks this package's tests
-// check; the driver's side is tested in package pipeline.
-func transientStageError(err error) bool {
-	var fe *pipeline.FatalError
-	if errors.Is(err, pipeline.ErrOutputDamaged) || (errors.As(err, &fe) || spate.IsFatal(err) || spate.IsFenced(err)) && !errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	return spate.IsRetryable(err) || errors.Is(err, context.DeadlineExceeded)
 }
