@@ -397,12 +397,26 @@ func TestRetriedWriteAfterAFailedFlushStagesNothingTwice(t *testing.T) {
 	exec(t, c, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'spate' AND pid <> pg_backend_pid()")
 	batch := rows(1, 300, 600)
 	require.Error(t, s.Write(ctx, 0, batch))
-	require.NoError(t, s.Write(ctx, 0, batch)) // the runtime's retry: the same records
-	_, _, _, err := s.Prepare(ctx, 1, 600, true)
-	require.NoError(t, err)
+	retried(t, func() error { return s.Write(ctx, 0, batch) }) // the runtime's retry: the same records
+	retried(t, func() error { _, _, _, err := s.Prepare(ctx, 1, 600, true); return err })
 	missing, dups, _ := audit(t, c, "dst", 600)
 	require.Zero(t, missing, "missing")
 	require.Zero(t, dups, "duplicates")
+}
+
+// retried calls write as the runtime retries a failed write (the same
+// records) or the controller a failed prepare, until it succeeds: each flush running in the background on a
+// pooled connection the server cut fails once more, reported by the next
+// write.
+func retried(t *testing.T, write func() error) {
+	t.Helper()
+	for try := 1; ; try++ {
+		err := write()
+		if err == nil {
+			return
+		}
+		require.Less(t, try, 10, "the write still fails: %v", err)
+	}
 }
 
 // A row over the cap fails its batch, naming the table, the split, the
@@ -455,11 +469,10 @@ func TestRetriedChunkedWriteStagesNothingTwice(t *testing.T) {
 	exec(t, c, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'spate' AND pid <> pg_backend_pid()")
 	chunks := [][]pipeline.Record{rows(1, 100, 300), rows(2, 1100, 1300), rows(1, 300, 400)}
 	require.Error(t, s.WriteChunks(ctx, 0, chunks))
-	require.NoError(t, s.WriteChunks(ctx, 0, chunks)) // the runtime's retry: the same chunks
-	_, _, _, err := s.Prepare(ctx, 1, 400, true)
-	require.NoError(t, err)
-	_, _, _, err = s.Prepare(ctx, 2, 1300, true)
-	require.NoError(t, err)
+	retried(t, func() error { return s.WriteChunks(ctx, 0, chunks) }) // the runtime's retry: the same chunks
+	// The controller prepares again at the next commit.
+	retried(t, func() error { _, _, _, err := s.Prepare(ctx, 1, 400, true); return err })
+	retried(t, func() error { _, _, _, err := s.Prepare(ctx, 2, 1300, true); return err })
 	var n, dups, wrong int
 	require.NoError(t, c.QueryRow(ctx, `SELECT count(*), count(*) - count(DISTINCT id),
 		count(*) FILTER (WHERE NOT (id BETWEEN 1 AND 400 OR id BETWEEN 1001 AND 1300)) FROM dst`).Scan(&n, &dups, &wrong))
