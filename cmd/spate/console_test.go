@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/spate-go/spate"
 )
 
 // A big job's progress line fits every width: never wider than the width
@@ -39,6 +41,23 @@ func TestProgressStatusOfATableCountsRows(t *testing.T) {
 	got := progressStatus(120, 0.25, s, "this worker: 500,000 rows, 100,000 rows/s", in.amount)
 	assert.Contains(t, got, "10/40 splits  500,000/2,000,000 rows  this worker")
 	assert.NotContains(t, got, "iB")
+}
+
+// A gained chunk of a table is shown by its key range and planned rows,
+// and where it resumes in rows, not bytes.
+func TestGainedChunkOfATableShowsKeysAndRows(t *testing.T) {
+	width := 300
+	con, out := testConsole(&width)
+	o := newObserver(con, nil)
+	o.table = true
+	spec := spate.NewSplitSpec(spate.MustSplitID("chunk-000001"), []byte(`{"lo":"100","hi":"2100"}`)).WithWeight(2000)
+	p := spate.NewSplitProgress(500, []byte("k600"))
+	o.event(spate.Gained{Split: spec, Epoch: 2, Progress: &p})
+	assert.Contains(t, out.String(), "gained chunk-000001 (epoch 2) [keys (100, 2100], about 2,000 rows], resuming at row 500 of about 2,000")
+	assert.NotContains(t, out.String(), "byte")
+	last := spate.NewSplitSpec(spate.MustSplitID("chunk-000002"), []byte(`{"lo":"2100"}`)).WithWeight(1500)
+	o.event(spate.Gained{Split: last, Epoch: 1})
+	assert.Contains(t, out.String(), "gained chunk-000002 (epoch 1) [keys (2100, end], about 1,500 rows], from the start")
 }
 
 func TestFitWidth(t *testing.T) {

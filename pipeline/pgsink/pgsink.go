@@ -27,10 +27,13 @@
 // the committable in the store only records it (see
 // docs/decisions/037-a-database-sink-fences-in-the-database.md).
 //
-// Memory is bounded: a split's staged rows that reach FlushBytes are
-// flushed at once by the Write that filled them, in a fenced transaction
-// of their own, ahead of the commit (the table runs ahead of the store, as
-// above); a row over MaxRowBytes fails its batch with nothing written
+// Rows are flushed ahead of the commit, in the background: once a
+// quarter of FlushBytes is staged, a Write starts a fenced transaction of
+// their own in a goroutine and goes on staging while it runs (the table
+// runs ahead of the store, as above); reading and writing overlap. Memory
+// is bounded: a Write that brings a split's staged rows (those being
+// flushed included) to FlushBytes waits for the flush running. A row over
+// MaxRowBytes fails its batch with nothing written
 // (docs/decisions/042-the-database-sink-flushes-ahead-of-the-commit.md).
 //
 // Rows are taken as the pgsource package produces them: a record's Value
@@ -84,12 +87,15 @@ type Options struct {
 	// MaxConns caps the sink's connections (flushes of different splits run
 	// at once). Default 4.
 	MaxConns int
-	// FlushBytes caps the rows a split's tenancy holds in memory: once its
-	// staged rows reach it, Write flushes them in a fenced transaction of
-	// their own, ahead of the commit (the table's watermark in the fence
-	// row moves on; the next commit records it). A transaction so writes at
-	// most FlushBytes plus one row, and the sink holds at most that per
-	// split it writes. Default [DefaultFlushBytes].
+	// FlushBytes caps the rows a split's tenancy holds in memory. Once a
+	// quarter of it is staged, Write starts a flush of them in a fenced
+	// transaction of their own, ahead of the commit, in the background
+	// (the table's watermark in the fence row moves on; the next commit
+	// records it); a flush that fails is reported by the tenancy's next
+	// Write and its rows are tried again. A Write that brings the staged
+	// rows to FlushBytes waits for the flush running. A transaction so
+	// writes at most FlushBytes plus one row, and the sink holds at most
+	// that per split it writes. Default [DefaultFlushBytes].
 	FlushBytes int
 	// MaxRowBytes caps one row (a record's Value): a longer row fails the
 	// pipeline, naming the table, the split and the row's key, and nothing
@@ -130,6 +136,8 @@ type Sink struct {
 	mu      sync.Mutex
 	stages  map[pipeline.PartitionID]*stage
 	retired map[pipeline.PartitionID]bool // tenancies ended: their late records are dropped
+
+	ahead sync.WaitGroup // flushes ahead of the commit, running in the background
 }
 
 var (
@@ -139,9 +147,14 @@ var (
 
 type stage struct {
 	t pipeline.StageTenancy
+	// ctx is the tenancy's, for its flushes ahead of the commit:
+	// CloseStage ends it.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	// flushing serializes the tenancy's flushes: Prepare's (the
-	// controller) and those of a Write over FlushBytes (a shard writer).
+	// controller) and those ahead of the commit, which a Write starts and
+	// a goroutine of their own runs (unlocking it when done).
 	flushing sync.Mutex
 
 	mu sync.Mutex
@@ -157,6 +170,8 @@ type stage struct {
 	rows      []stagedRow // their offsets and ends in buf and keys
 	flushed   int64       // the table's watermark as this tenancy knows it
 	fenced    bool        // a flush found a later epoch in the fence: rows are dropped
+	inflight  int         // the bytes at buf's start a flush is writing
+	aheadErr  error       // a flush ahead of the commit failed: the next Write reports it
 }
 
 // stagedRow is a record staged: one row, or the rows of a packed one.
@@ -375,6 +390,7 @@ func (s *Sink) OpenStage(ctx context.Context, t pipeline.StageTenancy, committed
 			t.Split, s.o.FenceTable, s.dest, w, max(prev.Watermark, prev.Table), s.dest, s.o.Job, s.o.FenceTable)
 	}
 	st := &stage{t: t, skipBelow: w, flushed: w, next: w}
+	st.ctx, st.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if w > prev.Watermark {
 		st.checkKey = key
 	}
@@ -459,6 +475,11 @@ func (s *Sink) writeRun(ctx context.Context, records []pipeline.Record) error {
 			st.mu.Unlock()
 			return nil // a zombie's rows: its next Prepare reports the fence
 		}
+		if err := st.aheadErr; err != nil {
+			st.aheadErr = nil
+			st.mu.Unlock()
+			return err // a retry stages nothing twice (st.next); the rows wait for the next flush
+		}
 		n := 0
 		for n < len(records) && len(st.buf) < s.o.FlushBytes {
 			if err := s.stageRow(st, &records[n]); err != nil {
@@ -468,36 +489,78 @@ func (s *Sink) writeRun(ctx context.Context, records []pipeline.Record) error {
 			n++
 		}
 		full := len(st.buf) >= s.o.FlushBytes
+		ahead := len(st.buf)-st.inflight >= s.aheadBytes()
 		st.mu.Unlock()
 		records = records[n:]
-		if full {
+		switch {
+		case full:
+			// Wait for the flush running, if any: a destination slower
+			// than the source slows the source down, memory stays
+			// bounded.
 			st.flushing.Lock()
-			err := s.flushBelow(ctx, st, math.MaxInt64)
-			st.flushing.Unlock()
-			if errors.Is(err, spate.ErrFenced) {
-				return nil
-			}
+			st.mu.Lock()
+			err := st.aheadErr
+			st.aheadErr = nil
+			st.mu.Unlock()
 			if err != nil {
+				st.flushing.Unlock()
 				return err // a retry stages nothing twice (st.next)
 			}
+			s.flushAhead(st)
+		case ahead && st.flushing.TryLock():
+			s.flushAhead(st)
 		}
 	}
 	return nil
 }
 
-// overCap finds the first row of r over max bytes: its key and size.
+// aheadBytes is how many staged bytes start a flush ahead of the commit:
+// a quarter of FlushBytes, so that a flush runs while the next rows are
+// read and staged.
+func (s *Sink) aheadBytes() int { return max(s.o.FlushBytes/4, 1) }
+
+// flushAhead flushes all the rows staged, in a goroutine of its own that
+// unlocks st.flushing when done (the caller locked it); its failure is
+// reported by the tenancy's next Write. The rows stay staged until a flush
+// of them succeeds, so Prepare and later flushes try them again.
+func (s *Sink) flushAhead(st *stage) {
+	s.ahead.Add(1)
+	go func() {
+		defer s.ahead.Done()
+		defer st.flushing.Unlock()
+		for {
+			err := s.flushBelow(st.ctx, st, math.MaxInt64)
+			st.mu.Lock()
+			if err != nil && !errors.Is(err, spate.ErrFenced) { // a zombie's next Prepare reports the fence
+				st.aheadErr = err
+			}
+			// Rows staged while it ran are flushed next, at once.
+			again := err == nil && len(st.buf) >= s.aheadBytes()
+			st.mu.Unlock()
+			if !again {
+				return
+			}
+		}
+	}()
+}
+
+// overCap finds the first row of r over max bytes: its key and size. The
+// keys of a packed record are only walked to name a row found over.
 func overCap(r *pipeline.Record, max int) ([]byte, int, bool) {
 	if bytes.IndexByte(r.Value, '\n') < 0 {
 		return r.Key, len(r.Value), len(r.Value) > max
 	}
-	keys, value := r.Key, r.Value
-	for len(value) > 0 {
-		line, restV, _ := bytes.Cut(value, []byte{'\n'})
-		key, restK, _ := bytes.Cut(keys, []byte{'\n'})
-		if len(line) > max {
-			return key, len(line), true
+	value := r.Value
+	for row := 0; len(value) > 0; row++ {
+		n := bytes.IndexByte(value, '\n')
+		if n < 0 {
+			n = len(value)
 		}
-		value, keys = restV, restK
+		if n > max {
+			key, _, _ := bytes.Cut(dropLines(r.Key, int64(row)), []byte{'\n'})
+			return key, n, true
+		}
+		value = value[min(n+1, len(value)):]
 	}
 	return nil, 0, false
 }
@@ -581,6 +644,9 @@ func (s *Sink) Prepare(ctx context.Context, p pipeline.PartitionID, watermark in
 		return nil, 0, false, err
 	}
 	st.mu.Lock()
+	if st.flushed >= watermark {
+		st.aheadErr = nil // its rows are in: what failed before has been tried again
+	}
 	c := committable{Epoch: uint64(st.t.Epoch), Watermark: watermark}
 	if st.flushed > watermark {
 		c.Table = st.flushed
@@ -617,6 +683,7 @@ func (s *Sink) flushBelow(ctx context.Context, st *stage, watermark int64) error
 	}
 	// Write appends past last.end only: the flushed bytes stay put.
 	data := st.buf[:last.end:last.end]
+	st.inflight = last.end
 	lastKey := string(st.keys[last.kstart:last.kend])
 	epoch, split := st.t.Epoch, st.t.Split
 	st.mu.Unlock()
@@ -624,6 +691,7 @@ func (s *Sink) flushBelow(ctx context.Context, st *stage, watermark int64) error
 	err := s.flush(ctx, split, epoch, watermark, lastKey, data, st.rows[:n:n])
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	st.inflight = 0
 	if errors.Is(err, spate.ErrFenced) {
 		st.fenced = true
 		st.buf, st.keys, st.rows = nil, nil, nil
@@ -664,6 +732,7 @@ func (s *Sink) flush(ctx context.Context, split spate.SplitID, epoch spate.Lease
 	if err != nil {
 		return err
 	}
+
 	defer func() { s.put(c, err) }()
 	defer func() {
 		if err != nil && !errors.Is(err, spate.ErrFenced) && !errors.Is(err, spate.ErrFatal) && (ctx.Err() != nil || isQueryCanceled(err)) {
@@ -745,6 +814,9 @@ func (s *Sink) Publish(context.Context, pipeline.PartitionID, []byte) error { re
 // flushed are dropped: the next owner reads them again.
 func (s *Sink) CloseStage(p pipeline.PartitionID, completed bool) {
 	s.mu.Lock()
+	if st := s.stages[p]; st != nil {
+		st.cancel() // a flush ahead still running ends, rolled back, unless it committed
+	}
 	delete(s.stages, p)
 	s.retired[p] = true
 	s.mu.Unlock()
@@ -766,8 +838,15 @@ func (s *Sink) CleanJob(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the sink's connections.
+// Close ends the flushes ahead of the commit still running and closes the
+// sink's connections.
 func (s *Sink) Close() error {
+	s.mu.Lock()
+	for _, st := range s.stages {
+		st.cancel()
+	}
+	s.mu.Unlock()
+	s.ahead.Wait()
 	s.poolMu.Lock()
 	idle := s.idle
 	s.idle = nil

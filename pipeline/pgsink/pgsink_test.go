@@ -397,12 +397,26 @@ func TestRetriedWriteAfterAFailedFlushStagesNothingTwice(t *testing.T) {
 	exec(t, c, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'spate' AND pid <> pg_backend_pid()")
 	batch := rows(1, 300, 600)
 	require.Error(t, s.Write(ctx, 0, batch))
-	require.NoError(t, s.Write(ctx, 0, batch)) // the runtime's retry: the same records
-	_, _, _, err := s.Prepare(ctx, 1, 600, true)
-	require.NoError(t, err)
+	retried(t, func() error { return s.Write(ctx, 0, batch) }) // the runtime's retry: the same records
+	retried(t, func() error { _, _, _, err := s.Prepare(ctx, 1, 600, true); return err })
 	missing, dups, _ := audit(t, c, "dst", 600)
 	require.Zero(t, missing, "missing")
 	require.Zero(t, dups, "duplicates")
+}
+
+// retried calls write as the runtime retries a failed write (the same
+// records) or the controller a failed prepare, until it succeeds: each flush running in the background on a
+// pooled connection the server cut fails once more, reported by the next
+// write.
+func retried(t *testing.T, write func() error) {
+	t.Helper()
+	for try := 1; ; try++ {
+		err := write()
+		if err == nil {
+			return
+		}
+		require.Less(t, try, 10, "the write still fails: %v", err)
+	}
 }
 
 // A row over the cap fails its batch, naming the table, the split, the
@@ -455,11 +469,10 @@ func TestRetriedChunkedWriteStagesNothingTwice(t *testing.T) {
 	exec(t, c, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'spate' AND pid <> pg_backend_pid()")
 	chunks := [][]pipeline.Record{rows(1, 100, 300), rows(2, 1100, 1300), rows(1, 300, 400)}
 	require.Error(t, s.WriteChunks(ctx, 0, chunks))
-	require.NoError(t, s.WriteChunks(ctx, 0, chunks)) // the runtime's retry: the same chunks
-	_, _, _, err := s.Prepare(ctx, 1, 400, true)
-	require.NoError(t, err)
-	_, _, _, err = s.Prepare(ctx, 2, 1300, true)
-	require.NoError(t, err)
+	retried(t, func() error { return s.WriteChunks(ctx, 0, chunks) }) // the runtime's retry: the same chunks
+	// The controller prepares again at the next commit.
+	retried(t, func() error { _, _, _, err := s.Prepare(ctx, 1, 400, true); return err })
+	retried(t, func() error { _, _, _, err := s.Prepare(ctx, 2, 1300, true); return err })
 	var n, dups, wrong int
 	require.NoError(t, c.QueryRow(ctx, `SELECT count(*), count(*) - count(DISTINCT id),
 		count(*) FILTER (WHERE NOT (id BETWEEN 1 AND 400 OR id BETWEEN 1001 AND 1300)) FROM dst`).Scan(&n, &dups, &wrong))
@@ -628,4 +641,59 @@ func TestFlushTriedAgainAfterItsCommitWritesNothingTwice(t *testing.T) {
 	w, key := fenceRow(t, c, split.String())
 	require.EqualValues(t, 60, w)
 	require.Equal(t, "60", key)
+}
+
+// Rows are flushed ahead of the commit, in the background, once a
+// quarter of FlushBytes is staged: the table fills while the source reads
+// on, not only when a commit comes or memory is full. The commit then
+// writes the rest, each row once.
+func TestRowsAreFlushedAheadOfTheCommit(t *testing.T) {
+	url, c := newDB(t)
+	exec(t, c, "CREATE TABLE dst (id int, v text)")
+	ctx := context.Background()
+	const lease = 2 * time.Second
+	s := newSink(t, url, pgsink.Options{FlushBytes: 4000, Lease: lease})
+	split := spate.MustSplitID("chunk-000000")
+	require.NoError(t, s.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 1}, nil))
+	// 150 rows of about 11 bytes: over a quarter of FlushBytes, under
+	// FlushBytes.
+	require.NoError(t, s.Write(ctx, 0, rows(1, 0, 150)))
+	// A bound far past a flush's time (half the lease), not a speed check.
+	waitUntil(t, 10*lease, "the staged rows reach the table with no commit", func() bool { return count(t, c, "dst") > 0 })
+	require.NoError(t, s.Write(ctx, 0, rows(1, 150, 160)))
+	out, _, _, err := s.Prepare(ctx, 1, 160, true)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"epoch":1,"watermark":160}`, string(out))
+	missing, dups, alien := audit(t, c, "dst", 160)
+	require.Zero(t, missing, "missing")
+	require.Zero(t, dups, "duplicates")
+	require.Zero(t, alien)
+	w, key := fenceRow(t, c, split.String())
+	require.Equal(t, int64(160), w)
+	require.Equal(t, "160", key)
+}
+
+// A flush ahead of the commit that the table refuses (a row of another
+// shape) is reported by the tenancy's next Write, naming the table, and
+// nothing of it is written.
+func TestFailedFlushAheadIsReportedByTheNextWrite(t *testing.T) {
+	url, c := newDB(t)
+	exec(t, c, "CREATE TABLE dst (id int, v text)")
+	ctx := context.Background()
+	const lease = 2 * time.Second
+	s := newSink(t, url, pgsink.Options{FlushBytes: 4000, Lease: lease})
+	require.NoError(t, s.OpenStage(ctx, pipeline.StageTenancy{Split: spate.MustSplitID("bad"), Epoch: 1, Partition: 1}, nil))
+	batch := rows(1, 0, 150)
+	batch[70].Value = []byte("seventy-one\tv71") // not an int
+	require.NoError(t, s.Write(ctx, 0, batch))
+	var err error
+	// The runtime retries a batch whose Write failed: the same records.
+	// A bound far past a flush's time (half the lease), not a speed check.
+	waitUntil(t, 10*lease, "a Write reports the failed flush", func() bool {
+		err = s.Write(ctx, 0, batch)
+		return err != nil
+	})
+	require.True(t, spate.IsFatal(err), "fatal: %v", err)
+	require.ErrorContains(t, err, "table public.dst refuses the rows")
+	require.Zero(t, count(t, c, "dst"), "nothing of the refused flush written")
 }

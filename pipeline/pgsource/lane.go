@@ -41,6 +41,8 @@ type lane struct {
 	// The runner's alone.
 	items    chan item
 	buf      []row
+	bufArena arena   // the memory buf's rows are in
+	lent     []arena // memory of rows emitted: the runtime is done with it at the next Poll
 	payloads []pipeline.RawPayload
 	fails    int
 	set      bool // set aside (poisoned)
@@ -89,10 +91,15 @@ func (r row) lastKey() []byte {
 	return r.key
 }
 
+// arena is the memory a batch's rows are in: their lines, and with
+// PackRows their keys.
+type arena struct{ lines, keys []byte }
+
 // item is what the chunk's reader hands the lane: rows, then the end or an
 // error.
 type item struct {
 	rows   []row
+	arena  arena
 	eof    bool
 	err    error
 	poison string
@@ -105,6 +112,7 @@ func (l *lane) Partition() pipeline.PartitionID { return l.part }
 func (l *lane) start() {
 	ch := make(chan item, 2)
 	l.items = ch
+
 	l.mu.Lock()
 	from := l.chunk.Lo
 	if l.lastKey != nil {
@@ -148,7 +156,12 @@ func (l *lane) read(ctx context.Context, ch chan<- item, sql string) {
 		return
 	}
 	defer c.Close(context.Background())
-	w := &rowWriter{l: l, send: send}
+	w := &rowWriter{l: l, send: send, free: l.src.free}
+	if l.src.opts.PackRows {
+		w.next(readBatchBytes + readBatchBytes/4) // a packed batch fills it: no regrowing
+	} else {
+		w.next(64 << 10)
+	}
 	_, err = c.PgConn().CopyTo(ctx, w, sql)
 	if !w.flush() { // the rows read before an error or a poison are good
 		return
@@ -172,6 +185,7 @@ func (l *lane) read(ctx context.Context, ch chan<- item, sql string) {
 type rowWriter struct {
 	l       *lane
 	send    func(item) bool
+	free    <-chan arena
 	arena   []byte
 	spans   [][3]int // key start, tab, end of each row in arena
 	partial []byte
@@ -255,14 +269,29 @@ func (w *rowWriter) add(line []byte) error {
 	return nil
 }
 
+// next is memory for the next batch: some the lane is done with, or new
+// with room for size bytes of lines.
+func (w *rowWriter) next(size int) {
+	select {
+	case a := <-w.free:
+		w.arena, w.keys = a.lines[:0], a.keys[:0]
+	default:
+		w.arena = make([]byte, 0, size)
+		w.keys = nil
+		if w.l.src.opts.PackRows {
+			w.keys = make([]byte, 0, size/4)
+		}
+	}
+}
+
 // flush hands the rows read so far over; false when the lane closed.
 func (w *rowWriter) flush() bool {
 	if w.packed > 0 {
 		r := row{key: w.keys, value: w.arena, n: w.packed}
-		w.arena = make([]byte, 0, readBatchBytes+readBatchBytes/4)
-		w.keys = make([]byte, 0, cap(w.keys))
+		a := arena{lines: w.arena, keys: w.keys}
+		w.next(readBatchBytes + readBatchBytes/4)
 		w.packed = 0
-		return w.send(item{rows: []row{r}})
+		return w.send(item{rows: []row{r}, arena: a})
 	}
 	if len(w.spans) == 0 {
 		return true
@@ -271,12 +300,24 @@ func (w *rowWriter) flush() bool {
 	for i, s := range w.spans {
 		rows[i] = row{key: w.arena[s[0]:s[1]:s[1]], value: w.arena[s[1]+1 : s[2] : s[2]]}
 	}
-	w.arena, w.spans = make([]byte, 0, min(2*len(w.arena), readBatchBytes+readBatchBytes/4)), w.spans[:0]
-	return w.send(item{rows: rows})
+	a := arena{lines: w.arena}
+	w.next(min(2*len(w.arena), readBatchBytes+readBatchBytes/4))
+	w.spans = w.spans[:0]
+	return w.send(item{rows: rows, arena: a})
 }
 
 // Poll implements [pipeline.Lane].
 func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, error) {
+	// The runtime is done with the rows emitted before: their memory goes
+	// back to the reader.
+	for _, a := range l.lent {
+		select {
+		case l.src.free <- a:
+		default:
+		}
+	}
+	clear(l.lent)
+	l.lent = l.lent[:0]
 	l.mu.Lock()
 	restart := l.restart
 	l.restart = false
@@ -284,7 +325,7 @@ func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, err
 	if restart {
 		// A division moved the chunk's end: what was read ahead may be
 		// the residual's.
-		l.buf = nil
+		l.buf, l.bufArena = nil, arena{}
 		if l.readCancel != nil {
 			l.readCancel()
 		}
@@ -332,7 +373,7 @@ func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, err
 			return nil, nil
 		}
 		l.fails = 0
-		l.buf = it.rows
+		l.buf, l.bufArena = it.rows, it.arena
 	}
 	n := min(len(l.buf), max(maxRecords, 1))
 	// One critical section decides and records the emission, so that a
@@ -350,7 +391,10 @@ func (l *lane) Poll(maxRecords int, timeout time.Duration) (*pipeline.Batch, err
 		l.payloads = append(l.payloads, pipeline.RawPayload{Key: r.key, Value: r.value, Partition: l.part, Offset: end - 1})
 	}
 	key := unescape(l.buf[n-1].lastKey())
-	l.buf = l.buf[n:]
+	if l.buf = l.buf[n:]; len(l.buf) == 0 {
+		l.lent = append(l.lent, l.bufArena)
+		l.bufArena = arena{}
+	}
 	last := end - 1
 	l.next = last + 1
 	l.lastKey = &key

@@ -25,6 +25,11 @@ type Source struct {
 	table *Table
 	cfg   *pgx.ConnConfig
 
+	// free is the memory of rows the runtime is done with, for the
+	// chunks' readers to fill again: batches read into fresh megabytes
+	// cost page faults and the GC's time.
+	free chan arena
+
 	mu        sync.Mutex
 	lanes     map[spate.SplitID]*lane
 	finishing []spate.SplitID
@@ -59,8 +64,11 @@ func New(ctx context.Context, o Options) (*Source, error) {
 	if err := checkWhere(ctx, c, t, o.Where); err != nil {
 		return nil, err
 	}
-	return &Source{opts: o, table: t, cfg: cfg, lanes: map[spate.SplitID]*lane{}}, nil
+	return &Source{opts: o, table: t, cfg: cfg, lanes: map[spate.SplitID]*lane{}, free: make(chan arena, freeArenas)}, nil
 }
+
+// freeArenas is how many batches' memory a source keeps for reuse.
+const freeArenas = 16
 
 // Table is what New found.
 func (s *Source) Table() *Table { return s.table }
@@ -128,19 +136,26 @@ func (s *Source) probe(ctx context.Context, c *pgx.Conn) ([]probed, error) {
 			conds = append(conds, k+" > $1::"+t.KeyType)
 			args = append(args, *lo)
 		}
-		// The last of the next ChunkRows keys, and how many there are (max()
-		// does not exist for every rangeable type: uuid).
-		q := "SELECT " + k + "::text AS spate_key, count(*) OVER () FROM (SELECT " + k + " FROM " + t.Name +
-			bounded(conds, s.opts.Where) + " ORDER BY " + k + " LIMIT " + strconv.FormatInt(s.opts.ChunkRows, 10) + ") s ORDER BY " + k + " DESC LIMIT 1"
+		// The ChunkRows-th key after lo: an index-only scan that skips the
+		// keys before it, and only that one key made text (max() does not
+		// exist for every rangeable type: uuid).
+		from := t.Name + bounded(conds, s.opts.Where)
 		var hi *string
-		var n int64
-		if err := c.QueryRow(ctx, q, args...).Scan(&hi, &n); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return nil, err
-		}
-		if n < s.opts.ChunkRows {
-			// The last chunk has no upper bound.
+		err := c.QueryRow(ctx, "SELECT "+k+"::text FROM (SELECT "+k+" FROM "+from+" ORDER BY "+k+
+			" OFFSET "+strconv.FormatInt(s.opts.ChunkRows-1, 10)+" LIMIT 1) s", args...).Scan(&hi)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Fewer than ChunkRows left: the last chunk, with no upper
+			// bound.
+			var n int64
+			if err := c.QueryRow(ctx, "SELECT count(*) FROM "+from, args...).Scan(&n); err != nil {
+				return nil, err
+			}
 			return append(out, probed{chunk{Lo: lo}, n}), nil
 		}
+		if err != nil {
+			return nil, err
+		}
+		n := s.opts.ChunkRows
 		out = append(out, probed{chunk{Lo: lo, Hi: hi}, n})
 		lo = hi
 	}
