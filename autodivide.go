@@ -31,8 +31,19 @@ import (
 // split is not asked again meanwhile; a split is asked at most once in
 // one state (one tenancy, one count of children), so a source that
 // declines (a file being followed, a remainder below the source's
-// minimum) costs one assignment write, not a stream of them; and a divided split's rate is measured again from
-// scratch, so its next division waits at least one more commit.
+// minimum) costs one assignment write, not a stream of them; and no ask
+// is made while a split waits for its first claim (a child not created
+// or not placed yet takes a free lane the last assignment counted).
+//
+// A division does not restart the measurement. Its owner's pace is what it
+// was: the divided split keeps its measured rate and commit interval, and
+// each child starts with them (its parent's pace, the best estimate until
+// two of its own records measure it). A split that started with no rate
+// needed two commits before it could be asked again, so each level of
+// division cost two commit intervals, and a child claimed late in the job
+// was never asked at all: its remainder fell under the threshold before
+// it had a rate (a finish spread of up to 1.5 s at backfill's 1 s commit
+// interval with --min-splits 1, runtime division alone).
 
 const (
 	// divideWorth is how many of its commit intervals a split's expected
@@ -76,14 +87,40 @@ type rateSample struct {
 	lastRem  uint64
 	lastAt   int64
 	interval int64 // ms between the last two records seen (0: one seen)
+	// pace is the rate and commit interval carried from before a
+	// division (the split's own, or its parent's for a child), used
+	// until two records of this state measure them.
+	pace pace
 }
 
-// rate is the split's measured rate in weight units per ms (0: not known).
+// pace is a split's rate in weight units per ms and its commit interval
+// in ms (zero: not known).
+type pace struct {
+	rate     float64
+	interval int64
+}
+
+// rate is the split's rate in weight units per ms (0: not known): measured
+// in this state, else carried from before its division.
 func (s *rateSample) rate() float64 {
 	if s.lastAt <= s.firstAt || s.firstRem <= s.lastRem {
-		return 0
+		return s.pace.rate
 	}
 	return float64(s.firstRem-s.lastRem) / float64(s.lastAt-s.firstAt)
+}
+
+// commitInterval is the split's commit interval in ms (0: not known):
+// measured in this state, else carried.
+func (s *rateSample) commitInterval() int64 {
+	if s.interval > 0 {
+		return s.interval
+	}
+	return s.pace.interval
+}
+
+// measured is what a new state of the split starts from: its pace so far.
+func (s *rateSample) measured() pace {
+	return pace{rate: s.rate(), interval: s.commitInterval()}
 }
 
 // askRecord is one ask the leader made.
@@ -97,12 +134,15 @@ type askRecord struct {
 
 // divideTrigger is the leader's state of the trigger.
 type divideTrigger struct {
-	term     *leadership
-	samples  map[string]*rateSample
-	asked    map[string]*askRecord
-	idle     int // free lanes in the last assignment computed
-	unplaced int // splits the last assignment left without a member
-	next     time.Time
+	term    *leadership
+	samples map[string]*rateSample
+	// inherited is the pace of a divided split, kept for its children
+	// until their first records are seen.
+	inherited map[string]pace
+	asked     map[string]*askRecord
+	idle      int // free lanes in the last assignment computed
+	unplaced  int // splits the last assignment left without a member
+	next      time.Time
 }
 
 // noteAssignment records what the assignment just computed leaves: the
@@ -123,7 +163,7 @@ func (t *divideTrigger) noteAssignment(in assignIn, result map[string][]string) 
 func (a *actor) askDivisions(now time.Time) {
 	t := &a.leader.div
 	if t.term != a.leader.term {
-		*t = divideTrigger{term: a.leader.term, samples: map[string]*rateSample{}, asked: map[string]*askRecord{}}
+		*t = divideTrigger{term: a.leader.term, samples: map[string]*rateSample{}, inherited: map[string]pace{}, asked: map[string]*askRecord{}}
 	}
 	if t.idle == 0 || t.unplaced > 0 {
 		clear(t.samples) // measured afresh when the fleet idles again
@@ -146,6 +186,11 @@ func (a *actor) askDivisions(now time.Time) {
 			delete(t.samples, id)
 		}
 	}
+	for id := range t.inherited {
+		if v := a.job.splits[id]; v != nil && v.prog != nil && v.prog.Completed {
+			delete(t.inherited, id)
+		}
+	}
 	for id, ask := range t.asked {
 		v := a.job.splits[id]
 		switch {
@@ -156,9 +201,18 @@ func (a *actor) askDivisions(now time.Time) {
 			outstanding++
 		}
 	}
+	// Splits not claimed yet, a child not created or not placed yet
+	// among them.
+	waiting := len(a.division.parents)
 	for id, v := range a.job.splits {
 		p := v.prog
-		if p == nil || p.Completed || p.Status != statusRunnable || p.Remaining == 0 || v.spec == nil {
+		if p == nil || p.Completed || p.Status != statusRunnable {
+			continue
+		}
+		if v.lease == nil {
+			waiting++
+		}
+		if p.Remaining == 0 || v.spec == nil {
 			continue
 		}
 		owner := p.owner()
@@ -169,27 +223,46 @@ func (a *actor) askDivisions(now time.Time) {
 			continue
 		}
 		s := t.samples[id]
-		if s == nil || s.epoch != p.Epoch || s.children != len(p.Children) || p.Remaining > s.lastRem {
-			t.samples[id] = &rateSample{epoch: p.Epoch, children: len(p.Children),
-				firstRem: p.Remaining, firstAt: p.WrittenAtMs, lastRem: p.Remaining, lastAt: p.WrittenAtMs}
-			continue
-		}
-		if p.WrittenAtMs > s.lastAt {
+		var fresh *rateSample
+		switch {
+		case s != nil && s.epoch == p.Epoch && len(p.Children) > s.children:
+			// Its owner divided it: what it gave up was not read, and
+			// it and its new children go on at its pace.
+			carried := s.measured()
+			for _, c := range p.Children[s.children:] {
+				t.inherited[c.ID] = carried
+			}
+			fresh = &rateSample{pace: carried}
+		case s == nil || s.epoch != p.Epoch || s.children != len(p.Children) || p.Remaining > s.lastRem:
+			// A new split (a child starts at its parent's pace), a new
+			// tenancy, or a record that went back: measured afresh.
+			fresh = &rateSample{pace: t.inherited[id]}
+		case p.WrittenAtMs > s.lastAt:
 			s.interval = p.WrittenAtMs - s.lastAt
 			s.lastRem, s.lastAt = p.Remaining, p.WrittenAtMs
 		}
-		r := s.rate()
-		if r <= 0 || s.interval <= 0 || s.lastRem < 2 {
+		if fresh != nil {
+			fresh.epoch, fresh.children = p.Epoch, len(p.Children)
+			fresh.firstRem, fresh.firstAt, fresh.lastRem, fresh.lastAt = p.Remaining, p.WrittenAtMs, p.Remaining, p.WrittenAtMs
+			s = fresh
+			t.samples[id] = s
+			delete(t.inherited, id)
+		}
+		r, interval := s.rate(), s.commitInterval()
+		if r <= 0 || interval <= 0 || s.lastRem < 2 {
 			continue
 		}
 		ert := float64(s.lastRem) / r // ms
-		if ert <= float64(divideWorth*s.interval) {
+		if ert <= float64(divideWorth*interval) {
 			continue
 		}
 		if ask := t.asked[id]; ask != nil && (now.Before(ask.until) || ask.times >= maxAsksPerState) {
 			continue
 		}
 		cands = append(cands, candidate{id: id, owner: owner, ert: ert, s: s})
+	}
+	if waiting > 0 {
+		cands = nil // a lane the last assignment counted free is taken
 	}
 	slices.SortFunc(cands, func(x, y candidate) int {
 		return cmp.Or(cmp.Compare(y.ert, x.ert), cmp.Compare(x.id, y.id))
@@ -205,7 +278,7 @@ func (a *actor) askDivisions(now time.Time) {
 			t.asked[c.id] = ask
 		}
 		ask.times++
-		ask.until = now.Add(time.Duration(divideCooldown*c.s.interval) * time.Millisecond)
+		ask.until = now.Add(time.Duration(divideCooldown*c.s.commitInterval()) * time.Millisecond)
 		outstanding++
 		changed = true
 		a.m.divisionAsks.Inc()

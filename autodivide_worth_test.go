@@ -55,3 +55,71 @@ func TestTheTriggerAsksForARemainderOfMoreThanOneCommitInterval(t *testing.T) {
 		})
 	}
 }
+
+// A division does not restart the trigger's measurement: the divided
+// split keeps its pace and its child starts with it, so when lanes are
+// still idle both can be asked as soon as the child runs, without two more
+// commits each. Before, both started with no rate; a child claimed in the
+// job's last seconds was never asked (its remainder fell under the
+// threshold before two of its records measured it), which left a finish
+// spread of up to 1.5 s with runtime division alone (scripts/fleet-bench.sh,
+// --min-splits 1). No split is asked while the child waits for its first
+// claim: it takes a lane the last assignment counted free.
+func TestADividedSplitAndItsChildKeepTheirPace(t *testing.T) {
+	a := newTestActor(t, newFakeStore(), testConfig())
+	a.leader.term = &leadership{generation: 1}
+	for i, m := range []string{"owner", "idle", "idle2"} {
+		a.members.presence[m] = presenceEntry{rev: uint64(i + 1)}
+	}
+	owner, child := "owner", "s_d3500"
+	v := &splitView{spec: &specRecord{Schema: SchemaVersion, ID: "s", Weight: 6000},
+		lease: &leaseVal{Schema: SchemaVersion, Owner: owner, Epoch: 1},
+		prog: &progressRecord{Schema: SchemaVersion, ID: "s", Epoch: 1, Status: statusRunnable, Owner: &owner,
+			Remaining: 6000, WrittenAtMs: 10_000}}
+	a.job.splits["s"] = v
+	now := time.Now()
+	a.askDivisions(now)
+	a.leader.div.idle, a.leader.div.unplaced = 1, 0
+	a.askDivisions(now) // the first record: no rate yet
+	require.Empty(t, a.leader.div.asked)
+	// One commit interval (1 s) later 1000 units were read: 1 unit/ms.
+	next := *v.prog
+	next.Remaining, next.WrittenAtMs = 5000, 11_000
+	v.prog = &next
+	now = now.Add(time.Second)
+	a.askDivisions(now)
+	require.Contains(t, a.leader.div.asked, "s", "5 s left at 1 unit/ms is worth a division")
+
+	// The owner divides at 3500: it keeps 2500 and names the child.
+	divided := next
+	divided.Remaining, divided.WrittenAtMs = 2500, 11_100
+	divided.Children = []childSplit{{ID: child, Position: 3500, Weight: 2500}}
+	v.prog = &divided
+	a.division.noteChildren("s", v.prog)
+	now = now.Add(300 * time.Millisecond) // past divideScanPace
+	a.askDivisions(now)
+	assert.NotContains(t, a.leader.div.asked, "s", "the answered ask is dropped")
+	assert.Empty(t, a.leader.div.asked, "nothing is asked while the child is not created: it takes the idle lane")
+
+	// The leader created the child; it is not claimed yet.
+	delete(a.division.parents, "s")
+	cv := &splitView{spec: &specRecord{Schema: SchemaVersion, ID: child, Weight: 2500},
+		prog: &progressRecord{Schema: SchemaVersion, ID: child, Status: statusRunnable}}
+	a.job.splits[child] = cv
+	now = now.Add(300 * time.Millisecond) // past divideScanPace
+	a.askDivisions(now)
+	assert.Empty(t, a.leader.div.asked, "nothing is asked while the child waits for its claim")
+
+	// The idle member claimed it (its first record, on its own clock),
+	// and two lanes are still free: neither split has committed since,
+	// yet both are worth dividing at the pace they carry (2.5 s left each).
+	idle := "idle"
+	cv.lease = &leaseVal{Schema: SchemaVersion, Owner: idle, Epoch: 1}
+	cv.prog = &progressRecord{Schema: SchemaVersion, ID: child, Epoch: 1, Status: statusRunnable, Owner: &idle,
+		Remaining: 2500, WrittenAtMs: 90_000}
+	a.leader.div.idle = 2
+	now = now.Add(300 * time.Millisecond) // past divideScanPace
+	a.askDivisions(now)
+	assert.Contains(t, a.leader.div.asked, "s", "the divided split keeps its pace")
+	assert.Contains(t, a.leader.div.asked, child, "the child starts at its parent's pace")
+}

@@ -723,7 +723,7 @@ const commitConcurrency = 16
 func (d *CoordinationDriver[C]) commitTenancy(src SplitSource, t *tenancy, p spate.SplitProgress) error {
 	var complete *spate.SplitProgress
 	if d.stage != nil && t.stageOpen {
-		final := p.Completed || t.state == tenancyDraining || t.releasing
+		final := p.Completed || t.releasing || t.state == tenancyDraining && t.lastOfDrain(p.Watermark)
 		out, covered, pending, err := d.prepare(t, p.Watermark, final)
 		if err != nil {
 			if errors.Is(err, spate.ErrFatal) {

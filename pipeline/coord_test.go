@@ -667,6 +667,11 @@ type fakeStaging struct {
 	cover     func(w int64, final bool) int64
 	prepares  []string
 	published []string
+	// seals: like the file sink, a final Prepare seals the stage, and a
+	// later one past its watermark fails (sealedAt is that watermark).
+	seals    bool
+	sealedAt int64
+	sealed   bool
 }
 
 func (f *fakeStaging) Write(context.Context, int, []pipeline.Record) error { return nil }
@@ -677,6 +682,12 @@ func (f *fakeStaging) Prepare(_ context.Context, _ pipeline.PartitionID, w int64
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.prepares = append(f.prepares, fmt.Sprintf("%d/%t", w, final))
+	if f.sealed && w > f.sealedAt {
+		return nil, 0, false, fmt.Errorf("a commit at %d past the final commit at %d: the stage is sealed", w, f.sealedAt)
+	}
+	if f.seals && final {
+		f.sealed, f.sealedAt = true, w
+	}
 	c := f.cover(w, final)
 	return []byte(fmt.Sprint(c)), c, true, nil
 }
@@ -721,6 +732,45 @@ func TestDriverCommitsWhatTheStagingSinkCovers(t *testing.T) {
 	require.Len(t, got, 2)
 	require.Equal(t, int64(8), got[1].Watermark, "the hand-back's final commit covers all acknowledged")
 	require.Equal(t, []string{"5/false", "8/false", "8/true"}, stage.prepares)
+}
+
+// A drain's commit of what is acknowledged so far is not its final one:
+// only the commit that covers all the stopped lane emitted is. A staging
+// sink seals its stage at a final commit (the file sink does), so a chase
+// commit made final before the last acknowledgments left the drain's own
+// commit of the rest refused, and the split held until the coordinator
+// forced its revocation at the deadline (a division's freshly gained
+// child, moved while its first batches were in flight).
+func TestDriverDrainCommitsFinalOnlyAtItsEnd(t *testing.T) {
+	f := newDriverFixture(t)
+	stage := &fakeStaging{seals: true, cover: func(w int64, _ bool) int64 { return w }}
+	require.NoError(t, f.d.StageOutput(stage))
+	f.src.emit["a"] = 5
+	f.coord.push(gained("a", 1))
+	lane := f.expect(pipeline.LanesAdded).Lanes[0]
+	b, err := lane.Poll(100, 0)
+	require.NoError(t, err)
+	require.Len(t, b.Payloads, 5)
+	b.Ack.Release()
+	f.coord.push(spate.RevokeRequested{Split: sid("a")})
+	f.expect(pipeline.CommitReady)
+	pa := f.partitionOf("a")
+
+	// Records 0..2 acknowledged: the chase commits them, not as final.
+	require.NoError(t, f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 3}}))
+	f.expect(pipeline.Idle)
+	require.Empty(t, f.coord.releaseDrained, "records 3 and 4 are not acknowledged yet")
+	// The rest acknowledged: the drain's last commit, then the hand-back.
+	require.NoError(t, f.d.Commit(f.src, []pipeline.Watermark{{Partition: pa, Offset: 5}}))
+	ev := f.expect(pipeline.LanesRetired)
+	require.Equal(t, []pipeline.LaneID{lane.ID()}, ev.LaneIDs)
+	require.Equal(t, []spate.SplitID{sid("a")}, f.coord.releaseDrained, "the drained split was not handed back")
+	var got []int64
+	for _, p := range f.coord.commits["a"] {
+		got = append(got, p.Watermark)
+	}
+	require.Equal(t, []int64{3, 5}, got)
+	require.Equal(t, []string{"3/false", "5/true"}, stage.prepares, "only the drain's last commit is final")
 }
 
 // One Commit call commits its splits side by side, not one after another:

@@ -71,6 +71,18 @@ func (g *gatedLane) final() (emitted int64, ok bool) {
 	return g.emitted, true
 }
 
+// lastOfDrain reports whether a commit of a draining tenancy at watermark
+// is its last: its lane is stopped with no poll under way, and watermark
+// covers all the lane emitted. Only that commit is final for a staging
+// sink. One below it (the chase commits what is acknowledged so far) is
+// not: a sink seals its stage at a final commit and refuses every later
+// one, so the drain's own commit of the rest would never land, and the
+// split would be held until its revocation was forced at the deadline.
+func (t *tenancy) lastOfDrain(watermark int64) bool {
+	emitted, ok := t.gate.final()
+	return ok && watermark >= emitted
+}
+
 // beginDrain starts the drain of a live tenancy the coordinator revoked,
 // unless the source declines it.
 func (d *CoordinationDriver[C]) beginDrain(src SplitSource, t *tenancy) bool {
