@@ -224,7 +224,17 @@ func testValidKeys(e *env) {
 			o, err := rewrite(e.ctx, s, ks, k, []byte("w"), revs[k])
 			require.NoError(e.t, err, "rule: every key of the syntax is accepted; %s update of %q", ks, k)
 			assert.True(e.t, o.Won, "rule: every key of the syntax is accepted; %s update of %q lost", ks, k)
-			assert.True(e.t, mustDelete(e, s, ks, k, o.Revision).Won, "rule: every key of the syntax is accepted; %s delete of %q lost", ks, k)
+			d := mustDelete(e, s, ks, k, o.Revision)
+			if !d.Won && o.Won && ks == spate.Ephemeral {
+				// The same for the delete: the key may have expired
+				// since its update. If it reads absent, it is created
+				// and deleted again, once; a second loss fails.
+				if _, live := mustGet(e, s, ks, k); !live {
+					e.t.Logf("ephemeral %q read absent after its delete lost (expired since its update?); created and deleted again", k)
+					d = mustDelete(e, s, ks, k, mustCreate(e, s, ks, k, "w"))
+				}
+			}
+			assert.True(e.t, d.Won, "rule: every key of the syntax is accepted; %s delete of %q lost", ks, k)
 		}
 	}
 }
