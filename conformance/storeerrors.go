@@ -81,9 +81,11 @@ func testCapabilitiesNeverBlock(e *env) {
 		rtt = min(rtt, time.Since(at))
 	}
 	limit := max(10*rtt, capFloor)
-	fastest := func() time.Duration {
+	phases := []string{"idle", "with a watch open", "after Close"}
+	fastest := func(phase string) time.Duration {
 		best := time.Duration(math.MaxInt64)
-		for round := 0; round < capRounds && best >= limit; round++ {
+		rounds := 0
+		for ; rounds < capRounds && best >= limit; rounds++ {
 			for range capBatches {
 				at := time.Now()
 				for range capCalls {
@@ -92,14 +94,17 @@ func testCapabilitiesNeverBlock(e *env) {
 				best = min(best, time.Since(at))
 			}
 		}
+		if rounds > 1 {
+			e.t.Logf("Capabilities %s: a round of batches was over the limit (%v), measured again: %d rounds, fastest batch %v",
+				phase, limit, rounds, best)
+		}
 		return best
 	}
-	phases := []string{"idle", "with a watch open", "after Close"}
-	took := []time.Duration{fastest()}
+	took := []time.Duration{fastest(phases[0])}
 	readSnapshot(e, mustWatch(e, s, spate.Durable, "nb."))
-	took = append(took, fastest())
+	took = append(took, fastest(phases[1]))
 	require.NoError(e.t, s.Close(), "close")
-	took = append(took, fastest())
+	took = append(took, fastest(phases[2]))
 	for i, d := range took {
 		require.Less(e.t, d, limit, "rule: Capabilities never blocks; %s, the fastest of up to %d batches of %d calls took %v, not under 10 round trips of a Get (fastest %v) or %v",
 			phases[i], capRounds*capBatches, capCalls, d, rtt, capFloor)
@@ -219,7 +224,17 @@ func testValidKeys(e *env) {
 			o, err := rewrite(e.ctx, s, ks, k, []byte("w"), revs[k])
 			require.NoError(e.t, err, "rule: every key of the syntax is accepted; %s update of %q", ks, k)
 			assert.True(e.t, o.Won, "rule: every key of the syntax is accepted; %s update of %q lost", ks, k)
-			assert.True(e.t, mustDelete(e, s, ks, k, o.Revision).Won, "rule: every key of the syntax is accepted; %s delete of %q lost", ks, k)
+			d := mustDelete(e, s, ks, k, o.Revision)
+			if !d.Won && o.Won && ks == spate.Ephemeral {
+				// The same for the delete: the key may have expired
+				// since its update. If it reads absent, it is created
+				// and deleted again, once; a second loss fails.
+				if _, live := mustGet(e, s, ks, k); !live {
+					e.t.Logf("ephemeral %q read absent after its delete lost (expired since its update?); created and deleted again", k)
+					d = mustDelete(e, s, ks, k, mustCreate(e, s, ks, k, "w"))
+				}
+			}
+			assert.True(e.t, d.Won, "rule: every key of the syntax is accepted; %s delete of %q lost", ks, k)
 		}
 	}
 }

@@ -253,18 +253,6 @@ func openEtcdJob(t *testing.T, c *etcdservers.Cluster, job string, ttl time.Dura
 	return st
 }
 
-// The demo proves itself: exit 0, a takeover shown, every line verified.
-func TestDemo(t *testing.T) {
-	t.Parallel()
-	began := time.Now()
-	code, out, errOut := runSpate(t, t.TempDir(), "", 120*time.Second, "demo")
-	t.Logf("spate demo took %v", time.Since(began).Round(100*time.Millisecond))
-	expectCode(t, "demo", code, 0, out, errOut)
-	for _, want := range []string{"SIGKILL worker-2", "TAKEOVER", "verified exactly once: all", "PASS"} {
-		require.Contains(t, out, want, "demo output lacks %q:\n%s", want, out)
-	}
-}
-
 // A split whose input was truncated after planning is poison: the file
 // source fails it, it is quarantined at --max-attempts, and the job stalls
 // (exit 3, with the inspect and requeue commands to run). spate inspect

@@ -17,9 +17,15 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // ttl is the lease TTL of the tests: the NATS floor, to keep wall time down.
 const ttl = 2 * time.Second
 
+// TestStoreConformance runs the store suite against one server, each rule
+// on a job of its own (as TestStoreConformanceR3 shares its cluster and
+// natstest.Start's harness maker shares its server): starting a JetStream
+// server per rule cost the package more than the rules' own waits.
 func TestStoreConformance(t *testing.T) {
+	t.Parallel()
+	srv := natsservers.Start(t)
 	conformance.RunStore(t, func(t testing.TB) conformance.Harness {
-		return natsservers.NewHarness(t, ttl)
+		return srv.Harness(t, spatenats.Options{TTL: ttl})
 	})
 }
 
@@ -27,16 +33,20 @@ func TestStoreConformance(t *testing.T) {
 // R3 file storage and sync_interval always: the production configuration.
 // The harnesses share the cluster, each on its own job.
 func TestStoreConformanceR3(t *testing.T) {
+	t.Parallel()
 	c := natsservers.StartCluster(t, 3, natsservers.WithSyncAlways())
 	conformance.RunStore(t, func(t testing.TB) conformance.Harness {
 		return c.Harness(t, spatenats.Options{TTL: ttl, Replicas: 3})
 	})
 }
 
+// TestCoordinatorConformance shares one server between its rules, each on
+// a job of its own, as TestStoreConformance does.
 func TestCoordinatorConformance(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
-	conformance.RunCoordinator(t, func(t testing.TB) conformance.Harness { return natsservers.NewHarness(t, ttl) })
+	srv := natsservers.Start(t)
+	conformance.RunCoordinator(t, func(t testing.TB) conformance.Harness { return srv.Harness(t, spatenats.Options{TTL: ttl}) })
 	t.Cleanup(func() { t.Logf("RunCoordinator wall time: %v", time.Since(start).Round(time.Millisecond)) })
 }
 
