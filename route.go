@@ -2,7 +2,6 @@ package spate
 
 import (
 	"bytes"
-	"fmt"
 	"strings"
 )
 
@@ -12,7 +11,9 @@ import (
 // membership (members.go), leases to the tenancy (tenancy.go), the plan
 // record to the planner (planner.go), assignment records to publishing
 // (publish.go), the verdict record to the terminal verdict (terminal.go),
-// and split records to the split table (view.go).
+// split specs to the split table (view.go), and progress records to the
+// tenancy (upsert, tenancy.go), which folds them into the split table and
+// tells the owners that hang on them through narrow calls.
 
 func (a *actor) ephemeralPut(key string, value []byte, rev uint64) error {
 	switch {
@@ -192,43 +193,6 @@ func errNamespaceGone(how string) error {
 	return Fatalf("the job's records are gone from the store (%s). Likely causes: the store was wiped (Redis FLUSHALL/FLUSHDB, a key eviction policy other than noeviction), "+
 		"restarted without persistence (Redis without appendonly), restored from an older backup, or the job was deleted. "+
 		"The committed progress cannot be trusted: check the store, then restore it from a backup or start the job anew (it replays from the beginning)", how)
-}
-
-// upsert folds a progress record into the split table (foldProgress)
-// and tells the owners whose state hangs on it: damage (a record seen
-// again is no longer missing), division (children created), the
-// tenancy (touched; fenced by a claimant's epoch: Lost), the commit
-// fences, and the terminal verdict (a stall withdrawn).
-func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
-	prev, back, ok := a.job.foldProgress(id, r, rev, src, a.log)
-	if !ok {
-		return
-	}
-	a.records.found(id)
-	if prev == nil || prev.owner() != r.owner() || prev.Status != r.Status || prev.Parked != r.Parked {
-		a.dirty = true // a parked split frees a lane for the assignment
-	}
-	a.division.noteChildren(id, r)
-	a.worker.touch(id)
-	a.io.cellSaw(id, r, rev, back)
-	if t, held := a.worker.owned[id]; held && r.Epoch > t.epoch {
-		a.dropLost(id, "fenced", fmt.Sprintf("a claimant fenced it at epoch %d", r.Epoch))
-	}
-	// Emit Quarantined once per transition this worker observes (a snapshot
-	// of an already quarantined split is no transition).
-	if r.Status == statusQuarant && prev != nil && prev.Status != statusQuarant {
-		a.c.emit(Quarantined{Split: SplitID{id: id}, Attempts: r.Attempts})
-		a.log.Warn("split quarantined: out of delivery attempts; it blocks completion", "split", id, "attempts", r.Attempts)
-	}
-	if r.Status == statusRunnable && int(r.Attempts)+1 >= a.cfg.MaxAttempts {
-		a.worker.scanForQuarantine()
-	}
-	if r.Status == statusRunnable && prev != nil && prev.Status == statusQuarant {
-		if a.verdicts.withdrawStall() {
-			a.dirty = true
-			a.log.Info("stall withdrawn: a quarantined split is runnable again", "split", id)
-		}
-	}
 }
 
 // forgetProgress takes a split whose progress record is gone from the

@@ -2,6 +2,7 @@ package spate
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -277,6 +278,45 @@ func (wk *worker) touch(id string) {
 		wk.ownDirty = true
 	} else if _, held := wk.owned[id]; held {
 		wk.ownDirty = true
+	}
+}
+
+// ----- progress records: folded by the tenancy -------------------------------
+
+// upsert folds a progress record into the split table (foldProgress)
+// and tells the owners whose state hangs on it: damage (a record seen
+// again is no longer missing), division (children created), the
+// tenancy (touched; fenced by a claimant's epoch: Lost), the commit
+// fences, and the terminal verdict (a stall withdrawn).
+func (a *actor) upsert(id string, r *progressRecord, rev uint64, src source) {
+	prev, back, ok := a.job.foldProgress(id, r, rev, src, a.log)
+	if !ok {
+		return
+	}
+	a.records.found(id)
+	if prev == nil || prev.owner() != r.owner() || prev.Status != r.Status || prev.Parked != r.Parked {
+		a.dirty = true // a parked split frees a lane for the assignment
+	}
+	a.division.noteChildren(id, r)
+	a.worker.touch(id)
+	a.io.cellSaw(id, r, rev, back)
+	if t, held := a.worker.owned[id]; held && r.Epoch > t.epoch {
+		a.dropLost(id, "fenced", fmt.Sprintf("a claimant fenced it at epoch %d", r.Epoch))
+	}
+	// Emit Quarantined once per transition this worker observes (a snapshot
+	// of an already quarantined split is no transition).
+	if r.Status == statusQuarant && prev != nil && prev.Status != statusQuarant {
+		a.c.emit(Quarantined{Split: SplitID{id: id}, Attempts: r.Attempts})
+		a.log.Warn("split quarantined: out of delivery attempts; it blocks completion", "split", id, "attempts", r.Attempts)
+	}
+	if r.Status == statusRunnable && int(r.Attempts)+1 >= a.cfg.MaxAttempts {
+		a.worker.scanForQuarantine()
+	}
+	if r.Status == statusRunnable && prev != nil && prev.Status == statusQuarant {
+		if a.verdicts.withdrawStall() {
+			a.dirty = true
+			a.log.Info("stall withdrawn: a quarantined split is runnable again", "split", id)
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/conformance/internal/kit"
 )
 
 // Harness gives the suite stores over one fresh namespace.
@@ -233,14 +234,8 @@ func runBody(tb testing.TB, mk HarnessMaker, body func(e *env), virtual bool, ca
 	return e.after
 }
 
-// closeHarness closes h and fails tb if that fails: a harness that cannot
-// clean up leaves its namespace behind on the server (a denied DeleteJob,
-// say), and that is the deployment's problem to see.
-func closeHarness(tb testing.TB, h Harness) {
-	if err := h.Close(); err != nil {
-		tb.Errorf("harness: close: %v (what the rule wrote may be left on the server)", err)
-	}
-}
+// closeHarness closes h and fails tb if that fails (kit.CloseHarness).
+func closeHarness(tb testing.TB, h Harness) { kit.CloseHarness(tb, h, "rule") }
 
 // recvTimeout receives one watch event or fails after d.
 func recvTimeout(t testing.TB, ch <-chan spate.WatchEvent, d time.Duration, what string) spate.WatchEvent {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/conformance/internal/kit"
 	"github.com/spate-go/spate/faultstore"
 )
 
@@ -164,27 +165,10 @@ func RunCoordinator(t *testing.T, newHarness HarnessMaker, opts ...Option) {
 
 // ----- planners ---------------------------------------------------------------
 
-// staticPlanner plans a fixed set of splits.
-type staticPlanner struct {
-	fp       string
-	splits   []spate.PlannedSplit
-	finality spate.PlanFinality
-}
+// staticPlanner plans a fixed set of splits (planOf: n of them, final).
+type staticPlanner = kit.StaticPlanner
 
-func (p *staticPlanner) Fingerprint() string { return p.fp }
-func (p *staticPlanner) Plan(context.Context, spate.PlanContext) (spate.SplitPlan, error) {
-	return spate.NewSplitPlan(p.splits, p.finality), nil
-}
-
-// planOf plans n weight-1 splits named prefix-00.. as a final plan.
-func planOf(prefix string, n int) *staticPlanner {
-	p := &staticPlanner{fp: "conformance:" + prefix, finality: spate.PlanFinal}
-	for i := range n {
-		p.splits = append(p.splits, spate.NewPlannedSplit(spate.NewSplitSpec(
-			spate.MustSplitID(fmt.Sprintf("%s-%02d", prefix, i)), []byte("range:"+prefix))))
-	}
-	return p
-}
+var planOf = kit.PlanOf
 
 // phasedPlanner emits one more phase of splits per run, remembering its
 // place only in the plan record's cursor, so a new leader continues it.
@@ -267,8 +251,8 @@ func leases(f *fleet) time.Duration { return f.cfg.LeaseDuration }
 // carried (seeded) progress, and both see AllComplete.
 func scenTwoWorkersPartition(e *env) {
 	p := planOf("part", 8)
-	for i := range p.splits {
-		p.splits[i] = p.splits[i].WithSeed(spate.NewSplitProgress(7, []byte("seed")))
+	for i := range p.Splits {
+		p.Splits[i] = p.Splits[i].WithSeed(spate.NewSplitProgress(7, []byte("seed")))
 	}
 	f := newFleet(e, p)
 	a := f.start("a", withPerTick(0))
@@ -488,7 +472,7 @@ func scenZombieCommit(e *env) {
 func scenPoison(e *env) {
 	p := planOf("poison", 2)
 	f := newFleet(e, p)
-	poison := p.splits[0].Spec.ID.String()
+	poison := p.Splits[0].Spec.ID.String()
 	a := f.start("a", withFailIf(func(id string) bool { return id == poison }))
 	f.until(30*leases(f), "Stalled", func() bool { return a.saw(isStalled) })
 	if a.saw(isAllComplete) {
@@ -520,13 +504,13 @@ func scenPoison(e *env) {
 func scenRequeue(e *env) {
 	p := planOf("requeue", 2)
 	f := newFleet(e, p)
-	poison := p.splits[0].Spec.ID
+	poison := p.Splits[0].Spec.ID
 	fixed := false
 	a := f.start("a", withFailIf(func(id string) bool { return !fixed && id == poison.String() }))
 	b := f.start("b", withFailIf(func(id string) bool { return !fixed && id == poison.String() }))
 	f.until(30*leases(f), "Stalled on both workers", func() bool { return a.saw(isStalled) && b.saw(isStalled) })
 	fixed = true
-	if err := spate.RequeueSplit(e.ctx, e.open(), p.fp, poison); err != nil {
+	if err := spate.RequeueSplit(e.ctx, e.open(), p.FP, poison); err != nil {
 		e.t.Fatalf("requeue: %v", err)
 	}
 	f.until(30*leases(f), "AllComplete after the requeue", func() bool { return a.saw(isAllComplete) || b.saw(isAllComplete) })
@@ -548,7 +532,7 @@ func scenDeletedProgress(e *env) {
 	b := f.start("b", withPerTick(0))
 	f.until(10*leases(f), "every split held", func() bool { return len(a.held)+len(b.held) == 3 })
 	raw := e.open()
-	victim := p.splits[0].Spec.ID.String()
+	victim := p.Splits[0].Spec.ID.String()
 	if _, err := raw.Delete(e.ctx, spate.Durable, "split."+victim, spate.AnyRevision); err != nil {
 		e.t.Fatalf("deleting the record: %v", err)
 	}
@@ -1192,7 +1176,7 @@ func scenFingerprint(e *env) {
 	f := newFleet(e, planOf("fp", 1))
 	a := f.start("a")
 	f.until(10*leases(f), "a holding the split", func() bool { return len(a.held) == 1 || a.saw(isAllComplete) })
-	f.planner = &staticPlanner{fp: "conformance:other", finality: spate.PlanFinal}
+	f.planner = &staticPlanner{FP: "conformance:other", Finality: spate.PlanFinal}
 	b := f.start("b", withExpectErr())
 	f.until(10*leases(f), "b failing", func() bool { return b.err != nil })
 	if !spate.IsFatal(b.err) || !strings.Contains(b.err.Error(), "conformance:fp") || !strings.Contains(b.err.Error(), "conformance:other") {

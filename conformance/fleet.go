@@ -3,9 +3,6 @@ package conformance
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -14,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/conformance/internal/kit"
 	"github.com/spate-go/spate/faultstore"
 )
 
@@ -134,13 +132,8 @@ func newFleet(e *env, planner spate.SplitPlanner) *fleet {
 	return f
 }
 
-// logger is quiet unless SPATE_TEST_LOG is set.
-func testLogger(name string) *slog.Logger {
-	if os.Getenv("SPATE_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("w", name)
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
+// testLogger is quiet unless SPATE_TEST_LOG is set.
+var testLogger = kit.Logger
 
 // start adds a worker and starts its coordinator.
 func (f *fleet) start(name string, opts ...workerOpt) *worker {

@@ -13,7 +13,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -28,6 +27,7 @@ import (
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/conformance"
 	"github.com/spate-go/spate/conformance/internal/countstore"
+	"github.com/spate-go/spate/conformance/internal/kit"
 )
 
 // Options shapes one fleet-scale measurement (see [Measure]).
@@ -142,7 +142,7 @@ func Measure(t testing.TB, mk conformance.HarnessMaker, o Options) Result {
 		o.Window = 10 * time.Second
 	}
 	h := mk(t)
-	defer closeHarness(t, h)
+	defer kit.CloseHarness(t, h, "run")
 	probe, err := h.NewStore(context.Background())
 	if err != nil {
 		t.Fatalf("scale: open a store: %v", err)
@@ -192,7 +192,7 @@ func (r *scaleRun) phase(format string, args ...any) {
 
 func (r *scaleRun) startFleet(h conformance.Harness) {
 	r.phase("starting the fleet")
-	planner := planOf("scale", r.o.Splits)
+	planner := kit.PlanOf("scale", r.o.Splits)
 	r.start = time.Now()
 	r.fleet = make([]*scaleWorker, r.o.Workers)
 	for i := range r.fleet {
@@ -203,7 +203,7 @@ func (r *scaleRun) startFleet(h conformance.Harness) {
 		c := r.cfg
 		c.InstanceID = fmt.Sprintf("w%04d", i)
 		cs := &countstore.Store{Store: s, C: r.cnt, WholeJob: r.o.WholeJob}
-		coord, err := spate.NewStoreCoordinator(cs, c, spate.WithLogger(testLogger(c.InstanceID)))
+		coord, err := spate.NewStoreCoordinator(cs, c, spate.WithLogger(kit.Logger(c.InstanceID)))
 		if err != nil {
 			r.t.Fatalf("scale: %v", err)
 		}
@@ -501,41 +501,4 @@ func Bench(b *testing.B, mk conformance.HarnessMaker, o Options) {
 	b.ReportMetric(r.Takeover.Seconds(), "takeover-s")
 	b.ReportMetric(float64(r.LeasesLost), "leases-lost")
 	b.ReportMetric(float64(r.Quarantined), "quarantined")
-}
-
-// closeHarness closes h, failing tb if that fails.
-func closeHarness(tb testing.TB, h conformance.Harness) {
-	if err := h.Close(); err != nil {
-		tb.Errorf("harness: close: %v (what the run wrote may be left on the server)", err)
-	}
-}
-
-// staticPlanner plans a fixed list of splits.
-type staticPlanner struct {
-	fp     string
-	splits []spate.PlannedSplit
-}
-
-func (p *staticPlanner) Fingerprint() string { return p.fp }
-func (p *staticPlanner) Plan(context.Context, spate.PlanContext) (spate.SplitPlan, error) {
-	return spate.NewSplitPlan(p.splits, spate.PlanFinal), nil
-}
-
-// planOf plans n weight-1 splits named prefix-00.. as a final plan (as the
-// conformance suite's planner does).
-func planOf(prefix string, n int) *staticPlanner {
-	p := &staticPlanner{fp: "conformance:" + prefix}
-	for i := range n {
-		p.splits = append(p.splits, spate.NewPlannedSplit(spate.NewSplitSpec(
-			spate.MustSplitID(fmt.Sprintf("%s-%02d", prefix, i)), []byte("range:"+prefix))))
-	}
-	return p
-}
-
-// testLogger is a worker's logger: discarded unless SPATE_TEST_LOG is set.
-func testLogger(name string) *slog.Logger {
-	if os.Getenv("SPATE_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("w", name)
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }

@@ -196,43 +196,44 @@ func (r *root) summarizeView(fields []*field, g *graph, t *table) {
 	fmt.Printf("  calls from view.go into other files' reactions: %d (%d callees): %s\n", total, len(calls), list(callees))
 }
 
-// summarizeCommitPath walks the call graph from the loop's entry for a
-// landed commit, breadth-first in source order, and counts the files it
-// reaches, the moves between files and the climbs back to a file reached
-// earlier.
-func (r *root) summarizeCommitPath(g *graph, entry string, t *table) error {
-	var start *fn
-	for _, f := range g.order {
-		if f.name() == entry {
-			start = f
-		}
-	}
-	if start == nil {
-		return fmt.Errorf("-commit %q: the root package declares no such function or method (give type.method or func)", entry)
-	}
+// path is a walk of the call graph from the loop's entry for a landed
+// commit.
+type path struct {
+	fns           int
+	files         []string // in the order reached
+	moves, climbs []string
+}
+
+// walkPath walks the call graph from entry, breadth-first in source
+// order, entering only the callees keep accepts (the entry always), and
+// records the files it reaches, the moves between files and the climbs
+// back to a file reached earlier.
+func walkPath(start *fn, g *graph, keep func(*fn) bool) path {
 	rank := map[string]int{}
-	var files []string
+	var p path
 	reach := func(f *fn) {
 		if _, ok := rank[f.file]; !ok {
-			rank[f.file] = len(files)
-			files = append(files, f.file)
+			rank[f.file] = len(p.files)
+			p.files = append(p.files, f.file)
 		}
 	}
 	seen := map[*fn]bool{start: true}
 	queue := []*fn{start}
 	reach(start)
-	var moves, climbs []string
 	for len(queue) > 0 {
 		f := queue[0]
 		queue = queue[1:]
 		for _, c := range f.calls {
 			cf := g.fns[c]
+			if !keep(cf) {
+				continue
+			}
 			if cf.file != f.file {
 				reach(cf)
 				e := f.name() + "→" + cf.name()
-				moves = append(moves, e)
+				p.moves = append(p.moves, e)
 				if rank[cf.file] < rank[f.file] {
-					climbs = append(climbs, e)
+					p.climbs = append(p.climbs, e)
 				}
 			}
 			if !seen[cf] {
@@ -242,10 +243,56 @@ func (r *root) summarizeCommitPath(g *graph, entry string, t *table) error {
 			}
 		}
 	}
-	t.pathFiles, t.pathMoves, t.pathClimbs = len(files), len(moves), len(climbs)
-	fmt.Printf("  a progress commit's path from %s: %d functions in %d files, %d moves between files, %d climbs back up\n",
-		entry, len(seen), len(files), len(moves), len(climbs))
-	fmt.Printf("    files in the order reached: %s\n", strings.Join(files, " "))
-	fmt.Printf("    climbs: %s\n", list(climbs))
+	p.fns = len(seen)
+	return p
+}
+
+// stateHandlers is the root functions whose bodies (function literals
+// included) select a leaf of the actor's state, to read or to write it.
+func (r *root) stateHandlers(fields []*field, g *graph) map[*fn]bool {
+	leaf := map[*types.Var]bool{}
+	for _, f := range fields {
+		leaf[f.v] = true
+	}
+	out := map[*fn]bool{}
+	for _, f := range g.order {
+		ast.Inspect(f.decl.Body, func(n ast.Node) bool {
+			if sel, ok := n.(*ast.SelectorExpr); ok && leaf[r.fieldOf(sel)] {
+				out[f] = true
+				return false
+			}
+			return !out[f]
+		})
+	}
+	return out
+}
+
+// summarizeCommitPath measures a progress commit's path twice: through
+// the state handlers only (the measure, see the package doc), and
+// through every call (the first definition, kept beside it).
+func (r *root) summarizeCommitPath(fields []*field, g *graph, entry string, t *table) error {
+	var start *fn
+	for _, f := range g.order {
+		if f.name() == entry {
+			start = f
+		}
+	}
+	if start == nil {
+		return fmt.Errorf("-commit %q: the root package declares no such function or method (give type.method or func)", entry)
+	}
+	state := r.stateHandlers(fields, g)
+	handlers := walkPath(start, g, func(f *fn) bool { return state[f] })
+	every := walkPath(start, g, func(*fn) bool { return true })
+	handlers.print(entry, "through the state handlers")
+	every.print(entry, "through every call")
+	t.pathFiles, t.pathMoves, t.pathClimbs = len(handlers.files), len(handlers.moves), len(handlers.climbs)
+	t.allFiles, t.allMoves, t.allClimbs = len(every.files), len(every.moves), len(every.climbs)
 	return nil
+}
+
+func (p path) print(entry, what string) {
+	fmt.Printf("  a progress commit's path from %s %s: %d functions in %d files, %d moves between files, %d climbs back up\n",
+		entry, what, p.fns, len(p.files), len(p.moves), len(p.climbs))
+	fmt.Printf("    files in the order reached: %s\n", strings.Join(p.files, " "))
+	fmt.Printf("    climbs: %s\n", list(p.climbs))
 }
