@@ -146,11 +146,23 @@ type divideTrigger struct {
 }
 
 // noteAssignment records what the assignment just computed leaves: the
-// free lanes of the live members and the splits placed nowhere.
+// free lanes of the live members and the splits placed nowhere. A paced
+// member (a rate limit on the worker, shared by its lanes) is free
+// capacity only while it is given no split, and then as one lane: a
+// second split on it reads no sooner than the first, so a lane it has
+// to spare is not capacity the fleet idles. Counted as lanes, they
+// made the trigger ask for divisions while every paced worker was busy,
+// and the children landed together on the one with the most lanes
+// free, to be moved again.
 func (t *divideTrigger) noteAssignment(in assignIn, result map[string][]string) {
 	t.idle, t.unplaced = 0, len(in.Splits)
 	for _, m := range in.Members {
-		t.idle += max(0, max(m.Budget, 1)-len(result[m.ID]))
+		switch {
+		case !m.Paced:
+			t.idle += max(0, max(m.Budget, 1)-len(result[m.ID]))
+		case len(result[m.ID]) == 0:
+			t.idle++
+		}
 	}
 	for _, ids := range result {
 		t.unplaced -= len(ids)

@@ -14,6 +14,9 @@ import (
 type membership struct {
 	presence map[string]presenceEntry
 	caps     map[string]int
+	// paced is the members whose throughput is capped whatever their
+	// lane count (workerVal.Paced).
+	paced map[string]bool
 	// departed is the members whose presence went, since when: their
 	// splits wait out the rebalance delay before they are reassigned.
 	departed    map[string]time.Time
@@ -24,7 +27,7 @@ type membership struct {
 }
 
 func newMembership() membership {
-	return membership{presence: map[string]presenceEntry{}, caps: map[string]int{},
+	return membership{presence: map[string]presenceEntry{}, caps: map[string]int{}, paced: map[string]bool{},
 		departed: map[string]time.Time{}, loggedPeers: map[string]bool{}}
 }
 
@@ -67,6 +70,14 @@ func (a *actor) presencePut(key string, value []byte, rev uint64) {
 		m.caps[inst] = w.MaxInFlight
 		a.dirty = true
 	}
+	if w != nil && m.paced[inst] != w.Paced {
+		if w.Paced {
+			m.paced[inst] = true
+		} else {
+			delete(m.paced, inst)
+		}
+		a.dirty = true
+	}
 	if inst == a.self && w != nil && w.Nonce != a.nonce {
 		a.renew.checkPresence() // a twin, or our predecessor's record
 	}
@@ -82,6 +93,7 @@ func (a *actor) presenceDelete(inst string, rev uint64, force bool) {
 	}
 	delete(m.presence, inst)
 	delete(m.caps, inst)
+	delete(m.paced, inst)
 	a.dirty = true
 	m.dirty = true
 	switch {
@@ -122,6 +134,7 @@ func (m *membership) forgetPeers(self string) {
 		if inst != self {
 			delete(m.presence, inst)
 			delete(m.caps, inst)
+			delete(m.paced, inst)
 		}
 	}
 	clear(m.departed)
