@@ -177,10 +177,12 @@ func (a *actor) askDivisions(now time.Time) {
 	if t.term != a.leader.term {
 		*t = divideTrigger{term: a.leader.term, samples: map[string]*rateSample{}, inherited: map[string]pace{}, asked: map[string]*askRecord{}}
 	}
-	if t.idle == 0 || t.unplaced > 0 {
-		clear(t.samples) // measured afresh when the fleet idles again
-		return
-	}
+	// A busy fleet asks for nothing, but its splits are still measured:
+	// a rate is ready when a lane frees (measured afresh instead, the
+	// first ask waited two more commits, and with paced workers, busy
+	// until they run out, the last piece's remainder fell under the
+	// threshold meanwhile).
+	busy := t.idle == 0 || t.unplaced > 0
 	if now.Before(t.next) {
 		return // the next commit's watch event wakes the loop again
 	}
@@ -273,7 +275,7 @@ func (a *actor) askDivisions(now time.Time) {
 		}
 		cands = append(cands, candidate{id: id, owner: owner, ert: ert, s: s})
 	}
-	if waiting > 0 {
+	if waiting > 0 || busy {
 		cands = nil // a lane the last assignment counted free is taken
 	}
 	slices.SortFunc(cands, func(x, y candidate) int {

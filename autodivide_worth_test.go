@@ -134,8 +134,9 @@ func TestADividedSplitAndItsChildKeepTheirPace(t *testing.T) {
 // asked for divisions the fleet had no capacity to run, and the children
 // landed together on one worker, to be moved again. Here no division is
 // asked while every paced member reads; when one member's split is done,
-// one division is asked, for the split with the longest expected
-// remaining time, though two are worth it.
+// one division is asked at once, for the split with the longest expected
+// remaining time, though two are worth it: the splits were measured
+// while the fleet was busy, so no commits more are needed for a rate.
 func TestPacedMembersAreFreeOnlyWhenTheyHoldNoSplit(t *testing.T) {
 	a := newTestActor(t, newFakeStore(), testConfig())
 	a.leader.term = &leadership{generation: 1}
