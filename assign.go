@@ -22,10 +22,6 @@ type assignMember struct {
 	// takes no split from another member to give it: a held split revoked
 	// toward a dead member would wait a lease for nothing.
 	Unproven bool
-	// Paced: the member's throughput is capped whatever its lane count
-	// (Config.Paced). The assignment ignores it; the division trigger
-	// counts the member free only while it is given no split.
-	Paced bool
 }
 
 // assignSplit is one claimable split as the assignment sees it.

@@ -146,23 +146,11 @@ type divideTrigger struct {
 }
 
 // noteAssignment records what the assignment just computed leaves: the
-// free lanes of the live members and the splits placed nowhere. A paced
-// member (a rate limit on the worker, shared by its lanes) is free
-// capacity only while it is given no split, and then as one lane: a
-// second split on it reads no sooner than the first, so a lane it has
-// to spare is not capacity the fleet idles. Counted as lanes, they
-// made the trigger ask for divisions while every paced worker was busy,
-// and the children landed together on the one with the most lanes
-// free, to be moved again.
+// free lanes of the live members and the splits placed nowhere.
 func (t *divideTrigger) noteAssignment(in assignIn, result map[string][]string) {
 	t.idle, t.unplaced = 0, len(in.Splits)
 	for _, m := range in.Members {
-		switch {
-		case !m.Paced:
-			t.idle += max(0, max(m.Budget, 1)-len(result[m.ID]))
-		case len(result[m.ID]) == 0:
-			t.idle++
-		}
+		t.idle += max(0, max(m.Budget, 1)-len(result[m.ID]))
 	}
 	for _, ids := range result {
 		t.unplaced -= len(ids)
@@ -177,12 +165,10 @@ func (a *actor) askDivisions(now time.Time) {
 	if t.term != a.leader.term {
 		*t = divideTrigger{term: a.leader.term, samples: map[string]*rateSample{}, inherited: map[string]pace{}, asked: map[string]*askRecord{}}
 	}
-	// A busy fleet asks for nothing, but its splits are still measured:
-	// a rate is ready when a lane frees (measured afresh instead, the
-	// first ask waited two more commits, and with paced workers, busy
-	// until they run out, the last piece's remainder fell under the
-	// threshold meanwhile).
-	busy := t.idle == 0 || t.unplaced > 0
+	if t.idle == 0 || t.unplaced > 0 {
+		clear(t.samples) // measured afresh when the fleet idles again
+		return
+	}
 	if now.Before(t.next) {
 		return // the next commit's watch event wakes the loop again
 	}
@@ -275,7 +261,7 @@ func (a *actor) askDivisions(now time.Time) {
 		}
 		cands = append(cands, candidate{id: id, owner: owner, ert: ert, s: s})
 	}
-	if waiting > 0 || busy {
+	if waiting > 0 {
 		cands = nil // a lane the last assignment counted free is taken
 	}
 	slices.SortFunc(cands, func(x, y candidate) int {

@@ -1,8 +1,6 @@
 package spate
 
 import (
-	"maps"
-	"slices"
 	"testing"
 	"time"
 
@@ -124,63 +122,4 @@ func TestADividedSplitAndItsChildKeepTheirPace(t *testing.T) {
 	a.askDivisions(now)
 	assert.Contains(t, a.leader.div.asked, "s", "the divided split keeps its pace")
 	assert.Contains(t, a.leader.div.asked, child, "the child starts at its parent's pace")
-}
-
-// A paced member (a rate limit on the worker, Config.Paced) is free
-// capacity only while it holds no split, and then as one lane: a split
-// divided onto a paced worker that reads already runs no sooner, since
-// its lanes share one rate. Counted as lanes (a budget of 8 less the one
-// split held), three busy paced workers made 21 free lanes: the leader
-// asked for divisions the fleet had no capacity to run, and the children
-// landed together on one worker, to be moved again. Here no division is
-// asked while every paced member reads; when one member's split is done,
-// one division is asked at once, for the split with the longest expected
-// remaining time, though two are worth it: the splits were measured
-// while the fleet was busy, so no commits more are needed for a rate.
-func TestPacedMembersAreFreeOnlyWhenTheyHoldNoSplit(t *testing.T) {
-	a := newTestActor(t, newFakeStore(), testConfig())
-	a.leader.term = &leadership{generation: 1}
-	members := []string{"a", "b", "c"}
-	for i, m := range members {
-		a.presencePut(prefixWorker+m, encode(workerVal{Schema: SchemaVersion, Nonce: "n-" + m, MaxInFlight: 8, Paced: true}), uint64(i+1))
-	}
-	views := map[string]*splitView{}
-	for i, m := range members {
-		id, owner := "s"+m, m
-		v := &splitView{spec: &specRecord{Schema: SchemaVersion, ID: id, Weight: 9000},
-			lease: &leaseVal{Schema: SchemaVersion, Owner: owner, Epoch: 1},
-			prog: &progressRecord{Schema: SchemaVersion, ID: id, Epoch: 1, Status: statusRunnable, Owner: &owner,
-				Remaining: uint64(9000 - 1000*i), WrittenAtMs: 10_000}}
-		a.job.splits[id] = v
-		views[m] = v
-	}
-	now := time.Now()
-	scan := func(d time.Duration) {
-		now = now.Add(d)
-		in, result := a.assign(now)
-		a.leader.div.noteAssignment(in, result)
-		a.askDivisions(now)
-	}
-	scan(0)
-	scan(time.Second) // the first records: no rate yet
-	require.Empty(t, a.leader.div.asked)
-	// One commit interval later each split read 1000 units: 1 unit/ms,
-	// 5 to 7 s left on each, worth a division, had the fleet a lane free.
-	for _, m := range members {
-		next := *views[m].prog
-		next.Remaining, next.WrittenAtMs = next.Remaining-1000, 11_000
-		views[m].prog = &next
-	}
-	scan(time.Second)
-	assert.Zero(t, a.leader.div.idle, "three paced members reading: no capacity is free")
-	assert.Empty(t, a.leader.div.asked, "a division asked while every paced member reads")
-
-	// Member c finished its split: it is the fleet's one free capacity.
-	done := *views["c"].prog
-	done.Completed, done.Remaining, done.WrittenAtMs = true, 0, 11_500
-	views["c"].prog = &done
-	scan(time.Second)
-	assert.Equal(t, 1, a.leader.div.idle, "an idle paced member is one lane free")
-	assert.Equal(t, []string{"sa"}, slices.Sorted(maps.Keys(a.leader.div.asked)),
-		"one division, of the split with the longest expected remaining time")
 }

@@ -66,13 +66,6 @@ type Config struct {
 	// MaxInFlight bounds this worker's working set (its lane count). It is
 	// advertised to the leader, which never assigns a member more. Default 8.
 	MaxInFlight int
-	// Paced says this worker's throughput is capped whatever its lane
-	// count (a rate limit on the worker, shared by its lanes). It is
-	// advertised to the leader: the division trigger counts a paced
-	// member as free capacity only while it holds no split, since a
-	// split divided onto a paced member that reads already runs no
-	// sooner (docs/decisions/043). Default false.
-	Paced bool
 	// ReplanInterval is how often the leader re-runs an open plan. Default
 	// 60s; at least LeaseDuration (replanning faster than a leader failure
 	// can be noticed is churn, not freshness).

@@ -14,9 +14,6 @@ import (
 type membership struct {
 	presence map[string]presenceEntry
 	caps     map[string]int
-	// paced is the members whose throughput is capped whatever their
-	// lane count (workerVal.Paced).
-	paced map[string]bool
 	// departed is the members whose presence went, since when: their
 	// splits wait out the rebalance delay before they are reassigned.
 	departed    map[string]time.Time
@@ -27,7 +24,7 @@ type membership struct {
 }
 
 func newMembership() membership {
-	return membership{presence: map[string]presenceEntry{}, caps: map[string]int{}, paced: map[string]bool{},
+	return membership{presence: map[string]presenceEntry{}, caps: map[string]int{},
 		departed: map[string]time.Time{}, loggedPeers: map[string]bool{}}
 }
 
@@ -70,14 +67,6 @@ func (a *actor) presencePut(key string, value []byte, rev uint64) {
 		m.caps[inst] = w.MaxInFlight
 		a.dirty = true
 	}
-	if w != nil && m.paced[inst] != w.Paced {
-		if w.Paced {
-			m.paced[inst] = true
-		} else {
-			delete(m.paced, inst)
-		}
-		a.dirty = true
-	}
 	if inst == a.self && w != nil && w.Nonce != a.nonce {
 		a.renew.checkPresence() // a twin, or our predecessor's record
 	}
@@ -93,7 +82,6 @@ func (a *actor) presenceDelete(inst string, rev uint64, force bool) {
 	}
 	delete(m.presence, inst)
 	delete(m.caps, inst)
-	delete(m.paced, inst)
 	a.dirty = true
 	m.dirty = true
 	switch {
@@ -134,7 +122,6 @@ func (m *membership) forgetPeers(self string) {
 		if inst != self {
 			delete(m.presence, inst)
 			delete(m.caps, inst)
-			delete(m.paced, inst)
 		}
 	}
 	clear(m.departed)

@@ -8,7 +8,7 @@ import "context"
 
 // presenceValue is the presence record this worker writes.
 func (r *renewer) presenceValue() []byte {
-	return encode(workerVal{Schema: SchemaVersion, Nonce: r.nonce, MaxInFlight: r.cfg.MaxInFlight, Paced: r.cfg.Paced})
+	return encode(workerVal{Schema: SchemaVersion, Nonce: r.nonce, MaxInFlight: r.cfg.MaxInFlight})
 }
 
 // renewPresence rewrites this worker's presence record. A record that

@@ -52,7 +52,6 @@ type leaderView struct {
 	splits      map[string]*splitView
 	presence    map[string]presenceEntry
 	caps        map[string]int
-	paced       map[string]bool
 	assigns     map[string]assignEntry
 	departed    map[string]time.Time
 	delay       time.Duration
@@ -100,7 +99,7 @@ func assignInput(v leaderView) (assignIn, map[string]bool) {
 		if c, ok := v.caps[inst]; ok && c > 0 {
 			budget = c
 		}
-		in.Members = append(in.Members, assignMember{ID: inst, Budget: budget, Unproven: v.presence[inst].unproven, Paced: v.paced[inst]})
+		in.Members = append(in.Members, assignMember{ID: inst, Budget: budget, Unproven: v.presence[inst].unproven})
 	}
 	// Records in revision order: if two live members' records name one
 	// split (a publish whose write to the old assignee failed), the newer
@@ -223,7 +222,7 @@ func (a *actor) assign(now time.Time) (assignIn, map[string][]string) {
 	pub := &a.leader.pub
 	in, inFlight := assignInput(leaderView{now: now, pinnedSince: pub.pinnedSince, pinFor: a.c.tm.pin,
 		landedAt: pub.landedAt, moving: pub.moving, settleFor: a.c.tm.pin,
-		splits: a.job.splits, presence: a.members.presence, caps: a.members.caps, paced: a.members.paced,
+		splits: a.job.splits, presence: a.members.presence, caps: a.members.caps,
 		assigns: a.assigns.byInst, departed: a.members.departed, delay: a.cfg.RebalanceDelay,
 		maxInFlight: a.cfg.MaxInFlight, seed: a.fpHash})
 	if next := trackPins(pub.pinnedSince, pub.landedAt, pub.moving, inFlight, now, a.c.tm.pin); !next.IsZero() {

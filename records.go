@@ -82,9 +82,6 @@ type workerVal struct {
 	Schema      int    `json:"schema"`
 	Nonce       string `json:"nonce"`
 	MaxInFlight int    `json:"max_in_flight"`
-	// Paced: the worker's throughput is capped whatever its lane count
-	// (Config.Paced).
-	Paced bool `json:"paced,omitempty"`
 }
 
 // assignmentVal is the durable "assign.{instance}" key: an instruction, not

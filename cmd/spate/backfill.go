@@ -803,9 +803,6 @@ func (f *backfillFlags) config(instance string) spate.Config {
 	cfg.InstanceID = instance
 	cfg.MaxAttempts = f.maxAttempts
 	cfg.MaxInFlight = f.lanes
-	// --rate caps the worker whatever its lanes: a split divided onto it
-	// while it reads would run no sooner.
-	cfg.Paced = f.rate > 0
 	cfg.RebalanceDelay = f.rebalanceDelay
 	if cfg.RebalanceDelay <= 0 {
 		cfg.RebalanceDelay = spate.NoRebalanceDelay
