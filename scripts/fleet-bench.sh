@@ -15,7 +15,9 @@
 #
 # Usage: BEFORE_BIN=old/spate SPATE_BIN=new/spate scripts/fleet-bench.sh
 # Environment: RUNS=3 rounds; PORT=24950 embedded etcd client port;
-# WORK=DIR work directory (default /tmp/spate-fleet-bench, kept).
+# WORK=DIR work directory (default /tmp/spate-fleet-bench, kept);
+# ROWS="skewed --min-splits 1|equal": only these inputs (|-separated, each
+# an input directory and its flags); default the four above.
 set -euo pipefail
 RUNS=${RUNS:-3}; PORT=${PORT:-24950}
 work=${WORK:-/tmp/spate-fleet-bench}; mkdir -p "$work"
@@ -67,7 +69,8 @@ lastdone() {
 }
 printf "%-5s %-7s %-22s %7s %7s %7s %7s %7s\n" round binary input wall splits commits exit-sp done-sp
 for r in $(seq 1 "$RUNS"); do
-	for input in "equal --split-files 1" "equal" "skewed" "skewed --min-splits 1"; do
+	IFS='|' read -r -a rows <<<"${ROWS:-equal --split-files 1|equal|skewed|skewed --min-splits 1}"
+	for input in "${rows[@]}"; do
 		set -- $input; src=$work/$1; shift
 		for v in before after; do
 			bin=$BEFORE_BIN; [[ $v == after ]] && bin=$SPATE_BIN
