@@ -114,7 +114,11 @@ func (s *Source) Plan(ctx context.Context, _ spate.PlanContext) (spate.SplitPlan
 			return spate.SplitPlan{}, err
 		}
 		id := spate.MustSplitID(fmt.Sprintf("chunk-%06d", i))
-		out = append(out, spate.NewPlannedSplit(spate.NewSplitSpec(id, desc).WithWeight(uint64(max(ch.rows, 1)))))
+		// The weight is the chunk's rows as planned, so the weights sum to
+		// the table's rows: the progress line shows them as rows. The
+		// open-ended last chunk (keys above the last probed end, for rows
+		// inserted later) may hold none; the assignment counts 0 as 1.
+		out = append(out, spate.NewPlannedSplit(spate.NewSplitSpec(id, desc).WithWeight(uint64(ch.rows))))
 	}
 	return spate.NewSplitPlan(out, spate.PlanFinal), nil
 }
