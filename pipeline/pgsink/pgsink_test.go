@@ -261,7 +261,8 @@ func copyJobAt(t testing.TB, url string, workers int, chunk int64, stopOne bool,
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var wg sync.WaitGroup
 	errs := make([]error, workers)
-	for i := range workers {
+	var rts []*pipeline.Runtime
+	for range workers {
 		st, err := dep.Open(ctx, "copy", 2*time.Second)
 		require.NoError(t, err)
 		defer st.Close()
@@ -270,6 +271,7 @@ func copyJobAt(t testing.TB, url string, workers int, chunk int64, stopOne bool,
 		defer coord.Close()
 		src, err := pgsource.New(ctx, pgsource.Options{URL: url, Table: "src", ChunkRows: chunk, PackRows: true})
 		require.NoError(t, err)
+		defer src.Close()
 		sink, err := pgsink.New(ctx, pgsink.Options{URL: url, Table: "dst", Job: "copy", Shape: src.Table().Columns, Lease: 2 * time.Second})
 		require.NoError(t, err)
 		defer sink.Close()
@@ -277,6 +279,12 @@ func copyJobAt(t testing.TB, url string, workers int, chunk int64, stopOne bool,
 			pipeline.NewCoordinatedSource(coord, src, src), pace(rate),
 			[]pipeline.SinkSpec{{Name: "pg", Sink: sink, Options: sinkOpts}}, pipeline.WithLogger(log))
 		require.NoError(t, err)
+		rts = append(rts, rt)
+	}
+	// The workers start together, as a user's processes started at once
+	// would, not each as soon as it is built: an arrival after the first
+	// split hand-out moves splits again.
+	for i, rt := range rts {
 		wctx := ctx
 		if stopOne && i == 0 {
 			var stop context.CancelFunc
