@@ -285,7 +285,10 @@ func summarize(js *spate.JobState) jobSummary {
 				}
 			}
 		}
-		w := int64(max(sp.Weight, 1))
+		// A weight counts as is: the total is what the planner counted
+		// (rows of a table, bytes of files), so an empty split adds
+		// nothing to it (the assignment's "0 counts as 1" is for balance).
+		w := int64(sp.Weight)
 		s.total += w
 		switch {
 		case sp.Damage != nil:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,22 @@ func TestProgressStatusOfATableCountsRows(t *testing.T) {
 	got := progressStatus(120, 0.25, s, "this worker: 500,000 rows, 100,000 rows/s", in.amount)
 	assert.Contains(t, got, "10/40 splits  500,000/2,000,000 rows  this worker")
 	assert.NotContains(t, got, "iB")
+}
+
+// The progress total is the planned rows of a table: an empty chunk (the
+// open-ended last chunk of a table whose rows fill the others exactly)
+// adds none, so 1,000,000 rows are not shown as 1,000,001.
+func TestProgressTotalOfATableIsItsRows(t *testing.T) {
+	js := &spate.JobState{Plan: spate.PlanState{Finality: spate.PlanFinal, Planned: 3}}
+	for i, w := range []uint64{500_000, 500_000, 0} {
+		js.Splits = append(js.Splits, spate.SplitState{ID: spate.MustSplitID(fmt.Sprintf("chunk-%06d", i)),
+			Status: spate.StatusCompleted, Weight: w, HasSpec: true})
+	}
+	s := summarize(js)
+	assert.EqualValues(t, 1_000_000, s.total)
+	assert.EqualValues(t, 1_000_000, s.done)
+	in := &input{table: &tableInput{}}
+	assert.Contains(t, progressStatus(120, 1, s, "", in.amount), "1,000,000/1,000,000 rows")
 }
 
 // A gained chunk of a table is shown by its key range and planned rows,

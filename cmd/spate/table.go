@@ -214,7 +214,7 @@ func openTableInput(ctx context.Context, raw string) (*input, error) {
 	if err != nil {
 		return nil, tableError(err)
 	}
-	return &input{location: tu.location, arg: tu.shown, table: &tableInput{url: tu, src: s}, close: func() error { return nil }}, nil
+	return &input{location: tu.location, arg: tu.shown, table: &tableInput{url: tu, src: s}, close: s.Close}, nil
 }
 
 // tableOutput is a --dst table; sink is set once the job is known

@@ -550,6 +550,9 @@ func overCap(r *pipeline.Record, max int) ([]byte, int, bool) {
 	if bytes.IndexByte(r.Value, '\n') < 0 {
 		return r.Key, len(r.Value), len(r.Value) > max
 	}
+	if !anyRowOver(r.Value, max) {
+		return nil, 0, false
+	}
 	value := r.Value
 	for row := 0; len(value) > 0; row++ {
 		n := bytes.IndexByte(value, '\n')
@@ -563,6 +566,21 @@ func overCap(r *pipeline.Record, max int) ([]byte, int, bool) {
 		value = value[min(n+1, len(value)):]
 	}
 	return nil, 0, false
+}
+
+// anyRowOver reports whether a line of b ('\n'-separated) is over max
+// bytes. It steps a window of max+1 bytes at a time, not a line: every
+// line before the window's last '\n' is within max, and a window with
+// none holds the start of a line over it.
+func anyRowOver(b []byte, max int) bool {
+	for len(b) > max {
+		j := bytes.LastIndexByte(b[:max+1], '\n')
+		if j < 0 {
+			return true
+		}
+		b = b[j+1:]
+	}
+	return false
 }
 
 // dropLines is b after its first n lines ('\n'-separated).

@@ -57,6 +57,23 @@ func audit(t testing.TB, c *pgx.Conn, table string, n int) (missing, dups, alien
 	return missing, dups, alien
 }
 
+// requireExactlyOnce requires table to hold each id 1..n once and nothing
+// else; for each split given, its fence row to hold watermark n and the key
+// of row n.
+func requireExactlyOnce(t testing.TB, c *pgx.Conn, table string, n int, fenced ...spate.SplitID) {
+	t.Helper()
+	missing, dups, alien := audit(t, c, table, n)
+	t.Logf("%d rows: %d missing, %d duplicates, %d alien", n, missing, dups, alien)
+	require.Zero(t, missing, "missing")
+	require.Zero(t, dups, "duplicates")
+	require.Zero(t, alien, "alien")
+	for _, split := range fenced {
+		w, key := fenceRow(t, c, split.String())
+		require.EqualValues(t, n, w, "the fence row's watermark")
+		require.Equal(t, fmt.Sprint(n), key, "the fence row's key")
+	}
+}
+
 func rows(p pipeline.PartitionID, from, to int) []pipeline.Record {
 	var out []pipeline.Record
 	for i := from; i < to; i++ {
@@ -115,10 +132,7 @@ func TestZombieFlushWritesNothing(t *testing.T) {
 	require.NoError(t, cur.Write(ctx, 0, rows(7, 50, 100)))
 	_, _, _, err = cur.Prepare(ctx, 7, 100, true)
 	require.NoError(t, err)
-	missing, dups, alien := audit(t, c, "dst", 100)
-	require.Zero(t, missing, "missing")
-	require.Zero(t, dups, "duplicates")
-	require.Zero(t, alien)
+	requireExactlyOnce(t, c, "dst", 100)
 
 	// A zombie's tenancy opened late is refused too.
 	err = old.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 9}, out)
@@ -247,7 +261,8 @@ func copyJobAt(t testing.TB, url string, workers int, chunk int64, stopOne bool,
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var wg sync.WaitGroup
 	errs := make([]error, workers)
-	for i := range workers {
+	var rts []*pipeline.Runtime
+	for range workers {
 		st, err := dep.Open(ctx, "copy", 2*time.Second)
 		require.NoError(t, err)
 		defer st.Close()
@@ -256,6 +271,7 @@ func copyJobAt(t testing.TB, url string, workers int, chunk int64, stopOne bool,
 		defer coord.Close()
 		src, err := pgsource.New(ctx, pgsource.Options{URL: url, Table: "src", ChunkRows: chunk, PackRows: true})
 		require.NoError(t, err)
+		defer src.Close()
 		sink, err := pgsink.New(ctx, pgsink.Options{URL: url, Table: "dst", Job: "copy", Shape: src.Table().Columns, Lease: 2 * time.Second})
 		require.NoError(t, err)
 		defer sink.Close()
@@ -263,6 +279,12 @@ func copyJobAt(t testing.TB, url string, workers int, chunk int64, stopOne bool,
 			pipeline.NewCoordinatedSource(coord, src, src), pace(rate),
 			[]pipeline.SinkSpec{{Name: "pg", Sink: sink, Options: sinkOpts}}, pipeline.WithLogger(log))
 		require.NoError(t, err)
+		rts = append(rts, rt)
+	}
+	// The workers start together, as a user's processes started at once
+	// would, not each as soon as it is built: an arrival after the first
+	// split hand-out moves splits again.
+	for i, rt := range rts {
 		wctx := ctx
 		if stopOne && i == 0 {
 			var stop context.CancelFunc
@@ -293,11 +315,7 @@ func TestCopyTableExactlyOnce(t *testing.T) {
 		INSERT INTO src SELECT i, 'v' || i FROM generate_series(1, %d) i;
 		CREATE TABLE dst (id int, v text);`, n))
 	copyJob(t, url, 3, 2000, true)
-	missing, dups, alien := audit(t, c, "dst", n)
-	t.Logf("%d rows: %d missing, %d duplicates, %d alien", n, missing, dups, alien)
-	require.Zero(t, missing, "missing")
-	require.Zero(t, dups, "duplicates")
-	require.Zero(t, alien)
+	requireExactlyOnce(t, c, "dst", n)
 	var same bool
 	require.NoError(t, c.QueryRow(context.Background(),
 		"SELECT NOT EXISTS (SELECT id, v FROM src EXCEPT ALL SELECT id, v FROM dst)").Scan(&same))
@@ -350,8 +368,12 @@ func TestStagedRowsAreBoundedByFlushBytes(t *testing.T) {
 		staged := int64(from+500) - count(t, c, "dst")
 		require.LessOrEqual(t, staged*int64(rowBytes), int64(flushBytes+rowBytes), "rows held in memory after %d written", from+500)
 	}
-	w, key := fenceRow(t, c, split.String())
-	require.Equal(t, count(t, c, "dst"), w, "the fence row holds the table's watermark")
+	// One statement, one snapshot: a flush still running in the
+	// background commits its rows and the fence together.
+	var w, held int64
+	var key string
+	require.NoError(t, c.QueryRow(ctx, "SELECT watermark, last_key, (SELECT count(*) FROM dst) FROM spate_fence WHERE split = $1", split.String()).Scan(&w, &key, &held))
+	require.Equal(t, held, w, "the fence row holds the table's watermark")
 	require.Equal(t, fmt.Sprint(w), key, "and the key of the row below it")
 
 	// The owner dies before any commit: the next resumes from 0, skips
@@ -361,10 +383,7 @@ func TestStagedRowsAreBoundedByFlushBytes(t *testing.T) {
 	require.NoError(t, b.Write(ctx, 0, rows(2, 0, n)))
 	out, _, _, err := b.Prepare(ctx, 2, n, true)
 	require.NoError(t, err)
-	missing, dups, alien := audit(t, c, "dst", n)
-	require.Zero(t, missing, "missing")
-	require.Zero(t, dups, "duplicates")
-	require.Zero(t, alien)
+	requireExactlyOnce(t, c, "dst", n)
 	require.JSONEq(t, fmt.Sprintf(`{"epoch":2,"watermark":%d}`, n), string(out))
 
 	// A commit at a watermark below what a flush already wrote records
@@ -524,10 +543,7 @@ func TestPackedRecordsSkipWhatTheTableHolds(t *testing.T) {
 	require.NoError(t, b.Write(ctx, 0, pack(rows(2, 40, 100), 7)))
 	_, _, _, err := b.Prepare(ctx, 2, 100, true)
 	require.NoError(t, err)
-	missing, dups, alien := audit(t, c, "dst", 100)
-	require.Zero(t, missing, "missing")
-	require.Zero(t, dups, "duplicates")
-	require.Zero(t, alien)
+	requireExactlyOnce(t, c, "dst", 100)
 	var same bool
 	require.NoError(t, c.QueryRow(ctx, "SELECT bool_and(v = 'v' || id) FROM dst").Scan(&same))
 	require.True(t, same, "every row's columns copied")
@@ -607,10 +623,7 @@ func TestBlockedFlushEndsBeforeTheLease(t *testing.T) {
 	require.NoError(t, err)
 	_, _, _, err = s.Prepare(ctx, 1, 100, true)
 	require.NoError(t, err)
-	missing, dups, alien := audit(t, c, "dst", 100)
-	require.Zero(t, missing, "missing")
-	require.Zero(t, dups, "duplicates")
-	require.Zero(t, alien)
+	requireExactlyOnce(t, c, "dst", 100)
 }
 
 // A flush whose commit went through while its client saw an error is
@@ -634,13 +647,7 @@ func TestFlushTriedAgainAfterItsCommitWritesNothingTwice(t *testing.T) {
 	require.NoError(t, err)
 	_, _, _, err = b.Prepare(ctx, 2, 60, false)
 	require.NoError(t, err)
-	missing, dups, alien := audit(t, c, "dst", 60)
-	require.Zero(t, missing, "missing")
-	require.Zero(t, dups, "duplicates")
-	require.Zero(t, alien)
-	w, key := fenceRow(t, c, split.String())
-	require.EqualValues(t, 60, w)
-	require.Equal(t, "60", key)
+	requireExactlyOnce(t, c, "dst", 60, split)
 }
 
 // Rows are flushed ahead of the commit, in the background, once a
@@ -664,13 +671,7 @@ func TestRowsAreFlushedAheadOfTheCommit(t *testing.T) {
 	out, _, _, err := s.Prepare(ctx, 1, 160, true)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"epoch":1,"watermark":160}`, string(out))
-	missing, dups, alien := audit(t, c, "dst", 160)
-	require.Zero(t, missing, "missing")
-	require.Zero(t, dups, "duplicates")
-	require.Zero(t, alien)
-	w, key := fenceRow(t, c, split.String())
-	require.Equal(t, int64(160), w)
-	require.Equal(t, "160", key)
+	requireExactlyOnce(t, c, "dst", 160, split)
 }
 
 // A flush ahead of the commit that the table refuses (a row of another
@@ -696,4 +697,42 @@ func TestFailedFlushAheadIsReportedByTheNextWrite(t *testing.T) {
 	require.True(t, spate.IsFatal(err), "fatal: %v", err)
 	require.ErrorContains(t, err, "table public.dst refuses the rows")
 	require.Zero(t, count(t, c, "dst"), "nothing of the refused flush written")
+}
+
+// A Write that starts a flush ahead of the commit returns while the flush
+// still runs: here it waits on a lock another session holds on the
+// destination, so it cannot have ended when the Write returned. Once the
+// lock is gone the flush and the commit write each row once.
+func TestWriteReturnsWhileItsFlushRuns(t *testing.T) {
+	url, c := newDB(t)
+	exec(t, c, "CREATE TABLE dst (id int, v text)")
+	ctx := context.Background()
+	// A long lease: a flush made synchronous would hold the Write for half
+	// of it, then fail it.
+	s := newSink(t, url, pgsink.Options{FlushBytes: 4000, Lease: 30 * time.Second})
+	split := spate.MustSplitID("chunk-000000")
+	require.NoError(t, s.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 1}, nil))
+
+	locker, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer locker.Close(ctx)
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "LOCK TABLE dst IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+
+	// 150 rows of about 11 bytes: over a quarter of FlushBytes.
+	require.NoError(t, s.Write(ctx, 0, rows(1, 0, 150)))
+	// The flush it started waits on the lock: still running.
+	waitUntil(t, time.Minute, "the sink's flush waits on the lock", func() bool {
+		var n int
+		require.NoError(t, c.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = 'spate' AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&n))
+		return n > 0
+	})
+	require.NoError(t, tx.Rollback(ctx))
+
+	_, _, _, err = s.Prepare(ctx, 1, 150, true)
+	require.NoError(t, err)
+	requireExactlyOnce(t, c, "dst", 150, split)
 }

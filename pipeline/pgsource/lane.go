@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/pipeline"
 )
@@ -150,12 +148,13 @@ func (l *lane) read(ctx context.Context, ch chan<- item, sql string) {
 			return false
 		}
 	}
-	c, err := pgx.ConnectConfig(ctx, l.src.cfg)
+	c, err := l.src.conn(ctx)
 	if err != nil {
 		send(item{err: fmt.Errorf("connect: %w", err)})
 		return
 	}
-	defer c.Close(context.Background())
+	reuse := false
+	defer func() { l.src.put(c, reuse) }()
 	w := &rowWriter{l: l, send: send, free: l.src.free}
 	if l.src.opts.PackRows {
 		w.next(readBatchBytes + readBatchBytes/4) // a packed batch fills it: no regrowing
@@ -174,9 +173,15 @@ func (l *lane) read(ctx context.Context, ch chan<- item, sql string) {
 		err = errors.New("the stream ended inside a row")
 	}
 	if err != nil {
+		if ctx.Err() == nil {
+			l.src.dropIdle()
+		}
 		send(item{err: err})
 		return
 	}
+	// The chunk was read to its end: the connection is idle, in no
+	// transaction, and reads the next chunk.
+	reuse = ctx.Err() == nil
 	send(item{eof: true})
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
@@ -113,6 +114,27 @@ func TestChunksAreEvenOnSkewedKeys(t *testing.T) {
 		strides = append(strides, n)
 	}
 	t.Logf("equal strides instead: rows per chunk %v, max/mean %.2f", strides, maxOverMean(strides))
+}
+
+// The plan's weights are the chunks' rows and sum to the table's rows,
+// also when the rows fill the probed chunks exactly and the open-ended
+// last chunk (for keys inserted later) holds none.
+func TestPlanWeightsSumToTheRows(t *testing.T) {
+	url, c := newDB(t)
+	exec(t, c, `CREATE TABLE exact (id bigint PRIMARY KEY, v text);
+		INSERT INTO exact SELECT i, 'x' FROM generate_series(1, 10000) i;`)
+	for _, n := range []int64{2500, 3000} {
+		src, err := pgsource.New(context.Background(), pgsource.Options{URL: url, Table: "exact", ChunkRows: n})
+		require.NoError(t, err)
+		specs := plan(t, src)
+		ns := chunkRows(t, c, "exact", "id", "bigint", specs)
+		var sum uint64
+		for i, s := range specs {
+			assert.EqualValues(t, ns[i], s.Weight, "chunk %s of %d rows", s.ID, n)
+			sum += s.Weight
+		}
+		assert.EqualValues(t, 10000, sum, "chunks of %d rows", n)
+	}
 }
 
 // drain polls l until its chunk is read, copying the payloads, and
