@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spate-go/spate"
+	"github.com/spate-go/spate/internal/promtest"
 	"github.com/spate-go/spate/pipeline"
 )
 
@@ -100,11 +102,16 @@ func TestMetricsAreOwnedAndRegisteredOnce(t *testing.T) {
 	h.rt = rt
 	wait := h.run()
 	waitFor(t, "consumption", func() bool { return h.consumed.Load() == 20 })
-	v := gathered(t, reg, "spate_source_lanes_active", "component", "source")
-	require.Equal(t, float64(2), v, "lanes_active %v", v)
-	v = gathered(t, reg, "spate_pipeline_state", "state", "running")
-	require.Equal(t, float64(1), v, "state running = %v", v)
-	v = gathered(t, reg, "spate_pipeline_threads", "component", "pipeline")
+	// The runners may consume the lanes' records before the controller
+	// goroutine, which handed them out, publishes the assignment's
+	// gauges: wait for the gauges, do not sample them once.
+	waitFor(t, "lanes_active 2 and state running", func() bool {
+		lanes, ok1, err1 := promtest.Value(reg, "spate_source_lanes_active", "component", "source")
+		running, ok2, err2 := promtest.Value(reg, "spate_pipeline_state", "state", "running")
+		require.NoError(t, errors.Join(err1, err2))
+		return ok1 && ok2 && lanes == 2 && running == 1
+	})
+	v := gathered(t, reg, "spate_pipeline_threads", "component", "pipeline")
 	require.Equal(t, float64(4), v, "threads %v", v)
 	h.rt.Stop()
 	wait()
