@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -92,28 +93,36 @@ func TestRangeScanSIGKILLTakeoverOnRedisUnderTheDocumentedACL(t *testing.T) {
 	obs, err := dep.Open(t.Context(), "rangescan", 3*time.Second)
 	require.NoError(t, err)
 	defer obs.Close()
-	held := func() (victims []spate.SplitID, snap *spate.JobState) {
+	// held reads the job: the splits the victim holds. Before the
+	// plan record is written there is no job yet (a worker tells its
+	// instance id as its coordinator is made, before any election or
+	// plan): planned is false, and the caller waits on.
+	held := func() (victims []spate.SplitID, snap *spate.JobState, planned bool) {
 		snap, err := spate.InspectJob(t.Context(), obs, "")
+		if errors.Is(err, spate.ErrNoJob) {
+			return nil, nil, false
+		}
 		require.NoError(t, err)
 		for _, s := range snap.Splits {
 			if s.LeaseOwner == victim {
 				victims = append(victims, s.ID)
 			}
 		}
-		return victims, snap
+		return victims, snap, true
 	}
 	var victims []spate.SplitID
 	deadline := time.Now().Add(60 * time.Second)
 	for len(victims) < 3 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
-		victims, _ = held()
+		victims, _, _ = held()
 	}
 	require.GreaterOrEqual(t, len(victims), 3, "the victim never held three splits")
 	require.NoError(t, ws[0].cmd.Process.Kill())
 	killed := time.Now()
 	var took time.Duration
 	for time.Since(killed) < 30*time.Second {
-		_, snap := held()
+		_, snap, planned := held()
+		require.True(t, planned, "the job's plan record is gone")
 		taken := 0
 		for _, s := range snap.Splits {
 			for _, v := range victims {

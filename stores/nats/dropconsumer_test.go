@@ -17,6 +17,7 @@ import (
 // consumer to the inactive threshold (a minute); a fleet re-opening its
 // key watches every reconcile interval would pile them up.
 func TestEndedWatchDeletesItsConsumer(t *testing.T) {
+	t.Parallel()
 	srv := natsservers.Start(t)
 	nc := srv.Connect(t)
 	job := natsservers.NewJob()

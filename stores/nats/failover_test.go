@@ -25,6 +25,7 @@ import (
 // linearizable (porcupine), every won increment to be in the final value,
 // and a watcher to follow the counter through the failover.
 func TestFailoverCASIsLinearizable(t *testing.T) {
+	t.Parallel()
 	c := natsservers.StartCluster(t, 3, natsservers.WithSyncAlways())
 	h := c.Harness(t, spatenats.Options{TTL: ttl, Replicas: 3})
 	ctx := testCtx(t, 3*time.Minute)

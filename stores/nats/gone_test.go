@@ -24,6 +24,9 @@ import (
 // later, and a Get and a List issued in the gap return the new, empty
 // stream's answer, not an error.
 func TestStreamNotFoundIsWaitedOut(t *testing.T) {
+	// Not parallel: the stream is made again 300 ms into the driver's
+	// wait of a few seconds; a loaded machine must not stretch the gap
+	// past that wait.
 	srv := natsservers.Start(t)
 	nc := srv.Connect(t)
 	job := natsservers.NewJob()

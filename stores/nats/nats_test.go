@@ -95,6 +95,7 @@ func requireRetryable(t *testing.T, what string, err error) {
 // and requires bad credentials to be a clear Fatal error at startup, well
 // before the dial's deadline.
 func TestAuthAndTLS(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		opts    []natsservers.Option
@@ -140,6 +141,7 @@ func TestAuthAndTLS(t *testing.T) {
 // or EOF, which a reset connection also produces, and the driver leaves it
 // Retryable.
 func TestTLSMisconfiguration(t *testing.T) {
+	t.Parallel()
 	srv := natsservers.Start(t, natsservers.WithTLS(true))
 	ctx := testCtx(t, 10*time.Second)
 	_, err := spatenats.Connect(ctx, srv.URL, natsgo.Secure(nil))
@@ -160,6 +162,7 @@ func TestTLSMisconfiguration(t *testing.T) {
 // server rejected the credentials twice, and New must refuse it with a
 // Fatal error that says why.
 func TestBadCredentialsOnRetryingConnection(t *testing.T) {
+	t.Parallel()
 	srv := natsservers.Start(t, natsservers.WithUserPassword("spate", "pw"))
 	closed := make(chan struct{})
 	nc, err := natsgo.Connect(srv.URL, natsgo.UserInfo("spate", "wrong"), natsgo.RetryOnFailedConnect(true),
@@ -177,6 +180,7 @@ func TestBadCredentialsOnRetryingConnection(t *testing.T) {
 }
 
 func TestUnreachableServerIsRetryable(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := l.Addr().String()
@@ -189,6 +193,7 @@ func TestUnreachableServerIsRetryable(t *testing.T) {
 // Retryable errors and a store cannot be opened over the reconnecting
 // connection (Retryable); over a connection closed by its owner, Fatal.
 func TestServerLossIsRetryable(t *testing.T) {
+	t.Parallel()
 	srv := natsservers.Start(t)
 	nc := srv.Connect(t)
 	s := open(t, nc, spatenats.Options{Job: natsservers.NewJob(), TTL: ttl})
@@ -210,6 +215,7 @@ func TestServerLossIsRetryable(t *testing.T) {
 // reopening with another is Fatal, names both buckets and says how to fix
 // it. Other settings that cannot serve are Fatal too.
 func TestExistingBucketWithOtherTTLIsFatal(t *testing.T) {
+	t.Parallel()
 	srv := natsservers.Start(t)
 	nc := srv.Connect(t)
 	job := natsservers.NewJob()
@@ -247,6 +253,7 @@ func TestExistingBucketWithOtherTTLIsFatal(t *testing.T) {
 // TestOldServerIsFatal: a real server behind a proxy that reports version
 // 2.10.22 in its INFO is refused with an error that says to upgrade.
 func TestOldServerIsFatal(t *testing.T) {
+	t.Parallel()
 	srv := natsservers.Start(t)
 	target := strings.TrimPrefix(srv.URL, "nats://")
 	proxy := natsservers.VersionProxy(t, target, "2.10.22")
@@ -285,6 +292,7 @@ func recv(t *testing.T, ch <-chan spate.WatchEvent, what string) spate.WatchEven
 // TestWatchEmptyBucket: a watch of a bucket that never held a message, and
 // of one that holds only delete markers, gets SnapshotDone at once.
 func TestWatchEmptyBucket(t *testing.T) {
+	t.Parallel()
 	h := natsservers.NewHarness(t, ttl)
 	s, err := h.NewNATSStore(testCtx(t, 10*time.Second))
 	require.NoError(t, err)
@@ -314,6 +322,7 @@ func TestWatchEmptyBucket(t *testing.T) {
 // TestPrefixMidSegment: spate prefixes may end inside a key segment; the
 // driver matches "has this string prefix" exactly, in List and Watch.
 func TestPrefixMidSegment(t *testing.T) {
+	t.Parallel()
 	h := natsservers.NewHarness(t, ttl)
 	s, err := h.NewNATSStore(testCtx(t, 10*time.Second))
 	require.NoError(t, err)
@@ -368,6 +377,9 @@ func TestPrefixMidSegment(t *testing.T) {
 // requires that it never arrives before the TTL. Run with -v to see the
 // numbers.
 func TestLeaseExpiryLatency(t *testing.T) {
+	// Not parallel (the package's other tests wait for it): the latencies
+	// it logs measure the driver, and beside other tests they would
+	// measure the machine's load.
 	t.Run("R1", func(t *testing.T) {
 		t.Parallel()
 		measureExpiry(t, natsservers.NewHarness(t, ttl))
@@ -420,6 +432,9 @@ func measureExpiry(t *testing.T, h *natsservers.Harness) {
 // snapshot taken as a walk over the stream alone misses keys rewritten
 // behind the walk; this is what the subject index in the snapshot is for.
 func TestWatchSnapshotNeverUnderReports(t *testing.T) {
+	// Not parallel: on a loaded machine the churner rewrites fewer
+	// ephemeral keys within a TTL, and the checks of the others are left
+	// out; alone, nearly all of them run.
 	var stable []string
 	for i := range 40 {
 		stable = append(stable, fmt.Sprintf("su.stable.%02d", i))
@@ -533,6 +548,7 @@ func snapshotsUnderChurn(t *testing.T, stable []string, churn func(i int) []stri
 // created, and each key's final revision; revisions superseded before
 // delivery may be skipped.
 func TestWatchCoalescesInOrder(t *testing.T) {
+	t.Parallel()
 	h := natsservers.NewHarness(t, ttl)
 	ctx := testCtx(t, 60*time.Second)
 	s, err := h.NewNATSStore(ctx)

@@ -75,6 +75,7 @@ func (v *violations) get() []error {
 // granted exactly [spatenats.Permissions]: nothing may be refused. A second
 // store adopts the buckets the first created.
 func TestPermissionsSuffice(t *testing.T) {
+	t.Parallel()
 	job := natsservers.NewJob()
 	srv := permServer(t, job)
 	var seen violations
@@ -131,6 +132,7 @@ func TestPermissionsSuffice(t *testing.T) {
 // TestMissingPermissionFailsOpen: a user missing one permission New needs
 // gets a Fatal error that names it at once, not a timeout.
 func TestMissingPermissionFailsOpen(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		drop string // a subject of the list; "{d}" is the durable bucket
 		says string
@@ -164,6 +166,7 @@ func TestMissingPermissionFailsOpen(t *testing.T) {
 // (reads, watches; New's probe already writes to the bucket) fails that call fast with a Fatal
 // error that names it.
 func TestMissingPermissionFailsCall(t *testing.T) {
+	t.Parallel()
 	watchErr := func(ctx context.Context, s spate.Store) error {
 		w, err := s.Watch(ctx, spate.Durable, "")
 		if err != nil {
@@ -208,6 +211,7 @@ func TestMissingPermissionFailsCall(t *testing.T) {
 // TestPermissionsDocumented: the server configuration in the package
 // documentation parses, and grants exactly Permissions("myjob").
 func TestPermissionsDocumented(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("doc.go")
 	require.NoError(t, err)
 	var conf []string

@@ -16,6 +16,7 @@ import (
 // a job's store twice (the creator, then a worker adopting the buckets)
 // leaves both streams empty and the probe's key absent.
 func TestOpenProbeStoresNothing(t *testing.T) {
+	t.Parallel()
 	srv := natsservers.Start(t)
 	nc := srv.Connect(t)
 	job := natsservers.NewJob()

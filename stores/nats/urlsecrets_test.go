@@ -10,6 +10,7 @@ import (
 // characters it holds: not redacted, not in an error, not in the
 // description.
 func TestURLSecretsHidden(t *testing.T) {
+	t.Parallel()
 	for _, scheme := range []string{"nats", "tls"} {
 		t.Run(scheme, func(t *testing.T) { storeurltest.SecretsHidden(t, scheme) })
 	}

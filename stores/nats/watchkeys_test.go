@@ -33,6 +33,7 @@ func snapshotOf(t *testing.T, ch <-chan spate.WatchEvent) map[string]uint64 {
 // only their messages (2 in the snapshot, 1 live) although 600 messages of
 // unlisted keys, some sharing a listed key's bytes, went into the stream.
 func TestWatchKeysIsNative(t *testing.T) {
+	t.Parallel()
 	h := natsservers.NewHarness(t, ttl)
 	ctx := testCtx(t, 30*time.Second)
 	s, err := h.NewNATSStore(ctx)
@@ -98,6 +99,7 @@ func TestWatchKeysIsNative(t *testing.T) {
 // and unlisted ones too, the snapshot of every round holds every listed key
 // that was live throughout, and no key that is not listed.
 func TestWatchKeysSnapshotNeverUnderReports(t *testing.T) {
+	// Not parallel, as TestWatchSnapshotNeverUnderReports.
 	var stable, listed []string
 	for i := range 40 {
 		stable = append(stable, fmt.Sprintf("sk.stable.%02d", i))
@@ -146,6 +148,7 @@ func requireBreaksRetryable(t *testing.T, ch <-chan spate.WatchEvent, ks spate.K
 // closed, and when its reader falls more than 4096 events behind (unless
 // the server coalesced the writes, and it converges).
 func TestWatchKeysBreaksRetryable(t *testing.T) {
+	t.Parallel()
 	t.Run("lagging reader", func(t *testing.T) {
 		h := natsservers.NewHarness(t, ttl)
 		ctx := testCtx(t, 60*time.Second)
@@ -200,6 +203,7 @@ func TestWatchKeysBreaksRetryable(t *testing.T) {
 // for them the watch fails at once with a Fatal error that says so, not
 // as a value too large.
 func TestWatchKeysOverMaxPayload(t *testing.T) {
+	t.Parallel()
 	srv := natsservers.Start(t, natsservers.WithMaxPayload(64<<10))
 	nc := srv.Connect(t)
 	s := open(t, nc, spatenats.Options{Job: natsservers.NewJob(), TTL: ttl, MaxValueSize: 32 << 10})
