@@ -580,6 +580,22 @@ func TestPackedRecordsSkipWhatTheTableHolds(t *testing.T) {
 	require.Zero(t, n)
 }
 
+// lockTable takes an ACCESS EXCLUSIVE lock on table in a transaction of
+// a connection of its own, closed when the test ends. Roll the
+// transaction back to let the lock go.
+func lockTable(t testing.TB, url, table string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	locker, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = locker.Close(ctx) })
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+	return tx
+}
+
 // A flush blocked in the database (another session holds a lock on the
 // destination) ends within half the lease, rolled back, with a retryable
 // error naming the time out; tried again once the lock is gone, it writes
@@ -594,19 +610,14 @@ func TestBlockedFlushEndsBeforeTheLease(t *testing.T) {
 	require.NoError(t, s.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 1}, nil))
 	require.NoError(t, s.Write(ctx, 0, rows(1, 0, 100)))
 
-	locker, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	defer locker.Close(ctx)
-	tx, err := locker.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "LOCK TABLE dst IN ACCESS EXCLUSIVE MODE")
-	require.NoError(t, err)
+	tx := lockTable(t, url, "dst")
 
 	done := make(chan error, 1)
 	go func() {
 		_, _, _, err := s.Prepare(ctx, 1, 50, false)
 		done <- err
 	}()
+	var err error
 	select {
 	case err = <-done:
 	case <-time.After(20 * lease): // a bound far past the flush's time, not a speed check
@@ -713,13 +724,7 @@ func TestWriteReturnsWhileItsFlushRuns(t *testing.T) {
 	split := spate.MustSplitID("chunk-000000")
 	require.NoError(t, s.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 1}, nil))
 
-	locker, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	defer locker.Close(ctx)
-	tx, err := locker.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "LOCK TABLE dst IN ACCESS EXCLUSIVE MODE")
-	require.NoError(t, err)
+	tx := lockTable(t, url, "dst")
 
 	// 150 rows of about 11 bytes: over a quarter of FlushBytes.
 	require.NoError(t, s.Write(ctx, 0, rows(1, 0, 150)))
@@ -732,7 +737,7 @@ func TestWriteReturnsWhileItsFlushRuns(t *testing.T) {
 	})
 	require.NoError(t, tx.Rollback(ctx))
 
-	_, _, _, err = s.Prepare(ctx, 1, 150, true)
+	_, _, _, err := s.Prepare(ctx, 1, 150, true)
 	require.NoError(t, err)
 	requireExactlyOnce(t, c, "dst", 150, split)
 }
