@@ -236,6 +236,36 @@ func TestBadDestinationNamesTheTableAndTheFix(t *testing.T) {
 	})
 }
 
+// A destination emptied (TRUNCATE) after a run that did not complete,
+// to copy again, still has the job's fence rows: a worker of the job
+// would skip the rows they say the table holds, and they would be
+// missing. The sink refuses the table, naming the fence rows and how to
+// start over; with them deleted, the copy writes every row.
+func TestEmptiedDestinationIsRefused(t *testing.T) {
+	url, c := newDB(t)
+	exec(t, c, "CREATE TABLE dst (id int, v text)")
+	ctx := context.Background()
+	split := spate.MustSplitID("chunk-000000")
+	s := newSink(t, url, pgsink.Options{})
+	require.NoError(t, s.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 1}, nil))
+	require.NoError(t, s.Write(ctx, 0, rows(1, 0, 100)))
+	_, _, _, err := s.Prepare(ctx, 1, 60, false) // the run stops here: 60 rows in, the job not complete
+	require.NoError(t, err)
+	exec(t, c, "TRUNCATE dst")
+
+	_, err = pgsink.New(ctx, pgsink.Options{URL: url, Table: "dst", Job: "job1"})
+	require.ErrorContains(t, err, `destination table public.dst is empty, but spate_fence says job "job1" wrote 60 rows into it (in 1 splits, by a run that did not complete) and it was emptied since`)
+	require.ErrorContains(t, err, "DELETE FROM spate_fence WHERE job = 'job1'")
+
+	exec(t, c, "DELETE FROM spate_fence WHERE job = 'job1'")
+	again := newSink(t, url, pgsink.Options{})
+	require.NoError(t, again.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 1}, nil))
+	require.NoError(t, again.Write(ctx, 0, rows(1, 0, 100)))
+	_, _, _, err = again.Prepare(ctx, 1, 100, true)
+	require.NoError(t, err)
+	requireExactlyOnce(t, c, "dst", 100, split)
+}
+
 // copyJob copies table src into dst (no primary key) with workers
 // pipeline workers over one mem store; stopOne stops one of them after a
 // while (a graceful stop: its splits move to the others).
