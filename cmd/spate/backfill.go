@@ -289,6 +289,11 @@ func summarize(js *spate.JobState) jobSummary {
 		// (rows of a table, bytes of files), so an empty split adds
 		// nothing to it (the assignment's "0 counts as 1" is for balance).
 		w := int64(sp.Weight)
+		if _, table := tablePlanKey(js.Plan.Fingerprint); table && sp.Status == spate.StatusCompleted && sp.Progress != nil {
+			// A table's completed chunk counts the rows it copied: the
+			// store records an empty chunk's weight 0 as 1.
+			w = sp.Progress.Watermark
+		}
 		s.total += w
 		switch {
 		case sp.Damage != nil:

@@ -60,6 +60,25 @@ func TestProgressTotalOfATableIsItsRows(t *testing.T) {
 	assert.Contains(t, progressStatus(120, 1, s, "", in.amount), "1,000,000/1,000,000 rows")
 }
 
+// The store records an empty chunk's weight 0 as 1 (the coordinator's
+// planner seeds a spec's weight as at least 1): a table's completed
+// chunks count the rows they copied, so a 2,000,000-row table whose rows
+// fill its chunks exactly is not shown as 2,000,001 rows once done.
+func TestProgressTotalOfACopiedTableIsItsRows(t *testing.T) {
+	js := &spate.JobState{Plan: spate.PlanState{Finality: spate.PlanFinal, Planned: 3,
+		Fingerprint: `pgsource:v1:{"T":"public.events","K":"id"}`}}
+	for i, w := range []int64{1_000_000, 1_000_000, 0} {
+		js.Splits = append(js.Splits, spate.SplitState{ID: spate.MustSplitID(fmt.Sprintf("chunk-%06d", i)),
+			Status: spate.StatusCompleted, Weight: uint64(max(w, 1)), HasSpec: true,
+			Progress: &spate.SplitProgress{Watermark: w, Completed: true}})
+	}
+	s := summarize(js)
+	assert.EqualValues(t, 2_000_000, s.total)
+	assert.EqualValues(t, 2_000_000, s.done)
+	in := &input{table: &tableInput{}}
+	assert.Contains(t, progressStatus(120, 1, s, "", in.amount), "2,000,000/2,000,000 rows")
+}
+
 // A gained chunk of a table is shown by its key range and planned rows,
 // and where it resumes in rows, not bytes.
 func TestGainedChunkOfATableShowsKeysAndRows(t *testing.T) {
@@ -75,6 +94,20 @@ func TestGainedChunkOfATableShowsKeysAndRows(t *testing.T) {
 	last := spate.NewSplitSpec(spate.MustSplitID("chunk-000002"), []byte(`{"lo":"2100"}`)).WithWeight(1500)
 	o.event(spate.Gained{Split: last, Epoch: 1})
 	assert.Contains(t, out.String(), "gained chunk-000002 (epoch 1) [keys (2100, end], about 1,500 rows], from the start")
+}
+
+// A completed chunk of a table is named by its key range too, not as a
+// split of "no files".
+func TestCompletedChunkOfATableShowsKeys(t *testing.T) {
+	width := 300
+	con, out := testConsole(&width)
+	o := newObserver(con, nil)
+	o.table = true
+	spec := spate.NewSplitSpec(spate.MustSplitID("chunk-000001"), []byte(`{"lo":"100","hi":"2100"}`)).WithWeight(2000)
+	o.event(spate.Gained{Split: spec, Epoch: 1})
+	o.commit(spec.ID, 1, spate.CompletedProgress(2000, []byte("k2100")), nil)
+	assert.Contains(t, out.String(), "completed chunk-000001 [keys (100, 2100], about 2,000 rows]")
+	assert.NotContains(t, out.String(), "files")
 }
 
 func TestFitWidth(t *testing.T) {

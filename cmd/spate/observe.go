@@ -96,11 +96,17 @@ type splitInfo struct {
 	tail  []byte
 	found string
 	end   string // why a followed file's split completed
+	// chunk is a table's chunk as people read it (its key range and
+	// rows), "" for a split of files.
+	chunk string
 }
 
 // describe names s's files for people: a followed file by where it is
 // now, and the name it was found under when it was renamed since.
 func (s *splitInfo) describe() string {
+	if s.chunk != "" {
+		return s.chunk
+	}
 	d := describeFiles(s.files, s.total, s.rng)
 	if s.tail != nil && len(s.files) == 1 && s.found != "" && s.found != s.files[0].Name {
 		d += " (found as " + s.found + ")"
@@ -210,6 +216,7 @@ func (o *observer) event(ev spate.Event) {
 		desc := s.describe()
 		if o.table {
 			desc, from = describeChunk(e.Split), "from the start"
+			s.chunk = desc
 			if e.Progress != nil && e.Progress.Watermark > 0 {
 				from = fmt.Sprintf("resuming at row %s", count(e.Progress.Watermark))
 				if e.Split.Weight > 0 {

@@ -234,9 +234,9 @@ func New(ctx context.Context, o Options) (*Sink, error) {
 
 func (s *Sink) describe(ctx context.Context, c *pgx.Conn) error {
 	var oid uint32
-	var canInsert bool
-	err := c.QueryRow(ctx, `SELECT c.oid, format('%I.%I', n.nspname, c.relname), has_table_privilege(c.oid, 'INSERT')
-		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`, s.o.Table).Scan(&oid, &s.dest, &canInsert)
+	var canInsert, canSelect bool
+	err := c.QueryRow(ctx, `SELECT c.oid, format('%I.%I', n.nspname, c.relname), has_table_privilege(c.oid, 'INSERT'), has_table_privilege(c.oid, 'SELECT')
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`, s.o.Table).Scan(&oid, &s.dest, &canInsert, &canSelect)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("pgsink: destination table %q does not exist: create it (CREATE TABLE %s (LIKE source_table)), or schema-qualify its name", s.o.Table, s.o.Table)
 	}
@@ -318,7 +318,34 @@ func (s *Sink) describe(ctx context.Context, c *pgx.Conn) error {
 		return fmt.Errorf("pgsink: destination table %s already holds the output of job %q (its rows in %s): write job %q to another table, or, if %s was emptied, DELETE FROM %s WHERE job = '%s'",
 			s.dest, other, s.o.FenceTable, s.o.Job, s.dest, s.o.FenceTable, strings.ReplaceAll(other, "'", "''"))
 	}
-	return nil
+	return s.checkNotEmptied(ctx, c, canSelect)
+}
+
+// checkNotEmptied refuses a destination emptied (TRUNCATE, DELETE) since
+// the job wrote into it: the fence rows still say which rows it holds, so
+// the job would skip them, and they would be missing. A fence row's
+// watermark moves only in the transaction that copies its rows, so a
+// watermark above 0 and an empty table mean the rows were deleted. (A
+// table emptied only in part is not seen: spate verify finds it.)
+func (s *Sink) checkNotEmptied(ctx context.Context, c *pgx.Conn, canSelect bool) error {
+	var splits, written int64
+	if err := c.QueryRow(ctx, `SELECT count(*), coalesce(sum(watermark), 0)::bigint FROM `+s.fence+`
+		WHERE job = $1 AND dest = $2 AND watermark > 0`, s.o.Job, s.dest).Scan(&splits, &written); err != nil {
+		return fmt.Errorf("pgsink: read the fence table %s: %w", s.o.FenceTable, err)
+	}
+	if written == 0 || !canSelect {
+		return nil
+	}
+	var some bool
+	if err := c.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+s.dest+`)`).Scan(&some); err != nil {
+		return fmt.Errorf("pgsink: look into destination table %s: %w", s.dest, err)
+	}
+	if some {
+		return nil
+	}
+	job := strings.ReplaceAll(s.o.Job, "'", "''")
+	return fmt.Errorf("pgsink: destination table %s is empty, but %s says job %q wrote %d rows into it (in %d splits, by a run that did not complete) and it was emptied since: going on would skip those rows, and they would be missing. To copy from the start: DELETE FROM %s WHERE job = '%s', and delete the job's progress from its coordination store (spate delete --job %s); or put the rows back",
+		s.dest, s.o.FenceTable, s.o.Job, written, splits, s.o.FenceTable, job, s.o.Job)
 }
 
 // Destination implements [pipeline.SinkDestination].
@@ -386,7 +413,7 @@ func (s *Sink) OpenStage(ctx context.Context, t pipeline.StageTenancy, committed
 	case dest != s.dest:
 		return fmt.Errorf("pgsink: split %s of job %q was written to table %s, not %s (%s): point the job at %s, or start a new job", t.Split, s.o.Job, dest, s.dest, s.o.FenceTable, dest)
 	case w < max(prev.Watermark, prev.Table):
-		return fmt.Errorf("pgsink: split %s: %s says table %s holds its rows up to %d, but the job committed up to %d: the fence row was deleted or the table restored; empty %s and delete job %q's rows from %s to start over",
+		return fmt.Errorf("pgsink: split %s: %s says table %s holds its rows up to %d, but the job committed up to %d: the fence row was deleted or the table restored; to start over, empty %s, delete job %q's rows from %s and the job's progress from its coordination store (spate delete --job %[7]s)",
 			t.Split, s.o.FenceTable, s.dest, w, max(prev.Watermark, prev.Table), s.dest, s.o.Job, s.o.FenceTable)
 	}
 	st := &stage{t: t, skipBelow: w, flushed: w, next: w}

@@ -236,6 +236,36 @@ func TestBadDestinationNamesTheTableAndTheFix(t *testing.T) {
 	})
 }
 
+// A destination emptied (TRUNCATE) after a run that did not complete,
+// to copy again, still has the job's fence rows: a worker of the job
+// would skip the rows they say the table holds, and they would be
+// missing. The sink refuses the table, naming the fence rows and how to
+// start over; with them deleted, the copy writes every row.
+func TestEmptiedDestinationIsRefused(t *testing.T) {
+	url, c := newDB(t)
+	exec(t, c, "CREATE TABLE dst (id int, v text)")
+	ctx := context.Background()
+	split := spate.MustSplitID("chunk-000000")
+	s := newSink(t, url, pgsink.Options{})
+	require.NoError(t, s.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 1}, nil))
+	require.NoError(t, s.Write(ctx, 0, rows(1, 0, 100)))
+	_, _, _, err := s.Prepare(ctx, 1, 60, false) // the run stops here: 60 rows in, the job not complete
+	require.NoError(t, err)
+	exec(t, c, "TRUNCATE dst")
+
+	_, err = pgsink.New(ctx, pgsink.Options{URL: url, Table: "dst", Job: "job1"})
+	require.ErrorContains(t, err, `destination table public.dst is empty, but spate_fence says job "job1" wrote 60 rows into it (in 1 splits, by a run that did not complete) and it was emptied since`)
+	require.ErrorContains(t, err, "DELETE FROM spate_fence WHERE job = 'job1'")
+
+	exec(t, c, "DELETE FROM spate_fence WHERE job = 'job1'")
+	again := newSink(t, url, pgsink.Options{})
+	require.NoError(t, again.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 1}, nil))
+	require.NoError(t, again.Write(ctx, 0, rows(1, 0, 100)))
+	_, _, _, err = again.Prepare(ctx, 1, 100, true)
+	require.NoError(t, err)
+	requireExactlyOnce(t, c, "dst", 100, split)
+}
+
 // copyJob copies table src into dst (no primary key) with workers
 // pipeline workers over one mem store; stopOne stops one of them after a
 // while (a graceful stop: its splits move to the others).
@@ -580,6 +610,22 @@ func TestPackedRecordsSkipWhatTheTableHolds(t *testing.T) {
 	require.Zero(t, n)
 }
 
+// lockTable takes an ACCESS EXCLUSIVE lock on table in a transaction of
+// a connection of its own, closed when the test ends. Roll the
+// transaction back to let the lock go.
+func lockTable(t testing.TB, url, table string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	locker, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = locker.Close(ctx) })
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+	return tx
+}
+
 // A flush blocked in the database (another session holds a lock on the
 // destination) ends within half the lease, rolled back, with a retryable
 // error naming the time out; tried again once the lock is gone, it writes
@@ -594,19 +640,14 @@ func TestBlockedFlushEndsBeforeTheLease(t *testing.T) {
 	require.NoError(t, s.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 1}, nil))
 	require.NoError(t, s.Write(ctx, 0, rows(1, 0, 100)))
 
-	locker, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	defer locker.Close(ctx)
-	tx, err := locker.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "LOCK TABLE dst IN ACCESS EXCLUSIVE MODE")
-	require.NoError(t, err)
+	tx := lockTable(t, url, "dst")
 
 	done := make(chan error, 1)
 	go func() {
 		_, _, _, err := s.Prepare(ctx, 1, 50, false)
 		done <- err
 	}()
+	var err error
 	select {
 	case err = <-done:
 	case <-time.After(20 * lease): // a bound far past the flush's time, not a speed check
@@ -713,13 +754,7 @@ func TestWriteReturnsWhileItsFlushRuns(t *testing.T) {
 	split := spate.MustSplitID("chunk-000000")
 	require.NoError(t, s.OpenStage(ctx, pipeline.StageTenancy{Split: split, Epoch: 1, Partition: 1}, nil))
 
-	locker, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	defer locker.Close(ctx)
-	tx, err := locker.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "LOCK TABLE dst IN ACCESS EXCLUSIVE MODE")
-	require.NoError(t, err)
+	tx := lockTable(t, url, "dst")
 
 	// 150 rows of about 11 bytes: over a quarter of FlushBytes.
 	require.NoError(t, s.Write(ctx, 0, rows(1, 0, 150)))
@@ -732,7 +767,7 @@ func TestWriteReturnsWhileItsFlushRuns(t *testing.T) {
 	})
 	require.NoError(t, tx.Rollback(ctx))
 
-	_, _, _, err = s.Prepare(ctx, 1, 150, true)
+	_, _, _, err := s.Prepare(ctx, 1, 150, true)
 	require.NoError(t, err)
 	requireExactlyOnce(t, c, "dst", 150, split)
 }

@@ -120,14 +120,11 @@ func (s *Source) dropIdle() {
 // later close theirs. The source's splits should be closed first (the
 // runtime has ended).
 func (s *Source) Close() error {
+	// Once closed, put keeps no connection idle: dropIdle closes the last.
 	s.idleMu.Lock()
-	idle := s.idle
-	s.idle, s.closed = nil, true
+	s.closed = true
 	s.idleMu.Unlock()
-	for _, ic := range idle {
-		ic.timer.Stop()
-		_ = ic.c.Close(context.Background())
-	}
+	s.dropIdle()
 	return nil
 }
 
