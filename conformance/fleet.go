@@ -80,7 +80,7 @@ type worker struct {
 	expectErr   bool // the worker is expected to fail
 	fails       int  // Fail calls made
 	// beforeRelease, when set, runs after a drain's last commit and
-	// before its ReleaseDrained (MeasureLifecycle marks the release there).
+	// before its ReleaseDrained (the lifecycle measurement marks the release there).
 	beforeRelease func(id string)
 
 	held    map[string]*tenancyState

@@ -10,20 +10,30 @@ import (
 
 	"github.com/spate-go/spate"
 	"github.com/spate-go/spate/conformance/internal/countstore"
+	"github.com/spate-go/spate/conformance/internal/hook"
 )
 
-// LifecycleGoals are the store calls one step of a split's lifecycle may
-// cost, per mode: "releaser" is a store with the Releaser capability,
-// "plain" one without it (or with it hidden).
-var LifecycleGoals = map[string]map[string]int{
-	"releaser": {"claim": 2, "takeover": 2, "commit": 1, "release": 1},
-	"plain":    {"claim": 2, "takeover": 2, "commit": 1, "release": 2},
+// The lifecycle measurement: the store calls real coordinators make on
+// one split's keys, step by step. It drives this package's own fleet, so
+// it lives here, unexported; conformance/scale exposes it as
+// scale.MeasureLifecycle (through conformance/internal/hook) and holds its
+// goals, so that this package's documentation is the contract's rules
+// alone.
+func init() {
+	hook.Lifecycle = func(t *testing.T, mk any, goals map[string]map[string]int) {
+		t.Helper()
+		maker, ok := mk.(HarnessMaker)
+		if !ok {
+			panic(fmt.Sprintf("conformance: the lifecycle measurement takes a HarnessMaker, not %T", mk))
+		}
+		runLifecycle(t, maker, goals)
+	}
 }
 
-// lifecycleSteps are the steps MeasureLifecycle reports, in order.
+// lifecycleSteps are the steps the measurement reports, in order.
 var lifecycleSteps = []string{"claim", "takeover", "commit", "release"}
 
-// lifecycleAttempts bounds how often MeasureLifecycle measures a mode
+// lifecycleAttempts bounds how often the measurement measures a mode
 // again when a lease renewal, which runs on its own clock, or a watch
 // delivering a release's two changes out of order got into a step. The
 // order in which a peer's two watches (one per keyspace) deliver a
@@ -32,28 +42,11 @@ var lifecycleSteps = []string{"claim", "takeover", "commit", "release"}
 // path's cost (lateReleaseClaim), never failed for it.
 const lifecycleAttempts = 3
 
-// MeasureLifecycle counts the store calls real coordinators make on one
-// split's keys over a store of mk, step by step, and fails t when a step
-// costs more than [LifecycleGoals] allows:
-//
-//   - claim: a split handed back is claimed by a peer with the lease
-//     create and the epoch-bumping compare-and-swap, 2 calls;
-//   - takeover: a dead owner's split is claimed with the lease create and
-//     the compare-and-swap on the record it viewed (a read only if that
-//     loses), 2 calls;
-//   - commit: one compare-and-swap;
-//   - release: a drained hand-back is one UpdateAndDelete on a store with
-//     the Releaser capability ([spate.ReleaserOf]), and the owner-clear
-//     and the lease delete, 2 calls, without it.
-//
-// Each worker's store is wrapped in a counter that passes the Releaser
-// capability on. On a store with it, the measurement runs twice: as the
-// store is ("releaser") and with the capability hidden ("plain"); on a
-// store without it, once ("plain"), and it says so. Lease renewals (an
-// update of the split's ephemeral key by its holder) are left out of the
-// counts. It logs one line per step, "lifecycle <mode> <step>=<n>", which
-// internal/perfreport reads, and the calls behind each count.
-func MeasureLifecycle(t *testing.T, mk HarnessMaker) {
+// runLifecycle is scale.MeasureLifecycle (its documentation says what is
+// counted and how): it runs the measurement in each mode the store
+// allows, and again on an attempt a renewal or a late watch event
+// disturbed.
+func runLifecycle(t *testing.T, mk HarnessMaker, goals map[string]map[string]int) {
 	t.Helper()
 	h := mk(t)
 	probe, err := openStore(t.Context(), h)
@@ -68,13 +61,13 @@ func MeasureLifecycle(t *testing.T, mk HarnessMaker) {
 	if !releaser {
 		modes = []string{"plain"}
 		t.Logf("the store has no Releaser capability (spate.ReleaserOf): a release is two calls, the owner-clear and the lease delete; "+
-			"the goal of %d needs the capability", LifecycleGoals["releaser"]["release"])
+			"the goal of %d needs the capability", goals["releaser"]["release"])
 	}
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			for attempt := 1; ; attempt++ {
 				var why string
-				runBody(t, mk, func(e *env) { why = measureLifecycle(e, mode, attempt == lifecycleAttempts) }, false, nil)
+				runBody(t, mk, func(e *env) { why = measureLifecycle(e, goals[mode], mode, attempt == lifecycleAttempts) }, false, nil)
 				if why == "" || t.Failed() {
 					return
 				}
@@ -84,12 +77,11 @@ func MeasureLifecycle(t *testing.T, mk HarnessMaker) {
 	}
 }
 
-// measureLifecycle runs one lifecycle in mode and checks and logs its
-// counts. When a step missed its goal because a renewal or a late watch
+// measureLifecycle runs one lifecycle in mode and checks its counts
+// against goals and logs them. When a step missed its goal because a renewal or a late watch
 // event got into it, and last is not set, it reports why instead.
-func measureLifecycle(e *env, mode string, last bool) (disturbed string) {
+func measureLifecycle(e *env, goals map[string]int, mode string, last bool) (disturbed string) {
 	t := e.t
-	goals := LifecycleGoals[mode]
 	f := newFleet(e, planOf("life", 2))
 	defer func() {
 		for _, w := range f.workers {
@@ -190,7 +182,7 @@ func measureLifecycle(e *env, mode string, last bool) (disturbed string) {
 
 func progressKey(id string) string { return "split." + id }
 
-// storeCall is one keyed call a coordinator made, as countingStore logs it.
+// storeCall is one keyed call a coordinator made, as countstore.Store reports it.
 type storeCall struct {
 	op     string // create, update, delete, get, update-and-delete
 	ks     spate.Keyspace

@@ -19,35 +19,36 @@ import (
 // (including a testing/synctest bubble, where wall time stands still).
 //
 // An operation that returned an error is recorded as unknown: it may or may
-// not have taken effect, at any point after its call.
+// not have taken effect, at any point after its call. Operations are
+// recorded through a [Recorder] per client.
 type History struct {
 	clock atomic.Int64
 	mu    sync.Mutex
 	ops   []porcupine.Operation
 }
 
-// OpKind is a recorded operation's primitive.
-type OpKind uint8
+// opKind is a recorded operation's primitive.
+type opKind uint8
 
 // Recorded primitives.
 const (
-	OpGet OpKind = iota + 1
-	OpCreate
-	OpUpdate
-	OpDelete
+	opGet opKind = iota + 1
+	opCreate
+	opUpdate
+	opDelete
 )
 
-// OpInput is a recorded operation's input.
-type OpInput struct {
-	Kind     OpKind
+// opInput is a recorded operation's input.
+type opInput struct {
+	Kind     opKind
 	Keyspace spate.Keyspace
 	Key      string
 	Value    string
 	Expected uint64
 }
 
-// OpOutput is a recorded operation's output.
-type OpOutput struct {
+// opOutput is a recorded operation's output.
+type opOutput struct {
 	Unknown  bool // the call failed: it may or may not have applied
 	Won      bool // writes
 	Present  bool // reads
@@ -55,11 +56,11 @@ type OpOutput struct {
 	Revision uint64
 }
 
-// Begin starts recording an operation and returns its call time.
-func (h *History) Begin() int64 { return h.clock.Add(1) }
+// begin starts recording an operation and returns its call time.
+func (h *History) begin() int64 { return h.clock.Add(1) }
 
-// End records an operation that began at call.
-func (h *History) End(client int, call int64, in OpInput, out OpOutput) {
+// end records an operation that began at call.
+func (h *History) end(client int, call int64, in opInput, out opOutput) {
 	ret := h.clock.Add(1)
 	if out.Unknown {
 		ret = 1 << 62 // an unknown outcome may take effect at any later time
@@ -83,7 +84,7 @@ func (h *History) Check(timeout time.Duration) (ok bool, info string) {
 	h.mu.Lock()
 	ops := append([]porcupine.Operation(nil), h.ops...)
 	h.mu.Unlock()
-	res := porcupine.CheckOperationsTimeout(RegisterModel, ops, timeout)
+	res := porcupine.CheckOperationsTimeout(registerModel, ops, timeout)
 	switch res {
 	case porcupine.Ok:
 		return true, ""
@@ -96,7 +97,7 @@ func (h *History) Check(timeout time.Duration) (ok bool, info string) {
 func countKeys(ops []porcupine.Operation) int {
 	keys := map[string]bool{}
 	for _, op := range ops {
-		in := op.Input.(OpInput)
+		in := op.Input.(opInput)
 		keys[in.Keyspace.String()+"/"+in.Key] = true
 	}
 	return len(keys)
@@ -113,45 +114,45 @@ type Recorder struct {
 
 // Get performs and records a Get.
 func (r Recorder) Get(ctx context.Context, ks spate.Keyspace, key string) (spate.Entry, bool, error) {
-	call := r.H.Begin()
+	call := r.H.begin()
 	en, ok, err := r.Store.Get(ctx, ks, key)
-	out := OpOutput{Present: ok, Value: string(en.Value), Revision: en.Revision}
+	out := opOutput{Present: ok, Value: string(en.Value), Revision: en.Revision}
 	if err != nil {
-		out = OpOutput{Unknown: true}
+		out = opOutput{Unknown: true}
 	}
-	r.H.End(r.Client, call, OpInput{Kind: OpGet, Keyspace: ks, Key: key}, out)
+	r.H.end(r.Client, call, opInput{Kind: opGet, Keyspace: ks, Key: key}, out)
 	return en, ok, err
 }
 
 // Create performs and records a Create.
 func (r Recorder) Create(ctx context.Context, ks spate.Keyspace, key string, value []byte) (spate.Outcome, error) {
-	call := r.H.Begin()
+	call := r.H.begin()
 	o, err := r.Store.Create(ctx, ks, key, value)
-	r.H.End(r.Client, call, OpInput{Kind: OpCreate, Keyspace: ks, Key: key, Value: string(value)}, writeOut(o, err))
+	r.H.end(r.Client, call, opInput{Kind: opCreate, Keyspace: ks, Key: key, Value: string(value)}, writeOut(o, err))
 	return o, err
 }
 
 // Update performs and records an Update.
 func (r Recorder) Update(ctx context.Context, ks spate.Keyspace, key string, value []byte, expected uint64) (spate.Outcome, error) {
-	call := r.H.Begin()
+	call := r.H.begin()
 	o, err := r.Store.Update(ctx, ks, key, value, expected)
-	r.H.End(r.Client, call, OpInput{Kind: OpUpdate, Keyspace: ks, Key: key, Value: string(value), Expected: expected}, writeOut(o, err))
+	r.H.end(r.Client, call, opInput{Kind: opUpdate, Keyspace: ks, Key: key, Value: string(value), Expected: expected}, writeOut(o, err))
 	return o, err
 }
 
 // Delete performs and records a Delete.
 func (r Recorder) Delete(ctx context.Context, ks spate.Keyspace, key string, expected uint64) (spate.Outcome, error) {
-	call := r.H.Begin()
+	call := r.H.begin()
 	o, err := r.Store.Delete(ctx, ks, key, expected)
-	r.H.End(r.Client, call, OpInput{Kind: OpDelete, Keyspace: ks, Key: key, Expected: expected}, writeOut(o, err))
+	r.H.end(r.Client, call, opInput{Kind: opDelete, Keyspace: ks, Key: key, Expected: expected}, writeOut(o, err))
 	return o, err
 }
 
-func writeOut(o spate.Outcome, err error) OpOutput {
+func writeOut(o spate.Outcome, err error) opOutput {
 	if err != nil {
-		return OpOutput{Unknown: true}
+		return opOutput{Unknown: true}
 	}
-	return OpOutput{Won: o.Won, Revision: o.Revision}
+	return opOutput{Won: o.Won, Revision: o.Revision}
 }
 
 // registerState is one key's state in the model. rev 0 with present means
@@ -163,17 +164,17 @@ type registerState struct {
 	floor   uint64 // every future revision of the key exceeds this
 }
 
-// RegisterModel is the sequential specification of one key of the store
+// registerModel is the sequential specification of one key of the store
 // contract: create-if-absent, compare-and-swap update at the exact revision
 // minting a strictly larger revision, guarded and unguarded delete, and
 // reads of the latest value and revision. Expiry is not modelled; record
 // durable keys, or ephemeral keys kept alive.
-var RegisterModel = (&porcupine.NondeterministicModel{
+var registerModel = (&porcupine.NondeterministicModel{
 	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
 		by := map[string][]porcupine.Operation{}
 		var order []string
 		for _, op := range history {
-			in := op.Input.(OpInput)
+			in := op.Input.(opInput)
 			k := in.Keyspace.String() + "/" + in.Key
 			if _, ok := by[k]; !ok {
 				order = append(order, k)
@@ -188,7 +189,7 @@ var RegisterModel = (&porcupine.NondeterministicModel{
 	},
 	Init: func() []any { return []any{registerState{}} },
 	Step: func(state, input, output any) []any {
-		s, in, out := state.(registerState), input.(OpInput), output.(OpOutput)
+		s, in, out := state.(registerState), input.(opInput), output.(opOutput)
 		if out.Unknown {
 			next := []any{s}
 			if applied, ok := applyUnknown(s, in); ok {
@@ -202,21 +203,21 @@ var RegisterModel = (&porcupine.NondeterministicModel{
 		return nil
 	},
 	DescribeOperation: func(input, output any) string {
-		in, out := input.(OpInput), output.(OpOutput)
+		in, out := input.(opInput), output.(opOutput)
 		return fmt.Sprintf("%v %s(%q, %q, %d) -> %+v", in.Keyspace, opName(in.Kind), in.Key, in.Value, in.Expected, out)
 	},
 }).ToModel()
 
-func opName(k OpKind) string {
+func opName(k opKind) string {
 	return [...]string{"?", "get", "create", "update", "delete"}[k]
 }
 
 // step applies one known-outcome operation; ok is false if the outcome is
 // impossible in state s.
-func step(s registerState, in OpInput, out OpOutput) (registerState, bool) {
+func step(s registerState, in opInput, out opOutput) (registerState, bool) {
 	unknownRev := s.present && s.rev == 0
 	switch in.Kind {
-	case OpGet:
+	case opGet:
 		if out.Present != s.present {
 			return s, false
 		}
@@ -228,7 +229,7 @@ func step(s registerState, in OpInput, out OpOutput) (registerState, bool) {
 		}
 		s.rev = out.Revision // learn an unknown revision
 		return s, true
-	case OpCreate:
+	case opCreate:
 		if s.present {
 			return s, !out.Won
 		}
@@ -236,7 +237,7 @@ func step(s registerState, in OpInput, out OpOutput) (registerState, bool) {
 			return s, false
 		}
 		return registerState{present: true, value: in.Value, rev: out.Revision, floor: out.Revision}, true
-	case OpUpdate:
+	case opUpdate:
 		match := s.present && (unknownRev || s.rev == in.Expected)
 		if !out.Won {
 			// A lost update is impossible when the revision surely matched.
@@ -246,7 +247,7 @@ func step(s registerState, in OpInput, out OpOutput) (registerState, bool) {
 			return s, false
 		}
 		return registerState{present: true, value: in.Value, rev: out.Revision, floor: out.Revision}, true
-	case OpDelete:
+	case opDelete:
 		if in.Expected == spate.AnyRevision {
 			if !out.Won {
 				return s, false
@@ -267,19 +268,19 @@ func step(s registerState, in OpInput, out OpOutput) (registerState, bool) {
 
 // applyUnknown is the state after an operation whose outcome is unknown, had
 // it applied.
-func applyUnknown(s registerState, in OpInput) (registerState, bool) {
+func applyUnknown(s registerState, in opInput) (registerState, bool) {
 	switch in.Kind {
-	case OpCreate:
+	case opCreate:
 		if s.present {
 			return s, false
 		}
 		return registerState{present: true, value: in.Value, floor: s.floor}, true
-	case OpUpdate:
+	case opUpdate:
 		if !s.present || s.rev != 0 && s.rev != in.Expected {
 			return s, false
 		}
 		return registerState{present: true, value: in.Value, floor: max(s.floor, s.rev)}, true
-	case OpDelete:
+	case opDelete:
 		if !s.present || in.Expected != spate.AnyRevision && s.rev != 0 && s.rev != in.Expected {
 			return s, false
 		}

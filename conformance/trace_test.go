@@ -109,7 +109,7 @@ var unchecked = map[string]string{
 	"Re-read before assuming either way.": "it binds the caller.",
 	"The pipeline must stop.":             "it binds the caller.",
 	"Refinements of the classes above.":   "a heading.",
-	"The coordinator hands a split back with it in one round trip (the owner cleared from the split's progress record, its lease deleted) and in two calls, Update then Delete, on a store without it.": "the coordinator's use of it; the root's TestStoreCallsPerLifecycle and conformance.MeasureLifecycle (every driver's TestStoreCallsPerLifecycle) count the calls.",
+	"The coordinator hands a split back with it in one round trip (the owner cleared from the split's progress record, its lease deleted) and in two calls, Update then Delete, on a store without it.": "the coordinator's use of it; the root's TestStoreCallsPerLifecycle and scale.MeasureLifecycle (every driver's TestStoreCallsPerLifecycle) count the calls.",
 	"Find it with [ReleaserOf].": "a reference.",
 	"A call that fails Retryable landed both writes or neither, never one alone.":                                          "the suite cannot lose a reply between a driver and its server; ReleaseIsSeenAtOnce checks that the two writes are one.",
 	"A coordinator on a store with it binds its split leases to a session; on a store without it, it rewrites each lease.": "the coordinator's use of it.",

@@ -1,9 +1,11 @@
-// Package scale measures what a fleet of coordinators costs a store: a
-// fleet of workers at the product's timings over one store of a
-// conformance harness, through placement, a steady-state window, a watch
-// break on every worker and one worker's death. Every driver's tests run
-// it (stores/mem in virtual time, the others as benchmarks against a real
-// server); docs/performance.md is made from its tables.
+// Package scale measures what coordinators cost a store, over a store of
+// a conformance harness. [Measure] runs a fleet of workers at the
+// product's timings through placement, a steady-state window, a watch
+// break on every worker and one worker's death; [MeasureLifecycle] counts
+// the store calls of each step of one split's lifecycle (claim, takeover,
+// commit, release) against [LifecycleGoals]. Every driver's tests run
+// them (stores/mem's fleet in virtual time, the others' as benchmarks
+// against a real server); docs/performance.md is made from their output.
 //
 // It is measurement, not a rule of the contract: the contract's rules are
 // in package conformance.

@@ -675,7 +675,7 @@ func lifecycle(doc *bytes.Buffer, root, bin string) goalRow {
 }
 
 // lifecycleBackends are the drivers whose TestStoreCallsPerLifecycle
-// (conformance.MeasureLifecycle) counts the calls against a real server.
+// (scale.MeasureLifecycle) counts the calls against a real server.
 var lifecycleBackends = []string{"./stores/mem", "./stores/etcd", "./stores/nats", "./stores/redis"}
 
 // plainGoals are lifecycleGoals on a store without the Releaser
@@ -716,7 +716,7 @@ func backendLifecycle(doc *bytes.Buffer, root, bin string) goalRow {
 	row := goalRow{section: "Lifecycle", label: "store calls per claim / takeover / commit / release on real servers",
 		goal: "2 / 2 / 1 / 1 (release 2 without the Releaser capability)", median: "—", spread: "—", verdict: "met"}
 	fmt.Fprintf(doc, "Per backend, `<pkg>.test -test.run '^%s$' -test.v` in the package's directory "+
-		"(conformance.MeasureLifecycle: two coordinators over the real server, a counting wrapper on each store; "+
+		"(scale.MeasureLifecycle: two coordinators over the real server, a counting wrapper on each store; "+
 		"\"releaser\" is the store as it is, \"plain\" with the Releaser capability hidden, or a store without it):\n\n"+
 		"| backend | claim / takeover / commit / release | |\n|---|---|---|\n", test)
 	var all []string

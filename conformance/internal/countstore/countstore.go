@@ -1,8 +1,8 @@
 // Package countstore is the counting store wrapper the conformance
-// package's lifecycle measurement and conformance/scale share: it counts
-// a worker's store traffic (writes, reads, watch events, re-reads after a
-// watch break), can break every open watch at once, and can hide the
-// optional capabilities.
+// package's lifecycle measurement (scale.MeasureLifecycle) and
+// conformance/scale's fleet measurement share: it counts a worker's store
+// traffic (writes, reads, watch events, re-reads after a watch break), can
+// break every open watch at once, and can hide the optional capabilities.
 package countstore
 
 import (
@@ -40,9 +40,9 @@ func (c *Counters) breaker() <-chan struct{} {
 }
 
 // Store counts a worker's store traffic and can break its watches.
-// With Calls set it also reports every keyed call (MeasureLifecycle); with
-// Plain set it hides the Releaser capability, with WholeJob the KeyWatcher
-// capability. C is required.
+// With Calls set it also reports every keyed call (the lifecycle
+// measurement); with Plain set it hides the Releaser capability, with
+// WholeJob the KeyWatcher capability. C is required.
 type Store struct {
 	spate.Store
 	C        *Counters
