@@ -3,12 +3,14 @@ package pgsource_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"os"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -312,13 +314,16 @@ func TestRowOverTheCapSetsItsChunkAside(t *testing.T) {
 // Bad input is refused at New with an error naming the table and the fix.
 func TestBadInputNamesTheTableAndTheFix(t *testing.T) {
 	url, c := newDB(t)
+	// Roles belong to the whole server, which the package's tests share:
+	// a fixed name would exist already on a second run (-count=2).
+	role := "reader_" + strings.ToLower(rand.Text()[:10])
 	exec(t, c, `CREATE TABLE comp (a int, b int, PRIMARY KEY (a, b));
 		CREATE TABLE nopk (a int);
 		CREATE TABLE ts (at timestamptz PRIMARY KEY);
 		CREATE TABLE nonuniq (id int NOT NULL, v text);
 		CREATE TABLE nullable (id int UNIQUE, v text);
 		CREATE TABLE ok (id int PRIMARY KEY, v text);
-		CREATE ROLE reader LOGIN;`)
+		CREATE ROLE `+role+` LOGIN;`)
 	cases := []struct {
 		name string
 		o    pgsource.Options
@@ -347,7 +352,7 @@ func TestBadInputNamesTheTableAndTheFix(t *testing.T) {
 	t.Run("permission", func(t *testing.T) {
 		u := pgservers.Shared(t).URL("x")
 		db := url[len(u)-len("x?sslmode=disable"):]
-		ru := fmt.Sprintf("postgres://reader@127.0.0.1:%d/%s", pgservers.Shared(t).Port(), db)
+		ru := fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s", role, pgservers.Shared(t).Port(), db)
 		_, err := pgsource.New(context.Background(), pgsource.Options{URL: ru, Table: "ok"})
 		require.ErrorContains(t, err, "no SELECT permission on table public.ok: GRANT SELECT ON public.ok TO")
 	})
