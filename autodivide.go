@@ -71,10 +71,15 @@ const (
 // tenancy and the number of children the split's record named when the
 // leader asked: an ask the owner has answered (the record names more), or
 // one made of an earlier tenancy, is not acted on again.
+//
+// Pieces is how many children the owner should make in this one round:
+// the members that hold nothing when the leader asked (one child each),
+// at least 1. Omitted when 1, so that a one-piece ask reads as before.
 type divideAsk struct {
 	Split    string `json:"split"`
 	Epoch    uint64 `json:"epoch"`
 	Children int    `json:"children"`
+	Pieces   int    `json:"pieces,omitempty"`
 }
 
 // rateSample is the leader's measurement of one running split: its
@@ -128,6 +133,7 @@ type askRecord struct {
 	owner    string
 	epoch    uint64
 	children int
+	pieces   int
 	until    time.Time // the ask stands until then
 	times    int       // asks in this state (epoch, children)
 }
@@ -141,16 +147,22 @@ type divideTrigger struct {
 	inherited map[string]pace
 	asked     map[string]*askRecord
 	idle      int // free lanes in the last assignment computed
-	unplaced  int // splits the last assignment left without a member
-	next      time.Time
+	// idleMembers is the members the last assignment gave no split: one
+	// ask asks for a child for each of them (divideAsk.Pieces).
+	idleMembers int
+	unplaced    int // splits the last assignment left without a member
+	next        time.Time
 }
 
 // noteAssignment records what the assignment just computed leaves: the
 // free lanes of the live members and the splits placed nowhere.
 func (t *divideTrigger) noteAssignment(in assignIn, result map[string][]string) {
-	t.idle, t.unplaced = 0, len(in.Splits)
+	t.idle, t.idleMembers, t.unplaced = 0, 0, len(in.Splits)
 	for _, m := range in.Members {
 		t.idle += max(0, max(m.Budget, 1)-len(result[m.ID]))
+		if len(result[m.ID]) == 0 {
+			t.idleMembers++
+		}
 	}
 	for _, ids := range result {
 		t.unplaced -= len(ids)
@@ -198,7 +210,7 @@ func (a *actor) askDivisions(now time.Time) {
 			delete(t.asked, id) // answered, moved or done
 			changed = true
 		case now.Before(ask.until):
-			outstanding++
+			outstanding += max(ask.pieces, 1)
 		}
 	}
 	// Splits not claimed yet, a child not created or not placed yet
@@ -277,14 +289,22 @@ func (a *actor) askDivisions(now time.Time) {
 			ask = &askRecord{owner: c.owner, epoch: v.prog.Epoch, children: len(v.prog.Children)}
 			t.asked[c.id] = ask
 		}
+		// One round feeds every idle member: the owner keeps
+		// 1/(pieces+1) of what it has not read and gives up the rest
+		// as pieces children, instead of one child a round (each round
+		// waits for its child's claim: the big split was halved about
+		// once a commit interval while members idled). Bounded by the
+		// free lanes not yet asked for and by the record's children.
+		ask.pieces = max(1, min(t.idleMembers, t.idle-outstanding, maxChildren-len(v.prog.Children)))
 		ask.times++
 		ask.until = now.Add(time.Duration(divideCooldown*c.s.commitInterval()) * time.Millisecond)
-		outstanding++
+		outstanding += ask.pieces
 		changed = true
 		a.m.divisionAsks.Inc()
 		a.log.Info("asking a split's owner to divide it: workers idle and it has the longest expected remaining time",
 			"split", c.id, "owner", c.owner, "remaining", c.s.lastRem,
-			"expected_remaining", (time.Duration(c.ert) * time.Millisecond).Round(time.Millisecond), "idle_lanes", t.idle)
+			"expected_remaining", (time.Duration(c.ert) * time.Millisecond).Round(time.Millisecond), "idle_lanes", t.idle,
+			"pieces", ask.pieces)
 	}
 	if changed {
 		a.dirty = true
@@ -298,7 +318,11 @@ func (t *divideTrigger) asksFor(now time.Time) map[string][]divideAsk {
 	for _, id := range slices.Sorted(maps.Keys(t.asked)) {
 		ask := t.asked[id]
 		if now.Before(ask.until) {
-			out[ask.owner] = append(out[ask.owner], divideAsk{Split: id, Epoch: ask.epoch, Children: ask.children})
+			pieces := ask.pieces
+			if pieces <= 1 {
+				pieces = 0 // omitted: a one-piece ask reads as before
+			}
+			out[ask.owner] = append(out[ask.owner], divideAsk{Split: id, Epoch: ask.epoch, Children: ask.children, Pieces: pieces})
 		}
 	}
 	return out
@@ -342,7 +366,7 @@ func (a *actor) serveAsks() {
 		if v == nil || v.prog == nil || len(v.prog.Children) != ask.Children {
 			continue
 		}
-		a.c.emit(DivideRequested{Split: SplitID{id: ask.Split}})
+		a.c.emit(DivideRequested{Split: SplitID{id: ask.Split}, Pieces: max(ask.Pieces, 1)})
 	}
 	for id := range a.worker.asks.seen {
 		if _, held := a.worker.owned[id]; !held && !a.worker.assigned[id] {

@@ -123,3 +123,56 @@ func TestADividedSplitAndItsChildKeepTheirPace(t *testing.T) {
 	assert.Contains(t, a.leader.div.asked, "s", "the divided split keeps its pace")
 	assert.Contains(t, a.leader.div.asked, child, "the child starts at its parent's pace")
 }
+
+// One ask feeds every idle member (docs/decisions/043, "One ask, as many
+// pieces as idle members"): with two of three members holding nothing, the
+// ask for the one running split asks for two children, and its owner's
+// assignment record carries it. Before, an ask made one child and the
+// next waited for that child's claim, so a big split was halved about once
+// a commit interval while members idled (the fleet's finish 1.35× the even
+// reference with runtime division alone, scripts/fleet-bench.sh).
+func TestOneAskFeedsEveryIdleMember(t *testing.T) {
+	a := newTestActor(t, newFakeStore(), testConfig())
+	a.leader.term = &leadership{generation: 1}
+	for i, m := range []string{"owner", "idle", "idle2"} {
+		a.members.presence[m] = presenceEntry{rev: uint64(i + 1)}
+	}
+	owner := "owner"
+	v := &splitView{spec: &specRecord{Schema: SchemaVersion, ID: "s", Weight: 6000},
+		lease: &leaseVal{Schema: SchemaVersion, Owner: owner, Epoch: 1},
+		prog: &progressRecord{Schema: SchemaVersion, ID: "s", Epoch: 1, Status: statusRunnable, Owner: &owner,
+			Remaining: 6000, WrittenAtMs: 10_000}}
+	a.job.splits["s"] = v
+	now := time.Now()
+	a.askDivisions(now) // the trigger's state starts with the leader's term
+	// Three members of 8 lanes; the assignment gives the one split to its
+	// owner: 23 free lanes, two members with nothing.
+	in := assignIn{Members: []assignMember{{ID: "owner", Budget: 8}, {ID: "idle", Budget: 8}, {ID: "idle2", Budget: 8}},
+		Splits: []assignSplit{{ID: "s"}}}
+	a.leader.div.noteAssignment(in, map[string][]string{"owner": {"s"}})
+	require.Equal(t, 2, a.leader.div.idleMembers)
+	a.askDivisions(now) // the first record: no rate yet
+	require.Empty(t, a.leader.div.asked)
+	next := *v.prog
+	next.Remaining, next.WrittenAtMs = 5000, 11_000
+	v.prog = &next
+	now = now.Add(time.Second)
+	a.askDivisions(now)
+	require.Contains(t, a.leader.div.asked, "s")
+	assert.Equal(t, 2, a.leader.div.asked["s"].pieces, "one piece for each member with nothing to do")
+	assert.Equal(t, map[string][]divideAsk{"owner": {{Split: "s", Epoch: 1, Children: 0, Pieces: 2}}},
+		a.leader.div.asksFor(now), "the owner's assignment record carries the pieces")
+
+	// One member idle: a one-piece ask, written as before (no pieces).
+	a.leader.div = divideTrigger{}
+	a.askDivisions(now)
+	a.leader.div.noteAssignment(in, map[string][]string{"owner": {"s"}, "idle": {"t"}})
+	require.Equal(t, 1, a.leader.div.idleMembers)
+	a.askDivisions(now)
+	v.prog = &progressRecord{Schema: SchemaVersion, ID: "s", Epoch: 1, Status: statusRunnable, Owner: &owner,
+		Remaining: 4000, WrittenAtMs: 12_000}
+	a.askDivisions(now.Add(time.Second))
+	require.Contains(t, a.leader.div.asked, "s")
+	assert.Equal(t, 1, a.leader.div.asked["s"].pieces)
+	assert.Equal(t, map[string][]divideAsk{"owner": {{Split: "s", Epoch: 1}}}, a.leader.div.asksFor(now.Add(time.Second)))
+}
