@@ -137,6 +137,13 @@ func checkDivision(id string, r *progressRecord, child string, d *Division) erro
 func dividedRecord(r *progressRecord, child string, d *Division) *progressRecord {
 	rec := r.clone()
 	rec.Descriptor, rec.Weight = d.Primary, max(d.PrimaryWeight, 1)
+	// What the last commit said was left, less what the child takes: the
+	// division trigger times the split from it, and a record that still
+	// counted the residual would have it measure the residual's bytes as
+	// read (an inflated rate, so the split was not asked again).
+	if r.Remaining > 0 {
+		rec.Remaining = max(r.Remaining-min(r.Remaining, max(d.ResidualWeight, 1)), 1)
+	}
 	rec.Children = append(rec.Children, childSplit{ID: child, Position: d.Position,
 		Weight: max(d.ResidualWeight, 1), Descriptor: d.Residual})
 	return rec

@@ -60,8 +60,14 @@ type RevokeRequested struct {
 // can divide it gives up the unread remainder of its input to a child
 // split (the driver's Divide, decision 036); one that cannot ignores it.
 // It is a hint, never repeated for the same tenancy and children.
+//
+// Pieces is how many workers the leader saw idle when it asked: the
+// owner should divide what it has not read into Pieces+1 about equal
+// parts, keep the first and give up the others as Pieces children (Pieces
+// divisions, each one fenced write, cut from the end). 0 counts as 1.
 type DivideRequested struct {
-	Split SplitID
+	Split  SplitID
+	Pieces int
 }
 
 func (e DivideRequested) String() string { return fmt.Sprintf("DivideRequested(%s)", e.Split) }

@@ -603,7 +603,7 @@ func (d *CoordinationDriver[C]) apply(src SplitSource, ev spate.Event) error {
 			d.opts.log.Warn("decline of a revocation failed; the coordinator forces it at its deadline", "split", e.Split, "error", err)
 		}
 	case spate.DivideRequested:
-		d.divideAsked(src, e.Split)
+		d.divideAsked(src, e.Split, e.Pieces)
 	case spate.Lost:
 		if t := d.held[e.Split]; t != nil {
 			d.retire(src, t, false)

@@ -50,12 +50,46 @@ type DivisionProposer interface {
 	DivisionPoint(split spate.SplitID) (int64, bool)
 }
 
-// divideAsked serves the leader's ask to divide split: where the source
-// proposes, if it can divide at all. A division that failed has ended the
-// tenancy and said why (Divide); the pipeline goes on.
-func (d *CoordinationDriver[C]) divideAsked(src SplitSource, split spate.SplitID) {
+// FractionProposer is the optional capability of a [DivisionProposer]
+// that proposes a division at a given fraction of its unread input, so
+// that one ask of the leader ([spate.DivideRequested] with Pieces k) can
+// feed k idle workers at once: the driver cuts the unread input into k+1
+// about equal parts, from the end, with k divisions (docs/decisions/043).
+type FractionProposer interface {
+	// DivisionPointAt proposes a division position num/den of the way
+	// through what the lane has not read yet (0 < num < den), in the
+	// split's watermark encoding. False: the part given up, or the part
+	// kept, would be too small to be worth a split of its own (or, as
+	// for DivisionPoint, the split is not divisible now).
+	DivisionPointAt(split spate.SplitID, num, den int64) (int64, bool)
+}
+
+// divideAsked serves the leader's ask to divide split into pieces
+// children: where the source proposes, if it can divide at all. With a
+// [FractionProposer] and pieces k > 1 it divides k times, cutting from
+// the end (each child gets about 1/(k+1) of what is unread, the split
+// keeps the first part), so one ask feeds every idle worker; each is an
+// ordinary division (one fenced write, below the earlier ones'
+// positions). A source that cannot propose a fraction divides once, in
+// the middle. A division that failed has ended the tenancy and said why
+// (Divide); the pipeline goes on.
+func (d *CoordinationDriver[C]) divideAsked(src SplitSource, split spate.SplitID, pieces int) {
 	p, ok := src.(DivisionProposer)
 	if !ok {
+		return
+	}
+	if fp, ok := src.(FractionProposer); ok && pieces > 1 {
+		for j := int64(pieces); j >= 1; j-- {
+			// The split keeps j parts of j+1 of what it has left: the
+			// child is one part (1/(pieces+1) of the first unread).
+			pos, ok := fp.DivisionPointAt(split, j, j+1)
+			if !ok {
+				continue // too little for j+1 parts: try fewer
+			}
+			if _, ok, err := d.Divide(src, split, pos); err != nil || !ok {
+				return // logged by Divide; the split reads on as it is
+			}
+		}
 		return
 	}
 	pos, ok := p.DivisionPoint(split)

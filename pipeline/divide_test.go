@@ -124,3 +124,65 @@ func findPartition(t *testing.T, d *pipeline.CoordinationDriver[*divCoord], spli
 	require.FailNow(t, "split not held", "split %s", split)
 	return 0
 }
+
+// fracSplits is a divSplits that proposes divisions at a fraction of
+// what is unread, its split being [read, end) with end moved back by each
+// division it gave.
+type fracSplits struct {
+	*divSplits
+	end int64
+}
+
+func (s *fracSplits) DivisionPoint(id spate.SplitID) (int64, bool) {
+	return s.DivisionPointAt(id, 1, 2)
+}
+
+func (s *fracSplits) DivisionPointAt(_ spate.SplitID, num, den int64) (int64, bool) {
+	left := s.end - s.read
+	if left < den {
+		return 0, false
+	}
+	return s.read + left*num/den, true
+}
+
+func (s *fracSplits) TrySplit(id spate.SplitID, pos int64) (spate.Division, bool) {
+	d, ok := s.divSplits.TrySplit(id, pos)
+	if ok {
+		s.end = d.Position
+	}
+	return d, ok
+}
+
+// An ask for k pieces feeds k idle workers in one round: the driver cuts
+// what is unread into k+1 equal parts from the end, with k ordinary
+// divisions (each one fenced write, each below the last one's position),
+// and the split keeps the first part. Before, an ask made one child, in
+// the middle, whatever the number of idle workers.
+func TestDriverDividesIntoAsManyPiecesAsAsked(t *testing.T) {
+	d, coord, div := newDivFixture(t)
+	div.read = 100
+	src := &fracSplits{divSplits: div, end: 500}
+	coord.push(spate.DivideRequested{Split: sid("a"), Pieces: 3})
+	_, err := d.PollEvents(src, 0)
+	require.NoError(t, err)
+	var positions []int64
+	for _, dv := range coord.divides {
+		positions = append(positions, dv.Position)
+	}
+	require.Equal(t, []int64{400, 300, 200}, positions, "three children of 100 each; the split keeps [100, 200)")
+	require.Equal(t, []bool{true, true, true}, div.done)
+
+	// A source that proposes no fraction divides once, in the middle.
+	d2, coord2, div2 := newDivFixture(t)
+	div2.read = 100
+	coord2.push(spate.DivideRequested{Split: sid("a"), Pieces: 3})
+	_, err = d2.PollEvents(&midSplits{div2}, 0)
+	require.NoError(t, err)
+	require.Len(t, coord2.divides, 1)
+	require.Equal(t, int64(300), coord2.divides[0].Position)
+}
+
+// midSplits proposes only the middle of [read, 500).
+type midSplits struct{ *divSplits }
+
+func (s *midSplits) DivisionPoint(spate.SplitID) (int64, bool) { return s.read + (500-s.read)/2, true }

@@ -13,6 +13,7 @@ import (
 var (
 	_ pipeline.SplitDivider     = (*Source)(nil)
 	_ pipeline.DivisionProposer = (*Source)(nil)
+	_ pipeline.FractionProposer = (*Source)(nil)
 )
 
 // MinDivideBytes is the least unread input a split divides: each half
@@ -23,6 +24,18 @@ const MinDivideBytes = 2 * MinSplitBytes
 // what the lane has not read yet, if that is at least [MinDivideBytes].
 // A followed file's split is never divided: its input grows.
 func (s *Source) DivisionPoint(split spate.SplitID) (int64, bool) {
+	return s.DivisionPointAt(split, 1, 2)
+}
+
+// DivisionPointAt implements [pipeline.FractionProposer]: num/den of the
+// way through what the lane has not read yet, if the part given up and
+// the part kept are each at least [MinSplitBytes] (at the middle: what is
+// left is at least [MinDivideBytes]). A followed file's split is never
+// divided.
+func (s *Source) DivisionPointAt(split spate.SplitID, num, den int64) (int64, bool) {
+	if num <= 0 || den <= num {
+		return 0, false
+	}
 	st := s.state(split)
 	if st == nil || st.lane == nil {
 		return 0, false
@@ -31,10 +44,15 @@ func (s *Source) DivisionPoint(split spate.SplitID) (int64, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	end := l.end()
-	if !l.divisible() || end-l.pos < MinDivideBytes {
+	left := end - l.pos
+	if !l.divisible() || left < MinDivideBytes {
 		return 0, false
 	}
-	return l.pos + (end-l.pos)/2, true
+	at := l.pos + left/den*num + left%den*num/den
+	if at-l.pos < MinSplitBytes || end-at < MinSplitBytes {
+		return 0, false
+	}
+	return at, true
 }
 
 // TrySplit implements [pipeline.SplitDivider]: the lane stops before the
