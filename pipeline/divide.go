@@ -53,8 +53,9 @@ type DivisionProposer interface {
 // FractionProposer is the optional capability of a [DivisionProposer]
 // that proposes a division at a given fraction of its unread input, so
 // that one ask of the leader ([spate.DivideRequested] with Pieces k) can
-// feed k idle workers at once: the driver cuts the unread input into k+1
-// about equal parts, from the end, with k divisions (docs/decisions/043).
+// feed k idle workers at once: the coordination driver cuts the unread
+// input into k+1 about equal parts, from the end, with k divisions
+// (docs/decisions/043).
 type FractionProposer interface {
 	// DivisionPointAt proposes a division position num/den of the way
 	// through what the lane has not read yet (0 < num < den), in the

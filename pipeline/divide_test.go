@@ -153,7 +153,7 @@ func (s *fracSplits) TrySplit(id spate.SplitID, pos int64) (spate.Division, bool
 	return d, ok
 }
 
-// An ask for k pieces feeds k idle workers in one round: the driver cuts
+// An ask for k pieces feeds k idle workers in one round: the coordination driver cuts
 // what is unread into k+1 equal parts from the end, with k ordinary
 // divisions (each one fenced write, each below the last one's position),
 // and the split keeps the first part. Before, an ask made one child, in
