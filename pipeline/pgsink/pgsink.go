@@ -728,12 +728,15 @@ func (s *Sink) flushBelow(ctx context.Context, st *stage, watermark int64) error
 	}
 	// Write appends past last.end only: the flushed bytes stay put.
 	data := st.buf[:last.end:last.end]
+	// The slice is taken under st.mu: a Write running beside the flush
+	// appends to st.rows (past n, so these rows stay put).
+	rows := st.rows[:n:n]
 	st.inflight = last.end
 	lastKey := string(st.keys[last.kstart:last.kend])
 	epoch, split := st.t.Epoch, st.t.Split
 	st.mu.Unlock()
 
-	err := s.flush(ctx, split, epoch, watermark, lastKey, data, st.rows[:n:n])
+	err := s.flush(ctx, split, epoch, watermark, lastKey, data, rows)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.inflight = 0
