@@ -19,8 +19,13 @@ import (
 // open opens a store with its own client on the shared cluster.
 func open(t *testing.T, prefix string, edit func(*clientv3.Config)) *etcd.Store {
 	t.Helper()
-	cli := etcdservers.Shared(t).Client(t, edit)
-	s, err := etcd.New(t.Context(), cli, opts(prefix))
+	return openOn(t, etcdservers.Shared(t), prefix, edit)
+}
+
+// openOn opens a store with its own client on cluster c.
+func openOn(t *testing.T, c *etcdservers.Cluster, prefix string, edit func(*clientv3.Config)) *etcd.Store {
+	t.Helper()
+	s, err := etcd.New(t.Context(), c.Client(t, edit), opts(prefix))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
@@ -197,12 +202,8 @@ func TestCompactionBreaksWatchRetryable(t *testing.T) {
 	proxy := etcdservers.NewProxy(t, c.Members()[0].ClientURL.Host)
 	prefix := etcdservers.FreshPrefix()
 	ctx := t.Context()
-	watcher, err := etcd.New(ctx, c.Client(t, func(cfg *clientv3.Config) { cfg.Endpoints = []string{"http://" + proxy.Addr()} }), opts(prefix))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = watcher.Close() })
-	writer, err := etcd.New(ctx, c.Client(t, nil), opts(prefix))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = writer.Close() })
+	watcher := openOn(t, c, prefix, func(cfg *clientv3.Config) { cfg.Endpoints = []string{"http://" + proxy.Addr()} })
+	writer := openOn(t, c, prefix, nil)
 
 	ch, err := watcher.Watch(ctx, spate.Durable, "")
 	require.NoError(t, err)
